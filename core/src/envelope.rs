@@ -1,0 +1,445 @@
+//! The RPC envelope (spec §1, §1.1): what the MQTT 5 properties of a request say, whether it
+//! can be answered, and the properties of the answer.
+//!
+//! [`Properties`] mirrors the MQTT 5 PUBLISH properties every MQTT library exposes; a driver
+//! moves its library's properties in and out of it. Nothing here knows about sockets.
+
+use bytes::Bytes;
+
+use crate::hlc::Hlc;
+use crate::topics;
+
+/// Content type of every request, response and notification.
+pub const CONTENT_TYPE: &str = "application/octet-stream";
+/// The RPC protocol version the engine speaks.
+pub const PROTOCOL_VERSION: &str = "1.0";
+/// The major RPC protocol version the engine supports.
+pub const SUPPORTED_MAJOR_VERSION: &str = "1";
+
+/// User property names.
+pub mod property {
+    /// Response status (`200`, `400`, `503`, `505`).
+    pub const STATUS: &str = "__stat";
+    /// Why a status other than 200 was sent.
+    pub const STATUS_MESSAGE: &str = "__stMsg";
+    /// The request property the engine could not use (status 400).
+    pub const PROPERTY_NAME: &str = "__propName";
+    /// Its value, when a value was bad.
+    pub const PROPERTY_VALUE: &str = "__propVal";
+    /// Request: the client's HLC (required on SET). Response: a key's version.
+    pub const TIMESTAMP: &str = "__ts";
+    /// A fencing token (HLC) on SET, DEL, VDEL.
+    pub const FENCING_TOKEN: &str = "__ft";
+    /// Request: the client's MQTT client id. Response: the engine node's id.
+    pub const SOURCE_ID: &str = "__srcId";
+    /// The RPC protocol version.
+    pub const PROTOCOL_VERSION: &str = "__protVer";
+    /// Status 505: the major versions the engine supports.
+    pub const SUPPORTED_MAJOR_VERSIONS: &str = "__supProtMajVer";
+    /// Status 505: the version the request asked for.
+    pub const REQUESTED_VERSION: &str = "__requestProtVer";
+    /// `true` on a SET asks that the key be kept durably.
+    pub const PERSISTENCE: &str = "aio-persistence";
+}
+
+/// The MQTT 5 properties of a PUBLISH that the state store uses.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Properties {
+    pub payload_format_indicator: Option<u8>,
+    /// Seconds.
+    pub message_expiry_interval: Option<u32>,
+    pub content_type: Option<String>,
+    pub response_topic: Option<String>,
+    pub correlation_data: Option<Bytes>,
+    pub user_properties: Vec<(String, String)>,
+}
+
+impl Properties {
+    /// The first user property called `name`.
+    pub fn user_property(&self, name: &str) -> Option<&str> {
+        self.user_properties
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn take_user_property(&mut self, name: &str) -> Option<String> {
+        let i = self.user_properties.iter().position(|(n, _)| n == name)?;
+        Some(self.user_properties.swap_remove(i).1)
+    }
+}
+
+/// An MQTT PUBLISH, incoming or outgoing. The engine publishes everything at QoS 1.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Publish {
+    pub topic: String,
+    pub payload: Bytes,
+    pub qos: u8,
+    pub properties: Properties,
+}
+
+/// A request the engine will answer, with what its envelope said.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Invocation {
+    pub response_topic: String,
+    pub correlation_data: Bytes,
+    /// From `__srcId`, else from a `clients/{clientId}/…` response topic.
+    pub client_id: Option<String>,
+    /// `__ts`, unparsed (the engine decides what a bad one means for each command).
+    pub timestamp: Option<String>,
+    /// `__ft`, unparsed.
+    pub fencing_token: Option<String>,
+    /// `aio-persistence: true`.
+    pub persist: bool,
+    pub message_expiry_interval: Option<u32>,
+}
+
+/// Why a request is not answered at all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum DropReason {
+    #[error("the request has no response topic, so it cannot be answered")]
+    NoResponseTopic,
+    #[error(
+        "the request's response topic is forbidden (the invoke topic or under {})",
+        topics::CLIENTS_PREFIX
+    )]
+    ForbiddenResponseTopic,
+}
+
+/// Why a request is answered with a status other than 200.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EnvelopeError {
+    #[error("the request has no Correlation Data")]
+    MissingCorrelationData,
+    #[error("requests must be sent with QoS 1, not QoS 0")]
+    QosZero,
+    #[error(
+        "KEYNOTIFY needs the client id: send __srcId, or use a response topic clients/{{clientId}}/..."
+    )]
+    MissingClientId,
+    #[error("__protVer '{0}' is not a version number")]
+    MalformedVersion(String),
+    #[error(
+        "RPC protocol version {0} is not supported; this engine speaks major version {SUPPORTED_MAJOR_VERSION}"
+    )]
+    UnsupportedVersion(String),
+    #[error("the engine is overloaded or shutting down; retry later")]
+    Unavailable,
+}
+
+impl EnvelopeError {
+    /// The `__stat` it is answered with.
+    pub fn status(&self) -> u16 {
+        match self {
+            Self::UnsupportedVersion(_) => 505,
+            Self::Unavailable => 503,
+            _ => 400,
+        }
+    }
+
+    /// The user properties that explain it, after `__stat` and `__stMsg`.
+    fn detail(&self) -> Vec<(String, String)> {
+        let pair = |n: &str, v: &str| (n.to_owned(), v.to_owned());
+        match self {
+            Self::MissingCorrelationData => vec![pair(property::PROPERTY_NAME, "Correlation Data")],
+            Self::QosZero => vec![
+                pair(property::PROPERTY_NAME, "QoS"),
+                pair(property::PROPERTY_VALUE, "0"),
+            ],
+            Self::MissingClientId => vec![pair(property::PROPERTY_NAME, property::SOURCE_ID)],
+            Self::MalformedVersion(v) => vec![
+                pair(property::PROPERTY_NAME, property::PROTOCOL_VERSION),
+                pair(property::PROPERTY_VALUE, v),
+            ],
+            Self::UnsupportedVersion(v) => vec![
+                pair(property::SUPPORTED_MAJOR_VERSIONS, SUPPORTED_MAJOR_VERSION),
+                pair(property::REQUESTED_VERSION, v),
+            ],
+            Self::Unavailable => vec![],
+        }
+    }
+}
+
+/// What to do with a message from the invoke topic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Checked {
+    /// Answer it (status 200).
+    Accept(Invocation),
+    /// Answer it with an envelope error: the reply is ready to publish.
+    Reject(Box<Publish>, EnvelopeError),
+    /// Do not answer: log it and count it.
+    Drop(DropReason),
+}
+
+/// Decides from a request's QoS and properties whether and how it can be answered. Takes the
+/// properties by value so that its strings move into the [`Invocation`] without copying.
+pub fn check_request(qos: u8, mut properties: Properties, node_id: &str) -> Checked {
+    let Some(response_topic) = properties.response_topic.take() else {
+        return Checked::Drop(DropReason::NoResponseTopic);
+    };
+    if topics::is_forbidden_response_topic(&response_topic) {
+        return Checked::Drop(DropReason::ForbiddenResponseTopic);
+    }
+    let mut invocation = Invocation {
+        client_id: properties
+            .take_user_property(property::SOURCE_ID)
+            .or_else(|| topics::client_id_of_response_topic(&response_topic).map(str::to_owned)),
+        response_topic,
+        correlation_data: properties.correlation_data.take().unwrap_or_default(),
+        timestamp: properties.take_user_property(property::TIMESTAMP),
+        fencing_token: properties.take_user_property(property::FENCING_TOKEN),
+        persist: properties
+            .user_property(property::PERSISTENCE)
+            .is_some_and(|v| v.eq_ignore_ascii_case("true")),
+        message_expiry_interval: properties.message_expiry_interval,
+    };
+    // Correlation data that is present but empty cannot tell answers apart either.
+    let error = if invocation.correlation_data.is_empty() {
+        Some(EnvelopeError::MissingCorrelationData)
+    } else if qos == 0 {
+        Some(EnvelopeError::QosZero)
+    } else {
+        properties
+            .user_property(property::PROTOCOL_VERSION)
+            .and_then(|v| check_version(v).err())
+    };
+    match error {
+        None => Checked::Accept(invocation),
+        Some(error) => {
+            // Answer even without correlation data: the client may still match on topic.
+            let reply = error_reply(&mut invocation, &error, node_id);
+            Checked::Reject(Box::new(reply), error)
+        }
+    }
+}
+
+/// `__protVer` is `major.minor` (or just `major`); the engine speaks major version 1.
+fn check_version(version: &str) -> Result<(), EnvelopeError> {
+    let major = version.split_once('.').map_or(version, |(major, _)| major);
+    match major.parse::<u32>() {
+        Ok(1) => Ok(()),
+        Ok(_) => Err(EnvelopeError::UnsupportedVersion(version.to_owned())),
+        Err(_) => Err(EnvelopeError::MalformedVersion(version.to_owned())),
+    }
+}
+
+/// The properties of a response to `invocation`: `__stat`, `__ts` when given, `__srcId` (the
+/// node), `__protVer`, content type, payload format, correlation data, remaining expiry.
+pub fn response_properties(
+    invocation: &Invocation,
+    status: u16,
+    version: Option<&Hlc>,
+    node_id: &str,
+) -> Properties {
+    let mut user_properties = Vec::with_capacity(4);
+    user_properties.push((property::STATUS.to_owned(), status.to_string()));
+    if let Some(version) = version {
+        user_properties.push((property::TIMESTAMP.to_owned(), version.to_string()));
+    }
+    user_properties.push((property::SOURCE_ID.to_owned(), node_id.to_owned()));
+    user_properties.push((
+        property::PROTOCOL_VERSION.to_owned(),
+        PROTOCOL_VERSION.to_owned(),
+    ));
+    Properties {
+        payload_format_indicator: Some(0),
+        message_expiry_interval: invocation.message_expiry_interval,
+        content_type: Some(CONTENT_TYPE.to_owned()),
+        response_topic: None,
+        correlation_data: Some(invocation.correlation_data.clone()),
+        user_properties,
+    }
+}
+
+/// The reply (empty payload) to a request answered with an envelope error.
+pub fn error_reply(invocation: &mut Invocation, error: &EnvelopeError, node_id: &str) -> Publish {
+    let mut properties = response_properties(invocation, error.status(), None, node_id);
+    properties
+        .user_properties
+        .push((property::STATUS_MESSAGE.to_owned(), error.to_string()));
+    properties.user_properties.extend(error.detail());
+    Publish {
+        topic: std::mem::take(&mut invocation.response_topic),
+        payload: Bytes::new(),
+        qos: 1,
+        properties,
+    }
+}
+
+/// The properties of a change notification: its version and the content type.
+pub fn notification_properties(version: &Hlc) -> Properties {
+    Properties {
+        payload_format_indicator: Some(0),
+        content_type: Some(CONTENT_TYPE.to_owned()),
+        user_properties: vec![(property::TIMESTAMP.to_owned(), version.to_string())],
+        ..Properties::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(props: &[(&str, &str)]) -> Properties {
+        Properties {
+            response_topic: Some(topics::response_topic("c1")),
+            correlation_data: Some(Bytes::from_static(&[7; 16])),
+            message_expiry_interval: Some(10),
+            user_properties: props
+                .iter()
+                .map(|(n, v)| (n.to_string(), v.to_string()))
+                .collect(),
+            ..Properties::default()
+        }
+    }
+
+    fn status(p: &Publish) -> Option<&str> {
+        p.properties.user_property(property::STATUS)
+    }
+
+    #[test]
+    fn accepts_and_reads_the_envelope() {
+        let checked = check_request(
+            1,
+            request(&[
+                ("__srcId", "dev-1"),
+                ("__ts", "1:0:dev-1"),
+                ("__ft", "2:0:x"),
+                ("aio-persistence", "true"),
+                ("__protVer", "1.0"),
+                ("$partition", "ignored"),
+            ]),
+            "node",
+        );
+        let Checked::Accept(inv) = checked else {
+            panic!("{checked:?}")
+        };
+        assert_eq!(inv.client_id.as_deref(), Some("dev-1"));
+        assert_eq!(inv.timestamp.as_deref(), Some("1:0:dev-1"));
+        assert_eq!(inv.fencing_token.as_deref(), Some("2:0:x"));
+        assert!(inv.persist);
+        assert_eq!(inv.correlation_data, Bytes::from_static(&[7; 16]));
+    }
+
+    #[test]
+    fn client_id_falls_back_to_the_response_topic() {
+        let Checked::Accept(inv) = check_request(1, request(&[]), "node") else {
+            panic!()
+        };
+        assert_eq!(inv.client_id.as_deref(), Some("c1"));
+        let mut props = request(&[]);
+        props.response_topic = Some("replies/here".into());
+        let Checked::Accept(inv) = check_request(1, props, "node") else {
+            panic!()
+        };
+        assert_eq!(inv.client_id, None);
+    }
+
+    #[test]
+    fn drops_unanswerable_requests() {
+        let mut props = request(&[]);
+        props.response_topic = None;
+        assert_eq!(
+            check_request(1, props, "n"),
+            Checked::Drop(DropReason::NoResponseTopic)
+        );
+        for forbidden in [
+            topics::INVOKE.to_owned(),
+            format!("{}/abc", topics::CLIENTS_PREFIX),
+        ] {
+            let mut props = request(&[]);
+            props.response_topic = Some(forbidden);
+            assert_eq!(
+                check_request(1, props, "n"),
+                Checked::Drop(DropReason::ForbiddenResponseTopic)
+            );
+        }
+    }
+
+    #[test]
+    fn rejects_missing_correlation_data_and_qos0_with_400() {
+        let mut props = request(&[]);
+        props.correlation_data = None;
+        let Checked::Reject(reply, EnvelopeError::MissingCorrelationData) =
+            check_request(1, props, "n")
+        else {
+            panic!()
+        };
+        assert_eq!(status(&reply), Some("400"));
+        assert_eq!(
+            reply.properties.user_property(property::PROPERTY_NAME),
+            Some("Correlation Data")
+        );
+        assert!(
+            reply
+                .properties
+                .user_property(property::STATUS_MESSAGE)
+                .is_some()
+        );
+        assert_eq!(reply.topic, topics::response_topic("c1"));
+
+        let Checked::Reject(reply, EnvelopeError::QosZero) = check_request(0, request(&[]), "n")
+        else {
+            panic!()
+        };
+        assert_eq!(status(&reply), Some("400"));
+        assert_eq!(
+            reply.properties.user_property(property::PROPERTY_NAME),
+            Some("QoS")
+        );
+        assert_eq!(
+            reply.properties.correlation_data,
+            Some(Bytes::from_static(&[7; 16]))
+        );
+    }
+
+    #[test]
+    fn rejects_other_major_versions_with_505() {
+        let Checked::Reject(reply, _) = check_request(1, request(&[("__protVer", "2.0")]), "n")
+        else {
+            panic!()
+        };
+        assert_eq!(status(&reply), Some("505"));
+        assert_eq!(reply.properties.user_property("__supProtMajVer"), Some("1"));
+        assert_eq!(
+            reply.properties.user_property("__requestProtVer"),
+            Some("2.0")
+        );
+
+        let Checked::Reject(reply, _) = check_request(1, request(&[("__protVer", "x")]), "n")
+        else {
+            panic!()
+        };
+        assert_eq!(status(&reply), Some("400"));
+        assert_eq!(reply.properties.user_property("__propVal"), Some("x"));
+        assert!(matches!(
+            check_request(1, request(&[("__protVer", "1")]), "n"),
+            Checked::Accept(_)
+        ));
+    }
+
+    #[test]
+    fn response_properties_are_complete() {
+        let Checked::Accept(inv) = check_request(1, request(&[]), "node-9") else {
+            panic!()
+        };
+        let v = Hlc::parse("5:1:node-9").unwrap();
+        let p = response_properties(&inv, 200, Some(&v), "node-9");
+        assert_eq!(p.user_property("__stat"), Some("200"));
+        assert_eq!(
+            p.user_property("__ts"),
+            Some("000000000000005:00001:node-9")
+        );
+        assert_eq!(p.user_property("__srcId"), Some("node-9"));
+        assert_eq!(p.user_property("__protVer"), Some("1.0"));
+        assert_eq!(p.content_type.as_deref(), Some(CONTENT_TYPE));
+        assert_eq!(p.payload_format_indicator, Some(0));
+        assert_eq!(p.message_expiry_interval, Some(10));
+        assert_eq!(p.correlation_data, Some(Bytes::from_static(&[7; 16])));
+        assert!(
+            response_properties(&inv, 200, None, "n")
+                .user_property("__ts")
+                .is_none()
+        );
+    }
+}

@@ -1,0 +1,255 @@
+//! Where the state store's state lives: keys with their versions, fencing tokens and expiry,
+//! and the KEYNOTIFY registrations.
+//!
+//! The engine decides everything that does not depend on stored state (syntax, timestamps,
+//! versions, access); a [`Store`] applies each write **atomically**, checking the conditions
+//! that do (fencing, NX/NEX, VDEL's value, quotas) with the rules in this module. The memory
+//! store calls these rules directly; a Redis store runs the same rules as one script per
+//! operation over a key and its metadata, so that conditional writes stay atomic across nodes
+//! (spec `multi-node.md` §1). Both run the same test suite.
+
+mod memory;
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+pub use memory::MemoryStore;
+
+use crate::ServiceError;
+use crate::codec::{Bulk, Condition};
+use crate::engine::Pattern;
+use crate::hlc::Hlc;
+
+/// A client's id, as the engine resolved it from `__srcId` or its response topic.
+pub type ClientId = Arc<str>;
+
+/// A stored key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub value: Bulk,
+    /// The version the SET that wrote it returned.
+    pub version: Hlc,
+    /// The fencing token protecting the key, if any.
+    pub fencing_token: Option<Hlc>,
+    /// Milliseconds since the epoch at and after which the key is gone.
+    pub expires_at: Option<u64>,
+}
+
+/// A SET, with everything the engine already decided.
+#[derive(Debug, Clone, Copy)]
+pub struct SetOp<'a> {
+    pub key: &'a Bytes,
+    pub value: &'a Bulk,
+    pub condition: Condition,
+    pub expires_at: Option<u64>,
+    pub fencing_token: Option<&'a Hlc>,
+    /// The version the key gets if the SET applies.
+    pub version: &'a Hlc,
+    /// `aio-persistence: true`: keep the key durably (stores without a durable backend
+    /// ignore it, as documented).
+    pub persist: bool,
+}
+
+/// A DEL (or, with `if_value`, a VDEL).
+#[derive(Debug, Clone, Copy)]
+pub struct DelOp<'a> {
+    pub key: &'a [u8],
+    /// VDEL: delete only if the current value equals this.
+    pub if_value: Option<&'a [u8]>,
+    pub fencing_token: Option<&'a Hlc>,
+}
+
+/// What a SET did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SetOutcome {
+    Applied,
+    /// NX/NEX did not hold; the key's current version.
+    NotApplied {
+        version: Hlc,
+    },
+}
+
+/// What a DEL or VDEL did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DelOutcome {
+    Deleted,
+    Absent,
+    /// VDEL: the value did not match.
+    ValueMismatch,
+}
+
+/// Limits on what a store holds. `None` is unlimited.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Quotas {
+    pub max_keys: Option<u64>,
+    /// Total bytes of keys and values.
+    pub max_bytes: Option<u64>,
+}
+
+/// How much a store holds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StoreStats {
+    pub keys: u64,
+    /// Total bytes of keys and values.
+    pub bytes: u64,
+    /// KEYNOTIFY registrations.
+    pub watches: u64,
+}
+
+/// The state behind the engine. Every method is one atomic step. Implementations never see
+/// an expired key: the engine calls [`Store::pop_expired`] until it returns `None` before each
+/// command.
+pub trait Store {
+    /// The key's value and version.
+    fn get(&self, key: &[u8]) -> Option<(Bulk, Hlc)>;
+
+    /// Applies a SET if fencing, condition and quotas allow; on success pushes the key's
+    /// watchers onto `watchers`.
+    fn set(
+        &mut self,
+        op: SetOp<'_>,
+        watchers: &mut Vec<ClientId>,
+    ) -> Result<SetOutcome, ServiceError>;
+
+    /// Applies a DEL/VDEL if fencing and value allow; on success pushes the key's watchers.
+    fn delete(
+        &mut self,
+        op: DelOp<'_>,
+        watchers: &mut Vec<ClientId>,
+    ) -> Result<DelOutcome, ServiceError>;
+
+    /// Registers `client` for changes of `key` (idempotent).
+    fn watch(&mut self, client: &ClientId, key: &Bytes);
+
+    /// Removes a registration; whether there was one.
+    fn unwatch(&mut self, client: &str, key: &[u8]) -> bool;
+
+    /// Removes every registration of `client`; how many there were.
+    fn drop_client(&mut self, client: &str) -> usize;
+
+    /// Up to `limit` keys after `after` (in the store's stable order) that match `pattern`
+    /// and `include`, examining at most `budget` keys. Returns the last key examined when the
+    /// scan stopped before the end, to continue after it.
+    fn scan(
+        &self,
+        pattern: &Pattern,
+        after: Option<&[u8]>,
+        limit: usize,
+        budget: usize,
+        include: &mut dyn FnMut(&[u8]) -> bool,
+        out: &mut Vec<Bytes>,
+    ) -> Option<Bytes>;
+
+    /// Removes one key whose deadline is at or before `now_ms`, pushing its watchers.
+    fn pop_expired(&mut self, now_ms: u64, watchers: &mut Vec<ClientId>) -> Option<Bytes>;
+
+    /// The earliest deadline of any key.
+    fn next_deadline(&self) -> Option<u64>;
+
+    /// How much the store holds.
+    fn stats(&self) -> StoreStats;
+}
+
+/// Fencing (spec §6): a fenced key demands a token at least as new as its own.
+pub fn check_fencing(stored: Option<&Hlc>, presented: Option<&Hlc>) -> Result<(), ServiceError> {
+    match (stored, presented) {
+        (None, _) => Ok(()),
+        (Some(_), None) => Err(ServiceError::FencingTokenRequired),
+        (Some(stored), Some(presented)) if presented < stored => {
+            Err(ServiceError::FencingTokenLowerVersion)
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The token a key keeps after an applied SET: the newer of its own and the request's.
+pub fn fencing_token_after_set(stored: Option<&Hlc>, presented: Option<&Hlc>) -> Option<Hlc> {
+    stored.max(presented).cloned()
+}
+
+/// Whether NX/NEX lets a SET of `value` apply over `current`.
+pub fn condition_holds(condition: Condition, current: Option<&Bulk>, value: &Bulk) -> bool {
+    match (condition, current) {
+        (Condition::Always, _) | (_, None) => true,
+        (Condition::NotExists, Some(_)) => false,
+        (Condition::NotExistsOrEqual, Some(current)) => current == value,
+    }
+}
+
+/// Bytes a key and value count against the byte quota.
+pub fn footprint(key: &[u8], value: &Bulk) -> u64 {
+    (key.len() + value.len()) as u64
+}
+
+/// Whether a SET that changes the store from `(keys, bytes)` to `(new_keys, new_bytes)` stays
+/// within `quotas`. A write that does not grow a measure never fails on it, so lowering a
+/// quota below current usage still lets clients shrink their data.
+pub fn within_quotas(
+    quotas: &Quotas,
+    keys: u64,
+    bytes: u64,
+    new_keys: u64,
+    new_bytes: u64,
+) -> bool {
+    let fits =
+        |limit: Option<u64>, old: u64, new: u64| new <= old || limit.is_none_or(|l| new <= l);
+    fits(quotas.max_keys, keys, new_keys) && fits(quotas.max_bytes, bytes, new_bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hlc(s: &str) -> Hlc {
+        Hlc::parse(s).unwrap()
+    }
+
+    #[test]
+    fn fencing_rules() {
+        let (old, new) = (hlc("1:0:a"), hlc("2:0:a"));
+        assert_eq!(check_fencing(None, None), Ok(()));
+        assert_eq!(check_fencing(None, Some(&old)), Ok(()));
+        assert_eq!(
+            check_fencing(Some(&old), None),
+            Err(ServiceError::FencingTokenRequired)
+        );
+        assert_eq!(
+            check_fencing(Some(&new), Some(&old)),
+            Err(ServiceError::FencingTokenLowerVersion)
+        );
+        assert_eq!(check_fencing(Some(&new), Some(&new)), Ok(()));
+        assert_eq!(check_fencing(Some(&old), Some(&new)), Ok(()));
+        assert_eq!(
+            fencing_token_after_set(Some(&old), Some(&new)),
+            Some(new.clone())
+        );
+        assert_eq!(fencing_token_after_set(Some(&new), None), Some(new.clone()));
+        assert_eq!(fencing_token_after_set(None, Some(&old)), Some(old));
+    }
+
+    #[test]
+    fn conditions() {
+        let (a, b) = (Bulk::from("a"), Bulk::from("b"));
+        assert!(condition_holds(Condition::Always, Some(&a), &b));
+        assert!(condition_holds(Condition::NotExists, None, &b));
+        assert!(!condition_holds(Condition::NotExists, Some(&b), &b));
+        assert!(condition_holds(Condition::NotExistsOrEqual, None, &b));
+        assert!(condition_holds(Condition::NotExistsOrEqual, Some(&b), &b));
+        assert!(!condition_holds(Condition::NotExistsOrEqual, Some(&a), &b));
+    }
+
+    #[test]
+    fn quotas() {
+        let q = Quotas {
+            max_keys: Some(2),
+            max_bytes: Some(10),
+        };
+        assert!(within_quotas(&q, 1, 5, 2, 10));
+        assert!(!within_quotas(&q, 2, 5, 3, 6));
+        assert!(!within_quotas(&q, 1, 5, 2, 11));
+        // Over quota already (it was lowered): shrinking is still allowed.
+        assert!(within_quotas(&q, 5, 50, 5, 40));
+        assert!(within_quotas(&Quotas::default(), 0, 0, u64::MAX, u64::MAX));
+    }
+}

@@ -1,0 +1,139 @@
+//! Every topic name of the state store, and the builders for the ones that carry ids.
+
+/// The state store's service id, part of every topic it uses.
+pub const SERVICE: &str = "statestore/v1/FA9AE35F-2F64-47CD-9BFF-08E2B32A0FE8";
+
+/// Requests are published here; the engine subscribes to it.
+pub const INVOKE: &str = "statestore/v1/FA9AE35F-2F64-47CD-9BFF-08E2B32A0FE8/command/invoke";
+
+/// Notifications and other engine-owned client topics start with this; a request may not name
+/// a response topic under it.
+pub const CLIENTS_PREFIX: &str = "clients/statestore/v1/FA9AE35F-2F64-47CD-9BFF-08E2B32A0FE8";
+
+/// The invoke topic as a shared subscription, so that each request reaches one engine node.
+pub fn shared_invoke(group: &str) -> String {
+    format!("$share/{group}/{INVOKE}")
+}
+
+/// The response topic mqstore clients use (the spec's recommendation).
+pub fn response_topic(client_id: &str) -> String {
+    format!("clients/{client_id}/services/statestore/_any_/command/invoke/response")
+}
+
+/// Where the engine publishes changes of `key` to the client `client_id`.
+pub fn notify_topic(client_id: &str, key: &[u8]) -> String {
+    let mut topic =
+        String::with_capacity(CLIENTS_PREFIX.len() + 2 * client_id.len() + 16 + 2 * key.len());
+    topic.push_str(CLIENTS_PREFIX);
+    topic.push('/');
+    push_hex(&mut topic, client_id.as_bytes());
+    topic.push_str("/command/notify/");
+    push_hex(&mut topic, key);
+    topic
+}
+
+/// The filter a client subscribes to for all of its notifications.
+pub fn notify_filter(client_id: &str) -> String {
+    let mut topic = String::from(CLIENTS_PREFIX);
+    topic.push('/');
+    push_hex(&mut topic, client_id.as_bytes());
+    topic.push_str("/command/notify/+");
+    topic
+}
+
+/// The key a notification topic names, for any client (`None` if it is not one).
+pub fn key_of_notify_topic(topic: &str) -> Option<Vec<u8>> {
+    let rest = topic.strip_prefix(CLIENTS_PREFIX)?.strip_prefix('/')?;
+    let (_client, key) = rest.split_once("/command/notify/")?;
+    from_hex(key)
+}
+
+/// Whether a request may not use `topic` as its response topic: answering there could loop
+/// back into the engine or impersonate it.
+pub fn is_forbidden_response_topic(topic: &str) -> bool {
+    topic == INVOKE || topic.starts_with(CLIENTS_PREFIX)
+}
+
+/// The `{clientId}` of a response topic of the form `clients/{clientId}/…`.
+pub fn client_id_of_response_topic(topic: &str) -> Option<&str> {
+    let rest = topic.strip_prefix("clients/")?;
+    let (id, _) = rest.split_once('/')?;
+    (!id.is_empty()).then_some(id)
+}
+
+const HEX: &[u8; 16] = b"0123456789ABCDEF";
+
+/// RFC 4648 base16, upper case, appended to `out`.
+pub fn push_hex(out: &mut String, bytes: &[u8]) {
+    out.reserve(bytes.len() * 2);
+    for &b in bytes {
+        out.push(HEX[usize::from(b >> 4)] as char);
+        out.push(HEX[usize::from(b & 15)] as char);
+    }
+}
+
+/// RFC 4648 base16 as a string.
+pub fn hex(bytes: &[u8]) -> String {
+    let mut out = String::new();
+    push_hex(&mut out, bytes);
+    out
+}
+
+/// Decodes base16 (either case); `None` for odd lengths or other characters.
+pub fn from_hex(text: &str) -> Option<Vec<u8>> {
+    fn nibble(c: u8) -> Option<u8> {
+        match c {
+            b'0'..=b'9' => Some(c - b'0'),
+            b'A'..=b'F' => Some(c - b'A' + 10),
+            b'a'..=b'f' => Some(c - b'a' + 10),
+            _ => None,
+        }
+    }
+    let text = text.as_bytes();
+    if text.len() % 2 != 0 {
+        return None;
+    }
+    text.chunks_exact(2)
+        .map(|pair| Some(nibble(pair[0])? << 4 | nibble(pair[1])?))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn forbidden_response_topics() {
+        assert!(is_forbidden_response_topic(INVOKE));
+        assert!(is_forbidden_response_topic(&format!("{CLIENTS_PREFIX}/x")));
+        assert!(is_forbidden_response_topic(CLIENTS_PREFIX));
+        assert!(!is_forbidden_response_topic(&response_topic("c1")));
+        assert!(!is_forbidden_response_topic(&format!("{INVOKE}/response")));
+    }
+
+    #[test]
+    fn client_ids_of_response_topics() {
+        assert_eq!(
+            client_id_of_response_topic(&response_topic("dev-7")),
+            Some("dev-7")
+        );
+        assert_eq!(client_id_of_response_topic("clients//x"), None);
+        assert_eq!(client_id_of_response_topic("devices/dev-7/x"), None);
+        assert_eq!(client_id_of_response_topic("clients/dev-7"), None);
+    }
+
+    #[test]
+    fn notify_topics_round_trip_keys() {
+        let topic = notify_topic("c", b"\x00\xffk");
+        assert!(topic.ends_with("/63/command/notify/00FF6B"));
+        assert_eq!(key_of_notify_topic(&topic), Some(b"\x00\xffk".to_vec()));
+        assert_eq!(key_of_notify_topic("elsewhere/x"), None);
+        assert_eq!(from_hex("0"), None);
+        assert_eq!(from_hex("zz"), None);
+        assert_eq!(
+            notify_filter("c"),
+            format!("{CLIENTS_PREFIX}/63/command/notify/+")
+        );
+        assert_eq!(shared_invoke("g"), format!("$share/g/{INVOKE}"));
+    }
+}
