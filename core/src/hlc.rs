@@ -60,25 +60,18 @@ impl Hlc {
     /// Parses `wall:counter:node`, accepting any number of digits (writers pad, readers must
     /// not care).
     pub fn parse(text: &str) -> Result<Self, HlcError> {
-        let mut parts = text.split(':');
-        let (Some(wall), Some(counter), Some(node), None) =
-            (parts.next(), parts.next(), parts.next(), parts.next())
-        else {
-            return Err(HlcError::Malformed("not three parts"));
-        };
-        let wall_ms = crate::codec::resp::parse_u64(wall.as_bytes())
-            .ok_or(HlcError::Malformed("wall clock is not a decimal number"))?;
-        let counter = crate::codec::resp::parse_u64(counter.as_bytes())
-            .ok_or(HlcError::Malformed("counter is not a decimal number"))?;
-        let counter = u32::try_from(counter)
-            .ok()
-            .filter(|c| *c <= MAX_COUNTER)
-            .ok_or(HlcError::Malformed("counter is too large"))?;
+        let (wall_ms, counter, node) = split(text)?;
         Ok(Self {
             wall_ms,
             counter,
             node: node.into(),
         })
+    }
+
+    /// Parses and checks `wall:counter:node` like [`Hlc::parse`], returning only the wall
+    /// clock and counter, without allocating: all a clock needs to receive it.
+    pub fn parse_logical(text: &str) -> Result<(u64, u32), HlcError> {
+        split(text).map(|(wall_ms, counter, _)| (wall_ms, counter))
     }
 
     /// Whether this timestamp is too far ahead of `wall_ms` to be accepted.
@@ -89,6 +82,24 @@ impl Hlc {
     fn logical(&self) -> (u64, u32) {
         (self.wall_ms, self.counter)
     }
+}
+
+fn split(text: &str) -> Result<(u64, u32, &str), HlcError> {
+    let mut parts = text.split(':');
+    let (Some(wall), Some(counter), Some(node), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(HlcError::Malformed("not three parts"));
+    };
+    let wall_ms = crate::codec::resp::parse_u64(wall.as_bytes())
+        .ok_or(HlcError::Malformed("wall clock is not a decimal number"))?;
+    let counter = crate::codec::resp::parse_u64(counter.as_bytes())
+        .ok_or(HlcError::Malformed("counter is not a decimal number"))?;
+    let counter = u32::try_from(counter)
+        .ok()
+        .filter(|c| *c <= MAX_COUNTER)
+        .ok_or(HlcError::Malformed("counter is too large"))?;
+    Ok((wall_ms, counter, node))
 }
 
 impl Ord for Hlc {
@@ -172,15 +183,22 @@ impl HlcClock {
     /// Receives `remote` (the HLC receive rule): a value greater than both this clock's last
     /// value and `remote`. Rejects `remote` more than [`MAX_SKEW_MS`] ahead of `wall_ms`.
     pub fn receive(&mut self, remote: &Hlc, wall_ms: u64) -> Result<Hlc, HlcError> {
-        if remote.is_too_far_ahead_of(wall_ms) {
+        self.receive_logical((remote.wall_ms, remote.counter), wall_ms)
+    }
+
+    /// [`HlcClock::receive`] given only the remote value's wall clock and counter (the node id
+    /// plays no part in the rule), as [`Hlc::parse_logical`] returns them.
+    pub fn receive_logical(&mut self, remote: (u64, u32), wall_ms: u64) -> Result<Hlc, HlcError> {
+        let (remote_wall, remote_counter) = remote;
+        if remote_wall > wall_ms.saturating_add(MAX_SKEW_MS) {
             return Err(HlcError::TooFarAhead);
         }
         let last = self.last.logical();
-        let wall = wall_ms.max(last.0).max(remote.wall_ms);
-        let counter = match (wall == last.0, wall == remote.wall_ms) {
-            (true, true) => next_counter(last.1.max(remote.counter))?,
+        let wall = wall_ms.max(last.0).max(remote_wall);
+        let counter = match (wall == last.0, wall == remote_wall) {
+            (true, true) => next_counter(last.1.max(remote_counter))?,
             (true, false) => next_counter(last.1)?,
-            (false, true) => next_counter(remote.counter)?,
+            (false, true) => next_counter(remote_counter)?,
             (false, false) => 0,
         };
         self.last.wall_ms = wall;

@@ -281,13 +281,10 @@ proptest! {
                         expires_in_ms: px.and_then(NonZeroU64::new),
                     });
                     let current = model.keys.get(k).cloned();
-                    let result = model.fence_check(k, fence).map(|()| {
-                        let holds = match (condition, &current) {
-                            (Condition::Always, _) | (_, None) => true,
-                            (Condition::NotExists, Some(_)) => false,
-                            (Condition::NotExistsOrEqual, Some(e)) => e.value == v,
-                        };
-                        holds
+                    let result = model.fence_check(k, fence).map(|()| match (condition, &current) {
+                        (Condition::Always, _) | (_, None) => true,
+                        (Condition::NotExists, Some(_)) => false,
+                        (Condition::NotExistsOrEqual, Some(e)) => e.value == v,
                     });
                     let (expected, notes) = match result {
                         Err(e) => (Response::Error(e), vec![]),

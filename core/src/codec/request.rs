@@ -5,7 +5,7 @@ use std::num::NonZeroU64;
 use bytes::{BufMut, Bytes};
 
 use super::Bulk;
-use super::resp::{self, Reader};
+use super::resp::{self, Reader, Span};
 use crate::ServiceError;
 
 /// The verbs of the state store.
@@ -43,9 +43,21 @@ impl Command {
     }
 
     fn from_verb(verb: &[u8]) -> Option<Self> {
-        Self::ALL
-            .into_iter()
-            .find(|c| c.as_str().as_bytes().eq_ignore_ascii_case(verb))
+        // The length and first letter pick the one candidate; then compare once.
+        let candidate = match (verb.len(), verb.first()?.to_ascii_uppercase()) {
+            (3, b'S') => Command::Set,
+            (3, b'G') => Command::Get,
+            (3, b'D') => Command::Del,
+            (4, b'V') => Command::VDel,
+            (9, b'K') => Command::KeyNotify,
+            (4, b'S') => Command::Scan,
+            _ => return None,
+        };
+        candidate
+            .as_str()
+            .as_bytes()
+            .eq_ignore_ascii_case(verb)
+            .then_some(candidate)
     }
 }
 
@@ -159,22 +171,31 @@ impl Request {
         }
     }
 
+    /// Items on the wire, the verb included.
+    fn item_count(&self) -> usize {
+        match self {
+            Request::Set(set) => {
+                3 + usize::from(set.condition != Condition::Always)
+                    + 2 * usize::from(set.expires_in_ms.is_some())
+            }
+            Request::Get { .. } | Request::Del { .. } => 2,
+            Request::VDel { .. } => 3,
+            Request::KeyNotify { stop, .. } => 2 + usize::from(*stop),
+            Request::Scan { token, .. } => 2 + usize::from(token.is_some()),
+        }
+    }
+
     /// Exact size of the encoding.
     pub fn encoded_len(&self) -> usize {
-        let mut items = 1;
-        let mut len = resp::bulk_len(self.command().as_str().len());
-        self.for_each_argument(|item| {
-            items += 1;
-            len += resp::bulk_len(item.len());
-        });
-        resp::header_len(items) + len
+        let mut len =
+            resp::header_len(self.item_count()) + resp::bulk_len(self.command().as_str().len());
+        self.for_each_argument(|item| len += resp::bulk_len(item.len()));
+        len
     }
 
     /// Writes the request (verbs and options in upper case).
     pub fn encode(&self, out: &mut impl BufMut) {
-        let mut items = 1;
-        self.for_each_argument(|_| items += 1);
-        resp::put_header(out, b'*', items);
+        resp::put_header(out, b'*', self.item_count());
         resp::put_bulk(out, self.command().as_str().as_bytes());
         self.for_each_argument(|item| resp::put_bulk(out, item));
     }
@@ -198,20 +219,22 @@ pub fn decode_request(payload: &Bytes) -> Result<Request, ServiceError> {
     let mut reader = Reader::new(payload);
     let count = reader.array().map_err(|_| ServiceError::SyntaxError)?;
     // Read every item first, so a truncated or malformed payload is a syntax error whatever
-    // its verb or length; keep the first MAX_ITEMS without touching the heap.
-    let mut items: [Bulk; MAX_ITEMS] = Default::default();
+    // its verb or length. Keep where the first MAX_ITEMS stand: only the key and value become
+    // `Bytes`, so decoding touches no reference count it does not keep.
+    let mut spans = [Span::default(); MAX_ITEMS];
     for i in 0..count {
-        let item = reader.bulk().map_err(|_| ServiceError::SyntaxError)?;
-        if let Some(slot) = items.get_mut(i) {
-            *slot = item;
+        let span = reader.bulk_range().map_err(|_| ServiceError::SyntaxError)?;
+        if let Some(slot) = spans.get_mut(i) {
+            *slot = span;
         }
     }
     reader.finish().map_err(|_| ServiceError::SyntaxError)?;
     if count == 0 {
         return Err(ServiceError::SyntaxError);
     }
-    let items = &items[..count.min(MAX_ITEMS)];
-    let command = Command::from_verb(items[0].as_slice()).ok_or(ServiceError::UnknownCommand)?;
+    let items = &spans[..count.min(MAX_ITEMS)];
+    let item = |i: usize| items[i].value(payload);
+    let command = Command::from_verb(item(0)).ok_or(ServiceError::UnknownCommand)?;
     let (min, max) = match command {
         Command::Set => (3, usize::MAX),
         Command::Get | Command::Del => (2, 2),
@@ -221,85 +244,85 @@ pub fn decode_request(payload: &Bytes) -> Result<Request, ServiceError> {
     if count < min || count > max {
         return Err(ServiceError::WrongNumberOfArguments);
     }
-    let key = items[1].value();
-    if command != Command::Scan && key.is_empty() {
+    if command != Command::Scan && item(1).is_empty() {
         return Err(ServiceError::KeyLengthZero);
     }
+    let key = || items[1].value_bytes(payload);
     Ok(match command {
-        Command::Set => Request::Set(decode_set_options(key, &items[2], &items[3..], count)?),
-        Command::Get => Request::Get { key },
-        Command::Del => Request::Del { key },
+        // Even the longest valid option list repeats or invents an option past MAX_ITEMS.
+        Command::Set if count > MAX_ITEMS => return Err(ServiceError::SyntaxError),
+        Command::Set => {
+            let options: [&[u8]; 3] =
+                [2, 3, 4].map(|i| items.get(i + 1).map_or(&[][..], |s| s.value(payload)));
+            let (condition, expires_in_ms) = decode_set_options(&options[..count - 3])?;
+            Request::Set(SetRequest {
+                key: key(),
+                value: items[2].bulk(payload),
+                condition,
+                expires_in_ms,
+            })
+        }
+        Command::Get => Request::Get { key: key() },
+        Command::Del => Request::Del { key: key() },
         Command::VDel => Request::VDel {
-            key,
-            value: items[2].value(),
+            key: key(),
+            value: items[2].value_bytes(payload),
         },
         Command::KeyNotify => Request::KeyNotify {
-            key,
-            stop: decode_keynotify_options(&items[2..], count)?,
+            stop: decode_keynotify_options(items[2..].iter().map(|s| s.value(payload)), count)?,
+            key: key(),
         },
         Command::Scan => Request::Scan {
-            pattern: key,
-            token: items.get(2).map(Bulk::value),
+            pattern: key(),
+            token: items.get(2).map(|s| s.value_bytes(payload)),
         },
     })
 }
 
-fn decode_set_options(
-    key: Bytes,
-    value: &Bulk,
-    options: &[Bulk],
-    count: usize,
-) -> Result<SetRequest, ServiceError> {
-    if count > MAX_ITEMS {
-        // Even the longest valid option list repeats or invents an option here.
-        return Err(ServiceError::SyntaxError);
-    }
-    let mut set = SetRequest {
-        key,
-        value: value.clone(),
-        condition: Condition::Always,
-        expires_in_ms: None,
-    };
+/// `[NX | NEX] [PX ms]`, in any order and case.
+fn decode_set_options(options: &[&[u8]]) -> Result<(Condition, Option<NonZeroU64>), ServiceError> {
+    let mut condition = None;
+    let mut expires_in_ms = None;
     let mut options = options.iter();
-    let mut seen_condition = false;
     while let Some(option) = options.next() {
-        let option = option.as_slice();
         if option.eq_ignore_ascii_case(b"NX") || option.eq_ignore_ascii_case(b"NEX") {
-            if seen_condition {
-                return Err(ServiceError::SyntaxError);
-            }
-            seen_condition = true;
-            set.condition = if option.len() == 2 {
+            let parsed = if option.len() == 2 {
                 Condition::NotExists
             } else {
                 Condition::NotExistsOrEqual
             };
+            if condition.replace(parsed).is_some() {
+                return Err(ServiceError::SyntaxError);
+            }
         } else if option.eq_ignore_ascii_case(b"PX") {
             let ms = options
                 .next()
-                .and_then(|ms| resp::parse_u64(ms.as_slice()))
+                .and_then(|ms| resp::parse_u64(ms))
                 .and_then(NonZeroU64::new)
                 .ok_or(ServiceError::SyntaxError)?;
-            if set.expires_in_ms.replace(ms).is_some() {
+            if expires_in_ms.replace(ms).is_some() {
                 return Err(ServiceError::SyntaxError);
             }
         } else {
             return Err(ServiceError::SyntaxError);
         }
     }
-    Ok(set)
+    Ok((condition.unwrap_or_default(), expires_in_ms))
 }
 
 /// `KEYNOTIFY key [GET] [STOP]`: returns whether STOP was given.
-fn decode_keynotify_options(options: &[Bulk], count: usize) -> Result<bool, ServiceError> {
+fn decode_keynotify_options<'a>(
+    options: impl Iterator<Item = &'a [u8]>,
+    count: usize,
+) -> Result<bool, ServiceError> {
     if count > 4 {
         return Err(ServiceError::SyntaxError);
     }
     let (mut stop, mut get) = (false, false);
     for option in options {
-        let flag = if option.as_slice().eq_ignore_ascii_case(b"STOP") {
+        let flag = if option.eq_ignore_ascii_case(b"STOP") {
             &mut stop
-        } else if option.as_slice().eq_ignore_ascii_case(b"GET") {
+        } else if option.eq_ignore_ascii_case(b"GET") {
             // Accepted for compatibility; it has no effect.
             &mut get
         } else {

@@ -53,14 +53,42 @@ impl<'a> Reader<'a> {
         Ok(&input[start..end])
     }
 
-    /// Reads a signed decimal line (`:…`, `$…`, `*…`).
+    /// Reads a signed decimal line (`:…`, `$…`, `*…`) in one pass over its bytes.
     fn number(&mut self, marker: u8) -> Result<i64, DecodeError> {
+        let input: &[u8] = self.input;
         let at = self.pos;
-        let line = self.line(marker)?;
-        parse_i64(line).ok_or(DecodeError {
-            reason: "not a decimal number that fits in 64 bits",
-            offset: at,
-        })
+        let bad = |reason| DecodeError { reason, offset: at };
+        if input.get(at) != Some(&marker) {
+            return Err(bad("unexpected type marker"));
+        }
+        let mut i = at + 1;
+        let negative = input.get(i) == Some(&b'-');
+        i += usize::from(negative);
+        let digits_start = i;
+        let mut magnitude: u64 = 0;
+        while let Some(&d) = input.get(i) {
+            if !d.is_ascii_digit() {
+                break;
+            }
+            magnitude = magnitude
+                .checked_mul(10)
+                .and_then(|m| m.checked_add(u64::from(d - b'0')))
+                .ok_or(bad("number does not fit in 64 bits"))?;
+            i += 1;
+        }
+        if i == digits_start {
+            return Err(bad("not a decimal number"));
+        }
+        if input.get(i..i + 2) != Some(CRLF) {
+            return Err(bad("number not followed by CRLF"));
+        }
+        self.pos = i + 2;
+        if negative {
+            0i64.checked_sub_unsigned(magnitude)
+        } else {
+            i64::try_from(magnitude).ok()
+        }
+        .ok_or(bad("number does not fit in 64 bits"))
     }
 
     /// Reads a length (`*n` or `$n`), which must be ≥ 0.
@@ -97,8 +125,9 @@ impl<'a> Reader<'a> {
         self.number(b':')
     }
 
-    /// Reads `$n\r\n{n bytes}\r\n`, or `$-1\r\n` as `None` when `nullable`.
-    fn bulk_inner(&mut self, nullable: bool) -> Result<Option<Bulk>, DecodeError> {
+    /// Reads `$n\r\n{n bytes}\r\n`, or `$-1\r\n` as `None` when `nullable`, returning where
+    /// it stands in the input (no `Bytes` is made, so no reference count is touched).
+    fn bulk_span(&mut self, nullable: bool) -> Result<Option<Span>, DecodeError> {
         let start = self.pos;
         let n = self.number(b'$')?;
         if n == -1 && nullable {
@@ -108,27 +137,34 @@ impl<'a> Reader<'a> {
             reason: "negative length",
             offset: start,
         })?;
-        let header_len = self.pos - start;
+        let value_start = self.pos;
         if n > self.remaining() || self.remaining() - n < 2 {
             return Err(self.fail("bulk string shorter than its length"));
         }
-        if &self.input[self.pos + n..self.pos + n + 2] != CRLF {
+        if &self.input[value_start + n..value_start + n + 2] != CRLF {
             return Err(self.fail("bulk string longer than its length"));
         }
         self.pos += n + 2;
-        Ok(Some(Bulk::framed(
-            self.input.slice(start..self.pos),
-            header_len,
-        )))
+        Ok(Some(Span {
+            start,
+            value_start,
+            end: self.pos,
+        }))
+    }
+
+    /// Reads a bulk string, returning its span.
+    pub(crate) fn bulk_range(&mut self) -> Result<Span, DecodeError> {
+        self.bulk_span(false)
+            .map(|span| span.expect("non-nullable bulk"))
     }
 
     pub(crate) fn bulk(&mut self) -> Result<Bulk, DecodeError> {
-        self.bulk_inner(false)
-            .map(|b| b.expect("non-nullable bulk"))
+        let span = self.bulk_range()?;
+        Ok(span.bulk(self.input))
     }
 
     pub(crate) fn nullable_bulk(&mut self) -> Result<Option<Bulk>, DecodeError> {
-        self.bulk_inner(true)
+        Ok(self.bulk_span(true)?.map(|span| span.bulk(self.input)))
     }
 
     /// Reads `+{text}\r\n`.
@@ -151,17 +187,32 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// Strict decimal: an optional `-`, then one or more ASCII digits, no overflow.
-fn parse_i64(digits: &[u8]) -> Option<i64> {
-    let (negative, digits) = match digits.split_first() {
-        Some((b'-', rest)) => (true, rest),
-        _ => (false, digits),
-    };
-    let magnitude = parse_u64(digits)?;
-    if negative {
-        0i64.checked_sub_unsigned(magnitude)
-    } else {
-        i64::try_from(magnitude).ok()
+/// Where a bulk string stands in its input: `$n\r\n` from `start`, the value from
+/// `value_start`, and `\r\n` ending at `end`.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Span {
+    pub(crate) start: usize,
+    pub(crate) value_start: usize,
+    pub(crate) end: usize,
+}
+
+impl Span {
+    /// The value's bytes, borrowed.
+    pub(crate) fn value<'a>(&self, input: &'a [u8]) -> &'a [u8] {
+        &input[self.value_start..self.end - 2]
+    }
+
+    /// The value as a `Bytes` slice of `input`.
+    pub(crate) fn value_bytes(&self, input: &Bytes) -> Bytes {
+        input.slice(self.value_start..self.end - 2)
+    }
+
+    /// The framed bulk string as a slice of `input`.
+    pub(crate) fn bulk(&self, input: &Bytes) -> Bulk {
+        Bulk::framed(
+            input.slice(self.start..self.end),
+            self.value_start - self.start,
+        )
     }
 }
 
@@ -223,9 +274,27 @@ pub(crate) fn bulk_len(len: usize) -> usize {
 }
 
 pub(crate) fn put_header(out: &mut impl BufMut, marker: u8, n: usize) {
-    out.put_u8(marker);
-    out.put_slice(Decimal::new(n as u64).as_bytes());
-    out.put_slice(CRLF);
+    // One write of the marker, the digits and CRLF; counts and lengths below 100 (nearly all
+    // of them) skip the general digit loop.
+    if n < 10 {
+        out.put_slice(&[marker, b'0' + n as u8, b'\r', b'\n']);
+    } else if n < 100 {
+        out.put_slice(&[
+            marker,
+            b'0' + (n / 10) as u8,
+            b'0' + (n % 10) as u8,
+            b'\r',
+            b'\n',
+        ]);
+    } else {
+        let digits = Decimal::new(n as u64);
+        let digits = digits.as_bytes();
+        let mut line = [0u8; 23];
+        line[0] = marker;
+        line[1..1 + digits.len()].copy_from_slice(digits);
+        line[1 + digits.len()..3 + digits.len()].copy_from_slice(CRLF);
+        out.put_slice(&line[..3 + digits.len()]);
+    }
 }
 
 pub(crate) fn put_bulk(out: &mut impl BufMut, data: &[u8]) {
@@ -249,10 +318,17 @@ mod tests {
 
     #[test]
     fn strict_numbers() {
-        assert_eq!(parse_i64(b"0"), Some(0));
-        assert_eq!(parse_i64(b"-1"), Some(-1));
-        assert_eq!(parse_i64(b"9223372036854775807"), Some(i64::MAX));
-        assert_eq!(parse_i64(b"-9223372036854775808"), Some(i64::MIN));
+        let integer = |text: &[u8]| {
+            let line = Bytes::from([b":", text, b"\r\n"].concat());
+            let mut reader = Reader::new(&line);
+            let n = reader.integer().ok()?;
+            reader.finish().ok()?;
+            Some(n)
+        };
+        assert_eq!(integer(b"0"), Some(0));
+        assert_eq!(integer(b"-1"), Some(-1));
+        assert_eq!(integer(b"9223372036854775807"), Some(i64::MAX));
+        assert_eq!(integer(b"-9223372036854775808"), Some(i64::MIN));
         for bad in [
             &b""[..],
             b"-",
@@ -260,11 +336,16 @@ mod tests {
             b" 1",
             b"1 ",
             b"1a",
+            b"1\r",
             b"9223372036854775808",
+            b"-9223372036854775809",
             b"99999999999999999999",
         ] {
-            assert_eq!(parse_i64(bad), None, "{:?}", String::from_utf8_lossy(bad));
+            assert_eq!(integer(bad), None, "{:?}", String::from_utf8_lossy(bad));
         }
+        assert_eq!(parse_u64(b"18446744073709551615"), Some(u64::MAX));
+        assert_eq!(parse_u64(b"18446744073709551616"), None);
+        assert_eq!(parse_u64(b""), None);
     }
 
     #[test]

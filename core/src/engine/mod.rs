@@ -16,7 +16,7 @@ use crate::codec::{Command, Notification, Request, Response, SetRequest, decode_
 use crate::envelope::{
     self, Checked, DropReason, EnvelopeError, Invocation, Publish, notification_properties,
 };
-use crate::hlc::{Hlc, HlcClock, HlcError};
+use crate::hlc::{Hlc, HlcClock, HlcError, MAX_SKEW_MS};
 use crate::store::{
     ClientId, DelOp, DelOutcome, MemoryStore, SetOp, SetOutcome, Store, StoreStats,
 };
@@ -297,8 +297,9 @@ impl<S: Store> Engine<S> {
         notifications: &mut Vec<Publish>,
     ) -> Result<Reply, ServiceError> {
         let timestamp = context.timestamp.ok_or(ServiceError::MissingTimestamp)?;
-        let timestamp = Hlc::parse(timestamp).map_err(|_| ServiceError::MalformedTimestamp)?;
-        if timestamp.is_too_far_ahead_of(now_ms) {
+        let timestamp =
+            Hlc::parse_logical(timestamp).map_err(|_| ServiceError::MalformedTimestamp)?;
+        if timestamp.0 > now_ms.saturating_add(MAX_SKEW_MS) {
             return Err(ServiceError::TimestampSkew);
         }
         let fencing_token = self.fencing_token(context, now_ms)?;
@@ -307,7 +308,7 @@ impl<S: Store> Engine<S> {
         // protocol's limit: its timestamp cannot be followed.
         let version = self
             .clock
-            .receive(&timestamp, now_ms)
+            .receive_logical(timestamp, now_ms)
             .map_err(|_| ServiceError::MalformedTimestamp)?;
         let op = SetOp {
             key: &set.key,

@@ -1,18 +1,39 @@
 //! The default store: everything in the process.
 
+use std::collections::hash_map::Entry as Slot;
 use std::collections::{BTreeSet, HashMap, HashSet};
+use std::num::NonZeroU64;
 use std::ops::Bound;
 
 use bytes::Bytes;
 
 use super::{
-    ClientId, DelOp, DelOutcome, Entry, Quotas, SetOp, SetOutcome, Store, StoreStats,
-    check_fencing, condition_holds, fencing_token_after_set, footprint, within_quotas,
+    ClientId, DelOp, DelOutcome, Quotas, SetOp, SetOutcome, Store, StoreStats, check_fencing,
+    condition_holds, fencing_token_after_set, footprint, within_quotas,
 };
 use crate::ServiceError;
 use crate::codec::Bulk;
 use crate::engine::Pattern;
 use crate::hlc::Hlc;
+
+/// A stored key, kept small: the table holds a million of them side by side.
+#[derive(Debug)]
+struct Entry {
+    /// A slice of the SET's payload, framed, so GET answers with it without copying.
+    value: Bulk,
+    /// The version the SET that wrote it returned.
+    version: Hlc,
+    /// Rare, so boxed: a pointer in the table instead of a whole HLC.
+    fencing_token: Option<Box<Hlc>>,
+    /// Milliseconds since the epoch at and after which the key is gone.
+    expires_at: Option<NonZeroU64>,
+}
+
+impl Entry {
+    fn deadline(&self) -> Option<u64> {
+        self.expires_at.map(NonZeroU64::get)
+    }
+}
 
 /// Keys in a hash map (GET and SET in O(1)), with a sorted index beside it so SCAN pages can
 /// continue after the last key they returned however the keyspace changes in between.
@@ -46,12 +67,11 @@ impl MemoryStore {
         }
     }
 
-    /// The stored entry of `key`.
-    pub fn entry(&self, key: &[u8]) -> Option<&Entry> {
-        self.entries.get(key)
-    }
-
     fn push_watchers(&self, key: &[u8], out: &mut Vec<ClientId>) {
+        // Most stores watch few keys: skip hashing the key when none is watched.
+        if self.watchers.is_empty() {
+            return;
+        }
         if let Some(clients) = self.watchers.get(key) {
             out.extend(clients.iter().cloned());
         }
@@ -60,7 +80,7 @@ impl MemoryStore {
     fn remove(&mut self, key: &[u8]) -> Option<(Bytes, Entry)> {
         let (key, entry) = self.entries.remove_entry(key)?;
         self.order.remove(&key);
-        if let Some(deadline) = entry.expires_at {
+        if let Some(deadline) = entry.deadline() {
             self.deadlines.remove(&(deadline, key.clone()));
         }
         self.bytes -= footprint(&key, &entry.value);
@@ -80,52 +100,61 @@ impl Store for MemoryStore {
         op: SetOp<'_>,
         watchers: &mut Vec<ClientId>,
     ) -> Result<SetOutcome, ServiceError> {
-        let current = self.entries.get(op.key.as_ref());
-        check_fencing(
-            current.and_then(|e| e.fencing_token.as_ref()),
-            op.fencing_token,
-        )?;
-        if !condition_holds(op.condition, current.map(|e| &e.value), op.value) {
-            let version = current.map(|e| e.version.clone());
+        let (keys, bytes) = (self.entries.len() as u64, self.bytes);
+        // The key is hashed once: every check and the write go through this slot.
+        let slot = self.entries.entry(op.key.clone());
+        let current = match &slot {
+            Slot::Occupied(o) => Some(o.get()),
+            Slot::Vacant(_) => None,
+        };
+        let stored_token = current.and_then(|e| e.fencing_token.as_deref());
+        check_fencing(stored_token, op.fencing_token)?;
+        if let Some(current) =
+            current.filter(|c| !condition_holds(op.condition, Some(&c.value), op.value))
+        {
             return Ok(SetOutcome::NotApplied {
-                version: version.expect("a condition fails only on an existing key"),
+                version: current.version.clone(),
             });
         }
         let old_footprint = current.map_or(0, |e| footprint(op.key, &e.value));
-        let new_bytes = self.bytes - old_footprint + footprint(op.key, op.value);
-        let new_keys = self.entries.len() as u64 + u64::from(current.is_none());
-        if !within_quotas(
-            &self.quotas,
-            self.entries.len() as u64,
-            self.bytes,
-            new_keys,
-            new_bytes,
-        ) {
+        let new_bytes = bytes - old_footprint + footprint(op.key, op.value);
+        let new_keys = keys + u64::from(current.is_none());
+        if !within_quotas(&self.quotas, keys, bytes, new_keys, new_bytes) {
             return Err(ServiceError::QuotaExceeded);
         }
+        let fencing_token = fencing_token_after_set(stored_token, op.fencing_token).map(Box::new);
+        let old_deadline = current.and_then(Entry::deadline);
         let entry = Entry {
             value: op.value.clone(),
             version: op.version.clone(),
-            fencing_token: fencing_token_after_set(
-                current.and_then(|e| e.fencing_token.as_ref()),
-                op.fencing_token,
-            ),
-            expires_at: op.expires_at,
+            fencing_token,
+            expires_at: op.expires_at.and_then(NonZeroU64::new),
         };
-        let old_deadline = current.and_then(|e| e.expires_at);
-        let is_new = current.is_none();
-        if old_deadline != op.expires_at {
+        let deadline_moved = old_deadline != op.expires_at;
+        let key = match slot {
+            Slot::Occupied(mut o) => {
+                *o.get_mut() = entry;
+                deadline_moved.then(|| o.key().clone())
+            }
+            Slot::Vacant(v) => {
+                // A new key gets bytes of its own: a slice of the request would keep the
+                // whole first payload alive for as long as the key lives. (So a new key is
+                // hashed twice; overwrites, the common case, once.)
+                drop(v);
+                let key = Bytes::copy_from_slice(op.key);
+                self.order.insert(key.clone());
+                self.entries.insert(key.clone(), entry);
+                deadline_moved.then_some(key)
+            }
+        };
+        if let Some(key) = key {
             if let Some(old) = old_deadline {
-                self.deadlines.remove(&(old, op.key.clone()));
+                self.deadlines.remove(&(old, key.clone()));
             }
             if let Some(new) = op.expires_at {
-                self.deadlines.insert((new, op.key.clone()));
+                self.deadlines.insert((new, key));
             }
         }
-        if is_new {
-            self.order.insert(op.key.clone());
-        }
-        self.entries.insert(op.key.clone(), entry);
         self.bytes = new_bytes;
         self.push_watchers(op.key, watchers);
         Ok(SetOutcome::Applied)
@@ -139,7 +168,7 @@ impl Store for MemoryStore {
         let Some(current) = self.entries.get(op.key) else {
             return Ok(DelOutcome::Absent);
         };
-        check_fencing(current.fencing_token.as_ref(), op.fencing_token)?;
+        check_fencing(current.fencing_token.as_deref(), op.fencing_token)?;
         if op
             .if_value
             .is_some_and(|value| value != current.value.as_slice())
@@ -217,9 +246,9 @@ impl Store for MemoryStore {
             Some(after) if after >= prefix.as_slice() => Bound::Excluded(after),
             _ => Bound::Included(prefix.as_slice()),
         };
-        let mut examined = 0;
         let mut last: Option<&Bytes> = None;
-        for key in self.order.range::<[u8], _>((start, Bound::Unbounded)) {
+        let range = self.order.range::<[u8], _>((start, Bound::Unbounded));
+        for (examined, key) in range.enumerate() {
             if !key.starts_with(&prefix) {
                 return None;
             }
@@ -227,7 +256,6 @@ impl Store for MemoryStore {
                 // More keys follow: continue after the last one examined.
                 return last.cloned();
             }
-            examined += 1;
             last = Some(key);
             if pattern.matches(key) && include(key) {
                 out.push(key.clone());

@@ -24,18 +24,6 @@ use crate::hlc::Hlc;
 /// A client's id, as the engine resolved it from `__srcId` or its response topic.
 pub type ClientId = Arc<str>;
 
-/// A stored key.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Entry {
-    pub value: Bulk,
-    /// The version the SET that wrote it returned.
-    pub version: Hlc,
-    /// The fencing token protecting the key, if any.
-    pub fencing_token: Option<Hlc>,
-    /// Milliseconds since the epoch at and after which the key is gone.
-    pub expires_at: Option<u64>,
-}
-
 /// A SET, with everything the engine already decided.
 #[derive(Debug, Clone, Copy)]
 pub struct SetOp<'a> {
