@@ -912,3 +912,68 @@ fn malformed_payloads_are_answered_and_change_nothing() {
     }
     assert_eq!(h.engine.stats().keys, 0);
 }
+
+// ---- stores that answer later (the shape a Redis store takes) ----
+
+#[test]
+fn a_store_that_answers_later_drives_the_same_engine() {
+    use mqstore::engine::{Engine, RequestContext, Step};
+    use mqstore::store::{MemoryStore, Store, StoreOp};
+
+    // The engine owns no store; the driver ships each op and brings the reply back.
+    let mut engine = Engine::new(EngineConfig::new(NODE), ()).unwrap();
+    let mut remote = MemoryStore::new();
+    let ts = client_ts(T0, "c");
+    let context = RequestContext {
+        client_id: Some("c"),
+        timestamp: Some(&ts),
+        ..RequestContext::default()
+    };
+    let mut run =
+        |request: Request, notifications: &mut Vec<_>| match engine.begin(request, context, T0) {
+            Step::Done(reply) => reply,
+            Step::Store(pending) => {
+                let reply = remote.apply(&pending.op);
+                engine.finish(pending, reply, T0, notifications)
+            }
+        };
+    let mut notes = Vec::new();
+    assert_eq!(run(watch("k"), &mut notes).response, Response::Ok);
+    let set_reply = run(set("k", "v"), &mut notes);
+    assert_eq!(set_reply.response, Response::Ok);
+    assert_eq!(notes.len(), 1);
+    assert_eq!(seen(&notes[0]).change, Notification::Set(Bulk::new(b("v"))));
+    let got = run(get("k"), &mut notes);
+    assert_eq!(got.response, value("v"));
+    assert_eq!(got.version, set_reply.version);
+
+    // Errors found before the store is needed never reach it.
+    let Step::Done(reply) = engine.begin(set("k", "v"), RequestContext::default(), T0) else {
+        panic!("a SET without __ts needs no store")
+    };
+    assert_eq!(reply.response, err(ServiceError::MissingTimestamp));
+
+    // The op is plain data a driver can inspect (and serialize for Redis).
+    let Step::Store(pending) = engine.begin(del("k"), context, T0) else {
+        panic!()
+    };
+    assert!(
+        matches!(&pending.op, StoreOp::Delete { key, if_value: None, fencing_token: None } if key == "k")
+    );
+}
+
+#[test]
+fn a_store_answering_the_wrong_op_gets_an_internal_error_not_a_panic() {
+    use mqstore::engine::{Engine, RequestContext, Step};
+    use mqstore::store::StoreReply;
+
+    let mut engine = Engine::new(EngineConfig::new(NODE), ()).unwrap();
+    let Step::Store(pending) = engine.begin(get("k"), RequestContext::default(), T0) else {
+        panic!()
+    };
+    let reply = engine.finish(pending, StoreReply::Watch, T0, &mut Vec::new());
+    let Response::Error(ServiceError::Other(text)) = reply.response else {
+        panic!("{reply:?}")
+    };
+    assert!(text.starts_with("internal error"), "{text}");
+}

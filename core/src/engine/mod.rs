@@ -12,13 +12,13 @@ pub use access::{Access, AccessRule, AccessRules};
 pub use pattern::Pattern;
 
 use crate::ServiceError;
-use crate::codec::{Command, Notification, Request, Response, SetRequest, decode_request};
+use crate::codec::{Command, Notification, Request, Response, decode_request};
 use crate::envelope::{
     self, Checked, DropReason, EnvelopeError, Invocation, Publish, notification_properties,
 };
 use crate::hlc::{Hlc, HlcClock, HlcError, MAX_SKEW_MS};
 use crate::store::{
-    ClientId, DelOp, DelOutcome, MemoryStore, SetOp, SetOutcome, Store, StoreStats,
+    ClientId, DelOutcome, MemoryStore, SetOutcome, Store, StoreOp, StoreReply, StoreStats,
 };
 use crate::topics;
 
@@ -98,14 +98,34 @@ pub enum Outcome {
     Dropped(DropReason),
 }
 
-/// The state store.
+/// A request waiting for its store op: made by [`Engine::begin`], finished by
+/// [`Engine::finish`] with the store's reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pending {
+    /// What the store must do, atomically.
+    pub op: StoreOp,
+    /// Who reads a SCAN's page (the access rules filter it).
+    reader: Option<ClientId>,
+}
+
+/// What [`Engine::begin`] decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// Answered without the store (an error found before it was needed).
+    Done(Reply),
+    /// Run the op on the store, then call [`Engine::finish`].
+    Store(Pending),
+}
+
+/// The state store. `S` is where state lives; with a [`Store`] (the memory store) the engine
+/// drives it itself ([`Engine::handle`], [`Engine::execute`]); with a store that answers
+/// later (Redis), a driver runs each [`StoreOp`] between [`Engine::begin`] and
+/// [`Engine::finish`].
 #[derive(Debug)]
-pub struct Engine<S: Store = MemoryStore> {
+pub struct Engine<S = MemoryStore> {
     store: S,
     clock: HlcClock,
     config: EngineConfig,
-    /// Reused for the watchers of each change, so writes do not allocate for them.
-    watchers: Vec<ClientId>,
 }
 
 impl Engine<MemoryStore> {
@@ -115,14 +135,13 @@ impl Engine<MemoryStore> {
     }
 }
 
-impl<S: Store> Engine<S> {
+impl<S> Engine<S> {
     /// An engine over `store`. Fails when the node id contains `:`.
     pub fn new(config: EngineConfig, store: S) -> Result<Self, HlcError> {
         Ok(Self {
             clock: HlcClock::new(config.node_id.as_str())?,
             store,
             config,
-            watchers: Vec::new(),
         })
     }
 
@@ -136,6 +155,257 @@ impl<S: Store> Engine<S> {
         &self.store
     }
 
+    /// The store, mutably (for drivers of stores that answer later).
+    pub fn store_mut(&mut self) -> &mut S {
+        &mut self.store
+    }
+
+    /// Checks a decoded request and decides its store op: everything that does not depend on
+    /// stored state (timestamps, fencing token syntax and skew, access, the new version).
+    pub fn begin(&mut self, request: Request, context: RequestContext<'_>, now_ms: u64) -> Step {
+        match self.prepare(request, context, now_ms) {
+            Ok(pending) => Step::Store(pending),
+            Err(error) => Step::Done(self.error_reply(error, now_ms)),
+        }
+    }
+
+    /// Turns the store's reply to a pending op into the answer, pushing the notifications the
+    /// change causes onto `notifications`.
+    pub fn finish(
+        &mut self,
+        pending: Pending,
+        reply: StoreReply,
+        now_ms: u64,
+        notifications: &mut Vec<Publish>,
+    ) -> Reply {
+        let current = |engine: &mut Self, response| Reply {
+            response,
+            version: Some(engine.clock.current(now_ms)),
+        };
+        match (pending.op, reply) {
+            (StoreOp::Get { .. }, StoreReply::Get(found)) => match found {
+                Some((value, version)) => Reply {
+                    response: Response::Value(value),
+                    version: Some(version),
+                },
+                None => Reply {
+                    response: Response::Absent,
+                    version: None,
+                },
+            },
+            (
+                StoreOp::Set {
+                    key,
+                    value,
+                    version,
+                    ..
+                },
+                StoreReply::Set(outcome),
+            ) => match outcome {
+                Ok(SetOutcome::Applied { watchers }) => {
+                    let change = Notification::Set(value);
+                    notify(watchers, &key, &change, &version, notifications);
+                    Reply {
+                        response: Response::Ok,
+                        version: Some(version),
+                    }
+                }
+                Ok(SetOutcome::NotApplied { version }) => Reply {
+                    response: Response::NotApplied,
+                    version: Some(version),
+                },
+                Err(error) => self.error_reply(error, now_ms),
+            },
+            (StoreOp::Delete { key, .. }, StoreReply::Delete(outcome)) => match outcome {
+                Ok(DelOutcome::Deleted { watchers }) => {
+                    let version = self.fresh_version(now_ms);
+                    notify(
+                        watchers,
+                        &key,
+                        &Notification::Delete,
+                        &version,
+                        notifications,
+                    );
+                    Reply {
+                        response: Response::Deleted(1),
+                        version: Some(version),
+                    }
+                }
+                Ok(DelOutcome::Absent) => current(self, Response::Deleted(0)),
+                Ok(DelOutcome::ValueMismatch) => current(self, Response::NotApplied),
+                Err(error) => self.error_reply(error, now_ms),
+            },
+            (StoreOp::Watch { .. }, StoreReply::Watch) => current(self, Response::Ok),
+            (StoreOp::Unwatch { .. }, StoreReply::Unwatch(was_watched)) => current(
+                self,
+                if was_watched {
+                    Response::Ok
+                } else {
+                    Response::Deleted(0)
+                },
+            ),
+            (StoreOp::Scan { .. }, StoreReply::Scan { mut keys, last }) => {
+                let access = &self.config.access;
+                keys.retain(|key| access.allows(pending.reader.as_deref(), key, Access::Read));
+                let token = last.map(|last| [SCAN_TOKEN_PREFIX, &last].concat().into());
+                current(self, Response::Keys { keys, token })
+            }
+            (op, reply) => {
+                // A store that answers an op with another op's reply is broken; say so rather
+                // than guess (and never panic in a server loop).
+                let text = format!("internal error: the store answered {op:?} with {reply:?}");
+                self.error_reply(ServiceError::Other(text), now_ms)
+            }
+        }
+    }
+
+    fn prepare(
+        &mut self,
+        request: Request,
+        context: RequestContext<'_>,
+        now_ms: u64,
+    ) -> Result<Pending, ServiceError> {
+        let mut reader = None;
+        let op = match request {
+            Request::Set(set) => {
+                let timestamp = context.timestamp.ok_or(ServiceError::MissingTimestamp)?;
+                let timestamp =
+                    Hlc::parse_logical(timestamp).map_err(|_| ServiceError::MalformedTimestamp)?;
+                if timestamp.0 > now_ms.saturating_add(MAX_SKEW_MS) {
+                    return Err(ServiceError::TimestampSkew);
+                }
+                let fencing_token = self.fencing_token(context, now_ms)?;
+                self.authorize(context, &set.key, Access::Write)?;
+                // Skew was checked above, so this fails only when the request's counter is at
+                // the protocol's limit: its timestamp cannot be followed.
+                let version = self
+                    .clock
+                    .receive_logical(timestamp, now_ms)
+                    .map_err(|_| ServiceError::MalformedTimestamp)?;
+                StoreOp::Set {
+                    expires_at: set.expires_in_ms.map(|ms| now_ms.saturating_add(ms.get())),
+                    key: set.key,
+                    value: set.value,
+                    condition: set.condition,
+                    fencing_token,
+                    version,
+                    persist: context.persist,
+                }
+            }
+            Request::Get { key } => {
+                self.authorize(context, &key, Access::Read)?;
+                StoreOp::Get { key }
+            }
+            Request::Del { key } => self.delete_op(key, None, context, now_ms)?,
+            Request::VDel { key, value } => self.delete_op(key, Some(value), context, now_ms)?,
+            Request::KeyNotify { key, stop } => {
+                // `handle` answers a KEYNOTIFY without a client id with status 400; a direct
+                // caller of `begin` or `execute` gets this.
+                let client = context.client_id.ok_or(ServiceError::NotAuthorized)?;
+                self.authorize(context, &key, Access::Read)?;
+                let client = ClientId::from(client);
+                if stop {
+                    StoreOp::Unwatch { client, key }
+                } else {
+                    StoreOp::Watch { client, key }
+                }
+            }
+            Request::Scan { pattern, token } => {
+                let after = match token {
+                    None => None,
+                    Some(token) if token.starts_with(SCAN_TOKEN_PREFIX) => {
+                        Some(token.slice(SCAN_TOKEN_PREFIX.len()..))
+                    }
+                    Some(_) => return Err(ServiceError::SyntaxError),
+                };
+                reader = context.client_id.map(ClientId::from);
+                StoreOp::Scan {
+                    pattern: Pattern::new(&pattern),
+                    after,
+                    limit: self.config.scan_page_size,
+                    budget: self.config.scan_budget,
+                }
+            }
+        };
+        Ok(Pending { op, reader })
+    }
+
+    fn delete_op(
+        &self,
+        key: Bytes,
+        if_value: Option<Bytes>,
+        context: RequestContext<'_>,
+        now_ms: u64,
+    ) -> Result<StoreOp, ServiceError> {
+        let fencing_token = self.fencing_token(context, now_ms)?;
+        self.authorize(context, &key, Access::Write)?;
+        Ok(StoreOp::Delete {
+            key,
+            if_value,
+            fencing_token,
+        })
+    }
+
+    fn error_reply(&mut self, error: ServiceError, now_ms: u64) -> Reply {
+        Reply {
+            response: Response::Error(error),
+            version: Some(self.clock.current(now_ms)),
+        }
+    }
+
+    /// A new version for a change the engine makes on its own (deletion, expiry). The counter
+    /// can only overflow after 2^31 events within one millisecond; then the clock's latest
+    /// value is still a valid (if not fresh) version.
+    fn fresh_version(&mut self, now_ms: u64) -> Hlc {
+        self.clock
+            .tick(now_ms)
+            .unwrap_or_else(|_| self.clock.current(now_ms))
+    }
+
+    fn authorize(
+        &self,
+        context: RequestContext<'_>,
+        key: &[u8],
+        access: Access,
+    ) -> Result<(), ServiceError> {
+        if self.config.access.allows(context.client_id, key, access) {
+            Ok(())
+        } else {
+            Err(ServiceError::NotAuthorized)
+        }
+    }
+
+    fn fencing_token(
+        &self,
+        context: RequestContext<'_>,
+        now_ms: u64,
+    ) -> Result<Option<Hlc>, ServiceError> {
+        let Some(text) = context.fencing_token else {
+            return Ok(None);
+        };
+        let token = Hlc::parse(text).map_err(|_| ServiceError::MalformedTimestamp)?;
+        if token.is_too_far_ahead_of(now_ms) {
+            return Err(ServiceError::FencingTokenSkew);
+        }
+        Ok(Some(token))
+    }
+
+    /// Publishes DELETE notifications, with a fresh version, for a key that expired.
+    fn expired(
+        &mut self,
+        key: &[u8],
+        watchers: Vec<ClientId>,
+        now_ms: u64,
+        out: &mut Vec<Publish>,
+    ) {
+        if !watchers.is_empty() {
+            let version = self.fresh_version(now_ms);
+            notify(watchers, key, &Notification::Delete, &version, out);
+        }
+    }
+}
+
+impl<S: Store> Engine<S> {
     /// How much the store holds.
     pub fn stats(&self) -> StoreStats {
         self.store.stats()
@@ -200,8 +470,9 @@ impl<S: Store> Engine<S> {
         Outcome::Answered { command, error }
     }
 
-    /// Runs one decoded request, pushing the notifications it causes onto `notifications`.
-    /// Keys that expired by `now_ms` must have been expired first ([`Engine::handle`] does).
+    /// Runs one decoded request against the store ([`Engine::begin`], the op,
+    /// [`Engine::finish`]), pushing the notifications it causes onto `notifications`. Keys
+    /// that expired by `now_ms` must have been expired first ([`Engine::handle`] does).
     pub fn execute(
         &mut self,
         request: Request,
@@ -209,247 +480,31 @@ impl<S: Store> Engine<S> {
         now_ms: u64,
         notifications: &mut Vec<Publish>,
     ) -> Reply {
-        let result = match request {
-            Request::Set(set) => self.set(set, context, now_ms, notifications),
-            Request::Get { key } => self.get(&key, context),
-            Request::Del { key } => self.delete(&key, None, context, now_ms, notifications),
-            Request::VDel { key, value } => {
-                self.delete(&key, Some(&value), context, now_ms, notifications)
+        match self.begin(request, context, now_ms) {
+            Step::Done(reply) => reply,
+            Step::Store(pending) => {
+                let reply = self.store.apply(&pending.op);
+                self.finish(pending, reply, now_ms, notifications)
             }
-            Request::KeyNotify { key, stop } => self.keynotify(key, stop, context, now_ms),
-            Request::Scan { pattern, token } => self.scan(&pattern, token, context, now_ms),
-        };
-        result.unwrap_or_else(|error| self.error_reply(error, now_ms))
+        }
     }
 
     /// Expires every key whose deadline is at or before `now_ms`, pushing a DELETE
     /// notification (with a fresh version) to each watcher. Returns how many keys expired.
     pub fn expire(&mut self, now_ms: u64, out: &mut Vec<Publish>) -> usize {
         let mut expired = 0;
-        let mut watchers = std::mem::take(&mut self.watchers);
-        while let Some(key) = self.store.pop_expired(now_ms, &mut watchers) {
+        while let Some((key, watchers)) = self.store.pop_expired(now_ms) {
             expired += 1;
-            if !watchers.is_empty() {
-                let version = self.fresh_version(now_ms);
-                notify(&mut watchers, &key, &Notification::Delete, &version, out);
-            }
+            self.expired(&key, watchers, now_ms, out);
         }
-        self.watchers = watchers;
         expired
-    }
-
-    fn error_reply(&mut self, error: ServiceError, now_ms: u64) -> Reply {
-        Reply {
-            response: Response::Error(error),
-            version: Some(self.clock.current(now_ms)),
-        }
-    }
-
-    fn ok(&mut self, response: Response, now_ms: u64) -> Result<Reply, ServiceError> {
-        Ok(Reply {
-            response,
-            version: Some(self.clock.current(now_ms)),
-        })
-    }
-
-    /// A new version for a change the engine makes on its own (deletion, expiry). The counter
-    /// can only overflow after 2^31 events within one millisecond; then the clock's latest
-    /// value is still a valid (if not fresh) version.
-    fn fresh_version(&mut self, now_ms: u64) -> Hlc {
-        self.clock
-            .tick(now_ms)
-            .unwrap_or_else(|_| self.clock.current(now_ms))
-    }
-
-    fn authorize(
-        &self,
-        context: RequestContext<'_>,
-        key: &[u8],
-        access: Access,
-    ) -> Result<(), ServiceError> {
-        if self.config.access.allows(context.client_id, key, access) {
-            Ok(())
-        } else {
-            Err(ServiceError::NotAuthorized)
-        }
-    }
-
-    fn fencing_token(
-        &self,
-        context: RequestContext<'_>,
-        now_ms: u64,
-    ) -> Result<Option<Hlc>, ServiceError> {
-        let Some(text) = context.fencing_token else {
-            return Ok(None);
-        };
-        let token = Hlc::parse(text).map_err(|_| ServiceError::MalformedTimestamp)?;
-        if token.is_too_far_ahead_of(now_ms) {
-            return Err(ServiceError::FencingTokenSkew);
-        }
-        Ok(Some(token))
-    }
-
-    fn set(
-        &mut self,
-        set: SetRequest,
-        context: RequestContext<'_>,
-        now_ms: u64,
-        notifications: &mut Vec<Publish>,
-    ) -> Result<Reply, ServiceError> {
-        let timestamp = context.timestamp.ok_or(ServiceError::MissingTimestamp)?;
-        let timestamp =
-            Hlc::parse_logical(timestamp).map_err(|_| ServiceError::MalformedTimestamp)?;
-        if timestamp.0 > now_ms.saturating_add(MAX_SKEW_MS) {
-            return Err(ServiceError::TimestampSkew);
-        }
-        let fencing_token = self.fencing_token(context, now_ms)?;
-        self.authorize(context, &set.key, Access::Write)?;
-        // Skew was checked above, so this fails only when the request's counter is at the
-        // protocol's limit: its timestamp cannot be followed.
-        let version = self
-            .clock
-            .receive_logical(timestamp, now_ms)
-            .map_err(|_| ServiceError::MalformedTimestamp)?;
-        let op = SetOp {
-            key: &set.key,
-            value: &set.value,
-            condition: set.condition,
-            expires_at: set.expires_in_ms.map(|ms| now_ms.saturating_add(ms.get())),
-            fencing_token: fencing_token.as_ref(),
-            version: &version,
-            persist: context.persist,
-        };
-        let mut watchers = std::mem::take(&mut self.watchers);
-        let outcome = self.store.set(op, &mut watchers);
-        if matches!(outcome, Ok(SetOutcome::Applied)) {
-            let change = Notification::Set(set.value);
-            notify(&mut watchers, &set.key, &change, &version, notifications);
-        }
-        self.watchers = watchers;
-        Ok(match outcome? {
-            SetOutcome::Applied => Reply {
-                response: Response::Ok,
-                version: Some(version),
-            },
-            SetOutcome::NotApplied { version } => Reply {
-                response: Response::NotApplied,
-                version: Some(version),
-            },
-        })
-    }
-
-    fn get(&mut self, key: &Bytes, context: RequestContext<'_>) -> Result<Reply, ServiceError> {
-        self.authorize(context, key, Access::Read)?;
-        Ok(match self.store.get(key) {
-            Some((value, version)) => Reply {
-                response: Response::Value(value),
-                version: Some(version),
-            },
-            None => Reply {
-                response: Response::Absent,
-                version: None,
-            },
-        })
-    }
-
-    fn delete(
-        &mut self,
-        key: &Bytes,
-        if_value: Option<&Bytes>,
-        context: RequestContext<'_>,
-        now_ms: u64,
-        notifications: &mut Vec<Publish>,
-    ) -> Result<Reply, ServiceError> {
-        let fencing_token = self.fencing_token(context, now_ms)?;
-        self.authorize(context, key, Access::Write)?;
-        let op = DelOp {
-            key,
-            if_value: if_value.map(|v| &v[..]),
-            fencing_token: fencing_token.as_ref(),
-        };
-        let mut watchers = std::mem::take(&mut self.watchers);
-        let outcome = self.store.delete(op, &mut watchers);
-        let reply = match outcome {
-            Ok(DelOutcome::Deleted) => {
-                let version = self.fresh_version(now_ms);
-                notify(
-                    &mut watchers,
-                    key,
-                    &Notification::Delete,
-                    &version,
-                    notifications,
-                );
-                Ok(Reply {
-                    response: Response::Deleted(1),
-                    version: Some(version),
-                })
-            }
-            Ok(DelOutcome::Absent) => self.ok(Response::Deleted(0), now_ms),
-            Ok(DelOutcome::ValueMismatch) => self.ok(Response::NotApplied, now_ms),
-            Err(error) => Err(error),
-        };
-        self.watchers = watchers;
-        reply
-    }
-
-    fn keynotify(
-        &mut self,
-        key: Bytes,
-        stop: bool,
-        context: RequestContext<'_>,
-        now_ms: u64,
-    ) -> Result<Reply, ServiceError> {
-        // `handle` answers a KEYNOTIFY without a client id with status 400; a direct caller
-        // of `execute` gets this.
-        let client = context.client_id.ok_or(ServiceError::NotAuthorized)?;
-        self.authorize(context, &key, Access::Read)?;
-        let response = if !stop {
-            self.store.watch(&ClientId::from(client), &key);
-            Response::Ok
-        } else if self.store.unwatch(client, &key) {
-            Response::Ok
-        } else {
-            Response::Deleted(0)
-        };
-        self.ok(response, now_ms)
-    }
-
-    fn scan(
-        &mut self,
-        pattern: &[u8],
-        token: Option<Bytes>,
-        context: RequestContext<'_>,
-        now_ms: u64,
-    ) -> Result<Reply, ServiceError> {
-        let after = match &token {
-            None => None,
-            Some(token) => Some(
-                token
-                    .strip_prefix(SCAN_TOKEN_PREFIX)
-                    .ok_or(ServiceError::SyntaxError)?,
-            ),
-        };
-        let pattern = Pattern::new(pattern);
-        let mut keys = Vec::new();
-        let access = &self.config.access;
-        let mut readable = |key: &[u8]| access.allows(context.client_id, key, Access::Read);
-        let last = self.store.scan(
-            &pattern,
-            after,
-            self.config.scan_page_size,
-            self.config.scan_budget,
-            &mut readable,
-            &mut keys,
-        );
-        let token = last.map(|last| [SCAN_TOKEN_PREFIX, &last].concat().into());
-        self.ok(Response::Keys { keys, token }, now_ms)
     }
 }
 
-/// Publishes `change` of `key` to every client in `watchers` (and empties it). The payload is
-/// encoded once and shared.
+/// Publishes `change` of `key` to every client in `watchers`. The payload is encoded once and
+/// shared.
 fn notify(
-    watchers: &mut Vec<ClientId>,
+    watchers: Vec<ClientId>,
     key: &[u8],
     change: &Notification,
     version: &Hlc,
@@ -460,7 +515,7 @@ fn notify(
     }
     let payload = change.to_bytes();
     let properties = notification_properties(version);
-    for client in watchers.drain(..) {
+    for client in watchers {
         out.push(Publish {
             topic: topics::notify_topic(&client, key),
             payload: payload.clone(),

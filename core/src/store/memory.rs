@@ -8,11 +8,11 @@ use std::ops::Bound;
 use bytes::Bytes;
 
 use super::{
-    ClientId, DelOp, DelOutcome, Quotas, SetOp, SetOutcome, Store, StoreStats, check_fencing,
-    condition_holds, fencing_token_after_set, footprint, within_quotas,
+    ClientId, DelOutcome, Quotas, SetOutcome, Store, StoreOp, StoreReply, StoreStats,
+    check_fencing, condition_holds, fencing_token_after_set, footprint, within_quotas,
 };
 use crate::ServiceError;
-use crate::codec::Bulk;
+use crate::codec::{Bulk, Condition};
 use crate::engine::Pattern;
 use crate::hlc::Hlc;
 
@@ -67,14 +67,12 @@ impl MemoryStore {
         }
     }
 
-    fn push_watchers(&self, key: &[u8], out: &mut Vec<ClientId>) {
+    fn watchers_of(&self, key: &[u8]) -> Vec<ClientId> {
         // Most stores watch few keys: skip hashing the key when none is watched.
         if self.watchers.is_empty() {
-            return;
+            return Vec::new();
         }
-        if let Some(clients) = self.watchers.get(key) {
-            out.extend(clients.iter().cloned());
-        }
+        self.watchers.get(key).cloned().unwrap_or_default()
     }
 
     fn remove(&mut self, key: &[u8]) -> Option<(Bytes, Entry)> {
@@ -88,50 +86,55 @@ impl MemoryStore {
     }
 }
 
-impl Store for MemoryStore {
+impl MemoryStore {
     fn get(&self, key: &[u8]) -> Option<(Bulk, Hlc)> {
         self.entries
             .get(key)
             .map(|e| (e.value.clone(), e.version.clone()))
     }
 
+    #[allow(clippy::too_many_arguments)] // the fields of StoreOp::Set
     fn set(
         &mut self,
-        op: SetOp<'_>,
-        watchers: &mut Vec<ClientId>,
+        key: &Bytes,
+        value: &Bulk,
+        condition: Condition,
+        expires_at: Option<u64>,
+        fencing_token: Option<&Hlc>,
+        version: &Hlc,
     ) -> Result<SetOutcome, ServiceError> {
         let (keys, bytes) = (self.entries.len() as u64, self.bytes);
         // The key is hashed once: every check and the write go through this slot.
-        let slot = self.entries.entry(op.key.clone());
+        let slot = self.entries.entry(key.clone());
         let current = match &slot {
             Slot::Occupied(o) => Some(o.get()),
             Slot::Vacant(_) => None,
         };
         let stored_token = current.and_then(|e| e.fencing_token.as_deref());
-        check_fencing(stored_token, op.fencing_token)?;
+        check_fencing(stored_token, fencing_token)?;
         if let Some(current) =
-            current.filter(|c| !condition_holds(op.condition, Some(&c.value), op.value))
+            current.filter(|c| !condition_holds(condition, Some(&c.value), value))
         {
             return Ok(SetOutcome::NotApplied {
                 version: current.version.clone(),
             });
         }
-        let old_footprint = current.map_or(0, |e| footprint(op.key, &e.value));
-        let new_bytes = bytes - old_footprint + footprint(op.key, op.value);
+        let old_footprint = current.map_or(0, |e| footprint(key, &e.value));
+        let new_bytes = bytes - old_footprint + footprint(key, value);
         let new_keys = keys + u64::from(current.is_none());
         if !within_quotas(&self.quotas, keys, bytes, new_keys, new_bytes) {
             return Err(ServiceError::QuotaExceeded);
         }
-        let fencing_token = fencing_token_after_set(stored_token, op.fencing_token).map(Box::new);
+        let fencing_token = fencing_token_after_set(stored_token, fencing_token).map(Box::new);
         let old_deadline = current.and_then(Entry::deadline);
         let entry = Entry {
-            value: op.value.clone(),
-            version: op.version.clone(),
+            value: value.clone(),
+            version: version.clone(),
             fencing_token,
-            expires_at: op.expires_at.and_then(NonZeroU64::new),
+            expires_at: expires_at.and_then(NonZeroU64::new),
         };
-        let deadline_moved = old_deadline != op.expires_at;
-        let key = match slot {
+        let deadline_moved = old_deadline != expires_at;
+        let moved_key = match slot {
             Slot::Occupied(mut o) => {
                 *o.get_mut() = entry;
                 deadline_moved.then(|| o.key().clone())
@@ -141,43 +144,43 @@ impl Store for MemoryStore {
                 // whole first payload alive for as long as the key lives. (So a new key is
                 // hashed twice; overwrites, the common case, once.)
                 drop(v);
-                let key = Bytes::copy_from_slice(op.key);
-                self.order.insert(key.clone());
-                self.entries.insert(key.clone(), entry);
-                deadline_moved.then_some(key)
+                let owned = Bytes::copy_from_slice(key);
+                self.order.insert(owned.clone());
+                self.entries.insert(owned.clone(), entry);
+                deadline_moved.then_some(owned)
             }
         };
-        if let Some(key) = key {
+        if let Some(moved_key) = moved_key {
             if let Some(old) = old_deadline {
-                self.deadlines.remove(&(old, key.clone()));
+                self.deadlines.remove(&(old, moved_key.clone()));
             }
-            if let Some(new) = op.expires_at {
-                self.deadlines.insert((new, key));
+            if let Some(new) = expires_at {
+                self.deadlines.insert((new, moved_key));
             }
         }
         self.bytes = new_bytes;
-        self.push_watchers(op.key, watchers);
-        Ok(SetOutcome::Applied)
+        Ok(SetOutcome::Applied {
+            watchers: self.watchers_of(key),
+        })
     }
 
     fn delete(
         &mut self,
-        op: DelOp<'_>,
-        watchers: &mut Vec<ClientId>,
+        key: &[u8],
+        if_value: Option<&[u8]>,
+        fencing_token: Option<&Hlc>,
     ) -> Result<DelOutcome, ServiceError> {
-        let Some(current) = self.entries.get(op.key) else {
+        let Some(current) = self.entries.get(key) else {
             return Ok(DelOutcome::Absent);
         };
-        check_fencing(current.fencing_token.as_deref(), op.fencing_token)?;
-        if op
-            .if_value
-            .is_some_and(|value| value != current.value.as_slice())
-        {
+        check_fencing(current.fencing_token.as_deref(), fencing_token)?;
+        if if_value.is_some_and(|value| value != current.value.as_slice()) {
             return Ok(DelOutcome::ValueMismatch);
         }
-        self.remove(op.key);
-        self.push_watchers(op.key, watchers);
-        Ok(DelOutcome::Deleted)
+        self.remove(key);
+        Ok(DelOutcome::Deleted {
+            watchers: self.watchers_of(key),
+        })
     }
 
     fn watch(&mut self, client: &ClientId, key: &Bytes) {
@@ -205,30 +208,9 @@ impl Store for MemoryStore {
         if keys.is_empty() {
             self.watched.remove(client);
         }
-        if let Some(clients) = self.watchers.get_mut(key) {
-            clients.retain(|c| &**c != client);
-            if clients.is_empty() {
-                self.watchers.remove(key);
-            }
-        }
+        remove_watcher(&mut self.watchers, key, client);
         self.watch_count -= 1;
         true
-    }
-
-    fn drop_client(&mut self, client: &str) -> usize {
-        let Some(keys) = self.watched.remove(client) else {
-            return 0;
-        };
-        for key in &keys {
-            if let Some(clients) = self.watchers.get_mut(key) {
-                clients.retain(|c| &**c != client);
-                if clients.is_empty() {
-                    self.watchers.remove(key);
-                }
-            }
-        }
-        self.watch_count -= keys.len() as u64;
-        keys.len()
     }
 
     fn scan(
@@ -237,7 +219,6 @@ impl Store for MemoryStore {
         after: Option<&[u8]>,
         limit: usize,
         budget: usize,
-        include: &mut dyn FnMut(&[u8]) -> bool,
         out: &mut Vec<Bytes>,
     ) -> Option<Bytes> {
         // Every match starts with the pattern's literal prefix: start there, stop past it.
@@ -257,21 +238,76 @@ impl Store for MemoryStore {
                 return last.cloned();
             }
             last = Some(key);
-            if pattern.matches(key) && include(key) {
+            if pattern.matches(key) {
                 out.push(key.clone());
             }
         }
         None
     }
+}
 
-    fn pop_expired(&mut self, now_ms: u64, watchers: &mut Vec<ClientId>) -> Option<Bytes> {
+impl Store for MemoryStore {
+    fn apply(&mut self, op: &StoreOp) -> StoreReply {
+        match op {
+            StoreOp::Get { key } => StoreReply::Get(self.get(key)),
+            StoreOp::Set {
+                key,
+                value,
+                condition,
+                expires_at,
+                fencing_token,
+                version,
+                persist: _, // nothing survives a restart of this store, as documented
+            } => StoreReply::Set(self.set(
+                key,
+                value,
+                *condition,
+                *expires_at,
+                fencing_token.as_ref(),
+                version,
+            )),
+            StoreOp::Delete {
+                key,
+                if_value,
+                fencing_token,
+            } => StoreReply::Delete(self.delete(key, if_value.as_deref(), fencing_token.as_ref())),
+            StoreOp::Watch { client, key } => {
+                self.watch(client, key);
+                StoreReply::Watch
+            }
+            StoreOp::Unwatch { client, key } => StoreReply::Unwatch(self.unwatch(client, key)),
+            StoreOp::Scan {
+                pattern,
+                after,
+                limit,
+                budget,
+            } => {
+                let mut keys = Vec::new();
+                let last = self.scan(pattern, after.as_deref(), *limit, *budget, &mut keys);
+                StoreReply::Scan { keys, last }
+            }
+        }
+    }
+
+    fn pop_expired(&mut self, now_ms: u64) -> Option<(Bytes, Vec<ClientId>)> {
         let (deadline, key) = self.deadlines.first()?.clone();
         if deadline > now_ms {
             return None;
         }
         self.remove(&key);
-        self.push_watchers(&key, watchers);
-        Some(key)
+        let watchers = self.watchers_of(&key);
+        Some((key, watchers))
+    }
+
+    fn drop_client(&mut self, client: &str) -> usize {
+        let Some(keys) = self.watched.remove(client) else {
+            return 0;
+        };
+        for key in &keys {
+            remove_watcher(&mut self.watchers, key, client);
+        }
+        self.watch_count -= keys.len() as u64;
+        keys.len()
     }
 
     fn next_deadline(&self) -> Option<u64> {
@@ -283,6 +319,16 @@ impl Store for MemoryStore {
             keys: self.entries.len() as u64,
             bytes: self.bytes,
             watches: self.watch_count,
+        }
+    }
+}
+
+/// Removes `client` from the watchers of `key`, and the key from the map when none are left.
+fn remove_watcher(watchers: &mut HashMap<Bytes, Vec<ClientId>>, key: &[u8], client: &str) {
+    if let Some(clients) = watchers.get_mut(key) {
+        clients.retain(|c| &**c != client);
+        if clients.is_empty() {
+            watchers.remove(key);
         }
     }
 }

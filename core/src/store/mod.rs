@@ -2,11 +2,12 @@
 //! and the KEYNOTIFY registrations.
 //!
 //! The engine decides everything that does not depend on stored state (syntax, timestamps,
-//! versions, access); a [`Store`] applies each write **atomically**, checking the conditions
-//! that do (fencing, NX/NEX, VDEL's value, quotas) with the rules in this module. The memory
-//! store calls these rules directly; a Redis store runs the same rules as one script per
-//! operation over a key and its metadata, so that conditional writes stay atomic across nodes
-//! (spec `multi-node.md` §1). Both run the same test suite.
+//! versions, access) and hands the rest to the store as a [`StoreOp`]: plain data. The store
+//! applies each op **atomically**, checking the conditions that depend on stored state
+//! (fencing, NX/NEX, VDEL's value, quotas) with the rules in this module. The memory store
+//! ([`Store`]) calls these rules directly and answers at once; a Redis store runs the same
+//! rules as one script per op over a key and its metadata, so that conditional writes stay
+//! atomic across nodes, and answers when Redis does. Both run the same test suite.
 
 mod memory;
 
@@ -24,44 +25,81 @@ use crate::hlc::Hlc;
 /// A client's id, as the engine resolved it from `__srcId` or its response topic.
 pub type ClientId = Arc<str>;
 
-/// A SET, with everything the engine already decided.
-#[derive(Debug, Clone, Copy)]
-pub struct SetOp<'a> {
-    pub key: &'a Bytes,
-    pub value: &'a Bulk,
-    pub condition: Condition,
-    pub expires_at: Option<u64>,
-    pub fencing_token: Option<&'a Hlc>,
-    /// The version the key gets if the SET applies.
-    pub version: &'a Hlc,
-    /// `aio-persistence: true`: keep the key durably (stores without a durable backend
-    /// ignore it, as documented).
-    pub persist: bool,
+/// One atomic step against a store, as data. A store runs it in-process (the memory store)
+/// or ships it as one script call to Redis and hands the [`StoreReply`] back later: the engine
+/// prepares ops and interprets replies ([`Engine::begin`](crate::engine::Engine::begin),
+/// [`Engine::finish`](crate::engine::Engine::finish)) without caring which.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreOp {
+    /// The key's value and version.
+    Get { key: Bytes },
+    /// A SET with everything the engine already decided; applied if fencing, the condition
+    /// and the quotas allow.
+    Set {
+        key: Bytes,
+        value: Bulk,
+        condition: Condition,
+        /// Milliseconds since the epoch at and after which the key is gone.
+        expires_at: Option<u64>,
+        fencing_token: Option<Hlc>,
+        /// The version the key gets if the SET applies.
+        version: Hlc,
+        /// `aio-persistence: true`: keep the key durably (stores without a durable backend
+        /// ignore it, as documented).
+        persist: bool,
+    },
+    /// A DEL, or with `if_value` a VDEL; applied if fencing (and the value) allow.
+    Delete {
+        key: Bytes,
+        if_value: Option<Bytes>,
+        fencing_token: Option<Hlc>,
+    },
+    /// Register `client` for changes of `key` (idempotent).
+    Watch { client: ClientId, key: Bytes },
+    /// Remove that registration.
+    Unwatch { client: ClientId, key: Bytes },
+    /// Up to `limit` keys after `after`, in the store's stable order, that match `pattern`,
+    /// examining at most `budget` keys.
+    Scan {
+        pattern: Pattern,
+        after: Option<Bytes>,
+        limit: usize,
+        budget: usize,
+    },
 }
 
-/// A DEL (or, with `if_value`, a VDEL).
-#[derive(Debug, Clone, Copy)]
-pub struct DelOp<'a> {
-    pub key: &'a [u8],
-    /// VDEL: delete only if the current value equals this.
-    pub if_value: Option<&'a [u8]>,
-    pub fencing_token: Option<&'a Hlc>,
+/// What a [`StoreOp`] did; each op has its own variant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreReply {
+    Get(Option<(Bulk, Hlc)>),
+    Set(Result<SetOutcome, ServiceError>),
+    Delete(Result<DelOutcome, ServiceError>),
+    Watch,
+    /// Whether there was a registration to remove.
+    Unwatch(bool),
+    /// The keys found, and the last key examined when the scan stopped before the end.
+    Scan {
+        keys: Vec<Bytes>,
+        last: Option<Bytes>,
+    },
 }
 
 /// What a SET did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SetOutcome {
-    Applied,
+    /// Applied; the clients watching the key.
+    Applied { watchers: Vec<ClientId> },
     /// NX/NEX did not hold; the key's current version.
-    NotApplied {
-        version: Hlc,
-    },
+    NotApplied { version: Hlc },
 }
 
 /// What a DEL or VDEL did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DelOutcome {
-    Deleted,
+    /// Deleted; the clients watching the key.
+    Deleted {
+        watchers: Vec<ClientId>,
+    },
     Absent,
     /// VDEL: the value did not match.
     ValueMismatch,
@@ -85,55 +123,21 @@ pub struct StoreStats {
     pub watches: u64,
 }
 
-/// The state behind the engine. Every method is one atomic step. Implementations never see
-/// an expired key: the engine calls [`Store::pop_expired`] until it returns `None` before each
-/// command.
+/// A store the engine drives in-process: every call is one atomic step, answered at once.
+/// Implementations never see an expired key: the engine calls [`Store::pop_expired`] until it
+/// returns `None` before each command.
 pub trait Store {
-    /// The key's value and version.
-    fn get(&self, key: &[u8]) -> Option<(Bulk, Hlc)>;
+    /// Runs one op.
+    fn apply(&mut self, op: &StoreOp) -> StoreReply;
 
-    /// Applies a SET if fencing, condition and quotas allow; on success pushes the key's
-    /// watchers onto `watchers`.
-    fn set(
-        &mut self,
-        op: SetOp<'_>,
-        watchers: &mut Vec<ClientId>,
-    ) -> Result<SetOutcome, ServiceError>;
-
-    /// Applies a DEL/VDEL if fencing and value allow; on success pushes the key's watchers.
-    fn delete(
-        &mut self,
-        op: DelOp<'_>,
-        watchers: &mut Vec<ClientId>,
-    ) -> Result<DelOutcome, ServiceError>;
-
-    /// Registers `client` for changes of `key` (idempotent).
-    fn watch(&mut self, client: &ClientId, key: &Bytes);
-
-    /// Removes a registration; whether there was one.
-    fn unwatch(&mut self, client: &str, key: &[u8]) -> bool;
-
-    /// Removes every registration of `client`; how many there were.
-    fn drop_client(&mut self, client: &str) -> usize;
-
-    /// Up to `limit` keys after `after` (in the store's stable order) that match `pattern`
-    /// and `include`, examining at most `budget` keys. Returns the last key examined when the
-    /// scan stopped before the end, to continue after it.
-    fn scan(
-        &self,
-        pattern: &Pattern,
-        after: Option<&[u8]>,
-        limit: usize,
-        budget: usize,
-        include: &mut dyn FnMut(&[u8]) -> bool,
-        out: &mut Vec<Bytes>,
-    ) -> Option<Bytes>;
-
-    /// Removes one key whose deadline is at or before `now_ms`, pushing its watchers.
-    fn pop_expired(&mut self, now_ms: u64, watchers: &mut Vec<ClientId>) -> Option<Bytes>;
+    /// Removes one key whose deadline is at or before `now_ms`; returns it with its watchers.
+    fn pop_expired(&mut self, now_ms: u64) -> Option<(Bytes, Vec<ClientId>)>;
 
     /// The earliest deadline of any key.
     fn next_deadline(&self) -> Option<u64>;
+
+    /// Removes every registration of `client`; how many there were.
+    fn drop_client(&mut self, client: &str) -> usize;
 
     /// How much the store holds.
     fn stats(&self) -> StoreStats;
