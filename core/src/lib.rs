@@ -33,6 +33,7 @@
 //! assert_eq!(reply.response.to_bytes(), Bytes::from_static(b"$5\r\nhello\r\n"));
 //! ```
 
+pub mod client;
 pub mod codec;
 pub mod engine;
 pub mod envelope;

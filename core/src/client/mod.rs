@@ -1,0 +1,492 @@
+//! The client side of the state store as a state machine, with no I/O: calls become publishes,
+//! incoming publishes become results and change events, and time drives timeouts.
+//!
+//! A driver (the tokio client, the wasm binding, a C gateway's own MQTT loop) does four things:
+//! subscribe to [`ClientCore::subscriptions`] (and wait for the SUBACK) before the first call;
+//! publish what the calls return at QoS 1; feed every message on those subscriptions to
+//! [`ClientCore::handle`]; and call [`ClientCore::expire`] at [`ClientCore::next_deadline`].
+//! After a reconnect it calls [`ClientCore::connection_lost`] (in-flight calls fail: the broker
+//! dropped them) and, once subscribed again, [`ClientCore::resume`], which re-registers every
+//! observed key and reads it back so that a change missed while away is reported.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use bytes::Bytes;
+
+use crate::ServiceError;
+use crate::codec::{
+    DecodeError, Notification, Request, Response, decode_notification, decode_response,
+};
+use crate::envelope::{CONTENT_TYPE, PROTOCOL_VERSION, Properties, Publish, property};
+use crate::hlc::{Hlc, HlcClock, HlcError};
+use crate::topics;
+
+/// Identifies one call until its result arrives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CallId(pub u64);
+
+impl fmt::Display for CallId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "call {}", self.0)
+    }
+}
+
+/// Why a call failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ClientError {
+    /// The state store answered `-ERR`.
+    #[error("the state store refused the request: {0}")]
+    Service(#[from] ServiceError),
+    /// The state store answered with an RPC status other than 200.
+    #[error("the state store answered status {status}: {message}")]
+    Status { status: u16, message: String },
+    /// No answer within the call's timeout. The request may still have been applied.
+    #[error(
+        "no answer from the state store within {0} ms; is `mqstore serve` running and connected to this broker?"
+    )]
+    Timeout(u64),
+    /// The connection was lost while the call was in flight. It may have been applied.
+    #[error(
+        "the connection to the broker was lost while the request was in flight; it may or may not have been applied"
+    )]
+    Disconnected,
+    /// The answer could not be read.
+    #[error("the state store's answer is malformed: {0}")]
+    Malformed(String),
+    /// The answer does not fit the request (e.g. a value in answer to a SET).
+    #[error("unexpected answer to {command}: {response:?}")]
+    Unexpected {
+        command: &'static str,
+        response: Response,
+    },
+    /// The client's own clock could not produce a timestamp.
+    #[error("the client clock failed: {0}")]
+    Clock(#[from] HlcError),
+}
+
+impl ClientError {
+    /// A stable number for this error, the same in every binding: 101..=199 are the
+    /// state store's own errors ([`ServiceError::code`]), 2xx the client's.
+    pub fn code(&self) -> u16 {
+        match self {
+            ClientError::Service(e) => e.code(),
+            ClientError::Status { .. } => 201,
+            ClientError::Timeout(_) => 202,
+            ClientError::Disconnected => 203,
+            ClientError::Malformed(_) => 204,
+            ClientError::Unexpected { .. } => 205,
+            ClientError::Clock(_) => 206,
+        }
+    }
+}
+
+impl From<DecodeError> for ClientError {
+    fn from(e: DecodeError) -> Self {
+        ClientError::Malformed(e.to_string())
+    }
+}
+
+/// Per-call options.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CallOptions {
+    /// `__ft`: the fencing token of the lock guarding the key (SET, DEL, VDEL).
+    pub fencing_token: Option<Hlc>,
+    /// `aio-persistence`: ask that a SET be kept durably.
+    pub persist: bool,
+    /// Overrides the client's default timeout.
+    pub timeout_ms: Option<u64>,
+}
+
+/// A successful answer: the response and the `__ts` it carried.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    pub response: Response,
+    /// The key's version (SET applied or not, GET found, DEL that deleted), else the engine's
+    /// clock; `None` for GET of an absent key.
+    pub version: Option<Hlc>,
+}
+
+/// What an incoming publish meant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// A call finished.
+    Completed {
+        call: CallId,
+        result: Result<Answer, ClientError>,
+    },
+    /// An observed key changed. `synthetic` when the change was found by reading the key back
+    /// after a reconnect rather than notified: the client missed the notification.
+    Changed {
+        key: Bytes,
+        change: Notification,
+        version: Option<Hlc>,
+        synthetic: bool,
+    },
+}
+
+/// Client settings.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// The MQTT client id: `__srcId`, and the name of this client's notification topic.
+    pub client_id: String,
+    /// Where answers come; defaults to [`topics::response_topic`].
+    pub response_topic: String,
+    /// Timeout of calls that set none.
+    pub default_timeout_ms: u64,
+    /// Mixed into every correlation id, so two clients (or two runs of one) never share one.
+    /// Drivers pass random bytes.
+    pub correlation_seed: u64,
+}
+
+impl ClientConfig {
+    /// Defaults: the recommended response topic, 10 s timeouts.
+    pub fn new(client_id: impl Into<String>, correlation_seed: u64) -> Self {
+        let client_id = client_id.into();
+        Self {
+            response_topic: topics::response_topic(&client_id),
+            client_id,
+            default_timeout_ms: 10_000,
+            correlation_seed,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct InFlight {
+    call: CallId,
+    command: &'static str,
+    deadline: u64,
+    timeout_ms: u64,
+    purpose: Purpose,
+}
+
+/// Who waits for a call's answer.
+#[derive(Debug, PartialEq, Eq)]
+enum Purpose {
+    /// The caller: its answer is an [`Event::Completed`].
+    Caller,
+    /// `resume` re-registering an observed key: nobody waits.
+    Reregister,
+    /// `resume` reading an observed key back, to compare with what the client last saw.
+    Recheck(Bytes),
+}
+
+/// What the client last knew of an observed key.
+#[derive(Debug, Clone, Default)]
+struct Observed {
+    /// The version of the last change seen (None: absent, or not yet known).
+    version: Option<Hlc>,
+}
+
+/// The state store client, without I/O.
+#[derive(Debug)]
+pub struct ClientCore {
+    config: ClientConfig,
+    clock: HlcClock,
+    next_call: u64,
+    in_flight: HashMap<Bytes, InFlight>,
+    observed: HashMap<Bytes, Observed>,
+}
+
+impl ClientCore {
+    /// A client. Fails when the client id contains `:` (it is the node part of its HLC).
+    pub fn new(config: ClientConfig) -> Result<Self, HlcError> {
+        Ok(Self {
+            clock: HlcClock::new(config.client_id.as_str())?,
+            config,
+            next_call: 0,
+            in_flight: HashMap::new(),
+            observed: HashMap::new(),
+        })
+    }
+
+    /// This client's id.
+    pub fn client_id(&self) -> &str {
+        &self.config.client_id
+    }
+
+    /// The topic filters to subscribe to (QoS 1), and wait for, before the first call.
+    pub fn subscriptions(&self) -> [String; 2] {
+        [
+            self.config.response_topic.clone(),
+            topics::notify_filter(&self.config.client_id),
+        ]
+    }
+
+    /// Calls waiting for an answer.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    /// The keys being observed.
+    pub fn observed_keys(&self) -> impl Iterator<Item = &Bytes> {
+        self.observed.keys()
+    }
+
+    /// Starts a call: the publish to send (QoS 1) and the id its result will carry.
+    pub fn call(
+        &mut self,
+        request: &Request,
+        options: &CallOptions,
+        now_ms: u64,
+    ) -> Result<(CallId, Publish), ClientError> {
+        self.start(request, options, now_ms, Purpose::Caller)
+    }
+
+    /// Starts observing `key`: registers it with the engine (KEYNOTIFY) and remembers it, so
+    /// that it is registered again after every reconnect. Changes arrive as [`Event::Changed`].
+    pub fn observe(&mut self, key: Bytes, now_ms: u64) -> Result<(CallId, Publish), ClientError> {
+        let request = Request::KeyNotify {
+            key: key.clone(),
+            stop: false,
+        };
+        let started = self.call(&request, &CallOptions::default(), now_ms)?;
+        self.observed.entry(key).or_default();
+        Ok(started)
+    }
+
+    /// Stops observing `key` (KEYNOTIFY STOP).
+    pub fn unobserve(&mut self, key: Bytes, now_ms: u64) -> Result<(CallId, Publish), ClientError> {
+        self.observed.remove(&key);
+        let request = Request::KeyNotify { key, stop: true };
+        self.call(&request, &CallOptions::default(), now_ms)
+    }
+
+    fn start(
+        &mut self,
+        request: &Request,
+        options: &CallOptions,
+        now_ms: u64,
+        purpose: Purpose,
+    ) -> Result<(CallId, Publish), ClientError> {
+        let call = CallId(self.next_call);
+        self.next_call += 1;
+        let correlation = self.correlation(call);
+        let timeout_ms = options.timeout_ms.unwrap_or(self.config.default_timeout_ms);
+        let pair = |n: &str, v: String| (n.to_owned(), v);
+        let mut user_properties = vec![
+            pair(property::SOURCE_ID, self.config.client_id.clone()),
+            pair(property::PROTOCOL_VERSION, PROTOCOL_VERSION.to_owned()),
+            // Every request carries the client's HLC; the engine requires it on SET.
+            pair(property::TIMESTAMP, self.clock.tick(now_ms)?.to_string()),
+        ];
+        if let Some(token) = &options.fencing_token {
+            user_properties.push(pair(property::FENCING_TOKEN, token.to_string()));
+        }
+        if options.persist {
+            user_properties.push(pair(property::PERSISTENCE, "true".to_owned()));
+        }
+        let publish = Publish {
+            topic: topics::INVOKE.to_owned(),
+            payload: request.to_bytes(),
+            qos: 1,
+            properties: Properties {
+                payload_format_indicator: Some(0),
+                // Whole seconds, rounded up, so the broker drops what nobody waits for.
+                message_expiry_interval: Some(timeout_ms.div_ceil(1000).max(1) as u32),
+                content_type: Some(CONTENT_TYPE.to_owned()),
+                response_topic: Some(self.config.response_topic.clone()),
+                correlation_data: Some(correlation.clone()),
+                user_properties,
+            },
+        };
+        self.in_flight.insert(
+            correlation,
+            InFlight {
+                call,
+                command: request.command().as_str(),
+                deadline: now_ms.saturating_add(timeout_ms),
+                timeout_ms,
+                purpose,
+            },
+        );
+        Ok((call, publish))
+    }
+
+    /// 16 bytes, unique per call: the seed, then the call number.
+    fn correlation(&self, call: CallId) -> Bytes {
+        let mut id = [0u8; 16];
+        id[..8].copy_from_slice(&self.config.correlation_seed.to_be_bytes());
+        id[8..].copy_from_slice(&call.0.to_be_bytes());
+        Bytes::copy_from_slice(&id)
+    }
+
+    /// Interprets a publish that arrived on one of [`ClientCore::subscriptions`]. Returns
+    /// `None` for messages that are not for this client or answer no call in flight (a late
+    /// answer after a timeout, say).
+    pub fn handle(&mut self, publish: &Publish, now_ms: u64) -> Option<Event> {
+        if publish.topic == self.config.response_topic {
+            self.handle_response(publish, now_ms)
+        } else {
+            self.handle_notification(publish, now_ms)
+        }
+    }
+
+    fn handle_response(&mut self, publish: &Publish, now_ms: u64) -> Option<Event> {
+        let correlation = publish.properties.correlation_data.as_ref()?;
+        let in_flight = self.in_flight.remove(correlation)?;
+        let result = self.read_answer(publish, now_ms);
+        match in_flight.purpose {
+            Purpose::Caller => Some(Event::Completed {
+                call: in_flight.call,
+                result: result.and_then(|answer| check_kind(in_flight.command, answer)),
+            }),
+            Purpose::Reregister => None,
+            // What changed while the client was away.
+            Purpose::Recheck(key) => self.recheck(key, result.ok()?),
+        }
+    }
+
+    fn read_answer(&mut self, publish: &Publish, now_ms: u64) -> Result<Answer, ClientError> {
+        let props = &publish.properties;
+        let status = props.user_property(property::STATUS).unwrap_or("200");
+        if status != "200" {
+            return Err(ClientError::Status {
+                status: status.parse().unwrap_or(0),
+                message: props
+                    .user_property(property::STATUS_MESSAGE)
+                    .unwrap_or("(no __stMsg)")
+                    .to_owned(),
+            });
+        }
+        let version = match props.user_property(property::TIMESTAMP) {
+            Some(ts) => {
+                let version = Hlc::parse(ts).map_err(|e| ClientError::Malformed(e.to_string()))?;
+                // Keep this client's clock ahead of every version it has seen.
+                let _ = self.clock.receive(&version, now_ms);
+                Some(version)
+            }
+            None => None,
+        };
+        match decode_response(&publish.payload)? {
+            Response::Error(e) => Err(ClientError::Service(e)),
+            response => Ok(Answer { response, version }),
+        }
+    }
+
+    fn handle_notification(&mut self, publish: &Publish, now_ms: u64) -> Option<Event> {
+        let key = Bytes::from(topics::key_of_notify_topic(&publish.topic)?);
+        let change = decode_notification(&publish.payload).ok()?;
+        let version = publish
+            .properties
+            .user_property(property::TIMESTAMP)
+            .and_then(|ts| Hlc::parse(ts).ok());
+        if let Some(version) = &version {
+            let _ = self.clock.receive(version, now_ms);
+        }
+        if let Some(observed) = self.observed.get_mut(&key) {
+            observed.version.clone_from(&version);
+        }
+        Some(Event::Changed {
+            key,
+            change,
+            version,
+            synthetic: false,
+        })
+    }
+
+    fn recheck(&mut self, key: Bytes, answer: Answer) -> Option<Event> {
+        let observed = self.observed.get_mut(&key)?;
+        let (change, version) = match answer.response {
+            Response::Value(value) => (Notification::Set(value), answer.version),
+            Response::Absent => (Notification::Delete, None),
+            _ => return None,
+        };
+        let unchanged = match (&observed.version, &version, &change) {
+            (Some(seen), Some(now), _) => seen == now,
+            (None, None, Notification::Delete) => true,
+            _ => false,
+        };
+        observed.version.clone_from(&version);
+        (!unchanged).then_some(Event::Changed {
+            key,
+            change,
+            version,
+            synthetic: true,
+        })
+    }
+
+    /// When the next call times out.
+    pub fn next_deadline(&self) -> Option<u64> {
+        self.in_flight.values().map(|f| f.deadline).min()
+    }
+
+    /// Fails every call whose timeout has passed.
+    pub fn expire(&mut self, now_ms: u64) -> Vec<Event> {
+        let due: Vec<Bytes> = self
+            .in_flight
+            .iter()
+            .filter(|(_, f)| f.deadline <= now_ms)
+            .map(|(c, _)| c.clone())
+            .collect();
+        self.fail(due, |f| ClientError::Timeout(f.timeout_ms))
+    }
+
+    /// The connection dropped: every call in flight fails (the broker forgot them).
+    pub fn connection_lost(&mut self) -> Vec<Event> {
+        let all: Vec<Bytes> = self.in_flight.keys().cloned().collect();
+        self.fail(all, |_| ClientError::Disconnected)
+    }
+
+    fn fail(&mut self, ids: Vec<Bytes>, error: impl Fn(&InFlight) -> ClientError) -> Vec<Event> {
+        let mut failed: Vec<(CallId, ClientError)> = ids
+            .into_iter()
+            .filter_map(|id| self.in_flight.remove(&id))
+            .filter(|f| f.purpose == Purpose::Caller)
+            .map(|f| (f.call, error(&f)))
+            .collect();
+        failed.sort_by_key(|(call, _)| *call);
+        failed
+            .into_iter()
+            .map(|(call, e)| Event::Completed {
+                call,
+                result: Err(e),
+            })
+            .collect()
+    }
+
+    /// After a reconnect, once subscribed again: KEYNOTIFY and then GET for every observed key
+    /// (in that order, so no change can slip between them). The GETs' answers come back as
+    /// synthetic [`Event::Changed`] when the key changed while the client was away.
+    pub fn resume(&mut self, now_ms: u64) -> Result<Vec<Publish>, ClientError> {
+        let mut keys: Vec<Bytes> = self.observed.keys().cloned().collect();
+        keys.sort();
+        let mut publishes = Vec::with_capacity(keys.len() * 2);
+        for key in keys {
+            let register = Request::KeyNotify {
+                key: key.clone(),
+                stop: false,
+            };
+            let options = CallOptions::default();
+            publishes.push(
+                self.start(&register, &options, now_ms, Purpose::Reregister)?
+                    .1,
+            );
+            let get = Request::Get { key: key.clone() };
+            publishes.push(self.start(&get, &options, now_ms, Purpose::Recheck(key))?.1);
+        }
+        Ok(publishes)
+    }
+}
+
+/// Checks that an answer is of a kind the command can have.
+fn check_kind(command: &'static str, answer: Answer) -> Result<Answer, ClientError> {
+    let fits = matches!(
+        (&answer.response, command),
+        (Response::Ok | Response::NotApplied, "SET")
+            | (Response::Value(_) | Response::Absent, "GET")
+            | (Response::Deleted(_), "DEL")
+            | (Response::Deleted(_) | Response::NotApplied, "VDEL")
+            | (Response::Ok | Response::Deleted(_), "KEYNOTIFY")
+            | (Response::Keys { .. }, "SCAN")
+    );
+    if fits {
+        Ok(answer)
+    } else {
+        Err(ClientError::Unexpected {
+            command,
+            response: answer.response,
+        })
+    }
+}

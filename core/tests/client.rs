@@ -1,0 +1,416 @@
+//! The client state machine against the engine, wired back to back with no broker in between:
+//! every publish the client makes goes to `Engine::handle`, and every publish the engine makes
+//! for this client comes back to `ClientCore::handle`.
+
+use bytes::Bytes;
+use mqstore::ServiceError;
+use mqstore::client::{Answer, CallId, CallOptions, ClientConfig, ClientCore, ClientError, Event};
+use mqstore::codec::{Bulk, Notification, Request, Response, SetRequest};
+use mqstore::engine::Engine;
+use mqstore::envelope::Publish;
+use mqstore::hlc::Hlc;
+use mqstore::topics;
+
+const T0: u64 = 1_700_000_000_000;
+
+struct Loop {
+    engine: Engine,
+    now: u64,
+}
+
+impl Loop {
+    fn new() -> Self {
+        Self {
+            engine: Engine::in_memory("engine").unwrap(),
+            now: T0,
+        }
+    }
+
+    /// Delivers a client's publish to the engine; returns what the engine published for
+    /// `client`, in order.
+    fn deliver(&mut self, client: &ClientCore, publish: Publish) -> Vec<Publish> {
+        assert_eq!(publish.topic, topics::INVOKE);
+        let mut out = Vec::new();
+        self.engine.handle(publish, self.now, &mut out);
+        let subscriptions = client.subscriptions();
+        let notify_prefix = subscriptions[1].trim_end_matches('+');
+        out.into_iter()
+            .filter(|p| p.topic == subscriptions[0] || p.topic.starts_with(notify_prefix))
+            .collect()
+    }
+
+    /// A call all the way round: its events.
+    fn round_trip(
+        &mut self,
+        client: &mut ClientCore,
+        request: &Request,
+        options: &CallOptions,
+    ) -> (CallId, Vec<Event>) {
+        let (call, publish) = client.call(request, options, self.now).unwrap();
+        let events = self
+            .deliver(client, publish)
+            .iter()
+            .filter_map(|p| client.handle(p, self.now))
+            .collect();
+        (call, events)
+    }
+
+    fn answer(
+        &mut self,
+        client: &mut ClientCore,
+        request: &Request,
+        options: &CallOptions,
+    ) -> Result<Answer, ClientError> {
+        let (call, events) = self.round_trip(client, request, options);
+        match events.last() {
+            Some(Event::Completed { call: c, result }) if *c == call => result.clone(),
+            other => panic!("no completion for {call}: {other:?}"),
+        }
+    }
+}
+
+fn client(id: &str) -> ClientCore {
+    ClientCore::new(ClientConfig::new(id, 42)).unwrap()
+}
+
+fn set(key: &'static str, value: &'static str) -> Request {
+    Request::Set(SetRequest::new(key, value))
+}
+
+fn get(key: &'static str) -> Request {
+    Request::Get {
+        key: Bytes::from_static(key.as_bytes()),
+    }
+}
+
+#[test]
+fn calls_round_trip_with_versions() {
+    let mut l = Loop::new();
+    let mut c = client("dev-1");
+    let none = CallOptions::default();
+    let set_answer = l.answer(&mut c, &set("k", "v"), &none).unwrap();
+    assert_eq!(set_answer.response, Response::Ok);
+    let version = set_answer.version.expect("a SET has a version");
+    assert_eq!(&*version.node, "engine");
+    let got = l.answer(&mut c, &get("k"), &none).unwrap();
+    assert_eq!(got.response, Response::Value(Bulk::from("v")));
+    assert_eq!(got.version, Some(version));
+    let absent = l.answer(&mut c, &get("nope"), &none).unwrap();
+    assert_eq!(
+        absent,
+        Answer {
+            response: Response::Absent,
+            version: None
+        }
+    );
+    let deleted = l
+        .answer(
+            &mut c,
+            &Request::Del {
+                key: Bytes::from_static(b"k"),
+            },
+            &none,
+        )
+        .unwrap();
+    assert_eq!(deleted.response, Response::Deleted(1));
+    assert_eq!(c.in_flight(), 0);
+}
+
+#[test]
+fn service_errors_are_typed() {
+    let mut l = Loop::new();
+    let mut c = client("dev-1");
+    let guard = CallOptions {
+        fencing_token: Some(Hlc::parse(&format!("{T0}:0:lock")).unwrap()),
+        ..CallOptions::default()
+    };
+    l.answer(&mut c, &set("k", "v"), &guard).unwrap();
+    let error = l
+        .answer(&mut c, &set("k", "w"), &CallOptions::default())
+        .unwrap_err();
+    assert_eq!(
+        error,
+        ClientError::Service(ServiceError::FencingTokenRequired)
+    );
+    assert_eq!(error.code(), 102);
+    let ahead = CallOptions {
+        fencing_token: Some(Hlc::parse(&format!("{}:0:lock", T0 + 120_000)).unwrap()),
+        ..CallOptions::default()
+    };
+    let error = l.answer(&mut c, &set("k", "w"), &ahead).unwrap_err();
+    assert_eq!(error, ClientError::Service(ServiceError::FencingTokenSkew));
+}
+
+#[test]
+fn requests_carry_the_envelope() {
+    let mut c = client("dev-1");
+    let options = CallOptions {
+        persist: true,
+        timeout_ms: Some(2_500),
+        ..CallOptions::default()
+    };
+    let (_, p) = c.call(&set("k", "v"), &options, T0).unwrap();
+    let (_, q) = c.call(&get("k"), &CallOptions::default(), T0).unwrap();
+    assert_eq!(p.qos, 1);
+    assert_eq!(
+        p.properties.response_topic.as_deref(),
+        Some(topics::response_topic("dev-1").as_str())
+    );
+    assert_eq!(p.properties.user_property("__srcId"), Some("dev-1"));
+    assert_eq!(p.properties.user_property("__protVer"), Some("1.0"));
+    assert_eq!(p.properties.user_property("aio-persistence"), Some("true"));
+    assert_eq!(p.properties.message_expiry_interval, Some(3));
+    let ts = Hlc::parse(p.properties.user_property("__ts").unwrap()).unwrap();
+    assert_eq!((ts.wall_ms, &*ts.node), (T0, "dev-1"));
+    let (a, b) = (
+        p.properties.correlation_data.unwrap(),
+        q.properties.correlation_data.unwrap(),
+    );
+    assert_eq!(a.len(), 16);
+    assert_ne!(a, b, "every call has its own correlation id");
+    assert!(ClientCore::new(ClientConfig::new("bad:id", 1)).is_err());
+}
+
+#[test]
+fn observed_changes_arrive_as_events_before_the_answer() {
+    let mut l = Loop::new();
+    let mut watcher = client("watcher");
+    let (_, publish) = watcher.observe(Bytes::from_static(b"k"), l.now).unwrap();
+    let answers: Vec<_> = l
+        .deliver(&watcher, publish)
+        .iter()
+        .filter_map(|p| watcher.handle(p, l.now))
+        .collect();
+    assert!(matches!(
+        &answers[..],
+        [Event::Completed { result: Ok(_), .. }]
+    ));
+
+    // The watcher writes the key itself: the notification comes before the SET's answer.
+    let (call, events) = l.round_trip(&mut watcher, &set("k", "v1"), &CallOptions::default());
+    let [
+        Event::Changed {
+            key,
+            change,
+            version,
+            synthetic: false,
+        },
+        Event::Completed {
+            call: done,
+            result: Ok(answer),
+        },
+    ] = &events[..]
+    else {
+        panic!("{events:?}")
+    };
+    assert_eq!(
+        (key.as_ref(), change),
+        (&b"k"[..], &Notification::Set(Bulk::from("v1")))
+    );
+    assert_eq!(*done, call);
+    assert_eq!(version, &answer.version);
+    assert_eq!(watcher.observed_keys().count(), 1);
+
+    let (_, publish) = watcher.unobserve(Bytes::from_static(b"k"), l.now).unwrap();
+    l.deliver(&watcher, publish);
+    let (_, events) = l.round_trip(&mut watcher, &set("k", "v2"), &CallOptions::default());
+    assert_eq!(
+        events.len(),
+        1,
+        "no notification after unobserve: {events:?}"
+    );
+}
+
+#[test]
+fn timeouts_fail_calls_and_late_answers_are_ignored() {
+    let mut l = Loop::new();
+    let mut c = client("dev-1");
+    let options = CallOptions {
+        timeout_ms: Some(100),
+        ..CallOptions::default()
+    };
+    let (call, publish) = c.call(&get("k"), &options, l.now).unwrap();
+    assert_eq!(c.next_deadline(), Some(T0 + 100));
+    assert!(c.expire(T0 + 99).is_empty());
+    let events = c.expire(T0 + 100);
+    assert_eq!(
+        events,
+        vec![Event::Completed {
+            call,
+            result: Err(ClientError::Timeout(100))
+        }]
+    );
+    assert_eq!(c.next_deadline(), None);
+    // The engine answers after all: nobody is waiting.
+    for p in l.deliver(&c, publish) {
+        assert_eq!(c.handle(&p, l.now), None);
+    }
+}
+
+#[test]
+fn a_lost_connection_fails_calls_in_flight() {
+    let mut c = client("dev-1");
+    let (a, _) = c.call(&get("a"), &CallOptions::default(), T0).unwrap();
+    let (b, _) = c.call(&get("b"), &CallOptions::default(), T0).unwrap();
+    assert_eq!(
+        c.connection_lost(),
+        vec![
+            Event::Completed {
+                call: a,
+                result: Err(ClientError::Disconnected)
+            },
+            Event::Completed {
+                call: b,
+                result: Err(ClientError::Disconnected)
+            },
+        ]
+    );
+    assert_eq!(c.in_flight(), 0);
+}
+
+#[test]
+fn resume_reports_changes_missed_while_away_and_only_those() {
+    let mut l = Loop::new();
+    let mut watcher = client("watcher");
+    let mut writer = client("writer");
+    for key in [&b"changed"[..], b"same", b"deleted"] {
+        l.answer(
+            &mut writer,
+            &Request::Set(SetRequest::new(key, "v1")),
+            &CallOptions::default(),
+        )
+        .unwrap();
+        let (_, p) = watcher.observe(Bytes::from_static(key), l.now).unwrap();
+        for p in l.deliver(&watcher, p) {
+            watcher.handle(&p, l.now);
+        }
+    }
+    // Learn the current versions (as a reconnecting client would have from earlier events).
+    for p in watcher.resume(l.now).unwrap() {
+        for answer in l.deliver(&watcher, p) {
+            watcher.handle(&answer, l.now);
+        }
+    }
+
+    // The watcher disconnects; the engine forgets its registrations; changes happen.
+    assert!(watcher.connection_lost().is_empty());
+    l.engine.drop_client("watcher");
+    l.now += 10;
+    l.answer(&mut writer, &set("changed", "v2"), &CallOptions::default())
+        .unwrap();
+    l.answer(
+        &mut writer,
+        &Request::Del {
+            key: Bytes::from_static(b"deleted"),
+        },
+        &CallOptions::default(),
+    )
+    .unwrap();
+
+    // Back: re-register and read back.
+    let mut events = Vec::new();
+    for p in watcher.resume(l.now).unwrap() {
+        for answer in l.deliver(&watcher, p) {
+            events.extend(watcher.handle(&answer, l.now));
+        }
+    }
+    let mut seen: Vec<_> = events
+        .iter()
+        .map(|e| match e {
+            Event::Changed {
+                key,
+                change,
+                synthetic: true,
+                ..
+            } => (key.clone(), change.clone()),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    seen.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(
+        seen,
+        vec![
+            (
+                Bytes::from_static(b"changed"),
+                Notification::Set(Bulk::from("v2"))
+            ),
+            (Bytes::from_static(b"deleted"), Notification::Delete),
+        ]
+    );
+    // Registered again: live notifications flow.
+    let (_, events) = {
+        let (call, publish) = writer
+            .call(&set("same", "v3"), &CallOptions::default(), l.now)
+            .unwrap();
+        let mut out = Vec::new();
+        l.engine.handle(publish, l.now, &mut out);
+        let events: Vec<_> = out
+            .iter()
+            .filter_map(|p| watcher.handle(p, l.now))
+            .collect();
+        (call, events)
+    };
+    assert!(
+        matches!(
+            &events[..],
+            [Event::Changed {
+                synthetic: false,
+                ..
+            }]
+        ),
+        "{events:?}"
+    );
+}
+
+#[test]
+fn answers_that_do_not_fit_or_cannot_be_read_are_errors() {
+    let mut c = client("dev-1");
+    let (call, request) = c.call(&set("k", "v"), &CallOptions::default(), T0).unwrap();
+    let mut reply = Publish {
+        topic: topics::response_topic("dev-1"),
+        payload: Bytes::from_static(b"$1\r\nx\r\n"),
+        qos: 1,
+        properties: mqstore::envelope::Properties {
+            correlation_data: request.properties.correlation_data.clone(),
+            user_properties: vec![("__stat".into(), "200".into())],
+            ..Default::default()
+        },
+    };
+    let Some(Event::Completed {
+        call: done,
+        result: Err(ClientError::Unexpected { command: "SET", .. }),
+    }) = c.handle(&reply, T0)
+    else {
+        panic!()
+    };
+    assert_eq!(done, call);
+
+    let (_, request) = c.call(&get("k"), &CallOptions::default(), T0).unwrap();
+    reply.properties.correlation_data = request.properties.correlation_data.clone();
+    reply.payload = Bytes::from_static(b"$5\r\nx\r\n");
+    assert!(matches!(
+        c.handle(&reply, T0),
+        Some(Event::Completed {
+            result: Err(ClientError::Malformed(_)),
+            ..
+        })
+    ));
+
+    let (_, request) = c.call(&get("k"), &CallOptions::default(), T0).unwrap();
+    reply.properties.correlation_data = request.properties.correlation_data.clone();
+    reply.properties.user_properties = vec![
+        ("__stat".into(), "505".into()),
+        ("__stMsg".into(), "too new".into()),
+    ];
+    let Some(Event::Completed {
+        result: Err(ClientError::Status {
+            status: 505,
+            message,
+        }),
+        ..
+    }) = c.handle(&reply, T0)
+    else {
+        panic!()
+    };
+    assert_eq!(message, "too new");
+}
