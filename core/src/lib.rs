@@ -39,6 +39,8 @@ pub mod engine;
 pub mod envelope;
 mod error;
 pub mod hlc;
+#[cfg(feature = "net")]
+pub mod net;
 pub mod store;
 pub mod topics;
 

@@ -41,11 +41,39 @@ pub fn notify_filter(client_id: &str) -> String {
     topic
 }
 
+/// Where an mqstore client's MQTT Will lands when it goes away without saying so: the engine
+/// then drops the client's KEYNOTIFY registrations. Clients set it as their Will (QoS 1).
+pub fn presence_topic(client_id: &str) -> String {
+    let mut topic = String::from(CLIENTS_PREFIX);
+    topic.push('/');
+    push_hex(&mut topic, client_id.as_bytes());
+    topic.push_str("/presence");
+    topic
+}
+
+/// The filter the engine subscribes to for every client's presence Will.
+pub const PRESENCE_FILTER: &str =
+    "clients/statestore/v1/FA9AE35F-2F64-47CD-9BFF-08E2B32A0FE8/+/presence";
+
+/// The client id a presence topic names.
+pub fn client_of_presence_topic(topic: &str) -> Option<String> {
+    let hex = topic
+        .strip_prefix(CLIENTS_PREFIX)?
+        .strip_prefix('/')?
+        .strip_suffix("/presence")?;
+    String::from_utf8(from_hex(hex)?).ok()
+}
+
+/// The client and the key a notification topic names (`None` if it is not one).
+pub fn parse_notify_topic(topic: &str) -> Option<(String, Vec<u8>)> {
+    let rest = topic.strip_prefix(CLIENTS_PREFIX)?.strip_prefix('/')?;
+    let (client, key) = rest.split_once("/command/notify/")?;
+    Some((String::from_utf8(from_hex(client)?).ok()?, from_hex(key)?))
+}
+
 /// The key a notification topic names, for any client (`None` if it is not one).
 pub fn key_of_notify_topic(topic: &str) -> Option<Vec<u8>> {
-    let rest = topic.strip_prefix(CLIENTS_PREFIX)?.strip_prefix('/')?;
-    let (_client, key) = rest.split_once("/command/notify/")?;
-    from_hex(key)
+    parse_notify_topic(topic).map(|(_, key)| key)
 }
 
 /// Whether a request may not use `topic` as its response topic: answering there could loop
@@ -128,6 +156,10 @@ mod tests {
         assert!(topic.ends_with("/63/command/notify/00FF6B"));
         assert_eq!(key_of_notify_topic(&topic), Some(b"\x00\xffk".to_vec()));
         assert_eq!(key_of_notify_topic("elsewhere/x"), None);
+        assert_eq!(
+            parse_notify_topic(&topic),
+            Some(("c".to_owned(), b"\x00\xffk".to_vec()))
+        );
         assert_eq!(from_hex("0"), None);
         assert_eq!(from_hex("zz"), None);
         assert_eq!(
@@ -135,5 +167,12 @@ mod tests {
             format!("{CLIENTS_PREFIX}/63/command/notify/+")
         );
         assert_eq!(shared_invoke("g"), format!("$share/g/{INVOKE}"));
+        let presence = presence_topic("dev-1");
+        assert_eq!(
+            client_of_presence_topic(&presence).as_deref(),
+            Some("dev-1")
+        );
+        assert_eq!(presence.replace("6465762D31", "+"), PRESENCE_FILTER);
+        assert_eq!(client_of_presence_topic("clients/x/presence"), None);
     }
 }

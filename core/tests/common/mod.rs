@@ -58,16 +58,9 @@ pub struct Seen {
 }
 
 pub fn seen(p: &Publish) -> Seen {
-    let key = topics::key_of_notify_topic(&p.topic).expect("a notify topic");
-    let client_hex = p
-        .topic
-        .strip_prefix(topics::CLIENTS_PREFIX)
-        .unwrap()
-        .split('/')
-        .nth(1)
-        .unwrap();
+    let (client, key) = topics::parse_notify_topic(&p.topic).expect("a notify topic");
     Seen {
-        client: String::from_utf8(topics::from_hex(client_hex).unwrap()).unwrap(),
+        client,
         key,
         change: decode_notification(&p.payload).expect("a well-formed notification"),
         ts: p.properties.user_property("__ts").expect("__ts").to_owned(),

@@ -1,0 +1,490 @@
+//! `mqstore`: run the state store server, or talk to one, in the spirit of redis-cli.
+//!
+//! Exit codes: 0 done; 1 a GET found nothing, or a conditional write was not applied; 2 usage;
+//! 3 the state store refused the request (`-ERR`); 4 the broker or server could not be reached
+//! or did not answer in time.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use bytes::Bytes;
+use clap::{Args, Parser, Subcommand};
+use mqstore::client::ClientError;
+use mqstore::codec::Condition;
+use mqstore::hlc::Hlc;
+use mqstore::net::BrokerConfig;
+use mqstore::net::client::{Client, ClientOptions, Deleted, KeyChange, SetOptions};
+use mqstore::net::server::{ServerConfig, serve};
+use mqstore::store::Quotas;
+
+#[derive(Parser)]
+#[command(
+    name = "mqstore",
+    version,
+    about = "State store for MQTT 5 device fleets"
+)]
+struct Cli {
+    #[command(flatten)]
+    broker: BrokerArgs,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Args)]
+struct BrokerArgs {
+    /// The MQTT 5 broker's host.
+    #[arg(long, global = true, env = "MQSTORE_HOST", default_value = "127.0.0.1")]
+    host: String,
+    /// The broker's port.
+    #[arg(long, global = true, env = "MQSTORE_PORT", default_value_t = 1883)]
+    port: u16,
+    #[arg(long, global = true, env = "MQSTORE_USERNAME")]
+    username: Option<String>,
+    /// Prefer the environment variable: command lines are visible to other users.
+    #[arg(long, global = true, env = "MQSTORE_PASSWORD", hide_env_values = true)]
+    password: Option<String>,
+    /// The MQTT client id (default: mqstore-server-{node id} or mqstore-cli-{random}).
+    #[arg(long, global = true, env = "MQSTORE_CLIENT_ID")]
+    client_id: Option<String>,
+    /// Largest MQTT packet to send or accept, in bytes.
+    #[arg(long, global = true, default_value_t = 16 * 1024 * 1024)]
+    max_packet_size: u32,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the state store next to the broker.
+    Serve(ServeArgs),
+    /// Print a key's value.
+    Get {
+        key: String,
+        #[command(flatten)]
+        out: OutputArgs,
+    },
+    /// Set a key.
+    Set {
+        key: String,
+        value: String,
+        /// Only if the key does not exist.
+        #[arg(long, conflicts_with = "nex")]
+        nx: bool,
+        /// Only if the key does not exist or already holds this value (lease renewal).
+        #[arg(long)]
+        nex: bool,
+        /// Expire the key after this many milliseconds.
+        #[arg(long)]
+        px: Option<u64>,
+        /// Fencing token (an HLC, as returned when the guarding lock was taken).
+        #[arg(long)]
+        fencing_token: Option<String>,
+        #[command(flatten)]
+        out: OutputArgs,
+    },
+    /// Delete a key.
+    Del {
+        key: String,
+        #[arg(long)]
+        fencing_token: Option<String>,
+        #[command(flatten)]
+        out: OutputArgs,
+    },
+    /// Delete a key only if it holds this value.
+    Vdel {
+        key: String,
+        value: String,
+        #[arg(long)]
+        fencing_token: Option<String>,
+        #[command(flatten)]
+        out: OutputArgs,
+    },
+    /// List keys matching a pattern (`*`, `?`, `[a-z]`, `[!a-z]`).
+    Scan {
+        pattern: String,
+        #[command(flatten)]
+        out: OutputArgs,
+    },
+    /// Print every change of the keys until interrupted.
+    Watch {
+        #[arg(required = true)]
+        keys: Vec<String>,
+        #[command(flatten)]
+        out: OutputArgs,
+    },
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    /// This node's id: the node part of every version (no ':'). Generated if absent.
+    #[arg(long, env = "MQSTORE_NODE_ID")]
+    node_id: Option<String>,
+    /// Share requests with other nodes through `$share/{group}/...`.
+    #[arg(long, env = "MQSTORE_SHARE_GROUP")]
+    share_group: Option<String>,
+    /// Most keys the store holds.
+    #[arg(long)]
+    max_keys: Option<u64>,
+    /// Most bytes of keys and values the store holds.
+    #[arg(long)]
+    max_bytes: Option<u64>,
+    /// Serve Prometheus metrics on this address (e.g. 127.0.0.1:9464).
+    #[arg(long, env = "MQSTORE_METRICS")]
+    metrics: Option<SocketAddr>,
+    /// Where data lives: only `memory` so far (nothing survives a restart).
+    #[arg(long, default_value = "memory")]
+    store: String,
+}
+
+#[derive(Args, Clone, Copy)]
+struct OutputArgs {
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+    /// Seconds to wait for an answer.
+    #[arg(long, default_value_t = 5)]
+    timeout: u64,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let default_level = match cli.command {
+        Command::Serve(_) => "info",
+        _ => "warn",
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("MQSTORE_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level)),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(4);
+        }
+    };
+    runtime.block_on(run(cli))
+}
+
+fn broker(args: &BrokerArgs) -> BrokerConfig {
+    BrokerConfig {
+        host: args.host.clone(),
+        port: args.port,
+        username: args.username.clone(),
+        password: args.password.clone(),
+        max_packet_size: args.max_packet_size,
+        ..BrokerConfig::default()
+    }
+}
+
+fn random_suffix() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    format!("{:08x}", hasher.finish() as u32)
+}
+
+async fn run(cli: Cli) -> ExitCode {
+    let Command::Serve(args) = &cli.command else {
+        return run_client(cli).await;
+    };
+    if args.store != "memory" {
+        eprintln!(
+            "error: --store {}: only `memory` is available in this version",
+            args.store
+        );
+        return ExitCode::from(2);
+    }
+    let node_id = args
+        .node_id
+        .clone()
+        .unwrap_or_else(|| format!("node-{}", random_suffix()));
+    let config = ServerConfig {
+        broker: broker(&cli.broker),
+        client_id: cli
+            .broker
+            .client_id
+            .clone()
+            .unwrap_or_else(|| format!("mqstore-server-{node_id}")),
+        node_id,
+        share_group: args.share_group.clone(),
+        quotas: Quotas {
+            max_keys: args.max_keys,
+            max_bytes: args.max_bytes,
+        },
+        metrics_addr: args.metrics,
+    };
+    match serve(config, shutdown_signal(), |_| {}).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let Ok(mut term) = signal(SignalKind::terminate()) else {
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = tokio::signal::ctrl_c().await;
+}
+
+fn parse_token(token: &Option<String>) -> Result<Option<Hlc>, String> {
+    token
+        .as_deref()
+        .map(|t| Hlc::parse(t).map_err(|e| format!("--fencing-token {t:?}: {e}")))
+        .transpose()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn version(v: &Option<Hlc>) -> String {
+    v.as_ref().map_or_else(String::new, Hlc::to_string)
+}
+
+/// Prints `json` or `plain`.
+fn emit(out: OutputArgs, json: String, plain: String) {
+    if out.json {
+        println!("{json}");
+    } else if !plain.is_empty() {
+        println!("{plain}");
+    }
+}
+
+fn json_string(s: &str) -> String {
+    let mut out = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+async fn run_client(cli: Cli) -> ExitCode {
+    let out = match &cli.command {
+        Command::Get { out, .. }
+        | Command::Set { out, .. }
+        | Command::Del { out, .. }
+        | Command::Vdel { out, .. }
+        | Command::Scan { out, .. }
+        | Command::Watch { out, .. } => *out,
+        Command::Serve(_) => unreachable!("handled by run"),
+    };
+    let client_id = cli
+        .broker
+        .client_id
+        .clone()
+        .unwrap_or_else(|| format!("mqstore-cli-{}", random_suffix()));
+    let options = ClientOptions {
+        broker: broker(&cli.broker),
+        client_id,
+        timeout: Duration::from_secs(out.timeout),
+    };
+    let client = match Client::connect(options).await {
+        Ok(client) => client,
+        Err(_) => {
+            eprintln!(
+                "error: cannot reach the MQTT broker at {}:{} (is it running? see --host/--port)",
+                cli.broker.host, cli.broker.port
+            );
+            return ExitCode::from(4);
+        }
+    };
+    let result = command(&client, cli.command, out).await;
+    client.close().await;
+    match result {
+        Ok(code) => code,
+        Err(CliError::Usage(message)) => {
+            eprintln!("error: {message}");
+            ExitCode::from(2)
+        }
+        Err(CliError::Client(e)) => {
+            eprintln!("error: {e}");
+            match e {
+                ClientError::Service(_) | ClientError::Status { .. } => ExitCode::from(3),
+                _ => ExitCode::from(4),
+            }
+        }
+    }
+}
+
+enum CliError {
+    Usage(String),
+    Client(ClientError),
+}
+
+impl From<ClientError> for CliError {
+    fn from(e: ClientError) -> Self {
+        CliError::Client(e)
+    }
+}
+
+async fn command(client: &Client, command: Command, out: OutputArgs) -> Result<ExitCode, CliError> {
+    let found = |yes: bool| {
+        if yes {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(1)
+        }
+    };
+    match command {
+        Command::Serve(_) => unreachable!("handled by run"),
+        Command::Get { key, .. } => {
+            let value = client.get(Bytes::from(key)).await?;
+            match &value {
+                Some(v) => emit(
+                    out,
+                    format!(
+                        "{{\"value\":{},\"version\":{}}}",
+                        json_string(&text(&v.value)),
+                        json_string(&version(&v.version))
+                    ),
+                    text(&v.value),
+                ),
+                None => emit(out, "{\"value\":null}".into(), "(nil)".into()),
+            }
+            Ok(found(value.is_some()))
+        }
+        Command::Set {
+            key,
+            value,
+            nx,
+            nex,
+            px,
+            fencing_token,
+            ..
+        } => {
+            let options = SetOptions {
+                condition: match (nx, nex) {
+                    (true, _) => Condition::NotExists,
+                    (_, true) => Condition::NotExistsOrEqual,
+                    _ => Condition::Always,
+                },
+                expires: px.map(Duration::from_millis),
+                persist: false,
+                fencing_token: parse_token(&fencing_token).map_err(CliError::Usage)?,
+            };
+            let result = client
+                .set(Bytes::from(key), Bytes::from(value), options)
+                .await?;
+            emit(
+                out,
+                format!(
+                    "{{\"applied\":{},\"version\":{}}}",
+                    result.applied,
+                    json_string(&version(&result.version))
+                ),
+                if result.applied {
+                    "OK".into()
+                } else {
+                    "(not applied)".into()
+                },
+            );
+            Ok(found(result.applied))
+        }
+        Command::Del {
+            key, fencing_token, ..
+        } => {
+            let token = parse_token(&fencing_token).map_err(CliError::Usage)?;
+            let deleted = client.del(Bytes::from(key), token).await?;
+            report_deleted(out, deleted);
+            Ok(found(deleted == Deleted::Deleted))
+        }
+        Command::Vdel {
+            key,
+            value,
+            fencing_token,
+            ..
+        } => {
+            let token = parse_token(&fencing_token).map_err(CliError::Usage)?;
+            let deleted = client
+                .vdel(Bytes::from(key), Bytes::from(value), token)
+                .await?;
+            report_deleted(out, deleted);
+            Ok(found(deleted == Deleted::Deleted))
+        }
+        Command::Scan { pattern, .. } => {
+            let mut keys = client.scan(Bytes::from(pattern)).await?;
+            keys.sort();
+            let names: Vec<String> = keys.iter().map(|k| text(k)).collect();
+            let json: Vec<String> = names.iter().map(|k| json_string(k)).collect();
+            emit(out, format!("[{}]", json.join(",")), names.join("\n"));
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Watch { keys, .. } => {
+            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<KeyChange>();
+            for key in keys {
+                let mut observation = client.observe(Bytes::from(key)).await?;
+                let tx = tx.clone();
+                tokio::spawn(async move {
+                    while let Some(change) = observation.next().await {
+                        if tx.send(change).is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+            drop(tx);
+            eprintln!("watching; Ctrl-C to stop");
+            loop {
+                tokio::select! {
+                    _ = shutdown_signal() => return Ok(ExitCode::SUCCESS),
+                    change = rx.recv() => {
+                        let Some(change) = change else { return Ok(ExitCode::from(4)) };
+                        let key = text(&change.key);
+                        let (op, value) = match &change.value {
+                            Some(v) => ("SET", text(v)),
+                            None => ("DELETE", String::new()),
+                        };
+                        emit(
+                            out,
+                            format!(
+                                "{{\"key\":{},\"op\":\"{op}\",\"value\":{},\"version\":{},\"synthetic\":{}}}",
+                                json_string(&key),
+                                if change.value.is_some() { json_string(&value) } else { "null".into() },
+                                json_string(&version(&change.version)),
+                                change.synthetic
+                            ),
+                            format!("{key} {op} {value}").trim_end().to_owned(),
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn report_deleted(out: OutputArgs, deleted: Deleted) {
+    let (json, plain) = match deleted {
+        Deleted::Deleted => ("{\"deleted\":1}", "(deleted)"),
+        Deleted::Absent => ("{\"deleted\":0}", "(absent)"),
+        Deleted::ValueMismatch => ("{\"deleted\":-1}", "(value did not match)"),
+    };
+    emit(out, json.into(), plain.into());
+}

@@ -1,0 +1,484 @@
+//! The async Rust client: [`ClientCore`] driven by tokio and rumqttc.
+//!
+//! One background task owns the MQTT connection and the state machine; the [`Client`] handle
+//! sends it calls and awaits their results. The task subscribes (and waits for the SUBACK)
+//! before any call goes out, fails calls in flight when the connection drops, and after a
+//! reconnect re-registers every observed key and reads it back, so a change made while the
+//! client was away arrives as a (synthetic) notification.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use bytes::Bytes;
+use rumqttc::v5::mqttbytes::QoS;
+use rumqttc::v5::mqttbytes::v5::{LastWill, Packet};
+use rumqttc::v5::{AsyncClient, Event as MqttEvent, EventLoop};
+use tokio::sync::{mpsc, oneshot};
+use tracing::{debug, warn};
+
+use super::{BrokerConfig, backoff, from_mqtt, now_ms, publish, sleep_until_ms};
+use crate::client::{Answer, CallId, CallOptions, ClientConfig, ClientCore, ClientError, Event};
+use crate::codec::{Bulk, Condition, Notification, Request, Response, SetRequest};
+use crate::hlc::Hlc;
+use crate::topics;
+
+/// How to connect.
+#[derive(Debug, Clone)]
+pub struct ClientOptions {
+    pub broker: BrokerConfig,
+    /// The MQTT client id; also `__srcId` and the name of this client's notification topic.
+    pub client_id: String,
+    /// Timeout of each call.
+    pub timeout: Duration,
+}
+
+impl ClientOptions {
+    /// A client `client_id` of the broker at `host:port`, with 10 s timeouts.
+    pub fn new(client_id: impl Into<String>, host: impl Into<String>, port: u16) -> Self {
+        Self {
+            broker: BrokerConfig {
+                host: host.into(),
+                port,
+                ..BrokerConfig::default()
+            },
+            client_id: client_id.into(),
+            timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Options of a SET.
+#[derive(Debug, Clone, Default)]
+pub struct SetOptions {
+    pub condition: Condition,
+    /// The key expires this long after the SET.
+    pub expires: Option<Duration>,
+    /// Ask that the key be kept durably (`aio-persistence`).
+    pub persist: bool,
+    pub fencing_token: Option<Hlc>,
+}
+
+/// What a SET did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SetResult {
+    /// False when NX/NEX did not hold.
+    pub applied: bool,
+    /// The key's version: the new one, or the current one when not applied.
+    pub version: Option<Hlc>,
+}
+
+/// A value and the version of the SET that wrote it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Versioned {
+    pub value: Bytes,
+    pub version: Option<Hlc>,
+}
+
+/// What a DEL or VDEL did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Deleted {
+    Deleted,
+    Absent,
+    /// VDEL: the value did not match.
+    ValueMismatch,
+}
+
+/// A change of an observed key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyChange {
+    pub key: Bytes,
+    /// The new value, or `None` when the key was deleted (or expired).
+    pub value: Option<Bytes>,
+    pub version: Option<Hlc>,
+    /// Found by reading the key back after a reconnect: the notification itself was missed.
+    pub synthetic: bool,
+}
+
+enum Command {
+    Call {
+        request: Request,
+        options: CallOptions,
+        reply: oneshot::Sender<Result<Answer, ClientError>>,
+    },
+    Observe {
+        key: Bytes,
+        changes: mpsc::UnboundedSender<KeyChange>,
+        reply: oneshot::Sender<Result<Answer, ClientError>>,
+    },
+    Unobserve {
+        key: Bytes,
+        reply: oneshot::Sender<Result<Answer, ClientError>>,
+    },
+    Close,
+}
+
+/// A connected state store client. Cheap to clone; the connection closes when the last clone
+/// is dropped or [`Client::close`] is called.
+#[derive(Clone)]
+pub struct Client {
+    commands: mpsc::Sender<Command>,
+    client_id: String,
+}
+
+/// Changes of one observed key, in the order they happened.
+pub struct Observation {
+    changes: mpsc::UnboundedReceiver<KeyChange>,
+}
+
+impl Observation {
+    /// The next change; `None` once the client is closed.
+    pub async fn next(&mut self) -> Option<KeyChange> {
+        self.changes.recv().await
+    }
+}
+
+impl Client {
+    /// Connects, subscribes, and returns once the client can make calls. Fails with
+    /// [`ClientError::Disconnected`] if the broker cannot be reached within the timeout.
+    pub async fn connect(options: ClientOptions) -> Result<Client, ClientError> {
+        let seed = seed();
+        let core = ClientCore::new(ClientConfig {
+            default_timeout_ms: options.timeout.as_millis() as u64,
+            ..ClientConfig::new(options.client_id.clone(), seed)
+        })?;
+        let mut mqtt = options.broker.options(&options.client_id);
+        mqtt.set_last_will(LastWill::new(
+            topics::presence_topic(&options.client_id),
+            Vec::new(),
+            QoS::AtLeastOnce,
+            false,
+            None,
+        ));
+        let (client, eventloop) = AsyncClient::new(mqtt, 256);
+        let (commands, commands_rx) = mpsc::channel(256);
+        let (ready_tx, ready_rx) = oneshot::channel();
+        tokio::spawn(run(core, client, eventloop, commands_rx, ready_tx));
+        match tokio::time::timeout(options.timeout, ready_rx).await {
+            Ok(Ok(())) => Ok(Client {
+                commands,
+                client_id: options.client_id,
+            }),
+            _ => {
+                let _ = commands.send(Command::Close).await;
+                warn!(
+                    broker = %format!("{}:{}", options.broker.host, options.broker.port),
+                    "could not connect and subscribe in time"
+                );
+                Err(ClientError::Disconnected)
+            }
+        }
+    }
+
+    /// This client's id.
+    pub fn client_id(&self) -> &str {
+        &self.client_id
+    }
+
+    async fn call(&self, request: Request, options: CallOptions) -> Result<Answer, ClientError> {
+        let (reply, result) = oneshot::channel();
+        self.send(Command::Call {
+            request,
+            options,
+            reply,
+        })
+        .await?;
+        result.await.map_err(|_| ClientError::Disconnected)?
+    }
+
+    async fn send(&self, command: Command) -> Result<(), ClientError> {
+        self.commands
+            .send(command)
+            .await
+            .map_err(|_| ClientError::Disconnected)
+    }
+
+    /// SET `key` to `value`.
+    pub async fn set(
+        &self,
+        key: impl Into<Bytes>,
+        value: impl Into<Bytes>,
+        options: SetOptions,
+    ) -> Result<SetResult, ClientError> {
+        let request = Request::Set(SetRequest {
+            key: key.into(),
+            value: Bulk::new(value),
+            condition: options.condition,
+            expires_in_ms: options
+                .expires
+                .and_then(|d| std::num::NonZeroU64::new(d.as_millis().max(1) as u64)),
+        });
+        let call_options = CallOptions {
+            fencing_token: options.fencing_token,
+            persist: options.persist,
+            timeout_ms: None,
+        };
+        let answer = self.call(request, call_options).await?;
+        Ok(SetResult {
+            applied: answer.response == Response::Ok,
+            version: answer.version,
+        })
+    }
+
+    /// GET `key`: its value and version, or `None` when absent.
+    pub async fn get(&self, key: impl Into<Bytes>) -> Result<Option<Versioned>, ClientError> {
+        let answer = self
+            .call(Request::Get { key: key.into() }, CallOptions::default())
+            .await?;
+        Ok(match answer.response {
+            Response::Value(value) => Some(Versioned {
+                value: value.value(),
+                version: answer.version,
+            }),
+            _ => None,
+        })
+    }
+
+    /// DEL `key`.
+    pub async fn del(
+        &self,
+        key: impl Into<Bytes>,
+        fencing_token: Option<Hlc>,
+    ) -> Result<Deleted, ClientError> {
+        let options = CallOptions {
+            fencing_token,
+            ..CallOptions::default()
+        };
+        let answer = self.call(Request::Del { key: key.into() }, options).await?;
+        Ok(deleted(&answer.response))
+    }
+
+    /// VDEL: delete `key` only if it holds `value`.
+    pub async fn vdel(
+        &self,
+        key: impl Into<Bytes>,
+        value: impl Into<Bytes>,
+        fencing_token: Option<Hlc>,
+    ) -> Result<Deleted, ClientError> {
+        let options = CallOptions {
+            fencing_token,
+            ..CallOptions::default()
+        };
+        let request = Request::VDel {
+            key: key.into(),
+            value: value.into(),
+        };
+        Ok(deleted(&self.call(request, options).await?.response))
+    }
+
+    /// Every key matching `pattern` (the SCAN dialect), page by page.
+    pub async fn scan(&self, pattern: impl Into<Bytes>) -> Result<Vec<Bytes>, ClientError> {
+        let pattern = pattern.into();
+        let mut keys = Vec::new();
+        let mut token = None;
+        loop {
+            let request = Request::Scan {
+                pattern: pattern.clone(),
+                token: token.take(),
+            };
+            match self.call(request, CallOptions::default()).await?.response {
+                Response::Keys {
+                    keys: page,
+                    token: next,
+                } => {
+                    keys.extend(page);
+                    match next {
+                        Some(next) => token = Some(next),
+                        None => return Ok(keys),
+                    }
+                }
+                response => {
+                    return Err(ClientError::Unexpected {
+                        command: "SCAN",
+                        response,
+                    });
+                }
+            }
+        }
+    }
+
+    /// Observes `key`: every change (SET, DEL, VDEL, expiry) arrives on the returned
+    /// observation, and keeps arriving across reconnects.
+    pub async fn observe(&self, key: impl Into<Bytes>) -> Result<Observation, ClientError> {
+        let (changes, changes_rx) = mpsc::unbounded_channel();
+        let (reply, result) = oneshot::channel();
+        self.send(Command::Observe {
+            key: key.into(),
+            changes,
+            reply,
+        })
+        .await?;
+        result.await.map_err(|_| ClientError::Disconnected)??;
+        Ok(Observation {
+            changes: changes_rx,
+        })
+    }
+
+    /// Stops observing `key`; its observations end.
+    pub async fn unobserve(&self, key: impl Into<Bytes>) -> Result<(), ClientError> {
+        let (reply, result) = oneshot::channel();
+        self.send(Command::Unobserve {
+            key: key.into(),
+            reply,
+        })
+        .await?;
+        result.await.map_err(|_| ClientError::Disconnected)??;
+        Ok(())
+    }
+
+    /// Disconnects (politely: the broker does not publish the presence Will).
+    pub async fn close(&self) {
+        let _ = self.commands.send(Command::Close).await;
+    }
+}
+
+fn deleted(response: &Response) -> Deleted {
+    match response {
+        Response::Deleted(0) => Deleted::Absent,
+        Response::Deleted(_) => Deleted::Deleted,
+        _ => Deleted::ValueMismatch,
+    }
+}
+
+/// Random bytes for correlation ids, without a dependency: the std hasher is randomly keyed.
+fn seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u64(now_ms());
+    hasher.finish()
+}
+
+/// The background task: the connection and the state machine.
+async fn run(
+    mut core: ClientCore,
+    client: AsyncClient,
+    mut eventloop: EventLoop,
+    mut commands: mpsc::Receiver<Command>,
+    ready: oneshot::Sender<()>,
+) {
+    let mut ready = Some(ready);
+    let mut waiting: HashMap<CallId, oneshot::Sender<Result<Answer, ClientError>>> = HashMap::new();
+    let mut observers: HashMap<Bytes, Vec<mpsc::UnboundedSender<KeyChange>>> = HashMap::new();
+    let mut pending_subacks = 0usize;
+    let mut connected_before = false;
+    let mut failures = 0u32;
+    let deliver =
+        |events: Vec<Event>,
+         waiting: &mut HashMap<CallId, oneshot::Sender<Result<Answer, ClientError>>>,
+         observers: &mut HashMap<Bytes, Vec<mpsc::UnboundedSender<KeyChange>>>| {
+            for event in events {
+                match event {
+                    Event::Completed { call, result } => {
+                        if let Some(reply) = waiting.remove(&call) {
+                            let _ = reply.send(result);
+                        }
+                    }
+                    Event::Changed {
+                        key,
+                        change,
+                        version,
+                        synthetic,
+                    } => {
+                        if let Some(list) = observers.get_mut(&key) {
+                            let change = KeyChange {
+                                key: key.clone(),
+                                value: match change {
+                                    Notification::Set(value) => Some(value.value()),
+                                    Notification::Delete => None,
+                                },
+                                version,
+                                synthetic,
+                            };
+                            list.retain(|tx| tx.send(change.clone()).is_ok());
+                        }
+                    }
+                }
+            }
+        };
+    loop {
+        let deadline = core.next_deadline();
+        tokio::select! {
+            command = commands.recv() => {
+                let Some(command) = command else { break };
+                let (started, reply) = match command {
+                    Command::Close => break,
+                    Command::Call { request, options, reply } => {
+                        (core.call(&request, &options, now_ms()), reply)
+                    }
+                    Command::Observe { key, changes, reply } => {
+                        observers.entry(key.clone()).or_default().push(changes);
+                        (core.observe(key, now_ms()), reply)
+                    }
+                    Command::Unobserve { key, reply } => {
+                        observers.remove(&key);
+                        (core.unobserve(key, now_ms()), reply)
+                    }
+                };
+                match started {
+                    Ok((call, message)) => {
+                        waiting.insert(call, reply);
+                        if let Err(e) = publish(&client, message).await {
+                            debug!(error = %e, "publish failed");
+                        }
+                    }
+                    Err(e) => {
+                        let _ = reply.send(Err(e));
+                    }
+                }
+            }
+            _ = sleep_until_ms(deadline) => {
+                let events = core.expire(now_ms());
+                deliver(events, &mut waiting, &mut observers);
+            }
+            event = eventloop.poll() => match event {
+                Ok(MqttEvent::Incoming(Packet::ConnAck(_))) => {
+                    failures = 0;
+                    pending_subacks = 0;
+                    for filter in core.subscriptions() {
+                        if client.try_subscribe(filter, QoS::AtLeastOnce).is_ok() {
+                            pending_subacks += 1;
+                        }
+                    }
+                }
+                Ok(MqttEvent::Incoming(Packet::SubAck(_))) if pending_subacks > 0 => {
+                    pending_subacks -= 1;
+                    if pending_subacks == 0 {
+                        if let Some(ready) = ready.take() {
+                            let _ = ready.send(());
+                        }
+                        if connected_before {
+                            match core.resume(now_ms()) {
+                                Ok(messages) => {
+                                    for message in messages {
+                                        let _ = publish(&client, message).await;
+                                    }
+                                }
+                                Err(e) => warn!(error = %e, "could not restore observations"),
+                            }
+                        }
+                        connected_before = true;
+                    }
+                }
+                Ok(MqttEvent::Incoming(Packet::Publish(p))) => {
+                    let message = from_mqtt(p);
+                    let events = core.handle(&message, now_ms()).into_iter().collect();
+                    deliver(events, &mut waiting, &mut observers);
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    // rumqttc reconnects on the next poll; what was in flight is gone.
+                    let events = core.connection_lost();
+                    deliver(events, &mut waiting, &mut observers);
+                    let wait = backoff(failures);
+                    failures = failures.saturating_add(1);
+                    debug!(error = %e, retry_in = ?wait, "broker connection lost");
+                    tokio::time::sleep(wait).await;
+                }
+            }
+        }
+    }
+    let _ = client.try_disconnect();
+    let _ = tokio::time::timeout(Duration::from_millis(500), async {
+        while eventloop.poll().await.is_ok() {}
+    })
+    .await;
+}

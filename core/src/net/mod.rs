@@ -1,0 +1,145 @@
+//! The native drivers (feature `net`): tokio + rumqttc around the sans-IO core. Only this
+//! module touches the network. It converts MQTT packets to and from
+//! [`envelope::Publish`](crate::envelope::Publish) and moves them; every decision is the core's.
+
+pub mod client;
+pub mod metrics;
+pub mod server;
+
+use std::time::Duration;
+
+use rumqttc::v5::mqttbytes::QoS;
+use rumqttc::v5::mqttbytes::v5::{Publish as MqttPublish, PublishProperties};
+use rumqttc::v5::{AsyncClient, MqttOptions};
+
+use crate::envelope::{Properties, Publish};
+
+/// Where the broker is and how to log in.
+#[derive(Debug, Clone)]
+pub struct BrokerConfig {
+    pub host: String,
+    pub port: u16,
+    pub username: Option<String>,
+    pub password: Option<String>,
+    /// The largest packet accepted and sent. rumqttc caps incoming packets at 10 KiB unless
+    /// told otherwise, which would silently refuse larger values.
+    pub max_packet_size: u32,
+    pub keep_alive: Duration,
+}
+
+impl Default for BrokerConfig {
+    fn default() -> Self {
+        Self {
+            host: "127.0.0.1".into(),
+            port: 1883,
+            username: None,
+            password: None,
+            max_packet_size: 16 * 1024 * 1024,
+            keep_alive: Duration::from_secs(30),
+        }
+    }
+}
+
+impl BrokerConfig {
+    /// MQTT 5 options for a connection with this client id: clean start, Nagle off (one
+    /// request in flight takes 44-88 ms with it on, 0.2 ms with it off), no topic aliases.
+    pub(crate) fn options(&self, client_id: &str) -> MqttOptions {
+        let mut options = MqttOptions::new(client_id, &self.host, self.port);
+        options.set_keep_alive(self.keep_alive);
+        options.set_clean_start(true);
+        options.set_max_packet_size(Some(self.max_packet_size));
+        options.set_topic_alias_max(None);
+        if let (Some(user), Some(password)) = (&self.username, &self.password) {
+            options.set_credentials(user, password);
+        }
+        let mut network = rumqttc::NetworkOptions::new();
+        network.set_tcp_nodelay(true);
+        options.set_network_options(network);
+        options
+    }
+}
+
+/// An incoming rumqttc publish as the core's message (no copy of topic or payload bytes
+/// beyond the topic's UTF-8 check).
+pub(crate) fn from_mqtt(publish: MqttPublish) -> Publish {
+    let properties = publish.properties.unwrap_or_default();
+    Publish {
+        topic: String::from_utf8_lossy(&publish.topic).into_owned(),
+        payload: publish.payload,
+        qos: publish.qos as u8,
+        properties: Properties {
+            payload_format_indicator: properties.payload_format_indicator,
+            message_expiry_interval: properties.message_expiry_interval,
+            content_type: properties.content_type,
+            response_topic: properties.response_topic,
+            correlation_data: properties.correlation_data,
+            user_properties: properties.user_properties,
+        },
+    }
+}
+
+fn to_mqtt_properties(properties: Properties) -> PublishProperties {
+    PublishProperties {
+        payload_format_indicator: properties.payload_format_indicator,
+        message_expiry_interval: properties.message_expiry_interval,
+        topic_alias: None,
+        response_topic: properties.response_topic,
+        correlation_data: properties.correlation_data,
+        user_properties: properties.user_properties,
+        subscription_identifiers: Vec::new(),
+        content_type: properties.content_type,
+    }
+}
+
+/// Publishes one of the core's messages at QoS 1.
+pub(crate) async fn publish(
+    client: &AsyncClient,
+    publish: Publish,
+) -> Result<(), rumqttc::v5::ClientError> {
+    client
+        .publish_with_properties(
+            publish.topic,
+            QoS::AtLeastOnce,
+            false,
+            publish.payload,
+            to_mqtt_properties(publish.properties),
+        )
+        .await
+}
+
+/// Milliseconds since the Unix epoch, from the system clock.
+pub(crate) fn now_ms() -> u64 {
+    use crate::hlc::Clock;
+    crate::hlc::SystemClock.now_ms()
+}
+
+/// Sleeps until the wall clock reaches `deadline` (ms since the epoch); forever for `None`.
+pub(crate) async fn sleep_until_ms(deadline: Option<u64>) {
+    match deadline {
+        Some(deadline) => {
+            let wait = deadline.saturating_sub(now_ms());
+            tokio::time::sleep(Duration::from_millis(wait)).await;
+        }
+        None => std::future::pending().await,
+    }
+}
+
+/// How long to wait before reconnecting after `failures` failed attempts in a row: 100 ms,
+/// doubling, at most 5 s.
+pub(crate) fn backoff(failures: u32) -> Duration {
+    Duration::from_millis(100u64.saturating_mul(1 << failures.min(6)).min(5_000))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_and_caps() {
+        assert_eq!(backoff(0), Duration::from_millis(100));
+        assert_eq!(backoff(1), Duration::from_millis(200));
+        assert_eq!(backoff(5), Duration::from_millis(3_200));
+        assert_eq!(backoff(6), Duration::from_secs(5));
+        assert_eq!(backoff(60), Duration::from_secs(5));
+    }
+}
