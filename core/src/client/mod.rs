@@ -175,8 +175,10 @@ enum Purpose {
 /// What the client last knew of an observed key.
 #[derive(Debug, Clone, Default)]
 struct Observed {
-    /// The version of the last change seen (None: absent, or not yet known).
+    /// The version of the last change seen (None: absent).
     version: Option<Hlc>,
+    /// Whether `version` is known yet (the first read-back sets it without an event).
+    known: bool,
 }
 
 /// The state store client, without I/O.
@@ -234,16 +236,29 @@ impl ClientCore {
         self.start(request, options, now_ms, Purpose::Caller)
     }
 
-    /// Starts observing `key`: registers it with the engine (KEYNOTIFY) and remembers it, so
-    /// that it is registered again after every reconnect. Changes arrive as [`Event::Changed`].
-    pub fn observe(&mut self, key: Bytes, now_ms: u64) -> Result<(CallId, Publish), ClientError> {
-        let request = Request::KeyNotify {
+    /// Starts observing `key`: registers it with the engine (KEYNOTIFY) and reads it (GET), so
+    /// that the client knows the version it starts from; it is registered again after every
+    /// reconnect. Publish both messages, in order. Changes arrive as [`Event::Changed`]; the
+    /// returned call is the registration's.
+    pub fn observe(
+        &mut self,
+        key: Bytes,
+        now_ms: u64,
+    ) -> Result<(CallId, Vec<Publish>), ClientError> {
+        let register = Request::KeyNotify {
             key: key.clone(),
             stop: false,
         };
-        let started = self.call(&request, &CallOptions::default(), now_ms)?;
+        let (call, registration) = self.call(&register, &CallOptions::default(), now_ms)?;
+        let read = Request::Get { key: key.clone() };
+        let (_, baseline) = self.start(
+            &read,
+            &CallOptions::default(),
+            now_ms,
+            Purpose::Recheck(key.clone()),
+        )?;
         self.observed.entry(key).or_default();
-        Ok(started)
+        Ok((call, vec![registration, baseline]))
     }
 
     /// Stops observing `key` (KEYNOTIFY STOP).
@@ -377,6 +392,7 @@ impl ClientCore {
         }
         if let Some(observed) = self.observed.get_mut(&key) {
             observed.version.clone_from(&version);
+            observed.known = true;
         }
         Some(Event::Changed {
             key,
@@ -393,13 +409,24 @@ impl ClientCore {
             Response::Absent => (Notification::Delete, None),
             _ => return None,
         };
-        let unchanged = match (&observed.version, &version, &change) {
-            (Some(seen), Some(now), _) => seen == now,
-            (None, None, Notification::Delete) => true,
-            _ => false,
+        if !observed.known {
+            // The first read: where the observation starts, not a change.
+            observed.known = true;
+            observed.version = version;
+            return None;
+        }
+        // Report only what is newer than what the client saw (a notification may overtake
+        // the read's answer).
+        let changed = match (&observed.version, &version) {
+            (Some(seen), Some(now)) => now > seen,
+            (None, Some(_)) | (Some(_), None) => true,
+            (None, None) => false,
         };
+        if !changed {
+            return None;
+        }
         observed.version.clone_from(&version);
-        (!unchanged).then_some(Event::Changed {
+        Some(Event::Changed {
             key,
             change,
             version,

@@ -402,7 +402,7 @@ async fn run(
                 let (started, reply) = match command {
                     Command::Close => break,
                     Command::Call { request, options, reply } => {
-                        (core.call(&request, &options, now_ms()), reply)
+                        (core.call(&request, &options, now_ms()).map(|(c, p)| (c, vec![p])), reply)
                     }
                     Command::Observe { key, changes, reply } => {
                         observers.entry(key.clone()).or_default().push(changes);
@@ -410,14 +410,16 @@ async fn run(
                     }
                     Command::Unobserve { key, reply } => {
                         observers.remove(&key);
-                        (core.unobserve(key, now_ms()), reply)
+                        (core.unobserve(key, now_ms()).map(|(c, p)| (c, vec![p])), reply)
                     }
                 };
                 match started {
-                    Ok((call, message)) => {
+                    Ok((call, messages)) => {
                         waiting.insert(call, reply);
-                        if let Err(e) = publish(&client, message).await {
-                            debug!(error = %e, "publish failed");
+                        for message in messages {
+                            if let Err(e) = publish(&client, message).await {
+                                debug!(error = %e, "publish failed");
+                            }
                         }
                     }
                     Err(e) => {

@@ -1,0 +1,112 @@
+//! A real mosquitto (MQTT 5) for the tests, on a free loopback port, stopped when dropped.
+
+#![allow(dead_code)]
+
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct Mosquitto {
+    pub port: u16,
+    child: Option<Child>,
+    dir: PathBuf,
+}
+
+fn mosquitto_binary() -> PathBuf {
+    for candidate in [
+        "/usr/sbin/mosquitto",
+        "/usr/bin/mosquitto",
+        "/usr/local/sbin/mosquitto",
+    ] {
+        let path = PathBuf::from(candidate);
+        if path.exists() {
+            return path;
+        }
+    }
+    panic!(
+        "mosquitto is not installed: `bash scripts/test` installs it (apt-get install mosquitto)"
+    )
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+impl Mosquitto {
+    /// Starts a broker on a free port.
+    pub fn start() -> Self {
+        Self::start_on(free_port())
+    }
+
+    /// Starts a broker on `port` (to restart one where clients expect it).
+    pub fn start_on(port: u16) -> Self {
+        let dir = std::env::temp_dir().join(format!(
+            "mqstore-test-mosquitto-{port}-{}",
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let config = dir.join("mosquitto.conf");
+        std::fs::write(
+            &config,
+            format!(
+                "listener {port} 127.0.0.1\nallow_anonymous true\nset_tcp_nodelay true\npersistence false\nlog_dest file {}\n",
+                dir.join("mosquitto.log").display()
+            ),
+        )
+        .unwrap();
+        let child = Command::new(mosquitto_binary())
+            .arg("-c")
+            .arg(&config)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(
+                std::fs::File::create(dir.join("stderr.txt")).unwrap(),
+            ))
+            .spawn()
+            .expect("mosquitto starts");
+        let mut broker = Mosquitto {
+            port,
+            child: Some(child),
+            dir,
+        };
+        let started = Instant::now();
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if let Some(status) = broker
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                panic!(
+                    "mosquitto exited ({status}): {}",
+                    std::fs::read_to_string(broker.dir.join("stderr.txt")).unwrap_or_default()
+                );
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "mosquitto did not listen on {port} within 10 s; see {}",
+                broker.dir.display()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        broker
+    }
+
+    /// Stops the broker (like a crash: clients see the connection drop).
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Mosquitto {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

@@ -1,0 +1,580 @@
+//! `mqstore serve` and the Rust client over a real mosquitto (MQTT 5) started on a free port.
+#![cfg(feature = "net")]
+
+mod mosquitto;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use mosquitto::Mosquitto;
+use mqstore::ServiceError;
+use mqstore::client::ClientError;
+use mqstore::codec::Condition;
+use mqstore::net::BrokerConfig;
+use mqstore::net::client::{Client, ClientOptions, Deleted, KeyChange, Observation, SetOptions};
+use mqstore::net::metrics::Metrics;
+use mqstore::net::server::{ServerConfig, serve};
+use mqstore::store::Quotas;
+use mqstore::topics;
+use rumqttc::v5::mqttbytes::QoS;
+use rumqttc::v5::mqttbytes::v5::{LastWill, Packet, PublishProperties};
+use rumqttc::v5::{AsyncClient, Event, MqttOptions};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+
+const WAIT: Duration = Duration::from_secs(10);
+
+struct Server {
+    metrics: Arc<Metrics>,
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<()>,
+}
+
+impl Server {
+    async fn start(port: u16, node_id: &str) -> Server {
+        let config = ServerConfig {
+            broker: BrokerConfig {
+                port,
+                ..BrokerConfig::default()
+            },
+            client_id: format!("server-{node_id}"),
+            node_id: node_id.into(),
+            share_group: None,
+            quotas: Quotas::default(),
+            metrics_addr: None,
+        };
+        let (stop, stopped) = oneshot::channel::<()>();
+        let (metrics_tx, metrics_rx) = oneshot::channel();
+        let task = tokio::spawn(async move {
+            let shutdown = async {
+                let _ = stopped.await;
+            };
+            serve(config, shutdown, |running| {
+                let _ = metrics_tx.send(running.metrics);
+            })
+            .await
+            .expect("the server runs");
+        });
+        let metrics = metrics_rx.await.expect("the server starts");
+        Server {
+            metrics,
+            stop: Some(stop),
+            task,
+        }
+    }
+
+    async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        tokio::time::timeout(WAIT, &mut self.task)
+            .await
+            .expect("the server stops within 10 s")
+            .unwrap();
+    }
+
+    /// Waits until the metrics text contains `line`.
+    async fn wait_metric(&self, line: &str) {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        while !self.metrics.render().lines().any(|l| l == line) {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "metric {line:?} not reached:\n{}",
+                self.metrics.render()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+async fn client(port: u16, id: &str) -> Client {
+    let mut options = ClientOptions::new(id, "127.0.0.1", port);
+    options.timeout = Duration::from_secs(2);
+    Client::connect(options).await.expect("the client connects")
+}
+
+/// A client once the server answers (it may still be subscribing when the broker is up).
+async fn ready_client(port: u16, id: &str) -> Client {
+    let client = client(port, id).await;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while client.get(Bytes::from_static(b"ready?")).await.is_err() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the server never answered"
+        );
+    }
+    client
+}
+
+async fn next_change(observation: &mut Observation) -> KeyChange {
+    tokio::time::timeout(WAIT, observation.next())
+        .await
+        .expect("a change within 10 s")
+        .expect("the observation is open")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_over_the_wire() {
+    let broker = Mosquitto::start();
+    let server = Server::start(broker.port, "node-a").await;
+    let c = ready_client(broker.port, "dev-1").await;
+
+    let set = c.set("k", "v1", SetOptions::default()).await.unwrap();
+    assert!(set.applied);
+    let version = set.version.clone().expect("a version");
+    assert_eq!(&*version.node, "node-a");
+    let got = c.get("k").await.unwrap().expect("found");
+    assert_eq!((&got.value[..], got.version), (&b"v1"[..], Some(version)));
+
+    let nx = SetOptions {
+        condition: Condition::NotExists,
+        ..SetOptions::default()
+    };
+    assert!(!c.set("k", "v2", nx).await.unwrap().applied);
+    assert_eq!(
+        c.vdel("k", "nope", None).await.unwrap(),
+        Deleted::ValueMismatch
+    );
+    assert_eq!(c.vdel("k", "v1", None).await.unwrap(), Deleted::Deleted);
+    assert_eq!(c.del("k", None).await.unwrap(), Deleted::Absent);
+    assert_eq!(c.get("k").await.unwrap(), None);
+
+    // Values of any bytes and of a size past rumqttc's default 10 KiB packet limit.
+    let big = Bytes::from(vec![0xAB; 256 * 1024]);
+    c.set("big", big.clone(), SetOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(c.get("big").await.unwrap().unwrap().value, big);
+
+    for i in 0..5 {
+        c.set(format!("user:{i}"), "x", SetOptions::default())
+            .await
+            .unwrap();
+    }
+    let mut keys = c.scan("user:*").await.unwrap();
+    keys.sort();
+    assert_eq!(keys.len(), 5);
+    assert_eq!(&keys[0][..], b"user:0");
+
+    // Fencing over the wire.
+    let lock = c
+        .set(
+            "lock",
+            "dev-1",
+            SetOptions {
+                condition: Condition::NotExistsOrEqual,
+                expires: Some(Duration::from_secs(30)),
+                ..SetOptions::default()
+            },
+        )
+        .await
+        .unwrap();
+    let token = lock.version.unwrap();
+    let fenced = SetOptions {
+        fencing_token: Some(token.clone()),
+        ..SetOptions::default()
+    };
+    assert!(c.set("guarded", "1", fenced).await.unwrap().applied);
+    assert_eq!(
+        c.set("guarded", "2", SetOptions::default())
+            .await
+            .unwrap_err(),
+        ClientError::Service(ServiceError::FencingTokenRequired)
+    );
+    assert_eq!(
+        c.del("guarded", Some(token)).await.unwrap(),
+        Deleted::Deleted
+    );
+
+    server
+        .wait_metric("mqstore_requests_total{command=\"SET\",outcome=\"error\"} 1")
+        .await;
+    c.close().await;
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notifications_come_before_the_response_and_on_expiry() {
+    let broker = Mosquitto::start();
+    let server = Server::start(broker.port, "node-a").await;
+    let c = ready_client(broker.port, "watcher").await;
+    let mut changes = c.observe("k").await.unwrap();
+
+    c.set("k", "v", SetOptions::default()).await.unwrap();
+    // Already delivered when the SET's answer arrived.
+    let change = tokio::time::timeout(Duration::ZERO, changes.next())
+        .await
+        .expect("the notification precedes the response")
+        .unwrap();
+    assert_eq!(change.value.as_deref(), Some(&b"v"[..]));
+    assert!(!change.synthetic);
+
+    let expiring = SetOptions {
+        expires: Some(Duration::from_millis(200)),
+        ..SetOptions::default()
+    };
+    let set = c.set("k", "short", expiring).await.unwrap();
+    assert_eq!(
+        next_change(&mut changes).await.value.as_deref(),
+        Some(&b"short"[..])
+    );
+    let expired = next_change(&mut changes).await;
+    assert_eq!(expired.value, None, "expiry is a DELETE");
+    assert!(expired.version > set.version);
+    assert_eq!(c.get("k").await.unwrap(), None);
+
+    c.unobserve("k").await.unwrap();
+    c.set("k", "after", SetOptions::default()).await.unwrap();
+    assert_eq!(changes.next().await, None, "the observation ends");
+    server.stop().await;
+}
+
+/// A raw MQTT 5 connection for messages no well-behaved client sends.
+struct Raw {
+    client: AsyncClient,
+    incoming: mpsc::UnboundedReceiver<rumqttc::v5::mqttbytes::v5::Publish>,
+    task: JoinHandle<()>,
+}
+
+impl Raw {
+    async fn connect(port: u16, id: &str, will: Option<LastWill>) -> Raw {
+        let mut options = MqttOptions::new(id, "127.0.0.1", port);
+        options.set_max_packet_size(Some(1 << 20));
+        if let Some(will) = will {
+            options.set_last_will(will);
+        }
+        let (client, mut eventloop) = AsyncClient::new(options, 64);
+        let (tx, incoming) = mpsc::unbounded_channel();
+        let (subscribed_tx, subscribed) = oneshot::channel();
+        let response_topic = topics::response_topic(id);
+        let sub_client = client.clone();
+        let task = tokio::spawn(async move {
+            let mut subscribed_tx = Some(subscribed_tx);
+            loop {
+                match eventloop.poll().await {
+                    Ok(Event::Incoming(Packet::ConnAck(_))) => {
+                        sub_client
+                            .subscribe(response_topic.clone(), QoS::AtLeastOnce)
+                            .await
+                            .unwrap();
+                    }
+                    Ok(Event::Incoming(Packet::SubAck(_))) => {
+                        if let Some(s) = subscribed_tx.take() {
+                            let _ = s.send(());
+                        }
+                    }
+                    Ok(Event::Incoming(Packet::Publish(p))) => {
+                        let _ = tx.send(p);
+                    }
+                    Ok(_) => {}
+                    Err(_) => break,
+                }
+            }
+        });
+        tokio::time::timeout(WAIT, subscribed)
+            .await
+            .unwrap()
+            .unwrap();
+        Raw {
+            client,
+            incoming,
+            task,
+        }
+    }
+
+    async fn send(&self, payload: &[u8], properties: PublishProperties) {
+        self.client
+            .publish_with_properties(
+                topics::INVOKE,
+                QoS::AtLeastOnce,
+                false,
+                Bytes::copy_from_slice(payload),
+                properties,
+            )
+            .await
+            .unwrap();
+    }
+
+    async fn answer(&mut self) -> rumqttc::v5::mqttbytes::v5::Publish {
+        tokio::time::timeout(WAIT, self.incoming.recv())
+            .await
+            .expect("an answer")
+            .unwrap()
+    }
+}
+
+fn props(id: &str, user: &[(&str, &str)]) -> PublishProperties {
+    PublishProperties {
+        response_topic: Some(topics::response_topic(id)),
+        correlation_data: Some(Bytes::from_static(b"0123456789abcdef")),
+        user_properties: user
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.to_string()))
+            .collect(),
+        ..PublishProperties::default()
+    }
+}
+
+fn user_property<'a>(p: &'a rumqttc::v5::mqttbytes::v5::Publish, name: &str) -> Option<&'a str> {
+    p.properties
+        .as_ref()?
+        .user_properties
+        .iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, v)| v.as_str())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_requests_are_answered_or_dropped_and_counted_and_the_server_survives() {
+    let broker = Mosquitto::start();
+    let server = Server::start(broker.port, "node-a").await;
+    let _ready = ready_client(broker.port, "probe").await;
+    let mut raw = Raw::connect(broker.port, "raw-1", None).await;
+
+    raw.send(b"\x00garbage", props("raw-1", &[])).await;
+    let answer = raw.answer().await;
+    assert_eq!(&answer.payload[..], b"-ERR syntax error\r\n");
+    assert_eq!(user_property(&answer, "__stat"), Some("200"));
+    let properties = answer.properties.as_ref().unwrap();
+    assert_eq!(
+        properties.correlation_data.as_deref(),
+        Some(&b"0123456789abcdef"[..])
+    );
+    assert_eq!(
+        properties.content_type.as_deref(),
+        Some("application/octet-stream")
+    );
+    assert_eq!(user_property(&answer, "__srcId"), Some("node-a"));
+
+    raw.send(b"*1\r\n$4\r\nPING\r\n", props("raw-1", &[])).await;
+    assert_eq!(&raw.answer().await.payload[..], b"-ERR unknown command\r\n");
+    raw.send(
+        b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n",
+        props("raw-1", &[]),
+    )
+    .await;
+    assert_eq!(
+        &raw.answer().await.payload[..],
+        b"-ERR missing timestamp\r\n"
+    );
+
+    let mut no_correlation = props("raw-1", &[]);
+    no_correlation.correlation_data = None;
+    raw.send(b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n", no_correlation)
+        .await;
+    let answer = raw.answer().await;
+    assert_eq!(user_property(&answer, "__stat"), Some("400"));
+    assert_eq!(
+        user_property(&answer, "__propName"),
+        Some("Correlation Data")
+    );
+
+    raw.send(
+        b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n",
+        props("raw-1", &[("__protVer", "2.0")]),
+    )
+    .await;
+    assert_eq!(user_property(&raw.answer().await, "__stat"), Some("505"));
+
+    let mut forbidden = props("raw-1", &[]);
+    forbidden.response_topic = Some(topics::INVOKE.to_owned());
+    raw.send(b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n", forbidden).await;
+    let mut none = props("raw-1", &[]);
+    none.response_topic = None;
+    raw.send(b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n", none).await;
+    server
+        .wait_metric("mqstore_requests_total{command=\"ENVELOPE\",outcome=\"dropped\"} 2")
+        .await;
+    server
+        .wait_metric("mqstore_requests_total{command=\"ENVELOPE\",outcome=\"rejected\"} 2")
+        .await;
+    server
+        .wait_metric("mqstore_requests_total{command=\"MALFORMED\",outcome=\"error\"} 2")
+        .await;
+
+    // Still serving.
+    let c = client(broker.port, "after").await;
+    assert!(
+        c.set("k", "v", SetOptions::default())
+            .await
+            .unwrap()
+            .applied
+    );
+    raw.task.abort();
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_nobody_listens_for_loses_its_registrations() {
+    let broker = Mosquitto::start();
+    let server = Server::start(broker.port, "node-a").await;
+    let writer = ready_client(broker.port, "writer").await;
+    // Registers for notifications but never subscribes to them.
+    let mut ghost = Raw::connect(broker.port, "ghost", None).await;
+    ghost
+        .send(
+            b"*2\r\n$9\r\nKEYNOTIFY\r\n$1\r\nk\r\n",
+            props("ghost", &[("__srcId", "ghost")]),
+        )
+        .await;
+    assert_eq!(&ghost.answer().await.payload[..], b"+OK\r\n");
+    server.wait_metric("mqstore_watches 1").await;
+    // The notification's PUBACK says "no matching subscribers" (0x10): the engine forgets it.
+    writer.set("k", "v", SetOptions::default()).await.unwrap();
+    server.wait_metric("mqstore_watches 0").await;
+    server.wait_metric("mqstore_clients_dropped_total 1").await;
+    ghost.task.abort();
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_vanishes_is_dropped_through_its_presence_will() {
+    let broker = Mosquitto::start();
+    let server = Server::start(broker.port, "node-a").await;
+    let _ready = ready_client(broker.port, "probe").await;
+    let will = LastWill::new(
+        topics::presence_topic("vanishing"),
+        Vec::new(),
+        QoS::AtLeastOnce,
+        false,
+        None,
+    );
+    let mut vanishing = Raw::connect(broker.port, "vanishing", Some(will)).await;
+    vanishing
+        .send(
+            b"*2\r\n$9\r\nKEYNOTIFY\r\n$1\r\nk\r\n",
+            props("vanishing", &[("__srcId", "vanishing")]),
+        )
+        .await;
+    assert_eq!(&vanishing.answer().await.payload[..], b"+OK\r\n");
+    server.wait_metric("mqstore_watches 1").await;
+    // The connection drops without DISCONNECT: the broker publishes the Will.
+    vanishing.task.abort();
+    drop(vanishing);
+    server.wait_metric("mqstore_watches 0").await;
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_and_server_survive_a_broker_restart() {
+    let mut broker = Mosquitto::start();
+    let port = broker.port;
+    let server = Server::start(port, "node-a").await;
+    let watcher = ready_client(port, "watcher").await;
+    let writer = ready_client(port, "writer").await;
+    writer
+        .set("kept", "before", SetOptions::default())
+        .await
+        .unwrap();
+    writer
+        .set("watched", "v1", SetOptions::default())
+        .await
+        .unwrap();
+    let mut changes = watcher.observe("watched").await.unwrap();
+
+    broker.stop();
+    // While the broker is down, calls fail rather than hang.
+    assert!(writer.get("kept").await.is_err());
+    let _broker = Mosquitto::start_on(port);
+
+    // Everyone reconnects; the acknowledged write is still there.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let kept = loop {
+        match writer.get("kept").await {
+            Ok(value) => break value,
+            Err(_) => assert!(tokio::time::Instant::now() < deadline, "never reconnected"),
+        }
+    };
+    assert_eq!(kept.unwrap().value, Bytes::from_static(b"before"));
+
+    // A change made around the watcher's reconnect reaches it, notified or read back.
+    writer
+        .set("watched", "v2", SetOptions::default())
+        .await
+        .unwrap();
+    let change = next_change(&mut changes).await;
+    assert_eq!(change.value.as_deref(), Some(&b"v2"[..]));
+    // And the registration is live again afterwards.
+    writer
+        .set("watched", "v3", SetOptions::default())
+        .await
+        .unwrap();
+    loop {
+        let change = next_change(&mut changes).await;
+        if change.value.as_deref() == Some(&b"v3"[..]) {
+            assert!(!change.synthetic);
+            break;
+        }
+    }
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_restart_times_out_calls_then_recovers() {
+    let broker = Mosquitto::start();
+    let server = Server::start(broker.port, "node-a").await;
+    let c = ready_client(broker.port, "dev-1").await;
+    c.set("k", "v", SetOptions::default()).await.unwrap();
+    server.stop().await;
+    assert_eq!(c.get("k").await.unwrap_err(), ClientError::Timeout(2_000));
+    let server = Server::start(broker.port, "node-b").await;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        match c.set("k", "again", SetOptions::default()).await {
+            Ok(set) => {
+                assert_eq!(&*set.version.unwrap().node, "node-b");
+                break;
+            }
+            Err(ClientError::Timeout(_)) => assert!(tokio::time::Instant::now() < deadline),
+            Err(e) => panic!("{e}"),
+        }
+    }
+    server.stop().await;
+}
+
+#[test]
+fn the_cli_speaks_to_the_server_with_meaningful_exit_codes() {
+    let broker = Mosquitto::start();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let server = runtime.block_on(Server::start(broker.port, "node-cli"));
+    runtime.block_on(async { drop(ready_client(broker.port, "probe").await) });
+    let port = broker.port.to_string();
+    let cli = |args: &[&str]| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_mqstore"));
+        if args[0] != "--port" {
+            command.args(["--port", &port]);
+        }
+        let output = command.args(args).output().unwrap();
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stdout).trim().to_owned(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    };
+    assert_eq!(cli(&["set", "greeting", "hello"]).0, Some(0));
+    assert_eq!(cli(&["get", "greeting"]).1, "hello");
+    let (code, json, _) = cli(&["get", "greeting", "--json"]);
+    assert_eq!(code, Some(0));
+    assert!(
+        json.starts_with("{\"value\":\"hello\",\"version\":\""),
+        "{json}"
+    );
+    assert!(json.contains(":node-cli\"}"), "{json}");
+    assert_eq!(
+        cli(&["get", "absent"]),
+        (Some(1), "(nil)".into(), String::new())
+    );
+    assert_eq!(cli(&["set", "greeting", "other", "--nx"]).0, Some(1));
+    assert_eq!(cli(&["scan", "gr*"]).1, "greeting");
+    let (code, _, stderr) = cli(&["set", "k", "v", "--fencing-token", "nonsense"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert_eq!(
+        cli(&["del", "greeting"]),
+        (Some(0), "(deleted)".into(), String::new())
+    );
+    let (code, _, stderr) = cli(&["--port", "1", "get", "x", "--timeout", "1"]);
+    assert_eq!(code, Some(4));
+    assert!(stderr.contains("cannot reach the MQTT broker"), "{stderr}");
+    runtime.block_on(server.stop());
+}
