@@ -578,3 +578,129 @@ fn the_cli_speaks_to_the_server_with_meaningful_exit_codes() {
     assert!(stderr.contains("cannot reach the MQTT broker"), "{stderr}");
     runtime.block_on(server.stop());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_clients_race_for_a_lease_and_fencing_stops_the_stale_holder() {
+    use mqstore::net::lease::Lease;
+
+    let broker = Mosquitto::start();
+    let server = Server::start(broker.port, "node-a").await;
+    let a = ready_client(broker.port, "holder-a").await;
+    let b = ready_client(broker.port, "holder-b").await;
+    let ttl = Duration::from_secs(1);
+
+    let (first, second) = tokio::join!(
+        Lease::try_acquire(&a, "lock", ttl),
+        Lease::try_acquire(&b, "lock", ttl)
+    );
+    let (winner, loser, lease) = match (first.unwrap(), second.unwrap()) {
+        (Some(lease), None) => (&a, &b, lease),
+        (None, Some(lease)) => (&b, &a, lease),
+        other => panic!(
+            "exactly one may win: {:?}",
+            (other.0.is_some(), other.1.is_some())
+        ),
+    };
+    // Renewals keep the lease past its ttl.
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    assert!(lease.is_held());
+    assert!(
+        Lease::try_acquire(loser, "lock", ttl)
+            .await
+            .unwrap()
+            .is_none()
+    );
+
+    // The winner guards a key with its token.
+    let old_token = lease.fencing_token().clone();
+    let guarded = |token: &mqstore::hlc::Hlc| SetOptions {
+        fencing_token: Some(token.clone()),
+        ..SetOptions::default()
+    };
+    assert!(
+        winner
+            .set("data", "from winner", guarded(&old_token))
+            .await
+            .unwrap()
+            .applied
+    );
+
+    // The loser waits for the lock, and gets it when the winner releases.
+    let waiting = {
+        let loser = loser.clone();
+        tokio::spawn(async move { Lease::acquire(&loser, "lock", ttl, Some(WAIT)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(lease.release().await.unwrap());
+    let new_lease = waiting
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("acquired after the release");
+    assert!(new_lease.fencing_token() > &old_token);
+    assert!(
+        loser
+            .set(
+                "data",
+                "from new holder",
+                guarded(new_lease.fencing_token())
+            )
+            .await
+            .unwrap()
+            .applied
+    );
+
+    // The stale holder's token is now refused.
+    assert_eq!(
+        winner
+            .set("data", "stale", guarded(&old_token))
+            .await
+            .unwrap_err(),
+        ClientError::Service(ServiceError::FencingTokenLowerVersion)
+    );
+    assert_eq!(
+        winner.del("data", Some(old_token)).await.unwrap_err(),
+        ClientError::Service(ServiceError::FencingTokenLowerVersion)
+    );
+    assert_eq!(
+        &loser.get("data").await.unwrap().unwrap().value[..],
+        b"from new holder"
+    );
+    assert!(new_lease.release().await.unwrap());
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abandoned_lease_expires_and_a_waiting_leader_takes_over() {
+    use mqstore::net::lease::{Lease, lead};
+
+    let broker = Mosquitto::start();
+    let server = Server::start(broker.port, "node-a").await;
+    let a = ready_client(broker.port, "leader-a").await;
+    let b = ready_client(broker.port, "leader-b").await;
+    let ttl = Duration::from_millis(600);
+    let first = lead(&a, "leader", ttl).await.unwrap();
+    let campaign = {
+        let b = b.clone();
+        tokio::spawn(async move { lead(&b, "leader", ttl).await })
+    };
+    // The leader dies without releasing: its renewals stop, the key expires, b takes over.
+    drop(first);
+    let second = tokio::time::timeout(WAIT, campaign)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(second.is_held());
+    assert_eq!(
+        &b.get("leader").await.unwrap().unwrap().value[..],
+        b"leader-b"
+    );
+    assert!(
+        Lease::try_acquire(&a, "leader", ttl)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    server.stop().await;
+}

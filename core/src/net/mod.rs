@@ -3,6 +3,7 @@
 //! [`envelope::Publish`](crate::envelope::Publish) and moves them; every decision is the core's.
 
 pub mod client;
+pub mod lease;
 pub mod metrics;
 pub mod server;
 
