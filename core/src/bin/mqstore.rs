@@ -15,6 +15,7 @@ use mqstore::codec::Condition;
 use mqstore::hlc::Hlc;
 use mqstore::net::BrokerConfig;
 use mqstore::net::client::{Client, ClientOptions, Deleted, KeyChange, SetOptions};
+use mqstore::net::lease::Lease;
 use mqstore::net::server::{ServerConfig, serve};
 use mqstore::store::Quotas;
 
@@ -101,6 +102,23 @@ enum Command {
     /// List keys matching a pattern (`*`, `?`, `[a-z]`, `[!a-z]`).
     Scan {
         pattern: String,
+        #[command(flatten)]
+        out: OutputArgs,
+    },
+    /// Hold a lock (a lease renewed in the background), then run a command, or wait for
+    /// Ctrl-C; release it afterwards. The command gets the fencing token in
+    /// MQSTORE_FENCING_TOKEN.
+    Lock {
+        key: String,
+        /// The lease's time to live in milliseconds; it is renewed every third of it.
+        #[arg(long, default_value_t = 10_000)]
+        ttl_ms: u64,
+        /// Seconds to wait for the lock (default: forever).
+        #[arg(long)]
+        wait: Option<u64>,
+        /// The command to run while holding the lock.
+        #[arg(last = true)]
+        command: Vec<String>,
         #[command(flatten)]
         out: OutputArgs,
     },
@@ -293,6 +311,7 @@ async fn run_client(cli: Cli) -> ExitCode {
         | Command::Del { out, .. }
         | Command::Vdel { out, .. }
         | Command::Scan { out, .. }
+        | Command::Lock { out, .. }
         | Command::Watch { out, .. } => *out,
         Command::Serve(_) => unreachable!("handled by run"),
     };
@@ -436,6 +455,56 @@ async fn command(client: &Client, command: Command, out: OutputArgs) -> Result<E
             let json: Vec<String> = names.iter().map(|k| json_string(k)).collect();
             emit(out, format!("[{}]", json.join(",")), names.join("\n"));
             Ok(ExitCode::SUCCESS)
+        }
+        Command::Lock {
+            key,
+            ttl_ms,
+            wait,
+            command,
+            ..
+        } => {
+            let ttl = Duration::from_millis(ttl_ms.max(1));
+            let Some(lease) =
+                Lease::acquire(client, Bytes::from(key), ttl, wait.map(Duration::from_secs))
+                    .await?
+            else {
+                eprintln!("error: the lock is still held by someone else");
+                return Ok(ExitCode::from(1));
+            };
+            let token = lease.fencing_token().to_string();
+            emit(
+                out,
+                format!("{{\"fencing_token\":{}}}", json_string(&token)),
+                token.clone(),
+            );
+            let code = match command.split_first() {
+                Some((program, args)) => {
+                    let status = tokio::process::Command::new(program)
+                        .args(args)
+                        .env("MQSTORE_FENCING_TOKEN", &token)
+                        .status()
+                        .await;
+                    match status {
+                        Ok(status) => {
+                            ExitCode::from(status.code().unwrap_or(1).clamp(0, 255) as u8)
+                        }
+                        Err(e) => {
+                            eprintln!("error: cannot run {program}: {e}");
+                            ExitCode::from(2)
+                        }
+                    }
+                }
+                None => {
+                    eprintln!("holding the lock; Ctrl-C to release");
+                    shutdown_signal().await;
+                    ExitCode::SUCCESS
+                }
+            };
+            if !lease.is_held() {
+                eprintln!("warning: the lock was lost while held (renewals failed)");
+            }
+            lease.release().await?;
+            Ok(code)
         }
         Command::Watch { keys, .. } => {
             let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<KeyChange>();
