@@ -704,3 +704,99 @@ async fn an_abandoned_lease_expires_and_a_waiting_leader_takes_over() {
     );
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_benchmark_measures_the_server_and_an_echo_responder() {
+    use mqstore::net::bench::{self, BenchConfig};
+
+    let broker = Mosquitto::start();
+    let server = Server::start(broker.port, "node-a").await;
+    drop(ready_client(broker.port, "probe").await);
+    let config = BenchConfig {
+        broker: BrokerConfig {
+            port: broker.port,
+            ..BrokerConfig::default()
+        },
+        in_flight: vec![1, 4],
+        duration: Duration::from_millis(300),
+        connections: 2,
+        keys: 10,
+        progress: false,
+        ..BenchConfig::default()
+    };
+    let rows = bench::run(&config).await.unwrap();
+    assert_eq!(
+        rows.iter().map(|r| r.in_flight).collect::<Vec<_>>(),
+        vec![1, 4]
+    );
+    for row in &rows {
+        for figures in [&row.mqstore, &row.echo] {
+            assert!(figures.ops > 0, "{row:?}");
+            assert_eq!(figures.errors, 0, "{row:?}");
+            assert!(figures.p50 <= figures.p99 && figures.p99 <= figures.p999);
+        }
+    }
+    // The state store really served half of them as SETs.
+    server.wait_metric("mqstore_keys 10").await;
+    let table = bench::render(&rows);
+    assert!(table.starts_with("in flight | mqstore ops/s"), "{table}");
+    assert_eq!(table.lines().count(), 4);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_are_served_over_http() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let broker = Mosquitto::start();
+    let config = ServerConfig {
+        broker: BrokerConfig {
+            port: broker.port,
+            ..BrokerConfig::default()
+        },
+        client_id: "server-metrics".into(),
+        node_id: "node-m".into(),
+        share_group: Some("group-1".into()),
+        quotas: Quotas::default(),
+        metrics_addr: Some("127.0.0.1:0".parse().unwrap()),
+    };
+    let (stop, stopped) = oneshot::channel::<()>();
+    let (addr_tx, addr_rx) = oneshot::channel();
+    let task = tokio::spawn(async move {
+        serve(
+            config,
+            async {
+                let _ = stopped.await;
+            },
+            |running| {
+                let _ = addr_tx.send(running.metrics_addr);
+            },
+        )
+        .await
+        .unwrap();
+    });
+    let addr = addr_rx.await.unwrap().expect("a metrics address");
+    // Through the shared subscription.
+    let c = ready_client(broker.port, "dev-1").await;
+    c.set("k", "v", SetOptions::default()).await.unwrap();
+
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut body = String::new();
+    stream.read_to_string(&mut body).await.unwrap();
+    assert!(body.starts_with("HTTP/1.1 200 OK\r\n"), "{body}");
+    assert!(
+        body.contains("mqstore_requests_total{command=\"SET\",outcome=\"ok\"} 1"),
+        "{body}"
+    );
+    assert!(body.contains("mqstore_keys 1\n"), "{body}");
+    assert!(
+        body.contains("mqstore_request_duration_seconds_count"),
+        "{body}"
+    );
+    let _ = stop.send(());
+    task.await.unwrap();
+}

@@ -132,6 +132,9 @@ pub struct ClientConfig {
     pub client_id: String,
     /// Where answers come; defaults to [`topics::response_topic`].
     pub response_topic: String,
+    /// Where requests go; defaults to [`topics::INVOKE`] (another topic only for tests and
+    /// benchmarks against other responders).
+    pub request_topic: String,
     /// Timeout of calls that set none.
     pub default_timeout_ms: u64,
     /// Mixed into every correlation id, so two clients (or two runs of one) never share one.
@@ -145,6 +148,7 @@ impl ClientConfig {
         let client_id = client_id.into();
         Self {
             response_topic: topics::response_topic(&client_id),
+            request_topic: topics::INVOKE.to_owned(),
             client_id,
             default_timeout_ms: 10_000,
             correlation_seed,
@@ -293,7 +297,7 @@ impl ClientCore {
             user_properties.push(pair(property::PERSISTENCE, "true".to_owned()));
         }
         let publish = Publish {
-            topic: topics::INVOKE.to_owned(),
+            topic: self.config.request_topic.clone(),
             payload: request.to_bytes(),
             qos: 1,
             properties: Properties {

@@ -16,7 +16,7 @@ use rumqttc::v5::{AsyncClient, Event as MqttEvent, EventLoop};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, warn};
 
-use super::{BrokerConfig, backoff, from_mqtt, now_ms, publish, sleep_until_ms};
+use super::{BrokerConfig, from_mqtt, now_ms, publish, sleep_until_ms, spawn_poller};
 use crate::client::{Answer, CallId, CallOptions, ClientConfig, ClientCore, ClientError, Event};
 use crate::codec::{Bulk, Condition, Notification, Request, Response, SetRequest};
 use crate::hlc::Hlc;
@@ -30,6 +30,9 @@ pub struct ClientOptions {
     pub client_id: String,
     /// Timeout of each call.
     pub timeout: Duration,
+    /// Where requests go: the state store's invoke topic unless another responder is wanted
+    /// (`mqstore bench` measures an echo responder this way).
+    pub request_topic: String,
 }
 
 impl ClientOptions {
@@ -43,6 +46,7 @@ impl ClientOptions {
             },
             client_id: client_id.into(),
             timeout: Duration::from_secs(10),
+            request_topic: topics::INVOKE.to_owned(),
         }
     }
 }
@@ -139,6 +143,7 @@ impl Client {
         let seed = seed();
         let core = ClientCore::new(ClientConfig {
             default_timeout_ms: options.timeout.as_millis() as u64,
+            request_topic: options.request_topic.clone(),
             ..ClientConfig::new(options.client_id.clone(), seed)
         })?;
         let mut mqtt = options.broker.options(&options.client_id);
@@ -351,16 +356,16 @@ fn seed() -> u64 {
 async fn run(
     mut core: ClientCore,
     client: AsyncClient,
-    mut eventloop: EventLoop,
+    eventloop: EventLoop,
     mut commands: mpsc::Receiver<Command>,
     ready: oneshot::Sender<()>,
 ) {
+    let (mut events, poller) = spawn_poller(eventloop);
     let mut ready = Some(ready);
     let mut waiting: HashMap<CallId, oneshot::Sender<Result<Answer, ClientError>>> = HashMap::new();
     let mut observers: HashMap<Bytes, Vec<mpsc::UnboundedSender<KeyChange>>> = HashMap::new();
     let mut pending_subacks = 0usize;
     let mut connected_before = false;
-    let mut failures = 0u32;
     let deliver =
         |events: Vec<Event>,
          waiting: &mut HashMap<CallId, oneshot::Sender<Result<Answer, ClientError>>>,
@@ -431,9 +436,9 @@ async fn run(
                 let events = core.expire(now_ms());
                 deliver(events, &mut waiting, &mut observers);
             }
-            event = eventloop.poll() => match event {
-                Ok(MqttEvent::Incoming(Packet::ConnAck(_))) => {
-                    failures = 0;
+            event = events.recv() => match event {
+                None => break,
+                Some(Ok(MqttEvent::Incoming(Packet::ConnAck(_)))) => {
                     pending_subacks = 0;
                     for filter in core.subscriptions() {
                         if client.try_subscribe(filter, QoS::AtLeastOnce).is_ok() {
@@ -441,7 +446,7 @@ async fn run(
                         }
                     }
                 }
-                Ok(MqttEvent::Incoming(Packet::SubAck(_))) if pending_subacks > 0 => {
+                Some(Ok(MqttEvent::Incoming(Packet::SubAck(_)))) if pending_subacks > 0 => {
                     pending_subacks -= 1;
                     if pending_subacks == 0 {
                         if let Some(ready) = ready.take() {
@@ -460,27 +465,22 @@ async fn run(
                         connected_before = true;
                     }
                 }
-                Ok(MqttEvent::Incoming(Packet::Publish(p))) => {
+                Some(Ok(MqttEvent::Incoming(Packet::Publish(p)))) => {
                     let message = from_mqtt(p);
                     let events = core.handle(&message, now_ms()).into_iter().collect();
                     deliver(events, &mut waiting, &mut observers);
                 }
-                Ok(_) => {}
-                Err(e) => {
+                Some(Ok(_)) => {}
+                Some(Err(e)) => {
                     // rumqttc reconnects on the next poll; what was in flight is gone.
                     let events = core.connection_lost();
                     deliver(events, &mut waiting, &mut observers);
-                    let wait = backoff(failures);
-                    failures = failures.saturating_add(1);
-                    debug!(error = %e, retry_in = ?wait, "broker connection lost");
-                    tokio::time::sleep(wait).await;
+                    debug!(error = %e, "broker connection lost; reconnecting");
                 }
             }
         }
     }
+    // A polite DISCONNECT (no Will); the poller ends once it is sent.
     let _ = client.try_disconnect();
-    let _ = tokio::time::timeout(Duration::from_millis(500), async {
-        while eventloop.poll().await.is_ok() {}
-    })
-    .await;
+    let _ = tokio::time::timeout(Duration::from_millis(500), poller).await;
 }

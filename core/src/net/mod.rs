@@ -2,6 +2,7 @@
 //! module touches the network. It converts MQTT packets to and from
 //! [`envelope::Publish`](crate::envelope::Publish) and moves them; every decision is the core's.
 
+pub mod bench;
 pub mod client;
 pub mod lease;
 pub mod metrics;
@@ -123,6 +124,44 @@ pub(crate) async fn sleep_until_ms(deadline: Option<u64>) {
         }
         None => std::future::pending().await,
     }
+}
+
+/// What the poller reports: a packet event, or a failed connection (rumqttc reconnects on the
+/// next poll).
+pub(crate) type Polled = Result<rumqttc::v5::Event, rumqttc::v5::ConnectionError>;
+
+/// Polls `eventloop` in a task of its own, forwarding every event, and backing off after
+/// failures. `EventLoop::poll` is not cancellation safe (a request taken from the queue can be
+/// lost mid-write), so it must never lose a `select!` race: only this task polls, and others
+/// select on the channel instead. Ends after a DISCONNECT is sent, or when nobody listens.
+pub(crate) fn spawn_poller(
+    mut eventloop: rumqttc::v5::EventLoop,
+) -> (
+    tokio::sync::mpsc::Receiver<Polled>,
+    tokio::task::JoinHandle<()>,
+) {
+    let (tx, rx) = tokio::sync::mpsc::channel(1024);
+    let task = tokio::spawn(async move {
+        let mut failures = 0u32;
+        loop {
+            let polled = eventloop.poll().await;
+            let disconnected = matches!(
+                polled,
+                Ok(rumqttc::v5::Event::Outgoing(rumqttc::Outgoing::Disconnect))
+            );
+            let failed = polled.is_err();
+            if tx.send(polled).await.is_err() || disconnected {
+                return;
+            }
+            if failed {
+                tokio::time::sleep(backoff(failures)).await;
+                failures = failures.saturating_add(1);
+            } else {
+                failures = 0;
+            }
+        }
+    });
+    (rx, task)
 }
 
 /// How long to wait before reconnecting after `failures` failed attempts in a row: 100 ms,

@@ -21,7 +21,7 @@ use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
 use super::metrics::{self, Metrics};
-use super::{BrokerConfig, backoff, from_mqtt, now_ms, publish, sleep_until_ms};
+use super::{BrokerConfig, from_mqtt, now_ms, publish, sleep_until_ms, spawn_poller};
 use crate::engine::{Engine, EngineConfig, Outcome};
 use crate::envelope::Publish;
 use crate::store::{MemoryStore, Quotas};
@@ -100,8 +100,9 @@ pub async fn serve(
         metrics_addr,
     });
 
-    let (client, mut eventloop) =
+    let (client, eventloop) =
         rumqttc::v5::AsyncClient::new(config.broker.options(&config.client_id), 1024);
+    let (mut events, poller) = spawn_poller(eventloop);
     let invoke_filter = match &config.share_group {
         Some(group) => topics::shared_invoke(group),
         None => topics::INVOKE.to_owned(),
@@ -123,16 +124,17 @@ pub async fn serve(
         "mqstore serve starting"
     );
     let mut notified: HashMap<u16, String> = HashMap::new();
-    let mut failures = 0u32;
     tokio::pin!(shutdown);
     loop {
         let event = tokio::select! {
             _ = &mut shutdown => break,
-            event = eventloop.poll() => event,
+            event = events.recv() => match event {
+                Some(event) => event,
+                None => break,
+            },
         };
         match event {
             Ok(Event::Incoming(Packet::ConnAck(_))) => {
-                failures = 0;
                 // Clean start: nothing survives a reconnect, so subscribe again every time,
                 // and forget which packet ids were notifications.
                 notified.clear();
@@ -177,37 +179,28 @@ pub async fn serve(
                 warn!(reason = ?d.reason_code, "the broker disconnected us");
             }
             Ok(_) => {}
-            Err(e) => {
-                let wait = backoff(failures);
-                failures = failures.saturating_add(1);
-                warn!(error = %e, retry_in = ?wait, "broker connection failed");
-                tokio::time::sleep(wait).await;
-            }
+            Err(e) => warn!(error = %e, "broker connection failed; reconnecting"),
         }
     }
 
-    // Shutdown: stop taking requests, answer those already received, then disconnect.
+    // Shutdown: stop taking requests, answer those already received, then disconnect. The
+    // answers are queued before the DISCONNECT, so they are written first.
     info!("shutting down: answering requests already received");
     let _ = client.try_unsubscribe(invoke_filter.as_str());
     drop(input_tx);
-    let drain = async {
-        loop {
-            if engine_task.is_finished() && eventloop.state.inflight() == 0 {
-                break;
-            }
-            if eventloop.poll().await.is_err() {
-                break;
-            }
-        }
+    let answered = async {
+        let _ = engine_task.await;
+        let _ = client.disconnect().await;
+        // Keep draining events so the poller can send everything and the DISCONNECT.
+        while events.recv().await.is_some() {}
     };
-    if tokio::time::timeout(Duration::from_secs(5), drain)
+    if tokio::time::timeout(Duration::from_secs(5), answered)
         .await
         .is_err()
     {
         warn!("gave up waiting for in-flight publishes after 5 s");
     }
-    let _ = client.try_disconnect();
-    let _ = tokio::time::timeout(Duration::from_millis(500), eventloop.poll()).await;
+    poller.abort();
     if let Some(task) = metrics_task {
         task.abort();
     }
