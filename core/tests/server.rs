@@ -11,6 +11,7 @@ use mosquitto::Mosquitto;
 use mqstore::ServiceError;
 use mqstore::client::ClientError;
 use mqstore::codec::Condition;
+use mqstore::engine::{AccessRule, AccessRules};
 use mqstore::net::BrokerConfig;
 use mqstore::net::client::{Client, ClientOptions, Deleted, KeyChange, Observation, SetOptions};
 use mqstore::net::metrics::Metrics;
@@ -33,6 +34,10 @@ struct Server {
 
 impl Server {
     async fn start(port: u16, node_id: &str) -> Server {
+        Self::start_with(port, node_id, Quotas::default(), AccessRules::default()).await
+    }
+
+    async fn start_with(port: u16, node_id: &str, quotas: Quotas, access: AccessRules) -> Server {
         let config = ServerConfig {
             broker: BrokerConfig {
                 port,
@@ -41,7 +46,8 @@ impl Server {
             client_id: format!("server-{node_id}"),
             node_id: node_id.into(),
             share_group: None,
-            quotas: Quotas::default(),
+            quotas,
+            access,
             metrics_addr: None,
         };
         let (stop, stopped) = oneshot::channel::<()>();
@@ -209,6 +215,13 @@ async fn notifications_come_before_the_response_and_on_expiry() {
         .unwrap();
     assert_eq!(change.value.as_deref(), Some(&b"v"[..]));
     assert!(!change.synthetic);
+    assert_eq!(c.del("k", None).await.unwrap(), Deleted::Deleted);
+    let deleted = tokio::time::timeout(Duration::ZERO, changes.next())
+        .await
+        .expect("the DELETE precedes the response")
+        .unwrap();
+    assert_eq!(deleted.value, None);
+    assert!(deleted.version > change.version);
 
     let expiring = SetOptions {
         expires: Some(Duration::from_millis(200)),
@@ -758,6 +771,7 @@ async fn metrics_are_served_over_http() {
         node_id: "node-m".into(),
         share_group: Some("group-1".into()),
         quotas: Quotas::default(),
+        access: Default::default(),
         metrics_addr: Some("127.0.0.1:0".parse().unwrap()),
     };
     let (stop, stopped) = oneshot::channel::<()>();
@@ -799,4 +813,119 @@ async fn metrics_are_served_over_http() {
     );
     let _ = stop.send(());
     task.await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_error_text_over_the_wire() {
+    let broker = Mosquitto::start();
+    let quotas = Quotas {
+        max_keys: Some(3),
+        max_bytes: None,
+    };
+    let access = AccessRules::new(vec![
+        AccessRule::new("*", b"secret/*", false, false),
+        AccessRule::new("*", b"*", true, true),
+    ]);
+    let server = Server::start_with(broker.port, "node-e", quotas, access).await;
+    let _ready = ready_client(broker.port, "probe").await;
+    let mut raw = Raw::connect(broker.port, "raw-e", None).await;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let ts = format!("{now}:0:raw-e");
+    let ahead = format!("{}:0:raw-e", now + 120_000);
+    let old = format!("{}:0:raw-e", now - 1_000);
+    let set = |k: &str, v: &str| {
+        format!(
+            "*3\r\n$3\r\nSET\r\n${}\r\n{k}\r\n${}\r\n{v}\r\n",
+            k.len(),
+            v.len()
+        )
+    };
+    let ok_set = |k: &str, ft: Option<&str>| {
+        let mut user = vec![("__ts", ts.as_str())];
+        user.extend(ft.map(|f| ("__ft", f)));
+        (set(k, "v"), props("raw-e", &user))
+    };
+    // Set up: a fenced key and two more keys, filling the quota of three.
+    for (key, ft) in [("fenced", Some(ts.as_str())), ("a", None), ("b", None)] {
+        let (payload, p) = ok_set(key, ft);
+        raw.send(payload.as_bytes(), p).await;
+        assert_eq!(&raw.answer().await.payload[..], b"+OK\r\n", "{key}");
+    }
+    // (payload, user properties, the error it must produce)
+    type Case<'a> = (String, Vec<(&'a str, &'a str)>, ServiceError);
+    let cases: Vec<Case> = vec![
+        (
+            set("k", "v"),
+            vec![("__ts", ahead.as_str())],
+            ServiceError::TimestampSkew,
+        ),
+        (
+            set("fenced", "w"),
+            vec![("__ts", ts.as_str())],
+            ServiceError::FencingTokenRequired,
+        ),
+        (
+            set("fenced", "w"),
+            vec![("__ts", ts.as_str()), ("__ft", ahead.as_str())],
+            ServiceError::FencingTokenSkew,
+        ),
+        (
+            set("fenced", "w"),
+            vec![("__ts", ts.as_str()), ("__ft", old.as_str())],
+            ServiceError::FencingTokenLowerVersion,
+        ),
+        (
+            set("d", "v"),
+            vec![("__ts", ts.as_str())],
+            ServiceError::QuotaExceeded,
+        ),
+        (
+            "*2\r\n$3\r\nGET\r\n".into(),
+            vec![],
+            ServiceError::SyntaxError,
+        ),
+        (
+            "*2\r\n$3\r\nGET\r\n$8\r\nsecret/x\r\n".into(),
+            vec![],
+            ServiceError::NotAuthorized,
+        ),
+        (
+            "*1\r\n$4\r\nPING\r\n".into(),
+            vec![],
+            ServiceError::UnknownCommand,
+        ),
+        (
+            "*1\r\n$3\r\nGET\r\n".into(),
+            vec![],
+            ServiceError::WrongNumberOfArguments,
+        ),
+        (set("k", "v"), vec![], ServiceError::MissingTimestamp),
+        (
+            set("k", "v"),
+            vec![("__ts", "yesterday")],
+            ServiceError::MalformedTimestamp,
+        ),
+        (
+            "*2\r\n$3\r\nGET\r\n$0\r\n\r\n".into(),
+            vec![],
+            ServiceError::KeyLengthZero,
+        ),
+    ];
+    assert_eq!(cases.len(), ServiceError::KNOWN.len());
+    for (payload, user, error) in cases {
+        raw.send(payload.as_bytes(), props("raw-e", &user)).await;
+        let answer = raw.answer().await;
+        assert_eq!(
+            String::from_utf8_lossy(&answer.payload),
+            format!("-ERR {}\r\n", error.text()),
+            "{payload:?}"
+        );
+        assert_eq!(user_property(&answer, "__stat"), Some("200"));
+        assert!(user_property(&answer, "__ts").is_some());
+    }
+    raw.task.abort();
+    server.stop().await;
 }

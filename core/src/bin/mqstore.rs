@@ -12,6 +12,7 @@ use bytes::Bytes;
 use clap::{Args, Parser, Subcommand};
 use mqstore::client::ClientError;
 use mqstore::codec::Condition;
+use mqstore::engine::{AccessRule, AccessRules};
 use mqstore::hlc::Hlc;
 use mqstore::net::BrokerConfig;
 use mqstore::net::bench::{self, BenchConfig};
@@ -167,6 +168,11 @@ struct ServeArgs {
     /// Most bytes of keys and values the store holds.
     #[arg(long)]
     max_bytes: Option<u64>,
+    /// An access rule, "CLIENTS KEYS PERMS" (patterns in the SCAN dialect, PERMS one of r, w,
+    /// rw, -), e.g. 'sensor-* sensors/* rw'. Repeatable; the first rule matching a client and
+    /// key decides, and with any rules given a request no rule matches is refused.
+    #[arg(long = "access-rule", value_parser = parse_rule)]
+    access_rules: Vec<AccessRule>,
     /// Serve Prometheus metrics on this address (e.g. 127.0.0.1:9464).
     #[arg(long, env = "MQSTORE_METRICS")]
     metrics: Option<SocketAddr>,
@@ -301,6 +307,7 @@ async fn run(cli: Cli) -> ExitCode {
             max_keys: args.max_keys,
             max_bytes: args.max_bytes,
         },
+        access: AccessRules::new(args.access_rules.clone()),
         metrics_addr: args.metrics,
     };
     match serve(config, shutdown_signal(), |_| {}).await {
@@ -310,6 +317,21 @@ async fn run(cli: Cli) -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+fn parse_rule(text: &str) -> Result<AccessRule, String> {
+    let parts: Vec<&str> = text.split_whitespace().collect();
+    let [clients, keys, perms] = parts[..] else {
+        return Err("expected \"CLIENTS KEYS PERMS\", e.g. 'sensor-* sensors/* rw'".into());
+    };
+    let (read, write) = match perms {
+        "r" => (true, false),
+        "w" => (false, true),
+        "rw" | "wr" => (true, true),
+        "-" => (false, false),
+        other => return Err(format!("PERMS is r, w, rw or -, not {other:?}")),
+    };
+    Ok(AccessRule::new(clients, keys.as_bytes(), read, write))
 }
 
 /// SIGINT or SIGTERM.

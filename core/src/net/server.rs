@@ -22,7 +22,7 @@ use tracing::{debug, info, warn};
 
 use super::metrics::{self, Metrics};
 use super::{BrokerConfig, from_mqtt, now_ms, publish, sleep_until_ms, spawn_poller};
-use crate::engine::{Engine, EngineConfig, Outcome};
+use crate::engine::{AccessRules, Engine, EngineConfig, Outcome};
 use crate::envelope::Publish;
 use crate::store::{MemoryStore, Quotas};
 use crate::topics;
@@ -38,6 +38,8 @@ pub struct ServerConfig {
     /// Subscribe through `$share/{group}/…` so that several nodes split the requests.
     pub share_group: Option<String>,
     pub quotas: Quotas,
+    /// Which client may read or write which keys (none: everyone everything).
+    pub access: AccessRules,
     /// Serve Prometheus metrics here.
     pub metrics_addr: Option<SocketAddr>,
 }
@@ -79,7 +81,10 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
     started: impl FnOnce(Running),
 ) -> Result<(), ServerError> {
-    let engine_config = EngineConfig::new(config.node_id.clone());
+    let engine_config = EngineConfig {
+        access: config.access.clone(),
+        ..EngineConfig::new(config.node_id.clone())
+    };
     let engine = Engine::new(engine_config, MemoryStore::with_quotas(config.quotas))
         .map_err(|_| ServerError::NodeId(config.node_id.clone()))?;
     let metrics = Arc::new(Metrics::default());

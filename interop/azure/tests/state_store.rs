@@ -29,6 +29,7 @@ async fn start_server(port: u16) -> (oneshot::Sender<()>, tokio::task::JoinHandl
         node_id: "mqstore".into(),
         share_group: None,
         quotas: Quotas::default(),
+        access: Default::default(),
         metrics_addr: None,
     };
     let (stop, stopped) = oneshot::channel::<()>();
