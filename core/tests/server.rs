@@ -929,3 +929,93 @@ async fn every_error_text_over_the_wire() {
     raw.task.abort();
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_and_client_connect_over_tls() {
+    use mqstore::net::TlsConfig;
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+
+    // A throwaway certificate authority and a broker certificate for 127.0.0.1.
+    let dir = std::env::temp_dir().join(format!("mqstore-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
+    let broker_key = KeyPair::generate().unwrap();
+    let broker_cert = CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])
+        .unwrap()
+        .signed_by(&broker_key, &ca)
+        .unwrap();
+    let (ca_file, cert_file, key_file) = (
+        dir.join("ca.pem"),
+        dir.join("broker.pem"),
+        dir.join("broker.key"),
+    );
+    std::fs::write(&ca_file, ca.pem()).unwrap();
+    std::fs::write(&cert_file, broker_cert.pem()).unwrap();
+    std::fs::write(&key_file, broker_key.serialize_pem()).unwrap();
+    let broker = Mosquitto::start_tls(&ca_file, &cert_file, &key_file);
+
+    let tls = TlsConfig::from_files(&ca_file, None).unwrap();
+    let broker_config = BrokerConfig {
+        port: broker.port,
+        tls: Some(tls.clone()),
+        ..BrokerConfig::default()
+    };
+    let config = ServerConfig {
+        broker: broker_config.clone(),
+        client_id: "server-tls".into(),
+        node_id: "node-tls".into(),
+        share_group: None,
+        quotas: Quotas::default(),
+        access: AccessRules::default(),
+        metrics_addr: None,
+    };
+    let (stop, stopped) = oneshot::channel::<()>();
+    let server = tokio::spawn(async move {
+        serve(
+            config,
+            async {
+                let _ = stopped.await;
+            },
+            |_| {},
+        )
+        .await
+        .unwrap();
+    });
+    let mut options = ClientOptions::new("tls-client", "127.0.0.1", broker.port);
+    options.broker = broker_config;
+    options.timeout = Duration::from_secs(2);
+    let client = Client::connect(options).await.expect("a TLS connection");
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while client
+        .set("k", "over tls", SetOptions::default())
+        .await
+        .is_err()
+    {
+        assert!(tokio::time::Instant::now() < deadline, "no answer over TLS");
+    }
+    assert_eq!(
+        &client.get("k").await.unwrap().unwrap().value[..],
+        b"over tls"
+    );
+
+    // A client that does not trust the broker's authority cannot connect.
+    let mut untrusted = ClientOptions::new("untrusted", "127.0.0.1", broker.port);
+    let other_ca = CertifiedIssuer::self_signed(
+        CertificateParams::new(Vec::<String>::new()).unwrap(),
+        KeyPair::generate().unwrap(),
+    )
+    .unwrap();
+    untrusted.broker.tls = Some(TlsConfig {
+        ca_pem: other_ca.pem().into_bytes(),
+        client_auth: None,
+    });
+    untrusted.timeout = Duration::from_secs(1);
+    assert!(Client::connect(untrusted).await.is_err());
+
+    client.close().await;
+    let _ = stop.send(());
+    server.await.unwrap();
+    let _ = std::fs::remove_dir_all(dir);
+}

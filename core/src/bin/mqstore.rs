@@ -14,11 +14,11 @@ use mqstore::client::ClientError;
 use mqstore::codec::Condition;
 use mqstore::engine::{AccessRule, AccessRules};
 use mqstore::hlc::Hlc;
-use mqstore::net::BrokerConfig;
 use mqstore::net::bench::{self, BenchConfig};
 use mqstore::net::client::{Client, ClientOptions, Deleted, KeyChange, SetOptions};
 use mqstore::net::lease::Lease;
 use mqstore::net::server::{ServerConfig, serve};
+use mqstore::net::{BrokerConfig, TlsConfig};
 use mqstore::store::Quotas;
 
 #[derive(Parser)]
@@ -50,6 +50,18 @@ struct BrokerArgs {
     /// The MQTT client id (default: mqstore-server-{node id} or mqstore-cli-{random}).
     #[arg(long, global = true, env = "MQSTORE_CLIENT_ID")]
     client_id: Option<String>,
+    /// Connect to the broker with TLS, trusting the authorities in --ca-file.
+    #[arg(long, global = true, env = "MQSTORE_TLS")]
+    tls: bool,
+    /// PEM file of the certificate authorities that may sign the broker's certificate.
+    #[arg(long, global = true, env = "MQSTORE_CA_FILE", requires = "tls")]
+    ca_file: Option<std::path::PathBuf>,
+    /// PEM client certificate (chain), for brokers that authenticate clients by certificate.
+    #[arg(long, global = true, env = "MQSTORE_CERT_FILE", requires = "key_file")]
+    cert_file: Option<std::path::PathBuf>,
+    /// PEM private key of --cert-file.
+    #[arg(long, global = true, env = "MQSTORE_KEY_FILE", requires = "cert_file")]
+    key_file: Option<std::path::PathBuf>,
     /// Largest MQTT packet to send or accept, in bytes.
     #[arg(long, global = true, default_value_t = 16 * 1024 * 1024)]
     max_packet_size: u32,
@@ -224,15 +236,26 @@ fn main() -> ExitCode {
     runtime.block_on(run(cli))
 }
 
-fn broker(args: &BrokerArgs) -> BrokerConfig {
-    BrokerConfig {
+fn broker(args: &BrokerArgs) -> Result<BrokerConfig, String> {
+    let tls = match (args.tls, &args.ca_file) {
+        (false, _) => None,
+        (true, None) => {
+            return Err("--tls needs --ca-file (the broker's certificate authority)".into());
+        }
+        (true, Some(ca)) => {
+            let client = args.cert_file.as_deref().zip(args.key_file.as_deref());
+            Some(TlsConfig::from_files(ca, client).map_err(|e| e.to_string())?)
+        }
+    };
+    Ok(BrokerConfig {
         host: args.host.clone(),
         port: args.port,
         username: args.username.clone(),
         password: args.password.clone(),
         max_packet_size: args.max_packet_size,
+        tls,
         ..BrokerConfig::default()
-    }
+    })
 }
 
 fn random_suffix() -> String {
@@ -247,6 +270,13 @@ fn random_suffix() -> String {
 }
 
 async fn run(cli: Cli) -> ExitCode {
+    let broker_config = match broker(&cli.broker) {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
     if let Command::Bench {
         in_flight,
         duration,
@@ -257,7 +287,7 @@ async fn run(cli: Cli) -> ExitCode {
     } = &cli.command
     {
         let config = BenchConfig {
-            broker: broker(&cli.broker),
+            broker: broker_config.clone(),
             in_flight: in_flight.clone(),
             duration: Duration::from_secs(*duration),
             connections: *connections,
@@ -281,7 +311,7 @@ async fn run(cli: Cli) -> ExitCode {
         };
     }
     let Command::Serve(args) = &cli.command else {
-        return run_client(cli).await;
+        return run_client(cli, broker_config).await;
     };
     if args.store != "memory" {
         eprintln!(
@@ -295,7 +325,7 @@ async fn run(cli: Cli) -> ExitCode {
         .clone()
         .unwrap_or_else(|| format!("node-{}", random_suffix()));
     let config = ServerConfig {
-        broker: broker(&cli.broker),
+        broker: broker_config.clone(),
         client_id: cli
             .broker
             .client_id
@@ -390,7 +420,7 @@ fn json_string(s: &str) -> String {
     out
 }
 
-async fn run_client(cli: Cli) -> ExitCode {
+async fn run_client(cli: Cli, broker_config: BrokerConfig) -> ExitCode {
     let out = match &cli.command {
         Command::Get { out, .. }
         | Command::Set { out, .. }
@@ -407,7 +437,7 @@ async fn run_client(cli: Cli) -> ExitCode {
         .clone()
         .unwrap_or_else(|| format!("mqstore-cli-{}", random_suffix()));
     let options = ClientOptions {
-        broker: broker(&cli.broker),
+        broker: broker_config.clone(),
         timeout: Duration::from_secs(out.timeout),
         ..ClientOptions::new(client_id, "", 0)
     };

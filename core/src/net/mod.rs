@@ -27,6 +27,39 @@ pub struct BrokerConfig {
     /// told otherwise, which would silently refuse larger values.
     pub max_packet_size: u32,
     pub keep_alive: Duration,
+    /// Connect with TLS (`None`: plain TCP).
+    pub tls: Option<TlsConfig>,
+}
+
+/// TLS settings of the broker connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsConfig {
+    /// PEM certificates of the authorities that may sign the broker's certificate.
+    pub ca_pem: Vec<u8>,
+    /// PEM certificate chain and private key, for brokers that authenticate clients by
+    /// certificate.
+    pub client_auth: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl TlsConfig {
+    /// Reads the CA file, and the client certificate and key files when both are given.
+    pub fn from_files(
+        ca: &std::path::Path,
+        client: Option<(&std::path::Path, &std::path::Path)>,
+    ) -> std::io::Result<Self> {
+        let read = |path: &std::path::Path| {
+            std::fs::read(path).map_err(|e| {
+                std::io::Error::new(e.kind(), format!("cannot read {}: {e}", path.display()))
+            })
+        };
+        Ok(Self {
+            ca_pem: read(ca)?,
+            client_auth: match client {
+                Some((cert, key)) => Some((read(cert)?, read(key)?)),
+                None => None,
+            },
+        })
+    }
 }
 
 impl Default for BrokerConfig {
@@ -38,6 +71,7 @@ impl Default for BrokerConfig {
             password: None,
             max_packet_size: 16 * 1024 * 1024,
             keep_alive: Duration::from_secs(30),
+            tls: None,
         }
     }
 }
@@ -57,6 +91,17 @@ impl BrokerConfig {
         let mut network = rumqttc::NetworkOptions::new();
         network.set_tcp_nodelay(true);
         options.set_network_options(network);
+        if let Some(tls) = &self.tls {
+            // rustls needs a process-wide crypto provider; installing it twice is harmless.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            options.set_transport(rumqttc::Transport::tls_with_config(
+                rumqttc::TlsConfiguration::Simple {
+                    ca: tls.ca_pem.clone(),
+                    alpn: None,
+                    client_auth: tls.client_auth.clone(),
+                },
+            ));
+        }
         options
     }
 }

@@ -44,6 +44,23 @@ impl Mosquitto {
 
     /// Starts a broker on `port` (to restart one where clients expect it).
     pub fn start_on(port: u16) -> Self {
+        Self::start_with(port, "")
+    }
+
+    /// Starts a broker whose listener takes TLS, with these PEM files.
+    pub fn start_tls(ca: &std::path::Path, cert: &std::path::Path, key: &std::path::Path) -> Self {
+        Self::start_with(
+            free_port(),
+            &format!(
+                "cafile {}\ncertfile {}\nkeyfile {}\n",
+                ca.display(),
+                cert.display(),
+                key.display()
+            ),
+        )
+    }
+
+    fn start_with(port: u16, listener_options: &str) -> Self {
         let dir = std::env::temp_dir().join(format!(
             "mqstore-test-mosquitto-{port}-{}",
             std::process::id()
@@ -53,7 +70,7 @@ impl Mosquitto {
         std::fs::write(
             &config,
             format!(
-                "listener {port} 127.0.0.1\nallow_anonymous true\nset_tcp_nodelay true\npersistence false\nlog_dest file {}\n",
+                "listener {port} 127.0.0.1\n{listener_options}allow_anonymous true\nset_tcp_nodelay true\npersistence false\nlog_dest file {}\n",
                 dir.join("mosquitto.log").display()
             ),
         )
