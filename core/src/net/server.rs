@@ -1,23 +1,22 @@
 //! `mqstore serve`: the engine next to an MQTT 5 broker.
 //!
-//! Two tasks. The *connection* task polls rumqttc: it re-subscribes on every CONNACK, forwards
-//! requests and presence messages to the engine task, backs off when the broker is away, and
-//! watches PUBACKs of notifications for "no matching subscribers" (the client is gone). The
-//! *engine* task owns the [`Engine`]: it handles requests in arrival order, publishes what the
-//! engine returns in that order (notifications before responses), and sleeps until the next
-//! expiry deadline.
+//! One task owns the [`Engine`] and handles what the connection's poller task reports, in
+//! order: it re-subscribes on every CONNACK, answers requests (publishing what the engine
+//! returns in that order: notifications before responses), drops the registrations of clients
+//! that are gone (a presence Will, or a notification's PUBACK saying "no matching
+//! subscribers"), and sleeps until the engine's next expiry deadline. The poller reconnects
+//! with backoff when the broker is away.
 
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rumqttc::Outgoing;
 use rumqttc::v5::mqttbytes::QoS;
 use rumqttc::v5::mqttbytes::v5::{Packet, PubAckReason};
 use rumqttc::v5::{AsyncClient, Event};
-use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
 use super::metrics::{self, Metrics};
@@ -55,16 +54,6 @@ pub enum ServerError {
         source: std::io::Error,
     },
 }
-
-/// What the connection task tells the engine task.
-enum Input {
-    Request(Publish, Instant),
-    ClientGone(String),
-}
-
-/// Which client each outgoing publish notifies (None: a response), in the order the engine
-/// task queued them, so the connection task can map packet ids to clients.
-type Outbox = Arc<Mutex<VecDeque<Option<String>>>>;
 
 /// A running server's handles, for tests and embedding.
 pub struct Running {
@@ -112,15 +101,6 @@ pub async fn serve(
         Some(group) => topics::shared_invoke(group),
         None => topics::INVOKE.to_owned(),
     };
-    let (input_tx, input_rx) = mpsc::channel::<Input>(4096);
-    let outbox: Outbox = Arc::default();
-    let engine_task = tokio::spawn(run_engine(
-        engine,
-        input_rx,
-        client.clone(),
-        outbox.clone(),
-        metrics.clone(),
-    ));
 
     info!(
         broker = %format!("{}:{}", config.broker.host, config.broker.port),
@@ -128,78 +108,111 @@ pub async fn serve(
         topic = %invoke_filter,
         "mqstore serve starting"
     );
+    let mut engine = engine;
+    let mut out = Vec::new();
+    // Which client each queued publish notifies (None: a response), in publish order, so
+    // packet ids can be matched to clients when rumqttc reports them.
+    let mut outbox: VecDeque<Option<String>> = VecDeque::new();
     let mut notified: HashMap<u16, String> = HashMap::new();
     tokio::pin!(shutdown);
     loop {
+        // Every branch is cancellation safe: the connection itself is polled by its own task.
         let event = tokio::select! {
             _ = &mut shutdown => break,
+            _ = sleep_until_ms(engine.next_deadline()) => {
+                engine.expire(now_ms(), &mut out);
+                send_all(&client, &mut outbox, &metrics, &mut out).await;
+                metrics.set_store(engine.stats());
+                continue;
+            }
             event = events.recv() => match event {
                 Some(event) => event,
                 None => break,
             },
         };
-        match event {
+        let gone = match event {
             Ok(Event::Incoming(Packet::ConnAck(_))) => {
                 // Clean start: nothing survives a reconnect, so subscribe again every time,
                 // and forget which packet ids were notifications.
                 notified.clear();
-                if let Ok(mut outbox) = outbox.lock() {
-                    outbox.clear();
-                }
+                outbox.clear();
                 for filter in [invoke_filter.as_str(), topics::PRESENCE_FILTER] {
                     if let Err(e) = client.try_subscribe(filter, QoS::AtLeastOnce) {
                         warn!(%filter, error = %e, "subscribe failed");
                     }
                 }
                 info!("connected to the broker; subscribed");
+                None
             }
             Ok(Event::Incoming(Packet::Publish(p))) => {
+                let received = Instant::now();
                 let message = from_mqtt(p);
-                let input = match topics::client_of_presence_topic(&message.topic) {
-                    Some(client) => Input::ClientGone(client),
-                    None => Input::Request(message, Instant::now()),
-                };
-                if input_tx.send(input).await.is_err() {
-                    break;
+                match topics::client_of_presence_topic(&message.topic) {
+                    Some(client) => Some(client),
+                    None => {
+                        let outcome = engine.handle(message, now_ms(), &mut out);
+                        match &outcome {
+                            Outcome::Dropped(reason) => warn!(%reason, "request dropped"),
+                            Outcome::Rejected(error) => warn!(%error, "request rejected"),
+                            Outcome::Answered { .. } => {}
+                        }
+                        send_all(&client, &mut outbox, &metrics, &mut out).await;
+                        metrics.record(&outcome, received.elapsed());
+                        metrics.set_store(engine.stats());
+                        None
+                    }
                 }
             }
             Ok(Event::Outgoing(Outgoing::Publish(pkid))) => {
-                let client = outbox.lock().ok().and_then(|mut o| o.pop_front()).flatten();
-                if let Some(client) = client {
+                if let Some(client) = outbox.pop_front().flatten() {
                     notified.insert(pkid, client);
                 }
+                None
             }
             Ok(Event::Incoming(Packet::PubAck(ack))) => {
                 let client = notified.remove(&ack.pkid);
                 match (ack.reason, client) {
                     (PubAckReason::NoMatchingSubscribers, Some(client)) => {
-                        debug!(%client, "nobody receives this client's notifications: dropping it");
-                        let _ = input_tx.send(Input::ClientGone(client)).await;
+                        debug!(%client, "nobody receives this client's notifications");
+                        Some(client)
                     }
-                    (PubAckReason::Success | PubAckReason::NoMatchingSubscribers, _) => {}
-                    (reason, _) => warn!(?reason, pkid = ack.pkid, "the broker refused a publish"),
+                    (PubAckReason::Success | PubAckReason::NoMatchingSubscribers, _) => None,
+                    (reason, _) => {
+                        warn!(?reason, pkid = ack.pkid, "the broker refused a publish");
+                        None
+                    }
                 }
             }
             Ok(Event::Incoming(Packet::Disconnect(d))) => {
                 warn!(reason = ?d.reason_code, "the broker disconnected us");
+                None
             }
-            Ok(_) => {}
-            Err(e) => warn!(error = %e, "broker connection failed; reconnecting"),
+            Ok(_) => None,
+            Err(e) => {
+                warn!(error = %e, "broker connection failed; reconnecting");
+                None
+            }
+        };
+        if let Some(client_id) = gone {
+            let dropped = engine.drop_client(&client_id);
+            if dropped > 0 {
+                info!(client = %client_id, registrations = dropped, "client gone: dropped its registrations");
+                metrics.client_dropped();
+                metrics.set_store(engine.stats());
+            }
         }
     }
 
-    // Shutdown: stop taking requests, answer those already received, then disconnect. The
-    // answers are queued before the DISCONNECT, so they are written first.
-    info!("shutting down: answering requests already received");
+    // Shutdown: stop taking requests; every request received so far was answered in the loop
+    // and its answer queued before the DISCONNECT, so it is written first.
+    info!("shutting down");
     let _ = client.try_unsubscribe(invoke_filter.as_str());
-    drop(input_tx);
-    let answered = async {
-        let _ = engine_task.await;
+    let disconnected = async {
         let _ = client.disconnect().await;
         // Keep draining events so the poller can send everything and the DISCONNECT.
         while events.recv().await.is_some() {}
     };
-    if tokio::time::timeout(Duration::from_secs(5), answered)
+    if tokio::time::timeout(Duration::from_secs(5), disconnected)
         .await
         .is_err()
     {
@@ -213,71 +226,21 @@ pub async fn serve(
     Ok(())
 }
 
-async fn run_engine(
-    mut engine: Engine,
-    mut inputs: mpsc::Receiver<Input>,
-    client: AsyncClient,
-    outbox: Outbox,
-    metrics: Arc<Metrics>,
-) {
-    let mut out = Vec::new();
-    loop {
-        let deadline = engine.next_deadline();
-        let input = tokio::select! {
-            input = inputs.recv() => match input {
-                Some(input) => Some(input),
-                None => break,
-            },
-            _ = sleep_until_ms(deadline) => None,
-        };
-        let now = now_ms();
-        match input {
-            Some(Input::Request(message, received)) => {
-                let outcome = engine.handle(message, now, &mut out);
-                match &outcome {
-                    Outcome::Dropped(reason) => warn!(%reason, "request dropped"),
-                    Outcome::Rejected(error) => warn!(%error, "request rejected"),
-                    Outcome::Answered { .. } => {}
-                }
-                metrics.record(&outcome, received.elapsed());
-            }
-            Some(Input::ClientGone(client_id)) => {
-                let dropped = engine.drop_client(&client_id);
-                if dropped > 0 {
-                    info!(client = %client_id, registrations = dropped, "client gone: dropped its registrations");
-                    metrics.client_dropped();
-                }
-            }
-            None => {
-                engine.expire(now, &mut out);
-            }
-        }
-        metrics.set_store(engine.stats());
-        if !send_all(&client, &outbox, &metrics, &mut out).await {
-            break;
-        }
-    }
-}
-
-/// Publishes in order, telling the connection task which publishes are notifications.
+/// Publishes in order, noting which publishes are notifications (and to whom).
 async fn send_all(
     client: &AsyncClient,
-    outbox: &Outbox,
+    outbox: &mut VecDeque<Option<String>>,
     metrics: &Metrics,
     out: &mut Vec<Publish>,
-) -> bool {
+) {
     for message in out.drain(..) {
         let notified = topics::parse_notify_topic(&message.topic).map(|(client, _)| client);
         if notified.is_some() {
             metrics.notified(1);
         }
-        if let Ok(mut outbox) = outbox.lock() {
-            outbox.push_back(notified);
-        }
+        outbox.push_back(notified);
         if let Err(e) = publish(client, message).await {
             warn!(error = %e, "publish failed: the connection is closing");
-            return false;
         }
     }
-    true
 }
