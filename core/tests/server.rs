@@ -139,11 +139,14 @@ async fn commands_over_the_wire() {
     };
     assert!(!c.set("k", "v2", nx).await.unwrap().applied);
     assert_eq!(
-        c.vdel("k", "nope", None).await.unwrap(),
+        c.vdel("k", "nope", None).await.unwrap().outcome,
         Deleted::ValueMismatch
     );
-    assert_eq!(c.vdel("k", "v1", None).await.unwrap(), Deleted::Deleted);
-    assert_eq!(c.del("k", None).await.unwrap(), Deleted::Absent);
+    assert_eq!(
+        c.vdel("k", "v1", None).await.unwrap().outcome,
+        Deleted::Deleted
+    );
+    assert_eq!(c.del("k", None).await.unwrap().outcome, Deleted::Absent);
     assert_eq!(c.get("k").await.unwrap(), None);
 
     // Values of any bytes and of a size past rumqttc's default 10 KiB packet limit.
@@ -162,6 +165,9 @@ async fn commands_over_the_wire() {
     keys.sort();
     assert_eq!(keys.len(), 5);
     assert_eq!(&keys[0][..], b"user:0");
+    let mut pages = c.scan_pages("user:*");
+    assert_eq!(pages.next_page().await.unwrap().unwrap().len(), 5);
+    assert!(pages.next_page().await.is_none(), "one page for five keys");
 
     // Fencing over the wire.
     let lock = c
@@ -189,7 +195,7 @@ async fn commands_over_the_wire() {
         ClientError::Service(ServiceError::FencingTokenRequired)
     );
     assert_eq!(
-        c.del("guarded", Some(token)).await.unwrap(),
+        c.del("guarded", Some(token)).await.unwrap().outcome,
         Deleted::Deleted
     );
 
@@ -215,13 +221,18 @@ async fn notifications_come_before_the_response_and_on_expiry() {
         .unwrap();
     assert_eq!(change.value.as_deref(), Some(&b"v"[..]));
     assert!(!change.synthetic);
-    assert_eq!(c.del("k", None).await.unwrap(), Deleted::Deleted);
+    let deletion = c.del("k", None).await.unwrap();
+    assert_eq!(deletion.outcome, Deleted::Deleted);
     let deleted = tokio::time::timeout(Duration::ZERO, changes.next())
         .await
         .expect("the DELETE precedes the response")
         .unwrap();
     assert_eq!(deleted.value, None);
     assert!(deleted.version > change.version);
+    assert_eq!(
+        deleted.version, deletion.version,
+        "DEL returns the deletion's version"
+    );
 
     let expiring = SetOptions {
         expires: Some(Duration::from_millis(200)),

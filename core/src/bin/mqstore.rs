@@ -548,8 +548,8 @@ async fn command(client: &Client, command: Command, out: OutputArgs) -> Result<E
         } => {
             let token = parse_token(&fencing_token).map_err(CliError::Usage)?;
             let deleted = client.del(Bytes::from(key), token).await?;
-            report_deleted(out, deleted);
-            Ok(found(deleted == Deleted::Deleted))
+            report_deleted(out, deleted.outcome);
+            Ok(found(deleted.outcome == Deleted::Deleted))
         }
         Command::Vdel {
             key,
@@ -561,8 +561,8 @@ async fn command(client: &Client, command: Command, out: OutputArgs) -> Result<E
             let deleted = client
                 .vdel(Bytes::from(key), Bytes::from(value), token)
                 .await?;
-            report_deleted(out, deleted);
-            Ok(found(deleted == Deleted::Deleted))
+            report_deleted(out, deleted.outcome);
+            Ok(found(deleted.outcome == Deleted::Deleted))
         }
         Command::Scan { pattern, .. } => {
             let mut keys = client.scan(Bytes::from(pattern)).await?;

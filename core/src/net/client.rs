@@ -78,6 +78,14 @@ pub struct Versioned {
     pub version: Option<Hlc>,
 }
 
+/// What a DEL or VDEL did, and the version: of the deletion when it deleted, else the
+/// engine's clock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Deletion {
+    pub outcome: Deleted,
+    pub version: Option<Hlc>,
+}
+
 /// What a DEL or VDEL did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Deleted {
@@ -122,6 +130,48 @@ enum Command {
 pub struct Client {
     commands: mpsc::Sender<Command>,
     client_id: String,
+}
+
+/// A SCAN, page by page: see [`Client::scan_pages`].
+pub struct ScanPages {
+    client: Client,
+    pattern: Bytes,
+    token: Option<Bytes>,
+    done: bool,
+}
+
+impl ScanPages {
+    /// The next page of keys (possibly empty); `None` after the last.
+    pub async fn next_page(&mut self) -> Option<Result<Vec<Bytes>, ClientError>> {
+        if self.done {
+            return None;
+        }
+        let request = Request::Scan {
+            pattern: self.pattern.clone(),
+            token: self.token.take(),
+        };
+        let answer = match self.client.call(request, CallOptions::default()).await {
+            Ok(answer) => answer,
+            Err(e) => {
+                self.done = true;
+                return Some(Err(e));
+            }
+        };
+        match answer.response {
+            Response::Keys { keys, token } => {
+                self.done = token.is_none();
+                self.token = token;
+                Some(Ok(keys))
+            }
+            response => {
+                self.done = true;
+                Some(Err(ClientError::Unexpected {
+                    command: "SCAN",
+                    response,
+                }))
+            }
+        }
+    }
 }
 
 /// Changes of one observed key, in the order they happened.
@@ -243,13 +293,13 @@ impl Client {
         &self,
         key: impl Into<Bytes>,
         fencing_token: Option<Hlc>,
-    ) -> Result<Deleted, ClientError> {
+    ) -> Result<Deletion, ClientError> {
         let options = CallOptions {
             fencing_token,
             ..CallOptions::default()
         };
         let answer = self.call(Request::Del { key: key.into() }, options).await?;
-        Ok(deleted(&answer.response))
+        Ok(deletion(answer))
     }
 
     /// VDEL: delete `key` only if it holds `value`.
@@ -258,7 +308,7 @@ impl Client {
         key: impl Into<Bytes>,
         value: impl Into<Bytes>,
         fencing_token: Option<Hlc>,
-    ) -> Result<Deleted, ClientError> {
+    ) -> Result<Deletion, ClientError> {
         let options = CallOptions {
             fencing_token,
             ..CallOptions::default()
@@ -267,37 +317,26 @@ impl Client {
             key: key.into(),
             value: value.into(),
         };
-        Ok(deleted(&self.call(request, options).await?.response))
+        Ok(deletion(self.call(request, options).await?))
     }
 
-    /// Every key matching `pattern` (the SCAN dialect), page by page.
+    /// Every key matching `pattern` (the SCAN dialect), all pages collected.
     pub async fn scan(&self, pattern: impl Into<Bytes>) -> Result<Vec<Bytes>, ClientError> {
-        let pattern = pattern.into();
+        let mut pages = self.scan_pages(pattern);
         let mut keys = Vec::new();
-        let mut token = None;
-        loop {
-            let request = Request::Scan {
-                pattern: pattern.clone(),
-                token: token.take(),
-            };
-            match self.call(request, CallOptions::default()).await?.response {
-                Response::Keys {
-                    keys: page,
-                    token: next,
-                } => {
-                    keys.extend(page);
-                    match next {
-                        Some(next) => token = Some(next),
-                        None => return Ok(keys),
-                    }
-                }
-                response => {
-                    return Err(ClientError::Unexpected {
-                        command: "SCAN",
-                        response,
-                    });
-                }
-            }
+        while let Some(page) = pages.next_page().await {
+            keys.extend(page?);
+        }
+        Ok(keys)
+    }
+
+    /// The keys matching `pattern`, a page at a time (for keyspaces too large to collect).
+    pub fn scan_pages(&self, pattern: impl Into<Bytes>) -> ScanPages {
+        ScanPages {
+            client: self.clone(),
+            pattern: pattern.into(),
+            token: None,
+            done: false,
         }
     }
 
@@ -336,11 +375,14 @@ impl Client {
     }
 }
 
-fn deleted(response: &Response) -> Deleted {
-    match response {
-        Response::Deleted(0) => Deleted::Absent,
-        Response::Deleted(_) => Deleted::Deleted,
-        _ => Deleted::ValueMismatch,
+fn deletion(answer: Answer) -> Deletion {
+    Deletion {
+        outcome: match answer.response {
+            Response::Deleted(0) => Deleted::Absent,
+            Response::Deleted(_) => Deleted::Deleted,
+            _ => Deleted::ValueMismatch,
+        },
+        version: answer.version,
     }
 }
 

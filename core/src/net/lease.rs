@@ -138,7 +138,7 @@ impl Lease {
             .client
             .vdel(self.key.clone(), self.holder.clone(), None)
             .await?;
-        Ok(deleted == Deleted::Deleted)
+        Ok(deleted.outcome == Deleted::Deleted)
     }
 }
 
