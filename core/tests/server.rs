@@ -38,17 +38,14 @@ impl Server {
     }
 
     async fn start_with(port: u16, node_id: &str, quotas: Quotas, access: AccessRules) -> Server {
+        let broker = BrokerConfig {
+            port,
+            ..BrokerConfig::default()
+        };
         let config = ServerConfig {
-            broker: BrokerConfig {
-                port,
-                ..BrokerConfig::default()
-            },
-            client_id: format!("server-{node_id}"),
-            node_id: node_id.into(),
-            share_group: None,
             quotas,
             access,
-            metrics_addr: None,
+            ..ServerConfig::new(broker, node_id)
         };
         let (stop, stopped) = oneshot::channel::<()>();
         let (metrics_tx, metrics_rx) = oneshot::channel();
@@ -773,17 +770,14 @@ async fn metrics_are_served_over_http() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     let broker = Mosquitto::start();
+    let broker_config = BrokerConfig {
+        port: broker.port,
+        ..BrokerConfig::default()
+    };
     let config = ServerConfig {
-        broker: BrokerConfig {
-            port: broker.port,
-            ..BrokerConfig::default()
-        },
-        client_id: "server-metrics".into(),
-        node_id: "node-m".into(),
         share_group: Some("group-1".into()),
-        quotas: Quotas::default(),
-        access: Default::default(),
         metrics_addr: Some("127.0.0.1:0".parse().unwrap()),
+        ..ServerConfig::new(broker_config, "node-m")
     };
     let (stop, stopped) = oneshot::channel::<()>();
     let (addr_tx, addr_rx) = oneshot::channel();
@@ -973,15 +967,7 @@ async fn server_and_client_connect_over_tls() {
         tls: Some(tls.clone()),
         ..BrokerConfig::default()
     };
-    let config = ServerConfig {
-        broker: broker_config.clone(),
-        client_id: "server-tls".into(),
-        node_id: "node-tls".into(),
-        share_group: None,
-        quotas: Quotas::default(),
-        access: AccessRules::default(),
-        metrics_addr: None,
-    };
+    let config = ServerConfig::new(broker_config.clone(), "node-tls");
     let (stop, stopped) = oneshot::channel::<()>();
     let server = tokio::spawn(async move {
         serve(

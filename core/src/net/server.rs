@@ -43,6 +43,23 @@ pub struct ServerConfig {
     pub metrics_addr: Option<SocketAddr>,
 }
 
+impl ServerConfig {
+    /// A node called `node_id` on `broker`: client id `mqstore-server-{node_id}`, no shared
+    /// subscription, no quotas, no access rules, no metrics endpoint.
+    pub fn new(broker: BrokerConfig, node_id: impl Into<String>) -> Self {
+        let node_id = node_id.into();
+        Self {
+            broker,
+            client_id: format!("mqstore-server-{node_id}"),
+            node_id,
+            share_group: None,
+            quotas: Quotas::default(),
+            access: AccessRules::default(),
+            metrics_addr: None,
+        }
+    }
+}
+
 /// Why the server stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {

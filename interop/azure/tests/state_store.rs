@@ -13,25 +13,17 @@ use azure_iot_operations_services::state_store::{self, Operation, SetCondition, 
 use mosquitto::Mosquitto;
 use mqstore::net::BrokerConfig;
 use mqstore::net::server::{ServerConfig, serve};
-use mqstore::store::Quotas;
 use tokio::sync::oneshot;
 
 const TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Starts `mqstore serve` on the broker; the returned sender stops it.
 async fn start_server(port: u16) -> (oneshot::Sender<()>, tokio::task::JoinHandle<()>) {
-    let config = ServerConfig {
-        broker: BrokerConfig {
-            port,
-            ..BrokerConfig::default()
-        },
-        client_id: "mqstore-interop-server".into(),
-        node_id: "mqstore".into(),
-        share_group: None,
-        quotas: Quotas::default(),
-        access: Default::default(),
-        metrics_addr: None,
+    let broker = BrokerConfig {
+        port,
+        ..BrokerConfig::default()
     };
+    let config = ServerConfig::new(broker, "mqstore");
     let (stop, stopped) = oneshot::channel::<()>();
     let task = tokio::spawn(async move {
         serve(
