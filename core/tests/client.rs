@@ -422,3 +422,53 @@ fn answers_that_do_not_fit_or_cannot_be_read_are_errors() {
     };
     assert_eq!(message, "too new");
 }
+
+#[test]
+fn answers_read_as_typed_results() {
+    use mqstore::client::Deleted;
+
+    let mut l = Loop::new();
+    let mut c = client("dev-1");
+    let none = CallOptions::default();
+    assert!(l.answer(&mut c, &set("k", "v"), &none).unwrap().applied());
+    let nx = Request::Set(SetRequest {
+        condition: mqstore::codec::Condition::NotExists,
+        ..SetRequest::new("k", "w")
+    });
+    assert!(!l.answer(&mut c, &nx, &none).unwrap().applied());
+    assert_eq!(
+        l.answer(&mut c, &get("k"), &none).unwrap().value(),
+        Some(Bytes::from_static(b"v"))
+    );
+    assert_eq!(l.answer(&mut c, &get("x"), &none).unwrap().value(), None);
+    let vdel = |v: &'static str| Request::VDel {
+        key: Bytes::from_static(b"k"),
+        value: Bytes::from_static(v.as_bytes()),
+    };
+    assert_eq!(
+        l.answer(&mut c, &vdel("w"), &none).unwrap().deleted(),
+        Deleted::ValueMismatch
+    );
+    assert_eq!(
+        l.answer(&mut c, &vdel("v"), &none).unwrap().deleted(),
+        Deleted::Deleted
+    );
+    assert_eq!(
+        l.answer(&mut c, &vdel("v"), &none).unwrap().deleted(),
+        Deleted::Absent
+    );
+    let scan = Request::Scan {
+        pattern: Bytes::from_static(b"*"),
+        token: None,
+    };
+    assert_eq!(
+        l.answer(&mut c, &scan, &none).unwrap().into_page(),
+        Ok((vec![], None))
+    );
+    assert!(
+        l.answer(&mut c, &get("x"), &none)
+            .unwrap()
+            .into_page()
+            .is_err()
+    );
+}

@@ -259,14 +259,7 @@ fn broker(args: &BrokerArgs) -> Result<BrokerConfig, String> {
 }
 
 fn random_suffix() -> String {
-    use std::hash::{BuildHasher, Hasher};
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos()),
-    );
-    format!("{:08x}", hasher.finish() as u32)
+    format!("{:08x}", mqstore::net::random_u64() as u32)
 }
 
 async fn run(cli: Cli) -> ExitCode {

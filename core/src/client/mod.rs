@@ -107,6 +107,50 @@ pub struct Answer {
     pub version: Option<Hlc>,
 }
 
+impl Answer {
+    /// SET: whether it was applied (`false`: NX/NEX did not hold).
+    pub fn applied(&self) -> bool {
+        self.response == Response::Ok
+    }
+
+    /// GET: the value, when the key exists.
+    pub fn value(&self) -> Option<Bytes> {
+        match &self.response {
+            Response::Value(value) => Some(value.value()),
+            _ => None,
+        }
+    }
+
+    /// DEL / VDEL: what happened.
+    pub fn deleted(&self) -> Deleted {
+        match self.response {
+            Response::Deleted(0) => Deleted::Absent,
+            Response::Deleted(_) => Deleted::Deleted,
+            _ => Deleted::ValueMismatch,
+        }
+    }
+
+    /// SCAN: the page's keys and the token of the next page (`None`: this was the last).
+    pub fn into_page(self) -> Result<(Vec<Bytes>, Option<Bytes>), ClientError> {
+        match self.response {
+            Response::Keys { keys, token } => Ok((keys, token)),
+            response => Err(ClientError::Unexpected {
+                command: "SCAN",
+                response,
+            }),
+        }
+    }
+}
+
+/// What a DEL or VDEL did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Deleted {
+    Deleted,
+    Absent,
+    /// VDEL: the value did not match.
+    ValueMismatch,
+}
+
 /// What an incoming publish meant.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {

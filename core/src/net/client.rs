@@ -16,9 +16,10 @@ use rumqttc::v5::{AsyncClient, Event as MqttEvent, EventLoop};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, warn};
 
-use super::{BrokerConfig, from_mqtt, now_ms, publish, sleep_until_ms, spawn_poller};
+use super::{BrokerConfig, from_mqtt, now_ms, publish, random_u64, sleep_until_ms, spawn_poller};
+pub use crate::client::Deleted;
 use crate::client::{Answer, CallId, CallOptions, ClientConfig, ClientCore, ClientError, Event};
-use crate::codec::{Bulk, Condition, Notification, Request, Response, SetRequest};
+use crate::codec::{Bulk, Condition, Notification, Request, SetRequest};
 use crate::hlc::Hlc;
 use crate::topics;
 
@@ -86,15 +87,6 @@ pub struct Deletion {
     pub version: Option<Hlc>,
 }
 
-/// What a DEL or VDEL did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Deleted {
-    Deleted,
-    Absent,
-    /// VDEL: the value did not match.
-    ValueMismatch,
-}
-
 /// A change of an observed key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyChange {
@@ -150,25 +142,19 @@ impl ScanPages {
             pattern: self.pattern.clone(),
             token: self.token.take(),
         };
-        let answer = match self.client.call(request, CallOptions::default()).await {
-            Ok(answer) => answer,
-            Err(e) => {
-                self.done = true;
-                return Some(Err(e));
-            }
+        let page = match self.client.call(request, CallOptions::default()).await {
+            Ok(answer) => answer.into_page(),
+            Err(e) => Err(e),
         };
-        match answer.response {
-            Response::Keys { keys, token } => {
+        match page {
+            Ok((keys, token)) => {
                 self.done = token.is_none();
                 self.token = token;
                 Some(Ok(keys))
             }
-            response => {
+            Err(e) => {
                 self.done = true;
-                Some(Err(ClientError::Unexpected {
-                    command: "SCAN",
-                    response,
-                }))
+                Some(Err(e))
             }
         }
     }
@@ -190,7 +176,7 @@ impl Client {
     /// Connects, subscribes, and returns once the client can make calls. Fails with
     /// [`ClientError::Disconnected`] if the broker cannot be reached within the timeout.
     pub async fn connect(options: ClientOptions) -> Result<Client, ClientError> {
-        let seed = seed();
+        let seed = random_u64();
         let core = ClientCore::new(ClientConfig {
             default_timeout_ms: options.timeout.as_millis() as u64,
             request_topic: options.request_topic.clone(),
@@ -269,7 +255,7 @@ impl Client {
         };
         let answer = self.call(request, call_options).await?;
         Ok(SetResult {
-            applied: answer.response == Response::Ok,
+            applied: answer.applied(),
             version: answer.version,
         })
     }
@@ -279,13 +265,10 @@ impl Client {
         let answer = self
             .call(Request::Get { key: key.into() }, CallOptions::default())
             .await?;
-        Ok(match answer.response {
-            Response::Value(value) => Some(Versioned {
-                value: value.value(),
-                version: answer.version,
-            }),
-            _ => None,
-        })
+        Ok(answer.value().map(|value| Versioned {
+            value,
+            version: answer.version,
+        }))
     }
 
     /// DEL `key`.
@@ -377,21 +360,9 @@ impl Client {
 
 fn deletion(answer: Answer) -> Deletion {
     Deletion {
-        outcome: match answer.response {
-            Response::Deleted(0) => Deleted::Absent,
-            Response::Deleted(_) => Deleted::Deleted,
-            _ => Deleted::ValueMismatch,
-        },
+        outcome: answer.deleted(),
         version: answer.version,
     }
-}
-
-/// Random bytes for correlation ids, without a dependency: the std hasher is randomly keyed.
-fn seed() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u64(now_ms());
-    hasher.finish()
 }
 
 /// The background task: the connection and the state machine.

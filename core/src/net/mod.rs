@@ -154,6 +154,19 @@ pub(crate) async fn publish(
         .await
 }
 
+/// 64 random bits, without a dependency: the std hasher is randomly keyed per process, and
+/// the time makes two calls differ. For correlation seeds and generated ids, not for secrets.
+pub fn random_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    hasher.finish()
+}
+
 /// Milliseconds since the Unix epoch, from the system clock.
 pub(crate) fn now_ms() -> u64 {
     use crate::hlc::Clock;
