@@ -422,7 +422,11 @@ async fn run_client(cli: Cli, broker_config: BrokerConfig) -> ExitCode {
         | Command::Scan { out, .. }
         | Command::Lock { out, .. }
         | Command::Watch { out, .. } => *out,
-        Command::Serve(_) | Command::Bench { .. } => unreachable!("handled by run"),
+        // `run` handles these before connecting a client.
+        Command::Serve(_) | Command::Bench { .. } => OutputArgs {
+            json: false,
+            timeout: 5,
+        },
     };
     let client_id = cli
         .broker
@@ -482,7 +486,8 @@ async fn command(client: &Client, command: Command, out: OutputArgs) -> Result<E
         }
     };
     match command {
-        Command::Serve(_) | Command::Bench { .. } => unreachable!("handled by run"),
+        // `run` handles these before connecting a client.
+        Command::Serve(_) | Command::Bench { .. } => Ok(ExitCode::from(2)),
         Command::Get { key, .. } => {
             let value = client.get(Bytes::from(key)).await?;
             match &value {

@@ -154,8 +154,11 @@ impl<'a> Reader<'a> {
 
     /// Reads a bulk string, returning its span.
     pub(crate) fn bulk_range(&mut self) -> Result<Span, DecodeError> {
-        self.bulk_span(false)
-            .map(|span| span.expect("non-nullable bulk"))
+        let at = self.pos;
+        self.bulk_span(false)?.ok_or(DecodeError {
+            reason: "null bulk string",
+            offset: at,
+        })
     }
 
     pub(crate) fn bulk(&mut self) -> Result<Bulk, DecodeError> {
