@@ -15,7 +15,7 @@ use mqstore::engine::{AccessRule, AccessRules};
 use mqstore::net::BrokerConfig;
 use mqstore::net::client::{Client, ClientOptions, Deleted, KeyChange, Observation, SetOptions};
 use mqstore::net::metrics::Metrics;
-use mqstore::net::server::{ServerConfig, serve};
+use mqstore::net::server::{ServerConfig, ServerHandle, spawn};
 use mqstore::store::Quotas;
 use mqstore::topics;
 use rumqttc::v5::mqttbytes::QoS;
@@ -28,8 +28,7 @@ const WAIT: Duration = Duration::from_secs(10);
 
 struct Server {
     metrics: Arc<Metrics>,
-    stop: Option<oneshot::Sender<()>>,
-    task: JoinHandle<()>,
+    handle: ServerHandle,
 }
 
 impl Server {
@@ -47,34 +46,18 @@ impl Server {
             access,
             ..ServerConfig::new(broker, node_id)
         };
-        let (stop, stopped) = oneshot::channel::<()>();
-        let (metrics_tx, metrics_rx) = oneshot::channel();
-        let task = tokio::spawn(async move {
-            let shutdown = async {
-                let _ = stopped.await;
-            };
-            serve(config, shutdown, |running| {
-                let _ = metrics_tx.send(running.metrics);
-            })
-            .await
-            .expect("the server runs");
-        });
-        let metrics = metrics_rx.await.expect("the server starts");
+        let handle = spawn(config).await.expect("the server starts");
         Server {
-            metrics,
-            stop: Some(stop),
-            task,
+            metrics: handle.metrics.clone(),
+            handle,
         }
     }
 
-    async fn stop(mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        tokio::time::timeout(WAIT, &mut self.task)
+    async fn stop(self) {
+        tokio::time::timeout(WAIT, self.handle.stop())
             .await
             .expect("the server stops within 10 s")
-            .unwrap();
+            .expect("the server ran");
     }
 
     /// Waits until the metrics text contains `line`.
@@ -779,22 +762,8 @@ async fn metrics_are_served_over_http() {
         metrics_addr: Some("127.0.0.1:0".parse().unwrap()),
         ..ServerConfig::new(broker_config, "node-m")
     };
-    let (stop, stopped) = oneshot::channel::<()>();
-    let (addr_tx, addr_rx) = oneshot::channel();
-    let task = tokio::spawn(async move {
-        serve(
-            config,
-            async {
-                let _ = stopped.await;
-            },
-            |running| {
-                let _ = addr_tx.send(running.metrics_addr);
-            },
-        )
-        .await
-        .unwrap();
-    });
-    let addr = addr_rx.await.unwrap().expect("a metrics address");
+    let server = spawn(config).await.unwrap();
+    let addr = server.metrics_addr.expect("a metrics address");
     // Through the shared subscription.
     let c = ready_client(broker.port, "dev-1").await;
     c.set("k", "v", SetOptions::default()).await.unwrap();
@@ -816,8 +785,7 @@ async fn metrics_are_served_over_http() {
         body.contains("mqstore_request_duration_seconds_count"),
         "{body}"
     );
-    let _ = stop.send(());
-    task.await.unwrap();
+    server.stop().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -967,19 +935,9 @@ async fn server_and_client_connect_over_tls() {
         tls: Some(tls.clone()),
         ..BrokerConfig::default()
     };
-    let config = ServerConfig::new(broker_config.clone(), "node-tls");
-    let (stop, stopped) = oneshot::channel::<()>();
-    let server = tokio::spawn(async move {
-        serve(
-            config,
-            async {
-                let _ = stopped.await;
-            },
-            |_| {},
-        )
+    let server = spawn(ServerConfig::new(broker_config.clone(), "node-tls"))
         .await
         .unwrap();
-    });
     let mut options = ClientOptions::new("tls-client", "127.0.0.1", broker.port);
     options.broker = broker_config;
     options.timeout = Duration::from_secs(2);
@@ -1012,7 +970,6 @@ async fn server_and_client_connect_over_tls() {
     assert!(Client::connect(untrusted).await.is_err());
 
     client.close().await;
-    let _ = stop.send(());
-    server.await.unwrap();
+    server.stop().await.unwrap();
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -65,6 +65,8 @@ impl ServerConfig {
 pub enum ServerError {
     #[error("invalid node id {0:?}: it must not contain ':'")]
     NodeId(String),
+    #[error("the server task stopped before it started")]
+    Stopped,
     #[error("cannot serve metrics on {addr}: {source}")]
     Metrics {
         addr: SocketAddr,
@@ -77,6 +79,52 @@ pub struct Running {
     pub metrics: Arc<Metrics>,
     /// The bound metrics address, when serving metrics.
     pub metrics_addr: Option<SocketAddr>,
+}
+
+/// A server running in a task of its own (for embedding and tests).
+pub struct ServerHandle {
+    pub metrics: Arc<Metrics>,
+    /// The bound metrics address, when serving metrics.
+    pub metrics_addr: Option<SocketAddr>,
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<Result<(), ServerError>>,
+}
+
+impl ServerHandle {
+    /// Stops the server the way SIGTERM does, and waits until it has.
+    pub async fn stop(self) -> Result<(), ServerError> {
+        let _ = self.stop.send(());
+        self.task.await.unwrap_or(Ok(()))
+    }
+}
+
+/// Starts [`serve`] in a task; returns once the metrics endpoint (if any) is bound, or the
+/// error that kept the server from starting.
+pub async fn spawn(config: ServerConfig) -> Result<ServerHandle, ServerError> {
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let (running_tx, running_rx) = tokio::sync::oneshot::channel();
+    let mut task = tokio::spawn(serve(
+        config,
+        async {
+            let _ = stopped.await;
+        },
+        |running| {
+            let _ = running_tx.send(running);
+        },
+    ));
+    match running_rx.await {
+        Ok(running) => Ok(ServerHandle {
+            metrics: running.metrics,
+            metrics_addr: running.metrics_addr,
+            stop,
+            task,
+        }),
+        // It stopped before starting: report why.
+        Err(_) => match (&mut task).await {
+            Ok(Err(e)) => Err(e),
+            _ => Err(ServerError::Stopped),
+        },
+    }
 }
 
 /// Runs the server until `shutdown` completes; then stops taking requests, answers the ones

@@ -12,31 +12,17 @@ use azure_iot_operations_protocol::application::ApplicationContextBuilder;
 use azure_iot_operations_services::state_store::{self, Operation, SetCondition, SetOptions};
 use mosquitto::Mosquitto;
 use mqstore::net::BrokerConfig;
-use mqstore::net::server::{ServerConfig, serve};
-use tokio::sync::oneshot;
+use mqstore::net::server::{ServerConfig, ServerHandle, spawn};
 
 const TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Starts `mqstore serve` on the broker; the returned sender stops it.
-async fn start_server(port: u16) -> (oneshot::Sender<()>, tokio::task::JoinHandle<()>) {
+/// Starts `mqstore serve` on the broker.
+async fn start_server(port: u16) -> ServerHandle {
     let broker = BrokerConfig {
         port,
         ..BrokerConfig::default()
     };
-    let config = ServerConfig::new(broker, "mqstore");
-    let (stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(async move {
-        serve(
-            config,
-            async {
-                let _ = stopped.await;
-            },
-            |_| {},
-        )
-        .await
-        .unwrap();
-    });
-    (stop, task)
+    spawn(ServerConfig::new(broker, "mqstore")).await.unwrap()
 }
 
 /// An Azure SDK session and state store client, as the SDK's own example builds them.
@@ -70,7 +56,7 @@ fn azure_client(port: u16, id: &str) -> (state_store::Client, Session, SessionEx
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_azure_sdk_client_works_against_mqstore_serve() {
     let broker = Mosquitto::start();
-    let (stop, server) = start_server(broker.port).await;
+    let server = start_server(broker.port).await;
     let (client, session, exit) = azure_client(broker.port, "azure-sdk-client");
     let session_task = tokio::spawn(session.run());
 
@@ -285,6 +271,5 @@ async fn the_azure_sdk_client_works_against_mqstore_serve() {
     client.shutdown().await.unwrap();
     let _ = exit.try_exit();
     let _ = tokio::time::timeout(TIMEOUT, session_task).await;
-    let _ = stop.send(());
-    let _ = server.await;
+    server.stop().await.unwrap();
 }
