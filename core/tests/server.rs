@@ -577,6 +577,9 @@ fn the_cli_speaks_to_the_server_with_meaningful_exit_codes() {
         cli(&["del", "greeting"]),
         (Some(0), "(deleted)".into(), String::new())
     );
+    let (code, _, stderr) = cli(&["--client-id", "bad:id", "get", "x"]);
+    assert_eq!(code, Some(2));
+    assert!(stderr.contains("--client-id"), "{stderr}");
     let (code, _, stderr) = cli(&["--port", "1", "get", "x", "--timeout", "1"]);
     assert_eq!(code, Some(4));
     assert!(stderr.contains("cannot reach the MQTT broker"), "{stderr}");

@@ -440,6 +440,10 @@ async fn run_client(cli: Cli, broker_config: BrokerConfig) -> ExitCode {
     };
     let client = match Client::connect(options).await {
         Ok(client) => client,
+        Err(ClientError::Clock(e)) => {
+            eprintln!("error: --client-id: {e}");
+            return ExitCode::from(2);
+        }
         Err(_) => {
             eprintln!(
                 "error: cannot reach the MQTT broker at {}:{} (is it running? see --host/--port)",
