@@ -20,35 +20,34 @@ pub fn response_topic(client_id: &str) -> String {
     format!("clients/{client_id}/services/statestore/_any_/command/invoke/response")
 }
 
-/// Where the engine publishes changes of `key` to the client `client_id`.
-pub fn notify_topic(client_id: &str, key: &[u8]) -> String {
-    let mut topic =
-        String::with_capacity(CLIENTS_PREFIX.len() + 2 * client_id.len() + 16 + 2 * key.len());
+/// `{CLIENTS_PREFIX}/{HEX(client_id)}{suffix}`, with room for `extra` more bytes.
+fn client_topic(client_id: &str, suffix: &str, extra: usize) -> String {
+    let mut topic = String::with_capacity(
+        CLIENTS_PREFIX.len() + 1 + 2 * client_id.len() + suffix.len() + extra,
+    );
     topic.push_str(CLIENTS_PREFIX);
     topic.push('/');
     push_hex(&mut topic, client_id.as_bytes());
-    topic.push_str("/command/notify/");
+    topic.push_str(suffix);
+    topic
+}
+
+/// Where the engine publishes changes of `key` to the client `client_id`.
+pub fn notify_topic(client_id: &str, key: &[u8]) -> String {
+    let mut topic = client_topic(client_id, "/command/notify/", 2 * key.len());
     push_hex(&mut topic, key);
     topic
 }
 
 /// The filter a client subscribes to for all of its notifications.
 pub fn notify_filter(client_id: &str) -> String {
-    let mut topic = String::from(CLIENTS_PREFIX);
-    topic.push('/');
-    push_hex(&mut topic, client_id.as_bytes());
-    topic.push_str("/command/notify/+");
-    topic
+    client_topic(client_id, "/command/notify/+", 0)
 }
 
 /// Where an mqstore client's MQTT Will lands when it goes away without saying so: the engine
 /// then drops the client's KEYNOTIFY registrations. Clients set it as their Will (QoS 1).
 pub fn presence_topic(client_id: &str) -> String {
-    let mut topic = String::from(CLIENTS_PREFIX);
-    topic.push('/');
-    push_hex(&mut topic, client_id.as_bytes());
-    topic.push_str("/presence");
-    topic
+    client_topic(client_id, "/presence", 0)
 }
 
 /// The filter the engine subscribes to for every client's presence Will.
