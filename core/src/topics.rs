@@ -70,6 +70,13 @@ pub fn parse_notify_topic(topic: &str) -> Option<(String, Vec<u8>)> {
     Some((String::from_utf8(from_hex(client)?).ok()?, from_hex(key)?))
 }
 
+/// The client a notification topic is for (`None` if it is not one), without decoding the key.
+pub fn client_of_notify_topic(topic: &str) -> Option<String> {
+    let rest = topic.strip_prefix(CLIENTS_PREFIX)?.strip_prefix('/')?;
+    let (client, _) = rest.split_once("/command/notify/")?;
+    String::from_utf8(from_hex(client)?).ok()
+}
+
 /// The key a notification topic names, for any client (`None` if it is not one).
 pub fn key_of_notify_topic(topic: &str) -> Option<Vec<u8>> {
     parse_notify_topic(topic).map(|(_, key)| key)
@@ -159,6 +166,8 @@ mod tests {
             parse_notify_topic(&topic),
             Some(("c".to_owned(), b"\x00\xffk".to_vec()))
         );
+        assert_eq!(client_of_notify_topic(&topic).as_deref(), Some("c"));
+        assert_eq!(client_of_notify_topic(&response_topic("c")), None);
         assert_eq!(from_hex("0"), None);
         assert_eq!(from_hex("zz"), None);
         assert_eq!(

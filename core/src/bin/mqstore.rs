@@ -141,9 +141,13 @@ enum Command {
         /// Requests in flight, one run per value.
         #[arg(long, value_delimiter = ',', default_values_t = [1, 16, 256])]
         in_flight: Vec<usize>,
-        /// Seconds per run.
+        /// Seconds each target is measured at each level.
         #[arg(long, default_value_t = 5)]
         duration: u64,
+        /// Turns each target takes at each level, alternating (spreads the machine's noise
+        /// over both).
+        #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
+        rounds: u32,
         /// Client connections the requests share.
         #[arg(long, default_value_t = 16)]
         connections: usize,
@@ -217,9 +221,9 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    // The server is one engine behind one connection: a single thread avoids cross-thread
-    // wake-ups between its connection and engine tasks (measured: markedly faster). The
-    // benchmark drives many connections and wants every core.
+    // The server is one engine behind one connection, driven by one task: a single thread
+    // avoids cross-thread wake-ups (measured: markedly faster). The benchmark drives many
+    // connections and wants every core.
     let runtime = match cli.command {
         Command::Serve(_) => tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -273,6 +277,7 @@ async fn run(cli: Cli) -> ExitCode {
     if let Command::Bench {
         in_flight,
         duration,
+        rounds,
         connections,
         keys,
         value_size,
@@ -283,6 +288,8 @@ async fn run(cli: Cli) -> ExitCode {
             broker: broker_config.clone(),
             in_flight: in_flight.clone(),
             duration: Duration::from_secs(*duration),
+            rounds: *rounds,
+            warm_up: Duration::from_millis(500),
             connections: *connections,
             keys: *keys,
             value_size: *value_size,

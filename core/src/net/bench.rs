@@ -25,8 +25,12 @@ pub struct BenchConfig {
     pub broker: BrokerConfig,
     /// Requests in flight at once, one run each (e.g. 1, 16, 256).
     pub in_flight: Vec<usize>,
-    /// How long each run lasts.
+    /// How long each target is measured at each level (split into `rounds`).
     pub duration: Duration,
+    /// Turns each target takes at each level, alternating with the other.
+    pub rounds: u32,
+    /// Unmeasured load before the rounds, per target and level.
+    pub warm_up: Duration,
     /// Client connections the requests share (at most one per request in flight).
     pub connections: usize,
     /// Keys the load spreads over.
@@ -45,6 +49,8 @@ impl Default for BenchConfig {
             broker: BrokerConfig::default(),
             in_flight: vec![1, 16, 256],
             duration: Duration::from_secs(5),
+            rounds: 5,
+            warm_up: Duration::from_millis(500),
             connections: 16,
             keys: 1000,
             value_size: 64,
@@ -88,21 +94,36 @@ impl Row {
 /// The topic the echo responder serves.
 const ECHO_TOPIC: &str = "mqstore/bench/echo/command/invoke";
 
-/// Runs the benchmark: at each level, first against the state store, then against the echo
-/// responder.
+/// Runs the benchmark. At each level both targets get their own connections and a warm-up,
+/// then take turns: `rounds` short runs each, alternating, so that whatever else the machine
+/// does in the meantime falls on both alike.
 pub async fn run(config: &BenchConfig) -> Result<Vec<Row>, ClientError> {
     let echo = EchoResponder::start(&config.broker).await?;
+    let rounds = config.rounds.max(1);
+    let slice = config.duration / rounds;
     let mut rows = Vec::new();
     for &level in &config.in_flight {
-        let mqstore = load(config, level, None).await?;
-        let echo_figures = load(config, level, Some(ECHO_TOPIC)).await?;
+        let mut mqstore = Load::connect(config, level, None).await?;
+        let mut echo_load = Load::connect(config, level, Some(ECHO_TOPIC)).await?;
+        for load in [&mut mqstore, &mut echo_load] {
+            load.drive(config, config.warm_up, None).await;
+            load.reset();
+        }
+        for round in 0..rounds {
+            let progress = config.progress.then_some((round, rounds));
+            mqstore.drive(config, slice, progress).await;
+            echo_load.drive(config, slice, progress).await;
+        }
+        if config.progress {
+            eprintln!();
+        }
         rows.push(Row {
             in_flight: level,
-            mqstore,
-            echo: echo_figures,
+            mqstore: mqstore.finish().await,
+            echo: echo_load.finish().await,
         });
     }
-    echo.stop();
+    drop(echo);
     Ok(rows)
 }
 
@@ -132,179 +153,250 @@ pub fn render(rows: &[Row]) -> String {
     out
 }
 
-async fn load(
-    config: &BenchConfig,
+/// One target's connections at one level, and what its runs measured so far.
+struct Load {
+    target: &'static str,
     in_flight: usize,
-    request_topic: Option<&str>,
-) -> Result<Figures, ClientError> {
-    let target = request_topic.map_or("mqstore", |_| "echo");
-    let connections = config.connections.clamp(1, in_flight.max(1));
-    let mut clients = Vec::with_capacity(connections);
-    for i in 0..connections {
-        let mut options = ClientOptions::new(
-            format!(
-                "mqstore-bench-{target}-{in_flight}-{i}-{}",
-                std::process::id()
-            ),
-            config.broker.host.clone(),
-            config.broker.port,
-        );
-        options.broker = config.broker.clone();
-        if let Some(topic) = request_topic {
-            options.request_topic = topic.to_owned();
-        }
-        clients.push(Client::connect(options).await?);
-    }
-    let value = Bytes::from(vec![b'v'; config.value_size]);
-    let stop = Arc::new(AtomicBool::new(false));
-    let done = Arc::new(AtomicU64::new(0));
-    let started = Instant::now();
-    let workers: Vec<JoinHandle<(Vec<u32>, u64)>> = (0..in_flight)
-        .map(|w| {
-            let client = clients[w % connections].clone();
-            let (stop, done, value) = (stop.clone(), done.clone(), value.clone());
-            let (keys, set_percent) = (config.keys.max(1), u64::from(config.set_percent));
-            tokio::spawn(async move {
-                let mut latencies = Vec::with_capacity(1 << 14);
-                let mut errors = 0;
-                // A cheap deterministic spread over keys and operations.
-                let mut x = (w as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-                while !stop.load(Ordering::Relaxed) {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    let key = Bytes::from(format!("bench:{}", x % keys as u64));
-                    let begin = Instant::now();
-                    let ok = if x % 100 < set_percent {
-                        client
-                            .set(key, value.clone(), SetOptions::default())
-                            .await
-                            .is_ok()
-                    } else {
-                        client.get(key).await.is_ok()
-                    };
-                    latencies.push(begin.elapsed().as_micros().min(u32::MAX as u128) as u32);
-                    errors += u64::from(!ok);
-                    done.fetch_add(1, Ordering::Relaxed);
-                }
-                (latencies, errors)
-            })
-        })
-        .collect();
-    while started.elapsed() < config.duration {
-        tokio::time::sleep(Duration::from_millis(250)).await;
-        if config.progress {
-            let fraction =
-                (started.elapsed().as_secs_f64() / config.duration.as_secs_f64()).min(1.0);
-            let filled = (fraction * 30.0) as usize;
-            eprint!(
-                "\r{target:>7} x{in_flight:<4} [{}{}] {:>5.1}s {:>9} ops",
-                "#".repeat(filled),
-                " ".repeat(30 - filled),
-                started.elapsed().as_secs_f64(),
-                done.load(Ordering::Relaxed)
+    clients: Vec<Client>,
+    latencies_us: Vec<u32>,
+    errors: u64,
+    elapsed: Duration,
+}
+
+impl Load {
+    async fn connect(
+        config: &BenchConfig,
+        in_flight: usize,
+        request_topic: Option<&str>,
+    ) -> Result<Self, ClientError> {
+        let target = request_topic.map_or("mqstore", |_| "echo");
+        let connections = config.connections.clamp(1, in_flight.max(1));
+        let mut clients = Vec::with_capacity(connections);
+        for i in 0..connections {
+            let mut options = ClientOptions::new(
+                format!(
+                    "mqstore-bench-{target}-{in_flight}-{i}-{}",
+                    std::process::id()
+                ),
+                config.broker.host.clone(),
+                config.broker.port,
             );
-            let _ = std::io::stderr().flush();
+            options.broker = config.broker.clone();
+            if let Some(topic) = request_topic {
+                options.request_topic = topic.to_owned();
+            }
+            clients.push(Client::connect(options).await?);
+        }
+        Ok(Self {
+            target,
+            in_flight,
+            clients,
+            latencies_us: Vec::new(),
+            errors: 0,
+            elapsed: Duration::ZERO,
+        })
+    }
+
+    /// Keeps `in_flight` requests going for `duration`, adding to the figures.
+    async fn drive(
+        &mut self,
+        config: &BenchConfig,
+        duration: Duration,
+        progress: Option<(u32, u32)>,
+    ) {
+        let value = Bytes::from(vec![b'v'; config.value_size]);
+        let stop = Arc::new(AtomicBool::new(false));
+        let done = Arc::new(AtomicU64::new(0));
+        let started = Instant::now();
+        let seed = self.latencies_us.len() as u64;
+        let workers: Vec<JoinHandle<(Vec<u32>, u64)>> = (0..self.in_flight)
+            .map(|w| {
+                let client = self.clients[w % self.clients.len()].clone();
+                let (stop, done, value) = (stop.clone(), done.clone(), value.clone());
+                let (keys, set_percent) = (config.keys.max(1), u64::from(config.set_percent));
+                tokio::spawn(async move {
+                    let mut latencies = Vec::with_capacity(1 << 12);
+                    let mut errors = 0;
+                    // A cheap deterministic spread over keys and operations.
+                    let mut x = (w as u64 + 1 + seed).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+                    while !stop.load(Ordering::Relaxed) {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        let key = Bytes::from(format!("bench:{}", x % keys as u64));
+                        let begin = Instant::now();
+                        let ok = if x % 100 < set_percent {
+                            client
+                                .set(key, value.clone(), SetOptions::default())
+                                .await
+                                .is_ok()
+                        } else {
+                            client.get(key).await.is_ok()
+                        };
+                        latencies.push(begin.elapsed().as_micros().min(u32::MAX as u128) as u32);
+                        errors += u64::from(!ok);
+                        done.fetch_add(1, Ordering::Relaxed);
+                    }
+                    (latencies, errors)
+                })
+            })
+            .collect();
+        while started.elapsed() < duration {
+            tokio::time::sleep(duration.min(Duration::from_millis(250))).await;
+            if let Some((round, rounds)) = progress {
+                let fraction = (started.elapsed().as_secs_f64() / duration.as_secs_f64()).min(1.0);
+                let overall = (f64::from(round) + fraction) / f64::from(rounds);
+                let filled = (overall * 30.0) as usize;
+                eprint!(
+                    "\r{:>7} x{:<4} round {}/{rounds} [{}{}] {:>9} ops",
+                    self.target,
+                    self.in_flight,
+                    round + 1,
+                    "#".repeat(filled),
+                    " ".repeat(30 - filled),
+                    self.latencies_us.len() as u64 + done.load(Ordering::Relaxed)
+                );
+                let _ = std::io::stderr().flush();
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        for worker in workers {
+            if let Ok((latencies, errors)) = worker.await {
+                self.latencies_us.extend(latencies);
+                self.errors += errors;
+            }
+        }
+        self.elapsed += started.elapsed();
+    }
+
+    /// Forgets what was measured (after the warm-up).
+    fn reset(&mut self) {
+        self.latencies_us.clear();
+        self.errors = 0;
+        self.elapsed = Duration::ZERO;
+    }
+
+    async fn finish(mut self) -> Figures {
+        for client in self.clients {
+            client.close().await;
+        }
+        self.latencies_us.sort_unstable();
+        let latencies = &self.latencies_us;
+        let pct = |p: f64| {
+            let i = ((latencies.len() as f64 * p).ceil() as usize).saturating_sub(1);
+            Duration::from_micros(u64::from(latencies.get(i).copied().unwrap_or(0)))
+        };
+        let ops = latencies.len() as u64;
+        Figures {
+            ops,
+            errors: self.errors,
+            ops_per_sec: ops as f64 / self.elapsed.as_secs_f64().max(f64::MIN_POSITIVE),
+            p50: pct(0.50),
+            p99: pct(0.99),
+            p999: pct(0.999),
         }
     }
-    stop.store(true, Ordering::Relaxed);
-    let mut latencies = Vec::new();
-    let mut errors = 0;
-    for worker in workers {
-        if let Ok((l, e)) = worker.await {
-            latencies.extend(l);
-            errors += e;
-        }
-    }
-    let elapsed = started.elapsed();
-    if config.progress {
-        eprintln!();
-    }
-    for client in clients {
-        client.close().await;
-    }
-    latencies.sort_unstable();
-    let pct = |p: f64| {
-        let i = ((latencies.len() as f64 * p).ceil() as usize).saturating_sub(1);
-        Duration::from_micros(u64::from(latencies.get(i).copied().unwrap_or(0)))
-    };
-    let ops = latencies.len() as u64;
-    Ok(Figures {
-        ops,
-        errors,
-        ops_per_sec: ops as f64 / elapsed.as_secs_f64(),
-        p50: pct(0.50),
-        p99: pct(0.99),
-        p999: pct(0.999),
-    })
 }
 
 /// Answers every request on [`ECHO_TOPIC`] at once with a fixed, valid answer (`+OK` to SET,
 /// `$-1` to anything else), the envelope the clients need, and no state.
+///
+/// It runs on a thread of its own with a single-threaded runtime — the shape `mqstore serve`
+/// has — so that, like the server, it competes with the load generator for the cores instead
+/// of riding on the generator's own worker threads.
 struct EchoResponder {
-    task: JoinHandle<()>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl EchoResponder {
     async fn start(broker: &BrokerConfig) -> Result<Self, ClientError> {
         let options = broker.options(&format!("mqstore-bench-echo-{}", std::process::id()));
-        let (client, mut eventloop) = AsyncClient::new(options, 4096);
         let (ready_tx, ready) = tokio::sync::oneshot::channel();
-        let task = tokio::spawn(async move {
-            let mut ready_tx = Some(ready_tx);
-            loop {
-                match eventloop.poll().await {
-                    Ok(Event::Incoming(Packet::ConnAck(_))) => {
-                        let _ = client.try_subscribe(ECHO_TOPIC, QoS::AtLeastOnce);
+        let (stop, stopped) = tokio::sync::oneshot::channel();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|_| ClientError::Disconnected)?;
+        let thread = std::thread::Builder::new()
+            .name("mqstore-bench-echo".into())
+            .spawn(move || {
+                runtime.block_on(async move {
+                    tokio::select! {
+                        _ = stopped => {}
+                        _ = echo(options, ready_tx) => {}
                     }
-                    Ok(Event::Incoming(Packet::SubAck(_))) => {
-                        if let Some(tx) = ready_tx.take() {
-                            let _ = tx.send(());
-                        }
-                    }
-                    Ok(Event::Incoming(Packet::Publish(request))) => {
-                        let props = request.properties.unwrap_or_default();
-                        let Some(response_topic) = props.response_topic else {
-                            continue;
-                        };
-                        let is_set = request.payload.windows(5).any(|w| w == b"\r\nSET");
-                        let payload: &'static [u8] = if is_set { b"+OK\r\n" } else { b"$-1\r\n" };
-                        let mut user_properties =
-                            vec![(property::STATUS.to_owned(), "200".to_owned())];
-                        if is_set {
-                            user_properties.push((
-                                property::TIMESTAMP.to_owned(),
-                                "1700000000000:1:echo".to_owned(),
-                            ));
-                        }
-                        let properties = PublishProperties {
-                            correlation_data: props.correlation_data,
-                            content_type: Some(CONTENT_TYPE.to_owned()),
-                            user_properties,
-                            ..PublishProperties::default()
-                        };
-                        // Never await inside the loop that drives the connection.
-                        let _ = client.try_publish_with_properties(
-                            response_topic,
-                            QoS::AtLeastOnce,
-                            false,
-                            Bytes::from_static(payload),
-                            properties,
-                        );
-                    }
-                    Ok(_) => {}
-                    Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-                }
-            }
-        });
+                })
+            })
+            .map_err(|_| ClientError::Disconnected)?;
+        let responder = Self {
+            stop: Some(stop),
+            thread: Some(thread),
+        };
         tokio::time::timeout(Duration::from_secs(10), ready)
             .await
             .map_err(|_| ClientError::Disconnected)?
             .map_err(|_| ClientError::Disconnected)?;
-        Ok(Self { task })
+        Ok(responder)
     }
+}
 
-    fn stop(self) {
-        self.task.abort();
+impl Drop for EchoResponder {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The echo responder's connection loop: answers inline, as the connection is polled.
+async fn echo(options: rumqttc::v5::MqttOptions, ready: tokio::sync::oneshot::Sender<()>) {
+    let (client, mut eventloop) = AsyncClient::new(options, 4096);
+    let mut ready = Some(ready);
+    loop {
+        match eventloop.poll().await {
+            Ok(Event::Incoming(Packet::ConnAck(_))) => {
+                let _ = client.try_subscribe(ECHO_TOPIC, QoS::AtLeastOnce);
+            }
+            Ok(Event::Incoming(Packet::SubAck(_))) => {
+                if let Some(tx) = ready.take() {
+                    let _ = tx.send(());
+                }
+            }
+            Ok(Event::Incoming(Packet::Publish(request))) => {
+                let props = request.properties.unwrap_or_default();
+                let Some(response_topic) = props.response_topic else {
+                    continue;
+                };
+                let is_set = request.payload.windows(5).any(|w| w == b"\r\nSET");
+                let payload: &'static [u8] = if is_set { b"+OK\r\n" } else { b"$-1\r\n" };
+                let mut user_properties = vec![(property::STATUS.to_owned(), "200".to_owned())];
+                if is_set {
+                    user_properties.push((
+                        property::TIMESTAMP.to_owned(),
+                        "1700000000000:1:echo".to_owned(),
+                    ));
+                }
+                let properties = PublishProperties {
+                    correlation_data: props.correlation_data,
+                    content_type: Some(CONTENT_TYPE.to_owned()),
+                    user_properties,
+                    ..PublishProperties::default()
+                };
+                // Never await inside the loop that drives the connection.
+                let _ = client.try_publish_with_properties(
+                    response_topic,
+                    QoS::AtLeastOnce,
+                    false,
+                    Bytes::from_static(payload),
+                    properties,
+                );
+            }
+            Ok(_) => {}
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
     }
 }

@@ -154,6 +154,36 @@ pub(crate) async fn publish(
         .await
 }
 
+/// What became of a publish handed to the connection without waiting.
+pub(crate) enum Queued {
+    Yes,
+    /// The connection's request queue is full: here it is back, try again later.
+    Full(Publish),
+    /// rumqttc refuses the topic (it holds a wildcard): it can never be sent.
+    Refused,
+}
+
+/// Queues one of the core's messages at QoS 1 without waiting.
+pub(crate) fn try_publish(client: &AsyncClient, publish: Publish) -> Queued {
+    use rumqttc::v5::{ClientError, Request};
+    match client.try_publish_with_properties(
+        publish.topic,
+        QoS::AtLeastOnce,
+        false,
+        publish.payload,
+        to_mqtt_properties(publish.properties),
+    ) {
+        Ok(()) => Queued::Yes,
+        Err(
+            ClientError::TryRequest(Request::Publish(p))
+            | ClientError::Request(Request::Publish(p)),
+        ) if rumqttc::v5::mqttbytes::valid_topic(&String::from_utf8_lossy(&p.topic)) => {
+            Queued::Full(from_mqtt(p))
+        }
+        Err(_) => Queued::Refused,
+    }
+}
+
 /// 64 random bits, without a dependency: the std hasher is randomly keyed per process, and
 /// the time makes two calls differ. For correlation seeds and generated ids, not for secrets.
 pub fn random_u64() -> u64 {

@@ -20,7 +20,7 @@ use rumqttc::v5::{AsyncClient, Event};
 use tracing::{debug, info, warn};
 
 use super::metrics::{self, Metrics};
-use super::{BrokerConfig, from_mqtt, now_ms, publish, sleep_until_ms, spawn_poller};
+use super::{BrokerConfig, Queued, from_mqtt, now_ms, try_publish};
 use crate::engine::{AccessRules, Engine, EngineConfig, Outcome};
 use crate::envelope::Publish;
 use crate::store::{MemoryStore, Quotas};
@@ -160,82 +160,230 @@ pub async fn serve(
     });
 
     let (client, eventloop) =
-        rumqttc::v5::AsyncClient::new(config.broker.options(&config.client_id), 1024);
-    let (mut events, poller) = spawn_poller(eventloop);
+        rumqttc::v5::AsyncClient::new(config.broker.options(&config.client_id), REQUEST_QUEUE);
     let invoke_filter = match &config.share_group {
         Some(group) => topics::shared_invoke(group),
         None => topics::INVOKE.to_owned(),
     };
-
     info!(
         broker = %format!("{}:{}", config.broker.host, config.broker.port),
         node_id = %config.node_id,
         topic = %invoke_filter,
         "mqstore serve starting"
     );
-    let mut engine = engine;
-    let mut out = Vec::new();
-    // Which client each queued publish notifies (None: a response), in publish order, so
-    // packet ids can be matched to clients when rumqttc reports them.
-    let mut outbox: VecDeque<Option<String>> = VecDeque::new();
-    let mut notified: HashMap<u16, String> = HashMap::new();
-    tokio::pin!(shutdown);
-    loop {
-        // Every branch is cancellation safe: the connection itself is polled by its own task.
-        let event = tokio::select! {
-            _ = &mut shutdown => break,
-            _ = sleep_until_ms(engine.next_deadline()) => {
-                engine.expire(now_ms(), &mut out);
-                send_all(&client, &mut outbox, &metrics, &mut out).await;
-                metrics.set_store(engine.stats());
-                continue;
+    let mut node = Node {
+        engine,
+        client,
+        metrics: metrics.clone(),
+        invoke_filter,
+        out: Vec::new(),
+        backlog: VecDeque::new(),
+        outbox: VecDeque::new(),
+        notified: HashMap::new(),
+        unacked: 0,
+    };
+    node.run(eventloop, shutdown).await;
+    if let Some(task) = metrics_task {
+        task.abort();
+    }
+    info!("stopped");
+    Ok(())
+}
+
+/// Requests (publishes, subscribes) queued for the connection. Answers that do not fit wait in
+/// the node's own backlog, in order.
+const REQUEST_QUEUE: usize = 1024;
+
+/// How long shutdown waits for the answers still queued to be written.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// Where shutdown is, in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Stop {
+    Running,
+    /// The UNSUBSCRIBE of the invoke topic is on its way; requests still arriving are answered.
+    Unsubscribing,
+    /// The broker sends no more requests; the DISCONNECT waits until every answer is queued.
+    Unsubscribed,
+    /// The DISCONNECT is queued behind every answer.
+    Disconnecting,
+    /// The DISCONNECT is sent; waiting for the broker to close the connection.
+    Closing,
+}
+
+/// One server node: the engine and what it has queued for the broker.
+struct Node {
+    engine: Engine,
+    client: AsyncClient,
+    metrics: Arc<Metrics>,
+    invoke_filter: String,
+    /// What the engine returned for the current request or expiry sweep.
+    out: Vec<Publish>,
+    /// Publishes waiting for room in the connection's request queue, in order.
+    backlog: VecDeque<Publish>,
+    /// Which client each publish handed to the connection notifies (None: a response), in
+    /// order, so packet ids can be matched to clients when rumqttc reports them.
+    outbox: VecDeque<Option<String>>,
+    /// Packet id → the client a notification in flight is for.
+    notified: HashMap<u16, String>,
+    /// Publishes sent and not yet acknowledged by the broker.
+    unacked: usize,
+}
+
+impl Node {
+    /// Drives the connection and the engine in one task. Requests are answered as the
+    /// connection reports them, with no hand-over to another task: `EventLoop::poll` is not
+    /// cancellation safe, so its future is kept across the `select!` instead of being raced
+    /// and dropped, and nothing here awaits while a poll is pending (answers are queued with
+    /// `try_publish`; what does not fit waits in `backlog`).
+    async fn run(
+        &mut self,
+        mut eventloop: rumqttc::v5::EventLoop,
+        shutdown: impl Future<Output = ()>,
+    ) {
+        tokio::pin!(shutdown);
+        let expiry = tokio::time::sleep(Duration::ZERO);
+        tokio::pin!(expiry);
+        let mut armed = None;
+        self.arm(&mut expiry, &mut armed);
+        let grace = tokio::time::sleep(Duration::ZERO);
+        tokio::pin!(grace);
+        let mut stop = Stop::Running;
+        let mut failures = 0u32;
+        loop {
+            let polled = {
+                let poll = eventloop.poll();
+                tokio::pin!(poll);
+                loop {
+                    tokio::select! {
+                        biased;
+                        polled = &mut poll => break polled,
+                        _ = &mut shutdown, if stop == Stop::Running => {
+                            // Stop taking requests; answer those already taken, then
+                            // disconnect (below).
+                            info!("shutting down");
+                            let _ = self.client.try_unsubscribe(self.invoke_filter.as_str());
+                            stop = Stop::Unsubscribing;
+                            grace.as_mut().reset(tokio::time::Instant::now() + SHUTDOWN_GRACE);
+                        }
+                        // Not once the DISCONNECT is queued: what it sent would queue behind.
+                        _ = &mut expiry, if armed.is_some() && stop < Stop::Disconnecting => {
+                            armed = None;
+                            self.engine.expire(now_ms(), &mut self.out);
+                            self.queue_out();
+                            self.metrics.set_store(self.engine.stats());
+                            self.arm(&mut expiry, &mut armed);
+                        }
+                        _ = &mut grace, if stop != Stop::Running => {
+                            warn!("gave up waiting for in-flight publishes after {SHUTDOWN_GRACE:?}");
+                            return;
+                        }
+                    }
+                }
+            };
+            match polled {
+                Ok(Event::Outgoing(Outgoing::Disconnect)) => stop = Stop::Closing,
+                // The broker closes the connection after our DISCONNECT. Closing it first,
+                // with its packets still unread, would reset the connection and could make the
+                // broker lose what it has not read yet.
+                Ok(_) if stop == Stop::Closing => {}
+                Err(_) if stop == Stop::Closing => return,
+                Ok(Event::Incoming(Packet::UnsubAck(_))) if stop == Stop::Unsubscribing => {
+                    stop = Stop::Unsubscribed;
+                }
+                Ok(Event::Incoming(Packet::Publish(p))) if stop == Stop::Disconnecting => {
+                    // Its answer would queue behind the DISCONNECT: leave it untouched, so
+                    // the caller's timeout tells the truth (nothing was done).
+                    debug!(topic = ?p.topic, "a request arrived after the DISCONNECT was queued: not handled");
+                }
+                Ok(event) => {
+                    failures = 0;
+                    self.on_event(event);
+                }
+                Err(e) => {
+                    if stop != Stop::Running {
+                        warn!(error = %e, "the broker went away during shutdown");
+                        return;
+                    }
+                    warn!(error = %e, "broker connection failed; reconnecting");
+                    tokio::select! {
+                        _ = tokio::time::sleep(super::backoff(failures)) => {}
+                        _ = &mut shutdown => return,
+                    }
+                    failures = failures.saturating_add(1);
+                }
             }
-            event = events.recv() => match event {
-                Some(event) => event,
-                None => break,
-            },
-        };
+            self.flush_backlog();
+            // Once the broker sends no more requests and has acknowledged every answer, the
+            // DISCONNECT goes last.
+            if stop == Stop::Unsubscribed
+                && self.backlog.is_empty()
+                && self.unacked == 0
+                && self.client.try_disconnect().is_ok()
+            {
+                stop = Stop::Disconnecting;
+            }
+            self.arm(&mut expiry, &mut armed);
+        }
+    }
+
+    /// Sets the expiry timer to the engine's next deadline, when that moved.
+    fn arm(&self, expiry: &mut std::pin::Pin<&mut tokio::time::Sleep>, armed: &mut Option<u64>) {
+        let next = self.engine.next_deadline();
+        if next != *armed {
+            *armed = next;
+            if let Some(deadline) = next {
+                let wait = Duration::from_millis(deadline.saturating_sub(now_ms()));
+                expiry.as_mut().reset(tokio::time::Instant::now() + wait);
+            }
+        }
+    }
+
+    fn on_event(&mut self, event: Event) {
         let gone = match event {
-            Ok(Event::Incoming(Packet::ConnAck(_))) => {
+            Event::Incoming(Packet::ConnAck(_)) => {
                 // Clean start: nothing survives a reconnect, so subscribe again every time,
                 // and forget which packet ids were notifications.
-                notified.clear();
-                outbox.clear();
-                for filter in [invoke_filter.as_str(), topics::PRESENCE_FILTER] {
-                    if let Err(e) = client.try_subscribe(filter, QoS::AtLeastOnce) {
+                self.notified.clear();
+                self.outbox.clear();
+                self.unacked = 0;
+                for filter in [self.invoke_filter.as_str(), topics::PRESENCE_FILTER] {
+                    if let Err(e) = self.client.try_subscribe(filter, QoS::AtLeastOnce) {
                         warn!(%filter, error = %e, "subscribe failed");
                     }
                 }
                 info!("connected to the broker; subscribed");
                 None
             }
-            Ok(Event::Incoming(Packet::Publish(p))) => {
+            Event::Incoming(Packet::Publish(p)) => {
                 let received = Instant::now();
                 let message = from_mqtt(p);
                 match topics::client_of_presence_topic(&message.topic) {
                     Some(client) => Some(client),
                     None => {
-                        let outcome = engine.handle(message, now_ms(), &mut out);
+                        let outcome = self.engine.handle(message, now_ms(), &mut self.out);
                         match &outcome {
                             Outcome::Dropped(reason) => warn!(%reason, "request dropped"),
                             Outcome::Rejected(error) => warn!(%error, "request rejected"),
                             Outcome::Answered { .. } => {}
                         }
-                        send_all(&client, &mut outbox, &metrics, &mut out).await;
-                        metrics.record(&outcome, received.elapsed());
-                        metrics.set_store(engine.stats());
+                        self.queue_out();
+                        self.metrics.record(&outcome, received.elapsed());
+                        self.metrics.set_store(self.engine.stats());
                         None
                     }
                 }
             }
-            Ok(Event::Outgoing(Outgoing::Publish(pkid))) => {
-                if let Some(client) = outbox.pop_front().flatten() {
-                    notified.insert(pkid, client);
+            Event::Outgoing(Outgoing::Publish(pkid)) => {
+                self.unacked += 1;
+                if let Some(client) = self.outbox.pop_front().flatten() {
+                    self.notified.insert(pkid, client);
                 }
                 None
             }
-            Ok(Event::Incoming(Packet::PubAck(ack))) => {
-                let client = notified.remove(&ack.pkid);
+            Event::Incoming(Packet::PubAck(ack)) => {
+                self.unacked = self.unacked.saturating_sub(1);
+                let client = self.notified.remove(&ack.pkid);
                 match (ack.reason, client) {
                     (PubAckReason::NoMatchingSubscribers, Some(client)) => {
                         debug!(%client, "nobody receives this client's notifications");
@@ -248,64 +396,45 @@ pub async fn serve(
                     }
                 }
             }
-            Ok(Event::Incoming(Packet::Disconnect(d))) => {
+            Event::Incoming(Packet::Disconnect(d)) => {
                 warn!(reason = ?d.reason_code, "the broker disconnected us");
                 None
             }
-            Ok(_) => None,
-            Err(e) => {
-                warn!(error = %e, "broker connection failed; reconnecting");
-                None
-            }
+            _ => None,
         };
         if let Some(client_id) = gone {
-            let dropped = engine.drop_client(&client_id);
+            let dropped = self.engine.drop_client(&client_id);
             if dropped > 0 {
                 info!(client = %client_id, registrations = dropped, "client gone: dropped its registrations");
-                metrics.client_dropped();
-                metrics.set_store(engine.stats());
+                self.metrics.client_dropped();
+                self.metrics.set_store(self.engine.stats());
             }
         }
     }
 
-    // Shutdown: stop taking requests; every request received so far was answered in the loop
-    // and its answer queued before the DISCONNECT, so it is written first.
-    info!("shutting down");
-    let _ = client.try_unsubscribe(invoke_filter.as_str());
-    let disconnected = async {
-        let _ = client.disconnect().await;
-        // Keep draining events so the poller can send everything and the DISCONNECT.
-        while events.recv().await.is_some() {}
-    };
-    if tokio::time::timeout(Duration::from_secs(5), disconnected)
-        .await
-        .is_err()
-    {
-        warn!("gave up waiting for in-flight publishes after 5 s");
+    /// Queues what the engine returned, in order (notifications before responses).
+    fn queue_out(&mut self) {
+        self.backlog.extend(self.out.drain(..));
+        self.flush_backlog();
     }
-    poller.abort();
-    if let Some(task) = metrics_task {
-        task.abort();
-    }
-    info!("stopped");
-    Ok(())
-}
 
-/// Publishes in order, noting which publishes are notifications (and to whom).
-async fn send_all(
-    client: &AsyncClient,
-    outbox: &mut VecDeque<Option<String>>,
-    metrics: &Metrics,
-    out: &mut Vec<Publish>,
-) {
-    for message in out.drain(..) {
-        let notified = topics::parse_notify_topic(&message.topic).map(|(client, _)| client);
-        if notified.is_some() {
-            metrics.notified(1);
-        }
-        outbox.push_back(notified);
-        if let Err(e) = publish(client, message).await {
-            warn!(error = %e, "publish failed: the connection is closing");
+    /// Hands the backlog to the connection, in order, until its queue is full.
+    fn flush_backlog(&mut self) {
+        while let Some(message) = self.backlog.pop_front() {
+            let notified = topics::client_of_notify_topic(&message.topic);
+            match try_publish(&self.client, message) {
+                Queued::Yes => {
+                    if notified.is_some() {
+                        self.metrics.notified(1);
+                    }
+                    self.outbox.push_back(notified);
+                }
+                Queued::Full(message) => {
+                    self.backlog.push_front(message);
+                    return;
+                }
+                Queued::Refused => warn!("dropped a publish to a topic with a wildcard"),
+            }
         }
     }
 }
