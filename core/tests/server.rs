@@ -1061,3 +1061,28 @@ async fn serve_stops_cleanly_on_sigterm_and_sigint() {
         assert!(matches!(probe.get("k").await, Err(ClientError::Timeout(_))));
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_and_client_leave_the_broker_politely() {
+    let broker = Mosquitto::start();
+    let server = Server::start(broker.port, "polite").await;
+    let client = ready_client(broker.port, "polite-client").await;
+    let mut watch = client.observe("k").await.unwrap();
+    for i in 0..50 {
+        client
+            .set("k", format!("v{i}"), SetOptions::default())
+            .await
+            .unwrap();
+    }
+    next_change(&mut watch).await;
+    client.close().await;
+    server.stop().await;
+    // A DISCONNECT each (no presence Will published for the client), not a dropped socket.
+    let log = broker.log();
+    for id in ["polite-client", "mqstore-server-polite"] {
+        assert!(
+            log.contains(&format!("Client {id} disconnected.")),
+            "{id}:\n{log}"
+        );
+    }
+}

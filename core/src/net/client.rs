@@ -493,7 +493,10 @@ async fn run(
             }
         }
     }
-    // A polite DISCONNECT (no Will); the poller ends once it is sent.
+    // A polite DISCONNECT (no Will); the poller ends once the broker has closed the connection.
     let _ = client.try_disconnect();
-    let _ = tokio::time::timeout(Duration::from_millis(500), poller).await;
+    // Keep reading events so the poller never waits on a full channel.
+    let drained = async { while events.recv().await.is_some() {} };
+    let _ = tokio::time::timeout(Duration::from_millis(1500), drained).await;
+    poller.abort();
 }

@@ -221,7 +221,8 @@ pub(crate) type Polled = Result<rumqttc::v5::Event, rumqttc::v5::ConnectionError
 /// Polls `eventloop` in a task of its own, forwarding every event, and backing off after
 /// failures. `EventLoop::poll` is not cancellation safe (a request taken from the queue can be
 /// lost mid-write), so it must never lose a `select!` race: only this task polls, and others
-/// select on the channel instead. Ends after a DISCONNECT is sent, or when nobody listens.
+/// select on the channel instead. Ends once the broker closes the connection after a
+/// DISCONNECT (at most 1 s after it is sent), or when nobody listens.
 pub(crate) fn spawn_poller(
     mut eventloop: rumqttc::v5::EventLoop,
 ) -> (
@@ -238,7 +239,16 @@ pub(crate) fn spawn_poller(
                 Ok(rumqttc::v5::Event::Outgoing(rumqttc::Outgoing::Disconnect))
             );
             let failed = polled.is_err();
-            if tx.send(polled).await.is_err() || disconnected {
+            if disconnected {
+                let _ = tx.send(polled).await;
+                // Let the broker close the connection first: closing it with the broker's
+                // packets still unread would reset it, and the broker could lose what it has
+                // not read yet — the DISCONNECT itself, and then it publishes the Will.
+                let closed = async { while eventloop.poll().await.is_ok() {} };
+                let _ = tokio::time::timeout(Duration::from_secs(1), closed).await;
+                return;
+            }
+            if tx.send(polled).await.is_err() {
                 return;
             }
             if failed {

@@ -70,8 +70,9 @@ impl Mosquitto {
         std::fs::write(
             &config,
             format!(
-                "listener {port} 127.0.0.1\n{listener_options}allow_anonymous true\nset_tcp_nodelay true\npersistence false\nlog_dest file {}\n",
-                dir.join("mosquitto.log").display()
+                // The log goes to stderr (kept in stderr.txt): mosquitto started as root runs as
+                // the user `mosquitto`, who could not open a log file in this directory.
+                "listener {port} 127.0.0.1\n{listener_options}allow_anonymous true\nset_tcp_nodelay true\npersistence false\nlog_dest stderr\n",
             ),
         )
         .unwrap();
@@ -110,6 +111,12 @@ impl Mosquitto {
             std::thread::sleep(Duration::from_millis(20));
         }
         broker
+    }
+
+    /// What the broker has logged so far (connections, disconnections, errors).
+    #[allow(dead_code)] // not every test binary reads it
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("stderr.txt")).unwrap_or_default()
     }
 
     /// Stops the broker (like a crash: clients see the connection drop).
