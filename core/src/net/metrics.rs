@@ -1,16 +1,15 @@
 //! The server's Prometheus metrics and the small HTTP endpoint that serves them.
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
+use crate::codec::Command;
 use crate::engine::Outcome;
 use crate::store::StoreStats;
 
@@ -19,11 +18,30 @@ const BUCKETS: [f64; 12] = [
     0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 1.0,
 ];
 
-/// Counters and gauges of one server.
+/// The `command` label: the state store's verbs, then what is not a command.
+const COMMANDS: [&str; Command::ALL.len() + 2] = [
+    "SET",
+    "GET",
+    "DEL",
+    "VDEL",
+    "KEYNOTIFY",
+    "SCAN",
+    "MALFORMED",
+    "ENVELOPE",
+];
+const MALFORMED: usize = Command::ALL.len();
+const ENVELOPE: usize = MALFORMED + 1;
+
+/// The `outcome` label.
+const OUTCOMES: [&str; 4] = ["ok", "error", "rejected", "dropped"];
+
+/// Counters and gauges of one server. Recording is a few relaxed atomic increments: no lock
+/// and no allocation on the request path.
 #[derive(Debug, Default)]
 pub struct Metrics {
-    /// (command, outcome) → count.
-    requests: Mutex<BTreeMap<(&'static str, &'static str), u64>>,
+    /// [command][outcome] → count.
+    requests: [[AtomicU64; OUTCOMES.len()]; COMMANDS.len()],
+    /// Requests per latency bucket (not cumulative: [`Metrics::render`] adds them up).
     latency_buckets: [AtomicU64; BUCKETS.len()],
     latency_count: AtomicU64,
     latency_sum_ns: AtomicU64,
@@ -39,20 +57,16 @@ impl Metrics {
     pub fn record(&self, outcome: &Outcome, latency: Duration) {
         let (command, result) = match outcome {
             Outcome::Answered { command, error } => (
-                command.map_or("MALFORMED", |c| c.as_str()),
-                if error.is_some() { "error" } else { "ok" },
+                command.map_or(MALFORMED, |c| c as usize),
+                usize::from(error.is_some()),
             ),
-            Outcome::Rejected(_) => ("ENVELOPE", "rejected"),
-            Outcome::Dropped(_) => ("ENVELOPE", "dropped"),
+            Outcome::Rejected(_) => (ENVELOPE, 2),
+            Outcome::Dropped(_) => (ENVELOPE, 3),
         };
-        if let Ok(mut requests) = self.requests.lock() {
-            *requests.entry((command, result)).or_default() += 1;
-        }
+        self.requests[command][result].fetch_add(1, Ordering::Relaxed);
         let seconds = latency.as_secs_f64();
-        for (bucket, bound) in self.latency_buckets.iter().zip(BUCKETS) {
-            if seconds <= bound {
-                bucket.fetch_add(1, Ordering::Relaxed);
-            }
+        if let Some(bucket) = BUCKETS.iter().position(|&bound| seconds <= bound) {
+            self.latency_buckets[bucket].fetch_add(1, Ordering::Relaxed);
         }
         self.latency_count.fetch_add(1, Ordering::Relaxed);
         self.latency_sum_ns
@@ -78,12 +92,11 @@ impl Metrics {
 
     /// How many requests ended with `(command, outcome)`.
     pub fn requests(&self, command: &str, outcome: &str) -> u64 {
-        self.requests.lock().map_or(0, |r| {
-            r.iter()
-                .filter(|((c, o), _)| *c == command && *o == outcome)
-                .map(|(_, n)| *n)
-                .sum()
-        })
+        let command = COMMANDS.iter().position(|&c| c == command);
+        let outcome = OUTCOMES.iter().position(|&o| o == outcome);
+        command
+            .zip(outcome)
+            .map_or(0, |(c, o)| self.requests[c][o].load(Ordering::Relaxed))
     }
 
     /// The Prometheus text exposition format.
@@ -94,12 +107,18 @@ impl Metrics {
             "# HELP mqstore_requests_total State store requests handled, by command and outcome."
         );
         let _ = writeln!(out, "# TYPE mqstore_requests_total counter");
-        if let Ok(requests) = self.requests.lock() {
-            for ((command, outcome), n) in requests.iter() {
-                let _ = writeln!(
-                    out,
-                    "mqstore_requests_total{{command=\"{command}\",outcome=\"{outcome}\"}} {n}"
-                );
+        for (command, counts) in COMMANDS.iter().zip(&self.requests) {
+            for (outcome, n) in OUTCOMES.iter().zip(counts) {
+                // Only what happened, as before any request every series would be 0.
+                match n.load(Ordering::Relaxed) {
+                    0 => {}
+                    n => {
+                        let _ = writeln!(
+                            out,
+                            "mqstore_requests_total{{command=\"{command}\",outcome=\"{outcome}\"}} {n}"
+                        );
+                    }
+                }
             }
         }
         let _ = writeln!(
@@ -107,11 +126,12 @@ impl Metrics {
             "# HELP mqstore_request_duration_seconds Time from a request's arrival to its answer being queued."
         );
         let _ = writeln!(out, "# TYPE mqstore_request_duration_seconds histogram");
+        let mut cumulative = 0;
         for (bucket, bound) in self.latency_buckets.iter().zip(BUCKETS) {
+            cumulative += bucket.load(Ordering::Relaxed);
             let _ = writeln!(
                 out,
-                "mqstore_request_duration_seconds_bucket{{le=\"{bound}\"}} {}",
-                bucket.load(Ordering::Relaxed)
+                "mqstore_request_duration_seconds_bucket{{le=\"{bound}\"}} {cumulative}"
             );
         }
         let count = self.latency_count.load(Ordering::Relaxed);
@@ -185,4 +205,50 @@ pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>) {
 /// Binds the metrics endpoint.
 pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     TcpListener::bind(addr).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::envelope::DropReason;
+
+    #[test]
+    fn every_command_has_its_own_label() {
+        for command in Command::ALL {
+            assert_eq!(COMMANDS[command as usize], command.as_str());
+        }
+    }
+
+    #[test]
+    fn requests_are_counted_by_command_and_outcome_and_the_histogram_is_cumulative() {
+        let metrics = Metrics::default();
+        let get = Outcome::Answered {
+            command: Some(Command::Get),
+            error: None,
+        };
+        metrics.record(&get, Duration::from_micros(30));
+        metrics.record(&get, Duration::from_millis(3));
+        metrics.record(
+            &Outcome::Dropped(DropReason::NoResponseTopic),
+            Duration::from_secs(5),
+        );
+        assert_eq!(metrics.requests("GET", "ok"), 2);
+        assert_eq!(metrics.requests("ENVELOPE", "dropped"), 1);
+        assert_eq!(metrics.requests("SET", "ok"), 0);
+        assert_eq!(metrics.requests("NOPE", "ok"), 0);
+        let text = metrics.render();
+        for line in [
+            "mqstore_requests_total{command=\"GET\",outcome=\"ok\"} 2",
+            "mqstore_requests_total{command=\"ENVELOPE\",outcome=\"dropped\"} 1",
+            "mqstore_request_duration_seconds_bucket{le=\"0.00005\"} 1",
+            "mqstore_request_duration_seconds_bucket{le=\"0.0025\"} 1",
+            "mqstore_request_duration_seconds_bucket{le=\"0.005\"} 2",
+            "mqstore_request_duration_seconds_bucket{le=\"1\"} 2",
+            "mqstore_request_duration_seconds_bucket{le=\"+Inf\"} 3",
+            "mqstore_request_duration_seconds_count 3",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line}\n{text}");
+        }
+        assert!(!text.contains("command=\"SET\""), "{text}");
+    }
 }
