@@ -104,6 +104,12 @@ pub enum DropReason {
         topics::CLIENTS_PREFIX
     )]
     ForbiddenResponseTopic,
+    /// Reported by servers, not by [`check_request`]: more answers than the server's limit
+    /// wait for the broker to take them.
+    #[error(
+        "the server is overloaded (too many answers wait for the broker): the request was not applied"
+    )]
+    Overloaded,
 }
 
 /// Why a request is answered with a status other than 200.

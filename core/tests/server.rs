@@ -1086,3 +1086,37 @@ async fn server_and_client_leave_the_broker_politely() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_overloaded_server_drops_requests_unapplied_and_counts_them() {
+    let broker = Mosquitto::start();
+    // No room for any answer: every request counts as arriving during an overload.
+    let config = ServerConfig {
+        max_pending_answers: 0,
+        ..ServerConfig::new(
+            BrokerConfig {
+                port: broker.port,
+                ..BrokerConfig::default()
+            },
+            "shedding",
+        )
+    };
+    let handle = spawn(config).await.unwrap();
+    let server = Server {
+        metrics: handle.metrics.clone(),
+        handle,
+    };
+    let client = client(broker.port, "eager").await;
+    // Until the server has subscribed, requests reach nobody; each one times out either way.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while server.metrics.requests("ENVELOPE", "overloaded") == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "never shed");
+        assert!(matches!(
+            client.set("k", "v", SetOptions::default()).await,
+            Err(ClientError::Timeout(_))
+        ));
+    }
+    assert!(server.metrics.render().contains("mqstore_keys 0"));
+    assert_eq!(server.metrics.requests("SET", "ok"), 0);
+    server.stop().await;
+}

@@ -195,6 +195,10 @@ struct ServeArgs {
     /// Where data lives: only `memory` so far (nothing survives a restart).
     #[arg(long, default_value = "memory")]
     store: String,
+    /// Drop requests (unapplied; callers time out) while this many answers wait for the
+    /// broker: bounds memory when the broker takes publishes more slowly than requests arrive.
+    #[arg(long, default_value_t = mqstore::net::server::DEFAULT_MAX_PENDING_ANSWERS)]
+    max_pending_answers: usize,
 }
 
 #[derive(Args, Clone, Copy)]
@@ -339,6 +343,7 @@ async fn run(cli: Cli) -> ExitCode {
         },
         access: AccessRules::new(args.access_rules.clone()),
         metrics_addr: args.metrics,
+        max_pending_answers: args.max_pending_answers,
     };
     match serve(config, shutdown_signal(), |_| {}).await {
         Ok(()) => ExitCode::SUCCESS,

@@ -11,6 +11,7 @@ use tokio::net::TcpListener;
 
 use crate::codec::Command;
 use crate::engine::Outcome;
+use crate::envelope::DropReason;
 use crate::store::StoreStats;
 
 /// Upper bounds of the latency histogram, in seconds.
@@ -33,7 +34,7 @@ const MALFORMED: usize = Command::ALL.len();
 const ENVELOPE: usize = MALFORMED + 1;
 
 /// The `outcome` label.
-const OUTCOMES: [&str; 4] = ["ok", "error", "rejected", "dropped"];
+const OUTCOMES: [&str; 5] = ["ok", "error", "rejected", "dropped", "overloaded"];
 
 /// Counters and gauges of one server. Recording is a few relaxed atomic increments: no lock
 /// and no allocation on the request path.
@@ -61,6 +62,7 @@ impl Metrics {
                 usize::from(error.is_some()),
             ),
             Outcome::Rejected(_) => (ENVELOPE, 2),
+            Outcome::Dropped(DropReason::Overloaded) => (ENVELOPE, 4),
             Outcome::Dropped(_) => (ENVELOPE, 3),
         };
         self.requests[command][result].fetch_add(1, Ordering::Relaxed);
@@ -210,7 +212,6 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::envelope::DropReason;
 
     #[test]
     fn every_command_has_its_own_label() {

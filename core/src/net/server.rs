@@ -22,7 +22,7 @@ use tracing::{debug, info, warn};
 use super::metrics::{self, Metrics};
 use super::{BrokerConfig, Queued, from_mqtt, now_ms, try_publish};
 use crate::engine::{AccessRules, Engine, EngineConfig, Outcome};
-use crate::envelope::Publish;
+use crate::envelope::{DropReason, Publish};
 use crate::store::{MemoryStore, Quotas};
 use crate::topics;
 
@@ -41,6 +41,10 @@ pub struct ServerConfig {
     pub access: AccessRules,
     /// Serve Prometheus metrics here.
     pub metrics_addr: Option<SocketAddr>,
+    /// Requests that arrive while this many answers wait for the broker to take them are
+    /// dropped unapplied (their callers time out): memory stays bounded when the broker
+    /// accepts publishes more slowly than requests come in (0: drop every request).
+    pub max_pending_answers: usize,
 }
 
 impl ServerConfig {
@@ -56,6 +60,7 @@ impl ServerConfig {
             quotas: Quotas::default(),
             access: AccessRules::default(),
             metrics_addr: None,
+            max_pending_answers: DEFAULT_MAX_PENDING_ANSWERS,
         }
     }
 }
@@ -181,6 +186,7 @@ pub async fn serve(
         outbox: VecDeque::new(),
         notified: HashMap::new(),
         unacked: 0,
+        max_pending_answers: config.max_pending_answers,
     };
     node.run(eventloop, shutdown).await;
     if let Some(task) = metrics_task {
@@ -189,6 +195,9 @@ pub async fn serve(
     info!("stopped");
     Ok(())
 }
+
+/// The default of [`ServerConfig::max_pending_answers`].
+pub const DEFAULT_MAX_PENDING_ANSWERS: usize = 10_000;
 
 /// Requests (publishes, subscribes) queued for the connection. Answers that do not fit wait in
 /// the node's own backlog, in order.
@@ -228,6 +237,7 @@ struct Node {
     notified: HashMap<u16, String>,
     /// Publishes sent and not yet acknowledged by the broker.
     unacked: usize,
+    max_pending_answers: usize,
 }
 
 impl Node {
@@ -360,6 +370,12 @@ impl Node {
                 let message = from_mqtt(p);
                 match topics::client_of_presence_topic(&message.topic) {
                     Some(client) => Some(client),
+                    None if self.backlog.len() >= self.max_pending_answers => {
+                        let outcome = Outcome::Dropped(DropReason::Overloaded);
+                        warn!(pending = self.backlog.len(), "request dropped: overloaded");
+                        self.metrics.record(&outcome, received.elapsed());
+                        None
+                    }
                     None => {
                         let outcome = self.engine.handle(message, now_ms(), &mut self.out);
                         match &outcome {
