@@ -1,25 +1,30 @@
 //! The async Rust client: [`ClientCore`] driven by tokio and rumqttc.
 //!
-//! One background task owns the MQTT connection and the state machine; the [`Client`] handle
-//! sends it calls and awaits their results. The task subscribes (and waits for the SUBACK)
+//! One background task owns the MQTT connection and the state machine (polled the way the
+//! server polls, see `connection.rs`); the [`Client`] handle sends it calls and awaits their
+//! results. The task subscribes (and waits for the SUBACK)
 //! before any call goes out, fails calls in flight when the connection drops, and after a
 //! reconnect re-registers every observed key and reads it back, so a change made while the
 //! client was away arrives as a (synthetic) notification.
 
 use std::collections::HashMap;
+use std::pin::Pin;
 use std::time::Duration;
 
 use bytes::Bytes;
+use rumqttc::Outgoing;
 use rumqttc::v5::mqttbytes::QoS;
 use rumqttc::v5::mqttbytes::v5::{LastWill, Packet};
 use rumqttc::v5::{AsyncClient, Event as MqttEvent, EventLoop};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, warn};
 
-use super::{BrokerConfig, from_mqtt, now_ms, publish, random_u64, sleep_until_ms, spawn_poller};
+use super::connection::{Connection, Driver, Outbox, Wakes};
+use super::{BrokerConfig, Polled, from_mqtt, now_ms, random_u64};
 pub use crate::client::Deleted;
 use crate::client::{Answer, CallId, CallOptions, ClientConfig, ClientCore, ClientError, Event};
 use crate::codec::{Bulk, Condition, Notification, Request, SetRequest};
+use crate::envelope::Publish;
 use crate::hlc::Hlc;
 use crate::topics;
 
@@ -113,7 +118,8 @@ enum Command {
         key: Bytes,
         reply: oneshot::Sender<Result<Answer, ClientError>>,
     },
-    Close,
+    /// Disconnect; `done` hears when the connection is closed.
+    Close { done: oneshot::Sender<()> },
 }
 
 /// A connected state store client. Cheap to clone; the connection closes when the last clone
@@ -200,7 +206,8 @@ impl Client {
                 client_id: options.client_id,
             }),
             _ => {
-                let _ = commands.send(Command::Close).await;
+                let (done, _) = oneshot::channel();
+                let _ = commands.send(Command::Close { done }).await;
                 warn!(
                     broker = %format!("{}:{}", options.broker.host, options.broker.port),
                     "could not connect and subscribe in time"
@@ -352,9 +359,13 @@ impl Client {
         Ok(())
     }
 
-    /// Disconnects (politely: the broker does not publish the presence Will).
+    /// Disconnects politely (the broker does not publish the presence Will) and returns once
+    /// the connection is closed. Calls still in flight fail with `Disconnected`.
     pub async fn close(&self) {
-        let _ = self.commands.send(Command::Close).await;
+        let (done, closed) = oneshot::channel();
+        if self.commands.send(Command::Close { done }).await.is_ok() {
+            let _ = closed.await;
+        }
     }
 }
 
@@ -365,138 +376,277 @@ fn deletion(answer: Answer) -> Deletion {
     }
 }
 
+/// How long closing may take: the DISCONNECT, then the broker closing the connection.
+const CLOSE_GRACE: Duration = Duration::from_secs(2);
+
 /// The background task: the connection and the state machine.
 async fn run(
-    mut core: ClientCore,
+    core: ClientCore,
     client: AsyncClient,
     eventloop: EventLoop,
-    mut commands: mpsc::Receiver<Command>,
+    commands: mpsc::Receiver<Command>,
     ready: oneshot::Sender<()>,
 ) {
-    let (mut events, poller) = spawn_poller(eventloop);
-    let mut ready = Some(ready);
-    let mut waiting: HashMap<CallId, oneshot::Sender<Result<Answer, ClientError>>> = HashMap::new();
-    let mut observers: HashMap<Bytes, Vec<mpsc::UnboundedSender<KeyChange>>> = HashMap::new();
-    let mut pending_subacks = 0usize;
-    let mut connected_before = false;
-    let deliver =
-        |events: Vec<Event>,
-         waiting: &mut HashMap<CallId, oneshot::Sender<Result<Answer, ClientError>>>,
-         observers: &mut HashMap<Bytes, Vec<mpsc::UnboundedSender<KeyChange>>>| {
-            for event in events {
-                match event {
-                    Event::Completed { call, result } => {
-                        if let Some(reply) = waiting.remove(&call) {
-                            let _ = reply.send(result);
-                        }
-                    }
-                    Event::Changed {
-                        key,
-                        change,
-                        version,
-                        synthetic,
-                    } => {
-                        if let Some(list) = observers.get_mut(&key) {
-                            let change = KeyChange {
-                                key: key.clone(),
-                                value: match change {
-                                    Notification::Set(value) => Some(value.value()),
-                                    Notification::Delete => None,
-                                },
-                                version,
-                                synthetic,
-                            };
-                            list.retain(|tx| tx.send(change.clone()).is_ok());
-                        }
+    let mut task = Task {
+        core,
+        outbox: Outbox::new(client),
+        waiting: HashMap::new(),
+        observers: HashMap::new(),
+        pending_subacks: 0,
+        connected_before: false,
+        ready: Some(ready),
+        phase: Phase::Open,
+        closed: Vec::new(),
+    };
+    let mut commands = Commands {
+        commands,
+        open: true,
+        grace: Box::pin(tokio::time::sleep(Duration::ZERO)),
+    };
+    Connection::new(eventloop)
+        .run(&mut commands, &mut task)
+        .await;
+    // Calls still waiting fail with `Disconnected` as their senders drop.
+    for done in task.closed {
+        let _ = done.send(());
+    }
+}
+
+/// The task's wake-ups besides its connection: commands from the handles until a close (or
+/// the last handle dropped), then the end of the grace period closing may take.
+struct Commands {
+    commands: mpsc::Receiver<Command>,
+    open: bool,
+    grace: Pin<Box<tokio::time::Sleep>>,
+}
+
+enum Wake {
+    Command(Command),
+    /// Every handle is gone.
+    Dropped,
+    GraceOver,
+}
+
+impl Wakes for Commands {
+    type Wake = Wake;
+
+    async fn next(&mut self) -> Wake {
+        if self.open {
+            let command = self.commands.recv().await;
+            if matches!(command, None | Some(Command::Close { .. })) {
+                self.open = false;
+                let until = tokio::time::Instant::now() + CLOSE_GRACE;
+                self.grace.as_mut().reset(until);
+            }
+            return command.map_or(Wake::Dropped, Wake::Command);
+        }
+        self.grace.as_mut().await;
+        Wake::GraceOver
+    }
+}
+
+/// Where the connection is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Open,
+    /// The DISCONNECT waits until every request is handed to rumqttc.
+    CloseRequested,
+    /// The DISCONNECT is queued.
+    Disconnecting,
+    /// The DISCONNECT is sent; waiting for the broker to close the connection (closing first,
+    /// with its packets unread, would reset it, and the broker could lose the DISCONNECT and
+    /// publish the presence Will).
+    Closing,
+}
+
+type Reply = oneshot::Sender<Result<Answer, ClientError>>;
+
+/// The state machine and what the task keeps around it.
+struct Task {
+    core: ClientCore,
+    outbox: Outbox,
+    waiting: HashMap<CallId, Reply>,
+    observers: HashMap<Bytes, Vec<mpsc::UnboundedSender<KeyChange>>>,
+    pending_subacks: usize,
+    connected_before: bool,
+    ready: Option<oneshot::Sender<()>>,
+    phase: Phase,
+    /// Who waits for the connection to close.
+    closed: Vec<oneshot::Sender<()>>,
+}
+
+impl Driver for Task {
+    type Wake = Wake;
+
+    fn deadline(&self) -> Option<u64> {
+        self.core.next_deadline()
+    }
+
+    fn on_deadline(&mut self, now_ms: u64) {
+        let events = self.core.expire(now_ms);
+        self.deliver(events);
+    }
+
+    fn on_wake(&mut self, wake: Wake) -> bool {
+        let now = now_ms();
+        match wake {
+            Wake::GraceOver => {
+                debug!("closing took too long; dropping the connection");
+                return false;
+            }
+            Wake::Dropped => self.close(),
+            Wake::Command(Command::Close { done }) => {
+                self.closed.push(done);
+                self.close();
+            }
+            Wake::Command(Command::Call {
+                request,
+                options,
+                reply,
+            }) => {
+                let started = self.core.call(&request, &options, now);
+                self.start(started.map(|(call, p)| (call, vec![p])), reply);
+            }
+            Wake::Command(Command::Observe {
+                key,
+                changes,
+                reply,
+            }) => {
+                self.observers.entry(key.clone()).or_default().push(changes);
+                let started = self.core.observe(key, now);
+                self.start(started, reply);
+            }
+            Wake::Command(Command::Unobserve { key, reply }) => {
+                self.observers.remove(&key);
+                let started = self.core.unobserve(key, now);
+                self.start(started.map(|(call, p)| (call, vec![p])), reply);
+            }
+        }
+        true
+    }
+
+    /// Handles what the connection reported; `false` once the task is done.
+    fn on_polled(&mut self, polled: Polled) -> bool {
+        match polled {
+            Ok(MqttEvent::Outgoing(Outgoing::Disconnect)) => self.phase = Phase::Closing,
+            Ok(_) if self.phase == Phase::Closing => {}
+            Ok(MqttEvent::Incoming(Packet::ConnAck(_))) => {
+                self.pending_subacks = 0;
+                for filter in self.core.subscriptions() {
+                    if self
+                        .outbox
+                        .client()
+                        .try_subscribe(filter, QoS::AtLeastOnce)
+                        .is_ok()
+                    {
+                        self.pending_subacks += 1;
                     }
                 }
             }
-        };
-    loop {
-        let deadline = core.next_deadline();
-        tokio::select! {
-            command = commands.recv() => {
-                let Some(command) = command else { break };
-                let (started, reply) = match command {
-                    Command::Close => break,
-                    Command::Call { request, options, reply } => {
-                        (core.call(&request, &options, now_ms()).map(|(c, p)| (c, vec![p])), reply)
+            Ok(MqttEvent::Incoming(Packet::SubAck(_))) if self.pending_subacks > 0 => {
+                self.pending_subacks -= 1;
+                if self.pending_subacks == 0 {
+                    if let Some(ready) = self.ready.take() {
+                        let _ = ready.send(());
                     }
-                    Command::Observe { key, changes, reply } => {
-                        observers.entry(key.clone()).or_default().push(changes);
-                        (core.observe(key, now_ms()), reply)
-                    }
-                    Command::Unobserve { key, reply } => {
-                        observers.remove(&key);
-                        (core.unobserve(key, now_ms()).map(|(c, p)| (c, vec![p])), reply)
-                    }
-                };
-                match started {
-                    Ok((call, messages)) => {
-                        waiting.insert(call, reply);
-                        for message in messages {
-                            if let Err(e) = publish(&client, message).await {
-                                debug!(error = %e, "publish failed");
-                            }
-                        }
-                    }
-                    Err(e) => {
-                        let _ = reply.send(Err(e));
-                    }
-                }
-            }
-            _ = sleep_until_ms(deadline) => {
-                let events = core.expire(now_ms());
-                deliver(events, &mut waiting, &mut observers);
-            }
-            event = events.recv() => match event {
-                None => break,
-                Some(Ok(MqttEvent::Incoming(Packet::ConnAck(_)))) => {
-                    pending_subacks = 0;
-                    for filter in core.subscriptions() {
-                        if client.try_subscribe(filter, QoS::AtLeastOnce).is_ok() {
-                            pending_subacks += 1;
-                        }
-                    }
-                }
-                Some(Ok(MqttEvent::Incoming(Packet::SubAck(_)))) if pending_subacks > 0 => {
-                    pending_subacks -= 1;
-                    if pending_subacks == 0 {
-                        if let Some(ready) = ready.take() {
-                            let _ = ready.send(());
-                        }
-                        if connected_before {
-                            match core.resume(now_ms()) {
-                                Ok(messages) => {
-                                    for message in messages {
-                                        let _ = publish(&client, message).await;
-                                    }
+                    if self.connected_before {
+                        match self.core.resume(now_ms()) {
+                            Ok(messages) => {
+                                for message in messages {
+                                    self.outbox.push(message, (), |()| {});
                                 }
-                                Err(e) => warn!(error = %e, "could not restore observations"),
                             }
+                            Err(e) => warn!(error = %e, "could not restore observations"),
                         }
-                        connected_before = true;
+                    }
+                    self.connected_before = true;
+                }
+            }
+            Ok(MqttEvent::Incoming(Packet::Publish(p))) => {
+                let message = from_mqtt(p);
+                let events = self.core.handle(&message, now_ms()).into_iter().collect();
+                self.deliver(events);
+            }
+            Ok(_) => {}
+            Err(e) => {
+                // What was in flight is gone.
+                let events = self.core.connection_lost();
+                self.deliver(events);
+                if self.phase != Phase::Open {
+                    return false;
+                }
+                // rumqttc reconnects on the next poll.
+                debug!(error = %e, "broker connection lost; reconnecting");
+            }
+        }
+        // rumqttc may have taken requests from its queue: hand over what waits.
+        self.outbox.flush(|()| {});
+        self.disconnect_when_sent();
+        true
+    }
+}
+
+impl Task {
+    /// Sends a call's publishes and keeps its reply until the answer, or fails it now.
+    fn start(&mut self, started: Result<(CallId, Vec<Publish>), ClientError>, reply: Reply) {
+        match started {
+            Ok((call, messages)) => {
+                self.waiting.insert(call, reply);
+                for message in messages {
+                    self.outbox.push(message, (), |()| {});
+                }
+            }
+            Err(e) => {
+                let _ = reply.send(Err(e));
+            }
+        }
+    }
+
+    /// Starts closing: the DISCONNECT follows every request already made.
+    fn close(&mut self) {
+        if self.phase == Phase::Open {
+            self.phase = Phase::CloseRequested;
+            self.disconnect_when_sent();
+        }
+    }
+
+    fn disconnect_when_sent(&mut self) {
+        if self.phase == Phase::CloseRequested
+            && self.outbox.is_empty()
+            && self.outbox.client().try_disconnect().is_ok()
+        {
+            self.phase = Phase::Disconnecting;
+        }
+    }
+
+    fn deliver(&mut self, events: Vec<Event>) {
+        for event in events {
+            match event {
+                Event::Completed { call, result } => {
+                    if let Some(reply) = self.waiting.remove(&call) {
+                        let _ = reply.send(result);
                     }
                 }
-                Some(Ok(MqttEvent::Incoming(Packet::Publish(p)))) => {
-                    let message = from_mqtt(p);
-                    let events = core.handle(&message, now_ms()).into_iter().collect();
-                    deliver(events, &mut waiting, &mut observers);
-                }
-                Some(Ok(_)) => {}
-                Some(Err(e)) => {
-                    // rumqttc reconnects on the next poll; what was in flight is gone.
-                    let events = core.connection_lost();
-                    deliver(events, &mut waiting, &mut observers);
-                    debug!(error = %e, "broker connection lost; reconnecting");
+                Event::Changed {
+                    key,
+                    change,
+                    version,
+                    synthetic,
+                } => {
+                    if let Some(list) = self.observers.get_mut(&key) {
+                        let change = KeyChange {
+                            key: key.clone(),
+                            value: match change {
+                                Notification::Set(value) => Some(value.value()),
+                                Notification::Delete => None,
+                            },
+                            version,
+                            synthetic,
+                        };
+                        list.retain(|tx| tx.send(change.clone()).is_ok());
+                    }
                 }
             }
         }
     }
-    // A polite DISCONNECT (no Will); the poller ends once the broker has closed the connection.
-    let _ = client.try_disconnect();
-    // Keep reading events so the poller never waits on a full channel.
-    let drained = async { while events.recv().await.is_some() {} };
-    let _ = tokio::time::timeout(Duration::from_millis(1500), drained).await;
-    poller.abort();
 }

@@ -4,6 +4,7 @@
 
 pub mod bench;
 pub mod client;
+mod connection;
 pub mod lease;
 pub mod metrics;
 pub mod server;
@@ -138,22 +139,6 @@ fn to_mqtt_properties(properties: Properties) -> PublishProperties {
     }
 }
 
-/// Publishes one of the core's messages at QoS 1.
-pub(crate) async fn publish(
-    client: &AsyncClient,
-    publish: Publish,
-) -> Result<(), rumqttc::v5::ClientError> {
-    client
-        .publish_with_properties(
-            publish.topic,
-            QoS::AtLeastOnce,
-            false,
-            publish.payload,
-            to_mqtt_properties(publish.properties),
-        )
-        .await
-}
-
 /// What became of a publish handed to the connection without waiting.
 pub(crate) enum Queued {
     Yes,
@@ -203,64 +188,9 @@ pub(crate) fn now_ms() -> u64 {
     crate::hlc::SystemClock.now_ms()
 }
 
-/// Sleeps until the wall clock reaches `deadline` (ms since the epoch); forever for `None`.
-pub(crate) async fn sleep_until_ms(deadline: Option<u64>) {
-    match deadline {
-        Some(deadline) => {
-            let wait = deadline.saturating_sub(now_ms());
-            tokio::time::sleep(Duration::from_millis(wait)).await;
-        }
-        None => std::future::pending().await,
-    }
-}
-
-/// What the poller reports: a packet event, or a failed connection (rumqttc reconnects on the
-/// next poll).
+/// What a poll of the connection gives: a packet event, or a failed connection (rumqttc
+/// reconnects on the next poll).
 pub(crate) type Polled = Result<rumqttc::v5::Event, rumqttc::v5::ConnectionError>;
-
-/// Polls `eventloop` in a task of its own, forwarding every event, and backing off after
-/// failures. `EventLoop::poll` is not cancellation safe (a request taken from the queue can be
-/// lost mid-write), so it must never lose a `select!` race: only this task polls, and others
-/// select on the channel instead. Ends once the broker closes the connection after a
-/// DISCONNECT (at most 1 s after it is sent), or when nobody listens.
-pub(crate) fn spawn_poller(
-    mut eventloop: rumqttc::v5::EventLoop,
-) -> (
-    tokio::sync::mpsc::Receiver<Polled>,
-    tokio::task::JoinHandle<()>,
-) {
-    let (tx, rx) = tokio::sync::mpsc::channel(1024);
-    let task = tokio::spawn(async move {
-        let mut failures = 0u32;
-        loop {
-            let polled = eventloop.poll().await;
-            let disconnected = matches!(
-                polled,
-                Ok(rumqttc::v5::Event::Outgoing(rumqttc::Outgoing::Disconnect))
-            );
-            let failed = polled.is_err();
-            if disconnected {
-                let _ = tx.send(polled).await;
-                // Let the broker close the connection first: closing it with the broker's
-                // packets still unread would reset it, and the broker could lose what it has
-                // not read yet — the DISCONNECT itself, and then it publishes the Will.
-                let closed = async { while eventloop.poll().await.is_ok() {} };
-                let _ = tokio::time::timeout(Duration::from_secs(1), closed).await;
-                return;
-            }
-            if tx.send(polled).await.is_err() {
-                return;
-            }
-            if failed {
-                tokio::time::sleep(backoff(failures)).await;
-                failures = failures.saturating_add(1);
-            } else {
-                failures = 0;
-            }
-        }
-    });
-    (rx, task)
-}
 
 /// How long to wait before reconnecting after `failures` failed attempts in a row: 100 ms,
 /// doubling, at most 5 s.

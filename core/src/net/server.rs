@@ -1,26 +1,30 @@
 //! `mqstore serve`: the engine next to an MQTT 5 broker.
 //!
-//! One task owns the [`Engine`] and handles what the connection's poller task reports, in
-//! order: it re-subscribes on every CONNACK, answers requests (publishing what the engine
+//! One task owns the [`Engine`] and the broker connection (see `connection.rs` for how it
+//! polls without ever dropping a poll half-way) and handles each event as the connection
+//! reports it: it re-subscribes on every CONNACK, answers requests (publishing what the engine
 //! returns in that order: notifications before responses), drops the registrations of clients
 //! that are gone (a presence Will, or a notification's PUBACK saying "no matching
-//! subscribers"), and sleeps until the engine's next expiry deadline. The poller reconnects
-//! with backoff when the broker is away.
+//! subscribers"), wakes at the engine's next expiry deadline, and reconnects with backoff when
+//! the broker is away. On shutdown it unsubscribes, answers what still arrives, waits for the
+//! broker's acknowledgements, and disconnects.
 
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rumqttc::Outgoing;
+use rumqttc::v5::Event;
 use rumqttc::v5::mqttbytes::QoS;
 use rumqttc::v5::mqttbytes::v5::{Packet, PubAckReason};
-use rumqttc::v5::{AsyncClient, Event};
 use tracing::{debug, info, warn};
 
+use super::connection::{Connection, Driver, Outbox, Wakes};
 use super::metrics::{self, Metrics};
-use super::{BrokerConfig, Queued, from_mqtt, now_ms, try_publish};
+use super::{BrokerConfig, Polled, from_mqtt, now_ms};
 use crate::engine::{AccessRules, Engine, EngineConfig, Outcome};
 use crate::envelope::{DropReason, Publish};
 use crate::store::{MemoryStore, Quotas};
@@ -178,17 +182,24 @@ pub async fn serve(
     );
     let mut node = Node {
         engine,
-        client,
+        outbox: Outbox::new(client),
         metrics: metrics.clone(),
         invoke_filter,
         out: Vec::new(),
-        backlog: VecDeque::new(),
-        outbox: VecDeque::new(),
+        sent: VecDeque::new(),
         notified: HashMap::new(),
         unacked: 0,
         max_pending_answers: config.max_pending_answers,
+        stop: Stop::Running,
     };
-    node.run(eventloop, shutdown).await;
+    let mut signals = Signals {
+        shutdown: Box::pin(shutdown),
+        fired: false,
+        grace: Box::pin(tokio::time::sleep(Duration::ZERO)),
+    };
+    Connection::new(eventloop)
+        .run(&mut signals, &mut node)
+        .await;
     if let Some(task) = metrics_task {
         task.abort();
     }
@@ -212,153 +223,149 @@ enum Stop {
     Running,
     /// The UNSUBSCRIBE of the invoke topic is on its way; requests still arriving are answered.
     Unsubscribing,
-    /// The broker sends no more requests; the DISCONNECT waits until every answer is queued.
+    /// The broker sends no more requests; the DISCONNECT waits until the broker has
+    /// acknowledged every answer.
     Unsubscribed,
     /// The DISCONNECT is queued behind every answer.
     Disconnecting,
-    /// The DISCONNECT is sent; waiting for the broker to close the connection.
+    /// The DISCONNECT is sent; waiting for the broker to close the connection. Closing it
+    /// first, with the broker's packets still unread, would reset it, and the broker could lose
+    /// what it has not read yet.
     Closing,
+}
+
+/// The server's wake-ups besides its connection: the shutdown signal, then the end of the
+/// grace period shutdown may take.
+struct Signals<F> {
+    shutdown: Pin<Box<F>>,
+    fired: bool,
+    grace: Pin<Box<tokio::time::Sleep>>,
+}
+
+enum Signal {
+    Shutdown,
+    GraceOver,
+}
+
+impl<F: Future<Output = ()>> Wakes for Signals<F> {
+    type Wake = Signal;
+
+    async fn next(&mut self) -> Signal {
+        if !self.fired {
+            self.shutdown.as_mut().await;
+            self.fired = true;
+            let until = tokio::time::Instant::now() + SHUTDOWN_GRACE;
+            self.grace.as_mut().reset(until);
+            return Signal::Shutdown;
+        }
+        self.grace.as_mut().await;
+        Signal::GraceOver
+    }
 }
 
 /// One server node: the engine and what it has queued for the broker.
 struct Node {
     engine: Engine,
-    client: AsyncClient,
+    /// Answers and notifications, tagged with the client a notification is for.
+    outbox: Outbox<Option<String>>,
     metrics: Arc<Metrics>,
     invoke_filter: String,
     /// What the engine returned for the current request or expiry sweep.
     out: Vec<Publish>,
-    /// Publishes waiting for room in the connection's request queue, in order.
-    backlog: VecDeque<Publish>,
-    /// Which client each publish handed to the connection notifies (None: a response), in
-    /// order, so packet ids can be matched to clients when rumqttc reports them.
-    outbox: VecDeque<Option<String>>,
+    /// The tags of the publishes rumqttc took, in order, until it reports their packet ids.
+    sent: VecDeque<Option<String>>,
     /// Packet id → the client a notification in flight is for.
     notified: HashMap<u16, String>,
     /// Publishes sent and not yet acknowledged by the broker.
     unacked: usize,
     max_pending_answers: usize,
+    stop: Stop,
+}
+
+impl Driver for Node {
+    type Wake = Signal;
+
+    fn deadline(&self) -> Option<u64> {
+        // Not once the DISCONNECT is queued: what expiry sends would queue behind it.
+        match self.stop {
+            Stop::Running | Stop::Unsubscribing | Stop::Unsubscribed => self.engine.next_deadline(),
+            Stop::Disconnecting | Stop::Closing => None,
+        }
+    }
+
+    fn on_deadline(&mut self, now_ms: u64) {
+        self.engine.expire(now_ms, &mut self.out);
+        self.queue_out();
+        self.metrics.set_store(self.engine.stats());
+    }
+
+    fn on_wake(&mut self, signal: Signal) -> bool {
+        match signal {
+            Signal::Shutdown => {
+                // Stop taking requests; answer those already taken, then disconnect.
+                info!("shutting down");
+                let _ = self
+                    .outbox
+                    .client()
+                    .try_unsubscribe(self.invoke_filter.as_str());
+                self.stop = Stop::Unsubscribing;
+                true
+            }
+            Signal::GraceOver => {
+                warn!("gave up waiting for in-flight publishes after {SHUTDOWN_GRACE:?}");
+                false
+            }
+        }
+    }
+
+    /// Handles what the connection reported; `false` once the node is done.
+    fn on_polled(&mut self, polled: Polled) -> bool {
+        match polled {
+            Ok(Event::Outgoing(Outgoing::Disconnect)) => self.stop = Stop::Closing,
+            Ok(_) if self.stop == Stop::Closing => {}
+            Err(_) if self.stop == Stop::Closing => return false,
+            Ok(Event::Incoming(Packet::UnsubAck(_))) if self.stop == Stop::Unsubscribing => {
+                self.stop = Stop::Unsubscribed;
+            }
+            Ok(Event::Incoming(Packet::Publish(p))) if self.stop == Stop::Disconnecting => {
+                // Its answer would queue behind the DISCONNECT: leave it untouched, so the
+                // caller's timeout tells the truth (nothing was done).
+                debug!(topic = ?p.topic, "a request arrived after the DISCONNECT was queued: not handled");
+            }
+            Ok(event) => self.on_event(event),
+            Err(e) if self.stop != Stop::Running => {
+                warn!(error = %e, "the broker went away during shutdown");
+                return false;
+            }
+            Err(e) => warn!(error = %e, "broker connection failed; reconnecting"),
+        }
+        // rumqttc may have taken requests from its queue: hand over what waits.
+        let (sent, metrics) = (&mut self.sent, &self.metrics);
+        self.outbox.flush(|tag| note_sent(sent, metrics, tag));
+        // Once the broker sends no more requests and has acknowledged every answer, the
+        // DISCONNECT goes last.
+        if self.stop == Stop::Unsubscribed
+            && self.outbox.is_empty()
+            && self.unacked == 0
+            && self.outbox.client().try_disconnect().is_ok()
+        {
+            self.stop = Stop::Disconnecting;
+        }
+        true
+    }
 }
 
 impl Node {
-    /// Drives the connection and the engine in one task. Requests are answered as the
-    /// connection reports them, with no hand-over to another task: `EventLoop::poll` is not
-    /// cancellation safe, so its future is kept across the `select!` instead of being raced
-    /// and dropped, and nothing here awaits while a poll is pending (answers are queued with
-    /// `try_publish`; what does not fit waits in `backlog`).
-    async fn run(
-        &mut self,
-        mut eventloop: rumqttc::v5::EventLoop,
-        shutdown: impl Future<Output = ()>,
-    ) {
-        tokio::pin!(shutdown);
-        let expiry = tokio::time::sleep(Duration::ZERO);
-        tokio::pin!(expiry);
-        let mut armed = None;
-        self.arm(&mut expiry, &mut armed);
-        let grace = tokio::time::sleep(Duration::ZERO);
-        tokio::pin!(grace);
-        let mut stop = Stop::Running;
-        let mut failures = 0u32;
-        loop {
-            let polled = {
-                let poll = eventloop.poll();
-                tokio::pin!(poll);
-                loop {
-                    tokio::select! {
-                        biased;
-                        polled = &mut poll => break polled,
-                        _ = &mut shutdown, if stop == Stop::Running => {
-                            // Stop taking requests; answer those already taken, then
-                            // disconnect (below).
-                            info!("shutting down");
-                            let _ = self.client.try_unsubscribe(self.invoke_filter.as_str());
-                            stop = Stop::Unsubscribing;
-                            grace.as_mut().reset(tokio::time::Instant::now() + SHUTDOWN_GRACE);
-                        }
-                        // Not once the DISCONNECT is queued: what it sent would queue behind.
-                        _ = &mut expiry, if armed.is_some() && stop < Stop::Disconnecting => {
-                            armed = None;
-                            self.engine.expire(now_ms(), &mut self.out);
-                            self.queue_out();
-                            self.metrics.set_store(self.engine.stats());
-                            self.arm(&mut expiry, &mut armed);
-                        }
-                        _ = &mut grace, if stop != Stop::Running => {
-                            warn!("gave up waiting for in-flight publishes after {SHUTDOWN_GRACE:?}");
-                            return;
-                        }
-                    }
-                }
-            };
-            match polled {
-                Ok(Event::Outgoing(Outgoing::Disconnect)) => stop = Stop::Closing,
-                // The broker closes the connection after our DISCONNECT. Closing it first,
-                // with its packets still unread, would reset the connection and could make the
-                // broker lose what it has not read yet.
-                Ok(_) if stop == Stop::Closing => {}
-                Err(_) if stop == Stop::Closing => return,
-                Ok(Event::Incoming(Packet::UnsubAck(_))) if stop == Stop::Unsubscribing => {
-                    stop = Stop::Unsubscribed;
-                }
-                Ok(Event::Incoming(Packet::Publish(p))) if stop == Stop::Disconnecting => {
-                    // Its answer would queue behind the DISCONNECT: leave it untouched, so
-                    // the caller's timeout tells the truth (nothing was done).
-                    debug!(topic = ?p.topic, "a request arrived after the DISCONNECT was queued: not handled");
-                }
-                Ok(event) => {
-                    failures = 0;
-                    self.on_event(event);
-                }
-                Err(e) => {
-                    if stop != Stop::Running {
-                        warn!(error = %e, "the broker went away during shutdown");
-                        return;
-                    }
-                    warn!(error = %e, "broker connection failed; reconnecting");
-                    tokio::select! {
-                        _ = tokio::time::sleep(super::backoff(failures)) => {}
-                        _ = &mut shutdown => return,
-                    }
-                    failures = failures.saturating_add(1);
-                }
-            }
-            self.flush_backlog();
-            // Once the broker sends no more requests and has acknowledged every answer, the
-            // DISCONNECT goes last.
-            if stop == Stop::Unsubscribed
-                && self.backlog.is_empty()
-                && self.unacked == 0
-                && self.client.try_disconnect().is_ok()
-            {
-                stop = Stop::Disconnecting;
-            }
-            self.arm(&mut expiry, &mut armed);
-        }
-    }
-
-    /// Sets the expiry timer to the engine's next deadline, when that moved.
-    fn arm(&self, expiry: &mut std::pin::Pin<&mut tokio::time::Sleep>, armed: &mut Option<u64>) {
-        let next = self.engine.next_deadline();
-        if next != *armed {
-            *armed = next;
-            if let Some(deadline) = next {
-                let wait = Duration::from_millis(deadline.saturating_sub(now_ms()));
-                expiry.as_mut().reset(tokio::time::Instant::now() + wait);
-            }
-        }
-    }
-
     fn on_event(&mut self, event: Event) {
         let gone = match event {
             Event::Incoming(Packet::ConnAck(_)) => {
                 // Clean start: nothing survives a reconnect, so subscribe again every time,
                 // and forget which packet ids were notifications.
                 self.notified.clear();
-                self.outbox.clear();
+                self.sent.clear();
                 self.unacked = 0;
                 for filter in [self.invoke_filter.as_str(), topics::PRESENCE_FILTER] {
-                    if let Err(e) = self.client.try_subscribe(filter, QoS::AtLeastOnce) {
+                    if let Err(e) = self.outbox.client().try_subscribe(filter, QoS::AtLeastOnce) {
                         warn!(%filter, error = %e, "subscribe failed");
                     }
                 }
@@ -370,9 +377,9 @@ impl Node {
                 let message = from_mqtt(p);
                 match topics::client_of_presence_topic(&message.topic) {
                     Some(client) => Some(client),
-                    None if self.backlog.len() >= self.max_pending_answers => {
+                    None if self.outbox.len() >= self.max_pending_answers => {
                         let outcome = Outcome::Dropped(DropReason::Overloaded);
-                        warn!(pending = self.backlog.len(), "request dropped: overloaded");
+                        warn!(pending = self.outbox.len(), "request dropped: overloaded");
                         self.metrics.record(&outcome, received.elapsed());
                         None
                     }
@@ -392,7 +399,7 @@ impl Node {
             }
             Event::Outgoing(Outgoing::Publish(pkid)) => {
                 self.unacked += 1;
-                if let Some(client) = self.outbox.pop_front().flatten() {
+                if let Some(client) = self.sent.pop_front().flatten() {
                     self.notified.insert(pkid, client);
                 }
                 None
@@ -430,27 +437,19 @@ impl Node {
 
     /// Queues what the engine returned, in order (notifications before responses).
     fn queue_out(&mut self) {
-        self.backlog.extend(self.out.drain(..));
-        self.flush_backlog();
-    }
-
-    /// Hands the backlog to the connection, in order, until its queue is full.
-    fn flush_backlog(&mut self) {
-        while let Some(message) = self.backlog.pop_front() {
+        let (sent, metrics) = (&mut self.sent, &self.metrics);
+        for message in self.out.drain(..) {
             let notified = topics::client_of_notify_topic(&message.topic);
-            match try_publish(&self.client, message) {
-                Queued::Yes => {
-                    if notified.is_some() {
-                        self.metrics.notified(1);
-                    }
-                    self.outbox.push_back(notified);
-                }
-                Queued::Full(message) => {
-                    self.backlog.push_front(message);
-                    return;
-                }
-                Queued::Refused => warn!("dropped a publish to a topic with a wildcard"),
-            }
+            self.outbox
+                .push(message, notified, |tag| note_sent(sent, metrics, tag));
         }
     }
+}
+
+/// rumqttc took a publish: remember whom it notifies until its packet id is reported.
+fn note_sent(sent: &mut VecDeque<Option<String>>, metrics: &Metrics, notified: Option<String>) {
+    if notified.is_some() {
+        metrics.notified(1);
+    }
+    sent.push_back(notified);
 }
