@@ -146,7 +146,7 @@ enum Command {
         duration: u64,
         /// Turns each target takes at each level, alternating (spreads the machine's noise
         /// over both).
-        #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
+        #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
         rounds: u32,
         /// Client connections the requests share.
         #[arg(long, default_value_t = 16)]

@@ -10,14 +10,15 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use rumqttc::v5::mqttbytes::QoS;
-use rumqttc::v5::mqttbytes::v5::{Packet, PublishProperties};
+use rumqttc::v5::mqttbytes::v5::Packet;
 use rumqttc::v5::{AsyncClient, Event};
 use tokio::task::JoinHandle;
 
-use super::BrokerConfig;
 use super::client::{Client, ClientOptions, SetOptions};
+use super::{BrokerConfig, from_mqtt, try_publish};
 use crate::client::ClientError;
-use crate::envelope::{CONTENT_TYPE, property};
+use crate::envelope::{self, Checked, Publish};
+use crate::hlc::Hlc;
 
 /// What to measure.
 #[derive(Debug, Clone)]
@@ -49,7 +50,7 @@ impl Default for BenchConfig {
             broker: BrokerConfig::default(),
             in_flight: vec![1, 16, 256],
             duration: Duration::from_secs(5),
-            rounds: 5,
+            rounds: 10,
             warm_up: Duration::from_millis(500),
             connections: 16,
             keys: 1000,
@@ -98,7 +99,7 @@ const ECHO_TOPIC: &str = "mqstore/bench/echo/command/invoke";
 /// then take turns: `rounds` short runs each, alternating, so that whatever else the machine
 /// does in the meantime falls on both alike.
 pub async fn run(config: &BenchConfig) -> Result<Vec<Row>, ClientError> {
-    let echo = EchoResponder::start(&config.broker).await?;
+    let echo = EchoResponder::start(&config.broker, config.value_size).await?;
     let rounds = config.rounds.max(1);
     let slice = config.duration / rounds;
     let mut rows = Vec::new();
@@ -298,8 +299,10 @@ impl Load {
     }
 }
 
-/// Answers every request on [`ECHO_TOPIC`] at once with a fixed, valid answer (`+OK` to SET,
-/// `$-1` to anything else), the envelope the clients need, and no state.
+/// Answers every request on [`ECHO_TOPIC`] at once, without state, with what the state store
+/// would send back, size for size: the same envelope (made by the same code) and, for a GET, a
+/// value as long as the ones the load writes (`+OK` to a SET). So the broker and the clients
+/// carry the same bytes for both targets, and the difference is the server's own work.
 ///
 /// It runs on a thread of its own with a single-threaded runtime — the shape `mqstore serve`
 /// has — so that, like the server, it competes with the load generator for the cores instead
@@ -310,7 +313,7 @@ struct EchoResponder {
 }
 
 impl EchoResponder {
-    async fn start(broker: &BrokerConfig) -> Result<Self, ClientError> {
+    async fn start(broker: &BrokerConfig, value_size: usize) -> Result<Self, ClientError> {
         let options = broker.options(&format!("mqstore-bench-echo-{}", std::process::id()));
         let (ready_tx, ready) = tokio::sync::oneshot::channel();
         let (stop, stopped) = tokio::sync::oneshot::channel();
@@ -324,7 +327,7 @@ impl EchoResponder {
                 runtime.block_on(async move {
                     tokio::select! {
                         _ = stopped => {}
-                        _ = echo(options, ready_tx) => {}
+                        _ = echo(options, value_size, ready_tx) => {}
                     }
                 })
             })
@@ -353,7 +356,18 @@ impl Drop for EchoResponder {
 }
 
 /// The echo responder's connection loop: answers inline, as the connection is polled.
-async fn echo(options: rumqttc::v5::MqttOptions, ready: tokio::sync::oneshot::Sender<()>) {
+async fn echo(
+    options: rumqttc::v5::MqttOptions,
+    value_size: usize,
+    ready: tokio::sync::oneshot::Sender<()>,
+) {
+    const NODE: &str = "mqstore-bench-echo";
+    let set_answer = Bytes::from_static(b"+OK\r\n");
+    let mut get_answer = format!("${value_size}\r\n").into_bytes();
+    get_answer.extend(std::iter::repeat_n(b'v', value_size));
+    get_answer.extend_from_slice(b"\r\n");
+    let get_answer = Bytes::from(get_answer);
+    let version = Hlc::new(1_700_000_000_000, 1, NODE).ok();
     let (client, mut eventloop) = AsyncClient::new(options, 4096);
     let mut ready = Some(ready);
     loop {
@@ -367,32 +381,24 @@ async fn echo(options: rumqttc::v5::MqttOptions, ready: tokio::sync::oneshot::Se
                 }
             }
             Ok(Event::Incoming(Packet::Publish(request))) => {
-                let props = request.properties.unwrap_or_default();
-                let Some(response_topic) = props.response_topic else {
+                let request = from_mqtt(request);
+                let is_set = request.payload.windows(5).any(|w| w == b"\r\nSET");
+                let Checked::Accept(invocation) =
+                    envelope::check_request(request.qos, request.properties, NODE)
+                else {
                     continue;
                 };
-                let is_set = request.payload.windows(5).any(|w| w == b"\r\nSET");
-                let payload: &'static [u8] = if is_set { b"+OK\r\n" } else { b"$-1\r\n" };
-                let mut user_properties = vec![(property::STATUS.to_owned(), "200".to_owned())];
-                if is_set {
-                    user_properties.push((
-                        property::TIMESTAMP.to_owned(),
-                        "1700000000000:1:echo".to_owned(),
-                    ));
-                }
-                let properties = PublishProperties {
-                    correlation_data: props.correlation_data,
-                    content_type: Some(CONTENT_TYPE.to_owned()),
-                    user_properties,
-                    ..PublishProperties::default()
-                };
+                let properties =
+                    envelope::response_properties(&invocation, 200, version.as_ref(), NODE);
                 // Never await inside the loop that drives the connection.
-                let _ = client.try_publish_with_properties(
-                    response_topic,
-                    QoS::AtLeastOnce,
-                    false,
-                    Bytes::from_static(payload),
-                    properties,
+                let _ = try_publish(
+                    &client,
+                    Publish {
+                        topic: invocation.response_topic,
+                        payload: if is_set { &set_answer } else { &get_answer }.clone(),
+                        qos: 1,
+                        properties,
+                    },
                 );
             }
             Ok(_) => {}
