@@ -471,4 +471,28 @@ fn answers_read_as_typed_results() {
             .into_page()
             .is_err()
     );
+    // The typed results every client hands out, each with the answer's version.
+    let written = l.answer(&mut c, &set("t", "1"), &none).unwrap();
+    let version = written.version.clone();
+    assert!(version.is_some());
+    let result = written.into_set_result();
+    assert!(result.applied);
+    assert_eq!(result.version, version);
+    let read = l
+        .answer(&mut c, &get("t"), &none)
+        .unwrap()
+        .into_versioned()
+        .unwrap();
+    assert_eq!(read.value, Bytes::from_static(b"1"));
+    assert_eq!(read.version, version);
+    assert_eq!(
+        l.answer(&mut c, &get("x"), &none).unwrap().into_versioned(),
+        None
+    );
+    let del = Request::Del {
+        key: Bytes::from_static(b"t"),
+    };
+    let deletion = l.answer(&mut c, &del, &none).unwrap().into_deletion();
+    assert_eq!(deletion.outcome, Deleted::Deleted);
+    assert!(deletion.version > version);
 }

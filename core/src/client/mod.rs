@@ -130,6 +130,30 @@ impl Answer {
         }
     }
 
+    /// SET: whether it applied, and the key's version.
+    pub fn into_set_result(self) -> SetResult {
+        SetResult {
+            applied: self.applied(),
+            version: self.version,
+        }
+    }
+
+    /// GET: the value and its version, when the key exists.
+    pub fn into_versioned(self) -> Option<Versioned> {
+        self.value().map(|value| Versioned {
+            value,
+            version: self.version,
+        })
+    }
+
+    /// DEL / VDEL: what happened, and the version.
+    pub fn into_deletion(self) -> Deletion {
+        Deletion {
+            outcome: self.deleted(),
+            version: self.version,
+        }
+    }
+
     /// SCAN: the page's keys and the token of the next page (`None`: this was the last).
     pub fn into_page(self) -> Result<(Vec<Bytes>, Option<Bytes>), ClientError> {
         match self.response {
@@ -140,6 +164,30 @@ impl Answer {
             }),
         }
     }
+}
+
+/// What a SET did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SetResult {
+    /// False when NX/NEX did not hold.
+    pub applied: bool,
+    /// The key's version: the new one, or the current one when not applied.
+    pub version: Option<Hlc>,
+}
+
+/// A value and the version of the SET that wrote it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Versioned {
+    pub value: Bytes,
+    pub version: Option<Hlc>,
+}
+
+/// What a DEL or VDEL did, and the version: of the deletion when it deleted, else the
+/// engine's clock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Deletion {
+    pub outcome: Deleted,
+    pub version: Option<Hlc>,
 }
 
 /// What a DEL or VDEL did.

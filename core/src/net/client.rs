@@ -21,8 +21,8 @@ use tracing::{debug, warn};
 
 use super::connection::{Connection, Driver, Outbox, Wakes};
 use super::{BrokerConfig, Polled, from_mqtt, now_ms, random_u64};
-pub use crate::client::Deleted;
 use crate::client::{Answer, CallId, CallOptions, ClientConfig, ClientCore, ClientError, Event};
+pub use crate::client::{Deleted, Deletion, SetResult, Versioned};
 use crate::codec::{Bulk, Condition, Notification, Request, SetRequest};
 use crate::envelope::Publish;
 use crate::hlc::Hlc;
@@ -66,30 +66,6 @@ pub struct SetOptions {
     /// Ask that the key be kept durably (`aio-persistence`).
     pub persist: bool,
     pub fencing_token: Option<Hlc>,
-}
-
-/// What a SET did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SetResult {
-    /// False when NX/NEX did not hold.
-    pub applied: bool,
-    /// The key's version: the new one, or the current one when not applied.
-    pub version: Option<Hlc>,
-}
-
-/// A value and the version of the SET that wrote it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Versioned {
-    pub value: Bytes,
-    pub version: Option<Hlc>,
-}
-
-/// What a DEL or VDEL did, and the version: of the deletion when it deleted, else the
-/// engine's clock.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Deletion {
-    pub outcome: Deleted,
-    pub version: Option<Hlc>,
 }
 
 /// A change of an observed key.
@@ -260,11 +236,7 @@ impl Client {
             persist: options.persist,
             timeout_ms: None,
         };
-        let answer = self.call(request, call_options).await?;
-        Ok(SetResult {
-            applied: answer.applied(),
-            version: answer.version,
-        })
+        Ok(self.call(request, call_options).await?.into_set_result())
     }
 
     /// GET `key`: its value and version, or `None` when absent.
@@ -272,10 +244,7 @@ impl Client {
         let answer = self
             .call(Request::Get { key: key.into() }, CallOptions::default())
             .await?;
-        Ok(answer.value().map(|value| Versioned {
-            value,
-            version: answer.version,
-        }))
+        Ok(answer.into_versioned())
     }
 
     /// DEL `key`.
@@ -289,7 +258,7 @@ impl Client {
             ..CallOptions::default()
         };
         let answer = self.call(Request::Del { key: key.into() }, options).await?;
-        Ok(deletion(answer))
+        Ok(answer.into_deletion())
     }
 
     /// VDEL: delete `key` only if it holds `value`.
@@ -307,7 +276,7 @@ impl Client {
             key: key.into(),
             value: value.into(),
         };
-        Ok(deletion(self.call(request, options).await?))
+        Ok(self.call(request, options).await?.into_deletion())
     }
 
     /// Every key matching `pattern` (the SCAN dialect), all pages collected.
@@ -366,13 +335,6 @@ impl Client {
         if self.commands.send(Command::Close { done }).await.is_ok() {
             let _ = closed.await;
         }
-    }
-}
-
-fn deletion(answer: Answer) -> Deletion {
-    Deletion {
-        outcome: answer.deleted(),
-        version: answer.version,
     }
 }
 
