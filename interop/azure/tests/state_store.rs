@@ -26,6 +26,29 @@ async fn start_server(port: u16) -> ServerHandle {
 }
 
 /// An Azure SDK session and state store client, as the SDK's own example builds them.
+/// Whether a SET through the Azure SDK client applied.
+async fn set_applied(
+    client: &state_store::Client,
+    key: &[u8],
+    value: &[u8],
+    fencing_token: Option<
+        azure_iot_operations_protocol::common::hybrid_logical_clock::HybridLogicalClock,
+    >,
+    options: SetOptions,
+) -> bool {
+    client
+        .set(
+            key.to_vec(),
+            value.to_vec(),
+            TIMEOUT,
+            fencing_token,
+            options,
+        )
+        .await
+        .unwrap()
+        .response
+}
+
 fn azure_client(port: u16, id: &str) -> (state_store::Client, Session, SessionExitHandle) {
     let connection_settings = MqttConnectionSettingsBuilder::default()
         .client_id(id)
@@ -99,13 +122,7 @@ async fn the_azure_sdk_client_works_against_mqstore_serve() {
         set_condition: SetCondition::OnlyIfDoesNotExist,
         ..SetOptions::default()
     };
-    assert!(
-        !client
-            .set(b"k".to_vec(), b"v2".to_vec(), TIMEOUT, None, nx)
-            .await
-            .unwrap()
-            .response
-    );
+    assert!(!set_applied(&client, b"k", b"v2", None, nx).await);
     let lease = SetOptions {
         set_condition: SetCondition::OnlyIfEqualOrDoesNotExist,
         expires: Some(Duration::from_millis(300)),
@@ -122,26 +139,8 @@ async fn the_azure_sdk_client_works_against_mqstore_serve() {
         .await
         .unwrap();
     assert!(taken.response);
-    assert!(
-        client
-            .set(
-                b"lock".to_vec(),
-                b"me".to_vec(),
-                TIMEOUT,
-                None,
-                lease.clone()
-            )
-            .await
-            .unwrap()
-            .response
-    );
-    assert!(
-        !client
-            .set(b"lock".to_vec(), b"other".to_vec(), TIMEOUT, None, lease)
-            .await
-            .unwrap()
-            .response
-    );
+    assert!(set_applied(&client, b"lock", b"me", None, lease.clone()).await);
+    assert!(!set_applied(&client, b"lock", b"other", None, lease).await);
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert_eq!(
         client
@@ -155,17 +154,14 @@ async fn the_azure_sdk_client_works_against_mqstore_serve() {
     // fencing
     let token = taken.version.unwrap();
     assert!(
-        client
-            .set(
-                b"guarded".to_vec(),
-                b"1".to_vec(),
-                TIMEOUT,
-                Some(token.clone()),
-                SetOptions::default()
-            )
-            .await
-            .unwrap()
-            .response
+        set_applied(
+            &client,
+            b"guarded",
+            b"1",
+            Some(token.clone()),
+            SetOptions::default()
+        )
+        .await
     );
     let unfenced = client
         .set(
