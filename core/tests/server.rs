@@ -46,6 +46,10 @@ impl Server {
             access,
             ..ServerConfig::new(broker, node_id)
         };
+        Self::start_config(config).await
+    }
+
+    async fn start_config(config: ServerConfig) -> Server {
         let handle = spawn(config).await.expect("the server starts");
         Server {
             metrics: handle.metrics.clone(),
@@ -1101,11 +1105,7 @@ async fn an_overloaded_server_drops_requests_unapplied_and_counts_them() {
             "shedding",
         )
     };
-    let handle = spawn(config).await.unwrap();
-    let server = Server {
-        metrics: handle.metrics.clone(),
-        handle,
-    };
+    let server = Server::start_config(config).await;
     let client = client(broker.port, "eager").await;
     // Until the server has subscribed, requests reach nobody; each one times out either way.
     let deadline = tokio::time::Instant::now() + WAIT;

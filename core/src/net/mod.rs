@@ -203,6 +203,31 @@ mod tests {
     use super::*;
 
     #[test]
+    fn try_publish_hands_back_what_does_not_fit_and_refuses_wildcards() {
+        // No connection is made until the event loop is polled: only the queue is exercised.
+        let (client, _eventloop) =
+            AsyncClient::new(BrokerConfig::default().options("try-publish"), 1);
+        let message = |topic: &str| Publish {
+            topic: topic.to_owned(),
+            payload: bytes::Bytes::from_static(b"+OK\r\n"),
+            qos: 1,
+            properties: Properties {
+                correlation_data: Some(bytes::Bytes::from_static(b"c1")),
+                ..Properties::default()
+            },
+        };
+        assert!(matches!(
+            try_publish(&client, message("a/+/b")),
+            Queued::Refused
+        ));
+        assert!(matches!(try_publish(&client, message("a/b")), Queued::Yes));
+        match try_publish(&client, message("a/c")) {
+            Queued::Full(back) => assert_eq!(back, message("a/c")),
+            _ => panic!("a full queue hands the message back"),
+        }
+    }
+
+    #[test]
     fn backoff_grows_and_caps() {
         assert_eq!(backoff(0), Duration::from_millis(100));
         assert_eq!(backoff(1), Duration::from_millis(200));
