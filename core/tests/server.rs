@@ -541,55 +541,6 @@ async fn a_server_restart_times_out_calls_then_recovers() {
     server.stop().await;
 }
 
-#[test]
-fn the_cli_speaks_to_the_server_with_meaningful_exit_codes() {
-    let broker = Mosquitto::start();
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let server = runtime.block_on(Server::start(broker.port, "node-cli"));
-    runtime.block_on(async { drop(ready_client(broker.port, "probe").await) });
-    let port = broker.port.to_string();
-    let cli = |args: &[&str]| {
-        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_mqstore"));
-        if args[0] != "--port" {
-            command.args(["--port", &port]);
-        }
-        let output = command.args(args).output().unwrap();
-        (
-            output.status.code(),
-            String::from_utf8_lossy(&output.stdout).trim().to_owned(),
-            String::from_utf8_lossy(&output.stderr).into_owned(),
-        )
-    };
-    assert_eq!(cli(&["set", "greeting", "hello"]).0, Some(0));
-    assert_eq!(cli(&["get", "greeting"]).1, "hello");
-    let (code, json, _) = cli(&["get", "greeting", "--json"]);
-    assert_eq!(code, Some(0));
-    assert!(
-        json.starts_with("{\"value\":\"hello\",\"version\":\""),
-        "{json}"
-    );
-    assert!(json.contains(":node-cli\"}"), "{json}");
-    assert_eq!(
-        cli(&["get", "absent"]),
-        (Some(1), "(nil)".into(), String::new())
-    );
-    assert_eq!(cli(&["set", "greeting", "other", "--nx"]).0, Some(1));
-    assert_eq!(cli(&["scan", "gr*"]).1, "greeting");
-    let (code, _, stderr) = cli(&["set", "k", "v", "--fencing-token", "nonsense"]);
-    assert_eq!(code, Some(2), "{stderr}");
-    assert_eq!(
-        cli(&["del", "greeting"]),
-        (Some(0), "(deleted)".into(), String::new())
-    );
-    let (code, _, stderr) = cli(&["--client-id", "bad:id", "get", "x"]);
-    assert_eq!(code, Some(2));
-    assert!(stderr.contains("--client-id"), "{stderr}");
-    let (code, _, stderr) = cli(&["--port", "1", "get", "x", "--timeout", "1"]);
-    assert_eq!(code, Some(4));
-    assert!(stderr.contains("cannot reach the MQTT broker"), "{stderr}");
-    runtime.block_on(server.stop());
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_clients_race_for_a_lease_and_fencing_stops_the_stale_holder() {
     use mqstore::net::lease::Lease;
@@ -793,6 +744,24 @@ async fn metrics_are_served_over_http() {
         body.contains("mqstore_request_duration_seconds_count"),
         "{body}"
     );
+    // Only GET /metrics is served.
+    for (request, status) in [
+        (
+            "GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+            "HTTP/1.1 404 Not Found\r\n",
+        ),
+        (
+            "POST /metrics HTTP/1.1\r\nHost: x\r\n\r\n",
+            "HTTP/1.1 405 Method Not Allowed\r\n",
+        ),
+    ] {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).await.unwrap();
+        assert!(answer.starts_with(status), "{request:?}: {answer}");
+        assert!(!answer.contains("mqstore_keys"), "{answer}");
+    }
     server.stop().await.unwrap();
 }
 

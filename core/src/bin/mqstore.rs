@@ -2,9 +2,11 @@
 //!
 //! Exit codes: 0 done; 1 a GET found nothing, or a conditional write was not applied; 2 usage;
 //! 3 the state store refused the request (`-ERR`); 4 the broker or server could not be reached
-//! or did not answer in time.
+//! or did not answer in time; 5 the broker refused the connection (CONNACK reason code).
 
+use std::io::Write;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -25,16 +27,23 @@ use mqstore::store::Quotas;
 #[command(
     name = "mqstore",
     version,
-    about = "State store for MQTT 5 device fleets"
+    about = "State store for MQTT 5 device fleets",
+    after_help = "Exit codes: 0 done; 1 not found or not applied; 2 usage; 3 the state store \
+                  refused the request; 4 the broker or the server could not be reached or did \
+                  not answer; 5 the broker refused the connection."
 )]
 struct Cli {
     #[command(flatten)]
     broker: BrokerArgs,
+    #[command(flatten)]
+    call: CallArgs,
     #[command(subcommand)]
     command: Command,
 }
 
+/// How to reach the broker: every command takes these, before or after its name.
 #[derive(Args)]
+#[command(next_help_heading = "Broker connection")]
 struct BrokerArgs {
     /// The MQTT 5 broker's host.
     #[arg(long, global = true, env = "MQSTORE_HOST", default_value = "127.0.0.1")]
@@ -42,9 +51,11 @@ struct BrokerArgs {
     /// The broker's port.
     #[arg(long, global = true, env = "MQSTORE_PORT", default_value_t = 1883)]
     port: u16,
+    /// User name to log in to the broker with.
     #[arg(long, global = true, env = "MQSTORE_USERNAME")]
     username: Option<String>,
-    /// Prefer the environment variable: command lines are visible to other users.
+    /// Password to log in to the broker with. Prefer the environment variable: command lines
+    /// are visible to other users.
     #[arg(long, global = true, env = "MQSTORE_PASSWORD", hide_env_values = true)]
     password: Option<String>,
     /// The MQTT client id (default: mqstore-server-{node id} or mqstore-cli-{random}).
@@ -55,16 +66,67 @@ struct BrokerArgs {
     tls: bool,
     /// PEM file of the certificate authorities that may sign the broker's certificate.
     #[arg(long, global = true, env = "MQSTORE_CA_FILE", requires = "tls")]
-    ca_file: Option<std::path::PathBuf>,
+    ca_file: Option<PathBuf>,
     /// PEM client certificate (chain), for brokers that authenticate clients by certificate.
     #[arg(long, global = true, env = "MQSTORE_CERT_FILE", requires = "key_file")]
-    cert_file: Option<std::path::PathBuf>,
+    cert_file: Option<PathBuf>,
     /// PEM private key of --cert-file.
     #[arg(long, global = true, env = "MQSTORE_KEY_FILE", requires = "cert_file")]
-    key_file: Option<std::path::PathBuf>,
+    key_file: Option<PathBuf>,
     /// Largest MQTT packet to send or accept, in bytes.
     #[arg(long, global = true, default_value_t = 16 * 1024 * 1024)]
     max_packet_size: u32,
+}
+
+/// How client commands wait and print: before or after the command's name.
+#[derive(Args, Clone, Copy)]
+#[command(next_help_heading = "Client commands (get, set, del, vdel, scan, watch, lock)")]
+struct CallArgs {
+    /// Print JSON instead of text.
+    #[arg(long, global = true)]
+    json: bool,
+    /// Seconds to wait for each answer from the state store.
+    #[arg(long, global = true, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
+    timeout: u64,
+}
+
+/// A value given on the command line, from standard input (`-`), or from a file.
+#[derive(Args)]
+#[group(required = true, multiple = false)]
+struct ValueArgs {
+    /// The value; `-` reads it from standard input (any bytes, any size the broker takes).
+    value: Option<String>,
+    /// Read the value from this file (any bytes, any size the broker takes).
+    #[arg(long)]
+    value_file: Option<PathBuf>,
+}
+
+impl ValueArgs {
+    /// The value's bytes.
+    fn read(self) -> Result<Bytes, String> {
+        match (self.value, self.value_file) {
+            (Some(value), _) if value == "-" => {
+                let mut buffer = Vec::new();
+                std::io::Read::read_to_end(&mut std::io::stdin(), &mut buffer)
+                    .map_err(|e| format!("cannot read the value from standard input: {e}"))?;
+                Ok(buffer.into())
+            }
+            (Some(value), _) => Ok(value.into()),
+            (None, Some(path)) => std::fs::read(&path)
+                .map(Bytes::from)
+                .map_err(|e| format!("--value-file {}: {e}", path.display())),
+            (None, None) => Err("give a value, `-` for standard input, or --value-file".into()),
+        }
+    }
+}
+
+/// The fencing token a write presents.
+#[derive(Args)]
+struct FencingArgs {
+    /// Fencing token: the version returned when the lock guarding this key was taken (an HLC,
+    /// `wall:counter:node`, as `mqstore lock` prints it).
+    #[arg(long, value_parser = parse_hlc)]
+    fencing_token: Option<Hlc>,
 }
 
 #[derive(Subcommand)]
@@ -74,58 +136,56 @@ enum Command {
     /// Print a key's value.
     Get {
         key: String,
-        #[command(flatten)]
-        out: OutputArgs,
+        /// Write the value's exact bytes with no newline (binary values, pipes).
+        #[arg(long, conflicts_with = "output")]
+        raw: bool,
+        /// Write the value's exact bytes to this file instead of standard output.
+        #[arg(long, short = 'o')]
+        output: Option<PathBuf>,
     },
     /// Set a key.
     Set {
         key: String,
-        value: String,
+        #[command(flatten)]
+        value: ValueArgs,
         /// Only if the key does not exist.
         #[arg(long, conflicts_with = "nex")]
         nx: bool,
         /// Only if the key does not exist or already holds this value (lease renewal).
         #[arg(long)]
         nex: bool,
-        /// Expire the key after this many milliseconds.
-        #[arg(long)]
+        /// Expire the key after this many milliseconds (at least 1).
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
         px: Option<u64>,
-        /// Fencing token (an HLC, as returned when the guarding lock was taken).
+        /// Ask the server to keep the key durably (`aio-persistence`).
         #[arg(long)]
-        fencing_token: Option<String>,
+        persist: bool,
         #[command(flatten)]
-        out: OutputArgs,
+        fencing: FencingArgs,
     },
     /// Delete a key.
     Del {
         key: String,
-        #[arg(long)]
-        fencing_token: Option<String>,
         #[command(flatten)]
-        out: OutputArgs,
+        fencing: FencingArgs,
     },
     /// Delete a key only if it holds this value.
     Vdel {
         key: String,
-        value: String,
-        #[arg(long)]
-        fencing_token: Option<String>,
         #[command(flatten)]
-        out: OutputArgs,
+        value: ValueArgs,
+        #[command(flatten)]
+        fencing: FencingArgs,
     },
     /// List keys matching a pattern (`*`, `?`, `[a-z]`, `[!a-z]`).
-    Scan {
-        pattern: String,
-        #[command(flatten)]
-        out: OutputArgs,
-    },
+    Scan { pattern: String },
     /// Hold a lock (a lease renewed in the background), then run a command, or wait for
     /// Ctrl-C; release it afterwards. The command gets the fencing token in
     /// MQSTORE_FENCING_TOKEN.
     Lock {
         key: String,
         /// The lease's time to live in milliseconds; it is renewed every third of it.
-        #[arg(long, default_value_t = 10_000)]
+        #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
         ttl_ms: u64,
         /// Seconds to wait for the lock (default: forever).
         #[arg(long)]
@@ -133,8 +193,6 @@ enum Command {
         /// The command to run while holding the lock.
         #[arg(last = true)]
         command: Vec<String>,
-        #[command(flatten)]
-        out: OutputArgs,
     },
     /// Measure the running server against an echo responder through the same broker.
     Bench {
@@ -165,8 +223,6 @@ enum Command {
     Watch {
         #[arg(required = true)]
         keys: Vec<String>,
-        #[command(flatten)]
-        out: OutputArgs,
     },
 }
 
@@ -201,21 +257,13 @@ struct ServeArgs {
     max_pending_answers: usize,
 }
 
-#[derive(Args, Clone, Copy)]
-struct OutputArgs {
-    /// Print JSON instead of text.
-    #[arg(long)]
-    json: bool,
-    /// Seconds to wait for an answer.
-    #[arg(long, default_value_t = 5)]
-    timeout: u64,
-}
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // The server and the benchmark log their progress; client commands print only their
+    // result or a clear error (logs with MQSTORE_LOG=debug, say).
     let default_level = match cli.command {
         Command::Serve(_) | Command::Bench { .. } => "info",
-        _ => "warn",
+        _ => "off",
     };
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -387,11 +435,9 @@ async fn shutdown_signal() {
     let _ = tokio::signal::ctrl_c().await;
 }
 
-fn parse_token(token: &Option<String>) -> Result<Option<Hlc>, String> {
-    token
-        .as_deref()
-        .map(|t| Hlc::parse(t).map_err(|e| format!("--fencing-token {t:?}: {e}")))
-        .transpose()
+fn parse_hlc(text: &str) -> Result<Hlc, String> {
+    Hlc::parse(text)
+        .map_err(|e| format!("{e} (expected wall:counter:node, e.g. 1700000000000:0:node-1)"))
 }
 
 fn text(bytes: &[u8]) -> String {
@@ -403,8 +449,8 @@ fn version(v: &Option<Hlc>) -> String {
 }
 
 /// Prints `json` or `plain`.
-fn emit(out: OutputArgs, json: String, plain: String) {
-    if out.json {
+fn emit(call: CallArgs, json: String, plain: String) {
+    if call.json {
         println!("{json}");
     } else if !plain.is_empty() {
         println!("{plain}");
@@ -426,19 +472,15 @@ fn json_string(s: &str) -> String {
 }
 
 async fn run_client(cli: Cli, broker_config: BrokerConfig) -> ExitCode {
-    let out = match &cli.command {
-        Command::Get { out, .. }
-        | Command::Set { out, .. }
-        | Command::Del { out, .. }
-        | Command::Vdel { out, .. }
-        | Command::Scan { out, .. }
-        | Command::Lock { out, .. }
-        | Command::Watch { out, .. } => *out,
-        // `run` handles these before connecting a client.
-        Command::Serve(_) | Command::Bench { .. } => OutputArgs {
-            json: false,
-            timeout: 5,
-        },
+    let call = cli.call;
+    // Read a value from standard input or a file before connecting: a bad path is a usage
+    // error, and nothing is sent.
+    let command = match ClientCommand::read(cli.command) {
+        Ok(command) => command,
+        Err(message) => {
+            eprintln!("error: {message}");
+            return ExitCode::from(2);
+        }
     };
     let client_id = cli
         .broker
@@ -447,24 +489,34 @@ async fn run_client(cli: Cli, broker_config: BrokerConfig) -> ExitCode {
         .unwrap_or_else(|| format!("mqstore-cli-{}", random_suffix()));
     let options = ClientOptions {
         broker: broker_config.clone(),
-        timeout: Duration::from_secs(out.timeout),
+        timeout: Duration::from_secs(call.timeout),
         ..ClientOptions::new(client_id, "", 0)
     };
+    let broker = format!("{}:{}", cli.broker.host, cli.broker.port);
     let client = match Client::connect(options).await {
         Ok(client) => client,
         Err(ClientError::Clock(e)) => {
             eprintln!("error: --client-id: {e}");
             return ExitCode::from(2);
         }
-        Err(_) => {
+        Err(e @ ClientError::Refused { .. }) => {
             eprintln!(
-                "error: cannot reach the MQTT broker at {}:{} (is it running? see --host/--port)",
-                cli.broker.host, cli.broker.port
+                "error: {e} (broker {broker}; check --username/--password, --client-id and the broker's access rules)"
+            );
+            return ExitCode::from(5);
+        }
+        Err(e) => {
+            eprintln!(
+                "error: cannot reach the MQTT broker at {broker}: {} (is it running? see --host/--port)",
+                match &e {
+                    ClientError::Unreachable(detail) => detail.clone(),
+                    other => other.to_string(),
+                }
             );
             return ExitCode::from(4);
         }
     };
-    let result = command(&client, cli.command, out).await;
+    let result = command.run(&client, call).await;
     client.close().await;
     match result {
         Ok(code) => code,
@@ -476,6 +528,7 @@ async fn run_client(cli: Cli, broker_config: BrokerConfig) -> ExitCode {
             eprintln!("error: {e}");
             match e {
                 ClientError::Service(_) | ClientError::Status { .. } => ExitCode::from(3),
+                ClientError::Refused { .. } => ExitCode::from(5),
                 _ => ExitCode::from(4),
             }
         }
@@ -493,197 +546,283 @@ impl From<ClientError> for CliError {
     }
 }
 
-async fn command(client: &Client, command: Command, out: OutputArgs) -> Result<ExitCode, CliError> {
-    let found = |yes: bool| {
-        if yes {
+/// A client command with its value read.
+enum ClientCommand {
+    Get {
+        key: String,
+        raw: bool,
+        output: Option<PathBuf>,
+    },
+    Set {
+        key: String,
+        value: Bytes,
+        options: SetOptions,
+    },
+    Del {
+        key: String,
+        fencing_token: Option<Hlc>,
+    },
+    Vdel {
+        key: String,
+        value: Bytes,
+        fencing_token: Option<Hlc>,
+    },
+    Scan {
+        pattern: String,
+    },
+    Lock {
+        key: String,
+        ttl: Duration,
+        wait: Option<Duration>,
+        command: Vec<String>,
+    },
+    Watch {
+        keys: Vec<String>,
+    },
+}
+
+impl ClientCommand {
+    fn read(command: Command) -> Result<Self, String> {
+        Ok(match command {
+            Command::Get { key, raw, output } => Self::Get { key, raw, output },
+            Command::Set {
+                key,
+                value,
+                nx,
+                nex,
+                px,
+                persist,
+                fencing,
+            } => Self::Set {
+                key,
+                value: value.read()?,
+                options: SetOptions {
+                    condition: match (nx, nex) {
+                        (true, _) => Condition::NotExists,
+                        (_, true) => Condition::NotExistsOrEqual,
+                        _ => Condition::Always,
+                    },
+                    expires: px.map(Duration::from_millis),
+                    persist,
+                    fencing_token: fencing.fencing_token,
+                },
+            },
+            Command::Del { key, fencing } => Self::Del {
+                key,
+                fencing_token: fencing.fencing_token,
+            },
+            Command::Vdel {
+                key,
+                value,
+                fencing,
+            } => Self::Vdel {
+                key,
+                value: value.read()?,
+                fencing_token: fencing.fencing_token,
+            },
+            Command::Scan { pattern } => Self::Scan { pattern },
+            Command::Lock {
+                key,
+                ttl_ms,
+                wait,
+                command,
+            } => Self::Lock {
+                key,
+                ttl: Duration::from_millis(ttl_ms),
+                wait: wait.map(Duration::from_secs),
+                command,
+            },
+            Command::Watch { keys } => Self::Watch { keys },
+            // `run` handles these without a client.
+            Command::Serve(_) | Command::Bench { .. } => {
+                return Err("not a client command".into());
+            }
+        })
+    }
+
+    async fn run(self, client: &Client, call: CallArgs) -> Result<ExitCode, CliError> {
+        let found = |yes: bool| {
+            if yes {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        };
+        match self {
+            Self::Get { key, raw, output } => {
+                let value = client.get(Bytes::from(key)).await?;
+                match (&value, output) {
+                    (Some(v), Some(path)) => std::fs::write(&path, &v.value).map_err(|e| {
+                        CliError::Usage(format!("--output {}: {e}", path.display()))
+                    })?,
+                    (Some(v), None) if raw => write_stdout(&v.value),
+                    (Some(v), None) if !call.json => write_stdout(&[&v.value[..], b"\n"].concat()),
+                    (Some(v), None) => emit(
+                        call,
+                        format!(
+                            "{{\"value\":{},\"version\":{}}}",
+                            json_string(&text(&v.value)),
+                            json_string(&version(&v.version))
+                        ),
+                        String::new(),
+                    ),
+                    (None, _) if raw => {}
+                    (None, _) => emit(call, "{\"value\":null}".into(), "(nil)".into()),
+                }
+                Ok(found(value.is_some()))
+            }
+            Self::Set {
+                key,
+                value,
+                options,
+            } => {
+                let result = client.set(Bytes::from(key), value, options).await?;
+                emit(
+                    call,
+                    format!(
+                        "{{\"applied\":{},\"version\":{}}}",
+                        result.applied,
+                        json_string(&version(&result.version))
+                    ),
+                    if result.applied {
+                        "OK".into()
+                    } else {
+                        "(not applied)".into()
+                    },
+                );
+                Ok(found(result.applied))
+            }
+            Self::Del { key, fencing_token } => {
+                let deleted = client.del(Bytes::from(key), fencing_token).await?;
+                report_deleted(call, deleted.outcome);
+                Ok(found(deleted.outcome == Deleted::Deleted))
+            }
+            Self::Vdel {
+                key,
+                value,
+                fencing_token,
+            } => {
+                let deleted = client.vdel(Bytes::from(key), value, fencing_token).await?;
+                report_deleted(call, deleted.outcome);
+                Ok(found(deleted.outcome == Deleted::Deleted))
+            }
+            Self::Scan { pattern } => {
+                let mut keys = client.scan(Bytes::from(pattern)).await?;
+                keys.sort();
+                let names: Vec<String> = keys.iter().map(|k| text(k)).collect();
+                let json: Vec<String> = names.iter().map(|k| json_string(k)).collect();
+                emit(call, format!("[{}]", json.join(",")), names.join("\n"));
+                Ok(ExitCode::SUCCESS)
+            }
+            Self::Lock {
+                key,
+                ttl,
+                wait,
+                command,
+            } => lock(client, call, key, ttl, wait, command).await,
+            Self::Watch { keys } => watch(client, call, keys).await,
+        }
+    }
+}
+
+/// Writes bytes to standard output as they are.
+fn write_stdout(bytes: &[u8]) {
+    let mut stdout = std::io::stdout().lock();
+    let _ = stdout.write_all(bytes).and_then(|()| stdout.flush());
+}
+
+async fn lock(
+    client: &Client,
+    call: CallArgs,
+    key: String,
+    ttl: Duration,
+    wait: Option<Duration>,
+    command: Vec<String>,
+) -> Result<ExitCode, CliError> {
+    let Some(lease) = Lease::acquire(client, Bytes::from(key), ttl, wait).await? else {
+        eprintln!("error: the lock is still held by someone else");
+        return Ok(ExitCode::from(1));
+    };
+    let token = lease.fencing_token().to_string();
+    emit(
+        call,
+        format!("{{\"fencing_token\":{}}}", json_string(&token)),
+        token.clone(),
+    );
+    let code = match command.split_first() {
+        Some((program, args)) => {
+            let status = tokio::process::Command::new(program)
+                .args(args)
+                .env("MQSTORE_FENCING_TOKEN", &token)
+                .status()
+                .await;
+            match status {
+                Ok(status) => ExitCode::from(status.code().unwrap_or(1).clamp(0, 255) as u8),
+                Err(e) => {
+                    eprintln!("error: cannot run {program}: {e}");
+                    ExitCode::from(2)
+                }
+            }
+        }
+        None => {
+            eprintln!("holding the lock; Ctrl-C to release");
+            shutdown_signal().await;
             ExitCode::SUCCESS
-        } else {
-            ExitCode::from(1)
         }
     };
-    match command {
-        // `run` handles these before connecting a client.
-        Command::Serve(_) | Command::Bench { .. } => Ok(ExitCode::from(2)),
-        Command::Get { key, .. } => {
-            let value = client.get(Bytes::from(key)).await?;
-            match &value {
-                Some(v) => emit(
-                    out,
+    if !lease.is_held() {
+        eprintln!("warning: the lock was lost while held (renewals failed)");
+    }
+    lease.release().await?;
+    Ok(code)
+}
+
+async fn watch(client: &Client, call: CallArgs, keys: Vec<String>) -> Result<ExitCode, CliError> {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<KeyChange>();
+    for key in keys {
+        let mut observation = client.observe(Bytes::from(key)).await?;
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            while let Some(change) = observation.next().await {
+                if tx.send(change).is_err() {
+                    break;
+                }
+            }
+        });
+    }
+    drop(tx);
+    eprintln!("watching; Ctrl-C to stop");
+    loop {
+        tokio::select! {
+            _ = shutdown_signal() => return Ok(ExitCode::SUCCESS),
+            change = rx.recv() => {
+                let Some(change) = change else { return Ok(ExitCode::from(4)) };
+                let key = text(&change.key);
+                let (op, value) = match &change.value {
+                    Some(v) => ("SET", text(v)),
+                    None => ("DELETE", String::new()),
+                };
+                emit(
+                    call,
                     format!(
-                        "{{\"value\":{},\"version\":{}}}",
-                        json_string(&text(&v.value)),
-                        json_string(&version(&v.version))
+                        "{{\"key\":{},\"op\":\"{op}\",\"value\":{},\"version\":{},\"synthetic\":{}}}",
+                        json_string(&key),
+                        if change.value.is_some() { json_string(&value) } else { "null".into() },
+                        json_string(&version(&change.version)),
+                        change.synthetic
                     ),
-                    text(&v.value),
-                ),
-                None => emit(out, "{\"value\":null}".into(), "(nil)".into()),
-            }
-            Ok(found(value.is_some()))
-        }
-        Command::Set {
-            key,
-            value,
-            nx,
-            nex,
-            px,
-            fencing_token,
-            ..
-        } => {
-            let options = SetOptions {
-                condition: match (nx, nex) {
-                    (true, _) => Condition::NotExists,
-                    (_, true) => Condition::NotExistsOrEqual,
-                    _ => Condition::Always,
-                },
-                expires: px.map(Duration::from_millis),
-                persist: false,
-                fencing_token: parse_token(&fencing_token).map_err(CliError::Usage)?,
-            };
-            let result = client
-                .set(Bytes::from(key), Bytes::from(value), options)
-                .await?;
-            emit(
-                out,
-                format!(
-                    "{{\"applied\":{},\"version\":{}}}",
-                    result.applied,
-                    json_string(&version(&result.version))
-                ),
-                if result.applied {
-                    "OK".into()
-                } else {
-                    "(not applied)".into()
-                },
-            );
-            Ok(found(result.applied))
-        }
-        Command::Del {
-            key, fencing_token, ..
-        } => {
-            let token = parse_token(&fencing_token).map_err(CliError::Usage)?;
-            let deleted = client.del(Bytes::from(key), token).await?;
-            report_deleted(out, deleted.outcome);
-            Ok(found(deleted.outcome == Deleted::Deleted))
-        }
-        Command::Vdel {
-            key,
-            value,
-            fencing_token,
-            ..
-        } => {
-            let token = parse_token(&fencing_token).map_err(CliError::Usage)?;
-            let deleted = client
-                .vdel(Bytes::from(key), Bytes::from(value), token)
-                .await?;
-            report_deleted(out, deleted.outcome);
-            Ok(found(deleted.outcome == Deleted::Deleted))
-        }
-        Command::Scan { pattern, .. } => {
-            let mut keys = client.scan(Bytes::from(pattern)).await?;
-            keys.sort();
-            let names: Vec<String> = keys.iter().map(|k| text(k)).collect();
-            let json: Vec<String> = names.iter().map(|k| json_string(k)).collect();
-            emit(out, format!("[{}]", json.join(",")), names.join("\n"));
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Lock {
-            key,
-            ttl_ms,
-            wait,
-            command,
-            ..
-        } => {
-            let ttl = Duration::from_millis(ttl_ms.max(1));
-            let Some(lease) =
-                Lease::acquire(client, Bytes::from(key), ttl, wait.map(Duration::from_secs))
-                    .await?
-            else {
-                eprintln!("error: the lock is still held by someone else");
-                return Ok(ExitCode::from(1));
-            };
-            let token = lease.fencing_token().to_string();
-            emit(
-                out,
-                format!("{{\"fencing_token\":{}}}", json_string(&token)),
-                token.clone(),
-            );
-            let code = match command.split_first() {
-                Some((program, args)) => {
-                    let status = tokio::process::Command::new(program)
-                        .args(args)
-                        .env("MQSTORE_FENCING_TOKEN", &token)
-                        .status()
-                        .await;
-                    match status {
-                        Ok(status) => {
-                            ExitCode::from(status.code().unwrap_or(1).clamp(0, 255) as u8)
-                        }
-                        Err(e) => {
-                            eprintln!("error: cannot run {program}: {e}");
-                            ExitCode::from(2)
-                        }
-                    }
-                }
-                None => {
-                    eprintln!("holding the lock; Ctrl-C to release");
-                    shutdown_signal().await;
-                    ExitCode::SUCCESS
-                }
-            };
-            if !lease.is_held() {
-                eprintln!("warning: the lock was lost while held (renewals failed)");
-            }
-            lease.release().await?;
-            Ok(code)
-        }
-        Command::Watch { keys, .. } => {
-            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<KeyChange>();
-            for key in keys {
-                let mut observation = client.observe(Bytes::from(key)).await?;
-                let tx = tx.clone();
-                tokio::spawn(async move {
-                    while let Some(change) = observation.next().await {
-                        if tx.send(change).is_err() {
-                            break;
-                        }
-                    }
-                });
-            }
-            drop(tx);
-            eprintln!("watching; Ctrl-C to stop");
-            loop {
-                tokio::select! {
-                    _ = shutdown_signal() => return Ok(ExitCode::SUCCESS),
-                    change = rx.recv() => {
-                        let Some(change) = change else { return Ok(ExitCode::from(4)) };
-                        let key = text(&change.key);
-                        let (op, value) = match &change.value {
-                            Some(v) => ("SET", text(v)),
-                            None => ("DELETE", String::new()),
-                        };
-                        emit(
-                            out,
-                            format!(
-                                "{{\"key\":{},\"op\":\"{op}\",\"value\":{},\"version\":{},\"synthetic\":{}}}",
-                                json_string(&key),
-                                if change.value.is_some() { json_string(&value) } else { "null".into() },
-                                json_string(&version(&change.version)),
-                                change.synthetic
-                            ),
-                            format!("{key} {op} {value}").trim_end().to_owned(),
-                        );
-                    }
-                }
+                    format!("{key} {op} {value}").trim_end().to_owned(),
+                );
             }
         }
     }
 }
 
-fn report_deleted(out: OutputArgs, deleted: Deleted) {
+fn report_deleted(call: CallArgs, deleted: Deleted) {
     let (json, plain) = match deleted {
         Deleted::Deleted => ("{\"deleted\":1}", "(deleted)"),
         Deleted::Absent => ("{\"deleted\":0}", "(absent)"),
         Deleted::ValueMismatch => ("{\"deleted\":-1}", "(value did not match)"),
     };
-    emit(out, json.into(), plain.into());
+    emit(call, json.into(), plain.into());
 }

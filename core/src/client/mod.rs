@@ -63,6 +63,23 @@ pub enum ClientError {
     /// The client's own clock could not produce a timestamp.
     #[error("the client clock failed: {0}")]
     Clock(#[from] HlcError),
+    /// The broker could not be reached: nothing listens there, the name does not resolve,
+    /// TLS failed, or it did not answer the CONNECT in time.
+    #[error("cannot reach the MQTT broker: {0}")]
+    Unreachable(String),
+    /// The broker answered the CONNECT with a refusal (a CONNACK reason code, e.g. 0x86 bad
+    /// user name or password, 0x87 not authorized).
+    #[error(
+        "the MQTT broker refused the connection: {} (reason code 0x{code:02X}){}",
+        crate::reason::name(*code),
+        reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default()
+    )]
+    Refused {
+        /// The CONNACK reason code.
+        code: u8,
+        /// The broker's reason string, when it sent one.
+        reason: Option<String>,
+    },
 }
 
 impl ClientError {
@@ -77,6 +94,8 @@ impl ClientError {
             ClientError::Malformed(_) => 204,
             ClientError::Unexpected { .. } => 205,
             ClientError::Clock(_) => 206,
+            ClientError::Unreachable(_) => 207,
+            ClientError::Refused { .. } => 208,
         }
     }
 }

@@ -3,9 +3,8 @@
 //! most any server behind that broker could do. Reports throughput and latency percentiles,
 //! and the ratios.
 
-use std::io::Write as _;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -40,7 +39,7 @@ pub struct BenchConfig {
     pub value_size: usize,
     /// Percent of requests that are SETs (the rest are GETs).
     pub set_percent: u8,
-    /// Print progress to stderr.
+    /// Report progress on stderr: a bar on a terminal, else one line per round.
     pub progress: bool,
 }
 
@@ -107,17 +106,20 @@ pub async fn run(config: &BenchConfig) -> Result<Vec<Row>, ClientError> {
         let mut mqstore = Load::connect(config, level, None).await?;
         let mut echo_load = Load::connect(config, level, Some(ECHO_TOPIC)).await?;
         for load in [&mut mqstore, &mut echo_load] {
-            load.drive(config, config.warm_up, None).await;
+            load.drive(config, config.warm_up).await;
             load.reset();
         }
-        for round in 0..rounds {
-            let progress = config.progress.then_some((round, rounds));
-            mqstore.drive(config, slice, progress).await;
-            echo_load.drive(config, slice, progress).await;
+        let progress = Progress::new(config.progress, level, rounds);
+        for round in 1..=rounds {
+            mqstore.drive(config, slice).await;
+            echo_load.drive(config, slice).await;
+            progress.round(
+                round,
+                mqstore.latencies_us.len(),
+                echo_load.latencies_us.len(),
+            );
         }
-        if config.progress {
-            eprintln!();
-        }
+        progress.finish();
         rows.push(Row {
             in_flight: level,
             mqstore: mqstore.finish().await,
@@ -126,6 +128,56 @@ pub async fn run(config: &BenchConfig) -> Result<Vec<Row>, ClientError> {
     }
     drop(echo);
     Ok(rows)
+}
+
+/// Where a level of the benchmark is: a bar on a terminal (indicatif hides it elsewhere),
+/// and one line per round when stderr is not a terminal (a log file gets no bar frames).
+struct Progress {
+    bar: Option<indicatif::ProgressBar>,
+    lines: bool,
+    in_flight: usize,
+    rounds: u32,
+}
+
+impl Progress {
+    fn new(enabled: bool, in_flight: usize, rounds: u32) -> Self {
+        let terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
+        let bar = (enabled && terminal).then(|| {
+            let bar = indicatif::ProgressBar::new(u64::from(rounds));
+            if let Ok(style) = indicatif::ProgressStyle::with_template(
+                "{prefix:>14} [{bar:30}] round {pos}/{len} {msg}",
+            ) {
+                bar.set_style(style.progress_chars("#>-"));
+            }
+            bar.set_prefix(format!("{in_flight} in flight"));
+            bar
+        });
+        Self {
+            bar,
+            lines: enabled && !terminal,
+            in_flight,
+            rounds,
+        }
+    }
+
+    fn round(&self, round: u32, mqstore_ops: usize, echo_ops: usize) {
+        let message = format!("mqstore {mqstore_ops} ops, echo {echo_ops} ops");
+        if let Some(bar) = &self.bar {
+            bar.set_position(u64::from(round));
+            bar.set_message(message);
+        } else if self.lines {
+            eprintln!(
+                "bench: {} in flight, round {round}/{}: {message}",
+                self.in_flight, self.rounds
+            );
+        }
+    }
+
+    fn finish(&self) {
+        if let Some(bar) = &self.bar {
+            bar.finish();
+        }
+    }
 }
 
 /// The report as a table.
@@ -156,7 +208,6 @@ pub fn render(rows: &[Row]) -> String {
 
 /// One target's connections at one level, and what its runs measured so far.
 struct Load {
-    target: &'static str,
     in_flight: usize,
     clients: Vec<Client>,
     latencies_us: Vec<u32>,
@@ -189,7 +240,6 @@ impl Load {
             clients.push(Client::connect(options).await?);
         }
         Ok(Self {
-            target,
             in_flight,
             clients,
             latencies_us: Vec::new(),
@@ -199,21 +249,15 @@ impl Load {
     }
 
     /// Keeps `in_flight` requests going for `duration`, adding to the figures.
-    async fn drive(
-        &mut self,
-        config: &BenchConfig,
-        duration: Duration,
-        progress: Option<(u32, u32)>,
-    ) {
+    async fn drive(&mut self, config: &BenchConfig, duration: Duration) {
         let value = Bytes::from(vec![b'v'; config.value_size]);
         let stop = Arc::new(AtomicBool::new(false));
-        let done = Arc::new(AtomicU64::new(0));
         let started = Instant::now();
         let seed = self.latencies_us.len() as u64;
         let workers: Vec<JoinHandle<(Vec<u32>, u64)>> = (0..self.in_flight)
             .map(|w| {
                 let client = self.clients[w % self.clients.len()].clone();
-                let (stop, done, value) = (stop.clone(), done.clone(), value.clone());
+                let (stop, value) = (stop.clone(), value.clone());
                 let (keys, set_percent) = (config.keys.max(1), u64::from(config.set_percent));
                 tokio::spawn(async move {
                     let mut latencies = Vec::with_capacity(1 << 12);
@@ -236,30 +280,12 @@ impl Load {
                         };
                         latencies.push(begin.elapsed().as_micros().min(u32::MAX as u128) as u32);
                         errors += u64::from(!ok);
-                        done.fetch_add(1, Ordering::Relaxed);
                     }
                     (latencies, errors)
                 })
             })
             .collect();
-        while started.elapsed() < duration {
-            tokio::time::sleep(duration.min(Duration::from_millis(250))).await;
-            if let Some((round, rounds)) = progress {
-                let fraction = (started.elapsed().as_secs_f64() / duration.as_secs_f64()).min(1.0);
-                let overall = (f64::from(round) + fraction) / f64::from(rounds);
-                let filled = (overall * 30.0) as usize;
-                eprint!(
-                    "\r{:>7} x{:<4} round {}/{rounds} [{}{}] {:>9} ops",
-                    self.target,
-                    self.in_flight,
-                    round + 1,
-                    "#".repeat(filled),
-                    " ".repeat(30 - filled),
-                    self.latencies_us.len() as u64 + done.load(Ordering::Relaxed)
-                );
-                let _ = std::io::stderr().flush();
-            }
-        }
+        tokio::time::sleep(duration).await;
         stop.store(true, Ordering::Relaxed);
         for worker in workers {
             if let Ok((latencies, errors)) = worker.await {

@@ -176,21 +176,30 @@ impl Client {
         let (commands, commands_rx) = mpsc::channel(256);
         let (ready_tx, ready_rx) = oneshot::channel();
         tokio::spawn(run(core, client, eventloop, commands_rx, ready_tx));
-        match tokio::time::timeout(options.timeout, ready_rx).await {
-            Ok(Ok(())) => Ok(Client {
-                commands,
-                client_id: options.client_id,
-            }),
-            _ => {
-                let (done, _) = oneshot::channel();
-                let _ = commands.send(Command::Close { done }).await;
-                warn!(
-                    broker = %format!("{}:{}", options.broker.host, options.broker.port),
-                    "could not connect and subscribe in time"
-                );
-                Err(ClientError::Disconnected)
+        let failed = match tokio::time::timeout(options.timeout, ready_rx).await {
+            Ok(Ok(Ok(()))) => {
+                return Ok(Client {
+                    commands,
+                    client_id: options.client_id,
+                });
             }
-        }
+            // The first attempt failed: say why at once (a refused connection, a CONNACK
+            // refusal) instead of retrying until the timeout.
+            Ok(Ok(Err(e))) => e,
+            Ok(Err(_)) => ClientError::Disconnected,
+            Err(_) => ClientError::Unreachable(format!(
+                "no CONNACK and SUBACK within {} ms",
+                options.timeout.as_millis()
+            )),
+        };
+        let (done, _) = oneshot::channel();
+        let _ = commands.send(Command::Close { done }).await;
+        debug!(
+            broker = %format!("{}:{}", options.broker.host, options.broker.port),
+            error = %failed,
+            "could not connect"
+        );
+        Err(failed)
     }
 
     /// This client's id.
@@ -347,7 +356,7 @@ async fn run(
     client: AsyncClient,
     eventloop: EventLoop,
     commands: mpsc::Receiver<Command>,
-    ready: oneshot::Sender<()>,
+    ready: oneshot::Sender<Result<(), ClientError>>,
 ) {
     let mut task = Task {
         core,
@@ -431,7 +440,8 @@ struct Task {
     observers: HashMap<Bytes, Vec<mpsc::UnboundedSender<KeyChange>>>,
     pending_subacks: usize,
     connected_before: bool,
-    ready: Option<oneshot::Sender<()>>,
+    /// Hears once the client can make calls, or why it never will.
+    ready: Option<oneshot::Sender<Result<(), ClientError>>>,
     phase: Phase,
     /// Who waits for the connection to close.
     closed: Vec<oneshot::Sender<()>>,
@@ -509,7 +519,7 @@ impl Driver for Task {
                 self.pending_subacks -= 1;
                 if self.pending_subacks == 0 {
                     if let Some(ready) = self.ready.take() {
-                        let _ = ready.send(());
+                        let _ = ready.send(Ok(()));
                     }
                     if self.connected_before {
                         match self.core.resume(now_ms()) {
@@ -531,6 +541,11 @@ impl Driver for Task {
             }
             Ok(_) => {}
             Err(e) => {
+                if let Some(ready) = self.ready.take() {
+                    // Never connected: `connect` reports why, and nothing is retried.
+                    let _ = ready.send(Err(super::connect_error(&e)));
+                    return false;
+                }
                 // What was in flight is gone.
                 let events = self.core.connection_lost();
                 self.deliver(events);

@@ -182,7 +182,8 @@ impl Metrics {
     }
 }
 
-/// Serves `GET /metrics` (any path, in fact) on `listener` until the task is dropped.
+/// Serves `GET /metrics` (and `HEAD`) on `listener` until the task is dropped: `404` for other
+/// paths, `405` for other methods, `400` for what is not an HTTP request.
 pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>) {
     loop {
         let Ok((mut stream, _)) = listener.accept().await else {
@@ -190,17 +191,60 @@ pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>) {
         };
         let metrics = metrics.clone();
         tokio::spawn(async move {
-            // Read the request head (it is small); the answer is the same for every path.
+            // The request line is all we read: it arrives in the first segment.
             let mut head = [0u8; 2048];
-            let _ = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut head)).await;
-            let body = metrics.render();
-            let response = format!(
-                "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
+            let read = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut head)).await;
+            let length = match read {
+                Ok(Ok(n)) => n,
+                _ => return,
+            };
+            let response = http_response(&head[..length], &metrics);
             let _ = stream.write_all(response.as_bytes()).await;
             let _ = stream.shutdown().await;
         });
+    }
+}
+
+/// The HTTP response to a request whose head starts with `head`.
+fn http_response(head: &[u8], metrics: &Metrics) -> String {
+    let line = head
+        .split(|&b| b == b'\r' || b == b'\n')
+        .next()
+        .unwrap_or(&[]);
+    let mut parts = line.split(|&b| b == b' ');
+    let (method, target) = (parts.next().unwrap_or(&[]), parts.next());
+    let reply = |status: &str, extra: &str, body: &str, send_body: bool| {
+        format!(
+            "HTTP/1.1 {status}\r\n{extra}Content-Length: {}\r\nConnection: close\r\n\r\n{}",
+            body.len(),
+            if send_body { body } else { "" }
+        )
+    };
+    let Some(target) = target else {
+        return reply("400 Bad Request", "", "not an HTTP request\n", true);
+    };
+    let path = target.split(|&b| b == b'?').next().unwrap_or(&[]);
+    if path != b"/metrics" {
+        return reply(
+            "404 Not Found",
+            "",
+            "metrics are served at /metrics\n",
+            true,
+        );
+    }
+    match method {
+        b"GET" | b"HEAD" => reply(
+            "200 OK",
+            "Content-Type: text/plain; version=0.0.4\r\n",
+            &metrics.render(),
+            method == b"GET",
+        ),
+        _ => reply(
+            "405 Method Not Allowed",
+            "Allow: GET, HEAD\r\n",
+            "use GET\n",
+            true,
+        ),
     }
 }
 
@@ -212,6 +256,38 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_get_and_head_of_metrics_are_served() {
+        let metrics = Metrics::default();
+        let status = |head: &str| {
+            let response = http_response(head.as_bytes(), &metrics);
+            response.lines().next().unwrap_or_default().to_owned()
+        };
+        assert_eq!(
+            status("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"),
+            "HTTP/1.1 200 OK"
+        );
+        assert_eq!(
+            status("GET /metrics?x=1 HTTP/1.1\r\n\r\n"),
+            "HTTP/1.1 200 OK"
+        );
+        assert_eq!(status("GET / HTTP/1.1\r\n\r\n"), "HTTP/1.1 404 Not Found");
+        assert_eq!(
+            status("GET /metricsx HTTP/1.1\r\n\r\n"),
+            "HTTP/1.1 404 Not Found"
+        );
+        assert_eq!(
+            status("POST /metrics HTTP/1.1\r\n\r\n"),
+            "HTTP/1.1 405 Method Not Allowed"
+        );
+        assert_eq!(status("garbage"), "HTTP/1.1 400 Bad Request");
+        let head = http_response(b"HEAD /metrics HTTP/1.1\r\n\r\n", &metrics);
+        assert!(head.ends_with("\r\n\r\n"), "HEAD has no body: {head}");
+        assert!(
+            http_response(b"POST /metrics HTTP/1.1\r\n\r\n", &metrics).contains("Allow: GET, HEAD")
+        );
+    }
 
     #[test]
     fn every_command_has_its_own_label() {

@@ -182,6 +182,50 @@ pub fn random_u64() -> u64 {
     hasher.finish()
 }
 
+/// Why a connection attempt failed, as the client's error: a broker's refusal keeps its
+/// reason code; anything else means the broker could not be reached.
+pub(crate) fn connect_error(error: &rumqttc::v5::ConnectionError) -> crate::client::ClientError {
+    use crate::client::ClientError;
+    use rumqttc::v5::ConnectionError;
+    match error {
+        ConnectionError::ConnectionRefused(code) => ClientError::Refused {
+            code: connack_code(*code),
+            reason: None,
+        },
+        ConnectionError::Io(e) => ClientError::Unreachable(e.to_string()),
+        other => ClientError::Unreachable(other.to_string()),
+    }
+}
+
+/// The MQTT 5 reason code of a CONNACK (rumqttc keeps it as an enum).
+fn connack_code(code: rumqttc::v5::mqttbytes::v5::ConnectReturnCode) -> u8 {
+    use rumqttc::v5::mqttbytes::v5::ConnectReturnCode as C;
+    match code {
+        C::Success => 0x00,
+        C::RefusedProtocolVersion | C::UnsupportedProtocolVersion => 0x84,
+        C::BadClientId | C::ClientIdentifierNotValid => 0x85,
+        C::ServiceUnavailable | C::ServerUnavailable => 0x88,
+        C::UnspecifiedError => 0x80,
+        C::MalformedPacket => 0x81,
+        C::ProtocolError => 0x82,
+        C::ImplementationSpecificError => 0x83,
+        C::BadUserNamePassword => 0x86,
+        C::NotAuthorized => 0x87,
+        C::ServerBusy => 0x89,
+        C::Banned => 0x8A,
+        C::BadAuthenticationMethod => 0x8C,
+        C::TopicNameInvalid => 0x90,
+        C::PacketTooLarge => 0x95,
+        C::QuotaExceeded => 0x97,
+        C::PayloadFormatInvalid => 0x99,
+        C::RetainNotSupported => 0x9A,
+        C::QoSNotSupported => 0x9B,
+        C::UseAnotherServer => 0x9C,
+        C::ServerMoved => 0x9D,
+        C::ConnectionRateExceeded => 0x9F,
+    }
+}
+
 /// Milliseconds since the Unix epoch, from the system clock.
 pub(crate) fn now_ms() -> u64 {
     use crate::hlc::Clock;

@@ -60,7 +60,18 @@ impl Mosquitto {
         )
     }
 
+    /// Starts a broker with these configuration lines (anonymous clients are allowed unless
+    /// they say otherwise).
+    pub fn start_config(lines: &str) -> Self {
+        Self::start_with(free_port(), lines)
+    }
+
     fn start_with(port: u16, listener_options: &str) -> Self {
+        let anonymous = if listener_options.contains("allow_anonymous") {
+            ""
+        } else {
+            "allow_anonymous true\n"
+        };
         let dir = std::env::temp_dir().join(format!(
             "mqstore-test-mosquitto-{port}-{}",
             std::process::id()
@@ -72,7 +83,7 @@ impl Mosquitto {
             format!(
                 // The log goes to stderr (kept in stderr.txt): mosquitto started as root runs as
                 // the user `mosquitto`, who could not open a log file in this directory.
-                "listener {port} 127.0.0.1\n{listener_options}allow_anonymous true\nset_tcp_nodelay true\npersistence false\nlog_dest stderr\n",
+                "listener {port} 127.0.0.1\n{listener_options}{anonymous}set_tcp_nodelay true\npersistence false\nlog_dest stderr\n",
             ),
         )
         .unwrap();

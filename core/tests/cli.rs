@@ -1,0 +1,373 @@
+//! The `mqstore` command as a person meets it: exit codes, messages, values from files and
+//! standard input, help, progress output, against a real mosquitto and server.
+
+mod mosquitto;
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use mosquitto::Mosquitto;
+use mqstore::net::BrokerConfig;
+use mqstore::net::server::{ServerConfig, ServerHandle, spawn};
+
+/// A broker with a server next to it, and a way to run the CLI against them.
+struct Setup {
+    broker: Mosquitto,
+    server: Option<ServerHandle>,
+    runtime: tokio::runtime::Runtime,
+}
+
+impl Setup {
+    fn start(node_id: &str) -> Self {
+        let broker = Mosquitto::start();
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let config = ServerConfig::new(
+            BrokerConfig {
+                port: broker.port,
+                ..BrokerConfig::default()
+            },
+            node_id,
+        );
+        let server = runtime.block_on(spawn(config)).expect("the server starts");
+        let setup = Self {
+            broker,
+            server: Some(server),
+            runtime,
+        };
+        // The server may still be subscribing: wait until it answers.
+        let started = Instant::now();
+        while setup.cli(&["get", "ready?", "--timeout", "1"]).code != Some(1) {
+            assert!(started.elapsed() < Duration::from_secs(10), "no answer");
+        }
+        setup
+    }
+
+    fn command(&self) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_mqstore"));
+        command
+            .args(["--port", &self.broker.port.to_string()])
+            .env_remove("MQSTORE_LOG");
+        command
+    }
+
+    fn cli(&self, args: &[&str]) -> Run {
+        run(self.command().args(args).output().unwrap())
+    }
+
+    /// Runs the CLI with `input` on its standard input.
+    fn cli_with_input(&self, args: &[&str], input: &[u8]) -> Run {
+        let mut child = self
+            .command()
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        let input = input.to_vec();
+        let writer = std::thread::spawn(move || stdin.write_all(&input));
+        let output = child.wait_with_output().unwrap();
+        writer.join().unwrap().unwrap();
+        run(output)
+    }
+}
+
+impl Drop for Setup {
+    fn drop(&mut self) {
+        if let Some(server) = self.server.take() {
+            let _ = self.runtime.block_on(server.stop());
+        }
+    }
+}
+
+struct Run {
+    code: Option<i32>,
+    stdout: Vec<u8>,
+    stderr: String,
+}
+
+impl Run {
+    fn out(&self) -> String {
+        String::from_utf8_lossy(&self.stdout).trim().to_owned()
+    }
+}
+
+fn run(output: Output) -> Run {
+    Run {
+        code: output.status.code(),
+        stdout: output.stdout,
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+fn mqstore(args: &[&str]) -> Run {
+    run(Command::new(env!("CARGO_BIN_EXE_mqstore"))
+        .args(args)
+        .env_remove("MQSTORE_LOG")
+        .output()
+        .unwrap())
+}
+
+#[test]
+fn exit_codes_and_output_of_every_command() {
+    let s = Setup::start("node-cli");
+    assert_eq!(s.cli(&["set", "greeting", "hello"]).code, Some(0));
+    assert_eq!(s.cli(&["get", "greeting"]).out(), "hello");
+    let get = s.cli(&["get", "greeting", "--json"]);
+    assert_eq!(get.code, Some(0));
+    let json = get.out();
+    assert!(
+        json.starts_with("{\"value\":\"hello\",\"version\":\""),
+        "{json}"
+    );
+    assert!(json.contains(":node-cli\"}"), "{json}");
+    let absent = s.cli(&["get", "absent"]);
+    assert_eq!(
+        (absent.code, absent.out(), absent.stderr),
+        (Some(1), "(nil)".into(), String::new())
+    );
+    assert_eq!(s.cli(&["set", "greeting", "other", "--nx"]).code, Some(1));
+    assert_eq!(s.cli(&["scan", "gr*"]).out(), "greeting");
+    let bad_token = s.cli(&["set", "k", "v", "--fencing-token", "nonsense"]);
+    assert_eq!(bad_token.code, Some(2), "{}", bad_token.stderr);
+    assert!(
+        bad_token.stderr.contains("--fencing-token"),
+        "{}",
+        bad_token.stderr
+    );
+    let del = s.cli(&["del", "greeting"]);
+    assert_eq!(
+        (del.code, del.out(), del.stderr),
+        (Some(0), "(deleted)".into(), String::new())
+    );
+    let bad_id = s.cli(&["--client-id", "bad:id", "get", "x"]);
+    assert_eq!(bad_id.code, Some(2));
+    assert!(bad_id.stderr.contains("--client-id"), "{}", bad_id.stderr);
+}
+
+#[test]
+fn options_are_accepted_before_or_after_the_command() {
+    let s = Setup::start("node-order");
+    assert_eq!(
+        s.cli(&["--timeout", "3", "--json", "set", "k", "v"]).code,
+        Some(0)
+    );
+    let before = s.cli(&["--timeout", "3", "--json", "get", "k"]);
+    let after = s.cli(&["get", "k", "--timeout", "3", "--json"]);
+    assert_eq!(before.code, Some(0), "{}", before.stderr);
+    assert!(
+        before.out().starts_with("{\"value\":\"v\""),
+        "{}",
+        before.out()
+    );
+    assert_eq!(before.out(), after.out());
+    // A timeout of zero would fail every call: refused up front.
+    let zero = s.cli(&["get", "k", "--timeout", "0"]);
+    assert_eq!(zero.code, Some(2), "{}", zero.stderr);
+}
+
+#[test]
+fn a_broker_that_is_down_fails_at_once_with_one_clear_line() {
+    // A port nothing listens on (bound, then released).
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+        .to_string();
+    let started = Instant::now();
+    // With a 30 s timeout, only an immediate failure returns well within it.
+    let down = mqstore(&["--port", &port, "get", "a", "--timeout", "30"]);
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(down.code, Some(4));
+    let lines: Vec<&str> = down.stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "one line, no log noise: {}", down.stderr);
+    assert!(
+        lines[0].starts_with("error: cannot reach the MQTT broker at 127.0.0.1:"),
+        "{}",
+        lines[0]
+    );
+    assert!(lines[0].contains("is it running?"), "{}", lines[0]);
+}
+
+#[test]
+fn a_broker_that_refuses_the_connection_is_named_with_its_reason_code() {
+    // Anonymous clients are not allowed and no user exists: mosquitto refuses every CONNECT.
+    let broker = Mosquitto::start_config("allow_anonymous false\n");
+    let refused = mqstore(&["--port", &broker.port.to_string(), "get", "a"]);
+    assert_eq!(refused.code, Some(5), "{}", refused.stderr);
+    assert!(
+        refused
+            .stderr
+            .contains("the MQTT broker refused the connection: Not authorized (reason code 0x87)"),
+        "{}",
+        refused.stderr
+    );
+    assert!(
+        !refused.stderr.contains("is it running"),
+        "{}",
+        refused.stderr
+    );
+}
+
+#[test]
+fn px_must_be_positive_and_nothing_is_sent_otherwise() {
+    let s = Setup::start("node-px");
+    let zero = s.cli(&["set", "short-lived", "v", "--px", "0"]);
+    assert_eq!(zero.code, Some(2));
+    assert!(zero.stderr.contains("--px"), "{}", zero.stderr);
+    assert_eq!(
+        s.cli(&["get", "short-lived"]).code,
+        Some(1),
+        "nothing was set"
+    );
+    assert_eq!(
+        s.cli(&["set", "short-lived", "v", "--px", "60000"]).code,
+        Some(0)
+    );
+    assert_eq!(s.cli(&["get", "short-lived"]).out(), "v");
+}
+
+#[test]
+fn binary_and_large_values_round_trip_through_stdin_files_and_raw_output() {
+    let s = Setup::start("node-bin");
+    // 200 KB (more than an argument may be) with every byte value, NUL and CR LF included.
+    let value: Vec<u8> = (0..200_000u32).map(|i| (i % 256) as u8).collect();
+    let set = s.cli_with_input(&["set", "blob", "-"], &value);
+    assert_eq!(
+        (set.code, set.out()),
+        (Some(0), "OK".into()),
+        "{}",
+        set.stderr
+    );
+    let raw = s.cli(&["get", "blob", "--raw"]);
+    assert_eq!(raw.code, Some(0));
+    assert!(raw.stdout == value, "--raw writes the exact bytes");
+
+    let dir = std::env::temp_dir().join(format!("mqstore-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (input, output) = (dir.join("in.bin"), dir.join("out.bin"));
+    let other: Vec<u8> = value.iter().rev().copied().collect();
+    std::fs::write(&input, &other).unwrap();
+    let from_file = s.cli(&["set", "blob2", "--value-file", input.to_str().unwrap()]);
+    assert_eq!(from_file.code, Some(0), "{}", from_file.stderr);
+    let to_file = s.cli(&["get", "blob2", "--output", output.to_str().unwrap()]);
+    assert_eq!((to_file.code, to_file.stdout.len()), (Some(0), 0));
+    assert!(
+        std::fs::read(&output).unwrap() == other,
+        "--output writes the exact bytes"
+    );
+    // VDEL compares against a value from a file too.
+    let vdel = s.cli(&["vdel", "blob2", "--value-file", input.to_str().unwrap()]);
+    assert_eq!((vdel.code, vdel.out()), (Some(0), "(deleted)".into()));
+
+    let missing = s.cli(&[
+        "set",
+        "k",
+        "--value-file",
+        dir.join("absent").to_str().unwrap(),
+    ]);
+    assert_eq!(missing.code, Some(2));
+    assert!(
+        missing.stderr.contains("--value-file"),
+        "{}",
+        missing.stderr
+    );
+    let both = s.cli(&["set", "k", "v", "--value-file", input.to_str().unwrap()]);
+    assert_eq!(both.code, Some(2), "a value and a file are one too many");
+    let neither = s.cli(&["set", "k"]);
+    assert_eq!(neither.code, Some(2));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn every_option_has_help_and_serve_keeps_its_own_apart() {
+    for command in ["del", "vdel", "set"] {
+        let help = mqstore(&[command, "--help"]);
+        let line = help
+            .out()
+            .lines()
+            .find(|l| l.contains("--fencing-token"))
+            .map(str::to_owned)
+            .unwrap_or_default();
+        assert!(line.contains("Fencing token"), "{command}: {line:?}");
+    }
+    let help = mqstore(&["serve", "--help"]).out();
+    let own = help.find("--node-id").expect("serve's options");
+    let broker = help
+        .find("Broker connection:")
+        .expect("a heading for the broker options");
+    assert!(
+        own < broker,
+        "serve's own options come first, apart:\n{help}"
+    );
+    assert!(help[broker..].contains("--host"), "{help}");
+    assert!(!help[..broker].contains("--host"), "{help}");
+    // Every option of every command says what it is for.
+    for command in [
+        "serve", "get", "set", "del", "vdel", "scan", "lock", "bench", "watch",
+    ] {
+        let help = mqstore(&[command, "--help"]).out();
+        for line in help.lines().map(str::trim).filter(|l| l.starts_with("--")) {
+            let described = line
+                .split("  ")
+                .filter(|part| !part.trim().is_empty())
+                .count()
+                > 1;
+            // Long descriptions wrap to the next line.
+            let next = help
+                .lines()
+                .skip_while(|l| l.trim() != line)
+                .nth(1)
+                .unwrap_or("");
+            assert!(
+                described || next.starts_with("          "),
+                "{command}: {line} has no help text"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_benchmark_prints_one_line_per_round_when_not_on_a_terminal() {
+    let s = Setup::start("node-bench");
+    let bench = s.cli(&[
+        "bench",
+        "--in-flight",
+        "1",
+        "--duration",
+        "1",
+        "--rounds",
+        "2",
+        "--connections",
+        "1",
+    ]);
+    assert_eq!(bench.code, Some(0), "{}", bench.stderr);
+    assert!(
+        !bench.stderr.contains('\r'),
+        "no bar frames in a log: {:?}",
+        bench.stderr
+    );
+    let rounds: Vec<&str> = bench
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("bench: 1 in flight, round "))
+        .collect();
+    assert_eq!(rounds.len(), 2, "{}", bench.stderr);
+    assert!(
+        rounds[1].starts_with("bench: 1 in flight, round 2/2: mqstore "),
+        "{}",
+        rounds[1]
+    );
+    assert!(
+        bench.out().starts_with("in flight | mqstore ops/s"),
+        "{}",
+        bench.out()
+    );
+}
