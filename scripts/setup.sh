@@ -34,3 +34,24 @@ rust_toolchain() {
   # shellcheck disable=SC2046
   rustup target add --toolchain "$channel" $(toolchain_list targets)
 }
+
+# Whether `go` is Go 1.21 or newer (Mochi MQTT's go.mod asks for it).
+go_ok() {
+  command -v go >/dev/null &&
+    go version | awk '{ split(substr($3, 3), v, "."); exit !(v[1] > 1 || (v[1] == 1 && v[2] >= 21)) }'
+}
+
+# Go, for Mochi MQTT (the second broker the tests run on). Machines of this project's kind
+# have it in /usr/local/go; elsewhere Debian's package, and when that is older than 1.21, a
+# newer toolchain from the Go module proxy (a module like any other there).
+ensure_go() {
+  export PATH="$PATH:/usr/local/go/bin"
+  go_ok && return 0
+  apt_install golang-go ca-certificates
+  go_ok && return 0
+  local dir
+  dir=$(cd /tmp && GOFLAGS=-mod=mod go mod download -json golang.org/toolchain@v0.0.1-go1.22.12.linux-amd64 |
+    sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+  export PATH="$dir/bin:$PATH"
+  go_ok || { echo "error: Go 1.21 or newer is needed to build Mochi MQTT (core/tests/mochi)" >&2; return 1; }
+}

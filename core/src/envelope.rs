@@ -78,6 +78,44 @@ pub struct Publish {
     pub properties: Properties,
 }
 
+impl Publish {
+    /// The size in bytes of this message as an MQTT 5 PUBLISH packet at QoS 1 with the
+    /// properties set here: what a broker compares with its Maximum Packet Size (MQTT 5
+    /// §3.1.2.11.4). Checking it before sending keeps an oversized message from costing the
+    /// connection (brokers and clients disconnect on a packet over the limit).
+    pub fn packet_size(&self) -> usize {
+        let p = &self.properties;
+        let string = |s: &Option<String>| s.as_ref().map_or(0, |s| 1 + 2 + s.len());
+        let properties = p.payload_format_indicator.map_or(0, |_| 2)
+            + p.message_expiry_interval.map_or(0, |_| 5)
+            + string(&p.content_type)
+            + string(&p.response_topic)
+            + p.correlation_data.as_ref().map_or(0, |c| 1 + 2 + c.len())
+            + p.user_properties
+                .iter()
+                .map(|(n, v)| 1 + 2 + n.len() + 2 + v.len())
+                .sum::<usize>();
+        // Topic, packet identifier (QoS > 0), properties with their length, payload.
+        let remaining = 2
+            + self.topic.len()
+            + 2
+            + variable_int_size(properties)
+            + properties
+            + self.payload.len();
+        1 + variable_int_size(remaining) + remaining
+    }
+}
+
+/// Bytes of an MQTT Variable Byte Integer holding `n`.
+fn variable_int_size(n: usize) -> usize {
+    match n {
+        0..=127 => 1,
+        128..=16_383 => 2,
+        16_384..=2_097_151 => 3,
+        _ => 4,
+    }
+}
+
 /// A request the engine will answer, with what its envelope said.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Invocation {
@@ -422,6 +460,28 @@ mod tests {
             check_request(1, request(&[("__protVer", "1")]), "n"),
             Checked::Accept(_)
         ));
+    }
+
+    #[test]
+    fn packet_size_is_the_size_of_the_encoded_publish() {
+        // topic "a/b" (2+3), packet id (2), properties: length (1) + content type (1+2+3),
+        // payload "hi" (2): remaining 16, plus the fixed header (1+1).
+        let publish = Publish {
+            topic: "a/b".into(),
+            payload: Bytes::from_static(b"hi"),
+            qos: 1,
+            properties: Properties {
+                content_type: Some("x/y".into()),
+                ..Properties::default()
+            },
+        };
+        assert_eq!(publish.packet_size(), 18);
+        // A remaining length of 200 takes two bytes to encode.
+        let big = Publish {
+            payload: Bytes::from(vec![0; 186]),
+            ..publish
+        };
+        assert_eq!(big.packet_size(), 1 + 2 + 200);
     }
 
     #[test]

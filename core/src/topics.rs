@@ -50,6 +50,17 @@ pub fn presence_topic(client_id: &str) -> String {
     client_topic(client_id, "/presence", 0)
 }
 
+/// Where the server publishes, once per connection, a message nobody subscribes to: whether
+/// the broker's PUBACK says "no matching subscribers" (0x10) tells whether the server can
+/// learn that way that a client stopped listening.
+pub fn probe_topic(client_id: &str) -> String {
+    client_topic(client_id, "/probe", 0)
+}
+
+/// The payload of a client's presence Will. MQTT 5 allows an empty Will payload, but some
+/// brokers (Mochi MQTT) refuse the CONNECT then; the engine reads only the topic.
+pub const PRESENCE_GONE: &[u8] = b"gone";
+
 /// The filter the engine subscribes to for every client's presence Will.
 pub const PRESENCE_FILTER: &str =
     "clients/statestore/v1/FA9AE35F-2F64-47CD-9BFF-08E2B32A0FE8/+/presence";

@@ -1,13 +1,14 @@
 //! The `mqstore` command as a person meets it: exit codes, messages, values from files and
 //! standard input, help, progress output, against a real mosquitto and server.
 
-mod mosquitto;
+#[macro_use]
+mod broker;
 
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use mosquitto::Mosquitto;
+use broker::{Broker, Kind, Mosquitto};
 use mqstore::net::BrokerConfig;
 use mqstore::net::server::{ServerConfig, ServerHandle, spawn};
 
@@ -19,8 +20,8 @@ struct Setup {
 }
 
 impl Setup {
-    fn start(node_id: &str) -> Self {
-        let broker = Mosquitto::start();
+    fn start(kind: Kind, node_id: &str) -> Self {
+        let broker = Broker::start_kind(kind);
         let runtime = tokio::runtime::Runtime::new().unwrap();
         let config = ServerConfig::new(
             BrokerConfig {
@@ -110,62 +111,64 @@ fn mqstore(args: &[&str]) -> Run {
         .unwrap())
 }
 
-#[test]
-fn exit_codes_and_output_of_every_command() {
-    let s = Setup::start("node-cli");
-    assert_eq!(s.cli(&["set", "greeting", "hello"]).code, Some(0));
-    assert_eq!(s.cli(&["get", "greeting"]).out(), "hello");
-    let get = s.cli(&["get", "greeting", "--json"]);
-    assert_eq!(get.code, Some(0));
-    let json = get.out();
-    assert!(
-        json.starts_with("{\"value\":\"hello\",\"version\":\""),
-        "{json}"
-    );
-    assert!(json.contains(":node-cli\"}"), "{json}");
-    let absent = s.cli(&["get", "absent"]);
-    assert_eq!(
-        (absent.code, absent.out(), absent.stderr),
-        (Some(1), "(nil)".into(), String::new())
-    );
-    assert_eq!(s.cli(&["set", "greeting", "other", "--nx"]).code, Some(1));
-    assert_eq!(s.cli(&["scan", "gr*"]).out(), "greeting");
-    let bad_token = s.cli(&["set", "k", "v", "--fencing-token", "nonsense"]);
-    assert_eq!(bad_token.code, Some(2), "{}", bad_token.stderr);
-    assert!(
-        bad_token.stderr.contains("--fencing-token"),
-        "{}",
-        bad_token.stderr
-    );
-    let del = s.cli(&["del", "greeting"]);
-    assert_eq!(
-        (del.code, del.out(), del.stderr),
-        (Some(0), "(deleted)".into(), String::new())
-    );
-    let bad_id = s.cli(&["--client-id", "bad:id", "get", "x"]);
-    assert_eq!(bad_id.code, Some(2));
-    assert!(bad_id.stderr.contains("--client-id"), "{}", bad_id.stderr);
+on_both_brokers! {
+    fn exit_codes_and_output_of_every_command(kind: Kind) {
+        let s = Setup::start(kind, "node-cli");
+        assert_eq!(s.cli(&["set", "greeting", "hello"]).code, Some(0));
+        assert_eq!(s.cli(&["get", "greeting"]).out(), "hello");
+        let get = s.cli(&["get", "greeting", "--json"]);
+        assert_eq!(get.code, Some(0));
+        let json = get.out();
+        assert!(
+            json.starts_with("{\"value\":\"hello\",\"version\":\""),
+            "{json}"
+        );
+        assert!(json.contains(":node-cli\"}"), "{json}");
+        let absent = s.cli(&["get", "absent"]);
+        assert_eq!(
+            (absent.code, absent.out(), absent.stderr),
+            (Some(1), "(nil)".into(), String::new())
+        );
+        assert_eq!(s.cli(&["set", "greeting", "other", "--nx"]).code, Some(1));
+        assert_eq!(s.cli(&["scan", "gr*"]).out(), "greeting");
+        let bad_token = s.cli(&["set", "k", "v", "--fencing-token", "nonsense"]);
+        assert_eq!(bad_token.code, Some(2), "{}", bad_token.stderr);
+        assert!(
+            bad_token.stderr.contains("--fencing-token"),
+            "{}",
+            bad_token.stderr
+        );
+        let del = s.cli(&["del", "greeting"]);
+        assert_eq!(
+            (del.code, del.out(), del.stderr),
+            (Some(0), "(deleted)".into(), String::new())
+        );
+        let bad_id = s.cli(&["--client-id", "bad:id", "get", "x"]);
+        assert_eq!(bad_id.code, Some(2));
+        assert!(bad_id.stderr.contains("--client-id"), "{}", bad_id.stderr);
+    }
 }
 
-#[test]
-fn options_are_accepted_before_or_after_the_command() {
-    let s = Setup::start("node-order");
-    assert_eq!(
-        s.cli(&["--timeout", "3", "--json", "set", "k", "v"]).code,
-        Some(0)
-    );
-    let before = s.cli(&["--timeout", "3", "--json", "get", "k"]);
-    let after = s.cli(&["get", "k", "--timeout", "3", "--json"]);
-    assert_eq!(before.code, Some(0), "{}", before.stderr);
-    assert!(
-        before.out().starts_with("{\"value\":\"v\""),
-        "{}",
-        before.out()
-    );
-    assert_eq!(before.out(), after.out());
-    // A timeout of zero would fail every call: refused up front.
-    let zero = s.cli(&["get", "k", "--timeout", "0"]);
-    assert_eq!(zero.code, Some(2), "{}", zero.stderr);
+on_both_brokers! {
+    fn options_are_accepted_before_or_after_the_command(kind: Kind) {
+        let s = Setup::start(kind, "node-order");
+        assert_eq!(
+            s.cli(&["--timeout", "3", "--json", "set", "k", "v"]).code,
+            Some(0)
+        );
+        let before = s.cli(&["--timeout", "3", "--json", "get", "k"]);
+        let after = s.cli(&["get", "k", "--timeout", "3", "--json"]);
+        assert_eq!(before.code, Some(0), "{}", before.stderr);
+        assert!(
+            before.out().starts_with("{\"value\":\"v\""),
+            "{}",
+            before.out()
+        );
+        assert_eq!(before.out(), after.out());
+        // A timeout of zero would fail every call: refused up front.
+        let zero = s.cli(&["get", "k", "--timeout", "0"]);
+        assert_eq!(zero.code, Some(2), "{}", zero.stderr);
+    }
 }
 
 #[test]
@@ -214,76 +217,97 @@ fn a_broker_that_refuses_the_connection_is_named_with_its_reason_code() {
         "{}",
         refused.stderr
     );
+
+    // The server says the same, and backs off rather than hammering the broker.
+    let log = std::env::temp_dir().join(format!("mqstore-cli-refused-{}.txt", std::process::id()));
+    let mut serve = Command::new(env!("CARGO_BIN_EXE_mqstore"))
+        .args(["--port", &broker.port.to_string(), "serve"])
+        .env_remove("MQSTORE_LOG")
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    let _ = serve.kill();
+    let _ = serve.wait();
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    let _ = std::fs::remove_file(&log);
+    let attempts = text
+        .matches("the MQTT broker refused the connection: Not authorized (reason code 0x87)")
+        .count();
+    // 100 ms, 200 ms, 400 ms, ... between attempts: a handful in 2 s, not hundreds.
+    assert!((1..=8).contains(&attempts), "{attempts} attempts:\n{text}");
 }
 
-#[test]
-fn px_must_be_positive_and_nothing_is_sent_otherwise() {
-    let s = Setup::start("node-px");
-    let zero = s.cli(&["set", "short-lived", "v", "--px", "0"]);
-    assert_eq!(zero.code, Some(2));
-    assert!(zero.stderr.contains("--px"), "{}", zero.stderr);
-    assert_eq!(
-        s.cli(&["get", "short-lived"]).code,
-        Some(1),
-        "nothing was set"
-    );
-    assert_eq!(
-        s.cli(&["set", "short-lived", "v", "--px", "60000"]).code,
-        Some(0)
-    );
-    assert_eq!(s.cli(&["get", "short-lived"]).out(), "v");
+on_both_brokers! {
+    fn px_must_be_positive_and_nothing_is_sent_otherwise(kind: Kind) {
+        let s = Setup::start(kind, "node-px");
+        let zero = s.cli(&["set", "short-lived", "v", "--px", "0"]);
+        assert_eq!(zero.code, Some(2));
+        assert!(zero.stderr.contains("--px"), "{}", zero.stderr);
+        assert_eq!(
+            s.cli(&["get", "short-lived"]).code,
+            Some(1),
+            "nothing was set"
+        );
+        assert_eq!(
+            s.cli(&["set", "short-lived", "v", "--px", "60000"]).code,
+            Some(0)
+        );
+        assert_eq!(s.cli(&["get", "short-lived"]).out(), "v");
+    }
 }
 
-#[test]
-fn binary_and_large_values_round_trip_through_stdin_files_and_raw_output() {
-    let s = Setup::start("node-bin");
-    // 200 KB (more than an argument may be) with every byte value, NUL and CR LF included.
-    let value: Vec<u8> = (0..200_000u32).map(|i| (i % 256) as u8).collect();
-    let set = s.cli_with_input(&["set", "blob", "-"], &value);
-    assert_eq!(
-        (set.code, set.out()),
-        (Some(0), "OK".into()),
-        "{}",
-        set.stderr
-    );
-    let raw = s.cli(&["get", "blob", "--raw"]);
-    assert_eq!(raw.code, Some(0));
-    assert!(raw.stdout == value, "--raw writes the exact bytes");
+on_both_brokers! {
+    fn binary_and_large_values_round_trip_through_stdin_files_and_raw_output(kind: Kind) {
+        let s = Setup::start(kind, "node-bin");
+        // 200 KB (more than an argument may be) with every byte value, NUL and CR LF included.
+        let value: Vec<u8> = (0..200_000u32).map(|i| (i % 256) as u8).collect();
+        let set = s.cli_with_input(&["set", "blob", "-"], &value);
+        assert_eq!(
+            (set.code, set.out()),
+            (Some(0), "OK".into()),
+            "{}",
+            set.stderr
+        );
+        let raw = s.cli(&["get", "blob", "--raw"]);
+        assert_eq!(raw.code, Some(0));
+        assert!(raw.stdout == value, "--raw writes the exact bytes");
 
-    let dir = std::env::temp_dir().join(format!("mqstore-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let (input, output) = (dir.join("in.bin"), dir.join("out.bin"));
-    let other: Vec<u8> = value.iter().rev().copied().collect();
-    std::fs::write(&input, &other).unwrap();
-    let from_file = s.cli(&["set", "blob2", "--value-file", input.to_str().unwrap()]);
-    assert_eq!(from_file.code, Some(0), "{}", from_file.stderr);
-    let to_file = s.cli(&["get", "blob2", "--output", output.to_str().unwrap()]);
-    assert_eq!((to_file.code, to_file.stdout.len()), (Some(0), 0));
-    assert!(
-        std::fs::read(&output).unwrap() == other,
-        "--output writes the exact bytes"
-    );
-    // VDEL compares against a value from a file too.
-    let vdel = s.cli(&["vdel", "blob2", "--value-file", input.to_str().unwrap()]);
-    assert_eq!((vdel.code, vdel.out()), (Some(0), "(deleted)".into()));
+        let dir = std::env::temp_dir().join(format!("mqstore-cli-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (input, output) = (dir.join("in.bin"), dir.join("out.bin"));
+        let other: Vec<u8> = value.iter().rev().copied().collect();
+        std::fs::write(&input, &other).unwrap();
+        let from_file = s.cli(&["set", "blob2", "--value-file", input.to_str().unwrap()]);
+        assert_eq!(from_file.code, Some(0), "{}", from_file.stderr);
+        let to_file = s.cli(&["get", "blob2", "--output", output.to_str().unwrap()]);
+        assert_eq!((to_file.code, to_file.stdout.len()), (Some(0), 0));
+        assert!(
+            std::fs::read(&output).unwrap() == other,
+            "--output writes the exact bytes"
+        );
+        // VDEL compares against a value from a file too.
+        let vdel = s.cli(&["vdel", "blob2", "--value-file", input.to_str().unwrap()]);
+        assert_eq!((vdel.code, vdel.out()), (Some(0), "(deleted)".into()));
 
-    let missing = s.cli(&[
-        "set",
-        "k",
-        "--value-file",
-        dir.join("absent").to_str().unwrap(),
-    ]);
-    assert_eq!(missing.code, Some(2));
-    assert!(
-        missing.stderr.contains("--value-file"),
-        "{}",
-        missing.stderr
-    );
-    let both = s.cli(&["set", "k", "v", "--value-file", input.to_str().unwrap()]);
-    assert_eq!(both.code, Some(2), "a value and a file are one too many");
-    let neither = s.cli(&["set", "k"]);
-    assert_eq!(neither.code, Some(2));
-    let _ = std::fs::remove_dir_all(&dir);
+        let missing = s.cli(&[
+            "set",
+            "k",
+            "--value-file",
+            dir.join("absent").to_str().unwrap(),
+        ]);
+        assert_eq!(missing.code, Some(2));
+        assert!(
+            missing.stderr.contains("--value-file"),
+            "{}",
+            missing.stderr
+        );
+        let both = s.cli(&["set", "k", "v", "--value-file", input.to_str().unwrap()]);
+        assert_eq!(both.code, Some(2), "a value and a file are one too many");
+        let neither = s.cli(&["set", "k"]);
+        assert_eq!(neither.code, Some(2));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
 
 #[test]
@@ -334,40 +358,92 @@ fn every_option_has_help_and_serve_keeps_its_own_apart() {
     }
 }
 
+on_both_brokers! {
+    fn the_benchmark_prints_one_line_per_round_when_not_on_a_terminal(kind: Kind) {
+        let s = Setup::start(kind, "node-bench");
+        let bench = s.cli(&[
+            "bench",
+            "--in-flight",
+            "1",
+            "--duration",
+            "1",
+            "--rounds",
+            "2",
+            "--connections",
+            "1",
+        ]);
+        assert_eq!(bench.code, Some(0), "{}", bench.stderr);
+        assert!(
+            !bench.stderr.contains('\r'),
+            "no bar frames in a log: {:?}",
+            bench.stderr
+        );
+        let rounds: Vec<&str> = bench
+            .stderr
+            .lines()
+            .filter(|l| l.starts_with("bench: 1 in flight, round "))
+            .collect();
+        assert_eq!(rounds.len(), 2, "{}", bench.stderr);
+        assert!(
+            rounds[1].starts_with("bench: 1 in flight, round 2/2: mqstore "),
+            "{}",
+            rounds[1]
+        );
+        assert!(
+            bench.out().starts_with("in flight | mqstore ops/s"),
+            "{}",
+            bench.out()
+        );
+    }
+}
+
 #[test]
-fn the_benchmark_prints_one_line_per_round_when_not_on_a_terminal() {
-    let s = Setup::start("node-bench");
-    let bench = s.cli(&[
-        "bench",
-        "--in-flight",
-        "1",
-        "--duration",
-        "1",
-        "--rounds",
-        "2",
-        "--connections",
-        "1",
-    ]);
-    assert_eq!(bench.code, Some(0), "{}", bench.stderr);
+fn a_broker_that_breaks_the_protocol_is_named_and_the_server_says_how_to_fix_it() {
+    // Mochi as shipped answers a publish with user properties with PUBACK reason code 0x01.
+    let broker = Broker::start_kind(Kind::MochiAsShipped);
+    let port = broker.port.to_string();
+    let log = std::env::temp_dir().join(format!("mqstore-cli-serve-{}.txt", std::process::id()));
+    let mut serve = Command::new(env!("CARGO_BIN_EXE_mqstore"))
+        .args(["--port", &port, "serve", "--node-id", "strict"])
+        .env_remove("MQSTORE_LOG")
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    // Each request reaches the server through the broker; each answer is refused the same way.
+    for _ in 0..2 {
+        assert_eq!(mqstore(&["--port", &port, "set", "k", "v"]).code, Some(4));
+    }
+    let set = mqstore(&["--port", &port, "set", "k", "v", "--timeout", "5"]);
+    assert_eq!(set.code, Some(4), "{}", set.stderr);
     assert!(
-        !bench.stderr.contains('\r'),
-        "no bar frames in a log: {:?}",
-        bench.stderr
-    );
-    let rounds: Vec<&str> = bench
-        .stderr
-        .lines()
-        .filter(|l| l.starts_with("bench: 1 in flight, round "))
-        .collect();
-    assert_eq!(rounds.len(), 2, "{}", bench.stderr);
-    assert!(
-        rounds[1].starts_with("bench: 1 in flight, round 2/2: mqstore "),
+        set.stderr.contains("the MQTT broker broke the MQTT 5 protocol: it sent an acknowledgement with reason code 0x01"),
         "{}",
-        rounds[1]
+        set.stderr
     );
     assert!(
-        bench.out().starts_with("in flight | mqstore ops/s"),
+        set.stderr.contains("NoInheritedPropertiesOnAck"),
         "{}",
-        bench.out()
+        set.stderr
+    );
+    // The server's answer meets the same fate, again at every reconnect: it says what is
+    // wrong and, as it repeats, how to fix it.
+    let started = Instant::now();
+    let server_log = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.contains("the broker keeps breaking the protocol")
+            || started.elapsed() > Duration::from_secs(30)
+        {
+            break text;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let _ = serve.kill();
+    let _ = serve.wait();
+    let _ = std::fs::remove_file(&log);
+    assert!(server_log.contains("reason code 0x01"), "{server_log}");
+    assert!(
+        server_log.contains("the broker keeps breaking the protocol")
+            && server_log.contains("NoInheritedPropertiesOnAck"),
+        "{server_log}"
     );
 }

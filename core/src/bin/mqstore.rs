@@ -526,9 +526,13 @@ async fn run_client(cli: Cli, broker_config: BrokerConfig) -> ExitCode {
         }
         Err(CliError::Client(e)) => {
             eprintln!("error: {e}");
+            if matches!(e, ClientError::Protocol(_)) {
+                eprintln!("hint: {}", mqstore::net::PROTOCOL_HINT);
+            }
             match e {
                 ClientError::Service(_) | ClientError::Status { .. } => ExitCode::from(3),
                 ClientError::Refused { .. } => ExitCode::from(5),
+                ClientError::TooLarge { .. } => ExitCode::from(2),
                 _ => ExitCode::from(4),
             }
         }

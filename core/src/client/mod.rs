@@ -80,6 +80,18 @@ pub enum ClientError {
         /// The broker's reason string, when it sent one.
         reason: Option<String>,
     },
+    /// The request would be larger than the broker's maximum packet size (from its CONNACK):
+    /// not sent, nothing changed.
+    #[error(
+        "the request is {size} bytes, more than the broker's maximum packet size of {max} bytes: not sent"
+    )]
+    TooLarge { size: usize, max: u32 },
+    /// The broker sent what MQTT 5 does not allow, and the connection was dropped; a request
+    /// in flight may or may not have been applied.
+    #[error(
+        "the MQTT broker broke the MQTT 5 protocol: {0}; the request may or may not have been applied"
+    )]
+    Protocol(String),
 }
 
 impl ClientError {
@@ -96,6 +108,8 @@ impl ClientError {
             ClientError::Clock(_) => 206,
             ClientError::Unreachable(_) => 207,
             ClientError::Refused { .. } => 208,
+            ClientError::Protocol(_) => 209,
+            ClientError::TooLarge { .. } => 210,
         }
     }
 }
@@ -304,6 +318,8 @@ pub struct ClientCore {
     next_call: u64,
     in_flight: HashMap<Bytes, InFlight>,
     observed: HashMap<Bytes, Observed>,
+    /// The broker's maximum packet size, from its CONNACK.
+    max_packet_size: Option<u32>,
 }
 
 impl ClientCore {
@@ -315,6 +331,7 @@ impl ClientCore {
             next_call: 0,
             in_flight: HashMap::new(),
             observed: HashMap::new(),
+            max_packet_size: None,
         })
     }
 
@@ -329,6 +346,12 @@ impl ClientCore {
             self.config.response_topic.clone(),
             topics::notify_filter(&self.config.client_id),
         ]
+    }
+
+    /// The broker's Maximum Packet Size from its CONNACK (`None`: no limit). Calls whose
+    /// publish would be larger fail with [`ClientError::TooLarge`] before anything is sent.
+    pub fn set_max_packet_size(&mut self, max: Option<u32>) {
+        self.max_packet_size = max;
     }
 
     /// Calls waiting for an answer.
@@ -421,6 +444,12 @@ impl ClientCore {
                 user_properties,
             },
         };
+        if let Some(max) = self.max_packet_size {
+            let size = publish.packet_size();
+            if size > max as usize {
+                return Err(ClientError::TooLarge { size, max });
+            }
+        }
         self.in_flight.insert(
             correlation,
             InFlight {
@@ -567,8 +596,14 @@ impl ClientCore {
 
     /// The connection dropped: every call in flight fails (the broker forgot them).
     pub fn connection_lost(&mut self) -> Vec<Event> {
+        self.connection_failed(ClientError::Disconnected)
+    }
+
+    /// The connection dropped for a known reason (e.g. [`ClientError::Protocol`]): every call
+    /// in flight fails with it.
+    pub fn connection_failed(&mut self, error: ClientError) -> Vec<Event> {
         let all: Vec<Bytes> = self.in_flight.keys().cloned().collect();
-        self.fail(all, |_| ClientError::Disconnected)
+        self.fail(all, |_| error.clone())
     }
 
     fn fail(&mut self, ids: Vec<Bytes>, error: impl Fn(&InFlight) -> ClientError) -> Vec<Event> {

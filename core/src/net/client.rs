@@ -167,7 +167,7 @@ impl Client {
         let mut mqtt = options.broker.options(&options.client_id);
         mqtt.set_last_will(LastWill::new(
             topics::presence_topic(&options.client_id),
-            Vec::new(),
+            topics::PRESENCE_GONE,
             QoS::AtLeastOnce,
             false,
             None,
@@ -175,7 +175,14 @@ impl Client {
         let (client, eventloop) = AsyncClient::new(mqtt, 256);
         let (commands, commands_rx) = mpsc::channel(256);
         let (ready_tx, ready_rx) = oneshot::channel();
-        tokio::spawn(run(core, client, eventloop, commands_rx, ready_tx));
+        tokio::spawn(run(
+            options.broker.max_packet_size,
+            core,
+            client,
+            eventloop,
+            commands_rx,
+            ready_tx,
+        ));
         let failed = match tokio::time::timeout(options.timeout, ready_rx).await {
             Ok(Ok(Ok(()))) => {
                 return Ok(Client {
@@ -352,6 +359,7 @@ const CLOSE_GRACE: Duration = Duration::from_secs(2);
 
 /// The background task: the connection and the state machine.
 async fn run(
+    max_packet_size: u32,
     core: ClientCore,
     client: AsyncClient,
     eventloop: EventLoop,
@@ -359,6 +367,7 @@ async fn run(
     ready: oneshot::Sender<Result<(), ClientError>>,
 ) {
     let mut task = Task {
+        max_packet_size,
         core,
         outbox: Outbox::new(client),
         waiting: HashMap::new(),
@@ -434,6 +443,8 @@ type Reply = oneshot::Sender<Result<Answer, ClientError>>;
 
 /// The state machine and what the task keeps around it.
 struct Task {
+    /// The largest packet this client sends ([`BrokerConfig::max_packet_size`]).
+    max_packet_size: u32,
     core: ClientCore,
     outbox: Outbox,
     waiting: HashMap<CallId, Reply>,
@@ -502,7 +513,13 @@ impl Driver for Task {
         match polled {
             Ok(MqttEvent::Outgoing(Outgoing::Disconnect)) => self.phase = Phase::Closing,
             Ok(_) if self.phase == Phase::Closing => {}
-            Ok(MqttEvent::Incoming(Packet::ConnAck(_))) => {
+            Ok(MqttEvent::Incoming(Packet::ConnAck(connack))) => {
+                // The smaller of the broker's limit and our own (some brokers, Mochi among
+                // them, enforce a limit without announcing it: configure it here too).
+                let broker = connack.properties.and_then(|p| p.max_packet_size);
+                let own = self.max_packet_size;
+                self.core
+                    .set_max_packet_size(Some(broker.map_or(own, |b| b.min(own))));
                 self.pending_subacks = 0;
                 for filter in self.core.subscriptions() {
                     if self
@@ -543,11 +560,17 @@ impl Driver for Task {
             Err(e) => {
                 if let Some(ready) = self.ready.take() {
                     // Never connected: `connect` reports why, and nothing is retried.
-                    let _ = ready.send(Err(super::connect_error(&e)));
+                    let _ = ready.send(Err(super::connection_error(&e)));
                     return false;
                 }
-                // What was in flight is gone.
-                let events = self.core.connection_lost();
+                // What was in flight is gone; say why when the broker broke the protocol.
+                let events = match super::connection_error(&e) {
+                    error @ ClientError::Protocol(_) => {
+                        warn!(%error, "broker connection dropped; reconnecting");
+                        self.core.connection_failed(error)
+                    }
+                    _ => self.core.connection_lost(),
+                };
                 self.deliver(events);
                 if self.phase != Phase::Open {
                     return false;

@@ -14,7 +14,8 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use rumqttc::v5::{AsyncClient, EventLoop};
+use rumqttc::v5::mqttbytes::v5::Packet;
+use rumqttc::v5::{AsyncClient, Event, EventLoop};
 use tokio::time::{Instant, Sleep};
 use tracing::warn;
 
@@ -51,8 +52,14 @@ pub(crate) struct Connection {
     /// Fires when the next connection attempt is due, while `backing_off`.
     retry: Pin<Box<Sleep>>,
     backing_off: bool,
+    /// Failed attempts in a row (connections that dropped within [`STABLE`] included).
     failures: u32,
+    /// When the current connection's CONNACK arrived.
+    connected_at: Option<Instant>,
 }
+
+/// A connection that lasted this long resets the backoff.
+const STABLE: Duration = Duration::from_secs(10);
 
 impl Connection {
     pub(crate) fn new(eventloop: EventLoop) -> Self {
@@ -63,6 +70,7 @@ impl Connection {
             retry: Box::pin(tokio::time::sleep(Duration::ZERO)),
             backing_off: false,
             failures: 0,
+            connected_at: None,
         }
     }
 
@@ -81,7 +89,7 @@ impl Connection {
 
     /// The connection's next event, serving `wakes` and the driver's deadline meanwhile; `None`
     /// once the driver asks to stop. After a failed poll (rumqttc reconnects on the next one)
-    /// the next attempt waits: 100 ms, doubling, at most 5 s.
+    /// the next attempt waits: 100 ms, doubling, at most 5 s, until a connection lasts 10 s.
     async fn next<D: Driver>(
         &mut self,
         wakes: &mut impl Wakes<Wake = D::Wake>,
@@ -94,6 +102,7 @@ impl Connection {
             retry,
             backing_off,
             failures,
+            connected_at,
         } = self;
         // Created once and kept until it completes: never dropped half-way.
         let poll = eventloop.poll();
@@ -110,12 +119,19 @@ impl Connection {
             tokio::select! {
                 biased;
                 polled = &mut poll, if !*backing_off => {
-                    if polled.is_err() {
-                        retry.as_mut().reset(Instant::now() + backoff(*failures));
-                        *backing_off = true;
-                        *failures = failures.saturating_add(1);
-                    } else {
-                        *failures = 0;
+                    match &polled {
+                        Ok(Event::Incoming(Packet::ConnAck(_))) => *connected_at = Some(Instant::now()),
+                        Ok(_) => {}
+                        Err(_) => {
+                            // A connection that dropped soon after it came up (a broker that
+                            // refuses what we send) counts as a failure too: no tight loop.
+                            if connected_at.take().is_some_and(|at| at.elapsed() >= STABLE) {
+                                *failures = 0;
+                            }
+                            retry.as_mut().reset(Instant::now() + backoff(*failures));
+                            *backing_off = true;
+                            *failures = failures.saturating_add(1);
+                        }
                     }
                     return Some(polled);
                 }

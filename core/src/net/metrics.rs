@@ -51,6 +51,9 @@ pub struct Metrics {
     watches: AtomicU64,
     clients_dropped: AtomicU64,
     notifications: AtomicU64,
+    /// Whether the broker's PUBACKs say "no matching subscribers" (0x10): 0 not known yet,
+    /// 1 no, 2 yes.
+    broker_reports_no_subscribers: AtomicU64,
 }
 
 impl Metrics {
@@ -90,6 +93,12 @@ impl Metrics {
     /// Counts clients whose registrations were dropped because they are gone.
     pub fn client_dropped(&self) {
         self.clients_dropped.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Records whether the broker's PUBACKs report "no matching subscribers".
+    pub fn set_broker_reports_no_subscribers(&self, reports: bool) {
+        self.broker_reports_no_subscribers
+            .store(1 + u64::from(reports), Ordering::Relaxed);
     }
 
     /// How many requests ended with `(command, outcome)`.
@@ -177,6 +186,15 @@ impl Metrics {
             let _ = writeln!(out, "# HELP {name} {help}");
             let _ = writeln!(out, "# TYPE {name} {kind}");
             let _ = writeln!(out, "{name} {}", value.load(Ordering::Relaxed));
+        }
+        if let Some(reports) = match self.broker_reports_no_subscribers.load(Ordering::Relaxed) {
+            0 => None,
+            n => Some(n - 1),
+        } {
+            let _ = writeln!(
+                out,
+                "# HELP mqstore_broker_reports_no_subscribers Whether the broker's PUBACKs say \"no matching subscribers\" (0x10), which lets the server drop registrations of clients that stopped listening.\n# TYPE mqstore_broker_reports_no_subscribers gauge\nmqstore_broker_reports_no_subscribers {reports}"
+            );
         }
         out
     }

@@ -182,20 +182,40 @@ pub fn random_u64() -> u64 {
     hasher.finish()
 }
 
-/// Why a connection attempt failed, as the client's error: a broker's refusal keeps its
-/// reason code; anything else means the broker could not be reached.
-pub(crate) fn connect_error(error: &rumqttc::v5::ConnectionError) -> crate::client::ClientError {
+/// Why a connection failed or dropped, as the client's error: a broker's refusal keeps its
+/// reason code, a broker that breaks the protocol is named as such, anything else means the
+/// broker could not be reached (or went away).
+pub(crate) fn connection_error(error: &rumqttc::v5::ConnectionError) -> crate::client::ClientError {
     use crate::client::ClientError;
-    use rumqttc::v5::ConnectionError;
+    use rumqttc::v5::mqttbytes::Error as PacketError;
+    use rumqttc::v5::{ConnectionError, StateError};
     match error {
         ConnectionError::ConnectionRefused(code) => ClientError::Refused {
             code: connack_code(*code),
             reason: None,
         },
+        // rumqttc reports any acknowledgement's reason code that MQTT 5 does not define this
+        // way (the name says CONNACK, whatever the packet).
+        ConnectionError::MqttState(StateError::Deserialization(
+            PacketError::InvalidConnectReturnCode(code) | PacketError::InvalidReason(code),
+        )) => ClientError::Protocol(format!(
+            "it sent an acknowledgement with reason code 0x{code:02X}, which MQTT 5 does not allow there"
+        )),
+        ConnectionError::MqttState(StateError::Deserialization(PacketError::Io(e))) => {
+            ClientError::Unreachable(format!("the connection failed: {e}"))
+        }
+        ConnectionError::MqttState(StateError::Deserialization(e)) => {
+            ClientError::Protocol(format!("it sent a malformed packet ({e})"))
+        }
         ConnectionError::Io(e) => ClientError::Unreachable(e.to_string()),
         other => ClientError::Unreachable(other.to_string()),
     }
 }
+
+/// What to tell an operator when a broker keeps breaking the protocol the same way.
+pub const PROTOCOL_HINT: &str = "Mochi MQTT v2 sends PUBACK reason code 0x01 with the \
+    publish's user properties unless its Compatibilities.NoInheritedPropertiesOnAck is true \
+    (see the README's Brokers section)";
 
 /// The MQTT 5 reason code of a CONNACK (rumqttc keeps it as an enum).
 fn connack_code(code: rumqttc::v5::mqttbytes::v5::ConnectReturnCode) -> u8 {
@@ -269,6 +289,36 @@ mod tests {
             Queued::Full(back) => assert_eq!(back, message("a/c")),
             _ => panic!("a full queue hands the message back"),
         }
+    }
+
+    #[test]
+    fn packet_size_matches_what_rumqttc_writes() {
+        let publish = Publish {
+            topic: crate::topics::INVOKE.to_owned(),
+            payload: bytes::Bytes::from(vec![7; 300]),
+            qos: 1,
+            properties: Properties {
+                payload_format_indicator: Some(0),
+                message_expiry_interval: Some(10),
+                content_type: Some("application/octet-stream".into()),
+                response_topic: Some("clients/c1/response".into()),
+                correlation_data: Some(bytes::Bytes::from_static(&[1; 16])),
+                user_properties: vec![
+                    ("__srcId".into(), "c1".into()),
+                    ("__ts".into(), "1:0:c1".into()),
+                ],
+            },
+        };
+        let mut mqtt = MqttPublish::new(
+            publish.topic.clone(),
+            QoS::AtLeastOnce,
+            publish.payload.clone(),
+            Some(to_mqtt_properties(publish.properties.clone())),
+        );
+        mqtt.pkid = 1;
+        let mut buffer = bytes::BytesMut::new();
+        let written = mqtt.write(&mut buffer).unwrap();
+        assert_eq!(publish.packet_size(), written);
     }
 
     #[test]

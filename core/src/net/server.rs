@@ -24,7 +24,8 @@ use tracing::{debug, info, warn};
 
 use super::connection::{Connection, Driver, Outbox, Wakes};
 use super::metrics::{self, Metrics};
-use super::{BrokerConfig, Polled, from_mqtt, now_ms};
+use super::{BrokerConfig, PROTOCOL_HINT, Polled, connection_error, from_mqtt, now_ms};
+use crate::client::ClientError;
 use crate::engine::{AccessRules, Engine, EngineConfig, Outcome};
 use crate::envelope::{DropReason, Publish};
 use crate::store::{MemoryStore, Quotas};
@@ -181,6 +182,9 @@ pub async fn serve(
         "mqstore serve starting"
     );
     let mut node = Node {
+        probe_topic: topics::probe_topic(&config.client_id),
+        protocol_errors: 0,
+        reports_no_subscribers: None,
         engine,
         outbox: Outbox::new(client),
         metrics: metrics.clone(),
@@ -263,19 +267,35 @@ impl<F: Future<Output = ()>> Wakes for Signals<F> {
     }
 }
 
+/// What a publish handed to the broker was: what its PUBACK means depends on it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Sent {
+    Answer,
+    /// A notification for this client: "no matching subscribers" means it stopped listening.
+    Notification(String),
+    /// The probe that tells whether the broker reports "no matching subscribers" at all.
+    Probe,
+}
+
 /// One server node: the engine and what it has queued for the broker.
 struct Node {
     engine: Engine,
-    /// Answers and notifications, tagged with the client a notification is for.
-    outbox: Outbox<Option<String>>,
+    /// Answers and notifications, tagged with what they are.
+    outbox: Outbox<Sent>,
     metrics: Arc<Metrics>,
     invoke_filter: String,
     /// What the engine returned for the current request or expiry sweep.
     out: Vec<Publish>,
     /// The tags of the publishes rumqttc took, in order, until it reports their packet ids.
-    sent: VecDeque<Option<String>>,
-    /// Packet id → the client a notification in flight is for.
-    notified: HashMap<u16, String>,
+    sent: VecDeque<Sent>,
+    /// Packet id → what a notification or probe in flight is (answers are not kept).
+    notified: HashMap<u16, Sent>,
+    /// Where this node's probe goes (see [`topics::probe_topic`]).
+    probe_topic: String,
+    /// Connections in a row that the broker broke the protocol on.
+    protocol_errors: u32,
+    /// What the probe found (`None` until its PUBACK came).
+    reports_no_subscribers: Option<bool>,
     /// Publishes sent and not yet acknowledged by the broker.
     unacked: usize,
     max_pending_answers: usize,
@@ -337,7 +357,19 @@ impl Driver for Node {
                 warn!(error = %e, "the broker went away during shutdown");
                 return false;
             }
-            Err(e) => warn!(error = %e, "broker connection failed; reconnecting"),
+            Err(e) => {
+                let error = connection_error(&e);
+                warn!(%error, "broker connection failed; reconnecting");
+                if matches!(error, ClientError::Protocol(_)) {
+                    self.protocol_errors += 1;
+                    if self.protocol_errors >= 2 {
+                        warn!(
+                            times = self.protocol_errors,
+                            "the broker keeps breaking the protocol: {PROTOCOL_HINT}"
+                        );
+                    }
+                }
+            }
         }
         // rumqttc may have taken requests from its queue: hand over what waits.
         let (sent, metrics) = (&mut self.sent, &self.metrics);
@@ -370,6 +402,15 @@ impl Node {
                     }
                 }
                 info!("connected to the broker; subscribed");
+                let probe = Publish {
+                    topic: self.probe_topic.clone(),
+                    payload: bytes::Bytes::from_static(b"probe"),
+                    qos: 1,
+                    properties: Default::default(),
+                };
+                let (sent, metrics) = (&mut self.sent, &self.metrics);
+                self.outbox
+                    .push(probe, Sent::Probe, |tag| note_sent(sent, metrics, tag));
                 None
             }
             Event::Incoming(Packet::Publish(p)) => {
@@ -399,18 +440,30 @@ impl Node {
             }
             Event::Outgoing(Outgoing::Publish(pkid)) => {
                 self.unacked += 1;
-                if let Some(client) = self.sent.pop_front().flatten() {
-                    self.notified.insert(pkid, client);
+                match self.sent.pop_front() {
+                    Some(Sent::Answer) | None => {}
+                    Some(tag) => {
+                        self.notified.insert(pkid, tag);
+                    }
                 }
                 None
             }
             Event::Incoming(Packet::PubAck(ack)) => {
                 self.unacked = self.unacked.saturating_sub(1);
-                let client = self.notified.remove(&ack.pkid);
-                match (ack.reason, client) {
-                    (PubAckReason::NoMatchingSubscribers, Some(client)) => {
+                let sent = self.notified.remove(&ack.pkid);
+                if sent != Some(Sent::Probe) {
+                    // An answer or notification (they carry user properties) was acknowledged
+                    // properly: the broker keeps the protocol.
+                    self.protocol_errors = 0;
+                }
+                match (ack.reason, sent) {
+                    (PubAckReason::NoMatchingSubscribers, Some(Sent::Notification(client))) => {
                         debug!(%client, "nobody receives this client's notifications");
                         Some(client)
+                    }
+                    (reason, Some(Sent::Probe)) => {
+                        self.probed(reason == PubAckReason::NoMatchingSubscribers);
+                        None
                     }
                     (PubAckReason::Success | PubAckReason::NoMatchingSubscribers, _) => None,
                     (reason, _) => {
@@ -439,17 +492,37 @@ impl Node {
     fn queue_out(&mut self) {
         let (sent, metrics) = (&mut self.sent, &self.metrics);
         for message in self.out.drain(..) {
-            let notified = topics::client_of_notify_topic(&message.topic);
+            let tag = topics::client_of_notify_topic(&message.topic)
+                .map_or(Sent::Answer, Sent::Notification);
             self.outbox
-                .push(message, notified, |tag| note_sent(sent, metrics, tag));
+                .push(message, tag, |tag| note_sent(sent, metrics, tag));
+        }
+    }
+
+    /// The probe's PUBACK came: whether the broker reports "no matching subscribers".
+    fn probed(&mut self, reports: bool) {
+        if self.reports_no_subscribers.replace(reports) == Some(reports) {
+            return; // Said already, at an earlier connection.
+        }
+        self.metrics.set_broker_reports_no_subscribers(reports);
+        if reports {
+            debug!("the broker reports \"no matching subscribers\" (PUBACK 0x10)");
+        } else {
+            warn!(
+                "the broker does not report \"no matching subscribers\" (PUBACK 0x10) for a \
+                 message nobody should receive (it lacks the feature, as Mochi MQTT does, or \
+                 something subscribes to everything under clients/): the registrations of a \
+                 client that stops listening without its presence Will are kept until it \
+                 re-registers or its Will arrives"
+            );
         }
     }
 }
 
-/// rumqttc took a publish: remember whom it notifies until its packet id is reported.
-fn note_sent(sent: &mut VecDeque<Option<String>>, metrics: &Metrics, notified: Option<String>) {
-    if notified.is_some() {
+/// rumqttc took a publish: remember what it was until its packet id is reported.
+fn note_sent(sent: &mut VecDeque<Sent>, metrics: &Metrics, tag: Sent) {
+    if matches!(tag, Sent::Notification(_)) {
         metrics.notified(1);
     }
-    sent.push_back(notified);
+    sent.push_back(tag);
 }

@@ -1,8 +1,8 @@
 //! The published Azure IoT Operations state store client (crate `azure_iot_operations_services`,
 //! feature `state_store`), unchanged, against `mqstore serve` through a real mosquitto.
 
-#[path = "../../../core/tests/mosquitto/mod.rs"]
-mod mosquitto;
+#[path = "../../../core/tests/broker/mod.rs"]
+mod broker;
 
 use std::time::Duration;
 
@@ -10,7 +10,7 @@ use azure_iot_operations_mqtt::aio::connection_settings::MqttConnectionSettingsB
 use azure_iot_operations_mqtt::session::{Session, SessionExitHandle, SessionOptionsBuilder};
 use azure_iot_operations_protocol::application::ApplicationContextBuilder;
 use azure_iot_operations_services::state_store::{self, Operation, SetCondition, SetOptions};
-use mosquitto::Mosquitto;
+use broker::Mosquitto;
 use mqstore::net::BrokerConfig;
 use mqstore::net::server::{ServerConfig, ServerHandle, spawn};
 
