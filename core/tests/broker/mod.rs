@@ -118,7 +118,13 @@ fn go_binary() -> PathBuf {
 fn mochi_binary() -> &'static Path {
     static BINARY: OnceLock<PathBuf> = OnceLock::new();
     BINARY.get_or_init(|| {
-        let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mochi");
+        // From this crate's folder (core/, or another crate that includes this module) up to
+        // the workspace's core/tests/mochi.
+        let source = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .ancestors()
+            .map(|dir| dir.join("core/tests/mochi"))
+            .find(|dir| dir.join("go.mod").exists())
+            .expect("core/tests/mochi is in the workspace");
         let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("mochi");
         let partial = out.with_extension(format!("{}.partial", std::process::id()));
         let status = Command::new(go_binary())

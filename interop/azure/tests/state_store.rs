@@ -2,6 +2,7 @@
 //! feature `state_store`), unchanged, against `mqstore serve` through a real mosquitto.
 
 #[path = "../../../core/tests/broker/mod.rs"]
+#[macro_use]
 mod broker;
 
 use std::time::Duration;
@@ -10,7 +11,7 @@ use azure_iot_operations_mqtt::aio::connection_settings::MqttConnectionSettingsB
 use azure_iot_operations_mqtt::session::{Session, SessionExitHandle, SessionOptionsBuilder};
 use azure_iot_operations_protocol::application::ApplicationContextBuilder;
 use azure_iot_operations_services::state_store::{self, Operation, SetCondition, SetOptions};
-use broker::Mosquitto;
+use broker::{Broker, Kind};
 use mqstore::net::BrokerConfig;
 use mqstore::net::server::{ServerConfig, ServerHandle, spawn};
 
@@ -76,196 +77,197 @@ fn azure_client(port: u16, id: &str) -> (state_store::Client, Session, SessionEx
     (client, session, exit)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_azure_sdk_client_works_against_mqstore_serve() {
-    let broker = Mosquitto::start();
-    let server = start_server(broker.port).await;
-    let (client, session, exit) = azure_client(broker.port, "azure-sdk-client");
-    let session_task = tokio::spawn(session.run());
+on_both_brokers! {
+    async fn the_azure_sdk_client_works_against_mqstore_serve(kind: Kind) {
+        let broker = Broker::start_kind(kind);
+        let server = start_server(broker.port).await;
+        let (client, session, exit) = azure_client(broker.port, "azure-sdk-client");
+        let session_task = tokio::spawn(session.run());
 
-    // The server may still be subscribing: retry the first call until it answers.
-    let mut ready = false;
-    for _ in 0..20 {
-        if client
-            .get(b"ready?".to_vec(), Duration::from_secs(1))
-            .await
-            .is_ok()
-        {
-            ready = true;
-            break;
+        // The server may still be subscribing: retry the first call until it answers.
+        let mut ready = false;
+        for _ in 0..20 {
+            if client
+                .get(b"ready?".to_vec(), Duration::from_secs(1))
+                .await
+                .is_ok()
+            {
+                ready = true;
+                break;
+            }
         }
+        assert!(ready, "mqstore serve never answered the Azure SDK client");
+
+        // set / get with versions
+        let set = client
+            .set(
+                b"k".to_vec(),
+                b"v1".to_vec(),
+                TIMEOUT,
+                None,
+                SetOptions::default(),
+            )
+            .await
+            .unwrap();
+        assert!(set.response);
+        let version = set.version.expect("a version");
+        let get = client.get(b"k".to_vec(), TIMEOUT).await.unwrap();
+        assert_eq!(get.response, Some(b"v1".to_vec()));
+        assert_eq!(get.version, Some(version.clone()));
+        let absent = client.get(b"absent".to_vec(), TIMEOUT).await.unwrap();
+        assert_eq!(absent.response, None);
+        assert_eq!(absent.version, None);
+
+        // conditions and expiry
+        let nx = SetOptions {
+            set_condition: SetCondition::OnlyIfDoesNotExist,
+            ..SetOptions::default()
+        };
+        assert!(!set_applied(&client, b"k", b"v2", None, nx).await);
+        let lease = SetOptions {
+            set_condition: SetCondition::OnlyIfEqualOrDoesNotExist,
+            expires: Some(Duration::from_millis(300)),
+            ..SetOptions::default()
+        };
+        let taken = client
+            .set(
+                b"lock".to_vec(),
+                b"me".to_vec(),
+                TIMEOUT,
+                None,
+                lease.clone(),
+            )
+            .await
+            .unwrap();
+        assert!(taken.response);
+        assert!(set_applied(&client, b"lock", b"me", None, lease.clone()).await);
+        assert!(!set_applied(&client, b"lock", b"other", None, lease).await);
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert_eq!(
+            client
+                .get(b"lock".to_vec(), TIMEOUT)
+                .await
+                .unwrap()
+                .response,
+            None
+        );
+
+        // fencing
+        let token = taken.version.unwrap();
+        assert!(
+            set_applied(
+                &client,
+                b"guarded",
+                b"1",
+                Some(token.clone()),
+                SetOptions::default()
+            )
+            .await
+        );
+        let unfenced = client
+            .set(
+                b"guarded".to_vec(),
+                b"2".to_vec(),
+                TIMEOUT,
+                None,
+                SetOptions::default(),
+            )
+            .await;
+        let error = unfenced.expect_err("a fenced key refuses writes without a token");
+        assert!(
+            format!("{error:?}").contains("FencingTokenRequired")
+                || format!("{error}").contains("fencing token"),
+            "{error:?}"
+        );
+        assert_eq!(
+            client
+                .del(b"guarded".to_vec(), Some(token), TIMEOUT)
+                .await
+                .unwrap()
+                .response,
+            1
+        );
+
+        // observe / notifications / unobserve
+        let mut observation = client
+            .observe(b"watched".to_vec(), TIMEOUT)
+            .await
+            .unwrap()
+            .response;
+        let set = client
+            .set(
+                b"watched".to_vec(),
+                b"x".to_vec(),
+                TIMEOUT,
+                None,
+                SetOptions::default(),
+            )
+            .await
+            .unwrap();
+        let (notification, _) = tokio::time::timeout(TIMEOUT, observation.recv_notification())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(notification.key, b"watched".to_vec());
+        assert_eq!(notification.operation, Operation::Set(b"x".to_vec()));
+        assert_eq!(Some(notification.version), set.version);
+        assert_eq!(
+            client
+                .vdel(b"watched".to_vec(), b"nope".to_vec(), None, TIMEOUT)
+                .await
+                .unwrap()
+                .response,
+            -1
+        );
+        assert_eq!(
+            client
+                .vdel(b"watched".to_vec(), b"x".to_vec(), None, TIMEOUT)
+                .await
+                .unwrap()
+                .response,
+            1
+        );
+        let (notification, _) = tokio::time::timeout(TIMEOUT, observation.recv_notification())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(notification.operation, Operation::Del);
+        assert!(
+            client
+                .unobserve(b"watched".to_vec(), TIMEOUT)
+                .await
+                .unwrap()
+                .response
+        );
+        assert!(
+            !client
+                .unobserve(b"watched".to_vec(), TIMEOUT)
+                .await
+                .unwrap()
+                .response
+        );
+
+        // del
+        assert_eq!(
+            client
+                .del(b"k".to_vec(), None, TIMEOUT)
+                .await
+                .unwrap()
+                .response,
+            1
+        );
+        assert_eq!(
+            client
+                .del(b"k".to_vec(), None, TIMEOUT)
+                .await
+                .unwrap()
+                .response,
+            0
+        );
+
+        client.shutdown().await.unwrap();
+        let _ = exit.try_exit();
+        let _ = tokio::time::timeout(TIMEOUT, session_task).await;
+        server.stop().await.unwrap();
     }
-    assert!(ready, "mqstore serve never answered the Azure SDK client");
-
-    // set / get with versions
-    let set = client
-        .set(
-            b"k".to_vec(),
-            b"v1".to_vec(),
-            TIMEOUT,
-            None,
-            SetOptions::default(),
-        )
-        .await
-        .unwrap();
-    assert!(set.response);
-    let version = set.version.expect("a version");
-    let get = client.get(b"k".to_vec(), TIMEOUT).await.unwrap();
-    assert_eq!(get.response, Some(b"v1".to_vec()));
-    assert_eq!(get.version, Some(version.clone()));
-    let absent = client.get(b"absent".to_vec(), TIMEOUT).await.unwrap();
-    assert_eq!(absent.response, None);
-    assert_eq!(absent.version, None);
-
-    // conditions and expiry
-    let nx = SetOptions {
-        set_condition: SetCondition::OnlyIfDoesNotExist,
-        ..SetOptions::default()
-    };
-    assert!(!set_applied(&client, b"k", b"v2", None, nx).await);
-    let lease = SetOptions {
-        set_condition: SetCondition::OnlyIfEqualOrDoesNotExist,
-        expires: Some(Duration::from_millis(300)),
-        ..SetOptions::default()
-    };
-    let taken = client
-        .set(
-            b"lock".to_vec(),
-            b"me".to_vec(),
-            TIMEOUT,
-            None,
-            lease.clone(),
-        )
-        .await
-        .unwrap();
-    assert!(taken.response);
-    assert!(set_applied(&client, b"lock", b"me", None, lease.clone()).await);
-    assert!(!set_applied(&client, b"lock", b"other", None, lease).await);
-    tokio::time::sleep(Duration::from_millis(400)).await;
-    assert_eq!(
-        client
-            .get(b"lock".to_vec(), TIMEOUT)
-            .await
-            .unwrap()
-            .response,
-        None
-    );
-
-    // fencing
-    let token = taken.version.unwrap();
-    assert!(
-        set_applied(
-            &client,
-            b"guarded",
-            b"1",
-            Some(token.clone()),
-            SetOptions::default()
-        )
-        .await
-    );
-    let unfenced = client
-        .set(
-            b"guarded".to_vec(),
-            b"2".to_vec(),
-            TIMEOUT,
-            None,
-            SetOptions::default(),
-        )
-        .await;
-    let error = unfenced.expect_err("a fenced key refuses writes without a token");
-    assert!(
-        format!("{error:?}").contains("FencingTokenRequired")
-            || format!("{error}").contains("fencing token"),
-        "{error:?}"
-    );
-    assert_eq!(
-        client
-            .del(b"guarded".to_vec(), Some(token), TIMEOUT)
-            .await
-            .unwrap()
-            .response,
-        1
-    );
-
-    // observe / notifications / unobserve
-    let mut observation = client
-        .observe(b"watched".to_vec(), TIMEOUT)
-        .await
-        .unwrap()
-        .response;
-    let set = client
-        .set(
-            b"watched".to_vec(),
-            b"x".to_vec(),
-            TIMEOUT,
-            None,
-            SetOptions::default(),
-        )
-        .await
-        .unwrap();
-    let (notification, _) = tokio::time::timeout(TIMEOUT, observation.recv_notification())
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(notification.key, b"watched".to_vec());
-    assert_eq!(notification.operation, Operation::Set(b"x".to_vec()));
-    assert_eq!(Some(notification.version), set.version);
-    assert_eq!(
-        client
-            .vdel(b"watched".to_vec(), b"nope".to_vec(), None, TIMEOUT)
-            .await
-            .unwrap()
-            .response,
-        -1
-    );
-    assert_eq!(
-        client
-            .vdel(b"watched".to_vec(), b"x".to_vec(), None, TIMEOUT)
-            .await
-            .unwrap()
-            .response,
-        1
-    );
-    let (notification, _) = tokio::time::timeout(TIMEOUT, observation.recv_notification())
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(notification.operation, Operation::Del);
-    assert!(
-        client
-            .unobserve(b"watched".to_vec(), TIMEOUT)
-            .await
-            .unwrap()
-            .response
-    );
-    assert!(
-        !client
-            .unobserve(b"watched".to_vec(), TIMEOUT)
-            .await
-            .unwrap()
-            .response
-    );
-
-    // del
-    assert_eq!(
-        client
-            .del(b"k".to_vec(), None, TIMEOUT)
-            .await
-            .unwrap()
-            .response,
-        1
-    );
-    assert_eq!(
-        client
-            .del(b"k".to_vec(), None, TIMEOUT)
-            .await
-            .unwrap()
-            .response,
-        0
-    );
-
-    client.shutdown().await.unwrap();
-    let _ = exit.try_exit();
-    let _ = tokio::time::timeout(TIMEOUT, session_task).await;
-    server.stop().await.unwrap();
 }
