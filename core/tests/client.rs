@@ -496,3 +496,65 @@ fn answers_read_as_typed_results() {
     assert_eq!(deletion.outcome, Deleted::Deleted);
     assert!(deletion.version > version);
 }
+
+#[test]
+fn a_reregistration_nobody_answered_is_sent_again_until_answered() {
+    let mut l = Loop::new();
+    let mut watcher = client("watcher");
+    let mut writer = client("writer");
+    let (_, publishes) = watcher.observe(Bytes::from_static(b"k"), l.now).unwrap();
+    for p in publishes {
+        for answer in l.deliver(&watcher, p) {
+            watcher.handle(&answer, l.now);
+        }
+    }
+    // The broker restarts and publishes the watcher's Will: the engine forgets the watcher.
+    watcher.connection_lost();
+    l.engine.drop_client("watcher");
+    // Back before the engine listens again: the re-registration and read-back are lost.
+    let lost = watcher.resume(l.now).unwrap();
+    assert_eq!(lost.len(), 2);
+    l.answer(&mut writer, &set("k", "missed"), &CallOptions::default())
+        .unwrap();
+    // Nothing is sent again before the re-registration's timeout...
+    assert!(watcher.expire(l.now + 2_999).is_empty());
+    assert!(watcher.take_retries().is_empty());
+    // ...and after it, both go out again; no caller hears of the timeout.
+    l.now += 3_000;
+    assert!(watcher.expire(l.now).is_empty());
+    let retries = watcher.take_retries();
+    assert_eq!(retries.len(), 2, "KEYNOTIFY and GET again");
+    let mut events = Vec::new();
+    for p in retries {
+        for answer in l.deliver(&watcher, p) {
+            events.extend(watcher.handle(&answer, l.now));
+        }
+    }
+    // The change made meanwhile is reported, and the registration is live again.
+    assert!(
+        matches!(&events[..], [Event::Changed { synthetic: true, change: Notification::Set(v), .. }] if v.value() == "missed"),
+        "{events:?}"
+    );
+    assert_eq!(watcher.in_flight(), 0, "answered: nothing left to retry");
+    assert!(watcher.expire(l.now + 60_000).is_empty());
+    assert!(watcher.take_retries().is_empty());
+    let (call, publish) = writer
+        .call(&set("k", "live"), &CallOptions::default(), l.now)
+        .unwrap();
+    let mut out = Vec::new();
+    l.engine.handle(publish, l.now, &mut out);
+    let live: Vec<_> = out
+        .iter()
+        .filter_map(|p| watcher.handle(p, l.now))
+        .collect();
+    assert!(
+        matches!(
+            &live[..],
+            [Event::Changed {
+                synthetic: false,
+                ..
+            }]
+        ),
+        "{live:?} ({call})"
+    );
+}

@@ -22,6 +22,9 @@ use crate::envelope::{CONTENT_TYPE, PROTOCOL_VERSION, Properties, Publish, prope
 use crate::hlc::{Hlc, HlcClock, HlcError};
 use crate::topics;
 
+/// How long a re-registration waits for its answer before it is sent again.
+const REREGISTER_TIMEOUT_MS: u64 = 3_000;
+
 /// Identifies one call until its result arrives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct CallId(pub u64);
@@ -295,8 +298,9 @@ struct InFlight {
 enum Purpose {
     /// The caller: its answer is an [`Event::Completed`].
     Caller,
-    /// `resume` re-registering an observed key: nobody waits.
-    Reregister,
+    /// `resume` re-registering an observed key: nobody waits, and it is sent again until
+    /// answered (the engine may not have been listening yet).
+    Reregister(Bytes),
     /// `resume` reading an observed key back, to compare with what the client last saw.
     Recheck(Bytes),
 }
@@ -318,6 +322,8 @@ pub struct ClientCore {
     next_call: u64,
     in_flight: HashMap<Bytes, InFlight>,
     observed: HashMap<Bytes, Observed>,
+    /// Re-registrations to send again (see [`ClientCore::expire`]).
+    retries: Vec<Publish>,
     /// The broker's maximum packet size, from its CONNACK.
     max_packet_size: Option<u32>,
 }
@@ -331,6 +337,7 @@ impl ClientCore {
             next_call: 0,
             in_flight: HashMap::new(),
             observed: HashMap::new(),
+            retries: Vec::new(),
             max_packet_size: None,
         })
     }
@@ -491,7 +498,7 @@ impl ClientCore {
                 call: in_flight.call,
                 result: result.and_then(|answer| check_kind(in_flight.command, answer)),
             }),
-            Purpose::Reregister => None,
+            Purpose::Reregister(_) => None,
             // What changed while the client was away.
             Purpose::Recheck(key) => self.recheck(key, result.ok()?),
         }
@@ -583,7 +590,9 @@ impl ClientCore {
         self.in_flight.values().map(|f| f.deadline).min()
     }
 
-    /// Fails every call whose timeout has passed.
+    /// Fails every call whose timeout has passed. A re-registration of an observed key that
+    /// got no answer is sent again (with its read-back): take the publishes with
+    /// [`ClientCore::take_retries`] after each `expire`.
     pub fn expire(&mut self, now_ms: u64) -> Vec<Event> {
         let due: Vec<Bytes> = self
             .in_flight
@@ -591,7 +600,32 @@ impl ClientCore {
             .filter(|(_, f)| f.deadline <= now_ms)
             .map(|(c, _)| c.clone())
             .collect();
-        self.fail(due, |f| ClientError::Timeout(f.timeout_ms))
+        let mut retry = Vec::new();
+        for id in &due {
+            if let Some(InFlight {
+                purpose: Purpose::Reregister(key),
+                ..
+            }) = self.in_flight.get(id)
+            {
+                if self.observed.contains_key(key) {
+                    retry.push(key.clone());
+                }
+            }
+        }
+        let events = self.fail(due, |f| ClientError::Timeout(f.timeout_ms));
+        for key in retry {
+            match self.reregister(key, now_ms) {
+                Ok(publishes) => self.retries.extend(publishes),
+                // Only the clock can fail here; the next resume tries again.
+                Err(_) => break,
+            }
+        }
+        events
+    }
+
+    /// What [`ClientCore::expire`] decided to send again, in order: publish it.
+    pub fn take_retries(&mut self) -> Vec<Publish> {
+        std::mem::take(&mut self.retries)
     }
 
     /// The connection dropped: every call in flight fails (the broker forgot them).
@@ -631,19 +665,32 @@ impl ClientCore {
         keys.sort();
         let mut publishes = Vec::with_capacity(keys.len() * 2);
         for key in keys {
-            let register = Request::KeyNotify {
-                key: key.clone(),
-                stop: false,
-            };
-            let options = CallOptions::default();
-            publishes.push(
-                self.start(&register, &options, now_ms, Purpose::Reregister)?
-                    .1,
-            );
-            let get = Request::Get { key: key.clone() };
-            publishes.push(self.start(&get, &options, now_ms, Purpose::Recheck(key))?.1);
+            publishes.extend(self.reregister(key, now_ms)?);
         }
         Ok(publishes)
+    }
+
+    /// KEYNOTIFY `key`, then GET it: the two publishes that restore one observation.
+    fn reregister(&mut self, key: Bytes, now_ms: u64) -> Result<[Publish; 2], ClientError> {
+        // Unanswered, they are sent again: soon, so a notification missed meanwhile shows up
+        // as a synthetic change quickly (KEYNOTIFY is idempotent, GET harmless).
+        let options = CallOptions {
+            timeout_ms: Some(self.config.default_timeout_ms.min(REREGISTER_TIMEOUT_MS)),
+            ..CallOptions::default()
+        };
+        let register = Request::KeyNotify {
+            key: key.clone(),
+            stop: false,
+        };
+        let (_, register) = self.start(
+            &register,
+            &options,
+            now_ms,
+            Purpose::Reregister(key.clone()),
+        )?;
+        let get = Request::Get { key: key.clone() };
+        let (_, read) = self.start(&get, &options, now_ms, Purpose::Recheck(key))?;
+        Ok([register, read])
     }
 }
 

@@ -468,6 +468,9 @@ impl Driver for Task {
     fn on_deadline(&mut self, now_ms: u64) {
         let events = self.core.expire(now_ms);
         self.deliver(events);
+        for message in self.core.take_retries() {
+            self.outbox.push(message, (), |()| {});
+        }
     }
 
     fn on_wake(&mut self, wake: Wake) -> bool {
