@@ -606,10 +606,9 @@ impl ClientCore {
                 purpose: Purpose::Reregister(key),
                 ..
             }) = self.in_flight.get(id)
+                && self.observed.contains_key(key)
             {
-                if self.observed.contains_key(key) {
-                    retry.push(key.clone());
-                }
+                retry.push(key.clone());
             }
         }
         let events = self.fail(due, |f| ClientError::Timeout(f.timeout_ms));
