@@ -11,7 +11,7 @@ use azure_iot_operations_mqtt::aio::connection_settings::MqttConnectionSettingsB
 use azure_iot_operations_mqtt::session::{Session, SessionExitHandle, SessionOptionsBuilder};
 use azure_iot_operations_protocol::application::ApplicationContextBuilder;
 use azure_iot_operations_services::state_store::{self, Operation, SetCondition, SetOptions};
-use broker::{Broker, Kind};
+use broker::Broker;
 use mqstore::net::BrokerConfig;
 use mqstore::net::server::{ServerConfig, ServerHandle, spawn};
 
