@@ -138,6 +138,10 @@ pub enum DropReason {
     #[error("the request has no response topic, so it cannot be answered")]
     NoResponseTopic,
     #[error(
+        "the request's response topic is not a topic name one can publish to (empty, a wildcard, NUL, or too long): not applied"
+    )]
+    InvalidResponseTopic,
+    #[error(
         "the request's response topic is forbidden (the invoke topic or under {})",
         topics::CLIENTS_PREFIX
     )]
@@ -221,6 +225,10 @@ pub fn check_request(qos: u8, mut properties: Properties, node_id: &str) -> Chec
     let Some(response_topic) = properties.response_topic.take() else {
         return Checked::Drop(DropReason::NoResponseTopic);
     };
+    if !topics::is_valid_topic_name(&response_topic) {
+        // Publishing there would get the server disconnected: not applied, not answered.
+        return Checked::Drop(DropReason::InvalidResponseTopic);
+    }
     if topics::is_forbidden_response_topic(&response_topic) {
         return Checked::Drop(DropReason::ForbiddenResponseTopic);
     }
@@ -254,6 +262,20 @@ pub fn check_request(qos: u8, mut properties: Properties, node_id: &str) -> Chec
             let reply = error_reply(&mut invocation, &error, node_id);
             Checked::Reject(Box::new(reply), error)
         }
+    }
+}
+
+/// The 503 answer to a request the server will not take (it is overloaded or shutting down),
+/// when the request can be answered at all: nothing of it is applied.
+pub fn unavailable_reply(qos: u8, properties: Properties, node_id: &str) -> Option<Publish> {
+    match check_request(qos, properties, node_id) {
+        Checked::Accept(mut invocation) => Some(error_reply(
+            &mut invocation,
+            &EnvelopeError::Unavailable,
+            node_id,
+        )),
+        Checked::Reject(reply, _) => Some(*reply),
+        Checked::Drop(_) => None,
     }
 }
 
@@ -387,6 +409,14 @@ mod tests {
             check_request(1, props, "n"),
             Checked::Drop(DropReason::NoResponseTopic)
         );
+        for invalid in ["", "r/+", "r/#", "r\0"] {
+            let mut props = request(&[]);
+            props.response_topic = Some(invalid.into());
+            assert_eq!(
+                check_request(1, props, "n"),
+                Checked::Drop(DropReason::InvalidResponseTopic)
+            );
+        }
         for forbidden in [
             topics::INVOKE.to_owned(),
             format!("{}/abc", topics::CLIENTS_PREFIX),
@@ -435,6 +465,20 @@ mod tests {
             reply.properties.correlation_data,
             Some(Bytes::from_static(&[7; 16]))
         );
+    }
+
+    #[test]
+    fn an_unavailable_server_answers_503_when_it_can_answer_at_all() {
+        let reply = unavailable_reply(1, request(&[]), "n").expect("a reply");
+        assert_eq!(status(&reply), Some("503"));
+        assert_eq!(reply.topic, topics::response_topic("c1"));
+        assert_eq!(
+            reply.properties.correlation_data,
+            Some(Bytes::from_static(&[7; 16]))
+        );
+        let mut props = request(&[]);
+        props.response_topic = None;
+        assert_eq!(unavailable_reply(1, props, "n"), None);
     }
 
     #[test]

@@ -32,13 +32,18 @@ pub enum ServiceError {
     MalformedTimestamp,
     /// The key is empty.
     KeyLengthZero,
+    /// KEYNOTIFY: the notification topic of this client and key would be longer than MQTT
+    /// allows, so no notification could ever be delivered (mqstore's own).
+    NotificationTopicTooLong,
+    /// The answer would be larger than the broker's maximum packet size (mqstore's own).
+    ResponseTooLarge,
     /// A text this version does not know (a newer engine). Clients treat it as an error.
     Other(String),
 }
 
 impl ServiceError {
     /// Every variant with a fixed text, in code order.
-    pub const KNOWN: [ServiceError; 12] = [
+    pub const KNOWN: [ServiceError; 14] = [
         ServiceError::TimestampSkew,
         ServiceError::FencingTokenRequired,
         ServiceError::FencingTokenSkew,
@@ -51,6 +56,8 @@ impl ServiceError {
         ServiceError::MissingTimestamp,
         ServiceError::MalformedTimestamp,
         ServiceError::KeyLengthZero,
+        ServiceError::NotificationTopicTooLong,
+        ServiceError::ResponseTooLarge,
     ];
 
     /// The exact text on the wire (after `-ERR `).
@@ -74,6 +81,12 @@ impl ServiceError {
             Self::MissingTimestamp => "missing timestamp",
             Self::MalformedTimestamp => "malformed timestamp",
             Self::KeyLengthZero => "the key length is zero",
+            Self::NotificationTopicTooLong => {
+                "the notification topic for this client and key would be longer than MQTT allows (65535 bytes); use a shorter key or client id"
+            }
+            Self::ResponseTooLarge => {
+                "the answer is larger than the broker's maximum packet size; raise the broker's limit or use a shorter response topic"
+            }
             Self::Other(text) => text,
         }
     }
@@ -87,7 +100,7 @@ impl ServiceError {
             .unwrap_or_else(|| Self::Other(String::from_utf8_lossy(text).into_owned()))
     }
 
-    /// A stable number for this error, the same in every binding (101..=112; 199 for texts
+    /// A stable number for this error, the same in every binding (101..=114; 199 for texts
     /// this version does not know).
     pub fn code(&self) -> u16 {
         match self {
@@ -110,7 +123,7 @@ mod tests {
         for known in ServiceError::KNOWN {
             assert_eq!(ServiceError::from_text(known.text().as_bytes()), known);
             assert!(codes.insert(known.code()), "duplicate code for {known:?}");
-            assert!((101..=112).contains(&known.code()));
+            assert!((101..=114).contains(&known.code()));
         }
     }
 

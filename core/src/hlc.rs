@@ -175,7 +175,7 @@ impl HlcClock {
             self.last.wall_ms = wall_ms;
             self.last.counter = 0;
         } else {
-            self.last.counter = next_counter(self.last.counter)?;
+            (self.last.wall_ms, self.last.counter) = next(self.last.wall_ms, self.last.counter)?;
         }
         Ok(self.last.clone())
     }
@@ -195,23 +195,27 @@ impl HlcClock {
         }
         let last = self.last.logical();
         let wall = wall_ms.max(last.0).max(remote_wall);
-        let counter = match (wall == last.0, wall == remote_wall) {
-            (true, true) => next_counter(last.1.max(remote_counter))?,
-            (true, false) => next_counter(last.1)?,
-            (false, true) => next_counter(remote_counter)?,
-            (false, false) => 0,
+        (self.last.wall_ms, self.last.counter) = match (wall == last.0, wall == remote_wall) {
+            (true, true) => next(wall, last.1.max(remote_counter))?,
+            (true, false) => next(wall, last.1)?,
+            (false, true) => next(wall, remote_counter)?,
+            (false, false) => (wall, 0),
         };
-        self.last.wall_ms = wall;
-        self.last.counter = counter;
         Ok(self.last.clone())
     }
 }
 
-fn next_counter(counter: u32) -> Result<u32, HlcError> {
-    counter
-        .checked_add(1)
-        .filter(|c| *c <= MAX_COUNTER)
-        .ok_or(HlcError::CounterOverflow)
+/// The logical time right after `(wall, counter)`. A counter at [`MAX_COUNTER`] (the protocol's
+/// limit: one deployed client reads it as a 32-bit int) moves the clock 1 ms ahead instead,
+/// which is still greater than everything before. Fails only at the end of time.
+fn next(wall: u64, counter: u32) -> Result<(u64, u32), HlcError> {
+    match counter.checked_add(1).filter(|c| *c <= MAX_COUNTER) {
+        Some(counter) => Ok((wall, counter)),
+        None => wall
+            .checked_add(1)
+            .map(|wall| (wall, 0))
+            .ok_or(HlcError::CounterOverflow),
+    }
 }
 
 /// A source of wall-clock time in milliseconds since the Unix epoch.
@@ -303,16 +307,27 @@ mod tests {
     }
 
     #[test]
-    fn counter_overflow_is_an_error() {
+    fn a_counter_at_the_limit_moves_the_clock_a_millisecond_ahead() {
         let mut clock = HlcClock::new("n").unwrap();
         let top = Hlc::new(5, MAX_COUNTER, "x").unwrap();
-        assert_eq!(clock.receive(&top, 5), Err(HlcError::CounterOverflow));
+        // Still greater than the remote value, with a counter a 32-bit reader can parse.
+        let after = clock.receive(&top, 5).unwrap();
+        assert_eq!(after.logical(), (6, 0));
+        assert!(after > top);
+        let mut clock = HlcClock::new("n").unwrap();
         clock
             .receive(&Hlc::new(5, MAX_COUNTER - 1, "x").unwrap(), 5)
             .unwrap();
-        assert_eq!(clock.tick(5), Err(HlcError::CounterOverflow));
+        assert_eq!(clock.tick(5).unwrap().logical(), (6, 0));
+        assert_eq!(clock.tick(5).unwrap().logical(), (6, 1));
         // The wall clock moving on resets the counter.
-        assert_eq!(clock.tick(6).unwrap().counter, 0);
+        assert_eq!(clock.tick(7).unwrap().counter, 0);
+        // Only the end of time is an error.
+        let end = Hlc::new(u64::MAX, MAX_COUNTER, "x").unwrap();
+        assert_eq!(
+            HlcClock::new("n").unwrap().receive(&end, u64::MAX),
+            Err(HlcError::CounterOverflow)
+        );
         assert!(Hlc::parse("1:2147483648:x").is_err());
         assert_eq!(
             Hlc::new(1, MAX_COUNTER + 1, "x"),

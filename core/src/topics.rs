@@ -99,6 +99,23 @@ pub fn is_forbidden_response_topic(topic: &str) -> bool {
     topic == INVOKE || topic.starts_with(CLIENTS_PREFIX)
 }
 
+/// The longest topic MQTT can carry (a two-byte length prefix).
+pub const MAX_TOPIC_LEN: usize = 65_535;
+
+/// Whether `topic` is a topic name a broker accepts in a PUBLISH (MQTT 5 §4.7): not empty,
+/// at most [`MAX_TOPIC_LEN`] bytes, no wildcard, no NUL. The server never publishes to
+/// anything else: a broker disconnects a client that does, and every answer in flight is lost.
+pub fn is_valid_topic_name(topic: &str) -> bool {
+    !topic.is_empty()
+        && topic.len() <= MAX_TOPIC_LEN
+        && !topic.bytes().any(|b| matches!(b, b'+' | b'#' | 0))
+}
+
+/// The length of [`notify_topic`]`(client_id, key)`, without building it.
+pub fn notify_topic_len(client_id: &str, key: &[u8]) -> usize {
+    CLIENTS_PREFIX.len() + 1 + 2 * client_id.len() + "/command/notify/".len() + 2 * key.len()
+}
+
 /// The `{clientId}` of a response topic of the form `clients/{clientId}/…`.
 pub fn client_id_of_response_topic(topic: &str) -> Option<&str> {
     let rest = topic.strip_prefix("clients/")?;
@@ -149,6 +166,16 @@ mod tests {
 
     #[test]
     fn forbidden_response_topics() {
+        for bad in ["", "a/+/b", "a/#", "+", "a\0b"] {
+            assert!(!is_valid_topic_name(bad), "{bad:?}");
+        }
+        assert!(is_valid_topic_name("a/b"));
+        assert!(is_valid_topic_name(&"x".repeat(MAX_TOPIC_LEN)));
+        assert!(!is_valid_topic_name(&"x".repeat(MAX_TOPIC_LEN + 1)));
+        assert_eq!(
+            notify_topic_len("dev-1", b"k/1"),
+            notify_topic("dev-1", b"k/1").len()
+        );
         assert!(is_forbidden_response_topic(INVOKE));
         assert!(is_forbidden_response_topic(&format!("{CLIENTS_PREFIX}/x")));
         assert!(is_forbidden_response_topic(CLIENTS_PREFIX));

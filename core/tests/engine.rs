@@ -639,14 +639,17 @@ fn a_set_version_is_newer_than_the_request_timestamp_and_pulls_the_clock_ahead()
 }
 
 #[test]
-fn a_timestamp_at_the_counter_limit_is_rejected() {
+fn a_timestamp_at_the_counter_limit_is_accepted_and_one_past_it_is_not() {
     let mut h = Harness::new();
     let a = h.call(
         "c",
         &set("k", "v"),
         &[("__ts", &format!("{T0}:2147483647:c"))],
     );
-    assert_eq!(a.payload(), err(ServiceError::MalformedTimestamp));
+    assert_eq!(a.payload(), Response::Ok);
+    // The version follows it, its counter still a valid 32-bit int: 1 ms later.
+    let v = version(&a);
+    assert_eq!((v.wall_ms, v.counter), (T0 + 1, 0));
     let a = h.call(
         "c",
         &set("k", "v"),

@@ -1121,7 +1121,7 @@ async fn server_and_client_leave_the_broker_politely() {
 }
 
 on_both_brokers! {
-    async fn an_overloaded_server_drops_requests_unapplied_and_counts_them(kind: Kind) {
+    async fn an_overloaded_server_answers_503_applies_nothing_and_counts_it(kind: Kind) {
         let broker = Broker::start_kind(kind);
         // No room for any answer: every request counts as arriving during an overload.
         let config = ServerConfig {
@@ -1136,15 +1136,22 @@ on_both_brokers! {
         };
         let server = Server::start_config(config).await;
         let client = client(broker.port, "eager").await;
-        // Until the server has subscribed, requests reach nobody; each one times out either way.
+        // Until the server has subscribed, requests reach nobody and time out; then each is
+        // refused with status 503 at once.
         let deadline = tokio::time::Instant::now() + WAIT;
-        while server.metrics.requests("ENVELOPE", "overloaded") == 0 {
-            assert!(tokio::time::Instant::now() < deadline, "never shed");
-            assert!(matches!(
-                client.set("k", "v", SetOptions::default()).await,
-                Err(ClientError::Timeout(_))
-            ));
-        }
+        let refused = loop {
+            assert!(tokio::time::Instant::now() < deadline, "never refused");
+            match client.set("k", "v", SetOptions::default()).await {
+                Err(ClientError::Timeout(_)) => continue,
+                Err(e) => break e,
+                Ok(set) => panic!("applied while overloaded: {set:?}"),
+            }
+        };
+        assert!(
+            matches!(&refused, ClientError::Status { status: 503, message } if message.contains("overloaded")),
+            "{refused:?}"
+        );
+        assert!(server.metrics.requests("ENVELOPE", "overloaded") >= 1);
         assert!(server.metrics.render().contains("mqstore_keys 0"));
         assert_eq!(server.metrics.requests("SET", "ok"), 0);
         server.stop().await;
@@ -1187,6 +1194,129 @@ on_both_brokers! {
         let change = next_change(&mut observed).await;
         assert_eq!(change.value.as_deref(), Some(&b"fits"[..]));
         assert!(!change.synthetic, "the client did not have to reconnect");
+        server.stop().await;
+    }
+}
+
+/// A KEYNOTIFY request's payload.
+fn keynotify(key: &str) -> String {
+    format!("*2\r\n$9\r\nKEYNOTIFY\r\n${}\r\n{key}\r\n", key.len())
+}
+
+/// A SET request's payload.
+fn set_payload(key: &str, value: &str) -> String {
+    format!(
+        "*3\r\n$3\r\nSET\r\n${}\r\n{key}\r\n${}\r\n{value}\r\n",
+        key.len(),
+        value.len()
+    )
+}
+
+on_both_brokers! {
+    /// Hardening §1 and §5: requests whose answers or notifications the broker would refuse
+    /// are refused themselves; the server is never disconnected, and other clients notice
+    /// nothing.
+    async fn hostile_requests_never_knock_the_server_off_the_broker(kind: Kind) {
+        let broker = Broker::start_kind(kind);
+        let server = Server::start(broker.port, "node-h").await;
+        let victim = ready_client(broker.port, "victim").await;
+        let mut changes = victim.observe("watched").await.unwrap();
+        let mut raw = Raw::connect(broker.port, "hostile", None).await;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis();
+
+        // A key, or a client id, whose notification topic would pass MQTT's 65,535 bytes.
+        let long_key = "k".repeat(33_000);
+        raw.send(keynotify(&long_key).as_bytes(), props("hostile", &[("__srcId", "hostile")]))
+            .await;
+        let too_long = "-ERR the notification topic for this client and key would be longer";
+        assert!(String::from_utf8_lossy(&raw.answer().await.payload).starts_with(too_long));
+        let long_id = "h".repeat(33_000);
+        raw.send(keynotify("watched").as_bytes(), props("hostile", &[("__srcId", &long_id)]))
+            .await;
+        assert!(String::from_utf8_lossy(&raw.answer().await.payload).starts_with(too_long));
+
+        // A timestamp at the counter limit the protocol documents is fine.
+        let at_limit = format!("{now}:2147483647:hostile");
+        raw.send(
+            set_payload("k-limit", "v").as_bytes(),
+            props("hostile", &[("__srcId", "hostile"), ("__ts", &at_limit)]),
+        )
+        .await;
+        assert_eq!(&raw.answer().await.payload[..], b"+OK\r\n");
+
+        // Response topics nobody may publish to: not applied, not answered.
+        let ts = format!("{now}:0:hostile");
+        for (key, topic) in [("k-empty", ""), ("k-plus", "r/+/x"), ("k-hash", "r/#")] {
+            let mut properties = props("hostile", &[("__srcId", "hostile"), ("__ts", &ts)]);
+            properties.response_topic = Some(topic.into());
+            raw.send(set_payload(key, "v").as_bytes(), properties).await;
+        }
+        server
+            .wait_metric("mqstore_requests_total{command=\"ENVELOPE\",outcome=\"dropped\"} 3")
+            .await;
+
+        // Everything still works for everyone else, without a reconnect.
+        victim.set("watched", "after", SetOptions::default()).await.unwrap();
+        let change = next_change(&mut changes).await;
+        assert_eq!(change.value.as_deref(), Some(&b"after"[..]));
+        assert!(!change.synthetic);
+        assert!(victim.get(long_key.clone()).await.unwrap().is_none());
+        for key in ["k-empty", "k-plus", "k-hash"] {
+            assert_eq!(victim.get(key).await.unwrap(), None, "{key} was applied");
+        }
+        assert!(victim.get("k-limit").await.unwrap().is_some());
+        server.wait_metric("mqstore_broker_connections_total 1").await;
+        assert!(server.metrics.render().contains("mqstore_publishes_dropped_total 0"));
+        ghost_free(&server).await;
+        raw.task.abort();
+        server.stop().await;
+    }
+}
+
+/// Only the victim's registration is left: none of the refused ones was made.
+async fn ghost_free(server: &Server) {
+    server.wait_metric("mqstore_watches 1").await;
+}
+
+on_both_brokers! {
+    /// Hardening §1: an answer the broker would refuse as too large becomes an error answer.
+    async fn an_answer_over_the_brokers_limit_becomes_an_error_answer(kind: Kind) {
+        let broker = Broker::start_with_max_packet_size(kind, 4096);
+        // Mochi does not announce its limit: the server is told it.
+        let config = ServerConfig::new(
+            BrokerConfig {
+                port: broker.port,
+                max_packet_size: 4096,
+                ..BrokerConfig::default()
+            },
+            "node-big",
+        );
+        let server = Server::start_config(config).await;
+        let c = ready_client(broker.port, "dev-1").await;
+        c.set("big", vec![b'x'; 3000], SetOptions::default()).await.unwrap();
+        // A GET whose response topic is 3 KB long: value + topic pass the limit.
+        let mut raw = Raw::connect(broker.port, "asker", None).await;
+        let long_topic = format!("{}/{}", topics::response_topic("asker"), "t".repeat(3000));
+        raw.client.subscribe(long_topic.clone(), QoS::AtLeastOnce).await.unwrap();
+        // The broker handles the SUBSCRIBE before the request that follows it on the same
+        // connection, so the answer finds the subscription.
+        let mut properties = props("asker", &[("__srcId", "asker")]);
+        properties.response_topic = Some(long_topic.clone());
+        raw.send(b"*2\r\n$3\r\nGET\r\n$3\r\nbig\r\n", properties).await;
+        let answer = raw.answer().await;
+        assert_eq!(String::from_utf8_lossy(&answer.topic), long_topic);
+        assert!(
+            String::from_utf8_lossy(&answer.payload).starts_with("-ERR the answer is larger than the broker's maximum packet size"),
+            "{:?}",
+            answer.payload
+        );
+        // The same GET with a short response topic fits, and the server never reconnected.
+        assert_eq!(c.get("big").await.unwrap().unwrap().value.len(), 3000);
+        server.wait_metric("mqstore_broker_connections_total 1").await;
+        raw.task.abort();
         server.stop().await;
     }
 }

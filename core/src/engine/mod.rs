@@ -276,8 +276,8 @@ impl<S> Engine<S> {
                 }
                 let fencing_token = self.fencing_token(context, now_ms)?;
                 self.authorize(context, &set.key, Access::Write)?;
-                // Skew was checked above, so this fails only when the request's counter is at
-                // the protocol's limit: its timestamp cannot be followed.
+                // Skew was checked above, so this fails only at the end of time (a counter at
+                // the protocol's limit moves the clock a millisecond on).
                 let version = self
                     .clock
                     .receive_logical(timestamp, now_ms)
@@ -303,6 +303,9 @@ impl<S> Engine<S> {
                 // caller of `begin` or `execute` gets this.
                 let client = context.client_id.ok_or(ServiceError::NotAuthorized)?;
                 self.authorize(context, &key, Access::Read)?;
+                if !stop && topics::notify_topic_len(client, &key) > topics::MAX_TOPIC_LEN {
+                    return Err(ServiceError::NotificationTopicTooLong);
+                }
                 let client = ClientId::from(client);
                 if stop {
                     StoreOp::Unwatch { client, key }

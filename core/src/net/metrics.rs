@@ -11,7 +11,7 @@ use tokio::net::TcpListener;
 
 use crate::codec::Command;
 use crate::engine::Outcome;
-use crate::envelope::DropReason;
+use crate::envelope::{DropReason, EnvelopeError};
 use crate::store::StoreStats;
 
 /// Upper bounds of the latency histogram, in seconds.
@@ -51,6 +51,8 @@ pub struct Metrics {
     watches: AtomicU64,
     clients_dropped: AtomicU64,
     notifications: AtomicU64,
+    publishes_dropped: AtomicU64,
+    connections: AtomicU64,
     /// Whether the broker's PUBACKs say "no matching subscribers" (0x10): 0 not known yet,
     /// 1 no, 2 yes.
     broker_reports_no_subscribers: AtomicU64,
@@ -64,6 +66,7 @@ impl Metrics {
                 command.map_or(MALFORMED, |c| c as usize),
                 usize::from(error.is_some()),
             ),
+            Outcome::Rejected(EnvelopeError::Unavailable) => (ENVELOPE, 4),
             Outcome::Rejected(_) => (ENVELOPE, 2),
             Outcome::Dropped(DropReason::Overloaded) => (ENVELOPE, 4),
             Outcome::Dropped(_) => (ENVELOPE, 3),
@@ -93,6 +96,16 @@ impl Metrics {
     /// Counts clients whose registrations were dropped because they are gone.
     pub fn client_dropped(&self) {
         self.clients_dropped.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a connection to the broker made (every CONNACK).
+    pub fn connected(&self) {
+        self.connections.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts an answer or notification not published because the broker would refuse it.
+    pub fn publish_dropped(&self) {
+        self.publishes_dropped.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Records whether the broker's PUBACKs report "no matching subscribers".
@@ -175,6 +188,18 @@ impl Metrics {
                 "Change notifications published.",
                 "counter",
                 &self.notifications,
+            ),
+            (
+                "mqstore_broker_connections_total",
+                "Connections made to the broker (more than one: it went away, or disconnected this server).",
+                "counter",
+                &self.connections,
+            ),
+            (
+                "mqstore_publishes_dropped_total",
+                "Answers and notifications not published because the broker would refuse them (larger than its maximum packet size).",
+                "counter",
+                &self.publishes_dropped,
             ),
             (
                 "mqstore_clients_dropped_total",

@@ -25,9 +25,11 @@ use tracing::{debug, info, warn};
 use super::connection::{Connection, Driver, Outbox, Wakes};
 use super::metrics::{self, Metrics};
 use super::{BrokerConfig, PROTOCOL_HINT, Polled, connection_error, from_mqtt, now_ms};
+use crate::ServiceError;
 use crate::client::ClientError;
+use crate::codec::Response;
 use crate::engine::{AccessRules, Engine, EngineConfig, Outcome};
-use crate::envelope::{DropReason, Publish};
+use crate::envelope::{self, DropReason, EnvelopeError, Publish};
 use crate::store::{MemoryStore, Quotas};
 use crate::topics;
 
@@ -185,6 +187,8 @@ pub async fn serve(
         probe_topic: topics::probe_topic(&config.client_id),
         protocol_errors: 0,
         reports_no_subscribers: None,
+        max_packet_size: config.broker.max_packet_size,
+        own_max_packet_size: config.broker.max_packet_size,
         engine,
         outbox: Outbox::new(client),
         metrics: metrics.clone(),
@@ -213,6 +217,9 @@ pub async fn serve(
 
 /// The default of [`ServerConfig::max_pending_answers`].
 pub const DEFAULT_MAX_PENDING_ANSWERS: usize = 10_000;
+
+/// How many 503 answers to overloaded requests may wait beyond `max_pending_answers`.
+const OVERLOAD_REPLIES: usize = 1_000;
 
 /// Requests (publishes, subscribes) queued for the connection. Answers that do not fit wait in
 /// the node's own backlog, in order.
@@ -296,6 +303,10 @@ struct Node {
     protocol_errors: u32,
     /// What the probe found (`None` until its PUBACK came).
     reports_no_subscribers: Option<bool>,
+    /// The largest packet this node sends: its own limit, lowered by the broker's CONNACK.
+    max_packet_size: u32,
+    /// This node's own limit ([`BrokerConfig::max_packet_size`]).
+    own_max_packet_size: u32,
     /// Publishes sent and not yet acknowledged by the broker.
     unacked: usize,
     max_pending_answers: usize,
@@ -390,7 +401,11 @@ impl Driver for Node {
 impl Node {
     fn on_event(&mut self, event: Event) {
         let gone = match event {
-            Event::Incoming(Packet::ConnAck(_)) => {
+            Event::Incoming(Packet::ConnAck(connack)) => {
+                let broker = connack.properties.and_then(|p| p.max_packet_size);
+                self.max_packet_size = broker.map_or(self.own_max_packet_size, |b| {
+                    b.min(self.own_max_packet_size)
+                });
                 // Clean start: nothing survives a reconnect, so subscribe again every time,
                 // and forget which packet ids were notifications.
                 self.notified.clear();
@@ -402,6 +417,7 @@ impl Node {
                     }
                 }
                 info!("connected to the broker; subscribed");
+                self.metrics.connected();
                 let probe = Publish {
                     topic: self.probe_topic.clone(),
                     payload: bytes::Bytes::from_static(b"probe"),
@@ -419,8 +435,27 @@ impl Node {
                 match topics::client_of_presence_topic(&message.topic) {
                     Some(client) => Some(client),
                     None if self.outbox.len() >= self.max_pending_answers => {
-                        let outcome = Outcome::Dropped(DropReason::Overloaded);
-                        warn!(pending = self.outbox.len(), "request dropped: overloaded");
+                        // Not applied. Answered 503 (a small publish, no engine work) while
+                        // the backlog has room for that; beyond it, not even that.
+                        let reply = (self.outbox.len()
+                            < self.max_pending_answers + OVERLOAD_REPLIES)
+                            .then(|| {
+                                envelope::unavailable_reply(
+                                    message.qos,
+                                    message.properties,
+                                    self.engine.node_id(),
+                                )
+                            })
+                            .flatten();
+                        let outcome = match reply {
+                            Some(reply) => {
+                                self.out.push(reply);
+                                self.queue_out();
+                                Outcome::Rejected(EnvelopeError::Unavailable)
+                            }
+                            None => Outcome::Dropped(DropReason::Overloaded),
+                        };
+                        debug!(pending = self.outbox.len(), "request refused: overloaded");
                         self.metrics.record(&outcome, received.elapsed());
                         None
                     }
@@ -494,6 +529,9 @@ impl Node {
         for message in self.out.drain(..) {
             let tag = topics::client_of_notify_topic(&message.topic)
                 .map_or(Sent::Answer, Sent::Notification);
+            let Some(message) = fit(message, &tag, self.max_packet_size, metrics) else {
+                continue;
+            };
             self.outbox
                 .push(message, tag, |tag| note_sent(sent, metrics, tag));
         }
@@ -517,6 +555,28 @@ impl Node {
             );
         }
     }
+}
+
+/// `message` if the broker takes it (at most `max` bytes). An answer too large becomes the
+/// `ResponseTooLarge` error; a notification too large is dropped, counted and logged. A broker
+/// disconnects whoever sends it a packet over its limit, and every answer in flight would be
+/// lost with the connection.
+fn fit(mut message: Publish, tag: &Sent, max: u32, metrics: &Metrics) -> Option<Publish> {
+    let max = max as usize;
+    if message.packet_size() <= max {
+        return Some(message);
+    }
+    if *tag == Sent::Answer {
+        let size = message.packet_size();
+        message.payload = Response::Error(ServiceError::ResponseTooLarge).to_bytes();
+        if message.packet_size() <= max {
+            warn!(size, max, topic = %message.topic, "answer too large for the broker: answered with an error instead");
+            return Some(message);
+        }
+    }
+    warn!(size = message.packet_size(), max, topic = %message.topic, "dropped a publish the broker would refuse (too large)");
+    metrics.publish_dropped();
+    None
 }
 
 /// rumqttc took a publish: remember what it was until its packet id is reported.
