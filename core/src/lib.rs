@@ -41,6 +41,7 @@ mod error;
 pub mod hlc;
 #[cfg(feature = "net")]
 pub mod net;
+pub mod presence;
 pub mod reason;
 pub mod store;
 pub mod topics;

@@ -10,6 +10,24 @@ pub const INVOKE: &str = "statestore/v1/FA9AE35F-2F64-47CD-9BFF-08E2B32A0FE8/com
 /// a response topic under it.
 pub const CLIENTS_PREFIX: &str = "clients/statestore/v1/FA9AE35F-2F64-47CD-9BFF-08E2B32A0FE8";
 
+/// Each server node keeps a retained message here saying it is online (and its epoch), and
+/// leaves an "offline" one as its Will: see [`crate::presence`].
+pub const SERVER_PRESENCE_FILTER: &str =
+    "statestore/v1/FA9AE35F-2F64-47CD-9BFF-08E2B32A0FE8/server/+";
+
+/// The server presence topic of node `node_id`.
+pub fn server_presence_topic(node_id: &str) -> String {
+    let mut topic = format!("{SERVICE}/server/");
+    push_hex(&mut topic, node_id.as_bytes());
+    topic
+}
+
+/// The node a server presence topic names.
+pub fn node_of_server_presence_topic(topic: &str) -> Option<String> {
+    let hex = topic.strip_prefix(SERVICE)?.strip_prefix("/server/")?;
+    String::from_utf8(from_hex(hex)?).ok()
+}
+
 /// The invoke topic as a shared subscription, so that each request reaches one engine node.
 pub fn shared_invoke(group: &str) -> String {
     format!("$share/{group}/{INVOKE}")
@@ -166,6 +184,15 @@ mod tests {
 
     #[test]
     fn forbidden_response_topics() {
+        let presence = server_presence_topic("node-1");
+        assert_eq!(
+            node_of_server_presence_topic(&presence).as_deref(),
+            Some("node-1")
+        );
+        assert_eq!(
+            presence.replace("6E6F64652D31", "+"),
+            SERVER_PRESENCE_FILTER
+        );
         for bad in ["", "a/+/b", "a/#", "+", "a\0b"] {
             assert!(!is_valid_topic_name(bad), "{bad:?}");
         }

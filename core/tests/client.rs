@@ -518,11 +518,11 @@ fn a_reregistration_nobody_answered_is_sent_again_until_answered() {
         .unwrap();
     // Nothing is sent again before the re-registration's timeout...
     assert!(watcher.expire(l.now + 2_999).is_empty());
-    assert!(watcher.take_retries().is_empty());
+    assert!(watcher.take_publishes().is_empty());
     // ...and after it, both go out again; no caller hears of the timeout.
     l.now += 3_000;
     assert!(watcher.expire(l.now).is_empty());
-    let retries = watcher.take_retries();
+    let retries = watcher.take_publishes();
     assert_eq!(retries.len(), 2, "KEYNOTIFY and GET again");
     let mut events = Vec::new();
     for p in retries {
@@ -537,7 +537,7 @@ fn a_reregistration_nobody_answered_is_sent_again_until_answered() {
     );
     assert_eq!(watcher.in_flight(), 0, "answered: nothing left to retry");
     assert!(watcher.expire(l.now + 60_000).is_empty());
-    assert!(watcher.take_retries().is_empty());
+    assert!(watcher.take_publishes().is_empty());
     let (call, publish) = writer
         .call(&set("k", "live"), &CallOptions::default(), l.now)
         .unwrap();

@@ -920,8 +920,14 @@ on_both_brokers! {
                 vec![],
                 ServiceError::KeyLengthZero,
             ),
+            (
+                keynotify(&"k".repeat(33_000)),
+                vec![("__srcId", "raw-e")],
+                ServiceError::NotificationTopicTooLong,
+            ),
         ];
-        assert_eq!(cases.len(), ServiceError::KNOWN.len());
+        // ResponseTooLarge has a test of its own (it needs a broker with a small limit).
+        assert_eq!(cases.len(), ServiceError::KNOWN.len() - 1);
         for (payload, user, error) in cases {
             raw.send(payload.as_bytes(), props("raw-e", &user)).await;
             let answer = raw.answer().await;
@@ -1316,6 +1322,84 @@ on_both_brokers! {
         // The same GET with a short response topic fits, and the server never reconnected.
         assert_eq!(c.get("big").await.unwrap().unwrap().value.len(), 3000);
         server.wait_metric("mqstore_broker_connections_total 1").await;
+        raw.task.abort();
+        server.stop().await;
+    }
+}
+
+on_both_brokers! {
+    /// Hardening §2: the server's retained presence carries an epoch; an observer that sees a
+    /// new one registers again, without losing its broker connection or doing anything.
+    async fn an_observer_registers_again_when_the_server_restarts(kind: Kind) {
+        let broker = Broker::start_kind(kind);
+        let server = Server::start(broker.port, "node-a").await;
+        let watcher = ready_client(broker.port, "watcher").await;
+        let writer = ready_client(broker.port, "writer").await;
+        let mut changes = watcher.observe("k").await.unwrap();
+        server.stop().await;
+        // The same node id, a new process: its memory (and the registration) is gone.
+        let server = Server::start(broker.port, "node-a").await;
+        wait_ready(&writer).await;
+        writer.set("k", "after restart", SetOptions::default()).await.unwrap();
+        // Notified live, or found by the read-back that follows the re-registration.
+        let change = next_change(&mut changes).await;
+        assert_eq!(change.value.as_deref(), Some(&b"after restart"[..]));
+        server.wait_metric("mqstore_watches 1").await;
+        // And live notifications flow again.
+        writer.set("k", "live", SetOptions::default()).await.unwrap();
+        let change = loop {
+            let change = next_change(&mut changes).await;
+            if change.value.as_deref() == Some(&b"live"[..]) {
+                break change;
+            }
+        };
+        assert!(!change.synthetic);
+        server.stop().await;
+    }
+}
+
+on_both_brokers! {
+    /// Hardening §2: a client that closes politely takes its registrations with it.
+    async fn a_client_that_closes_drops_its_registrations(kind: Kind) {
+        let broker = Broker::start_kind(kind);
+        let server = Server::start(broker.port, "node-a").await;
+        let watcher = ready_client(broker.port, "leaving").await;
+        let _changes = watcher.observe("a").await.unwrap();
+        let _more = watcher.observe("b").await.unwrap();
+        server.wait_metric("mqstore_watches 2").await;
+        watcher.close().await;
+        server.wait_metric("mqstore_watches 0").await;
+        server.wait_metric("mqstore_clients_dropped_total 1").await;
+        server.stop().await;
+    }
+}
+
+on_both_brokers! {
+    /// Hardening §2: a retained presence message replays at every subscribe; the server
+    /// ignores it, so a client's registrations survive the server re-subscribing.
+    async fn a_retained_presence_message_drops_nothing(kind: Kind) {
+        let broker = Broker::start_kind(kind);
+        let server = Server::start(broker.port, "node-a").await;
+        let _probe = ready_client(broker.port, "probe").await;
+        // Someone leaves a retained presence for "target" (the ACL in docs/ keeps real
+        // deployments from it); then "target" registers.
+        let raw = Raw::connect(broker.port, "forger", None).await;
+        raw.client
+            .publish(topics::presence_topic("target"), QoS::AtLeastOnce, true, "gone")
+            .await
+            .unwrap();
+        let watcher = ready_client(broker.port, "target").await;
+        let _changes = watcher.observe("k").await.unwrap();
+        server.wait_metric("mqstore_watches 1").await;
+        // Knock the server off (a session takeover under its client id): it reconnects,
+        // subscribes again, and the broker replays the retained presence.
+        let intruder = Raw::connect(broker.port, "mqstore-server-node-a", None).await;
+        intruder.task.abort();
+        drop(intruder);
+        server.wait_metric("mqstore_broker_connections_total 2").await;
+        wait_ready(&watcher).await;
+        server.wait_metric("mqstore_watches 1").await;
+        assert!(server.metrics.render().contains("mqstore_clients_dropped_total 0"));
         raw.task.abort();
         server.stop().await;
     }

@@ -20,6 +20,7 @@ use crate::codec::{
 };
 use crate::envelope::{CONTENT_TYPE, PROTOCOL_VERSION, Properties, Publish, property};
 use crate::hlc::{Hlc, HlcClock, HlcError};
+use crate::presence::ServerPresence;
 use crate::topics;
 
 /// How long a re-registration waits for its answer before it is sent again.
@@ -322,8 +323,10 @@ pub struct ClientCore {
     next_call: u64,
     in_flight: HashMap<Bytes, InFlight>,
     observed: HashMap<Bytes, Observed>,
-    /// Re-registrations to send again (see [`ClientCore::expire`]).
-    retries: Vec<Publish>,
+    /// What the state machine decided to send on its own (see [`ClientCore::take_publishes`]).
+    outgoing: Vec<Publish>,
+    /// Each server node's epoch and the largest packet it accepts, from its presence.
+    servers: HashMap<String, (String, Option<u32>)>,
     /// The broker's maximum packet size, from its CONNACK.
     max_packet_size: Option<u32>,
 }
@@ -337,7 +340,8 @@ impl ClientCore {
             next_call: 0,
             in_flight: HashMap::new(),
             observed: HashMap::new(),
-            retries: Vec::new(),
+            outgoing: Vec::new(),
+            servers: HashMap::new(),
             max_packet_size: None,
         })
     }
@@ -348,15 +352,17 @@ impl ClientCore {
     }
 
     /// The topic filters to subscribe to (QoS 1), and wait for, before the first call.
-    pub fn subscriptions(&self) -> [String; 2] {
+    pub fn subscriptions(&self) -> [String; 3] {
         [
             self.config.response_topic.clone(),
             topics::notify_filter(&self.config.client_id),
+            topics::SERVER_PRESENCE_FILTER.to_owned(),
         ]
     }
 
     /// The broker's Maximum Packet Size from its CONNACK (`None`: no limit). Calls whose
-    /// publish would be larger fail with [`ClientError::TooLarge`] before anything is sent.
+    /// publish would be larger than it, or than a server node accepts (from the node's
+    /// presence), fail with [`ClientError::TooLarge`] before anything is sent.
     pub fn set_max_packet_size(&mut self, max: Option<u32>) {
         self.max_packet_size = max;
     }
@@ -451,7 +457,7 @@ impl ClientCore {
                 user_properties,
             },
         };
-        if let Some(max) = self.max_packet_size {
+        if let Some(max) = self.request_limit() {
             let size = publish.packet_size();
             if size > max as usize {
                 return Err(ClientError::TooLarge { size, max });
@@ -484,9 +490,44 @@ impl ClientCore {
     pub fn handle(&mut self, publish: &Publish, now_ms: u64) -> Option<Event> {
         if publish.topic == self.config.response_topic {
             self.handle_response(publish, now_ms)
+        } else if let Some(node) = topics::node_of_server_presence_topic(&publish.topic) {
+            self.handle_server_presence(node, &publish.payload, now_ms);
+            None
         } else {
             self.handle_notification(publish, now_ms)
         }
+    }
+
+    /// A server node's presence: remember its epoch and limit; a new epoch means the node
+    /// restarted and forgot this client's registrations, so every observed key is registered
+    /// again and read back (changes missed meanwhile arrive as synthetic events).
+    fn handle_server_presence(&mut self, node: String, payload: &[u8], now_ms: u64) {
+        let Some(presence) = ServerPresence::parse(payload) else {
+            return;
+        };
+        let limit = presence
+            .online
+            .then_some(presence.max_packet_size)
+            .flatten();
+        let restarted = match self.servers.insert(node, (presence.epoch.clone(), limit)) {
+            Some((epoch, _)) => epoch != presence.epoch && presence.online,
+            None => false,
+        };
+        if restarted {
+            // Only the clock can fail here; the next restart or reconnect tries again.
+            if let Ok(publishes) = self.resume(now_ms) {
+                self.outgoing.extend(publishes);
+            }
+        }
+    }
+
+    /// The largest request the broker and every server node take.
+    fn request_limit(&self) -> Option<u32> {
+        self.servers
+            .values()
+            .filter_map(|(_, max)| *max)
+            .chain(self.max_packet_size)
+            .min()
     }
 
     fn handle_response(&mut self, publish: &Publish, now_ms: u64) -> Option<Event> {
@@ -592,7 +633,7 @@ impl ClientCore {
 
     /// Fails every call whose timeout has passed. A re-registration of an observed key that
     /// got no answer is sent again (with its read-back): take the publishes with
-    /// [`ClientCore::take_retries`] after each `expire`.
+    /// [`ClientCore::take_publishes`] after each `expire`.
     pub fn expire(&mut self, now_ms: u64) -> Vec<Event> {
         let due: Vec<Bytes> = self
             .in_flight
@@ -614,7 +655,7 @@ impl ClientCore {
         let events = self.fail(due, |f| ClientError::Timeout(f.timeout_ms));
         for key in retry {
             match self.reregister(key, now_ms) {
-                Ok(publishes) => self.retries.extend(publishes),
+                Ok(publishes) => self.outgoing.extend(publishes),
                 // Only the clock can fail here; the next resume tries again.
                 Err(_) => break,
             }
@@ -622,9 +663,12 @@ impl ClientCore {
         events
     }
 
-    /// What [`ClientCore::expire`] decided to send again, in order: publish it.
-    pub fn take_retries(&mut self) -> Vec<Publish> {
-        std::mem::take(&mut self.retries)
+    /// What the state machine decided to send on its own, in order: re-registrations that
+    /// got no answer ([`ClientCore::expire`]), and every observed key registered again when a
+    /// server node restarted ([`ClientCore::handle`] of its presence). Publish it after each
+    /// `handle` and `expire`.
+    pub fn take_publishes(&mut self) -> Vec<Publish> {
+        std::mem::take(&mut self.outgoing)
     }
 
     /// The connection dropped: every call in flight fails (the broker forgot them).

@@ -425,6 +425,7 @@ async fn echo(
                         qos: 1,
                         properties,
                     },
+                    false,
                 );
             }
             Ok(_) => {}

@@ -468,9 +468,7 @@ impl Driver for Task {
     fn on_deadline(&mut self, now_ms: u64) {
         let events = self.core.expire(now_ms);
         self.deliver(events);
-        for message in self.core.take_retries() {
-            self.outbox.push(message, (), |()| {});
-        }
+        self.send_own();
     }
 
     fn on_wake(&mut self, wake: Wake) -> bool {
@@ -558,6 +556,7 @@ impl Driver for Task {
                 let message = from_mqtt(p);
                 let events = self.core.handle(&message, now_ms()).into_iter().collect();
                 self.deliver(events);
+                self.send_own();
             }
             Ok(_) => {}
             Err(e) => {
@@ -605,10 +604,26 @@ impl Task {
         }
     }
 
-    /// Starts closing: the DISCONNECT follows every request already made.
+    /// Publishes what the state machine decided to send on its own.
+    fn send_own(&mut self) {
+        for message in self.core.take_publishes() {
+            self.outbox.push(message, (), |()| {});
+        }
+    }
+
+    /// Starts closing: the DISCONNECT follows every request already made, and the presence
+    /// message the Will would have sent, so the server drops this client's registrations now
+    /// rather than when a key changes.
     fn close(&mut self) {
         if self.phase == Phase::Open {
             self.phase = Phase::CloseRequested;
+            let gone = Publish {
+                topic: topics::presence_topic(self.core.client_id()),
+                payload: bytes::Bytes::from_static(topics::PRESENCE_GONE),
+                qos: 1,
+                properties: Default::default(),
+            };
+            self.outbox.push(gone, (), |()| {});
             self.disconnect_when_sent();
         }
     }

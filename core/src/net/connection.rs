@@ -154,7 +154,8 @@ impl Connection {
 /// once rumqttc has taken the publish (the server notes which client a notification is for).
 pub(crate) struct Outbox<T = ()> {
     client: AsyncClient,
-    backlog: VecDeque<(Publish, T)>,
+    /// Each publish, its tag, and whether it is retained.
+    backlog: VecDeque<(Publish, T, bool)>,
 }
 
 impl<T> Outbox<T> {
@@ -181,18 +182,24 @@ impl<T> Outbox<T> {
 
     /// Queues `message` behind everything queued before it, and hands over what fits.
     pub(crate) fn push(&mut self, message: Publish, tag: T, taken: impl FnMut(T)) {
-        self.backlog.push_back((message, tag));
+        self.backlog.push_back((message, tag, false));
+        self.flush(taken);
+    }
+
+    /// [`Outbox::push`] for a retained message.
+    pub(crate) fn push_retained(&mut self, message: Publish, tag: T, taken: impl FnMut(T)) {
+        self.backlog.push_back((message, tag, true));
         self.flush(taken);
     }
 
     /// Hands publishes to rumqttc, in order, until its queue is full; `taken` gets the tag of
     /// each one it took.
     pub(crate) fn flush(&mut self, mut taken: impl FnMut(T)) {
-        while let Some((message, tag)) = self.backlog.pop_front() {
-            match try_publish(&self.client, message) {
+        while let Some((message, tag, retain)) = self.backlog.pop_front() {
+            match try_publish(&self.client, message, retain) {
                 Queued::Yes => taken(tag),
                 Queued::Full(message) => {
-                    self.backlog.push_front((message, tag));
+                    self.backlog.push_front((message, tag, retain));
                     return;
                 }
                 Queued::Refused => warn!("dropped a publish to a topic with a wildcard"),

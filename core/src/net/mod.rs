@@ -148,13 +148,13 @@ pub(crate) enum Queued {
     Refused,
 }
 
-/// Queues one of the core's messages at QoS 1 without waiting.
-pub(crate) fn try_publish(client: &AsyncClient, publish: Publish) -> Queued {
+/// Queues one of the core's messages at QoS 1 without waiting (retained when `retain`).
+pub(crate) fn try_publish(client: &AsyncClient, publish: Publish, retain: bool) -> Queued {
     use rumqttc::v5::{ClientError, Request};
     match client.try_publish_with_properties(
         publish.topic,
         QoS::AtLeastOnce,
-        false,
+        retain,
         publish.payload,
         to_mqtt_properties(publish.properties),
     ) {
@@ -281,11 +281,14 @@ mod tests {
             },
         };
         assert!(matches!(
-            try_publish(&client, message("a/+/b")),
+            try_publish(&client, message("a/+/b"), false),
             Queued::Refused
         ));
-        assert!(matches!(try_publish(&client, message("a/b")), Queued::Yes));
-        match try_publish(&client, message("a/c")) {
+        assert!(matches!(
+            try_publish(&client, message("a/b"), false),
+            Queued::Yes
+        ));
+        match try_publish(&client, message("a/c"), false) {
             Queued::Full(back) => assert_eq!(back, message("a/c")),
             _ => panic!("a full queue hands the message back"),
         }

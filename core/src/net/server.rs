@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use rumqttc::Outgoing;
 use rumqttc::v5::Event;
 use rumqttc::v5::mqttbytes::QoS;
-use rumqttc::v5::mqttbytes::v5::{Packet, PubAckReason};
+use rumqttc::v5::mqttbytes::v5::{LastWill, Packet, PubAckReason};
 use tracing::{debug, info, warn};
 
 use super::connection::{Connection, Driver, Outbox, Wakes};
@@ -30,6 +30,7 @@ use crate::client::ClientError;
 use crate::codec::Response;
 use crate::engine::{AccessRules, Engine, EngineConfig, Outcome};
 use crate::envelope::{self, DropReason, EnvelopeError, Publish};
+use crate::presence::ServerPresence;
 use crate::store::{MemoryStore, Quotas};
 use crate::topics;
 
@@ -171,8 +172,24 @@ pub async fn serve(
         metrics_addr,
     });
 
-    let (client, eventloop) =
-        rumqttc::v5::AsyncClient::new(config.broker.options(&config.client_id), REQUEST_QUEUE);
+    // A new epoch at every start: clients that see it change register again (see
+    // `crate::presence`). The Will says "offline" if the node vanishes.
+    let epoch = format!("{:016x}", super::random_u64());
+    let presence_topic = topics::server_presence_topic(&config.node_id);
+    let presence = |online| ServerPresence {
+        epoch: epoch.clone(),
+        online,
+        max_packet_size: Some(config.broker.max_packet_size),
+    };
+    let mut options = config.broker.options(&config.client_id);
+    options.set_last_will(LastWill::new(
+        presence_topic.clone(),
+        presence(false).to_bytes(),
+        QoS::AtLeastOnce,
+        true,
+        None,
+    ));
+    let (client, eventloop) = rumqttc::v5::AsyncClient::new(options, REQUEST_QUEUE);
     let invoke_filter = match &config.share_group {
         Some(group) => topics::shared_invoke(group),
         None => topics::INVOKE.to_owned(),
@@ -185,6 +202,12 @@ pub async fn serve(
     );
     let mut node = Node {
         probe_topic: topics::probe_topic(&config.client_id),
+        presence: Publish {
+            topic: presence_topic,
+            payload: presence(true).to_bytes(),
+            qos: 1,
+            properties: Default::default(),
+        },
         protocol_errors: 0,
         reports_no_subscribers: None,
         max_packet_size: config.broker.max_packet_size,
@@ -282,6 +305,8 @@ enum Sent {
     Notification(String),
     /// The probe that tells whether the broker reports "no matching subscribers" at all.
     Probe,
+    /// This node's retained presence.
+    Presence,
 }
 
 /// One server node: the engine and what it has queued for the broker.
@@ -299,6 +324,9 @@ struct Node {
     notified: HashMap<u16, Sent>,
     /// Where this node's probe goes (see [`topics::probe_topic`]).
     probe_topic: String,
+    /// This node's retained presence ("online", its epoch and limit), published at every
+    /// connection.
+    presence: Publish,
     /// Connections in a row that the broker broke the protocol on.
     protocol_errors: u32,
     /// What the probe found (`None` until its PUBACK came).
@@ -426,13 +454,24 @@ impl Node {
                 };
                 let (sent, metrics) = (&mut self.sent, &self.metrics);
                 self.outbox
+                    .push_retained(self.presence.clone(), Sent::Presence, |tag| {
+                        note_sent(sent, metrics, tag)
+                    });
+                self.outbox
                     .push(probe, Sent::Probe, |tag| note_sent(sent, metrics, tag));
                 None
             }
             Event::Incoming(Packet::Publish(p)) => {
                 let received = Instant::now();
+                let retained = p.retain;
                 let message = from_mqtt(p);
                 match topics::client_of_presence_topic(&message.topic) {
+                    // A retained presence replays at every subscribe: it says nothing about
+                    // the client now (and would drop its registrations again and again).
+                    Some(client) if retained => {
+                        debug!(%client, "ignored a retained presence message");
+                        None
+                    }
                     Some(client) => Some(client),
                     None if self.outbox.len() >= self.max_pending_answers => {
                         // Not applied. Answered 503 (a small publish, no engine work) while
@@ -486,7 +525,7 @@ impl Node {
             Event::Incoming(Packet::PubAck(ack)) => {
                 self.unacked = self.unacked.saturating_sub(1);
                 let sent = self.notified.remove(&ack.pkid);
-                if sent != Some(Sent::Probe) {
+                if !matches!(sent, Some(Sent::Probe | Sent::Presence)) {
                     // An answer or notification (they carry user properties) was acknowledged
                     // properly: the broker keeps the protocol.
                     self.protocol_errors = 0;
