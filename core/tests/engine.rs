@@ -361,6 +361,7 @@ fn every_error_text_is_produced() {
         Quotas {
             max_keys: Some(3),
             max_bytes: None,
+            ..Quotas::default()
         },
     );
     let ahead = client_ts(T0 + 60_001, "c");
@@ -743,6 +744,7 @@ fn byte_quota_counts_keys_and_values_and_rejects_without_change() {
         Quotas {
             max_keys: None,
             max_bytes: Some(10),
+            ..Quotas::default()
         },
     );
     assert_eq!(
@@ -771,6 +773,7 @@ fn key_quota_frees_with_deletion_and_expiry() {
         Quotas {
             max_keys: Some(1),
             max_bytes: None,
+            ..Quotas::default()
         },
     );
     h.call("c", &set_with("a", "v", Condition::Always, Some(5)), &[]);
@@ -991,9 +994,44 @@ fn a_store_answering_the_wrong_op_gets_an_internal_error_not_a_panic() {
     let Step::Store(pending) = engine.begin(get("k"), RequestContext::default(), T0) else {
         panic!()
     };
-    let reply = engine.finish(pending, StoreReply::Watch, T0, &mut Vec::new());
+    let reply = engine.finish(pending, StoreReply::Watch(Ok(())), T0, &mut Vec::new());
     let Response::Error(ServiceError::Other(text)) = reply.response else {
         panic!("{reply:?}")
     };
     assert!(text.starts_with("internal error"), "{text}");
+}
+
+#[test]
+fn registrations_are_bounded_per_client_and_in_all() {
+    let quotas = Quotas {
+        max_watches: Some(3),
+        max_watches_per_client: Some(2),
+        ..Quotas::default()
+    };
+    let mut h = Harness::with(EngineConfig::new(NODE), quotas);
+    let watch = |key: &str| Request::KeyNotify {
+        key: Bytes::copy_from_slice(key.as_bytes()),
+        stop: false,
+    };
+    assert_eq!(h.call("a", &watch("k1"), &[]).payload(), Response::Ok);
+    assert_eq!(h.call("a", &watch("k2"), &[]).payload(), Response::Ok);
+    // Again: idempotent, not a new registration.
+    assert_eq!(h.call("a", &watch("k2"), &[]).payload(), Response::Ok);
+    assert_eq!(
+        h.call("a", &watch("k3"), &[]).payload(),
+        err(ServiceError::QuotaExceeded),
+        "per client"
+    );
+    assert_eq!(h.call("b", &watch("k1"), &[]).payload(), Response::Ok);
+    assert_eq!(
+        h.call("c", &watch("k1"), &[]).payload(),
+        err(ServiceError::QuotaExceeded),
+        "in all"
+    );
+    assert_eq!(h.engine.stats().watches, 3);
+    // A client that goes frees its share.
+    assert_eq!(h.engine.drop_client("a"), 2);
+    assert_eq!(h.call("c", &watch("k1"), &[]).payload(), Response::Ok);
+    // Keys are not limited by registration quotas, nor registrations by key quotas.
+    assert_eq!(h.call("a", &set("x", "v"), &[]).payload(), Response::Ok);
 }

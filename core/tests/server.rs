@@ -828,6 +828,7 @@ on_both_brokers! {
         let quotas = Quotas {
             max_keys: Some(3),
             max_bytes: None,
+            ..Quotas::default()
         };
         let access = AccessRules::new(vec![
             AccessRule::new("*", b"secret/*", false, false),
@@ -1400,6 +1401,79 @@ on_both_brokers! {
         wait_ready(&watcher).await;
         server.wait_metric("mqstore_watches 1").await;
         assert!(server.metrics.render().contains("mqstore_clients_dropped_total 0"));
+        raw.task.abort();
+        server.stop().await;
+    }
+}
+
+on_both_brokers! {
+    /// Hardening §5: when the broker ends the connection with a reason code, calls in flight
+    /// fail with that code, not with a bare "disconnected".
+    async fn a_broker_disconnect_is_reported_with_its_reason_code(kind: Kind) {
+        let broker = Broker::start_kind(kind);
+        // No server: the call stays in flight until the broker ends the connection.
+        let c = client(broker.port, "twin").await;
+        let call = tokio::spawn({
+            let c = c.clone();
+            async move { c.get("k").await }
+        });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        // Another connection with the same client id takes the session over.
+        let intruder = Raw::connect(broker.port, "twin", None).await;
+        intruder.task.abort();
+        let error = tokio::time::timeout(WAIT, call).await.unwrap().unwrap().unwrap_err();
+        if kind == Kind::Mosquitto {
+            // mosquitto 2.0.11 closes the old connection without a DISCONNECT (on a takeover,
+            // and on shutdown too): there is no reason to report.
+            assert_eq!(error, ClientError::Disconnected);
+            c.close().await;
+            return;
+        }
+        let (expected, name) = (0x8E, "Session taken over");
+        match &error {
+            ClientError::BrokerDisconnected { code, .. } => assert_eq!(*code, expected, "{error}"),
+            other => panic!("expected BrokerDisconnected, got {other:?}"),
+        }
+        assert!(
+            error.to_string().contains(&format!("{name} (reason code 0x{expected:02X})")),
+            "{error}"
+        );
+        assert_eq!(error.code(), 211);
+        c.close().await;
+    }
+}
+
+on_both_brokers! {
+    /// Hardening §4: registrations are bounded per client (spoofed ids share the total), shown
+    /// in the metrics, and given back when their client goes.
+    async fn registrations_are_bounded_counted_and_reclaimed(kind: Kind) {
+        let broker = Broker::start_kind(kind);
+        let quotas = Quotas {
+            max_watches: Some(5),
+            max_watches_per_client: Some(2),
+            ..Quotas::default()
+        };
+        let server = Server::start_with(broker.port, "node-w", quotas, AccessRules::default()).await;
+        let greedy = ready_client(broker.port, "greedy").await;
+        let _a = greedy.observe("a").await.unwrap();
+        let _b = greedy.observe("b").await.unwrap();
+        let refused = greedy.observe("c").await.map(|_| ()).unwrap_err();
+        assert_eq!(refused, ClientError::Service(ServiceError::QuotaExceeded));
+        // Registrations under made-up client ids count against the total.
+        let mut raw = Raw::connect(broker.port, "spoofer", None).await;
+        let mut answers = Vec::new();
+        for i in 0..6 {
+            let id = format!("fake-{i}");
+            raw.send(keynotify("k").as_bytes(), props("spoofer", &[("__srcId", &id)])).await;
+            answers.push(String::from_utf8_lossy(&raw.answer().await.payload).into_owned());
+        }
+        assert_eq!(answers.iter().filter(|a| *a == "+OK\r\n").count(), 3, "{answers:?}");
+        server.wait_metric("mqstore_watches 5").await;
+        // The greedy client leaves: its two come back.
+        greedy.close().await;
+        server.wait_metric("mqstore_watches 3").await;
+        raw.send(keynotify("k").as_bytes(), props("spoofer", &[("__srcId", "fake-9")])).await;
+        assert_eq!(&raw.answer().await.payload[..], b"+OK\r\n");
         raw.task.abort();
         server.stop().await;
     }

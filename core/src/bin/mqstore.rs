@@ -240,6 +240,13 @@ struct ServeArgs {
     /// Most bytes of keys and values the store holds.
     #[arg(long)]
     max_bytes: Option<u64>,
+    /// Most KEYNOTIFY registrations in all; more are refused with "the quota has been
+    /// exceeded".
+    #[arg(long, default_value_t = Quotas::SERVER_DEFAULT.max_watches.unwrap_or(u64::MAX))]
+    max_watches: u64,
+    /// Most KEYNOTIFY registrations of one client.
+    #[arg(long, default_value_t = Quotas::SERVER_DEFAULT.max_watches_per_client.unwrap_or(u64::MAX))]
+    max_watches_per_client: u64,
     /// An access rule, "CLIENTS KEYS PERMS" (patterns in the SCAN dialect, PERMS one of r, w,
     /// rw, -), e.g. 'sensor-* sensors/* rw'. Repeatable; the first rule matching a client and
     /// key decides, and with any rules given a request no rule matches is refused.
@@ -388,6 +395,8 @@ async fn run(cli: Cli) -> ExitCode {
         quotas: Quotas {
             max_keys: args.max_keys,
             max_bytes: args.max_bytes,
+            max_watches: Some(args.max_watches),
+            max_watches_per_client: Some(args.max_watches_per_client),
         },
         access: AccessRules::new(args.access_rules.clone()),
         metrics_addr: args.metrics,

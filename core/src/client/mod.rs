@@ -47,7 +47,7 @@ pub enum ClientError {
     Status { status: u16, message: String },
     /// No answer within the call's timeout. The request may still have been applied.
     #[error(
-        "no answer from the state store within {0} ms; is `mqstore serve` running and connected to this broker?"
+        "no answer from the state store within {0} ms (a write may still be applied later); is `mqstore serve` running and connected to this broker?"
     )]
     Timeout(u64),
     /// The connection was lost while the call was in flight. It may have been applied.
@@ -84,6 +84,20 @@ pub enum ClientError {
         /// The broker's reason string, when it sent one.
         reason: Option<String>,
     },
+    /// The broker closed the connection with a DISCONNECT and a reason code (e.g. 0x8E
+    /// session taken over, 0x95 packet too large, 0x8B server shutting down). Calls in flight
+    /// got no answer; a request the broker refused (too large, not authorized) was not applied.
+    #[error(
+        "the MQTT broker closed the connection: {} (reason code 0x{code:02X}){}; calls in flight got no answer (a request the broker refused was not applied)",
+        crate::reason::name(*code),
+        reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default()
+    )]
+    BrokerDisconnected {
+        /// The DISCONNECT reason code.
+        code: u8,
+        /// The broker's reason string, when it sent one.
+        reason: Option<String>,
+    },
     /// The request would be larger than the broker's maximum packet size (from its CONNACK):
     /// not sent, nothing changed.
     #[error(
@@ -114,6 +128,7 @@ impl ClientError {
             ClientError::Refused { .. } => 208,
             ClientError::Protocol(_) => 209,
             ClientError::TooLarge { .. } => 210,
+            ClientError::BrokerDisconnected { .. } => 211,
         }
     }
 }

@@ -235,7 +235,10 @@ impl<S> Engine<S> {
                 Ok(DelOutcome::ValueMismatch) => current(self, Response::NotApplied),
                 Err(error) => self.error_reply(error, now_ms),
             },
-            (StoreOp::Watch { .. }, StoreReply::Watch) => current(self, Response::Ok),
+            (StoreOp::Watch { .. }, StoreReply::Watch(Ok(()))) => current(self, Response::Ok),
+            (StoreOp::Watch { .. }, StoreReply::Watch(Err(error))) => {
+                self.error_reply(error, now_ms)
+            }
             (StoreOp::Unwatch { .. }, StoreReply::Unwatch(was_watched)) => current(
                 self,
                 if was_watched {

@@ -368,6 +368,7 @@ async fn run(
 ) {
     let mut task = Task {
         max_packet_size,
+        broker_disconnect: None,
         core,
         outbox: Outbox::new(client),
         waiting: HashMap::new(),
@@ -445,6 +446,8 @@ type Reply = oneshot::Sender<Result<Answer, ClientError>>;
 struct Task {
     /// The largest packet this client sends ([`BrokerConfig::max_packet_size`]).
     max_packet_size: u32,
+    /// The broker's DISCONNECT, until the connection error that follows it.
+    broker_disconnect: Option<ClientError>,
     core: ClientCore,
     outbox: Outbox,
     waiting: HashMap<CallId, Reply>,
@@ -552,6 +555,13 @@ impl Driver for Task {
                     self.connected_before = true;
                 }
             }
+            Ok(MqttEvent::Incoming(Packet::Disconnect(disconnect))) => {
+                // The connection error that follows says less than this.
+                self.broker_disconnect = Some(ClientError::BrokerDisconnected {
+                    code: disconnect.reason_code as u8,
+                    reason: disconnect.properties.and_then(|p| p.reason_string),
+                });
+            }
             Ok(MqttEvent::Incoming(Packet::Publish(p))) => {
                 let message = from_mqtt(p);
                 let events = self.core.handle(&message, now_ms()).into_iter().collect();
@@ -566,8 +576,12 @@ impl Driver for Task {
                     return false;
                 }
                 // What was in flight is gone; say why when the broker broke the protocol.
-                let events = match super::connection_error(&e) {
-                    error @ ClientError::Protocol(_) => {
+                let error = self
+                    .broker_disconnect
+                    .take()
+                    .unwrap_or_else(|| super::connection_error(&e));
+                let events = match error {
+                    error @ (ClientError::Protocol(_) | ClientError::BrokerDisconnected { .. }) => {
                         warn!(%error, "broker connection dropped; reconnecting");
                         self.core.connection_failed(error)
                     }

@@ -201,6 +201,13 @@ pub(crate) fn connection_error(error: &rumqttc::v5::ConnectionError) -> crate::c
         )) => ClientError::Protocol(format!(
             "it sent an acknowledgement with reason code 0x{code:02X}, which MQTT 5 does not allow there"
         )),
+        ConnectionError::MqttState(StateError::ServerDisconnect {
+            reason_code,
+            reason_string,
+        }) => ClientError::BrokerDisconnected {
+            code: *reason_code as u8,
+            reason: reason_string.clone(),
+        },
         ConnectionError::MqttState(StateError::Deserialization(PacketError::Io(e))) => {
             ClientError::Unreachable(format!("the connection failed: {e}"))
         }

@@ -57,7 +57,8 @@ pub struct ServerConfig {
 
 impl ServerConfig {
     /// A node called `node_id` on `broker`: client id `mqstore-server-{node_id}`, no shared
-    /// subscription, no quotas, no access rules, no metrics endpoint.
+    /// subscription, no key quotas (registrations: [`Quotas::SERVER_DEFAULT`]), no access
+    /// rules, no metrics endpoint.
     pub fn new(broker: BrokerConfig, node_id: impl Into<String>) -> Self {
         let node_id = node_id.into();
         Self {
@@ -65,7 +66,7 @@ impl ServerConfig {
             client_id: format!("mqstore-server-{node_id}"),
             node_id,
             share_group: None,
-            quotas: Quotas::default(),
+            quotas: Quotas::SERVER_DEFAULT,
             access: AccessRules::default(),
             metrics_addr: None,
             max_pending_answers: DEFAULT_MAX_PENDING_ANSWERS,

@@ -183,19 +183,24 @@ impl MemoryStore {
         })
     }
 
-    fn watch(&mut self, client: &ClientId, key: &Bytes) {
-        if self
-            .watched
-            .entry(client.clone())
-            .or_default()
-            .insert(key.clone())
-        {
-            self.watchers
-                .entry(key.clone())
-                .or_default()
-                .push(client.clone());
-            self.watch_count += 1;
+    fn watch(&mut self, client: &ClientId, key: &Bytes) -> Result<(), ServiceError> {
+        let keys = self.watched.entry(client.clone()).or_default();
+        if keys.contains(key) {
+            return Ok(()); // Registered already: idempotent, and within the limits.
         }
+        if !self.quotas.watch_fits(self.watch_count, keys.len() as u64) {
+            if keys.is_empty() {
+                self.watched.remove(client);
+            }
+            return Err(ServiceError::QuotaExceeded);
+        }
+        keys.insert(key.clone());
+        self.watchers
+            .entry(key.clone())
+            .or_default()
+            .push(client.clone());
+        self.watch_count += 1;
+        Ok(())
     }
 
     fn unwatch(&mut self, client: &str, key: &[u8]) -> bool {
@@ -271,10 +276,7 @@ impl Store for MemoryStore {
                 if_value,
                 fencing_token,
             } => StoreReply::Delete(self.delete(key, if_value.as_deref(), fencing_token.as_ref())),
-            StoreOp::Watch { client, key } => {
-                self.watch(client, key);
-                StoreReply::Watch
-            }
+            StoreOp::Watch { client, key } => StoreReply::Watch(self.watch(client, key)),
             StoreOp::Unwatch { client, key } => StoreReply::Unwatch(self.unwatch(client, key)),
             StoreOp::Scan {
                 pattern,

@@ -74,7 +74,8 @@ pub enum StoreReply {
     Get(Option<(Bulk, Hlc)>),
     Set(Result<SetOutcome, ServiceError>),
     Delete(Result<DelOutcome, ServiceError>),
-    Watch,
+    /// Registered, or refused by the registration limits.
+    Watch(Result<(), ServiceError>),
     /// Whether there was a registration to remove.
     Unwatch(bool),
     /// The keys found, and the last key examined when the scan stopped before the end.
@@ -111,6 +112,30 @@ pub struct Quotas {
     pub max_keys: Option<u64>,
     /// Total bytes of keys and values.
     pub max_bytes: Option<u64>,
+    /// KEYNOTIFY registrations in all.
+    pub max_watches: Option<u64>,
+    /// KEYNOTIFY registrations of one client.
+    pub max_watches_per_client: Option<u64>,
+}
+
+impl Quotas {
+    /// The registration limits a server has unless told otherwise: memory stays bounded
+    /// whatever clients register (a registration costs about 200 bytes).
+    pub const SERVER_DEFAULT: Quotas = Quotas {
+        max_keys: None,
+        max_bytes: None,
+        max_watches: Some(1_000_000),
+        max_watches_per_client: Some(10_000),
+    };
+
+    /// Whether one more registration fits, with `total` registrations in all and `of_client`
+    /// of the registering client.
+    pub fn watch_fits(&self, total: u64, of_client: u64) -> bool {
+        self.max_watches.is_none_or(|max| total < max)
+            && self
+                .max_watches_per_client
+                .is_none_or(|max| of_client < max)
+    }
 }
 
 /// How much a store holds.
@@ -236,6 +261,7 @@ mod tests {
         let q = Quotas {
             max_keys: Some(2),
             max_bytes: Some(10),
+            ..Quotas::default()
         };
         assert!(within_quotas(&q, 1, 5, 2, 10));
         assert!(!within_quotas(&q, 2, 5, 3, 6));
