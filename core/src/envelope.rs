@@ -130,6 +130,9 @@ pub struct Invocation {
     /// `aio-persistence: true`.
     pub persist: bool,
     pub message_expiry_interval: Option<u32>,
+    /// The client id was taken from the request's topic, which the broker's ACL guards (see
+    /// [`topics::identified_invoke`]), not from what the request claims.
+    pub identified: bool,
 }
 
 /// Why a request is not answered at all.
@@ -146,6 +149,10 @@ pub enum DropReason {
         topics::CLIENTS_PREFIX
     )]
     ForbiddenResponseTopic,
+    #[error(
+        "the request's response topic is not one this server answers on (an identified client's own clients/{{clientId}}/ tree, or the configured response topic prefixes): not applied"
+    )]
+    ResponseTopicNotAllowed,
     /// Reported by servers, not by [`check_request`]: more answers than the server's limit
     /// wait for the broker to take them.
     #[error(
@@ -244,6 +251,7 @@ pub fn check_request(qos: u8, mut properties: Properties, node_id: &str) -> Chec
             .user_property(property::PERSISTENCE)
             .is_some_and(|v| v.eq_ignore_ascii_case("true")),
         message_expiry_interval: properties.message_expiry_interval,
+        identified: false,
     };
     // Correlation data that is present but empty cannot tell answers apart either.
     let error = if invocation.correlation_data.is_empty() {

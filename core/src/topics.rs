@@ -50,16 +50,97 @@ fn client_topic(client_id: &str, suffix: &str, extra: usize) -> String {
     topic
 }
 
-/// Where the engine publishes changes of `key` to the client `client_id`.
+/// Where the engine publishes changes of `key` to the client `client_id` (as the engine keys
+/// registrations: see [`identified`]).
 pub fn notify_topic(client_id: &str, key: &[u8]) -> String {
-    let mut topic = client_topic(client_id, "/command/notify/", 2 * key.len());
+    let mut topic = match client_id.strip_prefix(IDENTIFIED_MARK) {
+        Some(id) => own_topic(id, "/command/notify/", 2 * key.len()),
+        None => client_topic(client_id, "/command/notify/", 2 * key.len()),
+    };
     push_hex(&mut topic, key);
     topic
 }
 
-/// The filter a client subscribes to for all of its notifications.
+/// The filter a client subscribes to for all of its notifications (the standard topics).
 pub fn notify_filter(client_id: &str) -> String {
     client_topic(client_id, "/command/notify/+", 0)
+}
+
+// ---- Identified requests ----
+//
+// A request published under the client's own `clients/{clientId}/` tree names its sender in a
+// way the broker can enforce (mosquitto: `pattern readwrite clients/%c/#`, see
+// docs/mosquitto-acl.conf), unlike `__srcId`. The answers, notifications and presence of such
+// a client stay in the same tree, so the same rule keeps others from reading them.
+
+/// Marks an identified client's id where the engine keys registrations. MQTT client ids never
+/// contain NUL, so a request that only claims the id (in `__srcId`) cannot reach them.
+const IDENTIFIED_MARK: char = '\0';
+
+/// The id under which the engine keeps an identified client's registrations.
+pub fn identified(client_id: &str) -> String {
+    format!("{IDENTIFIED_MARK}{client_id}")
+}
+
+/// `clients/{clientId}/{SERVICE}{suffix}`, with room for `extra` more bytes.
+fn own_topic(client_id: &str, suffix: &str, extra: usize) -> String {
+    let mut topic = String::with_capacity(
+        "clients/".len() + client_id.len() + 1 + SERVICE.len() + suffix.len() + extra,
+    );
+    topic.push_str("clients/");
+    topic.push_str(client_id);
+    topic.push('/');
+    topic.push_str(SERVICE);
+    topic.push_str(suffix);
+    topic
+}
+
+/// Where an identified client publishes its requests.
+pub fn identified_invoke(client_id: &str) -> String {
+    own_topic(client_id, "/command/invoke", 0)
+}
+
+/// The filter the engine subscribes to for identified requests.
+pub const IDENTIFIED_INVOKE_FILTER: &str =
+    "clients/+/statestore/v1/FA9AE35F-2F64-47CD-9BFF-08E2B32A0FE8/command/invoke";
+
+/// The filter an identified client subscribes to for its notifications.
+pub fn identified_notify_filter(client_id: &str) -> String {
+    own_topic(client_id, "/command/notify/+", 0)
+}
+
+/// An identified client's presence topic (its Will, and where it says goodbye).
+pub fn identified_presence_topic(client_id: &str) -> String {
+    own_topic(client_id, "/presence", 0)
+}
+
+/// The filter the engine subscribes to for identified clients' presence.
+pub const IDENTIFIED_PRESENCE_FILTER: &str =
+    "clients/+/statestore/v1/FA9AE35F-2F64-47CD-9BFF-08E2B32A0FE8/presence";
+
+/// The `{clientId}` of a topic `clients/{clientId}/{SERVICE}{suffix}`.
+fn owner_of(topic: &str, suffix: &str) -> Option<String> {
+    let rest = topic.strip_prefix("clients/")?.strip_suffix(suffix)?;
+    let id = rest.strip_suffix(SERVICE)?.strip_suffix('/')?;
+    (!id.is_empty() && !id.contains('/')).then(|| id.to_owned())
+}
+
+/// The client an identified request topic names.
+pub fn client_of_identified_invoke(topic: &str) -> Option<String> {
+    owner_of(topic, "/command/invoke")
+}
+
+/// The client an identified presence topic names.
+pub fn client_of_identified_presence(topic: &str) -> Option<String> {
+    owner_of(topic, "/presence")
+}
+
+/// Whether `response_topic` lies in `client_id`'s own `clients/{clientId}/` tree.
+pub fn is_own_response_topic(client_id: &str, response_topic: &str) -> bool {
+    response_topic
+        .strip_prefix("clients/")
+        .and_then(|rest| rest.strip_prefix(client_id))
+        .is_some_and(|rest| rest.starts_with('/'))
 }
 
 /// Where an mqstore client's MQTT Will lands when it goes away without saying so: the engine
@@ -92,18 +173,24 @@ pub fn client_of_presence_topic(topic: &str) -> Option<String> {
     String::from_utf8(from_hex(hex)?).ok()
 }
 
-/// The client and the key a notification topic names (`None` if it is not one).
+/// The client (as the engine keys registrations: see [`identified`]) and the key a
+/// notification topic names (`None` if it is not one).
 pub fn parse_notify_topic(topic: &str) -> Option<(String, Vec<u8>)> {
-    let rest = topic.strip_prefix(CLIENTS_PREFIX)?.strip_prefix('/')?;
-    let (client, key) = rest.split_once("/command/notify/")?;
-    Some((String::from_utf8(from_hex(client)?).ok()?, from_hex(key)?))
+    if let Some(rest) = topic
+        .strip_prefix(CLIENTS_PREFIX)
+        .and_then(|r| r.strip_prefix('/'))
+    {
+        let (client, key) = rest.split_once("/command/notify/")?;
+        return Some((String::from_utf8(from_hex(client)?).ok()?, from_hex(key)?));
+    }
+    let (head, key) = topic.rsplit_once('/')?;
+    let client = owner_of(head, "/command/notify")?;
+    Some((identified(&client), from_hex(key)?))
 }
 
 /// The client a notification topic is for (`None` if it is not one), without decoding the key.
 pub fn client_of_notify_topic(topic: &str) -> Option<String> {
-    let rest = topic.strip_prefix(CLIENTS_PREFIX)?.strip_prefix('/')?;
-    let (client, _) = rest.split_once("/command/notify/")?;
-    String::from_utf8(from_hex(client)?).ok()
+    parse_notify_topic(topic).map(|(client, _)| client)
 }
 
 /// The key a notification topic names, for any client (`None` if it is not one).
@@ -131,7 +218,11 @@ pub fn is_valid_topic_name(topic: &str) -> bool {
 
 /// The length of [`notify_topic`]`(client_id, key)`, without building it.
 pub fn notify_topic_len(client_id: &str, key: &[u8]) -> usize {
-    CLIENTS_PREFIX.len() + 1 + 2 * client_id.len() + "/command/notify/".len() + 2 * key.len()
+    let suffix = "/command/notify/".len() + 2 * key.len();
+    match client_id.strip_prefix(IDENTIFIED_MARK) {
+        Some(id) => "clients/".len() + id.len() + 1 + SERVICE.len() + suffix,
+        None => CLIENTS_PREFIX.len() + 1 + 2 * client_id.len() + suffix,
+    }
 }
 
 /// The `{clientId}` of a response topic of the form `clients/{clientId}/…`.
@@ -183,6 +274,46 @@ mod tests {
     use super::*;
 
     #[test]
+    fn identified_topics_live_in_the_clients_own_tree() {
+        let invoke = identified_invoke("dev-1");
+        assert_eq!(
+            invoke,
+            "clients/dev-1/statestore/v1/FA9AE35F-2F64-47CD-9BFF-08E2B32A0FE8/command/invoke"
+        );
+        assert_eq!(invoke.replace("dev-1", "+"), IDENTIFIED_INVOKE_FILTER);
+        assert_eq!(
+            client_of_identified_invoke(&invoke).as_deref(),
+            Some("dev-1")
+        );
+        assert_eq!(client_of_identified_invoke(INVOKE), None);
+        assert_eq!(
+            client_of_identified_invoke(&format!("clients/a/b/{SERVICE}/command/invoke")),
+            None
+        );
+        let presence = identified_presence_topic("dev-1");
+        assert_eq!(presence.replace("dev-1", "+"), IDENTIFIED_PRESENCE_FILTER);
+        assert_eq!(
+            client_of_identified_presence(&presence).as_deref(),
+            Some("dev-1")
+        );
+        // Notifications of an identified registration go to the client's own tree.
+        let marked = identified("dev-1");
+        let topic = notify_topic(&marked, b"k");
+        assert_eq!(topic, format!("clients/dev-1/{SERVICE}/command/notify/6B"));
+        assert_eq!(topic.replace("6B", "+"), identified_notify_filter("dev-1"));
+        assert_eq!(
+            parse_notify_topic(&topic),
+            Some((marked.clone(), b"k".to_vec()))
+        );
+        assert_eq!(client_of_notify_topic(&topic), Some(marked));
+        assert_eq!(key_of_notify_topic(&topic), Some(b"k".to_vec()));
+        assert!(is_own_response_topic("dev-1", &response_topic("dev-1")));
+        assert!(!is_own_response_topic("dev-1", &response_topic("dev-10")));
+        assert!(!is_own_response_topic("dev-1", "clients/dev-1"));
+        assert!(!is_own_response_topic("dev-1", "devices/door/cmd"));
+    }
+
+    #[test]
     fn forbidden_response_topics() {
         let presence = server_presence_topic("node-1");
         assert_eq!(
@@ -202,6 +333,11 @@ mod tests {
         assert_eq!(
             notify_topic_len("dev-1", b"k/1"),
             notify_topic("dev-1", b"k/1").len()
+        );
+        let marked = identified("dev-1");
+        assert_eq!(
+            notify_topic_len(&marked, b"k/1"),
+            notify_topic(&marked, b"k/1").len()
         );
         assert!(is_forbidden_response_topic(INVOKE));
         assert!(is_forbidden_response_topic(&format!("{CLIENTS_PREFIX}/x")));

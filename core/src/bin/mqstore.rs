@@ -252,6 +252,16 @@ struct ServeArgs {
     /// key decides, and with any rules given a request no rule matches is refused.
     #[arg(long = "access-rule", value_parser = parse_rule)]
     access_rules: Vec<AccessRule>,
+    /// Take only identified requests (each client publishes in its own clients/{clientId}/
+    /// tree, which the broker's ACL guards; see docs/mosquitto-acl.conf): access rules then
+    /// hold against clients that lie about who they are. The standard request topic (used by
+    /// the Azure SDK clients) is not served.
+    #[arg(long, env = "MQSTORE_REQUIRE_IDENTITY")]
+    require_identity: bool,
+    /// Answer requests that are not identified only on response topics starting with this
+    /// (repeatable; default: any topic, so the server publishes wherever a request asks).
+    #[arg(long = "response-topic-prefix")]
+    response_topic_prefixes: Vec<String>,
     /// Serve Prometheus metrics on this address (e.g. 127.0.0.1:9464).
     #[arg(long, env = "MQSTORE_METRICS")]
     metrics: Option<SocketAddr>,
@@ -400,6 +410,8 @@ async fn run(cli: Cli) -> ExitCode {
         },
         access: AccessRules::new(args.access_rules.clone()),
         metrics_addr: args.metrics,
+        require_identity: args.require_identity,
+        response_topic_prefixes: args.response_topic_prefixes.clone(),
         max_pending_answers: args.max_pending_answers,
     };
     match serve(config, shutdown_signal(), |_| {}).await {

@@ -276,9 +276,14 @@ pub struct ClientConfig {
     pub client_id: String,
     /// Where answers come; defaults to [`topics::response_topic`].
     pub response_topic: String,
-    /// Where requests go; defaults to [`topics::INVOKE`] (another topic only for tests and
-    /// benchmarks against other responders).
+    /// Where requests go: [`topics::identified_invoke`] by default (see `identified`); another
+    /// topic only for tests and benchmarks against other responders.
     pub request_topic: String,
+    /// Use the identified topics, in this client's own `clients/{clientId}/` tree (requests,
+    /// notifications, presence), so that a broker ACL can vouch for who sends what: the
+    /// default. [`ClientConfig::standard_topics`] uses the protocol's shared request topic
+    /// and its notification topics, for a state store other than mqstore.
+    pub identified: bool,
     /// Timeout of calls that set none.
     pub default_timeout_ms: u64,
     /// Mixed into every correlation id, so two clients (or two runs of one) never share one.
@@ -292,10 +297,29 @@ impl ClientConfig {
         let client_id = client_id.into();
         Self {
             response_topic: topics::response_topic(&client_id),
-            request_topic: topics::INVOKE.to_owned(),
+            request_topic: topics::identified_invoke(&client_id),
+            identified: true,
             client_id,
             default_timeout_ms: 10_000,
             correlation_seed,
+        }
+    }
+
+    /// The protocol's standard topics: the shared request topic and the notification topics
+    /// of the specification (what the Azure SDK clients use). Requests then name their client
+    /// only in `__srcId`, which a server cannot check.
+    pub fn standard_topics(mut self) -> Self {
+        self.identified = false;
+        self.request_topic = topics::INVOKE.to_owned();
+        self
+    }
+
+    /// Where this client's presence goes: its Will, and its goodbye on closing. The engine
+    /// drops the client's registrations when a message arrives there.
+    pub fn presence_topic(&self) -> String {
+        match self.identified {
+            true => topics::identified_presence_topic(&self.client_id),
+            false => topics::presence_topic(&self.client_id),
         }
     }
 }
@@ -368,11 +392,20 @@ impl ClientCore {
 
     /// The topic filters to subscribe to (QoS 1), and wait for, before the first call.
     pub fn subscriptions(&self) -> [String; 3] {
+        let notify = match self.config.identified {
+            true => topics::identified_notify_filter(&self.config.client_id),
+            false => topics::notify_filter(&self.config.client_id),
+        };
         [
             self.config.response_topic.clone(),
-            topics::notify_filter(&self.config.client_id),
+            notify,
             topics::SERVER_PRESENCE_FILTER.to_owned(),
         ]
+    }
+
+    /// Where this client's presence goes ([`ClientConfig::presence_topic`]).
+    pub fn presence_topic(&self) -> String {
+        self.config.presence_topic()
     }
 
     /// The broker's Maximum Packet Size from its CONNACK (`None`: no limit). Calls whose

@@ -37,6 +37,9 @@ pub struct EngineConfig {
     /// engine: a page may then hold fewer keys than asked, with a token to go on.
     pub scan_budget: usize,
     pub access: AccessRules,
+    /// Response topics a request that is not identified may name (empty: any). An identified
+    /// request's answer always goes to its client's own `clients/{clientId}/` tree.
+    pub response_topic_prefixes: Vec<String>,
 }
 
 impl EngineConfig {
@@ -47,6 +50,7 @@ impl EngineConfig {
             scan_page_size: 100,
             scan_budget: 10_000,
             access: AccessRules::allow_all(),
+            response_topic_prefixes: Vec::new(),
         }
     }
 }
@@ -61,6 +65,8 @@ pub struct RequestContext<'a> {
     /// `__ft`, unparsed.
     pub fencing_token: Option<&'a str>,
     pub persist: bool,
+    /// `client_id` comes from the request topic (see [`Invocation::identified`]).
+    pub identified: bool,
 }
 
 impl Invocation {
@@ -71,6 +77,7 @@ impl Invocation {
             timestamp: self.timestamp.as_deref(),
             fencing_token: self.fencing_token.as_deref(),
             persist: self.persist,
+            identified: self.identified,
         }
     }
 }
@@ -306,10 +313,15 @@ impl<S> Engine<S> {
                 // caller of `begin` or `execute` gets this.
                 let client = context.client_id.ok_or(ServiceError::NotAuthorized)?;
                 self.authorize(context, &key, Access::Read)?;
-                if !stop && topics::notify_topic_len(client, &key) > topics::MAX_TOPIC_LEN {
+                // An identified client's registrations are kept apart from those of requests
+                // that merely claim its id.
+                let client = match context.identified {
+                    true => ClientId::from(topics::identified(client)),
+                    false => ClientId::from(client),
+                };
+                if !stop && topics::notify_topic_len(&client, &key) > topics::MAX_TOPIC_LEN {
                     return Err(ServiceError::NotificationTopicTooLong);
                 }
-                let client = ClientId::from(client);
                 if stop {
                     StoreOp::Unwatch { client, key }
                 } else {
@@ -440,8 +452,36 @@ impl<S: Store> Engine<S> {
                 }
                 Checked::Drop(reason) => return Outcome::Dropped(reason),
             };
+        let mut impersonating = false;
+        match topics::client_of_identified_invoke(&message.topic) {
+            // Only this client could publish here (the broker's ACL): it is who it is, whatever
+            // it claims, and it is answered only in its own tree.
+            Some(id) => {
+                if !topics::is_own_response_topic(&id, &invocation.response_topic) {
+                    return Outcome::Dropped(DropReason::ResponseTopicNotAllowed);
+                }
+                let claimed = invocation.client_id.replace(id);
+                impersonating = claimed != invocation.client_id;
+                invocation.identified = true;
+            }
+            None => {
+                let prefixes = &self.config.response_topic_prefixes;
+                if !prefixes.is_empty()
+                    && !prefixes
+                        .iter()
+                        .any(|p| invocation.response_topic.starts_with(p.as_str()))
+                {
+                    return Outcome::Dropped(DropReason::ResponseTopicNotAllowed);
+                }
+            }
+        }
         self.expire(now_ms, out);
         let (command, reply) = match decode_request(&message.payload) {
+            // Claims another client's id in `__srcId`: refused, whatever it asks.
+            Ok(request) if impersonating => (
+                Some(request.command()),
+                self.error_reply(ServiceError::NotAuthorized, now_ms),
+            ),
             Ok(Request::KeyNotify { .. }) if invocation.client_id.is_none() => {
                 let error = EnvelopeError::MissingClientId;
                 out.push(envelope::error_reply(

@@ -235,7 +235,7 @@ impl Load {
             );
             options.broker = config.broker.clone();
             if let Some(topic) = request_topic {
-                options.request_topic = topic.to_owned();
+                options.request_topic = Some(topic.to_owned());
             }
             clients.push(Client::connect(options).await?);
         }

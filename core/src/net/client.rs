@@ -36,9 +36,14 @@ pub struct ClientOptions {
     pub client_id: String,
     /// Timeout of each call.
     pub timeout: Duration,
-    /// Where requests go: the state store's invoke topic unless another responder is wanted
-    /// (`mqstore bench` measures an echo responder this way).
-    pub request_topic: String,
+    /// Where requests go: the state store's (identified, or standard with
+    /// `standard_topics`) unless another responder is wanted (`mqstore bench` measures an echo
+    /// responder this way).
+    pub request_topic: Option<String>,
+    /// Use the protocol's standard, shared request and notification topics instead of the
+    /// identified ones in this client's own tree (see [`ClientConfig::identified`]): for a
+    /// state store other than mqstore.
+    pub standard_topics: bool,
 }
 
 impl ClientOptions {
@@ -52,7 +57,8 @@ impl ClientOptions {
             },
             client_id: client_id.into(),
             timeout: Duration::from_secs(10),
-            request_topic: topics::INVOKE.to_owned(),
+            request_topic: None,
+            standard_topics: false,
         }
     }
 }
@@ -159,14 +165,18 @@ impl Client {
     /// [`ClientError::Disconnected`] if the broker cannot be reached within the timeout.
     pub async fn connect(options: ClientOptions) -> Result<Client, ClientError> {
         let seed = random_u64();
-        let core = ClientCore::new(ClientConfig {
-            default_timeout_ms: options.timeout.as_millis() as u64,
-            request_topic: options.request_topic.clone(),
-            ..ClientConfig::new(options.client_id.clone(), seed)
-        })?;
+        let mut config = ClientConfig::new(options.client_id.clone(), seed);
+        if options.standard_topics {
+            config = config.standard_topics();
+        }
+        if let Some(topic) = &options.request_topic {
+            config.request_topic.clone_from(topic);
+        }
+        config.default_timeout_ms = options.timeout.as_millis() as u64;
+        let core = ClientCore::new(config)?;
         let mut mqtt = options.broker.options(&options.client_id);
         mqtt.set_last_will(LastWill::new(
-            topics::presence_topic(&options.client_id),
+            core.presence_topic(),
             topics::PRESENCE_GONE,
             QoS::AtLeastOnce,
             false,
@@ -632,7 +642,7 @@ impl Task {
         if self.phase == Phase::Open {
             self.phase = Phase::CloseRequested;
             let gone = Publish {
-                topic: topics::presence_topic(self.core.client_id()),
+                topic: self.core.presence_topic(),
                 payload: bytes::Bytes::from_static(topics::PRESENCE_GONE),
                 qos: 1,
                 properties: Default::default(),

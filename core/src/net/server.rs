@@ -49,6 +49,12 @@ pub struct ServerConfig {
     pub access: AccessRules,
     /// Serve Prometheus metrics here.
     pub metrics_addr: Option<SocketAddr>,
+    /// Take only identified requests (published in each client's own `clients/{clientId}/`
+    /// tree, which the broker's ACL guards): access rules then hold against clients that lie
+    /// about who they are. The standard request topic (the Azure SDK clients') is not served.
+    pub require_identity: bool,
+    /// Response topics a request that is not identified may name (empty: any).
+    pub response_topic_prefixes: Vec<String>,
     /// Requests that arrive while this many answers wait for the broker to take them are
     /// dropped unapplied (their callers time out): memory stays bounded when the broker
     /// accepts publishes more slowly than requests come in (0: drop every request).
@@ -69,6 +75,8 @@ impl ServerConfig {
             quotas: Quotas::SERVER_DEFAULT,
             access: AccessRules::default(),
             metrics_addr: None,
+            require_identity: false,
+            response_topic_prefixes: Vec::new(),
             max_pending_answers: DEFAULT_MAX_PENDING_ANSWERS,
         }
     }
@@ -151,6 +159,7 @@ pub async fn serve(
 ) -> Result<(), ServerError> {
     let engine_config = EngineConfig {
         access: config.access.clone(),
+        response_topic_prefixes: config.response_topic_prefixes.clone(),
         ..EngineConfig::new(config.node_id.clone())
     };
     let engine = Engine::new(engine_config, MemoryStore::with_quotas(config.quotas))
@@ -191,14 +200,27 @@ pub async fn serve(
         None,
     ));
     let (client, eventloop) = rumqttc::v5::AsyncClient::new(options, REQUEST_QUEUE);
-    let invoke_filter = match &config.share_group {
-        Some(group) => topics::shared_invoke(group),
-        None => topics::INVOKE.to_owned(),
-    };
+    // Identified requests (in each client's own tree) always; the standard, shared request
+    // topic (what the Azure SDK clients use: they name themselves in `__srcId`, which nothing
+    // checks) unless identities are required.
+    let mut invoke_filters = vec![topics::IDENTIFIED_INVOKE_FILTER];
+    let mut presence_filters = vec![topics::IDENTIFIED_PRESENCE_FILTER];
+    if !config.require_identity {
+        invoke_filters.push(topics::INVOKE);
+        presence_filters.push(topics::PRESENCE_FILTER);
+    }
+    let invoke_filters: Vec<String> = invoke_filters
+        .into_iter()
+        .map(|filter| match &config.share_group {
+            Some(group) => format!("$share/{group}/{filter}"),
+            None => filter.to_owned(),
+        })
+        .collect();
     info!(
         broker = %format!("{}:{}", config.broker.host, config.broker.port),
         node_id = %config.node_id,
-        topic = %invoke_filter,
+        topics = ?invoke_filters,
+        require_identity = config.require_identity,
         "mqstore serve starting"
     );
     let mut node = Node {
@@ -216,7 +238,9 @@ pub async fn serve(
         engine,
         outbox: Outbox::new(client),
         metrics: metrics.clone(),
-        invoke_filter,
+        invoke_filters,
+        presence_filters,
+        unsubacks: 0,
         out: Vec::new(),
         sent: VecDeque::new(),
         notified: HashMap::new(),
@@ -316,7 +340,12 @@ struct Node {
     /// Answers and notifications, tagged with what they are.
     outbox: Outbox<Sent>,
     metrics: Arc<Metrics>,
-    invoke_filter: String,
+    /// What requests arrive on (shared subscriptions with a share group).
+    invoke_filters: Vec<String>,
+    /// Where clients' presence messages arrive.
+    presence_filters: Vec<&'static str>,
+    /// UNSUBACKs still expected while shutting down.
+    unsubacks: usize,
     /// What the engine returned for the current request or expiry sweep.
     out: Vec<Publish>,
     /// The tags of the publishes rumqttc took, in order, until it reports their packet ids.
@@ -364,11 +393,20 @@ impl Driver for Node {
             Signal::Shutdown => {
                 // Stop taking requests; answer those already taken, then disconnect.
                 info!("shutting down");
-                let _ = self
-                    .outbox
-                    .client()
-                    .try_unsubscribe(self.invoke_filter.as_str());
-                self.stop = Stop::Unsubscribing;
+                for filter in &self.invoke_filters {
+                    if self
+                        .outbox
+                        .client()
+                        .try_unsubscribe(filter.as_str())
+                        .is_ok()
+                    {
+                        self.unsubacks += 1;
+                    }
+                }
+                self.stop = match self.unsubacks {
+                    0 => Stop::Unsubscribed,
+                    _ => Stop::Unsubscribing,
+                };
                 true
             }
             Signal::GraceOver => {
@@ -385,7 +423,10 @@ impl Driver for Node {
             Ok(_) if self.stop == Stop::Closing => {}
             Err(_) if self.stop == Stop::Closing => return false,
             Ok(Event::Incoming(Packet::UnsubAck(_))) if self.stop == Stop::Unsubscribing => {
-                self.stop = Stop::Unsubscribed;
+                self.unsubacks = self.unsubacks.saturating_sub(1);
+                if self.unsubacks == 0 {
+                    self.stop = Stop::Unsubscribed;
+                }
             }
             Ok(Event::Incoming(Packet::Publish(p))) if self.stop == Stop::Disconnecting => {
                 // Its answer would queue behind the DISCONNECT: leave it untouched, so the
@@ -440,7 +481,8 @@ impl Node {
                 self.notified.clear();
                 self.sent.clear();
                 self.unacked = 0;
-                for filter in [self.invoke_filter.as_str(), topics::PRESENCE_FILTER] {
+                let filters = self.invoke_filters.iter().map(String::as_str);
+                for filter in filters.chain(self.presence_filters.iter().copied()) {
                     if let Err(e) = self.outbox.client().try_subscribe(filter, QoS::AtLeastOnce) {
                         warn!(%filter, error = %e, "subscribe failed");
                     }
@@ -466,14 +508,14 @@ impl Node {
                 let received = Instant::now();
                 let retained = p.retain;
                 let message = from_mqtt(p);
-                match topics::client_of_presence_topic(&message.topic) {
+                match presence_of(&message.topic) {
                     // A retained presence replays at every subscribe: it says nothing about
                     // the client now (and would drop its registrations again and again).
-                    Some(client) if retained => {
-                        debug!(%client, "ignored a retained presence message");
+                    Some(clients) if retained => {
+                        debug!(?clients, "ignored a retained presence message");
                         None
                     }
-                    Some(client) => Some(client),
+                    Some(clients) => Some(clients),
                     None if self.outbox.len() >= self.max_pending_answers => {
                         // Not applied. Answered 503 (a small publish, no engine work) while
                         // the backlog has room for that; beyond it, not even that.
@@ -533,8 +575,8 @@ impl Node {
                 }
                 match (ack.reason, sent) {
                     (PubAckReason::NoMatchingSubscribers, Some(Sent::Notification(client))) => {
-                        debug!(%client, "nobody receives this client's notifications");
-                        Some(client)
+                        debug!(?client, "nobody receives this client's notifications");
+                        Some(vec![client])
                     }
                     (reason, Some(Sent::Probe)) => {
                         self.probed(reason == PubAckReason::NoMatchingSubscribers);
@@ -553,13 +595,15 @@ impl Node {
             }
             _ => None,
         };
-        if let Some(client_id) = gone {
-            let dropped = self.engine.drop_client(&client_id);
-            if dropped > 0 {
-                info!(client = %client_id, registrations = dropped, "client gone: dropped its registrations");
-                self.metrics.client_dropped();
-                self.metrics.set_store(self.engine.stats());
-            }
+        let dropped: usize = gone
+            .iter()
+            .flatten()
+            .map(|client| self.engine.drop_client(client))
+            .sum();
+        if dropped > 0 {
+            info!(clients = ?gone, registrations = dropped, "client gone: dropped its registrations");
+            self.metrics.client_dropped();
+            self.metrics.set_store(self.engine.stats());
         }
     }
 
@@ -595,6 +639,17 @@ impl Node {
             );
         }
     }
+}
+
+/// Whose registrations a presence message on `topic` ends: an identified client's (in its own
+/// tree, which only it may publish to) end both its identified registrations and those made
+/// in its name on the standard topic; a standard presence (which anyone could publish) only
+/// the latter.
+fn presence_of(topic: &str) -> Option<Vec<String>> {
+    if let Some(client) = topics::client_of_identified_presence(topic) {
+        return Some(vec![topics::identified(&client), client]);
+    }
+    topics::client_of_presence_topic(topic).map(|client| vec![client])
 }
 
 /// `message` if the broker takes it (at most `max` bytes). An answer too large becomes the
