@@ -95,7 +95,10 @@ async fn ready_client(port: u16, id: &str) -> Client {
 /// Returns once the server answers `client`.
 async fn wait_ready(client: &Client) {
     let deadline = tokio::time::Instant::now() + WAIT;
-    while client.get(Bytes::from_static(b"ready?")).await.is_err() {
+    // Any answer will do (access rules may refuse the key).
+    while let Err(ClientError::Timeout(_) | ClientError::Disconnected) =
+        client.get(Bytes::from_static(b"ready?")).await
+    {
         assert!(
             tokio::time::Instant::now() < deadline,
             "the server never answered"
@@ -300,9 +303,13 @@ impl Raw {
     }
 
     async fn send(&self, payload: &[u8], properties: PublishProperties) {
+        self.send_to(topics::INVOKE, payload, properties).await;
+    }
+
+    async fn send_to(&self, topic: &str, payload: &[u8], properties: PublishProperties) {
         self.client
             .publish_with_properties(
-                topics::INVOKE,
+                topic,
                 QoS::AtLeastOnce,
                 false,
                 Bytes::copy_from_slice(payload),
@@ -1477,4 +1484,197 @@ on_both_brokers! {
         raw.task.abort();
         server.stop().await;
     }
+}
+
+on_both_brokers! {
+    /// Hardening §3: an identified request is who its topic says; a `__srcId` that claims
+    /// otherwise is refused, access rules hold, and answers go only to the client's own tree.
+    async fn identified_requests_cannot_claim_another_clients_id(kind: Kind) {
+        let broker = Broker::start_kind(kind);
+        let access = AccessRules::new(vec![
+            AccessRule::new("a*", b"k/*", true, true),
+            AccessRule::new("*", b"k/*", true, false),
+        ]);
+        let server = Server::start_with(broker.port, "node-id", Quotas::default(), access).await;
+        let a1 = ready_client(broker.port, "a1").await;
+        a1.set("k/x", "from a1", SetOptions::default()).await.unwrap();
+        let mut b1 = Raw::connect(broker.port, "b1", None).await;
+        let ts = format!(
+            "{}:0:b1",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_millis()
+        );
+        let own = topics::identified_invoke("b1");
+        // As itself, b1 may read but not write k/*.
+        b1.send_to(&own, set_payload("k/x", "from b1").as_bytes(), props("b1", &[("__ts", &ts)])).await;
+        assert_eq!(&b1.answer().await.payload[..], b"-ERR not authorized\r\n");
+        // Claiming to be a1 changes nothing: refused, whatever it asks.
+        b1.send_to(&own, set_payload("k/x", "from b1").as_bytes(), props("b1", &[("__srcId", "a1"), ("__ts", &ts)])).await;
+        assert_eq!(&b1.answer().await.payload[..], b"-ERR not authorized\r\n");
+        b1.send_to(&own, b"*2\r\n$3\r\nGET\r\n$3\r\nk/x\r\n", props("b1", &[("__srcId", "a1")])).await;
+        assert_eq!(&b1.answer().await.payload[..], b"-ERR not authorized\r\n");
+        // An answer elsewhere than b1's own tree is not sent, and the request not applied.
+        let mut elsewhere = props("b1", &[("__ts", &ts)]);
+        elsewhere.response_topic = Some(topics::response_topic("a1"));
+        b1.send_to(&own, set_payload("k/y", "v").as_bytes(), elsewhere).await;
+        server
+            .wait_metric("mqstore_requests_total{command=\"ENVELOPE\",outcome=\"dropped\"} 1")
+            .await;
+        assert_eq!(a1.get("k/y").await.unwrap(), None);
+        assert_eq!(a1.get("k/x").await.unwrap().unwrap().value, Bytes::from_static(b"from a1"));
+        b1.task.abort();
+        server.stop().await;
+    }
+}
+
+on_both_brokers! {
+    /// Hardening §3: with --require-identity only identified requests are served; the
+    /// standard topic, where `__srcId` proves nothing, goes unanswered.
+    async fn require_identity_serves_only_identified_requests(kind: Kind) {
+        let broker = Broker::start_kind(kind);
+        let config = ServerConfig {
+            require_identity: true,
+            ..ServerConfig::new(
+                BrokerConfig {
+                    port: broker.port,
+                    ..BrokerConfig::default()
+                },
+                "node-strict",
+            )
+        };
+        let server = Server::start_config(config).await;
+        let identified = ready_client(broker.port, "dev-1").await;
+        identified.set("k", "v", SetOptions::default()).await.unwrap();
+        let mut options = ClientOptions::new("legacy-1", "127.0.0.1", broker.port);
+        options.standard_topics = true;
+        options.timeout = Duration::from_secs(1);
+        let standard = Client::connect(options).await.unwrap();
+        assert_eq!(standard.get("k").await.unwrap_err(), ClientError::Timeout(1_000));
+        assert!(!server.metrics.render().contains("command=\"GET\",outcome=\"ok\"} 2"));
+        standard.close().await;
+        server.stop().await;
+    }
+}
+
+/// Hardening §3 with the shipped ACL (docs/mosquitto-acl.conf): the broker keeps every client
+/// in its own tree, so no client can speak, listen or say goodbye for another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shipped_mosquitto_acl_makes_identities_real() {
+    let dir = std::env::temp_dir().join(format!("mqstore-acl-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let passwords = dir.join("passwords");
+    let status = std::process::Command::new("mosquitto_passwd")
+        .args(["-c", "-b"])
+        .arg(&passwords)
+        .args(["mqstore", "server-secret"])
+        .status()
+        .expect("mosquitto_passwd runs");
+    assert!(status.success());
+    // mosquitto started as root reads it as the user `mosquitto`.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&passwords, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let acl = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/mosquitto-acl.conf");
+    let broker = Mosquitto::start_config(&format!(
+        "allow_anonymous true\npassword_file {}\nacl_file {}\n",
+        passwords.display(),
+        acl.display()
+    ));
+    let config = ServerConfig {
+        require_identity: true,
+        access: AccessRules::new(vec![
+            AccessRule::new("a*", b"k/*", true, true),
+            AccessRule::new("*", b"k/*", true, false),
+        ]),
+        ..ServerConfig::new(
+            BrokerConfig {
+                port: broker.port,
+                username: Some("mqstore".into()),
+                password: Some("server-secret".into()),
+                ..BrokerConfig::default()
+            },
+            "node-acl",
+        )
+    };
+    let server = Server::start_config(config).await;
+    let a1 = ready_client(broker.port, "a1").await;
+    let mut changes = a1.observe("k/x").await.unwrap();
+    a1.set("k/x", "from a1", SetOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        next_change(&mut changes).await.value.as_deref(),
+        Some(&b"from a1"[..])
+    );
+
+    // b1 publishes a request in a1's tree, and a1's presence: the broker refuses both.
+    let mut b1 = Raw::connect(broker.port, "b1", None).await;
+    let ts = format!(
+        "{}:0:b1",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis()
+    );
+    let mut as_a1 = props("a1", &[("__ts", &ts)]);
+    as_a1.response_topic = Some(topics::response_topic("b1"));
+    b1.send_to(
+        &topics::identified_invoke("a1"),
+        set_payload("k/x", "from b1").as_bytes(),
+        as_a1,
+    )
+    .await;
+    b1.client
+        .publish(
+            topics::identified_presence_topic("a1"),
+            QoS::AtLeastOnce,
+            false,
+            "gone",
+        )
+        .await
+        .unwrap();
+    // The standard topic is not served, and not writable either.
+    b1.send(
+        set_payload("k/x", "from b1").as_bytes(),
+        props("b1", &[("__srcId", "a1"), ("__ts", &ts)]),
+    )
+    .await;
+    // Nor can b1 listen to a1's answers or notifications.
+    b1.client
+        .subscribe(
+            format!("clients/a1/{}/#", topics::SERVICE),
+            QoS::AtLeastOnce,
+        )
+        .await
+        .unwrap();
+    // In its own tree b1 is b1, whatever it claims; a round trip that also orders everything
+    // b1 sent before it.
+    b1.send_to(
+        &topics::identified_invoke("b1"),
+        b"*2\r\n$3\r\nGET\r\n$3\r\nk/x\r\n",
+        props("b1", &[]),
+    )
+    .await;
+    let answer = b1.answer().await;
+    assert_eq!(&answer.payload[..], b"$7\r\nfrom a1\r\n");
+    // a1 is untouched: its value, its registration (a change still reaches it).
+    a1.set("k/x", "again", SetOptions::default()).await.unwrap();
+    assert_eq!(
+        next_change(&mut changes).await.value.as_deref(),
+        Some(&b"again"[..])
+    );
+    server.wait_metric("mqstore_watches 1").await;
+    assert!(
+        server
+            .metrics
+            .render()
+            .contains("mqstore_clients_dropped_total 0")
+    );
+    // And b1 heard nothing of it.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(b1.incoming.try_recv().is_err(), "b1 read a1's traffic");
+    b1.task.abort();
+    server.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
 }
