@@ -1678,3 +1678,50 @@ async fn the_shipped_mosquitto_acl_makes_identities_real() {
     server.stop().await;
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+on_both_brokers! {
+    /// Hardening §3: SCAN continuation tokens reveal no key, and only the scan they were
+    /// made for can use them.
+    async fn scan_tokens_reveal_nothing_and_cannot_be_forged_or_shared(kind: Kind) {
+        let broker = Broker::start_kind(kind);
+        let access = AccessRules::new(vec![
+            AccessRule::new("admin", b"*", true, true),
+            AccessRule::new("*", b"public/*", true, false),
+        ]);
+        let server = Server::start_with(broker.port, "node-scan", Quotas::default(), access).await;
+        let admin = ready_client(broker.port, "admin").await;
+        for i in 0..150 {
+            admin.set(format!("secret/user{i:04}/password"), "hunter2", SetOptions::default()).await.unwrap();
+        }
+        admin.set("public/a", "x", SetOptions::default()).await.unwrap();
+        let mut reader = Raw::connect(broker.port, "reader", None).await;
+        let scan = |token: Option<&[u8]>| match token {
+            None => b"*2\r\n$4\r\nSCAN\r\n$1\r\n*\r\n".to_vec(),
+            Some(t) => [
+                format!("*3\r\n$4\r\nSCAN\r\n$1\r\n*\r\n${}\r\n", t.len()).as_bytes(),
+                t,
+                b"\r\n",
+            ]
+            .concat(),
+        };
+        reader.send(&scan(None), props("reader", &[("__srcId", "reader")])).await;
+        let page = reader.answer().await.payload;
+        let response = mqstore::codec::decode_response(&page).unwrap();
+        let mqstore::codec::Response::Keys { keys, token } = response else { panic!("{response:?}") };
+        assert!(keys.iter().all(|k| k.starts_with(b"public/")), "{keys:?}");
+        let token = token.expect("a page with more to come");
+        assert!(!token.windows(6).any(|w| w == b"secret"), "the token shows a key: {token:?}");
+        // The reader continues with it...
+        reader.send(&scan(Some(&token)), props("reader", &[("__srcId", "reader")])).await;
+        assert!(reader.answer().await.payload.starts_with(b"*"));
+        // ...another client cannot, and a made-up token locating a key is refused.
+        let mut other = Raw::connect(broker.port, "other", None).await;
+        other.send(&scan(Some(&token)), props("other", &[("__srcId", "other")])).await;
+        assert_eq!(&other.answer().await.payload[..], b"-ERR syntax error\r\n");
+        other.send(&scan(Some(b"k:secret/user0099/password")), props("other", &[("__srcId", "other")])).await;
+        assert_eq!(&other.answer().await.payload[..], b"-ERR syntax error\r\n");
+        reader.task.abort();
+        other.task.abort();
+        server.stop().await;
+    }
+}

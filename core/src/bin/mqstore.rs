@@ -262,6 +262,10 @@ struct ServeArgs {
     /// (repeatable; default: any topic, so the server publishes wherever a request asks).
     #[arg(long = "response-topic-prefix")]
     response_topic_prefixes: Vec<String>,
+    /// 64 hex digits: the secret SCAN continuation tokens are sealed with, so that nodes
+    /// sharing a store continue each other's scans (default: a random one per process).
+    #[arg(long, env = "MQSTORE_SCAN_TOKEN_SECRET", hide_env_values = true, value_parser = parse_secret)]
+    scan_token_secret: Option<[u8; 32]>,
     /// Serve Prometheus metrics on this address (e.g. 127.0.0.1:9464).
     #[arg(long, env = "MQSTORE_METRICS")]
     metrics: Option<SocketAddr>,
@@ -412,6 +416,7 @@ async fn run(cli: Cli) -> ExitCode {
         metrics_addr: args.metrics,
         require_identity: args.require_identity,
         response_topic_prefixes: args.response_topic_prefixes.clone(),
+        scan_token_key: args.scan_token_secret,
         max_pending_answers: args.max_pending_answers,
     };
     match serve(config, shutdown_signal(), |_| {}).await {
@@ -421,6 +426,14 @@ async fn run(cli: Cli) -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+fn parse_secret(text: &str) -> Result<[u8; 32], String> {
+    let bytes = mqstore::topics::from_hex(&text.to_ascii_uppercase())
+        .ok_or("expected 64 hex digits (e.g. from `openssl rand -hex 32`)")?;
+    bytes
+        .try_into()
+        .map_err(|_| "expected 64 hex digits (32 bytes)".into())
 }
 
 fn parse_rule(text: &str) -> Result<AccessRule, String> {

@@ -5,6 +5,7 @@
 
 mod access;
 mod pattern;
+mod scan_token;
 
 use bytes::Bytes;
 
@@ -22,9 +23,6 @@ use crate::store::{
 };
 use crate::topics;
 
-/// Prefix of SCAN continuation tokens: `k:` then the last key a page examined.
-const SCAN_TOKEN_PREFIX: &[u8] = b"k:";
-
 /// Engine settings.
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
@@ -40,6 +38,11 @@ pub struct EngineConfig {
     /// Response topics a request that is not identified may name (empty: any). An identified
     /// request's answer always goes to its client's own `clients/{clientId}/` tree.
     pub response_topic_prefixes: Vec<String>,
+    /// Seals SCAN continuation tokens so they reveal no key and cannot be forged. Drivers
+    /// pass a random secret; nodes that continue each other's scans share it.
+    pub scan_token_key: [u8; 32],
+    /// Makes this engine's tokens unique among engines that share `scan_token_key`: random.
+    pub scan_token_seed: [u8; 16],
 }
 
 impl EngineConfig {
@@ -51,6 +54,8 @@ impl EngineConfig {
             scan_budget: 10_000,
             access: AccessRules::allow_all(),
             response_topic_prefixes: Vec::new(),
+            scan_token_key: [0; 32],
+            scan_token_seed: [0; 16],
         }
     }
 }
@@ -111,8 +116,10 @@ pub enum Outcome {
 pub struct Pending {
     /// What the store must do, atomically.
     pub op: StoreOp,
-    /// Who reads a SCAN's page (the access rules filter it).
+    /// Who reads a SCAN's page (the access rules filter it, and its token is bound to them).
     reader: Option<ClientId>,
+    /// A SCAN's pattern as sent (its token is bound to it).
+    pattern: Bytes,
 }
 
 /// What [`Engine::begin`] decided.
@@ -132,6 +139,7 @@ pub enum Step {
 pub struct Engine<S = MemoryStore> {
     store: S,
     clock: HlcClock,
+    scan_tokens: scan_token::ScanTokens,
     config: EngineConfig,
 }
 
@@ -147,6 +155,10 @@ impl<S> Engine<S> {
     pub fn new(config: EngineConfig, store: S) -> Result<Self, HlcError> {
         Ok(Self {
             clock: HlcClock::new(config.node_id.as_str())?,
+            scan_tokens: scan_token::ScanTokens::new(
+                &config.scan_token_key,
+                config.scan_token_seed,
+            ),
             store,
             config,
         })
@@ -255,9 +267,10 @@ impl<S> Engine<S> {
                 },
             ),
             (StoreOp::Scan { .. }, StoreReply::Scan { mut keys, last }) => {
+                let reader = pending.reader.as_deref();
                 let access = &self.config.access;
-                keys.retain(|key| access.allows(pending.reader.as_deref(), key, Access::Read));
-                let token = last.map(|last| [SCAN_TOKEN_PREFIX, &last].concat().into());
+                keys.retain(|key| access.allows(reader, key, Access::Read));
+                let token = last.map(|last| self.scan_tokens.seal(&last, &pending.pattern, reader));
                 current(self, Response::Keys { keys, token })
             }
             (op, reply) => {
@@ -276,6 +289,7 @@ impl<S> Engine<S> {
         now_ms: u64,
     ) -> Result<Pending, ServiceError> {
         let mut reader = None;
+        let mut scan_pattern = Bytes::new();
         let op = match request {
             Request::Set(set) => {
                 let timestamp = context.timestamp.ok_or(ServiceError::MissingTimestamp)?;
@@ -329,14 +343,16 @@ impl<S> Engine<S> {
                 }
             }
             Request::Scan { pattern, token } => {
-                let after = match token {
-                    None => None,
-                    Some(token) if token.starts_with(SCAN_TOKEN_PREFIX) => {
-                        Some(token.slice(SCAN_TOKEN_PREFIX.len()..))
-                    }
-                    Some(_) => return Err(ServiceError::SyntaxError),
-                };
+                // A token this engine did not seal for this scan and client is refused.
+                let after = token
+                    .map(|token| {
+                        self.scan_tokens
+                            .open(&token, &pattern, context.client_id)
+                            .ok_or(ServiceError::SyntaxError)
+                    })
+                    .transpose()?;
                 reader = context.client_id.map(ClientId::from);
+                scan_pattern = pattern.clone();
                 StoreOp::Scan {
                     pattern: Pattern::new(&pattern),
                     after,
@@ -345,7 +361,11 @@ impl<S> Engine<S> {
                 }
             }
         };
-        Ok(Pending { op, reader })
+        Ok(Pending {
+            op,
+            reader,
+            pattern: scan_pattern,
+        })
     }
 
     fn delete_op(

@@ -253,6 +253,18 @@ fn connack_code(code: rumqttc::v5::mqttbytes::v5::ConnectReturnCode) -> u8 {
     }
 }
 
+/// `N` random bytes from the operating system, for secrets (the SCAN token key). Should the
+/// OS refuse, [`random_u64`] fills them: unpredictable enough outside a determined attack.
+pub fn random_bytes<const N: usize>() -> [u8; N] {
+    let mut bytes = [0u8; N];
+    if getrandom::fill(&mut bytes).is_err() {
+        for chunk in bytes.chunks_mut(8) {
+            chunk.copy_from_slice(&random_u64().to_le_bytes()[..chunk.len()]);
+        }
+    }
+    bytes
+}
+
 /// Milliseconds since the Unix epoch, from the system clock.
 pub(crate) fn now_ms() -> u64 {
     use crate::hlc::Clock;

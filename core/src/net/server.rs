@@ -55,6 +55,9 @@ pub struct ServerConfig {
     pub require_identity: bool,
     /// Response topics a request that is not identified may name (empty: any).
     pub response_topic_prefixes: Vec<String>,
+    /// The secret SCAN continuation tokens are sealed with (`None`: a random one per process).
+    /// Nodes that continue each other's scans share one.
+    pub scan_token_key: Option<[u8; 32]>,
     /// Requests that arrive while this many answers wait for the broker to take them are
     /// dropped unapplied (their callers time out): memory stays bounded when the broker
     /// accepts publishes more slowly than requests come in (0: drop every request).
@@ -77,6 +80,7 @@ impl ServerConfig {
             metrics_addr: None,
             require_identity: false,
             response_topic_prefixes: Vec::new(),
+            scan_token_key: None,
             max_pending_answers: DEFAULT_MAX_PENDING_ANSWERS,
         }
     }
@@ -160,6 +164,10 @@ pub async fn serve(
     let engine_config = EngineConfig {
         access: config.access.clone(),
         response_topic_prefixes: config.response_topic_prefixes.clone(),
+        scan_token_key: config
+            .scan_token_key
+            .unwrap_or_else(super::random_bytes::<32>),
+        scan_token_seed: super::random_bytes::<16>(),
         ..EngineConfig::new(config.node_id.clone())
     };
     let engine = Engine::new(engine_config, MemoryStore::with_quotas(config.quotas))
