@@ -1725,3 +1725,32 @@ on_both_brokers! {
         server.stop().await;
     }
 }
+
+on_both_brokers! {
+    /// Hardening §4: a request larger than the server accepts would be dropped by the broker
+    /// (callers would time out): clients learn the server's limit from its presence and refuse
+    /// such a request up front.
+    async fn a_request_over_the_servers_limit_is_refused_by_the_client(kind: Kind) {
+        let broker = Broker::start_kind(kind);
+        let config = ServerConfig::new(
+            BrokerConfig {
+                port: broker.port,
+                max_packet_size: 4096,
+                ..BrokerConfig::default()
+            },
+            "node-small",
+        );
+        let server = Server::start_config(config).await;
+        let c = ready_client(broker.port, "dev-1").await;
+        let error = c
+            .set("big", vec![b'x'; 8192], SetOptions::default())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(error, ClientError::TooLarge { max: 4096, .. }),
+            "{error:?}"
+        );
+        c.set("small", "fits", SetOptions::default()).await.unwrap();
+        server.stop().await;
+    }
+}
