@@ -75,6 +75,22 @@ impl Setup {
     }
 }
 
+impl Setup {
+    /// Waits until the server's metrics have `line`.
+    fn wait_metric(&self, line: &str) {
+        let metrics = &self.server.as_ref().expect("a server").metrics;
+        let started = Instant::now();
+        while !metrics.render().lines().any(|l| l == line) {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "{line:?} never reached:\n{}",
+                metrics.render()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
 impl Drop for Setup {
     fn drop(&mut self) {
         if let Some(server) = self.server.take() {
@@ -446,4 +462,32 @@ fn a_broker_that_breaks_the_protocol_is_named_and_the_server_says_how_to_fix_it(
             && server_log.contains("NoInheritedPropertiesOnAck"),
         "{server_log}"
     );
+}
+
+on_both_brokers! {
+    /// `mqstore watch` prints changes, and on Ctrl-C leaves without leaving its
+    /// registrations behind.
+    fn watch_prints_changes_and_leaves_nothing_behind_on_ctrl_c(kind: Kind) {
+        let s = Setup::start(kind, "node-watch");
+        let mut watch = s
+            .command()
+            .args(["watch", "k"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        s.wait_metric("mqstore_watches 1");
+        assert_eq!(s.cli(&["set", "k", "hello"]).code, Some(0));
+        let mut stdout = std::io::BufReader::new(watch.stdout.take().unwrap());
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
+        assert_eq!(line.trim(), "k SET hello");
+        let status = Command::new("kill")
+            .args(["-INT", &watch.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        assert_eq!(watch.wait().unwrap().code(), Some(0));
+        s.wait_metric("mqstore_watches 0");
+    }
 }
