@@ -1212,6 +1212,15 @@ on_both_brokers! {
     }
 }
 
+/// The `__ts` a client called `client` sends now.
+fn now_ts(client: &str) -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis();
+    format!("{now}:0:{client}")
+}
+
 /// A KEYNOTIFY request's payload.
 fn keynotify(key: &str) -> String {
     format!("*2\r\n$9\r\nKEYNOTIFY\r\n${}\r\n{key}\r\n", key.len())
@@ -1499,13 +1508,7 @@ on_both_brokers! {
         let a1 = ready_client(broker.port, "a1").await;
         a1.set("k/x", "from a1", SetOptions::default()).await.unwrap();
         let mut b1 = Raw::connect(broker.port, "b1", None).await;
-        let ts = format!(
-            "{}:0:b1",
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_millis()
-        );
+        let ts = now_ts("b1");
         let own = topics::identified_invoke("b1");
         // As itself, b1 may read but not write k/*.
         b1.send_to(&own, set_payload("k/x", "from b1").as_bytes(), props("b1", &[("__ts", &ts)])).await;
@@ -1610,13 +1613,7 @@ async fn the_shipped_mosquitto_acl_makes_identities_real() {
 
     // b1 publishes a request in a1's tree, and a1's presence: the broker refuses both.
     let mut b1 = Raw::connect(broker.port, "b1", None).await;
-    let ts = format!(
-        "{}:0:b1",
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_millis()
-    );
+    let ts = now_ts("b1");
     let mut as_a1 = props("a1", &[("__ts", &ts)]);
     as_a1.response_topic = Some(topics::response_topic("b1"));
     b1.send_to(
