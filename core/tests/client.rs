@@ -562,3 +562,40 @@ fn a_reregistration_nobody_answered_is_sent_again_until_answered() {
         "{live:?} ({call})"
     );
 }
+
+#[test]
+fn an_observer_renews_its_registrations_every_third_of_the_announced_lease() {
+    let mut l = Loop::new();
+    let mut watcher = client("watcher");
+    // A server node announces itself with a 3 s lease.
+    let presence = Publish {
+        topic: topics::server_presence_topic("engine"),
+        payload: Bytes::from_static(b"online e1 max_packet_size=1048576 lease_ms=3000"),
+        qos: 1,
+        properties: Default::default(),
+    };
+    assert_eq!(watcher.handle(&presence, l.now), None);
+    // Nothing to renew while nothing is observed.
+    assert_eq!(watcher.next_deadline(), None);
+    let (_, publishes) = watcher.observe(Bytes::from_static(b"k"), l.now).unwrap();
+    for p in publishes {
+        for answer in l.deliver(&watcher, p) {
+            watcher.handle(&answer, l.now);
+        }
+    }
+    assert_eq!(watcher.next_deadline(), Some(T0 + 1_000));
+    l.now += 1_000;
+    assert!(watcher.expire(l.now).is_empty());
+    let renewal = watcher.take_publishes();
+    assert_eq!(renewal.len(), 1, "one KEYNOTIFY renews them all");
+    assert_eq!(
+        &renewal[0].payload[..],
+        b"*2\r\n$9\r\nKEYNOTIFY\r\n$1\r\nk\r\n"
+    );
+    for p in renewal {
+        for answer in l.deliver(&watcher, p) {
+            assert_eq!(watcher.handle(&answer, l.now), None, "nobody waits for it");
+        }
+    }
+    assert_eq!(watcher.next_deadline(), Some(T0 + 2_000));
+}

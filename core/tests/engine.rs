@@ -1035,3 +1035,62 @@ fn registrations_are_bounded_per_client_and_in_all() {
     // Keys are not limited by registration quotas, nor registrations by key quotas.
     assert_eq!(h.call("a", &set("x", "v"), &[]).payload(), Response::Ok);
 }
+
+#[test]
+fn a_registration_lease_ends_unless_renewed() {
+    let config = EngineConfig {
+        registration_lease_ms: Some(1_000),
+        ..EngineConfig::new(NODE)
+    };
+    let mut h = Harness::with(config, Quotas::default());
+    // Identified requests: published in the client's own tree.
+    let identified = |h: &mut Harness, client: &str, key: &str| {
+        let mut message = h.message(
+            client,
+            Request::KeyNotify {
+                key: Bytes::copy_from_slice(key.as_bytes()),
+                stop: false,
+            }
+            .to_bytes(),
+            &[],
+        );
+        message.topic = mqstore::topics::identified_invoke(client);
+        h.handle(message)
+    };
+    assert_eq!(identified(&mut h, "a", "k1").payload(), Response::Ok);
+    assert_eq!(identified(&mut h, "a", "k2").payload(), Response::Ok);
+    assert_eq!(identified(&mut h, "b", "k1").payload(), Response::Ok);
+    // Requests on the standard topic carry no lease by default.
+    assert_eq!(
+        h.call(
+            "c",
+            &Request::KeyNotify {
+                key: Bytes::from_static(b"k1"),
+                stop: false
+            },
+            &[]
+        )
+        .payload(),
+        Response::Ok
+    );
+    assert_eq!(h.engine.next_deadline(), Some(T0 + 1_000));
+    // b renews (any KEYNOTIFY renews all of its registrations); a does not.
+    h.now += 600;
+    assert_eq!(identified(&mut h, "b", "k1").payload(), Response::Ok);
+    h.now += 400;
+    let ended = h.engine.expire_leases(h.now);
+    assert_eq!(ended.len(), 1);
+    assert_eq!(
+        (&*ended[0].0, ended[0].1),
+        (&*mqstore::topics::identified("a"), 2)
+    );
+    assert_eq!(h.engine.stats().watches, 2, "b's and c's remain");
+    h.now += 600;
+    assert_eq!(
+        h.engine.expire_leases(h.now).len(),
+        1,
+        "b's lease ends in turn"
+    );
+    assert_eq!(h.engine.stats().watches, 1);
+    assert_eq!(h.engine.next_deadline(), None);
+}

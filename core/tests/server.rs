@@ -1671,6 +1671,7 @@ async fn the_shipped_mosquitto_acl_makes_identities_real() {
     // And b1 heard nothing of it.
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(b1.incoming.try_recv().is_err(), "b1 read a1's traffic");
+
     b1.task.abort();
     server.stop().await;
     let _ = std::fs::remove_dir_all(&dir);
@@ -1748,6 +1749,55 @@ on_both_brokers! {
             "{error:?}"
         );
         c.set("small", "fits", SetOptions::default()).await.unwrap();
+        server.stop().await;
+    }
+}
+
+on_both_brokers! {
+    /// Hardening §2: registrations do not outlive their client, whichever way it left — even
+    /// when "no matching subscribers" never comes (a subscriber to `clients/#`, or a broker
+    /// without it): identified registrations hold a lease that mqstore clients renew.
+    async fn a_client_that_stops_renewing_loses_its_registrations(kind: Kind) {
+        let broker = Broker::start_kind(kind);
+        let config = ServerConfig {
+            registration_lease: Some(Duration::from_millis(1_500)),
+            ..ServerConfig::new(
+                BrokerConfig {
+                    port: broker.port,
+                    ..BrokerConfig::default()
+                },
+                "node-lease",
+            )
+        };
+        let server = Server::start_config(config).await;
+        // Someone listens to everything, so notifications always find a subscriber.
+        let everything = Raw::connect(broker.port, "listener", None).await;
+        everything.client.subscribe("clients/#", QoS::AtLeastOnce).await.unwrap();
+        let honest = ready_client(broker.port, "honest").await;
+        let mut changes = honest.observe("k").await.unwrap();
+        // A registration whose client never renews it (and never listens).
+        let mut ghost = Raw::connect(broker.port, "ghost", None).await;
+        ghost
+            .send_to(&topics::identified_invoke("ghost"), keynotify("k").as_bytes(), props("ghost", &[]))
+            .await;
+        assert_eq!(&ghost.answer().await.payload[..], b"+OK\r\n");
+        server.wait_metric("mqstore_watches 2").await;
+        // After the lease only the honest client, which renews every third of it, is left...
+        server.wait_metric("mqstore_watches 1").await;
+        server.wait_metric("mqstore_clients_dropped_total 1").await;
+        // ...and it still hears every change, across several leases.
+        for round in 0..4 {
+            tokio::time::sleep(Duration::from_millis(700)).await;
+            let value = format!("v{round}");
+            let writer = honest.clone();
+            writer.set("k", value.clone(), SetOptions::default()).await.unwrap();
+            let change = next_change(&mut changes).await;
+            assert_eq!(change.value.as_deref(), Some(value.as_bytes()));
+            assert!(!change.synthetic);
+        }
+        server.wait_metric("mqstore_watches 1").await;
+        ghost.task.abort();
+        everything.task.abort();
         server.stop().await;
     }
 }

@@ -244,6 +244,15 @@ struct ServeArgs {
     /// exceeded".
     #[arg(long, default_value_t = Quotas::SERVER_DEFAULT.max_watches.unwrap_or(u64::MAX))]
     max_watches: u64,
+    /// Seconds an identified client's registrations last after its last KEYNOTIFY (mqstore
+    /// clients renew them every third of it); 0: until the client is known to be gone.
+    #[arg(long, default_value_t = mqstore::net::server::DEFAULT_REGISTRATION_LEASE.as_secs())]
+    registration_lease: u64,
+    /// Seconds the registrations of clients on the standard topics last after their last
+    /// KEYNOTIFY. They do not renew (the Azure SDK clients): default, until they are known to be
+    /// gone.
+    #[arg(long)]
+    standard_registration_lease: Option<u64>,
     /// Most KEYNOTIFY registrations of one client.
     #[arg(long, default_value_t = Quotas::SERVER_DEFAULT.max_watches_per_client.unwrap_or(u64::MAX))]
     max_watches_per_client: u64,
@@ -417,6 +426,9 @@ async fn run(cli: Cli) -> ExitCode {
         require_identity: args.require_identity,
         response_topic_prefixes: args.response_topic_prefixes.clone(),
         scan_token_key: args.scan_token_secret,
+        registration_lease: (args.registration_lease > 0)
+            .then(|| Duration::from_secs(args.registration_lease)),
+        standard_registration_lease: args.standard_registration_lease.map(Duration::from_secs),
         max_pending_answers: args.max_pending_answers,
     };
     match serve(config, shutdown_signal(), |_| {}).await {

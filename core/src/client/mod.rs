@@ -365,9 +365,12 @@ pub struct ClientCore {
     /// What the state machine decided to send on its own (see [`ClientCore::take_publishes`]).
     outgoing: Vec<Publish>,
     /// Each server node's epoch and the largest packet it accepts, from its presence.
-    servers: HashMap<String, (String, Option<u32>)>,
+    servers: HashMap<String, ServerPresence>,
     /// The broker's maximum packet size, from its CONNACK.
     max_packet_size: Option<u32>,
+    /// When to renew this client's registrations (a KEYNOTIFY of one observed key renews the
+    /// lease of all of them), while it observes keys and a server announced a lease.
+    renew_at: Option<u64>,
 }
 
 impl ClientCore {
@@ -381,6 +384,7 @@ impl ClientCore {
             observed: HashMap::new(),
             outgoing: Vec::new(),
             servers: HashMap::new(),
+            renew_at: None,
             max_packet_size: None,
         })
     }
@@ -553,14 +557,15 @@ impl ClientCore {
         let Some(presence) = ServerPresence::parse(payload) else {
             return;
         };
-        let limit = presence
-            .online
-            .then_some(presence.max_packet_size)
-            .flatten();
-        let restarted = match self.servers.insert(node, (presence.epoch.clone(), limit)) {
-            Some((epoch, _)) => epoch != presence.epoch && presence.online,
+        let online = presence.online;
+        let epoch = presence.epoch.clone();
+        let restarted = match self.servers.insert(node, presence) {
+            Some(before) => before.epoch != epoch && online,
             None => false,
         };
+        if self.renew_at.is_none() {
+            self.renew_at = self.renewal_period().map(|period| now_ms + period);
+        }
         if restarted {
             // Only the clock can fail here; the next restart or reconnect tries again.
             if let Ok(publishes) = self.resume(now_ms) {
@@ -573,9 +578,21 @@ impl ClientCore {
     fn request_limit(&self) -> Option<u32> {
         self.servers
             .values()
-            .filter_map(|(_, max)| *max)
+            .filter(|s| s.online)
+            .filter_map(|s| s.max_packet_size)
             .chain(self.max_packet_size)
             .min()
+    }
+
+    /// How often to renew registrations: a third of the shortest lease a server announced.
+    fn renewal_period(&self) -> Option<u64> {
+        let lease = self
+            .servers
+            .values()
+            .filter(|s| s.online)
+            .filter_map(|s| s.registration_lease_ms)
+            .min()?;
+        Some((lease / 3).max(1))
     }
 
     fn handle_response(&mut self, publish: &Publish, now_ms: u64) -> Option<Event> {
@@ -676,7 +693,12 @@ impl ClientCore {
 
     /// When the next call times out.
     pub fn next_deadline(&self) -> Option<u64> {
-        self.in_flight.values().map(|f| f.deadline).min()
+        let renew = self.renew_at.filter(|_| !self.observed.is_empty());
+        self.in_flight
+            .values()
+            .map(|f| f.deadline)
+            .chain(renew)
+            .min()
     }
 
     /// Fails every call whose timeout has passed. A re-registration of an observed key that
@@ -701,6 +723,27 @@ impl ClientCore {
             }
         }
         let events = self.fail(due, |f| ClientError::Timeout(f.timeout_ms));
+        if self.renew_at.is_some_and(|at| at <= now_ms) {
+            self.renew_at = self.renewal_period().map(|period| now_ms + period);
+            // One KEYNOTIFY renews the lease of every registration of this client.
+            if let Some(key) = self.observed.keys().next().cloned()
+                && !retry.contains(&key)
+            {
+                let register = Request::KeyNotify {
+                    key: key.clone(),
+                    stop: false,
+                };
+                let options = CallOptions {
+                    timeout_ms: Some(self.config.default_timeout_ms.min(REREGISTER_TIMEOUT_MS)),
+                    ..CallOptions::default()
+                };
+                if let Ok((_, renewal)) =
+                    self.start(&register, &options, now_ms, Purpose::Reregister(key))
+                {
+                    self.outgoing.push(renewal);
+                }
+            }
+        }
         for key in retry {
             match self.reregister(key, now_ms) {
                 Ok(publishes) => self.outgoing.extend(publishes),

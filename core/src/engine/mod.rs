@@ -43,6 +43,14 @@ pub struct EngineConfig {
     pub scan_token_key: [u8; 32],
     /// Makes this engine's tokens unique among engines that share `scan_token_key`: random.
     pub scan_token_seed: [u8; 16],
+    /// How long an identified client's registrations last after its last KEYNOTIFY (mqstore
+    /// clients renew every third of it): whichever way a client left, its registrations go.
+    /// `None`: until the client is known to be gone.
+    pub registration_lease_ms: Option<u64>,
+    /// The same for clients on the standard topics, which do not renew (the Azure SDK
+    /// clients): `None` (the default) keeps their registrations until they are known to be
+    /// gone.
+    pub standard_registration_lease_ms: Option<u64>,
 }
 
 impl EngineConfig {
@@ -56,6 +64,8 @@ impl EngineConfig {
             response_topic_prefixes: Vec::new(),
             scan_token_key: [0; 32],
             scan_token_seed: [0; 16],
+            registration_lease_ms: None,
+            standard_registration_lease_ms: None,
         }
     }
 }
@@ -336,10 +346,18 @@ impl<S> Engine<S> {
                 if !stop && topics::notify_topic_len(&client, &key) > topics::MAX_TOPIC_LEN {
                     return Err(ServiceError::NotificationTopicTooLong);
                 }
+                let lease = match context.identified {
+                    true => self.config.registration_lease_ms,
+                    false => self.config.standard_registration_lease_ms,
+                };
                 if stop {
                     StoreOp::Unwatch { client, key }
                 } else {
-                    StoreOp::Watch { client, key }
+                    StoreOp::Watch {
+                        client,
+                        key,
+                        lease_until: lease.map(|ms| now_ms.saturating_add(ms)),
+                    }
                 }
             }
             Request::Scan { pattern, token } => {
@@ -457,6 +475,12 @@ impl<S: Store> Engine<S> {
     /// Drops every KEYNOTIFY registration of a client that is gone; how many there were.
     pub fn drop_client(&mut self, client_id: &str) -> usize {
         self.store.drop_client(client_id)
+    }
+
+    /// Drops the registrations of every client whose lease ended by `now_ms` (it stopped
+    /// renewing them); returns those clients and how many registrations each had.
+    pub fn expire_leases(&mut self, now_ms: u64) -> Vec<(ClientId, usize)> {
+        std::iter::from_fn(|| self.store.pop_expired_lease(now_ms)).collect()
     }
 
     /// Handles one message from the invoke topic, pushing what to publish onto `out`: DELETE

@@ -58,6 +58,11 @@ pub struct ServerConfig {
     /// The secret SCAN continuation tokens are sealed with (`None`: a random one per process).
     /// Nodes that continue each other's scans share one.
     pub scan_token_key: Option<[u8; 32]>,
+    /// How long an identified client's registrations outlive its last KEYNOTIFY (mqstore
+    /// clients renew every third of it, as the server's presence tells them).
+    pub registration_lease: Option<Duration>,
+    /// The same for clients on the standard topics (which do not renew): `None` by default.
+    pub standard_registration_lease: Option<Duration>,
     /// Requests that arrive while this many answers wait for the broker to take them are
     /// dropped unapplied (their callers time out): memory stays bounded when the broker
     /// accepts publishes more slowly than requests come in (0: drop every request).
@@ -81,6 +86,8 @@ impl ServerConfig {
             require_identity: false,
             response_topic_prefixes: Vec::new(),
             scan_token_key: None,
+            registration_lease: Some(DEFAULT_REGISTRATION_LEASE),
+            standard_registration_lease: None,
             max_pending_answers: DEFAULT_MAX_PENDING_ANSWERS,
         }
     }
@@ -168,6 +175,10 @@ pub async fn serve(
             .scan_token_key
             .unwrap_or_else(super::random_bytes::<32>),
         scan_token_seed: super::random_bytes::<16>(),
+        registration_lease_ms: config.registration_lease.map(|d| d.as_millis() as u64),
+        standard_registration_lease_ms: config
+            .standard_registration_lease
+            .map(|d| d.as_millis() as u64),
         ..EngineConfig::new(config.node_id.clone())
     };
     let engine = Engine::new(engine_config, MemoryStore::with_quotas(config.quotas))
@@ -198,6 +209,7 @@ pub async fn serve(
         epoch: epoch.clone(),
         online,
         max_packet_size: Some(config.broker.max_packet_size),
+        registration_lease_ms: config.registration_lease.map(|d| d.as_millis() as u64),
     };
     let mut options = config.broker.options(&config.client_id);
     options.set_last_will(LastWill::new(
@@ -270,6 +282,9 @@ pub async fn serve(
     info!("stopped");
     Ok(())
 }
+
+/// The default of [`ServerConfig::registration_lease`].
+pub const DEFAULT_REGISTRATION_LEASE: Duration = Duration::from_secs(60);
 
 /// The default of [`ServerConfig::max_pending_answers`].
 pub const DEFAULT_MAX_PENDING_ANSWERS: usize = 10_000;
@@ -393,6 +408,10 @@ impl Driver for Node {
     fn on_deadline(&mut self, now_ms: u64) {
         self.engine.expire(now_ms, &mut self.out);
         self.queue_out();
+        for (client, registrations) in self.engine.expire_leases(now_ms) {
+            debug!(?client, registrations, "registration lease ended: dropped");
+            self.metrics.client_dropped();
+        }
         self.metrics.set_store(self.engine.stats());
     }
 

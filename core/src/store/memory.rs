@@ -49,6 +49,10 @@ pub struct MemoryStore {
     /// client → keys it watches, to drop a client in one step.
     watched: HashMap<ClientId, HashSet<Bytes>>,
     watch_count: u64,
+    /// client → the end of its registrations' lease (clients without a lease are absent).
+    leases: HashMap<ClientId, u64>,
+    /// `(lease end, client)`, for the ones that end first.
+    lease_order: BTreeSet<(u64, ClientId)>,
     bytes: u64,
     quotas: Quotas,
 }
@@ -203,6 +207,22 @@ impl MemoryStore {
         Ok(())
     }
 
+    /// Extends `client`'s lease to `until` (never shortens it).
+    fn renew_lease(&mut self, client: &ClientId, until: u64) {
+        match self.leases.get_mut(client) {
+            Some(current) if *current >= until => {}
+            Some(current) => {
+                self.lease_order.remove(&(*current, client.clone()));
+                *current = until;
+                self.lease_order.insert((until, client.clone()));
+            }
+            None => {
+                self.leases.insert(client.clone(), until);
+                self.lease_order.insert((until, client.clone()));
+            }
+        }
+    }
+
     fn unwatch(&mut self, client: &str, key: &[u8]) -> bool {
         let Some(keys) = self.watched.get_mut(client) else {
             return false;
@@ -276,7 +296,17 @@ impl Store for MemoryStore {
                 if_value,
                 fencing_token,
             } => StoreReply::Delete(self.delete(key, if_value.as_deref(), fencing_token.as_ref())),
-            StoreOp::Watch { client, key } => StoreReply::Watch(self.watch(client, key)),
+            StoreOp::Watch {
+                client,
+                key,
+                lease_until,
+            } => {
+                let watched = self.watch(client, key);
+                if let (Ok(()), Some(until)) = (&watched, lease_until) {
+                    self.renew_lease(client, *until);
+                }
+                StoreReply::Watch(watched)
+            }
             StoreOp::Unwatch { client, key } => StoreReply::Unwatch(self.unwatch(client, key)),
             StoreOp::Scan {
                 pattern,
@@ -302,6 +332,9 @@ impl Store for MemoryStore {
     }
 
     fn drop_client(&mut self, client: &str) -> usize {
+        if let Some((client, until)) = self.leases.remove_entry(client) {
+            self.lease_order.remove(&(until, client));
+        }
         let Some(keys) = self.watched.remove(client) else {
             return 0;
         };
@@ -312,8 +345,20 @@ impl Store for MemoryStore {
         keys.len()
     }
 
+    fn pop_expired_lease(&mut self, now_ms: u64) -> Option<(ClientId, usize)> {
+        let (until, client) = self.lease_order.first()?;
+        if *until > now_ms {
+            return None;
+        }
+        let client = client.clone();
+        let dropped = self.drop_client(&client);
+        Some((client, dropped))
+    }
+
     fn next_deadline(&self) -> Option<u64> {
-        self.deadlines.first().map(|(deadline, _)| *deadline)
+        let key = self.deadlines.first().map(|(deadline, _)| *deadline);
+        let lease = self.lease_order.first().map(|(until, _)| *until);
+        key.into_iter().chain(lease).min()
     }
 
     fn stats(&self) -> StoreStats {

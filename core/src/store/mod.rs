@@ -54,8 +54,14 @@ pub enum StoreOp {
         if_value: Option<Bytes>,
         fencing_token: Option<Hlc>,
     },
-    /// Register `client` for changes of `key` (idempotent).
-    Watch { client: ClientId, key: Bytes },
+    /// Register `client` for changes of `key` (idempotent). With `lease_until`, every
+    /// registration of the client lasts until then (or a later renewal): a client that stops
+    /// renewing loses them, however it left.
+    Watch {
+        client: ClientId,
+        key: Bytes,
+        lease_until: Option<u64>,
+    },
     /// Remove that registration.
     Unwatch { client: ClientId, key: Bytes },
     /// Up to `limit` keys after `after`, in the store's stable order, that match `pattern`,
@@ -158,11 +164,15 @@ pub trait Store {
     /// Removes one key whose deadline is at or before `now_ms`; returns it with its watchers.
     fn pop_expired(&mut self, now_ms: u64) -> Option<(Bytes, Vec<ClientId>)>;
 
-    /// The earliest deadline of any key.
+    /// The earliest deadline of any key or registration lease.
     fn next_deadline(&self) -> Option<u64>;
 
     /// Removes every registration of `client`; how many there were.
     fn drop_client(&mut self, client: &str) -> usize;
+
+    /// Removes one client whose registration lease ended at or before `now_ms` with its
+    /// registrations; returns it and how many it had.
+    fn pop_expired_lease(&mut self, now_ms: u64) -> Option<(ClientId, usize)>;
 
     /// How much the store holds.
     fn stats(&self) -> StoreStats;
