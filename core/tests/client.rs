@@ -256,6 +256,12 @@ fn timeouts_fail_calls_and_late_answers_are_ignored() {
             result: Err(ClientError::Timeout(100))
         }]
     );
+    // The message says what a timeout means for a write.
+    assert!(
+        ClientError::Timeout(100)
+            .to_string()
+            .contains("a write may still be applied"),
+    );
     assert_eq!(c.next_deadline(), None);
     // The engine answers after all: nobody is waiting.
     for p in l.deliver(&c, publish) {

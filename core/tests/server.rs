@@ -1801,3 +1801,40 @@ on_both_brokers! {
         server.stop().await;
     }
 }
+
+on_both_brokers! {
+    /// Hardening §3: with --response-topic-prefix, a request on the standard topic is answered
+    /// only on such a response topic; others are dropped unapplied (the server will not publish
+    /// a stored value onto, say, `devices/door/cmd`).
+    async fn answers_go_only_to_the_allowed_response_topics(kind: Kind) {
+        let broker = Broker::start_kind(kind);
+        let config = ServerConfig {
+            response_topic_prefixes: vec!["clients/".into()],
+            ..ServerConfig::new(
+                BrokerConfig {
+                    port: broker.port,
+                    ..BrokerConfig::default()
+                },
+                "node-prefix",
+            )
+        };
+        let server = Server::start_config(config).await;
+        let c = ready_client(broker.port, "dev-1").await;
+        c.set("payload", "OPEN", SetOptions::default()).await.unwrap();
+        let mut raw = Raw::connect(broker.port, "door-attacker", None).await;
+        raw.client.subscribe("devices/door/cmd", QoS::AtLeastOnce).await.unwrap();
+        let mut elsewhere = props("door-attacker", &[]);
+        elsewhere.response_topic = Some("devices/door/cmd".into());
+        raw.send(b"*2\r\n$3\r\nGET\r\n$7\r\npayload\r\n", elsewhere).await;
+        server
+            .wait_metric("mqstore_requests_total{command=\"ENVELOPE\",outcome=\"dropped\"} 1")
+            .await;
+        // Within the prefix it is answered as usual (and that answer comes after any other).
+        raw.send(b"*2\r\n$3\r\nGET\r\n$7\r\npayload\r\n", props("door-attacker", &[])).await;
+        let answer = raw.answer().await;
+        assert_eq!(String::from_utf8_lossy(&answer.topic), topics::response_topic("door-attacker"));
+        assert_eq!(&answer.payload[..], b"$4\r\nOPEN\r\n");
+        raw.task.abort();
+        server.stop().await;
+    }
+}

@@ -708,3 +708,49 @@ fn note_sent(sent: &mut VecDeque<Sent>, metrics: &Metrics, tag: Sent) {
     }
     sent.push_back(tag);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::envelope::Properties;
+
+    fn publish(topic: &str, payload: &'static [u8]) -> Publish {
+        Publish {
+            topic: topic.to_owned(),
+            payload: bytes::Bytes::from_static(payload),
+            qos: 1,
+            properties: Properties::default(),
+        }
+    }
+
+    #[test]
+    fn what_the_broker_would_refuse_is_replaced_or_dropped_and_counted() {
+        let metrics = Metrics::default();
+        let small = publish("r/1", b"+OK\r\n");
+        assert_eq!(
+            fit(small.clone(), &Sent::Answer, 100, &metrics),
+            Some(small)
+        );
+        // An answer too large becomes the error, to the same topic.
+        let big = publish("r/1", &[b'x'; 200]);
+        let replaced = fit(big, &Sent::Answer, 150, &metrics).expect("an error answer");
+        assert_eq!(replaced.topic, "r/1");
+        assert_eq!(
+            replaced.payload,
+            Response::Error(ServiceError::ResponseTooLarge).to_bytes()
+        );
+        // A notification too large, or an answer whose topic alone is too large: dropped.
+        let notification = publish("n/1", &[b'x'; 200]);
+        let client = Sent::Notification("c".into());
+        assert_eq!(fit(notification, &client, 150, &metrics), None);
+        assert_eq!(
+            fit(publish("r/1", &[b'x'; 200]), &Sent::Answer, 10, &metrics),
+            None
+        );
+        assert!(
+            metrics
+                .render()
+                .contains("mqstore_publishes_dropped_total 2")
+        );
+    }
+}
