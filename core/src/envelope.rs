@@ -242,7 +242,10 @@ pub fn check_request(qos: u8, mut properties: Properties, node_id: &str) -> Chec
     let mut invocation = Invocation {
         client_id: properties
             .take_user_property(property::SOURCE_ID)
-            .or_else(|| topics::client_id_of_response_topic(&response_topic).map(str::to_owned)),
+            .or_else(|| topics::client_id_of_response_topic(&response_topic).map(str::to_owned))
+            // No MQTT client id holds NUL; the engine marks identified clients' ids with it,
+            // and a claim must never reach their registrations.
+            .filter(|id| !id.contains('\0')),
         response_topic,
         correlation_data: properties.correlation_data.take().unwrap_or_default(),
         timestamp: properties.take_user_property(property::TIMESTAMP),
@@ -393,6 +396,14 @@ mod tests {
         assert_eq!(inv.fencing_token.as_deref(), Some("2:0:x"));
         assert!(inv.persist);
         assert_eq!(inv.correlation_data, Bytes::from_static(&[7; 16]));
+    }
+
+    #[test]
+    fn a_claimed_id_with_nul_is_no_id() {
+        let Checked::Accept(inv) = check_request(1, request(&[("__srcId", "\0a1")]), "node") else {
+            panic!()
+        };
+        assert_eq!(inv.client_id, None);
     }
 
     #[test]
