@@ -39,6 +39,7 @@ pub mod engine;
 pub mod envelope;
 mod error;
 pub mod hlc;
+pub mod jobs;
 #[cfg(feature = "net")]
 pub mod net;
 pub mod presence;

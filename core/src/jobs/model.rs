@@ -1,0 +1,408 @@
+//! Jobs, executions and what the device API accepts (spec: docs/protocol/jobs.md §1, §3).
+
+use std::collections::BTreeMap;
+
+use serde_json::{Map, Value, json};
+
+/// A job execution's status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Status {
+    Queued,
+    InProgress,
+    Succeeded,
+    Failed,
+    Rejected,
+    TimedOut,
+    Canceled,
+    Removed,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Queued => "QUEUED",
+            Self::InProgress => "IN_PROGRESS",
+            Self::Succeeded => "SUCCEEDED",
+            Self::Failed => "FAILED",
+            Self::Rejected => "REJECTED",
+            Self::TimedOut => "TIMED_OUT",
+            Self::Canceled => "CANCELED",
+            Self::Removed => "REMOVED",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        [
+            Self::Queued,
+            Self::InProgress,
+            Self::Succeeded,
+            Self::Failed,
+            Self::Rejected,
+            Self::TimedOut,
+            Self::Canceled,
+            Self::Removed,
+        ]
+        .into_iter()
+        .find(|s| s.as_str() == text)
+    }
+
+    /// QUEUED and IN_PROGRESS: on the thing's pending list.
+    pub fn is_pending(self) -> bool {
+        matches!(self, Self::Queued | Self::InProgress)
+    }
+}
+
+/// Why a device request was rejected (the `code` of a `/rejected` reply).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RejectCode {
+    InvalidTopic,
+    InvalidJson,
+    InvalidRequest,
+    InvalidStateTransition,
+    ResourceNotFound,
+    VersionMismatch,
+    InternalError,
+    RequestThrottled,
+}
+
+impl RejectCode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::InvalidTopic => "InvalidTopic",
+            Self::InvalidJson => "InvalidJson",
+            Self::InvalidRequest => "InvalidRequest",
+            Self::InvalidStateTransition => "InvalidStateTransition",
+            Self::ResourceNotFound => "ResourceNotFound",
+            Self::VersionMismatch => "VersionMismatch",
+            Self::InternalError => "InternalError",
+            Self::RequestThrottled => "RequestThrottled",
+        }
+    }
+}
+
+/// Why an operator call failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum JobsError {
+    #[error("invalid job: {0}")]
+    Invalid(String),
+    #[error("a job {0} exists already")]
+    JobExists(String),
+    #[error("no such job or execution: {0}")]
+    NotFound(String),
+    #[error("{0} is IN_PROGRESS: use force")]
+    InProgress(String),
+}
+
+/// What an operator asks for when creating a job.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobSpec {
+    pub job_id: String,
+    /// A JSON object.
+    pub document: Value,
+    pub targets: Vec<String>,
+    /// `timeoutConfig.inProgressTimeoutInMinutes` (1–10080).
+    pub in_progress_timeout_minutes: Option<u32>,
+    /// Executions that end FAILED or TIMED_OUT are queued again this many times (0–10).
+    pub max_retries: u32,
+}
+
+impl JobSpec {
+    pub(crate) fn validate(&self) -> Result<(), JobsError> {
+        let invalid = |m: String| Err(JobsError::Invalid(m));
+        if !valid_job_id(&self.job_id) {
+            return invalid(format!(
+                "job id {:?}: 1-64 characters of a-z, A-Z, 0-9, '_' and '-'",
+                self.job_id
+            ));
+        }
+        if !self.document.is_object() {
+            return invalid("the document must be a JSON object".into());
+        }
+        if self.targets.is_empty() {
+            return invalid("a job needs at least one target".into());
+        }
+        if let Some(thing) = self.targets.iter().find(|t| !valid_thing_name(t)) {
+            return invalid(format!(
+                "target {thing:?}: 1-128 characters of a-z, A-Z, 0-9, ':', '_' and '-'"
+            ));
+        }
+        if self
+            .in_progress_timeout_minutes
+            .is_some_and(|m| !(1..=10_080).contains(&m))
+        {
+            return invalid("inProgressTimeoutInMinutes is 1-10080".into());
+        }
+        if self.max_retries > 10 {
+            return invalid("at most 10 retries".into());
+        }
+        Ok(())
+    }
+}
+
+/// A job.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Job {
+    pub id: String,
+    pub document: Value,
+    pub targets: Vec<String>,
+    pub in_progress_timeout_minutes: Option<u32>,
+    pub max_retries: u32,
+}
+
+impl From<JobSpec> for Job {
+    fn from(spec: JobSpec) -> Self {
+        let mut targets = spec.targets;
+        targets.dedup();
+        Self {
+            id: spec.job_id,
+            document: spec.document,
+            targets,
+            in_progress_timeout_minutes: spec.in_progress_timeout_minutes,
+            max_retries: spec.max_retries,
+        }
+    }
+}
+
+/// One execution of a job on one thing.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Execution {
+    pub job_id: String,
+    pub thing: String,
+    pub status: Status,
+    pub status_details: BTreeMap<String, String>,
+    /// Epoch seconds.
+    pub queued_at: u64,
+    pub started_at: Option<u64>,
+    pub last_updated_at: u64,
+    pub version_number: u64,
+    pub execution_number: u64,
+    /// When the step timer (from `stepTimeoutInMinutes`) runs out, in ms.
+    pub step_deadline_ms: Option<u64>,
+    /// When the job's in-progress timer runs out (set on start), in ms.
+    pub in_progress_deadline_ms: Option<u64>,
+    in_progress_minutes: Option<u32>,
+    /// Creation order among all executions.
+    pub(crate) seq: u64,
+}
+
+impl Execution {
+    pub(crate) fn queued(
+        job_id: &str,
+        thing: &str,
+        number: u64,
+        in_progress_minutes: Option<u32>,
+        seq: u64,
+        now_ms: u64,
+    ) -> Self {
+        Self {
+            job_id: job_id.to_owned(),
+            thing: thing.to_owned(),
+            status: Status::Queued,
+            status_details: BTreeMap::new(),
+            queued_at: now_ms / 1000,
+            started_at: None,
+            last_updated_at: now_ms / 1000,
+            version_number: 1,
+            execution_number: number,
+            step_deadline_ms: None,
+            in_progress_deadline_ms: None,
+            in_progress_minutes,
+            seq,
+        }
+    }
+
+    /// What identifies it on a pending list.
+    pub(crate) fn key(&self) -> (String, u64) {
+        (self.job_id.clone(), self.execution_number)
+    }
+
+    /// When it times out, while IN_PROGRESS: the earlier timer.
+    pub fn deadline(&self) -> Option<u64> {
+        if self.status != Status::InProgress {
+            return None;
+        }
+        self.step_deadline_ms
+            .into_iter()
+            .chain(self.in_progress_deadline_ms)
+            .min()
+    }
+
+    /// QUEUED → IN_PROGRESS (start-next).
+    pub(crate) fn start(
+        &mut self,
+        details: Option<BTreeMap<String, String>>,
+        step_minutes: Option<u64>,
+        now_ms: u64,
+    ) {
+        self.status = Status::InProgress;
+        self.started_at = Some(now_ms / 1000);
+        self.in_progress_deadline_ms = self
+            .in_progress_minutes
+            .map(|m| now_ms + u64::from(m) * 60_000);
+        self.progress(details, step_minutes, now_ms);
+    }
+
+    /// An accepted IN_PROGRESS update (or the start): new details, a new step timer.
+    pub(crate) fn progress(
+        &mut self,
+        details: Option<BTreeMap<String, String>>,
+        step_minutes: Option<u64>,
+        now_ms: u64,
+    ) {
+        if self.status == Status::Queued {
+            return self.start(details, step_minutes, now_ms);
+        }
+        if let Some(details) = details {
+            self.status_details = details;
+        }
+        if let Some(minutes) = step_minutes {
+            self.step_deadline_ms = Some(now_ms + minutes * 60_000);
+        }
+        self.last_updated_at = now_ms / 1000;
+        self.version_number += 1;
+    }
+
+    /// A terminal status.
+    pub(crate) fn end(&mut self, status: Status, now_ms: u64) {
+        self.status = status;
+        self.last_updated_at = now_ms / 1000;
+        self.version_number += 1;
+        self.step_deadline_ms = None;
+        self.in_progress_deadline_ms = None;
+    }
+
+    /// A `JobExecutionSummary` (notify, get): no status.
+    pub fn summary(&self) -> Value {
+        let mut summary = Map::new();
+        summary.insert("jobId".into(), json!(self.job_id));
+        summary.insert("queuedAt".into(), json!(self.queued_at));
+        if let Some(started) = self.started_at {
+            summary.insert("startedAt".into(), json!(started));
+        }
+        summary.insert("lastUpdatedAt".into(), json!(self.last_updated_at));
+        summary.insert("executionNumber".into(), json!(self.execution_number));
+        summary.insert("versionNumber".into(), json!(self.version_number));
+        Value::Object(summary)
+    }
+
+    /// The execution of a notify-next.
+    pub(crate) fn next_notification(&self, document: Option<Value>) -> Value {
+        let mut execution = Map::new();
+        execution.insert("jobId".into(), json!(self.job_id));
+        execution.insert("status".into(), json!(self.status.as_str()));
+        execution.insert("queuedAt".into(), json!(self.queued_at));
+        if let Some(started) = self.started_at {
+            execution.insert("startedAt".into(), json!(started));
+        }
+        execution.insert("lastUpdatedAt".into(), json!(self.last_updated_at));
+        execution.insert("versionNumber".into(), json!(self.version_number));
+        execution.insert("executionNumber".into(), json!(self.execution_number));
+        if let Some(document) = document {
+            execution.insert("jobDocument".into(), document);
+        }
+        Value::Object(execution)
+    }
+
+    /// A `JobExecution` (start-next, describe).
+    pub(crate) fn describe(&self, document: Option<Value>, now_ms: u64) -> Value {
+        let mut execution = match self.next_notification(document) {
+            Value::Object(map) => map,
+            _ => Map::new(),
+        };
+        execution.insert("thingName".into(), json!(self.thing));
+        if !self.status_details.is_empty() {
+            execution.insert("statusDetails".into(), json!(self.status_details));
+        }
+        if let Some(deadline) = self.deadline() {
+            let left = deadline.saturating_sub(now_ms) / 1000;
+            execution.insert("approximateSecondsBeforeTimedOut".into(), json!(left));
+        }
+        Value::Object(execution)
+    }
+
+    /// The `executionState` of rejections and of update replies.
+    pub(crate) fn state(&self) -> Value {
+        let mut state = Map::new();
+        state.insert("status".into(), json!(self.status.as_str()));
+        if !self.status_details.is_empty() {
+            state.insert("statusDetails".into(), json!(self.status_details));
+        }
+        state.insert("versionNumber".into(), json!(self.version_number));
+        Value::Object(state)
+    }
+}
+
+/// `[a-zA-Z0-9_-]{1,64}`.
+pub(crate) fn valid_job_id(id: &str) -> bool {
+    (1..=64).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// `[a-zA-Z0-9:_-]{1,128}`.
+pub(crate) fn valid_thing_name(name: &str) -> bool {
+    (1..=128).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b':' | b'_' | b'-'))
+}
+
+/// `statusDetails` of a request: keys `[a-zA-Z0-9:_-]{1,128}`, values 1–1024 characters
+/// without control characters; `None` when absent.
+pub(crate) fn status_details(
+    request: &Map<String, Value>,
+) -> Result<Option<BTreeMap<String, String>>, String> {
+    let Some(details) = request.get("statusDetails") else {
+        return Ok(None);
+    };
+    let Value::Object(details) = details else {
+        return Err("statusDetails must be an object of strings".into());
+    };
+    let mut out = BTreeMap::new();
+    for (key, value) in details {
+        let Value::String(value) = value else {
+            return Err(format!("statusDetails.{key} must be a string"));
+        };
+        if !valid_thing_name(key) {
+            return Err(format!(
+                "statusDetails key {key:?}: 1-128 characters of a-z, A-Z, 0-9, ':', '_' and '-'"
+            ));
+        }
+        let length = value.chars().count();
+        if !(1..=1024).contains(&length) || value.chars().any(char::is_control) {
+            return Err(format!(
+                "statusDetails.{key}: 1-1024 characters, no control characters"
+            ));
+        }
+        out.insert(key.clone(), value.clone());
+    }
+    Ok(Some(out))
+}
+
+/// `stepTimeoutInMinutes` (1–10080), when given.
+pub(crate) fn step_timeout(request: &Map<String, Value>) -> Result<Option<u64>, String> {
+    match request.get("stepTimeoutInMinutes") {
+        None => Ok(None),
+        Some(value) => match value.as_u64() {
+            Some(minutes @ 1..=10_080) => Ok(Some(minutes)),
+            _ => Err("stepTimeoutInMinutes is 1-10080".into()),
+        },
+    }
+}
+
+/// `expectedVersion`, a number or a numeric string.
+pub(crate) fn expected_version(request: &Map<String, Value>) -> Result<Option<u64>, String> {
+    match request.get("expectedVersion") {
+        None => Ok(None),
+        Some(Value::Number(n)) => n
+            .as_u64()
+            .map(Some)
+            .ok_or_else(|| "expectedVersion must be a whole number".into()),
+        Some(Value::String(s)) => s
+            .parse()
+            .map(Some)
+            .map_err(|_| "expectedVersion must be a whole number".into()),
+        Some(_) => Err("expectedVersion must be a whole number".into()),
+    }
+}

@@ -1,0 +1,394 @@
+use serde_json::{Value, json};
+
+use super::*;
+
+const T0: u64 = 1_700_000_000_000;
+const S0: u64 = T0 / 1000;
+
+fn spec(job_id: &str, targets: &[&str]) -> JobSpec {
+    JobSpec {
+        job_id: job_id.into(),
+        document: json!({ "operation": job_id }),
+        targets: targets.iter().map(|t| t.to_string()).collect(),
+        in_progress_timeout_minutes: None,
+        max_retries: 0,
+    }
+}
+
+/// What was published: topic suffix after `$aws/things/T/jobs/`, and the JSON.
+fn seen(out: &mut Vec<Publish>) -> Vec<(String, Value)> {
+    out.drain(..)
+        .map(|p| {
+            let suffix = p
+                .topic
+                .split_once("/jobs/")
+                .map(|(_, s)| s.to_owned())
+                .unwrap();
+            (suffix, serde_json::from_slice(&p.payload).unwrap())
+        })
+        .collect()
+}
+
+fn device(
+    jobs: &mut Jobs,
+    thing: &str,
+    api: &str,
+    payload: Value,
+    out: &mut Vec<Publish>,
+) -> Value {
+    let topic = format!("$aws/things/{thing}/jobs/{api}");
+    jobs.handle(&topic, payload.to_string().as_bytes(), T0, out)
+        .expect("a request");
+    let reply = out.pop().expect("a reply");
+    assert!(reply.topic.starts_with(&topic));
+    let accepted = reply.topic.ends_with("/accepted");
+    let mut value: Value = serde_json::from_slice(&reply.payload).unwrap();
+    value["_accepted"] = json!(accepted);
+    value
+}
+
+fn summary(job: &str, started: bool, version: u64) -> Value {
+    let mut s = json!({ "jobId": job, "queuedAt": S0, "lastUpdatedAt": S0, "executionNumber": 1, "versionNumber": version });
+    if started {
+        s["startedAt"] = json!(S0);
+    }
+    s
+}
+
+#[test]
+fn the_seeds_worked_example_notifies_exactly_where_it_says() {
+    let mut jobs = Jobs::new();
+    let mut out = Vec::new();
+    // job1 queued: notify and notify-next.
+    jobs.create_job(spec("job1", &["T"]), T0, &mut out).unwrap();
+    assert_eq!(
+        seen(&mut out),
+        vec![
+            (
+                "notify".into(),
+                json!({ "timestamp": S0, "jobs": { "QUEUED": [summary("job1", false, 1)] } })
+            ),
+            (
+                "notify-next".into(),
+                json!({ "timestamp": S0, "execution": {
+                    "jobId": "job1", "status": "QUEUED", "queuedAt": S0, "lastUpdatedAt": S0,
+                    "versionNumber": 1, "executionNumber": 1, "jobDocument": { "operation": "job1" } } })
+            ),
+        ]
+    );
+    // job2 queued behind it: notify only.
+    jobs.create_job(spec("job2", &["T"]), T0, &mut out).unwrap();
+    let published = seen(&mut out);
+    assert_eq!(published.len(), 1);
+    assert_eq!(published[0].0, "notify");
+    // job1 started: nothing but the reply.
+    let started = device(
+        &mut jobs,
+        "T",
+        "start-next",
+        json!({ "clientToken": "c1" }),
+        &mut out,
+    );
+    assert_eq!(started["_accepted"], json!(true));
+    assert_eq!(started["clientToken"], json!("c1"));
+    assert_eq!(started["execution"]["jobId"], json!("job1"));
+    assert_eq!(started["execution"]["status"], json!("IN_PROGRESS"));
+    assert_eq!(started["execution"]["versionNumber"], json!(2));
+    assert!(out.is_empty(), "start-next notifies nothing: {out:?}");
+    // job3 queued: notify only, IN_PROGRESS first.
+    jobs.create_job(spec("job3", &["T"]), T0, &mut out).unwrap();
+    assert_eq!(
+        seen(&mut out),
+        vec![(
+            "notify".into(),
+            json!({ "timestamp": S0, "jobs": {
+                "IN_PROGRESS": [summary("job1", true, 2)],
+                "QUEUED": [summary("job2", false, 1), summary("job3", false, 1)] } })
+        )]
+    );
+    // job1 SUCCEEDED: notify, and notify-next with job2.
+    let done = device(
+        &mut jobs,
+        "T",
+        "job1/update",
+        json!({ "status": "SUCCEEDED" }),
+        &mut out,
+    );
+    assert_eq!(done["_accepted"], json!(true));
+    let published = seen(&mut out);
+    assert_eq!(
+        published
+            .iter()
+            .map(|(t, _)| t.as_str())
+            .collect::<Vec<_>>(),
+        ["notify", "notify-next"]
+    );
+    assert_eq!(published[1].1["execution"]["jobId"], json!("job2"));
+    // job3 IN_PROGRESS while job2 is QUEUED: job3 is now first: notify-next only.
+    device(
+        &mut jobs,
+        "T",
+        "job3/update",
+        json!({ "status": "IN_PROGRESS" }),
+        &mut out,
+    );
+    let published = seen(&mut out);
+    assert_eq!(published.len(), 1, "{published:?}");
+    assert_eq!(published[0].0, "notify-next");
+    assert_eq!(published[0].1["execution"]["jobId"], json!("job3"));
+    assert_eq!(published[0].1["execution"]["status"], json!("IN_PROGRESS"));
+    // job2 REJECTED: notify only (job3 stays first).
+    device(
+        &mut jobs,
+        "T",
+        "job2/update",
+        json!({ "status": "REJECTED" }),
+        &mut out,
+    );
+    let published = seen(&mut out);
+    assert_eq!(published.len(), 1, "{published:?}");
+    assert_eq!(
+        published[0],
+        (
+            "notify".into(),
+            json!({ "timestamp": S0, "jobs": { "IN_PROGRESS": [summary("job3", true, 2)] } })
+        )
+    );
+    // job3 force-deleted: an empty list and an empty next.
+    jobs.delete_execution("job3", "T", true, T0, &mut out)
+        .unwrap();
+    assert_eq!(
+        seen(&mut out),
+        vec![
+            ("notify".into(), json!({ "timestamp": S0, "jobs": {} })),
+            ("notify-next".into(), json!({ "timestamp": S0 })),
+        ]
+    );
+}
+
+#[test]
+fn rejections_carry_their_code_the_token_and_the_state() {
+    let mut jobs = Jobs::new();
+    let mut out = Vec::new();
+    jobs.create_job(spec("job1", &["T"]), T0, &mut out).unwrap();
+    out.clear();
+    let reject = |jobs: &mut Jobs, api: &str, payload: &[u8], out: &mut Vec<Publish>| {
+        let topic = format!("$aws/things/T/jobs/{api}");
+        jobs.handle(&topic, payload, T0, out).unwrap();
+        let reply = out.pop().unwrap();
+        assert_eq!(reply.topic, format!("{topic}/rejected"));
+        serde_json::from_slice::<Value>(&reply.payload).unwrap()
+    };
+    assert_eq!(
+        reject(&mut jobs, "get", b"not json", &mut out)["code"],
+        json!("InvalidJson")
+    );
+    assert_eq!(
+        reject(&mut jobs, "get", b"[1]", &mut out)["code"],
+        json!("InvalidJson")
+    );
+    let r = reject(
+        &mut jobs,
+        "nonsense/here/too",
+        b"{\"clientToken\":\"t\"}",
+        &mut out,
+    );
+    assert_eq!(
+        (r["code"].clone(), r["clientToken"].clone()),
+        (json!("InvalidTopic"), json!("t"))
+    );
+    assert_eq!(
+        reject(&mut jobs, "job1/update", b"{}", &mut out)["code"],
+        json!("InvalidRequest")
+    );
+    for status in ["CANCELED", "TIMED_OUT", "REMOVED", "DONE"] {
+        let payload = json!({ "status": status }).to_string();
+        assert_eq!(
+            reject(&mut jobs, "job1/update", payload.as_bytes(), &mut out)["code"],
+            json!("InvalidRequest"),
+            "{status}"
+        );
+    }
+    let r = reject(
+        &mut jobs,
+        "job1/update",
+        br#"{"status":"QUEUED"}"#,
+        &mut out,
+    );
+    assert_eq!(r["code"], json!("InvalidStateTransition"));
+    assert_eq!(
+        r["executionState"],
+        json!({ "status": "QUEUED", "versionNumber": 1 })
+    );
+    let r = reject(
+        &mut jobs,
+        "job1/update",
+        br#"{"status":"IN_PROGRESS","expectedVersion":"99","clientToken":"x"}"#,
+        &mut out,
+    );
+    assert_eq!(r["code"], json!("VersionMismatch"));
+    assert_eq!(
+        r["message"],
+        json!("Expected version 99 but found version 1")
+    );
+    assert_eq!(r["clientToken"], json!("x"));
+    assert_eq!(r["executionState"]["versionNumber"], json!(1));
+    assert_eq!(
+        reject(
+            &mut jobs,
+            "nope/update",
+            br#"{"status":"SUCCEEDED"}"#,
+            &mut out
+        )["code"],
+        json!("ResourceNotFound")
+    );
+    assert_eq!(
+        reject(&mut jobs, "nope/get", b"", &mut out)["code"],
+        json!("ResourceNotFound")
+    );
+    let bad_details = br#"{"status":"IN_PROGRESS","statusDetails":{"k":""}}"#;
+    assert_eq!(
+        reject(&mut jobs, "job1/update", bad_details, &mut out)["code"],
+        json!("InvalidRequest")
+    );
+    let bad_step = br#"{"status":"IN_PROGRESS","stepTimeoutInMinutes":0}"#;
+    assert_eq!(
+        reject(&mut jobs, "job1/update", bad_step, &mut out)["code"],
+        json!("InvalidRequest")
+    );
+    // Nothing changed.
+    assert_eq!(jobs.execution("T", "job1").unwrap().version_number, 1);
+    // A terminal execution cannot move.
+    let ok = br#"{"status":"SUCCEEDED","expectedVersion":1}"#;
+    jobs.handle("$aws/things/T/jobs/job1/update", ok, T0, &mut out)
+        .unwrap();
+    out.clear();
+    let r = reject(
+        &mut jobs,
+        "job1/update",
+        br#"{"status":"IN_PROGRESS"}"#,
+        &mut out,
+    );
+    assert_eq!(r["code"], json!("InvalidStateTransition"));
+    assert_eq!(r["executionState"]["status"], json!("SUCCEEDED"));
+}
+
+#[test]
+fn own_replies_and_notifications_are_not_requests_and_empty_payloads_are_objects() {
+    let mut jobs = Jobs::new();
+    let mut out = Vec::new();
+    for topic in [
+        "$aws/things/T/jobs/get/accepted",
+        "$aws/things/T/jobs/job1/update/rejected",
+        "$aws/things/T/jobs/notify",
+        "$aws/things/T/jobs/notify-next",
+        "devices/T/jobs/get",
+    ] {
+        assert_eq!(jobs.handle(topic, b"{}", T0, &mut out), None, "{topic}");
+    }
+    assert!(out.is_empty());
+    let reply = device(&mut jobs, "T", "get", Value::Null, &mut out);
+    // `null` is not an object: the empty payload is.
+    assert_eq!(reply["_accepted"], json!(false));
+    jobs.handle("$aws/things/T/jobs/get", b"", T0, &mut out)
+        .unwrap();
+    let reply: Value = serde_json::from_slice(&out.pop().unwrap().payload).unwrap();
+    assert_eq!(
+        reply,
+        json!({ "inProgressJobs": [], "queuedJobs": [], "timestamp": S0 })
+    );
+}
+
+#[test]
+fn timeouts_end_executions_and_retries_queue_the_next_number() {
+    let mut jobs = Jobs::new();
+    let mut out = Vec::new();
+    let mut job = spec("job1", &["T"]);
+    job.in_progress_timeout_minutes = Some(10);
+    job.max_retries = 1;
+    jobs.create_job(job, T0, &mut out).unwrap();
+    device(
+        &mut jobs,
+        "T",
+        "start-next",
+        json!({ "stepTimeoutInMinutes": 1 }),
+        &mut out,
+    );
+    out.clear();
+    assert_eq!(jobs.next_deadline(), Some(T0 + 60_000));
+    jobs.expire(T0 + 59_999, &mut out);
+    assert!(out.is_empty());
+    jobs.expire(T0 + 60_000, &mut out);
+    // TIMED_OUT, then a retry queued: the list's membership changed, and its first entry.
+    let published = seen(&mut out);
+    assert_eq!(
+        published
+            .iter()
+            .map(|(t, _)| t.as_str())
+            .collect::<Vec<_>>(),
+        ["notify", "notify-next"]
+    );
+    assert_eq!(published[1].1["execution"]["executionNumber"], json!(2));
+    // The second failure is the last: the retry limit is reached.
+    device(&mut jobs, "T", "start-next", json!({}), &mut out);
+    device(
+        &mut jobs,
+        "T",
+        "job1/update",
+        json!({ "status": "FAILED" }),
+        &mut out,
+    );
+    assert_eq!(jobs.execution("T", "job1").unwrap().status, Status::Failed);
+    assert_eq!(jobs.execution("T", "job1").unwrap().execution_number, 2);
+    // REJECTED is never retried.
+    let mut job = spec("job2", &["T"]);
+    job.max_retries = 3;
+    jobs.create_job(job, T0, &mut out).unwrap();
+    device(
+        &mut jobs,
+        "T",
+        "job2/update",
+        json!({ "status": "REJECTED" }),
+        &mut out,
+    );
+    assert_eq!(jobs.execution("T", "job2").unwrap().execution_number, 1);
+}
+
+#[test]
+fn cancel_leaves_in_progress_executions_unless_forced() {
+    let mut jobs = Jobs::new();
+    let mut out = Vec::new();
+    jobs.create_job(spec("job1", &["A", "B"]), T0, &mut out)
+        .unwrap();
+    device(&mut jobs, "A", "start-next", json!({}), &mut out);
+    jobs.cancel_job("job1", false, T0, &mut out).unwrap();
+    assert_eq!(
+        jobs.execution("A", "job1").unwrap().status,
+        Status::InProgress
+    );
+    assert_eq!(
+        jobs.execution("B", "job1").unwrap().status,
+        Status::Canceled
+    );
+    jobs.cancel_job("job1", true, T0, &mut out).unwrap();
+    assert_eq!(
+        jobs.execution("A", "job1").unwrap().status,
+        Status::Canceled
+    );
+    assert_eq!(
+        jobs.cancel_job("nope", false, T0, &mut out),
+        Err(JobsError::NotFound("nope".into()))
+    );
+    assert!(matches!(
+        jobs.create_job(spec("job1", &["C"]), T0, &mut out),
+        Err(JobsError::JobExists(_))
+    ));
+    assert!(matches!(
+        jobs.create_job(spec("bad id!", &["C"]), T0, &mut out),
+        Err(JobsError::Invalid(_))
+    ));
+    assert!(matches!(
+        jobs.create_job(spec("j", &["bad thing!"]), T0, &mut out),
+        Err(JobsError::Invalid(_))
+    ));
+}
