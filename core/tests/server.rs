@@ -1838,3 +1838,111 @@ on_both_brokers! {
         server.stop().await;
     }
 }
+
+/// Sends an operator request from `t` (answered on its response topic).
+async fn operate(t: &Raw, request: serde_json::Value) {
+    let payload = request.to_string();
+    t.send_to(
+        mqstore::jobs::OPERATOR_TOPIC,
+        payload.as_bytes(),
+        props("T", &[]),
+    )
+    .await;
+}
+
+/// What a jobs test client saw up to and including the reply to its last request: the topic
+/// after `$aws/things/T/jobs/` (or `reply` for an operator answer) and the JSON.
+async fn jobs_step(raw: &mut Raw, until: &str) -> Vec<(String, serde_json::Value)> {
+    let mut seen = Vec::new();
+    loop {
+        let p = raw.answer().await;
+        let topic = String::from_utf8_lossy(&p.topic).into_owned();
+        let name = match topic.split_once("/jobs/") {
+            Some((_, rest)) => rest.to_owned(),
+            None => "reply".to_owned(),
+        };
+        // Its own requests come back through its `$aws/things/T/jobs/#` subscription.
+        if ["get", "start-next"].contains(&name.as_str()) || name.ends_with("/update") {
+            continue;
+        }
+        let value = serde_json::from_slice(&p.payload).unwrap_or(serde_json::Value::Null);
+        let done = name == until;
+        seen.push((name, value));
+        if done {
+            return seen;
+        }
+    }
+}
+
+on_both_brokers! {
+    /// Issue 10: the seed's worked example through mqstore serve: the exact notifications, in
+    /// order, and nothing where the seed says nothing (each step ends with its reply, which
+    /// the server publishes after the notifications the step caused).
+    async fn the_jobs_worked_example_over_the_wire(kind: Kind) {
+        use serde_json::json;
+        let broker = Broker::start_kind(kind);
+        let server = Server::start(broker.port, "node-jobs").await;
+        let mut t = Raw::connect(broker.port, "T", None).await;
+        t.client.subscribe("$aws/things/T/jobs/#", QoS::AtLeastOnce).await.unwrap();
+        let topics_of = |seen: &[(String, serde_json::Value)]| -> Vec<String> {
+            seen.iter().map(|(t, _)| t.clone()).collect()
+        };
+        // Until the server subscribed, operator requests reach nobody.
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            operate(&t, json!({ "op": "listJobs" })).await;
+            if tokio::time::timeout(Duration::from_millis(500), t.incoming.recv()).await.is_ok() {
+                break;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "the server never answered");
+        }
+        let create = |id: &str| json!({ "op": "createJob", "jobId": id, "targets": ["T"], "document": { "run": id } });
+
+        operate(&t, create("job1")).await;
+        let seen = jobs_step(&mut t, "reply").await;
+        assert_eq!(topics_of(&seen), ["notify", "notify-next", "reply"]);
+        assert_eq!(seen[0].1["jobs"]["QUEUED"][0]["jobId"], json!("job1"));
+        assert_eq!(seen[1].1["execution"]["jobDocument"], json!({ "run": "job1" }));
+        assert_eq!(seen[2].1["ok"]["jobId"], json!("job1"));
+
+        operate(&t, create("job2")).await;
+        assert_eq!(topics_of(&jobs_step(&mut t, "reply").await), ["notify", "reply"]);
+
+        t.send_to("$aws/things/T/jobs/start-next", b"{\"clientToken\":\"s1\"}", props("T", &[])).await;
+        let seen = jobs_step(&mut t, "start-next/accepted").await;
+        assert_eq!(topics_of(&seen), ["start-next/accepted"], "starting notifies nothing");
+        assert_eq!(seen[0].1["clientToken"], json!("s1"));
+
+        operate(&t, create("job3")).await;
+        assert_eq!(topics_of(&jobs_step(&mut t, "reply").await), ["notify", "reply"]);
+
+        t.send_to("$aws/things/T/jobs/job1/update", br#"{"status":"SUCCEEDED"}"#, props("T", &[])).await;
+        let seen = jobs_step(&mut t, "job1/update/accepted").await;
+        assert_eq!(topics_of(&seen), ["notify", "notify-next", "job1/update/accepted"]);
+        assert_eq!(seen[1].1["execution"]["jobId"], json!("job2"));
+
+        t.send_to("$aws/things/T/jobs/job3/update", br#"{"status":"IN_PROGRESS"}"#, props("T", &[])).await;
+        let seen = jobs_step(&mut t, "job3/update/accepted").await;
+        assert_eq!(topics_of(&seen), ["notify-next", "job3/update/accepted"]);
+        assert_eq!(seen[0].1["execution"]["jobId"], json!("job3"));
+
+        t.send_to("$aws/things/T/jobs/job2/update", br#"{"status":"REJECTED"}"#, props("T", &[])).await;
+        assert_eq!(topics_of(&jobs_step(&mut t, "job2/update/accepted").await), ["notify", "job2/update/accepted"]);
+
+        operate(&t, json!({ "op": "deleteJobExecution", "jobId": "job3", "thingName": "T", "force": true })).await;
+        let seen = jobs_step(&mut t, "reply").await;
+        assert_eq!(topics_of(&seen), ["notify", "notify-next", "reply"]);
+        assert_eq!(seen[0].1["jobs"], json!({}));
+        assert_eq!(seen[1].1.as_object().unwrap().len(), 1, "only a timestamp: {}", seen[1].1);
+
+        // Bad input: a rejection with the right code, nothing changed.
+        t.send_to("$aws/things/T/jobs/get", b"not json", props("T", &[])).await;
+        let seen = jobs_step(&mut t, "get/rejected").await;
+        assert_eq!(seen.last().unwrap().1["code"], json!("InvalidJson"));
+        operate(&t, json!({ "op": "describeJob", "jobId": "nope" })).await;
+        let seen = jobs_step(&mut t, "reply").await;
+        assert_eq!(seen[0].1["error"]["code"], json!("ResourceNotFound"));
+        t.task.abort();
+        server.stop().await;
+    }
+}

@@ -253,6 +253,9 @@ struct ServeArgs {
     /// gone.
     #[arg(long)]
     standard_registration_lease: Option<u64>,
+    /// Serve only the state store: no jobs service ($aws/things/+/jobs/#, the operator API).
+    #[arg(long)]
+    no_jobs: bool,
     /// Most KEYNOTIFY registrations of one client.
     #[arg(long, default_value_t = Quotas::SERVER_DEFAULT.max_watches_per_client.unwrap_or(u64::MAX))]
     max_watches_per_client: u64,
@@ -429,6 +432,7 @@ async fn run(cli: Cli) -> ExitCode {
         registration_lease: (args.registration_lease > 0)
             .then(|| Duration::from_secs(args.registration_lease)),
         standard_registration_lease: args.standard_registration_lease.map(Duration::from_secs),
+        jobs: !args.no_jobs,
         max_pending_answers: args.max_pending_answers,
     };
     match serve(config, shutdown_signal(), |_| {}).await {

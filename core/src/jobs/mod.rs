@@ -11,6 +11,7 @@
 //! `notify` when its membership changed, `notify-next` when its first entry changed.
 
 mod model;
+mod operator;
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -19,6 +20,7 @@ use serde_json::{Map, Value, json};
 
 pub use model::{Execution, Job, JobSpec, JobsError, RejectCode, Status};
 use model::{valid_job_id, valid_thing_name};
+pub use operator::OPERATOR_TOPIC;
 
 use crate::envelope::{Properties, Publish};
 

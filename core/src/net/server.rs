@@ -30,6 +30,7 @@ use crate::client::ClientError;
 use crate::codec::Response;
 use crate::engine::{AccessRules, Engine, EngineConfig, Outcome};
 use crate::envelope::{self, DropReason, EnvelopeError, Publish};
+use crate::jobs::{Jobs, OPERATOR_TOPIC};
 use crate::presence::ServerPresence;
 use crate::store::{MemoryStore, Quotas};
 use crate::topics;
@@ -63,6 +64,8 @@ pub struct ServerConfig {
     pub registration_lease: Option<Duration>,
     /// The same for clients on the standard topics (which do not renew): `None` by default.
     pub standard_registration_lease: Option<Duration>,
+    /// Serve the jobs service (the AWS IoT Jobs device API and the operator API).
+    pub jobs: bool,
     /// Requests that arrive while this many answers wait for the broker to take them are
     /// dropped unapplied (their callers time out): memory stays bounded when the broker
     /// accepts publishes more slowly than requests come in (0: drop every request).
@@ -88,6 +91,7 @@ impl ServerConfig {
             scan_token_key: None,
             registration_lease: Some(DEFAULT_REGISTRATION_LEASE),
             standard_registration_lease: None,
+            jobs: true,
             max_pending_answers: DEFAULT_MAX_PENDING_ANSWERS,
         }
     }
@@ -229,6 +233,11 @@ pub async fn serve(
         invoke_filters.push(topics::INVOKE);
         presence_filters.push(topics::PRESENCE_FILTER);
     }
+    if config.jobs {
+        // The AWS IoT Jobs device API (`#` alone does not match `$aws/...`), and ours.
+        invoke_filters.push(JOBS_FILTER);
+        invoke_filters.push(OPERATOR_TOPIC);
+    }
     let invoke_filters: Vec<String> = invoke_filters
         .into_iter()
         .map(|filter| match &config.share_group {
@@ -244,6 +253,7 @@ pub async fn serve(
         "mqstore serve starting"
     );
     let mut node = Node {
+        jobs: config.jobs.then(Jobs::new),
         probe_topic: topics::probe_topic(&config.client_id),
         presence: Publish {
             topic: presence_topic,
@@ -281,6 +291,14 @@ pub async fn serve(
     }
     info!("stopped");
     Ok(())
+}
+
+/// The AWS IoT Jobs device API's requests (and the service's own replies, which it ignores).
+const JOBS_FILTER: &str = "$aws/things/+/jobs/#";
+
+/// Whether `topic` is the jobs service's.
+fn is_jobs_topic(topic: &str) -> bool {
+    topic == OPERATOR_TOPIC || topic.starts_with("$aws/things/")
 }
 
 /// The default of [`ServerConfig::registration_lease`].
@@ -360,6 +378,8 @@ enum Sent {
 /// One server node: the engine and what it has queued for the broker.
 struct Node {
     engine: Engine,
+    /// The jobs service, unless switched off.
+    jobs: Option<Jobs>,
     /// Answers and notifications, tagged with what they are.
     outbox: Outbox<Sent>,
     metrics: Arc<Metrics>,
@@ -400,13 +420,19 @@ impl Driver for Node {
     fn deadline(&self) -> Option<u64> {
         // Not once the DISCONNECT is queued: what expiry sends would queue behind it.
         match self.stop {
-            Stop::Running | Stop::Unsubscribing | Stop::Unsubscribed => self.engine.next_deadline(),
+            Stop::Running | Stop::Unsubscribing | Stop::Unsubscribed => {
+                let jobs = self.jobs.as_ref().and_then(Jobs::next_deadline);
+                self.engine.next_deadline().into_iter().chain(jobs).min()
+            }
             Stop::Disconnecting | Stop::Closing => None,
         }
     }
 
     fn on_deadline(&mut self, now_ms: u64) {
         self.engine.expire(now_ms, &mut self.out);
+        if let Some(jobs) = &mut self.jobs {
+            jobs.expire(now_ms, &mut self.out);
+        }
         self.queue_out();
         for (client, registrations) in self.engine.expire_leases(now_ms) {
             debug!(?client, registrations, "registration lease ended: dropped");
@@ -543,6 +569,10 @@ impl Node {
                         None
                     }
                     Some(clients) => Some(clients),
+                    None if self.jobs.is_some() && is_jobs_topic(&message.topic) => {
+                        self.handle_jobs(message);
+                        None
+                    }
                     None if self.outbox.len() >= self.max_pending_answers => {
                         // Not applied. Answered 503 (a small publish, no engine work) while
                         // the backlog has room for that; beyond it, not even that.
@@ -646,6 +676,36 @@ impl Node {
             self.outbox
                 .push(message, tag, |tag| note_sent(sent, metrics, tag));
         }
+    }
+
+    /// A device request (`$aws/things/T/jobs/...`) or an operator request: the reply after the
+    /// notifications it causes.
+    fn handle_jobs(&mut self, message: Publish) {
+        let Some(jobs) = &mut self.jobs else { return };
+        let now = now_ms();
+        if message.topic != OPERATOR_TOPIC {
+            // The service's own replies and notifications come back too: not requests.
+            let _ = jobs.handle(&message.topic, &message.payload, now, &mut self.out);
+        } else {
+            let node = self.engine.node_id();
+            match envelope::check_request(message.qos, message.properties, node) {
+                envelope::Checked::Accept(invocation) => {
+                    let answer = jobs.operate(&message.payload, now, &mut self.out);
+                    let mut properties =
+                        envelope::response_properties(&invocation, 200, None, node);
+                    properties.content_type = Some("application/json".into());
+                    self.out.push(Publish {
+                        topic: invocation.response_topic,
+                        payload: bytes::Bytes::from(answer.to_string()),
+                        qos: 1,
+                        properties,
+                    });
+                }
+                envelope::Checked::Reject(reply, _) => self.out.push(*reply),
+                envelope::Checked::Drop(reason) => debug!(%reason, "operator request dropped"),
+            }
+        }
+        self.queue_out();
     }
 
     /// The probe's PUBACK came: whether the broker reports "no matching subscribers".
