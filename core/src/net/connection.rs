@@ -58,8 +58,10 @@ pub(crate) struct Connection {
     connected_at: Option<Instant>,
 }
 
-/// A connection that lasted this long resets the backoff.
-const STABLE: Duration = Duration::from_secs(10);
+/// A connection that lasted this long resets the backoff: one that drops sooner (a broker
+/// that refuses what we send at once) counts as a failed attempt, so there is no tight loop,
+/// while a broker that restarts after a good connection is tried again at once.
+const STABLE: Duration = Duration::from_secs(2);
 
 impl Connection {
     pub(crate) fn new(eventloop: EventLoop) -> Self {
@@ -89,7 +91,7 @@ impl Connection {
 
     /// The connection's next event, serving `wakes` and the driver's deadline meanwhile; `None`
     /// once the driver asks to stop. After a failed poll (rumqttc reconnects on the next one)
-    /// the next attempt waits: 100 ms, doubling, at most 5 s, until a connection lasts 10 s.
+    /// the next attempt waits: 100 ms, doubling, at most 5 s, until a connection lasts 2 s.
     async fn next<D: Driver>(
         &mut self,
         wakes: &mut impl Wakes<Wake = D::Wake>,
