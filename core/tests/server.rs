@@ -1946,3 +1946,41 @@ on_both_brokers! {
         server.stop().await;
     }
 }
+
+on_both_brokers! {
+    /// Issue 10: a broker restart mid-run loses no job state, and the server subscribes again.
+    async fn jobs_survive_a_broker_restart(kind: Kind) {
+        use serde_json::json;
+        let mut broker = Broker::start_kind(kind);
+        let server = Server::start(broker.port, "node-jobs-r").await;
+        let mut t = Raw::connect(broker.port, "T", None).await;
+        let deadline = tokio::time::Instant::now() + WAIT;
+        let create = json!({ "op": "createJob", "jobId": "j1", "targets": ["T"], "document": {} });
+        loop {
+            operate(&t, create.clone()).await;
+            if tokio::time::timeout(Duration::from_millis(500), t.incoming.recv()).await.is_ok() {
+                break;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "the server never answered");
+        }
+        t.task.abort();
+        broker.restart();
+        // A device that connects afterwards finds its job, started by nobody yet.
+        let mut t = Raw::connect(broker.port, "T", None).await;
+        t.client.subscribe("$aws/things/T/jobs/get/#", QoS::AtLeastOnce).await.unwrap();
+        let deadline = tokio::time::Instant::now() + WAIT;
+        let reply = loop {
+            t.send_to("$aws/things/T/jobs/get", b"{}", props("T", &[])).await;
+            if let Ok(Some(p)) = tokio::time::timeout(Duration::from_millis(500), t.incoming.recv()).await
+                && p.topic.ends_with(b"/accepted")
+            {
+                break serde_json::from_slice::<serde_json::Value>(&p.payload).unwrap();
+            }
+            assert!(tokio::time::Instant::now() < deadline, "the server never came back");
+        };
+        assert_eq!(reply["queuedJobs"][0]["jobId"], json!("j1"));
+        assert_eq!(reply["inProgressJobs"], json!([]));
+        t.task.abort();
+        server.stop().await;
+    }
+}
