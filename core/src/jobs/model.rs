@@ -93,6 +93,9 @@ pub enum JobsError {
     InProgress(String),
 }
 
+/// The largest job document, as JSON text (AWS IoT Jobs' limit).
+pub const MAX_DOCUMENT_BYTES: usize = 32 * 1024;
+
 /// What an operator asks for when creating a job.
 #[derive(Debug, Clone, PartialEq)]
 pub struct JobSpec {
@@ -117,6 +120,12 @@ impl JobSpec {
         }
         if !self.document.is_object() {
             return invalid("the document must be a JSON object".into());
+        }
+        let size = self.document.to_string().len();
+        if size > MAX_DOCUMENT_BYTES {
+            return invalid(format!(
+                "the document is {size} bytes; at most {MAX_DOCUMENT_BYTES} (as AWS IoT Jobs)"
+            ));
         }
         if self.targets.is_empty() {
             return invalid("a job needs at least one target".into());

@@ -391,4 +391,11 @@ fn cancel_leaves_in_progress_executions_unless_forced() {
         jobs.create_job(spec("j", &["bad thing!"]), T0, &mut out),
         Err(JobsError::Invalid(_))
     ));
+    let mut huge = spec("huge", &["C"]);
+    huge.document = json!({ "blob": "x".repeat(40_000) });
+    assert!(matches!(
+        jobs.create_job(huge, T0, &mut out),
+        Err(JobsError::Invalid(_))
+    ));
+    assert!(jobs.job("huge").is_none(), "nothing created");
 }
