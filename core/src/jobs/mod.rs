@@ -334,13 +334,7 @@ impl Jobs {
             }
             return Ok(reply);
         }
-        let number = match request.get("executionNumber") {
-            None => None,
-            Some(n) => Some(
-                n.as_u64()
-                    .ok_or_else(|| invalid("executionNumber must be a number".into()))?,
-            ),
-        };
+        let number = model::execution_number(request).map_err(invalid)?;
         let execution = self
             .describe_execution(thing, job_id, number, include_document, now_ms)
             .ok_or_else(|| not_found(thing, job_id))?;
@@ -371,13 +365,7 @@ impl Jobs {
         let details = model::status_details(request).map_err(invalid)?;
         let step = model::step_timeout(request).map_err(invalid)?;
         let expected = model::expected_version(request).map_err(invalid)?;
-        let number = match request.get("executionNumber") {
-            None => None,
-            Some(n) => Some(
-                n.as_u64()
-                    .ok_or_else(|| invalid("executionNumber must be a number".into()))?,
-            ),
-        };
+        let number = model::execution_number(request).map_err(invalid)?;
         let execution = self
             .latest(thing, job_id)
             .filter(|e| number.is_none_or(|n| n == e.execution_number))

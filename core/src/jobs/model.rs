@@ -400,6 +400,17 @@ pub(crate) fn step_timeout(request: &Map<String, Value>) -> Result<Option<u64>, 
     }
 }
 
+/// `executionNumber`, when given.
+pub(crate) fn execution_number(request: &Map<String, Value>) -> Result<Option<u64>, String> {
+    match request.get("executionNumber") {
+        None => Ok(None),
+        Some(n) => n
+            .as_u64()
+            .map(Some)
+            .ok_or_else(|| "executionNumber must be a whole number".into()),
+    }
+}
+
 /// `expectedVersion`, a number or a numeric string.
 pub(crate) fn expected_version(request: &Map<String, Value>) -> Result<Option<u64>, String> {
     match request.get("expectedVersion") {
