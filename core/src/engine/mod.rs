@@ -591,6 +591,39 @@ impl<S: Store> Engine<S> {
     }
 }
 
+/// What becomes of a publish that must fit the broker's maximum packet size.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fit {
+    /// It fits as it is.
+    Fits(Publish),
+    /// An answer that did not fit (it was `size` bytes), now the `ResponseTooLarge` error.
+    Replaced { message: Publish, size: usize },
+    /// Nothing of it fits (a notification, or an answer whose topic alone is too long): drop
+    /// it and count it.
+    TooLarge { topic: String, size: usize },
+}
+
+/// Makes `message` fit a broker that takes packets of at most `max` bytes: a broker
+/// disconnects whoever sends it a larger one, and every answer in flight would be lost with
+/// the connection. An answer too large becomes the `ResponseTooLarge` error, so its caller
+/// learns why; a notification too large cannot be shortened.
+pub fn fit_for_broker(mut message: Publish, is_answer: bool, max: usize) -> Fit {
+    let size = message.packet_size();
+    if size <= max {
+        return Fit::Fits(message);
+    }
+    if is_answer {
+        message.payload = Response::Error(ServiceError::ResponseTooLarge).to_bytes();
+        if message.packet_size() <= max {
+            return Fit::Replaced { message, size };
+        }
+    }
+    Fit::TooLarge {
+        topic: message.topic,
+        size,
+    }
+}
+
 /// Publishes `change` of `key` to every client in `watchers`. The payload is encoded once and
 /// shared.
 fn notify(

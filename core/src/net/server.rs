@@ -25,10 +25,8 @@ use tracing::{debug, info, warn};
 use super::connection::{Connection, Driver, Outbox, Wakes};
 use super::metrics::{self, Metrics};
 use super::{BrokerConfig, PROTOCOL_HINT, Polled, connection_error, from_mqtt, now_ms};
-use crate::ServiceError;
 use crate::client::ClientError;
-use crate::codec::Response;
-use crate::engine::{AccessRules, Engine, EngineConfig, Outcome};
+use crate::engine::{AccessRules, Engine, EngineConfig, Fit, Outcome, fit_for_broker};
 use crate::envelope::{self, DropReason, EnvelopeError, Publish};
 use crate::jobs::{Jobs, OPERATOR_TOPIC};
 use crate::presence::ServerPresence;
@@ -739,26 +737,21 @@ fn presence_of(topic: &str) -> Option<Vec<String>> {
     topics::client_of_presence_topic(topic).map(|client| vec![client])
 }
 
-/// `message` if the broker takes it (at most `max` bytes). An answer too large becomes the
-/// `ResponseTooLarge` error; a notification too large is dropped, counted and logged. A broker
-/// disconnects whoever sends it a packet over its limit, and every answer in flight would be
-/// lost with the connection.
-fn fit(mut message: Publish, tag: &Sent, max: u32, metrics: &Metrics) -> Option<Publish> {
-    let max = max as usize;
-    if message.packet_size() <= max {
-        return Some(message);
-    }
-    if *tag == Sent::Answer {
-        let size = message.packet_size();
-        message.payload = Response::Error(ServiceError::ResponseTooLarge).to_bytes();
-        if message.packet_size() <= max {
+/// `message` if the broker takes it (at most `max` bytes), as [`fit_for_broker`] decides;
+/// logs what it changed and counts what it dropped.
+fn fit(message: Publish, tag: &Sent, max: u32, metrics: &Metrics) -> Option<Publish> {
+    match fit_for_broker(message, *tag == Sent::Answer, max as usize) {
+        Fit::Fits(message) => Some(message),
+        Fit::Replaced { message, size } => {
             warn!(size, max, topic = %message.topic, "answer too large for the broker: answered with an error instead");
-            return Some(message);
+            Some(message)
+        }
+        Fit::TooLarge { topic, size } => {
+            warn!(size, max, %topic, "dropped a publish the broker would refuse (too large)");
+            metrics.publish_dropped();
+            None
         }
     }
-    warn!(size = message.packet_size(), max, topic = %message.topic, "dropped a publish the broker would refuse (too large)");
-    metrics.publish_dropped();
-    None
 }
 
 /// rumqttc took a publish: remember what it was until its packet id is reported.
@@ -772,6 +765,8 @@ fn note_sent(sent: &mut VecDeque<Sent>, metrics: &Metrics, tag: Sent) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ServiceError;
+    use crate::codec::Response;
     use crate::envelope::Properties;
 
     fn publish(topic: &str, payload: &'static [u8]) -> Publish {
