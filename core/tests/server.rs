@@ -1984,3 +1984,219 @@ on_both_brokers! {
         server.stop().await;
     }
 }
+
+/// The next jobs notification, within the wait.
+async fn notification(jobs: &mut mqstore::net::jobs::Jobs) -> mqstore::jobs::JobNotification {
+    tokio::time::timeout(WAIT, jobs.next_notification())
+        .await
+        .expect("a notification within 10 s")
+        .expect("the client is open")
+}
+
+/// The job ids of a `notify`, in list order, and the job of a `notify-next`.
+fn notified(n: &mqstore::jobs::JobNotification) -> (String, Vec<String>) {
+    use mqstore::jobs::JobNotification::{Notify, NotifyNext};
+    match n {
+        Notify {
+            in_progress,
+            queued,
+            ..
+        } => (
+            "notify".into(),
+            in_progress
+                .iter()
+                .chain(queued)
+                .map(|s| s.job_id.clone())
+                .collect(),
+        ),
+        NotifyNext { execution, .. } => (
+            "notify-next".into(),
+            execution.iter().map(|e| e.job_id.clone()).collect(),
+        ),
+    }
+}
+
+on_both_brokers! {
+    /// Issue 10: the Rust client drives both sides of jobs: an operator creates, lists,
+    /// describes, cancels and deletes; a device (a `Jobs` handle) sees its notifications,
+    /// starts, describes and updates; refusals arrive as typed errors.
+    async fn the_rust_client_drives_jobs_from_both_sides(kind: Kind) {
+        use mqstore::jobs::{JobSpec, Status, Update};
+        use mqstore::net::jobs::{ExecutionFilter, StartNext};
+        use serde_json::json;
+        let broker = Broker::start_kind(kind);
+        let server = Server::start(broker.port, "node-jobs-client").await;
+        let operator = ready_client(broker.port, "operator").await;
+        let device = client(broker.port, "device-T1").await;
+        let mut jobs = device.jobs("T1").await.unwrap();
+        assert_eq!(jobs.pending().await.unwrap(), Default::default());
+
+        let spec = |id: &str| JobSpec {
+            job_id: id.into(),
+            document: json!({ "firmware": id }),
+            targets: vec!["T1".into(), "T2".into()],
+            in_progress_timeout_minutes: Some(30),
+            max_retries: 1,
+        };
+        operator.create_job(spec("fw-1")).await.unwrap();
+        assert_eq!(notified(&notification(&mut jobs).await), ("notify".into(), vec!["fw-1".into()]));
+        assert_eq!(notified(&notification(&mut jobs).await), ("notify-next".into(), vec!["fw-1".into()]));
+        operator.create_job(spec("fw-2")).await.unwrap();
+        // A second job joins the list but is not its head: notify only.
+        assert_eq!(
+            notified(&notification(&mut jobs).await),
+            ("notify".into(), vec!["fw-1".into(), "fw-2".into()])
+        );
+        let e = operator.create_job(spec("fw-2")).await.unwrap_err();
+        assert!(matches!(&e, ClientError::Jobs { code, .. } if code == "Conflict"), "{e}");
+
+        let pending = jobs.pending().await.unwrap();
+        assert_eq!(pending.queued_jobs.len(), 2);
+        let started = jobs.start_next(StartNext::default()).await.unwrap().expect("a job");
+        assert_eq!((started.job_id.as_str(), started.status), ("fw-1", Status::InProgress));
+        assert_eq!(started.job_document, Some(json!({ "firmware": "fw-1" })));
+        let described = jobs.describe("fw-1").await.unwrap();
+        assert_eq!(described.version_number, started.version_number);
+        assert!(described.approximate_seconds_before_timed_out.is_some());
+
+        let stale = Update {
+            job_id: "fw-1".into(),
+            status: Some(Status::Succeeded),
+            expected_version: Some(started.version_number + 5),
+            ..Update::default()
+        };
+        match jobs.update(stale).await.unwrap_err() {
+            ClientError::Jobs { code, execution_state, .. } => {
+                assert_eq!(code, "VersionMismatch");
+                assert_eq!(execution_state.unwrap().status, Status::InProgress);
+            }
+            other => panic!("{other}"),
+        }
+        let done = Update {
+            job_id: "fw-1".into(),
+            status: Some(Status::Succeeded),
+            expected_version: Some(started.version_number),
+            include_state: true,
+            ..Update::default()
+        };
+        let accepted = jobs.update(done).await.unwrap();
+        assert_eq!(accepted.execution_state.unwrap().status, Status::Succeeded);
+        assert_eq!(notified(&notification(&mut jobs).await), ("notify".into(), vec!["fw-2".into()]));
+        assert_eq!(notified(&notification(&mut jobs).await), ("notify-next".into(), vec!["fw-2".into()]));
+        let again = Update {
+            job_id: "fw-1".into(),
+            status: Some(Status::Failed),
+            ..Update::default()
+        };
+        let e = jobs.update(again).await.unwrap_err();
+        assert!(matches!(&e, ClientError::Jobs { code, .. } if code == "InvalidStateTransition"), "{e}");
+        let e = jobs.describe("nope").await.unwrap_err();
+        assert!(matches!(&e, ClientError::Jobs { code, .. } if code == "ResourceNotFound"), "{e}");
+
+        // The operator's view.
+        let job = operator.describe_job("fw-1").await.unwrap();
+        assert_eq!(job.targets, ["T1", "T2"]);
+        assert_eq!(job.timeout_config.in_progress_timeout_in_minutes, Some(30));
+        assert_eq!(job.executions[&Status::Succeeded], 1);
+        assert_eq!(job.executions[&Status::Queued], 1);
+        let listed = operator.list_jobs().await.unwrap();
+        assert_eq!(listed.iter().map(|j| j.job_id.as_str()).collect::<Vec<_>>(), ["fw-1", "fw-2"]);
+        let queued = ExecutionFilter { status: Some(Status::Queued), ..Default::default() };
+        let mut queued = operator.list_job_executions(queued).await.unwrap();
+        queued.sort_by(|a, b| (&a.thing_name, &a.job_id).cmp(&(&b.thing_name, &b.job_id)));
+        let names: Vec<_> = queued.iter().map(|e| format!("{}/{}", e.thing_name, e.job_id)).collect();
+        assert_eq!(names, ["T1/fw-2", "T2/fw-1", "T2/fw-2"]);
+        let execution = operator.describe_job_execution("fw-1", "T1").await.unwrap();
+        assert_eq!(execution.status, Status::Succeeded);
+
+        // Cancel: QUEUED executions go; an IN_PROGRESS one stays without force.
+        jobs.start_next(StartNext::default()).await.unwrap();
+        operator.cancel_job("fw-2", false).await.unwrap();
+        assert_eq!(operator.describe_job_execution("fw-2", "T1").await.unwrap().status, Status::InProgress);
+        assert_eq!(operator.describe_job_execution("fw-2", "T2").await.unwrap().status, Status::Canceled);
+        let e = operator.delete_job_execution("fw-2", "T1", false).await.unwrap_err();
+        assert!(matches!(&e, ClientError::Jobs { code, .. } if code == "InvalidStateTransition"), "{e}");
+        operator.cancel_job("fw-2", true).await.unwrap();
+        assert_eq!(notified(&notification(&mut jobs).await), ("notify".into(), vec![]));
+        assert_eq!(notified(&notification(&mut jobs).await), ("notify-next".into(), vec![]));
+        operator.delete_job_execution("fw-2", "T1", false).await.unwrap();
+        let e = operator.describe_job_execution("fw-2", "T1").await.unwrap_err();
+        assert!(matches!(&e, ClientError::Jobs { code, .. } if code == "ResourceNotFound"), "{e}");
+        let e = operator.cancel_job("nope", false).await.unwrap_err();
+        assert!(matches!(&e, ClientError::Jobs { code, .. } if code == "ResourceNotFound"), "{e}");
+
+        // A name that would make a bad topic is refused before anything is sent; the client
+        // stays connected.
+        let e = device.jobs("T1/#").await.err().expect("refused");
+        assert_eq!(e.code(), 212);
+        assert!(jobs.pending().await.unwrap().queued_jobs.is_empty());
+        operator.close().await;
+        device.close().await;
+        server.stop().await;
+    }
+}
+
+on_both_brokers! {
+    /// Issue 10 over the wire: a step timeout and an in-progress timeout end executions
+    /// TIMED_OUT with notifications, and a retry queues executionNumber + 1, once.
+    async fn jobs_time_out_and_retry_over_the_wire(kind: Kind) {
+        use mqstore::jobs::{JobNotification, JobSpec, Status};
+        use mqstore::net::jobs::StartNext;
+        use serde_json::json;
+        let broker = Broker::start_kind(kind);
+        // A jobs minute of 300 ms, so timeouts happen within the test.
+        let config = ServerConfig {
+            jobs_minute: Duration::from_millis(300),
+            ..ServerConfig::new(BrokerConfig { port: broker.port, ..BrokerConfig::default() }, "node-jobs-t")
+        };
+        let server = Server::start_config(config).await;
+        let operator = ready_client(broker.port, "operator-t").await;
+        let device = client(broker.port, "device-T").await;
+        let mut jobs = device.jobs("T").await.unwrap();
+        operator
+            .create_job(JobSpec {
+                job_id: "slow".into(),
+                document: json!({}),
+                targets: vec!["T".into()],
+                in_progress_timeout_minutes: Some(2),
+                max_retries: 1,
+            })
+            .await
+            .unwrap();
+        notification(&mut jobs).await;
+        notification(&mut jobs).await;
+        // Step timer: one "minute".
+        let options = StartNext { step_timeout: Some(Duration::from_secs(60)), ..Default::default() };
+        let first = jobs.start_next(options).await.unwrap().unwrap();
+        assert_eq!(first.execution_number, 1);
+        // TIMED_OUT leaves the list and the retry joins it: one notify with execution 2, and
+        // a notify-next (the head changed from execution 1 to 2).
+        match notification(&mut jobs).await {
+            JobNotification::Notify { queued, in_progress, .. } => {
+                assert!(in_progress.is_empty());
+                assert_eq!(queued.iter().map(|s| s.execution_number).collect::<Vec<_>>(), [2]);
+            }
+            other => panic!("{other:?}"),
+        }
+        match notification(&mut jobs).await {
+            JobNotification::NotifyNext { execution: Some(e), .. } => {
+                assert_eq!((e.execution_number, e.status), (2, Status::Queued));
+            }
+            other => panic!("{other:?}"),
+        }
+        let timed_out = device.describe_job_execution("slow", "T").await.unwrap();
+        assert_eq!((timed_out.execution_number, timed_out.status), (2, Status::Queued));
+        // The retry: no step timer, the job's in-progress timer (two "minutes") ends it; the
+        // retry limit is reached, so the list empties.
+        let second = jobs.start_next(StartNext::default()).await.unwrap().unwrap();
+        assert_eq!(second.execution_number, 2);
+        assert_eq!(notified(&notification(&mut jobs).await), ("notify".into(), vec![]));
+        assert_eq!(notified(&notification(&mut jobs).await), ("notify-next".into(), vec![]));
+        let e = device.describe_job_execution("slow", "T").await.unwrap();
+        assert_eq!((e.execution_number, e.status), (2, Status::TimedOut));
+        assert!(jobs.pending().await.unwrap().queued_jobs.is_empty());
+        operator.close().await;
+        device.close().await;
+        server.stop().await;
+    }
+}

@@ -433,6 +433,7 @@ async fn run(cli: Cli) -> ExitCode {
             .then(|| Duration::from_secs(args.registration_lease)),
         standard_registration_lease: args.standard_registration_lease.map(Duration::from_secs),
         jobs: !args.no_jobs,
+        jobs_minute: Duration::from_secs(60),
         max_pending_answers: args.max_pending_answers,
     };
     match serve(config, shutdown_signal(), |_| {}).await {

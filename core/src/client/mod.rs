@@ -110,6 +110,16 @@ pub enum ClientError {
         "the MQTT broker broke the MQTT 5 protocol: {0}; the request may or may not have been applied"
     )]
     Protocol(String),
+    /// The jobs service refused the call: a device API `/rejected` reply or an operator
+    /// error, with its code (`InvalidRequest`, `ResourceNotFound`, `VersionMismatch`,
+    /// `InvalidStateTransition`, `Conflict`, ...) and, for state errors, the execution's
+    /// state. Nothing changed.
+    #[error("the jobs service refused the request: {code}: {message}")]
+    Jobs {
+        code: String,
+        message: String,
+        execution_state: Option<crate::jobs::ExecutionState>,
+    },
 }
 
 impl ClientError {
@@ -129,6 +139,7 @@ impl ClientError {
             ClientError::Protocol(_) => 209,
             ClientError::TooLarge { .. } => 210,
             ClientError::BrokerDisconnected { .. } => 211,
+            ClientError::Jobs { .. } => 212,
         }
     }
 }

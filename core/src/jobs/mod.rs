@@ -10,6 +10,7 @@
 //! Notifications follow from comparing a thing's pending list before and after each change:
 //! `notify` when its membership changed, `notify-next` when its first entry changed.
 
+mod client;
 mod model;
 mod operator;
 
@@ -18,6 +19,10 @@ use std::collections::{BTreeMap, HashMap};
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
+pub use client::{
+    DeviceRequest, ExecutionState, JobExecution, JobNotification, JobSummary, JobsClient,
+    JobsEvent, OperatorRequest, PendingJobs, Update, UpdateAccepted, parse,
+};
 pub use model::{Execution, Job, JobSpec, JobsError, RejectCode, Status};
 use model::{valid_job_id, valid_thing_name};
 pub use operator::OPERATOR_TOPIC;
@@ -25,8 +30,11 @@ pub use operator::OPERATOR_TOPIC;
 use crate::envelope::{Properties, Publish};
 
 /// The jobs of one service, in memory.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Jobs {
+    /// How long a minute of the timers is (timeouts are given in minutes): 60 s, shorter
+    /// only where tests must see timeouts happen.
+    minute_ms: u64,
     jobs: BTreeMap<String, Job>,
     /// thing → job id → its executions, oldest first (a retry appends one).
     executions: HashMap<String, BTreeMap<String, Vec<Execution>>>,
@@ -45,10 +53,26 @@ enum Api {
 
 const PREFIX: &str = "$aws/things/";
 
+impl Default for Jobs {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl Jobs {
     /// An empty service.
     pub fn new() -> Self {
-        Self::default()
+        Self::with_minute(60_000)
+    }
+
+    /// An empty service whose timer minutes last `minute_ms` (for tests of timeouts).
+    pub fn with_minute(minute_ms: u64) -> Self {
+        Self {
+            minute_ms: minute_ms.max(1),
+            jobs: BTreeMap::new(),
+            executions: HashMap::new(),
+            next_seq: 0,
+        }
     }
 
     /// A job, by id.
@@ -298,9 +322,10 @@ impl Jobs {
         };
         let (job_id, status) = first;
         if status == Status::Queued {
+            let minute = self.minute_ms;
             self.change(thing, now_ms, out, |jobs| {
                 if let Some(execution) = jobs.latest_mut(thing, &job_id) {
-                    execution.start(details, step, now_ms);
+                    execution.start(details, step, now_ms, minute);
                 }
             });
         }
@@ -388,10 +413,11 @@ impl Jobs {
             );
             return Err((RejectCode::InvalidStateTransition, message, Some(state)));
         }
+        let minute = self.minute_ms;
         self.change(thing, now_ms, out, |jobs| {
             if status.is_pending() {
                 if let Some(execution) = jobs.latest_mut(thing, job_id) {
-                    execution.progress(details, step, now_ms);
+                    execution.progress(details, step, now_ms, minute);
                 }
             } else {
                 if let (Some(execution), Some(details)) = (jobs.latest_mut(thing, job_id), details)

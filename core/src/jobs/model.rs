@@ -5,7 +5,10 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value, json};
 
 /// A job execution's status.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum Status {
     Queued,
     InProgress,
@@ -242,13 +245,14 @@ impl Execution {
         details: Option<BTreeMap<String, String>>,
         step_minutes: Option<u64>,
         now_ms: u64,
+        minute_ms: u64,
     ) {
         self.status = Status::InProgress;
         self.started_at = Some(now_ms / 1000);
         self.in_progress_deadline_ms = self
             .in_progress_minutes
-            .map(|m| now_ms + u64::from(m) * 60_000);
-        self.progress(details, step_minutes, now_ms);
+            .map(|m| now_ms + u64::from(m) * minute_ms);
+        self.progress(details, step_minutes, now_ms, minute_ms);
     }
 
     /// An accepted IN_PROGRESS update (or the start): new details, a new step timer.
@@ -257,15 +261,16 @@ impl Execution {
         details: Option<BTreeMap<String, String>>,
         step_minutes: Option<u64>,
         now_ms: u64,
+        minute_ms: u64,
     ) {
         if self.status == Status::Queued {
-            return self.start(details, step_minutes, now_ms);
+            return self.start(details, step_minutes, now_ms, minute_ms);
         }
         if let Some(details) = details {
             self.status_details = details;
         }
         if let Some(minutes) = step_minutes {
-            self.step_deadline_ms = Some(now_ms + minutes * 60_000);
+            self.step_deadline_ms = Some(now_ms + minutes * minute_ms);
         }
         self.last_updated_at = now_ms / 1000;
         self.version_number += 1;

@@ -7,14 +7,14 @@
 //! reconnect re-registers every observed key and reads it back, so a change made while the
 //! client was away arrives as a (synthetic) notification.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::pin::Pin;
 use std::time::Duration;
 
 use bytes::Bytes;
 use rumqttc::Outgoing;
 use rumqttc::v5::mqttbytes::QoS;
-use rumqttc::v5::mqttbytes::v5::{LastWill, Packet};
+use rumqttc::v5::mqttbytes::v5::{Filter, LastWill, Packet, SubscribeReasonCode};
 use rumqttc::v5::{AsyncClient, Event as MqttEvent, EventLoop};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, warn};
@@ -26,6 +26,7 @@ pub use crate::client::{Deleted, Deletion, SetResult, Versioned};
 use crate::codec::{Bulk, Condition, Notification, Request, SetRequest};
 use crate::envelope::Publish;
 use crate::hlc::Hlc;
+use crate::jobs::{JobNotification, JobsClient, JobsEvent};
 use crate::topics;
 
 /// How to connect.
@@ -85,7 +86,7 @@ pub struct KeyChange {
     pub synthetic: bool,
 }
 
-enum Command {
+pub(super) enum Command {
     Call {
         request: Request,
         options: CallOptions,
@@ -100,6 +101,17 @@ enum Command {
         key: Bytes,
         reply: oneshot::Sender<Result<Answer, ClientError>>,
     },
+    /// A jobs call (operator or device API).
+    Jobs {
+        call: super::jobs::JobsCall,
+        reply: oneshot::Sender<Result<serde_json::Value, ClientError>>,
+    },
+    /// Act as a thing of the jobs device API: subscribe to its replies and notifications.
+    Thing {
+        thing: String,
+        notifications: mpsc::UnboundedSender<JobNotification>,
+        reply: oneshot::Sender<Result<(), ClientError>>,
+    },
     /// Disconnect; `done` hears when the connection is closed.
     Close { done: oneshot::Sender<()> },
 }
@@ -108,7 +120,7 @@ enum Command {
 /// is dropped or [`Client::close`] is called.
 #[derive(Clone)]
 pub struct Client {
-    commands: mpsc::Sender<Command>,
+    pub(super) commands: mpsc::Sender<Command>,
     client_id: String,
 }
 
@@ -173,6 +185,11 @@ impl Client {
             config.request_topic.clone_from(topic);
         }
         config.default_timeout_ms = options.timeout.as_millis() as u64;
+        let jobs = JobsClient::new(
+            options.client_id.clone(),
+            random_u64(),
+            config.default_timeout_ms,
+        );
         let core = ClientCore::new(config)?;
         let mut mqtt = options.broker.options(&options.client_id);
         mqtt.set_last_will(LastWill::new(
@@ -188,6 +205,7 @@ impl Client {
         tokio::spawn(run(
             options.broker.max_packet_size,
             core,
+            jobs,
             client,
             eventloop,
             commands_rx,
@@ -235,7 +253,7 @@ impl Client {
         result.await.map_err(|_| ClientError::Disconnected)?
     }
 
-    async fn send(&self, command: Command) -> Result<(), ClientError> {
+    pub(super) async fn send(&self, command: Command) -> Result<(), ClientError> {
         self.commands
             .send(command)
             .await
@@ -371,6 +389,7 @@ const CLOSE_GRACE: Duration = Duration::from_secs(2);
 async fn run(
     max_packet_size: u32,
     core: ClientCore,
+    jobs: JobsClient,
     client: AsyncClient,
     eventloop: EventLoop,
     commands: mpsc::Receiver<Command>,
@@ -380,10 +399,13 @@ async fn run(
         max_packet_size,
         broker_disconnect: None,
         core,
+        jobs,
+        jobs_waiting: HashMap::new(),
+        things: BTreeMap::new(),
         outbox: Outbox::new(client),
         waiting: HashMap::new(),
         observers: HashMap::new(),
-        pending_subacks: 0,
+        subacks: VecDeque::new(),
         connected_before: false,
         ready: Some(ready),
         phase: Phase::Open,
@@ -451,6 +473,16 @@ enum Phase {
 }
 
 type Reply = oneshot::Sender<Result<Answer, ClientError>>;
+type Subscribed = oneshot::Sender<Result<(), ClientError>>;
+
+/// Who waits for a SUBACK (they come in the order of the SUBSCRIBEs).
+enum SubackWaiter {
+    /// Everything this connection needs, after its CONNACK: the client is ready then; things
+    /// added while it was pending were in it.
+    Session(Vec<Subscribed>),
+    /// A thing's jobs topics, added on a live connection.
+    Thing(Subscribed),
+}
 
 /// The state machine and what the task keeps around it.
 struct Task {
@@ -459,10 +491,15 @@ struct Task {
     /// The broker's DISCONNECT, until the connection error that follows it.
     broker_disconnect: Option<ClientError>,
     core: ClientCore,
+    jobs: JobsClient,
+    jobs_waiting: HashMap<CallId, oneshot::Sender<Result<serde_json::Value, ClientError>>>,
+    /// The things this client acts for in the jobs device API, and who hears their
+    /// notifications.
+    things: BTreeMap<String, Vec<mpsc::UnboundedSender<JobNotification>>>,
     outbox: Outbox,
     waiting: HashMap<CallId, Reply>,
     observers: HashMap<Bytes, Vec<mpsc::UnboundedSender<KeyChange>>>,
-    pending_subacks: usize,
+    subacks: VecDeque<SubackWaiter>,
     connected_before: bool,
     /// Hears once the client can make calls, or why it never will.
     ready: Option<oneshot::Sender<Result<(), ClientError>>>,
@@ -475,12 +512,15 @@ impl Driver for Task {
     type Wake = Wake;
 
     fn deadline(&self) -> Option<u64> {
-        self.core.next_deadline()
+        let jobs = self.jobs.next_deadline();
+        self.core.next_deadline().into_iter().chain(jobs).min()
     }
 
     fn on_deadline(&mut self, now_ms: u64) {
         let events = self.core.expire(now_ms);
         self.deliver(events);
+        let events = self.jobs.expire(now_ms);
+        self.deliver_jobs(events);
         self.send_own();
     }
 
@@ -518,6 +558,20 @@ impl Driver for Task {
                 let started = self.core.unobserve(key, now);
                 self.start(started.map(|(call, p)| (call, vec![p])), reply);
             }
+            Wake::Command(Command::Jobs { call, reply }) => match call.start(&mut self.jobs, now) {
+                Ok((call, message)) => {
+                    self.jobs_waiting.insert(call, reply);
+                    self.outbox.push(message, (), |()| {});
+                }
+                Err(e) => {
+                    let _ = reply.send(Err(e));
+                }
+            },
+            Wake::Command(Command::Thing {
+                thing,
+                notifications,
+                reply,
+            }) => self.act_for(thing, notifications, reply),
         }
         true
     }
@@ -534,21 +588,34 @@ impl Driver for Task {
                 let own = self.max_packet_size;
                 self.core
                     .set_max_packet_size(Some(broker.map_or(own, |b| b.min(own))));
-                self.pending_subacks = 0;
-                for filter in self.core.subscriptions() {
-                    if self
-                        .outbox
-                        .client()
-                        .try_subscribe(filter, QoS::AtLeastOnce)
-                        .is_ok()
-                    {
-                        self.pending_subacks += 1;
+                // One SUBSCRIBE for everything; things still waiting for theirs are in it.
+                let mut waiting = Vec::new();
+                for waiter in self.subacks.drain(..) {
+                    match waiter {
+                        SubackWaiter::Session(replies) => waiting.extend(replies),
+                        SubackWaiter::Thing(reply) => waiting.push(reply),
                     }
                 }
+                let filters = self
+                    .core
+                    .subscriptions()
+                    .into_iter()
+                    .chain([self.jobs.operator_subscription().to_owned()])
+                    .chain(
+                        self.things
+                            .keys()
+                            .flat_map(|t| JobsClient::device_subscriptions(t)),
+                    )
+                    .map(|f| Filter::new(f, QoS::AtLeastOnce));
+                if self.outbox.client().try_subscribe_many(filters).is_ok() {
+                    self.subacks.push_back(SubackWaiter::Session(waiting));
+                }
             }
-            Ok(MqttEvent::Incoming(Packet::SubAck(_))) if self.pending_subacks > 0 => {
-                self.pending_subacks -= 1;
-                if self.pending_subacks == 0 {
+            Ok(MqttEvent::Incoming(Packet::SubAck(suback))) => match self.subacks.pop_front() {
+                Some(SubackWaiter::Session(replies)) => {
+                    for reply in replies {
+                        let _ = reply.send(Ok(()));
+                    }
                     if let Some(ready) = self.ready.take() {
                         let _ = ready.send(Ok(()));
                     }
@@ -564,7 +631,24 @@ impl Driver for Task {
                     }
                     self.connected_before = true;
                 }
-            }
+                Some(SubackWaiter::Thing(reply)) => {
+                    let refused = suback
+                        .return_codes
+                        .iter()
+                        .find(|c| !matches!(c, SubscribeReasonCode::Success(_)));
+                    let _ = reply.send(match refused {
+                        None => Ok(()),
+                        Some(code) => Err(ClientError::Jobs {
+                            code: "SubscriptionRefused".into(),
+                            message: format!(
+                                "the broker refused the subscription to the thing's jobs topics: {code:?}"
+                            ),
+                            execution_state: None,
+                        }),
+                    });
+                }
+                None => {}
+            },
             Ok(MqttEvent::Incoming(Packet::Disconnect(disconnect))) => {
                 // The connection error that follows says less than this.
                 self.broker_disconnect = Some(ClientError::BrokerDisconnected {
@@ -574,9 +658,16 @@ impl Driver for Task {
             }
             Ok(MqttEvent::Incoming(Packet::Publish(p))) => {
                 let message = from_mqtt(p);
-                let events = self.core.handle(&message, now_ms()).into_iter().collect();
-                self.deliver(events);
-                self.send_own();
+                if message.topic.starts_with("$aws/")
+                    || message.topic == self.jobs.operator_subscription()
+                {
+                    let events = self.jobs.handle(&message).into_iter().collect();
+                    self.deliver_jobs(events);
+                } else {
+                    let events = self.core.handle(&message, now_ms()).into_iter().collect();
+                    self.deliver(events);
+                    self.send_own();
+                }
             }
             Ok(_) => {}
             Err(e) => {
@@ -590,19 +681,27 @@ impl Driver for Task {
                     .broker_disconnect
                     .take()
                     .unwrap_or_else(|| super::connection_error(&e));
+                if matches!(
+                    error,
+                    ClientError::Protocol(_) | ClientError::BrokerDisconnected { .. }
+                ) {
+                    warn!(%error, "broker connection dropped; reconnecting");
+                } else {
+                    debug!(%error, "broker connection lost; reconnecting");
+                }
+                let jobs = self.jobs.connection_failed(error.clone());
                 let events = match error {
-                    error @ (ClientError::Protocol(_) | ClientError::BrokerDisconnected { .. }) => {
-                        warn!(%error, "broker connection dropped; reconnecting");
+                    ClientError::Protocol(_) | ClientError::BrokerDisconnected { .. } => {
                         self.core.connection_failed(error)
                     }
                     _ => self.core.connection_lost(),
                 };
                 self.deliver(events);
+                self.deliver_jobs(jobs);
                 if self.phase != Phase::Open {
                     return false;
                 }
                 // rumqttc reconnects on the next poll.
-                debug!(error = %e, "broker connection lost; reconnecting");
             }
         }
         // rumqttc may have taken requests from its queue: hand over what waits.
@@ -624,6 +723,58 @@ impl Task {
             }
             Err(e) => {
                 let _ = reply.send(Err(e));
+            }
+        }
+    }
+
+    /// Subscribes to `thing`'s jobs topics (unless done already), and answers once they are.
+    fn act_for(
+        &mut self,
+        thing: String,
+        notifications: mpsc::UnboundedSender<JobNotification>,
+        reply: Subscribed,
+    ) {
+        if let Err(e) = JobsClient::check_thing(&thing) {
+            let _ = reply.send(Err(e));
+            return;
+        }
+        let listeners = self.things.entry(thing.clone()).or_default();
+        let known = !listeners.is_empty();
+        listeners.push(notifications);
+        if known {
+            let _ = reply.send(Ok(()));
+            return;
+        }
+        let filters = JobsClient::device_subscriptions(&thing)
+            .into_iter()
+            .map(|f| Filter::new(f, QoS::AtLeastOnce));
+        match self.outbox.client().try_subscribe_many(filters) {
+            Ok(()) => self.subacks.push_back(SubackWaiter::Thing(reply)),
+            // rumqttc's queue is full: the thing is subscribed again with the session after
+            // the reconnect this implies.
+            Err(_) => {
+                let _ = reply.send(Err(ClientError::Disconnected));
+            }
+        }
+    }
+
+    fn deliver_jobs(&mut self, events: Vec<JobsEvent>) {
+        for event in events {
+            match event {
+                JobsEvent::Completed { call, result } => {
+                    if let Some(reply) = self.jobs_waiting.remove(&call) {
+                        let _ = reply.send(result);
+                    }
+                }
+                JobsEvent::Notification(notification) => {
+                    let thing = match &notification {
+                        JobNotification::Notify { thing, .. }
+                        | JobNotification::NotifyNext { thing, .. } => thing,
+                    };
+                    if let Some(list) = self.things.get_mut(thing) {
+                        list.retain(|tx| tx.send(notification.clone()).is_ok());
+                    }
+                }
             }
         }
     }

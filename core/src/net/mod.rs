@@ -5,6 +5,7 @@
 pub mod bench;
 pub mod client;
 mod connection;
+pub mod jobs;
 pub mod lease;
 pub mod metrics;
 pub mod server;

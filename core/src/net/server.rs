@@ -64,6 +64,9 @@ pub struct ServerConfig {
     pub standard_registration_lease: Option<Duration>,
     /// Serve the jobs service (the AWS IoT Jobs device API and the operator API).
     pub jobs: bool,
+    /// How long a minute of the jobs timers lasts (timeouts are given in minutes): 60 s;
+    /// shorter only for tests that must see executions time out.
+    pub jobs_minute: Duration,
     /// Requests that arrive while this many answers wait for the broker to take them are
     /// dropped unapplied (their callers time out): memory stays bounded when the broker
     /// accepts publishes more slowly than requests come in (0: drop every request).
@@ -90,6 +93,7 @@ impl ServerConfig {
             registration_lease: Some(DEFAULT_REGISTRATION_LEASE),
             standard_registration_lease: None,
             jobs: true,
+            jobs_minute: Duration::from_secs(60),
             max_pending_answers: DEFAULT_MAX_PENDING_ANSWERS,
         }
     }
@@ -251,7 +255,9 @@ pub async fn serve(
         "mqstore serve starting"
     );
     let mut node = Node {
-        jobs: config.jobs.then(Jobs::new),
+        jobs: config
+            .jobs
+            .then(|| Jobs::with_minute(config.jobs_minute.as_millis() as u64)),
         probe_topic: topics::probe_topic(&config.client_id),
         presence: Publish {
             topic: presence_topic,

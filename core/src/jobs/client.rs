@@ -1,0 +1,881 @@
+//! The client side of jobs as a state machine, with no I/O: both the operator API (mqstore's
+//! MQTT request/response, `mqstore/jobs/v1/command/invoke`) and the AWS IoT Jobs device API
+//! (`$aws/things/{thing}/jobs/...`, answers matched by `clientToken`).
+//!
+//! A driver subscribes to [`JobsClient::operator_subscription`] (for operator calls) and to
+//! [`JobsClient::device_subscriptions`] of each thing it acts for, waits for the SUBACKs,
+//! publishes what the calls return at QoS 1, feeds every message on those subscriptions to
+//! [`JobsClient::handle`], and calls [`JobsClient::expire`] at [`JobsClient::next_deadline`].
+//! When the connection drops, [`JobsClient::connection_failed`] fails the calls in flight.
+
+use std::collections::{BTreeMap, HashMap};
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+
+use super::{JobSpec, OPERATOR_TOPIC, Status};
+use crate::client::{CallId, ClientError};
+use crate::envelope::{PROTOCOL_VERSION, Properties, Publish, property};
+
+/// A `JobExecutionSummary`: an entry of a pending list.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JobSummary {
+    pub job_id: String,
+    /// Epoch seconds.
+    pub queued_at: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<u64>,
+    pub last_updated_at: u64,
+    pub execution_number: u64,
+    pub version_number: u64,
+}
+
+/// A `JobExecution` (start-next, describe, notify-next).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JobExecution {
+    pub job_id: String,
+    /// Absent from notify-next.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thing_name: Option<String>,
+    pub status: Status,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub status_details: BTreeMap<String, String>,
+    pub queued_at: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<u64>,
+    pub last_updated_at: u64,
+    pub version_number: u64,
+    pub execution_number: u64,
+    /// The job document, unless the request asked to leave it out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_document: Option<Value>,
+    /// While IN_PROGRESS with a timer running.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approximate_seconds_before_timed_out: Option<u64>,
+}
+
+/// A thing's pending list (`get`): IN_PROGRESS and QUEUED executions, in order.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingJobs {
+    pub in_progress_jobs: Vec<JobSummary>,
+    pub queued_jobs: Vec<JobSummary>,
+}
+
+/// An execution's `executionState` (update replies, and rejections).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExecutionState {
+    pub status: Status,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub status_details: BTreeMap<String, String>,
+    pub version_number: u64,
+}
+
+/// What an accepted update answered.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UpdateAccepted {
+    /// With `include_state`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub execution_state: Option<ExecutionState>,
+    /// With `include_document`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_document: Option<Value>,
+}
+
+/// A notification about one thing's pending list.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum JobNotification {
+    /// `notify`: executions joined or left the pending list; the first ten of it.
+    Notify {
+        thing: String,
+        in_progress: Vec<JobSummary>,
+        queued: Vec<JobSummary>,
+    },
+    /// `notify-next`: the first entry changed; `None` when the list became empty.
+    NotifyNext {
+        thing: String,
+        execution: Option<JobExecution>,
+    },
+}
+
+/// One call of the device API, for one thing.
+#[derive(Debug, Clone, PartialEq)]
+pub enum DeviceRequest {
+    /// `get`: the pending list.
+    GetPending,
+    /// `start-next`: start the first QUEUED execution (or describe the IN_PROGRESS one).
+    StartNext {
+        status_details: BTreeMap<String, String>,
+        step_timeout_minutes: Option<u64>,
+    },
+    /// `{jobId}/get` (`$next` for the first pending).
+    Describe {
+        job_id: String,
+        execution_number: Option<u64>,
+        include_document: bool,
+    },
+    /// `{jobId}/update`.
+    Update(Update),
+}
+
+/// An update of one execution (`{jobId}/update`).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Update {
+    pub job_id: String,
+    /// IN_PROGRESS, SUCCEEDED, FAILED or REJECTED.
+    pub status: Option<Status>,
+    pub status_details: BTreeMap<String, String>,
+    /// Rejected with VersionMismatch unless the execution is at this version.
+    pub expected_version: Option<u64>,
+    pub execution_number: Option<u64>,
+    pub step_timeout_minutes: Option<u64>,
+    /// Ask for the execution's state in the reply.
+    pub include_state: bool,
+    /// Ask for the job document in the reply.
+    pub include_document: bool,
+}
+
+impl DeviceRequest {
+    /// The API part of the request topic, after `$aws/things/{thing}/jobs/`.
+    fn api(&self) -> String {
+        match self {
+            Self::GetPending => "get".into(),
+            Self::StartNext { .. } => "start-next".into(),
+            Self::Describe { job_id, .. } => format!("{job_id}/get"),
+            Self::Update(update) => format!("{}/update", update.job_id),
+        }
+    }
+
+    fn body(&self) -> Map<String, Value> {
+        let mut body = Map::new();
+        let details = |d: &BTreeMap<String, String>| json!(d);
+        match self {
+            Self::GetPending => {}
+            Self::StartNext {
+                status_details,
+                step_timeout_minutes,
+            } => {
+                if !status_details.is_empty() {
+                    body.insert("statusDetails".into(), details(status_details));
+                }
+                if let Some(minutes) = step_timeout_minutes {
+                    body.insert("stepTimeoutInMinutes".into(), json!(minutes));
+                }
+            }
+            Self::Describe {
+                execution_number,
+                include_document,
+                ..
+            } => {
+                if let Some(n) = execution_number {
+                    body.insert("executionNumber".into(), json!(n));
+                }
+                body.insert("includeJobDocument".into(), json!(include_document));
+            }
+            Self::Update(u) => {
+                if let Some(status) = u.status {
+                    body.insert("status".into(), json!(status.as_str()));
+                }
+                if !u.status_details.is_empty() {
+                    body.insert("statusDetails".into(), details(&u.status_details));
+                }
+                if let Some(v) = u.expected_version {
+                    body.insert("expectedVersion".into(), json!(v));
+                }
+                if let Some(n) = u.execution_number {
+                    body.insert("executionNumber".into(), json!(n));
+                }
+                if let Some(m) = u.step_timeout_minutes {
+                    body.insert("stepTimeoutInMinutes".into(), json!(m));
+                }
+                if u.include_state {
+                    body.insert("includeJobExecutionState".into(), json!(true));
+                }
+                if u.include_document {
+                    body.insert("includeJobDocument".into(), json!(true));
+                }
+            }
+        }
+        body
+    }
+}
+
+/// One call of the operator API.
+#[derive(Debug, Clone, PartialEq)]
+pub enum OperatorRequest {
+    CreateJob(JobSpec),
+    /// QUEUED executions become CANCELED; IN_PROGRESS ones too with `force`.
+    CancelJob {
+        job_id: String,
+        force: bool,
+    },
+    /// Removes one execution (`force` for an IN_PROGRESS one).
+    DeleteExecution {
+        job_id: String,
+        thing: String,
+        force: bool,
+    },
+    DescribeJob {
+        job_id: String,
+    },
+    DescribeExecution {
+        job_id: String,
+        thing: String,
+    },
+    ListJobs,
+    /// Every latest execution, narrowed by thing, job and status.
+    ListExecutions {
+        thing: Option<String>,
+        job_id: Option<String>,
+        status: Option<Status>,
+    },
+}
+
+impl OperatorRequest {
+    /// The request's JSON, with AWS's field names.
+    pub fn to_json(&self) -> Value {
+        match self {
+            Self::CreateJob(spec) => {
+                let mut request = json!({
+                    "op": "createJob",
+                    "jobId": spec.job_id,
+                    "targets": spec.targets,
+                    "document": spec.document,
+                });
+                if let Some(minutes) = spec.in_progress_timeout_minutes {
+                    request["timeoutConfig"] = json!({ "inProgressTimeoutInMinutes": minutes });
+                }
+                if spec.max_retries > 0 {
+                    request["jobExecutionsRetryConfig"] = json!({ "criteriaList": [
+                        { "failureType": "ALL", "numberOfRetries": spec.max_retries }
+                    ] });
+                }
+                request
+            }
+            Self::CancelJob { job_id, force } => {
+                json!({ "op": "cancelJob", "jobId": job_id, "force": force })
+            }
+            Self::DeleteExecution {
+                job_id,
+                thing,
+                force,
+            } => json!({
+                "op": "deleteJobExecution", "jobId": job_id, "thingName": thing, "force": force
+            }),
+            Self::DescribeJob { job_id } => json!({ "op": "describeJob", "jobId": job_id }),
+            Self::DescribeExecution { job_id, thing } => {
+                json!({ "op": "describeJobExecution", "jobId": job_id, "thingName": thing })
+            }
+            Self::ListJobs => json!({ "op": "listJobs" }),
+            Self::ListExecutions {
+                thing,
+                job_id,
+                status,
+            } => {
+                let mut request = json!({ "op": "listJobExecutions" });
+                if let Some(thing) = thing {
+                    request["thingName"] = json!(thing);
+                }
+                if let Some(job_id) = job_id {
+                    request["jobId"] = json!(job_id);
+                }
+                if let Some(status) = status {
+                    request["status"] = json!(status.as_str());
+                }
+                request
+            }
+        }
+    }
+}
+
+/// What an incoming publish meant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JobsEvent {
+    /// A call finished: the JSON it was answered with (the operator's `ok` object, or the
+    /// device API's `/accepted` payload).
+    Completed {
+        call: CallId,
+        result: Result<Value, ClientError>,
+    },
+    Notification(JobNotification),
+}
+
+#[derive(Debug)]
+struct Waiting {
+    call: CallId,
+    deadline: u64,
+    timeout_ms: u64,
+}
+
+/// The jobs client, without I/O.
+#[derive(Debug)]
+pub struct JobsClient {
+    client_id: String,
+    response_topic: String,
+    seed: u64,
+    next_call: u64,
+    default_timeout_ms: u64,
+    /// By correlation data (operator) or `clientToken` (device): the same token.
+    waiting: HashMap<String, Waiting>,
+}
+
+const THINGS: &str = "$aws/things/";
+
+impl JobsClient {
+    /// A client `client_id`; `seed` (random bytes) makes its tokens unique across runs.
+    pub fn new(client_id: impl Into<String>, seed: u64, default_timeout_ms: u64) -> Self {
+        let client_id = client_id.into();
+        Self {
+            response_topic: format!("clients/{client_id}/mqstore/jobs/v1/response"),
+            client_id,
+            seed,
+            next_call: 0,
+            default_timeout_ms,
+            waiting: HashMap::new(),
+        }
+    }
+
+    /// Where operator answers come: subscribe before the first operator call.
+    pub fn operator_subscription(&self) -> &str {
+        &self.response_topic
+    }
+
+    /// What to subscribe to before acting as `thing`: its replies and notifications. (AWS
+    /// delivers replies without a subscription; a standard broker needs one.)
+    pub fn device_subscriptions(thing: &str) -> Vec<String> {
+        let base = format!("{THINGS}{thing}/jobs");
+        ["notify", "notify-next", "+/accepted", "+/rejected"]
+            .iter()
+            .map(|s| format!("{base}/{s}"))
+            .chain(
+                ["+/+/accepted", "+/+/rejected"]
+                    .iter()
+                    .map(|s| format!("{base}/{s}")),
+            )
+            .collect()
+    }
+
+    /// Whether `thing` is a thing name (1-128 of `a-zA-Z0-9:_-`): anything else would make
+    /// wrong topics and filters.
+    pub fn check_thing(thing: &str) -> Result<(), ClientError> {
+        match super::model::valid_thing_name(thing) {
+            true => Ok(()),
+            false => Err(ClientError::Jobs {
+                code: "InvalidRequest".into(),
+                message: format!(
+                    "thing name {thing:?}: 1-128 characters of a-z, A-Z, 0-9, ':', '_' and '-'"
+                ),
+                execution_state: None,
+            }),
+        }
+    }
+
+    /// Calls waiting for an answer.
+    pub fn in_flight(&self) -> usize {
+        self.waiting.len()
+    }
+
+    /// Starts an operator call: the publish to send and the id its result will carry.
+    pub fn operate(
+        &mut self,
+        request: &OperatorRequest,
+        timeout_ms: Option<u64>,
+        now_ms: u64,
+    ) -> (CallId, Publish) {
+        let (call, token, timeout_ms) = self.begin(timeout_ms, now_ms);
+        let pair = |n: &str, v: &str| (n.to_owned(), v.to_owned());
+        let publish = Publish {
+            topic: OPERATOR_TOPIC.to_owned(),
+            payload: Bytes::from(request.to_json().to_string()),
+            qos: 1,
+            properties: Properties {
+                payload_format_indicator: Some(1),
+                message_expiry_interval: Some(expiry_seconds(timeout_ms)),
+                content_type: Some("application/json".into()),
+                response_topic: Some(self.response_topic.clone()),
+                correlation_data: Some(Bytes::from(token.clone().into_bytes())),
+                user_properties: vec![
+                    pair(property::SOURCE_ID, &self.client_id),
+                    pair(property::PROTOCOL_VERSION, PROTOCOL_VERSION),
+                ],
+            },
+        };
+        self.wait(token, call, timeout_ms, now_ms);
+        (call, publish)
+    }
+
+    /// Starts a device call as `thing` (subscribed to its [`JobsClient::device_subscriptions`]).
+    pub fn device(
+        &mut self,
+        thing: &str,
+        request: &DeviceRequest,
+        timeout_ms: Option<u64>,
+        now_ms: u64,
+    ) -> Result<(CallId, Publish), ClientError> {
+        Self::check_thing(thing)?;
+        let job_id = match request {
+            DeviceRequest::Describe { job_id, .. } if job_id == "$next" => None,
+            DeviceRequest::Describe { job_id, .. } => Some(job_id),
+            DeviceRequest::Update(update) => Some(&update.job_id),
+            _ => None,
+        };
+        if let Some(job_id) = job_id.filter(|id| !super::model::valid_job_id(id)) {
+            return Err(ClientError::Jobs {
+                code: "InvalidRequest".into(),
+                message: format!(
+                    "job id {job_id:?}: 1-64 characters of a-z, A-Z, 0-9, '_' and '-'"
+                ),
+                execution_state: None,
+            });
+        }
+        let (call, token, timeout_ms) = self.begin(timeout_ms, now_ms);
+        let mut body = request.body();
+        body.insert("clientToken".into(), json!(token));
+        let publish = Publish {
+            topic: format!("{THINGS}{thing}/jobs/{}", request.api()),
+            payload: Bytes::from(Value::Object(body).to_string()),
+            qos: 1,
+            properties: Properties {
+                message_expiry_interval: Some(expiry_seconds(timeout_ms)),
+                ..Properties::default()
+            },
+        };
+        self.wait(token, call, timeout_ms, now_ms);
+        Ok((call, publish))
+    }
+
+    fn begin(&mut self, timeout_ms: Option<u64>, _now_ms: u64) -> (CallId, String, u64) {
+        let call = CallId(self.next_call);
+        self.next_call += 1;
+        // AWS allows 64 characters: 16 + 1 + at most 20.
+        let token = format!("{:016x}-{}", self.seed, call.0);
+        (call, token, timeout_ms.unwrap_or(self.default_timeout_ms))
+    }
+
+    fn wait(&mut self, token: String, call: CallId, timeout_ms: u64, now_ms: u64) {
+        let waiting = Waiting {
+            call,
+            deadline: now_ms.saturating_add(timeout_ms),
+            timeout_ms,
+        };
+        self.waiting.insert(token, waiting);
+    }
+
+    /// Interprets a publish from one of the subscriptions; `None` when it concerns no call in
+    /// flight and is no notification (a late answer, another client's reply).
+    pub fn handle(&mut self, publish: &Publish) -> Option<JobsEvent> {
+        if publish.topic == self.response_topic {
+            let token = std::str::from_utf8(publish.properties.correlation_data.as_ref()?).ok()?;
+            let waiting = self.waiting.remove(token)?;
+            return Some(JobsEvent::Completed {
+                call: waiting.call,
+                result: operator_answer(publish),
+            });
+        }
+        let (thing, api) = publish.topic.strip_prefix(THINGS)?.split_once("/jobs/")?;
+        match api {
+            "notify" => {
+                let payload: NotifyPayload = serde_json::from_slice(&publish.payload).ok()?;
+                let mut jobs = payload.jobs;
+                Some(JobsEvent::Notification(JobNotification::Notify {
+                    thing: thing.to_owned(),
+                    in_progress: jobs.remove("IN_PROGRESS").unwrap_or_default(),
+                    queued: jobs.remove("QUEUED").unwrap_or_default(),
+                }))
+            }
+            "notify-next" => {
+                let payload: NextPayload = serde_json::from_slice(&publish.payload).ok()?;
+                Some(JobsEvent::Notification(JobNotification::NotifyNext {
+                    thing: thing.to_owned(),
+                    execution: payload.execution,
+                }))
+            }
+            _ => {
+                let accepted = api.ends_with("/accepted");
+                if !accepted && !api.ends_with("/rejected") {
+                    return None; // A request (ours or another client's) coming back.
+                }
+                let reply: Map<String, Value> = match serde_json::from_slice(&publish.payload) {
+                    Ok(Value::Object(reply)) => reply,
+                    _ => return None,
+                };
+                let token = reply.get("clientToken")?.as_str()?;
+                let waiting = self.waiting.remove(token)?;
+                let result = match accepted {
+                    true => Ok(Value::Object(reply)),
+                    false => Err(rejection(&reply)),
+                };
+                Some(JobsEvent::Completed {
+                    call: waiting.call,
+                    result,
+                })
+            }
+        }
+    }
+
+    /// When the next call times out.
+    pub fn next_deadline(&self) -> Option<u64> {
+        self.waiting.values().map(|w| w.deadline).min()
+    }
+
+    /// Fails every call whose timeout has passed.
+    pub fn expire(&mut self, now_ms: u64) -> Vec<JobsEvent> {
+        self.fail(|w| (w.deadline <= now_ms).then_some(ClientError::Timeout(w.timeout_ms)))
+    }
+
+    /// The connection dropped: every call in flight fails with `error`.
+    pub fn connection_failed(&mut self, error: ClientError) -> Vec<JobsEvent> {
+        self.fail(|_| Some(error.clone()))
+    }
+
+    fn fail(&mut self, error: impl Fn(&Waiting) -> Option<ClientError>) -> Vec<JobsEvent> {
+        let mut failed = Vec::new();
+        self.waiting.retain(|_, waiting| match error(waiting) {
+            Some(e) => {
+                failed.push((waiting.call, e));
+                false
+            }
+            None => true,
+        });
+        failed.sort_by_key(|(call, _)| *call);
+        failed
+            .into_iter()
+            .map(|(call, e)| JobsEvent::Completed {
+                call,
+                result: Err(e),
+            })
+            .collect()
+    }
+}
+
+/// Whole seconds, rounded up, so the broker drops what nobody waits for.
+fn expiry_seconds(timeout_ms: u64) -> u32 {
+    u32::try_from(timeout_ms.div_ceil(1000).max(1)).unwrap_or(u32::MAX)
+}
+
+#[derive(Deserialize)]
+struct NotifyPayload {
+    #[serde(default)]
+    jobs: BTreeMap<String, Vec<JobSummary>>,
+}
+
+#[derive(Deserialize)]
+struct NextPayload {
+    #[serde(default)]
+    execution: Option<JobExecution>,
+}
+
+/// An operator answer: `{"ok": ...}`, `{"error": {"code", "message"}}`, or an envelope
+/// error (`__stat` other than 200).
+fn operator_answer(publish: &Publish) -> Result<Value, ClientError> {
+    let props = &publish.properties;
+    let status = props.user_property(property::STATUS).unwrap_or("200");
+    if status != "200" {
+        return Err(ClientError::Status {
+            status: status.parse().unwrap_or(0),
+            message: props
+                .user_property(property::STATUS_MESSAGE)
+                .unwrap_or("(no __stMsg)")
+                .to_owned(),
+        });
+    }
+    let answer: Value = serde_json::from_slice(&publish.payload)
+        .map_err(|e| ClientError::Malformed(format!("the jobs answer is not JSON: {e}")))?;
+    if let Some(ok) = answer.get("ok") {
+        return Ok(ok.clone());
+    }
+    match answer.get("error").and_then(Value::as_object) {
+        Some(error) => Err(rejection(error)),
+        None => Err(ClientError::Malformed(format!(
+            "the jobs answer has neither ok nor error: {answer}"
+        ))),
+    }
+}
+
+/// A `/rejected` reply, or an operator error, as an error.
+fn rejection(reply: &Map<String, Value>) -> ClientError {
+    let text = |name: &str| {
+        reply
+            .get(name)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    ClientError::Jobs {
+        code: text("code"),
+        message: text("message"),
+        execution_state: reply
+            .get("executionState")
+            .and_then(|s| serde_json::from_value(s.clone()).ok()),
+    }
+}
+
+/// Reads a call's JSON answer as `T`.
+pub fn parse<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, ClientError> {
+    serde_json::from_value(value)
+        .map_err(|e| ClientError::Malformed(format!("unexpected jobs answer: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::jobs::Jobs;
+
+    const NOW: u64 = 1_700_000_000_000;
+
+    /// Runs `publish` through the service and returns what it sent back.
+    fn serve(jobs: &mut Jobs, publish: &Publish) -> Vec<Publish> {
+        let mut out = Vec::new();
+        if publish.topic == OPERATOR_TOPIC {
+            let answer = jobs.operate(&publish.payload, NOW, &mut out);
+            out.push(Publish {
+                topic: publish.properties.response_topic.clone().unwrap(),
+                payload: Bytes::from(answer.to_string()),
+                qos: 1,
+                properties: Properties {
+                    correlation_data: publish.properties.correlation_data.clone(),
+                    ..Properties::default()
+                },
+            });
+        } else {
+            jobs.handle(&publish.topic, &publish.payload, NOW, &mut out);
+        }
+        out
+    }
+
+    fn completed(client: &mut JobsClient, replies: &[Publish], call: CallId) -> Value {
+        let mut result = None;
+        for reply in replies {
+            if let Some(JobsEvent::Completed { call: c, result: r }) = client.handle(reply) {
+                assert_eq!(c, call);
+                result = Some(r);
+            }
+        }
+        result.expect("an answer").expect("accepted")
+    }
+
+    fn spec(job_id: &str, targets: &[&str]) -> JobSpec {
+        JobSpec {
+            job_id: job_id.into(),
+            document: json!({ "op": "reboot" }),
+            targets: targets.iter().map(|t| t.to_string()).collect(),
+            in_progress_timeout_minutes: Some(5),
+            max_retries: 2,
+        }
+    }
+
+    #[test]
+    fn operator_and_device_round_trip_through_the_service() {
+        let mut jobs = Jobs::new();
+        let mut client = JobsClient::new("ops", 7, 1000);
+        let (call, request) =
+            client.operate(&OperatorRequest::CreateJob(spec("j1", &["t1"])), None, NOW);
+        assert_eq!(request.topic, OPERATOR_TOPIC);
+        let replies = serve(&mut jobs, &request);
+        let created = completed(&mut client, &replies, call);
+        assert_eq!(created, json!({ "jobId": "j1", "targets": 1 }));
+        let job = jobs.job("j1").unwrap();
+        assert_eq!(job.in_progress_timeout_minutes, Some(5));
+        assert_eq!(job.max_retries, 2);
+
+        let (call, request) = client
+            .device("t1", &DeviceRequest::GetPending, None, NOW)
+            .unwrap();
+        assert_eq!(request.topic, "$aws/things/t1/jobs/get");
+        let pending: PendingJobs =
+            parse(completed(&mut client, &serve(&mut jobs, &request), call)).unwrap();
+        assert_eq!(pending.queued_jobs.len(), 1);
+        assert_eq!(pending.queued_jobs[0].job_id, "j1");
+
+        let start = DeviceRequest::StartNext {
+            status_details: BTreeMap::from([("step".into(), "1".into())]),
+            step_timeout_minutes: None,
+        };
+        let (call, request) = client.device("t1", &start, None, NOW).unwrap();
+        let replies = serve(&mut jobs, &request);
+        // The head of the list is the same execution, started: no notification.
+        assert_eq!(replies.len(), 1, "{replies:?}");
+        let mut answer = completed(&mut client, &replies, call);
+        let execution: JobExecution = parse(answer["execution"].take()).unwrap();
+        assert_eq!(execution.status, Status::InProgress);
+        assert_eq!(execution.status_details["step"], "1");
+        assert_eq!(execution.job_document, Some(json!({ "op": "reboot" })));
+
+        let update = Update {
+            job_id: "j1".into(),
+            status: Some(Status::Succeeded),
+            expected_version: Some(execution.version_number),
+            include_state: true,
+            ..Update::default()
+        };
+        let (call, request) = client
+            .device("t1", &DeviceRequest::Update(update), None, NOW)
+            .unwrap();
+        let accepted: UpdateAccepted =
+            parse(completed(&mut client, &serve(&mut jobs, &request), call)).unwrap();
+        assert_eq!(accepted.execution_state.unwrap().status, Status::Succeeded);
+        assert_eq!(client.in_flight(), 0);
+    }
+
+    #[test]
+    fn rejections_and_operator_errors_become_jobs_errors() {
+        let mut jobs = Jobs::new();
+        let mut client = JobsClient::new("ops", 7, 1000);
+        let (_, request) =
+            client.operate(&OperatorRequest::CreateJob(spec("j1", &["t1"])), None, NOW);
+        for reply in serve(&mut jobs, &request) {
+            client.handle(&reply);
+        }
+        let (call, request) = client
+            .device("t1", &DeviceRequest::GetPending, None, NOW)
+            .unwrap();
+        serve(&mut jobs, &request);
+        let update = Update {
+            job_id: "j1".into(),
+            status: Some(Status::Succeeded),
+            expected_version: Some(9),
+            ..Update::default()
+        };
+        let (call2, request) = client
+            .device("t1", &DeviceRequest::Update(update), None, NOW)
+            .unwrap();
+        let replies = serve(&mut jobs, &request);
+        let Some(JobsEvent::Completed { call: c, result }) = client.handle(&replies[0]) else {
+            panic!("no answer in {replies:?}");
+        };
+        assert_eq!(c, call2);
+        let error = result.unwrap_err();
+        assert_eq!(error.code(), 212);
+        let ClientError::Jobs {
+            code,
+            execution_state,
+            ..
+        } = error
+        else {
+            panic!("{error:?}")
+        };
+        assert_eq!(code, "VersionMismatch");
+        assert_eq!(execution_state.unwrap().status, Status::Queued);
+
+        let (call3, request) = client.operate(
+            &OperatorRequest::DescribeJob {
+                job_id: "nope".into(),
+            },
+            None,
+            NOW,
+        );
+        let replies = serve(&mut jobs, &request);
+        match client.handle(&replies[0]) {
+            Some(JobsEvent::Completed {
+                call,
+                result: Err(ClientError::Jobs { code, .. }),
+            }) => {
+                assert_eq!(call, call3);
+                assert_eq!(code, "ResourceNotFound");
+            }
+            other => panic!("{other:?}"),
+        }
+        // The first device call was never answered here (its reply was dropped): it times out.
+        assert_eq!(client.next_deadline(), Some(NOW + 1000));
+        let events = client.expire(NOW + 1000);
+        assert_eq!(
+            events,
+            vec![JobsEvent::Completed {
+                call,
+                result: Err(ClientError::Timeout(1000))
+            }]
+        );
+    }
+
+    #[test]
+    fn requests_coming_back_and_foreign_replies_are_ignored() {
+        let mut client = JobsClient::new("dev", 1, 1000);
+        let (_, request) = client
+            .device("t1", &DeviceRequest::GetPending, None, NOW)
+            .unwrap();
+        assert_eq!(client.handle(&request), None);
+        let foreign = Publish {
+            topic: "$aws/things/t1/jobs/get/accepted".into(),
+            payload: Bytes::from_static(br#"{"clientToken":"someone-else"}"#),
+            qos: 1,
+            properties: Properties::default(),
+        };
+        assert_eq!(client.handle(&foreign), None);
+        let garbage = Publish {
+            payload: Bytes::from_static(b"\xff not json"),
+            ..foreign
+        };
+        assert_eq!(client.handle(&garbage), None);
+        assert_eq!(client.in_flight(), 1);
+        let events = client.connection_failed(ClientError::Disconnected);
+        assert!(matches!(
+            events[..],
+            [JobsEvent::Completed {
+                result: Err(ClientError::Disconnected),
+                ..
+            }]
+        ));
+    }
+
+    /// MQTT topic filter matching, `+` and a trailing `#`.
+    fn filter_matches(filter: &str, topic: &str) -> bool {
+        let mut levels = topic.split('/');
+        for part in filter.split('/') {
+            match (part, levels.next()) {
+                ("#", _) => return true,
+                ("+", Some(_)) => {}
+                (part, Some(level)) if part == level => {}
+                _ => return false,
+            }
+        }
+        levels.next().is_none()
+    }
+
+    #[test]
+    fn bad_thing_names_and_job_ids_are_refused_before_anything_is_sent() {
+        let mut client = JobsClient::new("dev", 1, 1000);
+        for thing in ["", "a/b", "t+", "t#", &"x".repeat(129)] {
+            let e = client.device(thing, &DeviceRequest::GetPending, None, NOW);
+            assert_eq!(e.unwrap_err().code(), 212, "{thing}");
+        }
+        let describe = DeviceRequest::Describe {
+            job_id: "j/+".into(),
+            execution_number: None,
+            include_document: true,
+        };
+        assert!(client.device("t1", &describe, None, NOW).is_err());
+        let next = DeviceRequest::Describe {
+            job_id: "$next".into(),
+            execution_number: None,
+            include_document: true,
+        };
+        let (_, publish) = client.device("t1", &next, None, NOW).unwrap();
+        assert_eq!(publish.topic, "$aws/things/t1/jobs/$next/get");
+        assert_eq!(client.in_flight(), 1);
+    }
+
+    #[test]
+    fn device_subscriptions_cover_every_reply_topic() {
+        let filters = JobsClient::device_subscriptions("t1");
+        for topic in [
+            "$aws/things/t1/jobs/notify",
+            "$aws/things/t1/jobs/notify-next",
+            "$aws/things/t1/jobs/get/accepted",
+            "$aws/things/t1/jobs/start-next/rejected",
+            "$aws/things/t1/jobs/j1/get/accepted",
+            "$aws/things/t1/jobs/j1/update/rejected",
+        ] {
+            assert!(!filter_matches(&filters[0], "$aws/things/t2/jobs/notify"));
+            assert!(
+                filters.iter().any(|f| filter_matches(f, topic)),
+                "{topic} not covered by {filters:?}"
+            );
+        }
+    }
+}
