@@ -351,9 +351,24 @@ fn every_option_has_help_and_serve_keeps_its_own_apart() {
     assert!(!help[..broker].contains("--host"), "{help}");
     // Every option of every command says what it is for.
     for command in [
-        "serve", "get", "set", "del", "vdel", "scan", "lock", "bench", "watch",
+        "serve",
+        "get",
+        "set",
+        "del",
+        "vdel",
+        "scan",
+        "lock",
+        "bench",
+        "watch",
+        "jobs create",
+        "jobs cancel",
+        "jobs delete",
+        "jobs list",
+        "jobs describe",
+        "jobs watch",
     ] {
-        let help = mqstore(&[command, "--help"]).out();
+        let args: Vec<&str> = command.split(' ').chain(["--help"]).collect();
+        let help = mqstore(&args).out();
         for line in help.lines().map(str::trim).filter(|l| l.starts_with("--")) {
             let described = line
                 .split("  ")
@@ -489,5 +504,105 @@ on_both_brokers! {
         assert!(status.success());
         assert_eq!(watch.wait().unwrap().code(), Some(0));
         s.wait_metric("mqstore_watches 0");
+    }
+}
+
+on_both_brokers! {
+    /// Issue 10: `mqstore jobs ...` as scripts and people use it: output, `--json`, exit
+    /// codes, bad documents refused before anything is sent, and `jobs watch`.
+    fn jobs_commands_create_list_describe_cancel_delete_and_watch(kind: Kind) {
+        use std::io::BufRead;
+        let s = Setup::start(kind, "node-jobs-cli");
+        let create = s.cli(&[
+            "jobs", "create", "job1", "--targets", "T1,T2", "--document", r#"{"op":"reboot"}"#,
+            "--in-progress-timeout-minutes", "30", "--max-retries", "1",
+        ]);
+        assert_eq!((create.code, create.out()), (Some(0), "created job1 on 2 thing(s)".into()), "{}", create.stderr);
+        let again = s.cli(&["jobs", "create", "job1", "--targets", "T1", "--document", "{}"]);
+        assert_eq!(again.code, Some(3), "{}", again.stderr);
+        assert!(again.stderr.contains("Conflict"), "{}", again.stderr);
+        for (document, says) in [("not json", "not JSON"), ("[1]", "a JSON object")] {
+            let bad = s.cli(&["jobs", "create", "job9", "--targets", "T1", "--document", document]);
+            assert_eq!(bad.code, Some(2), "{}", bad.stderr);
+            assert!(bad.stderr.contains("--document") && bad.stderr.contains(says), "{}", bad.stderr);
+        }
+        let missing = s.cli(&["jobs", "create", "job9", "--targets", "T1", "--document-file", "/nonexistent.json"]);
+        assert_eq!(missing.code, Some(2), "{}", missing.stderr);
+        assert!(missing.stderr.contains("/nonexistent.json"), "{}", missing.stderr);
+
+        // `jobs watch` sees what happens to T1 from now on.
+        let mut watch = s
+            .command()
+            .args(["jobs", "watch", "--thing", "T1"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut ready = String::new();
+        std::io::BufReader::new(watch.stderr.take().unwrap()).read_line(&mut ready).unwrap();
+        assert!(ready.starts_with("watching the jobs of T1"), "{ready}");
+
+        let file = std::env::temp_dir().join(format!("mqstore-job-{}.json", std::process::id()));
+        std::fs::write(&file, br#"{"op":"update"}"#).unwrap();
+        let create = s.cli(&["jobs", "create", "job2", "--targets", "T1", "--document-file", file.to_str().unwrap(), "--json"]);
+        std::fs::remove_file(&file).unwrap();
+        assert_eq!(create.code, Some(0), "{}", create.stderr);
+        let created: serde_json::Value = serde_json::from_str(&create.out()).unwrap();
+        assert_eq!(created, serde_json::json!({ "jobId": "job2", "targets": 1 }));
+
+        assert_eq!(s.cli(&["jobs", "list"]).out(), "job1\t2 thing(s)\njob2\t1 thing(s)");
+        let listed: serde_json::Value = serde_json::from_str(&s.cli(&["jobs", "list", "--json"]).out()).unwrap();
+        assert_eq!(listed[1]["jobId"], "job2");
+        assert_eq!(
+            s.cli(&["jobs", "list", "--thing", "T1"]).out(),
+            "T1\tjob1\tQUEUED\texecution 1\nT1\tjob2\tQUEUED\texecution 1"
+        );
+        let queued: serde_json::Value =
+            serde_json::from_str(&s.cli(&["jobs", "list", "--status", "queued", "--json"]).out()).unwrap();
+        assert_eq!(queued.as_array().unwrap().len(), 3);
+        assert_eq!(s.cli(&["jobs", "list", "--status", "bogus"]).code, Some(2));
+
+        let described = s.cli(&["jobs", "describe", "job1"]).out();
+        assert!(described.contains("targets: T1,T2") && described.contains("QUEUED 2"), "{described}");
+        let job: serde_json::Value = serde_json::from_str(&s.cli(&["jobs", "describe", "job1", "--json"]).out()).unwrap();
+        assert_eq!(job["document"], serde_json::json!({ "op": "reboot" }));
+        assert_eq!(job["timeoutConfig"]["inProgressTimeoutInMinutes"], 30);
+        let execution: serde_json::Value =
+            serde_json::from_str(&s.cli(&["jobs", "describe", "job1", "--thing", "T1", "--json"]).out()).unwrap();
+        assert_eq!((execution["status"].as_str(), execution["thingName"].as_str()), (Some("QUEUED"), Some("T1")));
+        let unknown = s.cli(&["jobs", "describe", "nope"]);
+        assert_eq!(unknown.code, Some(1), "{}", unknown.stderr);
+        assert!(unknown.stderr.contains("ResourceNotFound"), "{}", unknown.stderr);
+
+        assert_eq!(s.cli(&["jobs", "cancel", "job1"]).out(), "canceled job1");
+        assert_eq!(
+            s.cli(&["jobs", "describe", "job1", "--thing", "T2"]).out(),
+            "job1 on T2: CANCELED (execution 1, version 2)"
+        );
+        assert_eq!(s.cli(&["jobs", "delete", "job2", "--thing", "T1"]).code, Some(0));
+        assert_eq!(s.cli(&["jobs", "delete", "job2", "--thing", "T1"]).code, Some(1));
+
+        // What the watcher printed: job2 joined (notify only: job1 stays first); job1's
+        // cancel left job2 alone and first; job2's deletion emptied the list.
+        let mut stdout = std::io::BufReader::new(watch.stdout.take().unwrap());
+        let mut lines = Vec::new();
+        while lines.len() < 5 {
+            let mut line = String::new();
+            stdout.read_line(&mut line).unwrap();
+            lines.push(line.trim().to_owned());
+        }
+        assert_eq!(
+            lines,
+            [
+                "notify in-progress=[] queued=[job1,job2]",
+                "notify in-progress=[] queued=[job2]",
+                "notify-next job2 QUEUED (execution 1)",
+                "notify in-progress=[] queued=[]",
+                "notify-next (none)",
+            ]
+        );
+        let status = Command::new("kill").args(["-INT", &watch.id().to_string()]).status().unwrap();
+        assert!(status.success());
+        assert_eq!(watch.wait().unwrap().code(), Some(0));
     }
 }

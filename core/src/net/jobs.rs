@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
@@ -37,7 +37,7 @@ impl JobsCall {
 }
 
 /// A job as `describeJob` answers.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct JobDescription {
     pub job_id: String,
@@ -53,14 +53,14 @@ pub struct JobDescription {
 }
 
 /// `timeoutConfig` of a job.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TimeoutConfig {
     pub in_progress_timeout_in_minutes: Option<u32>,
 }
 
 /// One entry of `listJobs`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct JobListing {
     pub job_id: String,
@@ -69,7 +69,7 @@ pub struct JobListing {
 }
 
 /// One entry of `listJobExecutions`: a thing's latest execution of a job.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ExecutionListing {
     pub thing_name: String,

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use clap::{Args, Parser, Subcommand};
+use jobs::{JobsCall, JobsCommand};
 use mqstore::client::ClientError;
 use mqstore::codec::Condition;
 use mqstore::engine::{AccessRule, AccessRules};
@@ -23,13 +24,15 @@ use mqstore::net::server::{ServerConfig, serve};
 use mqstore::net::{BrokerConfig, TlsConfig};
 use mqstore::store::Quotas;
 
+mod jobs;
+
 #[derive(Parser)]
 #[command(
     name = "mqstore",
     version,
     about = "State store for MQTT 5 device fleets",
     after_help = "Exit codes: 0 done; 1 not found or not applied; 2 usage; 3 the state store \
-                  refused the request; 4 the broker or the server could not be reached or did \
+                  or the jobs service refused the request; 4 the broker or the server could not be reached or did \
                   not answer; 5 the broker refused the connection."
 )]
 struct Cli {
@@ -80,12 +83,12 @@ struct BrokerArgs {
 
 /// How client commands wait and print: before or after the command's name.
 #[derive(Args, Clone, Copy)]
-#[command(next_help_heading = "Client commands (get, set, del, vdel, scan, watch, lock)")]
+#[command(next_help_heading = "Client commands (get, set, del, vdel, scan, watch, lock, jobs)")]
 struct CallArgs {
     /// Print JSON instead of text.
     #[arg(long, global = true)]
     json: bool,
-    /// Seconds to wait for each answer from the state store.
+    /// Seconds to wait for each answer from the server.
     #[arg(long, global = true, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
     timeout: u64,
 }
@@ -223,6 +226,12 @@ enum Command {
     Watch {
         #[arg(required = true)]
         keys: Vec<String>,
+    },
+    /// Jobs: create, cancel, delete, list, describe (the operator API), and watch a thing's
+    /// notifications.
+    Jobs {
+        #[command(subcommand)]
+        command: JobsCommand,
     },
 }
 
@@ -581,6 +590,7 @@ async fn run_client(cli: Cli, broker_config: BrokerConfig) -> ExitCode {
                 eprintln!("hint: {}", mqstore::net::PROTOCOL_HINT);
             }
             match e {
+                ClientError::Jobs { code, .. } => jobs::refusal_exit_code(&code),
                 ClientError::Service(_) | ClientError::Status { .. } => ExitCode::from(3),
                 ClientError::Refused { .. } => ExitCode::from(5),
                 ClientError::TooLarge { .. } => ExitCode::from(2),
@@ -634,6 +644,7 @@ enum ClientCommand {
     Watch {
         keys: Vec<String>,
     },
+    Jobs(JobsCall),
 }
 
 impl ClientCommand {
@@ -688,6 +699,7 @@ impl ClientCommand {
                 command,
             },
             Command::Watch { keys } => Self::Watch { keys },
+            Command::Jobs { command } => Self::Jobs(JobsCall::read(command)?),
             // `run` handles these without a client.
             Command::Serve(_) | Command::Bench { .. } => {
                 return Err("not a client command".into());
@@ -776,6 +788,7 @@ impl ClientCommand {
                 command,
             } => lock(client, call, key, ttl, wait, command).await,
             Self::Watch { keys } => watch(client, call, keys).await,
+            Self::Jobs(jobs) => Ok(jobs.run(client, call).await?),
         }
     }
 }
