@@ -1,0 +1,1 @@
+//! Interop tests only: see `tests/` and `jobs_device.py`.
