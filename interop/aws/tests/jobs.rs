@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
 
-use broker::{Broker, Kind};
+use broker::Broker;
 use mqstore::net::BrokerConfig;
 use mqstore::net::server::{ServerConfig, spawn};
 
