@@ -14,7 +14,7 @@ mod client;
 mod model;
 mod operator;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
@@ -35,7 +35,14 @@ pub struct Jobs {
     /// How long a minute of the timers is (timeouts are given in minutes): 60 s, shorter
     /// only where tests must see timeouts happen.
     minute_ms: u64,
+    /// Targets queued per [`Jobs::roll_out`] step (see [`Jobs::with_rollout_batch`]).
+    rollout_batch: usize,
+    /// Created jobs whose targets are not all queued yet: job id, next target, oldest first.
+    rollouts: VecDeque<(String, usize)>,
     jobs: BTreeMap<String, Job>,
+    /// Every running timer: (deadline, thing, job id), earliest first, so that finding the
+    /// next deadline and the due executions does not walk every execution.
+    timers: BTreeSet<(u64, String, String)>,
     /// thing → job id → its executions, oldest first (a retry appends one).
     executions: HashMap<String, BTreeMap<String, Vec<Execution>>>,
     /// Creation order, to break ties of `queuedAt`.
@@ -69,10 +76,54 @@ impl Jobs {
     pub fn with_minute(minute_ms: u64) -> Self {
         Self {
             minute_ms: minute_ms.max(1),
+            rollout_batch: usize::MAX,
+            rollouts: VecDeque::new(),
+            timers: BTreeSet::new(),
             jobs: BTreeMap::new(),
             executions: HashMap::new(),
             next_seq: 0,
         }
+    }
+
+    /// Queues the executions of a new job `batch` targets at a time: `create_job` queues the
+    /// first batch, [`Jobs::roll_out`] the next ones, so that a server answers other requests
+    /// between them (a job for 10,000 things makes 20,000 notifications). Without it, every
+    /// target is queued by `create_job`.
+    pub fn with_rollout_batch(mut self, batch: usize) -> Self {
+        self.rollout_batch = batch.max(1);
+        self
+    }
+
+    /// Whether created jobs still have targets to queue: call [`Jobs::roll_out`].
+    pub fn rolling_out(&self) -> bool {
+        !self.rollouts.is_empty()
+    }
+
+    /// Queues the next batch of targets of the jobs being rolled out, oldest job first,
+    /// pushing the notifications onto `out`. Returns how many were queued.
+    pub fn roll_out(&mut self, now_ms: u64, out: &mut Vec<Publish>) -> usize {
+        let mut budget = self.rollout_batch;
+        let mut queued = 0;
+        while budget > 0
+            && let Some((job_id, next)) = self.rollouts.front().cloned()
+        {
+            let targets = self.jobs.get(&job_id).map_or(&[][..], |j| &j.targets[..]);
+            let end = next.saturating_add(budget).min(targets.len());
+            let batch = targets.get(next..end).unwrap_or_default().to_vec();
+            if end >= targets.len() {
+                self.rollouts.pop_front();
+            } else if let Some(front) = self.rollouts.front_mut() {
+                front.1 = end;
+            }
+            budget -= batch.len();
+            queued += batch.len();
+            for thing in batch {
+                self.change(&thing, now_ms, out, |jobs| {
+                    jobs.queue(&thing, &job_id, 1, now_ms);
+                });
+            }
+        }
+        queued
     }
 
     /// A job, by id.
@@ -97,14 +148,10 @@ impl Jobs {
             return Err(JobsError::JobExists(spec.job_id));
         }
         let job = Job::from(spec);
-        let targets = job.targets.clone();
         let job_id = job.id.clone();
         self.jobs.insert(job_id.clone(), job);
-        for thing in targets {
-            self.change(&thing, now_ms, out, |jobs| {
-                jobs.queue(&thing, &job_id, 1, now_ms);
-            });
-        }
+        self.rollouts.push_back((job_id, 0));
+        self.roll_out(now_ms, out);
         Ok(())
     }
 
@@ -153,6 +200,8 @@ impl Jobs {
             .get(job_id)
             .ok_or_else(|| JobsError::NotFound(job_id.to_owned()))?;
         let targets = job.targets.clone();
+        // Targets not queued yet never will be.
+        self.rollouts.retain(|(id, _)| id != job_id);
         for thing in targets {
             let status = self.execution(&thing, job_id).map(|e| e.status);
             let cancel = match status {
@@ -257,24 +306,16 @@ impl Jobs {
 
     /// When the next execution times out.
     pub fn next_deadline(&self) -> Option<u64> {
-        self.executions
-            .values()
-            .flat_map(|by_job| by_job.values().filter_map(|list| list.last()))
-            .filter_map(Execution::deadline)
-            .min()
+        self.timers.first().map(|(deadline, _, _)| *deadline)
     }
 
     /// Times out every IN_PROGRESS execution whose step or in-progress timer ran out.
     pub fn expire(&mut self, now_ms: u64, out: &mut Vec<Publish>) {
         let due: Vec<(String, String)> = self
-            .executions
+            .timers
             .iter()
-            .flat_map(|(thing, by_job)| {
-                by_job.iter().filter_map(move |(job_id, list)| {
-                    let last = list.last()?;
-                    (last.deadline()? <= now_ms).then(|| (thing.clone(), job_id.clone()))
-                })
-            })
+            .take_while(|(deadline, _, _)| *deadline <= now_ms)
+            .map(|(_, thing, job_id)| (thing.clone(), job_id.clone()))
             .collect();
         for (thing, job_id) in due {
             self.change(&thing, now_ms, out, |jobs| {
@@ -454,7 +495,13 @@ impl Jobs {
         change: impl FnOnce(&mut Self),
     ) {
         let before: Vec<(String, u64)> = self.pending(thing).iter().map(|e| e.key()).collect();
+        let timers_before = self.timers_of(thing);
         change(self);
+        for timer in timers_before {
+            self.timers.remove(&timer);
+        }
+        let timers_after = self.timers_of(thing);
+        self.timers.extend(timers_after);
         let after = self.pending(thing);
         let keys: Vec<(String, u64)> = after.iter().map(|e| e.key()).collect();
         let now_s = now_ms / 1000;
@@ -493,6 +540,20 @@ impl Jobs {
             };
             out.push(publish(format!("{PREFIX}{thing}/jobs/notify-next"), next));
         }
+    }
+
+    /// The running timers of `thing`'s executions.
+    fn timers_of(&self, thing: &str) -> Vec<(u64, String, String)> {
+        let Some(by_job) = self.executions.get(thing) else {
+            return Vec::new();
+        };
+        by_job
+            .iter()
+            .filter_map(|(job_id, list)| {
+                let deadline = list.last()?.deadline()?;
+                Some((deadline, thing.to_owned(), job_id.clone()))
+            })
+            .collect()
     }
 
     /// `thing`'s pending list: IN_PROGRESS first, then QUEUED, each in queueing order.

@@ -399,3 +399,38 @@ fn cancel_leaves_in_progress_executions_unless_forced() {
     ));
     assert!(jobs.job("huge").is_none(), "nothing created");
 }
+
+#[test]
+fn a_large_job_is_rolled_out_in_batches_and_a_cancel_stops_the_rest() {
+    let mut jobs = Jobs::new().with_rollout_batch(2);
+    let mut out = Vec::new();
+    let targets = ["a", "b", "c", "d", "e"];
+    jobs.create_job(spec("big", &targets), T0, &mut out)
+        .unwrap();
+    // The first batch: two things, each told (notify + notify-next).
+    let first: Vec<String> = out.drain(..).map(|p| p.topic).collect();
+    assert_eq!(first.len(), 4, "{first:?}");
+    assert!(first[0].starts_with("$aws/things/a/") && first[2].starts_with("$aws/things/b/"));
+    assert!(jobs.rolling_out());
+    assert!(jobs.execution("c", "big").is_none());
+    assert_eq!(jobs.roll_out(T0, &mut out), 2);
+    assert!(jobs.execution("d", "big").is_some());
+    // A second job waits behind the first: creating it rolls out the next batch, oldest
+    // job first (e, then the new job's only target).
+    jobs.create_job(spec("next", &["a"]), T0, &mut out).unwrap();
+    assert!(jobs.execution("e", "big").is_some());
+    assert!(jobs.execution("a", "next").is_some());
+    assert!(!jobs.rolling_out());
+    assert_eq!(jobs.roll_out(T0, &mut out), 0);
+
+    // Canceled while rolling out: the targets not reached get no execution.
+    jobs.create_job(spec("stopped", &targets), T0, &mut out)
+        .unwrap();
+    jobs.cancel_job("stopped", false, T0, &mut out).unwrap();
+    assert!(!jobs.rolling_out());
+    assert_eq!(
+        jobs.execution("a", "stopped").unwrap().status,
+        Status::Canceled
+    );
+    assert!(jobs.execution("c", "stopped").is_none());
+}

@@ -271,6 +271,11 @@ impl Jobs {
     pub async fn next_notification(&mut self) -> Option<JobNotification> {
         self.notifications.recv().await
     }
+
+    /// A notification that has arrived already, without waiting.
+    pub fn try_next_notification(&mut self) -> Option<JobNotification> {
+        self.notifications.try_recv().ok()
+    }
 }
 
 /// Whole minutes, rounded up (AWS takes minutes).

@@ -53,6 +53,10 @@ pub struct Metrics {
     notifications: AtomicU64,
     publishes_dropped: AtomicU64,
     connections: AtomicU64,
+    /// Jobs requests (device and operator API), [rejected, accepted].
+    jobs_requests: [AtomicU64; 2],
+    /// `notify` and `notify-next` published.
+    jobs_notifications: AtomicU64,
     /// Whether the broker's PUBACKs say "no matching subscribers" (0x10): 0 not known yet,
     /// 1 no, 2 yes.
     broker_reports_no_subscribers: AtomicU64,
@@ -91,6 +95,17 @@ impl Metrics {
     /// Counts notifications published.
     pub fn notified(&self, n: u64) {
         self.notifications.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Counts one jobs request (device or operator API) and the notifications it caused.
+    pub fn jobs_handled(&self, accepted: bool, notifications: usize) {
+        self.jobs_requests[usize::from(accepted)].fetch_add(1, Ordering::Relaxed);
+        self.jobs_notified(notifications as u64);
+    }
+
+    /// Counts `notify` / `notify-next` published.
+    pub fn jobs_notified(&self, n: u64) {
+        self.jobs_notifications.fetch_add(n, Ordering::Relaxed);
     }
 
     /// Counts clients whose registrations were dropped because they are gone.
@@ -207,10 +222,27 @@ impl Metrics {
                 "counter",
                 &self.clients_dropped,
             ),
+            (
+                "mqstore_jobs_notifications_total",
+                "Jobs notify and notify-next messages published.",
+                "counter",
+                &self.jobs_notifications,
+            ),
         ] {
             let _ = writeln!(out, "# HELP {name} {help}");
             let _ = writeln!(out, "# TYPE {name} {kind}");
             let _ = writeln!(out, "{name} {}", value.load(Ordering::Relaxed));
+        }
+        let _ = writeln!(
+            out,
+            "# HELP mqstore_jobs_requests_total Jobs requests (device and operator API) by outcome.\n# TYPE mqstore_jobs_requests_total counter"
+        );
+        for (outcome, count) in ["rejected", "accepted"].iter().zip(&self.jobs_requests) {
+            let _ = writeln!(
+                out,
+                "mqstore_jobs_requests_total{{outcome=\"{outcome}\"}} {}",
+                count.load(Ordering::Relaxed)
+            );
         }
         if let Some(reports) = match self.broker_reports_no_subscribers.load(Ordering::Relaxed) {
             0 => None,

@@ -255,9 +255,10 @@ pub async fn serve(
         "mqstore serve starting"
     );
     let mut node = Node {
-        jobs: config
-            .jobs
-            .then(|| Jobs::with_minute(config.jobs_minute.as_millis() as u64)),
+        jobs: config.jobs.then(|| {
+            Jobs::with_minute(config.jobs_minute.as_millis() as u64)
+                .with_rollout_batch(ROLLOUT_BATCH)
+        }),
         probe_topic: topics::probe_topic(&config.client_id),
         presence: Publish {
             topic: presence_topic,
@@ -296,6 +297,15 @@ pub async fn serve(
     info!("stopped");
     Ok(())
 }
+
+/// Targets of a new job queued per turn of the server's loop: each makes up to two
+/// notifications, and an answer to another request waits behind at most one batch's.
+const ROLLOUT_BATCH: usize = 64;
+
+/// A job's rollout pauses while this many publishes are on their way to the broker (waiting
+/// in the outbox or in rumqttc's queue, or sent and not yet acknowledged): an answer to
+/// another request queues behind no more than these and one batch.
+const ROLLOUT_MAX_PENDING: usize = 128;
 
 /// The AWS IoT Jobs device API's requests (and the service's own replies, which it ignores).
 const JOBS_FILTER: &str = "$aws/things/+/jobs/#";
@@ -418,6 +428,13 @@ struct Node {
     stop: Stop,
 }
 
+impl Node {
+    /// Whether a job's rollout may queue its next batch (see [`ROLLOUT_MAX_PENDING`]).
+    fn rollout_has_room(&self) -> bool {
+        self.outbox.len() + self.sent.len() + self.unacked < ROLLOUT_MAX_PENDING
+    }
+}
+
 impl Driver for Node {
     type Wake = Signal;
 
@@ -425,7 +442,16 @@ impl Driver for Node {
         // Not once the DISCONNECT is queued: what expiry sends would queue behind it.
         match self.stop {
             Stop::Running | Stop::Unsubscribing | Stop::Unsubscribed => {
-                let jobs = self.jobs.as_ref().and_then(Jobs::next_deadline);
+                let jobs = self.jobs.as_ref().and_then(|jobs| {
+                    // A job's rollout goes on at once, while the broker keeps up (requests
+                    // that arrive meanwhile come first: see `Connection::next`).
+                    let rolling = jobs.rolling_out() && self.rollout_has_room();
+                    if rolling {
+                        Some(0)
+                    } else {
+                        jobs.next_deadline()
+                    }
+                });
                 self.engine.next_deadline().into_iter().chain(jobs).min()
             }
             Stop::Disconnecting | Stop::Closing => None,
@@ -434,8 +460,14 @@ impl Driver for Node {
 
     fn on_deadline(&mut self, now_ms: u64) {
         self.engine.expire(now_ms, &mut self.out);
+        let rollout_room = self.rollout_has_room();
         if let Some(jobs) = &mut self.jobs {
+            let before = self.out.len();
             jobs.expire(now_ms, &mut self.out);
+            if jobs.rolling_out() && rollout_room {
+                jobs.roll_out(now_ms, &mut self.out);
+            }
+            self.metrics.jobs_notified((self.out.len() - before) as u64);
         }
         self.queue_out();
         for (client, registrations) in self.engine.expire_leases(now_ms) {
@@ -689,12 +721,21 @@ impl Node {
         let now = now_ms();
         if message.topic != OPERATOR_TOPIC {
             // The service's own replies and notifications come back too: not requests.
-            let _ = jobs.handle(&message.topic, &message.payload, now, &mut self.out);
+            if jobs
+                .handle(&message.topic, &message.payload, now, &mut self.out)
+                .is_some()
+                && let Some((reply, notifications)) = self.out.split_last()
+            {
+                self.metrics
+                    .jobs_handled(reply.topic.ends_with("/accepted"), notifications.len());
+            }
         } else {
             let node = self.engine.node_id();
             match envelope::check_request(message.qos, message.properties, node) {
                 envelope::Checked::Accept(invocation) => {
                     let answer = jobs.operate(&message.payload, now, &mut self.out);
+                    self.metrics
+                        .jobs_handled(answer.get("ok").is_some(), self.out.len());
                     let mut properties =
                         envelope::response_properties(&invocation, 200, None, node);
                     properties.content_type = Some("application/json".into());
