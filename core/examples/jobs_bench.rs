@@ -292,9 +292,9 @@ async fn main() {
 }
 
 /// Runs the futures concurrently, results in order.
-async fn futures_join<F: std::future::Future>(futures: impl Iterator<Item = F>) -> Vec<F::Output>
+async fn futures_join<F>(futures: impl Iterator<Item = F>) -> Vec<F::Output>
 where
-    F: Send + 'static,
+    F: std::future::Future + Send + 'static,
     F::Output: Send + 'static,
 {
     let tasks: Vec<_> = futures.map(tokio::spawn).collect();
