@@ -144,6 +144,20 @@ impl ClientError {
     }
 }
 
+/// An answer's RPC status (`__stat`): an error unless it is 200 (or absent).
+pub(crate) fn status_error(props: &Properties) -> Result<(), ClientError> {
+    match props.user_property(property::STATUS).unwrap_or("200") {
+        "200" => Ok(()),
+        status => Err(ClientError::Status {
+            status: status.parse().unwrap_or(0),
+            message: props
+                .user_property(property::STATUS_MESSAGE)
+                .unwrap_or("(no __stMsg)")
+                .to_owned(),
+        }),
+    }
+}
+
 impl From<DecodeError> for ClientError {
     fn from(e: DecodeError) -> Self {
         ClientError::Malformed(e.to_string())
@@ -623,16 +637,7 @@ impl ClientCore {
 
     fn read_answer(&mut self, publish: &Publish, now_ms: u64) -> Result<Answer, ClientError> {
         let props = &publish.properties;
-        let status = props.user_property(property::STATUS).unwrap_or("200");
-        if status != "200" {
-            return Err(ClientError::Status {
-                status: status.parse().unwrap_or(0),
-                message: props
-                    .user_property(property::STATUS_MESSAGE)
-                    .unwrap_or("(no __stMsg)")
-                    .to_owned(),
-            });
-        }
+        status_error(props)?;
         let version = match props.user_property(property::TIMESTAMP) {
             Some(ts) => {
                 let version = Hlc::parse(ts).map_err(|e| ClientError::Malformed(e.to_string()))?;

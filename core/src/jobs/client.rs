@@ -574,17 +574,7 @@ struct NextPayload {
 /// An operator answer: `{"ok": ...}`, `{"error": {"code", "message"}}`, or an envelope
 /// error (`__stat` other than 200).
 fn operator_answer(publish: &Publish) -> Result<Value, ClientError> {
-    let props = &publish.properties;
-    let status = props.user_property(property::STATUS).unwrap_or("200");
-    if status != "200" {
-        return Err(ClientError::Status {
-            status: status.parse().unwrap_or(0),
-            message: props
-                .user_property(property::STATUS_MESSAGE)
-                .unwrap_or("(no __stMsg)")
-                .to_owned(),
-        });
-    }
+    crate::client::status_error(&publish.properties)?;
     let answer: Value = serde_json::from_slice(&publish.payload)
         .map_err(|e| ClientError::Malformed(format!("the jobs answer is not JSON: {e}")))?;
     if let Some(ok) = answer.get("ok") {
