@@ -18,7 +18,7 @@ import uuid
 from concurrent.futures import Future
 
 from awscrt import mqtt5, mqtt_request_response
-from awsiot import V2ServiceException, ServiceStreamOptions, iotjobs
+from awsiot import ServiceStreamOptions, V2ServiceException, iotjobs
 
 TIMEOUT = 10
 
@@ -29,9 +29,12 @@ def connect(host: str, port: int, client_id: str, on_publish=None) -> mqtt5.Clie
         host_name=host,
         port=port,
         connect_options=mqtt5.ConnectPacket(client_id=client_id),
-        on_lifecycle_event_connection_success_fn=lambda _: connected.done() or connected.set_result(True),
-        on_lifecycle_event_connection_failure_fn=lambda e: connected.done() or connected.set_exception(
-            RuntimeError(f"cannot connect: {e.exception}")
+        on_lifecycle_event_connection_success_fn=lambda _: (
+            connected.done() or connected.set_result(True)
+        ),
+        on_lifecycle_event_connection_failure_fn=lambda e: (
+            connected.done()
+            or connected.set_exception(RuntimeError(f"cannot connect: {e.exception}"))
         ),
         on_publish_callback_fn=on_publish,
     )
@@ -44,7 +47,9 @@ def connect(host: str, port: int, client_id: str, on_publish=None) -> mqtt5.Clie
 def create_job(host: str, port: int, thing: str, job_id: str, document: dict) -> dict:
     """Creates a job through mqstore's operator API: MQTT 5 request/response, JSON."""
     answers: queue.Queue = queue.Queue()
-    operator = connect(host, port, f"operator-{uuid.uuid4().hex[:8]}", lambda d: answers.put(d.publish_packet))
+    operator = connect(
+        host, port, f"operator-{uuid.uuid4().hex[:8]}", lambda d: answers.put(d.publish_packet)
+    )
     response_topic = f"clients/{thing}-operator/jobs/response"
     subscribe = mqtt5.SubscribePacket(
         subscriptions=[mqtt5.Subscription(topic_filter=response_topic, qos=mqtt5.QoS.AT_LEAST_ONCE)]
@@ -64,7 +69,9 @@ def create_job(host: str, port: int, thing: str, job_id: str, document: dict) ->
     ).result(TIMEOUT)
     answer = answers.get(timeout=TIMEOUT)
     operator.stop()
-    assert (answer.correlation_data_bytes or answer.correlation_data) == correlation, f"the answer carries the request's correlation data: {answer}"
+    assert (answer.correlation_data_bytes or answer.correlation_data) == correlation, (
+        f"the answer carries the request's correlation data: {answer}"
+    )
     return json.loads(answer.payload)
 
 
@@ -125,20 +132,28 @@ def main() -> int:
     assert [s.job_id for s in event.jobs["QUEUED"]] == ["sdk-job-1"], event.jobs
     assert isinstance(event.timestamp.timestamp(), float)
     event = next_changed.get(timeout=TIMEOUT)
-    assert event.execution.job_id == "sdk-job-1" and event.execution.status == "QUEUED", event.execution
+    assert event.execution.job_id == "sdk-job-1" and event.execution.status == "QUEUED", (
+        event.execution
+    )
     assert event.execution.job_document == document, event.execution.job_document
     print("notify and notify-next: sdk-job-1 queued")
 
     started = jobs.start_next_pending_job_execution(
-        iotjobs.StartNextPendingJobExecutionRequest(thing_name=thing, status_details={"step": "downloading"})
+        iotjobs.StartNextPendingJobExecutionRequest(
+            thing_name=thing, status_details={"step": "downloading"}
+        )
     ).result(TIMEOUT)
     execution = started.execution
     assert execution.job_id == "sdk-job-1" and execution.status == "IN_PROGRESS", execution
-    assert execution.job_document == document and execution.status_details == {"step": "downloading"}
+    assert execution.job_document == document and execution.status_details == {
+        "step": "downloading"
+    }
     print(f"start-next: IN_PROGRESS, version {execution.version_number}")
 
     described = jobs.describe_job_execution(
-        iotjobs.DescribeJobExecutionRequest(thing_name=thing, job_id="sdk-job-1", include_job_document=True)
+        iotjobs.DescribeJobExecutionRequest(
+            thing_name=thing, job_id="sdk-job-1", include_job_document=True
+        )
     ).result(TIMEOUT)
     assert described.execution.status == "IN_PROGRESS" and described.execution.thing_name == thing
     print("describe: IN_PROGRESS")
