@@ -784,6 +784,53 @@ mod tests {
     }
 
     #[test]
+    fn an_envelope_refusal_of_an_operator_call_is_a_status_error() {
+        let mut client = JobsClient::new("ops", 7, 1000);
+        let (call, request) = client.operate(&OperatorRequest::ListJobs, None, NOW);
+        let refusal = Publish {
+            topic: request.properties.response_topic.clone().unwrap(),
+            payload: Bytes::new(),
+            qos: 1,
+            properties: Properties {
+                correlation_data: request.properties.correlation_data.clone(),
+                user_properties: vec![
+                    ("__stat".into(), "503".into()),
+                    ("__stMsg".into(), "overloaded".into()),
+                ],
+                ..Properties::default()
+            },
+        };
+        let expected = ClientError::Status {
+            status: 503,
+            message: "overloaded".into(),
+        };
+        assert_eq!(
+            client.handle(&refusal),
+            Some(JobsEvent::Completed {
+                call,
+                result: Err(expected)
+            })
+        );
+        // An answer that is not JSON is malformed, not a panic.
+        let (call, request) = client.operate(&OperatorRequest::ListJobs, None, NOW);
+        let garbage = Publish {
+            payload: Bytes::from_static(b"\x00not json"),
+            properties: Properties {
+                correlation_data: request.properties.correlation_data.clone(),
+                ..Properties::default()
+            },
+            ..refusal
+        };
+        match client.handle(&garbage) {
+            Some(JobsEvent::Completed {
+                call: c,
+                result: Err(ClientError::Malformed(_)),
+            }) => assert_eq!(c, call),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
     fn requests_coming_back_and_foreign_replies_are_ignored() {
         let mut client = JobsClient::new("dev", 1, 1000);
         let (_, request) = client
