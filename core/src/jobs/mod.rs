@@ -5,16 +5,20 @@
 //! comes out (the `/accepted` or `/rejected` reply, and the `notify` / `notify-next`
 //! notifications the change causes); operator calls ([`Jobs::create_job`],
 //! [`Jobs::cancel_job`], [`Jobs::delete_execution`]) push their notifications the same way;
-//! [`Jobs::expire`] at [`Jobs::next_deadline`] times out executions.
+//! [`Jobs::expire`] at [`Jobs::next_deadline`] times out executions, and [`Jobs::roll_out`]
+//! queues the executions of new jobs while [`Jobs::rolling_out`].
 //!
-//! Notifications follow from comparing a thing's pending list before and after each change:
+//! The state lives in a [`JobsStore`] (memory now; shared stores later): every change of a
+//! thing reads its record, computes the new one, and writes it back only if nobody wrote in
+//! between. Notifications follow from comparing the thing's pending list before and after:
 //! `notify` when its membership changed, `notify-next` when its first entry changed.
 
 mod client;
 mod model;
 mod operator;
+mod store;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
@@ -26,27 +30,19 @@ pub use client::{
 pub use model::{Execution, Job, JobSpec, JobsError, RejectCode, Status};
 use model::{valid_job_id, valid_thing_name};
 pub use operator::OPERATOR_TOPIC;
+pub use store::{JobsStore, MemoryJobs, ThingRecord};
 
 use crate::envelope::{Properties, Publish};
 
-/// The jobs of one service, in memory.
+/// The jobs service: the protocol's decisions over a [`JobsStore`].
 #[derive(Debug)]
-pub struct Jobs {
+pub struct Jobs<S = MemoryJobs> {
+    store: S,
     /// How long a minute of the timers is (timeouts are given in minutes): 60 s, shorter
     /// only where tests must see timeouts happen.
     minute_ms: u64,
     /// Targets queued per [`Jobs::roll_out`] step (see [`Jobs::with_rollout_batch`]).
     rollout_batch: usize,
-    /// Created jobs whose targets are not all queued yet: job id, next target, oldest first.
-    rollouts: VecDeque<(String, usize)>,
-    jobs: BTreeMap<String, Job>,
-    /// Every running timer: (deadline, thing, job id), earliest first, so that finding the
-    /// next deadline and the due executions does not walk every execution.
-    timers: BTreeSet<(u64, String, String)>,
-    /// thing → job id → its executions, oldest first (a retry appends one).
-    executions: HashMap<String, BTreeMap<String, Vec<Execution>>>,
-    /// Creation order, to break ties of `queuedAt`.
-    next_seq: u64,
 }
 
 /// What a device request asked for, from its topic.
@@ -67,21 +63,25 @@ impl Default for Jobs {
 }
 
 impl Jobs {
-    /// An empty service.
+    /// An empty service in memory.
     pub fn new() -> Self {
         Self::with_minute(60_000)
     }
 
-    /// An empty service whose timer minutes last `minute_ms` (for tests of timeouts).
+    /// An empty service in memory whose timer minutes last `minute_ms` (for tests of
+    /// timeouts).
     pub fn with_minute(minute_ms: u64) -> Self {
+        Self::with_store(MemoryJobs::default(), minute_ms)
+    }
+}
+
+impl<S: JobsStore> Jobs<S> {
+    /// The service over `store`, with timer minutes of `minute_ms`.
+    pub fn with_store(store: S, minute_ms: u64) -> Self {
         Self {
+            store,
             minute_ms: minute_ms.max(1),
             rollout_batch: usize::MAX,
-            rollouts: VecDeque::new(),
-            timers: BTreeSet::new(),
-            jobs: BTreeMap::new(),
-            executions: HashMap::new(),
-            next_seq: 0,
         }
     }
 
@@ -96,47 +96,40 @@ impl Jobs {
 
     /// Whether created jobs still have targets to queue: call [`Jobs::roll_out`].
     pub fn rolling_out(&self) -> bool {
-        !self.rollouts.is_empty()
+        self.store.rolling_out()
     }
 
     /// Queues the next batch of targets of the jobs being rolled out, oldest job first,
     /// pushing the notifications onto `out`. Returns how many were queued.
     pub fn roll_out(&mut self, now_ms: u64, out: &mut Vec<Publish>) -> usize {
-        let mut budget = self.rollout_batch;
-        let mut queued = 0;
-        while budget > 0
-            && let Some((job_id, next)) = self.rollouts.front().cloned()
-        {
-            let targets = self.jobs.get(&job_id).map_or(&[][..], |j| &j.targets[..]);
-            let end = next.saturating_add(budget).min(targets.len());
-            let batch = targets.get(next..end).unwrap_or_default().to_vec();
-            if end >= targets.len() {
-                self.rollouts.pop_front();
-            } else if let Some(front) = self.rollouts.front_mut() {
-                front.1 = end;
-            }
-            budget -= batch.len();
-            queued += batch.len();
-            for thing in batch {
-                self.change(&thing, now_ms, out, |jobs| {
-                    jobs.queue(&thing, &job_id, 1, now_ms);
-                });
-            }
+        let batch = self.store.take_rollout(self.rollout_batch);
+        for (job_id, thing) in &batch {
+            let Some(job) = self.store.job(job_id) else {
+                continue;
+            };
+            let _ = self.change(thing, now_ms, out, |record| {
+                // A thing listed twice gets one execution.
+                if record.latest(job_id).is_none() {
+                    queue(record, &job, thing, 1, now_ms);
+                }
+                Ok::<_, ()>(())
+            });
         }
-        queued
+        batch.len()
     }
 
     /// A job, by id.
-    pub fn job(&self, job_id: &str) -> Option<&Job> {
-        self.jobs.get(job_id)
+    pub fn job(&self, job_id: &str) -> Option<Arc<Job>> {
+        self.store.job(job_id)
     }
 
     /// The latest execution of `job_id` on `thing`.
-    pub fn execution(&self, thing: &str, job_id: &str) -> Option<&Execution> {
-        self.executions.get(thing)?.get(job_id)?.last()
+    pub fn execution(&self, thing: &str, job_id: &str) -> Option<Execution> {
+        self.store.thing(thing).latest(job_id).cloned()
     }
 
-    /// Creates a job and queues an execution of it on every target.
+    /// Creates a job and queues an execution of it on every target (the first batch now, the
+    /// rest by [`Jobs::roll_out`]).
     pub fn create_job(
         &mut self,
         spec: JobSpec,
@@ -144,18 +137,17 @@ impl Jobs {
         out: &mut Vec<Publish>,
     ) -> Result<(), JobsError> {
         spec.validate()?;
-        if self.jobs.contains_key(&spec.job_id) {
-            return Err(JobsError::JobExists(spec.job_id));
-        }
         let job = Job::from(spec);
         let job_id = job.id.clone();
-        self.jobs.insert(job_id.clone(), job);
-        self.rollouts.push_back((job_id, 0));
+        if !self.store.insert_job(job) {
+            return Err(JobsError::JobExists(job_id));
+        }
+        self.store.start_rollout(&job_id);
         self.roll_out(now_ms, out);
         Ok(())
     }
 
-    /// Removes one execution (status REMOVED; `force` for one IN_PROGRESS).
+    /// Removes one execution (`force` for one IN_PROGRESS).
     pub fn delete_execution(
         &mut self,
         job_id: &str,
@@ -164,30 +156,20 @@ impl Jobs {
         now_ms: u64,
         out: &mut Vec<Publish>,
     ) -> Result<(), JobsError> {
-        let execution = self
-            .execution(thing, job_id)
-            .ok_or_else(|| JobsError::NotFound(format!("{job_id} on {thing}")))?;
-        if execution.status == Status::InProgress && !force {
-            return Err(JobsError::InProgress(format!("{job_id} on {thing}")));
-        }
-        let (thing, job_id) = (thing.to_owned(), job_id.to_owned());
-        self.change(&thing, now_ms, out, |jobs| {
-            if let Some(list) = jobs
-                .executions
-                .get_mut(&thing)
-                .and_then(|by_job| by_job.get_mut(&job_id))
-            {
-                list.clear();
+        self.change(thing, now_ms, out, |record| {
+            let execution = record
+                .latest(job_id)
+                .ok_or_else(|| JobsError::NotFound(format!("{job_id} on {thing}")))?;
+            if execution.status == Status::InProgress && !force {
+                return Err(JobsError::InProgress(format!("{job_id} on {thing}")));
             }
-        });
-        if let Some(by_job) = self.executions.get_mut(&thing) {
-            by_job.remove(&job_id);
-        }
-        Ok(())
+            record.executions.remove(job_id);
+            Ok(())
+        })
     }
 
     /// Cancels a job: its QUEUED executions become CANCELED, and with `force` its IN_PROGRESS
-    /// ones too.
+    /// ones too; targets its rollout has not reached get none.
     pub fn cancel_job(
         &mut self,
         job_id: &str,
@@ -196,24 +178,22 @@ impl Jobs {
         out: &mut Vec<Publish>,
     ) -> Result<(), JobsError> {
         let job = self
-            .jobs
-            .get(job_id)
+            .store
+            .job(job_id)
             .ok_or_else(|| JobsError::NotFound(job_id.to_owned()))?;
-        let targets = job.targets.clone();
-        // Targets not queued yet never will be.
-        self.rollouts.retain(|(id, _)| id != job_id);
-        for thing in targets {
-            let status = self.execution(&thing, job_id).map(|e| e.status);
-            let cancel = match status {
-                Some(Status::Queued) => true,
-                Some(Status::InProgress) => force,
-                _ => false,
-            };
-            if cancel {
-                self.change(&thing, now_ms, out, |jobs| {
-                    jobs.finish(&thing, job_id, Status::Canceled, now_ms);
-                });
-            }
+        self.store.stop_rollout(job_id);
+        for thing in &job.targets {
+            let _ = self.change(thing, now_ms, out, |record| {
+                let cancel = match record.latest(job_id).map(|e| e.status) {
+                    Some(Status::Queued) => true,
+                    Some(Status::InProgress) => force,
+                    _ => false,
+                };
+                if cancel {
+                    finish(record, &job, thing, Status::Canceled, now_ms);
+                }
+                Ok::<_, ()>(())
+            });
         }
         Ok(())
     }
@@ -282,12 +262,11 @@ impl Jobs {
             ));
             return Some(());
         }
-        let thing = thing.to_owned();
         let result = match api {
-            Api::GetPending => Ok(self.pending_lists(&thing)),
-            Api::StartNext => self.start_next(&thing, &request, now_ms, out),
-            Api::Describe(job_id) => self.describe(&thing, &job_id, &request, now_ms),
-            Api::Update(job_id) => self.update(&thing, &job_id, &request, now_ms, out),
+            Api::GetPending => Ok(pending_lists(&self.store.thing(thing))),
+            Api::StartNext => self.start_next(thing, &request, now_ms, out),
+            Api::Describe(job_id) => self.describe(thing, &job_id, &request, now_ms),
+            Api::Update(job_id) => self.update(thing, &job_id, &request, now_ms, out),
         };
         out.push(match result {
             Ok(mut accepted) => {
@@ -306,44 +285,30 @@ impl Jobs {
 
     /// When the next execution times out.
     pub fn next_deadline(&self) -> Option<u64> {
-        self.timers.first().map(|(deadline, _, _)| *deadline)
+        self.store.next_deadline()
     }
 
     /// Times out every IN_PROGRESS execution whose step or in-progress timer ran out.
     pub fn expire(&mut self, now_ms: u64, out: &mut Vec<Publish>) {
-        let due: Vec<(String, String)> = self
-            .timers
-            .iter()
-            .take_while(|(deadline, _, _)| *deadline <= now_ms)
-            .map(|(_, thing, job_id)| (thing.clone(), job_id.clone()))
-            .collect();
-        for (thing, job_id) in due {
-            self.change(&thing, now_ms, out, |jobs| {
-                jobs.finish(&thing, &job_id, Status::TimedOut, now_ms);
+        for (thing, job_id) in self.store.due(now_ms) {
+            let Some(job) = self.store.job(&job_id) else {
+                continue;
+            };
+            let _ = self.change(&thing, now_ms, out, |record| {
+                // Read again: another request may have ended it meanwhile.
+                if record
+                    .latest(&job_id)
+                    .and_then(Execution::deadline)
+                    .is_some_and(|deadline| deadline <= now_ms)
+                {
+                    finish(record, &job, &thing, Status::TimedOut, now_ms);
+                }
+                Ok::<_, ()>(())
             });
         }
     }
 
     // ---- the device API ----
-
-    /// `get`: both lists, always present.
-    fn pending_lists(&self, thing: &str) -> Map<String, Value> {
-        let pending = self.pending(thing);
-        let summaries = |status| -> Vec<Value> {
-            pending
-                .iter()
-                .filter(|e| e.status == status)
-                .map(|e| e.summary())
-                .collect()
-        };
-        let mut reply = Map::new();
-        reply.insert(
-            "inProgressJobs".into(),
-            json!(summaries(Status::InProgress)),
-        );
-        reply.insert("queuedJobs".into(), json!(summaries(Status::Queued)));
-        reply
-    }
 
     fn start_next(
         &mut self,
@@ -354,26 +319,25 @@ impl Jobs {
     ) -> Result<Map<String, Value>, Rejection> {
         let details = model::status_details(request).map_err(invalid)?;
         let step = model::step_timeout(request).map_err(invalid)?;
-        let Some(first) = self
-            .pending(thing)
-            .first()
-            .map(|e| (e.job_id.clone(), e.status))
-        else {
-            return Ok(Map::new());
-        };
-        let (job_id, status) = first;
-        if status == Status::Queued {
-            let minute = self.minute_ms;
-            self.change(thing, now_ms, out, |jobs| {
-                if let Some(execution) = jobs.latest_mut(thing, &job_id) {
-                    execution.start(details, step, now_ms, minute);
-                }
-            });
-        }
-        let execution = self.describe_execution(thing, &job_id, None, true, now_ms);
+        let minute = self.minute_ms;
+        let first = self.change(thing, now_ms, out, |record| {
+            let Some(first) = record.pending().first().map(|e| e.job_id.clone()) else {
+                return Ok::<_, Rejection>(None);
+            };
+            if let Some(execution) = record.latest_mut(&first)
+                && execution.status == Status::Queued
+            {
+                execution.start(details.clone(), step, now_ms, minute);
+            }
+            Ok(record.latest(&first).cloned())
+        })?;
         let mut reply = Map::new();
-        if let Some(execution) = execution {
-            reply.insert("execution".into(), execution);
+        if let Some(execution) = first {
+            let document = self
+                .store
+                .job(&execution.job_id)
+                .map(|j| j.document.clone());
+            reply.insert("execution".into(), execution.describe(document, now_ms));
         }
         Ok(reply)
     }
@@ -389,22 +353,24 @@ impl Jobs {
             .get("includeJobDocument")
             .and_then(Value::as_bool)
             .unwrap_or(true);
+        let record = self.store.thing(thing);
         let mut reply = Map::new();
-        if job_id == "$next" {
-            let first = self.pending(thing).first().map(|e| e.job_id.clone());
-            if let Some(first) = first
-                && let Some(execution) =
-                    self.describe_execution(thing, &first, None, include_document, now_ms)
-            {
-                reply.insert("execution".into(), execution);
-            }
-            return Ok(reply);
+        let execution = if job_id == "$next" {
+            record.pending().first().copied()
+        } else {
+            let number = model::execution_number(request).map_err(invalid)?;
+            Some(numbered(&record, job_id, number).ok_or_else(|| not_found(thing, job_id))?)
+        };
+        if let Some(execution) = execution {
+            let document = include_document
+                .then(|| {
+                    self.store
+                        .job(&execution.job_id)
+                        .map(|j| j.document.clone())
+                })
+                .flatten();
+            reply.insert("execution".into(), execution.describe(document, now_ms));
         }
-        let number = model::execution_number(request).map_err(invalid)?;
-        let execution = self
-            .describe_execution(thing, job_id, number, include_document, now_ms)
-            .ok_or_else(|| not_found(thing, job_id))?;
-        reply.insert("execution".into(), execution);
         Ok(reply)
     }
 
@@ -432,42 +398,48 @@ impl Jobs {
         let step = model::step_timeout(request).map_err(invalid)?;
         let expected = model::expected_version(request).map_err(invalid)?;
         let number = model::execution_number(request).map_err(invalid)?;
-        let execution = self
-            .latest(thing, job_id)
-            .filter(|e| number.is_none_or(|n| n == e.execution_number))
-            .ok_or_else(|| not_found(thing, job_id))?;
-        let state = execution.state();
-        if let Some(expected) = expected
-            && expected != execution.version_number
-        {
-            let message = format!(
-                "Expected version {expected} but found version {}",
-                execution.version_number
-            );
-            return Err((RejectCode::VersionMismatch, message, Some(state)));
-        }
-        if !execution.status.is_pending() || status == Status::Queued {
-            let message = format!(
-                "cannot go from {} to {}",
-                execution.status.as_str(),
-                status.as_str()
-            );
-            return Err((RejectCode::InvalidStateTransition, message, Some(state)));
-        }
+        let job = self.store.job(job_id);
         let minute = self.minute_ms;
-        self.change(thing, now_ms, out, |jobs| {
-            if status.is_pending() {
-                if let Some(execution) = jobs.latest_mut(thing, job_id) {
-                    execution.progress(details, step, now_ms, minute);
-                }
-            } else {
-                if let (Some(execution), Some(details)) = (jobs.latest_mut(thing, job_id), details)
-                {
-                    execution.status_details = details;
-                }
-                jobs.finish(thing, job_id, status, now_ms);
+        let state = self.change(thing, now_ms, out, |record| {
+            let execution = record
+                .latest(job_id)
+                .filter(|e| number.is_none_or(|n| n == e.execution_number))
+                .ok_or_else(|| not_found(thing, job_id))?;
+            let state = execution.state();
+            if let Some(expected) = expected
+                && expected != execution.version_number
+            {
+                let message = format!(
+                    "Expected version {expected} but found version {}",
+                    execution.version_number
+                );
+                return Err((RejectCode::VersionMismatch, message, Some(state)));
             }
-        });
+            if !execution.status.is_pending() || status == Status::Queued {
+                let message = format!(
+                    "cannot go from {} to {}",
+                    execution.status.as_str(),
+                    status.as_str()
+                );
+                return Err((RejectCode::InvalidStateTransition, message, Some(state)));
+            }
+            let Some(execution) = record.latest_mut(job_id) else {
+                return Err(not_found(thing, job_id));
+            };
+            let number = execution.execution_number;
+            if status.is_pending() {
+                execution.progress(details.clone(), step, now_ms, minute);
+            } else {
+                if let Some(details) = &details {
+                    execution.status_details = details.clone();
+                }
+                match &job {
+                    Some(job) => finish(record, job, thing, status, now_ms),
+                    None => execution.end(status, now_ms),
+                }
+            }
+            Ok(numbered(record, job_id, Some(number)).map(Execution::state))
+        })?;
         let mut reply = Map::new();
         let include_state = request
             .get("includeJobExecutionState")
@@ -475,10 +447,10 @@ impl Jobs {
             == Some(true);
         let include_document =
             request.get("includeJobDocument").and_then(Value::as_bool) == Some(true);
-        if include_state && let Some(execution) = self.execution_numbered(thing, job_id, number) {
-            reply.insert("executionState".into(), execution.state());
+        if include_state && let Some(state) = state {
+            reply.insert("executionState".into(), state);
         }
-        if include_document && let Some(job) = self.jobs.get(job_id) {
+        if include_document && let Some(job) = job {
             reply.insert("jobDocument".into(), job.document.clone());
         }
         Ok(reply)
@@ -486,26 +458,45 @@ impl Jobs {
 
     // ---- state ----
 
-    /// Runs `change` on `thing`'s executions and publishes what it did to the pending list.
-    fn change(
+    /// Changes `thing`'s record with `change` atomically (read, change, compare-and-set; again
+    /// from a fresh read if another writer came first) and publishes what it did to the
+    /// pending list. Nothing is written, or published, when `change` fails or changes nothing.
+    fn change<T, E>(
         &mut self,
         thing: &str,
         now_ms: u64,
         out: &mut Vec<Publish>,
-        change: impl FnOnce(&mut Self),
-    ) {
-        let before: Vec<(String, u64)> = self.pending(thing).iter().map(|e| e.key()).collect();
-        let timers_before = self.timers_of(thing);
-        change(self);
-        for timer in timers_before {
-            self.timers.remove(&timer);
+        mut change: impl FnMut(&mut ThingRecord) -> Result<T, E>,
+    ) -> Result<T, E> {
+        loop {
+            let read = self.store.thing(thing);
+            let mut record = read.clone();
+            let result = change(&mut record)?;
+            if record == read {
+                return Ok(result);
+            }
+            let before: Vec<(String, u64)> = read.pending().iter().map(|e| e.key()).collect();
+            if !self.store.put_thing(thing, record.clone()) {
+                continue;
+            }
+            self.notify(thing, &before, &record, now_ms, out);
+            return Ok(result);
         }
-        let timers_after = self.timers_of(thing);
-        self.timers.extend(timers_after);
-        let after = self.pending(thing);
+    }
+
+    /// The notifications of a change of `thing`'s pending list from `before` to `after`'s.
+    fn notify(
+        &self,
+        thing: &str,
+        before: &[(String, u64)],
+        after: &ThingRecord,
+        now_ms: u64,
+        out: &mut Vec<Publish>,
+    ) {
+        let after = after.pending();
         let keys: Vec<(String, u64)> = after.iter().map(|e| e.key()).collect();
         let now_s = now_ms / 1000;
-        let mut sorted_before = before.clone();
+        let mut sorted_before = before.to_vec();
         let mut sorted_after = keys.clone();
         sorted_before.sort();
         sorted_after.sort();
@@ -533,7 +524,7 @@ impl Jobs {
         if before.first() != keys.first() {
             let next = match after.first() {
                 Some(first) => {
-                    let document = self.jobs.get(&first.job_id).map(|j| j.document.clone());
+                    let document = self.store.job(&first.job_id).map(|j| j.document.clone());
                     json!({ "timestamp": now_s, "execution": first.next_notification(document) })
                 }
                 None => json!({ "timestamp": now_s }),
@@ -542,104 +533,89 @@ impl Jobs {
         }
     }
 
-    /// The running timers of `thing`'s executions.
-    fn timers_of(&self, thing: &str) -> Vec<(u64, String, String)> {
-        let Some(by_job) = self.executions.get(thing) else {
-            return Vec::new();
-        };
-        by_job
-            .iter()
-            .filter_map(|(job_id, list)| {
-                let deadline = list.last()?.deadline()?;
-                Some((deadline, thing.to_owned(), job_id.clone()))
-            })
-            .collect()
+    /// Every thing's record, for the operator's listings.
+    fn records(&self) -> impl Iterator<Item = (String, ThingRecord)> + '_ {
+        self.store.things().into_iter().map(|thing| {
+            let record = self.store.thing(&thing);
+            (thing, record)
+        })
     }
+}
 
-    /// `thing`'s pending list: IN_PROGRESS first, then QUEUED, each in queueing order.
-    fn pending(&self, thing: &str) -> Vec<&Execution> {
+impl ThingRecord {
+    /// The pending list: IN_PROGRESS first, then QUEUED, each in queueing order.
+    fn pending(&self) -> Vec<&Execution> {
         let mut pending: Vec<&Execution> = self
             .executions
-            .get(thing)
-            .into_iter()
-            .flat_map(|by_job| by_job.values().filter_map(|list| list.last()))
+            .values()
+            .filter_map(|list| list.last())
             .filter(|e| e.status.is_pending())
             .collect();
         pending.sort_by_key(|e| (e.status != Status::InProgress, e.queued_at, e.seq));
         pending
     }
+}
 
-    fn latest(&self, thing: &str, job_id: &str) -> Option<&Execution> {
-        self.executions.get(thing)?.get(job_id)?.last()
+/// `get`: both lists, always present.
+fn pending_lists(record: &ThingRecord) -> Map<String, Value> {
+    let pending = record.pending();
+    let summaries = |status| -> Vec<Value> {
+        pending
+            .iter()
+            .filter(|e| e.status == status)
+            .map(|e| e.summary())
+            .collect()
+    };
+    let mut reply = Map::new();
+    reply.insert(
+        "inProgressJobs".into(),
+        json!(summaries(Status::InProgress)),
+    );
+    reply.insert("queuedJobs".into(), json!(summaries(Status::Queued)));
+    reply
+}
+
+/// Execution `number` of `job_id` (the latest when `None`).
+fn numbered<'a>(
+    record: &'a ThingRecord,
+    job_id: &str,
+    number: Option<u64>,
+) -> Option<&'a Execution> {
+    let list = record.executions.get(job_id)?;
+    match number {
+        None => list.last(),
+        Some(n) => list.iter().find(|e| e.execution_number == n),
     }
+}
 
-    fn latest_mut(&mut self, thing: &str, job_id: &str) -> Option<&mut Execution> {
-        self.executions.get_mut(thing)?.get_mut(job_id)?.last_mut()
-    }
+/// Queues execution `number` of `job` on the thing of `record`.
+fn queue(record: &mut ThingRecord, job: &Job, thing: &str, number: u64, now_ms: u64) {
+    let seq = record.queued;
+    record.queued += 1;
+    record
+        .executions
+        .entry(job.id.clone())
+        .or_default()
+        .push(Execution::queued(
+            &job.id,
+            thing,
+            number,
+            job.in_progress_timeout_minutes,
+            seq,
+            now_ms,
+        ));
+}
 
-    fn execution_numbered(
-        &self,
-        thing: &str,
-        job_id: &str,
-        number: Option<u64>,
-    ) -> Option<&Execution> {
-        let list = self.executions.get(thing)?.get(job_id)?;
-        match number {
-            None => list.last(),
-            Some(n) => list.iter().find(|e| e.execution_number == n),
-        }
-    }
-
-    fn describe_execution(
-        &self,
-        thing: &str,
-        job_id: &str,
-        number: Option<u64>,
-        include_document: bool,
-        now_ms: u64,
-    ) -> Option<Value> {
-        let execution = self.execution_numbered(thing, job_id, number)?;
-        let document = include_document
-            .then(|| self.jobs.get(job_id).map(|j| j.document.clone()))
-            .flatten();
-        Some(execution.describe(document, now_ms))
-    }
-
-    /// Queues execution `number` of `job_id` on `thing`.
-    fn queue(&mut self, thing: &str, job_id: &str, number: u64, now_ms: u64) {
-        let seq = self.next_seq;
-        self.next_seq += 1;
-        let in_progress_minutes = self
-            .jobs
-            .get(job_id)
-            .and_then(|j| j.in_progress_timeout_minutes);
-        self.executions
-            .entry(thing.to_owned())
-            .or_default()
-            .entry(job_id.to_owned())
-            .or_default()
-            .push(Execution::queued(
-                job_id,
-                thing,
-                number,
-                in_progress_minutes,
-                seq,
-                now_ms,
-            ));
-    }
-
-    /// Ends the latest execution of `job_id` on `thing` with `status`, and queues a retry when
-    /// the job's policy allows one.
-    fn finish(&mut self, thing: &str, job_id: &str, status: Status, now_ms: u64) {
-        let Some(execution) = self.latest_mut(thing, job_id) else {
-            return;
-        };
-        execution.end(status, now_ms);
-        let number = execution.execution_number;
-        let retries = self.jobs.get(job_id).map_or(0, |j| j.max_retries);
-        if matches!(status, Status::Failed | Status::TimedOut) && number <= u64::from(retries) {
-            self.queue(thing, job_id, number + 1, now_ms);
-        }
+/// Ends the latest execution of `job` with `status`, and queues a retry when the job's policy
+/// allows one.
+fn finish(record: &mut ThingRecord, job: &Job, thing: &str, status: Status, now_ms: u64) {
+    let Some(execution) = record.latest_mut(&job.id) else {
+        return;
+    };
+    execution.end(status, now_ms);
+    let number = execution.execution_number;
+    if matches!(status, Status::Failed | Status::TimedOut) && number <= u64::from(job.max_retries) {
+        queue(record, job, thing, number + 1, now_ms);
     }
 }
 

@@ -5,13 +5,13 @@
 
 use serde_json::{Map, Value, json};
 
-use super::{JobSpec, Jobs, JobsError, Status};
+use super::{JobSpec, Jobs, JobsError, JobsStore, Status};
 use crate::envelope::Publish;
 
 /// Where operator requests go.
 pub const OPERATOR_TOPIC: &str = "mqstore/jobs/v1/command/invoke";
 
-impl Jobs {
+impl<S: JobsStore> Jobs<S> {
     /// Runs one operator request, pushing the notifications it causes onto `out`; returns the
     /// answer's JSON.
     pub fn operate(&mut self, payload: &[u8], now_ms: u64, out: &mut Vec<Publish>) -> Value {
@@ -92,8 +92,9 @@ impl Jobs {
             }
             "listJobs" => {
                 let jobs: Vec<Value> = self
-                    .jobs
-                    .values()
+                    .store
+                    .jobs()
+                    .iter()
                     .map(|job| json!({ "jobId": job.id, "targets": job.targets.len() }))
                     .collect();
                 Ok(json!({ "jobs": jobs }))
@@ -111,11 +112,12 @@ impl Jobs {
                     })?),
                 };
                 let mut executions: Vec<Value> = Vec::new();
-                for (name, by_job) in &self.executions {
-                    if thing.is_some_and(|t| t != name) {
-                        continue;
-                    }
-                    for (id, list) in by_job {
+                let records: Vec<_> = match thing {
+                    Some(thing) => vec![(thing.to_owned(), self.store.thing(thing))],
+                    None => self.records().collect(),
+                };
+                for (name, record) in &records {
+                    for (id, list) in &record.executions {
                         let Some(execution) = list.last() else {
                             continue;
                         };

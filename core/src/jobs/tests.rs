@@ -1,5 +1,7 @@
 use serde_json::{Value, json};
 
+use std::sync::Arc;
+
 use super::*;
 
 const T0: u64 = 1_700_000_000_000;
@@ -29,8 +31,8 @@ fn seen(out: &mut Vec<Publish>) -> Vec<(String, Value)> {
         .collect()
 }
 
-fn device(
-    jobs: &mut Jobs,
+fn device<S: JobsStore>(
+    jobs: &mut Jobs<S>,
     thing: &str,
     api: &str,
     payload: Value,
@@ -433,4 +435,103 @@ fn a_large_job_is_rolled_out_in_batches_and_a_cancel_stops_the_rest() {
         Status::Canceled
     );
     assert!(jobs.execution("c", "stopped").is_none());
+}
+
+/// A store another node writes to just before this engine's next write: the write fails
+/// (its revision is stale) and the engine must read again and decide again.
+struct Raced<'a> {
+    inner: &'a mut MemoryJobs,
+    other_node: Option<OtherNode>,
+}
+
+/// What another node does to the shared store.
+type OtherNode = Box<dyn FnOnce(&mut MemoryJobs)>;
+
+impl JobsStore for Raced<'_> {
+    fn job(&self, job_id: &str) -> Option<Arc<Job>> {
+        self.inner.job(job_id)
+    }
+    fn insert_job(&mut self, job: Job) -> bool {
+        self.inner.insert_job(job)
+    }
+    fn jobs(&self) -> Vec<Arc<Job>> {
+        self.inner.jobs()
+    }
+    fn thing(&self, thing: &str) -> ThingRecord {
+        self.inner.thing(thing)
+    }
+    fn put_thing(&mut self, thing: &str, record: ThingRecord) -> bool {
+        if let Some(other_node) = self.other_node.take() {
+            other_node(self.inner);
+        }
+        self.inner.put_thing(thing, record)
+    }
+    fn things(&self) -> Vec<String> {
+        self.inner.things()
+    }
+    fn due(&self, now_ms: u64) -> Vec<(String, String)> {
+        self.inner.due(now_ms)
+    }
+    fn next_deadline(&self) -> Option<u64> {
+        self.inner.next_deadline()
+    }
+    fn start_rollout(&mut self, job_id: &str) {
+        self.inner.start_rollout(job_id)
+    }
+    fn take_rollout(&mut self, budget: usize) -> Vec<(String, String)> {
+        self.inner.take_rollout(budget)
+    }
+    fn stop_rollout(&mut self, job_id: &str) {
+        self.inner.stop_rollout(job_id)
+    }
+    fn rolling_out(&self) -> bool {
+        self.inner.rolling_out()
+    }
+}
+
+#[test]
+fn two_nodes_starting_the_same_execution_start_it_once() {
+    let mut shared = MemoryJobs::default();
+    let mut out = Vec::new();
+    Jobs::with_store(&mut shared, 60_000)
+        .create_job(spec("job1", &["T"]), T0, &mut out)
+        .unwrap();
+    out.clear();
+    // Node B starts the job between node A's read and node A's write.
+    let store = Raced {
+        inner: &mut shared,
+        other_node: Some(Box::new(|inner: &mut MemoryJobs| {
+            let mut b_out = Vec::new();
+            Jobs::with_store(inner, 60_000).handle(
+                "$aws/things/T/jobs/start-next",
+                b"{}",
+                T0,
+                &mut b_out,
+            );
+        })),
+    };
+    let mut node_a = Jobs::with_store(store, 60_000);
+    let reply = device(&mut node_a, "T", "start-next", json!({}), &mut out);
+    assert_eq!(reply["_accepted"], json!(true));
+    // A found it started (by B) on its second read: the same execution, started once.
+    assert_eq!(reply["execution"]["status"], json!("IN_PROGRESS"));
+    assert_eq!(reply["execution"]["versionNumber"], json!(2));
+    assert!(
+        out.is_empty(),
+        "A changed nothing, so it notified nothing: {out:?}"
+    );
+    drop(node_a);
+    let record = shared.thing("T");
+    assert_eq!(record.latest("job1").unwrap().version_number, 2);
+    assert_eq!(record.revision, 2, "the create's write and B's start");
+}
+
+#[test]
+fn a_stale_write_is_refused_and_changes_nothing() {
+    let mut store = MemoryJobs::default();
+    let first = store.thing("T");
+    assert!(store.put_thing("T", first.clone()));
+    // The same revision again: someone wrote since.
+    assert!(!store.put_thing("T", first));
+    assert_eq!(store.thing("T").revision, 1);
 }
