@@ -12,6 +12,8 @@
 //! calls in flight (64). The server is `target/release/mqstore serve`, run as a child process
 //! so that its memory is its own.
 
+mod common;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -20,17 +22,6 @@ use mqstore::jobs::{JobSpec, Status, Update};
 use mqstore::net::client::{Client, ClientOptions, SetOptions};
 use mqstore::net::jobs::{Jobs, StartNext};
 use tokio::sync::Semaphore;
-
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        })
-        .unwrap_or(0)
-}
 
 async fn connect(port: u16, id: String) -> Client {
     let mut options = ClientOptions::new(id, "127.0.0.1", port);
@@ -128,7 +119,7 @@ async fn main() {
     let operator = connect(port, "bench-operator".into()).await;
     let clients: Vec<Client> =
         futures_join((0..connections).map(|i| connect(port, format!("bench-device-{i}")))).await;
-    let rss_start = rss_kib(pid);
+    let rss_start = common::rss_kib(&pid.to_string());
     println!(
         "{things} things x {jobs} jobs, {connections} connections, {in_flight} calls in flight"
     );
@@ -192,7 +183,7 @@ async fn main() {
     let created_in = started.elapsed();
     stop.notify_one();
     let busy = prober.await.unwrap();
-    let rss_created = rss_kib(pid);
+    let rss_created = common::rss_kib(&pid.to_string());
 
     // Every thing runs its jobs: start-next, then update to SUCCEEDED, ten times.
     let permits = Arc::new(Semaphore::new(in_flight));
@@ -238,7 +229,7 @@ async fn main() {
     }
     let ran_in = started.elapsed().saturating_sub(Duration::from_millis(500));
     let device_ops = completed * 2 + things; // each execution: start-next + update; one empty start-next per thing
-    let rss_done = rss_kib(pid);
+    let rss_done = common::rss_kib(&pid.to_string());
 
     let p = |v: &[Duration], q| percentile(v, q).as_secs_f64() * 1000.0;
     creations.sort();

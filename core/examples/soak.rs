@@ -11,6 +11,8 @@
 //!
 //! Arguments: the broker's port on 127.0.0.1, and how many seconds to run (default 600).
 
+mod common;
+
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -22,17 +24,6 @@ use mqstore::topics;
 use rumqttc::v5::mqttbytes::QoS;
 use rumqttc::v5::mqttbytes::v5::PublishProperties;
 use rumqttc::v5::{AsyncClient, MqttOptions};
-
-fn rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        })
-        .unwrap_or(0)
-}
 
 fn props(response_topic: &str, user: &[(&str, String)]) -> PublishProperties {
     PublishProperties {
@@ -238,7 +229,7 @@ async fn main() {
             println!(
                 "{},{},{calls},{failures},{notified},{round}",
                 started.elapsed().as_secs(),
-                rss_kib()
+                common::rss_kib("self")
             );
         }
     }
