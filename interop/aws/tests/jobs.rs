@@ -1,7 +1,10 @@
-//! The AWS IoT Device SDK for Python v2 (`awsiotsdk`, its `IotJobsClientV2` over a plain awscrt
-//! MQTT 5 client, no TLS), unchanged, against `mqstore serve` through a real broker: the steps
-//! are in `jobs_device.py`. The SDK is installed, pinned (`requirements.txt`), into a virtual
-//! environment under `target/` on the first run.
+//! The AWS IoT Device SDKs, unchanged, against `mqstore serve` through a real broker: for
+//! Python v2 (`awsiotsdk`, its `IotJobsClientV2` over a plain awscrt MQTT 5 client, no TLS;
+//! steps in `jobs_device.py`) and for JavaScript v2 (`aws-iot-device-sdk-v2` on Node, its
+//! `IotJobsClientv2`; the same steps in `js/jobs_device.mjs`). Each SDK is installed, pinned,
+//! on the first run: Python's into a virtual environment under `target/`
+//! (`requirements.txt`), JavaScript's with `npm ci` into `js/node_modules`
+//! (`js/package-lock.json`).
 
 #[path = "../../../core/tests/broker/mod.rs"]
 #[macro_use]
@@ -54,36 +57,80 @@ fn python() -> PathBuf {
     python
 }
 
+/// `node_modules` of `js/`, installed from its lockfile (again when the lockfile changes).
+fn node_modules() -> PathBuf {
+    static INSTALL: Mutex<()> = Mutex::new(());
+    let _once = INSTALL.lock().unwrap_or_else(|e| e.into_inner());
+    let js = Path::new(env!("CARGO_MANIFEST_DIR")).join("js");
+    let lock = std::fs::read_to_string(js.join("package-lock.json")).unwrap();
+    let stamp = js.join("node_modules/.mqstore-installed-from");
+    if std::fs::read_to_string(&stamp).ok().as_deref() != Some(lock.as_str()) {
+        let status = Command::new("npm")
+            .args(["ci", "--no-audit", "--no-fund", "--loglevel=error"])
+            .current_dir(&js)
+            .status()
+            .unwrap_or_else(|e| panic!("npm ci (needs Node 20+ and npm): {e}"));
+        assert!(
+            status.success(),
+            "npm ci in interop/aws/js failed ({status})"
+        );
+        std::fs::write(&stamp, &lock).unwrap();
+    }
+    js
+}
+
+/// Runs one SDK's device script against a fresh server on `broker`; panics with its output
+/// unless it ends with OK.
+async fn run_device(broker: &Broker, program: PathBuf, script: PathBuf) {
+    let config = ServerConfig::new(
+        BrokerConfig {
+            port: broker.port,
+            ..BrokerConfig::default()
+        },
+        "mqstore",
+    );
+    let server = spawn(config).await.expect("the server starts");
+    let thing = format!("sdk-thing-{}", broker.port);
+    let output = tokio::process::Command::new(program)
+        .arg(script)
+        .args([
+            "--host",
+            "127.0.0.1",
+            "--port",
+            &broker.port.to_string(),
+            "--thing",
+            &thing,
+        ])
+        .output()
+        .await
+        .expect("the SDK script runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success() && stdout.trim_end().ends_with("OK"),
+        "the SDK script failed ({}):\n{stdout}\n{stderr}",
+        output.status
+    );
+    server.stop().await.unwrap();
+}
+
 on_both_brokers! {
     /// Issue 10: get pending, a job created through the operator API, start-next, describe,
     /// update to SUCCEEDED, the notifications on the SDK's streams, and a rejection, all
     /// through the SDK's own client.
     async fn the_aws_iot_device_sdk_runs_a_job_against_mqstore(kind: Kind) {
         let broker = Broker::start_kind(kind);
-        let config = ServerConfig::new(
-            BrokerConfig {
-                port: broker.port,
-                ..BrokerConfig::default()
-            },
-            "mqstore",
-        );
-        let server = spawn(config).await.expect("the server starts");
         let python = tokio::task::spawn_blocking(python).await.unwrap();
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("jobs_device.py");
-        let thing = format!("sdk-thing-{}", broker.port);
-        let output = tokio::process::Command::new(python)
-            .arg(script)
-            .args(["--host", "127.0.0.1", "--port", &broker.port.to_string(), "--thing", &thing])
-            .output()
-            .await
-            .expect("the SDK script runs");
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(
-            output.status.success() && stdout.trim_end().ends_with("OK"),
-            "the SDK script failed ({}):\n{stdout}\n{stderr}",
-            output.status
-        );
-        server.stop().await.unwrap();
+        run_device(&broker, python, script).await;
+    }
+}
+
+on_both_brokers! {
+    /// The same steps through the AWS IoT Device SDK for JavaScript v2 on Node.
+    async fn the_aws_iot_device_sdk_for_javascript_runs_a_job_against_mqstore(kind: Kind) {
+        let broker = Broker::start_kind(kind);
+        let js = tokio::task::spawn_blocking(node_modules).await.unwrap();
+        run_device(&broker, PathBuf::from("node"), js.join("jobs_device.mjs")).await;
     }
 }

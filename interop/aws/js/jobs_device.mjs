@@ -1,0 +1,195 @@
+// A device using the AWS IoT Device SDK for JavaScript v2 (IotJobsClientv2, unchanged) against
+// `mqstore serve` through a plain MQTT 5 broker (no TLS); the same steps as ../jobs_device.py.
+//
+//   node jobs_device.mjs --host 127.0.0.1 --port 1883 --thing my-thing
+//
+// Prints one line per step, "OK" at the end; exits 1 on the first failure.
+
+import { randomBytes, randomUUID } from "node:crypto";
+import { parseArgs } from "node:util";
+
+import { mqtt5 } from "aws-crt";
+import { iotjobs } from "aws-iot-device-sdk-v2";
+
+const TIMEOUT_MS = 10_000;
+
+/** Resolves with the next value `queue` gets, or rejects after the timeout. */
+function nextOf(queue, what) {
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`no ${what} within 10 s`)), TIMEOUT_MS);
+    queue.waiters.push((value) => {
+      clearTimeout(timer);
+      resolve(value);
+    });
+    queue.flush();
+  });
+}
+
+function queue() {
+  const q = {
+    items: [],
+    waiters: [],
+    push(item) {
+      q.items.push(item);
+      q.flush();
+    },
+    flush() {
+      while (q.items.length && q.waiters.length) q.waiters.shift()(q.items.shift());
+    },
+  };
+  return q;
+}
+
+function assert(condition, message) {
+  if (!condition) throw new Error(`assertion failed: ${message}`);
+}
+
+async function connect(host, port, clientId) {
+  const client = new mqtt5.Mqtt5Client({
+    hostName: host,
+    port,
+    connectProperties: { clientId, keepAliveIntervalSeconds: 30 },
+  });
+  const connected = new Promise((resolve, reject) => {
+    client.once("connectionSuccess", resolve);
+    client.once("connectionFailure", (e) => reject(new Error(`cannot connect: ${e.error}`)));
+  });
+  client.start();
+  await connected;
+  return client;
+}
+
+/** Creates a job through mqstore's operator API: MQTT 5 request/response, JSON. */
+async function createJob(host, port, thing, jobId, document) {
+  const operator = await connect(host, port, `operator-${randomUUID().slice(0, 8)}`);
+  const answers = queue();
+  operator.on("messageReceived", (e) => answers.push(e.message));
+  const responseTopic = `clients/${thing}-operator/jobs/response`;
+  await operator.subscribe({
+    subscriptions: [{ topicFilter: responseTopic, qos: mqtt5.QoS.AtLeastOnce }],
+  });
+  const correlation = randomBytes(16);
+  await operator.publish({
+    topicName: "mqstore/jobs/v1/command/invoke",
+    payload: JSON.stringify({ op: "createJob", jobId, targets: [thing], document }),
+    qos: mqtt5.QoS.AtLeastOnce,
+    responseTopic,
+    correlationData: correlation,
+    userProperties: [{ name: "__protVer", value: "1.0" }],
+  });
+  const answer = await nextOf(answers, "operator answer");
+  operator.stop();
+  operator.close();
+  assert(
+    Buffer.from(answer.correlationData).equals(correlation),
+    "the answer carries the request's correlation data",
+  );
+  return JSON.parse(Buffer.from(answer.payload).toString());
+}
+
+async function main() {
+  const { values } = parseArgs({
+    options: {
+      host: { type: "string", default: "127.0.0.1" },
+      port: { type: "string", default: "1883" },
+      thing: { type: "string", default: "aws-js-sdk-thing" },
+    },
+  });
+  const [host, port, thing] = [values.host, Number(values.port), values.thing];
+
+  const device = await connect(host, port, thing);
+  const jobs = iotjobs.IotJobsClientv2.newFromMqtt5(device, {
+    maxRequestResponseSubscriptions: 4,
+    maxStreamingSubscriptions: 2,
+    operationTimeoutInSeconds: TIMEOUT_MS / 1000,
+  });
+
+  const changed = queue();
+  const nextChanged = queue();
+  const established = queue();
+  const streams = [
+    jobs.createJobExecutionsChangedStream({ thingName: thing }),
+    jobs.createNextJobExecutionChangedStream({ thingName: thing }),
+  ];
+  streams[0].on("incomingPublish", (e) => changed.push(e.message));
+  streams[1].on("incomingPublish", (e) => nextChanged.push(e.message));
+  for (const stream of streams) {
+    stream.on("subscriptionStatus", (e) => e.type === 0 && established.push(e));
+    stream.open();
+  }
+  for (const _ of streams) await nextOf(established, "subscription");
+  console.log("streams open");
+
+  const pending = await jobs.getPendingJobExecutions({ thingName: thing });
+  assert(
+    pending.inProgressJobs.length === 0 && pending.queuedJobs.length === 0,
+    JSON.stringify(pending),
+  );
+  console.log("get pending: nothing pending");
+
+  const document = { action: "blink", times: 3 };
+  const created = await createJob(host, port, thing, "js-sdk-job-1", document);
+  assert(created.ok?.jobId === "js-sdk-job-1", JSON.stringify(created));
+  console.log("created js-sdk-job-1 through the operator API");
+
+  let event = await nextOf(changed, "notify");
+  assert(event.jobs.QUEUED.map((s) => s.jobId).join() === "js-sdk-job-1", JSON.stringify(event));
+  event = await nextOf(nextChanged, "notify-next");
+  assert(event.execution.jobId === "js-sdk-job-1", JSON.stringify(event));
+  assert(JSON.stringify(event.execution.jobDocument) === JSON.stringify(document), "document");
+  console.log("notify and notify-next: js-sdk-job-1 queued");
+
+  const started = await jobs.startNextPendingJobExecution({
+    thingName: thing,
+    statusDetails: { step: "downloading" },
+  });
+  assert(started.execution.status === "IN_PROGRESS", JSON.stringify(started));
+  assert(started.execution.statusDetails.step === "downloading", "status details");
+  console.log(`start-next: IN_PROGRESS, version ${started.execution.versionNumber}`);
+
+  const described = await jobs.describeJobExecution({
+    thingName: thing,
+    jobId: "js-sdk-job-1",
+    includeJobDocument: true,
+  });
+  assert(described.execution.status === "IN_PROGRESS", JSON.stringify(described));
+  console.log("describe: IN_PROGRESS");
+
+  const updated = await jobs.updateJobExecution({
+    thingName: thing,
+    jobId: "js-sdk-job-1",
+    status: "SUCCEEDED",
+    expectedVersion: started.execution.versionNumber,
+    includeJobExecutionState: true,
+  });
+  assert(updated.executionState.status === "SUCCEEDED", JSON.stringify(updated));
+  console.log("update: SUCCEEDED");
+
+  event = await nextOf(changed, "notify");
+  assert(Object.keys(event.jobs ?? {}).length === 0, JSON.stringify(event));
+  event = await nextOf(nextChanged, "notify-next");
+  assert(event.execution === undefined, JSON.stringify(event));
+  console.log("notify and notify-next: nothing pending");
+
+  try {
+    await jobs.updateJobExecution({ thingName: thing, jobId: "js-sdk-job-1", status: "FAILED" });
+    throw new Error("a second update was accepted");
+  } catch (e) {
+    assert(e.modeledError?.code === "InvalidStateTransition", `${e}: ${JSON.stringify(e.modeledError)}`);
+  }
+  console.log("a second update: rejected with InvalidStateTransition");
+
+  for (const stream of streams) stream.close();
+  jobs.close();
+  device.stop();
+  device.close();
+  console.log("OK");
+}
+
+main().then(
+  () => process.exit(0),
+  (e) => {
+    console.error(`FAILED: ${e.stack ?? e}`);
+    process.exit(1);
+  },
+);
