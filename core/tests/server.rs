@@ -1575,6 +1575,13 @@ async fn the_shipped_mosquitto_acl_makes_identities_real() {
         .status()
         .expect("mosquitto_passwd runs");
     assert!(status.success());
+    let status = std::process::Command::new("mosquitto_passwd")
+        .args(["-b"])
+        .arg(&passwords)
+        .args(["jobs-operator", "operator-secret"])
+        .status()
+        .expect("mosquitto_passwd runs");
+    assert!(status.success());
     // mosquitto started as root reads it as the user `mosquitto`.
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&passwords, std::fs::Permissions::from_mode(0o644)).unwrap();
@@ -1671,6 +1678,36 @@ async fn the_shipped_mosquitto_acl_makes_identities_real() {
     // And b1 heard nothing of it.
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(b1.incoming.try_recv().is_err(), "b1 read a1's traffic");
+
+    // Jobs under the same ACL: the operator user creates a job; thing T1 (its client id) uses
+    // its own jobs topics and no other thing's; an anonymous client cannot create jobs.
+    let mut options = ClientOptions::new("ops-1", "127.0.0.1", broker.port);
+    options.broker.username = Some("jobs-operator".into());
+    options.broker.password = Some("operator-secret".into());
+    options.timeout = Duration::from_secs(2);
+    let operator = Client::connect(options).await.unwrap();
+    let spec = |id: &str| mqstore::jobs::JobSpec {
+        job_id: id.into(),
+        document: serde_json::json!({}),
+        targets: vec!["T1".into()],
+        in_progress_timeout_minutes: None,
+        max_retries: 0,
+    };
+    operator.create_job(spec("acl-job")).await.unwrap();
+    let device = client(broker.port, "T1").await;
+    let jobs = device.jobs("T1").await.unwrap();
+    let pending = jobs.pending().await.unwrap();
+    assert_eq!(pending.queued_jobs[0].job_id, "acl-job");
+    // mosquitto grants the subscription and enforces the ACL on delivery: T1's request as T2
+    // never reaches the server, and nothing comes back.
+    let as_t2 = device.jobs("T2").await.unwrap();
+    let e = as_t2.pending().await.unwrap_err();
+    assert!(matches!(e, ClientError::Timeout(_)), "{e}");
+    let anonymous = client(broker.port, "anon").await;
+    let e = anonymous.create_job(spec("intruder-job")).await.unwrap_err();
+    assert!(matches!(e, ClientError::Timeout(_)), "{e}");
+    let e = operator.describe_job("intruder-job").await.unwrap_err();
+    assert!(matches!(&e, ClientError::Jobs { code, .. } if code == "ResourceNotFound"), "{e}");
 
     b1.task.abort();
     server.stop().await;
