@@ -1704,10 +1704,16 @@ async fn the_shipped_mosquitto_acl_makes_identities_real() {
     let e = as_t2.pending().await.unwrap_err();
     assert!(matches!(e, ClientError::Timeout(_)), "{e}");
     let anonymous = client(broker.port, "anon").await;
-    let e = anonymous.create_job(spec("intruder-job")).await.unwrap_err();
+    let e = anonymous
+        .create_job(spec("intruder-job"))
+        .await
+        .unwrap_err();
     assert!(matches!(e, ClientError::Timeout(_)), "{e}");
     let e = operator.describe_job("intruder-job").await.unwrap_err();
-    assert!(matches!(&e, ClientError::Jobs { code, .. } if code == "ResourceNotFound"), "{e}");
+    assert!(
+        matches!(&e, ClientError::Jobs { code, .. } if code == "ResourceNotFound"),
+        "{e}"
+    );
 
     b1.task.abort();
     server.stop().await;
