@@ -2095,6 +2095,8 @@ on_both_brokers! {
 
         let pending = jobs.pending().await.unwrap();
         assert_eq!(pending.queued_jobs.len(), 2);
+        let next = jobs.describe_next().await.unwrap().expect("fw-1 is next");
+        assert_eq!((next.job_id.as_str(), next.status), ("fw-1", Status::Queued));
         let started = jobs.start_next(StartNext::default()).await.unwrap().expect("a job");
         assert_eq!((started.job_id.as_str(), started.status), ("fw-1", Status::InProgress));
         assert_eq!(started.job_document, Some(json!({ "firmware": "fw-1" })));
@@ -2149,6 +2151,11 @@ on_both_brokers! {
         queued.sort_by(|a, b| (&a.thing_name, &a.job_id).cmp(&(&b.thing_name, &b.job_id)));
         let names: Vec<_> = queued.iter().map(|e| format!("{}/{}", e.thing_name, e.job_id)).collect();
         assert_eq!(names, ["T1/fw-2", "T2/fw-1", "T2/fw-2"]);
+        let of_fw1 = ExecutionFilter { job_id: Some("fw-1".into()), ..Default::default() };
+        let of_fw1 = operator.list_job_executions(of_fw1).await.unwrap();
+        let mut states: Vec<_> = of_fw1.iter().map(|e| (e.thing_name.as_str(), e.status)).collect();
+        states.sort();
+        assert_eq!(states, [("T1", Status::Succeeded), ("T2", Status::Queued)]);
         let execution = operator.describe_job_execution("fw-1", "T1").await.unwrap();
         assert_eq!(execution.status, Status::Succeeded);
 
@@ -2162,6 +2169,7 @@ on_both_brokers! {
         operator.cancel_job("fw-2", true).await.unwrap();
         assert_eq!(notified(&notification(&mut jobs).await), ("notify".into(), vec![]));
         assert_eq!(notified(&notification(&mut jobs).await), ("notify-next".into(), vec![]));
+        assert_eq!(jobs.describe_next().await.unwrap(), None);
         operator.delete_job_execution("fw-2", "T1", false).await.unwrap();
         let e = operator.describe_job_execution("fw-2", "T1").await.unwrap_err();
         assert!(matches!(&e, ClientError::Jobs { code, .. } if code == "ResourceNotFound"), "{e}");

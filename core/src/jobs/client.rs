@@ -294,6 +294,63 @@ impl OperatorRequest {
     }
 }
 
+// ---- operator answers ----
+
+/// A job as `describeJob` answers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JobDescription {
+    pub job_id: String,
+    pub document: Value,
+    pub targets: Vec<String>,
+    #[serde(default)]
+    pub timeout_config: TimeoutConfig,
+    #[serde(default)]
+    pub max_retries: u32,
+    /// How many of its latest executions are in each status.
+    #[serde(default)]
+    pub executions: BTreeMap<Status, u64>,
+}
+
+/// `timeoutConfig` of a job.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TimeoutConfig {
+    pub in_progress_timeout_in_minutes: Option<u32>,
+}
+
+/// One entry of `listJobs`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JobListing {
+    pub job_id: String,
+    /// How many things it targets.
+    pub targets: usize,
+}
+
+/// One entry of `listJobExecutions`: a thing's latest execution of a job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExecutionListing {
+    pub thing_name: String,
+    pub job_id: String,
+    pub status: Status,
+    pub queued_at: u64,
+    #[serde(default)]
+    pub started_at: Option<u64>,
+    pub last_updated_at: u64,
+    pub execution_number: u64,
+    pub version_number: u64,
+}
+
+/// The `execution` of a start-next or describe answer (`None`: nothing pending).
+pub fn read_execution(mut answer: Value) -> Result<Option<JobExecution>, ClientError> {
+    match answer.get_mut("execution").map(Value::take) {
+        None | Some(Value::Null) => Ok(None),
+        Some(execution) => parse(execution).map(Some),
+    }
+}
+
 /// What an incoming publish meant.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum JobsEvent {

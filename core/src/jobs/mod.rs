@@ -24,8 +24,9 @@ use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
 pub use client::{
-    DeviceRequest, ExecutionState, JobExecution, JobNotification, JobSummary, JobsClient,
-    JobsEvent, OperatorRequest, PendingJobs, Update, UpdateAccepted, parse,
+    DeviceRequest, ExecutionListing, ExecutionState, JobDescription, JobExecution, JobListing,
+    JobNotification, JobSummary, JobsClient, JobsEvent, OperatorRequest, PendingJobs,
+    TimeoutConfig, Update, UpdateAccepted, parse, read_execution,
 };
 pub use model::{Execution, Job, JobSpec, JobsError, RejectCode, Status};
 use model::{valid_job_id, valid_thing_name};
@@ -476,10 +477,12 @@ impl<S: JobsStore> Jobs<S> {
                 return Ok(result);
             }
             let before: Vec<(String, u64)> = read.pending().iter().map(|e| e.key()).collect();
-            if !self.store.put_thing(thing, record.clone()) {
+            let published = out.len();
+            self.notify(thing, &before, &record, now_ms, out);
+            if !self.store.put_thing(thing, record) {
+                out.truncate(published); // Not written: not told either.
                 continue;
             }
-            self.notify(thing, &before, &record, now_ms, out);
             return Ok(result);
         }
     }

@@ -535,3 +535,42 @@ fn a_stale_write_is_refused_and_changes_nothing() {
     assert!(!store.put_thing("T", first));
     assert_eq!(store.thing("T").revision, 1);
 }
+
+#[test]
+fn a_write_that_lost_the_race_publishes_nothing_of_its_first_attempt() {
+    let mut shared = MemoryJobs::default();
+    let mut out = Vec::new();
+    let mut setup = Jobs::with_store(&mut shared, 60_000);
+    setup
+        .create_job(spec("job1", &["T"]), T0, &mut out)
+        .unwrap();
+    device(&mut setup, "T", "start-next", json!({}), &mut out);
+    out.clear();
+    // Node B completes the execution between node A's read and node A's write of the same.
+    let store = Raced {
+        inner: &mut shared,
+        other_node: Some(Box::new(|inner: &mut MemoryJobs| {
+            let mut b_out = Vec::new();
+            Jobs::with_store(inner, 60_000).handle(
+                "$aws/things/T/jobs/job1/update",
+                br#"{"status":"SUCCEEDED"}"#,
+                T0,
+                &mut b_out,
+            );
+        })),
+    };
+    let mut node_a = Jobs::with_store(store, 60_000);
+    let reply = device(
+        &mut node_a,
+        "T",
+        "job1/update",
+        json!({ "status": "FAILED" }),
+        &mut out,
+    );
+    // A's first attempt would have emptied the list (notify, notify-next); on its second
+    // read the execution had ended, so A refuses, and tells nobody anything.
+    assert_eq!(reply["_accepted"], json!(false));
+    assert_eq!(reply["code"], json!("InvalidStateTransition"));
+    assert_eq!(reply["executionState"]["status"], json!("SUCCEEDED"));
+    assert!(out.is_empty(), "{out:?}");
+}

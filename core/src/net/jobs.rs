@@ -5,7 +5,6 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
@@ -13,8 +12,9 @@ use super::client::{Client, Command};
 use crate::client::{CallId, ClientError};
 use crate::envelope::Publish;
 use crate::jobs::{
-    DeviceRequest, JobExecution, JobNotification, JobSpec, JobsClient, OperatorRequest,
-    PendingJobs, Status, Update, UpdateAccepted, parse,
+    DeviceRequest, ExecutionListing, JobDescription, JobExecution, JobListing, JobNotification,
+    JobSpec, JobsClient, OperatorRequest, PendingJobs, Status, Update, UpdateAccepted, parse,
+    read_execution,
 };
 
 /// A jobs call for the client's task.
@@ -34,53 +34,6 @@ impl JobsCall {
             JobsCall::Device(thing, request) => jobs.device(&thing, &request, None, now_ms),
         }
     }
-}
-
-/// A job as `describeJob` answers.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct JobDescription {
-    pub job_id: String,
-    pub document: Value,
-    pub targets: Vec<String>,
-    #[serde(default)]
-    pub timeout_config: TimeoutConfig,
-    #[serde(default)]
-    pub max_retries: u32,
-    /// How many of its latest executions are in each status.
-    #[serde(default)]
-    pub executions: BTreeMap<Status, u64>,
-}
-
-/// `timeoutConfig` of a job.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct TimeoutConfig {
-    pub in_progress_timeout_in_minutes: Option<u32>,
-}
-
-/// One entry of `listJobs`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct JobListing {
-    pub job_id: String,
-    /// How many things it targets.
-    pub targets: usize,
-}
-
-/// One entry of `listJobExecutions`: a thing's latest execution of a job.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ExecutionListing {
-    pub thing_name: String,
-    pub job_id: String,
-    pub status: Status,
-    pub queued_at: u64,
-    #[serde(default)]
-    pub started_at: Option<u64>,
-    pub last_updated_at: u64,
-    pub execution_number: u64,
-    pub version_number: u64,
 }
 
 /// What `list_job_executions` narrows to (all `None`: every latest execution).
@@ -236,7 +189,7 @@ impl Jobs {
             status_details: options.status_details,
             step_timeout_minutes: options.step_timeout.map(minutes),
         };
-        execution(self.call(request).await?)
+        read_execution(self.call(request).await?)
     }
 
     /// The latest execution of `job_id` on this thing, with its document.
@@ -246,7 +199,7 @@ impl Jobs {
             execution_number: None,
             include_document: true,
         };
-        execution(self.call(request).await?)?.ok_or_else(|| {
+        read_execution(self.call(request).await?)?.ok_or_else(|| {
             ClientError::Malformed("describe was accepted without an execution".into())
         })
     }
@@ -258,7 +211,7 @@ impl Jobs {
             execution_number: None,
             include_document: true,
         };
-        execution(self.call(request).await?)
+        read_execution(self.call(request).await?)
     }
 
     /// Updates an execution (its status, details, step timer); rejected with
@@ -281,11 +234,4 @@ impl Jobs {
 /// Whole minutes, rounded up (AWS takes minutes).
 fn minutes(d: Duration) -> u64 {
     d.as_secs().div_ceil(60).max(1)
-}
-
-fn execution(mut answer: Value) -> Result<Option<JobExecution>, ClientError> {
-    match answer.get_mut("execution").map(Value::take) {
-        None | Some(Value::Null) => Ok(None),
-        Some(execution) => parse(execution).map(Some),
-    }
 }
