@@ -205,6 +205,12 @@ impl HlcClock {
     }
 }
 
+/// The logical time right after `(wall, counter)`, as [`next`] gives it, saturating at the end
+/// of time (which no wall clock reaches).
+pub(crate) fn after(wall: u64, counter: u32) -> (u64, u32) {
+    next(wall, counter).unwrap_or((wall, counter))
+}
+
 /// The logical time right after `(wall, counter)`. A counter at [`MAX_COUNTER`] (the protocol's
 /// limit: one deployed client reads it as a 32-bit int) moves the clock 1 ms ahead instead,
 /// which is still greater than everything before. Fails only at the end of time.

@@ -956,7 +956,7 @@ fn a_store_that_answers_later_drives_the_same_engine() {
         |request: Request, notifications: &mut Vec<_>| match engine.begin(request, context, T0) {
             Step::Done(reply) => reply,
             Step::Store(pending) => {
-                let reply = remote.apply(&pending.op);
+                let reply = remote.apply(&pending.op, T0);
                 engine.finish(pending, reply, T0, notifications)
             }
         };

@@ -19,7 +19,7 @@ use crate::envelope::{
 };
 use crate::hlc::{Hlc, HlcClock, HlcError, MAX_SKEW_MS};
 use crate::store::{
-    ClientId, DelOutcome, MemoryStore, SetOutcome, Store, StoreOp, StoreReply, StoreStats,
+    ClientId, DelOutcome, Expired, MemoryStore, SetOutcome, Store, StoreOp, StoreReply, StoreStats,
 };
 use crate::topics;
 
@@ -132,6 +132,36 @@ pub struct Pending {
     pattern: Bytes,
 }
 
+/// A checked request waiting for its store op: made by [`Engine::accept`], finished by
+/// [`Engine::complete`].
+#[derive(Debug)]
+pub struct Call {
+    invocation: Invocation,
+    command: Command,
+    pending: Pending,
+}
+
+impl Call {
+    /// What the store must do, atomically.
+    pub fn op(&self) -> &StoreOp {
+        &self.pending.op
+    }
+
+    /// The request's command (for logs and metrics).
+    pub fn command(&self) -> Command {
+        self.command
+    }
+}
+
+/// What [`Engine::accept`] decided.
+#[derive(Debug)]
+pub enum Accepted {
+    /// Answered (or dropped) without the store.
+    Done(Outcome),
+    /// Run [`Call::op`] on the store, then call [`Engine::complete`].
+    Store(Call),
+}
+
 /// What [`Engine::begin`] decided.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Step {
@@ -222,16 +252,11 @@ impl<S> Engine<S> {
                     version: None,
                 },
             },
-            (
-                StoreOp::Set {
-                    key,
-                    value,
-                    version,
-                    ..
-                },
-                StoreReply::Set(outcome),
-            ) => match outcome {
-                Ok(SetOutcome::Applied { watchers }) => {
+            (StoreOp::Set { key, value, .. }, StoreReply::Set(outcome)) => match outcome {
+                Ok(SetOutcome::Applied { watchers, version }) => {
+                    // The store may have moved the version past the key's (written by a node
+                    // whose clock is ahead): later versions of this node follow it.
+                    let _ = self.clock.receive(&version, now_ms);
                     let change = Notification::Set(value);
                     notify(watchers, &key, &change, &version, notifications);
                     Reply {
@@ -246,8 +271,8 @@ impl<S> Engine<S> {
                 Err(error) => self.error_reply(error, now_ms),
             },
             (StoreOp::Delete { key, .. }, StoreReply::Delete(outcome)) => match outcome {
-                Ok(DelOutcome::Deleted { watchers }) => {
-                    let version = self.fresh_version(now_ms);
+                Ok(DelOutcome::Deleted { watchers, version }) => {
+                    let version = self.after_stored(&version, now_ms);
                     notify(
                         watchers,
                         &key,
@@ -290,6 +315,141 @@ impl<S> Engine<S> {
                 self.error_reply(ServiceError::Other(text), now_ms)
             }
         }
+    }
+
+    /// The first half of [`Engine::handle`], for drivers of stores that answer later: checks
+    /// a message from the invoke topic and either answers it at once (pushing the response
+    /// onto `out`) or returns the [`Call`] whose op the store must run; then call
+    /// [`Engine::complete`] with the store's reply. Expired keys are the store's business
+    /// here (a store that answers later removes them itself).
+    pub fn accept(&mut self, message: Publish, now_ms: u64, out: &mut Vec<Publish>) -> Accepted {
+        let mut invocation =
+            match envelope::check_request(message.qos, message.properties, &self.config.node_id) {
+                Checked::Accept(invocation) => invocation,
+                Checked::Reject(reply, error) => {
+                    out.push(*reply);
+                    return Accepted::Done(Outcome::Rejected(error));
+                }
+                Checked::Drop(reason) => return Accepted::Done(Outcome::Dropped(reason)),
+            };
+        let mut impersonating = false;
+        match topics::client_of_identified_invoke(&message.topic) {
+            // Only this client could publish here (the broker's ACL): it is who it is, whatever
+            // it claims, and it is answered only in its own tree.
+            Some(id) => {
+                if !topics::is_own_response_topic(&id, &invocation.response_topic) {
+                    return Accepted::Done(Outcome::Dropped(DropReason::ResponseTopicNotAllowed));
+                }
+                let claimed = invocation.client_id.replace(id);
+                impersonating = claimed != invocation.client_id;
+                invocation.identified = true;
+            }
+            None => {
+                let prefixes = &self.config.response_topic_prefixes;
+                if !prefixes.is_empty()
+                    && !prefixes
+                        .iter()
+                        .any(|p| invocation.response_topic.starts_with(p.as_str()))
+                {
+                    return Accepted::Done(Outcome::Dropped(DropReason::ResponseTopicNotAllowed));
+                }
+            }
+        }
+        let (command, reply) = match decode_request(&message.payload) {
+            // Claims another client's id in `__srcId`: refused, whatever it asks.
+            Ok(request) if impersonating => (
+                Some(request.command()),
+                self.error_reply(ServiceError::NotAuthorized, now_ms),
+            ),
+            Ok(Request::KeyNotify { .. }) if invocation.client_id.is_none() => {
+                let error = EnvelopeError::MissingClientId;
+                out.push(envelope::error_reply(
+                    &mut invocation,
+                    &error,
+                    &self.config.node_id,
+                ));
+                return Accepted::Done(Outcome::Rejected(error));
+            }
+            Ok(request) => {
+                let command = request.command();
+                match self.begin(request, invocation.context(), now_ms) {
+                    Step::Done(reply) => (Some(command), reply),
+                    Step::Store(pending) => {
+                        return Accepted::Store(Call {
+                            invocation,
+                            command,
+                            pending,
+                        });
+                    }
+                }
+            }
+            Err(error) => (None, self.error_reply(error, now_ms)),
+        };
+        Accepted::Done(self.respond(invocation, command, reply, out))
+    }
+
+    /// The second half of [`Engine::handle`]: the store's reply to a [`Call`]'s op in, the
+    /// notifications it causes and then the response pushed onto `out`.
+    pub fn complete(
+        &mut self,
+        call: Call,
+        reply: StoreReply,
+        now_ms: u64,
+        out: &mut Vec<Publish>,
+    ) -> Outcome {
+        let reply = self.finish(call.pending, reply, now_ms, out);
+        self.respond(call.invocation, Some(call.command), reply, out)
+    }
+
+    /// Pushes the response to `invocation` onto `out`.
+    fn respond(
+        &self,
+        invocation: Invocation,
+        command: Option<Command>,
+        reply: Reply,
+        out: &mut Vec<Publish>,
+    ) -> Outcome {
+        let properties = envelope::response_properties(
+            &invocation,
+            200,
+            reply.version.as_ref(),
+            &self.config.node_id,
+        );
+        let error = match &reply.response {
+            Response::Error(e) => Some(e.clone()),
+            _ => None,
+        };
+        out.push(Publish {
+            topic: invocation.response_topic,
+            payload: reply.response.to_bytes(),
+            qos: 1,
+            properties,
+        });
+        Outcome::Answered { command, error }
+    }
+
+    /// Pushes a DELETE notification to each watcher of a key that expired, with a version
+    /// newer than the key's last (for drivers of stores that find expired keys themselves).
+    pub fn expired(&mut self, expired: Expired, now_ms: u64, out: &mut Vec<Publish>) {
+        if !expired.watchers.is_empty() {
+            let version = self.after_stored(&expired.version, now_ms);
+            notify(
+                expired.watchers,
+                &expired.key,
+                &Notification::Delete,
+                &version,
+                out,
+            );
+        }
+    }
+
+    /// A version for a change of a key whose stored version is `stored` (a deletion, an
+    /// expiry): the HLC receive rule, so it is newer than both this node's clock and the key's
+    /// version, even one another node wrote with a clock ahead of ours.
+    fn after_stored(&mut self, stored: &Hlc, now_ms: u64) -> Hlc {
+        self.clock
+            .receive(stored, now_ms)
+            .unwrap_or_else(|_| self.fresh_version(now_ms))
     }
 
     fn prepare(
@@ -445,20 +605,6 @@ impl<S> Engine<S> {
         }
         Ok(Some(token))
     }
-
-    /// Publishes DELETE notifications, with a fresh version, for a key that expired.
-    fn expired(
-        &mut self,
-        key: &[u8],
-        watchers: Vec<ClientId>,
-        now_ms: u64,
-        out: &mut Vec<Publish>,
-    ) {
-        if !watchers.is_empty() {
-            let version = self.fresh_version(now_ms);
-            notify(watchers, key, &Notification::Delete, &version, out);
-        }
-    }
 }
 
 impl<S: Store> Engine<S> {
@@ -487,77 +633,14 @@ impl<S: Store> Engine<S> {
     /// notifications of keys that expired by `now_ms`, the notifications the request causes,
     /// then its response (nothing for a dropped request).
     pub fn handle(&mut self, message: Publish, now_ms: u64, out: &mut Vec<Publish>) -> Outcome {
-        let mut invocation =
-            match envelope::check_request(message.qos, message.properties, &self.config.node_id) {
-                Checked::Accept(invocation) => invocation,
-                Checked::Reject(reply, error) => {
-                    out.push(*reply);
-                    return Outcome::Rejected(error);
-                }
-                Checked::Drop(reason) => return Outcome::Dropped(reason),
-            };
-        let mut impersonating = false;
-        match topics::client_of_identified_invoke(&message.topic) {
-            // Only this client could publish here (the broker's ACL): it is who it is, whatever
-            // it claims, and it is answered only in its own tree.
-            Some(id) => {
-                if !topics::is_own_response_topic(&id, &invocation.response_topic) {
-                    return Outcome::Dropped(DropReason::ResponseTopicNotAllowed);
-                }
-                let claimed = invocation.client_id.replace(id);
-                impersonating = claimed != invocation.client_id;
-                invocation.identified = true;
-            }
-            None => {
-                let prefixes = &self.config.response_topic_prefixes;
-                if !prefixes.is_empty()
-                    && !prefixes
-                        .iter()
-                        .any(|p| invocation.response_topic.starts_with(p.as_str()))
-                {
-                    return Outcome::Dropped(DropReason::ResponseTopicNotAllowed);
-                }
+        self.expire(now_ms, out);
+        match self.accept(message, now_ms, out) {
+            Accepted::Done(outcome) => outcome,
+            Accepted::Store(call) => {
+                let reply = self.store.apply(&call.pending.op, now_ms);
+                self.complete(call, reply, now_ms, out)
             }
         }
-        self.expire(now_ms, out);
-        let (command, reply) = match decode_request(&message.payload) {
-            // Claims another client's id in `__srcId`: refused, whatever it asks.
-            Ok(request) if impersonating => (
-                Some(request.command()),
-                self.error_reply(ServiceError::NotAuthorized, now_ms),
-            ),
-            Ok(Request::KeyNotify { .. }) if invocation.client_id.is_none() => {
-                let error = EnvelopeError::MissingClientId;
-                out.push(envelope::error_reply(
-                    &mut invocation,
-                    &error,
-                    &self.config.node_id,
-                ));
-                return Outcome::Rejected(error);
-            }
-            Ok(request) => (
-                Some(request.command()),
-                self.execute(request, invocation.context(), now_ms, out),
-            ),
-            Err(error) => (None, self.error_reply(error, now_ms)),
-        };
-        let properties = envelope::response_properties(
-            &invocation,
-            200,
-            reply.version.as_ref(),
-            &self.config.node_id,
-        );
-        let error = match &reply.response {
-            Response::Error(e) => Some(e.clone()),
-            _ => None,
-        };
-        out.push(Publish {
-            topic: invocation.response_topic,
-            payload: reply.response.to_bytes(),
-            qos: 1,
-            properties,
-        });
-        Outcome::Answered { command, error }
     }
 
     /// Runs one decoded request against the store ([`Engine::begin`], the op,
@@ -573,7 +656,7 @@ impl<S: Store> Engine<S> {
         match self.begin(request, context, now_ms) {
             Step::Done(reply) => reply,
             Step::Store(pending) => {
-                let reply = self.store.apply(&pending.op);
+                let reply = self.store.apply(&pending.op, now_ms);
                 self.finish(pending, reply, now_ms, notifications)
             }
         }
@@ -583,9 +666,9 @@ impl<S: Store> Engine<S> {
     /// notification (with a fresh version) to each watcher. Returns how many keys expired.
     pub fn expire(&mut self, now_ms: u64, out: &mut Vec<Publish>) -> usize {
         let mut expired = 0;
-        while let Some((key, watchers)) = self.store.pop_expired(now_ms) {
+        while let Some(key) = self.store.pop_expired(now_ms) {
             expired += 1;
-            self.expired(&key, watchers, now_ms, out);
+            self.expired(key, now_ms, out);
         }
         expired
     }

@@ -8,8 +8,9 @@ use std::ops::Bound;
 use bytes::Bytes;
 
 use super::{
-    ClientId, DelOutcome, Quotas, SetOutcome, Store, StoreOp, StoreReply, StoreStats,
-    check_fencing, condition_holds, fencing_token_after_set, footprint, within_quotas,
+    ClientId, DelOutcome, Expired, Quotas, SetOutcome, Store, StoreOp, StoreReply, StoreStats,
+    check_fencing, condition_holds, fencing_token_after_set, footprint, version_after,
+    within_quotas,
 };
 use crate::ServiceError;
 use crate::codec::{Bulk, Condition};
@@ -131,6 +132,7 @@ impl MemoryStore {
         }
         let fencing_token = fencing_token_after_set(stored_token, fencing_token).map(Box::new);
         let old_deadline = current.and_then(Entry::deadline);
+        let version = version_after(current.map(|c| &c.version), version);
         let entry = Entry {
             value: value.clone(),
             version: version.clone(),
@@ -165,6 +167,7 @@ impl MemoryStore {
         self.bytes = new_bytes;
         Ok(SetOutcome::Applied {
             watchers: self.watchers_of(key),
+            version,
         })
     }
 
@@ -181,9 +184,12 @@ impl MemoryStore {
         if if_value.is_some_and(|value| value != current.value.as_slice()) {
             return Ok(DelOutcome::ValueMismatch);
         }
-        self.remove(key);
+        let Some((_, removed)) = self.remove(key) else {
+            return Ok(DelOutcome::Absent);
+        };
         Ok(DelOutcome::Deleted {
             watchers: self.watchers_of(key),
+            version: removed.version,
         })
     }
 
@@ -272,7 +278,8 @@ impl MemoryStore {
 }
 
 impl Store for MemoryStore {
-    fn apply(&mut self, op: &StoreOp) -> StoreReply {
+    /// Expired keys are gone already: the engine pops them before every op.
+    fn apply(&mut self, op: &StoreOp, _now_ms: u64) -> StoreReply {
         match op {
             StoreOp::Get { key } => StoreReply::Get(self.get(key)),
             StoreOp::Set {
@@ -321,14 +328,17 @@ impl Store for MemoryStore {
         }
     }
 
-    fn pop_expired(&mut self, now_ms: u64) -> Option<(Bytes, Vec<ClientId>)> {
+    fn pop_expired(&mut self, now_ms: u64) -> Option<Expired> {
         let (deadline, key) = self.deadlines.first()?.clone();
         if deadline > now_ms {
             return None;
         }
-        self.remove(&key);
-        let watchers = self.watchers_of(&key);
-        Some((key, watchers))
+        let (key, entry) = self.remove(&key)?;
+        Some(Expired {
+            watchers: self.watchers_of(&key),
+            key,
+            version: entry.version,
+        })
     }
 
     fn drop_client(&mut self, client: &str) -> usize {

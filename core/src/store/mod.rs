@@ -94,8 +94,12 @@ pub enum StoreReply {
 /// What a SET did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SetOutcome {
-    /// Applied; the clients watching the key.
-    Applied { watchers: Vec<ClientId> },
+    /// Applied with `version` ([`version_after`] the key's stored version); the clients
+    /// watching the key.
+    Applied {
+        watchers: Vec<ClientId>,
+        version: Hlc,
+    },
     /// NX/NEX did not hold; the key's current version.
     NotApplied { version: Hlc },
 }
@@ -103,9 +107,11 @@ pub enum SetOutcome {
 /// What a DEL or VDEL did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DelOutcome {
-    /// Deleted; the clients watching the key.
+    /// Deleted; the clients watching the key, and the version the key had (the deletion's
+    /// own version is newer: the engine's clock receives this one).
     Deleted {
         watchers: Vec<ClientId>,
+        version: Hlc,
     },
     Absent,
     /// VDEL: the value did not match.
@@ -154,15 +160,24 @@ pub struct StoreStats {
     pub watches: u64,
 }
 
+/// A key that expired and was removed: its watchers get a DELETE notification with a version
+/// newer than `version`, the key's last.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Expired {
+    pub key: Bytes,
+    pub watchers: Vec<ClientId>,
+    pub version: Hlc,
+}
+
 /// A store the engine drives in-process: every call is one atomic step, answered at once.
 /// Implementations never see an expired key: the engine calls [`Store::pop_expired`] until it
 /// returns `None` before each command.
 pub trait Store {
-    /// Runs one op.
-    fn apply(&mut self, op: &StoreOp) -> StoreReply;
+    /// Runs one op at `now_ms` (keys whose deadline is at or before it are gone).
+    fn apply(&mut self, op: &StoreOp, now_ms: u64) -> StoreReply;
 
     /// Removes one key whose deadline is at or before `now_ms`; returns it with its watchers.
-    fn pop_expired(&mut self, now_ms: u64) -> Option<(Bytes, Vec<ClientId>)>;
+    fn pop_expired(&mut self, now_ms: u64) -> Option<Expired>;
 
     /// The earliest deadline of any key or registration lease.
     fn next_deadline(&self) -> Option<u64>;
@@ -193,6 +208,27 @@ pub fn check_fencing(stored: Option<&Hlc>, presented: Option<&Hlc>) -> Result<()
 /// The token a key keeps after an applied SET: the newer of its own and the request's.
 pub fn fencing_token_after_set(stored: Option<&Hlc>, presented: Option<&Hlc>) -> Option<Hlc> {
     stored.max(presented).cloned()
+}
+
+/// The version an applied SET gives a key: the engine's `candidate` (the HLC receive rule
+/// over the request's `__ts` and the node's clock) when it is newer than the key's `stored`
+/// version, else the logical time right after the stored one. Versions of one key then
+/// increase even when the nodes that write it have clocks that disagree; on one node the
+/// candidate is always newer (the node's clock has seen every version it stored).
+pub fn version_after(stored: Option<&Hlc>, candidate: &Hlc) -> Hlc {
+    match stored {
+        Some(stored)
+            if (stored.wall_ms, stored.counter) >= (candidate.wall_ms, candidate.counter) =>
+        {
+            let (wall_ms, counter) = crate::hlc::after(stored.wall_ms, stored.counter);
+            Hlc {
+                wall_ms,
+                counter,
+                node: candidate.node.clone(),
+            }
+        }
+        _ => candidate.clone(),
+    }
 }
 
 /// Whether NX/NEX lets a SET of `value` apply over `current`.
@@ -253,6 +289,25 @@ mod tests {
         );
         assert_eq!(fencing_token_after_set(Some(&new), None), Some(new.clone()));
         assert_eq!(fencing_token_after_set(None, Some(&old)), Some(old));
+    }
+
+    #[test]
+    fn a_set_version_is_newer_than_the_stored_one_whatever_the_candidate() {
+        let candidate = hlc("100:0:b");
+        assert_eq!(version_after(None, &candidate), candidate);
+        assert_eq!(version_after(Some(&hlc("99:5:a")), &candidate), candidate);
+        // Another node's clock ran ahead: the stored version wins, and the next is after it.
+        assert_eq!(
+            version_after(Some(&hlc("150:3:a")), &candidate),
+            hlc("150:4:b")
+        );
+        // Same logical time on two nodes: still strictly after.
+        assert_eq!(
+            version_after(Some(&hlc("100:0:a")), &candidate),
+            hlc("100:1:b")
+        );
+        let limit = Hlc::new(7, crate::hlc::MAX_COUNTER, "a").unwrap();
+        assert_eq!(version_after(Some(&limit), &hlc("1:0:b")), hlc("8:0:b"));
     }
 
     #[test]
