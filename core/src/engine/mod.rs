@@ -158,8 +158,9 @@ impl Call {
 pub enum Accepted {
     /// Answered (or dropped) without the store.
     Done(Outcome),
-    /// Run [`Call::op`] on the store, then call [`Engine::complete`].
-    Store(Call),
+    /// Run [`Call::op`] on the store, then call [`Engine::complete`]. Boxed: it waits in
+    /// the driver (many at once) while the store works.
+    Store(Box<Call>),
 }
 
 /// What [`Engine::begin`] decided.
@@ -375,11 +376,11 @@ impl<S> Engine<S> {
                 match self.begin(request, invocation.context(), now_ms) {
                     Step::Done(reply) => (Some(command), reply),
                     Step::Store(pending) => {
-                        return Accepted::Store(Call {
+                        return Accepted::Store(Box::new(Call {
                             invocation,
                             command,
                             pending,
-                        });
+                        }));
                     }
                 }
             }
@@ -392,13 +393,18 @@ impl<S> Engine<S> {
     /// notifications it causes and then the response pushed onto `out`.
     pub fn complete(
         &mut self,
-        call: Call,
+        call: Box<Call>,
         reply: StoreReply,
         now_ms: u64,
         out: &mut Vec<Publish>,
     ) -> Outcome {
-        let reply = self.finish(call.pending, reply, now_ms, out);
-        self.respond(call.invocation, Some(call.command), reply, out)
+        let Call {
+            invocation,
+            command,
+            pending,
+        } = *call;
+        let reply = self.finish(pending, reply, now_ms, out);
+        self.respond(invocation, Some(command), reply, out)
     }
 
     /// Pushes the response to `invocation` onto `out`.
