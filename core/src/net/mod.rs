@@ -8,6 +8,7 @@ mod connection;
 pub mod jobs;
 pub mod lease;
 pub mod metrics;
+pub mod redis_store;
 pub mod server;
 
 use std::time::Duration;

@@ -1,20 +1,147 @@
 //! A harness that drives the engine the way a server does: whole MQTT messages in, publishes
-//! out.
+//! out. The store is the memory store, or with `MQSTORE_TEST_STORE=redis` the Redis store
+//! over a real redis-server (the test command runs the engine suites both ways).
 
 #![allow(dead_code)]
+
+#[path = "../redis/mod.rs"]
+pub mod redis;
+
+use std::collections::VecDeque;
 
 use bytes::Bytes;
 use mqstore::codec::{Notification, Request, Response, decode_notification, decode_response};
 use mqstore::engine::{Engine, EngineConfig, Outcome};
 use mqstore::envelope::{Properties, Publish};
-use mqstore::store::{MemoryStore, Quotas};
+use mqstore::net::redis_store::{RedisConfig, RedisStore};
+use mqstore::store::{
+    ClientId, Expired, MemoryStore, Quotas, Store, StoreOp, StoreReply, StoreStats,
+};
 use mqstore::topics;
 
 pub const NODE: &str = "engine-1";
 pub const T0: u64 = 1_700_000_000_000;
 
+/// The store the engine suites run against.
+#[allow(clippy::large_enum_variant)] // one per test
+pub enum TestStore {
+    Memory(MemoryStore),
+    Redis(Box<BlockingRedis>),
+}
+
+impl TestStore {
+    /// What `MQSTORE_TEST_STORE` asks for (`memory` unless it says `redis`).
+    pub fn from_env(quotas: Quotas) -> Self {
+        match std::env::var("MQSTORE_TEST_STORE").as_deref() {
+            Ok("redis") => Self::Redis(Box::new(BlockingRedis::start(quotas))),
+            Ok("memory") | Err(_) => Self::Memory(MemoryStore::with_quotas(quotas)),
+            Ok(other) => panic!("MQSTORE_TEST_STORE={other:?}: use memory or redis"),
+        }
+    }
+}
+
+/// The Redis store over its own redis-server, driven to completion call by call: the engine
+/// suites' synchronous `Store`.
+pub struct BlockingRedis {
+    runtime: tokio::runtime::Runtime,
+    store: RedisStore,
+    /// Keys one sweep found expired, handed out one by one.
+    expired: VecDeque<Expired>,
+    /// Clients one lease sweep dropped, handed out one by one.
+    leases: VecDeque<(ClientId, usize)>,
+    _server: redis::Redis,
+}
+
+impl BlockingRedis {
+    pub fn start(quotas: Quotas) -> Self {
+        let server = redis::Redis::start();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let config = RedisConfig::parse(&server.url()).unwrap();
+        let store = runtime
+            .block_on(RedisStore::connect(&config, quotas))
+            .expect("the Redis store connects");
+        Self {
+            runtime,
+            store,
+            expired: VecDeque::new(),
+            leases: VecDeque::new(),
+            _server: server,
+        }
+    }
+}
+
+impl Store for TestStore {
+    fn apply(&mut self, op: &StoreOp, now_ms: u64) -> StoreReply {
+        match self {
+            Self::Memory(store) => store.apply(op, now_ms),
+            Self::Redis(r) => {
+                let applied = r
+                    .runtime
+                    .block_on(r.store.apply(op, now_ms))
+                    .expect("Redis");
+                // The engine swept expired keys just before: none is left for the op to find.
+                assert_eq!(applied.expired, None, "an expired key the sweep missed");
+                applied.reply
+            }
+        }
+    }
+
+    fn pop_expired(&mut self, now_ms: u64) -> Option<Expired> {
+        match self {
+            Self::Memory(store) => store.pop_expired(now_ms),
+            Self::Redis(r) => {
+                if r.expired.is_empty() {
+                    let swept = r.runtime.block_on(r.store.sweep(now_ms)).expect("Redis");
+                    r.expired.extend(swept);
+                }
+                r.expired.pop_front()
+            }
+        }
+    }
+
+    fn next_deadline(&self) -> Option<u64> {
+        match self {
+            Self::Memory(store) => store.next_deadline(),
+            Self::Redis(r) => r.runtime.block_on(r.store.next_deadline()).expect("Redis"),
+        }
+    }
+
+    fn drop_client(&mut self, client: &str) -> usize {
+        match self {
+            Self::Memory(store) => store.drop_client(client),
+            Self::Redis(r) => r
+                .runtime
+                .block_on(r.store.drop_client(client))
+                .expect("Redis"),
+        }
+    }
+
+    fn pop_expired_lease(&mut self, now_ms: u64) -> Option<(ClientId, usize)> {
+        match self {
+            Self::Memory(store) => store.pop_expired_lease(now_ms),
+            Self::Redis(r) => {
+                if r.leases.is_empty() {
+                    let dropped = r.runtime.block_on(r.store.expire_leases(now_ms));
+                    r.leases.extend(dropped.expect("Redis"));
+                }
+                r.leases.pop_front()
+            }
+        }
+    }
+
+    fn stats(&self) -> StoreStats {
+        match self {
+            Self::Memory(store) => store.stats(),
+            Self::Redis(r) => r.runtime.block_on(r.store.stats()).expect("Redis"),
+        }
+    }
+}
+
 pub struct Harness {
-    pub engine: Engine,
+    pub engine: Engine<TestStore>,
     pub now: u64,
     correlation: u32,
 }
@@ -79,7 +206,7 @@ impl Harness {
 
     pub fn with(config: EngineConfig, quotas: Quotas) -> Self {
         Self {
-            engine: Engine::new(config, MemoryStore::with_quotas(quotas)).unwrap(),
+            engine: Engine::new(config, TestStore::from_env(quotas)).unwrap(),
             now: T0,
             correlation: 0,
         }

@@ -1,0 +1,85 @@
+-- Shared by every mqstore script (prepended to each). Layout, per bucket `{P}{bN}:` (one hash
+-- slot, so every script runs on a Redis Cluster):
+--   k:<key>     hash: v = value, s = version, f = fencing token, x = deadline (ms)
+--   w:<key>     set of the clients watching <key>
+--   c:<client>  set of the keys of this bucket <client> watches
+--   keys        sorted set of the bucket's keys, all scored 0 (SCAN's lexical order)
+--   exp         sorted set: key -> deadline
+--   leases      sorted set: client -> end of its registrations' lease
+--   stats       hash: keys, bytes (keys and values), watches
+-- The rules are the store's (mqstore::store): fencing, NX/NEX, quotas, the version rule.
+
+local MAX_COUNTER = 2147483647
+
+-- wall, counter, node of an HLC `wall:counter:node`
+local function hlc_split(text)
+  local wall, counter, node = string.match(text, '^(%d+):(%d+):(.*)$')
+  return tonumber(wall), tonumber(counter), node
+end
+
+-- whether HLC `a` is older than `b` (wall clock, then counter, then node id)
+local function hlc_less(a, b)
+  local aw, ac, an = hlc_split(a)
+  local bw, bc, bn = hlc_split(b)
+  if aw ~= bw then return aw < bw end
+  if ac ~= bc then return ac < bc end
+  return an < bn
+end
+
+-- the padded wire form, as the engine writes it
+local function hlc_format(wall, counter, node)
+  return string.format('%015d:%05d:%s', wall, counter, node)
+end
+
+-- Removes a key of the bucket: its hash, its index entries and its share of the counts.
+local function remove_key(data, keys, exp, stats, key, value)
+  redis.call('DEL', data)
+  redis.call('ZREM', keys, key)
+  redis.call('ZREM', exp, key)
+  redis.call('HINCRBY', stats, 'keys', -1)
+  redis.call('HINCRBY', stats, 'bytes', -(#key + #value))
+end
+
+-- Appends the members of set `name` to `out`.
+local function append_members(out, name)
+  for _, member in ipairs(redis.call('SMEMBERS', name)) do
+    out[#out + 1] = member
+  end
+  return out
+end
+
+-- Drops every registration `client` has in this bucket; returns how many there were.
+local function drop_client(client_keys, leases, stats, watch_prefix, client)
+  local keys = redis.call('SMEMBERS', client_keys)
+  for _, key in ipairs(keys) do
+    redis.call('SREM', watch_prefix .. key, client)
+  end
+  redis.call('DEL', client_keys)
+  redis.call('ZREM', leases, client)
+  if #keys > 0 then
+    redis.call('HINCRBY', stats, 'watches', -#keys)
+  end
+  return #keys
+end
+
+-- Key scripts: KEYS = k:<key>, w:<key>, keys, exp, stats; ARGV[1] = the key, ARGV[2] = now.
+-- If the key's deadline has passed, removes it and returns {version, watchers...} (its
+-- watchers get one DELETE notification: only the script that removes the key returns it);
+-- otherwise false.
+local function expire_if_due()
+  local deadline = redis.call('HGET', KEYS[1], 'x')
+  if not deadline or tonumber(deadline) > tonumber(ARGV[2]) then
+    return false
+  end
+  local found = redis.call('HMGET', KEYS[1], 'v', 's')
+  remove_key(KEYS[1], KEYS[3], KEYS[4], KEYS[5], ARGV[1], found[1])
+  return append_members({found[2]}, KEYS[2])
+end
+
+-- The fencing rule: false when `presented` ('' for none) may change a key fenced by `token`.
+local function fencing_error(token, presented)
+  if not token then return false end
+  if presented == '' then return 'FencingTokenRequired' end
+  if hlc_less(presented, token) then return 'FencingTokenLowerVersion' end
+  return false
+end
