@@ -180,6 +180,10 @@ pub enum EnvelopeError {
     UnsupportedVersion(String),
     #[error("the engine is overloaded or shutting down; retry later")]
     Unavailable,
+    /// The store (Redis) failed or did not answer in time; the request may or may not have
+    /// been applied (a write that timed out may have landed).
+    #[error("the store failed ({0}); retry later")]
+    StoreFailed(String),
 }
 
 impl EnvelopeError {
@@ -187,7 +191,7 @@ impl EnvelopeError {
     pub fn status(&self) -> u16 {
         match self {
             Self::UnsupportedVersion(_) => 505,
-            Self::Unavailable => 503,
+            Self::Unavailable | Self::StoreFailed(_) => 503,
             _ => 400,
         }
     }
@@ -210,7 +214,7 @@ impl EnvelopeError {
                 pair(property::SUPPORTED_MAJOR_VERSIONS, SUPPORTED_MAJOR_VERSION),
                 pair(property::REQUESTED_VERSION, v),
             ],
-            Self::Unavailable => vec![],
+            Self::Unavailable | Self::StoreFailed(_) => vec![],
         }
     }
 }

@@ -407,6 +407,19 @@ impl<S> Engine<S> {
         self.respond(invocation, Some(command), reply, out)
     }
 
+    /// Answers a [`Call`] whose store failed (Redis away, or too slow) with status 503 and
+    /// the store's message, so the caller learns why instead of waiting for its timeout.
+    pub fn fail(&mut self, call: Box<Call>, reason: String, out: &mut Vec<Publish>) -> Outcome {
+        let mut invocation = call.invocation;
+        let error = EnvelopeError::StoreFailed(reason);
+        out.push(envelope::error_reply(
+            &mut invocation,
+            &error,
+            &self.config.node_id,
+        ));
+        Outcome::Rejected(error)
+    }
+
     /// Pushes the response to `invocation` onto `out`.
     fn respond(
         &self,

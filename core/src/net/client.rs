@@ -170,6 +170,11 @@ impl Observation {
     pub async fn next(&mut self) -> Option<KeyChange> {
         self.changes.recv().await
     }
+
+    /// The next change if one has arrived already, without waiting.
+    pub fn try_next(&mut self) -> Option<KeyChange> {
+        self.changes.try_recv().ok()
+    }
 }
 
 impl Client {

@@ -57,6 +57,12 @@ pub struct Metrics {
     jobs_requests: [AtomicU64; 2],
     /// `notify` and `notify-next` published.
     jobs_notifications: AtomicU64,
+    /// Redis calls that failed or timed out.
+    store_errors: AtomicU64,
+    /// Requests waiting for Redis.
+    store_in_flight: AtomicU64,
+    /// Whether the last Redis call succeeded (1) or not (0); the memory store is always up.
+    store_up: AtomicU64,
     /// Whether the broker's PUBACKs say "no matching subscribers" (0x10): 0 not known yet,
     /// 1 no, 2 yes.
     broker_reports_no_subscribers: AtomicU64,
@@ -70,7 +76,9 @@ impl Metrics {
                 command.map_or(MALFORMED, |c| c as usize),
                 usize::from(error.is_some()),
             ),
-            Outcome::Rejected(EnvelopeError::Unavailable) => (ENVELOPE, 4),
+            Outcome::Rejected(EnvelopeError::Unavailable | EnvelopeError::StoreFailed(_)) => {
+                (ENVELOPE, 4)
+            }
             Outcome::Rejected(_) => (ENVELOPE, 2),
             Outcome::Dropped(DropReason::Overloaded) => (ENVELOPE, 4),
             Outcome::Dropped(_) => (ENVELOPE, 3),
@@ -90,6 +98,16 @@ impl Metrics {
         self.keys.store(stats.keys, Ordering::Relaxed);
         self.bytes.store(stats.bytes, Ordering::Relaxed);
         self.watches.store(stats.watches, Ordering::Relaxed);
+    }
+
+    /// Records a Redis call's result (`ok`), and how many requests wait for Redis.
+    pub fn store_call(&self, ok: bool, in_flight: usize) {
+        if !ok {
+            self.store_errors.fetch_add(1, Ordering::Relaxed);
+        }
+        self.store_up.store(u64::from(ok), Ordering::Relaxed);
+        self.store_in_flight
+            .store(in_flight as u64, Ordering::Relaxed);
     }
 
     /// Counts notifications published.
@@ -197,6 +215,24 @@ impl Metrics {
                 "KEYNOTIFY registrations.",
                 "gauge",
                 &self.watches,
+            ),
+            (
+                "mqstore_store_up",
+                "Whether the store answers: 1, or 0 after a Redis call failed (until one succeeds).",
+                "gauge",
+                &self.store_up,
+            ),
+            (
+                "mqstore_store_errors_total",
+                "Redis calls that failed or timed out (their requests were answered with status 503).",
+                "counter",
+                &self.store_errors,
+            ),
+            (
+                "mqstore_store_in_flight",
+                "Requests waiting for Redis.",
+                "gauge",
+                &self.store_in_flight,
             ),
             (
                 "mqstore_notifications_total",

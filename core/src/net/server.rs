@@ -24,13 +24,16 @@ use tracing::{debug, info, warn};
 
 use super::connection::{Connection, Driver, Outbox, Wakes};
 use super::metrics::{self, Metrics};
+use super::redis_store::{Applied, RedisConfig, RedisStore, RedisStoreError};
 use super::{BrokerConfig, PROTOCOL_HINT, Polled, connection_error, from_mqtt, now_ms};
 use crate::client::ClientError;
-use crate::engine::{AccessRules, Engine, EngineConfig, Fit, Outcome, fit_for_broker};
+use crate::engine::{
+    Accepted, AccessRules, Call, Engine, EngineConfig, Fit, Outcome, fit_for_broker,
+};
 use crate::envelope::{self, DropReason, EnvelopeError, Publish};
 use crate::jobs::{Jobs, OPERATOR_TOPIC};
 use crate::presence::ServerPresence;
-use crate::store::{MemoryStore, Quotas};
+use crate::store::{ClientId, Expired, MemoryStore, Quotas, StoreStats};
 use crate::topics;
 
 /// Server settings.
@@ -54,8 +57,9 @@ pub struct ServerConfig {
     pub require_identity: bool,
     /// Response topics a request that is not identified may name (empty: any).
     pub response_topic_prefixes: Vec<String>,
-    /// The secret SCAN continuation tokens are sealed with (`None`: a random one per process).
-    /// Nodes that continue each other's scans share one.
+    /// The secret SCAN continuation tokens are sealed with. `None`: on Redis, one the nodes
+    /// share through Redis (any node continues another's scan); in memory, a random one per
+    /// process.
     pub scan_token_key: Option<[u8; 32]>,
     /// How long an identified client's registrations outlive its last KEYNOTIFY (mqstore
     /// clients renew every third of it, as the server's presence tells them).
@@ -71,6 +75,33 @@ pub struct ServerConfig {
     /// dropped unapplied (their callers time out): memory stays bounded when the broker
     /// accepts publishes more slowly than requests come in (0: drop every request).
     pub max_pending_answers: usize,
+    /// Where the state store's state lives: this process (the default), or Redis, shared by
+    /// every node of a deployment.
+    pub store: StoreConfig,
+    /// Added to the system clock (tests of nodes whose clocks disagree).
+    pub clock_offset_ms: i64,
+}
+
+/// Where the state store's state lives.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum StoreConfig {
+    /// In this process: nothing to install; one node.
+    #[default]
+    Memory,
+    /// In Redis (one primary or a Cluster): every node serves any request.
+    Redis(RedisConfig),
+}
+
+impl std::str::FromStr for StoreConfig {
+    type Err = String;
+
+    /// `memory`, or a Redis URL (see [`RedisConfig::parse`]).
+    fn from_str(text: &str) -> Result<Self, String> {
+        match text {
+            "memory" => Ok(Self::Memory),
+            _ => RedisConfig::parse(text).map(Self::Redis),
+        }
+    }
 }
 
 impl ServerConfig {
@@ -95,6 +126,8 @@ impl ServerConfig {
             jobs: true,
             jobs_minute: Duration::from_secs(60),
             max_pending_answers: DEFAULT_MAX_PENDING_ANSWERS,
+            store: StoreConfig::Memory,
+            clock_offset_ms: 0,
         }
     }
 }
@@ -110,6 +143,13 @@ pub enum ServerError {
     Metrics {
         addr: SocketAddr,
         source: std::io::Error,
+    },
+    #[error(
+        "cannot use the Redis store at {url}: {source} (is Redis running there, and are the address and password right?)"
+    )]
+    Store {
+        url: String,
+        source: RedisStoreError,
     },
 }
 
@@ -174,12 +214,37 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
     started: impl FnOnce(Running),
 ) -> Result<(), ServerError> {
+    let node_id_error = |_| ServerError::NodeId(config.node_id.clone());
+    // Nodes on one Redis share the SCAN token secret (unless one is configured), so that any
+    // node continues a scan another began.
+    let redis = match &config.store {
+        StoreConfig::Memory => None,
+        StoreConfig::Redis(redis) => {
+            let store_error = |source| ServerError::Store {
+                url: redis.display(),
+                source,
+            };
+            let store = RedisStore::connect(redis, config.quotas)
+                .await
+                .map_err(store_error)?;
+            let secret = match config.scan_token_key {
+                Some(key) => key,
+                None => store
+                    .shared_secret(super::random_bytes::<32>())
+                    .await
+                    .map_err(store_error)?,
+            };
+            info!(redis = %redis.display(), buckets = store.buckets(), "state in Redis");
+            Some((store, secret))
+        }
+    };
     let engine_config = EngineConfig {
         access: config.access.clone(),
         response_topic_prefixes: config.response_topic_prefixes.clone(),
-        scan_token_key: config
-            .scan_token_key
-            .unwrap_or_else(super::random_bytes::<32>),
+        scan_token_key: match (&redis, config.scan_token_key) {
+            (Some((_, shared)), _) => *shared,
+            (None, key) => key.unwrap_or_else(super::random_bytes::<32>),
+        },
         scan_token_seed: super::random_bytes::<16>(),
         registration_lease_ms: config.registration_lease.map(|d| d.as_millis() as u64),
         standard_registration_lease_ms: config
@@ -187,9 +252,25 @@ pub async fn serve(
             .map(|d| d.as_millis() as u64),
         ..EngineConfig::new(config.node_id.clone())
     };
-    let engine = Engine::new(engine_config, MemoryStore::with_quotas(config.quotas))
-        .map_err(|_| ServerError::NodeId(config.node_id.clone()))?;
+    let (done_tx, done_rx) = tokio::sync::mpsc::unbounded_channel();
+    let state = match redis {
+        None => State::Memory(
+            Engine::new(engine_config, MemoryStore::with_quotas(config.quotas))
+                .map_err(node_id_error)?,
+        ),
+        Some((store, _)) => State::Redis(
+            Engine::new(engine_config, ()).map_err(node_id_error)?,
+            Remote {
+                store,
+                done: done_tx,
+                in_flight: 0,
+                sweeping: false,
+                next_sweep: 0,
+            },
+        ),
+    };
     let metrics = Arc::new(Metrics::default());
+    metrics.store_call(true, 0);
     let mut metrics_addr = None;
     let metrics_task = match config.metrics_addr {
         Some(addr) => {
@@ -226,6 +307,17 @@ pub async fn serve(
         None,
     ));
     let (client, eventloop) = rumqttc::v5::AsyncClient::new(options, REQUEST_QUEUE);
+    // The jobs service keeps its state in this process: nodes that split requests through a
+    // share group would each hold part of it.
+    let shared_state = matches!(config.store, StoreConfig::Redis(_));
+    let jobs = config.jobs && !(shared_state && config.share_group.is_some());
+    if config.jobs && !jobs {
+        warn!(
+            "the jobs service is off: its state lives in each node's memory (not in Redis yet), \
+             and this node shares requests with others; serve jobs from one node without \
+             --share-group, or pass --no-jobs to silence this"
+        );
+    }
     // Identified requests (in each client's own tree) always; the standard, shared request
     // topic (what the Azure SDK clients use: they name themselves in `__srcId`, which nothing
     // checks) unless identities are required.
@@ -235,7 +327,7 @@ pub async fn serve(
         invoke_filters.push(topics::INVOKE);
         presence_filters.push(topics::PRESENCE_FILTER);
     }
-    if config.jobs {
+    if jobs {
         // The AWS IoT Jobs device API (`#` alone does not match `$aws/...`), and ours.
         invoke_filters.push(JOBS_FILTER);
         invoke_filters.push(OPERATOR_TOPIC);
@@ -255,7 +347,7 @@ pub async fn serve(
         "mqstore serve starting"
     );
     let mut node = Node {
-        jobs: config.jobs.then(|| {
+        jobs: jobs.then(|| {
             Jobs::with_minute(config.jobs_minute.as_millis() as u64)
                 .with_rollout_batch(ROLLOUT_BATCH)
         }),
@@ -270,7 +362,8 @@ pub async fn serve(
         reports_no_subscribers: None,
         max_packet_size: config.broker.max_packet_size,
         own_max_packet_size: config.broker.max_packet_size,
-        engine,
+        state,
+        clock_offset_ms: config.clock_offset_ms,
         outbox: Outbox::new(client),
         metrics: metrics.clone(),
         invoke_filters,
@@ -287,6 +380,7 @@ pub async fn serve(
         shutdown: Box::pin(shutdown),
         fired: false,
         grace: Box::pin(tokio::time::sleep(Duration::ZERO)),
+        store_done: done_rx,
     };
     Connection::new(eventloop)
         .run(&mut signals, &mut node)
@@ -354,26 +448,112 @@ struct Signals<F> {
     shutdown: Pin<Box<F>>,
     fired: bool,
     grace: Pin<Box<tokio::time::Sleep>>,
+    /// What Redis answered (requests and sweeps run in tasks of their own).
+    store_done: tokio::sync::mpsc::UnboundedReceiver<StoreDone>,
 }
 
 enum Signal {
     Shutdown,
     GraceOver,
+    Store(StoreDone),
 }
 
 impl<F: Future<Output = ()>> Wakes for Signals<F> {
     type Wake = Signal;
 
     async fn next(&mut self) -> Signal {
-        if !self.fired {
-            self.shutdown.as_mut().await;
-            self.fired = true;
-            let until = tokio::time::Instant::now() + SHUTDOWN_GRACE;
-            self.grace.as_mut().reset(until);
-            return Signal::Shutdown;
+        let Self {
+            shutdown,
+            fired,
+            grace,
+            store_done,
+        } = self;
+        let lifecycle = async {
+            if !*fired {
+                shutdown.as_mut().await;
+                *fired = true;
+                grace
+                    .as_mut()
+                    .reset(tokio::time::Instant::now() + SHUTDOWN_GRACE);
+                return Signal::Shutdown;
+            }
+            grace.as_mut().await;
+            Signal::GraceOver
+        };
+        // Both are cancel-safe: pinned futures and a channel.
+        tokio::select! {
+            Some(done) = store_done.recv() => Signal::Store(done),
+            signal = lifecycle => signal,
         }
-        self.grace.as_mut().await;
-        Signal::GraceOver
+    }
+}
+
+/// A Redis call that ended, back in the server's loop.
+enum StoreDone {
+    /// A request's op.
+    Call {
+        call: Box<Call>,
+        result: Result<Applied, RedisStoreError>,
+        received: Instant,
+    },
+    /// A periodic sweep: expired keys, clients whose lease ended, and what the store holds.
+    Sweep(Result<Swept, RedisStoreError>),
+    /// Registrations of clients that are gone were dropped.
+    Dropped(Vec<String>, Result<usize, RedisStoreError>),
+}
+
+struct Swept {
+    expired: Vec<Expired>,
+    leases: Vec<(ClientId, usize)>,
+    stats: StoreStats,
+}
+
+/// How often a node on Redis sweeps expired keys and ended leases (any node's sweep finds
+/// any key; each expiry is notified once).
+const SWEEP_INTERVAL_MS: u64 = 100;
+
+/// Where the state lives, and the engine that drives it.
+enum State {
+    /// The engine owns its memory store and answers at once.
+    Memory(Engine<MemoryStore>),
+    /// The engine owns no store: each op runs in Redis in a task of its own, many at once,
+    /// and comes back as a [`StoreDone`].
+    Redis(Engine<()>, Remote),
+}
+
+/// The Redis side of a node.
+struct Remote {
+    store: RedisStore,
+    done: tokio::sync::mpsc::UnboundedSender<StoreDone>,
+    /// Requests waiting for Redis.
+    in_flight: usize,
+    /// A sweep is running.
+    sweeping: bool,
+    /// When the next sweep is due.
+    next_sweep: u64,
+}
+
+impl State {
+    fn node_id(&self) -> &str {
+        match self {
+            Self::Memory(engine) => engine.node_id(),
+            Self::Redis(engine, _) => engine.node_id(),
+        }
+    }
+
+    fn next_deadline(&self) -> Option<u64> {
+        match self {
+            Self::Memory(engine) => engine.next_deadline(),
+            Self::Redis(_, remote) => (!remote.sweeping).then_some(remote.next_sweep),
+        }
+    }
+
+    /// Requests waiting for the store.
+    fn in_flight(&self) -> usize {
+        match self {
+            Self::Memory(_) => 0,
+            Self::Redis(_, remote) => remote.in_flight,
+        }
     }
 }
 
@@ -391,7 +571,9 @@ enum Sent {
 
 /// One server node: the engine and what it has queued for the broker.
 struct Node {
-    engine: Engine,
+    state: State,
+    /// Added to the system clock (tests of skewed nodes).
+    clock_offset_ms: i64,
     /// The jobs service, unless switched off.
     jobs: Option<Jobs>,
     /// Answers and notifications, tagged with what they are.
@@ -429,6 +611,11 @@ struct Node {
 }
 
 impl Node {
+    /// This node's clock.
+    fn now(&self) -> u64 {
+        now_ms().saturating_add_signed(self.clock_offset_ms)
+    }
+
     /// Whether a job's rollout may queue its next batch (see [`ROLLOUT_MAX_PENDING`]).
     fn rollout_has_room(&self) -> bool {
         self.outbox.len() + self.sent.len() + self.unacked < ROLLOUT_MAX_PENDING
@@ -452,14 +639,15 @@ impl Driver for Node {
                         jobs.next_deadline()
                     }
                 });
-                self.engine.next_deadline().into_iter().chain(jobs).min()
+                self.state.next_deadline().into_iter().chain(jobs).min()
             }
             Stop::Disconnecting | Stop::Closing => None,
         }
     }
 
-    fn on_deadline(&mut self, now_ms: u64) {
-        self.engine.expire(now_ms, &mut self.out);
+    fn on_deadline(&mut self, _: u64) {
+        let now_ms = self.now();
+        self.state_deadline(now_ms);
         let rollout_room = self.rollout_has_room();
         if let Some(jobs) = &mut self.jobs {
             let before = self.out.len();
@@ -470,11 +658,6 @@ impl Driver for Node {
             self.metrics.jobs_notified((self.out.len() - before) as u64);
         }
         self.queue_out();
-        for (client, registrations) in self.engine.expire_leases(now_ms) {
-            debug!(?client, registrations, "registration lease ended: dropped");
-            self.metrics.client_dropped();
-        }
-        self.metrics.set_store(self.engine.stats());
     }
 
     fn on_wake(&mut self, signal: Signal) -> bool {
@@ -501,6 +684,10 @@ impl Driver for Node {
             Signal::GraceOver => {
                 warn!("gave up waiting for in-flight publishes after {SHUTDOWN_GRACE:?}");
                 false
+            }
+            Signal::Store(done) => {
+                self.store_done(done);
+                true
             }
         }
     }
@@ -547,6 +734,7 @@ impl Driver for Node {
         // Once the broker sends no more requests and has acknowledged every answer, the
         // DISCONNECT goes last.
         if self.stop == Stop::Unsubscribed
+            && self.state.in_flight() == 0
             && self.outbox.is_empty()
             && self.unacked == 0
             && self.outbox.client().try_disconnect().is_ok()
@@ -618,7 +806,7 @@ impl Node {
                                 envelope::unavailable_reply(
                                     message.qos,
                                     message.properties,
-                                    self.engine.node_id(),
+                                    self.state.node_id(),
                                 )
                             })
                             .flatten();
@@ -635,15 +823,7 @@ impl Node {
                         None
                     }
                     None => {
-                        let outcome = self.engine.handle(message, now_ms(), &mut self.out);
-                        match &outcome {
-                            Outcome::Dropped(reason) => warn!(%reason, "request dropped"),
-                            Outcome::Rejected(error) => warn!(%error, "request rejected"),
-                            Outcome::Answered { .. } => {}
-                        }
-                        self.queue_out();
-                        self.metrics.record(&outcome, received.elapsed());
-                        self.metrics.set_store(self.engine.stats());
+                        self.handle_request(message, received);
                         None
                     }
                 }
@@ -688,15 +868,171 @@ impl Node {
             }
             _ => None,
         };
-        let dropped: usize = gone
-            .iter()
-            .flatten()
-            .map(|client| self.engine.drop_client(client))
-            .sum();
-        if dropped > 0 {
-            info!(clients = ?gone, registrations = dropped, "client gone: dropped its registrations");
-            self.metrics.client_dropped();
-            self.metrics.set_store(self.engine.stats());
+        if let Some(gone) = gone {
+            self.drop_clients(gone);
+        }
+    }
+
+    /// A request for the state store: answered now (memory), or once Redis has run its op.
+    fn handle_request(&mut self, message: Publish, received: Instant) {
+        let now = self.now();
+        let outcome = match &mut self.state {
+            State::Memory(engine) => {
+                let outcome = engine.handle(message, now, &mut self.out);
+                self.metrics.set_store(engine.stats());
+                outcome
+            }
+            State::Redis(engine, remote) => match engine.accept(message, now, &mut self.out) {
+                Accepted::Done(outcome) => outcome,
+                Accepted::Store(call) => {
+                    remote.in_flight += 1;
+                    let (store, done) = (remote.store.clone(), remote.done.clone());
+                    tokio::spawn(async move {
+                        let result = store.apply(call.op(), now).await;
+                        let _ = done.send(StoreDone::Call {
+                            call,
+                            result,
+                            received,
+                        });
+                    });
+                    return;
+                }
+            },
+        };
+        self.answered(outcome, received);
+    }
+
+    /// Logs and counts a handled request, and queues what it published.
+    fn answered(&mut self, outcome: Outcome, received: Instant) {
+        match &outcome {
+            Outcome::Dropped(reason) => warn!(%reason, "request dropped"),
+            Outcome::Rejected(error) => warn!(%error, "request rejected"),
+            Outcome::Answered { .. } => {}
+        }
+        self.queue_out();
+        self.metrics.record(&outcome, received.elapsed());
+    }
+
+    /// Expiry and ended leases: at once in memory; on Redis, a sweep in a task of its own.
+    fn state_deadline(&mut self, now_ms: u64) {
+        match &mut self.state {
+            State::Memory(engine) => {
+                engine.expire(now_ms, &mut self.out);
+                for (client, registrations) in engine.expire_leases(now_ms) {
+                    debug!(?client, registrations, "registration lease ended: dropped");
+                    self.metrics.client_dropped();
+                }
+                self.metrics.set_store(engine.stats());
+            }
+            State::Redis(_, remote) if !remote.sweeping && remote.next_sweep <= now_ms => {
+                remote.sweeping = true;
+                let (store, done) = (remote.store.clone(), remote.done.clone());
+                tokio::spawn(async move {
+                    let swept = async {
+                        Ok(Swept {
+                            expired: store.sweep(now_ms).await?,
+                            leases: store.expire_leases(now_ms).await?,
+                            stats: store.stats().await?,
+                        })
+                    };
+                    let _ = done.send(StoreDone::Sweep(swept.await));
+                });
+            }
+            State::Redis(..) => {}
+        }
+    }
+
+    /// Drops the registrations of clients that are gone.
+    fn drop_clients(&mut self, gone: Vec<String>) {
+        match &mut self.state {
+            State::Memory(engine) => {
+                let dropped: usize = gone.iter().map(|client| engine.drop_client(client)).sum();
+                if dropped > 0 {
+                    info!(clients = ?gone, registrations = dropped, "client gone: dropped its registrations");
+                    self.metrics.client_dropped();
+                    self.metrics.set_store(engine.stats());
+                }
+            }
+            State::Redis(_, remote) => {
+                let (store, done) = (remote.store.clone(), remote.done.clone());
+                tokio::spawn(async move {
+                    let mut dropped = Ok(0);
+                    for client in &gone {
+                        match store.drop_client(client).await {
+                            Ok(n) => dropped = dropped.map(|d| d + n),
+                            Err(e) => dropped = Err(e),
+                        }
+                    }
+                    let _ = done.send(StoreDone::Dropped(gone, dropped));
+                });
+            }
+        }
+    }
+
+    /// What Redis answered.
+    fn store_done(&mut self, done: StoreDone) {
+        let now = self.now();
+        let State::Redis(engine, remote) = &mut self.state else {
+            return;
+        };
+        match done {
+            StoreDone::Call {
+                call,
+                result,
+                received,
+            } => {
+                remote.in_flight -= 1;
+                self.metrics.store_call(result.is_ok(), remote.in_flight);
+                let outcome = match result {
+                    Ok(applied) => {
+                        if let Some(expired) = applied.expired {
+                            engine.expired(expired, now, &mut self.out);
+                        }
+                        engine.complete(call, applied.reply, now, &mut self.out)
+                    }
+                    Err(error) => {
+                        warn!(%error, command = ?call.command(), "Redis failed: answered 503");
+                        engine.fail(call, error.to_string(), &mut self.out)
+                    }
+                };
+                self.answered(outcome, received);
+            }
+            StoreDone::Sweep(swept) => {
+                remote.sweeping = false;
+                remote.next_sweep = now + SWEEP_INTERVAL_MS;
+                self.metrics.store_call(swept.is_ok(), remote.in_flight);
+                match swept {
+                    Ok(swept) => {
+                        for expired in swept.expired {
+                            engine.expired(expired, now, &mut self.out);
+                        }
+                        for (client, registrations) in swept.leases {
+                            debug!(?client, registrations, "registration lease ended: dropped");
+                            self.metrics.client_dropped();
+                        }
+                        self.metrics.set_store(swept.stats);
+                        self.queue_out();
+                    }
+                    Err(error) => warn!(%error, "Redis failed during a sweep; retrying"),
+                }
+            }
+            StoreDone::Dropped(clients, result) => {
+                self.metrics.store_call(result.is_ok(), remote.in_flight);
+                match result {
+                    Ok(0) => {}
+                    Ok(dropped) => {
+                        info!(
+                            ?clients,
+                            registrations = dropped,
+                            "client gone: dropped its registrations"
+                        );
+                        self.metrics.client_dropped();
+                    }
+                    Err(error) => {
+                        warn!(%error, ?clients, "Redis failed while dropping registrations of clients that are gone (their leases end them)");
+                    }
+                }
+            }
         }
     }
 
@@ -717,8 +1053,8 @@ impl Node {
     /// A device request (`$aws/things/T/jobs/...`) or an operator request: the reply after the
     /// notifications it causes.
     fn handle_jobs(&mut self, message: Publish) {
+        let now = self.now();
         let Some(jobs) = &mut self.jobs else { return };
-        let now = now_ms();
         if message.topic != OPERATOR_TOPIC {
             // The service's own replies and notifications come back too: not requests.
             if jobs
@@ -730,7 +1066,7 @@ impl Node {
                     .jobs_handled(reply.topic.ends_with("/accepted"), notifications.len());
             }
         } else {
-            let node = self.engine.node_id();
+            let node = self.state.node_id();
             match envelope::check_request(message.qos, message.properties, node) {
                 envelope::Checked::Accept(invocation) => {
                     let answer = jobs.operate(&message.payload, now, &mut self.out);

@@ -20,7 +20,7 @@ use mqstore::hlc::Hlc;
 use mqstore::net::bench::{self, BenchConfig};
 use mqstore::net::client::{Client, ClientOptions, Deleted, KeyChange, SetOptions};
 use mqstore::net::lease::Lease;
-use mqstore::net::server::{ServerConfig, serve};
+use mqstore::net::server::{ServerConfig, StoreConfig, serve};
 use mqstore::net::{BrokerConfig, TlsConfig};
 use mqstore::store::Quotas;
 
@@ -290,9 +290,16 @@ struct ServeArgs {
     /// Serve Prometheus metrics on this address (e.g. 127.0.0.1:9464).
     #[arg(long, env = "MQSTORE_METRICS")]
     metrics: Option<SocketAddr>,
-    /// Where data lives: only `memory` so far (nothing survives a restart).
-    #[arg(long, default_value = "memory")]
-    store: String,
+    /// Where the state store's data lives: `memory` (this process; nothing survives a
+    /// restart), or Redis shared by every node: redis://[user:pass@]host:port[/db],
+    /// rediss://… (TLS), redis-cluster://host:port,host:port,… (a Redis Cluster's seed nodes).
+    #[arg(
+        long,
+        env = "MQSTORE_STORE",
+        default_value = "memory",
+        hide_env_values = true
+    )]
+    store: StoreConfig,
     /// Drop requests (unapplied; callers time out) while this many answers wait for the
     /// broker: bounds memory when the broker takes publishes more slowly than requests arrive.
     #[arg(long, default_value_t = mqstore::net::server::DEFAULT_MAX_PENDING_ANSWERS)]
@@ -407,13 +414,6 @@ async fn run(cli: Cli) -> ExitCode {
     let Command::Serve(args) = &cli.command else {
         return run_client(cli, broker_config).await;
     };
-    if args.store != "memory" {
-        eprintln!(
-            "error: --store {}: only `memory` is available in this version",
-            args.store
-        );
-        return ExitCode::from(2);
-    }
     let node_id = args
         .node_id
         .clone()
@@ -444,6 +444,8 @@ async fn run(cli: Cli) -> ExitCode {
         jobs: !args.no_jobs,
         jobs_minute: Duration::from_secs(60),
         max_pending_answers: args.max_pending_answers,
+        store: args.store.clone(),
+        clock_offset_ms: 0,
     };
     match serve(config, shutdown_signal(), |_| {}).await {
         Ok(()) => ExitCode::SUCCESS,

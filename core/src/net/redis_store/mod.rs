@@ -251,6 +251,21 @@ impl RedisStore {
         Ok(store)
     }
 
+    /// The secret every node on this store seals SCAN continuation tokens with, so that any
+    /// node continues a scan another began: the first node to ask stores `candidate`; the rest
+    /// read it.
+    pub async fn shared_secret(&self, candidate: [u8; 32]) -> Result<[u8; 32]> {
+        let mut name = self.prefix.to_vec();
+        name.extend_from_slice(b"scan-token-key");
+        let _: Value = self
+            .query(redis::cmd("SET").arg(&name).arg(&candidate[..]).arg("NX"))
+            .await?;
+        let stored: Vec<u8> = self.query(redis::cmd("GET").arg(&name)).await?;
+        stored
+            .try_into()
+            .map_err(|_| RedisStoreError::Reply("a scan token key that is not 32 bytes".into()))
+    }
+
     /// How many buckets the keys are spread over.
     pub fn buckets(&self) -> u32 {
         self.buckets

@@ -1,0 +1,348 @@
+//! Many nodes on one Redis (or a Redis Cluster) behind one `$share` group, over a real
+//! mosquitto and real redis-servers started on free ports.
+#![cfg(feature = "net")]
+
+mod broker;
+#[path = "redis/mod.rs"]
+mod redis;
+
+use std::collections::HashMap;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use broker::Broker;
+use bytes::Bytes;
+use mqstore::client::ClientError;
+use mqstore::hlc::Hlc;
+use mqstore::net::BrokerConfig;
+use mqstore::net::client::{Client, ClientOptions, KeyChange, Observation, SetOptions};
+use mqstore::net::metrics::Metrics;
+use mqstore::net::redis_store::RedisConfig;
+use mqstore::net::server::{ServerConfig, ServerHandle, StoreConfig, spawn};
+use redis::{Cluster, Redis};
+
+const WAIT: Duration = Duration::from_secs(10);
+const GROUP: &str = "nodes";
+
+/// A node in this process, on the store at `url`, its clock `offset_ms` off.
+async fn node(broker: &Broker, url: &str, id: &str, offset_ms: i64) -> ServerHandle {
+    let config = ServerConfig {
+        share_group: Some(GROUP.into()),
+        store: StoreConfig::Redis(RedisConfig::parse(url).unwrap()),
+        clock_offset_ms: offset_ms,
+        ..ServerConfig::new(
+            BrokerConfig {
+                port: broker.port,
+                ..BrokerConfig::default()
+            },
+            id,
+        )
+    };
+    spawn(config).await.expect("the node starts")
+}
+
+async fn client(broker: &Broker, id: &str) -> Client {
+    let mut options = ClientOptions::new(id, "127.0.0.1", broker.port);
+    options.timeout = Duration::from_secs(3);
+    let client = Client::connect(options).await.expect("the client connects");
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while let Err(ClientError::Timeout(_) | ClientError::Disconnected) =
+        client.get(Bytes::from_static(b"ready?")).await
+    {
+        assert!(tokio::time::Instant::now() < deadline, "no node answered");
+    }
+    client
+}
+
+async fn next_change(observation: &mut Observation) -> KeyChange {
+    tokio::time::timeout(WAIT, observation.next())
+        .await
+        .expect("a change within 10 s")
+        .expect("the observation is open")
+}
+
+/// How many state store requests a node answered (any command, any outcome).
+fn answered(metrics: &Metrics) -> u64 {
+    metrics
+        .render()
+        .lines()
+        .filter(|l| l.starts_with("mqstore_requests_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// The scenario every shared store must pass: reads see writes answered by other nodes,
+/// versions of a key increase although the nodes' clocks disagree by seconds, watchers
+/// registered through one node hear of changes applied by the others, and an expiry is
+/// notified exactly once.
+async fn three_nodes_share_one_state(url: &str) -> (Broker, Vec<ServerHandle>) {
+    let broker = Broker::start();
+    let mut nodes = Vec::new();
+    for (id, offset) in [("n1", 0), ("n2", 4_000), ("n3", -4_000)] {
+        nodes.push(node(&broker, url, id, offset).await);
+    }
+    let writer = client(&broker, "writer").await;
+    let reader = client(&broker, "reader").await;
+    let watcher = client(&broker, "watcher").await;
+    let mut observed = watcher.observe("shared").await.unwrap();
+
+    let mut last: Option<Hlc> = None;
+    for i in 0..30 {
+        let value = format!("v{i}");
+        let set = writer
+            .set("shared", value.clone(), SetOptions::default())
+            .await
+            .unwrap();
+        let version = set.version.expect("a version");
+        if let Some(last) = &last {
+            assert!(version > *last, "version {version} after {last}: not newer");
+        }
+        // Whichever node answers the read has the write.
+        let got = reader.get("shared").await.unwrap().expect("the key");
+        assert_eq!(got.value, value);
+        assert_eq!(got.version.as_ref(), Some(&version));
+        let change = next_change(&mut observed).await;
+        assert_eq!(change.value.as_deref(), Some(value.as_bytes()));
+        assert_eq!(change.version.as_ref(), Some(&version));
+        last = Some(version);
+    }
+    // Every node answered some of them (mosquitto deals shared messages round robin).
+    for handle in &nodes {
+        assert!(answered(&handle.metrics) > 0, "a node answered nothing");
+    }
+
+    // An expiry: one DELETE, whichever node sweeps first.
+    let mut expiring = watcher.observe("expiring").await.unwrap();
+    let options = SetOptions {
+        expires: Some(Duration::from_millis(300)),
+        ..SetOptions::default()
+    };
+    writer.set("expiring", "soon", options).await.unwrap();
+    assert_eq!(
+        next_change(&mut expiring).await.value.as_deref(),
+        Some(&b"soon"[..])
+    );
+    let deleted = next_change(&mut expiring).await;
+    assert_eq!(deleted.value, None, "{deleted:?}");
+    // Every node swept many times since: no second DELETE.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(expiring.try_next(), None, "a second notification");
+    assert_eq!(reader.get("expiring").await.unwrap(), None);
+    (broker, nodes)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_nodes_on_one_redis() {
+    let redis = Redis::start();
+    let (_broker, nodes) = three_nodes_share_one_state(&redis.url()).await;
+    for node in nodes {
+        let _ = tokio::time::timeout(WAIT, node.stop()).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_nodes_on_a_redis_cluster_spread_keys_over_every_primary() {
+    let cluster = Cluster::start();
+    let (broker, nodes) = three_nodes_share_one_state(&cluster.url()).await;
+    let c = client(&broker, "many").await;
+    for i in 0..100 {
+        c.set(format!("spread/{i}"), "x", SetOptions::default())
+            .await
+            .unwrap();
+    }
+    assert_eq!(c.scan("spread/*").await.unwrap().len(), 100);
+    for primary in &cluster.nodes {
+        let keys: u64 = primary.cli(&["dbsize"]).trim().parse().unwrap();
+        assert!(keys > 0, "a primary holds no keys");
+    }
+    for node in nodes {
+        let _ = tokio::time::timeout(WAIT, node.stop()).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_away_means_status_503_with_a_reason_and_the_node_recovers() {
+    let mut redis = Redis::start();
+    let broker = Broker::start();
+    let node = node(&broker, &redis.url(), "n1", 0).await;
+    let c = client(&broker, "dev").await;
+    c.set("k", "before", SetOptions::default()).await.unwrap();
+    redis.kill();
+    match c.set("k", "during", SetOptions::default()).await {
+        Err(ClientError::Status { status, message }) => {
+            assert_eq!(status, 503);
+            assert!(message.contains("the store failed"), "{message}");
+        }
+        other => panic!("expected status 503, got {other:?}"),
+    }
+    let render = node.metrics.render();
+    assert!(render.contains("mqstore_store_up 0\n"), "{render}");
+    assert!(
+        !render.contains("mqstore_store_errors_total 0\n"),
+        "{render}"
+    );
+    redis.restart();
+    // The node reconnects by itself.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        match c.set("k", "after", SetOptions::default()).await {
+            Ok(set) if set.applied => break,
+            other => assert!(
+                tokio::time::Instant::now() < deadline,
+                "never recovered: {other:?}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(c.get("k").await.unwrap().unwrap().value, "after");
+    assert!(node.metrics.render().contains("mqstore_store_up 1\n"));
+    let _ = tokio::time::timeout(WAIT, node.stop()).await;
+}
+
+/// `mqstore serve` as a process of its own (to kill -9 it).
+fn serve_process(broker: &Broker, store: &str, id: &str) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_mqstore"))
+        .args(["--port", &broker.port.to_string(), "serve"])
+        .args(["--store", store, "--node-id", id, "--share-group", GROUP])
+        .env("MQSTORE_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("mqstore serve starts")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_a_node_under_load_loses_no_acknowledged_write() {
+    let redis = Redis::start();
+    let broker = Broker::start();
+    let mut nodes: Vec<Child> = ["k1", "k2", "k3"]
+        .iter()
+        .map(|id| serve_process(&broker, &redis.url(), id))
+        .collect();
+    let watcher = client(&broker, "watcher").await;
+    let mut observed = watcher.observe("load/0").await.unwrap();
+    let acknowledged = Arc::new(std::sync::Mutex::new(HashMap::new()));
+    let mut writers = Vec::new();
+    for w in 0..4 {
+        let c = client(&broker, &format!("writer-{w}")).await;
+        let acknowledged = acknowledged.clone();
+        writers.push(tokio::spawn(async move {
+            let (mut ok, mut timed_out) = (0, 0);
+            for i in 0..150 {
+                let key = format!("load/{w}");
+                match c
+                    .set(key.clone(), format!("{i}"), SetOptions::default())
+                    .await
+                {
+                    Ok(set) => {
+                        ok += 1;
+                        acknowledged
+                            .lock()
+                            .unwrap()
+                            .insert(key, (format!("{i}"), set.version.unwrap()));
+                    }
+                    // Sent to the node that died: never answered.
+                    Err(ClientError::Timeout(_)) => timed_out += 1,
+                    Err(e) => panic!("{e}"),
+                }
+            }
+            (ok, timed_out)
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut victim = nodes.remove(1);
+    victim.kill().unwrap(); // SIGKILL
+    victim.wait().unwrap();
+    let mut total_ok = 0;
+    for writer in writers {
+        let (ok, _timed_out) = writer.await.unwrap();
+        assert!(
+            ok > 100,
+            "the surviving nodes kept answering ({ok} answered)"
+        );
+        total_ok += ok;
+    }
+    assert!(total_ok > 400);
+    // Every last acknowledged write is there, with its version.
+    let reader = client(&broker, "reader").await;
+    let acknowledged = acknowledged.lock().unwrap().clone();
+    for (key, (value, version)) in acknowledged {
+        let got = reader.get(key.clone()).await.unwrap().expect("the key");
+        assert_eq!(
+            (got.value, got.version),
+            (Bytes::from(value), Some(version)),
+            "{key}"
+        );
+    }
+    // The observation goes on: a change applied now reaches the watcher.
+    while let Ok(Some(_)) = tokio::time::timeout(Duration::from_millis(300), observed.next()).await
+    {
+    }
+    reader
+        .set("load/0", "after", SetOptions::default())
+        .await
+        .unwrap();
+    let change = next_change(&mut observed).await;
+    assert_eq!(change.value.as_deref(), Some(&b"after"[..]));
+    // The node comes back and serves again.
+    nodes.push(serve_process(&broker, &redis.url(), "k2"));
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let mut by_node = std::collections::HashSet::new();
+    while by_node.len() < 3 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "served by {by_node:?} only"
+        );
+        let set = reader
+            .set("again", "x", SetOptions::default())
+            .await
+            .unwrap();
+        by_node.insert(set.version.unwrap().node.to_string());
+    }
+    for mut node in nodes {
+        let _ = node.kill();
+        let _ = node.wait();
+    }
+}
+
+#[test]
+fn bad_store_configuration_fails_at_start_with_a_clear_message() {
+    let broker = Broker::start();
+    let locked = Redis::start_with_password("right");
+    let nobody = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let cases = [
+        (
+            format!("redis://127.0.0.1:{nobody}"),
+            "cannot use the Redis store",
+        ),
+        (
+            format!("redis://:wrong@127.0.0.1:{}", locked.port),
+            "authentication failed",
+        ),
+        (format!("redis://127.0.0.1:{}", locked.port), "NOAUTH"),
+        (
+            format!("redis-cluster://127.0.0.1:{nobody}"),
+            "cannot use the Redis store",
+        ),
+        ("memcached://127.0.0.1:1".to_owned(), "unknown store scheme"),
+    ];
+    for (url, expected) in cases {
+        let started = std::time::Instant::now();
+        let out = Command::new(env!("CARGO_BIN_EXE_mqstore"))
+            .args(["--port", &broker.port.to_string(), "serve", "--store", &url])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{url}: started");
+        assert!(stderr.contains(expected), "{url}: {stderr}");
+        assert!(
+            !stderr.contains(":wrong@"),
+            "the password is shown: {stderr}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(15), "{url}: hung");
+    }
+}
