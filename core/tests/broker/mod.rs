@@ -100,7 +100,7 @@ fn mosquitto_binary() -> PathBuf {
     )
 }
 
-fn go_binary() -> PathBuf {
+pub fn go_binary() -> PathBuf {
     let on_path = std::env::var_os("PATH")
         .into_iter()
         .flat_map(|paths| std::env::split_paths(&paths).collect::<Vec<_>>())
