@@ -301,11 +301,6 @@ impl RedisStore {
                 persist: _, // Redis's own persistence settings decide (see the README)
             } => {
                 let mut call = self.key_script(&self.scripts.set, key, now_ms);
-                let quota = |limit: Option<u64>| -> i64 {
-                    limit.map_or(-1, |l| {
-                        i64::try_from(l.div_ceil(u64::from(self.buckets))).unwrap_or(i64::MAX)
-                    })
-                };
                 call.arg(value.as_slice())
                     .arg(match condition {
                         Condition::Always => "A",
@@ -317,8 +312,8 @@ impl RedisStore {
                     .arg(version.wall_ms)
                     .arg(version.counter)
                     .arg(&*version.node)
-                    .arg(quota(self.quotas.max_keys))
-                    .arg(quota(self.quotas.max_bytes));
+                    .arg(self.bucket_share(self.quotas.max_keys))
+                    .arg(self.bucket_share(self.quotas.max_bytes));
                 let (expired, rest) = split_expired(key, self.eval(&call).await?)?;
                 let outcome = match rest.split_first() {
                     Some((Value::BulkString(tag), rest)) if tag == b"A" => {
@@ -377,11 +372,6 @@ impl RedisStore {
                 lease_until,
             } => {
                 let bucket = self.bucket_of(key);
-                let limit = |l: Option<u64>| -> i64 {
-                    l.map_or(-1, |l| {
-                        i64::try_from(l.div_ceil(u64::from(self.buckets))).unwrap_or(i64::MAX)
-                    })
-                };
                 let mut call = self.scripts.watch.prepare_invoke();
                 call.key(self.name(bucket, b"w:", key))
                     .key(self.name(bucket, b"c:", client.as_bytes()))
@@ -390,8 +380,8 @@ impl RedisStore {
                     .arg(key.as_ref())
                     .arg(client.as_bytes())
                     .arg(lease_until.map(|at| at.to_string()).unwrap_or_default())
-                    .arg(limit(self.quotas.max_watches))
-                    .arg(limit(self.quotas.max_watches_per_client));
+                    .arg(self.bucket_share(self.quotas.max_watches))
+                    .arg(self.bucket_share(self.quotas.max_watches_per_client));
                 let outcome = match self.eval(&call).await? {
                     Value::Okay => Ok(()),
                     Value::SimpleString(s) if s == "OK" => Ok(()),
@@ -684,6 +674,14 @@ impl RedisStore {
             }
         }
         Ok(())
+    }
+
+    /// A bucket's share of a quota, as the scripts take it (-1: none): the whole quota on one
+    /// primary, an even share of it per bucket on a Cluster.
+    fn bucket_share(&self, limit: Option<u64>) -> i64 {
+        limit.map_or(-1, |l| {
+            i64::try_from(l.div_ceil(u64::from(self.buckets))).unwrap_or(i64::MAX)
+        })
     }
 
     /// The script call for an op on one key, with the key script's KEYS and first ARGVs.
