@@ -266,6 +266,7 @@ pub async fn serve(
                 in_flight: 0,
                 sweeping: false,
                 next_sweep: 0,
+                up: true,
             },
         ),
     };
@@ -531,6 +532,26 @@ struct Remote {
     sweeping: bool,
     /// When the next sweep is due.
     next_sweep: u64,
+    /// Whether the last Redis call succeeded.
+    up: bool,
+}
+
+impl Remote {
+    /// Records a Redis call's result: metrics, and a log line when Redis goes away or comes
+    /// back (not one per failed call).
+    fn note(&mut self, error: Option<&RedisStoreError>, metrics: &Metrics) {
+        metrics.store_call(error.is_none(), self.in_flight);
+        match (self.up, error) {
+            (true, Some(error)) => warn!(
+                %error,
+                "Redis failed: requests are answered with status 503 until it answers again \
+                 (the node reconnects by itself; is Redis running and reachable?)"
+            ),
+            (false, None) => info!("Redis answers again"),
+            _ => {}
+        }
+        self.up = error.is_none();
+    }
 }
 
 impl State {
@@ -982,7 +1003,7 @@ impl Node {
                 received,
             } => {
                 remote.in_flight -= 1;
-                self.metrics.store_call(result.is_ok(), remote.in_flight);
+                remote.note(result.as_ref().err(), &self.metrics);
                 let outcome = match result {
                     Ok(applied) => {
                         if let Some(expired) = applied.expired {
@@ -991,7 +1012,7 @@ impl Node {
                         engine.complete(call, applied.reply, now, &mut self.out)
                     }
                     Err(error) => {
-                        warn!(%error, command = ?call.command(), "Redis failed: answered 503");
+                        debug!(%error, command = ?call.command(), "Redis failed: answered 503");
                         engine.fail(call, error.to_string(), &mut self.out)
                     }
                 };
@@ -1000,7 +1021,7 @@ impl Node {
             StoreDone::Sweep(swept) => {
                 remote.sweeping = false;
                 remote.next_sweep = now + SWEEP_INTERVAL_MS;
-                self.metrics.store_call(swept.is_ok(), remote.in_flight);
+                remote.note(swept.as_ref().err(), &self.metrics);
                 match swept {
                     Ok(swept) => {
                         for expired in swept.expired {
@@ -1013,11 +1034,11 @@ impl Node {
                         self.metrics.set_store(swept.stats);
                         self.queue_out();
                     }
-                    Err(error) => warn!(%error, "Redis failed during a sweep; retrying"),
+                    Err(error) => debug!(%error, "Redis failed during a sweep; retrying"),
                 }
             }
             StoreDone::Dropped(clients, result) => {
-                self.metrics.store_call(result.is_ok(), remote.in_flight);
+                remote.note(result.as_ref().err(), &self.metrics);
                 match result {
                     Ok(0) => {}
                     Ok(dropped) => {
