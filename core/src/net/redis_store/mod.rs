@@ -15,6 +15,7 @@
 //! script that meets it (a request's, or a node's periodic [`RedisStore::sweep`]) removes it
 //! and returns its watchers, so each expiry notifies once whichever node finds it.
 
+use std::io::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -280,9 +281,11 @@ impl RedisStore {
                     .eval(&self.key_script(&self.scripts.get, key, now_ms))
                     .await?;
                 let (expired, rest) = split_expired(key, reply)?;
-                let found = match (rest.first(), rest.get(1)) {
+                let mut rest = rest.into_iter();
+                // The value moves out of the reply: no second copy.
+                let found = match (rest.next(), rest.next()) {
                     (Some(Value::BulkString(value)), Some(Value::BulkString(version))) => {
-                        Some((Bulk::new(value.clone()), hlc(version)?))
+                        Some((Bulk::new(value), hlc(&version)?))
                     }
                     _ => None,
                 };
@@ -702,7 +705,8 @@ impl RedisStore {
     fn name(&self, bucket: u32, kind: &[u8], suffix: &[u8]) -> Vec<u8> {
         let mut name = Vec::with_capacity(self.prefix.len() + 16 + kind.len() + suffix.len());
         name.extend_from_slice(&self.prefix);
-        name.extend_from_slice(format!("{{b{bucket}}}:").as_bytes());
+        // Written straight into the name (a Vec never fails to take bytes).
+        let _ = write!(name, "{{b{bucket}}}:");
         name.extend_from_slice(kind);
         name.extend_from_slice(suffix);
         name
