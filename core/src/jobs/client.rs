@@ -727,7 +727,7 @@ mod tests {
         let replies = serve(&mut jobs, &request);
         let created = completed(&mut client, &replies, call);
         assert_eq!(created, json!({ "jobId": "j1", "targets": 1 }));
-        let job = jobs.job("j1").unwrap();
+        let job = jobs.job("j1").unwrap().unwrap();
         assert_eq!(job.in_progress_timeout_minutes, Some(5));
         assert_eq!(job.max_retries, 2);
 

@@ -31,7 +31,7 @@ pub use client::{
 pub use model::{Execution, Job, JobSpec, JobsError, RejectCode, Status};
 use model::{valid_job_id, valid_thing_name};
 pub use operator::OPERATOR_TOPIC;
-pub use store::{JobsStore, MemoryJobs, ThingRecord};
+pub use store::{JobsStore, MemoryJobs, StoreError, Stored, ThingRecord};
 
 use crate::envelope::{Properties, Publish};
 
@@ -96,37 +96,47 @@ impl<S: JobsStore> Jobs<S> {
     }
 
     /// Whether created jobs still have targets to queue: call [`Jobs::roll_out`].
-    pub fn rolling_out(&self) -> bool {
+    pub fn rolling_out(&self) -> Stored<bool> {
         self.store.rolling_out()
     }
 
     /// Queues the next batch of targets of the jobs being rolled out, oldest job first,
     /// pushing the notifications onto `out`. Returns how many were queued.
-    pub fn roll_out(&mut self, now_ms: u64, out: &mut Vec<Publish>) -> usize {
-        let batch = self.store.take_rollout(self.rollout_batch);
-        for (job_id, thing) in &batch {
-            let Some(job) = self.store.job(job_id) else {
-                continue;
-            };
-            let _ = self.change(thing, now_ms, out, |record| {
-                // A thing listed twice gets one execution.
-                if record.latest(job_id).is_none() {
-                    queue(record, &job, thing, 1, now_ms);
-                }
-                Ok::<_, ()>(())
+    ///
+    /// A store that fails midway leaves the batch's remaining targets without an execution
+    /// (they were handed out; see [`JobsStore::take_rollout`]); the error says so.
+    pub fn roll_out(&mut self, now_ms: u64, out: &mut Vec<Publish>) -> Stored<usize> {
+        let batch = self.store.take_rollout(self.rollout_batch)?;
+        for (done, (job_id, thing)) in batch.iter().enumerate() {
+            let queued = self.store.job(job_id).and_then(|job| {
+                let Some(job) = job else { return Ok(()) };
+                self.change(thing, now_ms, out, |record| {
+                    // A thing listed twice gets one execution.
+                    if record.latest(job_id).is_none() {
+                        queue(record, &job, thing, 1, now_ms);
+                    }
+                    Ok::<_, StoreError>(())
+                })
             });
+            if let Err(StoreError(reason)) = queued {
+                return Err(StoreError(format!(
+                    "{reason} (rolling out {job_id}: {} of a batch of {} targets queued)",
+                    done,
+                    batch.len()
+                )));
+            }
         }
-        batch.len()
+        Ok(batch.len())
     }
 
     /// A job, by id.
-    pub fn job(&self, job_id: &str) -> Option<Arc<Job>> {
+    pub fn job(&self, job_id: &str) -> Stored<Option<Arc<Job>>> {
         self.store.job(job_id)
     }
 
     /// The latest execution of `job_id` on `thing`.
-    pub fn execution(&self, thing: &str, job_id: &str) -> Option<Execution> {
-        self.store.thing(thing).latest(job_id).cloned()
+    pub fn execution(&self, thing: &str, job_id: &str) -> Stored<Option<Execution>> {
+        Ok(self.store.thing(thing)?.latest(job_id).cloned())
     }
 
     /// Creates a job and queues an execution of it on every target (the first batch now, the
@@ -140,11 +150,11 @@ impl<S: JobsStore> Jobs<S> {
         spec.validate()?;
         let job = Job::from(spec);
         let job_id = job.id.clone();
-        if !self.store.insert_job(job) {
+        if !self.store.insert_job(job)? {
             return Err(JobsError::JobExists(job_id));
         }
-        self.store.start_rollout(&job_id);
-        self.roll_out(now_ms, out);
+        self.store.start_rollout(&job_id)?;
+        self.roll_out(now_ms, out)?;
         Ok(())
     }
 
@@ -180,11 +190,11 @@ impl<S: JobsStore> Jobs<S> {
     ) -> Result<(), JobsError> {
         let job = self
             .store
-            .job(job_id)
+            .job(job_id)?
             .ok_or_else(|| JobsError::NotFound(job_id.to_owned()))?;
-        self.store.stop_rollout(job_id);
+        self.store.stop_rollout(job_id)?;
         for thing in &job.targets {
-            let _ = self.change(thing, now_ms, out, |record| {
+            self.change(thing, now_ms, out, |record| {
                 let cancel = match record.latest(job_id).map(|e| e.status) {
                     Some(Status::Queued) => true,
                     Some(Status::InProgress) => force,
@@ -193,8 +203,8 @@ impl<S: JobsStore> Jobs<S> {
                 if cancel {
                     finish(record, &job, thing, Status::Canceled, now_ms);
                 }
-                Ok::<_, ()>(())
-            });
+                Ok::<_, StoreError>(())
+            })?;
         }
         Ok(())
     }
@@ -264,7 +274,11 @@ impl<S: JobsStore> Jobs<S> {
             return Some(());
         }
         let result = match api {
-            Api::GetPending => Ok(pending_lists(&self.store.thing(thing))),
+            Api::GetPending => self
+                .store
+                .thing(thing)
+                .map(|record| pending_lists(&record))
+                .map_err(Rejection::from),
             Api::StartNext => self.start_next(thing, &request, now_ms, out),
             Api::Describe(job_id) => self.describe(thing, &job_id, &request, now_ms),
             Api::Update(job_id) => self.update(thing, &job_id, &request, now_ms, out),
@@ -285,17 +299,18 @@ impl<S: JobsStore> Jobs<S> {
     }
 
     /// When the next execution times out.
-    pub fn next_deadline(&self) -> Option<u64> {
+    pub fn next_deadline(&self) -> Stored<Option<u64>> {
         self.store.next_deadline()
     }
 
-    /// Times out every IN_PROGRESS execution whose step or in-progress timer ran out.
-    pub fn expire(&mut self, now_ms: u64, out: &mut Vec<Publish>) {
-        for (thing, job_id) in self.store.due(now_ms) {
-            let Some(job) = self.store.job(&job_id) else {
+    /// Times out every IN_PROGRESS execution whose step or in-progress timer ran out. Nodes
+    /// sharing a store may all call it: each timeout happens (and is notified) once.
+    pub fn expire(&mut self, now_ms: u64, out: &mut Vec<Publish>) -> Stored<()> {
+        for (thing, job_id) in self.store.due(now_ms)? {
+            let Some(job) = self.store.job(&job_id)? else {
                 continue;
             };
-            let _ = self.change(&thing, now_ms, out, |record| {
+            self.change(&thing, now_ms, out, |record| {
                 // Read again: another request may have ended it meanwhile.
                 if record
                     .latest(&job_id)
@@ -304,9 +319,10 @@ impl<S: JobsStore> Jobs<S> {
                 {
                     finish(record, &job, &thing, Status::TimedOut, now_ms);
                 }
-                Ok::<_, ()>(())
-            });
+                Ok::<_, StoreError>(())
+            })?;
         }
+        Ok(())
     }
 
     // ---- the device API ----
@@ -336,7 +352,7 @@ impl<S: JobsStore> Jobs<S> {
         if let Some(execution) = first {
             let document = self
                 .store
-                .job(&execution.job_id)
+                .job(&execution.job_id)?
                 .map(|j| j.document.clone());
             reply.insert("execution".into(), execution.describe(document, now_ms));
         }
@@ -354,7 +370,7 @@ impl<S: JobsStore> Jobs<S> {
             .get("includeJobDocument")
             .and_then(Value::as_bool)
             .unwrap_or(true);
-        let record = self.store.thing(thing);
+        let record = self.store.thing(thing)?;
         let mut reply = Map::new();
         let execution = if job_id == "$next" {
             record.pending().first().copied()
@@ -363,13 +379,13 @@ impl<S: JobsStore> Jobs<S> {
             Some(numbered(&record, job_id, number).ok_or_else(|| not_found(thing, job_id))?)
         };
         if let Some(execution) = execution {
-            let document = include_document
-                .then(|| {
-                    self.store
-                        .job(&execution.job_id)
-                        .map(|j| j.document.clone())
-                })
-                .flatten();
+            let document = match include_document {
+                true => self
+                    .store
+                    .job(&execution.job_id)?
+                    .map(|j| j.document.clone()),
+                false => None,
+            };
             reply.insert("execution".into(), execution.describe(document, now_ms));
         }
         Ok(reply)
@@ -399,7 +415,7 @@ impl<S: JobsStore> Jobs<S> {
         let step = model::step_timeout(request).map_err(invalid)?;
         let expected = model::expected_version(request).map_err(invalid)?;
         let number = model::execution_number(request).map_err(invalid)?;
-        let job = self.store.job(job_id);
+        let job = self.store.job(job_id)?;
         let minute = self.minute_ms;
         let state = self.change(thing, now_ms, out, |record| {
             let execution = record
@@ -461,8 +477,9 @@ impl<S: JobsStore> Jobs<S> {
 
     /// Changes `thing`'s record with `change` atomically (read, change, compare-and-set; again
     /// from a fresh read if another writer came first) and publishes what it did to the
-    /// pending list. Nothing is written, or published, when `change` fails or changes nothing.
-    fn change<T, E>(
+    /// pending list. Nothing is written, or published, when `change` fails or changes nothing,
+    /// or the store fails.
+    fn change<T, E: From<StoreError>>(
         &mut self,
         thing: &str,
         now_ms: u64,
@@ -470,7 +487,7 @@ impl<S: JobsStore> Jobs<S> {
         mut change: impl FnMut(&mut ThingRecord) -> Result<T, E>,
     ) -> Result<T, E> {
         loop {
-            let read = self.store.thing(thing);
+            let read = self.store.thing(thing)?;
             let mut record = read.clone();
             let result = change(&mut record)?;
             if record == read {
@@ -478,12 +495,15 @@ impl<S: JobsStore> Jobs<S> {
             }
             let before: Vec<(String, u64)> = read.pending().iter().map(|e| e.key()).collect();
             let published = out.len();
-            self.notify(thing, &before, &record, now_ms, out);
-            if !self.store.put_thing(thing, record) {
+            let written = self
+                .notify(thing, &before, &record, now_ms, out)
+                .and_then(|()| self.store.put_thing(thing, record));
+            if written != Ok(true) {
                 out.truncate(published); // Not written: not told either.
-                continue;
             }
-            return Ok(result);
+            if written? {
+                return Ok(result);
+            }
         }
     }
 
@@ -495,7 +515,7 @@ impl<S: JobsStore> Jobs<S> {
         after: &ThingRecord,
         now_ms: u64,
         out: &mut Vec<Publish>,
-    ) {
+    ) -> Stored<()> {
         let after = after.pending();
         let keys: Vec<(String, u64)> = after.iter().map(|e| e.key()).collect();
         let now_s = now_ms / 1000;
@@ -527,21 +547,24 @@ impl<S: JobsStore> Jobs<S> {
         if before.first() != keys.first() {
             let next = match after.first() {
                 Some(first) => {
-                    let document = self.store.job(&first.job_id).map(|j| j.document.clone());
+                    let document = self.store.job(&first.job_id)?.map(|j| j.document.clone());
                     json!({ "timestamp": now_s, "execution": first.next_notification(document) })
                 }
                 None => json!({ "timestamp": now_s }),
             };
             out.push(publish(format!("{PREFIX}{thing}/jobs/notify-next"), next));
         }
+        Ok(())
     }
 
     /// Every thing's record, for the operator's listings.
-    fn records(&self) -> impl Iterator<Item = (String, ThingRecord)> + '_ {
-        self.store.things().into_iter().map(|thing| {
-            let record = self.store.thing(&thing);
-            (thing, record)
-        })
+    fn records(&self) -> Stored<Vec<(String, ThingRecord)>> {
+        let mut records = Vec::new();
+        for thing in self.store.things()? {
+            let record = self.store.thing(&thing)?;
+            records.push((thing, record));
+        }
+        Ok(records)
     }
 }
 
@@ -624,6 +647,13 @@ fn finish(record: &mut ThingRecord, job: &Job, thing: &str, status: Status, now_
 
 /// A rejection: its code, message and (for state errors) the execution's state.
 type Rejection = (RejectCode, String, Option<Value>);
+
+/// A store that failed: the device is told so (AWS's code for it), nothing was changed.
+impl From<StoreError> for Rejection {
+    fn from(error: StoreError) -> Self {
+        (RejectCode::InternalError, error.to_string(), None)
+    }
+}
 
 fn invalid(message: String) -> Rejection {
     (RejectCode::InvalidRequest, message, None)

@@ -94,6 +94,8 @@ pub enum JobsError {
     NotFound(String),
     #[error("{0} is IN_PROGRESS: use force")]
     InProgress(String),
+    #[error(transparent)]
+    Store(#[from] super::store::StoreError),
 }
 
 /// The largest job document, as JSON text (AWS IoT Jobs' limit).
@@ -152,7 +154,7 @@ impl JobSpec {
 }
 
 /// A job.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Job {
     pub id: String,
     pub document: Value,
@@ -176,7 +178,7 @@ impl From<JobSpec> for Job {
 }
 
 /// One execution of a job on one thing.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Execution {
     pub job_id: String,
     pub thing: String,

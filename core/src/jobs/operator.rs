@@ -5,7 +5,7 @@
 
 use serde_json::{Map, Value, json};
 
-use super::{JobSpec, Jobs, JobsError, JobsStore, Status};
+use super::{JobSpec, Jobs, JobsError, JobsStore, Status, StoreError};
 use crate::envelope::Publish;
 
 /// Where operator requests go.
@@ -65,10 +65,11 @@ impl<S: JobsStore> Jobs<S> {
                 let job_id = text("jobId")?;
                 let job = self
                     .job(&job_id)
+                    .map_err(stored)?
                     .ok_or_else(|| error(JobsError::NotFound(job_id.clone())))?;
                 let mut counts: Map<String, Value> = Map::new();
                 for thing in &job.targets {
-                    if let Some(execution) = self.execution(thing, &job_id) {
+                    if let Some(execution) = self.execution(thing, &job_id).map_err(stored)? {
                         let count = counts.entry(execution.status.as_str()).or_insert(json!(0));
                         *count = json!(count.as_u64().unwrap_or(0) + 1);
                     }
@@ -86,14 +87,19 @@ impl<S: JobsStore> Jobs<S> {
                 let (job_id, thing) = (text("jobId")?, text("thingName")?);
                 let execution = self
                     .execution(&thing, &job_id)
+                    .map_err(stored)?
                     .ok_or_else(|| error(JobsError::NotFound(format!("{job_id} on {thing}"))))?;
-                let document = self.job(&job_id).map(|j| j.document.clone());
+                let document = self
+                    .job(&job_id)
+                    .map_err(stored)?
+                    .map(|j| j.document.clone());
                 Ok(json!({ "execution": execution.describe(document, now_ms) }))
             }
             "listJobs" => {
                 let jobs: Vec<Value> = self
                     .store
                     .jobs()
+                    .map_err(stored)?
                     .iter()
                     .map(|job| json!({ "jobId": job.id, "targets": job.targets.len() }))
                     .collect();
@@ -113,8 +119,10 @@ impl<S: JobsStore> Jobs<S> {
                 };
                 let mut executions: Vec<Value> = Vec::new();
                 let records: Vec<_> = match thing {
-                    Some(thing) => vec![(thing.to_owned(), self.store.thing(thing))],
-                    None => self.records().collect(),
+                    Some(thing) => {
+                        vec![(thing.to_owned(), self.store.thing(thing).map_err(stored)?)]
+                    }
+                    None => self.records().map_err(stored)?,
                 };
                 for (name, record) in &records {
                     for (id, list) in &record.executions {
@@ -139,12 +147,17 @@ impl<S: JobsStore> Jobs<S> {
     }
 }
 
+fn stored(e: StoreError) -> (&'static str, String) {
+    error(JobsError::Store(e))
+}
+
 fn error(e: JobsError) -> (&'static str, String) {
     let code = match &e {
         JobsError::Invalid(_) => "InvalidRequest",
         JobsError::JobExists(_) => "Conflict",
         JobsError::NotFound(_) => "ResourceNotFound",
         JobsError::InProgress(_) => "InvalidStateTransition",
+        JobsError::Store(_) => "InternalError",
     };
     (code, e.to_string())
 }

@@ -16,10 +16,20 @@ use std::sync::Arc;
 
 use super::model::{Execution, Job};
 
+/// A jobs store that could not do what was asked (a shared store that is unreachable): the
+/// request that needed it is answered with an error, and nothing was changed by it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the jobs store failed: {0}")]
+pub struct StoreError(pub String);
+
+/// What a [`JobsStore`] method returns.
+pub type Stored<T> = Result<T, StoreError>;
+
 /// One thing's executions: job id → its executions, oldest first (a retry appends one).
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ThingRecord {
     /// Increases with every write; [`JobsStore::put_thing`] compares it.
+    #[serde(skip)]
     pub revision: u64,
     pub executions: BTreeMap<String, Vec<Execution>>,
     /// Executions ever queued on this thing: orders executions queued in the same second.
@@ -45,45 +55,46 @@ impl ThingRecord {
 }
 
 /// The state of a jobs service, one atomic step per method (see the module's documentation).
+/// A method that fails ([`StoreError`]) changed nothing.
 pub trait JobsStore {
     /// A job, by id.
-    fn job(&self, job_id: &str) -> Option<Arc<Job>>;
+    fn job(&self, job_id: &str) -> Stored<Option<Arc<Job>>>;
 
     /// Adds a job; `false` (and nothing changed) when one with its id exists.
-    fn insert_job(&mut self, job: Job) -> bool;
+    fn insert_job(&mut self, job: Job) -> Stored<bool>;
 
     /// Every job, by id.
-    fn jobs(&self) -> Vec<Arc<Job>>;
+    fn jobs(&self) -> Stored<Vec<Arc<Job>>>;
 
     /// A thing's record (empty, revision 0, for a thing never seen).
-    fn thing(&self, thing: &str) -> ThingRecord;
+    fn thing(&self, thing: &str) -> Stored<ThingRecord>;
 
     /// Writes a thing's record if its revision is still `record.revision` (the record then
     /// gets the next revision), and keeps the timers of its executions; `false` when another
     /// write came first (read again and retry).
-    fn put_thing(&mut self, thing: &str, record: ThingRecord) -> bool;
+    fn put_thing(&mut self, thing: &str, record: ThingRecord) -> Stored<bool>;
 
     /// Every thing that has a record.
-    fn things(&self) -> Vec<String>;
+    fn things(&self) -> Stored<Vec<String>>;
 
     /// The (thing, job id) of every execution whose timer ran out by `now_ms`, earliest first.
-    fn due(&self, now_ms: u64) -> Vec<(String, String)>;
+    fn due(&self, now_ms: u64) -> Stored<Vec<(String, String)>>;
 
     /// The earliest timer.
-    fn next_deadline(&self) -> Option<u64>;
+    fn next_deadline(&self) -> Stored<Option<u64>>;
 
     /// Starts rolling out a new job: its targets are handed out by [`JobsStore::take_rollout`].
-    fn start_rollout(&mut self, job_id: &str);
+    fn start_rollout(&mut self, job_id: &str) -> Stored<()>;
 
     /// Claims up to `budget` targets not yet handed out, of the oldest job being rolled out
     /// first: (job id, thing). Each target is handed out once.
-    fn take_rollout(&mut self, budget: usize) -> Vec<(String, String)>;
+    fn take_rollout(&mut self, budget: usize) -> Stored<Vec<(String, String)>>;
 
     /// Stops a job's rollout: its remaining targets are never handed out.
-    fn stop_rollout(&mut self, job_id: &str);
+    fn stop_rollout(&mut self, job_id: &str) -> Stored<()>;
 
     /// Whether some job has targets not yet handed out.
-    fn rolling_out(&self) -> bool;
+    fn rolling_out(&self) -> Stored<bool>;
 }
 
 /// The jobs state in this process's memory.
@@ -98,30 +109,30 @@ pub struct MemoryJobs {
 }
 
 impl JobsStore for MemoryJobs {
-    fn job(&self, job_id: &str) -> Option<Arc<Job>> {
-        self.jobs.get(job_id).cloned()
+    fn job(&self, job_id: &str) -> Stored<Option<Arc<Job>>> {
+        Ok(self.jobs.get(job_id).cloned())
     }
 
-    fn insert_job(&mut self, job: Job) -> bool {
+    fn insert_job(&mut self, job: Job) -> Stored<bool> {
         if self.jobs.contains_key(&job.id) {
-            return false;
+            return Ok(false);
         }
         self.jobs.insert(job.id.clone(), Arc::new(job));
-        true
+        Ok(true)
     }
 
-    fn jobs(&self) -> Vec<Arc<Job>> {
-        self.jobs.values().cloned().collect()
+    fn jobs(&self) -> Stored<Vec<Arc<Job>>> {
+        Ok(self.jobs.values().cloned().collect())
     }
 
-    fn thing(&self, thing: &str) -> ThingRecord {
-        self.things.get(thing).cloned().unwrap_or_default()
+    fn thing(&self, thing: &str) -> Stored<ThingRecord> {
+        Ok(self.things.get(thing).cloned().unwrap_or_default())
     }
 
-    fn put_thing(&mut self, thing: &str, mut record: ThingRecord) -> bool {
+    fn put_thing(&mut self, thing: &str, mut record: ThingRecord) -> Stored<bool> {
         let stored = self.things.entry(thing.to_owned()).or_default();
         if stored.revision != record.revision {
-            return false;
+            return Ok(false);
         }
         for (deadline, job_id) in stored.timers() {
             self.timers
@@ -133,30 +144,32 @@ impl JobsStore for MemoryJobs {
         }
         record.revision += 1;
         *stored = record;
-        true
+        Ok(true)
     }
 
-    fn things(&self) -> Vec<String> {
-        self.things.keys().cloned().collect()
+    fn things(&self) -> Stored<Vec<String>> {
+        Ok(self.things.keys().cloned().collect())
     }
 
-    fn due(&self, now_ms: u64) -> Vec<(String, String)> {
-        self.timers
+    fn due(&self, now_ms: u64) -> Stored<Vec<(String, String)>> {
+        Ok(self
+            .timers
             .iter()
             .take_while(|(deadline, _, _)| *deadline <= now_ms)
             .map(|(_, thing, job_id)| (thing.clone(), job_id.clone()))
-            .collect()
+            .collect())
     }
 
-    fn next_deadline(&self) -> Option<u64> {
-        self.timers.first().map(|(deadline, _, _)| *deadline)
+    fn next_deadline(&self) -> Stored<Option<u64>> {
+        Ok(self.timers.first().map(|(deadline, _, _)| *deadline))
     }
 
-    fn start_rollout(&mut self, job_id: &str) {
+    fn start_rollout(&mut self, job_id: &str) -> Stored<()> {
         self.rollouts.push_back((job_id.to_owned(), 0));
+        Ok(())
     }
 
-    fn take_rollout(&mut self, budget: usize) -> Vec<(String, String)> {
+    fn take_rollout(&mut self, budget: usize) -> Stored<Vec<(String, String)>> {
         let mut batch = Vec::new();
         while batch.len() < budget
             && let Some((job_id, next)) = self.rollouts.front_mut()
@@ -174,54 +187,55 @@ impl JobsStore for MemoryJobs {
                 self.rollouts.pop_front();
             }
         }
-        batch
+        Ok(batch)
     }
 
-    fn stop_rollout(&mut self, job_id: &str) {
+    fn stop_rollout(&mut self, job_id: &str) -> Stored<()> {
         self.rollouts.retain(|(id, _)| id != job_id);
+        Ok(())
     }
 
-    fn rolling_out(&self) -> bool {
-        !self.rollouts.is_empty()
+    fn rolling_out(&self) -> Stored<bool> {
+        Ok(!self.rollouts.is_empty())
     }
 }
 
 /// A store borrowed: several engines can take turns over one store (as nodes share one).
 impl<S: JobsStore + ?Sized> JobsStore for &mut S {
-    fn job(&self, job_id: &str) -> Option<Arc<Job>> {
+    fn job(&self, job_id: &str) -> Stored<Option<Arc<Job>>> {
         (**self).job(job_id)
     }
-    fn insert_job(&mut self, job: Job) -> bool {
+    fn insert_job(&mut self, job: Job) -> Stored<bool> {
         (**self).insert_job(job)
     }
-    fn jobs(&self) -> Vec<Arc<Job>> {
+    fn jobs(&self) -> Stored<Vec<Arc<Job>>> {
         (**self).jobs()
     }
-    fn thing(&self, thing: &str) -> ThingRecord {
+    fn thing(&self, thing: &str) -> Stored<ThingRecord> {
         (**self).thing(thing)
     }
-    fn put_thing(&mut self, thing: &str, record: ThingRecord) -> bool {
+    fn put_thing(&mut self, thing: &str, record: ThingRecord) -> Stored<bool> {
         (**self).put_thing(thing, record)
     }
-    fn things(&self) -> Vec<String> {
+    fn things(&self) -> Stored<Vec<String>> {
         (**self).things()
     }
-    fn due(&self, now_ms: u64) -> Vec<(String, String)> {
+    fn due(&self, now_ms: u64) -> Stored<Vec<(String, String)>> {
         (**self).due(now_ms)
     }
-    fn next_deadline(&self) -> Option<u64> {
+    fn next_deadline(&self) -> Stored<Option<u64>> {
         (**self).next_deadline()
     }
-    fn start_rollout(&mut self, job_id: &str) {
+    fn start_rollout(&mut self, job_id: &str) -> Stored<()> {
         (**self).start_rollout(job_id)
     }
-    fn take_rollout(&mut self, budget: usize) -> Vec<(String, String)> {
+    fn take_rollout(&mut self, budget: usize) -> Stored<Vec<(String, String)>> {
         (**self).take_rollout(budget)
     }
-    fn stop_rollout(&mut self, job_id: &str) {
+    fn stop_rollout(&mut self, job_id: &str) -> Stored<()> {
         (**self).stop_rollout(job_id)
     }
-    fn rolling_out(&self) -> bool {
+    fn rolling_out(&self) -> Stored<bool> {
         (**self).rolling_out()
     }
 }

@@ -259,7 +259,10 @@ fn rejections_carry_their_code_the_token_and_the_state() {
         json!("InvalidRequest")
     );
     // Nothing changed.
-    assert_eq!(jobs.execution("T", "job1").unwrap().version_number, 1);
+    assert_eq!(
+        jobs.execution("T", "job1").unwrap().unwrap().version_number,
+        1
+    );
     // A terminal execution cannot move.
     let ok = br#"{"status":"SUCCEEDED","expectedVersion":1}"#;
     jobs.handle("$aws/things/T/jobs/job1/update", ok, T0, &mut out)
@@ -317,10 +320,10 @@ fn timeouts_end_executions_and_retries_queue_the_next_number() {
         &mut out,
     );
     out.clear();
-    assert_eq!(jobs.next_deadline(), Some(T0 + 60_000));
-    jobs.expire(T0 + 59_999, &mut out);
+    assert_eq!(jobs.next_deadline().unwrap(), Some(T0 + 60_000));
+    jobs.expire(T0 + 59_999, &mut out).unwrap();
     assert!(out.is_empty());
-    jobs.expire(T0 + 60_000, &mut out);
+    jobs.expire(T0 + 60_000, &mut out).unwrap();
     // TIMED_OUT, then a retry queued: the list's membership changed, and its first entry.
     let published = seen(&mut out);
     assert_eq!(
@@ -340,8 +343,17 @@ fn timeouts_end_executions_and_retries_queue_the_next_number() {
         json!({ "status": "FAILED" }),
         &mut out,
     );
-    assert_eq!(jobs.execution("T", "job1").unwrap().status, Status::Failed);
-    assert_eq!(jobs.execution("T", "job1").unwrap().execution_number, 2);
+    assert_eq!(
+        jobs.execution("T", "job1").unwrap().unwrap().status,
+        Status::Failed
+    );
+    assert_eq!(
+        jobs.execution("T", "job1")
+            .unwrap()
+            .unwrap()
+            .execution_number,
+        2
+    );
     // REJECTED is never retried.
     let mut job = spec("job2", &["T"]);
     job.max_retries = 3;
@@ -353,7 +365,13 @@ fn timeouts_end_executions_and_retries_queue_the_next_number() {
         json!({ "status": "REJECTED" }),
         &mut out,
     );
-    assert_eq!(jobs.execution("T", "job2").unwrap().execution_number, 1);
+    assert_eq!(
+        jobs.execution("T", "job2")
+            .unwrap()
+            .unwrap()
+            .execution_number,
+        1
+    );
 }
 
 #[test]
@@ -365,16 +383,16 @@ fn cancel_leaves_in_progress_executions_unless_forced() {
     device(&mut jobs, "A", "start-next", json!({}), &mut out);
     jobs.cancel_job("job1", false, T0, &mut out).unwrap();
     assert_eq!(
-        jobs.execution("A", "job1").unwrap().status,
+        jobs.execution("A", "job1").unwrap().unwrap().status,
         Status::InProgress
     );
     assert_eq!(
-        jobs.execution("B", "job1").unwrap().status,
+        jobs.execution("B", "job1").unwrap().unwrap().status,
         Status::Canceled
     );
     jobs.cancel_job("job1", true, T0, &mut out).unwrap();
     assert_eq!(
-        jobs.execution("A", "job1").unwrap().status,
+        jobs.execution("A", "job1").unwrap().unwrap().status,
         Status::Canceled
     );
     assert_eq!(
@@ -399,7 +417,7 @@ fn cancel_leaves_in_progress_executions_unless_forced() {
         jobs.create_job(huge, T0, &mut out),
         Err(JobsError::Invalid(_))
     ));
-    assert!(jobs.job("huge").is_none(), "nothing created");
+    assert!(jobs.job("huge").unwrap().is_none(), "nothing created");
 }
 
 #[test]
@@ -413,28 +431,28 @@ fn a_large_job_is_rolled_out_in_batches_and_a_cancel_stops_the_rest() {
     let first: Vec<String> = out.drain(..).map(|p| p.topic).collect();
     assert_eq!(first.len(), 4, "{first:?}");
     assert!(first[0].starts_with("$aws/things/a/") && first[2].starts_with("$aws/things/b/"));
-    assert!(jobs.rolling_out());
-    assert!(jobs.execution("c", "big").is_none());
-    assert_eq!(jobs.roll_out(T0, &mut out), 2);
-    assert!(jobs.execution("d", "big").is_some());
+    assert!(jobs.rolling_out().unwrap());
+    assert!(jobs.execution("c", "big").unwrap().is_none());
+    assert_eq!(jobs.roll_out(T0, &mut out).unwrap(), 2);
+    assert!(jobs.execution("d", "big").unwrap().is_some());
     // A second job waits behind the first: creating it rolls out the next batch, oldest
     // job first (e, then the new job's only target).
     jobs.create_job(spec("next", &["a"]), T0, &mut out).unwrap();
-    assert!(jobs.execution("e", "big").is_some());
-    assert!(jobs.execution("a", "next").is_some());
-    assert!(!jobs.rolling_out());
-    assert_eq!(jobs.roll_out(T0, &mut out), 0);
+    assert!(jobs.execution("e", "big").unwrap().is_some());
+    assert!(jobs.execution("a", "next").unwrap().is_some());
+    assert!(!jobs.rolling_out().unwrap());
+    assert_eq!(jobs.roll_out(T0, &mut out).unwrap(), 0);
 
     // Canceled while rolling out: the targets not reached get no execution.
     jobs.create_job(spec("stopped", &targets), T0, &mut out)
         .unwrap();
     jobs.cancel_job("stopped", false, T0, &mut out).unwrap();
-    assert!(!jobs.rolling_out());
+    assert!(!jobs.rolling_out().unwrap());
     assert_eq!(
-        jobs.execution("a", "stopped").unwrap().status,
+        jobs.execution("a", "stopped").unwrap().unwrap().status,
         Status::Canceled
     );
-    assert!(jobs.execution("c", "stopped").is_none());
+    assert!(jobs.execution("c", "stopped").unwrap().is_none());
 }
 
 /// A store another node writes to just before this engine's next write: the write fails
@@ -448,43 +466,43 @@ struct Raced<'a> {
 type OtherNode = Box<dyn FnOnce(&mut MemoryJobs)>;
 
 impl JobsStore for Raced<'_> {
-    fn job(&self, job_id: &str) -> Option<Arc<Job>> {
+    fn job(&self, job_id: &str) -> Stored<Option<Arc<Job>>> {
         self.inner.job(job_id)
     }
-    fn insert_job(&mut self, job: Job) -> bool {
+    fn insert_job(&mut self, job: Job) -> Stored<bool> {
         self.inner.insert_job(job)
     }
-    fn jobs(&self) -> Vec<Arc<Job>> {
+    fn jobs(&self) -> Stored<Vec<Arc<Job>>> {
         self.inner.jobs()
     }
-    fn thing(&self, thing: &str) -> ThingRecord {
+    fn thing(&self, thing: &str) -> Stored<ThingRecord> {
         self.inner.thing(thing)
     }
-    fn put_thing(&mut self, thing: &str, record: ThingRecord) -> bool {
+    fn put_thing(&mut self, thing: &str, record: ThingRecord) -> Stored<bool> {
         if let Some(other_node) = self.other_node.take() {
             other_node(self.inner);
         }
         self.inner.put_thing(thing, record)
     }
-    fn things(&self) -> Vec<String> {
+    fn things(&self) -> Stored<Vec<String>> {
         self.inner.things()
     }
-    fn due(&self, now_ms: u64) -> Vec<(String, String)> {
+    fn due(&self, now_ms: u64) -> Stored<Vec<(String, String)>> {
         self.inner.due(now_ms)
     }
-    fn next_deadline(&self) -> Option<u64> {
+    fn next_deadline(&self) -> Stored<Option<u64>> {
         self.inner.next_deadline()
     }
-    fn start_rollout(&mut self, job_id: &str) {
+    fn start_rollout(&mut self, job_id: &str) -> Stored<()> {
         self.inner.start_rollout(job_id)
     }
-    fn take_rollout(&mut self, budget: usize) -> Vec<(String, String)> {
+    fn take_rollout(&mut self, budget: usize) -> Stored<Vec<(String, String)>> {
         self.inner.take_rollout(budget)
     }
-    fn stop_rollout(&mut self, job_id: &str) {
+    fn stop_rollout(&mut self, job_id: &str) -> Stored<()> {
         self.inner.stop_rollout(job_id)
     }
-    fn rolling_out(&self) -> bool {
+    fn rolling_out(&self) -> Stored<bool> {
         self.inner.rolling_out()
     }
 }
@@ -521,7 +539,7 @@ fn two_nodes_starting_the_same_execution_start_it_once() {
         "A changed nothing, so it notified nothing: {out:?}"
     );
     drop(node_a);
-    let record = shared.thing("T");
+    let record = shared.thing("T").unwrap();
     assert_eq!(record.latest("job1").unwrap().version_number, 2);
     assert_eq!(record.revision, 2, "the create's write and B's start");
 }
@@ -529,11 +547,11 @@ fn two_nodes_starting_the_same_execution_start_it_once() {
 #[test]
 fn a_stale_write_is_refused_and_changes_nothing() {
     let mut store = MemoryJobs::default();
-    let first = store.thing("T");
-    assert!(store.put_thing("T", first.clone()));
+    let first = store.thing("T").unwrap();
+    assert_eq!(store.put_thing("T", first.clone()), Ok(true));
     // The same revision again: someone wrote since.
-    assert!(!store.put_thing("T", first));
-    assert_eq!(store.thing("T").revision, 1);
+    assert_eq!(store.put_thing("T", first), Ok(false));
+    assert_eq!(store.thing("T").unwrap().revision, 1);
 }
 
 #[test]
@@ -573,4 +591,75 @@ fn a_write_that_lost_the_race_publishes_nothing_of_its_first_attempt() {
     assert_eq!(reply["code"], json!("InvalidStateTransition"));
     assert_eq!(reply["executionState"]["status"], json!("SUCCEEDED"));
     assert!(out.is_empty(), "{out:?}");
+}
+
+/// A shared store that has become unreachable: every call fails.
+struct Unreachable;
+
+impl JobsStore for Unreachable {
+    fn job(&self, _: &str) -> Stored<Option<Arc<Job>>> {
+        Err(StoreError("Redis is down".into()))
+    }
+    fn insert_job(&mut self, _: Job) -> Stored<bool> {
+        Err(StoreError("Redis is down".into()))
+    }
+    fn jobs(&self) -> Stored<Vec<Arc<Job>>> {
+        Err(StoreError("Redis is down".into()))
+    }
+    fn thing(&self, _: &str) -> Stored<ThingRecord> {
+        Err(StoreError("Redis is down".into()))
+    }
+    fn put_thing(&mut self, _: &str, _: ThingRecord) -> Stored<bool> {
+        Err(StoreError("Redis is down".into()))
+    }
+    fn things(&self) -> Stored<Vec<String>> {
+        Err(StoreError("Redis is down".into()))
+    }
+    fn due(&self, _: u64) -> Stored<Vec<(String, String)>> {
+        Err(StoreError("Redis is down".into()))
+    }
+    fn next_deadline(&self) -> Stored<Option<u64>> {
+        Err(StoreError("Redis is down".into()))
+    }
+    fn start_rollout(&mut self, _: &str) -> Stored<()> {
+        Err(StoreError("Redis is down".into()))
+    }
+    fn take_rollout(&mut self, _: usize) -> Stored<Vec<(String, String)>> {
+        Err(StoreError("Redis is down".into()))
+    }
+    fn stop_rollout(&mut self, _: &str) -> Stored<()> {
+        Err(StoreError("Redis is down".into()))
+    }
+    fn rolling_out(&self) -> Stored<bool> {
+        Err(StoreError("Redis is down".into()))
+    }
+}
+
+#[test]
+fn a_store_that_fails_gets_every_request_a_clear_error_and_publishes_nothing() {
+    let mut jobs = Jobs::with_store(Unreachable, 60_000);
+    let mut out = Vec::new();
+    for api in ["get", "start-next", "job1/get", "job1/update", "$next/get"] {
+        let body = json!({ "status": "SUCCEEDED", "clientToken": "c1" });
+        let reply = device(&mut jobs, "T", api, body, &mut out);
+        assert_eq!(reply["_accepted"], json!(false), "{api}");
+        assert_eq!(reply["code"], json!("InternalError"), "{api}");
+        assert_eq!(reply["clientToken"], json!("c1"), "{api}");
+        let message = reply["message"].as_str().unwrap();
+        assert!(message.contains("Redis is down"), "{api}: {message}");
+        assert!(out.is_empty(), "{api}: nothing but the reply: {out:?}");
+    }
+    for op in [
+        json!({ "op": "createJob", "jobId": "j", "targets": ["T"], "document": {} }),
+        json!({ "op": "describeJob", "jobId": "j" }),
+        json!({ "op": "listJobExecutions" }),
+        json!({ "op": "cancelJob", "jobId": "j" }),
+    ] {
+        let answer = jobs.operate(op.to_string().as_bytes(), T0, &mut out);
+        assert_eq!(answer["error"]["code"], json!("InternalError"), "{op}");
+        assert!(out.is_empty(), "{op}: {out:?}");
+    }
+    assert!(jobs.expire(T0, &mut out).is_err());
+    assert!(jobs.roll_out(T0, &mut out).is_err());
+    assert!(out.is_empty());
 }

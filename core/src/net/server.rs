@@ -24,14 +24,14 @@ use tracing::{debug, info, warn};
 
 use super::connection::{Connection, Driver, Outbox, Wakes};
 use super::metrics::{self, Metrics};
-use super::redis_store::{Applied, RedisConfig, RedisStore, RedisStoreError};
+use super::redis_store::{Applied, RedisConfig, RedisJobs, RedisStore, RedisStoreError};
 use super::{BrokerConfig, PROTOCOL_HINT, Polled, connection_error, from_mqtt, now_ms};
 use crate::client::ClientError;
 use crate::engine::{
     Accepted, AccessRules, Call, Engine, EngineConfig, Fit, Outcome, fit_for_broker,
 };
 use crate::envelope::{self, DropReason, EnvelopeError, Publish};
-use crate::jobs::{Jobs, OPERATOR_TOPIC};
+use crate::jobs::{Jobs, JobsStore, OPERATOR_TOPIC, Stored};
 use crate::presence::ServerPresence;
 use crate::store::{ClientId, Expired, MemoryStore, Quotas, StoreStats};
 use crate::topics;
@@ -253,6 +253,18 @@ pub async fn serve(
         ..EngineConfig::new(config.node_id.clone())
     };
     let (done_tx, done_rx) = tokio::sync::mpsc::unbounded_channel();
+    let minute_ms = config.jobs_minute.as_millis() as u64;
+    let jobs = config.jobs.then(|| match &redis {
+        None => JobsService::Local(Jobs::with_minute(minute_ms).with_rollout_batch(ROLLOUT_BATCH)),
+        Some((store, _)) => JobsService::Shared(SharedJobs {
+            store: RedisJobs::new(store.clone(), tokio::runtime::Handle::current()),
+            done: done_tx.clone(),
+            minute_ms,
+            in_flight: 0,
+            ticking: false,
+            next_tick: 0,
+        }),
+    });
     let state = match redis {
         None => State::Memory(
             Engine::new(engine_config, MemoryStore::with_quotas(config.quotas))
@@ -308,17 +320,6 @@ pub async fn serve(
         None,
     ));
     let (client, eventloop) = rumqttc::v5::AsyncClient::new(options, REQUEST_QUEUE);
-    // The jobs service keeps its state in this process: nodes that split requests through a
-    // share group would each hold part of it.
-    let shared_state = matches!(config.store, StoreConfig::Redis(_));
-    let jobs = config.jobs && !(shared_state && config.share_group.is_some());
-    if config.jobs && !jobs {
-        warn!(
-            "the jobs service is off: its state lives in each node's memory (not in Redis yet), \
-             and this node shares requests with others; serve jobs from one node without \
-             --share-group, or pass --no-jobs to silence this"
-        );
-    }
     // Identified requests (in each client's own tree) always; the standard, shared request
     // topic (what the Azure SDK clients use: they name themselves in `__srcId`, which nothing
     // checks) unless identities are required.
@@ -328,7 +329,7 @@ pub async fn serve(
         invoke_filters.push(topics::INVOKE);
         presence_filters.push(topics::PRESENCE_FILTER);
     }
-    if jobs {
+    if jobs.is_some() {
         // The AWS IoT Jobs device API (`#` alone does not match `$aws/...`), and ours.
         invoke_filters.push(JOBS_FILTER);
         invoke_filters.push(OPERATOR_TOPIC);
@@ -348,10 +349,7 @@ pub async fn serve(
         "mqstore serve starting"
     );
     let mut node = Node {
-        jobs: jobs.then(|| {
-            Jobs::with_minute(config.jobs_minute.as_millis() as u64)
-                .with_rollout_batch(ROLLOUT_BATCH)
-        }),
+        jobs,
         probe_topic: topics::probe_topic(&config.client_id),
         presence: Publish {
             topic: presence_topic,
@@ -449,14 +447,14 @@ struct Signals<F> {
     shutdown: Pin<Box<F>>,
     fired: bool,
     grace: Pin<Box<tokio::time::Sleep>>,
-    /// What Redis answered (requests and sweeps run in tasks of their own).
-    store_done: tokio::sync::mpsc::UnboundedReceiver<StoreDone>,
+    /// What Redis answered (requests, sweeps and jobs calls run off the loop).
+    store_done: tokio::sync::mpsc::UnboundedReceiver<Done>,
 }
 
 enum Signal {
     Shutdown,
     GraceOver,
-    Store(StoreDone),
+    Done(Done),
 }
 
 impl<F: Future<Output = ()>> Wakes for Signals<F> {
@@ -483,7 +481,7 @@ impl<F: Future<Output = ()>> Wakes for Signals<F> {
         };
         // Both are cancel-safe: pinned futures and a channel.
         tokio::select! {
-            Some(done) = store_done.recv() => Signal::Store(done),
+            Some(done) = store_done.recv() => Signal::Done(done),
             signal = lifecycle => signal,
         }
     }
@@ -501,6 +499,121 @@ enum StoreDone {
     Sweep(Result<Swept, RedisStoreError>),
     /// Registrations of clients that are gone were dropped.
     Dropped(Vec<String>, Result<usize, RedisStoreError>),
+}
+
+/// A jobs call on Redis that ended, back in the server's loop.
+enum JobsDone {
+    /// A request ran: what it published (its notifications, then its reply).
+    Request(Vec<Publish>, Option<JobsHandled>),
+    /// A timer tick ran: what it published, and whether rollouts remain.
+    Tick(Vec<Publish>, Stored<bool>),
+}
+
+/// Work that ran off the server's loop and came back to it.
+enum Done {
+    State(StoreDone),
+    Jobs(JobsDone),
+}
+
+/// What a jobs request was, for the metrics.
+struct JobsHandled {
+    accepted: bool,
+    notifications: usize,
+}
+
+/// The jobs service of a node.
+enum JobsService {
+    /// In this process's memory: answered at once.
+    Local(Jobs),
+    /// In Redis, shared by every node: the engine waits for Redis, so each request (and each
+    /// timer tick) runs on a blocking thread of its own, many at once, and comes back as a
+    /// [`StoreDone`]. Compare-and-set keeps them atomic (see [`crate::jobs`]).
+    Shared(SharedJobs),
+}
+
+struct SharedJobs {
+    store: RedisJobs,
+    done: tokio::sync::mpsc::UnboundedSender<Done>,
+    minute_ms: u64,
+    /// Requests running.
+    in_flight: usize,
+    /// A tick (timeouts, the next rollout batch) is running.
+    ticking: bool,
+    /// When the next tick is due.
+    next_tick: u64,
+}
+
+impl SharedJobs {
+    /// The engine over the shared state (cheap: it holds a handle on the connection).
+    fn engine(&self) -> Jobs<RedisJobs> {
+        Jobs::with_store(self.store.clone(), self.minute_ms).with_rollout_batch(ROLLOUT_BATCH)
+    }
+}
+
+/// A jobs timer tick: times out what ran out, and (while the broker keeps up) queues the next
+/// batch of a rollout; whether rollouts remain.
+fn jobs_tick<S: JobsStore>(
+    jobs: &mut Jobs<S>,
+    now_ms: u64,
+    rollout_room: bool,
+    out: &mut Vec<Publish>,
+) -> Stored<bool> {
+    jobs.expire(now_ms, out)?;
+    if rollout_room && jobs.rolling_out()? {
+        jobs.roll_out(now_ms, out)?;
+    }
+    jobs.rolling_out()
+}
+
+/// How often each node on Redis looks for jobs timers that ran out and for rollouts to go on
+/// with (any node's tick may take any of them; each is done once).
+const JOBS_TICK_MS: u64 = 100;
+
+/// Runs one jobs request on `jobs`: a device request (`$aws/things/T/jobs/...`) or an operator
+/// request, pushing the notifications it causes and then its reply onto `out`. `None` for the
+/// service's own replies and notifications coming back (not requests).
+fn run_jobs<S: JobsStore>(
+    jobs: &mut Jobs<S>,
+    message: Publish,
+    node: &str,
+    now: u64,
+    out: &mut Vec<Publish>,
+) -> Option<JobsHandled> {
+    let before = out.len();
+    if message.topic != OPERATOR_TOPIC {
+        jobs.handle(&message.topic, &message.payload, now, out)?;
+        let (reply, notifications) = out[before..].split_last()?;
+        return Some(JobsHandled {
+            accepted: reply.topic.ends_with("/accepted"),
+            notifications: notifications.len(),
+        });
+    }
+    match envelope::check_request(message.qos, message.properties, node) {
+        envelope::Checked::Accept(invocation) => {
+            let answer = jobs.operate(&message.payload, now, out);
+            let handled = JobsHandled {
+                accepted: answer.get("ok").is_some(),
+                notifications: out.len() - before,
+            };
+            let mut properties = envelope::response_properties(&invocation, 200, None, node);
+            properties.content_type = Some("application/json".into());
+            out.push(Publish {
+                topic: invocation.response_topic,
+                payload: bytes::Bytes::from(answer.to_string()),
+                qos: 1,
+                properties,
+            });
+            Some(handled)
+        }
+        envelope::Checked::Reject(reply, _) => {
+            out.push(*reply);
+            None
+        }
+        envelope::Checked::Drop(reason) => {
+            debug!(%reason, "operator request dropped");
+            None
+        }
+    }
 }
 
 struct Swept {
@@ -525,7 +638,7 @@ enum State {
 /// The Redis side of a node.
 struct Remote {
     store: RedisStore,
-    done: tokio::sync::mpsc::UnboundedSender<StoreDone>,
+    done: tokio::sync::mpsc::UnboundedSender<Done>,
     /// Requests waiting for Redis.
     in_flight: usize,
     /// A sweep is running.
@@ -596,7 +709,7 @@ struct Node {
     /// Added to the system clock (tests of skewed nodes).
     clock_offset_ms: i64,
     /// The jobs service, unless switched off.
-    jobs: Option<Jobs>,
+    jobs: Option<JobsService>,
     /// Answers and notifications, tagged with what they are.
     outbox: Outbox<Sent>,
     metrics: Arc<Metrics>,
@@ -650,15 +763,18 @@ impl Driver for Node {
         // Not once the DISCONNECT is queued: what expiry sends would queue behind it.
         match self.stop {
             Stop::Running | Stop::Unsubscribing | Stop::Unsubscribed => {
-                let jobs = self.jobs.as_ref().and_then(|jobs| {
+                let jobs = self.jobs.as_ref().and_then(|jobs| match jobs {
                     // A job's rollout goes on at once, while the broker keeps up (requests
-                    // that arrive meanwhile come first: see `Connection::next`).
-                    let rolling = jobs.rolling_out() && self.rollout_has_room();
-                    if rolling {
-                        Some(0)
-                    } else {
-                        jobs.next_deadline()
+                    // that arrive meanwhile come first: see `Connection::next`). The memory
+                    // store does not fail.
+                    JobsService::Local(jobs) => {
+                        if jobs.rolling_out() == Ok(true) && self.rollout_has_room() {
+                            Some(0)
+                        } else {
+                            jobs.next_deadline().ok().flatten()
+                        }
                     }
+                    JobsService::Shared(shared) => (!shared.ticking).then_some(shared.next_tick),
                 });
                 self.state.next_deadline().into_iter().chain(jobs).min()
             }
@@ -670,13 +786,25 @@ impl Driver for Node {
         let now_ms = self.now();
         self.state_deadline(now_ms);
         let rollout_room = self.rollout_has_room();
-        if let Some(jobs) = &mut self.jobs {
-            let before = self.out.len();
-            jobs.expire(now_ms, &mut self.out);
-            if jobs.rolling_out() && rollout_room {
-                jobs.roll_out(now_ms, &mut self.out);
+        match &mut self.jobs {
+            Some(JobsService::Local(jobs)) => {
+                let before = self.out.len();
+                let ticked = jobs_tick(jobs, now_ms, rollout_room, &mut self.out);
+                if let Err(error) = ticked {
+                    warn!(%error, "jobs timers");
+                }
+                self.metrics.jobs_notified((self.out.len() - before) as u64);
             }
-            self.metrics.jobs_notified((self.out.len() - before) as u64);
+            Some(JobsService::Shared(shared)) if !shared.ticking && shared.next_tick <= now_ms => {
+                shared.ticking = true;
+                let (mut jobs, done) = (shared.engine(), shared.done.clone());
+                tokio::task::spawn_blocking(move || {
+                    let mut out = Vec::new();
+                    let ticked = jobs_tick(&mut jobs, now_ms, rollout_room, &mut out);
+                    let _ = done.send(Done::Jobs(JobsDone::Tick(out, ticked)));
+                });
+            }
+            Some(JobsService::Shared(_)) | None => {}
         }
         self.queue_out();
     }
@@ -706,8 +834,12 @@ impl Driver for Node {
                 warn!("gave up waiting for in-flight publishes after {SHUTDOWN_GRACE:?}");
                 false
             }
-            Signal::Store(done) => {
+            Signal::Done(Done::State(done)) => {
                 self.store_done(done);
+                true
+            }
+            Signal::Done(Done::Jobs(done)) => {
+                self.jobs_done(done);
                 true
             }
         }
@@ -756,6 +888,7 @@ impl Driver for Node {
         // DISCONNECT goes last.
         if self.stop == Stop::Unsubscribed
             && self.state.in_flight() == 0
+            && self.jobs_in_flight() == 0
             && self.outbox.is_empty()
             && self.unacked == 0
             && self.outbox.client().try_disconnect().is_ok()
@@ -910,11 +1043,11 @@ impl Node {
                     let (store, done) = (remote.store.clone(), remote.done.clone());
                     tokio::spawn(async move {
                         let result = store.apply(call.op(), now).await;
-                        let _ = done.send(StoreDone::Call {
+                        let _ = done.send(Done::State(StoreDone::Call {
                             call,
                             result,
                             received,
-                        });
+                        }));
                     });
                     return;
                 }
@@ -956,7 +1089,7 @@ impl Node {
                             stats: store.stats().await?,
                         })
                     };
-                    let _ = done.send(StoreDone::Sweep(swept.await));
+                    let _ = done.send(Done::State(StoreDone::Sweep(swept.await)));
                 });
             }
             State::Redis(..) => {}
@@ -984,8 +1117,36 @@ impl Node {
                             Err(e) => dropped = Err(e),
                         }
                     }
-                    let _ = done.send(StoreDone::Dropped(gone, dropped));
+                    let _ = done.send(Done::State(StoreDone::Dropped(gone, dropped)));
                 });
+            }
+        }
+    }
+
+    /// A jobs call on Redis ended.
+    fn jobs_done(&mut self, done: JobsDone) {
+        let now = self.now();
+        let Some(JobsService::Shared(shared)) = &mut self.jobs else {
+            return;
+        };
+        match done {
+            JobsDone::Request(out, handled) => {
+                shared.in_flight -= 1;
+                self.out.extend(out);
+                self.jobs_handled(handled);
+            }
+            JobsDone::Tick(out, ticked) => {
+                shared.ticking = false;
+                // Rollouts go on at the next turn of the loop; timers are looked for again
+                // after a tick's pause.
+                let pause = if ticked == Ok(true) { 0 } else { JOBS_TICK_MS };
+                shared.next_tick = now + pause;
+                if let Err(error) = ticked {
+                    debug!(%error, "Redis failed during a jobs tick; retrying");
+                }
+                self.metrics.jobs_notified(out.len() as u64);
+                self.out.extend(out);
+                self.queue_out();
             }
         }
     }
@@ -1072,42 +1233,44 @@ impl Node {
     }
 
     /// A device request (`$aws/things/T/jobs/...`) or an operator request: the reply after the
-    /// notifications it causes.
+    /// notifications it causes (now in memory; on Redis once its thread is done).
     fn handle_jobs(&mut self, message: Publish) {
         let now = self.now();
-        let Some(jobs) = &mut self.jobs else { return };
-        if message.topic != OPERATOR_TOPIC {
-            // The service's own replies and notifications come back too: not requests.
-            if jobs
-                .handle(&message.topic, &message.payload, now, &mut self.out)
-                .is_some()
-                && let Some((reply, notifications)) = self.out.split_last()
-            {
-                self.metrics
-                    .jobs_handled(reply.topic.ends_with("/accepted"), notifications.len());
+        let node = self.state.node_id();
+        match &mut self.jobs {
+            Some(JobsService::Local(jobs)) => {
+                let handled = run_jobs(jobs, message, node, now, &mut self.out);
+                self.jobs_handled(handled);
             }
-        } else {
-            let node = self.state.node_id();
-            match envelope::check_request(message.qos, message.properties, node) {
-                envelope::Checked::Accept(invocation) => {
-                    let answer = jobs.operate(&message.payload, now, &mut self.out);
-                    self.metrics
-                        .jobs_handled(answer.get("ok").is_some(), self.out.len());
-                    let mut properties =
-                        envelope::response_properties(&invocation, 200, None, node);
-                    properties.content_type = Some("application/json".into());
-                    self.out.push(Publish {
-                        topic: invocation.response_topic,
-                        payload: bytes::Bytes::from(answer.to_string()),
-                        qos: 1,
-                        properties,
-                    });
-                }
-                envelope::Checked::Reject(reply, _) => self.out.push(*reply),
-                envelope::Checked::Drop(reason) => debug!(%reason, "operator request dropped"),
+            Some(JobsService::Shared(shared)) => {
+                shared.in_flight += 1;
+                let (mut jobs, done, node) =
+                    (shared.engine(), shared.done.clone(), node.to_owned());
+                tokio::task::spawn_blocking(move || {
+                    let mut out = Vec::new();
+                    let handled = run_jobs(&mut jobs, message, &node, now, &mut out);
+                    let _ = done.send(Done::Jobs(JobsDone::Request(out, handled)));
+                });
             }
+            None => {}
+        }
+    }
+
+    /// Counts a jobs request that ran, and queues what it published.
+    fn jobs_handled(&mut self, handled: Option<JobsHandled>) {
+        if let Some(handled) = handled {
+            self.metrics
+                .jobs_handled(handled.accepted, handled.notifications);
         }
         self.queue_out();
+    }
+
+    /// Jobs requests (on Redis) still running.
+    fn jobs_in_flight(&self) -> usize {
+        match &self.jobs {
+            Some(JobsService::Shared(shared)) => shared.in_flight + usize::from(shared.ticking),
+            _ => 0,
+        }
     }
 
     /// The probe's PUBACK came: whether the broker reports "no matching subscribers".

@@ -24,6 +24,10 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
 use redis::{Script, ScriptInvocation, Value};
 
+mod jobs;
+
+pub use jobs::RedisJobs;
+
 use crate::ServiceError;
 use crate::codec::{Bulk, Condition};
 use crate::engine::Pattern;
