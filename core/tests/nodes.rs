@@ -24,6 +24,7 @@ use redis::{Cluster, Redis};
 
 const WAIT: Duration = Duration::from_secs(10);
 const GROUP: &str = "nodes";
+const JOBS_MINUTE: Duration = Duration::from_millis(300);
 
 /// A node in this process, on the store at `url`, its clock `offset_ms` off.
 async fn node(broker: &Broker, url: &str, id: &str, offset_ms: i64) -> ServerHandle {
@@ -31,6 +32,8 @@ async fn node(broker: &Broker, url: &str, id: &str, offset_ms: i64) -> ServerHan
         share_group: Some(GROUP.into()),
         store: StoreConfig::Redis(RedisConfig::parse(url).unwrap()),
         clock_offset_ms: offset_ms,
+        // Jobs timers run out within the tests.
+        jobs_minute: JOBS_MINUTE,
         ..ServerConfig::new(
             BrokerConfig {
                 port: broker.port,
@@ -132,10 +135,168 @@ async fn three_nodes_share_one_state(url: &str) -> (Broker, Vec<ServerHandle>) {
     (broker, nodes)
 }
 
+/// The jobs service on nodes that share one store: a rollout hands each target to one node,
+/// concurrent updates of one execution through different nodes lose none, concurrent
+/// start-next requests start an execution once, a timeout happens once although every node
+/// watches the timers, and every node answers from the same jobs.
+async fn three_nodes_share_jobs(broker: &Broker) {
+    use mqstore::jobs::{JobNotification, JobSpec, Status, Update};
+    use mqstore::net::jobs::StartNext;
+    use serde_json::json;
+
+    let operator = client(broker, "operator").await;
+    let device = client(broker, "fleet").await;
+    let mut first = device.jobs("d000").await.unwrap();
+    let things: Vec<String> = (0..200).map(|i| format!("d{i:03}")).collect();
+    operator
+        .create_job(JobSpec {
+            job_id: "fw".into(),
+            document: json!({ "url": "https://example.com/fw.bin" }),
+            targets: things.clone(),
+            in_progress_timeout_minutes: None,
+            max_retries: 0,
+        })
+        .await
+        .unwrap();
+    // The rollout goes on in batches, on whichever nodes claim them.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let job = operator.describe_job("fw").await.unwrap();
+        if job.executions.get(&Status::Queued) == Some(&200) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "rollout stuck: {job:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let listed = operator
+        .list_job_executions(mqstore::net::jobs::ExecutionFilter {
+            job_id: Some("fw".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(listed.len(), 200, "one execution per target");
+    assert!(listed.iter().all(|e| e.execution_number == 1));
+    // Each target was handed out once: one notify and one notify-next, nothing more.
+    let notify = tokio::time::timeout(WAIT, first.next_notification())
+        .await
+        .unwrap();
+    assert!(
+        matches!(notify, Some(JobNotification::Notify { .. })),
+        "{notify:?}"
+    );
+    let next = tokio::time::timeout(WAIT, first.next_notification())
+        .await
+        .unwrap();
+    assert!(
+        matches!(next, Some(JobNotification::NotifyNext { .. })),
+        "{next:?}"
+    );
+
+    // Thirty updates of one execution at once (each engine call on a thread of its own,
+    // against the shared record): none lost.
+    let d001 = device.jobs("d001").await.unwrap();
+    let started = d001
+        .start_next(StartNext::default())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (started.status, started.version_number),
+        (Status::InProgress, 2)
+    );
+    let updates = (0..30).map(|i| {
+        let update = Update {
+            job_id: "fw".into(),
+            status: Some(Status::InProgress),
+            status_details: [("step".to_owned(), format!("{i}"))].into(),
+            ..Update::default()
+        };
+        d001.update(update)
+    });
+    for result in futures::future::join_all(updates).await {
+        result.expect("every update is accepted");
+    }
+    let after = d001.describe("fw").await.unwrap();
+    assert_eq!(after.version_number, 32, "2 + 30 updates, none lost");
+
+    // Twenty start-next requests at once for one thing: it starts once.
+    let d002 = device.jobs("d002").await.unwrap();
+    let starts = (0..20).map(|_| d002.start_next(StartNext::default()));
+    let executions: Vec<_> = futures::future::join_all(starts)
+        .await
+        .into_iter()
+        .map(|r| r.unwrap().expect("an execution"))
+        .collect();
+    for execution in &executions {
+        assert_eq!(execution.status, Status::InProgress);
+        assert_eq!(execution.version_number, 2, "started once: {execution:?}");
+        assert_eq!(execution.started_at, executions[0].started_at);
+    }
+    assert_eq!(d002.describe("fw").await.unwrap().version_number, 2);
+
+    // A timeout, watched by three nodes' timers, happens once.
+    operator
+        .create_job(JobSpec {
+            job_id: "slow".into(),
+            document: json!({}),
+            targets: vec!["late".into()],
+            in_progress_timeout_minutes: Some(1),
+            max_retries: 0,
+        })
+        .await
+        .unwrap();
+    let mut late = device.jobs("late").await.unwrap();
+    let started = late
+        .start_next(StartNext::default())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(started.job_id, "slow");
+    while late.try_next_notification().is_some() {} // the create's, if they were quicker
+    let mut seen = Vec::new();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while late.describe("slow").await.unwrap().status != Status::TimedOut {
+        assert!(tokio::time::Instant::now() < deadline, "never timed out");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Every node ticked many times since (every 100 ms).
+    tokio::time::sleep(JOBS_MINUTE * 2).await;
+    while let Some(n) = late.try_next_notification() {
+        seen.push(n);
+    }
+    let kinds: Vec<&str> = seen
+        .iter()
+        .map(|n| match n {
+            JobNotification::Notify { .. } => "notify",
+            JobNotification::NotifyNext { .. } => "notify-next",
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        ["notify", "notify-next"],
+        "one timeout, told once: {seen:?}"
+    );
+    assert_eq!(late.describe("slow").await.unwrap().version_number, 3);
+
+    // Any node answers from the same jobs.
+    for _ in 0..6 {
+        let jobs = operator.list_jobs().await.unwrap();
+        let ids: Vec<&str> = jobs.iter().map(|j| j.job_id.as_str()).collect();
+        assert_eq!(ids, ["fw", "slow"]);
+    }
+    operator.close().await;
+    device.close().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_nodes_on_one_redis() {
     let redis = Redis::start();
-    let (_broker, nodes) = three_nodes_share_one_state(&redis.url()).await;
+    let (broker, nodes) = three_nodes_share_one_state(&redis.url()).await;
+    three_nodes_share_jobs(&broker).await;
     for node in nodes {
         let _ = tokio::time::timeout(WAIT, node.stop()).await;
     }
@@ -145,6 +306,7 @@ async fn three_nodes_on_one_redis() {
 async fn three_nodes_on_a_redis_cluster_spread_keys_over_every_primary() {
     let cluster = Cluster::start();
     let (broker, nodes) = three_nodes_share_one_state(&cluster.url()).await;
+    three_nodes_share_jobs(&broker).await;
     let c = client(&broker, "many").await;
     for i in 0..100 {
         c.set(format!("spread/{i}"), "x", SetOptions::default())
@@ -304,6 +466,135 @@ async fn killing_a_node_under_load_loses_no_acknowledged_write() {
         let _ = node.kill();
         let _ = node.wait();
     }
+}
+
+/// Which node holds the jobs device API listener's lease (`None`: nobody).
+fn listener(redis: &Redis) -> Option<String> {
+    let holder = redis.cli(&["get", "mqstore:{jobs}:listener"]);
+    let node = holder.trim().split('/').next().unwrap_or_default();
+    (!node.is_empty()).then(|| node.to_owned())
+}
+
+/// Waits until a device API request is answered; how long it took.
+async fn device_api_answers(jobs: &mqstore::net::jobs::Jobs, within: Duration) -> Duration {
+    let start = tokio::time::Instant::now();
+    loop {
+        match jobs.pending().await {
+            Ok(_) => return start.elapsed(),
+            Err(ClientError::Timeout(_)) => {}
+            Err(e) => panic!("{e}"),
+        }
+        assert!(start.elapsed() < within, "no node took the device API over");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_device_api_moves_to_another_node_when_its_listener_dies_or_stops() {
+    // Brokers such as mosquitto deliver no `$aws/...` message to a shared subscription, so
+    // one node listens to the device API for all, elected through a lease in Redis.
+    let redis = Redis::start();
+    let broker = Broker::start();
+    let mut nodes: HashMap<String, Child> = ["j1", "j2", "j3"]
+        .iter()
+        .map(|id| (id.to_string(), serve_process(&broker, &redis.url(), id)))
+        .collect();
+    let device = client(&broker, "device").await;
+    let jobs = device.jobs("T").await.unwrap();
+    device_api_answers(&jobs, WAIT).await;
+    let first = listener(&redis).expect("a listener");
+    // kill -9: its lease runs out (3 s) and another node takes over.
+    let mut victim = nodes.remove(&first).unwrap();
+    victim.kill().unwrap();
+    victim.wait().unwrap();
+    device_api_answers(&jobs, Duration::from_secs(15)).await;
+    let second = listener(&redis).expect("a listener");
+    assert_ne!(first, second);
+    // A clean stop gives the lease up: the next node takes over without waiting for it.
+    let stopping = nodes.remove(&second).unwrap();
+    let status = Command::new("kill")
+        .args(["-TERM", &stopping.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let mut stopping = stopping;
+    assert!(stopping.wait().unwrap().success());
+    assert_ne!(
+        listener(&redis),
+        Some(second.clone()),
+        "the lease was given up"
+    );
+    device_api_answers(&jobs, WAIT).await;
+    let third = listener(&redis).expect("a listener");
+    assert!(third != first && third != second, "{third}");
+    device.close().await;
+    for (_, mut node) in nodes {
+        let _ = node.kill();
+        let _ = node.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_away_means_jobs_requests_are_rejected_with_internal_error() {
+    use mqstore::jobs::{JobSpec, Status};
+    let mut redis = Redis::start();
+    let broker = Broker::start();
+    // One node, no share group: it listens to the device API itself.
+    let config = ServerConfig {
+        store: StoreConfig::Redis(RedisConfig::parse(&redis.url()).unwrap()),
+        ..ServerConfig::new(
+            BrokerConfig {
+                port: broker.port,
+                ..BrokerConfig::default()
+            },
+            "solo",
+        )
+    };
+    let node = spawn(config).await.expect("the node starts");
+    let operator = client(&broker, "operator").await;
+    let jobs = operator.jobs("T").await.unwrap();
+    let spec = |id: &str| JobSpec {
+        job_id: id.into(),
+        document: serde_json::json!({}),
+        targets: vec!["T".into()],
+        in_progress_timeout_minutes: None,
+        max_retries: 0,
+    };
+    operator.create_job(spec("before")).await.unwrap();
+    redis.kill();
+    match jobs.pending().await {
+        Err(ClientError::Jobs { code, message, .. }) => {
+            assert_eq!(code, "InternalError");
+            assert!(message.contains("the jobs store failed"), "{message}");
+        }
+        other => panic!("expected InternalError, got {other:?}"),
+    }
+    match operator.create_job(spec("during")).await {
+        Err(ClientError::Jobs { code, .. }) => assert_eq!(code, "InternalError"),
+        other => panic!("expected InternalError, got {other:?}"),
+    }
+    redis.restart();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let pending = loop {
+        match jobs.pending().await {
+            Ok(pending) => break pending,
+            other => assert!(
+                tokio::time::Instant::now() < deadline,
+                "never recovered: {other:?}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    // Redis here runs without persistence: what it held before the kill is gone, and what
+    // was refused during the outage was never written.
+    assert!(pending.queued_jobs.is_empty(), "{pending:?}");
+    operator.create_job(spec("after")).await.unwrap();
+    let started = jobs.start_next(Default::default()).await.unwrap().unwrap();
+    assert_eq!(
+        (started.job_id.as_str(), started.status),
+        ("after", Status::InProgress)
+    );
+    operator.close().await;
+    let _ = tokio::time::timeout(WAIT, node.stop()).await;
 }
 
 #[test]

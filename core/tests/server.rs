@@ -3,6 +3,8 @@
 
 #[macro_use]
 mod broker;
+#[path = "redis/mod.rs"]
+mod redis;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,6 +32,8 @@ const WAIT: Duration = Duration::from_secs(10);
 struct Server {
     metrics: Arc<Metrics>,
     handle: ServerHandle,
+    /// The Redis it keeps its state in, with `MQSTORE_TEST_STORE=redis`.
+    _redis: Option<redis::Redis>,
 }
 
 impl Server {
@@ -50,11 +54,24 @@ impl Server {
         Self::start_config(config).await
     }
 
-    async fn start_config(config: ServerConfig) -> Server {
+    /// A server on `config`; on a Redis of its own instead of memory with
+    /// `MQSTORE_TEST_STORE=redis` (the test command runs the jobs tests both ways).
+    async fn start_config(mut config: ServerConfig) -> Server {
+        let redis = match std::env::var("MQSTORE_TEST_STORE").as_deref() {
+            Ok("redis") => {
+                let redis = redis::Redis::start();
+                let url = mqstore::net::redis_store::RedisConfig::parse(&redis.url()).unwrap();
+                config.store = mqstore::net::server::StoreConfig::Redis(url);
+                Some(redis)
+            }
+            Ok("memory") | Err(_) => None,
+            Ok(other) => panic!("MQSTORE_TEST_STORE={other:?}: use memory or redis"),
+        };
         let handle = spawn(config).await.expect("the server starts");
         Server {
             metrics: handle.metrics.clone(),
             handle,
+            _redis: redis,
         }
     }
 

@@ -263,6 +263,16 @@ pub async fn serve(
             in_flight: 0,
             ticking: false,
             next_tick: 0,
+            // Brokers such as mosquitto deliver no `$aws/...` message to a shared
+            // subscription: with a share group, one node at a time listens to the device API.
+            listener: config.share_group.is_some().then(|| Listener {
+                token: format!("{}/{:016x}", config.node_id, super::random_u64()),
+                leader: false,
+                claiming: false,
+                next_claim: 0,
+                held_until: 0,
+                releasing: false,
+            }),
         }),
     });
     let state = match redis {
@@ -329,9 +339,18 @@ pub async fn serve(
         invoke_filters.push(topics::INVOKE);
         presence_filters.push(topics::PRESENCE_FILTER);
     }
-    if jobs.is_some() {
-        // The AWS IoT Jobs device API (`#` alone does not match `$aws/...`), and ours.
-        invoke_filters.push(JOBS_FILTER);
+    if let Some(jobs) = &jobs {
+        // The AWS IoT Jobs device API (`#` alone does not match `$aws/...`) unless one node
+        // listens to it for all, and ours.
+        if !matches!(
+            jobs,
+            JobsService::Shared(SharedJobs {
+                listener: Some(_),
+                ..
+            })
+        ) {
+            invoke_filters.push(JOBS_FILTER);
+        }
         invoke_filters.push(OPERATOR_TOPIC);
     }
     let invoke_filters: Vec<String> = invoke_filters
@@ -507,6 +526,10 @@ enum JobsDone {
     Request(Vec<Publish>, Option<JobsHandled>),
     /// A timer tick ran: what it published, and whether rollouts remain.
     Tick(Vec<Publish>, Stored<bool>),
+    /// A claim of the listener lease ran (started at the time given): whether it holds.
+    Claim(u64, Result<bool, RedisStoreError>),
+    /// The listener lease was given up.
+    Released(Result<(), RedisStoreError>),
 }
 
 /// Work that ran off the server's loop and came back to it.
@@ -541,7 +564,32 @@ struct SharedJobs {
     ticking: bool,
     /// When the next tick is due.
     next_tick: u64,
+    /// With a share group: the election of the node that listens to the device API.
+    listener: Option<Listener>,
 }
+
+/// This node's part in electing the one node that subscribes to the device API (a lease in
+/// Redis, renewed every [`LISTENER_RENEW_MS`]; another node takes over within
+/// [`LISTENER_LEASE_MS`] of the listener's death, and at once when it stops cleanly).
+struct Listener {
+    /// Who this node is in the lease (node id and a random part: a restarted node is new).
+    token: String,
+    /// Whether this node holds the lease and is subscribed.
+    leader: bool,
+    /// A claim is running.
+    claiming: bool,
+    next_claim: u64,
+    /// Until when the last successful claim holds the lease, by this node's clock.
+    held_until: u64,
+    /// Giving the lease up (the node stops once it is done).
+    releasing: bool,
+}
+
+/// How long the device API listener's lease lasts without renewal.
+const LISTENER_LEASE_MS: u64 = 3_000;
+
+/// How often the listener renews its lease, and the others try to take it.
+const LISTENER_RENEW_MS: u64 = 1_000;
 
 impl SharedJobs {
     /// The engine over the shared state (cheap: it holds a handle on the connection).
@@ -774,7 +822,16 @@ impl Driver for Node {
                             jobs.next_deadline().ok().flatten()
                         }
                     }
-                    JobsService::Shared(shared) => (!shared.ticking).then_some(shared.next_tick),
+                    JobsService::Shared(shared) => {
+                        let claim = shared.listener.as_ref().and_then(|listener| {
+                            (!listener.claiming).then_some(listener.next_claim)
+                        });
+                        (!shared.ticking)
+                            .then_some(shared.next_tick)
+                            .into_iter()
+                            .chain(claim)
+                            .min()
+                    }
                 });
                 self.state.next_deadline().into_iter().chain(jobs).min()
             }
@@ -806,6 +863,23 @@ impl Driver for Node {
             }
             Some(JobsService::Shared(_)) | None => {}
         }
+        if self.stop == Stop::Running
+            && let Some(JobsService::Shared(shared)) = &mut self.jobs
+            && let Some(listener) = &mut shared.listener
+            && !listener.claiming
+            && listener.next_claim <= now_ms
+        {
+            listener.claiming = true;
+            let (store, done, token) = (
+                shared.store.clone(),
+                shared.done.clone(),
+                listener.token.clone(),
+            );
+            tokio::spawn(async move {
+                let held = store.claim_listener(&token, LISTENER_LEASE_MS).await;
+                let _ = done.send(Done::Jobs(JobsDone::Claim(now_ms, held)));
+            });
+        }
         self.queue_out();
     }
 
@@ -814,15 +888,25 @@ impl Driver for Node {
             Signal::Shutdown => {
                 // Stop taking requests; answer those already taken, then disconnect.
                 info!("shutting down");
-                for filter in &self.invoke_filters {
-                    if self
-                        .outbox
-                        .client()
-                        .try_unsubscribe(filter.as_str())
-                        .is_ok()
-                    {
+                let listener = self.elected_listener().map(|_| JOBS_FILTER);
+                let filters = self.invoke_filters.iter().map(String::as_str);
+                for filter in filters.chain(listener) {
+                    if self.outbox.client().try_unsubscribe(filter).is_ok() {
                         self.unsubacks += 1;
                     }
+                }
+                // Another node takes the device API over at once.
+                if let Some(JobsService::Shared(shared)) = &mut self.jobs
+                    && let Some(listener) = &mut shared.listener
+                    && listener.leader
+                {
+                    (listener.leader, listener.releasing) = (false, true);
+                    let (store, token) = (shared.store.clone(), listener.token.clone());
+                    let done = shared.done.clone();
+                    tokio::spawn(async move {
+                        let released = store.release_listener(&token).await;
+                        let _ = done.send(Done::Jobs(JobsDone::Released(released)));
+                    });
                 }
                 self.stop = match self.unsubacks {
                     0 => Stop::Unsubscribed,
@@ -840,6 +924,7 @@ impl Driver for Node {
             }
             Signal::Done(Done::Jobs(done)) => {
                 self.jobs_done(done);
+                self.disconnect_when_done();
                 true
             }
         }
@@ -884,8 +969,15 @@ impl Driver for Node {
         // rumqttc may have taken requests from its queue: hand over what waits.
         let (sent, metrics) = (&mut self.sent, &self.metrics);
         self.outbox.flush(|tag| note_sent(sent, metrics, tag));
-        // Once the broker sends no more requests and has acknowledged every answer, the
-        // DISCONNECT goes last.
+        self.disconnect_when_done();
+        true
+    }
+}
+
+impl Node {
+    /// Once the broker sends no more requests, every call off the loop has come back, and the
+    /// broker has acknowledged every answer, the DISCONNECT goes last.
+    fn disconnect_when_done(&mut self) {
         if self.stop == Stop::Unsubscribed
             && self.state.in_flight() == 0
             && self.jobs_in_flight() == 0
@@ -895,7 +987,6 @@ impl Driver for Node {
         {
             self.stop = Stop::Disconnecting;
         }
-        true
     }
 }
 
@@ -913,6 +1004,8 @@ impl Node {
                 self.sent.clear();
                 self.unacked = 0;
                 let filters = self.invoke_filters.iter().map(String::as_str);
+                let listener = self.elected_listener().map(|_| JOBS_FILTER);
+                let filters = filters.chain(listener);
                 for filter in filters.chain(self.presence_filters.iter().copied()) {
                     if let Err(e) = self.outbox.client().try_subscribe(filter, QoS::AtLeastOnce) {
                         warn!(%filter, error = %e, "subscribe failed");
@@ -1148,6 +1241,60 @@ impl Node {
                 self.out.extend(out);
                 self.queue_out();
             }
+            JobsDone::Released(released) => {
+                if let Some(listener) = &mut shared.listener {
+                    listener.releasing = false;
+                }
+                if let Err(error) = released {
+                    warn!(%error, "could not give the jobs device API up: another node takes it over when its lease ends");
+                }
+            }
+            JobsDone::Claim(started, held) => {
+                let Some(listener) = &mut shared.listener else {
+                    return;
+                };
+                listener.claiming = false;
+                listener.next_claim = now + LISTENER_RENEW_MS;
+                if matches!(held, Ok(true)) {
+                    listener.held_until = started + LISTENER_LEASE_MS;
+                }
+                // Redis away: the listener goes on until its lease would have run out (the
+                // others cannot take it before then either).
+                let leads = match held {
+                    Ok(held) => held,
+                    Err(ref error) => {
+                        debug!(%error, "Redis failed during a listener claim; retrying");
+                        listener.leader && now < listener.held_until
+                    }
+                };
+                let client = self.outbox.client();
+                match (listener.leader, leads) {
+                    (false, true) if self.stop == Stop::Running => {
+                        if let Err(e) = client.try_subscribe(JOBS_FILTER, QoS::AtLeastOnce) {
+                            warn!(error = %e, "subscribe failed");
+                        }
+                        listener.leader = true;
+                        info!("this node now listens to the jobs device API for all nodes");
+                    }
+                    (true, false) => {
+                        let _ = client.try_unsubscribe(JOBS_FILTER);
+                        listener.leader = false;
+                        info!("this node no longer listens to the jobs device API");
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+
+    /// Whether this node listens to the jobs device API as the elected node.
+    fn elected_listener(&self) -> Option<&Listener> {
+        match &self.jobs {
+            Some(JobsService::Shared(SharedJobs {
+                listener: Some(listener),
+                ..
+            })) if listener.leader => Some(listener),
+            _ => None,
         }
     }
 
@@ -1268,7 +1415,10 @@ impl Node {
     /// Jobs requests (on Redis) still running.
     fn jobs_in_flight(&self) -> usize {
         match &self.jobs {
-            Some(JobsService::Shared(shared)) => shared.in_flight + usize::from(shared.ticking),
+            Some(JobsService::Shared(shared)) => {
+                let releasing = shared.listener.as_ref().is_some_and(|l| l.releasing);
+                shared.in_flight + usize::from(shared.ticking) + usize::from(releasing)
+            }
             _ => 0,
         }
     }

@@ -33,6 +33,8 @@ struct JobScripts {
     put: Script,
     take: Script,
     stop: Script,
+    claim: Script,
+    release: Script,
 }
 
 /// Most timers one [`JobsStore::due`] call returns per bucket (the rest come next time).
@@ -68,6 +70,8 @@ impl RedisJobs {
                 put: Script::new(include_str!("jobs_put.lua")),
                 take: Script::new(include_str!("jobs_take.lua")),
                 stop: Script::new(include_str!("jobs_stop.lua")),
+                claim: Script::new(CLAIM),
+                release: Script::new(RELEASE),
             }),
             known: Arc::default(),
         }
@@ -307,5 +311,40 @@ impl JobsStore for RedisJobs {
                 .query(redis::cmd("LLEN").arg(self.global("rollouts", ""))),
         )?;
         Ok(length > 0)
+    }
+}
+
+/// Claims (or keeps) the listener lease: 1 when `ARGV[1]` holds it now.
+/// KEYS: the lease   ARGV: this node's token, the lease's length in ms
+const CLAIM: &str = r"
+local holder = redis.call('GET', KEYS[1])
+if holder and holder ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
+";
+
+/// Gives the listener lease up if `ARGV[1]` holds it.
+const RELEASE: &str = r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+return 1
+";
+
+impl RedisJobs {
+    /// Claims, or renews, the lease of the node that listens to the device API for all (MQTT
+    /// brokers such as mosquitto do not deliver `$aws/...` topics to shared subscriptions, so
+    /// one node subscribes to them plainly): whether the node with `token` holds it for the
+    /// next `ttl_ms`. Runs on the runtime (not a blocking call).
+    pub async fn claim_listener(&self, token: &str, ttl_ms: u64) -> Result<bool, RedisStoreError> {
+        let mut call = self.scripts.claim.prepare_invoke();
+        call.key(self.global("listener", "")).arg(token).arg(ttl_ms);
+        Ok(matches!(self.store.eval(&call).await?, Value::Int(1)))
+    }
+
+    /// Gives the listener lease up (a node that stops), so another node takes over at once.
+    pub async fn release_listener(&self, token: &str) -> Result<(), RedisStoreError> {
+        let mut call = self.scripts.release.prepare_invoke();
+        call.key(self.global("listener", "")).arg(token);
+        self.store.eval(&call).await?;
+        Ok(())
     }
 }
