@@ -275,6 +275,13 @@ pub async fn serve(
             }),
         }),
     });
+    if matches!(jobs, Some(JobsService::Local(_))) && config.share_group.is_some() {
+        warn!(
+            "jobs on the memory store with --share-group: each node keeps jobs of its own, and \
+             brokers such as mosquitto deliver no device API message ($aws/...) to a shared \
+             subscription; share jobs between nodes with --store redis://…"
+        );
+    }
     let state = match redis {
         None => State::Memory(
             Engine::new(engine_config, MemoryStore::with_quotas(config.quotas))
