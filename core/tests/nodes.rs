@@ -468,6 +468,68 @@ async fn killing_a_node_under_load_loses_no_acknowledged_write() {
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quotas_hold_across_nodes_and_a_client_that_leaves_is_cleaned_up_everywhere() {
+    use mqstore::store::Quotas;
+    let redis = Redis::start();
+    let broker = Broker::start();
+    let mut nodes = Vec::new();
+    for id in ["q1", "q2", "q3"] {
+        let config = ServerConfig {
+            share_group: Some(GROUP.into()),
+            store: StoreConfig::Redis(RedisConfig::parse(&redis.url()).unwrap()),
+            quotas: Quotas {
+                max_keys: Some(5),
+                ..Quotas::default()
+            },
+            ..ServerConfig::new(
+                BrokerConfig {
+                    port: broker.port,
+                    ..BrokerConfig::default()
+                },
+                id,
+            )
+        };
+        nodes.push(spawn(config).await.expect("the node starts"));
+    }
+    let writer = client(&broker, "writer").await;
+    let (mut applied, mut refused) = (0, 0);
+    for i in 0..12 {
+        match writer
+            .set(format!("q/{i}"), "x", SetOptions::default())
+            .await
+        {
+            Ok(set) if set.applied => applied += 1,
+            Err(ClientError::Service(mqstore::ServiceError::QuotaExceeded)) => refused += 1,
+            other => panic!("{other:?}"),
+        }
+    }
+    // One count in Redis, whichever node answered each SET.
+    assert_eq!((applied, refused), (5, 7));
+    for node in &nodes {
+        assert!(answered(&node.metrics) > 0, "a node answered nothing");
+    }
+
+    // A watcher registered through some node; it leaves, and its registrations go.
+    let watches = || redis.cli(&["hget", "mqstore:{b0}:stats", "watches"]);
+    let watcher = client(&broker, "watcher").await;
+    let _observed = watcher.observe("q/0").await.unwrap();
+    assert_eq!(watches().trim(), "1");
+    watcher.close().await;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while watches().trim() != "0" {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "registrations left behind"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(redis.cli(&["exists", "mqstore:{b0}:w:q/0"]).trim(), "0");
+    for node in nodes {
+        let _ = tokio::time::timeout(WAIT, node.stop()).await;
+    }
+}
+
 /// Which node holds the jobs device API listener's lease (`None`: nobody).
 fn listener(redis: &Redis) -> Option<String> {
     let holder = redis.cli(&["get", "mqstore:{jobs}:listener"]);
