@@ -282,6 +282,10 @@ async fn three_nodes_share_jobs(broker: &Broker) {
     );
     assert_eq!(late.describe("slow").await.unwrap().version_number, 3);
 
+    // d000's target was handed out once: nothing came after its notify and notify-next
+    // (every node's rollout ticks ran many times since).
+    assert_eq!(first.try_next_notification(), None);
+
     // Any node answers from the same jobs.
     for _ in 0..6 {
         let jobs = operator.list_jobs().await.unwrap();

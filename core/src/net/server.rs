@@ -557,7 +557,7 @@ enum JobsService {
     Local(Jobs),
     /// In Redis, shared by every node: the engine waits for Redis, so each request (and each
     /// timer tick) runs on a blocking thread of its own, many at once, and comes back as a
-    /// [`StoreDone`]. Compare-and-set keeps them atomic (see [`crate::jobs`]).
+    /// [`JobsDone`]. Compare-and-set keeps them atomic (see [`crate::jobs`]).
     Shared(SharedJobs),
 }
 
@@ -586,7 +586,9 @@ struct Listener {
     /// A claim is running.
     claiming: bool,
     next_claim: u64,
-    /// Until when the last successful claim holds the lease, by this node's clock.
+    /// Until when this node may listen after its last successful claim, by its own clock: a
+    /// renewal short of the lease's end, so that it has unsubscribed before another node can
+    /// claim the lease.
     held_until: u64,
     /// Giving the lease up (the node stops once it is done).
     releasing: bool,
@@ -830,8 +832,12 @@ impl Driver for Node {
                         }
                     }
                     JobsService::Shared(shared) => {
+                        // The next claim; and a listener whose renewal is late stops at
+                        // `held_until` whatever the claim in flight says later.
                         let claim = shared.listener.as_ref().and_then(|listener| {
-                            (!listener.claiming).then_some(listener.next_claim)
+                            let claim = (!listener.claiming).then_some(listener.next_claim);
+                            let stop = listener.leader.then_some(listener.held_until);
+                            claim.into_iter().chain(stop).min()
                         });
                         (!shared.ticking)
                             .then_some(shared.next_tick)
@@ -869,6 +875,16 @@ impl Driver for Node {
                 });
             }
             Some(JobsService::Shared(_)) | None => {}
+        }
+        if let Some(JobsService::Shared(SharedJobs {
+            listener: Some(listener),
+            ..
+        })) = &self.jobs
+            && listener.leader
+            && listener.held_until <= now_ms
+        {
+            warn!("the jobs device API lease was not renewed in time (is Redis reachable?)");
+            self.stop_listening();
         }
         if self.stop == Stop::Running
             && let Some(JobsService::Shared(shared)) = &mut self.jobs
@@ -1263,10 +1279,11 @@ impl Node {
                 listener.claiming = false;
                 listener.next_claim = now + LISTENER_RENEW_MS;
                 if matches!(held, Ok(true)) {
-                    listener.held_until = started + LISTENER_LEASE_MS;
+                    // The lease runs from when Redis ran the claim, after `started`.
+                    listener.held_until = started + LISTENER_LEASE_MS - LISTENER_RENEW_MS;
                 }
-                // Redis away: the listener goes on until its lease would have run out (the
-                // others cannot take it before then either).
+                // Redis away: the listener goes on until `held_until` (the others cannot take
+                // the lease before it ends either).
                 let leads = match held {
                     Ok(held) => held,
                     Err(ref error) => {
@@ -1274,23 +1291,29 @@ impl Node {
                         listener.leader && now < listener.held_until
                     }
                 };
-                let client = self.outbox.client();
-                match (listener.leader, leads) {
-                    (false, true) if self.stop == Stop::Running => {
-                        if let Err(e) = client.try_subscribe(JOBS_FILTER, QoS::AtLeastOnce) {
-                            warn!(error = %e, "subscribe failed");
-                        }
-                        listener.leader = true;
-                        info!("this node now listens to the jobs device API for all nodes");
+                if leads && !listener.leader && self.stop == Stop::Running {
+                    let client = self.outbox.client();
+                    if let Err(e) = client.try_subscribe(JOBS_FILTER, QoS::AtLeastOnce) {
+                        warn!(error = %e, "subscribe failed");
                     }
-                    (true, false) => {
-                        let _ = client.try_unsubscribe(JOBS_FILTER);
-                        listener.leader = false;
-                        info!("this node no longer listens to the jobs device API");
-                    }
-                    _ => {}
+                    listener.leader = true;
+                    info!("this node now listens to the jobs device API for all nodes");
+                } else if !leads {
+                    self.stop_listening();
                 }
             }
+        }
+    }
+
+    /// Unsubscribes from the device API if this node listened to it as the elected node.
+    fn stop_listening(&mut self) {
+        if let Some(JobsService::Shared(shared)) = &mut self.jobs
+            && let Some(listener) = &mut shared.listener
+            && listener.leader
+        {
+            let _ = self.outbox.client().try_unsubscribe(JOBS_FILTER);
+            listener.leader = false;
+            info!("this node no longer listens to the jobs device API");
         }
     }
 

@@ -280,20 +280,23 @@ impl JobsStore for RedisJobs {
             .key(self.global("cursors", ""))
             .arg(budget)
             .arg(self.global("targets:", ""));
-        let claimed: Vec<String> = match self.wait(self.store.eval(&call))? {
-            Value::Array(items) => items
-                .iter()
-                .map(|item| match item {
-                    Value::BulkString(text) => Ok(String::from_utf8_lossy(text).into_owned()),
-                    other => Err(unexpected("a rollout claim", other)),
-                })
-                .collect::<Stored<_>>()?,
-            other => return Err(unexpected("a rollout claim", &other)),
+        let Value::Array(items) = self.wait(self.store.eval(&call))? else {
+            return Err(StoreError(
+                "Redis answered a rollout claim with no list".into(),
+            ));
         };
-        Ok(claimed
-            .chunks_exact(2)
-            .map(|pair| (pair[0].clone(), pair[1].clone()))
-            .collect())
+        // (job id, thing) pairs, moved out of the reply.
+        let text = |item: Value| match item {
+            Value::BulkString(text) => String::from_utf8(text)
+                .map_err(|_| StoreError("a rollout claim that is not UTF-8".into())),
+            other => Err(unexpected("a rollout claim", &other)),
+        };
+        let mut items = items.into_iter();
+        let mut claimed = Vec::with_capacity(items.len() / 2);
+        while let (Some(job_id), Some(thing)) = (items.next(), items.next()) {
+            claimed.push((text(job_id)?, text(thing)?));
+        }
+        Ok(claimed)
     }
 
     fn stop_rollout(&mut self, job_id: &str) -> Stored<()> {
