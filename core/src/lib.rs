@@ -35,6 +35,7 @@
 
 pub mod client;
 pub mod codec;
+pub mod commands;
 pub mod engine;
 pub mod envelope;
 mod error;

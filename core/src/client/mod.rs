@@ -9,6 +9,8 @@
 //! dropped them) and, once subscribed again, [`ClientCore::resume`], which re-registers every
 //! observed key and reads it back so that a change missed while away is reported.
 
+mod pending;
+
 use std::collections::HashMap;
 use std::fmt;
 
@@ -22,6 +24,8 @@ use crate::envelope::{CONTENT_TYPE, PROTOCOL_VERSION, Properties, Publish, prope
 use crate::hlc::{Hlc, HlcClock, HlcError};
 use crate::presence::ServerPresence;
 use crate::topics;
+
+pub(crate) use pending::Pending;
 
 /// How long a re-registration waits for its answer before it is sent again.
 const REREGISTER_TIMEOUT_MS: u64 = 3_000;
@@ -120,6 +124,47 @@ pub enum ClientError {
         message: String,
         execution_state: Option<crate::jobs::ExecutionState>,
     },
+    /// The device answered the command with an error of its own (an application error, a
+    /// failure code): the command ran, or tried to.
+    #[error("the device answered command {id} with an error: {}", describe(answer))]
+    CommandFailed {
+        id: String,
+        answer: Box<crate::commands::Answer>,
+    },
+    /// The device (or its SDK) refused the command as malformed or unsupported: it did not
+    /// run.
+    #[error("the device refused command {id}: {}", describe(answer))]
+    CommandRejected {
+        id: String,
+        answer: Box<crate::commands::Answer>,
+    },
+    /// No answer within the command's timeout. The command may still have run: a late answer
+    /// is recorded in its status (`mqstore command status ID`).
+    #[error(
+        "no answer to command {id} within its timeout; it may still have run (a late answer shows in its status)"
+    )]
+    CommandTimedOut { id: String },
+}
+
+/// A device's error answer in a few words.
+fn describe(answer: &crate::commands::Answer) -> String {
+    let mut parts = Vec::new();
+    if let Some(code) = answer.code {
+        parts.push(format!("status {code}"));
+    }
+    if let Some(message) = &answer.message {
+        parts.push(message.clone());
+    }
+    if let Some(code) = &answer.app_error_code {
+        parts.push(format!("application error {code}"));
+    }
+    if let Some(payload) = &answer.app_error_payload {
+        parts.push(payload.clone());
+    }
+    if parts.is_empty() {
+        parts.push(String::from_utf8_lossy(&answer.payload).into_owned());
+    }
+    parts.join(": ")
 }
 
 impl ClientError {
@@ -140,6 +185,9 @@ impl ClientError {
             ClientError::TooLarge { .. } => 210,
             ClientError::BrokerDisconnected { .. } => 211,
             ClientError::Jobs { .. } => 212,
+            ClientError::CommandFailed { .. } => 213,
+            ClientError::CommandRejected { .. } => 214,
+            ClientError::CommandTimedOut { .. } => 215,
         }
     }
 }

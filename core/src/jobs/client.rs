@@ -8,14 +8,15 @@
 //! [`JobsClient::handle`], and calls [`JobsClient::expire`] at [`JobsClient::next_deadline`].
 //! When the connection drops, [`JobsClient::connection_failed`] fails the calls in flight.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use super::{JobSpec, OPERATOR_TOPIC, Status};
-use crate::client::{CallId, ClientError};
+use crate::client::{CallId, ClientError, Pending};
+use crate::commands::expiry_seconds;
 use crate::envelope::{PROTOCOL_VERSION, Properties, Publish, property};
 
 /// A `JobExecutionSummary`: an entry of a pending list.
@@ -363,23 +364,14 @@ pub enum JobsEvent {
     Notification(JobNotification),
 }
 
-#[derive(Debug)]
-struct Waiting {
-    call: CallId,
-    deadline: u64,
-    timeout_ms: u64,
-}
-
 /// The jobs client, without I/O.
 #[derive(Debug)]
 pub struct JobsClient {
     client_id: String,
     response_topic: String,
-    seed: u64,
-    next_call: u64,
     default_timeout_ms: u64,
     /// By correlation data (operator) or `clientToken` (device): the same token.
-    waiting: HashMap<String, Waiting>,
+    waiting: Pending<()>,
 }
 
 const THINGS: &str = "$aws/things/";
@@ -391,10 +383,8 @@ impl JobsClient {
         Self {
             response_topic: format!("clients/{client_id}/mqstore/jobs/v1/response"),
             client_id,
-            seed,
-            next_call: 0,
             default_timeout_ms,
-            waiting: HashMap::new(),
+            waiting: Pending::new(seed),
         }
     }
 
@@ -508,20 +498,13 @@ impl JobsClient {
     }
 
     fn begin(&mut self, timeout_ms: Option<u64>, _now_ms: u64) -> (CallId, String, u64) {
-        let call = CallId(self.next_call);
-        self.next_call += 1;
-        // AWS allows 64 characters: 16 + 1 + at most 20.
-        let token = format!("{:016x}-{}", self.seed, call.0);
+        // AWS allows 64 characters for a `clientToken`; tokens have at most 37.
+        let (call, token) = self.waiting.begin();
         (call, token, timeout_ms.unwrap_or(self.default_timeout_ms))
     }
 
     fn wait(&mut self, token: String, call: CallId, timeout_ms: u64, now_ms: u64) {
-        let waiting = Waiting {
-            call,
-            deadline: now_ms.saturating_add(timeout_ms),
-            timeout_ms,
-        };
-        self.waiting.insert(token, waiting);
+        self.waiting.wait(token, call, (), timeout_ms, now_ms);
     }
 
     /// Interprets a publish from one of the subscriptions; `None` when it concerns no call in
@@ -529,9 +512,9 @@ impl JobsClient {
     pub fn handle(&mut self, publish: &Publish) -> Option<JobsEvent> {
         if publish.topic == self.response_topic {
             let token = std::str::from_utf8(publish.properties.correlation_data.as_ref()?).ok()?;
-            let waiting = self.waiting.remove(token)?;
+            let (call, ()) = self.waiting.take(token)?;
             return Some(JobsEvent::Completed {
-                call: waiting.call,
+                call,
                 result: operator_answer(publish),
             });
         }
@@ -563,57 +546,40 @@ impl JobsClient {
                     _ => return None,
                 };
                 let token = reply.get("clientToken")?.as_str()?;
-                let waiting = self.waiting.remove(token)?;
+                let (call, ()) = self.waiting.take(token)?;
                 let result = match accepted {
                     true => Ok(Value::Object(reply)),
                     false => Err(rejection(&reply)),
                 };
-                Some(JobsEvent::Completed {
-                    call: waiting.call,
-                    result,
-                })
+                Some(JobsEvent::Completed { call, result })
             }
         }
     }
 
     /// When the next call times out.
     pub fn next_deadline(&self) -> Option<u64> {
-        self.waiting.values().map(|w| w.deadline).min()
+        self.waiting.next_deadline()
     }
 
     /// Fails every call whose timeout has passed.
     pub fn expire(&mut self, now_ms: u64) -> Vec<JobsEvent> {
-        self.fail(|w| (w.deadline <= now_ms).then_some(ClientError::Timeout(w.timeout_ms)))
+        failed(self.waiting.expire(now_ms))
     }
 
     /// The connection dropped: every call in flight fails with `error`.
     pub fn connection_failed(&mut self, error: ClientError) -> Vec<JobsEvent> {
-        self.fail(|_| Some(error.clone()))
-    }
-
-    fn fail(&mut self, error: impl Fn(&Waiting) -> Option<ClientError>) -> Vec<JobsEvent> {
-        let mut failed = Vec::new();
-        self.waiting.retain(|_, waiting| match error(waiting) {
-            Some(e) => {
-                failed.push((waiting.call, e));
-                false
-            }
-            None => true,
-        });
-        failed.sort_by_key(|(call, _)| *call);
-        failed
-            .into_iter()
-            .map(|(call, e)| JobsEvent::Completed {
-                call,
-                result: Err(e),
-            })
-            .collect()
+        failed(self.waiting.fail_all(error))
     }
 }
 
-/// Whole seconds, rounded up, so the broker drops what nobody waits for.
-fn expiry_seconds(timeout_ms: u64) -> u32 {
-    u32::try_from(timeout_ms.div_ceil(1000).max(1)).unwrap_or(u32::MAX)
+fn failed(calls: Vec<(CallId, (), ClientError)>) -> Vec<JobsEvent> {
+    calls
+        .into_iter()
+        .map(|(call, (), e)| JobsEvent::Completed {
+            call,
+            result: Err(e),
+        })
+        .collect()
 }
 
 #[derive(Deserialize)]

@@ -1,0 +1,360 @@
+//! Commands to devices, without I/O: send a command to a device and match its answer to the
+//! caller waiting for it, on one node or many.
+//!
+//! * [`Profile`] says how a device is spoken to: MQTT 5 request/response (the Azure IoT
+//!   Operations RPC wire: response topic, 16-byte correlation data, Message Expiry, `__stat`),
+//!   or fixed topics with the correlation id in a JSON field or a topic segment (DJI's `tid`,
+//!   IoT Hub's `$rid`). [`Profile::prepare`] turns a [`CommandRequest`] into the publish for the
+//!   device and the [`Record`] that waits for its answer; [`Profile::read_answer`] turns a
+//!   device's publish into the [`AnswerKey`] to look up and the classified [`Answer`].
+//! * [`Record`] is a command's status with its transitions (answered, late, duplicate, timed
+//!   out, orphaned), written once here and used by every registry backend.
+//! * [`Registry`] keeps records in memory (the default backend; the Redis backend keeps the
+//!   same records in Redis and applies the same transitions).
+//! * [`wire`] is the service's own API (`mqstore/commands/v1/...`): how callers ask
+//!   `mqstore serve` to send a command, and [`CommandsClient`], the caller's state machine.
+//!
+//! The id of a command is also its correlation id: 16 random bytes (from the driver), written
+//! as a UUID. It is the MQTT 5 correlation data, DJI's `tid`, IoT Hub's `$rid`.
+
+mod profile;
+mod registry;
+pub mod wire;
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+pub(crate) use profile::expiry_seconds;
+pub use profile::{
+    AnswerKey, BUILT_IN_PROFILES, Correlation, Profile, ProfileError, Profiles, StatusRule,
+    Template, TopicProfile,
+};
+pub use profile::{MQTT5, Prepared, Sender};
+pub use registry::{Matched, Registry};
+pub use wire::{CommandsClient, CommandsEvent};
+
+/// Where an awaited command stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Status {
+    /// Published to the device; no answer yet.
+    Sent,
+    /// The broker acknowledged the publish (PUBACK): the end of a one-way command.
+    Delivered,
+    /// The device answered with success.
+    Succeeded,
+    /// The device answered with an error of its own (an application error, a failure code).
+    Failed,
+    /// The device (or its SDK) refused the request as malformed or unsupported: it did not run.
+    Rejected,
+    /// No answer within the timeout. Not final: the command may have run, and an answer that
+    /// comes later replaces this status (marked `late`).
+    TimedOut,
+}
+
+impl Status {
+    /// Whether an answer has settled the command.
+    pub fn is_answered(self) -> bool {
+        matches!(self, Status::Succeeded | Status::Failed | Status::Rejected)
+    }
+
+    /// Whether the command still waits for its answer.
+    pub fn is_waiting(self) -> bool {
+        matches!(self, Status::Sent | Status::Delivered)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Sent => "SENT",
+            Status::Delivered => "DELIVERED",
+            Status::Succeeded => "SUCCEEDED",
+            Status::Failed => "FAILED",
+            Status::Rejected => "REJECTED",
+            Status::TimedOut => "TIMED_OUT",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        [
+            Status::Sent,
+            Status::Delivered,
+            Status::Succeeded,
+            Status::Failed,
+            Status::Rejected,
+            Status::TimedOut,
+        ]
+        .into_iter()
+        .find(|s| s.as_str() == text)
+    }
+}
+
+impl std::fmt::Display for Status {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What a device answered, read by its profile.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Answer {
+    /// SUCCEEDED, FAILED or REJECTED.
+    pub status: Status,
+    #[serde(with = "base64_bytes")]
+    pub payload: Bytes,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_type: Option<String>,
+    /// The device's own status code: `__stat`, a `{status}` topic segment, a JSON field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<i64>,
+    /// Why it failed or was rejected, in the device's words (`__stMsg`, `__propName=...`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// An application error (Azure IoT Operations `AppErrCode`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub app_error_code: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub app_error_payload: Option<String>,
+}
+
+/// A command's status record: the registry's entry while it waits, and what a status query
+/// or a watch sees afterwards (until it is forgotten, three timeouts after it was sent).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Record {
+    pub id: String,
+    /// The node whose caller waits for the answer.
+    pub node: String,
+    /// The device's command topic.
+    pub topic: String,
+    /// The profile's name.
+    pub profile: String,
+    /// What the answer's topic must look like (an MQTT filter: `+` where a status goes).
+    pub answer_filter: String,
+    /// Answers are matched by id (false: by topic only, the legacy mode).
+    pub correlated: bool,
+    pub sent_ms: u64,
+    pub deadline_ms: u64,
+    pub status: Status,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer: Option<Answer>,
+    /// The answer came after the timeout.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub late: bool,
+    /// The answer reached a node after the node waiting for it was gone.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub orphaned: bool,
+    /// Answers after the first (dropped, counted).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub duplicates: u32,
+    pub updated_ms: u64,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// A record is kept this many timeouts after it was sent (the spec's TTL of 2-3 x the
+/// timeout): long enough for late answers and status queries, short enough that a crashed
+/// node leaves nothing behind for long.
+pub const KEEP_TIMEOUTS: u64 = 3;
+
+impl Record {
+    /// When the record is forgotten.
+    pub fn forget_at(&self) -> u64 {
+        let timeout = self.deadline_ms.saturating_sub(self.sent_ms).max(1);
+        self.sent_ms
+            .saturating_add(timeout.saturating_mul(KEEP_TIMEOUTS))
+    }
+
+    /// Milliseconds until it is forgotten (a Redis TTL), at least 1.
+    pub fn keep_ms(&self, now_ms: u64) -> u64 {
+        self.forget_at().saturating_sub(now_ms).max(1)
+    }
+
+    /// Applies a device's answer.
+    pub fn answer(&mut self, answer: Answer, now_ms: u64) -> Matched {
+        self.updated_ms = now_ms;
+        if self.status.is_answered() {
+            self.duplicates = self.duplicates.saturating_add(1);
+            return Matched::Duplicate;
+        }
+        let late = self.status == Status::TimedOut || now_ms >= self.deadline_ms;
+        self.status = answer.status;
+        self.answer = Some(answer);
+        self.late = late;
+        match late {
+            true => Matched::Late,
+            false => Matched::Live,
+        }
+    }
+
+    /// The broker acknowledged the command's publish.
+    pub fn delivered(&mut self, now_ms: u64) -> bool {
+        if self.status != Status::Sent {
+            return false;
+        }
+        self.status = Status::Delivered;
+        self.updated_ms = now_ms;
+        true
+    }
+
+    /// The timeout passed: still waiting becomes TIMED_OUT.
+    pub fn time_out(&mut self, now_ms: u64) -> bool {
+        if !self.status.is_waiting() || now_ms < self.deadline_ms {
+            return false;
+        }
+        self.status = Status::TimedOut;
+        self.updated_ms = now_ms;
+        true
+    }
+
+    /// The answer was forwarded to a node that is gone.
+    pub fn orphan(&mut self, now_ms: u64) {
+        self.orphaned = true;
+        self.updated_ms = now_ms;
+    }
+
+    pub fn to_json(&self) -> Vec<u8> {
+        // A record always serializes (no maps with non-string keys, no floats).
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+
+    pub fn from_json(json: &[u8]) -> Result<Self, serde_json::Error> {
+        serde_json::from_slice(json)
+    }
+}
+
+/// How the caller waits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Mode {
+    /// Until the answer (or the timeout).
+    #[default]
+    Await,
+    /// Until the broker acknowledges the publish; no answer is expected.
+    OneWay,
+    /// Returns the command id at once; the answer goes to the status record.
+    Detached,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Await => "await",
+            Mode::OneWay => "oneway",
+            Mode::Detached => "detached",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "await" => Some(Mode::Await),
+            "oneway" => Some(Mode::OneWay),
+            "detached" => Some(Mode::Detached),
+            _ => None,
+        }
+    }
+}
+
+/// A command to send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommandRequest {
+    /// The device's command topic; `{id}` in it becomes the command id (IoT Hub's `$rid`,
+    /// ThingsBoard's request id).
+    pub topic: String,
+    pub payload: Bytes,
+    pub content_type: Option<String>,
+    /// The profile's name (`mqtt5` unless told).
+    pub profile: String,
+    pub timeout_ms: u64,
+    pub mode: Mode,
+}
+
+impl CommandRequest {
+    /// An awaited command over MQTT 5 request/response with the default timeout.
+    pub fn new(topic: impl Into<String>, payload: impl Into<Bytes>) -> Self {
+        Self {
+            topic: topic.into(),
+            payload: payload.into(),
+            content_type: None,
+            profile: profile::MQTT5.to_owned(),
+            timeout_ms: DEFAULT_TIMEOUT_MS,
+            mode: Mode::Await,
+        }
+    }
+}
+
+/// The timeout of a command unless told (AWS IoT commands' default).
+pub const DEFAULT_TIMEOUT_MS: u64 = 10_000;
+/// The longest timeout (AWS IoT commands' maximum: 12 hours).
+pub const MAX_TIMEOUT_MS: u64 = 12 * 60 * 60 * 1000;
+
+/// Why a command could not be sent. Nothing was published.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CommandError {
+    #[error("no device profile called {0:?} (known: {1})")]
+    UnknownProfile(String, String),
+    #[error("timeout of {0} ms: give 1 ms to 12 h")]
+    BadTimeout(u64),
+    #[error("{0:?} is not a topic to publish a command to (no wildcards, not empty)")]
+    BadTopic(String),
+    #[error("topic {topic:?} does not fit profile {profile:?}'s command topic {template:?}")]
+    TopicMismatch {
+        topic: String,
+        profile: String,
+        template: String,
+    },
+    #[error("profile {profile:?} puts the command id in the JSON field {field:?}: {reason}")]
+    Payload {
+        profile: String,
+        field: String,
+        reason: String,
+    },
+    #[error("a command with id {0} is already registered")]
+    Duplicate(String),
+}
+
+/// A command id: 16 random bytes as a UUID (8-4-4-4-12 lowercase hex).
+pub fn command_id(bytes: [u8; 16]) -> String {
+    let hex = crate::topics::hex(&bytes);
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..]
+    )
+}
+
+/// The 16 bytes of a command id (the MQTT 5 correlation data).
+pub fn command_id_bytes(id: &str) -> Option<[u8; 16]> {
+    if id.len() != 36 {
+        return None;
+    }
+    let hex: String = id.split('-').collect();
+    crate::topics::from_hex(&hex)?.try_into().ok()
+}
+
+/// Payload bytes as base64 in JSON (status records carry any bytes).
+mod base64_bytes {
+    use base64::Engine;
+    use base64::engine::general_purpose::STANDARD;
+    use bytes::Bytes;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(bytes: &Bytes, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&STANDARD.encode(bytes))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Bytes, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        STANDARD
+            .decode(text)
+            .map(Bytes::from)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,693 @@
+//! Device profiles: how a kind of device is sent a command and how its answer is read.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::{Answer, CommandError, CommandRequest, Record, Status, command_id};
+use crate::envelope::{PROTOCOL_VERSION, Properties, Publish, property};
+
+/// The name of the MQTT 5 request/response profile (the default).
+pub const MQTT5: &str = "mqtt5";
+
+/// Profiles every server knows, by name, in the profile file's format.
+pub const BUILT_IN_PROFILES: &str = r#"{
+  "mqtt5": {"kind": "mqtt5"},
+  "dji": {
+    "command": "thing/product/{gateway}/services",
+    "answer": "thing/product/{gateway}/services_reply",
+    "correlation": {"json": "tid"},
+    "status": {"json": "data.result", "ok": [0]}
+  },
+  "iothub": {
+    "command": "$iothub/methods/POST/{method}/?$rid={id}",
+    "answer": "$iothub/methods/res/{status}/?$rid={id}",
+    "correlation": "topic"
+  }
+}"#;
+
+/// Why a profile (or a profile file) cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("device profile {profile:?}: {reason}")]
+pub struct ProfileError {
+    pub profile: String,
+    pub reason: String,
+}
+
+/// A topic with variables: `thing/product/{gateway}/services`. Each level is literal or holds
+/// one `{name}` (with literal text around it: `?$rid={id}`). `{id}` is the command id;
+/// `{status}` (answers only) the device's status code.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Template {
+    text: String,
+    levels: Vec<Level>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Level {
+    Literal(String),
+    Var {
+        prefix: String,
+        name: String,
+        suffix: String,
+    },
+}
+
+/// Variables bound by a template.
+type Vars = Vec<(String, String)>;
+
+fn var<'a>(vars: &'a Vars, name: &str) -> Option<&'a str> {
+    vars.iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, v)| v.as_str())
+}
+
+impl Template {
+    pub fn parse(text: &str) -> Result<Self, String> {
+        if text.is_empty() || text.contains(['#', '+']) {
+            return Err(format!(
+                "{text:?} is not a topic template (no wildcards, not empty)"
+            ));
+        }
+        let levels = text
+            .split('/')
+            .map(|level| {
+                let Some(open) = level.find('{') else {
+                    return match level.contains('}') {
+                        true => Err(format!("{text:?}: '}}' without '{{'")),
+                        false => Ok(Level::Literal(level.to_owned())),
+                    };
+                };
+                let close = level[open..]
+                    .find('}')
+                    .map(|c| open + c)
+                    .ok_or_else(|| format!("{text:?}: '{{' without '}}'"))?;
+                let name = &level[open + 1..close];
+                let suffix = &level[close + 1..];
+                if name.is_empty()
+                    || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                    || suffix.contains(['{', '}'])
+                {
+                    return Err(format!(
+                        "{text:?}: a level holds at most one {{name}} (letters, digits, '_')"
+                    ));
+                }
+                Ok(Level::Var {
+                    prefix: level[..open].to_owned(),
+                    name: name.to_owned(),
+                    suffix: suffix.to_owned(),
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Self {
+            text: text.to_owned(),
+            levels,
+        })
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    fn names(&self) -> impl Iterator<Item = &str> {
+        self.levels.iter().filter_map(|level| match level {
+            Level::Var { name, .. } => Some(name.as_str()),
+            Level::Literal(_) => None,
+        })
+    }
+
+    pub fn has(&self, name: &str) -> bool {
+        self.names().any(|n| n == name)
+    }
+
+    /// The variables `topic` binds, if it fits.
+    fn bind(&self, topic: &str) -> Option<Vars> {
+        let mut vars = Vars::new();
+        let mut parts = topic.split('/');
+        for level in &self.levels {
+            let part = parts.next()?;
+            match level {
+                Level::Literal(text) if text == part => {}
+                Level::Literal(_) => return None,
+                Level::Var {
+                    prefix,
+                    name,
+                    suffix,
+                } => {
+                    let value = part
+                        .strip_prefix(prefix.as_str())?
+                        .strip_suffix(suffix.as_str())?;
+                    if value.is_empty() || var(&vars, name).is_some_and(|v| v != value) {
+                        return None;
+                    }
+                    vars.push((name.clone(), value.to_owned()));
+                }
+            }
+        }
+        parts.next().is_none().then_some(vars)
+    }
+
+    /// The topic with `vars` filled in; a level whose variable is not bound becomes `+`.
+    fn fill(&self, vars: &Vars) -> String {
+        let mut topic = String::with_capacity(self.text.len() + 40);
+        for (i, level) in self.levels.iter().enumerate() {
+            if i > 0 {
+                topic.push('/');
+            }
+            match level {
+                Level::Literal(text) => topic.push_str(text),
+                Level::Var {
+                    prefix,
+                    name,
+                    suffix,
+                } => match var(vars, name) {
+                    Some(value) => {
+                        topic.push_str(prefix);
+                        topic.push_str(value);
+                        topic.push_str(suffix);
+                    }
+                    None => topic.push('+'),
+                },
+            }
+        }
+        topic
+    }
+
+    /// The MQTT filter that every topic of this template matches.
+    pub fn filter(&self) -> String {
+        self.fill(&Vars::new())
+    }
+}
+
+/// Where the command id travels in a topic profile.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Correlation {
+    /// In a JSON field of the command and of the answer (a dotted path: `tid`, `data.rid`).
+    Json(String),
+    /// In the answer topic's `{id}` (and the command topic's, where it has one).
+    Topic,
+    /// Nowhere (legacy): every command waiting on the answer topic takes the next answer.
+    None,
+}
+
+/// How a topic profile tells success from failure.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatusRule {
+    /// A JSON field of the answer holding a number; `None`: the answer topic's `{status}`.
+    pub json: Option<String>,
+    /// The codes meaning success (empty: 200-299).
+    pub ok: Vec<i64>,
+}
+
+impl StatusRule {
+    fn is_ok(&self, code: i64) -> bool {
+        match self.ok.is_empty() {
+            true => (200..300).contains(&code),
+            false => self.ok.contains(&code),
+        }
+    }
+}
+
+/// A device that publishes its answers on a topic of its own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicProfile {
+    pub command: Template,
+    pub answer: Template,
+    pub correlation: Correlation,
+    pub status: Option<StatusRule>,
+}
+
+/// How a kind of device is commanded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Profile {
+    /// MQTT 5 request/response as Azure IoT Operations RPC executors expect it: QoS 1,
+    /// Response Topic (this node's own), 16-byte Correlation Data, Message Expiry = timeout;
+    /// answers carry `__stat` (and `__stMsg`, `__propName`, `__propVal`, `__apErr`,
+    /// `AppErrCode`, `AppErrPayload`).
+    Mqtt5,
+    Topic(TopicProfile),
+}
+
+/// What an answer is looked up by.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct AnswerKey {
+    /// The answer's topic with a status level as `+` (compared with [`Record::answer_filter`]).
+    pub filter: String,
+    /// The command id it carries (`None`: a profile without correlation).
+    pub id: Option<String>,
+}
+
+/// A command ready to go: the publish for the device, and the record to register before it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Prepared {
+    pub publish: Publish,
+    pub record: Record,
+}
+
+/// Who sends: the node (which waits) and its MQTT client id (its direct answers come to
+/// `clients/{client_id}/...`).
+#[derive(Debug, Clone, Copy)]
+pub struct Sender<'a> {
+    pub node: &'a str,
+    pub client_id: &'a str,
+}
+
+impl Profile {
+    /// The publish for `request` and its record, with id `id`.
+    pub fn prepare(
+        &self,
+        request: &CommandRequest,
+        sender: Sender<'_>,
+        id: [u8; 16],
+        now_ms: u64,
+    ) -> Result<Prepared, CommandError> {
+        if request.timeout_ms == 0 || request.timeout_ms > super::MAX_TIMEOUT_MS {
+            return Err(CommandError::BadTimeout(request.timeout_ms));
+        }
+        let id_text = command_id(id);
+        let topic = request.topic.replace("{id}", &id_text);
+        if !crate::topics::is_valid_topic_name(&topic) {
+            return Err(CommandError::BadTopic(request.topic.clone()));
+        }
+        let mut properties = Properties {
+            message_expiry_interval: Some(expiry_seconds(request.timeout_ms)),
+            payload_format_indicator: request
+                .content_type
+                .as_deref()
+                .is_some_and(is_text)
+                .then_some(1),
+            content_type: request.content_type.clone(),
+            ..Properties::default()
+        };
+        let mut payload = request.payload.clone();
+        let (answer_filter, correlated) =
+            match self {
+                Profile::Mqtt5 => {
+                    let response_topic = format!("clients/{}/{topic}", sender.client_id);
+                    properties.response_topic = Some(response_topic.clone());
+                    properties.correlation_data = Some(Bytes::copy_from_slice(&id));
+                    properties.user_properties = vec![
+                        (property::PROTOCOL_VERSION.into(), PROTOCOL_VERSION.into()),
+                        (property::SOURCE_ID.into(), sender.client_id.into()),
+                    ];
+                    (response_topic, true)
+                }
+                Profile::Topic(profile) => {
+                    let mut vars = profile.command.bind(&topic).ok_or_else(|| {
+                        CommandError::TopicMismatch {
+                            topic: request.topic.clone(),
+                            profile: request.profile.clone(),
+                            template: profile.command.text.clone(),
+                        }
+                    })?;
+                    vars.retain(|(name, _)| name != "id");
+                    if let Correlation::Json(field) = &profile.correlation {
+                        payload = with_field(&payload, field, &id_text).map_err(|reason| {
+                            CommandError::Payload {
+                                profile: request.profile.clone(),
+                                field: field.clone(),
+                                reason,
+                            }
+                        })?;
+                    }
+                    let correlated = profile.correlation != Correlation::None;
+                    if correlated {
+                        vars.push(("id".into(), id_text.clone()));
+                    }
+                    (profile.answer.fill(&vars), correlated)
+                }
+            };
+        Ok(Prepared {
+            publish: Publish {
+                topic: topic.clone(),
+                payload,
+                qos: 1,
+                properties,
+            },
+            record: Record {
+                id: id_text,
+                node: sender.node.to_owned(),
+                topic,
+                profile: request.profile.clone(),
+                answer_filter,
+                correlated,
+                sent_ms: now_ms,
+                deadline_ms: now_ms.saturating_add(request.timeout_ms),
+                status: Status::Sent,
+                answer: None,
+                late: false,
+                orphaned: false,
+                duplicates: 0,
+                updated_ms: now_ms,
+            },
+        })
+    }
+
+    /// Reads a device's answer (a publish on one of [`Profiles::answer_filters`] or on this
+    /// node's own response topics): what to look it up by, and what it says. `Err`: it is
+    /// not an answer this profile can read (counted and dropped by the caller).
+    pub fn read_answer(&self, publish: &Publish) -> Result<(AnswerKey, Answer), String> {
+        match self {
+            Profile::Mqtt5 => {
+                let id = publish
+                    .properties
+                    .correlation_data
+                    .as_deref()
+                    .and_then(|data| <[u8; 16]>::try_from(data).ok())
+                    .ok_or("an MQTT 5 answer without 16 bytes of correlation data")?;
+                let key = AnswerKey {
+                    filter: publish.topic.clone(),
+                    id: Some(command_id(id)),
+                };
+                Ok((key, rpc_answer(publish)))
+            }
+            Profile::Topic(profile) => {
+                let mut vars = profile
+                    .answer
+                    .bind(&publish.topic)
+                    .ok_or("the topic does not fit the profile's answer topic")?;
+                let json = match (&profile.correlation, &profile.status) {
+                    (Correlation::Json(_), _) | (_, Some(StatusRule { json: Some(_), .. })) => Some(
+                        serde_json::from_slice::<Value>(&publish.payload).map_err(|e| {
+                            format!(
+                                "the answer is not JSON ({e}), and the profile reads fields of it"
+                            )
+                        })?,
+                    ),
+                    _ => None,
+                };
+                let id = match &profile.correlation {
+                    Correlation::Json(field) => {
+                        let id = json
+                            .as_ref()
+                            .and_then(|json| lookup(json, field))
+                            .and_then(Value::as_str)
+                            .ok_or_else(|| format!("the answer has no string field {field:?}"))?;
+                        Some(id.to_owned())
+                    }
+                    Correlation::Topic => var(&vars, "id").map(str::to_owned),
+                    Correlation::None => None,
+                };
+                let code = match &profile.status {
+                    None => None,
+                    Some(StatusRule {
+                        json: Some(field), ..
+                    }) => Some(
+                        json.as_ref()
+                            .and_then(|json| lookup(json, field))
+                            .and_then(Value::as_i64)
+                            .ok_or_else(|| format!("the answer has no number field {field:?}"))?,
+                    ),
+                    Some(StatusRule { json: None, .. }) => Some(
+                        var(&vars, "status")
+                            .and_then(|s| s.parse().ok())
+                            .ok_or("the answer topic's status is not a number")?,
+                    ),
+                };
+                vars.retain(|(name, _)| name != "status");
+                let ok = match (&profile.status, code) {
+                    (Some(rule), Some(code)) => rule.is_ok(code),
+                    _ => true,
+                };
+                let answer = Answer {
+                    status: if ok {
+                        Status::Succeeded
+                    } else {
+                        Status::Failed
+                    },
+                    payload: publish.payload.clone(),
+                    content_type: publish.properties.content_type.clone(),
+                    code,
+                    message: None,
+                    app_error_code: None,
+                    app_error_payload: None,
+                };
+                let key = AnswerKey {
+                    filter: profile.answer.fill(&vars),
+                    id,
+                };
+                Ok((key, answer))
+            }
+        }
+    }
+}
+
+/// Reads an MQTT 5 RPC answer's status properties.
+fn rpc_answer(publish: &Publish) -> Answer {
+    let props = &publish.properties;
+    let text = |name| props.user_property(name).map(str::to_owned);
+    let code: i64 = props
+        .user_property(property::STATUS)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(200);
+    let app_error_code = text("AppErrCode");
+    let application = props.user_property("__apErr") == Some("true");
+    let status = match code {
+        200 | 204 if app_error_code.is_none() => Status::Succeeded,
+        200 | 204 | 408 => Status::Failed,
+        500 if application => Status::Failed,
+        _ => Status::Rejected,
+    };
+    let message = match (
+        text(property::STATUS_MESSAGE),
+        props.user_property(property::PROPERTY_NAME),
+        props.user_property(property::PROPERTY_VALUE),
+    ) {
+        (message, None, _) => message,
+        (message, Some(name), value) => Some(format!(
+            "{}{}{name}{}",
+            message.as_deref().unwrap_or_default(),
+            if message.is_some() {
+                "; property "
+            } else {
+                "property "
+            },
+            value.map(|v| format!(" = {v:?}")).unwrap_or_default()
+        )),
+    };
+    Answer {
+        status,
+        payload: publish.payload.clone(),
+        content_type: props.content_type.clone(),
+        code: Some(code),
+        message,
+        app_error_code,
+        app_error_payload: text("AppErrPayload"),
+    }
+}
+
+/// The profiles a server knows: the built-in ones and those of a profile file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Profiles {
+    profiles: BTreeMap<String, Profile>,
+}
+
+impl Default for Profiles {
+    fn default() -> Self {
+        Self::built_in()
+    }
+}
+
+impl Profiles {
+    /// `mqtt5`, `dji` and `iothub` (see [`BUILT_IN_PROFILES`]).
+    pub fn built_in() -> Self {
+        let mut profiles = Self {
+            profiles: BTreeMap::new(),
+        };
+        // Checked by a unit test: the built-in text always parses.
+        let _ = profiles.add_json(BUILT_IN_PROFILES);
+        profiles
+    }
+
+    /// Adds (or replaces) the profiles of a profile file: a JSON object from name to
+    /// `{"command": TEMPLATE, "answer": TEMPLATE, "correlation": {"json": "path"} | "topic" |
+    /// "none", "status": {"json": "path", "ok": [codes]}}`, or `{"kind": "mqtt5"}`.
+    pub fn add_json(&mut self, json: &str) -> Result<(), ProfileError> {
+        let specs: BTreeMap<String, ProfileSpec> =
+            serde_json::from_str(json).map_err(|e| ProfileError {
+                profile: "(file)".into(),
+                reason: format!("not a JSON object of profiles: {e}"),
+            })?;
+        for (name, spec) in specs {
+            let profile = spec.into_profile().map_err(|reason| ProfileError {
+                profile: name.clone(),
+                reason,
+            })?;
+            self.profiles.insert(name, profile);
+        }
+        Ok(())
+    }
+
+    pub fn get(&self, name: &str) -> Result<&Profile, CommandError> {
+        self.profiles.get(name).ok_or_else(|| {
+            CommandError::UnknownProfile(
+                name.to_owned(),
+                self.names().collect::<Vec<_>>().join(", "),
+            )
+        })
+    }
+
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.profiles.keys().map(String::as_str)
+    }
+
+    /// What a node subscribes to for the answers of topic profiles.
+    pub fn answer_filters(&self) -> Vec<String> {
+        let mut filters: Vec<String> = self
+            .profiles
+            .values()
+            .filter_map(|profile| match profile {
+                Profile::Topic(topic) => Some(topic.answer.filter()),
+                Profile::Mqtt5 => None,
+            })
+            .collect();
+        filters.sort();
+        filters.dedup();
+        filters
+    }
+
+    /// The topic profile whose answer topic `topic` fits (the first by name).
+    pub fn for_answer(&self, topic: &str) -> Option<(&str, &Profile)> {
+        self.profiles
+            .iter()
+            .find_map(|(name, profile)| match profile {
+                Profile::Topic(p) if p.answer.bind(topic).is_some() => {
+                    Some((name.as_str(), profile))
+                }
+                _ => None,
+            })
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProfileSpec {
+    #[serde(default)]
+    kind: Option<String>,
+    command: Option<String>,
+    answer: Option<String>,
+    correlation: Option<CorrelationSpec>,
+    status: Option<StatusSpec>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum CorrelationSpec {
+    Field { json: String },
+    Word(String),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StatusSpec {
+    json: Option<String>,
+    #[serde(default)]
+    ok: Vec<i64>,
+}
+
+impl ProfileSpec {
+    fn into_profile(self) -> Result<Profile, String> {
+        match self.kind.as_deref() {
+            Some("mqtt5") => return Ok(Profile::Mqtt5),
+            Some("topic") | None => {}
+            Some(other) => return Err(format!("unknown kind {other:?}: mqtt5 or topic")),
+        }
+        let command = Template::parse(&self.command.ok_or("no \"command\" topic")?)?;
+        let answer = Template::parse(&self.answer.ok_or("no \"answer\" topic")?)?;
+        if command.has("status") {
+            return Err("{status} belongs in the answer topic".into());
+        }
+        if let Some(name) = answer
+            .names()
+            .find(|n| !matches!(*n, "id" | "status") && !command.has(n))
+        {
+            return Err(format!(
+                "the answer topic's {{{name}}} is not in the command topic"
+            ));
+        }
+        let correlation = match self.correlation {
+            None if answer.has("id") => Correlation::Topic,
+            None => return Err(
+                "no \"correlation\": say where the command id travels ({\"json\": \"field\"} or \"topic\"), or \"none\" to match answers by topic only".into(),
+            ),
+            Some(CorrelationSpec::Field { json }) if !json.is_empty() => Correlation::Json(json),
+            Some(CorrelationSpec::Word(word)) if word == "topic" => Correlation::Topic,
+            Some(CorrelationSpec::Word(word)) if word == "none" => Correlation::None,
+            Some(_) => return Err("correlation: {\"json\": \"field\"}, \"topic\" or \"none\"".into()),
+        };
+        if (correlation == Correlation::Topic) != answer.has("id") {
+            return Err(
+                "correlation \"topic\" needs {id} in the answer topic, and only it may have one"
+                    .into(),
+            );
+        }
+        let status = match self.status {
+            Some(StatusSpec {
+                json: Some(field),
+                ok,
+            }) => Some(StatusRule {
+                json: Some(field),
+                ok: if ok.is_empty() { vec![0] } else { ok },
+            }),
+            Some(StatusSpec { json: None, ok }) if answer.has("status") => {
+                Some(StatusRule { json: None, ok })
+            }
+            None if answer.has("status") => Some(StatusRule {
+                json: None,
+                ok: Vec::new(),
+            }),
+            None => None,
+            Some(_) => {
+                return Err("status: {\"json\": \"field\"}, or {status} in the answer topic".into());
+            }
+        };
+        Ok(Profile::Topic(TopicProfile {
+            command,
+            answer,
+            correlation,
+            status,
+        }))
+    }
+}
+
+/// Whole seconds, rounded up (at least 1: Azure IoT Operations executors refuse a request
+/// without Message Expiry).
+pub(crate) fn expiry_seconds(timeout_ms: u64) -> u32 {
+    u32::try_from(timeout_ms.div_ceil(1000).max(1)).unwrap_or(u32::MAX)
+}
+
+fn is_text(content_type: &str) -> bool {
+    content_type.starts_with("text/") || content_type.starts_with("application/json")
+}
+
+/// The value at a dotted path of a JSON object.
+fn lookup<'a>(json: &'a Value, path: &str) -> Option<&'a Value> {
+    path.split('.')
+        .try_fold(json, |value, name| value.get(name))
+}
+
+/// `payload` (a JSON object) with the string field at `path` set to `value`.
+fn with_field(payload: &[u8], path: &str, value: &str) -> Result<Bytes, String> {
+    let mut json: Value = match payload.is_empty() {
+        true => Value::Object(Default::default()),
+        false => serde_json::from_slice(payload)
+            .map_err(|e| format!("the payload must be a JSON object: {e}"))?,
+    };
+    let mut names = path.split('.').peekable();
+    let mut object = &mut json;
+    while let Some(name) = names.next() {
+        let map = object
+            .as_object_mut()
+            .ok_or("the payload (and each object on the path) must be a JSON object")?;
+        if names.peek().is_none() {
+            map.insert(name.to_owned(), Value::String(value.to_owned()));
+            break;
+        }
+        object = map
+            .entry(name.to_owned())
+            .or_insert_with(|| Value::Object(Default::default()));
+    }
+    Ok(Bytes::from(json.to_string()))
+}

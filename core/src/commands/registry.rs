@@ -1,0 +1,161 @@
+//! The command registry in memory: records by id, and the legacy index of uncorrelated
+//! commands by answer topic.
+
+use std::collections::{BTreeSet, HashMap};
+
+use super::{Answer, AnswerKey, CommandError, Record};
+
+/// What an answer did to the record it matched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Matched {
+    /// It settled a command whose caller waits: hand it over.
+    Live,
+    /// It came after the timeout: recorded in the status, counted, logged.
+    Late,
+    /// The command was answered already: counted and dropped.
+    Duplicate,
+}
+
+/// Records of commands in flight and recently settled, in memory.
+#[derive(Debug, Default)]
+pub struct Registry {
+    records: HashMap<String, Record>,
+    /// Uncorrelated commands still waiting, by answer filter, oldest first.
+    by_filter: HashMap<String, Vec<String>>,
+    /// When each record is forgotten.
+    forget: BTreeSet<(u64, String)>,
+}
+
+impl Registry {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Registers a command before it is published (a fast device may answer at once).
+    pub fn register(&mut self, record: Record, now_ms: u64) -> Result<(), CommandError> {
+        self.forget(now_ms);
+        if self.records.contains_key(&record.id) {
+            return Err(CommandError::Duplicate(record.id));
+        }
+        if !record.correlated {
+            self.by_filter
+                .entry(record.answer_filter.clone())
+                .or_default()
+                .push(record.id.clone());
+        }
+        self.forget.insert((record.forget_at(), record.id.clone()));
+        self.records.insert(record.id.clone(), record);
+        Ok(())
+    }
+
+    /// Applies an answer: to the command its id names (if the answer came from where that
+    /// command's answer is expected), or, without an id, to every uncorrelated command
+    /// waiting on its topic. Empty: it matches nothing known (an unknown id, or an answer
+    /// nobody waits for), for the caller to count.
+    pub fn answer(
+        &mut self,
+        key: &AnswerKey,
+        answer: Answer,
+        now_ms: u64,
+    ) -> Vec<(Matched, Record)> {
+        self.forget(now_ms);
+        match &key.id {
+            Some(id) => match self.records.get_mut(id) {
+                Some(record) if record.answer_filter == key.filter && record.correlated => {
+                    let matched = record.answer(answer, now_ms);
+                    vec![(matched, record.clone())]
+                }
+                _ => Vec::new(),
+            },
+            None => {
+                let ids = self.by_filter.remove(&key.filter).unwrap_or_default();
+                let mut matched = Vec::with_capacity(ids.len());
+                for id in ids {
+                    if let Some(record) = self.records.get_mut(&id)
+                        && record.status.is_waiting()
+                    {
+                        matched.push((record.answer(answer.clone(), now_ms), record.clone()));
+                    }
+                }
+                matched
+            }
+        }
+    }
+
+    /// The broker acknowledged the command's publish: the record if that changed it.
+    pub fn delivered(&mut self, id: &str, now_ms: u64) -> Option<Record> {
+        let record = self.records.get_mut(id)?;
+        record.delivered(now_ms).then(|| record.clone())
+    }
+
+    /// The command's timeout passed: its record afterwards (TIMED_OUT unless an answer came
+    /// first), `None` if it is forgotten.
+    pub fn time_out(&mut self, id: &str, now_ms: u64) -> Option<Record> {
+        let record = self.records.get_mut(id)?;
+        let unindex = record.time_out(now_ms) && !record.correlated;
+        let record = record.clone();
+        if unindex {
+            self.unindex(&record.answer_filter, id);
+        }
+        Some(record)
+    }
+
+    /// The answer was forwarded to a node that is gone.
+    pub fn orphan(&mut self, id: &str, now_ms: u64) -> Option<Record> {
+        let record = self.records.get_mut(id)?;
+        record.orphan(now_ms);
+        Some(record.clone())
+    }
+
+    pub fn get(&self, id: &str) -> Option<&Record> {
+        self.records.get(id)
+    }
+
+    /// Records kept (waiting or settled, until forgotten).
+    pub fn len(&self) -> usize {
+        self.records.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
+
+    /// Commands still waiting for an answer.
+    pub fn waiting(&self) -> usize {
+        self.records
+            .values()
+            .filter(|r| r.status.is_waiting())
+            .count()
+    }
+
+    /// Drops the records whose time is up ([`Record::forget_at`]).
+    pub fn forget(&mut self, now_ms: u64) {
+        while let Some(first) = self.forget.first() {
+            if first.0 > now_ms {
+                break;
+            }
+            let Some((_, id)) = self.forget.pop_first() else {
+                break;
+            };
+            if let Some(record) = self.records.remove(&id)
+                && !record.correlated
+            {
+                self.unindex(&record.answer_filter, &id);
+            }
+        }
+    }
+
+    /// When the next record is forgotten.
+    pub fn next_forget(&self) -> Option<u64> {
+        self.forget.first().map(|(at, _)| *at)
+    }
+
+    fn unindex(&mut self, filter: &str, id: &str) {
+        if let Some(ids) = self.by_filter.get_mut(filter) {
+            ids.retain(|i| i != id);
+            if ids.is_empty() {
+                self.by_filter.remove(filter);
+            }
+        }
+    }
+}
