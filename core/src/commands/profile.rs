@@ -640,7 +640,9 @@ impl ProfileSpec {
             }),
             None => None,
             Some(_) => {
-                return Err("status: {\"json\": \"field\"}, or {status} in the answer topic".into());
+                return Err(
+                    "status: {\"json\": \"field\"}, or {status} in the answer topic".into(),
+                );
             }
         };
         Ok(Profile::Topic(TopicProfile {

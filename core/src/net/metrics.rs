@@ -66,7 +66,49 @@ pub struct Metrics {
     /// Whether the broker's PUBACKs say "no matching subscribers" (0x10): 0 not known yet,
     /// 1 no, 2 yes.
     broker_reports_no_subscribers: AtomicU64,
+    /// Commands to devices, by [`CommandCount`].
+    commands: [AtomicU64; COMMAND_COUNTS.len()],
 }
+
+/// What happened to a command to a device, or to an answer (the `event` label of
+/// `mqstore_commands_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommandCount {
+    /// Published to a device.
+    Sent,
+    /// Settled by an answer in time, by status.
+    Succeeded,
+    Failed,
+    Rejected,
+    /// No answer within the timeout.
+    TimedOut,
+    /// An answer after the timeout (recorded in the status).
+    Late,
+    /// An answer forwarded to a node that was gone (recorded in the status).
+    Orphaned,
+    /// A second answer to one command (dropped).
+    Duplicate,
+    /// An answer with an id nobody knows, or on a topic nobody waits on (dropped).
+    Unknown,
+    /// An answer the profile cannot read, or a request the service cannot answer (dropped).
+    Malformed,
+    /// An answer handed to the node waiting for it, over Redis.
+    Forwarded,
+}
+
+const COMMAND_COUNTS: [&str; 11] = [
+    "sent",
+    "succeeded",
+    "failed",
+    "rejected",
+    "timed_out",
+    "late",
+    "orphaned",
+    "duplicate",
+    "unknown",
+    "malformed",
+    "forwarded",
+];
 
 impl Metrics {
     /// Counts one handled request and how long it took (from arrival to its answer queued).
@@ -145,6 +187,16 @@ impl Metrics {
     pub fn set_broker_reports_no_subscribers(&self, reports: bool) {
         self.broker_reports_no_subscribers
             .store(1 + u64::from(reports), Ordering::Relaxed);
+    }
+
+    /// Counts a command or answer event.
+    pub fn command(&self, what: CommandCount) {
+        self.commands[what as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// How many command events of kind `what` were counted.
+    pub fn commands(&self, what: CommandCount) -> u64 {
+        self.commands[what as usize].load(Ordering::Relaxed)
     }
 
     /// How many requests ended with `(command, outcome)`.
@@ -277,6 +329,17 @@ impl Metrics {
             let _ = writeln!(
                 out,
                 "mqstore_jobs_requests_total{{outcome=\"{outcome}\"}} {}",
+                count.load(Ordering::Relaxed)
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP mqstore_commands_total Commands to devices and their answers, by event.\n# TYPE mqstore_commands_total counter"
+        );
+        for (event, count) in COMMAND_COUNTS.iter().zip(&self.commands) {
+            let _ = writeln!(
+                out,
+                "mqstore_commands_total{{event=\"{event}\"}} {}",
                 count.load(Ordering::Relaxed)
             );
         }

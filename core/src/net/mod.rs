@@ -4,6 +4,7 @@
 
 pub mod bench;
 pub mod client;
+pub mod commands;
 mod connection;
 pub mod jobs;
 pub mod lease;
@@ -128,7 +129,7 @@ pub(crate) fn from_mqtt(publish: MqttPublish) -> Publish {
     }
 }
 
-fn to_mqtt_properties(properties: Properties) -> PublishProperties {
+pub(crate) fn to_mqtt_properties(properties: Properties) -> PublishProperties {
     PublishProperties {
         payload_format_indicator: properties.payload_format_indicator,
         message_expiry_interval: properties.message_expiry_interval,

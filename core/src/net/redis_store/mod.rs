@@ -24,8 +24,10 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
 use redis::{Script, ScriptInvocation, Value};
 
+mod commands;
 mod jobs;
 
+pub use commands::{RedisRegistry, RegisterError};
 pub use jobs::RedisJobs;
 
 use crate::ServiceError;
@@ -200,6 +202,10 @@ pub struct RedisStore {
     prefix: Arc<[u8]>,
     buckets: u32,
     quotas: Quotas,
+    /// Where a node subscribes to its forwarded command answers (Redis pub/sub; on a Cluster
+    /// PUBLISH reaches every node, so any seed node will do).
+    pubsub_url: Arc<str>,
+    cluster: bool,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -250,6 +256,8 @@ impl RedisStore {
             prefix: Arc::from(config.prefix.as_bytes()),
             buckets: if config.cluster { CLUSTER_BUCKETS } else { 1 },
             quotas,
+            pubsub_url: Arc::from(config.urls.first().map(String::as_str).unwrap_or_default()),
+            cluster: config.cluster,
         };
         // A round trip that needs the keyspace: a Cluster without its slots covered fails.
         store.stats().await?;
