@@ -27,10 +27,12 @@ pub const INVOKE_TOPIC: &str = "mqstore/commands/v1/invoke";
 pub const STATUS_TOPIC: &str = "mqstore/commands/v1/status";
 /// Every command's status changes (payload: the record as JSON).
 pub const EVENTS_FILTER: &str = "mqstore/commands/v1/events/+";
+/// The topics of [`EVENTS_FILTER`] start with this.
+pub const EVENTS_PREFIX: &str = "mqstore/commands/v1/events/";
 
 /// Where the status changes of command `id` are published.
 pub fn events_topic(id: &str) -> String {
-    format!("mqstore/commands/v1/events/{id}")
+    format!("{EVENTS_PREFIX}{id}")
 }
 
 /// User property names of the API.

@@ -24,6 +24,8 @@ use super::{BrokerConfig, Polled, from_mqtt, now_ms, random_u64};
 use crate::client::{Answer, CallId, CallOptions, ClientConfig, ClientCore, ClientError, Event};
 pub use crate::client::{Deleted, Deletion, SetResult, Versioned};
 use crate::codec::{Bulk, Condition, Notification, Request, SetRequest};
+use crate::commands::wire;
+use crate::commands::{CommandsClient, CommandsEvent, Record as CommandRecord};
 use crate::envelope::Publish;
 use crate::hlc::Hlc;
 use crate::jobs::{JobNotification, JobsClient, JobsEvent};
@@ -110,6 +112,16 @@ pub(super) enum Command {
     Thing {
         thing: String,
         notifications: mpsc::UnboundedSender<JobNotification>,
+        reply: oneshot::Sender<Result<(), ClientError>>,
+    },
+    /// A call of the command service.
+    Commands {
+        call: super::commands::CommandsCall,
+        reply: oneshot::Sender<CommandsEvent>,
+    },
+    /// Hear every command's status changes.
+    WatchCommands {
+        records: mpsc::UnboundedSender<CommandRecord>,
         reply: oneshot::Sender<Result<(), ClientError>>,
     },
     /// Disconnect; `done` hears when the connection is closed.
@@ -400,12 +412,16 @@ async fn run(
     commands: mpsc::Receiver<Command>,
     ready: oneshot::Sender<Result<(), ClientError>>,
 ) {
+    let device_commands = CommandsClient::new(core.client_id(), random_u64());
     let mut task = Task {
         max_packet_size,
         broker_disconnect: None,
         core,
         jobs,
         jobs_waiting: HashMap::new(),
+        commands: device_commands,
+        commands_waiting: HashMap::new(),
+        command_watchers: Vec::new(),
         things: BTreeMap::new(),
         outbox: Outbox::new(client),
         waiting: HashMap::new(),
@@ -487,6 +503,8 @@ enum SubackWaiter {
     Session(Vec<Subscribed>),
     /// A thing's jobs topics, added on a live connection.
     Thing(Subscribed),
+    /// The command events, added on a live connection.
+    Watch(Subscribed),
 }
 
 /// The state machine and what the task keeps around it.
@@ -501,6 +519,10 @@ struct Task {
     /// The things this client acts for in the jobs device API, and who hears their
     /// notifications.
     things: BTreeMap<String, Vec<mpsc::UnboundedSender<JobNotification>>>,
+    commands: CommandsClient,
+    commands_waiting: HashMap<CallId, oneshot::Sender<CommandsEvent>>,
+    /// Who hears command status changes (subscribed while there is one).
+    command_watchers: Vec<mpsc::UnboundedSender<CommandRecord>>,
     outbox: Outbox,
     waiting: HashMap<CallId, Reply>,
     observers: HashMap<Bytes, Vec<mpsc::UnboundedSender<KeyChange>>>,
@@ -518,7 +540,13 @@ impl Driver for Task {
 
     fn deadline(&self) -> Option<u64> {
         let jobs = self.jobs.next_deadline();
-        self.core.next_deadline().into_iter().chain(jobs).min()
+        let commands = self.commands.next_deadline();
+        self.core
+            .next_deadline()
+            .into_iter()
+            .chain(jobs)
+            .chain(commands)
+            .min()
     }
 
     fn on_deadline(&mut self, now_ms: u64) {
@@ -526,6 +554,8 @@ impl Driver for Task {
         self.deliver(events);
         let events = self.jobs.expire(now_ms);
         self.deliver_jobs(events);
+        let events = self.commands.expire(now_ms);
+        self.deliver_commands(events);
         self.send_own();
     }
 
@@ -577,6 +607,14 @@ impl Driver for Task {
                 notifications,
                 reply,
             }) => self.act_for(thing, notifications, reply),
+            Wake::Command(Command::Commands { call, reply }) => {
+                let (call, message) = call.start(&mut self.commands, now);
+                self.commands_waiting.insert(call, reply);
+                self.outbox.push(message, (), |()| {});
+            }
+            Wake::Command(Command::WatchCommands { records, reply }) => {
+                self.watch_commands(records, reply)
+            }
         }
         true
     }
@@ -598,14 +636,22 @@ impl Driver for Task {
                 for waiter in self.subacks.drain(..) {
                     match waiter {
                         SubackWaiter::Session(replies) => waiting.extend(replies),
-                        SubackWaiter::Thing(reply) => waiting.push(reply),
+                        SubackWaiter::Thing(reply) | SubackWaiter::Watch(reply) => {
+                            waiting.push(reply)
+                        }
                     }
                 }
                 let filters = self
                     .core
                     .subscriptions()
                     .into_iter()
-                    .chain([self.jobs.operator_subscription().to_owned()])
+                    .chain([
+                        self.jobs.operator_subscription().to_owned(),
+                        self.commands.response_subscription().to_owned(),
+                    ])
+                    .chain(
+                        (!self.command_watchers.is_empty()).then(|| wire::EVENTS_FILTER.to_owned()),
+                    )
                     .chain(
                         self.things
                             .keys()
@@ -652,6 +698,18 @@ impl Driver for Task {
                         }),
                     });
                 }
+                Some(SubackWaiter::Watch(reply)) => {
+                    let refused = suback
+                        .return_codes
+                        .iter()
+                        .find(|c| !matches!(c, SubscribeReasonCode::Success(_)));
+                    let _ = reply.send(match refused {
+                        None => Ok(()),
+                        Some(code) => Err(ClientError::Unreachable(format!(
+                            "the broker refused the subscription to command events: {code:?}"
+                        ))),
+                    });
+                }
                 None => {}
             },
             Ok(MqttEvent::Incoming(Packet::Disconnect(disconnect))) => {
@@ -668,6 +726,18 @@ impl Driver for Task {
                 {
                     let events = self.jobs.handle(&message).into_iter().collect();
                     self.deliver_jobs(events);
+                } else if message.topic == self.commands.response_subscription() {
+                    let events = self.commands.handle(&message).into_iter().collect();
+                    self.deliver_commands(events);
+                } else if message.topic.starts_with(wire::EVENTS_PREFIX) {
+                    match CommandRecord::from_json(&message.payload) {
+                        Ok(record) => self
+                            .command_watchers
+                            .retain(|tx| tx.send(record.clone()).is_ok()),
+                        Err(e) => {
+                            debug!(error = %e, "dropped a command event that is not a record")
+                        }
+                    }
                 } else {
                     let events = self.core.handle(&message, now_ms()).into_iter().collect();
                     self.deliver(events);
@@ -695,6 +765,8 @@ impl Driver for Task {
                     debug!(%error, "broker connection lost; reconnecting");
                 }
                 let jobs = self.jobs.connection_failed(error.clone());
+                let commands = self.commands.connection_failed(error.clone());
+                self.deliver_commands(commands);
                 let events = match error {
                     ClientError::Protocol(_) | ClientError::BrokerDisconnected { .. } => {
                         self.core.connection_failed(error)
@@ -759,6 +831,34 @@ impl Task {
             // the reconnect this implies.
             Err(_) => {
                 let _ = reply.send(Err(ClientError::Disconnected));
+            }
+        }
+    }
+
+    /// Subscribes to the command events (unless done already), and answers once it is.
+    fn watch_commands(&mut self, records: mpsc::UnboundedSender<CommandRecord>, reply: Subscribed) {
+        let known = !self.command_watchers.is_empty();
+        self.command_watchers.push(records);
+        if known {
+            let _ = reply.send(Ok(()));
+            return;
+        }
+        let filter = Filter::new(wire::EVENTS_FILTER.to_owned(), QoS::AtLeastOnce);
+        match self.outbox.client().try_subscribe_many([filter]) {
+            Ok(()) => self.subacks.push_back(SubackWaiter::Watch(reply)),
+            Err(_) => {
+                let _ = reply.send(Err(ClientError::Disconnected));
+            }
+        }
+    }
+
+    fn deliver_commands(&mut self, events: Vec<CommandsEvent>) {
+        for event in events {
+            let call = match &event {
+                CommandsEvent::Invoked { call, .. } | CommandsEvent::Status { call, .. } => *call,
+            };
+            if let Some(reply) = self.commands_waiting.remove(&call) {
+                let _ = reply.send(event);
             }
         }
     }

@@ -24,17 +24,18 @@ use rumqttc::Outgoing;
 use rumqttc::v5::mqttbytes::QoS;
 use rumqttc::v5::mqttbytes::v5::{Filter, Packet};
 use rumqttc::v5::{AsyncClient, Event, EventLoop};
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, info, warn};
 
+use super::client::{Client, Command as ClientCommand};
 use super::metrics::{CommandCount, Metrics};
 use super::redis_store::{RedisConfig, RedisRegistry, RedisStore, RedisStoreError, RegisterError};
 use super::{BrokerConfig, backoff, connection_error, from_mqtt, now_ms, random_bytes};
 use crate::client::ClientError;
-use crate::commands::wire::{self, Refusal};
+use crate::commands::wire::{self, CommandReply, Refusal};
 use crate::commands::{
-    Answer, AnswerKey, CommandError, CommandRequest, Matched, Mode, Profile, Profiles, Record,
-    Registry, Sender, Status,
+    Answer, AnswerKey, CommandError, CommandRequest, CommandsClient, CommandsEvent, Matched, Mode,
+    Profile, Profiles, Record, Registry, Sender, Status,
 };
 use crate::envelope::Publish;
 use crate::store::Quotas;
@@ -738,6 +739,140 @@ async fn drive(
                 tokio::time::sleep(backoff(failures)).await;
                 failures = failures.saturating_add(1);
             }
+        }
+    }
+}
+
+/// A command service call for the client's task.
+pub(super) enum CommandsCall {
+    Invoke(CommandRequest),
+    Status(String, u64),
+}
+
+impl CommandsCall {
+    pub(super) fn start(
+        self,
+        commands: &mut CommandsClient,
+        now_ms: u64,
+    ) -> (crate::client::CallId, Publish) {
+        match self {
+            CommandsCall::Invoke(request) => commands.invoke(&request, now_ms),
+            CommandsCall::Status(id, timeout_ms) => commands.status(&id, timeout_ms, now_ms),
+        }
+    }
+}
+
+/// A stream of command status changes ([`Client::watch_commands`]).
+pub struct CommandWatch {
+    records: mpsc::UnboundedReceiver<Record>,
+}
+
+impl CommandWatch {
+    /// The next change; `None` once the client is closed.
+    pub async fn next(&mut self) -> Option<Record> {
+        self.records.recv().await
+    }
+}
+
+/// How a fan-out ended ([`FanOut::summary`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FanOutSummary {
+    pub succeeded: usize,
+    pub failed: usize,
+    pub rejected: usize,
+    pub timed_out: usize,
+    /// Not sent, or no answer from the service (see each result's error).
+    pub errors: usize,
+}
+
+impl FanOutSummary {
+    fn count(&mut self, result: &Result<CommandReply, ClientError>) {
+        match result {
+            Ok(_) => self.succeeded += 1,
+            Err(ClientError::CommandFailed { .. }) => self.failed += 1,
+            Err(ClientError::CommandRejected { .. }) => self.rejected += 1,
+            Err(ClientError::CommandTimedOut { .. }) => self.timed_out += 1,
+            Err(_) => self.errors += 1,
+        }
+    }
+}
+
+/// One command sent to many devices: the results as they come ([`FanOut::next`]), then the
+/// [`FanOut::summary`].
+pub struct FanOut {
+    results: mpsc::UnboundedReceiver<(String, Result<CommandReply, ClientError>)>,
+    summary: FanOutSummary,
+}
+
+impl FanOut {
+    /// The next device's result (its command topic and result); `None` when all are in.
+    pub async fn next(&mut self) -> Option<(String, Result<CommandReply, ClientError>)> {
+        let next = self.results.recv().await?;
+        self.summary.count(&next.1);
+        Some(next)
+    }
+
+    /// The results so far, counted.
+    pub fn summary(&self) -> &FanOutSummary {
+        &self.summary
+    }
+}
+
+impl Client {
+    async fn commands_call(&self, call: CommandsCall) -> Result<CommandsEvent, ClientError> {
+        let (reply, result) = oneshot::channel();
+        self.send(ClientCommand::Commands { call, reply }).await?;
+        result.await.map_err(|_| ClientError::Disconnected)
+    }
+
+    /// Asks `mqstore serve` to send `request` to a device. Awaited: the answer, or
+    /// [`ClientError::CommandFailed`], [`ClientError::CommandRejected`],
+    /// [`ClientError::CommandTimedOut`]; one-way: DELIVERED once the broker took it; detached:
+    /// SENT with the command id at once (follow it with [`Client::command_status`] or
+    /// [`Client::watch_commands`]).
+    pub async fn command(&self, request: CommandRequest) -> Result<CommandReply, ClientError> {
+        match self.commands_call(CommandsCall::Invoke(request)).await? {
+            CommandsEvent::Invoked { result, .. } => result,
+            CommandsEvent::Status { .. } => Err(ClientError::Malformed(
+                "a status record in answer to a command".into(),
+            )),
+        }
+    }
+
+    /// Command `id`'s status record (kept three timeouts after it was sent).
+    pub async fn command_status(&self, id: &str) -> Result<Record, ClientError> {
+        let call = CommandsCall::Status(id.to_owned(), crate::commands::DEFAULT_TIMEOUT_MS);
+        match self.commands_call(call).await? {
+            CommandsEvent::Status { result, .. } => result,
+            CommandsEvent::Invoked { .. } => Err(ClientError::Malformed(
+                "a command reply in answer to a status query".into(),
+            )),
+        }
+    }
+
+    /// Every command's status changes from now on (any node's, any caller's).
+    pub async fn watch_commands(&self) -> Result<CommandWatch, ClientError> {
+        let (records, rx) = mpsc::unbounded_channel();
+        let (reply, subscribed) = oneshot::channel();
+        self.send(ClientCommand::WatchCommands { records, reply })
+            .await?;
+        subscribed.await.map_err(|_| ClientError::Disconnected)??;
+        Ok(CommandWatch { records: rx })
+    }
+
+    /// Sends each of `requests` (one command to many devices), all in flight at once.
+    pub fn command_many(&self, requests: Vec<CommandRequest>) -> FanOut {
+        let (tx, results) = mpsc::unbounded_channel();
+        for request in requests {
+            let (client, tx) = (self.clone(), tx.clone());
+            tokio::spawn(async move {
+                let topic = request.topic.clone();
+                let _ = tx.send((topic, client.command(request).await));
+            });
+        }
+        FanOut {
+            results,
+            summary: FanOutSummary::default(),
         }
     }
 }

@@ -22,6 +22,7 @@ use rumqttc::v5::mqttbytes::QoS;
 use rumqttc::v5::mqttbytes::v5::{LastWill, Packet, PubAckReason};
 use tracing::{debug, info, warn};
 
+use super::commands::{Commander, CommanderConfig, CommanderError, RegistryConfig};
 use super::connection::{Connection, Driver, Outbox, Wakes};
 use super::metrics::{self, Metrics};
 use super::redis_store::{Applied, RedisConfig, RedisJobs, RedisStore, RedisStoreError};
@@ -71,6 +72,10 @@ pub struct ServerConfig {
     /// How long a minute of the jobs timers lasts (timeouts are given in minutes): 60 s;
     /// shorter only for tests that must see executions time out.
     pub jobs_minute: Duration,
+    /// Serve commands to devices (`mqstore/commands/v1/...`) on a connection of their own.
+    pub commands: bool,
+    /// The device profiles commands can use (the built-in ones unless told).
+    pub command_profiles: crate::commands::Profiles,
     /// Requests that arrive while this many answers wait for the broker to take them are
     /// dropped unapplied (their callers time out): memory stays bounded when the broker
     /// accepts publishes more slowly than requests come in (0: drop every request).
@@ -125,6 +130,8 @@ impl ServerConfig {
             standard_registration_lease: None,
             jobs: true,
             jobs_minute: Duration::from_secs(60),
+            commands: true,
+            command_profiles: crate::commands::Profiles::built_in(),
             max_pending_answers: DEFAULT_MAX_PENDING_ANSWERS,
             store: StoreConfig::Memory,
             clock_offset_ms: 0,
@@ -151,6 +158,8 @@ pub enum ServerError {
         url: String,
         source: RedisStoreError,
     },
+    #[error("cannot start the command service: {0}")]
+    Commands(#[from] CommanderError),
 }
 
 /// A running server's handles, for tests and embedding.
@@ -282,6 +291,10 @@ pub async fn serve(
              subscription; share jobs between nodes with --store redis://…"
         );
     }
+    let command_registry = match &redis {
+        Some((store, _)) => RegistryConfig::Store(store.clone()),
+        None => RegistryConfig::Memory,
+    };
     let state = match redis {
         None => State::Memory(
             Engine::new(engine_config, MemoryStore::with_quotas(config.quotas))
@@ -312,6 +325,28 @@ pub async fn serve(
             Some(tokio::spawn(metrics::serve(listener, metrics.clone())))
         }
         None => None,
+    };
+    let commander = match config.commands {
+        false => None,
+        true => {
+            if matches!(command_registry, RegistryConfig::Memory) && config.share_group.is_some() {
+                warn!(
+                    "commands on the memory store with --share-group: an answer read on the topic of a \
+                     topic profile (DJI-style devices) reaches only the node that sent the command if \
+                     that node read it; share the registry with --store redis://…"
+                );
+            }
+            let commands = CommanderConfig {
+                client_id: format!("{}-commands", config.client_id),
+                share_group: config.share_group.clone(),
+                profiles: config.command_profiles.clone(),
+                registry: command_registry,
+                serve: true,
+                events: true,
+                ..CommanderConfig::new(config.broker.clone(), config.node_id.clone())
+            };
+            Some(Commander::start(commands, Some(metrics.clone())).await?)
+        }
     };
     started(Running {
         metrics: metrics.clone(),
@@ -410,6 +445,9 @@ pub async fn serve(
     Connection::new(eventloop)
         .run(&mut signals, &mut node)
         .await;
+    if let Some(commander) = commander {
+        commander.stop().await;
+    }
     if let Some(task) = metrics_task {
         task.abort();
     }

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use clap::{Args, Parser, Subcommand};
+use command::{CommandCall, CommandCommand};
 use jobs::{JobsCall, JobsCommand};
 use mqstore::client::ClientError;
 use mqstore::codec::Condition;
@@ -24,6 +25,7 @@ use mqstore::net::server::{ServerConfig, StoreConfig, serve};
 use mqstore::net::{BrokerConfig, TlsConfig};
 use mqstore::store::Quotas;
 
+mod command;
 mod jobs;
 
 #[derive(Parser)]
@@ -83,14 +85,39 @@ struct BrokerArgs {
 
 /// How client commands wait and print: before or after the command's name.
 #[derive(Args, Clone, Copy)]
-#[command(next_help_heading = "Client commands (get, set, del, vdel, scan, watch, lock, jobs)")]
+#[command(
+    next_help_heading = "Client commands (get, set, del, vdel, scan, watch, lock, jobs, command)"
+)]
 struct CallArgs {
     /// Print JSON instead of text.
     #[arg(long, global = true)]
     json: bool,
-    /// Seconds to wait for each answer from the server.
-    #[arg(long, global = true, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
-    timeout: u64,
+    /// How long to wait for each answer from the server: seconds, or a duration such as
+    /// 500ms, 10s, 2m, 1h (default 5s; for `command send`, the command's timeout: default 10s).
+    #[arg(long, global = true, value_parser = parse_duration)]
+    timeout: Option<Duration>,
+}
+
+/// `5` (seconds), `500ms`, `10s`, `2m`, `1h`; more than zero.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: u64 = number
+        .parse()
+        .map_err(|_| format!("{text:?}: expected a duration such as 10s, 500ms, 2m or 1h"))?;
+    let ms = match unit {
+        "" | "s" => number.saturating_mul(1000),
+        "ms" => number,
+        "m" => number.saturating_mul(60_000),
+        "h" => number.saturating_mul(3_600_000),
+        _ => return Err(format!("{text:?}: the unit is one of ms, s, m, h")),
+    };
+    match ms {
+        0 => Err("the timeout must be more than zero".into()),
+        ms => Ok(Duration::from_millis(ms)),
+    }
 }
 
 /// A value given on the command line, from standard input (`-`), or from a file.
@@ -233,6 +260,12 @@ enum Command {
         #[command(subcommand)]
         command: JobsCommand,
     },
+    /// Commands to devices: send one and await the answer, read a command's status, watch
+    /// every command's status changes.
+    Command {
+        #[command(subcommand)]
+        command: CommandCommand,
+    },
 }
 
 #[derive(Args)]
@@ -265,6 +298,13 @@ struct ServeArgs {
     /// Serve only the state store: no jobs service ($aws/things/+/jobs/#, the operator API).
     #[arg(long)]
     no_jobs: bool,
+    /// No command service (mqstore/commands/v1/...).
+    #[arg(long)]
+    no_commands: bool,
+    /// Device profiles for commands (JSON, see the README), besides the built-in mqtt5, dji
+    /// and iothub.
+    #[arg(long)]
+    command_profiles: Option<PathBuf>,
     /// Most KEYNOTIFY registrations of one client.
     #[arg(long, default_value_t = Quotas::SERVER_DEFAULT.max_watches_per_client.unwrap_or(u64::MAX))]
     max_watches_per_client: u64,
@@ -418,6 +458,16 @@ async fn run(cli: Cli) -> ExitCode {
         .node_id
         .clone()
         .unwrap_or_else(|| format!("node-{}", random_suffix()));
+    let mut command_profiles = mqstore::commands::Profiles::built_in();
+    if let Some(path) = &args.command_profiles {
+        let added = std::fs::read_to_string(path)
+            .map_err(|e| e.to_string())
+            .and_then(|text| command_profiles.add_json(&text).map_err(|e| e.to_string()));
+        if let Err(e) = added {
+            eprintln!("error: --command-profiles {}: {e}", path.display());
+            return ExitCode::from(2);
+        }
+    }
     let config = ServerConfig {
         broker: broker_config.clone(),
         client_id: cli
@@ -443,6 +493,8 @@ async fn run(cli: Cli) -> ExitCode {
         standard_registration_lease: args.standard_registration_lease.map(Duration::from_secs),
         jobs: !args.no_jobs,
         jobs_minute: Duration::from_secs(60),
+        commands: !args.no_commands,
+        command_profiles,
         max_pending_answers: args.max_pending_answers,
         store: args.store.clone(),
         clock_offset_ms: 0,
@@ -551,7 +603,7 @@ async fn run_client(cli: Cli, broker_config: BrokerConfig) -> ExitCode {
         .unwrap_or_else(|| format!("mqstore-cli-{}", random_suffix()));
     let options = ClientOptions {
         broker: broker_config.clone(),
-        timeout: Duration::from_secs(call.timeout),
+        timeout: call.timeout.unwrap_or(Duration::from_secs(5)),
         ..ClientOptions::new(client_id, "", 0)
     };
     let broker = format!("{}:{}", cli.broker.host, cli.broker.port);
@@ -590,6 +642,9 @@ async fn run_client(cli: Cli, broker_config: BrokerConfig) -> ExitCode {
             eprintln!("error: {e}");
             if matches!(e, ClientError::Protocol(_)) {
                 eprintln!("hint: {}", mqstore::net::PROTOCOL_HINT);
+            }
+            if let Some(code) = command::exit_code(&e) {
+                return code;
             }
             match e {
                 ClientError::Jobs { code, .. } => jobs::refusal_exit_code(&code),
@@ -647,6 +702,7 @@ enum ClientCommand {
         keys: Vec<String>,
     },
     Jobs(JobsCall),
+    Command(CommandCall),
 }
 
 impl ClientCommand {
@@ -702,6 +758,7 @@ impl ClientCommand {
             },
             Command::Watch { keys } => Self::Watch { keys },
             Command::Jobs { command } => Self::Jobs(JobsCall::read(command)?),
+            Command::Command { command } => Self::Command(CommandCall::read(command)?),
             // `run` handles these without a client.
             Command::Serve(_) | Command::Bench { .. } => {
                 return Err("not a client command".into());
@@ -791,6 +848,7 @@ impl ClientCommand {
             } => lock(client, call, key, ttl, wait, command).await,
             Self::Watch { keys } => watch(client, call, keys).await,
             Self::Jobs(jobs) => Ok(jobs.run(client, call).await?),
+            Self::Command(command) => Ok(command.run(client, call).await?),
         }
     }
 }
