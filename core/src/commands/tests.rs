@@ -1,1 +1,498 @@
+use bytes::Bytes;
 
+use super::wire::{self, CommandsClient, CommandsEvent};
+use super::*;
+use crate::client::ClientError;
+use crate::envelope::{Properties, Publish};
+
+const NOW: u64 = 1_700_000_000_000;
+const SENDER: Sender<'static> = Sender {
+    node: "node-a",
+    client_id: "cmd-a",
+};
+
+fn id(n: u8) -> [u8; 16] {
+    [n; 16]
+}
+
+fn request(topic: &str, payload: &str, profile: &str) -> CommandRequest {
+    CommandRequest {
+        profile: profile.into(),
+        ..CommandRequest::new(topic, Bytes::from(payload.to_owned()))
+    }
+}
+
+fn publish(topic: &str, payload: &str) -> Publish {
+    Publish {
+        topic: topic.into(),
+        payload: Bytes::from(payload.to_owned()),
+        qos: 1,
+        properties: Properties::default(),
+    }
+}
+
+fn profiles() -> Profiles {
+    Profiles::built_in()
+}
+
+#[test]
+fn the_built_in_profiles_parse() {
+    let profiles = profiles();
+    let names: Vec<&str> = profiles.names().collect();
+    assert_eq!(names, ["dji", "iothub", "mqtt5"]);
+    assert_eq!(
+        profiles.answer_filters(),
+        ["$iothub/methods/res/+/+", "thing/product/+/services_reply"]
+    );
+}
+
+#[test]
+fn mqtt5_commands_carry_what_azure_executors_require() {
+    let profiles = profiles();
+    let prepared = profiles
+        .get(MQTT5)
+        .unwrap()
+        .prepare(
+            &request("dji/SN9527/command/TAKE_OFF", "{}", MQTT5),
+            SENDER,
+            id(7),
+            NOW,
+        )
+        .unwrap();
+    let p = &prepared.publish;
+    assert_eq!(p.qos, 1);
+    assert_eq!(p.properties.message_expiry_interval, Some(10));
+    assert_eq!(
+        p.properties.correlation_data.as_deref(),
+        Some(&[7u8; 16][..])
+    );
+    assert_eq!(
+        p.properties.response_topic.as_deref(),
+        Some("clients/cmd-a/dji/SN9527/command/TAKE_OFF")
+    );
+    assert_eq!(p.properties.user_property("__protVer"), Some("1.0"));
+    assert_eq!(prepared.record.id, "07070707-0707-0707-0707-070707070707");
+    assert_eq!(command_id_bytes(&prepared.record.id), Some([7u8; 16]));
+    assert_eq!(
+        prepared.record.answer_filter,
+        "clients/cmd-a/dji/SN9527/command/TAKE_OFF"
+    );
+    assert_eq!(prepared.record.deadline_ms, NOW + 10_000);
+}
+
+#[test]
+fn sub_second_timeouts_round_up_and_bad_ones_are_refused() {
+    let mqtt5 = Profile::Mqtt5;
+    let mut r = request("a/b", "", MQTT5);
+    r.timeout_ms = 1;
+    let p = mqtt5.prepare(&r, SENDER, id(1), NOW).unwrap();
+    assert_eq!(p.publish.properties.message_expiry_interval, Some(1));
+    for bad in [0, MAX_TIMEOUT_MS + 1] {
+        r.timeout_ms = bad;
+        assert_eq!(
+            mqtt5.prepare(&r, SENDER, id(1), NOW),
+            Err(CommandError::BadTimeout(bad))
+        );
+    }
+    r.timeout_ms = 1000;
+    r.topic = "a/+/b".into();
+    assert!(matches!(
+        mqtt5.prepare(&r, SENDER, id(1), NOW),
+        Err(CommandError::BadTopic(_))
+    ));
+}
+
+#[test]
+fn mqtt5_answers_are_classified_by_their_status_properties() {
+    let mut answer = publish("clients/cmd-a/x", "{\"ok\":1}");
+    answer.properties.correlation_data = Some(Bytes::from_static(&[7; 16]));
+    let user = |pairs: &[(&str, &str)]| {
+        pairs
+            .iter()
+            .map(|(n, v)| ((*n).to_owned(), (*v).to_owned()))
+            .collect::<Vec<_>>()
+    };
+    let cases: [(&[(&str, &str)], Status); 6] = [
+        (&[("__stat", "200")], Status::Succeeded),
+        (&[], Status::Succeeded),
+        (
+            &[("__stat", "200"), ("AppErrCode", "MOTOR_FAULT")],
+            Status::Failed,
+        ),
+        (&[("__stat", "500"), ("__apErr", "true")], Status::Failed),
+        (
+            &[
+                ("__stat", "400"),
+                ("__stMsg", "bad"),
+                ("__propName", "Message Expiry"),
+            ],
+            Status::Rejected,
+        ),
+        (&[("__stat", "505")], Status::Rejected),
+    ];
+    for (props, status) in cases {
+        answer.properties.user_properties = user(props);
+        let (key, read) = Profile::Mqtt5.read_answer(&answer).unwrap();
+        assert_eq!(read.status, status, "{props:?}");
+        assert_eq!(
+            key.id.as_deref(),
+            Some("07070707-0707-0707-0707-070707070707")
+        );
+    }
+    answer.properties.user_properties = user(&[
+        ("__stat", "400"),
+        ("__stMsg", "bad"),
+        ("__propName", "Message Expiry"),
+    ]);
+    let (_, read) = Profile::Mqtt5.read_answer(&answer).unwrap();
+    assert_eq!(
+        read.message.as_deref(),
+        Some("bad; property Message Expiry")
+    );
+    answer.properties.correlation_data = Some(Bytes::from_static(b"short"));
+    assert!(Profile::Mqtt5.read_answer(&answer).is_err());
+}
+
+#[test]
+fn dji_commands_carry_the_id_in_tid_and_answers_are_read_by_it() {
+    let profiles = profiles();
+    let dji = profiles.get("dji").unwrap();
+    let r = request(
+        "thing/product/SN9527/services",
+        r#"{"method":"takeoff","data":{}}"#,
+        "dji",
+    );
+    let prepared = dji.prepare(&r, SENDER, id(9), NOW).unwrap();
+    let sent: serde_json::Value = serde_json::from_slice(&prepared.publish.payload).unwrap();
+    assert_eq!(sent["tid"], prepared.record.id.as_str());
+    assert_eq!(sent["method"], "takeoff");
+    assert_eq!(
+        prepared.record.answer_filter,
+        "thing/product/SN9527/services_reply"
+    );
+
+    let reply = format!(
+        r#"{{"tid":"{}","data":{{"result":0}}}}"#,
+        prepared.record.id
+    );
+    let (key, answer) = dji
+        .read_answer(&publish("thing/product/SN9527/services_reply", &reply))
+        .unwrap();
+    assert_eq!(key.filter, prepared.record.answer_filter);
+    assert_eq!(key.id.as_deref(), Some(prepared.record.id.as_str()));
+    assert_eq!((answer.status, answer.code), (Status::Succeeded, Some(0)));
+    let failed = format!(
+        r#"{{"tid":"{}","data":{{"result":314}}}}"#,
+        prepared.record.id
+    );
+    let (_, answer) = dji
+        .read_answer(&publish("thing/product/SN9527/services_reply", &failed))
+        .unwrap();
+    assert_eq!((answer.status, answer.code), (Status::Failed, Some(314)));
+
+    // What the profile cannot read is an error, not a guess.
+    for bad in [
+        "not json",
+        r#"{"data":{"result":0}}"#,
+        r#"{"tid":"x","data":{}}"#,
+    ] {
+        assert!(
+            dji.read_answer(&publish("thing/product/SN9527/services_reply", bad))
+                .is_err(),
+            "{bad}"
+        );
+    }
+    // A payload that is not a JSON object cannot carry the id.
+    for bad in ["[1]", "nope"] {
+        let r = request("thing/product/SN9527/services", bad, "dji");
+        assert!(matches!(
+            dji.prepare(&r, SENDER, id(1), NOW),
+            Err(CommandError::Payload { .. })
+        ));
+    }
+    let r = request("other/SN9527/services", "{}", "dji");
+    assert!(matches!(
+        dji.prepare(&r, SENDER, id(1), NOW),
+        Err(CommandError::TopicMismatch { .. })
+    ));
+}
+
+#[test]
+fn iothub_commands_carry_the_id_in_the_topic_and_the_status_comes_from_it() {
+    let profiles = profiles();
+    let hub = profiles.get("iothub").unwrap();
+    let r = request("$iothub/methods/POST/reboot/?$rid={id}", "{}", "iothub");
+    let prepared = hub.prepare(&r, SENDER, id(3), NOW).unwrap();
+    let rid = &prepared.record.id;
+    assert_eq!(
+        prepared.publish.topic,
+        format!("$iothub/methods/POST/reboot/?$rid={rid}")
+    );
+    assert_eq!(
+        prepared.record.answer_filter,
+        format!("$iothub/methods/res/+/?$rid={rid}")
+    );
+    let (key, answer) = hub
+        .read_answer(&publish(
+            &format!("$iothub/methods/res/201/?$rid={rid}"),
+            "{}",
+        ))
+        .unwrap();
+    assert_eq!(key.filter, prepared.record.answer_filter);
+    assert_eq!((answer.status, answer.code), (Status::Succeeded, Some(201)));
+    let (_, answer) = hub
+        .read_answer(&publish(
+            &format!("$iothub/methods/res/404/?$rid={rid}"),
+            "{}",
+        ))
+        .unwrap();
+    assert_eq!(answer.status, Status::Failed);
+}
+
+#[test]
+fn profile_files_are_checked() {
+    let mut profiles = Profiles::built_in();
+    profiles
+        .add_json(r#"{"tb": {"command": "v1/devices/{dev}/rpc/request/{id}", "answer": "v1/devices/{dev}/rpc/response/{id}"},
+                      "legacy": {"command": "d/{dev}/cmd", "answer": "d/{dev}/reply", "correlation": "none"}}"#)
+        .unwrap();
+    assert!(profiles.get("tb").is_ok() && profiles.get("legacy").is_ok());
+    for (bad, why) in [
+        (
+            r#"{"x": {"command": "a/{dev}", "answer": "b/{other}", "correlation": "none"}}"#,
+            "not in the command",
+        ),
+        (
+            r#"{"x": {"command": "a/{dev}", "answer": "b/{dev}"}}"#,
+            "no \"correlation\"",
+        ),
+        (
+            r#"{"x": {"command": "a/#", "answer": "b", "correlation": "none"}}"#,
+            "wildcards",
+        ),
+        (
+            r#"{"x": {"command": "a", "answer": "b", "correlation": "topic"}}"#,
+            "needs {id}",
+        ),
+        (r#"{"x": {"kind": "carrier pigeon"}}"#, "unknown kind"),
+        (r#"[1]"#, "not a JSON object"),
+    ] {
+        let error = Profiles::built_in().add_json(bad).unwrap_err().to_string();
+        assert!(error.contains(why), "{bad}: {error}");
+    }
+    assert!(matches!(
+        profiles.get("nope"),
+        Err(CommandError::UnknownProfile(..))
+    ));
+}
+
+fn answer(status: Status) -> Answer {
+    Answer {
+        status,
+        payload: Bytes::from_static(b"{}"),
+        content_type: None,
+        code: None,
+        message: None,
+        app_error_code: None,
+        app_error_payload: None,
+    }
+}
+
+#[test]
+fn the_registry_settles_each_command_once_and_records_late_and_duplicate_answers() {
+    let dji = Profiles::built_in().get("dji").unwrap().clone();
+    let mut registry = Registry::new();
+    let one = dji
+        .prepare(
+            &request("thing/product/SN1/services", "{}", "dji"),
+            SENDER,
+            id(1),
+            NOW,
+        )
+        .unwrap()
+        .record;
+    let two = dji
+        .prepare(
+            &request("thing/product/SN1/services", "{}", "dji"),
+            SENDER,
+            id(2),
+            NOW,
+        )
+        .unwrap()
+        .record;
+    registry.register(one.clone(), NOW).unwrap();
+    registry.register(two.clone(), NOW).unwrap();
+    assert_eq!(
+        registry.register(one.clone(), NOW),
+        Err(CommandError::Duplicate(one.id.clone()))
+    );
+    let key = |r: &Record| AnswerKey {
+        filter: r.answer_filter.clone(),
+        id: Some(r.id.clone()),
+    };
+    // Two in flight to one device: each answer settles its own command.
+    let matched = registry.answer(&key(&two), answer(Status::Succeeded), NOW + 5);
+    assert_eq!(matched.len(), 1);
+    assert_eq!(
+        (matched[0].0, matched[0].1.id.as_str()),
+        (Matched::Live, two.id.as_str())
+    );
+    assert_eq!(registry.get(&one.id).unwrap().status, Status::Sent);
+    // A second answer is a duplicate.
+    let again = registry.answer(&key(&two), answer(Status::Failed), NOW + 6);
+    assert_eq!(again[0].0, Matched::Duplicate);
+    assert_eq!(registry.get(&two.id).unwrap().status, Status::Succeeded);
+    assert_eq!(registry.get(&two.id).unwrap().duplicates, 1);
+    // An answer from another device with this id, or an unknown id: nothing.
+    let elsewhere = AnswerKey {
+        filter: "thing/product/SN2/services_reply".into(),
+        id: Some(one.id.clone()),
+    };
+    assert!(
+        registry
+            .answer(&elsewhere, answer(Status::Succeeded), NOW)
+            .is_empty()
+    );
+    let unknown = AnswerKey {
+        filter: one.answer_filter.clone(),
+        id: Some("nope".into()),
+    };
+    assert!(
+        registry
+            .answer(&unknown, answer(Status::Succeeded), NOW)
+            .is_empty()
+    );
+    // The first times out; its late answer replaces TIMED_OUT, marked late.
+    assert_eq!(
+        registry.time_out(&one.id, NOW + 1).unwrap().status,
+        Status::Sent
+    );
+    assert_eq!(
+        registry.time_out(&one.id, one.deadline_ms).unwrap().status,
+        Status::TimedOut
+    );
+    assert_eq!(registry.waiting(), 0);
+    let late = registry.answer(&key(&one), answer(Status::Succeeded), one.deadline_ms + 1);
+    assert_eq!(late[0].0, Matched::Late);
+    assert!(late[0].1.late && late[0].1.status == Status::Succeeded);
+    // Everything is forgotten three timeouts after it was sent.
+    registry.forget(one.forget_at() - 1);
+    assert_eq!(registry.len(), 2);
+    registry.forget(one.forget_at());
+    assert!(registry.is_empty());
+    assert_eq!(registry.next_forget(), None);
+}
+
+#[test]
+fn uncorrelated_commands_each_take_the_next_answer_on_their_topic() {
+    let mut profiles = Profiles::built_in();
+    profiles
+        .add_json(r#"{"legacy": {"command": "d/{dev}/cmd", "answer": "d/{dev}/reply", "correlation": "none"}}"#)
+        .unwrap();
+    let legacy = profiles.get("legacy").unwrap();
+    let mut registry = Registry::new();
+    let r = request("d/7/cmd", "go", "legacy");
+    let a = legacy.prepare(&r, SENDER, id(1), NOW).unwrap().record;
+    let b = legacy.prepare(&r, SENDER, id(2), NOW).unwrap().record;
+    assert!(!a.correlated);
+    registry.register(a.clone(), NOW).unwrap();
+    registry.register(b.clone(), NOW).unwrap();
+    let (key, read) = legacy.read_answer(&publish("d/7/reply", "done")).unwrap();
+    assert_eq!(key.id, None);
+    let matched = registry.answer(&key, read.clone(), NOW + 1);
+    assert_eq!(matched.len(), 2);
+    assert!(matched.iter().all(|(m, _)| *m == Matched::Live));
+    // Nobody waits any more: the next answer matches nothing.
+    assert!(registry.answer(&key, read, NOW + 2).is_empty());
+}
+
+#[test]
+fn records_round_trip_through_json_with_any_payload_bytes() {
+    let mut record = Profile::Mqtt5
+        .prepare(&request("a/b", "", MQTT5), SENDER, id(4), NOW)
+        .unwrap()
+        .record;
+    let mut a = answer(Status::Succeeded);
+    a.payload = Bytes::from_static(&[0, 255, 10, 13]);
+    record.answer(a, NOW + 1);
+    let back = Record::from_json(&record.to_json()).unwrap();
+    assert_eq!(back, record);
+}
+
+#[test]
+fn the_caller_reads_the_service_replies_as_typed_results() {
+    let mut client = CommandsClient::new("caller", 42);
+    let (call, invoke) = client.invoke(&request("thing/product/SN1/services", "{}", "dji"), NOW);
+    assert_eq!(invoke.topic, wire::INVOKE_TOPIC);
+    let (read, _) = wire::read_invoke(&invoke).unwrap().unwrap();
+    assert_eq!(
+        (read.topic.as_str(), read.profile.as_str(), read.timeout_ms),
+        ("thing/product/SN1/services", "dji", 10_000)
+    );
+
+    let mut record = Profiles::built_in()
+        .get("dji")
+        .unwrap()
+        .prepare(&read, SENDER, id(5), NOW)
+        .unwrap()
+        .record;
+    let mut failed = answer(Status::Failed);
+    failed.code = Some(314);
+    record.answer(failed, NOW + 1);
+    let reply = wire::reply_record(&invoke, &record, false);
+    match client.handle(&reply) {
+        Some(CommandsEvent::Invoked {
+            call: c,
+            result: Err(ClientError::CommandFailed { id, answer }),
+        }) => {
+            assert_eq!(
+                (c, id.as_str(), answer.code),
+                (call, record.id.as_str(), Some(314))
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    // The same reply again concerns no call.
+    assert_eq!(client.handle(&reply), None);
+
+    // A refusal is a status error; a call nobody answers times out after the command's
+    // timeout and the margin.
+    let (call, invoke) = client.invoke(&request("a/b", "", "nope"), NOW);
+    let refusal = wire::reply_refusal(&invoke, &wire::Refusal::bad_request("no such profile"));
+    assert!(matches!(
+        client.handle(&refusal),
+        Some(CommandsEvent::Invoked { call: c, result: Err(ClientError::Status { status: 400, .. }) }) if c == call
+    ));
+    let (call, _) = client.invoke(&request("a/b", "", MQTT5), NOW);
+    assert_eq!(
+        client.next_deadline(),
+        Some(NOW + 10_000 + wire::CALLER_MARGIN_MS)
+    );
+    let expired = client.expire(NOW + 10_000 + wire::CALLER_MARGIN_MS);
+    assert!(
+        matches!(&expired[..], [CommandsEvent::Invoked { call: c, result: Err(ClientError::Timeout(_)) }] if *c == call)
+    );
+    assert_eq!(client.in_flight(), 0);
+}
+
+#[test]
+fn requests_the_service_cannot_take_are_refused_or_dropped() {
+    let mut client = CommandsClient::new("caller", 1);
+    let (_, mut invoke) = client.invoke(&request("a/b", "", MQTT5), NOW);
+    let good = invoke.clone();
+    invoke
+        .properties
+        .user_properties
+        .retain(|(n, _)| n != "topic");
+    assert_eq!(wire::read_invoke(&invoke).unwrap().unwrap_err().status, 400);
+    let mut bad = good.clone();
+    for (n, v) in bad.properties.user_properties.iter_mut() {
+        if n == "timeoutMs" {
+            *v = "soon".into();
+        }
+    }
+    assert_eq!(wire::read_invoke(&bad).unwrap().unwrap_err().status, 400);
+    let mut anonymous = good;
+    anonymous.properties.response_topic = None;
+    assert!(wire::read_invoke(&anonymous).is_none());
+}
