@@ -155,16 +155,18 @@ fn is_zero(n: &u32) -> bool {
 }
 
 /// A record is kept this many timeouts after it was sent (the spec's TTL of 2-3 x the
-/// timeout): long enough for late answers and status queries, short enough that a crashed
-/// node leaves nothing behind for long.
+/// timeout), and at least [`MIN_KEEP_MS`]: long enough for late answers and status queries,
+/// short enough that a crashed node leaves nothing behind for long.
 pub const KEEP_TIMEOUTS: u64 = 3;
+/// The shortest time a record is kept (commands with sub-second timeouts).
+pub const MIN_KEEP_MS: u64 = 5_000;
 
 impl Record {
     /// When the record is forgotten.
     pub fn forget_at(&self) -> u64 {
-        let timeout = self.deadline_ms.saturating_sub(self.sent_ms).max(1);
+        let timeout = self.deadline_ms.saturating_sub(self.sent_ms);
         self.sent_ms
-            .saturating_add(timeout.saturating_mul(KEEP_TIMEOUTS))
+            .saturating_add(timeout.saturating_mul(KEEP_TIMEOUTS).max(MIN_KEEP_MS))
     }
 
     /// Milliseconds until it is forgotten (a Redis TTL), at least 1.
@@ -316,7 +318,7 @@ pub enum CommandError {
 
 /// A command id: 16 random bytes as a UUID (8-4-4-4-12 lowercase hex).
 pub fn command_id(bytes: [u8; 16]) -> String {
-    let hex = crate::topics::hex(&bytes);
+    let hex = crate::topics::hex(&bytes).to_ascii_lowercase();
     format!(
         "{}-{}-{}-{}-{}",
         &hex[..8],
@@ -332,7 +334,7 @@ pub fn command_id_bytes(id: &str) -> Option<[u8; 16]> {
     if id.len() != 36 {
         return None;
     }
-    let hex: String = id.split('-').collect();
+    let hex: String = id.split('-').collect::<String>().to_ascii_uppercase();
     crate::topics::from_hex(&hex)?.try_into().ok()
 }
 

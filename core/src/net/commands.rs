@@ -104,7 +104,9 @@ pub enum CommanderError {
     #[error("the broker refused the command (PUBACK reason code 0x{0:02X})")]
     NotDelivered(u8),
     /// No command with this id is known (never sent, or forgotten).
-    #[error("no command {0} (unknown, or forgotten three timeouts after it was sent)")]
+    #[error(
+        "no command {0} (unknown, or forgotten: a record is kept three timeouts, at least 5 s, after it was sent)"
+    )]
     NotFound(String),
 }
 
