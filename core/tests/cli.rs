@@ -606,3 +606,74 @@ on_both_brokers! {
         assert_eq!(watch.wait().unwrap().code(), Some(0));
     }
 }
+
+#[test]
+fn command_send_status_and_their_exit_codes() {
+    let s = Setup::start(Kind::Mosquitto, "node-commands");
+    // Nobody answers: exit 6, and the error says what may have happened.
+    let timed_out = s.cli(&[
+        "command",
+        "send",
+        "drones/SN1/cmd",
+        "{}",
+        "--timeout",
+        "300ms",
+    ]);
+    assert_eq!(timed_out.code, Some(6), "{}", timed_out.stderr);
+    assert!(
+        timed_out.stderr.contains("may still have run"),
+        "{}",
+        timed_out.stderr
+    );
+    // A profile the server does not know: refused, exit 3, the known ones named.
+    let unknown = s.cli(&["command", "send", "a/b", "x", "--profile", "pigeon"]);
+    assert_eq!(unknown.code, Some(3), "{}", unknown.stderr);
+    assert!(
+        unknown.stderr.contains("dji, iothub, mqtt5"),
+        "{}",
+        unknown.stderr
+    );
+    // One-way: done once the broker took it.
+    let oneway = s.cli(&["command", "send", "drones/SN1/cmd", "{}", "--oneway"]);
+    assert_eq!(oneway.code, Some(0), "{}", oneway.stderr);
+    assert!(oneway.out().ends_with(" DELIVERED"), "{}", oneway.out());
+    // Detached: the id at once; its status record by id.
+    let detached = s.cli(&[
+        "command",
+        "send",
+        "drones/SN1/cmd",
+        "{}",
+        "--detach",
+        "--json",
+    ]);
+    assert_eq!(detached.code, Some(0), "{}", detached.stderr);
+    let sent: serde_json::Value = serde_json::from_str(&detached.out()).unwrap();
+    assert_eq!(sent["status"], "SENT");
+    let id = sent["id"].as_str().unwrap();
+    let status = s.cli(&["command", "status", id]);
+    assert_eq!(status.code, Some(0), "{}", status.stderr);
+    let record: serde_json::Value = serde_json::from_str(&status.out()).unwrap();
+    assert_eq!(
+        (record["id"].as_str(), record["topic"].as_str()),
+        (Some(id), Some("drones/SN1/cmd"))
+    );
+    let missing = s.cli(&["command", "status", "no-such-id"]);
+    assert_eq!(missing.code, Some(3), "{}", missing.stderr);
+    // A profile file that does not parse stops the server before it starts.
+    let dir = std::env::temp_dir().join(format!("mqstore-profiles-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("profiles.json");
+    std::fs::write(
+        &file,
+        r#"{"x": {"command": "a/{dev}", "answer": "b/{dev}"}}"#,
+    )
+    .unwrap();
+    let serve = s.cli(&["serve", "--command-profiles", file.to_str().unwrap()]);
+    assert_eq!(serve.code, Some(2));
+    assert!(
+        serve.stderr.contains("device profile \"x\""),
+        "{}",
+        serve.stderr
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -262,7 +262,8 @@ enum Command {
     },
     /// Commands to devices: send one and await the answer, read a command's status, watch
     /// every command's status changes.
-    Command {
+    #[command(name = "command")]
+    Devices {
         #[command(subcommand)]
         command: CommandCommand,
     },
@@ -758,7 +759,7 @@ impl ClientCommand {
             },
             Command::Watch { keys } => Self::Watch { keys },
             Command::Jobs { command } => Self::Jobs(JobsCall::read(command)?),
-            Command::Command { command } => Self::Command(CommandCall::read(command)?),
+            Command::Devices { command } => Self::Command(CommandCall::read(command)?),
             // `run` handles these without a client.
             Command::Serve(_) | Command::Bench { .. } => {
                 return Err("not a client command".into());
