@@ -270,6 +270,9 @@ pub struct CommandRequest {
     pub profile: String,
     pub timeout_ms: u64,
     pub mode: Mode,
+    /// User properties for the device (Azure IoT Operations "custom user data"; `__protVer`
+    /// here replaces the one the `mqtt5` profile sends).
+    pub headers: Vec<(String, String)>,
 }
 
 impl CommandRequest {
@@ -282,6 +285,7 @@ impl CommandRequest {
             profile: profile::MQTT5.to_owned(),
             timeout_ms: DEFAULT_TIMEOUT_MS,
             mode: Mode::Await,
+            headers: Vec::new(),
         }
     }
 }

@@ -272,6 +272,7 @@ impl Profile {
             return Err(CommandError::BadTopic(request.topic.clone()));
         }
         let mut properties = Properties {
+            user_properties: request.headers.clone(),
             message_expiry_interval: Some(expiry_seconds(request.timeout_ms)),
             payload_format_indicator: request
                 .content_type
@@ -288,10 +289,14 @@ impl Profile {
                     let response_topic = format!("clients/{}/{topic}", sender.client_id);
                     properties.response_topic = Some(response_topic.clone());
                     properties.correlation_data = Some(Bytes::copy_from_slice(&id));
-                    properties.user_properties = vec![
-                        (property::PROTOCOL_VERSION.into(), PROTOCOL_VERSION.into()),
-                        (property::SOURCE_ID.into(), sender.client_id.into()),
-                    ];
+                    for (name, value) in [
+                        (property::PROTOCOL_VERSION, PROTOCOL_VERSION),
+                        (property::SOURCE_ID, sender.client_id),
+                    ] {
+                        if properties.user_property(name).is_none() {
+                            properties.user_properties.push((name.into(), value.into()));
+                        }
+                    }
                     (response_topic, true)
                 }
                 Profile::Topic(profile) => {

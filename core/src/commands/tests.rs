@@ -496,3 +496,32 @@ fn requests_the_service_cannot_take_are_refused_or_dropped() {
     anonymous.properties.response_topic = None;
     assert!(wire::read_invoke(&anonymous).is_none());
 }
+
+#[test]
+fn headers_reach_the_device_and_may_replace_the_protocol_version() {
+    let mut command = request("dji/SN1/command/TAKE_OFF", "{}", MQTT5);
+    command.headers = vec![
+        ("__protVer".into(), "2.0".into()),
+        ("trace".into(), "t-1".into()),
+    ];
+    let mut client = CommandsClient::new("caller", 3);
+    let (_, invoke) = client.invoke(&command, NOW);
+    let (read, _) = wire::read_invoke(&invoke).unwrap().unwrap();
+    assert_eq!(read.headers, command.headers);
+    let sent = Profile::Mqtt5
+        .prepare(&read, SENDER, id(6), NOW)
+        .unwrap()
+        .publish;
+    let props = &sent.properties;
+    assert_eq!(props.user_property("__protVer"), Some("2.0"));
+    assert_eq!(props.user_property("trace"), Some("t-1"));
+    assert_eq!(props.user_property("__srcId"), Some("cmd-a"));
+    assert_eq!(
+        props
+            .user_properties
+            .iter()
+            .filter(|(n, _)| n == "__protVer")
+            .count(),
+        1
+    );
+}

@@ -8,7 +8,8 @@
 //! (default `mqtt5`), `timeoutMs` (default 10000), `mode` (`await`, `oneway`, `detached`).
 //! The answer's payload is the device's answer (when there is one), with user properties
 //! `commandId`, `status` and, from the device, `deviceStatus`, `message`, `appErrCode`,
-//! `appErrPayload`, and `late`/`orphaned` when so. A request the service cannot take gets
+//! `appErrPayload`, and `late`/`orphaned` when so. `header:NAME` properties go to the device
+//! as `NAME`. A request the service cannot take gets
 //! `__stat` 400 (bad request), 404 (no such command) or 503 (the registry is unavailable)
 //! and `__stMsg`; nothing was sent to a device.
 
@@ -41,6 +42,8 @@ pub mod name {
     pub const PROFILE: &str = "profile";
     pub const TIMEOUT_MS: &str = "timeoutMs";
     pub const MODE: &str = "mode";
+    /// `header:NAME`: a user property `NAME` for the device.
+    pub const HEADER_PREFIX: &str = "header:";
     pub const COMMAND_ID: &str = "commandId";
     pub const STATUS: &str = "status";
     pub const DEVICE_STATUS: &str = "deviceStatus";
@@ -101,6 +104,13 @@ pub fn read_invoke(publish: &Publish) -> Option<Result<(CommandRequest, Option<u
                 .to_owned(),
             timeout_ms,
             mode,
+            headers: props
+                .user_properties
+                .iter()
+                .filter_map(|(n, v)| {
+                    Some((n.strip_prefix(name::HEADER_PREFIX)?.to_owned(), v.clone()))
+                })
+                .collect(),
         };
         Ok((
             request,
@@ -281,6 +291,12 @@ impl CommandsClient {
             pair(name::TIMEOUT_MS, command.timeout_ms.to_string()),
             pair(name::MODE, command.mode.as_str().to_owned()),
         ]);
+        props.user_properties.extend(
+            command
+                .headers
+                .iter()
+                .map(|(n, v)| (format!("{}{n}", name::HEADER_PREFIX), v.clone())),
+        );
         (call, publish)
     }
 

@@ -190,6 +190,20 @@ async fn an_azure_iot_operations_executor_answers_commands_sent_through_mqstore(
         before + 1,
         "the refused command did not run"
     );
+    // A protocol version it does not speak: its 505, a typed REJECTED; it did not run.
+    let mut future = take_off(r#"{"alt":30}"#);
+    future.headers = vec![("__protVer".into(), "2.0".into())];
+    match caller.command(future).await {
+        Err(ClientError::CommandRejected { answer, .. }) => {
+            assert_eq!(answer.code, Some(505), "{answer:?}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        before + 1,
+        "the 2.0 command did not run"
+    );
     // Each command ran once: mqstore never retries.
     let reply = caller.command(take_off(r#"{"alt":20}"#)).await.unwrap();
     assert_eq!(

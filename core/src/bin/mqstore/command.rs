@@ -30,6 +30,9 @@ pub enum CommandCommand {
         /// The payload's content type (default: application/json when it is JSON).
         #[arg(long)]
         content_type: Option<String>,
+        /// A user property for the device, NAME=VALUE (repeatable).
+        #[arg(long = "header", value_parser = parse_header)]
+        headers: Vec<(String, String)>,
         /// Do not wait for an answer: end once the broker took the command.
         #[arg(long, conflicts_with = "detach")]
         oneway: bool,
@@ -75,6 +78,7 @@ impl CommandCall {
                 content_type,
                 oneway,
                 detach,
+                headers,
                 ..
             } => {
                 let payload = self.payload.unwrap_or_default();
@@ -96,6 +100,7 @@ impl CommandCall {
                         (_, true) => Mode::Detached,
                         _ => Mode::Await,
                     },
+                    headers,
                 };
                 match client.command(request).await {
                     Ok(reply) => {
@@ -149,6 +154,13 @@ impl CommandCall {
                 }
             }
         }
+    }
+}
+
+fn parse_header(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((name, value)) if !name.is_empty() => Ok((name.to_owned(), value.to_owned())),
+        _ => Err("expected NAME=VALUE".into()),
     }
 }
 
