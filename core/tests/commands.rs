@@ -578,7 +578,9 @@ async fn many(nodes: &[Commander], commands: usize, request: impl Fn(usize) -> C
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_thousand_commands_over_three_nodes_each_get_their_own_answer() {
     const COMMANDS: usize = 10_000;
-    let broker = Broker::start();
+    // mosquitto queues at most 1000 messages per client by default and drops the rest; the
+    // device pool here is one connection with thousands of commands queued for it.
+    let broker = Broker::start_config("max_queued_messages 100000\n");
     let redis = Redis::start();
     let runs = Runs::default();
     let _dji = dji_devices(&broker, runs.clone()).await;
