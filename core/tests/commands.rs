@@ -13,7 +13,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use broker::Broker;
-use bytes::Bytes;
 use mqstore::client::ClientError;
 use mqstore::commands::{CommandRequest, MQTT5, Mode, Status};
 use mqstore::net::BrokerConfig;
@@ -251,15 +250,90 @@ async fn registry_mode_over_three_nodes_on_redis_answers_each_caller_exactly_onc
         (Status::Failed, Some(314))
     );
     // Status records are shared: any node reads any command's.
-    let status = b.status(&slow_id(&a).await).await.unwrap();
+    let status = b.status(&sent_through(&a).await).await.unwrap();
     assert_eq!(status.status, Status::Succeeded);
     for node in [a, b, c] {
         node.stop().await;
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uncorrelated_commands_on_redis_take_the_next_answer_on_their_topic() {
+    let broker = Broker::start();
+    let redis = Redis::start();
+    // A device that answers on a fixed topic with nothing to correlate by.
+    let _device = device(&broker, "old-firmware", "old/+/in", |topic, payload, _| {
+        let out = topic.replace("/in", "/out");
+        vec![(out, payload.to_vec(), PublishProperties::default(), 100)]
+    })
+    .await;
+    let mut profiles = mqstore::commands::Profiles::built_in();
+    profiles
+        .add_json(r#"{"old": {"command": "old/{dev}/in", "answer": "old/{dev}/out", "correlation": "none"}}"#)
+        .unwrap();
+    let mut nodes = Vec::new();
+    for id in ["a", "b"] {
+        let config = CommanderConfig {
+            share_group: Some(GROUP.into()),
+            registry: redis_registry(&redis),
+            profiles: profiles.clone(),
+            ..CommanderConfig::new(broker_config(&broker), id)
+        };
+        nodes.push(Commander::start(config, None).await.unwrap());
+    }
+    let old = |dev: u32, body: &str| CommandRequest {
+        profile: "old".into(),
+        ..CommandRequest::new(format!("old/{dev}/in"), body.to_owned())
+    };
+    // One in flight per device (the legacy rule), on two devices at once, through both nodes;
+    // whichever node reads an answer, the waiting one gets it.
+    for round in 0..4 {
+        let (one, two) = tokio::join!(
+            nodes[round % 2].invoke(old(1, &format!("one-{round}"))),
+            nodes[(round + 1) % 2].invoke(old(2, &format!("two-{round}")))
+        );
+        for (record, want) in [
+            (one.unwrap(), format!("one-{round}")),
+            (two.unwrap(), format!("two-{round}")),
+        ] {
+            assert!(!record.correlated);
+            assert_eq!(record.status, Status::Succeeded, "{record:?}");
+            assert_eq!(&record.answer.unwrap().payload[..], want.as_bytes());
+        }
+    }
+    // Nothing waits on the answer topics any more.
+    for dev in [1, 2] {
+        let index = format!("mqstore:cmdtopic:old/{dev}/out");
+        assert_eq!(redis.cli(&["ZCARD", &index]).trim(), "0", "{index}");
+    }
+    // An answer nobody waits for is counted.
+    let before: u64 = nodes
+        .iter()
+        .map(|n| n.metrics().commands(CommandCount::Unknown))
+        .sum();
+    let mut options = MqttOptions::new("stray-publisher", "127.0.0.1", broker.port);
+    options.set_keep_alive(Duration::from_secs(5));
+    let (stray, mut eventloop) = AsyncClient::new(options, 16);
+    tokio::spawn(async move { while eventloop.poll().await.is_ok() {} });
+    stray
+        .publish("old/1/out", QoS::AtLeastOnce, false, "nobody asked")
+        .await
+        .unwrap();
+    wait_for(|| {
+        nodes
+            .iter()
+            .map(|n| n.metrics().commands(CommandCount::Unknown))
+            .sum::<u64>()
+            == before + 1
+    })
+    .await;
+    for node in nodes {
+        node.stop().await;
+    }
+}
+
 /// Sends a quick command through `node` and returns its id.
-async fn slow_id(node: &Commander) -> String {
+async fn sent_through(node: &Commander) -> String {
     node.invoke(dji("SN4", json!({}))).await.unwrap().id
 }
 
@@ -280,7 +354,6 @@ async fn bad_answers_and_bad_requests_are_counted_and_change_nothing() {
     wait_for(|| metrics.commands(CommandCount::Duplicate) == 1).await;
 
     // Answers nobody waits for, and answers the profile cannot read.
-    let stranger = device(&broker, "stranger", "nothing/at/all", |_, _, _| Vec::new()).await;
     let mut options = MqttOptions::new("liar", "127.0.0.1", broker.port);
     options.set_keep_alive(Duration::from_secs(5));
     let (liar, mut eventloop) = AsyncClient::new(options, 16);
@@ -301,7 +374,6 @@ async fn bad_answers_and_bad_requests_are_counted_and_change_nothing() {
     }
     wait_for(|| metrics.commands(CommandCount::Unknown) == 1).await;
     wait_for(|| metrics.commands(CommandCount::Malformed) == 2).await;
-    stranger.abort();
 
     // Requests that cannot be sent: nothing is published, nothing registered.
     let before = runs.lock().unwrap().len();
@@ -447,6 +519,37 @@ async fn callers_send_commands_through_mqstore_serve() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+
+    // One command to many devices: each device's result as it comes, then the summary.
+    let mut fleet = caller.command_many(vec![
+        dji("SN21", json!({})),
+        dji("SN22", json!({"fail": true})),
+        CommandRequest::new("dev/23/cmd", "{}"),
+    ]);
+    let mut topics = Vec::new();
+    while let Some((topic, _)) = tokio::time::timeout(WAIT, fleet.next()).await.unwrap() {
+        topics.push(topic);
+    }
+    topics.sort();
+    assert_eq!(
+        topics,
+        [
+            "dev/23/cmd",
+            "thing/product/SN21/services",
+            "thing/product/SN22/services"
+        ]
+    );
+    let summary = fleet.summary();
+    assert_eq!(
+        (
+            summary.succeeded,
+            summary.failed,
+            summary.rejected,
+            summary.timed_out,
+            summary.errors
+        ),
+        (2, 1, 0, 0, 0)
+    );
 
     // What the service cannot do is refused with a clear status.
     let unknown = CommandRequest {
@@ -628,5 +731,4 @@ async fn ten_thousand_commands_over_three_nodes_each_get_their_own_answer() {
     for node in nodes {
         node.stop().await;
     }
-    let _ = Bytes::new();
 }

@@ -424,7 +424,7 @@ fn the_caller_reads_the_service_replies_as_typed_results() {
     let mut client = CommandsClient::new("caller", 42);
     let (call, invoke) = client.invoke(&request("thing/product/SN1/services", "{}", "dji"), NOW);
     assert_eq!(invoke.topic, wire::INVOKE_TOPIC);
-    let (read, _) = wire::read_invoke(&invoke).unwrap().unwrap();
+    let read = wire::read_invoke(&invoke).unwrap().unwrap();
     assert_eq!(
         (read.topic.as_str(), read.profile.as_str(), read.timeout_ms),
         ("thing/product/SN1/services", "dji", 10_000)
@@ -506,7 +506,7 @@ fn headers_reach_the_device_and_may_replace_the_protocol_version() {
     ];
     let mut client = CommandsClient::new("caller", 3);
     let (_, invoke) = client.invoke(&command, NOW);
-    let (read, _) = wire::read_invoke(&invoke).unwrap().unwrap();
+    let read = wire::read_invoke(&invoke).unwrap().unwrap();
     assert_eq!(read.headers, command.headers);
     let sent = Profile::Mqtt5
         .prepare(&read, SENDER, id(6), NOW)

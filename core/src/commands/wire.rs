@@ -72,7 +72,7 @@ impl Refusal {
 
 /// Reads an invoke request. `None`: it names no response topic or correlation data, so it
 /// cannot be answered (the caller counts and drops it).
-pub fn read_invoke(publish: &Publish) -> Option<Result<(CommandRequest, Option<u64>), Refusal>> {
+pub fn read_invoke(publish: &Publish) -> Option<Result<CommandRequest, Refusal>> {
     publish.properties.response_topic.as_ref()?;
     publish.properties.correlation_data.as_ref()?;
     let props = &publish.properties;
@@ -112,10 +112,7 @@ pub fn read_invoke(publish: &Publish) -> Option<Result<(CommandRequest, Option<u
                 })
                 .collect(),
         };
-        Ok((
-            request,
-            props.message_expiry_interval.map(|s| u64::from(s) * 1000),
-        ))
+        Ok(request)
     };
     Some(read())
 }

@@ -683,11 +683,7 @@ impl Driver for Task {
                     self.connected_before = true;
                 }
                 Some(SubackWaiter::Thing(reply)) => {
-                    let refused = suback
-                        .return_codes
-                        .iter()
-                        .find(|c| !matches!(c, SubscribeReasonCode::Success(_)));
-                    let _ = reply.send(match refused {
+                    let _ = reply.send(match refused(&suback.return_codes) {
                         None => Ok(()),
                         Some(code) => Err(ClientError::Jobs {
                             code: "SubscriptionRefused".into(),
@@ -699,11 +695,7 @@ impl Driver for Task {
                     });
                 }
                 Some(SubackWaiter::Watch(reply)) => {
-                    let refused = suback
-                        .return_codes
-                        .iter()
-                        .find(|c| !matches!(c, SubscribeReasonCode::Success(_)));
-                    let _ = reply.send(match refused {
+                    let _ = reply.send(match refused(&suback.return_codes) {
                         None => Ok(()),
                         Some(code) => Err(ClientError::Unreachable(format!(
                             "the broker refused the subscription to command events: {code:?}"
@@ -947,4 +939,11 @@ impl Task {
             }
         }
     }
+}
+
+/// The first refusal among a SUBACK's reason codes.
+fn refused(codes: &[SubscribeReasonCode]) -> Option<&SubscribeReasonCode> {
+    codes
+        .iter()
+        .find(|c| !matches!(c, SubscribeReasonCode::Success(_)))
 }

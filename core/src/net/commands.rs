@@ -308,7 +308,7 @@ impl Commander {
                 &shared.node,
                 move |record| {
                     if let Some(shared) = weak.upgrade() {
-                        shared.forwarded(record);
+                        shared.deliver(record);
                     }
                 },
                 ready,
@@ -382,8 +382,17 @@ impl Commander {
     /// timeouts.
     pub async fn stop(&self) {
         let _ = self.shared.client.disconnect().await;
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        for task in lock(&self.tasks).drain(..) {
+        let mut tasks: Vec<_> = lock(&self.tasks).drain(..).collect();
+        // The connection's task (the last started) ends once the DISCONNECT is out; the
+        // pub/sub listener runs until aborted.
+        if let Some(mut connection) = tasks.pop()
+            && tokio::time::timeout(Duration::from_secs(2), &mut connection)
+                .await
+                .is_err()
+        {
+            connection.abort();
+        }
+        for task in tasks {
             task.abort();
         }
     }
@@ -598,7 +607,8 @@ impl Shared {
         }
     }
 
-    /// Gives a settled record to the local caller waiting for it.
+    /// Gives a settled record (answered here, or read by another node and forwarded over Redis
+    /// pub/sub) to the local caller waiting for it.
     fn deliver(&self, record: Record) {
         let waiter = lock(&self.waiters).remove(&record.id);
         match waiter {
@@ -609,11 +619,6 @@ impl Shared {
             // has the answer.
             None => debug!(id = %record.id, "answer for a caller that stopped waiting"),
         }
-    }
-
-    /// An answer another node read for us (Redis pub/sub).
-    fn forwarded(&self, record: Record) {
-        self.deliver(record);
     }
 
     /// A caller's request to the service (serve mode).
@@ -637,7 +642,7 @@ impl Shared {
                     return;
                 }
                 Some(Err(refusal)) => wire::reply_refusal(&publish, &refusal),
-                Some(Ok((request, _))) => match self.clone().invoke(request).await {
+                Some(Ok(request)) => match self.clone().invoke(request).await {
                     Ok(record) => wire::reply_record(&publish, &record, false),
                     Err(e) => refuse(&publish, &e),
                 },
