@@ -1,0 +1,46 @@
+"""mqstore: state, leases and change notifications for MQTT 5 device fleets.
+
+A client of the mqstore state store (and of any Azure IoT Operations-compatible one), built on
+mqstore's Rust core::
+
+    import mqstore
+
+    with mqstore.Client("127.0.0.1", 1883) as client:
+        client.set("greeting", "hello")
+        print(client.get("greeting").value)      # b'hello'
+
+:class:`AsyncClient` offers the same calls as coroutines. Errors are :class:`MqstoreError`
+subclasses (``mqstore.errors``); the codec and HLC are in ``mqstore.codec``.
+"""
+
+from . import codec, errors
+from ._aio import AsyncClient, AsyncLease, AsyncObservation
+from ._client import Client, Lease, Observation
+from ._native import Change, DeleteResult, Hlc, SetResult, Versioned, __version__
+from .errors import (
+    ConnectionLostError,
+    MqstoreError,
+    RequestTimeoutError,
+    ServiceError,
+)
+
+__all__ = [
+    "AsyncClient",
+    "AsyncLease",
+    "AsyncObservation",
+    "Change",
+    "Client",
+    "ConnectionLostError",
+    "DeleteResult",
+    "Hlc",
+    "Lease",
+    "MqstoreError",
+    "Observation",
+    "RequestTimeoutError",
+    "ServiceError",
+    "SetResult",
+    "Versioned",
+    "__version__",
+    "codec",
+    "errors",
+]

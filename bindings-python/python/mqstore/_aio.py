@@ -1,0 +1,288 @@
+"""The asyncio client: the same calls as :class:`mqstore.Client`, as coroutines."""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import Any, AsyncIterator, Generator, Optional, Type
+
+from . import _args, _native
+from ._args import BytesLike, FencingToken, PathLike, Seconds
+from ._native import Change, DeleteResult, Hlc, SetResult, Versioned
+
+
+class AsyncClient:
+    """The asyncio twin of :class:`mqstore.Client`.
+
+    ``async with AsyncClient(...) as client:`` connects and closes; or ``await
+    client.connect()`` and ``await client.close()``. Calls may run concurrently
+    (``asyncio.gather``); cancelling one stops waiting for its answer.
+    """
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 1883,
+        *,
+        client_id: Optional[str] = None,
+        username: Optional[str] = None,
+        password: Optional[str] = None,
+        tls: bool = False,
+        ca_file: Optional[PathLike] = None,
+        cert_file: Optional[PathLike] = None,
+        key_file: Optional[PathLike] = None,
+        timeout: Seconds = 10.0,
+    ) -> None:
+        self._args = _args.ConnectArgs(
+            host, port, client_id, username, password, tls, ca_file, cert_file, key_file, timeout
+        )
+        self._connected: Optional[_native.Client] = None
+
+    async def connect(self) -> AsyncClient:
+        """Connects (once); returns the client."""
+        if self._connected is None:
+            a = self._args
+            self._connected = await _native.Client.connect(
+                a.host,
+                a.port,
+                a.client_id,
+                a.username,
+                a.password,
+                a.ca_file,
+                a.cert_file,
+                a.key_file,
+                a.timeout_ms,
+                True,
+            )
+        return self
+
+    @property
+    def _native(self) -> _native.Client:
+        if self._connected is None:
+            raise RuntimeError(
+                "the AsyncClient is not connected: use `async with AsyncClient(...) as client` "
+                "or `await client.connect()` first"
+            )
+        return self._connected
+
+    @property
+    def client_id(self) -> str:
+        """The MQTT client id (generated when none was given)."""
+        return self._native.client_id
+
+    async def set(
+        self,
+        key: BytesLike,
+        value: BytesLike,
+        *,
+        nx: bool = False,
+        nex: bool = False,
+        expires: Optional[Seconds] = None,
+        persist: bool = False,
+        fencing_token: Optional[FencingToken] = None,
+    ) -> SetResult:
+        """Sets ``key`` to ``value`` (see :meth:`mqstore.Client.set`)."""
+        result: SetResult = await self._native.set(
+            _args.key(key),
+            _args.to_bytes(value, "value"),
+            _args.condition(nx, nex),
+            _args.optional_millis(expires, "expires"),
+            bool(persist),
+            _args.fencing_token(fencing_token),
+            True,
+        )
+        return result
+
+    async def get(self, key: BytesLike) -> Optional[Versioned]:
+        """The value and version of ``key``, or ``None`` when it does not exist."""
+        result: Optional[Versioned] = await self._native.get(_args.key(key), True)
+        return result
+
+    async def delete(
+        self, key: BytesLike, *, fencing_token: Optional[FencingToken] = None
+    ) -> DeleteResult:
+        """Deletes ``key``; ``.deleted`` is false when it did not exist."""
+        result: DeleteResult = await self._native.delete(
+            _args.key(key), _args.fencing_token(fencing_token), True
+        )
+        return result
+
+    async def vdel(
+        self, key: BytesLike, value: BytesLike, *, fencing_token: Optional[FencingToken] = None
+    ) -> DeleteResult:
+        """Deletes ``key`` only if it holds ``value``."""
+        result: DeleteResult = await self._native.vdel(
+            _args.key(key), _args.to_bytes(value, "value"), _args.fencing_token(fencing_token), True
+        )
+        return result
+
+    def scan(self, pattern: BytesLike = "*") -> AsyncIterator[bytes]:
+        """The keys matching ``pattern``, fetched page by page: ``async for key in ...``."""
+        pages = self._native.scan(_args.key(pattern, "pattern"))
+
+        async def keys() -> AsyncIterator[bytes]:
+            while True:
+                page: Optional[list[bytes]] = await pages.next_page(True)
+                if page is None:
+                    return
+                for key in page:
+                    yield key
+
+        return keys()
+
+    def observe(self, key: BytesLike) -> AsyncObservation:
+        """Observes ``key``: ``async with client.observe(key) as changes: async for change in
+        changes``, or ``changes = await client.observe(key)``. Registered before either
+        returns, so no change after it is missed."""
+        return AsyncObservation(self, _args.key(key))
+
+    async def unobserve(self, key: BytesLike) -> None:
+        """Stops observing ``key``: every observation of it by this client ends."""
+        await self._native.unobserve(_args.key(key), True)
+
+    async def lease(
+        self, key: BytesLike, ttl: Seconds, *, wait: Optional[Seconds] = None
+    ) -> Optional[AsyncLease]:
+        """Takes the lease on ``key`` (see :meth:`mqstore.Client.lease`); ``None`` when
+        someone else holds it."""
+        native: Optional[_native.Lease] = await self._native.lease(
+            _args.key(key), _args.millis(ttl, "ttl"), _args.optional_millis(wait, "wait"), True
+        )
+        return None if native is None else AsyncLease(native)
+
+    async def lead(self, key: BytesLike, ttl: Seconds) -> AsyncLease:
+        """Leader election: returns once this client holds the lease on ``key``."""
+        native: _native.Lease = await self._native.lead(
+            _args.key(key), _args.millis(ttl, "ttl"), True
+        )
+        return AsyncLease(native)
+
+    async def close(self) -> None:
+        """Disconnects; calls still in flight fail with a connection-lost error."""
+        if self._connected is not None:
+            await self._connected.close(True)
+
+    async def __aenter__(self) -> AsyncClient:
+        return await self.connect()
+
+    async def __aexit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        traceback: Optional[TracebackType],
+    ) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        state = f"client_id={self.client_id!r}" if self._connected else "not connected"
+        return f"<mqstore.AsyncClient {state}>"
+
+
+class AsyncObservation:
+    """The changes of one observed key: an async iterator of :class:`Change`."""
+
+    def __init__(self, client: AsyncClient, key: bytes) -> None:
+        self._client = client
+        self._key = key
+        self._observing: Optional[_native.Observation] = None
+
+    async def _start(self) -> AsyncObservation:
+        if self._observing is None:
+            self._observing = await self._client._native.observe(self._key, True)
+        return self
+
+    def __await__(self) -> Generator[Any, None, AsyncObservation]:
+        return self._start().__await__()
+
+    @property
+    def _native(self) -> _native.Observation:
+        if self._observing is None:
+            raise RuntimeError(
+                "the observation has not started: `await client.observe(key)` "
+                "or `async with client.observe(key) as changes`"
+            )
+        return self._observing
+
+    @property
+    def key(self) -> bytes:
+        return self._key
+
+    @property
+    def ended(self) -> bool:
+        """True once no more changes can come."""
+        return self._native.ended
+
+    async def next_change(self, timeout: Optional[Seconds] = None) -> Optional[Change]:
+        """The next change, waiting at most ``timeout`` seconds; ``None`` when the time ran
+        out or the observation ended."""
+        change: Optional[Change] = await self._native.next(
+            _args.optional_millis(timeout, "timeout"), True
+        )
+        return change
+
+    def __aiter__(self) -> AsyncObservation:
+        return self
+
+    async def __anext__(self) -> Change:
+        change: Optional[Change] = await self._native.next(None, True)
+        if change is None:
+            raise StopAsyncIteration
+        return change
+
+    async def close(self) -> None:
+        """Stops observing the key (see :meth:`AsyncClient.unobserve`)."""
+        if self._observing is not None and not self._observing.ended:
+            await self._client.unobserve(self._key)
+
+    async def __aenter__(self) -> AsyncObservation:
+        return await self._start()
+
+    async def __aexit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        traceback: Optional[TracebackType],
+    ) -> None:
+        await self.close()
+
+
+class AsyncLease:
+    """A held lease (see :class:`mqstore.Lease`); ``async with`` releases it."""
+
+    def __init__(self, native: _native.Lease) -> None:
+        self._native = native
+
+    @property
+    def key(self) -> bytes:
+        return self._native.key
+
+    @property
+    def fencing_token(self) -> Hlc:
+        """The version of the SET that took the lease."""
+        return self._native.fencing_token
+
+    @property
+    def held(self) -> bool:
+        """False once released, or once a renewal found someone else holding the key."""
+        return self._native.held
+
+    async def release(self) -> bool:
+        """Releases the lease; true when it was still held."""
+        released: bool = await self._native.release(True)
+        return released
+
+    async def __aenter__(self) -> AsyncLease:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        traceback: Optional[TracebackType],
+    ) -> None:
+        await self.release()
+
+    def __repr__(self) -> str:
+        return (
+            f"<mqstore.AsyncLease key={self.key!r} fencing_token={self.fencing_token} "
+            f"held={self.held}>"
+        )

@@ -1,0 +1,146 @@
+# The native module (Rust, PyO3). Private: the public API is the package around it. Every call
+# taking `aio` waits and returns its result when `aio` is False, and returns an awaitable of
+# that result when it is True, hence the `Any` results.
+from typing import Any, Mapping, Optional, final
+
+__version__: str
+INVOKE_TOPIC: str
+
+@final
+class Hlc:
+    """A hybrid-logical-clock value: `{wall ms}:{counter}:{node}`, ordered by wall clock,
+    then counter, then node."""
+
+    def __new__(cls, wall_ms: int, counter: int, node: str) -> Hlc: ...
+    @staticmethod
+    def parse(text: str) -> Hlc:
+        """Parses `wall:counter:node` (any number of digits); `ValueError` when malformed."""
+    @property
+    def wall_ms(self) -> int: ...
+    @property
+    def counter(self) -> int: ...
+    @property
+    def node(self) -> str: ...
+    def __lt__(self, other: Hlc) -> bool: ...
+    def __le__(self, other: Hlc) -> bool: ...
+    def __gt__(self, other: Hlc) -> bool: ...
+    def __ge__(self, other: Hlc) -> bool: ...
+    def __eq__(self, other: object) -> bool: ...
+    def __ne__(self, other: object) -> bool: ...
+    def __hash__(self) -> int: ...
+
+@final
+class SetResult:
+    """What a SET did."""
+
+    @property
+    def applied(self) -> bool:
+        """False when NX/NEX did not hold."""
+    @property
+    def version(self) -> Optional[Hlc]:
+        """The key's version: the new one, or the current one when not applied."""
+
+@final
+class Versioned:
+    """A value and the version of the SET that wrote it."""
+
+    @property
+    def value(self) -> bytes: ...
+    @property
+    def version(self) -> Optional[Hlc]: ...
+
+@final
+class DeleteResult:
+    """What a DEL or VDEL did."""
+
+    @property
+    def deleted(self) -> bool: ...
+    @property
+    def outcome(self) -> str:
+        """"deleted", "absent" or "value_mismatch" (VDEL)."""
+    @property
+    def version(self) -> Optional[Hlc]: ...
+
+@final
+class Change:
+    """A change of an observed key."""
+
+    @property
+    def key(self) -> bytes: ...
+    @property
+    def value(self) -> Optional[bytes]:
+        """The new value; None when the key was deleted or expired."""
+    @property
+    def version(self) -> Optional[Hlc]: ...
+    @property
+    def synthetic(self) -> bool:
+        """Found by reading the key back after a reconnect (the notification was missed)."""
+
+@final
+class Client:
+    @staticmethod
+    def connect(
+        host: str,
+        port: int,
+        client_id: Optional[str],
+        username: Optional[str],
+        password: Optional[str],
+        ca_file: Optional[str],
+        cert_file: Optional[str],
+        key_file: Optional[str],
+        timeout_ms: int,
+        aio: bool,
+    ) -> Any: ...
+    @property
+    def client_id(self) -> str: ...
+    def set(
+        self,
+        key: bytes,
+        value: bytes,
+        condition: str,
+        expires_ms: Optional[int],
+        persist: bool,
+        fencing_token: Optional[Hlc],
+        aio: bool,
+    ) -> Any: ...
+    def get(self, key: bytes, aio: bool) -> Any: ...
+    def delete(self, key: bytes, fencing_token: Optional[Hlc], aio: bool) -> Any: ...
+    def vdel(self, key: bytes, value: bytes, fencing_token: Optional[Hlc], aio: bool) -> Any: ...
+    def scan(self, pattern: bytes) -> Scan: ...
+    def observe(self, key: bytes, aio: bool) -> Any: ...
+    def unobserve(self, key: bytes, aio: bool) -> Any: ...
+    def lease(self, key: bytes, ttl_ms: int, wait_ms: Optional[int], aio: bool) -> Any: ...
+    def lead(self, key: bytes, ttl_ms: int, aio: bool) -> Any: ...
+    def close(self, aio: bool) -> Any: ...
+
+@final
+class Scan:
+    def next_page(self, aio: bool) -> Any: ...
+
+@final
+class Observation:
+    @property
+    def key(self) -> bytes: ...
+    @property
+    def ended(self) -> bool: ...
+    def next(self, timeout_ms: Optional[int], aio: bool) -> Any: ...
+
+@final
+class Lease:
+    @property
+    def key(self) -> bytes: ...
+    @property
+    def fencing_token(self) -> Hlc: ...
+    @property
+    def held(self) -> bool: ...
+    def release(self, aio: bool) -> Any: ...
+
+def error_examples() -> list[tuple[int, str]]:
+    """One example of every error the client reports, with its code (for tests)."""
+
+def encode_request(command: Mapping[str, object]) -> bytes: ...
+def decode_request(data: bytes) -> dict[str, Any]: ...
+def encode_response(response: Mapping[str, object]) -> bytes: ...
+def decode_response(data: bytes) -> dict[str, Any]: ...
+def decode_notification(data: bytes) -> dict[str, Any]: ...
+def notify_topic(client_id: str, key: bytes) -> str: ...

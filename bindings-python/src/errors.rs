@@ -1,0 +1,136 @@
+//! Errors as Python exceptions: the classes live in `mqstore/errors.py`, one per stable code
+//! (`ClientError::code`); this side only passes the code, the message and the details.
+
+use mqstore::ServiceError;
+use mqstore::client::ClientError;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+
+/// Why a call failed.
+pub enum Failure {
+    Client(ClientError),
+    /// An exception raised by the binding itself (bad arguments, use after fork).
+    Python(PyErr),
+}
+
+impl From<ClientError> for Failure {
+    fn from(e: ClientError) -> Self {
+        Failure::Client(e)
+    }
+}
+
+impl From<PyErr> for Failure {
+    fn from(e: PyErr) -> Self {
+        Failure::Python(e)
+    }
+}
+
+impl Failure {
+    pub fn into_py_err(self, py: Python<'_>) -> PyErr {
+        match self {
+            Failure::Client(e) => client_error(py, &e),
+            Failure::Python(e) => e,
+        }
+    }
+}
+
+/// The exception of `mqstore.errors` for this error.
+pub fn client_error(py: Python<'_>, error: &ClientError) -> PyErr {
+    let detail = match error {
+        ClientError::Service(e) => Some(e.text().to_owned()),
+        ClientError::Jobs { code, .. } => Some(code.clone()),
+        ClientError::CommandFailed { id, .. }
+        | ClientError::CommandRejected { id, .. }
+        | ClientError::CommandTimedOut { id } => Some(id.clone()),
+        _ => None,
+    };
+    exception(py, error.code(), &error.to_string(), detail)
+}
+
+/// A state store refusal (`-ERR text`) as its exception, for the codec.
+pub fn service_error(py: Python<'_>, error: &ServiceError) -> PyErr {
+    client_error(py, &ClientError::Service(error.clone()))
+}
+
+fn exception(py: Python<'_>, code: u16, message: &str, detail: Option<String>) -> PyErr {
+    static ERROR_FOR: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    let made = ERROR_FOR
+        .import(py, "mqstore.errors", "_error_for")
+        .and_then(|error_for| error_for.call1((code, message, detail)));
+    match made {
+        Ok(exception) => PyErr::from_value(exception),
+        Err(e) => e,
+    }
+}
+
+/// One example of every error the client can report, with its code: the test suite checks
+/// that each code has a class of its own.
+#[pyfunction]
+pub fn error_examples() -> Vec<(u16, String)> {
+    let answer = || {
+        Box::new(mqstore::commands::Answer {
+            status: mqstore::commands::Status::Failed,
+            payload: bytes::Bytes::from_static(b"overheated"),
+            content_type: None,
+            code: None,
+            message: None,
+            app_error_code: None,
+            app_error_payload: None,
+        })
+    };
+    let mut examples: Vec<ClientError> = ServiceError::KNOWN
+        .into_iter()
+        .chain([ServiceError::Other("the moon is full".into())])
+        .map(ClientError::Service)
+        .collect();
+    examples.extend([
+        ClientError::Status {
+            status: 503,
+            message: "overloaded".into(),
+        },
+        ClientError::Timeout(10),
+        ClientError::Disconnected,
+        ClientError::Malformed("truncated".into()),
+        ClientError::Unexpected {
+            command: "SET",
+            response: mqstore::codec::Response::Absent,
+        },
+        ClientError::Clock(mqstore::hlc::HlcError::CounterOverflow),
+        ClientError::Unreachable("connection refused".into()),
+        ClientError::Refused {
+            code: 0x87,
+            reason: None,
+        },
+        ClientError::Protocol("reason code 0x01 in a PUBACK".into()),
+        ClientError::TooLarge { size: 10, max: 5 },
+        ClientError::BrokerDisconnected {
+            code: 0x8E,
+            reason: None,
+        },
+        ClientError::Jobs {
+            code: "ResourceNotFound".into(),
+            message: "no such job".into(),
+            execution_state: None,
+        },
+        ClientError::CommandFailed {
+            id: "c1".into(),
+            answer: answer(),
+        },
+        ClientError::CommandRejected {
+            id: "c1".into(),
+            answer: answer(),
+        },
+        ClientError::CommandTimedOut { id: "c1".into() },
+    ]);
+    examples.iter().map(|e| (e.code(), e.to_string())).collect()
+}
+
+/// A client used in a process that inherited it through `fork()`.
+pub fn forked(owner: u32, pid: u32) -> PyErr {
+    let message = format!(
+        "this client was connected in process {owner} and cannot be used in process {pid}, \
+         a child made by fork(): its connection's threads do not exist here; connect a new \
+         Client in the child"
+    );
+    Python::attach(|py| exception(py, 0, &message, None))
+}

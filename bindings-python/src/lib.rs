@@ -1,0 +1,28 @@
+//! `mqstore._native`: the Python binding's native module. It converts types, maps errors and
+//! waits; the protocol and the client are the core's (`mqstore::net::client`, `net::lease`).
+//! The public, typed API is the Python package around it (`python/mqstore/`).
+
+mod client;
+mod codec;
+mod errors;
+mod runtime;
+mod types;
+
+use pyo3::prelude::*;
+
+#[pymodule]
+fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    module.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    module.add_class::<client::Client>()?;
+    module.add_class::<client::Scan>()?;
+    module.add_class::<client::Observation>()?;
+    module.add_class::<client::Lease>()?;
+    module.add_class::<types::Hlc>()?;
+    module.add_class::<types::SetResult>()?;
+    module.add_class::<types::Versioned>()?;
+    module.add_class::<types::DeleteResult>()?;
+    module.add_class::<types::Change>()?;
+    module.add_function(wrap_pyfunction!(errors::error_examples, module)?)?;
+    codec::register(module)?;
+    Ok(())
+}
