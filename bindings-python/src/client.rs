@@ -305,7 +305,7 @@ impl Observation {
         py_bytes(py, &self.key)
     }
 
-    /// True once no change can come any more (unobserved, or the client closed).
+    /// True once a `next` found the observation ended (unobserved, or the client closed).
     #[getter]
     fn ended(&self) -> bool {
         self.ended.load(Ordering::Relaxed)

@@ -85,8 +85,10 @@ where
     let runtime = runtime()?;
     let mut future = std::pin::pin!(future);
     loop {
-        let polled =
-            py.detach(|| runtime.block_on(tokio::time::timeout(SIGNAL_CHECK, future.as_mut())));
+        // The timer is made inside the runtime: it needs the runtime's clock.
+        let polled = py.detach(|| {
+            runtime.block_on(async { tokio::time::timeout(SIGNAL_CHECK, future.as_mut()).await })
+        });
         match polled {
             Ok(result) => return result.map_err(|e| e.into_py_err(py)),
             Err(_elapsed) => py.check_signals()?,

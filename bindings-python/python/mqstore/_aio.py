@@ -208,7 +208,8 @@ class AsyncObservation:
 
     @property
     def ended(self) -> bool:
-        """True once no more changes can come."""
+        """True once the observation was found to have ended (the key was unobserved or the
+        client closed, and every change before that was taken)."""
         return self._native.ended
 
     async def next_change(self, timeout: Optional[Seconds] = None) -> Optional[Change]:

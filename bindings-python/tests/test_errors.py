@@ -1,0 +1,52 @@
+"""Every stable error code has an exception class of its own."""
+
+from __future__ import annotations
+
+import pytest
+
+import mqstore
+from mqstore import _native, errors
+
+
+def test_every_code_the_core_reports_maps_to_its_own_class() -> None:
+    examples = _native.error_examples()
+    # 14 texts of the protocol, one unknown text, 15 errors of the client
+    assert len(examples) == 30
+    classes = set()
+    for code, message in examples:
+        error = errors._error_for(code, message, None)
+        assert type(error) is not mqstore.MqstoreError, f"code {code} has no class"
+        assert error.code == code
+        assert str(error) == message
+        classes.add(type(error))
+    assert len(classes) == len(examples)
+
+
+def test_service_errors_keep_the_state_stores_text() -> None:
+    error = errors._error_for(104, "the state store refused the request: ...", "the text")
+    assert isinstance(error, errors.FencingTokenLowerVersionError)
+    assert isinstance(error, mqstore.ServiceError)
+    assert error.text == "the text"
+
+
+def test_timeouts_and_lost_connections_are_also_the_builtin_kinds() -> None:
+    assert issubclass(errors.RequestTimeoutError, TimeoutError)
+    assert issubclass(errors.CommandTimeoutError, TimeoutError)
+    assert issubclass(errors.ConnectionLostError, ConnectionError)
+    assert issubclass(errors.BrokerDisconnectedError, errors.ConnectionLostError)
+    assert issubclass(errors.BrokerUnreachableError, ConnectionError)
+    for name in errors.__all__:
+        assert issubclass(getattr(errors, name), mqstore.MqstoreError)
+        assert issubclass(getattr(errors, name), Exception)
+
+
+def test_an_unknown_code_is_still_an_mqstore_error() -> None:
+    error = errors._error_for(299, "from a newer core", None)
+    assert type(error) is mqstore.MqstoreError
+    assert error.code == 299
+
+
+@pytest.mark.parametrize("code", [212, 213, 214, 215])
+def test_jobs_and_command_errors_carry_their_detail(code: int) -> None:
+    error = errors._error_for(code, "message", "detail")
+    assert getattr(error, "jobs_code", None) == "detail" or getattr(error, "command_id") == "detail"
