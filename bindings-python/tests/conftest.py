@@ -17,12 +17,12 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator, List, Optional
-
-import pytest
+from typing import Optional
 
 import mqstore
+import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 VECTORS = REPO / "testdata" / "state-store.json"
@@ -88,7 +88,7 @@ class Broker:
         self.start()
 
     def start(self) -> None:
-        log = open(self.dir / "stderr.txt", "ab")  # noqa: SIM115 - kept open for the process
+        log = open(self.dir / "stderr.txt", "ab")
         self.process = subprocess.Popen(
             [mosquitto_binary(), "-c", str(self.config)],
             stdin=subprocess.DEVNULL,
@@ -120,7 +120,7 @@ class Server:
     def __init__(self, broker: Broker, *args: str) -> None:
         self.broker = broker
         self.metrics_port = free_port()
-        self.lines: List[str] = []
+        self.lines: list[str] = []
         self._connections = 0
         self._changed = threading.Condition()
         self.process = subprocess.Popen(
@@ -243,7 +243,7 @@ def python_child(code: str, *args: str) -> subprocess.Popen[str]:
 def read_line(process: subprocess.Popen[str], timeout: float = 30.0) -> str:
     """The child's next line of output (fails the test if none comes in time)."""
     assert process.stdout is not None
-    result: List[str] = []
+    result: list[str] = []
     reader = threading.Thread(target=lambda: result.append(process.stdout.readline()))  # type: ignore[union-attr]
     reader.daemon = True
     reader.start()

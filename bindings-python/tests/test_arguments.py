@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 from datetime import timedelta
-from typing import Any, Callable, Iterator
-
-import pytest
-from conftest import Server
+from typing import Any, Callable
 
 import mqstore
+import pytest
+from conftest import Server
 
 
 @pytest.fixture
@@ -101,5 +101,5 @@ def test_bad_connection_settings(kwargs: Any, kind: type, message: str) -> None:
 
 def test_a_missing_ca_file_is_named(tmp_path: Any) -> None:
     missing = tmp_path / "nope.pem"
-    with pytest.raises(OSError, match="nope.pem"):
+    with pytest.raises(OSError, match=r"nope\.pem"):
         mqstore.Client(tls=True, ca_file=missing)

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Coroutine, TypeVar
-
-import pytest
-from conftest import Server
+from collections.abc import Coroutine
+from typing import Any, TypeVar
 
 import mqstore
+import pytest
+from conftest import Server
 from mqstore import errors
 
 T = TypeVar("T")
@@ -68,8 +68,8 @@ def test_observe_as_async_iterator_and_awaitable(server: Server, key: str) -> No
             other = await c.observe(key + "/2")
             assert await other.next_change(timeout=0.1) is None
             await c.set(key + "/2", "b")
-            change = await other.next_change(timeout=10)
-            assert change is not None and change.value == b"b"
+            later = await other.next_change(timeout=10)
+            assert later is not None and later.value == b"b"
             await c.unobserve(key + "/2")
             assert [x async for x in other] == []
 
@@ -78,9 +78,10 @@ def test_observe_as_async_iterator_and_awaitable(server: Server, key: str) -> No
 
 def test_leases_contend_and_fence(server: Server, key: str) -> None:
     async def main() -> None:
-        async with mqstore.AsyncClient(
-            "127.0.0.1", server.broker.port
-        ) as a, mqstore.AsyncClient("127.0.0.1", server.broker.port) as b:
+        async with (
+            mqstore.AsyncClient("127.0.0.1", server.broker.port) as a,
+            mqstore.AsyncClient("127.0.0.1", server.broker.port) as b,
+        ):
             won = await asyncio.gather(a.lease(key, 30), b.lease(key, 30))
             held = [lease for lease in won if lease is not None]
             assert len(held) == 1, "exactly one client takes the lease"

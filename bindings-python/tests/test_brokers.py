@@ -5,13 +5,12 @@ from __future__ import annotations
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
-
-import pytest
-from conftest import Broker, Server, free_port
 
 import mqstore
+import pytest
+from conftest import Broker, Server, free_port
 from mqstore import errors
 
 

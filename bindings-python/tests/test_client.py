@@ -5,12 +5,10 @@ from __future__ import annotations
 import threading
 import time
 from datetime import timedelta
-from typing import List
-
-import pytest
-from conftest import Server
 
 import mqstore
+import pytest
+from conftest import Server
 from mqstore import errors
 
 
@@ -224,7 +222,7 @@ def test_leases_are_renewed_in_the_background(client: mqstore.Client, key: str) 
 
 
 def test_threads_share_one_client(client: mqstore.Client, key: str) -> None:
-    failures: List[BaseException] = []
+    failures: list[BaseException] = []
 
     def work(thread: int) -> None:
         try:
@@ -233,7 +231,7 @@ def test_threads_share_one_client(client: mqstore.Client, key: str) -> None:
                 assert client.set(k, f"{thread}:{i}").applied
                 got = client.get(k)
                 assert got is not None and got.value == f"{thread}:{i}".encode()
-        except BaseException as e:  # noqa: BLE001 - reported below
+        except BaseException as e:
             failures.append(e)
 
     threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]

@@ -3,21 +3,20 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, List
-
-import pytest
-from conftest import VECTORS
+from typing import Any
 
 import mqstore
+import pytest
+from conftest import VECTORS
 from mqstore import codec
 from mqstore.errors import ServiceError
 
-V: Dict[str, Any] = json.loads(VECTORS.read_text())
+V: dict[str, Any] = json.loads(VECTORS.read_text())
 
 
-def as_bytes(command: Dict[str, Any]) -> Dict[str, Any]:
+def as_bytes(command: dict[str, Any]) -> dict[str, Any]:
     """A vector's command or decoded object with its strings of bytes as ``bytes``."""
-    out: Dict[str, Any] = {}
+    out: dict[str, Any] = {}
     for name, value in command.items():
         if name in ("key", "value", "pattern", "token"):
             out[name] = value.encode()
@@ -28,12 +27,12 @@ def as_bytes(command: Dict[str, Any]) -> Dict[str, Any]:
     return out
 
 
-def names(section: str) -> List[str]:
+def names(section: str) -> list[str]:
     return [v.get("name", v["bytes"][:30]) for v in V[section]]
 
 
 @pytest.mark.parametrize("vector", V["requests"], ids=names("requests"))
-def test_requests_encode_to_the_vector_bytes_and_decode_back(vector: Dict[str, Any]) -> None:
+def test_requests_encode_to_the_vector_bytes_and_decode_back(vector: dict[str, Any]) -> None:
     command = as_bytes(vector["command"])
     wire = vector["bytes"].encode()
     assert codec.encode_request(command) == wire
@@ -43,13 +42,13 @@ def test_requests_encode_to_the_vector_bytes_and_decode_back(vector: Dict[str, A
 @pytest.mark.parametrize(
     "vector", V["requests_accepted_by_engine_only"], ids=names("requests_accepted_by_engine_only")
 )
-def test_lower_case_verbs_decode_like_their_upper_case_twins(vector: Dict[str, Any]) -> None:
+def test_lower_case_verbs_decode_like_their_upper_case_twins(vector: dict[str, Any]) -> None:
     twin = next(r for r in V["requests"] if r["name"] == vector["same_as"])
     assert codec.decode_request(vector["bytes"].encode()) == as_bytes(twin["command"])
 
 
 @pytest.mark.parametrize("vector", V["bad_requests"], ids=names("bad_requests"))
-def test_bad_requests_raise_the_state_stores_error(vector: Dict[str, Any]) -> None:
+def test_bad_requests_raise_the_state_stores_error(vector: dict[str, Any]) -> None:
     with pytest.raises(ServiceError) as raised:
         codec.decode_request(vector["bytes"].encode())
     assert raised.value.text == vector["error"]
@@ -57,7 +56,7 @@ def test_bad_requests_raise_the_state_stores_error(vector: Dict[str, Any]) -> No
 
 
 @pytest.mark.parametrize("vector", V["responses"], ids=names("responses"))
-def test_responses_encode_and_decode(vector: Dict[str, Any]) -> None:
+def test_responses_encode_and_decode(vector: dict[str, Any]) -> None:
     decoded = as_bytes(vector["decoded"])
     wire = vector["bytes"].encode()
     assert codec.encode_response(decoded) == wire
@@ -65,7 +64,7 @@ def test_responses_encode_and_decode(vector: Dict[str, Any]) -> None:
 
 
 @pytest.mark.parametrize("vector", V["notifications"], ids=names("notifications"))
-def test_notifications_decode(vector: Dict[str, Any]) -> None:
+def test_notifications_decode(vector: dict[str, Any]) -> None:
     assert codec.decode_notification(vector["bytes"].encode()) == as_bytes(vector["decoded"])
 
 
@@ -93,14 +92,14 @@ def test_topics() -> None:
 
 
 @pytest.mark.parametrize("vector", V["hlc"]["format"])
-def test_hlc_formats_padded(vector: Dict[str, Any]) -> None:
+def test_hlc_formats_padded(vector: dict[str, Any]) -> None:
     hlc = mqstore.Hlc(vector["wall_ms"], vector["counter"], vector["node"])
     assert str(hlc) == vector["text"]
     assert mqstore.Hlc.parse(vector["text"]) == hlc
 
 
 @pytest.mark.parametrize("vector", V["hlc"]["parse_ok"])
-def test_hlc_parses(vector: Dict[str, Any]) -> None:
+def test_hlc_parses(vector: dict[str, Any]) -> None:
     hlc = codec.Hlc.parse(vector["text"])
     assert (hlc.wall_ms, hlc.counter, hlc.node) == (
         vector["wall_ms"],
@@ -116,7 +115,7 @@ def test_hlc_refuses_malformed_text(text: str) -> None:
 
 
 @pytest.mark.parametrize("pair", V["hlc"]["order"])
-def test_hlc_orders(pair: List[str]) -> None:
+def test_hlc_orders(pair: list[str]) -> None:
     low, high = (mqstore.Hlc.parse(t) for t in pair)
     assert low < high and high > low and low <= high and low != high
     assert sorted([high, low]) == [low, high]

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import pytest
-
 import mqstore
+import pytest
 from mqstore import _native, errors
 
 
@@ -49,4 +48,8 @@ def test_an_unknown_code_is_still_an_mqstore_error() -> None:
 @pytest.mark.parametrize("code", [212, 213, 214, 215])
 def test_jobs_and_command_errors_carry_their_detail(code: int) -> None:
     error = errors._error_for(code, "message", "detail")
-    assert getattr(error, "jobs_code", None) == "detail" or getattr(error, "command_id") == "detail"
+    if isinstance(error, errors.JobsError):
+        assert error.jobs_code == "detail"
+    else:
+        assert isinstance(error, errors._CommandError)
+        assert error.command_id == "detail"

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Generator
 from types import TracebackType
-from typing import Any, AsyncIterator, Generator, Optional, Type
+from typing import Any, Optional
 
 from . import _args, _native
 from ._args import BytesLike, FencingToken, PathLike, Seconds
@@ -81,7 +82,7 @@ class AsyncClient:
         fencing_token: Optional[FencingToken] = None,
     ) -> SetResult:
         """Sets ``key`` to ``value`` (see :meth:`mqstore.Client.set`)."""
-        result: SetResult = await self._native.set(
+        return await self._native.set(
             _args.key(key),
             _args.to_bytes(value, "value"),
             _args.condition(nx, nex),
@@ -90,30 +91,24 @@ class AsyncClient:
             _args.fencing_token(fencing_token),
             True,
         )
-        return result
 
     async def get(self, key: BytesLike) -> Optional[Versioned]:
         """The value and version of ``key``, or ``None`` when it does not exist."""
-        result: Optional[Versioned] = await self._native.get(_args.key(key), True)
-        return result
+        return await self._native.get(_args.key(key), True)
 
     async def delete(
         self, key: BytesLike, *, fencing_token: Optional[FencingToken] = None
     ) -> DeleteResult:
         """Deletes ``key``; ``.deleted`` is false when it did not exist."""
-        result: DeleteResult = await self._native.delete(
-            _args.key(key), _args.fencing_token(fencing_token), True
-        )
-        return result
+        return await self._native.delete(_args.key(key), _args.fencing_token(fencing_token), True)
 
     async def vdel(
         self, key: BytesLike, value: BytesLike, *, fencing_token: Optional[FencingToken] = None
     ) -> DeleteResult:
         """Deletes ``key`` only if it holds ``value``."""
-        result: DeleteResult = await self._native.vdel(
+        return await self._native.vdel(
             _args.key(key), _args.to_bytes(value, "value"), _args.fencing_token(fencing_token), True
         )
-        return result
 
     def scan(self, pattern: BytesLike = "*") -> AsyncIterator[bytes]:
         """The keys matching ``pattern``, fetched page by page: ``async for key in ...``."""
@@ -121,7 +116,7 @@ class AsyncClient:
 
         async def keys() -> AsyncIterator[bytes]:
             while True:
-                page: Optional[list[bytes]] = await pages.next_page(True)
+                page = await pages.next_page(True)
                 if page is None:
                     return
                 for key in page:
@@ -144,16 +139,14 @@ class AsyncClient:
     ) -> Optional[AsyncLease]:
         """Takes the lease on ``key`` (see :meth:`mqstore.Client.lease`); ``None`` when
         someone else holds it."""
-        native: Optional[_native.Lease] = await self._native.lease(
+        native = await self._native.lease(
             _args.key(key), _args.millis(ttl, "ttl"), _args.optional_millis(wait, "wait"), True
         )
         return None if native is None else AsyncLease(native)
 
     async def lead(self, key: BytesLike, ttl: Seconds) -> AsyncLease:
         """Leader election: returns once this client holds the lease on ``key``."""
-        native: _native.Lease = await self._native.lead(
-            _args.key(key), _args.millis(ttl, "ttl"), True
-        )
+        native = await self._native.lead(_args.key(key), _args.millis(ttl, "ttl"), True)
         return AsyncLease(native)
 
     async def close(self) -> None:
@@ -166,7 +159,7 @@ class AsyncClient:
 
     async def __aexit__(
         self,
-        exc_type: Optional[Type[BaseException]],
+        exc_type: Optional[type[BaseException]],
         exc: Optional[BaseException],
         traceback: Optional[TracebackType],
     ) -> None:
@@ -215,16 +208,13 @@ class AsyncObservation:
     async def next_change(self, timeout: Optional[Seconds] = None) -> Optional[Change]:
         """The next change, waiting at most ``timeout`` seconds; ``None`` when the time ran
         out or the observation ended."""
-        change: Optional[Change] = await self._native.next(
-            _args.optional_millis(timeout, "timeout"), True
-        )
-        return change
+        return await self._native.next(_args.optional_millis(timeout, "timeout"), True)
 
     def __aiter__(self) -> AsyncObservation:
         return self
 
     async def __anext__(self) -> Change:
-        change: Optional[Change] = await self._native.next(None, True)
+        change = await self._native.next(None, True)
         if change is None:
             raise StopAsyncIteration
         return change
@@ -239,7 +229,7 @@ class AsyncObservation:
 
     async def __aexit__(
         self,
-        exc_type: Optional[Type[BaseException]],
+        exc_type: Optional[type[BaseException]],
         exc: Optional[BaseException],
         traceback: Optional[TracebackType],
     ) -> None:
@@ -268,15 +258,14 @@ class AsyncLease:
 
     async def release(self) -> bool:
         """Releases the lease; true when it was still held."""
-        released: bool = await self._native.release(True)
-        return released
+        return await self._native.release(True)
 
     async def __aenter__(self) -> AsyncLease:
         return self
 
     async def __aexit__(
         self,
-        exc_type: Optional[Type[BaseException]],
+        exc_type: Optional[type[BaseException]],
         exc: Optional[BaseException],
         traceback: Optional[TracebackType],
     ) -> None:

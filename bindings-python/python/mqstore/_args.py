@@ -85,7 +85,7 @@ def path(value: object, what: str) -> Optional[str]:
     if value is None:
         return None
     if isinstance(value, (str, os.PathLike)):
-        return os.fspath(value)  # type: ignore[arg-type]
+        return os.fspath(value)
     raise TypeError(f"{what} must be a path (str or os.PathLike), not {type(value).__name__}")
 
 
@@ -109,7 +109,11 @@ class ConnectArgs:
             raise TypeError(f"host must be a non-empty str, not {host!r}")
         if not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536:
             raise ValueError(f"port must be an int from 1 to 65535, not {port!r}")
-        for name, text in (("client_id", client_id), ("username", username), ("password", password)):
+        for name, text in (
+            ("client_id", client_id),
+            ("username", username),
+            ("password", password),
+        ):
             if text is not None and not isinstance(text, str):
                 raise TypeError(f"{name} must be a str, not {type(text).__name__}")
         if client_id == "":

@@ -3,8 +3,9 @@ Ctrl-C (``KeyboardInterrupt``; a request already sent may still be applied)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from types import TracebackType
-from typing import Iterator, Optional, Type
+from typing import Optional
 
 from . import _args, _native
 from ._args import BytesLike, FencingToken, PathLike, Seconds
@@ -155,7 +156,7 @@ class Client:
 
     def __exit__(
         self,
-        exc_type: Optional[Type[BaseException]],
+        exc_type: Optional[type[BaseException]],
         exc: Optional[BaseException],
         traceback: Optional[TracebackType],
     ) -> None:
@@ -207,7 +208,7 @@ class Observation:
 
     def __exit__(
         self,
-        exc_type: Optional[Type[BaseException]],
+        exc_type: Optional[type[BaseException]],
         exc: Optional[BaseException],
         traceback: Optional[TracebackType],
     ) -> None:
@@ -244,11 +245,13 @@ class Lease:
 
     def __exit__(
         self,
-        exc_type: Optional[Type[BaseException]],
+        exc_type: Optional[type[BaseException]],
         exc: Optional[BaseException],
         traceback: Optional[TracebackType],
     ) -> None:
         self.release()
 
     def __repr__(self) -> str:
-        return f"<mqstore.Lease key={self.key!r} fencing_token={self.fencing_token} held={self.held}>"
+        return (
+            f"<mqstore.Lease key={self.key!r} fencing_token={self.fencing_token} held={self.held}>"
+        )
