@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 import mqstore
 import pytest
-from conftest import Server
+from harness import Server
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 
 import mqstore
 import pytest
-from conftest import Server
+from harness import Server
 from mqstore import errors
 
 T = TypeVar("T")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import mqstore
 import pytest
-from conftest import Broker, Server, free_port
+from harness import Broker, Server, free_port
 from mqstore import errors
 
 

@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import mqstore
 import pytest
-from conftest import Server
+from harness import Server
 from mqstore import errors
 
 

@@ -11,7 +11,8 @@ import warnings
 
 import mqstore
 import pytest
-from conftest import Broker, Server, python_child, read_line
+from conftest import python_child, read_line
+from harness import Broker, Server
 from mqstore import errors
 
 # A child that takes the lease on KEY (ttl 1 s), writes KEY/data with its fencing token, then

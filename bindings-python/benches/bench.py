@@ -1,0 +1,311 @@
+"""The Python client against a pure-Python client on paho-mqtt, and against the Rust client,
+through the same broker and the same server, in one run.
+
+    cargo build --release -p mqstore
+    pip install ./bindings-python paho-mqtt==2.1.0
+    MQSTORE_BIN=target/release/mqstore python bindings-python/benches/bench.py
+
+Every target does the same requests (SET and GET alternately over 1,000 keys, 64-byte values)
+at 1 and 16 in flight, in turns (``--rounds``), so the machine's noise spreads over all of them.
+The Rust client is measured by ``mqstore bench`` (one connection, the same mix). Figures:
+docs/performance.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+import paho.mqtt.client as paho
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+import mqstore
+from harness import Broker, Server, mqstore_binary
+
+KEYS = [f"bench/{i}" for i in range(1000)]
+VALUE = b"v" * 64
+INVOKE = mqstore.codec.INVOKE_TOPIC
+
+
+def op(i: int) -> tuple[str, bool]:
+    """The i-th request: its key, and whether it is a SET (else a GET)."""
+    return KEYS[i % len(KEYS)], i % 2 == 0
+
+
+# --- mqstore, blocking: one client shared by `in_flight` threads ---------------------------
+
+
+def mqstore_sync(port: int, in_flight: int, seconds: float) -> int:
+    done = [0] * in_flight
+    with mqstore.Client("127.0.0.1", port) as client:
+        deadline = time.perf_counter() + seconds
+
+        def worker(w: int) -> None:
+            i = w
+            while time.perf_counter() < deadline:
+                key, is_set = op(i)
+                if is_set:
+                    client.set(key, VALUE)
+                else:
+                    client.get(key)
+                i += in_flight
+                done[w] += 1
+
+        threads = [threading.Thread(target=worker, args=(w,)) for w in range(in_flight)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    return sum(done)
+
+
+# --- mqstore, asyncio: `in_flight` tasks on one client -------------------------------------
+
+
+def mqstore_asyncio(port: int, in_flight: int, seconds: float) -> int:
+    async def main() -> int:
+        async with mqstore.AsyncClient("127.0.0.1", port) as client:
+            deadline = time.perf_counter() + seconds
+
+            async def worker(w: int) -> int:
+                n, i = 0, w
+                while time.perf_counter() < deadline:
+                    key, is_set = op(i)
+                    if is_set:
+                        await client.set(key, VALUE)
+                    else:
+                        await client.get(key)
+                    i += in_flight
+                    n += 1
+                return n
+
+            return sum(await asyncio.gather(*(worker(w) for w in range(in_flight))))
+
+    return asyncio.run(main())
+
+
+# --- the baseline: the same requests from pure Python on paho-mqtt -------------------------
+
+
+def resp_request(key: str, is_set: bool) -> bytes:
+    """The state store request in RESP3, written in Python."""
+    k = key.encode()
+    if is_set:
+        return b"*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n" % (len(k), k, len(VALUE), VALUE)
+    return b"*2\r\n$3\r\nGET\r\n$%d\r\n%s\r\n" % (len(k), k)
+
+
+class PahoStateStore:
+    """A minimal state store client on paho-mqtt: requests on the invoke topic, answers matched
+    by correlation data on this client's response topic; `done(correlation, payload)` runs on
+    paho's network thread."""
+
+    def __init__(self, port: int, done: Callable[[bytes, bytes], None]) -> None:
+        self.id = f"paho-bench-{os.getpid()}-{id(self)}"
+        self.response_topic = f"paho-bench/{self.id}/response"
+        self.counter = itertools.count()
+        self.lock = threading.Lock()
+        self.client = paho.Client(
+            paho.CallbackAPIVersion.VERSION2, client_id=self.id, protocol=paho.MQTTv5
+        )
+        self.client.on_message = lambda _c, _u, m: done(m.properties.CorrelationData, m.payload)
+        subscribed = threading.Event()
+        self.client.on_subscribe = lambda *_: subscribed.set()
+        self.client.connect("127.0.0.1", port)
+        # Nagle off, as mqstore's connections have it: with it on, every call waits ~40 ms.
+        self.client.socket().setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.client.loop_start()
+        self.client.subscribe(self.response_topic, qos=1)
+        if not subscribed.wait(10):
+            raise RuntimeError("paho: no SUBACK")
+
+    def send(self, key: str, is_set: bool, expect: Callable[[bytes], None]) -> None:
+        """Publishes a request; `expect` hears its correlation data before it goes out."""
+        with self.lock:
+            correlation = next(self.counter).to_bytes(8, "big")
+        expect(correlation)
+        props = Properties(PacketTypes.PUBLISH)
+        props.ResponseTopic = self.response_topic
+        props.CorrelationData = correlation
+        props.UserProperty = [
+            ("__ts", f"{int(time.time() * 1000)}:0:{self.id}"),
+            ("__srcId", self.id),
+            ("__protVer", "1.0"),
+        ]
+        self.client.publish(INVOKE, resp_request(key, is_set), qos=1, properties=props)
+
+    def close(self) -> None:
+        self.client.disconnect()
+        self.client.loop_stop()
+
+
+def check(payload: bytes) -> None:
+    if not payload.startswith((b"+OK", b"$")):
+        raise RuntimeError(f"the state store answered {payload!r}")
+
+
+def paho_sync(port: int, in_flight: int, seconds: float) -> int:
+    waiting: dict[bytes, threading.Event] = {}
+    answers: dict[bytes, bytes] = {}
+
+    def done(correlation: bytes, payload: bytes) -> None:
+        answers[correlation] = payload
+        waiting.pop(correlation).set()
+
+    store = PahoStateStore(port, done)
+    counts = [0] * in_flight
+    deadline = time.perf_counter() + seconds
+
+    def worker(w: int) -> None:
+        i = w
+        while time.perf_counter() < deadline:
+            event = threading.Event()
+            sent: list[bytes] = []
+
+            def expect(
+                correlation: bytes, event: threading.Event = event, sent: list[bytes] = sent
+            ) -> None:
+                waiting[correlation] = event
+                sent.append(correlation)
+
+            store.send(*op(i), expect)
+            if not event.wait(10):
+                raise RuntimeError("paho: no answer within 10 s")
+            check(answers.pop(sent[0]))
+            i += in_flight
+            counts[w] += 1
+
+    threads = [threading.Thread(target=worker, args=(w,)) for w in range(in_flight)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    store.close()
+    return sum(counts)
+
+
+def paho_asyncio(port: int, in_flight: int, seconds: float) -> int:
+    async def main() -> int:
+        loop = asyncio.get_running_loop()
+        waiting: dict[bytes, asyncio.Future[bytes]] = {}
+
+        def resolve(correlation: bytes, payload: bytes) -> None:
+            future = waiting.pop(correlation, None)
+            if future is not None and not future.done():
+                future.set_result(payload)
+
+        store = PahoStateStore(
+            port, lambda c, p: loop.call_soon_threadsafe(resolve, bytes(c), bytes(p))
+        )
+        deadline = time.perf_counter() + seconds
+
+        async def worker(w: int) -> int:
+            n, i = 0, w
+            while time.perf_counter() < deadline:
+                future: asyncio.Future[bytes] = loop.create_future()
+                store.send(*op(i), lambda c, f=future: waiting.__setitem__(c, f))
+                check(await asyncio.wait_for(future, 10))
+                i += in_flight
+                n += 1
+            return n
+
+        try:
+            return sum(await asyncio.gather(*(worker(w) for w in range(in_flight))))
+        finally:
+            store.close()
+
+    return asyncio.run(main())
+
+
+def rust_client_per_call_us(port: int, seconds: float, rounds: int) -> float:
+    """The Rust client's time per call at 1 in flight, from `mqstore bench` (one connection)."""
+    out = subprocess.run(
+        [
+            mqstore_binary(),
+            "--port",
+            str(port),
+            "bench",
+            "--in-flight",
+            "1",
+            "--connections",
+            "1",
+            "--duration",
+            str(max(1, round(seconds))),
+            "--rounds",
+            str(rounds),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    # The table's row: "        1 |          6763 |   0.15 | ..." (in flight | mqstore ops/s | ...)
+    for line in out.splitlines():
+        cells = [c.strip() for c in line.split("|")]
+        if len(cells) > 2 and cells[0] == "1":
+            return 1e6 / float(cells[1])
+    raise RuntimeError(f"cannot read `mqstore bench`'s output:\n{out}")
+
+
+TARGETS: dict[str, Callable[[int, int, float], int]] = {
+    "mqstore (sync)": mqstore_sync,
+    "paho-mqtt (sync)": paho_sync,
+    "mqstore (asyncio)": mqstore_asyncio,
+    "paho-mqtt (asyncio)": paho_asyncio,
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=2.0, help="each turn's length")
+    parser.add_argument("--rounds", type=int, default=3, help="turns per target and level")
+    args = parser.parse_args()
+
+    broker = Broker()
+    server = Server(broker)
+    try:
+        rates: dict[tuple[str, int], list[float]] = {}
+        for in_flight in (1, 16):
+            for _ in range(args.rounds):
+                for name, run in TARGETS.items():
+                    n = run(broker.port, in_flight, args.seconds)
+                    rates.setdefault((name, in_flight), []).append(n / args.seconds)
+                    print(f"  {name:22} {in_flight:3} in flight: {n / args.seconds:9.0f} ops/s")
+        rust_us = rust_client_per_call_us(broker.port, args.seconds, args.rounds)
+    finally:
+        server.stop()
+        broker.stop()
+
+    print(f"\n{'':22} {'in flight':>9} {'ops/s (median)':>15} {'µs per call':>12}")
+    median = {key: statistics.median(values) for key, values in rates.items()}
+    for (name, in_flight), ops in median.items():
+        per_call = 1e6 / ops * in_flight
+        print(f"{name:22} {in_flight:9} {ops:15.0f} {per_call:12.1f}")
+    print(f"{'Rust client':22} {1:9} {1e6 / rust_us:15.0f} {rust_us:12.1f}")
+    print()
+    for kind in ("sync", "asyncio"):
+        for in_flight in (1, 16):
+            ratio = (
+                median[(f"mqstore ({kind})", in_flight)]
+                / median[(f"paho-mqtt ({kind})", in_flight)]
+            )
+            print(f"mqstore / paho-mqtt, {kind}, {in_flight:2} in flight: {ratio:.2f}x the ops/s")
+    for kind in ("sync", "asyncio"):
+        python_us = 1e6 / median[(f"mqstore ({kind})", 1)]
+        ratio = python_us / rust_us
+        print(f"Python ({kind}) / Rust client, 1 in flight: {ratio:.2f}x the time per call")
+
+
+if __name__ == "__main__":
+    main()
