@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Callable
 
 import paho.mqtt.client as paho
+from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
@@ -118,14 +119,21 @@ class PahoStateStore:
         self.counter = itertools.count()
         self.lock = threading.Lock()
         self.client = paho.Client(
-            paho.CallbackAPIVersion.VERSION2, client_id=self.id, protocol=paho.MQTTv5
+            CallbackAPIVersion.VERSION2, client_id=self.id, protocol=paho.MQTTv5
         )
-        self.client.on_message = lambda _c, _u, m: done(m.properties.CorrelationData, m.payload)
+
+        def on_message(_client: object, _userdata: object, message: paho.MQTTMessage) -> None:
+            assert message.properties is not None
+            done(message.properties.CorrelationData, message.payload)  # type: ignore[attr-defined]
+
+        self.client.on_message = on_message
         subscribed = threading.Event()
         self.client.on_subscribe = lambda *_: subscribed.set()
         self.client.connect("127.0.0.1", port)
         # Nagle off, as mqstore's connections have it: with it on, every call waits ~40 ms.
-        self.client.socket().setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        connection = self.client.socket()
+        assert isinstance(connection, socket.socket)
+        connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.client.loop_start()
         self.client.subscribe(self.response_topic, qos=1)
         if not subscribed.wait(10):
@@ -136,7 +144,7 @@ class PahoStateStore:
         with self.lock:
             correlation = next(self.counter).to_bytes(8, "big")
         expect(correlation)
-        props = Properties(PacketTypes.PUBLISH)
+        props = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
         props.ResponseTopic = self.response_topic
         props.CorrelationData = correlation
         props.UserProperty = [
@@ -206,16 +214,21 @@ def paho_asyncio(port: int, in_flight: int, seconds: float) -> int:
             if future is not None and not future.done():
                 future.set_result(payload)
 
-        store = PahoStateStore(
-            port, lambda c, p: loop.call_soon_threadsafe(resolve, bytes(c), bytes(p))
-        )
+        def done(correlation: bytes, payload: bytes) -> None:
+            loop.call_soon_threadsafe(resolve, bytes(correlation), bytes(payload))
+
+        store = PahoStateStore(port, done)
         deadline = time.perf_counter() + seconds
 
         async def worker(w: int) -> int:
             n, i = 0, w
             while time.perf_counter() < deadline:
                 future: asyncio.Future[bytes] = loop.create_future()
-                store.send(*op(i), lambda c, f=future: waiting.__setitem__(c, f))
+
+                def expect(correlation: bytes, future: asyncio.Future[bytes] = future) -> None:
+                    waiting[correlation] = future
+
+                store.send(*op(i), expect)
                 check(await asyncio.wait_for(future, 10))
                 i += in_flight
                 n += 1
