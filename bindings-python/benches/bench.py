@@ -157,6 +157,8 @@ class PahoStateStore:
     def close(self) -> None:
         self.client.disconnect()
         self.client.loop_stop()
+        # paho-mqtt 2.1 leaves the socket pair that wakes its loop open after loop_stop().
+        self.client._reset_sockets(sockpair_only=True)
 
 
 def check(payload: bytes) -> None:

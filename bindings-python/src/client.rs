@@ -43,7 +43,7 @@ pub struct Client {
 
 /// Fails in a child process that inherited, through `fork()`, what `owner` made: the
 /// connection's threads do not exist there, and waiting for them would hang.
-fn same_process(owner: u32) -> PyResult<()> {
+pub(crate) fn same_process(owner: u32) -> PyResult<()> {
     let pid = std::process::id();
     if pid != owner {
         return Err(crate::errors::forked(owner, pid));
@@ -53,9 +53,14 @@ fn same_process(owner: u32) -> PyResult<()> {
 
 impl Client {
     /// The client, unless this is a child process that inherited it through `fork()`.
-    fn live(&self) -> PyResult<CoreClient> {
+    pub(crate) fn live(&self) -> PyResult<CoreClient> {
         same_process(self.pid)?;
         Ok(self.inner.clone())
+    }
+
+    /// The process that connected.
+    pub(crate) fn pid(&self) -> u32 {
+        self.pid
     }
 }
 

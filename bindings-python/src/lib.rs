@@ -4,7 +4,9 @@
 
 mod client;
 mod codec;
+mod commands;
 mod errors;
+mod jobs;
 mod runtime;
 mod types;
 
@@ -17,6 +19,10 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<client::Scan>()?;
     module.add_class::<client::Observation>()?;
     module.add_class::<client::Lease>()?;
+    module.add_class::<jobs::Jobs>()?;
+    module.add_class::<commands::CommandReply>()?;
+    module.add_class::<commands::CommandWatch>()?;
+    module.add_class::<commands::FanOut>()?;
     module.add_class::<types::Hlc>()?;
     module.add_class::<types::SetResult>()?;
     module.add_class::<types::Versioned>()?;

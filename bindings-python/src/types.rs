@@ -218,3 +218,49 @@ fn repr_version(version: &Option<Py<Hlc>>) -> String {
         .as_ref()
         .map_or_else(|| "None".into(), |v| v.get().__repr__())
 }
+
+/// JSON (a jobs or commands record) as Python objects: dicts, lists, str, int, float, bool,
+/// None.
+pub struct Json(pub serde_json::Value);
+
+impl ToPy for Json {
+    fn to_py(self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        json_to_py(py, self.0)
+    }
+}
+
+fn json_to_py(py: Python<'_>, value: serde_json::Value) -> PyResult<Py<PyAny>> {
+    use serde_json::Value;
+    Ok(match value {
+        Value::Null => py.None(),
+        Value::Bool(b) => pyo3::types::PyBool::new(py, b)
+            .to_owned()
+            .into_any()
+            .unbind(),
+        Value::Number(n) => match (n.as_i64(), n.as_u64()) {
+            (Some(i), _) => i.into_pyobject(py)?.into_any().unbind(),
+            (None, Some(u)) => u.into_pyobject(py)?.into_any().unbind(),
+            _ => n
+                .as_f64()
+                .unwrap_or(f64::NAN)
+                .into_pyobject(py)?
+                .into_any()
+                .unbind(),
+        },
+        Value::String(s) => s.into_pyobject(py)?.into_any().unbind(),
+        Value::Array(items) => {
+            let list = pyo3::types::PyList::empty(py);
+            for item in items {
+                list.append(json_to_py(py, item)?)?;
+            }
+            list.into_any().unbind()
+        }
+        Value::Object(fields) => {
+            let dict = pyo3::types::PyDict::new(py);
+            for (name, field) in fields {
+                dict.set_item(name, json_to_py(py, field)?)?;
+            }
+            dict.into_any().unbind()
+        }
+    })
+}

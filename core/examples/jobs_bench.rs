@@ -190,7 +190,7 @@ async fn main() {
     let notifications = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
     let mut tasks = Vec::new();
-    for mut handle in handles {
+    for handle in handles {
         let permits = permits.clone();
         let notifications = notifications.clone();
         tasks.push(tokio::spawn(async move {

@@ -146,7 +146,7 @@ async fn three_nodes_share_jobs(broker: &Broker) {
 
     let operator = client(broker, "operator").await;
     let device = client(broker, "fleet").await;
-    let mut first = device.jobs("d000").await.unwrap();
+    let first = device.jobs("d000").await.unwrap();
     let things: Vec<String> = (0..200).map(|i| format!("d{i:03}")).collect();
     operator
         .create_job(JobSpec {
@@ -249,7 +249,7 @@ async fn three_nodes_share_jobs(broker: &Broker) {
         })
         .await
         .unwrap();
-    let mut late = device.jobs("late").await.unwrap();
+    let late = device.jobs("late").await.unwrap();
     let started = late
         .start_next(StartNext::default())
         .await

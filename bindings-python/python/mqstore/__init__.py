@@ -1,7 +1,7 @@
 """mqstore: state, leases and change notifications for MQTT 5 device fleets.
 
-A client of the mqstore state store (and of any Azure IoT Operations-compatible one), built on
-mqstore's Rust core::
+A client of the mqstore state store (and of any Azure IoT Operations-compatible one), of its
+jobs service (AWS IoT Jobs) and of its command service, built on mqstore's Rust core::
 
     import mqstore
 
@@ -16,7 +16,16 @@ subclasses (``mqstore.errors``); the codec and HLC are in ``mqstore.codec``.
 from . import codec, errors
 from ._aio import AsyncClient, AsyncLease, AsyncObservation
 from ._client import Client, Lease, Observation
-from ._native import Change, DeleteResult, Hlc, SetResult, Versioned, __version__
+from ._jobs import AsyncCommandWatch, AsyncFanOut, AsyncJobs, CommandWatch, FanOut, Jobs
+from ._native import (
+    Change,
+    CommandReply,
+    DeleteResult,
+    Hlc,
+    SetResult,
+    Versioned,
+    __version__,
+)
 from .errors import (
     ConnectionLostError,
     MqstoreError,
@@ -26,13 +35,20 @@ from .errors import (
 
 __all__ = [
     "AsyncClient",
+    "AsyncCommandWatch",
+    "AsyncFanOut",
+    "AsyncJobs",
     "AsyncLease",
     "AsyncObservation",
     "Change",
     "Client",
+    "CommandReply",
+    "CommandWatch",
     "ConnectionLostError",
     "DeleteResult",
+    "FanOut",
     "Hlc",
+    "Jobs",
     "Lease",
     "MqstoreError",
     "Observation",

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Generator
+from collections.abc import AsyncIterator, Generator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Optional
 
 from . import _args, _native
 from ._args import BytesLike, FencingToken, PathLike, Seconds
-from ._native import Change, DeleteResult, Hlc, SetResult, Versioned
+from ._jobs import AsyncCommandWatch, AsyncFanOut, AsyncJobs, Record
+from ._native import Change, CommandReply, DeleteResult, Hlc, SetResult, Versioned
 
 
 class AsyncClient:
@@ -148,6 +149,105 @@ class AsyncClient:
         """Leader election: returns once this client holds the lease on ``key``."""
         native = await self._native.lead(_args.key(key), _args.millis(ttl, "ttl"), True)
         return AsyncLease(native)
+
+    # --- jobs (AWS IoT Jobs): the operator side ------------------------------------------
+
+    async def create_job(
+        self,
+        job_id: str,
+        targets: Sequence[str],
+        document: Mapping[str, Any],
+        *,
+        in_progress_timeout_minutes: Optional[int] = None,
+        max_retries: int = 0,
+    ) -> None:
+        """See :meth:`mqstore.Client.create_job`."""
+        await self._native.create_job(
+            *_args.create_job(job_id, targets, document, in_progress_timeout_minutes, max_retries),
+            True,
+        )
+
+    async def cancel_job(self, job_id: str, *, force: bool = False) -> None:
+        await self._native.cancel_job(_args.text(job_id, "job_id"), bool(force), True)
+
+    async def delete_job_execution(self, job_id: str, thing: str, *, force: bool = False) -> None:
+        await self._native.delete_job_execution(
+            _args.text(job_id, "job_id"), _args.text(thing, "thing"), bool(force), True
+        )
+
+    async def describe_job(self, job_id: str) -> Record:
+        return await self._native.describe_job(_args.text(job_id, "job_id"), True)
+
+    async def describe_job_execution(self, job_id: str, thing: str) -> Record:
+        return await self._native.describe_job_execution(
+            _args.text(job_id, "job_id"), _args.text(thing, "thing"), True
+        )
+
+    async def list_jobs(self) -> list[Record]:
+        return await self._native.list_jobs(True)
+
+    async def list_job_executions(
+        self,
+        *,
+        thing: Optional[str] = None,
+        job_id: Optional[str] = None,
+        status: Optional[str] = None,
+    ) -> list[Record]:
+        return await self._native.list_job_executions(
+            _args.optional_text(thing, "thing"),
+            _args.optional_text(job_id, "job_id"),
+            _args.optional_text(status, "status"),
+            True,
+        )
+
+    async def jobs(self, thing: str) -> AsyncJobs:
+        """See :meth:`mqstore.Client.jobs`."""
+        return AsyncJobs(await self._native.jobs(_args.text(thing, "thing"), True))
+
+    # --- commands to devices (through mqstore serve) -------------------------------------
+
+    async def command(
+        self,
+        topic: str,
+        payload: BytesLike = b"",
+        *,
+        content_type: Optional[str] = None,
+        profile: str = "mqtt5",
+        timeout: Seconds = 10.0,
+        mode: str = "await",
+        headers: Optional[Mapping[str, str]] = None,
+    ) -> CommandReply:
+        """See :meth:`mqstore.Client.command`."""
+        return await self._native.command(
+            _args.text(topic, "topic"),
+            *_args.command(payload, content_type, profile, timeout, mode, headers),
+            True,
+        )
+
+    async def command_status(self, command_id: str) -> Record:
+        return await self._native.command_status(_args.text(command_id, "command_id"), True)
+
+    async def watch_commands(self) -> AsyncCommandWatch:
+        return AsyncCommandWatch(await self._native.watch_commands(True))
+
+    def command_many(
+        self,
+        topics: Sequence[str],
+        payload: BytesLike = b"",
+        *,
+        content_type: Optional[str] = None,
+        profile: str = "mqtt5",
+        timeout: Seconds = 10.0,
+        mode: str = "await",
+        headers: Optional[Mapping[str, str]] = None,
+    ) -> AsyncFanOut:
+        """See :meth:`mqstore.Client.command_many`: ``async for topic, result in ...``."""
+        return AsyncFanOut(
+            self._native.command_many(
+                _args.texts(topics, "topics"),
+                *_args.command(payload, content_type, profile, timeout, mode, headers),
+            )
+        )
 
     async def close(self) -> None:
         """Disconnects; calls still in flight fail with a connection-lost error."""

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import timedelta
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 from ._native import Hlc
 
@@ -138,3 +140,102 @@ class ConnectArgs:
         self.username = username
         self.password = password
         self.timeout_ms = millis(timeout, "timeout")
+
+
+def text(value: object, what: str) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a str, not {type(value).__name__}")
+    if not value:
+        raise ValueError(f"{what} must not be empty")
+    return value
+
+
+def optional_text(value: object, what: str) -> Optional[str]:
+    return None if value is None else text(value, what)
+
+
+def texts(values: object, what: str) -> list[str]:
+    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+        raise TypeError(f"{what} must be a list of str, not {type(values).__name__}")
+    return [text(v, f"each of {what}") for v in values]
+
+
+def string_map(values: object, what: str) -> dict[str, str]:
+    if values is None:
+        return {}
+    if not isinstance(values, Mapping):
+        raise TypeError(f"{what} must be a dict of str to str, not {type(values).__name__}")
+    out: dict[str, str] = {}
+    for name, value in values.items():
+        if not isinstance(name, str) or not isinstance(value, str):
+            raise TypeError(f"{what} must map str to str: {name!r}: {value!r}")
+        out[name] = value
+    return out
+
+
+def count(value: object, what: str, optional: bool = False) -> Optional[int]:
+    if value is None and optional:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{what} must be an int, not {type(value).__name__}")
+    if value < 0:
+        raise ValueError(f"{what} must not be negative, not {value}")
+    return value
+
+
+def job_document(value: object) -> str:
+    """A job document (a dict) as JSON text."""
+    if not isinstance(value, Mapping):
+        raise TypeError(f"the job document must be a dict, not {type(value).__name__}")
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"the job document must be JSON-serializable: {e}") from None
+
+
+COMMAND_MODES = ("await", "oneway", "detached")
+
+
+def mode(value: object) -> str:
+    if value not in COMMAND_MODES:
+        raise ValueError(f"mode must be one of {', '.join(COMMAND_MODES)}, not {value!r}")
+    return str(value)
+
+
+def command(
+    payload: object,
+    content_type: object,
+    profile: object,
+    timeout: object,
+    command_mode: object,
+    headers: object,
+) -> tuple[bytes, Optional[str], str, int, str, list[tuple[str, str]]]:
+    """The arguments every command call shares, checked, in the native call's order."""
+    return (
+        to_bytes(payload, "payload"),
+        optional_text(content_type, "content_type"),
+        text(profile, "profile"),
+        millis(timeout, "timeout"),
+        mode(command_mode),
+        list(string_map(headers, "headers").items()),
+    )
+
+
+def create_job(
+    job_id: str,
+    targets: Sequence[str],
+    document: Mapping[str, Any],
+    in_progress_timeout_minutes: Optional[int],
+    max_retries: int,
+) -> tuple[str, list[str], str, Optional[int], int]:
+    """The arguments of a job's creation, checked, in the native call's order."""
+    timeout = count(in_progress_timeout_minutes, "in_progress_timeout_minutes", True)
+    retries = count(max_retries, "max_retries")
+    assert retries is not None
+    return (
+        text(job_id, "job_id"),
+        texts(targets, "targets"),
+        job_document(document),
+        timeout,
+        retries,
+    )

@@ -3,13 +3,14 @@ Ctrl-C (``KeyboardInterrupt``; a request already sent may still be applied)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from types import TracebackType
-from typing import Optional
+from typing import Any, Optional
 
 from . import _args, _native
 from ._args import BytesLike, FencingToken, PathLike, Seconds
-from ._native import Change, DeleteResult, Hlc, SetResult, Versioned
+from ._jobs import CommandWatch, FanOut, Jobs, Record
+from ._native import Change, CommandReply, DeleteResult, Hlc, SetResult, Versioned
 
 
 class Client:
@@ -145,6 +146,121 @@ class Client:
     def lead(self, key: BytesLike, ttl: Seconds) -> Lease:
         """Leader election: waits until this client holds the lease on ``key``."""
         return Lease(self._native.lead(_args.key(key), _args.millis(ttl, "ttl"), False))
+
+    # --- jobs (AWS IoT Jobs): the operator side ------------------------------------------
+
+    def create_job(
+        self,
+        job_id: str,
+        targets: Sequence[str],
+        document: Mapping[str, Any],
+        *,
+        in_progress_timeout_minutes: Optional[int] = None,
+        max_retries: int = 0,
+    ) -> None:
+        """Creates job ``job_id`` for the things in ``targets``, with ``document`` (a dict,
+        at most 32 KiB as JSON). Refusals raise :class:`~mqstore.errors.JobsError`."""
+        self._native.create_job(
+            *_args.create_job(job_id, targets, document, in_progress_timeout_minutes, max_retries),
+            False,
+        )
+
+    def cancel_job(self, job_id: str, *, force: bool = False) -> None:
+        """Cancels a job (``force``: also executions in progress)."""
+        self._native.cancel_job(_args.text(job_id, "job_id"), bool(force), False)
+
+    def delete_job_execution(self, job_id: str, thing: str, *, force: bool = False) -> None:
+        """Deletes one thing's execution of a job."""
+        self._native.delete_job_execution(
+            _args.text(job_id, "job_id"), _args.text(thing, "thing"), bool(force), False
+        )
+
+    def describe_job(self, job_id: str) -> Record:
+        """The job: its document, status, targets and counts per execution status."""
+        return self._native.describe_job(_args.text(job_id, "job_id"), False)
+
+    def describe_job_execution(self, job_id: str, thing: str) -> Record:
+        """One thing's execution of a job."""
+        return self._native.describe_job_execution(
+            _args.text(job_id, "job_id"), _args.text(thing, "thing"), False
+        )
+
+    def list_jobs(self) -> list[Record]:
+        """Every job, in short."""
+        return self._native.list_jobs(False)
+
+    def list_job_executions(
+        self,
+        *,
+        thing: Optional[str] = None,
+        job_id: Optional[str] = None,
+        status: Optional[str] = None,
+    ) -> list[Record]:
+        """Executions, filtered by thing, job and status (``"QUEUED"``, ``"IN_PROGRESS"``,
+        ...)."""
+        return self._native.list_job_executions(
+            _args.optional_text(thing, "thing"),
+            _args.optional_text(job_id, "job_id"),
+            _args.optional_text(status, "status"),
+            False,
+        )
+
+    def jobs(self, thing: str) -> Jobs:
+        """Acts as ``thing`` on the jobs device API (as a device SDK would): its pending
+        list, start-next, updates and notifications."""
+        return Jobs(self._native.jobs(_args.text(thing, "thing"), False))
+
+    # --- commands to devices (through mqstore serve) -------------------------------------
+
+    def command(
+        self,
+        topic: str,
+        payload: BytesLike = b"",
+        *,
+        content_type: Optional[str] = None,
+        profile: str = "mqtt5",
+        timeout: Seconds = 10.0,
+        mode: str = "await",
+        headers: Optional[Mapping[str, str]] = None,
+    ) -> CommandReply:
+        """Sends a command to the device listening on ``topic`` and awaits its answer
+        (``mode="await"``), the broker's acknowledgement (``"oneway"``) or only its id
+        (``"detached"``). A device's error answer raises
+        :class:`~mqstore.errors.CommandFailedError` or ``CommandRejectedError``; no answer in
+        time, :class:`~mqstore.errors.CommandTimeoutError`."""
+        return self._native.command(
+            _args.text(topic, "topic"),
+            *_args.command(payload, content_type, profile, timeout, mode, headers),
+            False,
+        )
+
+    def command_status(self, command_id: str) -> Record:
+        """A command's status record (kept three timeouts after it was sent)."""
+        return self._native.command_status(_args.text(command_id, "command_id"), False)
+
+    def watch_commands(self) -> CommandWatch:
+        """Every command's status changes from now on (any node's, any caller's)."""
+        return CommandWatch(self._native.watch_commands(False))
+
+    def command_many(
+        self,
+        topics: Sequence[str],
+        payload: BytesLike = b"",
+        *,
+        content_type: Optional[str] = None,
+        profile: str = "mqtt5",
+        timeout: Seconds = 10.0,
+        mode: str = "await",
+        headers: Optional[Mapping[str, str]] = None,
+    ) -> FanOut:
+        """Sends the same command to every device in ``topics`` at once; iterate over the
+        result for each device's reply (or error) as it comes."""
+        return FanOut(
+            self._native.command_many(
+                _args.texts(topics, "topics"),
+                *_args.command(payload, content_type, profile, timeout, mode, headers),
+            )
+        )
 
     def close(self) -> None:
         """Disconnects; calls still in flight fail with

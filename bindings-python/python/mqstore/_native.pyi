@@ -8,8 +8,12 @@ __all__ = [
     "INVOKE_TOPIC",
     "Change",
     "Client",
+    "CommandReply",
+    "CommandWatch",
     "DeleteResult",
+    "FanOut",
     "Hlc",
+    "Jobs",
     "Lease",
     "Observation",
     "Scan",
@@ -197,6 +201,116 @@ class Client:
     def close(self, aio: Literal[False]) -> None: ...
     @overload
     def close(self, aio: Literal[True]) -> Awaitable[None]: ...
+    @overload
+    def create_job(
+        self,
+        job_id: str,
+        targets: list[str],
+        document: str,
+        in_progress_timeout_minutes: Optional[int],
+        max_retries: int,
+        aio: Literal[False],
+    ) -> None: ...
+    @overload
+    def create_job(
+        self,
+        job_id: str,
+        targets: list[str],
+        document: str,
+        in_progress_timeout_minutes: Optional[int],
+        max_retries: int,
+        aio: Literal[True],
+    ) -> Awaitable[None]: ...
+    @overload
+    def cancel_job(self, job_id: str, force: bool, aio: Literal[False]) -> None: ...
+    @overload
+    def cancel_job(self, job_id: str, force: bool, aio: Literal[True]) -> Awaitable[None]: ...
+    @overload
+    def delete_job_execution(
+        self, job_id: str, thing: str, force: bool, aio: Literal[False]
+    ) -> None: ...
+    @overload
+    def delete_job_execution(
+        self, job_id: str, thing: str, force: bool, aio: Literal[True]
+    ) -> Awaitable[None]: ...
+    @overload
+    def describe_job(self, job_id: str, aio: Literal[False]) -> dict[str, Any]: ...
+    @overload
+    def describe_job(self, job_id: str, aio: Literal[True]) -> Awaitable[dict[str, Any]]: ...
+    @overload
+    def describe_job_execution(
+        self, job_id: str, thing: str, aio: Literal[False]
+    ) -> dict[str, Any]: ...
+    @overload
+    def describe_job_execution(
+        self, job_id: str, thing: str, aio: Literal[True]
+    ) -> Awaitable[dict[str, Any]]: ...
+    @overload
+    def list_jobs(self, aio: Literal[False]) -> list[dict[str, Any]]: ...
+    @overload
+    def list_jobs(self, aio: Literal[True]) -> Awaitable[list[dict[str, Any]]]: ...
+    @overload
+    def list_job_executions(
+        self,
+        thing: Optional[str],
+        job_id: Optional[str],
+        status_: Optional[str],
+        aio: Literal[False],
+    ) -> list[dict[str, Any]]: ...
+    @overload
+    def list_job_executions(
+        self,
+        thing: Optional[str],
+        job_id: Optional[str],
+        status_: Optional[str],
+        aio: Literal[True],
+    ) -> Awaitable[list[dict[str, Any]]]: ...
+    @overload
+    def jobs(self, thing: str, aio: Literal[False]) -> Jobs: ...
+    @overload
+    def jobs(self, thing: str, aio: Literal[True]) -> Awaitable[Jobs]: ...
+    @overload
+    def command(
+        self,
+        topic: str,
+        payload: bytes,
+        content_type: Optional[str],
+        profile: str,
+        timeout_ms: int,
+        mode: str,
+        headers: list[tuple[str, str]],
+        aio: Literal[False],
+    ) -> CommandReply: ...
+    @overload
+    def command(
+        self,
+        topic: str,
+        payload: bytes,
+        content_type: Optional[str],
+        profile: str,
+        timeout_ms: int,
+        mode: str,
+        headers: list[tuple[str, str]],
+        aio: Literal[True],
+    ) -> Awaitable[CommandReply]: ...
+    @overload
+    def command_status(self, id: str, aio: Literal[False]) -> dict[str, Any]: ...
+    @overload
+    def command_status(self, id: str, aio: Literal[True]) -> Awaitable[dict[str, Any]]: ...
+    @overload
+    def watch_commands(self, aio: Literal[False]) -> CommandWatch: ...
+    @overload
+    def watch_commands(self, aio: Literal[True]) -> Awaitable[CommandWatch]: ...
+    def command_many(
+        self,
+        topics: list[str],
+        payload: bytes,
+        content_type: Optional[str],
+        profile: str,
+        timeout_ms: int,
+        mode: str,
+        headers: list[tuple[str, str]],
+    ) -> FanOut: ...
 
 @final
 class Scan:
@@ -230,6 +344,101 @@ class Lease:
     def release(self, aio: Literal[False]) -> bool: ...
     @overload
     def release(self, aio: Literal[True]) -> Awaitable[bool]: ...
+
+@final
+class Jobs:
+    @property
+    def thing(self) -> str: ...
+    @overload
+    def pending(self, aio: Literal[False]) -> dict[str, Any]: ...
+    @overload
+    def pending(self, aio: Literal[True]) -> Awaitable[dict[str, Any]]: ...
+    @overload
+    def start_next(
+        self, status_details: dict[str, str], step_timeout_ms: Optional[int], aio: Literal[False]
+    ) -> Optional[dict[str, Any]]: ...
+    @overload
+    def start_next(
+        self, status_details: dict[str, str], step_timeout_ms: Optional[int], aio: Literal[True]
+    ) -> Awaitable[Optional[dict[str, Any]]]: ...
+    @overload
+    def describe(self, job_id: str, aio: Literal[False]) -> dict[str, Any]: ...
+    @overload
+    def describe(self, job_id: str, aio: Literal[True]) -> Awaitable[dict[str, Any]]: ...
+    @overload
+    def describe_next(self, aio: Literal[False]) -> Optional[dict[str, Any]]: ...
+    @overload
+    def describe_next(self, aio: Literal[True]) -> Awaitable[Optional[dict[str, Any]]]: ...
+    @overload
+    def update(
+        self,
+        job_id: str,
+        status_: Optional[str],
+        status_details: dict[str, str],
+        expected_version: Optional[int],
+        execution_number: Optional[int],
+        step_timeout_ms: Optional[int],
+        include_state: bool,
+        include_document: bool,
+        aio: Literal[False],
+    ) -> dict[str, Any]: ...
+    @overload
+    def update(
+        self,
+        job_id: str,
+        status_: Optional[str],
+        status_details: dict[str, str],
+        expected_version: Optional[int],
+        execution_number: Optional[int],
+        step_timeout_ms: Optional[int],
+        include_state: bool,
+        include_document: bool,
+        aio: Literal[True],
+    ) -> Awaitable[dict[str, Any]]: ...
+    @overload
+    def next_notification(
+        self, timeout_ms: Optional[int], aio: Literal[False]
+    ) -> Optional[dict[str, Any]]: ...
+    @overload
+    def next_notification(
+        self, timeout_ms: Optional[int], aio: Literal[True]
+    ) -> Awaitable[Optional[dict[str, Any]]]: ...
+
+@final
+class CommandReply:
+    """What a command call returned."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def status(self) -> str:
+        """SUCCEEDED (awaited), DELIVERED (one-way) or SENT (detached)."""
+    @property
+    def payload(self) -> bytes:
+        """The device's answer (empty without one)."""
+    @property
+    def content_type(self) -> Optional[str]: ...
+    @property
+    def device_status(self) -> Optional[int]:
+        """The device's status code, when its profile reads one."""
+
+@final
+class CommandWatch:
+    @overload
+    def next(self, timeout_ms: Optional[int], aio: Literal[False]) -> Optional[dict[str, Any]]: ...
+    @overload
+    def next(
+        self, timeout_ms: Optional[int], aio: Literal[True]
+    ) -> Awaitable[Optional[dict[str, Any]]]: ...
+
+@final
+class FanOut:
+    @property
+    def summary(self) -> dict[str, int]: ...
+    @overload
+    def next(self, aio: Literal[False]) -> Optional[tuple[str, Any]]: ...
+    @overload
+    def next(self, aio: Literal[True]) -> Awaitable[Optional[tuple[str, Any]]]: ...
 
 def error_examples() -> list[tuple[int, str]]:
     """One example of every error the client reports, with its code (for tests)."""

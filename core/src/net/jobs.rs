@@ -142,7 +142,7 @@ impl Client {
         Ok(Jobs {
             client: self.clone(),
             thing: thing.to_owned(),
-            notifications: notifications_rx,
+            notifications: tokio::sync::Mutex::new(notifications_rx),
         })
     }
 }
@@ -152,7 +152,9 @@ impl Client {
 pub struct Jobs {
     client: Client,
     thing: String,
-    notifications: mpsc::UnboundedReceiver<JobNotification>,
+    /// Behind a lock so that one handle, shared, can make calls while another task waits for
+    /// notifications (the Python and C bindings share it between threads).
+    notifications: tokio::sync::Mutex<mpsc::UnboundedReceiver<JobNotification>>,
 }
 
 /// Options of [`Jobs::start_next`].
@@ -221,13 +223,14 @@ impl Jobs {
     }
 
     /// The next `notify` or `notify-next` for this thing; `None` once the client is closed.
-    pub async fn next_notification(&mut self) -> Option<JobNotification> {
-        self.notifications.recv().await
+    pub async fn next_notification(&self) -> Option<JobNotification> {
+        self.notifications.lock().await.recv().await
     }
 
     /// A notification that has arrived already, without waiting.
-    pub fn try_next_notification(&mut self) -> Option<JobNotification> {
-        self.notifications.try_recv().ok()
+    /// (`None` too while another task is waiting for the next one.)
+    pub fn try_next_notification(&self) -> Option<JobNotification> {
+        self.notifications.try_lock().ok()?.try_recv().ok()
     }
 }
 

@@ -258,7 +258,7 @@ fn print(call: CallArgs, value: &impl Serialize, plain: String) {
 }
 
 async fn watch(client: &Client, call: CallArgs, thing: &str) -> Result<ExitCode, ClientError> {
-    let mut jobs = client.jobs(thing).await?;
+    let jobs = client.jobs(thing).await?;
     eprintln!("watching the jobs of {thing}; Ctrl-C to stop");
     loop {
         tokio::select! {

@@ -1,0 +1,93 @@
+"""Jobs (the AWS IoT Jobs MQTT API) through mqstore serve: the operator calls and the device
+side, from both clients."""
+
+from __future__ import annotations
+
+import asyncio
+
+import mqstore
+import pytest
+from harness import Server
+from mqstore import errors
+
+
+def test_a_job_from_creation_to_success(client: mqstore.Client, key: str) -> None:
+    thing = "py-thing-" + key.rsplit("_", 1)[-1]
+    job = "py-job-" + key.rsplit("_", 1)[-1]
+    device = client.jobs(thing)
+    assert device.thing == thing
+    assert device.pending() == {"inProgressJobs": [], "queuedJobs": []}
+
+    client.create_job(job, [thing], {"operation": "reboot"}, max_retries=1)
+    notification = device.next_notification(timeout=10)
+    assert notification is not None and notification["kind"] in ("notify", "notify-next")
+    pending = device.pending()
+    assert [j["jobId"] for j in pending["queuedJobs"]] == [job]
+    assert client.describe_job(job)["jobId"] == job
+    assert job in [j["jobId"] for j in client.list_jobs()]
+
+    started = device.start_next(status_details={"step": "downloading"}, step_timeout=120)
+    assert started is not None
+    assert started["jobId"] == job and started["status"] == "IN_PROGRESS"
+    assert started["jobDocument"] == {"operation": "reboot"}
+    assert started["statusDetails"] == {"step": "downloading"}
+    assert device.describe(job)["status"] == "IN_PROGRESS"
+
+    with pytest.raises(errors.JobsError) as stale:
+        device.update(job, status="SUCCEEDED", expected_version=999)
+    assert stale.value.jobs_code == "VersionMismatch"
+    accepted = device.update(job, status="SUCCEEDED", include_state=True)
+    assert accepted["executionState"]["status"] == "SUCCEEDED"
+    assert client.describe_job_execution(job, thing)["status"] == "SUCCEEDED"
+    assert device.describe_next() is None
+    assert device.start_next() is None
+    listed = client.list_job_executions(thing=thing, status="SUCCEEDED")
+    assert [e["jobId"] for e in listed] == [job]
+    client.delete_job_execution(job, thing)
+    with pytest.raises(errors.JobsError) as gone:
+        client.describe_job_execution(job, thing)
+    assert gone.value.jobs_code == "ResourceNotFound"
+
+
+def test_jobs_refusals_and_bad_arguments(client: mqstore.Client) -> None:
+    with pytest.raises(errors.JobsError) as bad:
+        client.create_job("bad id with spaces", ["t"], {})
+    assert bad.value.jobs_code == "InvalidRequest" and bad.value.code == 212
+    with pytest.raises(errors.JobsError):
+        client.cancel_job("py-no-such-job")
+    with pytest.raises(TypeError, match="the job document must be a dict"):
+        client.create_job("j", ["t"], ["not", "a", "dict"])  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="JSON-serializable"):
+        client.create_job("j", ["t"], {"when": object()})
+    with pytest.raises(TypeError, match="targets must be a list of str"):
+        client.create_job("j", "thing", {})
+    with pytest.raises(ValueError, match="unknown job execution status"):
+        client.list_job_executions(status="DONE")
+    with pytest.raises(ValueError, match="max_retries must not be negative"):
+        client.create_job("j", ["t"], {}, max_retries=-1)
+
+
+def test_jobs_from_asyncio(server: Server, key: str) -> None:
+    thing = "py-async-thing"
+    job = "py-async-job"
+
+    async def main() -> None:
+        async with mqstore.AsyncClient("127.0.0.1", server.broker.port) as c:
+            device = await c.jobs(thing)
+            await c.create_job(job, [thing], {"v": 1})
+            notifications = device.__aiter__()
+            first = await asyncio.wait_for(notifications.__anext__(), 10)
+            assert first["kind"] in ("notify", "notify-next")
+            started = await device.start_next()
+            assert started is not None and started["jobId"] == job
+            await device.update(job, status="FAILED", status_details={"why": "battery"})
+            execution = await c.describe_job_execution(job, thing)
+            assert execution["status"] == "FAILED"
+            assert [j["jobId"] for j in await c.list_jobs() if j["jobId"] == job] == [job]
+            assert (await c.describe_job(job))["executions"] == {"FAILED": 1}
+            # A queued execution is canceled with its job.
+            await c.create_job(job + "-2", [thing], {"v": 2})
+            await c.cancel_job(job + "-2")
+            assert (await c.describe_job(job + "-2"))["executions"] == {"CANCELED": 1}
+
+    asyncio.run(main())
