@@ -9,10 +9,9 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import mqstore
 import pytest
 from harness import Broker, Server, free_port
-
-import mqstore
 from mqstore import errors
 
 
