@@ -5,6 +5,7 @@ use std::future::Future;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use futures_util::FutureExt;
 use mqstore::client::ClientError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -74,6 +75,28 @@ pub fn runtime() -> PyResult<&'static Runtime> {
     Ok(runtime)
 }
 
+/// `future`, with a panic in it turned into an error: no panic reaches Python (as a
+/// `PanicException`) or leaves an asyncio future unresolved.
+fn unwind_safe<F, T>(future: F) -> impl Future<Output = Result<T, Failure>>
+where
+    F: Future<Output = Result<T, Failure>>,
+{
+    std::panic::AssertUnwindSafe(future)
+        .catch_unwind()
+        .map(|caught| caught.unwrap_or_else(|panic| Err(Failure::Python(internal_error(&*panic)))))
+}
+
+fn internal_error(panic: &(dyn std::any::Any + Send)) -> PyErr {
+    let what = panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)");
+    pyo3::exceptions::PyRuntimeError::new_err(format!(
+        "internal error in mqstore (a bug: please report it): {what}"
+    ))
+}
+
 /// Runs `future` to completion on the calling thread with the GIL released, checking for
 /// signals every [`SIGNAL_CHECK`]: a `KeyboardInterrupt` drops the future (a request already
 /// sent may still be applied).
@@ -83,7 +106,7 @@ where
     T: Send,
 {
     let runtime = runtime()?;
-    let mut future = std::pin::pin!(future);
+    let mut future = std::pin::pin!(unwind_safe(future));
     loop {
         // The timer is made inside the runtime: it needs the runtime's clock.
         let polled = py.detach(|| {
@@ -111,7 +134,7 @@ where
     let target = awaitable.clone().unbind();
     let event_loop = event_loop.unbind();
     let task = runtime()?.spawn(async move {
-        let outcome = future.await;
+        let outcome = unwind_safe(future).await;
         Python::attach(|py| {
             let result = match outcome {
                 Ok(value) => value.to_py(py),

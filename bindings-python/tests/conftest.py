@@ -5,13 +5,39 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 
 import mqstore
 import pytest
 from harness import REPO, Broker, Server
 
 VECTORS = REPO / "testdata" / "state-store.json"
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """A failing test shows the logs of the servers (and brokers) running during it."""
+    report = yield
+    if report.failed and call.when == "call":
+        first = item.stash.get(FIRST_SERVER, len(Server.started))
+        for server in Server.started:
+            ours = Server.started.index(server) >= first
+            if ours or server.process.poll() is None:
+                report.sections.append(
+                    (f"mqstore serve, broker port {server.broker.port}", server.log())
+                )
+    return report
+
+
+FIRST_SERVER = pytest.StashKey[int]()
+
+
+@pytest.fixture(autouse=True)
+def _note_servers_started(request: pytest.FixtureRequest) -> None:
+    """Where this test's servers begin in `Server.started` (for the report above)."""
+    request.node.stash[FIRST_SERVER] = len(Server.started)
 
 
 @pytest.fixture(scope="session")

@@ -16,7 +16,7 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
-from typing import Optional
+from typing import ClassVar, Optional
 
 
 class HarnessError(RuntimeError):
@@ -116,7 +116,11 @@ class Broker:
 class Server:
     """``mqstore serve`` next to a broker, with its Prometheus metrics on a free port."""
 
+    # Every server started, so that a failing test can show their logs (conftest.py).
+    started: ClassVar[list[Server]] = []
+
     def __init__(self, broker: Broker, *args: str) -> None:
+        Server.started.append(self)
         self.broker = broker
         self.metrics_port = free_port()
         self.lines: list[str] = []
@@ -163,6 +167,16 @@ class Server:
                 raise HarnessError("mqstore serve did not connect:\n" + "".join(self.lines))
         if self.process.poll() is not None:
             raise HarnessError("mqstore serve exited:\n" + "".join(self.lines))
+
+    def log(self) -> str:
+        """The server's log so far, and its broker's."""
+        with self._changed:
+            server = "".join(self.lines[-80:])
+        try:
+            broker = (self.broker.dir / "stderr.txt").read_text()[-4000:]
+        except OSError:
+            broker = "(gone)"
+        return f"--- mqstore serve\n{server}--- mosquitto\n{broker}"
 
     @property
     def connections(self) -> int:

@@ -429,6 +429,7 @@ pub async fn serve(
         invoke_filters,
         presence_filters,
         unsubacks: 0,
+        subacks: 0,
         out: Vec::new(),
         sent: VecDeque::new(),
         notified: HashMap::new(),
@@ -814,6 +815,8 @@ struct Node {
     presence_filters: Vec<&'static str>,
     /// UNSUBACKs still expected while shutting down.
     unsubacks: usize,
+    /// SUBACKs still expected after a connection: requests are served once they are in.
+    subacks: usize,
     /// What the engine returned for the current request or expiry sweep.
     out: Vec<Publish>,
     /// The tags of the publishes rumqttc took, in order, until it reports their packet ids.
@@ -997,6 +1000,14 @@ impl Driver for Node {
             Ok(Event::Outgoing(Outgoing::Disconnect)) => self.stop = Stop::Closing,
             Ok(_) if self.stop == Stop::Closing => {}
             Err(_) if self.stop == Stop::Closing => return false,
+            Ok(Event::Incoming(Packet::SubAck(_))) if self.subacks > 0 => {
+                self.subacks -= 1;
+                if self.subacks == 0 {
+                    // Only now does the broker deliver requests: a caller that connects after
+                    // this line is served.
+                    info!("connected to the broker; subscribed");
+                }
+            }
             Ok(Event::Incoming(Packet::UnsubAck(_))) if self.stop == Stop::Unsubscribing => {
                 self.unsubacks = self.unsubacks.saturating_sub(1);
                 if self.unsubacks == 0 {
@@ -1067,12 +1078,14 @@ impl Node {
                 let filters = self.invoke_filters.iter().map(String::as_str);
                 let listener = self.elected_listener().map(|_| JOBS_FILTER);
                 let filters = filters.chain(listener);
+                self.subacks = 0;
                 for filter in filters.chain(self.presence_filters.iter().copied()) {
-                    if let Err(e) = self.outbox.client().try_subscribe(filter, QoS::AtLeastOnce) {
-                        warn!(%filter, error = %e, "subscribe failed");
+                    match self.outbox.client().try_subscribe(filter, QoS::AtLeastOnce) {
+                        Ok(()) => self.subacks += 1,
+                        Err(e) => warn!(%filter, error = %e, "subscribe failed"),
                     }
                 }
-                info!("connected to the broker; subscribed");
+                info!("connected to the broker; subscribing");
                 self.metrics.connected();
                 let probe = Publish {
                     topic: self.probe_topic.clone(),
