@@ -289,7 +289,7 @@ on_both_brokers! {
         assert_eq!(raw.code, Some(0));
         assert!(raw.stdout == value, "--raw writes the exact bytes");
 
-        let dir = std::env::temp_dir().join(format!("mqstore-cli-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("mqstore-cli-{kind:?}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let (input, output) = (dir.join("in.bin"), dir.join("out.bin"));
         let other: Vec<u8> = value.iter().rev().copied().collect();
@@ -542,7 +542,7 @@ on_both_brokers! {
         std::io::BufReader::new(watch.stderr.take().unwrap()).read_line(&mut ready).unwrap();
         assert!(ready.starts_with("watching the jobs of T1"), "{ready}");
 
-        let file = std::env::temp_dir().join(format!("mqstore-job-{}.json", std::process::id()));
+        let file = std::env::temp_dir().join(format!("mqstore-job-{kind:?}-{}.json", std::process::id()));
         std::fs::write(&file, br#"{"op":"update"}"#).unwrap();
         let create = s.cli(&["jobs", "create", "job2", "--targets", "T1", "--document-file", file.to_str().unwrap(), "--json"]);
         std::fs::remove_file(&file).unwrap();
