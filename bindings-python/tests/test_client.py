@@ -260,3 +260,24 @@ def test_client_ids_and_reprs(server: Server) -> None:
         got = c.get("py/repr")
         assert repr(got).startswith("Versioned(value=b'v', version=Hlc(")
         assert repr(c.delete("py/repr")).startswith("DeleteResult(outcome='deleted'")
+
+
+def test_a_fencing_token_from_the_future_is_refused(client: mqstore.Client, key: str) -> None:
+    lease = client.lease(key + "/lock", 30)
+    assert lease is not None
+    with lease:
+        client.set(key, "guarded", fencing_token=lease.fencing_token)
+        token = lease.fencing_token
+        ahead = mqstore.Hlc(token.wall_ms + 3_600_000, 0, token.node)
+        with pytest.raises(errors.FencingTokenSkewError) as skew:
+            client.set(key, "from the future", fencing_token=ahead)
+        assert skew.value.text.startswith("the request fencing token timestamp is too far")
+        got = client.get(key)
+        assert got is not None and got.value == b"guarded"
+
+
+def test_a_key_too_long_to_notify_is_refused_on_observe(client: mqstore.Client) -> None:
+    # Its notification topic (the key in hex, in this client's tree) would pass 65,535 bytes.
+    with pytest.raises(errors.NotificationTopicTooLongError) as raised:
+        client.observe("k" * 33_000)
+    assert "use a shorter key or client id" in raised.value.text
