@@ -34,7 +34,7 @@ class AsyncClient:
         key_file: Optional[PathLike] = None,
         timeout: Seconds = 10.0,
     ) -> None:
-        self._args = _args.ConnectArgs(
+        self._settings = _args.ConnectArgs(
             host, port, client_id, username, password, tls, ca_file, cert_file, key_file, timeout
         )
         self._connected: Optional[_native.Client] = None
@@ -42,19 +42,7 @@ class AsyncClient:
     async def connect(self) -> AsyncClient:
         """Connects (once); returns the client."""
         if self._connected is None:
-            a = self._args
-            self._connected = await _native.Client.connect(
-                a.host,
-                a.port,
-                a.client_id,
-                a.username,
-                a.password,
-                a.ca_file,
-                a.cert_file,
-                a.key_file,
-                a.timeout_ms,
-                True,
-            )
+            self._connected = await self._settings.connect_async()
         return self
 
     @property

@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, Optional, Union
 
+from . import _native
 from ._native import Hlc
 
 BytesLike = Union[str, bytes, bytearray, memoryview]
@@ -92,7 +93,7 @@ def path(value: object, what: str) -> Optional[str]:
 
 
 class ConnectArgs:
-    """Connection settings, checked once; ``native()`` gives the native call's arguments."""
+    """Connection settings, checked once, and the native connect that uses them."""
 
     def __init__(
         self,
@@ -140,6 +141,39 @@ class ConnectArgs:
         self.username = username
         self.password = password
         self.timeout_ms = millis(timeout, "timeout")
+
+    def _native_args(
+        self,
+    ) -> tuple[
+        str,
+        int,
+        Optional[str],
+        Optional[str],
+        Optional[str],
+        Optional[str],
+        Optional[str],
+        Optional[str],
+        int,
+    ]:
+        return (
+            self.host,
+            self.port,
+            self.client_id,
+            self.username,
+            self.password,
+            self.ca_file,
+            self.cert_file,
+            self.key_file,
+            self.timeout_ms,
+        )
+
+    def connect(self) -> _native.Client:
+        """Connects, waiting (the GIL released)."""
+        return _native.Client.connect(*self._native_args(), False)
+
+    def connect_async(self) -> Awaitable[_native.Client]:
+        """Connects, as an awaitable."""
+        return _native.Client.connect(*self._native_args(), True)
 
 
 def text(value: object, what: str) -> str:

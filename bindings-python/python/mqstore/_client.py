@@ -36,21 +36,10 @@ class Client:
         key_file: Optional[PathLike] = None,
         timeout: Seconds = 10.0,
     ) -> None:
-        args = _args.ConnectArgs(
+        settings = _args.ConnectArgs(
             host, port, client_id, username, password, tls, ca_file, cert_file, key_file, timeout
         )
-        self._native: _native.Client = _native.Client.connect(
-            args.host,
-            args.port,
-            args.client_id,
-            args.username,
-            args.password,
-            args.ca_file,
-            args.cert_file,
-            args.key_file,
-            args.timeout_ms,
-            False,
-        )
+        self._native = settings.connect()
 
     @property
     def client_id(self) -> str:
