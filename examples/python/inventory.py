@@ -27,10 +27,11 @@ SUMMARY = "inventory/summary"
 
 
 def simulate(client: mqstore.Client, devices: int, stop: threading.Event) -> None:
-    """Devices that report a battery level every half second."""
+    """Devices that each report a battery level every half second."""
     while not stop.is_set():
-        device = f"{PREFIX}sim-{random.randrange(devices)}"
-        client.set(device, json.dumps({"battery": random.randrange(100)}), expires=60)
+        for device in range(devices):
+            report = json.dumps({"battery": random.randrange(100)})
+            client.set(f"{PREFIX}sim-{device}", report, expires=60)
         stop.wait(0.5)
 
 
