@@ -216,3 +216,12 @@ where
 pub fn client<T>(result: Result<T, ClientError>) -> Result<T, Failure> {
     result.map_err(errors::Failure::Client)
 }
+
+/// A call that panics, for the test that no panic reaches Python (`tests/test_errors.py`).
+#[pyfunction]
+pub fn _panicking_call(py: Python<'_>, aio: bool) -> PyResult<Py<PyAny>> {
+    run(py, aio, async move {
+        let call = || -> Result<(), Failure> { panic!("a deliberate panic in a call") };
+        call()
+    })
+}

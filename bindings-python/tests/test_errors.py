@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import mqstore
 import pytest
 from mqstore import _native, errors
@@ -53,3 +55,14 @@ def test_jobs_and_command_errors_carry_their_detail(code: int) -> None:
     else:
         assert isinstance(error, errors._CommandError)
         assert error.command_id == "detail"
+
+
+def test_a_panic_in_a_call_is_a_runtime_error_not_a_crash() -> None:
+    with pytest.raises(RuntimeError, match="internal error in mqstore.*deliberate panic"):
+        _native._panicking_call(False)
+
+    async def awaited() -> None:
+        with pytest.raises(RuntimeError, match="internal error in mqstore.*deliberate panic"):
+            await asyncio.wait_for(_native._panicking_call(True), 10)
+
+    asyncio.run(awaited())

@@ -20,6 +20,7 @@ __all__ = [
     "SetResult",
     "Versioned",
     "__version__",
+    "_panicking_call",
     "decode_notification",
     "decode_request",
     "decode_response",
@@ -443,6 +444,12 @@ class FanOut:
 def error_examples() -> list[tuple[int, str]]:
     """One example of every error the client reports, with its code (for tests)."""
 
+@overload
+def _panicking_call(aio: Literal[False]) -> None:
+    """Panics inside a call (for the tests): raises RuntimeError."""
+
+@overload
+def _panicking_call(aio: Literal[True]) -> Awaitable[None]: ...
 def encode_request(command: Mapping[str, object]) -> bytes: ...
 def decode_request(data: bytes) -> dict[str, Any]: ...
 def encode_response(response: Mapping[str, object]) -> bytes: ...
