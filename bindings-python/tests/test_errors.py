@@ -58,11 +58,11 @@ def test_jobs_and_command_errors_carry_their_detail(code: int) -> None:
 
 
 def test_a_panic_in_a_call_is_a_runtime_error_not_a_crash() -> None:
-    with pytest.raises(RuntimeError, match="internal error in mqstore.*deliberate panic"):
+    with pytest.raises(RuntimeError, match=r"internal error in mqstore.*deliberate panic"):
         _native._panicking_call(False)
 
     async def awaited() -> None:
-        with pytest.raises(RuntimeError, match="internal error in mqstore.*deliberate panic"):
+        with pytest.raises(RuntimeError, match=r"internal error in mqstore.*deliberate panic"):
             await asyncio.wait_for(_native._panicking_call(True), 10)
 
     asyncio.run(awaited())
