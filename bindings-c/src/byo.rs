@@ -1,0 +1,612 @@
+//! Layer 2, "bring your own MQTT": the core's client state machine (`ClientCore`) behind a C
+//! handle. No runtime, no threads, no sockets, no clock: the caller's MQTT client publishes
+//! what `mqstore_core_next_publish` gives, feeds every message of the subscriptions to
+//! `mqstore_core_handle`, passes the time in, and calls `mqstore_core_expire` at
+//! `mqstore_core_next_deadline`.
+
+use std::collections::{HashMap, VecDeque};
+use std::ffi::{CString, c_char, c_int};
+
+use bytes::Bytes;
+use mqcore::client::{CallId, CallOptions, ClientConfig, ClientCore, Event as CoreEvent};
+use mqcore::codec::{Bulk, Request, SetRequest};
+use mqcore::envelope::{Properties, Publish};
+
+use crate::error::{Error, Result, ffi, ffi_void};
+use crate::handles::{handle, handle_mut, new_handle, take_handle};
+use crate::types::{
+    Event, MQSTORE_NO_DEADLINE, SetOptions, bytes_arg, hlc_arg, key_arg, mqstore_command,
+    mqstore_event, mqstore_hlc, mqstore_set_options, opt_str_arg, out_arg, str_arg, write_opt,
+};
+
+/// A client state machine (layer 2). Made by `mqstore_core_new`, freed by `mqstore_core_free`.
+/// Not thread-safe: one call at a time (guard it with your MQTT loop's lock).
+pub struct mqstore_core {
+    core: ClientCore,
+    subscriptions: Vec<CString>,
+    presence: CString,
+    /// The command of each call in flight, for its event.
+    commands: HashMap<u64, mqstore_command>,
+    outgoing: VecDeque<Publish>,
+    events: VecDeque<CoreEvent>,
+}
+
+impl mqstore_core {
+    /// Queues a call's publish, or the publishes the state machine decided on.
+    fn sent(&mut self, call: CallId, command: mqstore_command, publishes: Vec<Publish>) -> u64 {
+        self.commands.insert(call.0, command);
+        self.outgoing.extend(publishes);
+        call.0
+    }
+
+    fn collect(&mut self, events: impl IntoIterator<Item = CoreEvent>) {
+        self.events.extend(events);
+        self.outgoing.extend(self.core.take_publishes());
+    }
+}
+
+/// Makes a client state machine for the MQTT client id `client_id` (it must not contain
+/// `:`). `correlation_seed` is mixed into every correlation id: pass random bits, so that two
+/// runs never share one. `timeout_ms` is every call's timeout (0: 10 000). On success `*out`
+/// is the caller's: free it with `mqstore_core_free`.
+///
+/// Before the first call, subscribe (QoS 1) to every `mqstore_core_subscription` and wait for
+/// the SUBACK; connect with a Will on `mqstore_core_presence_topic` (payload `gone`) so the
+/// server forgets this client's registrations when it vanishes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mqstore_core_new(
+    client_id: *const c_char,
+    correlation_seed: u64,
+    timeout_ms: u32,
+    out: *mut *mut mqstore_core,
+) -> c_int {
+    ffi(|| {
+        // SAFETY: the caller's pointers, checked by the helpers.
+        let out = unsafe { out_arg(out, "out") }?;
+        *out = std::ptr::null_mut();
+        let client_id = unsafe { str_arg(client_id, "client_id") }?;
+        if client_id.is_empty() {
+            return Err(Error::invalid("client_id is empty"));
+        }
+        let mut config = ClientConfig::new(client_id, correlation_seed);
+        if timeout_ms > 0 {
+            config.default_timeout_ms = u64::from(timeout_ms);
+        }
+        let core = ClientCore::new(config)
+            .map_err(|e| Error::invalid(format!("client_id {client_id:?}: {e}")))?;
+        let cstring =
+            |s: String| CString::new(s).map_err(|_| Error::invalid("client_id holds a NUL"));
+        let subscriptions = core
+            .subscriptions()
+            .into_iter()
+            .map(cstring)
+            .collect::<Result<_>>()?;
+        let presence = cstring(core.presence_topic())?;
+        *out = new_handle(mqstore_core {
+            core,
+            subscriptions,
+            presence,
+            commands: HashMap::new(),
+            outgoing: VecDeque::new(),
+            events: VecDeque::new(),
+        });
+        Ok(())
+    })
+}
+
+/// Frees a state machine (NULL is ignored). Calls in flight are forgotten.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mqstore_core_free(core: *mut mqstore_core) {
+    ffi_void(|| {
+        // SAFETY: a handle from `mqstore_core_new`, checked.
+        unsafe { take_handle(core, "core") }.map(drop)
+    });
+}
+
+/// The `index`th topic filter to subscribe to (QoS 1) before the first call, from 0; NULL past
+/// the last (there are 3) or for a bad handle. Owned by `core`: valid until it is freed.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mqstore_core_subscription(
+    core: *const mqstore_core,
+    index: usize,
+) -> *const c_char {
+    let mut topic = std::ptr::null();
+    ffi(|| {
+        // SAFETY: a handle, checked.
+        let core = unsafe { handle(core, "core") }?;
+        if let Some(t) = core.subscriptions.get(index) {
+            topic = t.as_ptr();
+        }
+        Ok(())
+    });
+    topic
+}
+
+/// The topic of this client's presence: its Will (payload `gone`). Owned by `core`; NULL for
+/// a bad handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mqstore_core_presence_topic(core: *const mqstore_core) -> *const c_char {
+    let mut topic = std::ptr::null();
+    ffi(|| {
+        // SAFETY: a handle, checked.
+        topic = unsafe { handle(core, "core") }?.presence.as_ptr();
+        Ok(())
+    });
+    topic
+}
+
+/// The broker's Maximum Packet Size from its CONNACK (0: none). A call whose publish would be
+/// larger fails with MQSTORE_ERR_TOO_LARGE before anything is queued.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mqstore_core_set_max_packet_size(
+    core: *mut mqstore_core,
+    max: u32,
+) -> c_int {
+    ffi(|| {
+        // SAFETY: a handle, checked.
+        let core = unsafe { handle_mut(core, "core") }?;
+        core.core.set_max_packet_size((max > 0).then_some(max));
+        Ok(())
+    })
+}
+
+/// Starts `request`: queues its publish and writes the call's id to `call` (NULL: not wanted).
+unsafe fn start(
+    core: *mut mqstore_core,
+    request: Request,
+    options: CallOptions,
+    now_ms: u64,
+    call: *mut u64,
+) -> Result<()> {
+    // SAFETY: a handle, checked.
+    let core = unsafe { handle_mut(core, "core") }?;
+    let command = mqstore_command::from(request.command());
+    let (id, publish) = core.core.call(&request, &options, now_ms)?;
+    let id = core.sent(id, command, vec![publish]);
+    // SAFETY: NULL or the caller's `uint64_t`.
+    unsafe { write_opt(call, id) };
+    Ok(())
+}
+
+/// SET `key` to `value` (`options`: NULL for a plain SET). Queues the publish; the result is
+/// an MQSTORE_EVENT_COMPLETED event for `*call`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mqstore_core_set(
+    core: *mut mqstore_core,
+    key: *const u8,
+    key_len: usize,
+    value: *const u8,
+    value_len: usize,
+    options: *const mqstore_set_options,
+    now_ms: u64,
+    call: *mut u64,
+) -> c_int {
+    ffi(|| {
+        // SAFETY: the caller's pointers, checked by the helpers.
+        let o = unsafe { SetOptions::read(options) }?;
+        let request = Request::Set(SetRequest {
+            key: unsafe { key_arg(key, key_len, "key") }?,
+            value: Bulk::new(Bytes::copy_from_slice(unsafe {
+                bytes_arg(value, value_len, "value")
+            }?)),
+            condition: o.condition,
+            expires_in_ms: o.expires_ms,
+        });
+        let options = CallOptions {
+            fencing_token: o.fencing_token,
+            persist: o.persist,
+            timeout_ms: o.timeout.map(|t| t.as_millis() as u64),
+        };
+        unsafe { start(core, request, options, now_ms, call) }
+    })
+}
+
+/// GET `key`: the event has `found`, `value` and `version`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mqstore_core_get(
+    core: *mut mqstore_core,
+    key: *const u8,
+    key_len: usize,
+    now_ms: u64,
+    call: *mut u64,
+) -> c_int {
+    ffi(|| {
+        // SAFETY: the caller's pointers, checked by the helpers.
+        let key = unsafe { key_arg(key, key_len, "key") }?;
+        unsafe {
+            start(
+                core,
+                Request::Get { key },
+                CallOptions::default(),
+                now_ms,
+                call,
+            )
+        }
+    })
+}
+
+/// DEL `key` (`fencing_token`: NULL or the lock's token): the event has `deleted`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mqstore_core_del(
+    core: *mut mqstore_core,
+    key: *const u8,
+    key_len: usize,
+    fencing_token: *const mqstore_hlc,
+    now_ms: u64,
+    call: *mut u64,
+) -> c_int {
+    ffi(|| {
+        // SAFETY: the caller's pointers, checked by the helpers.
+        let key = unsafe { key_arg(key, key_len, "key") }?;
+        let options = CallOptions {
+            fencing_token: unsafe { hlc_arg(fencing_token, "fencing_token") }?,
+            ..CallOptions::default()
+        };
+        unsafe { start(core, Request::Del { key }, options, now_ms, call) }
+    })
+}
+
+/// VDEL: deletes `key` only if it holds `value`: the event has `deleted`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mqstore_core_vdel(
+    core: *mut mqstore_core,
+    key: *const u8,
+    key_len: usize,
+    value: *const u8,
+    value_len: usize,
+    fencing_token: *const mqstore_hlc,
+    now_ms: u64,
+    call: *mut u64,
+) -> c_int {
+    ffi(|| {
+        // SAFETY: the caller's pointers, checked by the helpers.
+        let request = Request::VDel {
+            key: unsafe { key_arg(key, key_len, "key") }?,
+            value: Bytes::copy_from_slice(unsafe { bytes_arg(value, value_len, "value") }?),
+        };
+        let options = CallOptions {
+            fencing_token: unsafe { hlc_arg(fencing_token, "fencing_token") }?,
+            ..CallOptions::default()
+        };
+        unsafe { start(core, request, options, now_ms, call) }
+    })
+}
+
+/// SCAN: one page of the keys matching `pattern` (`*` and `?` wildcards), after the page whose
+/// event gave `scan_token` (NULL: the first page). The event has `keys` and `scan_token`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mqstore_core_scan(
+    core: *mut mqstore_core,
+    pattern: *const u8,
+    pattern_len: usize,
+    scan_token: *const u8,
+    scan_token_len: usize,
+    now_ms: u64,
+    call: *mut u64,
+) -> c_int {
+    ffi(|| {
+        // SAFETY: the caller's pointers, checked by the helpers.
+        let pattern =
+            Bytes::copy_from_slice(unsafe { bytes_arg(pattern, pattern_len, "pattern") }?);
+        let token = match scan_token.is_null() {
+            true => None,
+            false => Some(Bytes::copy_from_slice(unsafe {
+                bytes_arg(scan_token, scan_token_len, "scan_token")
+            }?)),
+        };
+        let request = Request::Scan { pattern, token };
+        unsafe { start(core, request, CallOptions::default(), now_ms, call) }
+    })
+}
+
+/// Starts observing `key` (two publishes: the registration, then a read of where it starts).
+/// `*call` completes when registered; changes arrive as MQSTORE_EVENT_CHANGED events, and keep
+/// arriving across reconnects (`mqstore_core_resume`).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mqstore_core_observe(
+    core: *mut mqstore_core,
+    key: *const u8,
+    key_len: usize,
+    now_ms: u64,
+    call: *mut u64,
+) -> c_int {
+    ffi(|| {
+        // SAFETY: the caller's pointers, checked by the helpers.
+        let key = unsafe { key_arg(key, key_len, "key") }?;
+        let core = unsafe { handle_mut(core, "core") }?;
+        let (id, publishes) = core.core.observe(key, now_ms)?;
+        let id = core.sent(id, mqstore_command::MQSTORE_COMMAND_KEYNOTIFY, publishes);
+        unsafe { write_opt(call, id) };
+        Ok(())
+    })
+}
+
+/// Stops observing `key`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mqstore_core_unobserve(
+    core: *mut mqstore_core,
+    key: *const u8,
+    key_len: usize,
+    now_ms: u64,
+    call: *mut u64,
+) -> c_int {
+    ffi(|| {
+        // SAFETY: the caller's pointers, checked by the helpers.
+        let key = unsafe { key_arg(key, key_len, "key") }?;
+        let core = unsafe { handle_mut(core, "core") }?;
+        let (id, publish) = core.core.unobserve(key, now_ms)?;
+        let id = core.sent(
+            id,
+            mqstore_command::MQSTORE_COMMAND_KEYNOTIFY,
+            vec![publish],
+        );
+        unsafe { write_opt(call, id) };
+        Ok(())
+    })
+}
+
+/// An MQTT 5 user property, two NUL-terminated UTF-8 strings.
+#[repr(C)]
+pub struct mqstore_user_property {
+    pub name: *const c_char,
+    pub value: *const c_char,
+}
+
+/// An MQTT 5 PUBLISH: what `mqstore_core_next_publish` gives to send (owned by the library,
+/// freed with `mqstore_publish_free`), and what the caller passes to `mqstore_core_handle`
+/// (the caller's, borrowed for the call). Strings are NUL-terminated UTF-8; NULL: absent.
+#[repr(C)]
+pub struct mqstore_publish {
+    pub topic: *const c_char,
+    pub payload: *const u8,
+    pub payload_len: usize,
+    /// Publish at this QoS (1).
+    pub qos: u8,
+    /// Payload Format Indicator (0: bytes).
+    pub payload_format_indicator: u8,
+    /// Message Expiry Interval in seconds; 0: absent (no expiry).
+    pub message_expiry_interval: u32,
+    pub content_type: *const c_char,
+    pub response_topic: *const c_char,
+    pub correlation_data: *const u8,
+    pub correlation_data_len: usize,
+    pub user_properties: *const mqstore_user_property,
+    pub user_property_count: usize,
+}
+
+/// A publish to send and the storage its pointers point into.
+#[repr(C)]
+struct OutgoingPublish {
+    c: mqstore_publish,
+    _strings: Vec<CString>,
+    _user_properties: Vec<mqstore_user_property>,
+    _publish: Publish,
+}
+
+fn outgoing(publish: Publish) -> Result<OutgoingPublish> {
+    let mut strings = Vec::new();
+    let mut keep = |text: &str| -> Result<*const c_char> {
+        let text =
+            CString::new(text).map_err(|_| Error::invalid("a topic or property holds a NUL"))?;
+        let pointer = text.as_ptr();
+        strings.push(text);
+        Ok(pointer)
+    };
+    let p = &publish.properties;
+    let topic = keep(&publish.topic)?;
+    let content_type = p.content_type.as_deref().map(&mut keep).transpose()?;
+    let response_topic = p.response_topic.as_deref().map(&mut keep).transpose()?;
+    let user_properties = p
+        .user_properties
+        .iter()
+        .map(|(name, value)| {
+            Ok(mqstore_user_property {
+                name: keep(name)?,
+                value: keep(value)?,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let c = mqstore_publish {
+        topic,
+        payload: publish.payload.as_ptr(),
+        payload_len: publish.payload.len(),
+        qos: publish.qos,
+        payload_format_indicator: p.payload_format_indicator.unwrap_or(0),
+        message_expiry_interval: p.message_expiry_interval.unwrap_or(0),
+        content_type: content_type.unwrap_or(std::ptr::null()),
+        response_topic: response_topic.unwrap_or(std::ptr::null()),
+        correlation_data: p
+            .correlation_data
+            .as_ref()
+            .map_or(std::ptr::null(), |c| c.as_ptr()),
+        correlation_data_len: p.correlation_data.as_ref().map_or(0, Bytes::len),
+        user_properties: user_properties.as_ptr(),
+        user_property_count: user_properties.len(),
+    };
+    Ok(OutgoingPublish {
+        c,
+        _strings: strings,
+        _user_properties: user_properties,
+        _publish: publish,
+    })
+}
+
+/// The next message to publish, in order, into `*out` (NULL when there is none). Call it after
+/// every call, `mqstore_core_handle`, `mqstore_core_expire` and `mqstore_core_resume` until it
+/// gives NULL. `*out` is the caller's: free it with `mqstore_publish_free` once published.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mqstore_core_next_publish(
+    core: *mut mqstore_core,
+    out: *mut *mut mqstore_publish,
+) -> c_int {
+    ffi(|| {
+        // SAFETY: the caller's pointers, checked by the helpers.
+        let out = unsafe { out_arg(out, "out") }?;
+        *out = std::ptr::null_mut();
+        let core = unsafe { handle_mut(core, "core") }?;
+        if let Some(publish) = core.outgoing.pop_front() {
+            *out = new_handle(outgoing(publish)?).cast();
+        }
+        Ok(())
+    })
+}
+
+/// Frees a publish from `mqstore_core_next_publish` (NULL is ignored).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mqstore_publish_free(publish: *mut mqstore_publish) {
+    ffi_void(|| {
+        // SAFETY: publishes are handed out as `OutgoingPublish`es.
+        unsafe { take_handle(publish.cast::<OutgoingPublish>(), "publish") }.map(drop)
+    });
+}
+
+/// Reads a publish the caller received.
+unsafe fn incoming(message: *const mqstore_publish) -> Result<Publish> {
+    // SAFETY: the caller passes NULL or a valid struct whose pointers are valid.
+    let m = unsafe { message.as_ref() }.ok_or_else(|| Error::invalid("message is NULL"))?;
+    let text = |s: *const c_char, what: &str| {
+        unsafe { opt_str_arg(s, what) }.map(|s| s.map(str::to_owned))
+    };
+    let correlation = match m.correlation_data.is_null() {
+        true => None,
+        false => Some(Bytes::copy_from_slice(unsafe {
+            bytes_arg(
+                m.correlation_data,
+                m.correlation_data_len,
+                "message.correlation_data",
+            )
+        }?)),
+    };
+    if m.user_properties.is_null() && m.user_property_count > 0 {
+        return Err(Error::invalid(format!(
+            "message.user_properties is NULL with a count of {}",
+            m.user_property_count
+        )));
+    }
+    let user_properties = (0..m.user_property_count)
+        .map(|i| {
+            // SAFETY: `user_property_count` entries at `user_properties` (checked non-NULL).
+            let p = unsafe { &*m.user_properties.add(i) };
+            let name = unsafe { str_arg(p.name, "a user property's name") }?;
+            let value = unsafe { str_arg(p.value, "a user property's value") }?;
+            Ok((name.to_owned(), value.to_owned()))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Publish {
+        topic: unsafe { str_arg(m.topic, "message.topic") }?.to_owned(),
+        // One copy: the caller's buffer lives only for the call.
+        payload: Bytes::copy_from_slice(unsafe {
+            bytes_arg(m.payload, m.payload_len, "message.payload")
+        }?),
+        qos: m.qos,
+        properties: Properties {
+            payload_format_indicator: Some(m.payload_format_indicator),
+            message_expiry_interval: (m.message_expiry_interval > 0)
+                .then_some(m.message_expiry_interval),
+            content_type: text(m.content_type, "message.content_type")?,
+            response_topic: text(m.response_topic, "message.response_topic")?,
+            correlation_data: correlation,
+            user_properties,
+        },
+    })
+}
+
+/// Feeds a message that arrived on one of the subscriptions. What it meant becomes an event
+/// (`mqstore_core_next_event`); messages for nobody (a late answer) are dropped. The message
+/// is borrowed for the call.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mqstore_core_handle(
+    core: *mut mqstore_core,
+    message: *const mqstore_publish,
+    now_ms: u64,
+) -> c_int {
+    ffi(|| {
+        // SAFETY: the caller's pointers, checked by the helpers.
+        let core = unsafe { handle_mut(core, "core") }?;
+        let publish = unsafe { incoming(message) }?;
+        let event = core.core.handle(&publish, now_ms);
+        core.collect(event);
+        Ok(())
+    })
+}
+
+/// Fails the calls whose timeout has passed (MQSTORE_ERR_TIMEOUT events) and renews what needs
+/// renewing. Call it at `mqstore_core_next_deadline`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mqstore_core_expire(core: *mut mqstore_core, now_ms: u64) -> c_int {
+    ffi(|| {
+        // SAFETY: a handle, checked.
+        let core = unsafe { handle_mut(core, "core") }?;
+        let events = core.core.expire(now_ms);
+        core.collect(events);
+        Ok(())
+    })
+}
+
+/// When to call `mqstore_core_expire` next, in the clock of `now_ms`: `*deadline_ms` gets it,
+/// or MQSTORE_NO_DEADLINE when nothing waits.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mqstore_core_next_deadline(
+    core: *const mqstore_core,
+    deadline_ms: *mut u64,
+) -> c_int {
+    ffi(|| {
+        // SAFETY: the caller's pointers, checked by the helpers.
+        let out = unsafe { out_arg(deadline_ms, "deadline_ms") }?;
+        let core = unsafe { handle(core, "core") }?;
+        *out = core.core.next_deadline().unwrap_or(MQSTORE_NO_DEADLINE);
+        Ok(())
+    })
+}
+
+/// The connection dropped: every call in flight fails (MQSTORE_ERR_DISCONNECTED events). Once
+/// connected and subscribed again, call `mqstore_core_resume`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mqstore_core_connection_lost(core: *mut mqstore_core) -> c_int {
+    ffi(|| {
+        // SAFETY: a handle, checked.
+        let core = unsafe { handle_mut(core, "core") }?;
+        let events = core.core.connection_lost();
+        core.collect(events);
+        Ok(())
+    })
+}
+
+/// After a reconnect, once subscribed: registers every observed key again and reads it back,
+/// so a change missed while away arrives as a `synthetic` MQSTORE_EVENT_CHANGED.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mqstore_core_resume(core: *mut mqstore_core, now_ms: u64) -> c_int {
+    ffi(|| {
+        // SAFETY: a handle, checked.
+        let core = unsafe { handle_mut(core, "core") }?;
+        let publishes = core.core.resume(now_ms)?;
+        core.outgoing.extend(publishes);
+        Ok(())
+    })
+}
+
+/// The next event, in order, into `*out` (NULL when there is none). `*out` is the caller's:
+/// free it with `mqstore_event_free`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mqstore_core_next_event(
+    core: *mut mqstore_core,
+    out: *mut *mut mqstore_event,
+) -> c_int {
+    ffi(|| {
+        // SAFETY: the caller's pointers, checked by the helpers.
+        let out = unsafe { out_arg(out, "out") }?;
+        *out = std::ptr::null_mut();
+        let core = unsafe { handle_mut(core, "core") }?;
+        if let Some(event) = core.events.pop_front() {
+            let command = match &event {
+                CoreEvent::Completed { call, .. } => core
+                    .commands
+                    .remove(&call.0)
+                    .unwrap_or(mqstore_command::MQSTORE_COMMAND_NONE),
+                CoreEvent::Changed { .. } => mqstore_command::MQSTORE_COMMAND_NONE,
+            };
+            *out = Event::of_core(event, command).into_c();
+        }
+        Ok(())
+    })
+}

@@ -1,0 +1,583 @@
+//! The C structs both layers share (versions, options, results, events, publishes), and the
+//! reading of arguments: every pointer and length C passes is checked here, once.
+
+use std::ffi::{CStr, CString, c_char, c_int};
+use std::time::Duration;
+
+use bytes::Bytes;
+use mqcore::client::{Deleted, Event as CoreEvent};
+use mqcore::codec::{Command, Condition, Notification, Response};
+use mqcore::hlc::Hlc;
+
+use crate::error::{Error, Result};
+use crate::handles::{new_handle, take_handle};
+
+/// Bytes in `mqstore_hlc.node`, with its terminating NUL: node ids are at most 255 bytes.
+pub const MQSTORE_HLC_NODE_SIZE: usize = 256;
+
+/// `mqstore_core_next_deadline` when no call is in flight and nothing needs renewing.
+pub const MQSTORE_NO_DEADLINE: u64 = 0xFFFF_FFFF_FFFF_FFFF;
+
+/// A hybrid-logical-clock value: a key's version, or a fencing token. Ordered by wall clock,
+/// then counter, then node (`mqstore_hlc_compare`); its text form is
+/// `{wall_ms}:{counter}:{node}` (`mqstore_hlc_format`, `mqstore_hlc_parse`). A plain value:
+/// copy it freely, nothing to free.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct mqstore_hlc {
+    /// Milliseconds since the Unix epoch.
+    pub wall_ms: u64,
+    pub counter: u32,
+    /// The id of the node (server or client) that made it, NUL-terminated UTF-8.
+    pub node: [c_char; MQSTORE_HLC_NODE_SIZE],
+}
+
+impl mqstore_hlc {
+    pub(crate) fn from_hlc(hlc: &Hlc) -> Result<Self> {
+        let node = hlc.node.as_bytes();
+        if node.len() >= MQSTORE_HLC_NODE_SIZE || node.contains(&0) {
+            return Err(Error::new(
+                crate::mqstore_status::MQSTORE_ERR_MALFORMED,
+                format!(
+                    "the version {hlc} has a node id longer than {} bytes",
+                    MQSTORE_HLC_NODE_SIZE - 1
+                ),
+            ));
+        }
+        let mut out = Self {
+            wall_ms: hlc.wall_ms,
+            counter: hlc.counter,
+            node: [0; MQSTORE_HLC_NODE_SIZE],
+        };
+        for (to, from) in out.node.iter_mut().zip(node) {
+            *to = *from as c_char;
+        }
+        Ok(out)
+    }
+
+    pub(crate) fn read(&self, what: &str) -> Result<Hlc> {
+        let bytes: Vec<u8> = self
+            .node
+            .iter()
+            .take_while(|c| **c != 0)
+            .map(|c| *c as u8)
+            .collect();
+        if bytes.len() == MQSTORE_HLC_NODE_SIZE {
+            return Err(Error::invalid(format!("{what}.node is not NUL-terminated")));
+        }
+        let node = String::from_utf8(bytes)
+            .map_err(|_| Error::invalid(format!("{what}.node is not UTF-8")))?;
+        Hlc::new(self.wall_ms, self.counter, node)
+            .map_err(|e| Error::invalid(format!("{what} is not a valid version: {e}")))
+    }
+}
+
+/// A byte string the library owns, inside an object that says how long it lives.
+#[repr(C)]
+pub struct mqstore_bytes {
+    pub data: *const u8,
+    pub len: usize,
+}
+
+impl mqstore_bytes {
+    pub(crate) fn of(bytes: &[u8]) -> Self {
+        Self {
+            data: bytes.as_ptr(),
+            len: bytes.len(),
+        }
+    }
+}
+
+/// A SET's condition (`mqstore_set_options.condition`).
+#[repr(C)]
+pub enum mqstore_condition {
+    /// Set whatever the key holds.
+    MQSTORE_SET_ALWAYS = 0,
+    /// NX: only if the key does not exist.
+    MQSTORE_SET_NX = 1,
+    /// NEX: only if the key does not exist or already holds this value (take or renew a lock).
+    MQSTORE_SET_NEX = 2,
+}
+
+/// Options of a SET. Zero-initialise it (`mqstore_set_options o = {0};`) for a plain SET.
+#[repr(C)]
+pub struct mqstore_set_options {
+    /// A `mqstore_condition`.
+    pub condition: c_int,
+    /// The key expires this many milliseconds after the SET (PX); 0: never.
+    pub expires_ms: u64,
+    /// Ask the server to keep the key durably.
+    pub persist: bool,
+    /// The fencing token of the lock guarding the key, or NULL. Borrowed for the call.
+    pub fencing_token: *const mqstore_hlc,
+    /// This call's timeout in milliseconds; 0: the client's.
+    pub timeout_ms: u32,
+}
+
+/// The SET options as the core takes them; `None` stands for all defaults.
+pub(crate) struct SetOptions {
+    pub condition: Condition,
+    pub expires_ms: Option<std::num::NonZeroU64>,
+    pub persist: bool,
+    pub fencing_token: Option<Hlc>,
+    pub timeout: Option<Duration>,
+}
+
+impl SetOptions {
+    /// Reads `options` (NULL: a plain SET).
+    pub unsafe fn read(options: *const mqstore_set_options) -> Result<Self> {
+        // SAFETY: the caller passes NULL or a valid struct.
+        let Some(o) = (unsafe { options.as_ref() }) else {
+            return Ok(Self {
+                condition: Condition::Always,
+                expires_ms: None,
+                persist: false,
+                fencing_token: None,
+                timeout: None,
+            });
+        };
+        Ok(Self {
+            condition: match o.condition {
+                0 => Condition::Always,
+                1 => Condition::NotExists,
+                2 => Condition::NotExistsOrEqual,
+                other => {
+                    return Err(Error::invalid(format!(
+                        "options.condition is MQSTORE_SET_ALWAYS, MQSTORE_SET_NX or MQSTORE_SET_NEX, not {other}"
+                    )));
+                }
+            },
+            expires_ms: std::num::NonZeroU64::new(o.expires_ms),
+            persist: o.persist,
+            // SAFETY: as above.
+            fencing_token: unsafe { hlc_arg(o.fencing_token, "options.fencing_token") }?,
+            timeout: timeout_arg(o.timeout_ms),
+        })
+    }
+}
+
+/// A call's own timeout (0: the client's).
+pub(crate) fn timeout_arg(ms: u32) -> Option<Duration> {
+    (ms > 0).then(|| Duration::from_millis(u64::from(ms)))
+}
+
+/// A fencing token argument: NULL is none.
+pub(crate) unsafe fn hlc_arg(hlc: *const mqstore_hlc, what: &str) -> Result<Option<Hlc>> {
+    // SAFETY: the caller passes NULL or a valid struct.
+    match unsafe { hlc.as_ref() } {
+        None => Ok(None),
+        Some(h) => h.read(what).map(Some),
+    }
+}
+
+/// What a SET did.
+#[repr(C)]
+pub struct mqstore_set_result {
+    /// False when the NX/NEX condition did not hold (nothing changed).
+    pub applied: bool,
+    pub has_version: bool,
+    /// The key's version: the new one, or the current one when not applied.
+    pub version: mqstore_hlc,
+}
+
+/// What a DEL or VDEL did.
+#[repr(C)]
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum mqstore_deleted {
+    /// The key was deleted.
+    MQSTORE_DELETED = 0,
+    /// There was no such key.
+    MQSTORE_DELETE_ABSENT = 1,
+    /// VDEL: the key holds another value (nothing changed).
+    MQSTORE_DELETE_VALUE_MISMATCH = 2,
+}
+
+impl From<Deleted> for mqstore_deleted {
+    fn from(d: Deleted) -> Self {
+        match d {
+            Deleted::Deleted => Self::MQSTORE_DELETED,
+            Deleted::Absent => Self::MQSTORE_DELETE_ABSENT,
+            Deleted::ValueMismatch => Self::MQSTORE_DELETE_VALUE_MISMATCH,
+        }
+    }
+}
+
+/// What a DEL or VDEL did, and the version (of the deletion, else the server's clock).
+#[repr(C)]
+pub struct mqstore_delete_result {
+    pub outcome: mqstore_deleted,
+    pub has_version: bool,
+    pub version: mqstore_hlc,
+}
+
+/// A version for a result struct: `(has_version, version)`.
+pub(crate) fn version_out(version: Option<&Hlc>) -> Result<(bool, mqstore_hlc)> {
+    match version {
+        Some(v) => Ok((true, mqstore_hlc::from_hlc(v)?)),
+        None => Ok((false, EMPTY_HLC)),
+    }
+}
+
+pub(crate) const EMPTY_HLC: mqstore_hlc = mqstore_hlc {
+    wall_ms: 0,
+    counter: 0,
+    node: [0; MQSTORE_HLC_NODE_SIZE],
+};
+
+/// Which call an event finished (`mqstore_event.command`).
+#[repr(C)]
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum mqstore_command {
+    /// Not a call's event (a change).
+    MQSTORE_COMMAND_NONE = 0,
+    MQSTORE_COMMAND_SET = 1,
+    MQSTORE_COMMAND_GET = 2,
+    MQSTORE_COMMAND_DEL = 3,
+    MQSTORE_COMMAND_VDEL = 4,
+    /// `observe` and `unobserve` (KEYNOTIFY).
+    MQSTORE_COMMAND_KEYNOTIFY = 5,
+    MQSTORE_COMMAND_SCAN = 6,
+}
+
+impl From<Command> for mqstore_command {
+    fn from(c: Command) -> Self {
+        match c {
+            Command::Set => Self::MQSTORE_COMMAND_SET,
+            Command::Get => Self::MQSTORE_COMMAND_GET,
+            Command::Del => Self::MQSTORE_COMMAND_DEL,
+            Command::VDel => Self::MQSTORE_COMMAND_VDEL,
+            Command::KeyNotify => Self::MQSTORE_COMMAND_KEYNOTIFY,
+            Command::Scan => Self::MQSTORE_COMMAND_SCAN,
+        }
+    }
+}
+
+/// What an event is.
+#[repr(C)]
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum mqstore_event_kind {
+    /// Layer 2: a call finished (`call`, `command`, `status` and the result fields).
+    MQSTORE_EVENT_COMPLETED = 1,
+    /// An observed key changed (`key`, `value`, `version`, `synthetic`).
+    MQSTORE_EVENT_CHANGED = 2,
+}
+
+/// An event: a change of an observed key (both layers), or a finished call (layer 2). Owned
+/// by the library: read it, then free it with `mqstore_event_free`; every pointer in it lives
+/// until then. Fields that do not apply to the event are 0 / NULL.
+#[repr(C)]
+pub struct mqstore_event {
+    pub kind: mqstore_event_kind,
+    /// COMPLETED: the id the call returned.
+    pub call: u64,
+    /// COMPLETED: which call it was.
+    pub command: mqstore_command,
+    /// COMPLETED: 0, or why the call failed (a `mqstore_status`).
+    pub status: c_int,
+    /// COMPLETED with a status: its message, NUL-terminated; else NULL.
+    pub error: *const c_char,
+    /// SET: applied (false: NX/NEX did not hold).
+    pub applied: bool,
+    /// GET: the key exists (`value` holds it).
+    pub found: bool,
+    /// DEL / VDEL: what happened.
+    pub deleted: mqstore_deleted,
+    /// CHANGED: the key.
+    pub key: *const u8,
+    pub key_len: usize,
+    /// CHANGED: the new value, NULL when the key was deleted or expired. GET: the value.
+    pub value: *const u8,
+    pub value_len: usize,
+    /// CHANGED: found by reading the key back after a reconnect or a server restart; the
+    /// notification itself was missed.
+    pub synthetic: bool,
+    pub has_version: bool,
+    /// The key's version (CHANGED, SET, GET found, DEL), else the server's clock.
+    pub version: mqstore_hlc,
+    /// SCAN: this page's keys.
+    pub keys: *const mqstore_bytes,
+    pub key_count: usize,
+    /// SCAN: the token of the next page (pass it to `mqstore_core_scan`), NULL on the last.
+    pub scan_token: *const u8,
+    pub scan_token_len: usize,
+}
+
+/// An event and the storage its pointers point into.
+#[repr(C)]
+pub(crate) struct Event {
+    /// First, so that a pointer to the event is a pointer to this.
+    c: mqstore_event,
+    _error: Option<CString>,
+    _data: Vec<Bytes>,
+    _keys: Vec<mqstore_bytes>,
+}
+
+impl Event {
+    fn empty(kind: mqstore_event_kind) -> mqstore_event {
+        mqstore_event {
+            kind,
+            call: 0,
+            command: mqstore_command::MQSTORE_COMMAND_NONE,
+            status: 0,
+            error: std::ptr::null(),
+            applied: false,
+            found: false,
+            deleted: mqstore_deleted::MQSTORE_DELETED,
+            key: std::ptr::null(),
+            key_len: 0,
+            value: std::ptr::null(),
+            value_len: 0,
+            synthetic: false,
+            has_version: false,
+            version: EMPTY_HLC,
+            keys: std::ptr::null(),
+            key_count: 0,
+            scan_token: std::ptr::null(),
+            scan_token_len: 0,
+        }
+    }
+
+    /// A change of an observed key. A version whose node id does not fit is left out
+    /// (`has_version` 0) rather than losing the change.
+    pub fn changed(
+        key: Bytes,
+        value: Option<Bytes>,
+        version: Option<&Hlc>,
+        synthetic: bool,
+    ) -> Self {
+        let mut c = Self::empty(mqstore_event_kind::MQSTORE_EVENT_CHANGED);
+        c.key = key.as_ptr();
+        c.key_len = key.len();
+        if let Some(value) = &value {
+            c.value = value.as_ptr();
+            c.value_len = value.len();
+        }
+        c.synthetic = synthetic;
+        if let Ok((has, v)) = version_out(version) {
+            c.has_version = has;
+            c.version = v;
+        }
+        let mut data = vec![key];
+        data.extend(value);
+        Self {
+            c,
+            _error: None,
+            _data: data,
+            _keys: Vec::new(),
+        }
+    }
+
+    /// A layer 2 core event.
+    pub fn of_core(event: CoreEvent, command: mqstore_command) -> Self {
+        match event {
+            CoreEvent::Changed {
+                key,
+                change,
+                version,
+                synthetic,
+            } => {
+                let value = match change {
+                    Notification::Set(value) => Some(value.value()),
+                    Notification::Delete => None,
+                };
+                Self::changed(key, value, version.as_ref(), synthetic)
+            }
+            CoreEvent::Completed { call, result } => {
+                let mut c = Self::empty(mqstore_event_kind::MQSTORE_EVENT_COMPLETED);
+                c.call = call.0;
+                c.command = command;
+                let mut event = Self {
+                    c,
+                    _error: None,
+                    _data: Vec::new(),
+                    _keys: Vec::new(),
+                };
+                let answer = result.map_err(Error::from).and_then(|answer| {
+                    let (has, v) = version_out(answer.version.as_ref())?;
+                    Ok((answer, has, v))
+                });
+                match answer {
+                    Err(e) => event.fail(e),
+                    Ok((answer, has_version, version)) => {
+                        event.c.has_version = has_version;
+                        event.c.version = version;
+                        event.fill(answer.response);
+                    }
+                }
+                event
+            }
+        }
+    }
+
+    fn fail(&mut self, e: Error) {
+        let text = CString::new(e.message.replace('\0', "\\0")).unwrap_or_default();
+        self.c.status = e.code;
+        self.c.error = text.as_ptr();
+        self._error = Some(text);
+    }
+
+    fn fill(&mut self, response: Response) {
+        match response {
+            Response::Ok => self.c.applied = true,
+            Response::NotApplied => {
+                self.c.deleted = mqstore_deleted::MQSTORE_DELETE_VALUE_MISMATCH;
+            }
+            Response::Deleted(n) => {
+                self.c.deleted = match n {
+                    0 => mqstore_deleted::MQSTORE_DELETE_ABSENT,
+                    _ => mqstore_deleted::MQSTORE_DELETED,
+                };
+            }
+            Response::Value(value) => {
+                let value = value.value();
+                self.c.found = true;
+                self.c.value = value.as_ptr();
+                self.c.value_len = value.len();
+                self._data.push(value);
+            }
+            Response::Absent => {}
+            Response::Keys { keys, token } => {
+                self._keys = keys.iter().map(|k| mqstore_bytes::of(k)).collect();
+                self.c.keys = self._keys.as_ptr();
+                self.c.key_count = self._keys.len();
+                self._data.extend(keys);
+                if let Some(token) = token {
+                    self.c.scan_token = token.as_ptr();
+                    self.c.scan_token_len = token.len();
+                    self._data.push(token);
+                }
+            }
+            // The core turns `-ERR` into a failed result; never seen here.
+            Response::Error(e) => self.fail(e.into()),
+        }
+    }
+
+    /// Hands the event to C.
+    pub fn into_c(self) -> *mut mqstore_event {
+        new_handle(self).cast()
+    }
+}
+
+/// Frees an event. NULL is ignored; an event freed twice is an error
+/// (`mqstore_last_error()`), not a crash.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mqstore_event_free(event: *mut mqstore_event) {
+    crate::error::ffi_void(|| {
+        // SAFETY: events are handed out as `Event`s (`Event::into_c`).
+        unsafe { take_handle(event.cast::<Event>(), "event") }.map(drop)
+    });
+}
+
+/// A byte-string argument: NULL is allowed only with length 0.
+pub(crate) unsafe fn bytes_arg<'a>(data: *const u8, len: usize, what: &str) -> Result<&'a [u8]> {
+    if data.is_null() {
+        return match len {
+            0 => Ok(&[]),
+            _ => Err(Error::invalid(format!(
+                "{what} is NULL with a length of {len}"
+            ))),
+        };
+    }
+    // SAFETY: the caller passes `len` readable bytes at `data`.
+    Ok(unsafe { std::slice::from_raw_parts(data, len) })
+}
+
+/// A key argument: at least one byte (the state store has no empty keys).
+pub(crate) unsafe fn key_arg(data: *const u8, len: usize, what: &str) -> Result<Bytes> {
+    // SAFETY: as `bytes_arg`.
+    let key = unsafe { bytes_arg(data, len, what) }?;
+    if key.is_empty() {
+        return Err(Error::invalid(format!(
+            "{what} is empty (key_len 0): keys are at least one byte"
+        )));
+    }
+    Ok(Bytes::copy_from_slice(key))
+}
+
+/// A NUL-terminated UTF-8 string argument.
+pub(crate) unsafe fn str_arg<'a>(text: *const c_char, what: &str) -> Result<&'a str> {
+    if text.is_null() {
+        return Err(Error::invalid(format!("{what} is NULL")));
+    }
+    // SAFETY: the caller passes a NUL-terminated string.
+    unsafe { CStr::from_ptr(text) }
+        .to_str()
+        .map_err(|_| Error::invalid(format!("{what} is not UTF-8")))
+}
+
+/// An optional string argument: NULL is none.
+pub(crate) unsafe fn opt_str_arg<'a>(text: *const c_char, what: &str) -> Result<Option<&'a str>> {
+    match text.is_null() {
+        true => Ok(None),
+        // SAFETY: as `str_arg`.
+        false => unsafe { str_arg(text, what) }.map(Some),
+    }
+}
+
+/// An out-parameter: it must not be NULL.
+pub(crate) unsafe fn out_arg<'a, T>(out: *mut T, what: &str) -> Result<&'a mut T> {
+    // SAFETY: the caller passes NULL or a writable `T`.
+    unsafe { out.as_mut() }.ok_or_else(|| Error::invalid(format!("{what} is NULL")))
+}
+
+/// Writes `value` to an optional out-parameter (NULL: the caller does not want it).
+pub(crate) unsafe fn write_opt<T>(out: *mut T, value: T) {
+    // SAFETY: the caller passes NULL or a writable `T`.
+    if let Some(out) = unsafe { out.as_mut() } {
+        *out = value;
+    }
+}
+
+/// Copies `bytes` into the caller's buffer `buf` of `capacity` bytes and writes the length to
+/// `len` (required). A buffer too small gets nothing, and `len` says how much is needed.
+pub(crate) unsafe fn copy_out(
+    bytes: &[u8],
+    buf: *mut u8,
+    capacity: usize,
+    len: *mut usize,
+    what: &str,
+) -> Result<()> {
+    // SAFETY: the caller passes NULL or a writable length.
+    let len = unsafe { out_arg(len, "the length out-parameter") }?;
+    *len = bytes.len();
+    if bytes.len() > capacity {
+        return Err(Error::too_small(what, bytes.len(), capacity));
+    }
+    if buf.is_null() {
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        return Err(Error::invalid(format!("the buffer for {what} is NULL")));
+    }
+    // SAFETY: `capacity` writable bytes at `buf`, and `bytes.len() <= capacity`.
+    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), buf, bytes.len()) };
+    Ok(())
+}
+
+/// Copies `text` and a NUL into the caller's buffer (see [`copy_out`]; the length written
+/// excludes the NUL, the capacity must include it).
+pub(crate) unsafe fn copy_str_out(
+    text: &str,
+    buf: *mut c_char,
+    capacity: usize,
+    len: *mut usize,
+    what: &str,
+) -> Result<()> {
+    let mut with_nul = Vec::with_capacity(text.len() + 1);
+    with_nul.extend_from_slice(text.as_bytes());
+    with_nul.push(0);
+    // SAFETY: as `copy_out`.
+    let result = unsafe { copy_out(&with_nul, buf.cast(), capacity, len, what) };
+    // SAFETY: `copy_out` checked `len`.
+    unsafe { *len = text.len() };
+    if let Err(mut e) = result {
+        if e.code == crate::mqstore_status::MQSTORE_ERR_BUFFER_TOO_SMALL as c_int {
+            e.message = format!(
+                "the buffer for {what} holds {capacity} bytes and {} are needed (the text and its NUL); the text's length was written to the length argument",
+                text.len() + 1
+            );
+        }
+        return Err(e);
+    }
+    Ok(())
+}

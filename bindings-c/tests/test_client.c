@@ -1,0 +1,470 @@
+/* Layer 1, the connected client, against a real mosquitto and `mqstore serve` (started by
+ * run.py on free ports, which passes them in the environment):
+ *   MQSTORE_TEST_PORT          broker + server
+ *   MQSTORE_TEST_LIMITED_PORT  broker + server with --max-keys 3 and access rules
+ *   MQSTORE_TEST_BARE_PORT     a broker with max_packet_size 2000 and no server
+ *   MQSTORE_TEST_CLOSED_PORT   nothing listens
+ * `test_client --contend PORT KEY MODE` is the second process of the lease test. */
+#define _POSIX_C_SOURCE 200809L
+#include <pthread.h>
+#include <stdint.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "test.h"
+
+static const char *self_path;
+
+static uint16_t port_from(const char *name) {
+  const char *value = getenv(name);
+  if (value == NULL) FAIL("%s is not set: run the C tests with bindings-c/tests/run.py", name);
+  return (uint16_t)atoi(value);
+}
+
+static mqstore_client *connect_to(uint16_t port, const char *client_id) {
+  mqstore_options options = mqstore_options_default();
+  options.port = port;
+  options.client_id = client_id;
+  mqstore_client *client = NULL;
+  CHECK_OK(mqstore_connect(&options, &client));
+  CHECK(client != NULL);
+  return client;
+}
+
+static mqstore_client *connect_main(void) { return connect_to(port_from("MQSTORE_TEST_PORT"), NULL); }
+
+/* GET into a stack buffer; returns whether found, the value NUL-terminated in `out`. */
+static bool get_text(mqstore_client *c, const char *key, char *out, size_t capacity) {
+  size_t len = 0;
+  bool found = false;
+  CHECK_OK(mqstore_get(c, S(key), (uint8_t *)out, capacity - 1, &len, &found, NULL));
+  out[found ? len : 0] = '\0';
+  return found;
+}
+
+static void set_get_del_vdel_with_versions(void) {
+  mqstore_client *c = connect_main();
+  mqstore_set_result set;
+  CHECK_OK(mqstore_set(c, S("c/one"), S("hello"), NULL, &set));
+  CHECK(set.applied);
+  CHECK(set.has_version);
+  CHECK(set.version.wall_ms > 0);
+
+  uint8_t value[64];
+  size_t len = 0;
+  bool found = false;
+  mqstore_hlc version;
+  CHECK_OK(mqstore_get(c, S("c/one"), value, sizeof value, &len, &found, &version));
+  CHECK(found);
+  CHECK_BYTES(value, len, "hello", 5);
+  int order = 1;
+  CHECK_OK(mqstore_hlc_compare(&version, &set.version, &order));
+  CHECK(order == 0);
+
+  /* NX does not overwrite; NEX with the same value applies (a lock renewed). */
+  mqstore_set_options nx = {0};
+  nx.condition = MQSTORE_SET_NX;
+  CHECK_OK(mqstore_set(c, S("c/one"), S("other"), &nx, &set));
+  CHECK(!set.applied);
+  char text[64];
+  CHECK(get_text(c, "c/one", text, sizeof text));
+  CHECK(strcmp(text, "hello") == 0);
+  mqstore_set_options nex = {0};
+  nex.condition = MQSTORE_SET_NEX;
+  CHECK_OK(mqstore_set(c, S("c/one"), S("hello"), &nex, &set));
+  CHECK(set.applied);
+  CHECK_OK(mqstore_set(c, S("c/one"), S("other"), &nex, &set));
+  CHECK(!set.applied);
+
+  /* Binary-safe: NULs and CRLF inside keys and values. */
+  const uint8_t key[] = {'c', '/', 0, 1, '\r', '\n'};
+  const uint8_t binary[] = {0, 255, '\r', '\n', 0, 7};
+  CHECK_OK(mqstore_set(c, key, sizeof key, binary, sizeof binary, NULL, NULL));
+  CHECK_OK(mqstore_get(c, key, sizeof key, value, sizeof value, &len, &found, NULL));
+  CHECK(found);
+  CHECK_BYTES(value, len, binary, sizeof binary);
+
+  /* A buffer too small: the length needed, then the value with a buffer that fits. */
+  CHECK_STATUS(mqstore_get(c, S("c/one"), value, 2, &len, &found, NULL), MQSTORE_ERR_BUFFER_TOO_SMALL);
+  CHECK(found);
+  CHECK(len == 5);
+  /* An empty value is a value. */
+  CHECK_OK(mqstore_set(c, S("c/empty"), NULL, 0, NULL, NULL));
+  CHECK_OK(mqstore_get(c, S("c/empty"), NULL, 0, &len, &found, NULL));
+  CHECK(found);
+  CHECK(len == 0);
+
+  mqstore_delete_result deleted;
+  CHECK_OK(mqstore_vdel(c, S("c/one"), S("not it"), NULL, &deleted));
+  CHECK(deleted.outcome == MQSTORE_DELETE_VALUE_MISMATCH);
+  CHECK(get_text(c, "c/one", text, sizeof text));
+  CHECK_OK(mqstore_vdel(c, S("c/one"), S("hello"), NULL, &deleted));
+  CHECK(deleted.outcome == MQSTORE_DELETED);
+  CHECK(!get_text(c, "c/one", text, sizeof text));
+  CHECK_OK(mqstore_del(c, S("c/one"), NULL, &deleted));
+  CHECK(deleted.outcome == MQSTORE_DELETE_ABSENT);
+  CHECK_OK(mqstore_del(c, key, sizeof key, NULL, &deleted));
+  CHECK(deleted.outcome == MQSTORE_DELETED);
+  mqstore_client_free(c);
+}
+
+static void scan_returns_every_matching_key(void) {
+  mqstore_client *c = connect_main();
+  char key[32];
+  for (int i = 0; i < 25; i++) {
+    snprintf(key, sizeof key, "c-scan/%02d", i);
+    CHECK_OK(mqstore_set(c, S(key), S("x"), NULL, NULL));
+  }
+  CHECK_OK(mqstore_set(c, S("c-other/1"), S("x"), NULL, NULL));
+  mqstore_keys *keys = NULL;
+  CHECK_OK(mqstore_scan(c, S("c-scan/*"), &keys));
+  CHECK(keys->count == 25);
+  int seen[25] = {0};
+  for (size_t i = 0; i < keys->count; i++) {
+    CHECK(keys->keys[i].len == 9);
+    CHECK(memcmp(keys->keys[i].data, "c-scan/", 7) == 0);
+    seen[(keys->keys[i].data[7] - '0') * 10 + (keys->keys[i].data[8] - '0')]++;
+  }
+  for (int i = 0; i < 25; i++) CHECK(seen[i] == 1);
+  mqstore_keys_free(keys);
+  CHECK_OK(mqstore_scan(c, S("c-nothing-*"), &keys));
+  CHECK(keys->count == 0);
+  mqstore_keys_free(keys);
+  mqstore_client_free(c);
+}
+
+/* The next event within 20 s (a change that never comes fails the test). */
+static mqstore_event *next_change(mqstore_client *c) {
+  mqstore_event *event = NULL;
+  CHECK_OK(mqstore_next_event(c, 20000, &event));
+  if (event == NULL) FAIL("no change within 20 s");
+  CHECK(event->kind == MQSTORE_EVENT_CHANGED);
+  return event;
+}
+
+static void observe_delivers_changes_by_polling(void) {
+  mqstore_client *c = connect_main();
+  mqstore_client *writer = connect_main();
+  CHECK_OK(mqstore_observe(c, S("c/watched")));
+  mqstore_event *none = (mqstore_event *)1;
+  CHECK_OK(mqstore_next_event(c, 0, &none));
+  CHECK(none == NULL);
+
+  mqstore_set_result set;
+  CHECK_OK(mqstore_set(writer, S("c/watched"), S("v1"), NULL, &set));
+  mqstore_event *event = next_change(c);
+  CHECK_BYTES(event->key, event->key_len, "c/watched", 9);
+  CHECK_BYTES(event->value, event->value_len, "v1", 2);
+  CHECK(!event->synthetic);
+  CHECK(event->has_version);
+  int order = 1;
+  CHECK_OK(mqstore_hlc_compare(&event->version, &set.version, &order));
+  CHECK(order == 0);
+  mqstore_event_free(event);
+
+  CHECK_OK(mqstore_del(writer, S("c/watched"), NULL, NULL));
+  event = next_change(c);
+  CHECK(event->value == NULL);
+  CHECK(event->value_len == 0);
+  mqstore_event_free(event);
+
+  /* A key that expires is reported deleted when it does. */
+  mqstore_set_options px = {0};
+  px.expires_ms = 200;
+  CHECK_OK(mqstore_set(writer, S("c/watched"), S("brief"), &px, NULL));
+  event = next_change(c);
+  CHECK_BYTES(event->value, event->value_len, "brief", 5);
+  mqstore_event_free(event);
+  event = next_change(c);
+  CHECK(event->value == NULL);
+  mqstore_event_free(event);
+
+  /* Observing twice is one observation: one event per change. */
+  CHECK_OK(mqstore_observe(c, S("c/watched")));
+  CHECK_OK(mqstore_set(writer, S("c/watched"), S("v2"), NULL, NULL));
+  event = next_change(c);
+  CHECK_BYTES(event->value, event->value_len, "v2", 2);
+  mqstore_event_free(event);
+
+  CHECK_OK(mqstore_unobserve(c, S("c/watched")));
+  CHECK_OK(mqstore_set(writer, S("c/watched"), S("v3"), NULL, NULL));
+  /* A later change of another observed key comes alone: v3 was not delivered. */
+  CHECK_OK(mqstore_observe(c, S("c/marker")));
+  CHECK_OK(mqstore_set(writer, S("c/marker"), S("m"), NULL, NULL));
+  event = next_change(c);
+  CHECK_BYTES(event->key, event->key_len, "c/marker", 8);
+  mqstore_event_free(event);
+
+  /* Events left unread are freed with the client. */
+  CHECK_OK(mqstore_set(writer, S("c/marker"), S("unread"), NULL, NULL));
+  mqstore_client_free(writer);
+  mqstore_client_free(c);
+}
+
+typedef struct {
+  pthread_mutex_t lock;
+  pthread_cond_t changed;
+  int count;
+  char values[4][16];
+  pthread_t thread;
+  mqstore_client *client;
+  int call_status;
+} callback_state;
+
+static void on_event(const mqstore_event *event, void *user_data) {
+  callback_state *state = user_data;
+  /* Calls from inside the callback work; freeing the client from here does not. */
+  state->call_status = mqstore_set(state->client, S("c/from-callback"), S("x"), NULL, NULL);
+  mqstore_client_free(state->client);
+  pthread_mutex_lock(&state->lock);
+  if (state->count < 4 && event->value != NULL && event->value_len < 16) {
+    memcpy(state->values[state->count], event->value, event->value_len);
+    state->values[state->count][event->value_len] = '\0';
+  }
+  state->count++;
+  state->thread = pthread_self();
+  pthread_cond_broadcast(&state->changed);
+  pthread_mutex_unlock(&state->lock);
+}
+
+static void wait_for_count(callback_state *state, int count) {
+  struct timespec deadline;
+  clock_gettime(CLOCK_REALTIME, &deadline);
+  deadline.tv_sec += 20;
+  pthread_mutex_lock(&state->lock);
+  while (state->count < count)
+    if (pthread_cond_timedwait(&state->changed, &state->lock, &deadline) != 0) break;
+  int got = state->count;
+  pthread_mutex_unlock(&state->lock);
+  if (got < count) FAIL("the callback ran %d times, expected %d within 20 s", got, count);
+}
+
+static void observe_delivers_changes_to_a_callback_on_its_own_thread(void) {
+  mqstore_client *c = connect_main();
+  callback_state state = {.lock = PTHREAD_MUTEX_INITIALIZER, .changed = PTHREAD_COND_INITIALIZER, .client = c};
+  CHECK_OK(mqstore_set_event_callback(c, on_event, &state));
+  CHECK_OK(mqstore_observe(c, S("c/called")));
+  CHECK_OK(mqstore_set(c, S("c/called"), S("a"), NULL, NULL));
+  CHECK_OK(mqstore_set(c, S("c/called"), S("b"), NULL, NULL));
+  wait_for_count(&state, 2);
+  CHECK(strcmp(state.values[0], "a") == 0);
+  CHECK(strcmp(state.values[1], "b") == 0);
+  CHECK(!pthread_equal(state.thread, pthread_self()));
+  CHECK(state.call_status == MQSTORE_OK);
+
+  /* While a callback is set, polling has nothing to give. */
+  mqstore_event *event = NULL;
+  CHECK_STATUS(mqstore_next_event(c, 0, &event), MQSTORE_ERR_CALLBACK_SET);
+  CHECK_OK(mqstore_set_event_callback(c, NULL, NULL));
+  CHECK_OK(mqstore_set(c, S("c/called"), S("polled"), NULL, NULL));
+  event = next_change(c);
+  CHECK_BYTES(event->value, event->value_len, "polled", 6);
+  mqstore_event_free(event);
+  CHECK(state.count == 2);
+  /* The client freed from inside the callback was refused, and still works. */
+  char text[16];
+  CHECK(get_text(c, "c/from-callback", text, sizeof text));
+  mqstore_client_free(c);
+}
+
+/* Runs this binary as a second process: `--contend PORT KEY MODE`; its exit status says what
+ * it saw (0: as expected). */
+static int contend(const char *key, const char *mode) {
+  char port[16];
+  snprintf(port, sizeof port, "%u", port_from("MQSTORE_TEST_PORT"));
+  pid_t pid = fork();
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    execl(self_path, self_path, "--contend", port, key, mode, (char *)NULL);
+    _exit(127);
+  }
+  int status = 0;
+  CHECK(waitpid(pid, &status, 0) == pid);
+  CHECK(WIFEXITED(status));
+  return WEXITSTATUS(status);
+}
+
+static int contender_main(const char *port, const char *key, const char *mode) {
+  mqstore_client *c = connect_to((uint16_t)atoi(port), "c-contender");
+  mqstore_lease *lease = NULL;
+  int wait_ms = strcmp(mode, "refused") == 0 ? 0 : 20000;
+  CHECK_OK(mqstore_lease_acquire(c, S(key), 5000, (uint32_t)wait_ms, &lease));
+  int result = strcmp(mode, "refused") == 0 ? (lease == NULL ? 0 : 1) : (lease != NULL ? 0 : 2);
+  if (lease != NULL) CHECK(mqstore_lease_is_held(lease));
+  mqstore_lease_free(lease);
+  mqstore_client_free(c);
+  return result;
+}
+
+static void a_lease_held_by_one_process_is_refused_to_another(void) {
+  mqstore_client *c = connect_to(port_from("MQSTORE_TEST_PORT"), "c-holder");
+  mqstore_lease *lease = NULL;
+  CHECK_OK(mqstore_lease_acquire(c, S("c/lease"), 5000, 0, &lease));
+  CHECK(lease != NULL);
+  CHECK(mqstore_lease_is_held(lease));
+  mqstore_hlc token;
+  CHECK_OK(mqstore_lease_fencing_token(lease, &token));
+
+  CHECK(contend("c/lease", "refused") == 0);
+
+  /* Writes to what the lease guards carry its token; without one, or with an older one, the
+   * server refuses them. */
+  mqstore_set_options fenced = {0};
+  fenced.fencing_token = &token;
+  CHECK_OK(mqstore_set(c, S("c/guarded"), S("v1"), &fenced, NULL));
+  CHECK_STATUS(mqstore_set(c, S("c/guarded"), S("v2"), NULL, NULL), MQSTORE_ERR_FENCING_TOKEN_REQUIRED);
+  CHECK(strcmp(mqstore_last_error(), "the state store refused the request: a fencing token is required for this request") == 0);
+  mqstore_hlc older = token;
+  older.wall_ms -= 1000;
+  fenced.fencing_token = &older;
+  CHECK_STATUS(mqstore_set(c, S("c/guarded"), S("v2"), &fenced, NULL), MQSTORE_ERR_FENCING_TOKEN_LOWER_VERSION);
+  mqstore_hlc future = token;
+  future.wall_ms += 3600 * 1000;
+  fenced.fencing_token = &future;
+  CHECK_STATUS(mqstore_set(c, S("c/guarded"), S("v2"), &fenced, NULL), MQSTORE_ERR_FENCING_TOKEN_SKEW);
+  CHECK_STATUS(mqstore_del(c, S("c/guarded"), NULL, NULL), MQSTORE_ERR_FENCING_TOKEN_REQUIRED);
+  char text[16];
+  CHECK(get_text(c, "c/guarded", text, sizeof text));
+  CHECK(strcmp(text, "v1") == 0);
+  CHECK_OK(mqstore_del(c, S("c/guarded"), &token, NULL));
+
+  /* Released, the other process takes it (it waits for the release). */
+  bool released = false;
+  CHECK_OK(mqstore_lease_release(lease, &released));
+  CHECK(released);
+  CHECK(!mqstore_lease_is_held(lease));
+  CHECK_STATUS(mqstore_lease_fencing_token(lease, &token), MQSTORE_ERR_INVALID_ARGUMENT);
+  mqstore_lease_free(lease);
+  CHECK(contend("c/lease", "acquired") == 0);
+  mqstore_client_free(c);
+}
+
+static void errors_have_their_codes_and_change_nothing(void) {
+  mqstore_client *c = connect_main();
+  /* A notification topic longer than MQTT allows: refused by the server. */
+  size_t long_len = 40000;
+  uint8_t *long_key = malloc(long_len);
+  CHECK(long_key != NULL);
+  memset(long_key, 'k', long_len);
+  CHECK_STATUS(mqstore_observe(c, long_key, long_len), MQSTORE_ERR_NOTIFICATION_TOPIC_TOO_LONG);
+  free(long_key);
+  mqstore_client_free(c);
+
+  /* Quota and access rules (the limited server: --max-keys 3, keys under readonly/ read-only). */
+  mqstore_client *limited = connect_to(port_from("MQSTORE_TEST_LIMITED_PORT"), NULL);
+  char key[16];
+  for (int i = 0; i < 3; i++) {
+    snprintf(key, sizeof key, "k%d", i);
+    CHECK_OK(mqstore_set(limited, S(key), S("v"), NULL, NULL));
+  }
+  CHECK_STATUS(mqstore_set(limited, S("k3"), S("v"), NULL, NULL), MQSTORE_ERR_QUOTA_EXCEEDED);
+  CHECK_ERROR_SAYS("the quota has been exceeded");
+  CHECK_STATUS(mqstore_set(limited, S("readonly/x"), S("v"), NULL, NULL), MQSTORE_ERR_NOT_AUTHORIZED);
+  CHECK_ERROR_SAYS("not authorized");
+  char text[16];
+  CHECK(!get_text(limited, "k3", text, sizeof text));
+  mqstore_client_free(limited);
+
+  /* A broker with no server: no answer in time; a request over its packet limit is not sent. */
+  mqstore_options options = mqstore_options_default();
+  options.port = port_from("MQSTORE_TEST_BARE_PORT");
+  options.timeout_ms = 300;
+  mqstore_client *bare = NULL;
+  CHECK_OK(mqstore_connect(&options, &bare));
+  bool found = true;
+  size_t len = 0;
+  CHECK_STATUS(mqstore_get(bare, S("k"), NULL, 0, &len, &found, NULL), MQSTORE_ERR_TIMEOUT);
+  CHECK(!found);
+  CHECK_ERROR_SAYS("is `mqstore serve` running");
+  mqstore_set_options quick = {0};
+  quick.timeout_ms = 100;
+  CHECK_STATUS(mqstore_set(bare, S("k"), S("v"), &quick, NULL), MQSTORE_ERR_TIMEOUT);
+  static uint8_t big[5000];
+  CHECK_STATUS(mqstore_set(bare, S("k"), big, sizeof big, NULL, NULL), MQSTORE_ERR_TOO_LARGE);
+  CHECK_ERROR_SAYS("not sent");
+  mqstore_client_free(bare);
+
+  /* Nothing listens. */
+  options = mqstore_options_default();
+  options.port = port_from("MQSTORE_TEST_CLOSED_PORT");
+  options.timeout_ms = 2000;
+  mqstore_client *none = (mqstore_client *)1;
+  CHECK_STATUS(mqstore_connect(&options, &none), MQSTORE_ERR_UNREACHABLE);
+  CHECK(none == NULL);
+  CHECK_ERROR_SAYS("cannot reach the MQTT broker");
+}
+
+static void bad_arguments_and_freed_handles_are_errors_not_crashes(void) {
+  uint8_t buf[8];
+  size_t len;
+  bool found;
+  CHECK_STATUS(mqstore_set(NULL, S("k"), S("v"), NULL, NULL), MQSTORE_ERR_INVALID_ARGUMENT);
+  CHECK_ERROR_SAYS("client is NULL");
+  CHECK_STATUS(mqstore_connect(NULL, NULL), MQSTORE_ERR_INVALID_ARGUMENT);
+  mqstore_options options = mqstore_options_default();
+  options.client_id = "has:colon";
+  mqstore_client *client = NULL;
+  CHECK_STATUS(mqstore_connect(&options, &client), MQSTORE_ERR_INVALID_ARGUMENT);
+  CHECK_ERROR_SAYS("contains ':'");
+  options = mqstore_options_default();
+  options.cert_file = "client.pem";
+  CHECK_STATUS(mqstore_connect(&options, &client), MQSTORE_ERR_INVALID_ARGUMENT);
+  CHECK_ERROR_SAYS("go together");
+  options.key_file = "client.key";
+  options.ca_file = "/nonexistent/ca.pem";
+  CHECK_STATUS(mqstore_connect(&options, &client), MQSTORE_ERR_INVALID_ARGUMENT);
+  CHECK_ERROR_SAYS("/nonexistent/ca.pem");
+
+  mqstore_client *c = connect_main();
+  CHECK(strncmp(mqstore_client_id(c), "mqstore-c-", 10) == 0);
+  CHECK_STATUS(mqstore_set(c, NULL, 1, S("v"), NULL, NULL), MQSTORE_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(mqstore_set(c, S(""), S("v"), NULL, NULL), MQSTORE_ERR_INVALID_ARGUMENT);
+  CHECK_ERROR_SAYS("keys are at least one byte");
+  CHECK_STATUS(mqstore_set(c, S("k"), NULL, 3, NULL, NULL), MQSTORE_ERR_INVALID_ARGUMENT);
+  mqstore_set_options bad = {0};
+  bad.condition = 9;
+  CHECK_STATUS(mqstore_set(c, S("c/bad"), S("v"), &bad, NULL), MQSTORE_ERR_INVALID_ARGUMENT);
+  mqstore_hlc token;
+  memset(&token, 0, sizeof token);
+  strcpy(token.node, "a:b");
+  bad.condition = 0;
+  bad.fencing_token = &token;
+  CHECK_STATUS(mqstore_set(c, S("c/bad"), S("v"), &bad, NULL), MQSTORE_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(mqstore_get(c, S("k"), buf, sizeof buf, &len, NULL, NULL), MQSTORE_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(mqstore_get(c, S("k"), buf, sizeof buf, NULL, &found, NULL), MQSTORE_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(mqstore_scan(c, S("*"), NULL), MQSTORE_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(mqstore_next_event(c, 0, NULL), MQSTORE_ERR_INVALID_ARGUMENT);
+  mqstore_lease *lease = NULL;
+  CHECK_STATUS(mqstore_lease_acquire(c, S("c/l"), 0, 0, &lease), MQSTORE_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(mqstore_lease_fencing_token(NULL, &token), MQSTORE_ERR_INVALID_ARGUMENT);
+  CHECK(!mqstore_lease_is_held(NULL));
+  /* Nothing above reached the server. */
+  char text[8];
+  CHECK(!get_text(c, "c/bad", text, sizeof text));
+  mqstore_client_free(c);
+
+  /* The freed client: every call is refused, a second free too. */
+  CHECK_STATUS(mqstore_set(c, S("k"), S("v"), NULL, NULL), MQSTORE_ERR_INVALID_ARGUMENT);
+  CHECK_ERROR_SAYS("not a live mqstore object");
+  CHECK(mqstore_client_id(c) == NULL);
+  mqstore_client_free(c);
+  CHECK_ERROR_SAYS("not a live mqstore object");
+  mqstore_client_free(NULL);
+  mqstore_lease_free(NULL);
+  mqstore_keys_free(NULL);
+  CHECK(mqstore_has_client());
+}
+
+int main(int argc, char **argv) {
+  self_path = argv[0];
+  if (argc == 5 && strcmp(argv[1], "--contend") == 0) return contender_main(argv[2], argv[3], argv[4]);
+  RUN(set_get_del_vdel_with_versions);
+  RUN(scan_returns_every_matching_key);
+  RUN(observe_delivers_changes_by_polling);
+  RUN(observe_delivers_changes_to_a_callback_on_its_own_thread);
+  RUN(a_lease_held_by_one_process_is_refused_to_another);
+  RUN(errors_have_their_codes_and_change_nothing);
+  RUN(bad_arguments_and_freed_handles_are_errors_not_crashes);
+  SUMMARY();
+  return 0;
+}
