@@ -1,0 +1,321 @@
+/* Layer 2, bring your own MQTT: libmosquitto is the transport, driving mqstore_core against a
+ * real mosquitto + `mqstore serve` (MQSTORE_TEST_PORT, from run.py). One thread: the test's
+ * own loop runs libmosquitto, the state machine and its deadlines. */
+#define _POSIX_C_SOURCE 200809L
+#include <time.h>
+
+#include "mosquitto_glue.h"
+#include "test.h"
+
+typedef struct {
+  mqstore_core *core;
+  int subscribed;
+  int connected;
+} session;
+
+static uint64_t now_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_REALTIME, &t);
+  return (uint64_t)t.tv_sec * 1000u + (uint64_t)t.tv_nsec / 1000000u;
+}
+
+static void on_connect(struct mosquitto *mosq, void *obj, int rc, int flags, const mosquitto_property *props) {
+  (void)mosq, (void)flags, (void)props;
+  session *s = obj;
+  s->connected = rc == 0 ? 1 : -1;
+}
+
+static void on_subscribe(struct mosquitto *mosq, void *obj, int mid, int count, const int *granted,
+                         const mosquitto_property *props) {
+  (void)mosq, (void)mid, (void)props;
+  session *s = obj;
+  for (int i = 0; i < count; i++)
+    if (granted[i] <= 2) s->subscribed++;
+}
+
+static void on_message(struct mosquitto *mosq, void *obj, const struct mosquitto_message *m,
+                       const mosquitto_property *props) {
+  (void)mosq;
+  session *s = obj;
+  CHECK_OK(glue_handle(s->core, m, props, now_ms()));
+}
+
+/* One turn of the loop: the network, then the deadline, then whatever is to be sent. */
+static void turn(struct mosquitto *mosq, session *s) {
+  uint64_t deadline = 0;
+  CHECK_OK(mqstore_core_next_deadline(s->core, &deadline));
+  uint64_t now = now_ms();
+  int wait = deadline == MQSTORE_NO_DEADLINE ? 100 : deadline <= now ? 0 : (int)(deadline - now > 100 ? 100 : deadline - now);
+  CHECK(mosquitto_loop(mosq, wait, 1) == MOSQ_ERR_SUCCESS);
+  CHECK_OK(mqstore_core_expire(s->core, now_ms()));
+  CHECK_OK(glue_flush(mosq, s->core));
+}
+
+/* Runs the loop until the next event (20 s at most); the caller frees it. */
+static mqstore_event *next_event(struct mosquitto *mosq, session *s) {
+  uint64_t give_up = now_ms() + 20000;
+  for (;;) {
+    mqstore_event *event = NULL;
+    CHECK_OK(mqstore_core_next_event(s->core, &event));
+    if (event != NULL) return event;
+    if (now_ms() > give_up) FAIL("no event within 20 s");
+    turn(mosq, s);
+  }
+}
+
+/* The next event must finish `call` without an error. */
+static mqstore_event *completed(struct mosquitto *mosq, session *s, uint64_t call) {
+  mqstore_event *event = next_event(mosq, s);
+  CHECK(event->kind == MQSTORE_EVENT_COMPLETED);
+  CHECK(event->call == call);
+  if (event->status != 0) FAIL("call %llu failed: %d %s", (unsigned long long)call, event->status, event->error);
+  return event;
+}
+
+static struct mosquitto *mosq;
+static session s;
+
+static void connect_and_subscribe(void) {
+  mosquitto_lib_init();
+  CHECK_OK(mqstore_core_new("c-byo", (uint64_t)now_ms() * 2654435761u, 2000, &s.core));
+  mosq = mosquitto_new("c-byo", true, &s);
+  CHECK(mosq != NULL);
+  CHECK(mosquitto_int_option(mosq, MOSQ_OPT_PROTOCOL_VERSION, MQTT_PROTOCOL_V5) == MOSQ_ERR_SUCCESS);
+  const char *presence = mqstore_core_presence_topic(s.core);
+  CHECK(presence != NULL);
+  CHECK(mosquitto_will_set_v5(mosq, presence, 4, "gone", 1, false, NULL) == MOSQ_ERR_SUCCESS);
+  mosquitto_connect_v5_callback_set(mosq, on_connect);
+  mosquitto_subscribe_v5_callback_set(mosq, on_subscribe);
+  mosquitto_message_v5_callback_set(mosq, on_message);
+  const char *port = getenv("MQSTORE_TEST_PORT");
+  if (port == NULL) FAIL("MQSTORE_TEST_PORT is not set: run the C tests with bindings-c/tests/run.py");
+  CHECK(mosquitto_connect_bind_v5(mosq, "127.0.0.1", atoi(port), 30, NULL, NULL) == MOSQ_ERR_SUCCESS);
+  while (s.connected == 0) CHECK(mosquitto_loop(mosq, 100, 1) == MOSQ_ERR_SUCCESS);
+  CHECK(s.connected == 1);
+  int filters = 0;
+  for (const char *filter; (filter = mqstore_core_subscription(s.core, (size_t)filters)) != NULL; filters++)
+    CHECK(mosquitto_subscribe_v5(mosq, NULL, filter, 1, 0, NULL) == MOSQ_ERR_SUCCESS);
+  CHECK(filters == 3);
+  while (s.subscribed < filters) CHECK(mosquitto_loop(mosq, 100, 1) == MOSQ_ERR_SUCCESS);
+}
+
+static void a_call_becomes_a_publish_with_every_property(void) {
+  uint64_t call = 0;
+  CHECK_OK(mqstore_core_get(s.core, S("byo/props"), now_ms(), &call));
+  mqstore_publish *p = NULL;
+  CHECK_OK(mqstore_core_next_publish(s.core, &p));
+  CHECK(p != NULL);
+  CHECK(strstr(p->topic, "/command/invoke") != NULL);
+  CHECK(p->qos == 1);
+  CHECK(p->response_topic != NULL);
+  CHECK(p->correlation_data_len == 16);
+  CHECK(strcmp(p->content_type, "application/octet-stream") == 0);
+  CHECK(p->message_expiry_interval == 2);
+  int have_ts = 0, have_src = 0;
+  for (size_t i = 0; i < p->user_property_count; i++) {
+    if (strcmp(p->user_properties[i].name, "__ts") == 0) have_ts = 1;
+    if (strcmp(p->user_properties[i].name, "__srcId") == 0 && strcmp(p->user_properties[i].value, "c-byo") == 0)
+      have_src = 1;
+  }
+  CHECK(have_ts && have_src);
+  mqstore_request *request = NULL;
+  CHECK_OK(mqstore_decode_request(p->payload, p->payload_len, &request));
+  CHECK(request->command == MQSTORE_COMMAND_GET);
+  CHECK_BYTES(request->key, request->key_len, "byo/props", 9);
+  mqstore_request_free(request);
+  CHECK(glue_publish(mosq, p) == MOSQ_ERR_SUCCESS);
+  mqstore_publish_free(p);
+  mqstore_event *event = completed(mosq, &s, call);
+  CHECK(event->command == MQSTORE_COMMAND_GET);
+  CHECK(!event->found);
+  mqstore_event_free(event);
+}
+
+static void set_get_del_scan_over_libmosquitto(void) {
+  uint64_t call = 0;
+  mqstore_set_options nx = {0};
+  nx.condition = MQSTORE_SET_NX;
+  CHECK_OK(mqstore_core_set(s.core, S("byo/k"), S("v1"), &nx, now_ms(), &call));
+  mqstore_event *event = completed(mosq, &s, call);
+  CHECK(event->command == MQSTORE_COMMAND_SET);
+  CHECK(event->applied);
+  CHECK(event->has_version);
+  mqstore_hlc version = event->version;
+  mqstore_event_free(event);
+
+  CHECK_OK(mqstore_core_set(s.core, S("byo/k"), S("v2"), &nx, now_ms(), &call));
+  event = completed(mosq, &s, call);
+  CHECK(!event->applied);
+  mqstore_event_free(event);
+
+  CHECK_OK(mqstore_core_get(s.core, S("byo/k"), now_ms(), &call));
+  event = completed(mosq, &s, call);
+  CHECK(event->found);
+  CHECK_BYTES(event->value, event->value_len, "v1", 2);
+  int order = 1;
+  CHECK_OK(mqstore_hlc_compare(&event->version, &version, &order));
+  CHECK(order == 0);
+  mqstore_event_free(event);
+
+  CHECK_OK(mqstore_core_set(s.core, S("byo/other"), S("x"), NULL, now_ms(), &call));
+  mqstore_event_free(completed(mosq, &s, call));
+  CHECK_OK(mqstore_core_scan(s.core, S("byo/*"), NULL, 0, now_ms(), &call));
+  event = completed(mosq, &s, call);
+  CHECK(event->command == MQSTORE_COMMAND_SCAN);
+  CHECK(event->key_count == 2);
+  CHECK(event->scan_token == NULL);
+  mqstore_event_free(event);
+
+  CHECK_OK(mqstore_core_vdel(s.core, S("byo/other"), S("y"), NULL, now_ms(), &call));
+  event = completed(mosq, &s, call);
+  CHECK(event->deleted == MQSTORE_DELETE_VALUE_MISMATCH);
+  mqstore_event_free(event);
+  CHECK_OK(mqstore_core_del(s.core, S("byo/other"), NULL, now_ms(), &call));
+  event = completed(mosq, &s, call);
+  CHECK(event->deleted == MQSTORE_DELETED);
+  mqstore_event_free(event);
+}
+
+static void observe_brings_notifications(void) {
+  uint64_t call = 0;
+  CHECK_OK(mqstore_core_observe(s.core, S("byo/k"), now_ms(), &call));
+  mqstore_event *event = completed(mosq, &s, call);
+  CHECK(event->command == MQSTORE_COMMAND_KEYNOTIFY);
+  mqstore_event_free(event);
+
+  uint64_t set_call = 0;
+  CHECK_OK(mqstore_core_set(s.core, S("byo/k"), S("v3"), NULL, now_ms(), &set_call));
+  /* The SET's answer and the notification may come in either order. */
+  int changed = 0, answered = 0;
+  while (!(changed && answered)) {
+    event = next_event(mosq, &s);
+    if (event->kind == MQSTORE_EVENT_CHANGED) {
+      CHECK_BYTES(event->key, event->key_len, "byo/k", 5);
+      CHECK_BYTES(event->value, event->value_len, "v3", 2);
+      CHECK(!event->synthetic);
+      changed++;
+    } else {
+      CHECK(event->call == set_call);
+      CHECK(event->status == 0);
+      answered++;
+    }
+    mqstore_event_free(event);
+  }
+  CHECK_OK(mqstore_core_del(s.core, S("byo/k"), NULL, now_ms(), &call));
+  changed = answered = 0;
+  while (!(changed && answered)) {
+    event = next_event(mosq, &s);
+    if (event->kind == MQSTORE_EVENT_CHANGED) {
+      CHECK(event->value == NULL);
+      changed++;
+    } else {
+      answered++;
+    }
+    mqstore_event_free(event);
+  }
+  CHECK_OK(mqstore_core_unobserve(s.core, S("byo/k"), now_ms(), &call));
+  mqstore_event_free(completed(mosq, &s, call));
+}
+
+static void a_lost_answer_times_out_through_expire(void) {
+  uint64_t call = 0;
+  uint64_t started = now_ms();
+  CHECK_OK(mqstore_core_get(s.core, S("byo/lost"), started, &call));
+  /* The publish is dropped, as a broker that lost it would. */
+  mqstore_publish *p = NULL;
+  CHECK_OK(mqstore_core_next_publish(s.core, &p));
+  mqstore_publish_free(p);
+  uint64_t deadline = 0;
+  CHECK_OK(mqstore_core_next_deadline(s.core, &deadline));
+  CHECK(deadline == started + 2000);
+  /* Before the deadline nothing fails; at it the call does. */
+  CHECK_OK(mqstore_core_expire(s.core, deadline - 1));
+  mqstore_event *event = NULL;
+  CHECK_OK(mqstore_core_next_event(s.core, &event));
+  CHECK(event == NULL);
+  event = next_event(mosq, &s);
+  CHECK(event->call == call);
+  CHECK(event->status == MQSTORE_ERR_TIMEOUT);
+  CHECK(strstr(event->error, "no answer") != NULL);
+  CHECK(now_ms() >= deadline);
+  mqstore_event_free(event);
+  CHECK_OK(mqstore_core_next_deadline(s.core, &deadline));
+  CHECK(deadline == MQSTORE_NO_DEADLINE);
+}
+
+static void a_lost_connection_fails_calls_in_flight(void) {
+  uint64_t call = 0;
+  CHECK_OK(mqstore_core_get(s.core, S("byo/k"), now_ms(), &call));
+  mqstore_publish *p = NULL;
+  CHECK_OK(mqstore_core_next_publish(s.core, &p));
+  mqstore_publish_free(p);
+  CHECK_OK(mqstore_core_connection_lost(s.core));
+  mqstore_event *event = NULL;
+  CHECK_OK(mqstore_core_next_event(s.core, &event));
+  CHECK(event != NULL);
+  CHECK(event->call == call);
+  CHECK(event->status == MQSTORE_ERR_DISCONNECTED);
+  mqstore_event_free(event);
+}
+
+static void too_large_and_bad_arguments_queue_nothing(void) {
+  CHECK_OK(mqstore_core_set_max_packet_size(s.core, 200));
+  static uint8_t big[300];
+  uint64_t call = 0;
+  CHECK_STATUS(mqstore_core_set(s.core, S("byo/big"), big, sizeof big, NULL, now_ms(), &call), MQSTORE_ERR_TOO_LARGE);
+  CHECK_OK(mqstore_core_set_max_packet_size(s.core, 0));
+  CHECK_STATUS(mqstore_core_get(s.core, NULL, 2, now_ms(), &call), MQSTORE_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(mqstore_core_get(NULL, S("k"), now_ms(), &call), MQSTORE_ERR_INVALID_ARGUMENT);
+  mqstore_publish bad = {0};
+  CHECK_STATUS(mqstore_core_handle(s.core, &bad, now_ms()), MQSTORE_ERR_INVALID_ARGUMENT);
+  CHECK_ERROR_SAYS("message.topic is NULL");
+  bad.topic = "t";
+  bad.user_property_count = 2;
+  CHECK_STATUS(mqstore_core_handle(s.core, &bad, now_ms()), MQSTORE_ERR_INVALID_ARGUMENT);
+  /* A message for nobody (a malformed answer to no call) is dropped, not an error. */
+  bad.user_property_count = 0;
+  bad.topic = mqstore_core_subscription(s.core, 0);
+  bad.payload = (const uint8_t *)"garbage";
+  bad.payload_len = 7;
+  CHECK_OK(mqstore_core_handle(s.core, &bad, now_ms()));
+  mqstore_publish *p = (mqstore_publish *)1;
+  CHECK_OK(mqstore_core_next_publish(s.core, &p));
+  CHECK(p == NULL);
+  mqstore_event *event = (mqstore_event *)1;
+  CHECK_OK(mqstore_core_next_event(s.core, &event));
+  CHECK(event == NULL);
+  mqstore_core *other = NULL;
+  CHECK_STATUS(mqstore_core_new("a:b", 1, 0, &other), MQSTORE_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(mqstore_core_new("", 1, 0, &other), MQSTORE_ERR_INVALID_ARGUMENT);
+  CHECK(other == NULL);
+  CHECK(mqstore_core_subscription(s.core, 3) == NULL);
+  CHECK(mqstore_core_subscription(NULL, 0) == NULL);
+}
+
+static void a_freed_core_is_refused(void) {
+  mqstore_core *core = NULL;
+  CHECK_OK(mqstore_core_new("c-byo-freed", 7, 0, &core));
+  mqstore_core_free(core);
+  uint64_t call = 0;
+  CHECK_STATUS(mqstore_core_get(core, S("k"), now_ms(), &call), MQSTORE_ERR_INVALID_ARGUMENT);
+  CHECK_ERROR_SAYS("not a live mqstore object");
+  mqstore_core_free(core);
+  mqstore_core_free(NULL);
+}
+
+int main(void) {
+  connect_and_subscribe();
+  RUN(a_call_becomes_a_publish_with_every_property);
+  RUN(set_get_del_scan_over_libmosquitto);
+  RUN(observe_brings_notifications);
+  RUN(a_lost_answer_times_out_through_expire);
+  RUN(a_lost_connection_fails_calls_in_flight);
+  RUN(too_large_and_bad_arguments_queue_nothing);
+  RUN(a_freed_core_is_refused);
+  mosquitto_disconnect_v5(mosq, 0, NULL);
+  mosquitto_destroy(mosq);
+  mosquitto_lib_cleanup();
+  mqstore_core_free(s.core);
+  SUMMARY();
+  return 0;
+}
