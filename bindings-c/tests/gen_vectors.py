@@ -95,11 +95,15 @@ def main(source: str, target: str) -> None:
     hlc = vectors["hlc"]
     out.append("static const hlc_vector HLC_FORMAT[] = {")
     for v in hlc["format"]:
-        out.append(f"  {{{lit(v['text'])}, {v['wall_ms']}u, {v['counter']}u, {lit(v['node'])}}},")
+        out.append(
+            f"  {{{lit(v['text'])}, {v['wall_ms']}u, {v['counter']}u, {lit(v['node'])}}},"
+        )
     out.append("};")
     out.append("static const hlc_vector HLC_PARSE_OK[] = {")
     for v in hlc["parse_ok"]:
-        out.append(f"  {{{lit(v['text'])}, {v['wall_ms']}u, {v['counter']}u, {lit(v['node'])}}},")
+        out.append(
+            f"  {{{lit(v['text'])}, {v['wall_ms']}u, {v['counter']}u, {lit(v['node'])}}},"
+        )
     out.append("};")
     out.append("static const char *const HLC_PARSE_ERR[] = {")
     out.extend(f"  {lit(t)}," for t in hlc["parse_err"])

@@ -1,26 +1,34 @@
 """Runs the C test binaries against real brokers and servers on free ports.
 
-    python3 run.py [--valgrind] BINARY...
+    python3 run.py [--valgrind] COMMAND...
 
 Starts, with the harness the Python tests use (bindings-python/tests/harness.py, one broker
 setup for every binding): mosquitto + `mqstore serve`; a second pair whose server has
 `--max-keys 3` and access rules; a broker with `max_packet_size 2000` and no server; and
 picks a port where nothing listens. Their ports go to the binaries in the environment
-(MQSTORE_TEST_PORT, ..._LIMITED_PORT, ..._BARE_PORT, ..._CLOSED_PORT). With --valgrind each
-binary runs under valgrind's memcheck (children too), and any error or leak (definite,
-indirect or possible) fails it. A failing binary prints the servers' and brokers' logs.
+(MQSTORE_TEST_PORT, ..._LIMITED_PORT, ..._BARE_PORT, ..._CLOSED_PORT), and `{port}` in a
+command becomes the first broker's port (for the examples). With --valgrind each command runs
+under valgrind's memcheck (children too), and any error or leak (definite, indirect or
+possible) fails it. A command that prints no "test result:" line of its own (an example) counts
+as one test. A failing command prints the servers' and brokers' logs.
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bindings-python" / "tests"))
+sys.path.insert(
+    0, str(Path(__file__).resolve().parents[2] / "bindings-python" / "tests")
+)
 
-from harness import Broker, Server, free_port  # noqa: E402
+from harness import Broker, Server, free_port
+
+# Seconds a command may take (under valgrind), before it counts as hung.
+TIMEOUT = 300
 
 VALGRIND = [
     "valgrind",
@@ -36,7 +44,7 @@ VALGRIND = [
 
 def main(args: list[str]) -> int:
     valgrind = "--valgrind" in args
-    binaries = [a for a in args if a != "--valgrind"]
+    commands = [a for a in args if a != "--valgrind"]
     started: list[Broker | Server] = []
     try:
         main_broker = Broker()
@@ -64,14 +72,35 @@ def main(args: list[str]) -> int:
             "MQSTORE_TEST_CLOSED_PORT": str(free_port()),
         }
         failed = 0
-        for binary in binaries:
-            command = [*VALGRIND, binary] if valgrind else [binary]
+        for text in commands:
+            words = shlex.split(text.replace("{port}", str(main_broker.port)))
+            command = [*VALGRIND, *words] if valgrind else words
             print(f"--- {' '.join(command)}", flush=True)
-            result = subprocess.run(command, env=env, check=False)
-            if result.returncode != 0:
+            try:
+                result = subprocess.run(
+                    command,
+                    env=env,
+                    check=False,
+                    timeout=TIMEOUT,
+                    stdout=subprocess.PIPE,
+                    text=True,
+                )
+                output, status = result.stdout, result.returncode
+            except subprocess.TimeoutExpired as e:
+                output, status = str(e.stdout or ""), -1
+            print(output, end="", flush=True)
+            counted = "test result:" in output
+            if status == 0 and not counted:
+                print("test result: ok. 1 passed; 0 failed; 0 ignored")
+            elif status != 0:
                 failed += 1
-                why = "valgrind found errors or leaks" if result.returncode == 99 else f"exit status {result.returncode}"
-                print(f"test result: FAILED. 0 passed; 1 failed; 0 ignored ({binary}: {why})")
+                why = {
+                    99: "valgrind found errors or leaks",
+                    -1: f"no end within {TIMEOUT} s",
+                }.get(status, f"exit status {status}")
+                print(
+                    f"test result: FAILED. 0 passed; 1 failed; 0 ignored ({words[0]}: {why})"
+                )
                 for part in started:
                     if isinstance(part, Server):
                         print(part.log())
