@@ -5,7 +5,8 @@
  * Two layers, one header:
  *
  *   Layer 1, "batteries included" (mqstore_connect, mqstore_set, ... on an mqstore_client):
- *   a connected client with blocking calls. It runs its own threads (a runtime of two
+ *   a connected client with blocking calls: the state store, leases, change events, jobs
+ *   (mqstore_job_*, mqstore_jobs_*) and device commands (mqstore_command_*). It runs its own threads (a runtime of two
  *   workers per client, and "mqstore-events" while an event callback is set).
  *
  *   Layer 2, "bring your own MQTT" (mqstore_core_*, the codec, mqstore_hlc_*): the client's
@@ -25,8 +26,10 @@
  *   - Keys, values and patterns are byte buffers with lengths: binary-safe. A buffer may be
  *     NULL only with length 0; keys are at least one byte.
  *   - Every object the library returns names its free function: mqstore_client_free,
- *     mqstore_lease_free, mqstore_core_free, mqstore_event_free, mqstore_publish_free,
- *     mqstore_keys_free, mqstore_request_free, mqstore_response_free. Never free() them.
+ *     mqstore_lease_free, mqstore_jobs_free, mqstore_core_free, mqstore_event_free,
+ *     mqstore_publish_free, mqstore_keys_free, mqstore_command_reply_free,
+ *     mqstore_request_free, mqstore_response_free, and mqstore_string_free for JSON text.
+ *     Never free() them.
  *     Every free function accepts NULL. Pointers inside an object live until it is freed.
  *   - Results into caller buffers (mqstore_get, mqstore_encode_request, mqstore_hlc_format)
  *     fail with MQSTORE_ERR_BUFFER_TOO_SMALL when the buffer is short, and write the length
@@ -43,15 +46,15 @@
  *   - mqstore_client: calls may come from any threads at once; each blocks only its caller.
  *     mqstore_client_free must not run at the same time as another call on that client, nor
  *     from its event callback.
- *   - mqstore_lease: like its client. Free leases before their client.
+ *   - mqstore_lease, mqstore_jobs: like their client. Free them before their client.
  *   - mqstore_core: not thread-safe. One call at a time (from your MQTT loop, or under a lock).
  *   - Returned objects (events, publishes, keys, decoded requests and responses): read them
  *     from any thread; free each once.
  *   - mqstore_last_error() is per thread.
  *
  * Shutdown order: mqstore_set_event_callback(client, NULL, NULL) if you want to stop callbacks
- * early; mqstore_lease_free for each lease; mqstore_event_free for events you hold (they do
- * not depend on the client); mqstore_client_free.
+ * early; mqstore_lease_free and mqstore_jobs_free for each; events, replies and strings you
+ * hold whenever you like (they do not depend on the client); mqstore_client_free last.
  */
 
 
@@ -87,23 +90,24 @@ typedef enum mqstore_event_kind {
 } mqstore_event_kind;
 
 /**
- * Which call an event finished (`mqstore_event.command`).
+ * A state store operation: which call an event finished (`mqstore_event.op`), and a
+ * request's verb (`mqstore_request.op`).
  */
-typedef enum mqstore_command {
+typedef enum mqstore_op {
   /**
    * Not a call's event (a change).
    */
-  MQSTORE_COMMAND_NONE = 0,
-  MQSTORE_COMMAND_SET = 1,
-  MQSTORE_COMMAND_GET = 2,
-  MQSTORE_COMMAND_DEL = 3,
-  MQSTORE_COMMAND_VDEL = 4,
+  MQSTORE_OP_NONE = 0,
+  MQSTORE_OP_SET = 1,
+  MQSTORE_OP_GET = 2,
+  MQSTORE_OP_DEL = 3,
+  MQSTORE_OP_VDEL = 4,
   /**
    * `observe` and `unobserve` (KEYNOTIFY).
    */
-  MQSTORE_COMMAND_KEYNOTIFY = 5,
-  MQSTORE_COMMAND_SCAN = 6,
-} mqstore_command;
+  MQSTORE_OP_KEYNOTIFY = 5,
+  MQSTORE_OP_SCAN = 6,
+} mqstore_op;
 
 /**
  * What a DEL or VDEL did.
@@ -294,6 +298,25 @@ typedef enum mqstore_condition {
 } mqstore_condition;
 
 /**
+ * How a command waits (`mqstore_command_options.mode`).
+ */
+typedef enum mqstore_command_mode {
+  /**
+   * Until the device answers (or the timeout).
+   */
+  MQSTORE_COMMAND_AWAIT = 0,
+  /**
+   * Until the broker has the command; no answer is expected (status DELIVERED).
+   */
+  MQSTORE_COMMAND_ONE_WAY = 1,
+  /**
+   * Returns the command's id at once (status SENT); the answer goes to its status record
+   * (`mqstore_command_status`).
+   */
+  MQSTORE_COMMAND_DETACHED = 2,
+} mqstore_command_mode;
+
+/**
  * A connected client (layer 1). Made by `mqstore_connect`, freed by `mqstore_client_free`.
  * Calls may come from any number of threads at once.
  */
@@ -304,6 +327,12 @@ typedef struct mqstore_client mqstore_client;
  * Not thread-safe: one call at a time (guard it with your MQTT loop's lock).
  */
 typedef struct mqstore_core mqstore_core;
+
+/**
+ * One thing's side of the jobs API (the AWS IoT Jobs MQTT API): made by `mqstore_jobs_open`,
+ * freed by `mqstore_jobs_free` (before its client). Calls may come from any thread.
+ */
+typedef struct mqstore_jobs mqstore_jobs;
 
 /**
  * A lease (a lock with a fencing token) on a key, renewed in the background while held.
@@ -414,7 +443,7 @@ typedef struct mqstore_event {
   /**
    * COMPLETED: which call it was.
    */
-  enum mqstore_command command;
+  enum mqstore_op op;
   /**
    * COMPLETED: 0, or why the call failed (a `mqstore_status`).
    */
@@ -473,9 +502,9 @@ typedef struct mqstore_event {
  */
 typedef struct mqstore_request {
   /**
-   * A `mqstore_command` (SET, GET, DEL, VDEL, KEYNOTIFY, SCAN).
+   * A `mqstore_op` (SET, GET, DEL, VDEL, KEYNOTIFY, SCAN).
    */
-  int command;
+  int op;
   /**
    * The key; SCAN: the pattern (`*` and `?` wildcards).
    */
@@ -621,6 +650,57 @@ typedef struct mqstore_keys {
  * borrowed: valid until the callback returns (copy what you keep; do not free it).
  */
 typedef void (*mqstore_event_callback)(const struct mqstore_event *event, void *user_data);
+
+/**
+ * Options of a command; zero-initialise for an awaited MQTT 5 request/response command with
+ * the default timeout.
+ */
+typedef struct mqstore_command_options {
+  /**
+   * The payload's content type, or NULL.
+   */
+  const char *content_type;
+  /**
+   * The device profile ("mqtt5" when NULL; "dji", "iothub", or one of the server's).
+   */
+  const char *profile;
+  /**
+   * Milliseconds to wait for the answer; 0: the service's default.
+   */
+  uint32_t timeout_ms;
+  /**
+   * A `mqstore_command_mode`.
+   */
+  int mode;
+} mqstore_command_options;
+
+/**
+ * A command's outcome, owned by the library: free it with `mqstore_command_reply_free`.
+ */
+typedef struct mqstore_command_reply {
+  /**
+   * The command's id (for `mqstore_command_status`).
+   */
+  const char *id;
+  /**
+   * "SUCCEEDED" (awaited), "DELIVERED" (one way) or "SENT" (detached).
+   */
+  const char *status;
+  /**
+   * The device's answer (empty without one).
+   */
+  const uint8_t *payload;
+  size_t payload_len;
+  /**
+   * The answer's content type, or NULL.
+   */
+  const char *content_type;
+  bool has_device_status;
+  /**
+   * The device's status code, when its profile reads one.
+   */
+  int64_t device_status;
+} mqstore_command_reply;
 
 #ifdef __cplusplus
 extern "C" {
@@ -1058,6 +1138,107 @@ int mqstore_lease_release(const struct mqstore_lease *lease, bool *released);
  * client.
  */
 void mqstore_lease_free(struct mqstore_lease *lease);
+
+/**
+ * Frees a string the library returned (JSON records). NULL is ignored.
+ */
+void mqstore_string_free(char *text);
+
+/**
+ * Creates a job: `document_json` (a JSON object) for each of the `target_count` things in
+ * `targets`. `in_progress_timeout_minutes`: 0 for none; `max_retries`: 0–10.
+ */
+int mqstore_job_create(const struct mqstore_client *client,
+                       const char *job_id,
+                       const char *const *targets,
+                       size_t target_count,
+                       const char *document_json,
+                       uint32_t in_progress_timeout_minutes,
+                       uint32_t max_retries);
+
+/**
+ * Cancels a job (`force`: also executions in progress).
+ */
+int mqstore_job_cancel(const struct mqstore_client *client, const char *job_id, bool force);
+
+/**
+ * A job and its executions' counts, as JSON in `*json` (free with `mqstore_string_free`).
+ */
+int mqstore_job_describe(const struct mqstore_client *client, const char *job_id, char **json);
+
+/**
+ * Acts as `thing`: subscribes to its jobs replies and notifications. `*out` is the caller's:
+ * free it with `mqstore_jobs_free` before the client.
+ */
+int mqstore_jobs_open(const struct mqstore_client *client,
+                      const char *thing,
+                      struct mqstore_jobs **out);
+
+/**
+ * Frees a jobs handle (NULL is ignored).
+ */
+void mqstore_jobs_free(struct mqstore_jobs *jobs);
+
+/**
+ * The thing's pending executions (`{"inProgressJobs": [...], "queuedJobs": [...]}`) as JSON.
+ */
+int mqstore_jobs_pending(const struct mqstore_jobs *jobs, char **json);
+
+/**
+ * Starts the next queued execution (IN_PROGRESS, with `status_details_json`: NULL or a JSON
+ * object of strings). `*json` gets the execution (`{"jobId": ..., "jobDocument": ...}`), or
+ * NULL when nothing is queued.
+ */
+int mqstore_jobs_start_next(const struct mqstore_jobs *jobs,
+                            const char *status_details_json,
+                            char **json);
+
+/**
+ * Reports progress or the end of an execution: `status` is "IN_PROGRESS", "SUCCEEDED",
+ * "FAILED" or "REJECTED"; `status_details_json` NULL or a JSON object of strings;
+ * `expected_version` the execution's version (refused with VersionMismatch otherwise), or -1.
+ * `*json` (NULL: not wanted) gets the answer (with the execution's state).
+ */
+int mqstore_jobs_update(const struct mqstore_jobs *jobs,
+                        const char *job_id,
+                        const char *status,
+                        const char *status_details_json,
+                        int64_t expected_version,
+                        char **json);
+
+/**
+ * Waits up to `timeout_ms` (0: do not wait; negative: as long as it takes) for the thing's
+ * next jobs notification (`{"kind": "notify-next", "execution": ...}` or `{"kind": "notify",
+ * ...}`). `*json` gets it, or NULL when none came in time.
+ */
+int mqstore_jobs_next_notification(const struct mqstore_jobs *jobs,
+                                   int32_t timeout_ms,
+                                   char **json);
+
+/**
+ * Sends `payload` to the device's command topic `topic` (`{id}` in it becomes the command's
+ * id) and, by default, waits for its answer. `options`: NULL for the defaults. On success
+ * `*out` is the caller's: free it with `mqstore_command_reply_free`. A device's error answer
+ * is MQSTORE_ERR_COMMAND_FAILED or _REJECTED, no answer in time MQSTORE_ERR_COMMAND_TIMED_OUT
+ * (the message names the command's id).
+ */
+int mqstore_command(const struct mqstore_client *client,
+                    const char *topic,
+                    const uint8_t *payload,
+                    size_t payload_len,
+                    const struct mqstore_command_options *options,
+                    struct mqstore_command_reply **out);
+
+/**
+ * Frees a command reply (NULL is ignored).
+ */
+void mqstore_command_reply_free(struct mqstore_command_reply *reply);
+
+/**
+ * A command's status record (`{"id": ..., "status": "SUCCEEDED", "answer": ...}`) as JSON in
+ * `*json` (free with `mqstore_string_free`).
+ */
+int mqstore_command_status(const struct mqstore_client *client, const char *id, char **json);
 
 #ifdef __cplusplus
 }  // extern "C"

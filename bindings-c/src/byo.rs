@@ -15,8 +15,8 @@ use mqcore::envelope::{Properties, Publish};
 use crate::error::{Error, Result, ffi, ffi_void};
 use crate::handles::{handle, handle_mut, new_handle, take_handle};
 use crate::types::{
-    Event, MQSTORE_NO_DEADLINE, SetOptions, bytes_arg, hlc_arg, key_arg, mqstore_command,
-    mqstore_event, mqstore_hlc, mqstore_set_options, opt_str_arg, out_arg, str_arg, write_opt,
+    Event, MQSTORE_NO_DEADLINE, SetOptions, bytes_arg, hlc_arg, key_arg, mqstore_event,
+    mqstore_hlc, mqstore_op, mqstore_set_options, opt_str_arg, out_arg, str_arg, write_opt,
 };
 
 /// A client state machine (layer 2). Made by `mqstore_core_new`, freed by `mqstore_core_free`.
@@ -25,16 +25,16 @@ pub struct mqstore_core {
     core: ClientCore,
     subscriptions: Vec<CString>,
     presence: CString,
-    /// The command of each call in flight, for its event.
-    commands: HashMap<u64, mqstore_command>,
+    /// The operation of each call in flight, for its event.
+    ops: HashMap<u64, mqstore_op>,
     outgoing: VecDeque<Publish>,
     events: VecDeque<CoreEvent>,
 }
 
 impl mqstore_core {
     /// Queues a call's publish, or the publishes the state machine decided on.
-    fn sent(&mut self, call: CallId, command: mqstore_command, publishes: Vec<Publish>) -> u64 {
-        self.commands.insert(call.0, command);
+    fn sent(&mut self, call: CallId, op: mqstore_op, publishes: Vec<Publish>) -> u64 {
+        self.ops.insert(call.0, op);
         self.outgoing.extend(publishes);
         call.0
     }
@@ -86,7 +86,7 @@ pub unsafe extern "C" fn mqstore_core_new(
             core,
             subscriptions,
             presence,
-            commands: HashMap::new(),
+            ops: HashMap::new(),
             outgoing: VecDeque::new(),
             events: VecDeque::new(),
         });
@@ -160,9 +160,9 @@ unsafe fn start(
 ) -> Result<()> {
     // SAFETY: a handle, checked.
     let core = unsafe { handle_mut(core, "core") }?;
-    let command = mqstore_command::from(request.command());
+    let op = mqstore_op::from(request.command());
     let (id, publish) = core.core.call(&request, &options, now_ms)?;
-    let id = core.sent(id, command, vec![publish]);
+    let id = core.sent(id, op, vec![publish]);
     // SAFETY: NULL or the caller's `uint64_t`.
     unsafe { write_opt(call, id) };
     Ok(())
@@ -315,7 +315,7 @@ pub unsafe extern "C" fn mqstore_core_observe(
         let key = unsafe { key_arg(key, key_len, "key") }?;
         let core = unsafe { handle_mut(core, "core") }?;
         let (id, publishes) = core.core.observe(key, now_ms)?;
-        let id = core.sent(id, mqstore_command::MQSTORE_COMMAND_KEYNOTIFY, publishes);
+        let id = core.sent(id, mqstore_op::MQSTORE_OP_KEYNOTIFY, publishes);
         unsafe { write_opt(call, id) };
         Ok(())
     })
@@ -335,11 +335,7 @@ pub unsafe extern "C" fn mqstore_core_unobserve(
         let key = unsafe { key_arg(key, key_len, "key") }?;
         let core = unsafe { handle_mut(core, "core") }?;
         let (id, publish) = core.core.unobserve(key, now_ms)?;
-        let id = core.sent(
-            id,
-            mqstore_command::MQSTORE_COMMAND_KEYNOTIFY,
-            vec![publish],
-        );
+        let id = core.sent(id, mqstore_op::MQSTORE_OP_KEYNOTIFY, vec![publish]);
         unsafe { write_opt(call, id) };
         Ok(())
     })
@@ -598,14 +594,14 @@ pub unsafe extern "C" fn mqstore_core_next_event(
         *out = std::ptr::null_mut();
         let core = unsafe { handle_mut(core, "core") }?;
         if let Some(event) = core.events.pop_front() {
-            let command = match &event {
+            let op = match &event {
                 CoreEvent::Completed { call, .. } => core
-                    .commands
+                    .ops
                     .remove(&call.0)
-                    .unwrap_or(mqstore_command::MQSTORE_COMMAND_NONE),
-                CoreEvent::Changed { .. } => mqstore_command::MQSTORE_COMMAND_NONE,
+                    .unwrap_or(mqstore_op::MQSTORE_OP_NONE),
+                CoreEvent::Changed { .. } => mqstore_op::MQSTORE_OP_NONE,
             };
-            *out = Event::of_core(event, command).into_c();
+            *out = Event::of_core(event, op).into_c();
         }
         Ok(())
     })

@@ -162,8 +162,21 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl mqstore_client {
+    pub(crate) fn client(&self) -> &Client {
+        &self.client
+    }
+
+    pub(crate) fn runtime(&self) -> &Runtime {
+        &self.runtime
+    }
+
+    /// Every call's timeout unless told otherwise.
+    pub(crate) fn default_timeout(&self) -> Duration {
+        self.timeout
+    }
+
     /// Runs a call to completion on this thread, within the call's timeout.
-    fn wait<T>(
+    pub(crate) fn wait<T>(
         &self,
         timeout: Option<Duration>,
         call: impl Future<Output = Result<T, ClientError>>,

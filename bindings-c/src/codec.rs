@@ -15,15 +15,15 @@ use mqcore::topics;
 use crate::error::{Error, Result, ffi, ffi_void};
 use crate::handles::{new_handle, take_handle};
 use crate::types::{
-    bytes_arg, copy_out, copy_str_out, key_arg, mqstore_bytes, mqstore_command, out_arg, str_arg,
+    bytes_arg, copy_out, copy_str_out, key_arg, mqstore_bytes, mqstore_op, out_arg, str_arg,
 };
 
 /// A state store request, for `mqstore_encode_request` (borrowed: the library copies nothing
 /// it keeps) and from `mqstore_decode_request` (owned by the library).
 #[repr(C)]
 pub struct mqstore_request {
-    /// A `mqstore_command` (SET, GET, DEL, VDEL, KEYNOTIFY, SCAN).
-    pub command: c_int,
+    /// A `mqstore_op` (SET, GET, DEL, VDEL, KEYNOTIFY, SCAN).
+    pub op: c_int,
     /// The key; SCAN: the pattern (`*` and `?` wildcards).
     pub key: *const u8,
     pub key_len: usize,
@@ -49,7 +49,7 @@ pub(crate) unsafe fn request_arg(request: *const mqstore_request) -> Result<Requ
     let key = || unsafe { key_arg(r.key, r.key_len, "request.key") };
     let value =
         || unsafe { bytes_arg(r.value, r.value_len, "request.value") }.map(Bytes::copy_from_slice);
-    Ok(match r.command {
+    Ok(match r.op {
         1 => Request::Set(SetRequest {
             key: key()?,
             value: Bulk::new(value()?),
@@ -89,7 +89,7 @@ pub(crate) unsafe fn request_arg(request: *const mqstore_request) -> Result<Requ
         },
         other => {
             return Err(Error::invalid(format!(
-                "request.command is a mqstore_command from MQSTORE_COMMAND_SET (1) to MQSTORE_COMMAND_SCAN (6), not {other}"
+                "request.op is a mqstore_op from MQSTORE_OP_SET (1) to MQSTORE_OP_SCAN (6), not {other}"
             )));
         }
     })
@@ -134,7 +134,7 @@ pub unsafe extern "C" fn mqstore_decode_request(
         let input = Bytes::copy_from_slice(unsafe { bytes_arg(bytes, len, "bytes") }?);
         let request = decode_request(&input)?;
         let mut c = mqstore_request {
-            command: mqstore_command::from(request.command()) as c_int,
+            op: mqstore_op::from(request.command()) as c_int,
             key: std::ptr::null(),
             key_len: 0,
             value: std::ptr::null(),

@@ -27,6 +27,8 @@ mod types;
 
 #[cfg(feature = "net")]
 mod client;
+#[cfg(feature = "net")]
+mod jobs;
 
 pub use byo::*;
 pub use codec::*;
@@ -36,6 +38,8 @@ pub use types::*;
 
 #[cfg(feature = "net")]
 pub use client::*;
+#[cfg(feature = "net")]
+pub use jobs::*;
 
 use std::ffi::c_char;
 

@@ -224,30 +224,31 @@ pub(crate) const EMPTY_HLC: mqstore_hlc = mqstore_hlc {
     node: [0; MQSTORE_HLC_NODE_SIZE],
 };
 
-/// Which call an event finished (`mqstore_event.command`).
+/// A state store operation: which call an event finished (`mqstore_event.op`), and a
+/// request's verb (`mqstore_request.op`).
 #[repr(C)]
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum mqstore_command {
+pub enum mqstore_op {
     /// Not a call's event (a change).
-    MQSTORE_COMMAND_NONE = 0,
-    MQSTORE_COMMAND_SET = 1,
-    MQSTORE_COMMAND_GET = 2,
-    MQSTORE_COMMAND_DEL = 3,
-    MQSTORE_COMMAND_VDEL = 4,
+    MQSTORE_OP_NONE = 0,
+    MQSTORE_OP_SET = 1,
+    MQSTORE_OP_GET = 2,
+    MQSTORE_OP_DEL = 3,
+    MQSTORE_OP_VDEL = 4,
     /// `observe` and `unobserve` (KEYNOTIFY).
-    MQSTORE_COMMAND_KEYNOTIFY = 5,
-    MQSTORE_COMMAND_SCAN = 6,
+    MQSTORE_OP_KEYNOTIFY = 5,
+    MQSTORE_OP_SCAN = 6,
 }
 
-impl From<Command> for mqstore_command {
+impl From<Command> for mqstore_op {
     fn from(c: Command) -> Self {
         match c {
-            Command::Set => Self::MQSTORE_COMMAND_SET,
-            Command::Get => Self::MQSTORE_COMMAND_GET,
-            Command::Del => Self::MQSTORE_COMMAND_DEL,
-            Command::VDel => Self::MQSTORE_COMMAND_VDEL,
-            Command::KeyNotify => Self::MQSTORE_COMMAND_KEYNOTIFY,
-            Command::Scan => Self::MQSTORE_COMMAND_SCAN,
+            Command::Set => Self::MQSTORE_OP_SET,
+            Command::Get => Self::MQSTORE_OP_GET,
+            Command::Del => Self::MQSTORE_OP_DEL,
+            Command::VDel => Self::MQSTORE_OP_VDEL,
+            Command::KeyNotify => Self::MQSTORE_OP_KEYNOTIFY,
+            Command::Scan => Self::MQSTORE_OP_SCAN,
         }
     }
 }
@@ -271,7 +272,7 @@ pub struct mqstore_event {
     /// COMPLETED: the id the call returned.
     pub call: u64,
     /// COMPLETED: which call it was.
-    pub command: mqstore_command,
+    pub op: mqstore_op,
     /// COMPLETED: 0, or why the call failed (a `mqstore_status`).
     pub status: c_int,
     /// COMPLETED with a status: its message, NUL-terminated; else NULL.
@@ -317,7 +318,7 @@ impl Event {
         mqstore_event {
             kind,
             call: 0,
-            command: mqstore_command::MQSTORE_COMMAND_NONE,
+            op: mqstore_op::MQSTORE_OP_NONE,
             status: 0,
             error: std::ptr::null(),
             applied: false,
@@ -368,7 +369,7 @@ impl Event {
     }
 
     /// A layer 2 core event.
-    pub fn of_core(event: CoreEvent, command: mqstore_command) -> Self {
+    pub fn of_core(event: CoreEvent, op: mqstore_op) -> Self {
         match event {
             CoreEvent::Changed {
                 key,
@@ -385,7 +386,7 @@ impl Event {
             CoreEvent::Completed { call, result } => {
                 let mut c = Self::empty(mqstore_event_kind::MQSTORE_EVENT_COMPLETED);
                 c.call = call.0;
-                c.command = command;
+                c.op = op;
                 let mut event = Self {
                     c,
                     _error: None,

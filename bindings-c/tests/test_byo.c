@@ -120,13 +120,13 @@ static void a_call_becomes_a_publish_with_every_property(void) {
   CHECK(have_ts && have_src);
   mqstore_request *request = NULL;
   CHECK_OK(mqstore_decode_request(p->payload, p->payload_len, &request));
-  CHECK(request->command == MQSTORE_COMMAND_GET);
+  CHECK(request->op == MQSTORE_OP_GET);
   CHECK_BYTES(request->key, request->key_len, "byo/props", 9);
   mqstore_request_free(request);
   CHECK(glue_publish(mosq, p) == MOSQ_ERR_SUCCESS);
   mqstore_publish_free(p);
   mqstore_event *event = completed(mosq, &s, call);
-  CHECK(event->command == MQSTORE_COMMAND_GET);
+  CHECK(event->op == MQSTORE_OP_GET);
   CHECK(!event->found);
   mqstore_event_free(event);
 }
@@ -137,7 +137,7 @@ static void set_get_del_scan_over_libmosquitto(void) {
   nx.condition = MQSTORE_SET_NX;
   CHECK_OK(mqstore_core_set(s.core, S("byo/k"), S("v1"), &nx, now_ms(), &call));
   mqstore_event *event = completed(mosq, &s, call);
-  CHECK(event->command == MQSTORE_COMMAND_SET);
+  CHECK(event->op == MQSTORE_OP_SET);
   CHECK(event->applied);
   CHECK(event->has_version);
   mqstore_hlc version = event->version;
@@ -161,7 +161,7 @@ static void set_get_del_scan_over_libmosquitto(void) {
   mqstore_event_free(completed(mosq, &s, call));
   CHECK_OK(mqstore_core_scan(s.core, S("byo/*"), NULL, 0, now_ms(), &call));
   event = completed(mosq, &s, call);
-  CHECK(event->command == MQSTORE_COMMAND_SCAN);
+  CHECK(event->op == MQSTORE_OP_SCAN);
   CHECK(event->key_count == 2);
   CHECK(event->scan_token == NULL);
   mqstore_event_free(event);
@@ -180,7 +180,7 @@ static void observe_brings_notifications(void) {
   uint64_t call = 0;
   CHECK_OK(mqstore_core_observe(s.core, S("byo/k"), now_ms(), &call));
   mqstore_event *event = completed(mosq, &s, call);
-  CHECK(event->command == MQSTORE_COMMAND_KEYNOTIFY);
+  CHECK(event->op == MQSTORE_OP_KEYNOTIFY);
   mqstore_event_free(event);
 
   uint64_t set_call = 0;

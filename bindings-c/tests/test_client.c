@@ -4,16 +4,26 @@
  *   MQSTORE_TEST_LIMITED_PORT  broker + server with --max-keys 3 and access rules
  *   MQSTORE_TEST_BARE_PORT     a broker with max_packet_size 2000 and no server
  *   MQSTORE_TEST_CLOSED_PORT   nothing listens
- * `test_client --contend PORT KEY MODE` is the second process of the lease test. */
+ * `test_client --contend PORT KEY MODE` is the second process of the lease test. The device
+ * that answers commands is libmosquitto's (on its own thread). */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
 #include <stdint.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
+
+#include <mosquitto.h>
+#include <mqtt_protocol.h>
 
 #include "test.h"
 
 static const char *self_path;
+
+static void sleep_ms(long ms) {
+  struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
+  nanosleep(&t, NULL);
+}
 
 static uint16_t port_from(const char *name) {
   const char *value = getenv(name);
@@ -339,6 +349,146 @@ static void a_lease_held_by_one_process_is_refused_to_another(void) {
   mqstore_client_free(c);
 }
 
+
+static void jobs_flow_from_creation_to_success(void) {
+  mqstore_client *c = connect_main();
+  char thing[32], job_id[32];
+  snprintf(thing, sizeof thing, "c-thing-%d", (int)getpid());
+  snprintf(job_id, sizeof job_id, "c-job-%d", (int)getpid());
+  mqstore_jobs *jobs = NULL;
+  CHECK_OK(mqstore_jobs_open(c, thing, &jobs));
+  const char *targets[] = {thing};
+  CHECK_OK(mqstore_job_create(c, job_id, targets, 1, "{\"op\": \"reboot\"}", 0, 0));
+  CHECK_STATUS(mqstore_job_create(c, job_id, targets, 1, "{}", 0, 0), MQSTORE_ERR_JOBS);
+  CHECK_STATUS(mqstore_job_create(c, "c-bad-doc", targets, 1, "{not json", 0, 0), MQSTORE_ERR_INVALID_ARGUMENT);
+
+  /* The thing hears of its new job. */
+  char *json = NULL;
+  for (int i = 0; i < 10 && (json == NULL || strstr(json, job_id) == NULL); i++) {
+    mqstore_string_free(json);
+    CHECK_OK(mqstore_jobs_next_notification(jobs, 20000, &json));
+    CHECK(json != NULL);
+  }
+  CHECK(strstr(json, job_id) != NULL);
+  mqstore_string_free(json);
+  CHECK_OK(mqstore_jobs_pending(jobs, &json));
+  CHECK(strstr(json, "\"queuedJobs\"") != NULL && strstr(json, job_id) != NULL);
+  mqstore_string_free(json);
+
+  CHECK_OK(mqstore_jobs_start_next(jobs, "{\"step\": \"downloading\"}", &json));
+  CHECK(json != NULL);
+  CHECK(strstr(json, "\"IN_PROGRESS\"") != NULL);
+  CHECK(strstr(json, "\"reboot\"") != NULL); /* the job document */
+  mqstore_string_free(json);
+  CHECK_STATUS(mqstore_jobs_update(jobs, job_id, "DONE", NULL, -1, NULL), MQSTORE_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(mqstore_jobs_update(jobs, job_id, "SUCCEEDED", NULL, 99, NULL), MQSTORE_ERR_JOBS);
+  CHECK_ERROR_SAYS("VersionMismatch");
+  CHECK_OK(mqstore_jobs_update(jobs, job_id, "SUCCEEDED", "{\"result\": \"ok\"}", -1, &json));
+  CHECK(strstr(json, "\"SUCCEEDED\"") != NULL);
+  mqstore_string_free(json);
+  CHECK_OK(mqstore_jobs_start_next(jobs, NULL, &json));
+  CHECK(json == NULL); /* nothing left */
+  CHECK_OK(mqstore_job_describe(c, job_id, &json));
+  CHECK(strstr(json, job_id) != NULL);
+  mqstore_string_free(json);
+  CHECK_STATUS(mqstore_jobs_open(c, NULL, &jobs), MQSTORE_ERR_INVALID_ARGUMENT);
+  CHECK(jobs == NULL);
+  mqstore_jobs_free(jobs);
+  mqstore_client_free(c);
+}
+
+/* A device on libmosquitto: answers "<payload>" on devices/c-dev/commands with "done: <payload>",
+ * "fail" with an application error, and "ignore" not at all. */
+static void device_answer(struct mosquitto *mosq, void *obj, const struct mosquitto_message *m,
+                          const mosquitto_property *props) {
+  (void)obj;
+  if (m->payloadlen == 6 && memcmp(m->payload, "ignore", 6) == 0) return;
+  char *response_topic = NULL;
+  void *correlation = NULL;
+  uint16_t correlation_len = 0;
+  mosquitto_property_read_string(props, MQTT_PROP_RESPONSE_TOPIC, &response_topic, false);
+  mosquitto_property_read_binary(props, MQTT_PROP_CORRELATION_DATA, &correlation, &correlation_len, false);
+  mosquitto_property *answer_props = NULL;
+  mosquitto_property_add_binary(&answer_props, MQTT_PROP_CORRELATION_DATA, correlation, correlation_len);
+  if (m->payloadlen == 4 && memcmp(m->payload, "fail", 4) == 0)
+    mosquitto_property_add_string_pair(&answer_props, MQTT_PROP_USER_PROPERTY, "AppErrCode", "overheated");
+  char answer[64];
+  int len = snprintf(answer, sizeof answer, "done: %.*s", m->payloadlen, (const char *)m->payload);
+  if (response_topic != NULL) mosquitto_publish_v5(mosq, NULL, response_topic, len, answer, 1, false, answer_props);
+  mosquitto_property_free_all(&answer_props);
+  free(response_topic);
+  free(correlation);
+}
+
+static int device_subscribed;
+static void device_on_subscribe(struct mosquitto *m, void *o, int mid, int n, const int *q, const mosquitto_property *p) {
+  (void)m, (void)o, (void)mid, (void)n, (void)q, (void)p;
+  __atomic_store_n(&device_subscribed, 1, __ATOMIC_SEQ_CST);
+}
+
+static void commands_reach_a_device_and_bring_its_answer(void) {
+  mosquitto_lib_init();
+  struct mosquitto *device = mosquitto_new("c-dev", true, NULL);
+  CHECK(device != NULL);
+  mosquitto_int_option(device, MOSQ_OPT_PROTOCOL_VERSION, MQTT_PROTOCOL_V5);
+  mosquitto_message_v5_callback_set(device, device_answer);
+  mosquitto_subscribe_v5_callback_set(device, device_on_subscribe);
+  CHECK(mosquitto_connect_bind_v5(device, "127.0.0.1", port_from("MQSTORE_TEST_PORT"), 30, NULL, NULL) == MOSQ_ERR_SUCCESS);
+  CHECK(mosquitto_subscribe_v5(device, NULL, "devices/c-dev/commands", 1, 0, NULL) == MOSQ_ERR_SUCCESS);
+  CHECK(mosquitto_loop_start(device) == MOSQ_ERR_SUCCESS);
+  for (int i = 0; i < 200 && !__atomic_load_n(&device_subscribed, __ATOMIC_SEQ_CST); i++) sleep_ms(50);
+  CHECK(__atomic_load_n(&device_subscribed, __ATOMIC_SEQ_CST));
+
+  mqstore_client *c = connect_main();
+  mqstore_command_reply *reply = NULL;
+  CHECK_OK(mqstore_command(c, "devices/c-dev/commands", S("reboot"), NULL, &reply));
+  CHECK(strcmp(reply->status, "SUCCEEDED") == 0);
+  CHECK_BYTES(reply->payload, reply->payload_len, "done: reboot", 12);
+  CHECK(reply->has_device_status && reply->device_status == 200);
+  char *json = NULL;
+  CHECK_OK(mqstore_command_status(c, reply->id, &json));
+  CHECK(strstr(json, "\"SUCCEEDED\"") != NULL);
+  mqstore_string_free(json);
+  mqstore_command_reply_free(reply);
+
+  CHECK_STATUS(mqstore_command(c, "devices/c-dev/commands", S("fail"), NULL, &reply), MQSTORE_ERR_COMMAND_FAILED);
+  CHECK_ERROR_SAYS("overheated");
+  CHECK(reply == NULL);
+  mqstore_command_options quick = {0};
+  quick.timeout_ms = 300;
+  CHECK_STATUS(mqstore_command(c, "devices/c-dev/commands", S("ignore"), &quick, &reply), MQSTORE_ERR_COMMAND_TIMED_OUT);
+
+  mqstore_command_options one_way = {0};
+  one_way.mode = MQSTORE_COMMAND_ONE_WAY;
+  CHECK_OK(mqstore_command(c, "devices/c-dev/commands", S("blink"), &one_way, &reply));
+  CHECK(strcmp(reply->status, "DELIVERED") == 0);
+  CHECK(reply->payload_len == 0);
+  mqstore_command_reply_free(reply);
+
+  mqstore_command_options detached = {0};
+  detached.mode = MQSTORE_COMMAND_DETACHED;
+  CHECK_OK(mqstore_command(c, "devices/c-dev/commands", S("update"), &detached, &reply));
+  CHECK(strcmp(reply->status, "SENT") == 0);
+  /* Its answer lands in its status record. */
+  int succeeded = 0;
+  for (int i = 0; i < 200 && !succeeded; i++) {
+    CHECK_OK(mqstore_command_status(c, reply->id, &json));
+    succeeded = strstr(json, "\"SUCCEEDED\"") != NULL;
+    mqstore_string_free(json);
+    if (!succeeded) sleep_ms(50);
+  }
+  CHECK(succeeded);
+  mqstore_command_reply_free(reply);
+  detached.mode = 7;
+  CHECK_STATUS(mqstore_command(c, "devices/c-dev/commands", S("x"), &detached, &reply), MQSTORE_ERR_INVALID_ARGUMENT);
+  mqstore_client_free(c);
+
+  mosquitto_disconnect(device);
+  mosquitto_loop_stop(device, false);
+  mosquitto_destroy(device);
+  mosquitto_lib_cleanup();
+}
+
 static void errors_have_their_codes_and_change_nothing(void) {
   mqstore_client *c = connect_main();
   /* A notification topic longer than MQTT allows: refused by the server. */
@@ -452,6 +602,9 @@ static void bad_arguments_and_freed_handles_are_errors_not_crashes(void) {
   mqstore_client_free(NULL);
   mqstore_lease_free(NULL);
   mqstore_keys_free(NULL);
+  mqstore_jobs_free(NULL);
+  mqstore_command_reply_free(NULL);
+  mqstore_string_free(NULL);
   CHECK(mqstore_has_client());
 }
 
@@ -463,6 +616,8 @@ int main(int argc, char **argv) {
   RUN(observe_delivers_changes_by_polling);
   RUN(observe_delivers_changes_to_a_callback_on_its_own_thread);
   RUN(a_lease_held_by_one_process_is_refused_to_another);
+  RUN(jobs_flow_from_creation_to_success);
+  RUN(commands_reach_a_device_and_bring_its_answer);
   RUN(errors_have_their_codes_and_change_nothing);
   RUN(bad_arguments_and_freed_handles_are_errors_not_crashes);
   SUMMARY();

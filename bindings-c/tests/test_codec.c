@@ -5,17 +5,17 @@
 #include "test.h"
 #include "vectors.h"
 
-static int command_of(const char *op) {
+static int op_of(const char *op) {
   static const char *const ops[] = {"SET", "GET", "DEL", "VDEL", "KEYNOTIFY", "SCAN"};
   for (int i = 0; i < 6; i++)
-    if (strcmp(op, ops[i]) == 0) return i + 1; /* MQSTORE_COMMAND_SET is 1 */
+    if (strcmp(op, ops[i]) == 0) return i + 1; /* MQSTORE_OP_SET is 1 */
   FAIL("unknown op %s in the vectors", op);
 }
 
 static mqstore_request request_of(const request_vector *v) {
   mqstore_request r;
   memset(&r, 0, sizeof r);
-  r.command = command_of(v->op);
+  r.op = op_of(v->op);
   r.key = (const uint8_t *)v->key;
   r.key_len = v->key_len;
   r.value = (const uint8_t *)v->value;
@@ -33,7 +33,7 @@ static mqstore_request request_of(const request_vector *v) {
 /* A decoded request equals the vector's command. */
 static void check_request(const mqstore_request *got, const request_vector *v) {
   mqstore_request want = request_of(v);
-  CHECK(got->command == want.command);
+  CHECK(got->op == want.op);
   CHECK_BYTES(got->key, got->key_len, want.key, want.key_len);
   CHECK_BYTES(got->value, got->value_len, want.value, want.value_len);
   CHECK(got->condition == want.condition);
@@ -200,7 +200,7 @@ static void bad_arguments_get_an_error_and_a_message(void) {
   CHECK_ERROR_SAYS("request is NULL");
   mqstore_request r;
   memset(&r, 0, sizeof r);
-  r.command = MQSTORE_COMMAND_GET;
+  r.op = MQSTORE_OP_GET;
   r.key = NULL;
   r.key_len = 3;
   CHECK_STATUS(mqstore_encode_request(&r, buf, sizeof buf, &len), MQSTORE_ERR_INVALID_ARGUMENT);
@@ -210,10 +210,10 @@ static void bad_arguments_get_an_error_and_a_message(void) {
   CHECK_STATUS(mqstore_encode_request(&r, buf, sizeof buf, &len), MQSTORE_ERR_INVALID_ARGUMENT);
   CHECK_ERROR_SAYS("empty");
   r.key_len = 1;
-  r.command = 42;
+  r.op = 42;
   CHECK_STATUS(mqstore_encode_request(&r, buf, sizeof buf, &len), MQSTORE_ERR_INVALID_ARGUMENT);
   CHECK_ERROR_SAYS("not 42");
-  r.command = MQSTORE_COMMAND_SET;
+  r.op = MQSTORE_OP_SET;
   r.condition = 7;
   CHECK_STATUS(mqstore_encode_request(&r, buf, sizeof buf, &len), MQSTORE_ERR_INVALID_ARGUMENT);
   r.condition = MQSTORE_SET_ALWAYS;

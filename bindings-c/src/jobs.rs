@@ -1,0 +1,441 @@
+//! Layer 1's jobs (the AWS IoT Jobs API: a thing's side, and the operator calls) and commands
+//! (send a command to a device and await its answer). Records are JSON text in the shapes the
+//! AWS API and the `mqstore` command print, for the firmware's own JSON parser.
+
+use std::collections::BTreeMap;
+use std::ffi::{CString, c_char, c_int};
+use std::time::Duration;
+
+use bytes::Bytes;
+use mqcore::commands::{CommandRequest, Mode};
+use mqcore::jobs::{JobSpec, Status, Update};
+use mqcore::net::jobs::{Jobs, StartNext};
+
+use crate::client::mqstore_client;
+use crate::error::{Error, Result, ffi, ffi_void};
+use crate::handles::{handle, new_handle, take_handle};
+use crate::types::{bytes_arg, opt_str_arg, out_arg, str_arg, write_opt};
+
+/// A JSON string for C: `*out` gets it (the caller's, freed with `mqstore_string_free`).
+fn json_out(out: &mut *mut c_char, value: &impl serde::Serialize) -> Result<()> {
+    let text = serde_json::to_string(value)
+        .map_err(|e| Error::new(crate::mqstore_status::MQSTORE_ERR_INTERNAL, e.to_string()))?;
+    *out = CString::new(text).unwrap_or_default().into_raw();
+    Ok(())
+}
+
+/// Frees a string the library returned (JSON records). NULL is ignored.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mqstore_string_free(text: *mut c_char) {
+    ffi_void(|| {
+        if !text.is_null() {
+            // SAFETY: made by `CString::into_raw` in `json_out`.
+            drop(unsafe { CString::from_raw(text) });
+        }
+        Ok(())
+    });
+}
+
+/// Status details: NULL, or a JSON object of strings (`{"progress": "40%"}`).
+unsafe fn details_arg(json: *const c_char) -> Result<BTreeMap<String, String>> {
+    // SAFETY: NULL or the caller's string.
+    match unsafe { opt_str_arg(json, "status_details") }? {
+        None => Ok(BTreeMap::new()),
+        Some(text) => serde_json::from_str(text).map_err(|e| {
+            Error::invalid(format!(
+                "status_details is a JSON object of strings, like {{\"progress\": \"40%\"}}: {e}"
+            ))
+        }),
+    }
+}
+
+/// Creates a job: `document_json` (a JSON object) for each of the `target_count` things in
+/// `targets`. `in_progress_timeout_minutes`: 0 for none; `max_retries`: 0–10.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mqstore_job_create(
+    client: *const mqstore_client,
+    job_id: *const c_char,
+    targets: *const *const c_char,
+    target_count: usize,
+    document_json: *const c_char,
+    in_progress_timeout_minutes: u32,
+    max_retries: u32,
+) -> c_int {
+    ffi(|| {
+        // SAFETY: the caller's pointers, checked by the helpers.
+        let client = unsafe { handle(client, "client") }?;
+        let job_id = unsafe { str_arg(job_id, "job_id") }?.to_owned();
+        if targets.is_null() && target_count > 0 {
+            return Err(Error::invalid("targets is NULL with a count"));
+        }
+        let targets = (0..target_count)
+            .map(|i| unsafe { str_arg(*targets.add(i), "a target") }.map(str::to_owned))
+            .collect::<Result<Vec<_>>>()?;
+        let document = unsafe { str_arg(document_json, "document_json") }?;
+        let document = serde_json::from_str(document)
+            .map_err(|e| Error::invalid(format!("document_json is not JSON: {e}")))?;
+        let spec = JobSpec {
+            job_id,
+            document,
+            targets,
+            in_progress_timeout_minutes: (in_progress_timeout_minutes > 0)
+                .then_some(in_progress_timeout_minutes),
+            max_retries,
+        };
+        client.wait(None, client.client().create_job(spec))
+    })
+}
+
+/// Cancels a job (`force`: also executions in progress).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mqstore_job_cancel(
+    client: *const mqstore_client,
+    job_id: *const c_char,
+    force: bool,
+) -> c_int {
+    ffi(|| {
+        // SAFETY: the caller's pointers, checked by the helpers.
+        let client = unsafe { handle(client, "client") }?;
+        let job_id = unsafe { str_arg(job_id, "job_id") }?;
+        client.wait(None, client.client().cancel_job(job_id, force))
+    })
+}
+
+/// A job and its executions' counts, as JSON in `*json` (free with `mqstore_string_free`).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mqstore_job_describe(
+    client: *const mqstore_client,
+    job_id: *const c_char,
+    json: *mut *mut c_char,
+) -> c_int {
+    ffi(|| {
+        // SAFETY: the caller's pointers, checked by the helpers.
+        let out = unsafe { out_arg(json, "json") }?;
+        *out = std::ptr::null_mut();
+        let client = unsafe { handle(client, "client") }?;
+        let job_id = unsafe { str_arg(job_id, "job_id") }?;
+        let job = client.wait(None, client.client().describe_job(job_id))?;
+        json_out(out, &job)
+    })
+}
+
+/// One thing's side of the jobs API (the AWS IoT Jobs MQTT API): made by `mqstore_jobs_open`,
+/// freed by `mqstore_jobs_free` (before its client). Calls may come from any thread.
+pub struct mqstore_jobs {
+    jobs: Jobs,
+    client: *const mqstore_client,
+}
+
+// SAFETY: `client` is only used to reach the client's runtime (thread-safe); the header
+// requires freeing this before the client.
+unsafe impl Send for mqstore_jobs {}
+unsafe impl Sync for mqstore_jobs {}
+
+impl mqstore_jobs {
+    fn client(&self) -> Result<&mqstore_client> {
+        // SAFETY: checked against the registry.
+        unsafe { handle(self.client, "the jobs handle's client") }
+    }
+}
+
+/// Acts as `thing`: subscribes to its jobs replies and notifications. `*out` is the caller's:
+/// free it with `mqstore_jobs_free` before the client.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mqstore_jobs_open(
+    client: *const mqstore_client,
+    thing: *const c_char,
+    out: *mut *mut mqstore_jobs,
+) -> c_int {
+    ffi(|| {
+        // SAFETY: the caller's pointers, checked by the helpers.
+        let out = unsafe { out_arg(out, "out") }?;
+        *out = std::ptr::null_mut();
+        let c = unsafe { handle(client, "client") }?;
+        let thing = unsafe { str_arg(thing, "thing") }?;
+        let jobs = c.wait(None, c.client().jobs(thing))?;
+        *out = new_handle(mqstore_jobs { jobs, client });
+        Ok(())
+    })
+}
+
+/// Frees a jobs handle (NULL is ignored).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mqstore_jobs_free(jobs: *mut mqstore_jobs) {
+    ffi_void(|| {
+        // SAFETY: a handle from `mqstore_jobs_open`, checked.
+        unsafe { take_handle(jobs, "jobs") }.map(drop)
+    });
+}
+
+/// The thing's pending executions (`{"inProgressJobs": [...], "queuedJobs": [...]}`) as JSON.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mqstore_jobs_pending(
+    jobs: *const mqstore_jobs,
+    json: *mut *mut c_char,
+) -> c_int {
+    ffi(|| {
+        // SAFETY: the caller's pointers, checked by the helpers.
+        let out = unsafe { out_arg(json, "json") }?;
+        *out = std::ptr::null_mut();
+        let jobs = unsafe { handle(jobs, "jobs") }?;
+        let pending = jobs.client()?.wait(None, jobs.jobs.pending())?;
+        json_out(out, &pending)
+    })
+}
+
+/// Starts the next queued execution (IN_PROGRESS, with `status_details_json`: NULL or a JSON
+/// object of strings). `*json` gets the execution (`{"jobId": ..., "jobDocument": ...}`), or
+/// NULL when nothing is queued.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mqstore_jobs_start_next(
+    jobs: *const mqstore_jobs,
+    status_details_json: *const c_char,
+    json: *mut *mut c_char,
+) -> c_int {
+    ffi(|| {
+        // SAFETY: the caller's pointers, checked by the helpers.
+        let out = unsafe { out_arg(json, "json") }?;
+        *out = std::ptr::null_mut();
+        let jobs = unsafe { handle(jobs, "jobs") }?;
+        let start = StartNext {
+            status_details: unsafe { details_arg(status_details_json) }?,
+            step_timeout: None,
+        };
+        match jobs.client()?.wait(None, jobs.jobs.start_next(start))? {
+            Some(execution) => json_out(out, &execution),
+            None => Ok(()),
+        }
+    })
+}
+
+/// Reports progress or the end of an execution: `status` is "IN_PROGRESS", "SUCCEEDED",
+/// "FAILED" or "REJECTED"; `status_details_json` NULL or a JSON object of strings;
+/// `expected_version` the execution's version (refused with VersionMismatch otherwise), or -1.
+/// `*json` (NULL: not wanted) gets the answer (with the execution's state).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mqstore_jobs_update(
+    jobs: *const mqstore_jobs,
+    job_id: *const c_char,
+    status: *const c_char,
+    status_details_json: *const c_char,
+    expected_version: i64,
+    json: *mut *mut c_char,
+) -> c_int {
+    ffi(|| {
+        // SAFETY: the caller's pointers, checked by the helpers.
+        unsafe { write_opt(json, std::ptr::null_mut()) };
+        let jobs = unsafe { handle(jobs, "jobs") }?;
+        let job_id = unsafe { str_arg(job_id, "job_id") }?.to_owned();
+        let status_text = unsafe { str_arg(status, "status") }?;
+        let status: Status = serde_json::from_value(serde_json::Value::String(status_text.into()))
+            .map_err(|_| {
+                Error::invalid(format!(
+                    "status is \"IN_PROGRESS\", \"SUCCEEDED\", \"FAILED\" or \"REJECTED\", not {status_text:?}"
+                ))
+            })?;
+        let update = Update {
+            job_id,
+            status: Some(status),
+            status_details: unsafe { details_arg(status_details_json) }?,
+            expected_version: u64::try_from(expected_version).ok(),
+            execution_number: None,
+            step_timeout_minutes: None,
+            include_state: true,
+            include_document: false,
+        };
+        let accepted = jobs.client()?.wait(None, jobs.jobs.update(update))?;
+        // SAFETY: NULL or the caller's pointer.
+        if let Some(out) = unsafe { json.as_mut() } {
+            json_out(out, &accepted)?;
+        }
+        Ok(())
+    })
+}
+
+/// Waits up to `timeout_ms` (0: do not wait; negative: as long as it takes) for the thing's
+/// next jobs notification (`{"kind": "notify-next", "execution": ...}` or `{"kind": "notify",
+/// ...}`). `*json` gets it, or NULL when none came in time.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mqstore_jobs_next_notification(
+    jobs: *const mqstore_jobs,
+    timeout_ms: i32,
+    json: *mut *mut c_char,
+) -> c_int {
+    ffi(|| {
+        // SAFETY: the caller's pointers, checked by the helpers.
+        let out = unsafe { out_arg(json, "json") }?;
+        *out = std::ptr::null_mut();
+        let jobs = unsafe { handle(jobs, "jobs") }?;
+        let notification = match timeout_ms {
+            0 => jobs.jobs.try_next_notification(),
+            t => {
+                let wait = jobs.jobs.next_notification();
+                let client = jobs.client()?;
+                match t {
+                    t if t < 0 => client.runtime().block_on(wait),
+                    t => client.runtime().block_on(async {
+                        tokio::time::timeout(Duration::from_millis(t as u64), wait)
+                            .await
+                            .ok()
+                            .flatten()
+                    }),
+                }
+            }
+        };
+        match notification {
+            Some(n) => json_out(out, &n),
+            None => Ok(()),
+        }
+    })
+}
+
+/// How a command waits (`mqstore_command_options.mode`).
+#[repr(C)]
+pub enum mqstore_command_mode {
+    /// Until the device answers (or the timeout).
+    MQSTORE_COMMAND_AWAIT = 0,
+    /// Until the broker has the command; no answer is expected (status DELIVERED).
+    MQSTORE_COMMAND_ONE_WAY = 1,
+    /// Returns the command's id at once (status SENT); the answer goes to its status record
+    /// (`mqstore_command_status`).
+    MQSTORE_COMMAND_DETACHED = 2,
+}
+
+/// Options of a command; zero-initialise for an awaited MQTT 5 request/response command with
+/// the default timeout.
+#[repr(C)]
+pub struct mqstore_command_options {
+    /// The payload's content type, or NULL.
+    pub content_type: *const c_char,
+    /// The device profile ("mqtt5" when NULL; "dji", "iothub", or one of the server's).
+    pub profile: *const c_char,
+    /// Milliseconds to wait for the answer; 0: the service's default.
+    pub timeout_ms: u32,
+    /// A `mqstore_command_mode`.
+    pub mode: c_int,
+}
+
+/// A command's outcome, owned by the library: free it with `mqstore_command_reply_free`.
+#[repr(C)]
+pub struct mqstore_command_reply {
+    /// The command's id (for `mqstore_command_status`).
+    pub id: *const c_char,
+    /// "SUCCEEDED" (awaited), "DELIVERED" (one way) or "SENT" (detached).
+    pub status: *const c_char,
+    /// The device's answer (empty without one).
+    pub payload: *const u8,
+    pub payload_len: usize,
+    /// The answer's content type, or NULL.
+    pub content_type: *const c_char,
+    pub has_device_status: bool,
+    /// The device's status code, when its profile reads one.
+    pub device_status: i64,
+}
+
+#[repr(C)]
+struct CommandReply {
+    c: mqstore_command_reply,
+    _strings: Vec<CString>,
+    _payload: Bytes,
+}
+
+/// Sends `payload` to the device's command topic `topic` (`{id}` in it becomes the command's
+/// id) and, by default, waits for its answer. `options`: NULL for the defaults. On success
+/// `*out` is the caller's: free it with `mqstore_command_reply_free`. A device's error answer
+/// is MQSTORE_ERR_COMMAND_FAILED or _REJECTED, no answer in time MQSTORE_ERR_COMMAND_TIMED_OUT
+/// (the message names the command's id).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mqstore_command(
+    client: *const mqstore_client,
+    topic: *const c_char,
+    payload: *const u8,
+    payload_len: usize,
+    options: *const mqstore_command_options,
+    out: *mut *mut mqstore_command_reply,
+) -> c_int {
+    ffi(|| {
+        // SAFETY: the caller's pointers, checked by the helpers.
+        let out = unsafe { out_arg(out, "out") }?;
+        *out = std::ptr::null_mut();
+        let client = unsafe { handle(client, "client") }?;
+        let topic = unsafe { str_arg(topic, "topic") }?;
+        let payload =
+            Bytes::copy_from_slice(unsafe { bytes_arg(payload, payload_len, "payload") }?);
+        let mut request = CommandRequest::new(topic, payload);
+        if let Some(o) = unsafe { options.as_ref() } {
+            request.content_type =
+                unsafe { opt_str_arg(o.content_type, "options.content_type") }?.map(Into::into);
+            if let Some(profile) = unsafe { opt_str_arg(o.profile, "options.profile") }? {
+                request.profile = profile.into();
+            }
+            if o.timeout_ms > 0 {
+                request.timeout_ms = u64::from(o.timeout_ms);
+            }
+            request.mode = match o.mode {
+                0 => Mode::Await,
+                1 => Mode::OneWay,
+                2 => Mode::Detached,
+                other => {
+                    return Err(Error::invalid(format!(
+                        "options.mode is MQSTORE_COMMAND_AWAIT, _ONE_WAY or _DETACHED, not {other}"
+                    )));
+                }
+            };
+        }
+        // The command's own timeout decides; the call waits a little longer for its verdict.
+        let limit = Duration::from_millis(request.timeout_ms) + client.default_timeout();
+        let reply = client.wait(Some(limit), client.client().command(request))?;
+        let status = serde_json::to_value(reply.status)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        let cstring = |s: &str| CString::new(s).map_err(|_| Error::invalid("a NUL in the reply"));
+        let mut strings = vec![cstring(&reply.id)?, cstring(&status)?];
+        if let Some(content_type) = &reply.content_type {
+            strings.push(cstring(content_type)?);
+        }
+        *out = new_handle(CommandReply {
+            c: mqstore_command_reply {
+                id: strings[0].as_ptr(),
+                status: strings[1].as_ptr(),
+                payload: reply.payload.as_ptr(),
+                payload_len: reply.payload.len(),
+                content_type: strings.get(2).map_or(std::ptr::null(), |s| s.as_ptr()),
+                has_device_status: reply.device_status.is_some(),
+                device_status: reply.device_status.unwrap_or(0),
+            },
+            _strings: strings,
+            _payload: reply.payload,
+        })
+        .cast();
+        Ok(())
+    })
+}
+
+/// Frees a command reply (NULL is ignored).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mqstore_command_reply_free(reply: *mut mqstore_command_reply) {
+    ffi_void(|| {
+        // SAFETY: replies are handed out as `CommandReply`s.
+        unsafe { take_handle(reply.cast::<CommandReply>(), "command reply") }.map(drop)
+    });
+}
+
+/// A command's status record (`{"id": ..., "status": "SUCCEEDED", "answer": ...}`) as JSON in
+/// `*json` (free with `mqstore_string_free`).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mqstore_command_status(
+    client: *const mqstore_client,
+    id: *const c_char,
+    json: *mut *mut c_char,
+) -> c_int {
+    ffi(|| {
+        // SAFETY: the caller's pointers, checked by the helpers.
+        let out = unsafe { out_arg(json, "json") }?;
+        *out = std::ptr::null_mut();
+        let client = unsafe { handle(client, "client") }?;
+        let id = unsafe { str_arg(id, "id") }?;
+        let record = client.wait(None, client.client().command_status(id))?;
+        json_out(out, &record)
+    })
+}
