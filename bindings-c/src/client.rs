@@ -175,13 +175,17 @@ impl mqstore_client {
         self.timeout
     }
 
-    /// Runs a call to completion on this thread, within the call's timeout.
+    /// Runs a call to completion on this thread: within the client's timeout (which the
+    /// client enforces itself, so no timer is set here), or within `timeout` when the call
+    /// has one of its own.
     pub(crate) fn wait<T>(
         &self,
         timeout: Option<Duration>,
         call: impl Future<Output = Result<T, ClientError>>,
     ) -> Result<T> {
-        let limit = timeout.unwrap_or(self.timeout);
+        let Some(limit) = timeout else {
+            return self.runtime.block_on(call).map_err(Error::from);
+        };
         self.runtime.block_on(async {
             match tokio::time::timeout(limit, call).await {
                 Ok(result) => result.map_err(Error::from),

@@ -19,8 +19,6 @@ import asyncio
 import itertools
 import os
 import socket
-import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -34,7 +32,7 @@ from paho.mqtt.properties import Properties
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 import mqstore
-from harness import Broker, Server, mqstore_binary
+from harness import Broker, Server, print_medians, rust_client_ops
 
 KEYS = [f"bench/{i}" for i in range(1000)]
 VALUE = b"v" * 64
@@ -249,35 +247,7 @@ def rust_client(port: int, in_flight: int, seconds: float) -> int:
     """The Rust client's calls in `seconds` at 1 in flight, from `mqstore bench` (one
     connection; it also measures an echo responder, not counted here)."""
     assert in_flight == 1
-    return round(rust_client_ops(port, seconds) * seconds)
-
-
-def rust_client_ops(port: int, seconds: float) -> float:
-    out = subprocess.run(
-        [
-            mqstore_binary(),
-            "--port",
-            str(port),
-            "bench",
-            "--in-flight",
-            "1",
-            "--connections",
-            "1",
-            "--duration",
-            str(max(1, round(seconds))),
-            "--rounds",
-            "1",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    # The table's row: "        1 |          6763 |   0.15 | ..." (in flight | mqstore ops/s | ...)
-    for line in out.splitlines():
-        cells = [c.strip() for c in line.split("|")]
-        if len(cells) > 2 and cells[0] == "1":
-            return float(cells[1])
-    raise RuntimeError(f"cannot read `mqstore bench`'s output:\n{out}")
+    return round(rust_client_ops(port, 1, seconds) * seconds)
 
 
 TARGETS: dict[str, Callable[[int, int, float], int]] = {
@@ -309,13 +279,8 @@ def main() -> None:
         server.stop()
         broker.stop()
 
-    print(f"\n{'':22} {'in flight':>9} {'ops/s (median)':>15} {'µs per call':>12}")
-    median = {key: statistics.median(values) for key, values in rates.items()}
-    for (name, in_flight), ops in median.items():
-        per_call = 1e6 / ops * in_flight
-        print(f"{name:22} {in_flight:9} {ops:15.0f} {per_call:12.1f}")
+    median = print_medians(rates)
     rust_us = 1e6 / median[("Rust client", 1)]
-    print()
     for kind in ("sync", "asyncio"):
         for in_flight in (1, 16):
             ratio = (

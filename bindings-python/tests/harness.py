@@ -10,6 +10,7 @@ import os
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import tempfile
 import threading
@@ -17,6 +18,48 @@ import time
 import urllib.request
 from pathlib import Path
 from typing import ClassVar, Optional
+
+
+def rust_client_ops(port: int, in_flight: int, seconds: float) -> float:
+    """The Rust client's calls per second at `in_flight`, measured by `mqstore bench` on one
+    connection (it also measures an echo responder, not counted here): the baseline the
+    bindings' benchmarks compare with."""
+    out = subprocess.run(
+        [
+            mqstore_binary(),
+            "--port",
+            str(port),
+            "bench",
+            "--in-flight",
+            str(in_flight),
+            "--connections",
+            "1",
+            "--duration",
+            str(max(1, round(seconds))),
+            "--rounds",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    # The table's row: "        1 |          6763 |   0.15 | ..." (in flight | mqstore ops/s | ...)
+    for line in out.splitlines():
+        cells = [c.strip() for c in line.split("|")]
+        if len(cells) > 2 and cells[0] == str(in_flight):
+            return float(cells[1])
+    raise RuntimeError(f"cannot read `mqstore bench`'s output:\n{out}")
+
+
+def print_medians(rates: dict[tuple[str, int], list[float]]) -> dict[tuple[str, int], float]:
+    """Prints each (client, in flight)'s median ops/s and time per call; returns the medians."""
+    width = max(len(name) for name, _ in rates)
+    print(f"\n{'':{width}} {'in flight':>9} {'ops/s (median)':>15} {'µs per call':>12}")
+    median = {key: statistics.median(values) for key, values in rates.items()}
+    for (name, in_flight), ops in median.items():
+        print(f"{name:{width}} {in_flight:9} {ops:15.0f} {1e6 / ops * in_flight:12.1f}")
+    print()
+    return median
 
 
 class HarnessError(RuntimeError):
