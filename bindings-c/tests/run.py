@@ -4,9 +4,11 @@
 
 Starts, with the harness the Python tests use (bindings-python/tests/harness.py, one broker
 setup for every binding): mosquitto + `mqstore serve`; a second pair whose server has
-`--max-keys 3` and access rules; a broker with `max_packet_size 2000` and no server; and
-picks a port where nothing listens. Their ports go to the binaries in the environment
-(MQSTORE_TEST_PORT, ..._LIMITED_PORT, ..._BARE_PORT, ..._CLOSED_PORT), and `{port}` in a
+`--max-keys 3` and access rules; a broker with `max_packet_size 2000` and no server; a broker
+that wants a password, also on a TLS listener (an openssl-made CA); and picks a port where
+nothing listens. Their ports go to the binaries in the environment (MQSTORE_TEST_PORT,
+..._LIMITED_PORT, ..._BARE_PORT, ..._SECURE_PORT, ..._TLS_PORT with ..._CA_FILE and
+..._WRONG_CA_FILE, ..._CLOSED_PORT), and `{port}` in a
 command becomes the first broker's port (for the examples). With --valgrind each command runs
 under valgrind's memcheck (children too), and any error or leak (definite, indirect or
 possible) fails it. A command that prints no "test result:" line of its own (an example) counts
@@ -17,8 +19,10 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 sys.path.insert(
@@ -39,13 +43,55 @@ VALGRIND = [
     "--show-leak-kinds=definite,indirect,possible",
     "--trace-children=yes",
     "--child-silent-after-fork=yes",
+    "--num-callers=40",
+    f"--suppressions={Path(__file__).resolve().parent / 'valgrind.supp'}",
 ]
+
+
+def secure_broker(directory: Path) -> tuple[Broker, dict[str, str]]:
+    """A broker that wants a user name and password (fleet / s3cret) on a plain listener and
+    on a TLS listener whose certificate an openssl-made CA signed."""
+
+    def openssl(*args: str) -> None:
+        subprocess.run(
+            ["openssl", *args], cwd=directory, check=True, capture_output=True
+        )
+
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
+            "-subj", "/CN=mqstore test CA")  # fmt: skip
+    openssl("req", *ec, "-keyout", "broker.key", "-out", "broker.csr",
+            "-subj", "/CN=localhost")  # fmt: skip
+    (directory / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    openssl("x509", "-req", "-in", "broker.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+            "-CAcreateserial", "-out", "broker.pem", "-days", "2",
+            "-extfile", "san.ext")  # fmt: skip
+    passwords = directory / "passwords"
+    subprocess.run(
+        ["mosquitto_passwd", "-b", "-c", str(passwords), "fleet", "s3cret"], check=True
+    )
+    for file in directory.iterdir():
+        file.chmod(0o644)  # read by the user mosquitto drops to when started as root
+    tls_port = free_port()
+    broker = Broker(
+        f"allow_anonymous false\npassword_file {passwords}\n"
+        f"listener {tls_port} 127.0.0.1\n"
+        f"certfile {directory / 'broker.pem'}\nkeyfile {directory / 'broker.key'}\n"
+    )
+    return broker, {
+        "MQSTORE_TEST_SECURE_PORT": str(broker.port),
+        "MQSTORE_TEST_TLS_PORT": str(tls_port),
+        "MQSTORE_TEST_CA_FILE": str(directory / "ca.pem"),
+        "MQSTORE_TEST_WRONG_CA_FILE": str(directory / "broker.pem"),
+    }
 
 
 def main(args: list[str]) -> int:
     valgrind = "--valgrind" in args
     commands = [a for a in args if a != "--valgrind"]
     started: list[Broker | Server] = []
+    scratch = Path(tempfile.mkdtemp(prefix="mqstore-c-tests-"))
+    scratch.chmod(0o755)
     try:
         main_broker = Broker()
         started.append(main_broker)
@@ -64,12 +110,15 @@ def main(args: list[str]) -> int:
         started.append(limited)
         bare = Broker("max_packet_size 2000\n")
         started.append(bare)
+        secure, secure_env = secure_broker(scratch)
+        started.append(secure)
         env = {
             **os.environ,
             "MQSTORE_TEST_PORT": str(main_broker.port),
             "MQSTORE_TEST_LIMITED_PORT": str(limited_broker.port),
             "MQSTORE_TEST_BARE_PORT": str(bare.port),
             "MQSTORE_TEST_CLOSED_PORT": str(free_port()),
+            **secure_env,
         }
         failed = 0
         for text in commands:
@@ -108,6 +157,7 @@ def main(args: list[str]) -> int:
     finally:
         for part in reversed(started):
             part.stop()
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 if __name__ == "__main__":

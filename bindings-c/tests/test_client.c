@@ -3,6 +3,8 @@
  *   MQSTORE_TEST_PORT          broker + server
  *   MQSTORE_TEST_LIMITED_PORT  broker + server with --max-keys 3 and access rules
  *   MQSTORE_TEST_BARE_PORT     a broker with max_packet_size 2000 and no server
+ *   MQSTORE_TEST_SECURE_PORT   a broker wanting user fleet, password s3cret (no server); also
+ *   MQSTORE_TEST_TLS_PORT      on TLS, signed by MQSTORE_TEST_CA_FILE (not _WRONG_CA_FILE)
  *   MQSTORE_TEST_CLOSED_PORT   nothing listens
  * `test_client --contend PORT KEY MODE` is the second process of the lease test. The device
  * that answers commands is libmosquitto's (on its own thread). */
@@ -544,6 +546,37 @@ static void errors_have_their_codes_and_change_nothing(void) {
   CHECK_ERROR_SAYS("cannot reach the MQTT broker");
 }
 
+
+static void credentials_and_tls_to_the_broker(void) {
+  mqstore_options options = mqstore_options_default();
+  options.port = port_from("MQSTORE_TEST_SECURE_PORT");
+  options.username = "fleet";
+  options.password = "wrong";
+  mqstore_client *c = NULL;
+  CHECK_STATUS(mqstore_connect(&options, &c), MQSTORE_ERR_REFUSED);
+  CHECK_ERROR_SAYS("refused the connection");
+  CHECK(c == NULL);
+  options.password = NULL;
+  CHECK_STATUS(mqstore_connect(&options, &c), MQSTORE_ERR_REFUSED);
+  options.password = "s3cret";
+  CHECK_OK(mqstore_connect(&options, &c));
+  mqstore_client_free(c);
+
+  /* TLS: the broker's certificate checked against the CA file. */
+  options.port = port_from("MQSTORE_TEST_TLS_PORT");
+  options.ca_file = getenv("MQSTORE_TEST_CA_FILE");
+  CHECK(options.ca_file != NULL);
+  CHECK_OK(mqstore_connect(&options, &c));
+  mqstore_client_free(c);
+  options.ca_file = getenv("MQSTORE_TEST_WRONG_CA_FILE"); /* did not sign it */
+  CHECK_STATUS(mqstore_connect(&options, &c), MQSTORE_ERR_UNREACHABLE);
+  CHECK_ERROR_SAYS("cannot reach the MQTT broker");
+  options.ca_file = NULL; /* plain MQTT to a TLS listener */
+  options.timeout_ms = 2000;
+  CHECK(mqstore_connect(&options, &c) != MQSTORE_OK);
+  CHECK(c == NULL);
+}
+
 static void bad_arguments_and_freed_handles_are_errors_not_crashes(void) {
   uint8_t buf[8];
   size_t len;
@@ -619,6 +652,7 @@ int main(int argc, char **argv) {
   RUN(jobs_flow_from_creation_to_success);
   RUN(commands_reach_a_device_and_bring_its_answer);
   RUN(errors_have_their_codes_and_change_nothing);
+  RUN(credentials_and_tls_to_the_broker);
   RUN(bad_arguments_and_freed_handles_are_errors_not_crashes);
   SUMMARY();
   return 0;
