@@ -1,0 +1,623 @@
+//! The WebAssembly module of mqstore's npm package: the core's codec, HLC and client state
+//! machine (`ClientCore`) for JavaScript, with no I/O. The TypeScript layer of the package
+//! (`js/`) owns the transport and the clock and drives the state machine, as the tokio client
+//! and the C library's layer 2 do.
+//!
+//! Values cross as `Uint8Array` (or strings, UTF-8); requests, responses and events as plain
+//! objects shaped like the shared wire vectors. Errors are JS `Error`s with a numeric `code`
+//! (the stable `ClientError::code` numbers; 1 for a bad argument), which the TypeScript layer
+//! turns into `MqstoreError` subclasses.
+
+use std::num::NonZeroU64;
+
+use bytes::Bytes;
+use js_sys::{Array, Object, Reflect, Uint8Array};
+use mqcore::client::{CallOptions, ClientConfig, ClientCore as Core, ClientError, Event};
+use mqcore::codec::{
+    Bulk, Condition, Notification, Request, Response, SetRequest, decode_notification,
+    decode_request, decode_response,
+};
+use mqcore::envelope::{Properties, Publish};
+use mqcore::hlc::Hlc as CoreHlc;
+use mqcore::{ServiceError, topics};
+use wasm_bindgen::prelude::*;
+
+/// The code of a bad argument (as the C library's `MQSTORE_ERR_INVALID_ARGUMENT`).
+const INVALID_ARGUMENT: u16 = 1;
+
+/// A JS `Error` with a `code`.
+fn error(code: u16, message: impl AsRef<str>) -> JsValue {
+    let e = js_sys::Error::new(message.as_ref());
+    let _ = Reflect::set(&e, &"code".into(), &JsValue::from(code));
+    e.into()
+}
+
+fn invalid(message: impl AsRef<str>) -> JsValue {
+    error(INVALID_ARGUMENT, message)
+}
+
+fn client_error(e: ClientError) -> JsValue {
+    let value = error(e.code(), e.to_string());
+    if let ClientError::Service(service) = &e {
+        let _ = Reflect::set(&value, &"text".into(), &service.text().into());
+    }
+    value
+}
+
+fn service_error(e: ServiceError) -> JsValue {
+    let value = error(e.code(), e.text());
+    let _ = Reflect::set(&value, &"text".into(), &e.text().into());
+    value
+}
+
+fn set(object: &Object, name: &str, value: impl Into<JsValue>) {
+    let _ = Reflect::set(object, &name.into(), &value.into());
+}
+
+fn get(object: &JsValue, name: &str) -> JsValue {
+    Reflect::get(object, &name.into()).unwrap_or(JsValue::UNDEFINED)
+}
+
+fn bytes_to_js(bytes: &[u8]) -> Uint8Array {
+    Uint8Array::from(bytes)
+}
+
+/// A key or value: a `Uint8Array`, or a string (its UTF-8 bytes).
+fn bytes_of(value: &JsValue, what: &str) -> Result<Bytes, JsValue> {
+    if let Some(text) = value.as_string() {
+        return Ok(Bytes::from(text.into_bytes()));
+    }
+    if let Some(array) = value.dyn_ref::<Uint8Array>() {
+        return Ok(Bytes::from(array.to_vec()));
+    }
+    Err(invalid(format!("{what} must be a Uint8Array or a string")))
+}
+
+fn optional_bytes(value: &JsValue, what: &str) -> Result<Option<Bytes>, JsValue> {
+    match value.is_undefined() || value.is_null() {
+        true => Ok(None),
+        false => bytes_of(value, what).map(Some),
+    }
+}
+
+fn key_of(value: &JsValue, what: &str) -> Result<Bytes, JsValue> {
+    let key = bytes_of(value, what)?;
+    if key.is_empty() {
+        return Err(invalid(format!(
+            "{what} is empty: keys are at least one byte"
+        )));
+    }
+    Ok(key)
+}
+
+fn optional_u64(value: &JsValue, what: &str) -> Result<Option<u64>, JsValue> {
+    if value.is_undefined() || value.is_null() {
+        return Ok(None);
+    }
+    match value.as_f64() {
+        Some(n) if n >= 0.0 && n.fract() == 0.0 && n <= 9_007_199_254_740_991.0 => {
+            Ok(Some(n as u64))
+        }
+        _ => Err(invalid(format!("{what} must be a whole number ≥ 0"))),
+    }
+}
+
+fn condition_of(value: &JsValue) -> Result<Condition, JsValue> {
+    if value.is_undefined() || value.is_null() {
+        return Ok(Condition::Always);
+    }
+    match value.as_string().map(|s| s.to_ascii_uppercase()).as_deref() {
+        Some("NX") => Ok(Condition::NotExists),
+        Some("NEX") => Ok(Condition::NotExistsOrEqual),
+        _ => Err(invalid("condition is \"NX\", \"NEX\" or undefined")),
+    }
+}
+
+/// The request an object describes: `{op: "SET", key, value, condition?: "NX" | "NEX", pxMs?}`,
+/// `{op: "GET" | "DEL", key}`, `{op: "VDEL", key, value}`, `{op: "KEYNOTIFY", key, stop?}`,
+/// `{op: "SCAN", pattern, token?}`.
+fn request_of(command: &JsValue) -> Result<Request, JsValue> {
+    if !command.is_object() {
+        return Err(invalid("the request must be an object with an op"));
+    }
+    let op = get(command, "op")
+        .as_string()
+        .ok_or_else(|| invalid("the request needs op (\"SET\", \"GET\", ...)"))?;
+    Ok(match op.to_ascii_uppercase().as_str() {
+        "SET" => Request::Set(SetRequest {
+            key: key_of(&get(command, "key"), "key")?,
+            value: Bulk::new(bytes_of(&get(command, "value"), "value")?),
+            condition: condition_of(&get(command, "condition"))?,
+            expires_in_ms: optional_u64(&get(command, "pxMs"), "pxMs")?.and_then(NonZeroU64::new),
+        }),
+        "GET" => Request::Get {
+            key: key_of(&get(command, "key"), "key")?,
+        },
+        "DEL" => Request::Del {
+            key: key_of(&get(command, "key"), "key")?,
+        },
+        "VDEL" => Request::VDel {
+            key: key_of(&get(command, "key"), "key")?,
+            value: bytes_of(&get(command, "value"), "value")?,
+        },
+        "KEYNOTIFY" => Request::KeyNotify {
+            key: key_of(&get(command, "key"), "key")?,
+            stop: get(command, "stop").as_bool().unwrap_or(false),
+        },
+        "SCAN" => Request::Scan {
+            pattern: bytes_of(&get(command, "pattern"), "pattern")?,
+            token: optional_bytes(&get(command, "token"), "token")?,
+        },
+        other => {
+            return Err(invalid(format!(
+                "unknown op {other:?}: SET, GET, DEL, VDEL, KEYNOTIFY or SCAN"
+            )));
+        }
+    })
+}
+
+fn request_to_js(request: &Request) -> Object {
+    let out = Object::new();
+    set(&out, "op", request.command().as_str());
+    match request {
+        Request::Set(s) => {
+            set(&out, "key", bytes_to_js(&s.key));
+            set(&out, "value", bytes_to_js(&s.value.value()));
+            match s.condition {
+                Condition::Always => {}
+                Condition::NotExists => set(&out, "condition", "NX"),
+                Condition::NotExistsOrEqual => set(&out, "condition", "NEX"),
+            }
+            if let Some(px) = s.expires_in_ms {
+                set(&out, "pxMs", px.get() as f64);
+            }
+        }
+        Request::Get { key } | Request::Del { key } => set(&out, "key", bytes_to_js(key)),
+        Request::VDel { key, value } => {
+            set(&out, "key", bytes_to_js(key));
+            set(&out, "value", bytes_to_js(value));
+        }
+        Request::KeyNotify { key, stop } => {
+            set(&out, "key", bytes_to_js(key));
+            if *stop {
+                set(&out, "stop", true);
+            }
+        }
+        Request::Scan { pattern, token } => {
+            set(&out, "pattern", bytes_to_js(pattern));
+            if let Some(token) = token {
+                set(&out, "token", bytes_to_js(token));
+            }
+        }
+    }
+    out
+}
+
+fn response_to_js(response: &Response) -> Object {
+    let out = Object::new();
+    match response {
+        Response::Ok => set(&out, "kind", "ok"),
+        Response::NotApplied => set(&out, "kind", "not_applied"),
+        Response::Deleted(n) => {
+            set(&out, "kind", "deleted");
+            set(&out, "count", *n as f64);
+        }
+        Response::Value(value) => {
+            set(&out, "kind", "value");
+            set(&out, "value", bytes_to_js(&value.value()));
+        }
+        Response::Absent => set(&out, "kind", "absent"),
+        Response::Keys { keys, token } => {
+            set(&out, "kind", "keys");
+            let list = Array::new();
+            for key in keys {
+                list.push(&bytes_to_js(key));
+            }
+            set(&out, "keys", list);
+            if let Some(token) = token {
+                set(&out, "token", bytes_to_js(token));
+            }
+        }
+        Response::Error(e) => {
+            set(&out, "kind", "error");
+            set(&out, "text", e.text());
+            set(&out, "code", e.code());
+        }
+    }
+    out
+}
+
+/// Encodes a request (an object like `{op: "SET", key, value}`) to its RESP3 bytes.
+#[wasm_bindgen(js_name = encodeRequest)]
+pub fn encode_request(request: JsValue) -> Result<Uint8Array, JsValue> {
+    Ok(bytes_to_js(&request_of(&request)?.to_bytes()))
+}
+
+/// Decodes a request as the state store would; a malformed one throws the state store's error
+/// (`code` 101–199, `text` "syntax error", ...).
+#[wasm_bindgen(js_name = decodeRequest)]
+pub fn decode_request_js(bytes: &[u8]) -> Result<Object, JsValue> {
+    let request = decode_request(&Bytes::copy_from_slice(bytes)).map_err(service_error)?;
+    Ok(request_to_js(&request))
+}
+
+/// Decodes a response: `{kind: "ok" | "not_applied" | "deleted" | "value" | "absent" | "keys" |
+/// "error", ...}`. Malformed bytes throw (`code` 204).
+#[wasm_bindgen(js_name = decodeResponse)]
+pub fn decode_response_js(bytes: &[u8]) -> Result<Object, JsValue> {
+    let response = decode_response(&Bytes::copy_from_slice(bytes))
+        .map_err(|e| client_error(ClientError::from(e)))?;
+    Ok(response_to_js(&response))
+}
+
+/// Decodes a change notification: `{op: "SET", value}` or `{op: "DELETE"}`.
+#[wasm_bindgen(js_name = decodeNotification)]
+pub fn decode_notification_js(bytes: &[u8]) -> Result<Object, JsValue> {
+    let notification = decode_notification(&Bytes::copy_from_slice(bytes))
+        .map_err(|e| client_error(ClientError::from(e)))?;
+    let out = Object::new();
+    match notification {
+        Notification::Set(value) => {
+            set(&out, "op", "SET");
+            set(&out, "value", bytes_to_js(&value.value()));
+        }
+        Notification::Delete => set(&out, "op", "DELETE"),
+    }
+    Ok(out)
+}
+
+/// The protocol's notification topic of `clientId` and `key`.
+#[wasm_bindgen(js_name = notifyTopic)]
+pub fn notify_topic(client_id: &str, key: JsValue) -> Result<String, JsValue> {
+    Ok(topics::notify_topic(client_id, &key_of(&key, "key")?))
+}
+
+/// The protocol's shared request topic.
+#[wasm_bindgen(js_name = invokeTopic)]
+pub fn invoke_topic() -> String {
+    topics::INVOKE.to_owned()
+}
+
+/// A hybrid-logical-clock value: a key's version or a fencing token.
+#[wasm_bindgen]
+#[derive(Clone)]
+pub struct Hlc {
+    inner: CoreHlc,
+}
+
+#[wasm_bindgen]
+impl Hlc {
+    /// Parses `{wall ms}:{counter}:{node}`; throws (`code` 1) when it is not one.
+    pub fn parse(text: &str) -> Result<Hlc, JsValue> {
+        CoreHlc::parse(text)
+            .map(|inner| Hlc { inner })
+            .map_err(|e| invalid(format!("{text:?}: {e}")))
+    }
+
+    /// Builds one; the node must not contain `:`.
+    #[wasm_bindgen(constructor)]
+    pub fn new(wall_ms: f64, counter: u32, node: &str) -> Result<Hlc, JsValue> {
+        if !(wall_ms >= 0.0 && wall_ms.fract() == 0.0) {
+            return Err(invalid("wallMs must be a whole number ≥ 0"));
+        }
+        CoreHlc::new(wall_ms as u64, counter, node)
+            .map(|inner| Hlc { inner })
+            .map_err(|e| invalid(e.to_string()))
+    }
+
+    #[wasm_bindgen(getter, js_name = wallMs)]
+    pub fn wall_ms(&self) -> f64 {
+        self.inner.wall_ms as f64
+    }
+
+    #[wasm_bindgen(getter)]
+    pub fn counter(&self) -> u32 {
+        self.inner.counter
+    }
+
+    #[wasm_bindgen(getter)]
+    pub fn node(&self) -> String {
+        self.inner.node.to_string()
+    }
+
+    /// The padded wire form: `001696374425000:00001:StateStore`.
+    #[wasm_bindgen(js_name = toString)]
+    pub fn to_string_js(&self) -> String {
+        self.inner.to_string()
+    }
+
+    /// -1, 0 or 1 as this is older than, the same as, or newer than `other`.
+    pub fn compare(&self, other: &Hlc) -> i32 {
+        self.inner.cmp(&other.inner) as i32
+    }
+}
+
+fn version_to_js(version: Option<&CoreHlc>) -> JsValue {
+    match version {
+        Some(v) => Hlc { inner: v.clone() }.into(),
+        None => JsValue::NULL,
+    }
+}
+
+/// A publish as a plain object: `{topic, payload, qos, responseTopic?, correlationData?,
+/// contentType?, messageExpiryInterval?, payloadFormatIndicator?, userProperties: [[name,
+/// value], ...]}` — what an MQTT 5 client needs to send it, or what it received.
+fn publish_to_js(publish: &Publish) -> Object {
+    let out = Object::new();
+    let p = &publish.properties;
+    set(&out, "topic", publish.topic.as_str());
+    set(&out, "payload", bytes_to_js(&publish.payload));
+    set(&out, "qos", publish.qos);
+    if let Some(t) = &p.response_topic {
+        set(&out, "responseTopic", t.as_str());
+    }
+    if let Some(c) = &p.correlation_data {
+        set(&out, "correlationData", bytes_to_js(c));
+    }
+    if let Some(t) = &p.content_type {
+        set(&out, "contentType", t.as_str());
+    }
+    if let Some(e) = p.message_expiry_interval {
+        set(&out, "messageExpiryInterval", e);
+    }
+    if let Some(f) = p.payload_format_indicator {
+        set(&out, "payloadFormatIndicator", f);
+    }
+    let pairs = Array::new();
+    for (name, value) in &p.user_properties {
+        pairs.push(&Array::of2(&name.as_str().into(), &value.as_str().into()));
+    }
+    set(&out, "userProperties", pairs);
+    out
+}
+
+fn publish_of(message: &JsValue) -> Result<Publish, JsValue> {
+    let topic = get(message, "topic")
+        .as_string()
+        .ok_or_else(|| invalid("message.topic must be a string"))?;
+    let text = |name: &str| get(message, name).as_string();
+    let mut user_properties = Vec::new();
+    let pairs = get(message, "userProperties");
+    if !pairs.is_undefined() && !pairs.is_null() {
+        for pair in Array::from(&pairs).iter() {
+            let pair = Array::from(&pair);
+            let (Some(name), Some(value)) = (pair.get(0).as_string(), pair.get(1).as_string())
+            else {
+                return Err(invalid(
+                    "message.userProperties is a list of [name, value] strings",
+                ));
+            };
+            user_properties.push((name, value));
+        }
+    }
+    Ok(Publish {
+        topic,
+        payload: optional_bytes(&get(message, "payload"), "message.payload")?.unwrap_or_default(),
+        qos: get(message, "qos").as_f64().unwrap_or(0.0) as u8,
+        properties: Properties {
+            payload_format_indicator: get(message, "payloadFormatIndicator")
+                .as_f64()
+                .map(|f| f as u8),
+            message_expiry_interval: get(message, "messageExpiryInterval")
+                .as_f64()
+                .map(|e| e as u32),
+            content_type: text("contentType"),
+            response_topic: text("responseTopic"),
+            correlation_data: optional_bytes(
+                &get(message, "correlationData"),
+                "message.correlationData",
+            )?,
+            user_properties,
+        },
+    })
+}
+
+/// The state store client as a state machine with no I/O (the core's `ClientCore`): calls give
+/// call ids and queue publishes (`takePublishes`); received messages (`handle`) and time
+/// (`expire` at `nextDeadline`) give events (`takeEvents`).
+#[wasm_bindgen]
+pub struct ClientCore {
+    core: Core,
+    outgoing: Vec<Publish>,
+    events: Vec<Event>,
+    ops: std::collections::HashMap<u64, &'static str>,
+}
+
+#[wasm_bindgen]
+impl ClientCore {
+    /// A state machine for the MQTT client id `clientId` (no `:` in it); `seed` is mixed into
+    /// correlation ids (pass random bits); `timeoutMs` is every call's timeout (0: 10 s).
+    #[wasm_bindgen(constructor)]
+    pub fn new(client_id: &str, seed: f64, timeout_ms: u32) -> Result<ClientCore, JsValue> {
+        if client_id.is_empty() {
+            return Err(invalid("clientId is empty"));
+        }
+        let mut config = ClientConfig::new(client_id, seed.to_bits());
+        if timeout_ms > 0 {
+            config.default_timeout_ms = u64::from(timeout_ms);
+        }
+        let core =
+            Core::new(config).map_err(|e| invalid(format!("clientId {client_id:?}: {e}")))?;
+        Ok(ClientCore {
+            core,
+            outgoing: Vec::new(),
+            events: Vec::new(),
+            ops: Default::default(),
+        })
+    }
+
+    /// The topic filters to subscribe to (QoS 1), and wait for, before the first call.
+    pub fn subscriptions(&self) -> Array {
+        self.core
+            .subscriptions()
+            .iter()
+            .map(|s| JsValue::from(s.as_str()))
+            .collect()
+    }
+
+    /// Where this client's presence goes: its Will (payload "gone").
+    #[wasm_bindgen(js_name = presenceTopic)]
+    pub fn presence_topic(&self) -> String {
+        self.core.presence_topic()
+    }
+
+    /// The broker's Maximum Packet Size from its CONNACK (0: none).
+    #[wasm_bindgen(js_name = setMaxPacketSize)]
+    pub fn set_max_packet_size(&mut self, max: u32) {
+        self.core.set_max_packet_size((max > 0).then_some(max));
+    }
+
+    /// Starts a call: `request` as `encodeRequest` takes it, `options` `{fencingToken?: Hlc,
+    /// persist?: boolean, timeoutMs?: number}`. Returns the call id.
+    pub fn call(
+        &mut self,
+        request: JsValue,
+        options: JsValue,
+        now_ms: f64,
+    ) -> Result<f64, JsValue> {
+        let request = request_of(&request)?;
+        let mut call_options = CallOptions::default();
+        if options.is_object() {
+            let token = get(&options, "fencingToken");
+            if !token.is_undefined() && !token.is_null() {
+                let text = Reflect::get(&token, &"toString".into())
+                    .ok()
+                    .and_then(|f| f.dyn_into::<js_sys::Function>().ok())
+                    .and_then(|f| f.call0(&token).ok())
+                    .and_then(|t| t.as_string())
+                    .ok_or_else(|| invalid("options.fencingToken must be an Hlc"))?;
+                call_options.fencing_token = Some(
+                    CoreHlc::parse(&text)
+                        .map_err(|e| invalid(format!("options.fencingToken: {e}")))?,
+                );
+            }
+            call_options.persist = get(&options, "persist").as_bool().unwrap_or(false);
+            call_options.timeout_ms =
+                optional_u64(&get(&options, "timeoutMs"), "options.timeoutMs")?;
+        }
+        let op = request.command().as_str();
+        let (call, publish) = self
+            .core
+            .call(&request, &call_options, now_ms as u64)
+            .map_err(client_error)?;
+        self.outgoing.push(publish);
+        self.ops.insert(call.0, op);
+        Ok(call.0 as f64)
+    }
+
+    /// Starts observing `key` (two publishes); changes come as `changed` events.
+    pub fn observe(&mut self, key: JsValue, now_ms: f64) -> Result<f64, JsValue> {
+        let (call, publishes) = self
+            .core
+            .observe(key_of(&key, "key")?, now_ms as u64)
+            .map_err(client_error)?;
+        self.outgoing.extend(publishes);
+        self.ops.insert(call.0, "KEYNOTIFY");
+        Ok(call.0 as f64)
+    }
+
+    /// Stops observing `key`.
+    pub fn unobserve(&mut self, key: JsValue, now_ms: f64) -> Result<f64, JsValue> {
+        let (call, publish) = self
+            .core
+            .unobserve(key_of(&key, "key")?, now_ms as u64)
+            .map_err(client_error)?;
+        self.outgoing.push(publish);
+        self.ops.insert(call.0, "KEYNOTIFY");
+        Ok(call.0 as f64)
+    }
+
+    /// Feeds a message that arrived on one of the subscriptions (an object as `takePublishes`
+    /// gives them).
+    pub fn handle(&mut self, message: JsValue, now_ms: f64) -> Result<(), JsValue> {
+        let publish = publish_of(&message)?;
+        if let Some(event) = self.core.handle(&publish, now_ms as u64) {
+            self.events.push(event);
+        }
+        self.outgoing.extend(self.core.take_publishes());
+        Ok(())
+    }
+
+    /// Fails the calls whose timeout has passed, renews what needs renewing.
+    pub fn expire(&mut self, now_ms: f64) {
+        let events = self.core.expire(now_ms as u64);
+        self.events.extend(events);
+        self.outgoing.extend(self.core.take_publishes());
+    }
+
+    /// When to call `expire` next, or `null` when nothing waits.
+    #[wasm_bindgen(js_name = nextDeadline)]
+    pub fn next_deadline(&self) -> Option<f64> {
+        self.core.next_deadline().map(|d| d as f64)
+    }
+
+    /// The connection dropped: every call in flight fails.
+    #[wasm_bindgen(js_name = connectionLost)]
+    pub fn connection_lost(&mut self) {
+        let events = self.core.connection_lost();
+        self.events.extend(events);
+    }
+
+    /// After a reconnect, once subscribed: registers every observed key again and reads it back.
+    pub fn resume(&mut self, now_ms: f64) -> Result<(), JsValue> {
+        let publishes = self.core.resume(now_ms as u64).map_err(client_error)?;
+        self.outgoing.extend(publishes);
+        Ok(())
+    }
+
+    /// The messages to publish, in order (QoS 1), as plain objects.
+    #[wasm_bindgen(js_name = takePublishes)]
+    pub fn take_publishes(&mut self) -> Array {
+        self.outgoing
+            .drain(..)
+            .map(|p| JsValue::from(publish_to_js(&p)))
+            .collect()
+    }
+
+    /// What happened, in order: `{kind: "completed", call, op, error?, response?, version}` and
+    /// `{kind: "changed", key, value (null: deleted), version, synthetic}`.
+    #[wasm_bindgen(js_name = takeEvents)]
+    pub fn take_events(&mut self) -> Array {
+        let events: Vec<Event> = self.events.drain(..).collect();
+        events
+            .into_iter()
+            .map(|event| JsValue::from(self.event_to_js(event)))
+            .collect()
+    }
+}
+
+impl ClientCore {
+    fn event_to_js(&mut self, event: Event) -> Object {
+        let out = Object::new();
+        match event {
+            Event::Completed { call, result } => {
+                set(&out, "kind", "completed");
+                set(&out, "call", call.0 as f64);
+                set(&out, "op", self.ops.remove(&call.0).unwrap_or(""));
+                match result {
+                    Ok(answer) => {
+                        set(&out, "response", response_to_js(&answer.response));
+                        set(&out, "version", version_to_js(answer.version.as_ref()));
+                    }
+                    Err(e) => set(&out, "error", client_error(e)),
+                }
+            }
+            Event::Changed {
+                key,
+                change,
+                version,
+                synthetic,
+            } => {
+                set(&out, "kind", "changed");
+                set(&out, "key", bytes_to_js(&key));
+                match change {
+                    Notification::Set(value) => set(&out, "value", bytes_to_js(&value.value())),
+                    Notification::Delete => set(&out, "value", JsValue::NULL),
+                }
+                set(&out, "version", version_to_js(version.as_ref()));
+                set(&out, "synthetic", synthetic);
+            }
+        }
+        out
+    }
+}
