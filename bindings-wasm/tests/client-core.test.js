@@ -1,0 +1,71 @@
+// The client state machine through the package: a call becomes a publish with every MQTT 5
+// property; an answer fed back becomes the call's event; time makes a call fail.
+import assert from "node:assert/strict";
+import { before, test } from "node:test";
+
+const { init, ClientCore, codec, MqstoreError } = await import(
+  process.env.MQSTORE_PACKAGE ?? "../dist/index.js"
+);
+const bytes = (text) => new TextEncoder().encode(text);
+
+before(() => init());
+
+test("a call becomes a publish, and its answer an event", () => {
+  const core = new ClientCore("js-client", 12345, 2000);
+  assert.equal(core.subscriptions().length, 3);
+  const call = core.call({ op: "SET", key: "k", value: "v" }, {}, 1_700_000_000_000);
+  const [publish] = core.takePublishes();
+  assert.match(publish.topic, /\/command\/invoke$/);
+  assert.equal(publish.qos, 1);
+  assert.equal(publish.correlationData.length, 16);
+  assert.equal(publish.contentType, "application/octet-stream");
+  assert.equal(publish.messageExpiryInterval, 2);
+  const props = Object.fromEntries(publish.userProperties);
+  assert.equal(props.__srcId, "js-client");
+  assert.match(props.__ts, /^\d+:\d+:js-client$/);
+  assert.deepEqual(codec.decodeRequest(publish.payload), {
+    op: "SET",
+    key: bytes("k"),
+    value: bytes("v"),
+  });
+
+  // The server's answer: +OK with the key's version.
+  core.handle(
+    {
+      topic: publish.responseTopic,
+      payload: bytes("+OK\r\n"),
+      correlationData: publish.correlationData,
+      userProperties: [["__ts", "1700000000001:0:server"]],
+    },
+    1_700_000_000_001,
+  );
+  const [event] = core.takeEvents();
+  assert.equal(event.kind, "completed");
+  assert.equal(event.call, call);
+  assert.equal(event.op, "SET");
+  assert.deepEqual(event.response, { kind: "ok" });
+  assert.equal(event.version.toString(), "001700000000001:00000:server");
+});
+
+test("a call without an answer times out at its deadline", () => {
+  const core = new ClientCore("js-client", 1, 2000);
+  const call = core.call({ op: "GET", key: "k" }, {}, 1000);
+  core.takePublishes();
+  assert.equal(core.nextDeadline(), 3000);
+  core.expire(2999);
+  assert.deepEqual(core.takeEvents(), []);
+  core.expire(3000);
+  const [event] = core.takeEvents();
+  assert.equal(event.call, call);
+  assert.equal(event.error.code, 202);
+  assert.equal(core.nextDeadline(), undefined);
+});
+
+test("bad arguments throw and queue nothing", () => {
+  assert.throws(() => new ClientCore("a:b", 1, 0), (e) => e.code === 1);
+  const core = new ClientCore("js-client", 1, 0);
+  assert.throws(() => core.call({ op: "GET", key: "" }, {}, 0), (e) => e.code === 1);
+  assert.throws(() => core.handle({ topic: 7 }, 0), (e) => e.code === 1);
+  assert.deepEqual(core.takePublishes(), []);
+  assert.ok(MqstoreError.prototype instanceof Error);
+});
