@@ -2,6 +2,9 @@
  * mqstore for JavaScript: the protocol core compiled to WebAssembly (codec, HLC, the client
  * state machine), for browsers and Node 20+. Call `init()` once before anything else.
  */
+import mqtt from "mqtt";
+import type { IClientOptions, IPublishPacket, MqttClient } from "mqtt";
+
 import initWasm, * as wasm from "../pkg/mqstore_wasm.js";
 
 export { ClientCore, Hlc } from "../pkg/mqstore_wasm.js";
@@ -89,4 +92,362 @@ export const codec = {
 /** Parses an HLC (`{wall ms}:{counter}:{node}`), throwing an MqstoreError (code 1) if it is not one. */
 export function parseHlc(text: string): wasm.Hlc {
   return typed(() => wasm.Hlc.parse(text));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The connected client: the core's state machine driven over MQTT 5 on WebSocket (MQTT.js).
+
+
+/** How to connect (`Client.connect`). */
+export interface ConnectOptions {
+  /** The MQTT client id (no `:`); default `mqstore-js-` and random hex. */
+  clientId?: string;
+  username?: string;
+  password?: string;
+  /** Every call's timeout, and the connection's, in milliseconds (10 000). */
+  timeoutMs?: number;
+  /**
+   * How long to wait before reconnecting after the connection drops, in milliseconds (1000).
+   * Calls in flight then fail (203); observations resume, and a change missed meanwhile
+   * arrives as a `synthetic` one.
+   */
+  reconnectMs?: number;
+}
+
+/** Options of a SET. */
+export interface SetOptions {
+  /** Only if the key does not exist. */
+  nx?: boolean;
+  /** Only if it does not exist or holds this value (take or renew a lock). */
+  nex?: boolean;
+  /** The key expires this many milliseconds after the SET. */
+  expiresMs?: number;
+  /** Ask the server to keep the key durably. */
+  persist?: boolean;
+  /** The fencing token of the lock guarding the key. */
+  fencingToken?: wasm.Hlc;
+}
+
+/** What a SET did. */
+export interface SetResult {
+  /** False when NX/NEX did not hold (nothing changed). */
+  applied: boolean;
+  version: wasm.Hlc | null;
+}
+
+/** A value and its version. */
+export interface Versioned {
+  value: Uint8Array;
+  version: wasm.Hlc | null;
+}
+
+/** What a DEL or VDEL did. */
+export interface DeleteResult {
+  outcome: "deleted" | "absent" | "value_mismatch";
+  version: wasm.Hlc | null;
+}
+
+/** A change of an observed key. */
+export interface Change {
+  key: Uint8Array;
+  /** The new value; null when the key was deleted or expired. */
+  value: Uint8Array | null;
+  version: wasm.Hlc | null;
+  /** Found by reading the key back after a reconnect: the notification itself was missed. */
+  synthetic: boolean;
+}
+
+type Completed = { kind: "completed"; call: number; op: string; error?: Error & { code: number }; response?: Response; version?: wasm.Hlc | null };
+type Changed = { kind: "changed"; key: Uint8Array; value: Uint8Array | null; version: wasm.Hlc | null; synthetic: boolean };
+
+const encoder = new TextEncoder();
+const asBytes = (value: Bytes): Uint8Array => (typeof value === "string" ? encoder.encode(value) : value);
+const hex = (bytes: Uint8Array): string => Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+
+function mqstoreError(e: unknown): MqstoreError {
+  if (e instanceof MqstoreError) return e;
+  const { message, code, text } = e as Error & { code?: number; text?: string };
+  return new MqstoreError(message ?? String(e), typeof code === "number" ? code : 0, text);
+}
+
+/**
+ * A connected state store client over MQTT 5 on WebSocket. `await Client.connect(url)`, then
+ * `set`, `get`, `del`, `vdel`, `scan`, `observe`; `close()` at the end.
+ */
+export class Client {
+  readonly clientId: string;
+  #mqtt: MqttClient;
+  #core: wasm.ClientCore;
+  #calls = new Map<number, { resolve: (e: Completed) => void; reject: (e: MqstoreError) => void }>();
+  #watchers = new Map<string, Set<(change: Change) => void>>();
+  #timer: ReturnType<typeof setTimeout> | undefined;
+  #closed = false;
+
+  private constructor(mqttClient: MqttClient, core: wasm.ClientCore, clientId: string) {
+    this.#mqtt = mqttClient;
+    this.#core = core;
+    this.clientId = clientId;
+  }
+
+  /**
+   * Connects to the broker's WebSocket listener (`ws://host:port` or `wss://...`) and
+   * subscribes; resolves once calls can be made. Rejects with an MqstoreError (207: cannot
+   * reach the broker; 208: refused).
+   */
+  static async connect(url: string, options: ConnectOptions = {}): Promise<Client> {
+    await init();
+    if (typeof url !== "string" || !/^wss?:\/\//.test(url)) {
+      throw new MqstoreError(`the broker URL must start with ws:// or wss://, not ${JSON.stringify(url)}`, 1);
+    }
+    const clientId = options.clientId ?? `mqstore-js-${Math.floor(Math.random() * 2 ** 32).toString(16).padStart(8, "0")}`;
+    const timeoutMs = options.timeoutMs ?? 10_000;
+    const core = typed(() => new wasm.ClientCore(clientId, Math.random() * 2 ** 52, timeoutMs));
+    const mqttOptions: IClientOptions = {
+      protocolVersion: 5,
+      clientId,
+      username: options.username,
+      password: options.password,
+      clean: true,
+      connectTimeout: timeoutMs,
+      reconnectPeriod: 0,
+      will: { topic: core.presenceTopic(), payload: Buffer.from("gone"), qos: 1, retain: false },
+    };
+    let connection: MqttClient;
+    try {
+      connection = await mqtt.connectAsync(url, mqttOptions, false);
+    } catch (e) {
+      const reason = (e as { code?: number }).code;
+      if (typeof reason === "number" && reason >= 0x80) {
+        throw new MqstoreError(`the MQTT broker refused the connection (reason code 0x${reason.toString(16)})`, 208);
+      }
+      throw new MqstoreError(`cannot reach the MQTT broker at ${url}: ${(e as Error).message || e}`, 207);
+    }
+    const client = new Client(connection, core, clientId);
+    connection.on("message", (_topic, _payload, packet) => client.#receive(packet));
+    connection.on("close", () => client.#lost());
+    // Connection errors show as failed calls and reconnects; without a listener MQTT.js would
+    // raise them as uncaught.
+    connection.on("error", () => {});
+    connection.on("connect", () => void client.#resume());
+    connection.options.reconnectPeriod = options.reconnectMs ?? 1000;
+    try {
+      for (const filter of core.subscriptions() as string[]) {
+        await connection.subscribeAsync(filter, { qos: 1 });
+      }
+    } catch (e) {
+      connection.end(true);
+      throw new MqstoreError(`the broker refused the subscriptions: ${(e as Error).message}`, 207);
+    }
+    return client;
+  }
+
+  #receive(packet: IPublishPacket): void {
+    const p = packet.properties ?? {};
+    const userProperties: [string, string][] = [];
+    for (const [name, value] of Object.entries(p.userProperties ?? {})) {
+      for (const v of Array.isArray(value) ? value : [value]) userProperties.push([name, String(v)]);
+    }
+    const payload = typeof packet.payload === "string" ? encoder.encode(packet.payload) : new Uint8Array(packet.payload);
+    try {
+      this.#core.handle(
+        {
+          topic: packet.topic,
+          payload,
+          qos: packet.qos,
+          responseTopic: p.responseTopic,
+          correlationData: p.correlationData ? new Uint8Array(p.correlationData) : undefined,
+          contentType: p.contentType,
+          userProperties,
+        },
+        Date.now(),
+      );
+    } catch {
+      return; // not a message for this client
+    }
+    this.#pump();
+  }
+
+  /** After a reconnect: subscribe again, then register every observed key again. */
+  async #resume(): Promise<void> {
+    try {
+      for (const filter of this.#core.subscriptions() as string[]) {
+        await this.#mqtt.subscribeAsync(filter, { qos: 1 });
+      }
+      this.#core.resume(Date.now());
+      this.#pump();
+    } catch {
+      // The connection dropped again: the next reconnect resumes.
+    }
+  }
+
+  #lost(): void {
+    if (this.#closed) return;
+    this.#core.connectionLost();
+    this.#pump();
+  }
+
+  /** Sends what the state machine queued, delivers its events, and sets the next timer. */
+  #pump(): void {
+    for (const p of this.#core.takePublishes() as Array<Record<string, unknown>>) {
+      this.#mqtt.publish(p.topic as string, Buffer.from(p.payload as Uint8Array), {
+        qos: 1,
+        properties: {
+          responseTopic: p.responseTopic as string | undefined,
+          correlationData: p.correlationData ? Buffer.from(p.correlationData as Uint8Array) : undefined,
+          contentType: p.contentType as string | undefined,
+          messageExpiryInterval: p.messageExpiryInterval as number | undefined,
+          payloadFormatIndicator: p.payloadFormatIndicator === 1,
+          userProperties: Object.fromEntries(p.userProperties as [string, string][]),
+        },
+      });
+    }
+    for (const event of this.#core.takeEvents() as Array<Completed | Changed>) {
+      if (event.kind === "completed") {
+        const waiter = this.#calls.get(event.call);
+        this.#calls.delete(event.call);
+        if (!waiter) continue;
+        if (event.error) waiter.reject(mqstoreError(event.error));
+        else waiter.resolve(event);
+      } else {
+        const change: Change = { key: event.key, value: event.value, version: event.version, synthetic: event.synthetic };
+        for (const watcher of this.#watchers.get(hex(event.key)) ?? []) watcher(change);
+      }
+    }
+    clearTimeout(this.#timer);
+    const deadline = this.#core.nextDeadline();
+    if (deadline !== undefined && !this.#closed) {
+      this.#timer = setTimeout(() => {
+        this.#core.expire(Date.now());
+        this.#pump();
+      }, Math.max(0, deadline - Date.now()));
+    }
+  }
+
+  #call(start: () => number): Promise<Completed> {
+    if (this.#closed) return Promise.reject(new MqstoreError("the client is closed", 203));
+    let call: number;
+    try {
+      call = start();
+    } catch (e) {
+      return Promise.reject(mqstoreError(e));
+    }
+    const done = new Promise<Completed>((resolve, reject) => this.#calls.set(call, { resolve, reject }));
+    this.#pump();
+    return done;
+  }
+
+  #request(request: Request, options: object = {}): Promise<Completed> {
+    return this.#call(() => this.#core.call(request, options, Date.now()));
+  }
+
+  /** SET `key` to `value`. */
+  async set(key: Bytes, value: Bytes, options: SetOptions = {}): Promise<SetResult> {
+    if (options.nx && options.nex) throw new MqstoreError("nx and nex exclude each other", 1);
+    const request: Request = {
+      op: "SET",
+      key: asBytes(key),
+      value: asBytes(value),
+      ...(options.nx ? { condition: "NX" as const } : options.nex ? { condition: "NEX" as const } : {}),
+      ...(options.expiresMs !== undefined ? { pxMs: options.expiresMs } : {}),
+    };
+    const done = await this.#request(request, { fencingToken: options.fencingToken, persist: options.persist });
+    return { applied: done.response?.kind === "ok", version: done.version ?? null };
+  }
+
+  /** GET `key`: its value and version, or null. */
+  async get(key: Bytes): Promise<Versioned | null> {
+    const done = await this.#request({ op: "GET", key: asBytes(key) });
+    return done.response?.kind === "value" ? { value: done.response.value, version: done.version ?? null } : null;
+  }
+
+  /** DEL `key`. */
+  async del(key: Bytes, options: { fencingToken?: wasm.Hlc } = {}): Promise<DeleteResult> {
+    return deletion(await this.#request({ op: "DEL", key: asBytes(key) }, options));
+  }
+
+  /** VDEL: deletes `key` only if it holds `value`. */
+  async vdel(key: Bytes, value: Bytes, options: { fencingToken?: wasm.Hlc } = {}): Promise<DeleteResult> {
+    return deletion(await this.#request({ op: "VDEL", key: asBytes(key), value: asBytes(value) }, options));
+  }
+
+  /** SCAN: every key matching `pattern` (`*` and `?`), page after page. */
+  async scan(pattern: Bytes): Promise<Uint8Array[]> {
+    const keys: Uint8Array[] = [];
+    let token: Uint8Array | undefined;
+    do {
+      const done = await this.#request({ op: "SCAN", pattern: asBytes(pattern), ...(token ? { token } : {}) });
+      if (done.response?.kind !== "keys") throw new MqstoreError("unexpected answer to SCAN", 205);
+      keys.push(...done.response.keys);
+      token = done.response.token;
+    } while (token);
+    return keys;
+  }
+
+  /**
+   * Calls `onChange` for every change of `key` (also across reconnects); resolves once the
+   * server registered it, to a function that stops.
+   */
+  async onChange(key: Bytes, onChange: (change: Change) => void): Promise<() => Promise<void>> {
+    const bytes = asBytes(key);
+    const id = hex(bytes);
+    let watchers = this.#watchers.get(id);
+    const first = watchers === undefined;
+    watchers ??= new Set();
+    watchers.add(onChange);
+    this.#watchers.set(id, watchers);
+    if (first) await this.#call(() => this.#core.observe(bytes, Date.now()));
+    return async () => {
+      const set = this.#watchers.get(id);
+      set?.delete(onChange);
+      if (set && set.size === 0) {
+        this.#watchers.delete(id);
+        if (!this.#closed) await this.#call(() => this.#core.unobserve(bytes, Date.now()));
+      }
+    };
+  }
+
+  /** The changes of `key` as an async iterator (`for await`); `return()` / `break` stops. */
+  async observe(key: Bytes): Promise<AsyncIterableIterator<Change>> {
+    const queue: Change[] = [];
+    let wake: (() => void) | undefined;
+    const stop = await this.onChange(key, (change) => {
+      queue.push(change);
+      wake?.();
+    });
+    let done = false;
+    const iterator: AsyncIterableIterator<Change> = {
+      [Symbol.asyncIterator]: () => iterator,
+      next: async () => {
+        while (!done && queue.length === 0) await new Promise<void>((r) => (wake = r));
+        return done ? { done: true, value: undefined } : { done: false, value: queue.shift()! };
+      },
+      return: async () => {
+        done = true;
+        wake?.();
+        await stop();
+        return { done: true, value: undefined };
+      },
+    };
+    return iterator;
+  }
+
+  /** Disconnects (the broker does not publish the Will); calls in flight fail. */
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    clearTimeout(this.#timer);
+    this.#mqtt.publish(this.#core.presenceTopic(), Buffer.from("gone"), { qos: 1 });
+    await this.#mqtt.endAsync();
+    this.#core.connectionLost();
+    for (const event of this.#core.takeEvents() as Array<Completed | Changed>) {
+      if (event.kind === "completed") this.#calls.get(event.call)?.reject(mqstoreError(event.error));
+    }
+    this.#calls.clear();
+  }
+}
+
+function deletion(done: Completed): DeleteResult {
+  const r = done.response;
+  const outcome = r?.kind === "deleted" ? (r.count > 0 ? "deleted" : "absent") : "value_mismatch";
+  return { outcome, version: done.version ?? null };
 }

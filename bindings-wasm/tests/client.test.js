@@ -1,0 +1,118 @@
+// The connected client over MQTT 5 on WebSocket, against a real mosquitto + mqstore serve.
+import assert from "node:assert/strict";
+import { after, before, test } from "node:test";
+
+import { freePort, start } from "./harness.js";
+
+const { Client, MqstoreError } = await import(process.env.MQSTORE_PACKAGE ?? "../dist/index.js");
+const text = (bytes) => new TextDecoder().decode(bytes);
+
+let servers;
+before(async () => {
+  servers = await start();
+});
+after(async () => {
+  await servers?.stop();
+});
+
+test("set, get, del, vdel and scan with versions", async () => {
+  const client = await Client.connect(servers.url);
+  try {
+    const set = await client.set("js/one", "hello");
+    assert.equal(set.applied, true);
+    assert.ok(set.version.wallMs > 0);
+    const got = await client.get("js/one");
+    assert.equal(text(got.value), "hello");
+    assert.equal(got.version.compare(set.version), 0);
+    assert.equal((await client.set("js/one", "other", { nx: true })).applied, false);
+    assert.equal((await client.set("js/one", "hello", { nex: true })).applied, true);
+    assert.equal((await client.vdel("js/one", "not it")).outcome, "value_mismatch");
+    assert.equal((await client.vdel("js/one", "hello")).outcome, "deleted");
+    assert.equal(await client.get("js/one"), null);
+    assert.equal((await client.del("js/one")).outcome, "absent");
+    const binary = new Uint8Array([0, 255, 13, 10]);
+    await client.set(new Uint8Array([1, 2]), binary);
+    assert.deepEqual((await client.get(new Uint8Array([1, 2]))).value, binary);
+    for (let i = 0; i < 12; i++) await client.set(`js-scan/${i}`, "x");
+    const keys = (await client.scan("js-scan/*")).map(text).sort();
+    assert.equal(keys.length, 12);
+    assert.equal(keys[0], "js-scan/0");
+  } finally {
+    await client.close();
+  }
+});
+
+test("observe: changes as an async iterator and to a callback", async () => {
+  const client = await Client.connect(servers.url);
+  const writer = await Client.connect(servers.url);
+  try {
+    const changes = await client.observe("js/watched");
+    const seen = [];
+    const stop = await client.onChange("js/watched", (change) => seen.push(change));
+    await writer.set("js/watched", "v1");
+    const first = await changes.next();
+    assert.equal(text(first.value.value), "v1");
+    assert.equal(first.value.synthetic, false);
+    await writer.del("js/watched");
+    const second = await changes.next();
+    assert.equal(second.value.value, null);
+    await changes.return();
+    await stop();
+    assert.equal(seen.length, 2);
+    assert.equal(text(seen[0].key), "js/watched");
+  } finally {
+    await writer.close();
+    await client.close();
+  }
+});
+
+test("errors are typed and carry the stable codes", async () => {
+  const client = await Client.connect(servers.url, { timeoutMs: 5000 });
+  try {
+    const lease = await client.set("js/lock", "me", { nex: true, expiresMs: 5000 });
+    await client.set("js/guarded", "v1", { fencingToken: lease.version });
+    await assert.rejects(client.set("js/guarded", "v2"), (e) => e instanceof MqstoreError && e.code === 102 && e.text === "a fencing token is required for this request");
+    await assert.rejects(client.set("", "v"), (e) => e instanceof MqstoreError && e.code === 1);
+    await assert.rejects(client.set("k", 42), (e) => e instanceof MqstoreError && e.code === 1);
+    await assert.rejects(client.set("k", "v", { nx: true, nex: true }), (e) => e.code === 1);
+  } finally {
+    await client.close();
+  }
+  await assert.rejects(Client.connect("http://example.invalid"), (e) => e instanceof MqstoreError && e.code === 1);
+  const closed = await freePort();
+  await assert.rejects(
+    Client.connect(`ws://127.0.0.1:${closed}`, { timeoutMs: 2000 }),
+    (e) => e instanceof MqstoreError && e.code === 207 && /cannot reach/.test(e.message),
+  );
+  // The TCP listener is not a WebSocket one.
+  await assert.rejects(
+    Client.connect(`ws://127.0.0.1:${servers.tcpPort}`, { timeoutMs: 2000 }),
+    (e) => e instanceof MqstoreError && e.code === 207,
+  );
+});
+
+test("a change missed while disconnected arrives as a synthetic change", async () => {
+  const client = await Client.connect(servers.url, { clientId: "js-observer", reconnectMs: 2000 });
+  const writer = await Client.connect(servers.url);
+  try {
+    await writer.set("js/resumed", "before");
+    const changes = await client.observe("js/resumed");
+    // Another connection with the observer's client id takes its session over: the observer is
+    // disconnected (and reconnects after 2 s); the write lands while it is away.
+    const impostor = await Client.connect(servers.url, { clientId: "js-observer", reconnectMs: 60_000 });
+    await impostor.close();
+    await writer.set("js/resumed", "missed");
+    const missed = await changes.next();
+    assert.equal(text(missed.value.value), "missed");
+    assert.equal(missed.value.synthetic, true);
+    // And the observation goes on, live.
+    await writer.set("js/resumed", "live");
+    const live = await changes.next();
+    assert.equal(text(live.value.value), "live");
+    assert.equal(live.value.synthetic, false);
+    await changes.return();
+  } finally {
+    await writer.close();
+    await client.close();
+  }
+});

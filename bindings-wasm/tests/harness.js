@@ -1,0 +1,77 @@
+// mosquitto (a TCP listener for the server, a WebSocket listener for the clients) and
+// `mqstore serve` on free ports, for the tests. The server binary is $MQSTORE_BIN, else the
+// workspace's target/debug/mqstore; mosquitto is $MOSQUITTO, else /usr/sbin/mosquitto.
+import { spawn } from "node:child_process";
+import { chmod, mkdtemp, rm, writeFile } from "node:fs/promises";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+
+const repo = fileURLToPath(new URL("../../", import.meta.url));
+
+export function freePort() {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.on("error", reject);
+    server.listen(0, "127.0.0.1", () => {
+      const { port } = server.address();
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+function waitFor(process, pattern, what, lines) {
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`${what} did not start:\n${lines.join("")}`)), 20_000);
+    const check = (chunk) => {
+      lines.push(chunk.toString());
+      if (pattern.test(lines.join(""))) {
+        clearTimeout(timer);
+        resolve();
+      }
+    };
+    process.stderr.on("data", check);
+    process.stdout.on("data", check);
+    process.on("exit", (code) => {
+      clearTimeout(timer);
+      reject(new Error(`${what} exited (${code}):\n${lines.join("")}`));
+    });
+  });
+}
+
+/** A broker (WebSocket + TCP) and a server; `stop()` ends both. */
+export async function start() {
+  const dir = await mkdtemp(join(tmpdir(), "mqstore-js-broker-"));
+  await chmod(dir, 0o755);
+  const tcpPort = await freePort();
+  const wsPort = await freePort();
+  const config = join(dir, "mosquitto.conf");
+  await writeFile(
+    config,
+    `listener ${tcpPort} 127.0.0.1\nlistener ${wsPort} 127.0.0.1\nprotocol websockets\nallow_anonymous true\n`,
+  );
+  await chmod(config, 0o644);
+  const brokerLog = [];
+  const broker = spawn(process.env.MOSQUITTO ?? "/usr/sbin/mosquitto", ["-c", config], { stdio: ["ignore", "pipe", "pipe"] });
+  await waitFor(broker, /running/, "mosquitto", brokerLog);
+  const serverLog = [];
+  const server = spawn(
+    process.env.MQSTORE_BIN ?? join(repo, "target/debug/mqstore"),
+    ["--port", String(tcpPort), "serve", "--node-id", "js-node"],
+    { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, NO_COLOR: "1" } },
+  );
+  await waitFor(server, /connected to the broker; subscribed/, "mqstore serve", serverLog);
+  return {
+    url: `ws://127.0.0.1:${wsPort}`,
+    tcpPort,
+    logs: () => `--- mqstore serve\n${serverLog.join("")}--- mosquitto\n${brokerLog.join("")}`,
+    async stop() {
+      for (const child of [server, broker]) {
+        child.removeAllListeners("exit");
+        child.kill("SIGTERM");
+      }
+      await rm(dir, { recursive: true, force: true });
+    },
+  };
+}
