@@ -7,7 +7,7 @@ import type { IClientOptions, IPublishPacket, MqttClient } from "mqtt";
 
 import initWasm, * as wasm from "../pkg/mqstore_wasm.js";
 
-export { ClientCore, Hlc } from "../pkg/mqstore_wasm.js";
+export { ClientCore, Hlc, LeaseTerms } from "../pkg/mqstore_wasm.js";
 
 let ready: Promise<void> | undefined;
 
@@ -182,6 +182,7 @@ export class Client {
   #watchers = new Map<string, Set<(change: Change) => void>>();
   #timer: ReturnType<typeof setTimeout> | undefined;
   #closed = false;
+  #leases = new Set<Lease>();
 
   private constructor(mqttClient: MqttClient, core: wasm.ClientCore, clientId: string) {
     this.#mqtt = mqttClient;
@@ -431,11 +432,55 @@ export class Client {
     return iterator;
   }
 
+  /**
+   * Takes the lease on `key` for `ttlMs` (renewed every ttl/3 while held), waiting up to
+   * `waitMs` for its holder to release it or let it lapse (0: try once). Resolves to the lease,
+   * or null when someone else still holds it.
+   */
+  async lease(key: Bytes, ttlMs: number, options: { waitMs?: number } = {}): Promise<Lease | null> {
+    const terms = typed(() => new wasm.LeaseTerms(key, this.clientId, ttlMs));
+    let token = await this.#claim(terms);
+    const waitMs = options.waitMs ?? 0;
+    if (token === null && waitMs > 0) {
+      const deadline = Date.now() + waitMs;
+      let deleted: (() => void) | undefined;
+      const stop = await this.onChange(key, (change) => {
+        if (change.value === null) deleted?.();
+      });
+      try {
+        while (token === null && Date.now() < deadline) {
+          // Until the key is deleted (released or expired), or the retry period passes.
+          await new Promise<void>((resolve) => {
+            const timer = setTimeout(resolve, Math.min(terms.retryAfterMs, deadline - Date.now()));
+            deleted = () => {
+              clearTimeout(timer);
+              resolve();
+            };
+          });
+          token = await this.#claim(terms);
+        }
+      } finally {
+        await stop();
+      }
+    }
+    if (token === null) return null;
+    const lease = new Lease(token, terms, () => this.#claim(terms), () => this.#request(terms.release() as Request));
+    this.#leases.add(lease);
+    return lease;
+  }
+
+  /** Claims (takes or renews) a lease: its fencing token, or null when someone else holds it. */
+  async #claim(terms: wasm.LeaseTerms): Promise<wasm.Hlc | null> {
+    const done = await this.#request(terms.claim() as Request);
+    return done.response?.kind === "ok" ? (done.version ?? null) : null;
+  }
+
   /** Disconnects (the broker does not publish the Will); calls in flight fail. */
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
     clearTimeout(this.#timer);
+    for (const lease of this.#leases) lease.stopRenewing();
     this.#mqtt.publish(this.#core.presenceTopic(), Buffer.from("gone"), { qos: 1 });
     await this.#mqtt.endAsync();
     this.#core.connectionLost();
@@ -450,4 +495,51 @@ function deletion(done: Completed): DeleteResult {
   const r = done.response;
   const outcome = r?.kind === "deleted" ? (r.count > 0 ? "deleted" : "absent") : "value_mismatch";
   return { outcome, version: done.version ?? null };
+}
+
+/**
+ * A held lease (a lock with a fencing token), renewed in the background every third of its
+ * ttl until released, lost, or its client closed. Pass `fencingToken` to writes of what it
+ * guards.
+ */
+export class Lease {
+  /** The version of the SET that took the lease. */
+  readonly fencingToken: wasm.Hlc;
+  #held = true;
+  #timer: ReturnType<typeof setInterval>;
+  #release: () => Promise<Completed>;
+
+  /** @internal */
+  constructor(token: wasm.Hlc, terms: wasm.LeaseTerms, claim: () => Promise<wasm.Hlc | null>, release: () => Promise<Completed>) {
+    this.fencingToken = token;
+    this.#release = release;
+    this.#timer = setInterval(() => {
+      claim().then(
+        (renewed) => {
+          if (renewed === null) this.stopRenewing(); // someone else holds it now
+        },
+        () => {}, // a failed renewal is retried at the next period; the lease may still lapse
+      );
+    }, terms.renewEveryMs);
+  }
+
+  /** False once released, or once a renewal found the lease taken by someone else. */
+  get held(): boolean {
+    return this.#held;
+  }
+
+  /** @internal */
+  stopRenewing(): void {
+    this.#held = false;
+    clearInterval(this.#timer);
+  }
+
+  /** Releases the lease (only if this client still holds it); resolves to whether it did. */
+  async release(): Promise<boolean> {
+    const wasHeld = this.#held;
+    this.stopRenewing();
+    if (!wasHeld) return false;
+    const done = await this.#release();
+    return done.response?.kind === "deleted" && done.response.count > 0;
+  }
 }

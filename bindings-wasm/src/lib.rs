@@ -19,6 +19,7 @@ use mqcore::codec::{
 };
 use mqcore::envelope::{Properties, Publish};
 use mqcore::hlc::Hlc as CoreHlc;
+use mqcore::lease::LeaseTerms as CoreLeaseTerms;
 use mqcore::{ServiceError, topics};
 use wasm_bindgen::prelude::*;
 
@@ -619,5 +620,48 @@ impl ClientCore {
             }
         }
         out
+    }
+}
+
+/// The lease protocol (the core's `lease::LeaseTerms`): which request takes, renews and releases
+/// one holder's lease on one key, and how often to renew. The `Client` drives it.
+#[wasm_bindgen]
+pub struct LeaseTerms {
+    inner: CoreLeaseTerms,
+}
+
+#[wasm_bindgen]
+impl LeaseTerms {
+    /// `holder` is the client's id; `ttlMs` ≥ 1.
+    #[wasm_bindgen(constructor)]
+    pub fn new(key: JsValue, holder: &str, ttl_ms: f64) -> Result<LeaseTerms, JsValue> {
+        let key = key_of(&key, "key")?;
+        let ttl = optional_u64(&JsValue::from(ttl_ms), "ttlMs")?.unwrap_or(0);
+        CoreLeaseTerms::new(key, holder.to_owned(), ttl)
+            .map(|inner| LeaseTerms { inner })
+            .ok_or_else(|| invalid("ttlMs must be at least 1"))
+    }
+
+    /// The SET that takes the lease, and renews it (`SET key holder NEX PX ttl`), as a request
+    /// object for `ClientCore.call`.
+    pub fn claim(&self) -> Object {
+        request_to_js(&self.inner.claim())
+    }
+
+    /// The VDEL that releases it, if this holder still has it.
+    pub fn release(&self) -> Object {
+        request_to_js(&self.inner.release())
+    }
+
+    /// How often a holder renews.
+    #[wasm_bindgen(getter, js_name = renewEveryMs)]
+    pub fn renew_every_ms(&self) -> f64 {
+        self.inner.renew_every_ms() as f64
+    }
+
+    /// How long a refused claimant waits for the key's deletion before trying again.
+    #[wasm_bindgen(getter, js_name = retryAfterMs)]
+    pub fn retry_after_ms(&self) -> f64 {
+        self.inner.retry_after_ms() as f64
     }
 }

@@ -116,3 +116,31 @@ test("a change missed while disconnected arrives as a synthetic change", async (
     await client.close();
   }
 });
+
+test("a lease held by one client is refused to another, then taken when released", async () => {
+  const a = await Client.connect(servers.url, { clientId: "js-holder" });
+  const b = await Client.connect(servers.url, { clientId: "js-contender" });
+  try {
+    const held = await a.lease("js/lease", 5000);
+    assert.ok(held.held);
+    assert.equal(await b.lease("js/lease", 5000), null);
+    await a.set("js/fenced", "from a", { fencingToken: held.fencingToken });
+    // B waits; A releases; B takes it with a newer token, and A's old one is refused.
+    const waiting = b.lease("js/lease", 5000, { waitMs: 20_000 });
+    assert.equal(await held.release(), true);
+    assert.equal(held.held, false);
+    const taken = await waiting;
+    assert.ok(taken.held);
+    assert.equal(taken.fencingToken.compare(held.fencingToken), 1);
+    await b.set("js/fenced", "from b", { fencingToken: taken.fencingToken });
+    await assert.rejects(
+      a.set("js/fenced", "stale", { fencingToken: held.fencingToken }),
+      (e) => e instanceof MqstoreError && e.code === 104,
+    );
+    assert.equal(text((await a.get("js/fenced")).value), "from b");
+    assert.equal(await taken.release(), true);
+  } finally {
+    await b.close();
+    await a.close();
+  }
+});

@@ -41,6 +41,7 @@ pub mod envelope;
 mod error;
 pub mod hlc;
 pub mod jobs;
+pub mod lease;
 #[cfg(feature = "net")]
 pub mod net;
 pub mod presence;

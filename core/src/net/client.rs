@@ -259,7 +259,11 @@ impl Client {
         &self.client_id
     }
 
-    async fn call(&self, request: Request, options: CallOptions) -> Result<Answer, ClientError> {
+    pub(crate) async fn call(
+        &self,
+        request: Request,
+        options: CallOptions,
+    ) -> Result<Answer, ClientError> {
         let (reply, result) = oneshot::channel();
         self.send(Command::Call {
             request,

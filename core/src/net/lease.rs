@@ -1,10 +1,9 @@
-//! Leases, locks and leader election on top of the state store.
+//! Leases, locks and leader election on top of the state store: the tokio driver of the
+//! protocol in [`crate::lease`] (which requests, what their answers mean, when to renew).
 //!
-//! A lease is a key holding its holder's id, set with `NEX PX ttl`: the SET succeeds for a free
-//! key and for the current holder (renewal), and fails for everyone else. The version of the
-//! acquiring SET is the lease's fencing token: pass it (`SetOptions::fencing_token`, or to
-//! `del`/`vdel`) to writes of the keys the lease guards, and the engine refuses writes from a
-//! holder whose lease was since taken by someone else.
+//! Pass a lease's fencing token (`SetOptions::fencing_token`, or to `del`/`vdel`) to writes of
+//! the keys the lease guards, and the engine refuses writes from a holder whose lease was since
+//! taken by someone else.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -13,17 +12,16 @@ use bytes::Bytes;
 use tokio::task::JoinHandle;
 use tracing::{debug, warn};
 
-use super::client::{Client, Deleted, SetOptions};
-use crate::client::ClientError;
-use crate::codec::Condition;
+use super::client::{Client, Deleted};
+use crate::client::{CallOptions, ClientError};
 use crate::hlc::Hlc;
+use crate::lease::LeaseTerms;
 
 /// A held lease, renewed in the background every third of its time to live until released or
 /// lost.
 pub struct Lease {
     client: Client,
-    key: Bytes,
-    holder: Bytes,
+    terms: LeaseTerms,
     token: Hlc,
     state: Arc<Mutex<LeaseState>>,
     renewer: JoinHandle<()>,
@@ -44,26 +42,18 @@ impl Lease {
         key: impl Into<Bytes>,
         ttl: Duration,
     ) -> Result<Option<Lease>, ClientError> {
-        let key = key.into();
-        let holder = Bytes::copy_from_slice(client.client_id().as_bytes());
-        let set = client
-            .set(key.clone(), holder.clone(), lease_options(ttl))
-            .await?;
-        let (true, Some(token)) = (set.applied, set.version) else {
+        Lease::try_terms(client, terms(client, key.into(), ttl)).await
+    }
+
+    async fn try_terms(client: &Client, terms: LeaseTerms) -> Result<Option<Lease>, ClientError> {
+        let Some(token) = claim(client, &terms).await? else {
             return Ok(None);
         };
         let state = Arc::new(Mutex::new(LeaseState::Held));
-        let renewer = tokio::spawn(renew(
-            client.clone(),
-            key.clone(),
-            holder.clone(),
-            ttl,
-            state.clone(),
-        ));
+        let renewer = tokio::spawn(renew(client.clone(), terms.clone(), state.clone()));
         Ok(Some(Lease {
             client: client.clone(),
-            key,
-            holder,
+            terms,
             token,
             state,
             renewer,
@@ -79,16 +69,18 @@ impl Lease {
         ttl: Duration,
         timeout: Option<Duration>,
     ) -> Result<Option<Lease>, ClientError> {
-        let key = key.into();
+        let terms = terms(client, key.into(), ttl);
+        let key = terms.key.clone();
         let attempt = async {
             let mut changes = client.observe(key.clone()).await?;
             let lease = loop {
-                if let Some(lease) = Lease::try_acquire(client, key.clone(), ttl).await? {
+                if let Some(lease) = Lease::try_terms(client, terms.clone()).await? {
                     break lease;
                 }
                 // Wait for a deletion; re-try at least once per ttl in case a notification
                 // was lost with a connection.
-                let wait = tokio::time::timeout(ttl, async {
+                let retry = Duration::from_millis(terms.retry_after_ms());
+                let wait = tokio::time::timeout(retry, async {
                     while let Some(change) = changes.next().await {
                         if change.value.is_none() {
                             return;
@@ -119,7 +111,7 @@ impl Lease {
 
     /// The key this lease holds.
     pub fn key(&self) -> &Bytes {
-        &self.key
+        &self.terms.key
     }
 
     /// False once a renewal found the lease taken by someone else.
@@ -134,11 +126,11 @@ impl Lease {
     /// still held.
     pub async fn release(self) -> Result<bool, ClientError> {
         self.renewer.abort();
-        let deleted = self
+        let answer = self
             .client
-            .vdel(self.key.clone(), self.holder.clone(), None)
+            .call(self.terms.release(), CallOptions::default())
             .await?;
-        Ok(deleted.outcome == Deleted::Deleted)
+        Ok(answer.into_deletion().outcome == Deleted::Deleted)
     }
 }
 
@@ -149,30 +141,29 @@ impl Drop for Lease {
     }
 }
 
-fn lease_options(ttl: Duration) -> SetOptions {
-    SetOptions {
-        condition: Condition::NotExistsOrEqual,
-        expires: Some(ttl),
-        ..SetOptions::default()
-    }
+/// The terms of this client's lease on `key` (its id is the holder).
+fn terms(client: &Client, key: Bytes, ttl: Duration) -> LeaseTerms {
+    let holder = Bytes::copy_from_slice(client.client_id().as_bytes());
+    LeaseTerms::new(key, holder, (ttl.as_millis() as u64).max(1)).expect("a ttl of at least 1 ms")
 }
 
-async fn renew(
-    client: Client,
-    key: Bytes,
-    holder: Bytes,
-    ttl: Duration,
-    state: Arc<Mutex<LeaseState>>,
-) {
-    let period = (ttl / 3).max(Duration::from_millis(1));
+/// Claims (takes or renews) the lease: its fencing token, or `None` when someone else holds it.
+async fn claim(client: &Client, terms: &LeaseTerms) -> Result<Option<Hlc>, ClientError> {
+    let set = client
+        .call(terms.claim(), CallOptions::default())
+        .await?
+        .into_set_result();
+    Ok(LeaseTerms::claimed(set.applied, set.version))
+}
+
+async fn renew(client: Client, terms: LeaseTerms, state: Arc<Mutex<LeaseState>>) {
+    let period = Duration::from_millis(terms.renew_every_ms());
+    let key = &terms.key;
     loop {
         tokio::time::sleep(period).await;
-        match client
-            .set(key.clone(), holder.clone(), lease_options(ttl))
-            .await
-        {
-            Ok(set) if set.applied => debug!(key = ?key, "lease renewed"),
-            Ok(_) => {
+        match claim(&client, &terms).await {
+            Ok(Some(_)) => debug!(key = ?key, "lease renewed"),
+            Ok(None) => {
                 warn!(key = ?key, "lease lost: someone else holds the key");
                 if let Ok(mut state) = state.lock() {
                     *state = LeaseState::Lost;
