@@ -49,7 +49,9 @@ export async function start() {
   const config = join(dir, "mosquitto.conf");
   await writeFile(
     config,
-    `listener ${tcpPort} 127.0.0.1\nlistener ${wsPort} 127.0.0.1\nprotocol websockets\nallow_anonymous true\n`,
+    `listener ${tcpPort} 127.0.0.1\nlistener ${wsPort} 127.0.0.1\nprotocol websockets\nallow_anonymous true\n` +
+      // Nagle adds up to 40 ms to every request/response round trip.
+      "set_tcp_nodelay true\n",
   );
   await chmod(config, 0o644);
   const brokerLog = [];
