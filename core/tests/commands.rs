@@ -610,8 +610,10 @@ async fn a_node_killed_while_waiting_leaves_an_orphaned_answer_and_nothing_in_re
             "node A did not start"
         );
     }
-    let mut slow = dji("SN1", json!({"delay": 1500}));
-    slow.timeout_ms = 2_000;
+    // The device answers after 4 s: time enough, on a loaded machine too, for node B to start
+    // and node A to be killed first (with 1.5 s, A sometimes still took the answer itself).
+    let mut slow = dji("SN1", json!({"delay": 4000}));
+    slow.timeout_ms = 5_000;
     let waiting = tokio::spawn({
         let caller = caller.clone();
         async move { caller.command(slow).await }
