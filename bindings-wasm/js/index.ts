@@ -3,11 +3,22 @@
  * state machine), for browsers and Node 20+. Call `init()` once before anything else.
  */
 import mqtt from "mqtt";
-import type { IClientOptions, IPublishPacket, MqttClient } from "mqtt";
+import type { IClientOptions, IClientPublishOptions, IPublishPacket, MqttClient } from "mqtt";
 
 import initWasm, * as wasm from "../pkg/mqstore_wasm.js";
 
+import {
+  BrokerRefusedError,
+  BrokerUnreachableError,
+  ConnectionLostError,
+  InvalidArgumentError,
+  MqstoreError,
+  UnexpectedAnswerError,
+  asMqstoreError,
+} from "./errors.js";
+
 export { ClientCore, Hlc, LeaseTerms } from "../pkg/mqstore_wasm.js";
+export * from "./errors.js";
 
 let ready: Promise<void> | undefined;
 
@@ -28,29 +39,12 @@ export function init(source?: URL | Response | BufferSource): Promise<void> {
   return ready;
 }
 
-/** An mqstore error: `code` is the stable number of every binding (1: a bad argument). */
-export class MqstoreError extends Error {
-  readonly code: number;
-  /** The state store's own error text (codes 101–199). */
-  readonly text?: string;
-  constructor(message: string, code: number, text?: string) {
-    super(message);
-    this.name = "MqstoreError";
-    this.code = code;
-    this.text = text;
-  }
-}
-
-/** Runs `call`, turning the module's errors (JS Errors with a `code`) into MqstoreErrors. */
+/** Runs `call`, turning the module's errors (JS Errors with a `code`) into typed MqstoreErrors. */
 function typed<T>(call: () => T): T {
   try {
     return call();
   } catch (e) {
-    if (e instanceof Error && typeof (e as { code?: unknown }).code === "number") {
-      const { code, text } = e as Error & { code: number; text?: string };
-      throw new MqstoreError(e.message, code, text);
-    }
-    throw e;
+    throw asMqstoreError(e);
   }
 }
 
@@ -157,17 +151,54 @@ export interface Change {
   synthetic: boolean;
 }
 
-type Completed = { kind: "completed"; call: number; op: string; error?: Error & { code: number }; response?: Response; version?: wasm.Hlc | null };
+type Completed = {
+  kind: "completed";
+  call: number;
+  op: string;
+  error?: Error & { code: number };
+  response?: Response;
+  version?: wasm.Hlc | null;
+  /** A jobs or commands call's answer. */
+  result?: any;
+};
 type Changed = { kind: "changed"; key: Uint8Array; value: Uint8Array | null; version: wasm.Hlc | null; synthetic: boolean };
+type JobsNotified = { kind: "jobs-notification"; notification: JobNotification };
+type CommandChanged = { kind: "command-record"; record: CommandRecord };
+type CoreEvent = Completed | Changed | JobsNotified | CommandChanged;
 
 const encoder = new TextEncoder();
 const asBytes = (value: Bytes): Uint8Array => (typeof value === "string" ? encoder.encode(value) : value);
 const hex = (bytes: Uint8Array): string => Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
 
-function mqstoreError(e: unknown): MqstoreError {
-  if (e instanceof MqstoreError) return e;
-  const { message, code, text } = e as Error & { code?: number; text?: string };
-  return new MqstoreError(message ?? String(e), typeof code === "number" ? code : 0, text);
+/**
+ * Bytes for MQTT.js: in Node a Buffer over the same memory (no copy; its packet writer wants
+ * Buffers), in a browser the Uint8Array itself (MQTT.js's browser build takes those).
+ */
+const wire = (bytes: Uint8Array): Buffer =>
+  (typeof Buffer === "undefined" ? bytes : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength)) as Buffer;
+
+/**
+ * A publish's MQTT 5 properties for MQTT.js, with only the fields that are set (MQTT.js never
+ * sends a packet with an empty user property map and a false format indicator), and repeated
+ * user property names kept.
+ */
+function mqttProperties(p: Record<string, unknown>): IClientPublishOptions["properties"] {
+  const properties: NonNullable<IClientPublishOptions["properties"]> = {};
+  if (p.responseTopic !== undefined) properties.responseTopic = p.responseTopic as string;
+  if (p.correlationData !== undefined) properties.correlationData = wire(p.correlationData as Uint8Array);
+  if (p.contentType !== undefined) properties.contentType = p.contentType as string;
+  if (p.messageExpiryInterval !== undefined) properties.messageExpiryInterval = p.messageExpiryInterval as number;
+  if (p.payloadFormatIndicator === 1) properties.payloadFormatIndicator = true;
+  const pairs = p.userProperties as [string, string][];
+  if (pairs.length > 0) {
+    const user: Record<string, string | string[]> = {};
+    for (const [name, value] of pairs) {
+      const seen = user[name];
+      user[name] = seen === undefined ? value : Array.isArray(seen) ? [...seen, value] : [seen, value];
+    }
+    properties.userProperties = user;
+  }
+  return properties;
 }
 
 /**
@@ -183,6 +214,10 @@ export class Client {
   #timer: ReturnType<typeof setTimeout> | undefined;
   #closed = false;
   #leases = new Set<Lease>();
+  /** Filters subscribed after connecting (things' jobs, command events): again on reconnect. */
+  #extraFilters = new Set<string>();
+  #jobsListeners = new Map<string, Set<(n: JobNotification) => void>>();
+  #commandListeners = new Set<(record: CommandRecord) => void>();
 
   private constructor(mqttClient: MqttClient, core: wasm.ClientCore, clientId: string) {
     this.#mqtt = mqttClient;
@@ -198,7 +233,7 @@ export class Client {
   static async connect(url: string, options: ConnectOptions = {}): Promise<Client> {
     await init();
     if (typeof url !== "string" || !/^wss?:\/\//.test(url)) {
-      throw new MqstoreError(`the broker URL must start with ws:// or wss://, not ${JSON.stringify(url)}`, 1);
+      throw new InvalidArgumentError(`the broker URL must start with ws:// or wss://, not ${JSON.stringify(url)}`);
     }
     const clientId = options.clientId ?? `mqstore-js-${Math.floor(Math.random() * 2 ** 32).toString(16).padStart(8, "0")}`;
     const timeoutMs = options.timeoutMs ?? 10_000;
@@ -211,7 +246,7 @@ export class Client {
       clean: true,
       connectTimeout: timeoutMs,
       reconnectPeriod: 0,
-      will: { topic: core.presenceTopic(), payload: Buffer.from("gone"), qos: 1, retain: false },
+      will: { topic: core.presenceTopic(), payload: wire(encoder.encode("gone")), qos: 1, retain: false },
     };
     let connection: MqttClient;
     try {
@@ -219,9 +254,11 @@ export class Client {
     } catch (e) {
       const reason = (e as { code?: number }).code;
       if (typeof reason === "number" && reason >= 0x80) {
-        throw new MqstoreError(`the MQTT broker refused the connection (reason code 0x${reason.toString(16)})`, 208);
+        throw new BrokerRefusedError(`the MQTT broker refused the connection (reason code 0x${reason.toString(16)})`);
       }
-      throw new MqstoreError(`cannot reach the MQTT broker at ${url}: ${(e as Error).message || e}`, 207);
+      throw new BrokerUnreachableError(
+        `cannot reach the MQTT broker at ${url} (is its WebSocket listener there?): ${(e as Error).message || e}`,
+      );
     }
     const client = new Client(connection, core, clientId);
     connection.on("message", (_topic, _payload, packet) => client.#receive(packet));
@@ -237,7 +274,7 @@ export class Client {
       }
     } catch (e) {
       connection.end(true);
-      throw new MqstoreError(`the broker refused the subscriptions: ${(e as Error).message}`, 207);
+      throw new BrokerRefusedError(`the broker refused the subscriptions: ${(e as Error).message}`);
     }
     return client;
   }
@@ -271,7 +308,7 @@ export class Client {
   /** After a reconnect: subscribe again, then register every observed key again. */
   async #resume(): Promise<void> {
     try {
-      for (const filter of this.#core.subscriptions() as string[]) {
+      for (const filter of [...(this.#core.subscriptions() as string[]), ...this.#extraFilters]) {
         await this.#mqtt.subscribeAsync(filter, { qos: 1 });
       }
       this.#core.resume(Date.now());
@@ -290,28 +327,22 @@ export class Client {
   /** Sends what the state machine queued, delivers its events, and sets the next timer. */
   #pump(): void {
     for (const p of this.#core.takePublishes() as Array<Record<string, unknown>>) {
-      this.#mqtt.publish(p.topic as string, Buffer.from(p.payload as Uint8Array), {
-        qos: 1,
-        properties: {
-          responseTopic: p.responseTopic as string | undefined,
-          correlationData: p.correlationData ? Buffer.from(p.correlationData as Uint8Array) : undefined,
-          contentType: p.contentType as string | undefined,
-          messageExpiryInterval: p.messageExpiryInterval as number | undefined,
-          payloadFormatIndicator: p.payloadFormatIndicator === 1,
-          userProperties: Object.fromEntries(p.userProperties as [string, string][]),
-        },
-      });
+      this.#mqtt.publish(p.topic as string, wire(p.payload as Uint8Array), { qos: 1, properties: mqttProperties(p) });
     }
-    for (const event of this.#core.takeEvents() as Array<Completed | Changed>) {
+    for (const event of this.#core.takeEvents() as CoreEvent[]) {
       if (event.kind === "completed") {
         const waiter = this.#calls.get(event.call);
         this.#calls.delete(event.call);
         if (!waiter) continue;
-        if (event.error) waiter.reject(mqstoreError(event.error));
+        if (event.error) waiter.reject(asMqstoreError(event.error));
         else waiter.resolve(event);
-      } else {
+      } else if (event.kind === "changed") {
         const change: Change = { key: event.key, value: event.value, version: event.version, synthetic: event.synthetic };
         for (const watcher of this.#watchers.get(hex(event.key)) ?? []) watcher(change);
+      } else if (event.kind === "jobs-notification") {
+        for (const listener of this.#jobsListeners.get(event.notification.thing) ?? []) listener(event.notification);
+      } else {
+        for (const listener of this.#commandListeners) listener(event.record);
       }
     }
     clearTimeout(this.#timer);
@@ -325,12 +356,12 @@ export class Client {
   }
 
   #call(start: () => number): Promise<Completed> {
-    if (this.#closed) return Promise.reject(new MqstoreError("the client is closed", 203));
+    if (this.#closed) return Promise.reject(new ConnectionLostError("the client is closed"));
     let call: number;
     try {
       call = start();
     } catch (e) {
-      return Promise.reject(mqstoreError(e));
+      return Promise.reject(asMqstoreError(e));
     }
     const done = new Promise<Completed>((resolve, reject) => this.#calls.set(call, { resolve, reject }));
     this.#pump();
@@ -343,7 +374,7 @@ export class Client {
 
   /** SET `key` to `value`. */
   async set(key: Bytes, value: Bytes, options: SetOptions = {}): Promise<SetResult> {
-    if (options.nx && options.nex) throw new MqstoreError("nx and nex exclude each other", 1);
+    if (options.nx && options.nex) throw new InvalidArgumentError("nx and nex exclude each other");
     const request: Request = {
       op: "SET",
       key: asBytes(key),
@@ -377,7 +408,7 @@ export class Client {
     let token: Uint8Array | undefined;
     do {
       const done = await this.#request({ op: "SCAN", pattern: asBytes(pattern), ...(token ? { token } : {}) });
-      if (done.response?.kind !== "keys") throw new MqstoreError("unexpected answer to SCAN", 205);
+      if (done.response?.kind !== "keys") throw new UnexpectedAnswerError("unexpected answer to SCAN");
       keys.push(...done.response.keys);
       token = done.response.token;
     } while (token);
@@ -475,17 +506,118 @@ export class Client {
     return done.response?.kind === "ok" ? (done.version ?? null) : null;
   }
 
+  async #subscribe(filters: string[]): Promise<void> {
+    for (const filter of filters) {
+      if (this.#extraFilters.has(filter)) continue;
+      try {
+        await this.#mqtt.subscribeAsync(filter, { qos: 1 });
+      } catch (e) {
+        throw new BrokerRefusedError(`the broker refused the subscription to ${filter}: ${(e as Error).message}`);
+      }
+      this.#extraFilters.add(filter);
+    }
+  }
+
+  async #operate(op: string, args: object = {}): Promise<any> {
+    return (await this.#call(() => this.#core.jobsOperate(op, args, Date.now()))).result;
+  }
+
+  // ---- jobs: the operator API -----------------------------------------------------------
+
+  /** Creates a job and queues an execution of it on every target. */
+  async createJob(spec: JobSpec): Promise<void> {
+    await this.#operate("createJob", spec);
+  }
+
+  /** Cancels a job: QUEUED executions become CANCELED, IN_PROGRESS ones too with `force`. */
+  async cancelJob(jobId: string, options: { force?: boolean } = {}): Promise<void> {
+    await this.#operate("cancelJob", { jobId, force: options.force });
+  }
+
+  /** Deletes the execution of `jobId` on `thing` (`force` for an IN_PROGRESS one). */
+  async deleteJobExecution(jobId: string, thing: string, options: { force?: boolean } = {}): Promise<void> {
+    await this.#operate("deleteJobExecution", { jobId, thing, force: options.force });
+  }
+
+  /** A job: its document, targets, settings and how many executions are in each status. */
+  async describeJob(jobId: string): Promise<JobDescription> {
+    return (await this.#operate("describeJob", { jobId })).job;
+  }
+
+  /** The latest execution of `jobId` on `thing`. */
+  async describeJobExecution(jobId: string, thing: string): Promise<JobExecution> {
+    return (await this.#operate("describeJobExecution", { jobId, thing })).execution;
+  }
+
+  /** Every job. */
+  async listJobs(): Promise<{ jobId: string; targets: number }[]> {
+    return (await this.#operate("listJobs")).jobs;
+  }
+
+  /** The latest executions, narrowed by thing, job and status. */
+  async listJobExecutions(filter: { thing?: string; jobId?: string; status?: JobStatus } = {}): Promise<ExecutionListing[]> {
+    return (await this.#operate("listJobExecutions", filter)).executions;
+  }
+
+  // ---- jobs: the device API -------------------------------------------------------------
+
+  /**
+   * Acts as `thing` in the AWS IoT Jobs device API: subscribes to its replies and
+   * notifications (again after every reconnect) and resolves once subscribed.
+   */
+  async jobs(thing: string): Promise<Jobs> {
+    await this.#subscribe(typed(() => wasm.ClientCore.jobsSubscriptions(thing)) as string[]);
+    const device = (api: string, args: object) =>
+      this.#call(() => this.#core.jobsDevice(thing, api, args, Date.now())).then((done) => done.result);
+    const listen = (listener: (n: JobNotification) => void) => {
+      const listeners = this.#jobsListeners.get(thing) ?? new Set();
+      listeners.add(listener);
+      this.#jobsListeners.set(thing, listeners);
+      return () => void listeners.delete(listener);
+    };
+    return new Jobs(thing, device, listen);
+  }
+
+  // ---- commands -------------------------------------------------------------------------
+
+  /**
+   * Asks `mqstore serve` to send a command to a device on `topic` and resolves to the reply.
+   * Awaited (the default): the device's answer, or a CommandFailedError,
+   * CommandRejectedError or CommandTimeoutError; `mode: "oneway"`: DELIVERED once the broker
+   * took it; `mode: "detached"`: SENT with the command id at once (follow it with
+   * `commandStatus` or `watchCommands`).
+   */
+  async command(topic: string, payload: Bytes, options: CommandOptions = {}): Promise<CommandReply> {
+    return (await this.#call(() => this.#core.command(topic, payload, options, Date.now()))).result;
+  }
+
+  /** Command `id`'s status record (kept three timeouts after it was sent). */
+  async commandStatus(id: string): Promise<CommandRecord> {
+    return (await this.#call(() => this.#core.commandStatus(id, Date.now()))).result;
+  }
+
+  /**
+   * Calls `onRecord` with every command's status changes from now on (any node's, any
+   * caller's); resolves once subscribed, to a function that stops.
+   */
+  async watchCommands(onRecord: (record: CommandRecord) => void): Promise<() => void> {
+    await this.#subscribe([wasm.ClientCore.commandEventsFilter()]);
+    this.#core.watchCommands();
+    this.#commandListeners.add(onRecord);
+    return () => void this.#commandListeners.delete(onRecord);
+  }
+
   /** Disconnects (the broker does not publish the Will); calls in flight fail. */
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
     clearTimeout(this.#timer);
     for (const lease of this.#leases) lease.stopRenewing();
-    this.#mqtt.publish(this.#core.presenceTopic(), Buffer.from("gone"), { qos: 1 });
+    this.#mqtt.publish(this.#core.presenceTopic(), wire(encoder.encode("gone")), { qos: 1 });
     await this.#mqtt.endAsync();
     this.#core.connectionLost();
-    for (const event of this.#core.takeEvents() as Array<Completed | Changed>) {
-      if (event.kind === "completed") this.#calls.get(event.call)?.reject(mqstoreError(event.error));
+    for (const event of this.#core.takeEvents() as CoreEvent[]) {
+      if (event.kind === "completed") this.#calls.get(event.call)?.reject(asMqstoreError(event.error));
     }
     this.#calls.clear();
   }
@@ -542,4 +674,178 @@ export class Lease {
     const done = await this.#release();
     return done.response?.kind === "deleted" && done.response.count > 0;
   }
+}
+
+// ---- jobs and commands: types and the thing's handle ------------------------------------
+
+/** An execution's status. */
+export type JobStatus = "QUEUED" | "IN_PROGRESS" | "SUCCEEDED" | "FAILED" | "REJECTED" | "TIMED_OUT" | "CANCELED" | "REMOVED";
+
+/** What `createJob` takes. */
+export interface JobSpec {
+  /** 1–64 of a-z, A-Z, 0-9, `_`, `-`. */
+  jobId: string;
+  /** The things to run it on. */
+  targets: string[];
+  /** The job document (a JSON object) the devices get. */
+  document: object;
+  /** An IN_PROGRESS execution times out after this (1–10080). */
+  inProgressTimeoutMinutes?: number;
+  /** Executions that end FAILED or TIMED_OUT are queued again this many times (0–10). */
+  maxRetries?: number;
+}
+
+/** A job as `describeJob` answers (AWS's field names). */
+export interface JobDescription {
+  jobId: string;
+  document: object;
+  targets: string[];
+  timeoutConfig: { inProgressTimeoutInMinutes?: number | null };
+  maxRetries: number;
+  /** How many of its latest executions are in each status. */
+  executions: Partial<Record<JobStatus, number>>;
+}
+
+/** An execution (`JobExecution` of the AWS IoT Jobs API; times in epoch seconds). */
+export interface JobExecution {
+  jobId: string;
+  thingName?: string;
+  status: JobStatus;
+  statusDetails?: Record<string, string>;
+  queuedAt: number;
+  startedAt?: number;
+  lastUpdatedAt: number;
+  versionNumber: number;
+  executionNumber: number;
+  jobDocument?: object;
+  approximateSecondsBeforeTimedOut?: number;
+}
+
+/** An entry of a pending list (`JobExecutionSummary`). */
+export interface JobSummary {
+  jobId: string;
+  queuedAt: number;
+  startedAt?: number;
+  lastUpdatedAt: number;
+  executionNumber: number;
+  versionNumber: number;
+}
+
+/** An entry of `listJobExecutions`: a thing's latest execution of a job. */
+export interface ExecutionListing {
+  thingName: string;
+  jobId: string;
+  status: JobStatus;
+  queuedAt: number;
+  startedAt?: number | null;
+  lastUpdatedAt: number;
+  executionNumber: number;
+  versionNumber: number;
+}
+
+/** A thing's `notify` (its pending list changed) or `notify-next` (its first entry changed). */
+export type JobNotification =
+  | { kind: "notify"; thing: string; in_progress: JobSummary[]; queued: JobSummary[] }
+  | { kind: "notify-next"; thing: string; execution: JobExecution | null };
+
+/** An update of one execution (`Jobs.update`). */
+export interface JobUpdate {
+  jobId: string;
+  status?: "IN_PROGRESS" | "SUCCEEDED" | "FAILED" | "REJECTED";
+  statusDetails?: Record<string, string>;
+  /** Rejected with VersionMismatch unless the execution is at this version. */
+  expectedVersion?: number;
+  executionNumber?: number;
+  stepTimeoutMinutes?: number;
+  includeState?: boolean;
+  includeDocument?: boolean;
+}
+
+/**
+ * One thing's side of jobs (`client.jobs(thing)`): its pending list, start-next, describe,
+ * update, and its notifications.
+ */
+export class Jobs {
+  readonly thing: string;
+  #device: (api: string, args: object) => Promise<any>;
+  #listen: (listener: (n: JobNotification) => void) => () => void;
+
+  /** @internal */
+  constructor(thing: string, device: (api: string, args: object) => Promise<any>, listen: (listener: (n: JobNotification) => void) => () => void) {
+    this.thing = thing;
+    this.#device = device;
+    this.#listen = listen;
+  }
+
+  /** The pending list: IN_PROGRESS and QUEUED executions. */
+  async pending(): Promise<{ inProgressJobs: JobSummary[]; queuedJobs: JobSummary[] }> {
+    const answer = await this.#device("getPending", {});
+    return { inProgressJobs: answer.inProgressJobs ?? [], queuedJobs: answer.queuedJobs ?? [] };
+  }
+
+  /** Starts the first QUEUED execution (or returns the IN_PROGRESS one); null when nothing is pending. */
+  async startNext(options: { statusDetails?: Record<string, string>; stepTimeoutMinutes?: number } = {}): Promise<JobExecution | null> {
+    return (await this.#device("startNext", options)).execution ?? null;
+  }
+
+  /** The latest execution of `jobId` on this thing, with its document. */
+  async describe(jobId: string): Promise<JobExecution> {
+    const execution = (await this.#device("describe", { jobId })).execution;
+    if (!execution) throw new UnexpectedAnswerError("describe was accepted without an execution");
+    return execution;
+  }
+
+  /** The first pending execution, with its document; null when nothing is pending. */
+  async describeNext(): Promise<JobExecution | null> {
+    return (await this.#device("describe", { jobId: "$next" })).execution ?? null;
+  }
+
+  /** Updates an execution; a JobsError (`jobsCode` VersionMismatch, InvalidStateTransition...) when refused. */
+  async update(update: JobUpdate): Promise<{ executionState?: { status: JobStatus; statusDetails?: Record<string, string>; versionNumber: number }; jobDocument?: object }> {
+    const { executionState, jobDocument } = await this.#device("update", update);
+    return { executionState, jobDocument };
+  }
+
+  /** Calls `onNotification` with this thing's notifications; returns a function that stops. */
+  onNotification(onNotification: (notification: JobNotification) => void): () => void {
+    return this.#listen(onNotification);
+  }
+}
+
+/** Options of `Client.command`. */
+export interface CommandOptions {
+  /** The device profile (`mqtt5` unless told; `dji`, `iothub`, or one `mqstore serve` was given). */
+  profile?: string;
+  /** How long to wait for the device's answer (10 000 ms). */
+  timeoutMs?: number;
+  /** `await` (the default), `oneway` or `detached`. */
+  mode?: "await" | "oneway" | "detached";
+  contentType?: string;
+  /** User properties for the device. */
+  headers?: Record<string, string>;
+}
+
+/** What a command call returned. */
+export interface CommandReply {
+  id: string;
+  /** SUCCEEDED for an awaited command, DELIVERED for a one-way one, SENT for a detached one. */
+  status: "SUCCEEDED" | "DELIVERED" | "SENT";
+  /** The device's answer (empty without one). */
+  payload: Uint8Array;
+  contentType?: string;
+  /** The device's status code, when its profile reads one. */
+  deviceStatus?: number;
+}
+
+/** A command's status record (as `mqstore command status` prints it; the answer's payload in base64). */
+export interface CommandRecord {
+  id: string;
+  node: string;
+  topic: string;
+  profile: string;
+  status: "SENT" | "DELIVERED" | "SUCCEEDED" | "FAILED" | "REJECTED" | "TIMED_OUT";
+  sentMs: number;
+  deadlineMs: number;
+  answer?: { status: string; payload: string; contentType?: string; code?: number; message?: string };
+  [field: string]: unknown;
 }

@@ -8,17 +8,23 @@
 //! (the stable `ClientError::code` numbers; 1 for a bad argument), which the TypeScript layer
 //! turns into `MqstoreError` subclasses.
 
+mod services;
+
+use std::collections::HashMap;
 use std::num::NonZeroU64;
 
 use bytes::Bytes;
 use js_sys::{Array, Object, Reflect, Uint8Array};
-use mqcore::client::{CallOptions, ClientConfig, ClientCore as Core, ClientError, Event};
+use mqcore::client::{CallId, CallOptions, ClientConfig, ClientCore as Core, ClientError, Event};
 use mqcore::codec::{
     Bulk, Condition, Notification, Request, Response, SetRequest, decode_notification,
     decode_request, decode_response,
 };
+use mqcore::commands::Record;
+use mqcore::commands::wire::{CommandsClient, CommandsEvent, EVENTS_FILTER, EVENTS_PREFIX};
 use mqcore::envelope::{Properties, Publish};
 use mqcore::hlc::Hlc as CoreHlc;
+use mqcore::jobs::{JobsClient, JobsEvent};
 use mqcore::lease::LeaseTerms as CoreLeaseTerms;
 use mqcore::{ServiceError, topics};
 use wasm_bindgen::prelude::*;
@@ -39,9 +45,15 @@ fn invalid(message: impl AsRef<str>) -> JsValue {
 
 fn client_error(e: ClientError) -> JsValue {
     let value = error(e.code(), e.to_string());
-    if let ClientError::Service(service) = &e {
-        let _ = Reflect::set(&value, &"text".into(), &service.text().into());
-    }
+    let (name, detail) = match &e {
+        ClientError::Service(service) => ("text", service.text().to_owned()),
+        ClientError::Jobs { code, .. } => ("jobsCode", code.clone()),
+        ClientError::CommandFailed { id, .. }
+        | ClientError::CommandRejected { id, .. }
+        | ClientError::CommandTimedOut { id } => ("commandId", id.clone()),
+        _ => return value,
+    };
+    let _ = Reflect::set(&value, &name.into(), &detail.into());
     value
 }
 
@@ -413,15 +425,30 @@ fn publish_of(message: &JsValue) -> Result<Publish, JsValue> {
     })
 }
 
-/// The state store client as a state machine with no I/O (the core's `ClientCore`): calls give
-/// call ids and queue publishes (`takePublishes`); received messages (`handle`) and time
-/// (`expire` at `nextDeadline`) give events (`takeEvents`).
+/// Which client a call belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Service {
+    State,
+    Jobs,
+    Commands,
+}
+
+/// The client as a state machine with no I/O: the core's state store client (`ClientCore`),
+/// jobs client (`JobsClient`) and commands client (`CommandsClient`) behind one set of
+/// calls. Calls give call ids and queue publishes (`takePublishes`); received messages
+/// (`handle`) and time (`expire` at `nextDeadline`) give events (`takeEvents`).
 #[wasm_bindgen]
 pub struct ClientCore {
     core: Core,
+    jobs: JobsClient,
+    commands: CommandsClient,
     outgoing: Vec<Publish>,
-    events: Vec<Event>,
-    ops: std::collections::HashMap<u64, &'static str>,
+    events: Vec<Object>,
+    /// The three clients number their calls apart: one id space for JavaScript, and the
+    /// op of each state store call.
+    calls: HashMap<(Service, u64), (f64, &'static str)>,
+    next_call: f64,
+    watching_commands: bool,
 }
 
 #[wasm_bindgen]
@@ -437,23 +464,104 @@ impl ClientCore {
         if timeout_ms > 0 {
             config.default_timeout_ms = u64::from(timeout_ms);
         }
+        let timeout_ms = config.default_timeout_ms;
         let core =
             Core::new(config).map_err(|e| invalid(format!("clientId {client_id:?}: {e}")))?;
         Ok(ClientCore {
             core,
+            jobs: JobsClient::new(client_id, seed.to_bits().rotate_left(21), timeout_ms),
+            commands: CommandsClient::new(client_id, seed.to_bits().rotate_left(42)),
             outgoing: Vec::new(),
             events: Vec::new(),
-            ops: Default::default(),
+            calls: HashMap::new(),
+            next_call: 0.0,
+            watching_commands: false,
         })
     }
 
     /// The topic filters to subscribe to (QoS 1), and wait for, before the first call.
     pub fn subscriptions(&self) -> Array {
-        self.core
-            .subscriptions()
-            .iter()
-            .map(|s| JsValue::from(s.as_str()))
-            .collect()
+        let state = self.core.subscriptions();
+        let jobs = self.jobs.operator_subscription().to_owned();
+        let commands = self.commands.response_subscription().to_owned();
+        services::strings(state.into_iter().chain([jobs, commands]))
+    }
+
+    /// What to subscribe to (QoS 1) before acting as `thing` in the jobs device API.
+    #[wasm_bindgen(js_name = jobsSubscriptions)]
+    pub fn jobs_subscriptions(thing: &str) -> Result<Array, JsValue> {
+        JobsClient::check_thing(thing).map_err(client_error)?;
+        Ok(services::strings(JobsClient::device_subscriptions(thing)))
+    }
+
+    /// What to subscribe to (QoS 1) for every command's status changes; after subscribing,
+    /// `watchCommands()` turns them into `command-record` events.
+    #[wasm_bindgen(js_name = commandEventsFilter)]
+    pub fn command_events_filter() -> String {
+        EVENTS_FILTER.to_owned()
+    }
+
+    #[wasm_bindgen(js_name = watchCommands)]
+    pub fn watch_commands(&mut self) {
+        self.watching_commands = true;
+    }
+
+    /// Starts a jobs operator call: `op` (`createJob`, `cancelJob`, `deleteJobExecution`,
+    /// `describeJob`, `describeJobExecution`, `listJobs`, `listJobExecutions`) with its
+    /// arguments as an object. Completes with the answer's JSON as `result`.
+    #[wasm_bindgen(js_name = jobsOperate)]
+    pub fn jobs_operate(&mut self, op: &str, args: JsValue, now_ms: f64) -> Result<f64, JsValue> {
+        let request = services::operator_request(op, &args)?;
+        let (call, publish) = self.jobs.operate(&request, None, now_ms as u64);
+        self.outgoing.push(publish);
+        Ok(self.track(Service::Jobs, call, "jobs"))
+    }
+
+    /// Starts a jobs device API call as `thing` (subscribed to `jobsSubscriptions(thing)`):
+    /// `api` is `getPending`, `startNext`, `describe` or `update`. Completes with the
+    /// `/accepted` reply's JSON as `result`.
+    #[wasm_bindgen(js_name = jobsDevice)]
+    pub fn jobs_device(
+        &mut self,
+        thing: &str,
+        api: &str,
+        args: JsValue,
+        now_ms: f64,
+    ) -> Result<f64, JsValue> {
+        let request = services::device_request(api, &args)?;
+        let (call, publish) = self
+            .jobs
+            .device(thing, &request, None, now_ms as u64)
+            .map_err(client_error)?;
+        self.outgoing.push(publish);
+        Ok(self.track(Service::Jobs, call, "jobs"))
+    }
+
+    /// Asks the command service to send a command (`services::command_request` has the
+    /// options). Completes with the reply as `result` (`{id, status, payload, ...}`).
+    pub fn command(
+        &mut self,
+        topic: &str,
+        payload: JsValue,
+        options: JsValue,
+        now_ms: f64,
+    ) -> Result<f64, JsValue> {
+        let request = services::command_request(topic, &payload, &options)?;
+        let (call, publish) = self.commands.invoke(&request, now_ms as u64);
+        self.outgoing.push(publish);
+        Ok(self.track(Service::Commands, call, "command"))
+    }
+
+    /// Asks for command `id`'s status record. Completes with the record as `result`.
+    #[wasm_bindgen(js_name = commandStatus)]
+    pub fn command_status(&mut self, id: &str, now_ms: f64) -> Result<f64, JsValue> {
+        if id.is_empty() {
+            return Err(invalid("the command id is empty"));
+        }
+        let timeout = mqcore::commands::DEFAULT_TIMEOUT_MS;
+        let (call, publish) = self.commands.status(id, timeout, now_ms as u64);
+        self.outgoing.push(publish);
+        Ok(self.track(Service::Commands, call, "commandStatus"))
     }
 
     /// Where this client's presence goes: its Will (payload "gone").
@@ -502,8 +610,7 @@ impl ClientCore {
             .call(&request, &call_options, now_ms as u64)
             .map_err(client_error)?;
         self.outgoing.push(publish);
-        self.ops.insert(call.0, op);
-        Ok(call.0 as f64)
+        Ok(self.track(Service::State, call, op))
     }
 
     /// Starts observing `key` (two publishes); changes come as `changed` events.
@@ -513,8 +620,7 @@ impl ClientCore {
             .observe(key_of(&key, "key")?, now_ms as u64)
             .map_err(client_error)?;
         self.outgoing.extend(publishes);
-        self.ops.insert(call.0, "KEYNOTIFY");
-        Ok(call.0 as f64)
+        Ok(self.track(Service::State, call, "KEYNOTIFY"))
     }
 
     /// Stops observing `key`.
@@ -524,8 +630,7 @@ impl ClientCore {
             .unobserve(key_of(&key, "key")?, now_ms as u64)
             .map_err(client_error)?;
         self.outgoing.push(publish);
-        self.ops.insert(call.0, "KEYNOTIFY");
-        Ok(call.0 as f64)
+        Ok(self.track(Service::State, call, "KEYNOTIFY"))
     }
 
     /// Feeds a message that arrived on one of the subscriptions (an object as `takePublishes`
@@ -533,7 +638,18 @@ impl ClientCore {
     pub fn handle(&mut self, message: JsValue, now_ms: f64) -> Result<(), JsValue> {
         let publish = publish_of(&message)?;
         if let Some(event) = self.core.handle(&publish, now_ms as u64) {
-            self.events.push(event);
+            self.state_event(event);
+        } else if let Some(event) = self.jobs.handle(&publish) {
+            self.jobs_event(event);
+        } else if let Some(event) = self.commands.handle(&publish) {
+            self.commands_event(event);
+        } else if self.watching_commands && publish.topic.starts_with(EVENTS_PREFIX) {
+            if let Ok(record) = Record::from_json(&publish.payload) {
+                let out = Object::new();
+                set(&out, "kind", "command-record");
+                set(&out, "record", services::record_to_js(&record));
+                self.events.push(out);
+            }
         }
         self.outgoing.extend(self.core.take_publishes());
         Ok(())
@@ -541,22 +657,52 @@ impl ClientCore {
 
     /// Fails the calls whose timeout has passed, renews what needs renewing.
     pub fn expire(&mut self, now_ms: f64) {
-        let events = self.core.expire(now_ms as u64);
-        self.events.extend(events);
+        let now_ms = now_ms as u64;
+        self.core
+            .expire(now_ms)
+            .into_iter()
+            .for_each(|e| self.state_event(e));
+        self.jobs
+            .expire(now_ms)
+            .into_iter()
+            .for_each(|e| self.jobs_event(e));
+        self.commands
+            .expire(now_ms)
+            .into_iter()
+            .for_each(|e| self.commands_event(e));
         self.outgoing.extend(self.core.take_publishes());
     }
 
     /// When to call `expire` next, or `null` when nothing waits.
     #[wasm_bindgen(js_name = nextDeadline)]
     pub fn next_deadline(&self) -> Option<f64> {
-        self.core.next_deadline().map(|d| d as f64)
+        [
+            self.core.next_deadline(),
+            self.jobs.next_deadline(),
+            self.commands.next_deadline(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+        .map(|d| d as f64)
     }
 
     /// The connection dropped: every call in flight fails.
     #[wasm_bindgen(js_name = connectionLost)]
     pub fn connection_lost(&mut self) {
-        let events = self.core.connection_lost();
-        self.events.extend(events);
+        self.core
+            .connection_lost()
+            .into_iter()
+            .for_each(|e| self.state_event(e));
+        let lost = || ClientError::Disconnected;
+        self.jobs
+            .connection_failed(lost())
+            .into_iter()
+            .for_each(|e| self.jobs_event(e));
+        self.commands
+            .connection_failed(lost())
+            .into_iter()
+            .for_each(|e| self.commands_event(e));
     }
 
     /// After a reconnect, once subscribed: registers every observed key again and reads it back.
@@ -579,22 +725,75 @@ impl ClientCore {
     /// `{kind: "changed", key, value (null: deleted), version, synthetic}`.
     #[wasm_bindgen(js_name = takeEvents)]
     pub fn take_events(&mut self) -> Array {
-        let events: Vec<Event> = self.events.drain(..).collect();
-        events
-            .into_iter()
-            .map(|event| JsValue::from(self.event_to_js(event)))
-            .collect()
+        self.events.drain(..).map(JsValue::from).collect()
     }
 }
 
 impl ClientCore {
-    fn event_to_js(&mut self, event: Event) -> Object {
+    /// A JavaScript id for a call of one of the three clients.
+    fn track(&mut self, service: Service, call: CallId, op: &'static str) -> f64 {
+        self.next_call += 1.0;
+        self.calls.insert((service, call.0), (self.next_call, op));
+        self.next_call
+    }
+
+    /// A finished call: `{kind: "completed", call, op}`, then its result or error.
+    fn completed(&mut self, service: Service, call: CallId) -> Object {
         let out = Object::new();
-        match event {
+        let (id, op) = self.calls.remove(&(service, call.0)).unwrap_or((-1.0, ""));
+        set(&out, "kind", "completed");
+        set(&out, "call", id);
+        set(&out, "op", op);
+        out
+    }
+
+    fn jobs_event(&mut self, event: JobsEvent) {
+        let out = match event {
+            JobsEvent::Completed { call, result } => {
+                let out = self.completed(Service::Jobs, call);
+                match result {
+                    Ok(answer) => set(&out, "result", services::js_of(&answer)),
+                    Err(e) => set(&out, "error", client_error(e)),
+                }
+                out
+            }
+            JobsEvent::Notification(notification) => {
+                let out = Object::new();
+                set(&out, "kind", "jobs-notification");
+                let json = serde_json::to_value(&notification).unwrap_or_default();
+                set(&out, "notification", services::js_of(&json));
+                out
+            }
+        };
+        self.events.push(out);
+    }
+
+    fn commands_event(&mut self, event: CommandsEvent) {
+        let out = match event {
+            CommandsEvent::Invoked { call, result } => {
+                let out = self.completed(Service::Commands, call);
+                match result {
+                    Ok(reply) => set(&out, "result", services::reply_to_js(&reply)),
+                    Err(e) => set(&out, "error", client_error(e)),
+                }
+                out
+            }
+            CommandsEvent::Status { call, result } => {
+                let out = self.completed(Service::Commands, call);
+                match result {
+                    Ok(record) => set(&out, "result", services::record_to_js(&record)),
+                    Err(e) => set(&out, "error", client_error(e)),
+                }
+                out
+            }
+        };
+        self.events.push(out);
+    }
+
+    fn state_event(&mut self, event: Event) {
+        let out = match event {
             Event::Completed { call, result } => {
-                set(&out, "kind", "completed");
-                set(&out, "call", call.0 as f64);
-                set(&out, "op", self.ops.remove(&call.0).unwrap_or(""));
+                let out = self.completed(Service::State, call);
                 match result {
                     Ok(answer) => {
                         set(&out, "response", response_to_js(&answer.response));
@@ -602,6 +801,7 @@ impl ClientCore {
                     }
                     Err(e) => set(&out, "error", client_error(e)),
                 }
+                out
             }
             Event::Changed {
                 key,
@@ -609,6 +809,7 @@ impl ClientCore {
                 version,
                 synthetic,
             } => {
+                let out = Object::new();
                 set(&out, "kind", "changed");
                 set(&out, "key", bytes_to_js(&key));
                 match change {
@@ -617,9 +818,10 @@ impl ClientCore {
                 }
                 set(&out, "version", version_to_js(version.as_ref()));
                 set(&out, "synthetic", synthetic);
+                out
             }
-        }
-        out
+        };
+        self.events.push(out);
     }
 }
 

@@ -12,7 +12,11 @@ before(() => init());
 
 test("a call becomes a publish, and its answer an event", () => {
   const core = new ClientCore("js-client", 12345, 2000);
-  assert.equal(core.subscriptions().length, 3);
+  // The state store's three, and where jobs operator answers and command replies come.
+  const filters = core.subscriptions();
+  assert.equal(filters.length, 5);
+  assert.ok(filters.includes("clients/js-client/mqstore/jobs/v1/response"), filters.join());
+  assert.ok(filters.includes("clients/js-client/mqstore/commands/v1/response"), filters.join());
   const call = core.call({ op: "SET", key: "k", value: "v" }, {}, 1_700_000_000_000);
   const [publish] = core.takePublishes();
   assert.match(publish.topic, /\/command\/invoke$/);

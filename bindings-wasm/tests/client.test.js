@@ -144,3 +144,59 @@ test("a lease held by one client is refused to another, then taken when released
     await a.close();
   }
 });
+
+test("a broker restart during an observation: what was missed arrives as a synthetic change", async () => {
+  // Reconnects 5 s after the broker went away: the write below lands before that.
+  const client = await Client.connect(servers.url, { reconnectMs: 5000 });
+  try {
+    const observer = client;
+    await observer.set("js/restarted", "before");
+    const changes = await observer.observe("js/restarted");
+    await servers.restartBroker();
+    // The server reconnects by itself (backoff from 100 ms); write as soon as it answers.
+    const writer = await Client.connect(servers.url, { timeoutMs: 1000 });
+    try {
+      for (let attempt = 0; ; attempt++) {
+        try {
+          await writer.set("js/restarted", "missed");
+          break;
+        } catch (e) {
+          if (attempt > 20 || e.code !== 202) throw e;
+        }
+      }
+      const missed = await changes.next();
+      assert.equal(text(missed.value.value), "missed");
+      assert.equal(missed.value.synthetic, true);
+      await writer.set("js/restarted", "live");
+      const live = await changes.next();
+      assert.equal(text(live.value.value), "live");
+      assert.equal(live.value.synthetic, false);
+      await changes.return();
+    } finally {
+      await writer.close();
+    }
+  } finally {
+    await client.close();
+  }
+});
+
+test("an unhandled rejection never comes from a client whose broker vanished", async () => {
+  const unhandled = [];
+  const onUnhandled = (reason) => unhandled.push(reason);
+  process.on("unhandledRejection", onUnhandled);
+  try {
+    const client = await Client.connect(servers.url, { reconnectMs: 500, timeoutMs: 1500 });
+    const lease = await client.lease("js/vanishing", 3000);
+    await client.onChange("js/vanishing", () => {});
+    await servers.restartBroker();
+    // Calls while the broker is away fail with a typed error.
+    await assert.rejects(client.get("js/vanishing"), (e) => e instanceof MqstoreError && [202, 203].includes(e.code));
+    await new Promise((r) => setTimeout(r, 1500)); // renewals fail in the background
+    assert.ok(lease);
+    await client.close();
+    await assert.rejects(client.get("js/vanishing"), (e) => e instanceof MqstoreError && e.code === 203);
+  } finally {
+    process.off("unhandledRejection", onUnhandled);
+  }
+  assert.deepEqual(unhandled, []);
+});

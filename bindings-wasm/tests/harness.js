@@ -54,9 +54,16 @@ export async function start() {
       "set_tcp_nodelay true\n",
   );
   await chmod(config, 0o644);
-  const brokerLog = [];
-  const broker = spawn(process.env.MOSQUITTO ?? "/usr/sbin/mosquitto", ["-c", config], { stdio: ["ignore", "pipe", "pipe"] });
-  await waitFor(broker, /running/, "mosquitto", brokerLog);
+  // One log per broker process: a restarted broker's "running" must be its own.
+  const brokerLogs = [];
+  const startBroker = async () => {
+    const child = spawn(process.env.MOSQUITTO ?? "/usr/sbin/mosquitto", ["-c", config], { stdio: ["ignore", "pipe", "pipe"] });
+    const log = [];
+    brokerLogs.push(log);
+    await waitFor(child, /running/, "mosquitto", log);
+    return child;
+  };
+  let broker = await startBroker();
   const serverLog = [];
   const server = spawn(
     process.env.MQSTORE_BIN ?? join(repo, "target/debug/mqstore"),
@@ -67,7 +74,15 @@ export async function start() {
   return {
     url: `ws://127.0.0.1:${wsPort}`,
     tcpPort,
-    logs: () => `--- mqstore serve\n${serverLog.join("")}--- mosquitto\n${brokerLog.join("")}`,
+    logs: () => `--- mqstore serve\n${serverLog.join("")}--- mosquitto\n${brokerLogs.flat().join("")}`,
+    /** Stops mosquitto (every connection drops) and starts it again on the same ports. */
+    async restartBroker() {
+      broker.removeAllListeners("exit");
+      const exited = new Promise((resolve) => broker.once("exit", resolve));
+      broker.kill("SIGTERM");
+      await exited;
+      broker = await startBroker();
+    },
     async stop() {
       for (const child of [server, broker]) {
         child.removeAllListeners("exit");

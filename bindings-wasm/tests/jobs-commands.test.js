@@ -1,0 +1,149 @@
+// Jobs (operator and device sides) and commands to devices through the connected client,
+// against a real mosquitto + mqstore serve; the devices answering commands are MQTT.js clients
+// speaking MQTT 5 request/response (the `mqtt5` profile).
+import assert from "node:assert/strict";
+import { after, before, test } from "node:test";
+
+import mqtt from "mqtt";
+
+import { start } from "./harness.js";
+
+const { Client, JobsError, CommandFailedError, CommandRejectedError, CommandTimeoutError, InvalidArgumentError, MqstoreError } =
+  await import(process.env.MQSTORE_PACKAGE ?? "../dist/index.js");
+const text = (bytes) => new TextDecoder().decode(bytes);
+
+let servers;
+let client;
+before(async () => {
+  servers = await start();
+  client = await Client.connect(servers.url);
+});
+after(async () => {
+  await client?.close();
+  await servers?.stop();
+});
+
+test("a job from creation to success, with the thing's notifications", async () => {
+  const thing = "js-thing-1";
+  const device = await client.jobs(thing);
+  const notifications = [];
+  const stop = device.onNotification((n) => notifications.push(n));
+  await client.createJob({ jobId: "js-job-1", targets: [thing], document: { operation: "reboot" }, maxRetries: 1 });
+  const described = await client.describeJob("js-job-1");
+  assert.equal(described.jobId, "js-job-1");
+  assert.deepEqual(described.targets, [thing]);
+  assert.ok((await client.listJobs()).some((j) => j.jobId === "js-job-1"));
+
+  const pending = await device.pending();
+  assert.deepEqual(pending.queuedJobs.map((j) => j.jobId), ["js-job-1"]);
+  const next = await device.describeNext();
+  assert.deepEqual(next.jobDocument, { operation: "reboot" });
+  const started = await device.startNext({ statusDetails: { step: "download" } });
+  assert.equal(started.status, "IN_PROGRESS");
+  assert.equal(started.jobId, "js-job-1");
+  const updated = await device.update({ jobId: "js-job-1", status: "SUCCEEDED", expectedVersion: started.versionNumber, includeState: true });
+  assert.equal(updated.executionState.status, "SUCCEEDED");
+  assert.equal((await device.describe("js-job-1")).status, "SUCCEEDED");
+  assert.equal((await client.describeJobExecution("js-job-1", thing)).status, "SUCCEEDED");
+  const listed = await client.listJobExecutions({ thing, status: "SUCCEEDED" });
+  assert.deepEqual(listed.map((e) => e.jobId), ["js-job-1"]);
+  assert.equal(await device.startNext(), null);
+
+  // notify-next announced the job when it was queued, and the empty list after it succeeded.
+  const nextOnes = notifications.filter((n) => n.kind === "notify-next");
+  assert.equal(nextOnes[0].execution.jobId, "js-job-1");
+  assert.equal(nextOnes.at(-1).execution, null);
+  assert.ok(notifications.every((n) => n.thing === thing));
+  stop();
+
+  await client.deleteJobExecution("js-job-1", thing);
+  await assert.rejects(client.describeJobExecution("js-job-1", thing), (e) => e instanceof JobsError && e.jobsCode === "ResourceNotFound");
+});
+
+test("jobs refusals and bad arguments are typed", async () => {
+  await assert.rejects(client.cancelJob("js-no-such-job"), (e) => e instanceof JobsError && e.code === 212 && e.jobsCode === "ResourceNotFound");
+  await assert.rejects(
+    client.createJob({ jobId: "bad id with spaces", targets: ["t"], document: {} }),
+    (e) => e instanceof JobsError && e.jobsCode === "InvalidRequest",
+  );
+  await assert.rejects(client.createJob({ jobId: "j", targets: ["t"], document: ["not an object"] }), (e) => e instanceof InvalidArgumentError);
+  await assert.rejects(client.createJob({ jobId: "j", targets: "t", document: {} }), (e) => e instanceof InvalidArgumentError && /targets/.test(e.message));
+  await assert.rejects(client.jobs("no spaces allowed"), (e) => e instanceof JobsError && /thing name/.test(e.message));
+  const device = await client.jobs("js-thing-2");
+  await assert.rejects(device.update({ jobId: "js-nothing-here", status: "SUCCEEDED" }), (e) => e instanceof JobsError);
+  await assert.rejects(device.update({ jobId: "x", status: "DONE" }), (e) => e instanceof InvalidArgumentError && /status/.test(e.message));
+});
+
+/** A device on `devices/{name}/commands`: `fail` answers with an application error, `bad` with
+ * status 400, `ignore` not at all, anything else with `done: {payload}`. */
+async function device(name) {
+  const topic = `devices/${name}/commands`;
+  const connection = await mqtt.connectAsync(servers.url, { protocolVersion: 5, clientId: `device-${name}` });
+  const received = [];
+  connection.on("message", (_topic, payload, packet) => {
+    received.push(payload.toString());
+    const request = packet.properties ?? {};
+    if (payload.toString() === "ignore" || !request.responseTopic) return;
+    const properties = { correlationData: request.correlationData };
+    if (payload.toString() === "fail") properties.userProperties = { AppErrCode: "overheated" };
+    if (payload.toString() === "bad") properties.userProperties = { __stat: "400", __stMsg: "no such command" };
+    connection.publish(request.responseTopic, `done: ${payload}`, { qos: 1, properties });
+  });
+  await connection.subscribeAsync(topic, { qos: 1 });
+  return { topic, received, stop: () => connection.endAsync() };
+}
+
+test("an awaited command returns the device's answer, and its status record", async () => {
+  const d = await device("js-dev-1");
+  try {
+    const reply = await client.command(d.topic, "reboot", { timeoutMs: 10_000 });
+    assert.equal(reply.status, "SUCCEEDED");
+    assert.equal(text(reply.payload), "done: reboot");
+    assert.equal(reply.deviceStatus, 200);
+    assert.deepEqual(d.received, ["reboot"]);
+    const record = await client.commandStatus(reply.id);
+    assert.equal(record.status, "SUCCEEDED");
+    assert.equal(record.topic, d.topic);
+  } finally {
+    await d.stop();
+  }
+});
+
+test("device errors and timeouts are typed", async () => {
+  const d = await device("js-dev-2");
+  try {
+    await assert.rejects(client.command(d.topic, "fail"), (e) => e instanceof CommandFailedError && /overheated/.test(e.message) && e.commandId.length > 0);
+    await assert.rejects(client.command(d.topic, "bad"), (e) => e instanceof CommandRejectedError && /no such command/.test(e.message));
+    await assert.rejects(client.command(d.topic, "ignore", { timeoutMs: 500 }), (e) => e instanceof CommandTimeoutError && e.code === 215);
+    await assert.rejects(client.command("", "x"), (e) => e instanceof InvalidArgumentError);
+    await assert.rejects(client.command(d.topic, "x", { mode: "later" }), (e) => e instanceof InvalidArgumentError && /mode/.test(e.message));
+    await assert.rejects(client.command(d.topic, 7), (e) => e instanceof MqstoreError && e.code === 1);
+  } finally {
+    await d.stop();
+  }
+});
+
+test("one-way and detached commands; the watch sees the detached one succeed", async () => {
+  const d = await device("js-dev-3");
+  const records = [];
+  let changed;
+  const stop = await client.watchCommands((record) => {
+    records.push(record);
+    changed?.();
+  });
+  const succeeded = async (id) => {
+    while (!records.some((r) => r.id === id && r.status === "SUCCEEDED")) await new Promise((r) => (changed = r));
+  };
+  try {
+    const oneWay = await client.command(d.topic, "blink", { mode: "oneway" });
+    assert.equal(oneWay.status, "DELIVERED");
+    assert.equal(oneWay.payload.length, 0);
+    const detached = await client.command(d.topic, "update", { mode: "detached" });
+    assert.equal(detached.status, "SENT");
+    await succeeded(detached.id);
+    assert.equal((await client.commandStatus(detached.id)).status, "SUCCEEDED");
+  } finally {
+    stop();
+    await d.stop();
+  }
+});
