@@ -643,13 +643,14 @@ impl ClientCore {
             self.jobs_event(event);
         } else if let Some(event) = self.commands.handle(&publish) {
             self.commands_event(event);
-        } else if self.watching_commands && publish.topic.starts_with(EVENTS_PREFIX) {
-            if let Ok(record) = Record::from_json(&publish.payload) {
-                let out = Object::new();
-                set(&out, "kind", "command-record");
-                set(&out, "record", services::record_to_js(&record));
-                self.events.push(out);
-            }
+        } else if self.watching_commands
+            && publish.topic.starts_with(EVENTS_PREFIX)
+            && let Ok(record) = Record::from_json(&publish.payload)
+        {
+            let out = Object::new();
+            set(&out, "kind", "command-record");
+            set(&out, "record", services::record_to_js(&record));
+            self.events.push(out);
         }
         self.outgoing.extend(self.core.take_publishes());
         Ok(())
