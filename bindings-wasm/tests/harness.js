@@ -8,7 +8,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 
-const repo = fileURLToPath(new URL("../../", import.meta.url));
+export const repo = fileURLToPath(new URL("../../", import.meta.url));
+/** The server and CLI binary. */
+export const mqstoreBin = process.env.MQSTORE_BIN ?? join(repo, "target/debug/mqstore");
 
 export function freePort() {
   return new Promise((resolve, reject) => {
@@ -66,7 +68,7 @@ export async function start() {
   let broker = await startBroker();
   const serverLog = [];
   const server = spawn(
-    process.env.MQSTORE_BIN ?? join(repo, "target/debug/mqstore"),
+    mqstoreBin,
     ["--port", String(tcpPort), "serve", "--node-id", "js-node"],
     { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, NO_COLOR: "1" } },
   );

@@ -1,0 +1,127 @@
+// The dashboard (examples/dashboard) in a real headless Chromium (Debian's `chromium`, driven by
+// playwright-core), against mosquitto's WebSocket listener + mqstore serve: a key set with the
+// CLI appears, an edit on the page reads back with the CLI, a deletion disappears, jobs show
+// per thing; no console errors. The screenshot is kept in $MQSTORE_ARTIFACTS (default
+// target/artifacts/).
+import assert from "node:assert/strict";
+import { execFile, spawn } from "node:child_process";
+import { existsSync } from "node:fs";
+import { mkdir } from "node:fs/promises";
+import { dirname, join } from "node:path";
+import { after, before, test } from "node:test";
+import { fileURLToPath } from "node:url";
+import { promisify } from "node:util";
+
+import { chromium } from "playwright-core";
+
+import { freePort, mqstoreBin, repo, start } from "./harness.js";
+
+const run = promisify(execFile);
+const chromiumPath = process.env.CHROMIUM ?? "/usr/bin/chromium";
+// The package the page loads: the tarball's installed copy when MQSTORE_PACKAGE names it.
+const packageDir = process.env.MQSTORE_PACKAGE
+  ? join(dirname(fileURLToPath(process.env.MQSTORE_PACKAGE)), "..")
+  : fileURLToPath(new URL("..", import.meta.url));
+
+let servers;
+let page;
+let browser;
+let server;
+const problems = [];
+
+/** The mqstore CLI against the test broker. */
+async function cli(...args) {
+  const { stdout } = await run(mqstoreBin, ["--port", String(servers.tcpPort), ...args]);
+  return stdout.trim();
+}
+
+before(async () => {
+  assert.ok(existsSync(chromiumPath), `no Chromium at ${chromiumPath}: apt-get install chromium (scripts/test-wasm does)`);
+  servers = await start();
+  const port = await freePort();
+  server = spawn(
+    process.execPath,
+    [join(repo, "examples/dashboard/serve.mjs"), "--port", String(port), "--broker", servers.url, "--package", packageDir],
+    { stdio: ["ignore", "pipe", "inherit"] },
+  );
+  const url = await new Promise((resolve, reject) => {
+    server.stdout.on("data", (chunk) => {
+      const found = /(http:\/\/\S+)/.exec(chunk.toString());
+      if (found) resolve(found[1]);
+    });
+    server.on("exit", (code) => reject(new Error(`the dashboard server exited (${code})`)));
+  });
+  browser = await chromium.launch({ executablePath: chromiumPath, args: ["--no-sandbox"] });
+  page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
+  page.on("console", (m) => m.type() === "error" && problems.push(`console: ${m.text()}`));
+  page.on("pageerror", (e) => problems.push(`page error: ${e.message}`));
+  page.on("requestfailed", (r) => problems.push(`request failed: ${r.url()}`));
+  await page.goto(url);
+  await page.locator("#status.connected").waitFor({ timeout: 20_000 });
+});
+
+after(async () => {
+  await browser?.close();
+  server?.kill();
+  await servers?.stop();
+});
+
+const row = (key) => page.locator(`#rows tr[data-key="${key}"]`);
+
+test("the dashboard shows keys live, edits them and sees deletions", async () => {
+  // Set with the CLI: the row appears with its value and version.
+  await cli("set", "web/greeting", "hello from the CLI");
+  await row("web/greeting").waitFor({ timeout: 10_000 });
+  await assert.doesNotReject(row("web/greeting").locator("td", { hasText: "hello from the CLI" }).waitFor({ timeout: 10_000 }));
+  assert.match(await row("web/greeting").locator("td").nth(2).textContent(), /^\d+:\d+:/);
+
+  // A change made elsewhere shows without reloading (KEYNOTIFY).
+  await cli("set", "web/greeting", "changed by the CLI");
+  await row("web/greeting").locator("td", { hasText: "changed by the CLI" }).waitFor({ timeout: 10_000 });
+
+  // Edit on the page, from the keyboard: select, Enter, type, Ctrl+Enter; read it back with the CLI.
+  await row("web/greeting").click();
+  await page.locator("#edit-value").fill("edited in the browser");
+  await page.keyboard.press("Control+Enter");
+  await page.locator("#edit-message.ok").waitFor({ timeout: 10_000 });
+  assert.equal(await cli("get", "web/greeting"), "edited in the browser");
+
+  // A new key from the page.
+  await page.keyboard.press("Escape");
+  await page.keyboard.press("n");
+  await page.keyboard.type("web/new");
+  await page.keyboard.press("Tab");
+  await page.keyboard.type("made on the page");
+  await page.keyboard.press("Control+Enter");
+  await row("web/new").waitFor({ timeout: 10_000 });
+  assert.equal(await cli("get", "web/new"), "made on the page");
+
+  // Deleted with the CLI: the row goes.
+  await cli("del", "web/greeting");
+  await row("web/greeting").waitFor({ state: "detached", timeout: 10_000 });
+
+  // The SCAN filter narrows the list.
+  await cli("set", "other/thing", "x");
+  await row("other/thing").waitFor({ timeout: 10_000 });
+  await page.locator("#filter").fill("web/*");
+  await row("other/thing").waitFor({ state: "detached", timeout: 10_000 });
+  assert.equal(await row("web/new").count(), 1);
+});
+
+test("the dashboard shows lease holders with their fencing tokens, and jobs per thing", async () => {
+  await cli("set", "orders-lock", "worker-7", "--nx", "--px", "60000");
+  const lease = page.locator("#leases tr", { hasText: "orders-lock" });
+  await lease.waitFor({ timeout: 10_000 });
+  assert.equal(await lease.locator("td").nth(1).textContent(), "worker-7");
+  assert.match(await lease.locator("td").nth(2).textContent(), /^\d+:\d+:/);
+
+  await cli("jobs", "create", "web-job-1", "--targets", "web-thing-1,web-thing-2", "--document", '{"op":"reboot"}');
+  const thing = page.locator("#jobs .thing", { hasText: "web-thing-2" });
+  await thing.locator(".job", { hasText: "web-job-1" }).waitFor({ timeout: 10_000 });
+  assert.match(await thing.textContent(), /QUEUED/);
+
+  const artifacts = process.env.MQSTORE_ARTIFACTS ?? join(repo, "target/artifacts");
+  await mkdir(artifacts, { recursive: true });
+  await page.screenshot({ path: join(artifacts, "dashboard.png"), fullPage: true });
+  assert.deepEqual(problems, []);
+});
