@@ -132,6 +132,8 @@ export interface SetResult {
 /** A value and its version. */
 export interface Versioned {
   value: Uint8Array;
+  /** The value as UTF-8 text (bytes that are not UTF-8 become U+FFFD). */
+  readonly text: string;
   version: wasm.Hlc | null;
 }
 
@@ -146,6 +148,8 @@ export interface Change {
   key: Uint8Array;
   /** The new value; null when the key was deleted or expired. */
   value: Uint8Array | null;
+  /** The new value as UTF-8 text; null when the key was deleted or expired. */
+  readonly text: string | null;
   version: wasm.Hlc | null;
   /** Found by reading the key back after a reconnect: the notification itself was missed. */
   synthetic: boolean;
@@ -167,6 +171,7 @@ type CommandChanged = { kind: "command-record"; record: CommandRecord };
 type CoreEvent = Completed | Changed | JobsNotified | CommandChanged;
 
 const encoder = new TextEncoder();
+const decoder = new TextDecoder();
 const asBytes = (value: Bytes): Uint8Array => (typeof value === "string" ? encoder.encode(value) : value);
 const hex = (bytes: Uint8Array): string => Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
 
@@ -337,7 +342,16 @@ export class Client {
         if (event.error) waiter.reject(asMqstoreError(event.error));
         else waiter.resolve(event);
       } else if (event.kind === "changed") {
-        const change: Change = { key: event.key, value: event.value, version: event.version, synthetic: event.synthetic };
+        const value = event.value;
+        const change: Change = {
+          key: event.key,
+          value,
+          get text() {
+            return value === null ? null : decoder.decode(value);
+          },
+          version: event.version,
+          synthetic: event.synthetic,
+        };
         for (const watcher of this.#watchers.get(hex(event.key)) ?? []) watcher(change);
       } else if (event.kind === "jobs-notification") {
         for (const listener of this.#jobsListeners.get(event.notification.thing) ?? []) listener(event.notification);
@@ -389,7 +403,15 @@ export class Client {
   /** GET `key`: its value and version, or null. */
   async get(key: Bytes): Promise<Versioned | null> {
     const done = await this.#request({ op: "GET", key: asBytes(key) });
-    return done.response?.kind === "value" ? { value: done.response.value, version: done.version ?? null } : null;
+    if (done.response?.kind !== "value") return null;
+    const value = done.response.value;
+    return {
+      value,
+      get text() {
+        return decoder.decode(value);
+      },
+      version: done.version ?? null,
+    };
   }
 
   /** DEL `key`. */
@@ -498,6 +520,17 @@ export class Client {
     const lease = new Lease(token, terms, () => this.#claim(terms), () => this.#request(terms.release() as Request));
     this.#leases.add(lease);
     return lease;
+  }
+
+  /**
+   * Leader election: campaigns until this client holds the lease on `key`, then resolves to
+   * it. Leadership lasts while `lease.held`; step down with `lease.release()`.
+   */
+  async lead(key: Bytes, ttlMs: number): Promise<Lease> {
+    for (;;) {
+      const lease = await this.lease(key, ttlMs, { waitMs: Number.POSITIVE_INFINITY });
+      if (lease) return lease;
+    }
   }
 
   /** Claims (takes or renews) a lease: its fencing token, or null when someone else holds it. */

@@ -23,6 +23,7 @@ test("set, get, del, vdel and scan with versions", async () => {
     assert.ok(set.version.wallMs > 0);
     const got = await client.get("js/one");
     assert.equal(text(got.value), "hello");
+    assert.equal(got.text, "hello");
     assert.equal(got.version.compare(set.version), 0);
     assert.equal((await client.set("js/one", "other", { nx: true })).applied, false);
     assert.equal((await client.set("js/one", "hello", { nex: true })).applied, true);
@@ -52,10 +53,12 @@ test("observe: changes as an async iterator and to a callback", async () => {
     await writer.set("js/watched", "v1");
     const first = await changes.next();
     assert.equal(text(first.value.value), "v1");
+    assert.equal(first.value.text, "v1");
     assert.equal(first.value.synthetic, false);
     await writer.del("js/watched");
     const second = await changes.next();
     assert.equal(second.value.value, null);
+    assert.equal(second.value.text, null);
     await changes.return();
     await stop();
     assert.equal(seen.length, 2);
@@ -199,4 +202,27 @@ test("an unhandled rejection never comes from a client whose broker vanished", a
     process.off("unhandledRejection", onUnhandled);
   }
   assert.deepEqual(unhandled, []);
+});
+
+test("leader election: the second candidate leads once the first steps down", async () => {
+  const a = await Client.connect(servers.url, { clientId: "js-leader-a" });
+  const b = await Client.connect(servers.url, { clientId: "js-leader-b" });
+  try {
+    const first = await a.lead("js/leader", 5000);
+    let bLeads = false;
+    const second = b.lead("js/leader", 5000).then((lease) => {
+      bLeads = true;
+      return lease;
+    });
+    assert.equal(text((await a.get("js/leader")).value), "js-leader-a");
+    assert.equal(bLeads, false);
+    await first.release();
+    const lease = await second;
+    assert.ok(lease.held);
+    assert.equal((await b.get("js/leader")).text, "js-leader-b");
+    await lease.release();
+  } finally {
+    await b.close();
+    await a.close();
+  }
 });
