@@ -70,12 +70,40 @@ export type Response =
 /** A decoded change notification. */
 export type Notification = { op: "SET"; value: Uint8Array } | { op: "DELETE" };
 
+/**
+ * Decodes a response. The module finds where the parts lie; values, keys and tokens are views
+ * of `bytes` (no copies).
+ */
+function decodeResponse(bytes: Uint8Array): Response {
+  const at = typed(() => wasm.decodeResponseLayout(bytes));
+  const view = (i: number) => new Uint8Array(bytes.buffer, bytes.byteOffset + at[i], at[i + 1] - at[i]);
+  switch (at[0]) {
+    case 0:
+      return { kind: "ok" };
+    case 1:
+      return { kind: "not_applied" };
+    case 2:
+      return { kind: "deleted", count: at[1] };
+    case 3:
+      return { kind: "value", value: view(1) };
+    case 4:
+      return { kind: "absent" };
+    case 5: {
+      const n = at[1];
+      const keys = new Array<Uint8Array>(n);
+      for (let i = 0; i < n; i++) keys[i] = view(2 + 2 * i);
+      return at.length > 2 + 2 * n ? { kind: "keys", keys, token: view(2 + 2 * n) } : { kind: "keys", keys };
+    }
+    default: // an error answer: its text and code
+      return typed(() => wasm.decodeResponse(bytes) as Response);
+  }
+}
+
 /** The wire format: requests, responses and notifications to and from bytes. */
 export const codec = {
   encodeRequest: (request: Request): Uint8Array => typed(() => wasm.encodeRequest(request)),
   decodeRequest: (bytes: Uint8Array): Request => typed(() => wasm.decodeRequest(bytes) as Request),
-  decodeResponse: (bytes: Uint8Array): Response =>
-    typed(() => wasm.decodeResponse(bytes) as Response),
+  decodeResponse,
   decodeNotification: (bytes: Uint8Array): Notification =>
     typed(() => wasm.decodeNotification(bytes) as Notification),
   notifyTopic: (clientId: string, key: Bytes): string =>
