@@ -42,16 +42,30 @@ function waitFor(process, pattern, what, lines) {
   });
 }
 
-/** A broker (WebSocket + TCP) and a server; `stop()` ends both. */
-export async function start() {
+/**
+ * A broker (WebSocket + TCP) and a server; `stop()` ends both. With `login` ({username,
+ * password}) the broker takes only that user, and the server logs in as it.
+ */
+export async function start({ login } = {}) {
   const dir = await mkdtemp(join(tmpdir(), "mqstore-js-broker-"));
   await chmod(dir, 0o755);
   const tcpPort = await freePort();
   const wsPort = await freePort();
   const config = join(dir, "mosquitto.conf");
+  let access = "allow_anonymous true\n";
+  if (login) {
+    const passwords = join(dir, "passwords");
+    await new Promise((resolve, reject) =>
+      spawn("mosquitto_passwd", ["-b", "-c", passwords, login.username, login.password], { stdio: "inherit" }).on("exit", (code) =>
+        code === 0 ? resolve() : reject(new Error(`mosquitto_passwd exited (${code})`)),
+      ),
+    );
+    await chmod(passwords, 0o644);
+    access = `allow_anonymous false\npassword_file ${passwords}\n`;
+  }
   await writeFile(
     config,
-    `listener ${tcpPort} 127.0.0.1\nlistener ${wsPort} 127.0.0.1\nprotocol websockets\nallow_anonymous true\n` +
+    `listener ${tcpPort} 127.0.0.1\nlistener ${wsPort} 127.0.0.1\nprotocol websockets\n${access}` +
       // Nagle adds up to 40 ms to every request/response round trip.
       "set_tcp_nodelay true\n",
   );
@@ -69,8 +83,8 @@ export async function start() {
   const serverLog = [];
   const server = spawn(
     mqstoreBin,
-    ["--port", String(tcpPort), "serve", "--node-id", "js-node"],
-    { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, NO_COLOR: "1" } },
+    ["--port", String(tcpPort), ...(login ? ["--username", login.username] : []), "serve", "--node-id", "js-node"],
+    { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, NO_COLOR: "1", ...(login ? { MQSTORE_PASSWORD: login.password } : {}) } },
   );
   await waitFor(server, /connected to the broker; subscribed/, "mqstore serve", serverLog);
   return {
