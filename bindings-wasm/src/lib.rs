@@ -805,15 +805,26 @@ impl ClientCore {
         out
     }
 
+    /// A finished jobs or commands call: its `result` as `to_js` makes it, or its `error`.
+    fn finished<T>(
+        &mut self,
+        service: Service,
+        call: CallId,
+        result: Result<T, ClientError>,
+        to_js: impl FnOnce(&T) -> JsValue,
+    ) -> Object {
+        let out = self.completed(service, call);
+        match result {
+            Ok(value) => set(&out, "result", to_js(&value)),
+            Err(e) => set(&out, "error", client_error(e)),
+        }
+        out
+    }
+
     fn jobs_event(&mut self, event: JobsEvent) {
         let out = match event {
             JobsEvent::Completed { call, result } => {
-                let out = self.completed(Service::Jobs, call);
-                match result {
-                    Ok(answer) => set(&out, "result", services::js_of(&answer)),
-                    Err(e) => set(&out, "error", client_error(e)),
-                }
-                out
+                self.finished(Service::Jobs, call, result, services::js_of)
             }
             JobsEvent::Notification(notification) => {
                 let out = Object::new();
@@ -829,20 +840,12 @@ impl ClientCore {
     fn commands_event(&mut self, event: CommandsEvent) {
         let out = match event {
             CommandsEvent::Invoked { call, result } => {
-                let out = self.completed(Service::Commands, call);
-                match result {
-                    Ok(reply) => set(&out, "result", services::reply_to_js(&reply)),
-                    Err(e) => set(&out, "error", client_error(e)),
-                }
-                out
+                self.finished(Service::Commands, call, result, |r| {
+                    services::reply_to_js(r).into()
+                })
             }
             CommandsEvent::Status { call, result } => {
-                let out = self.completed(Service::Commands, call);
-                match result {
-                    Ok(record) => set(&out, "result", services::record_to_js(&record)),
-                    Err(e) => set(&out, "error", client_error(e)),
-                }
-                out
+                self.finished(Service::Commands, call, result, services::record_to_js)
             }
         };
         self.events.push(out);

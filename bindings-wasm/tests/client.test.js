@@ -94,6 +94,19 @@ test("errors are typed and carry the stable codes", async () => {
   );
 });
 
+/** The value "missed" (written while the observer was away) arrives as a synthetic change, and
+ * the observation goes on live. */
+async function missedThenLive(changes, writer, key) {
+  const missed = await changes.next();
+  assert.equal(text(missed.value.value), "missed");
+  assert.equal(missed.value.synthetic, true);
+  await writer.set(key, "live");
+  const live = await changes.next();
+  assert.equal(text(live.value.value), "live");
+  assert.equal(live.value.synthetic, false);
+  await changes.return();
+}
+
 test("a change missed while disconnected arrives as a synthetic change", async () => {
   const client = await Client.connect(servers.url, { clientId: "js-observer", reconnectMs: 2000 });
   const writer = await Client.connect(servers.url);
@@ -105,15 +118,7 @@ test("a change missed while disconnected arrives as a synthetic change", async (
     const impostor = await Client.connect(servers.url, { clientId: "js-observer", reconnectMs: 60_000 });
     await impostor.close();
     await writer.set("js/resumed", "missed");
-    const missed = await changes.next();
-    assert.equal(text(missed.value.value), "missed");
-    assert.equal(missed.value.synthetic, true);
-    // And the observation goes on, live.
-    await writer.set("js/resumed", "live");
-    const live = await changes.next();
-    assert.equal(text(live.value.value), "live");
-    assert.equal(live.value.synthetic, false);
-    await changes.return();
+    await missedThenLive(changes, writer, "js/resumed");
   } finally {
     await writer.close();
     await client.close();
@@ -167,14 +172,7 @@ test("a broker restart during an observation: what was missed arrives as a synth
           if (attempt > 20 || e.code !== 202) throw e;
         }
       }
-      const missed = await changes.next();
-      assert.equal(text(missed.value.value), "missed");
-      assert.equal(missed.value.synthetic, true);
-      await writer.set("js/restarted", "live");
-      const live = await changes.next();
-      assert.equal(text(live.value.value), "live");
-      assert.equal(live.value.synthetic, false);
-      await changes.return();
+      await missedThenLive(changes, writer, "js/restarted");
     } finally {
       await writer.close();
     }
