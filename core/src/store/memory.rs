@@ -91,7 +91,63 @@ impl MemoryStore {
     }
 }
 
+/// A key's durable state, as the durable store logs it.
+pub(crate) struct KeyState<'a> {
+    pub value: &'a Bulk,
+    pub version: &'a Hlc,
+    pub fencing_token: Option<&'a Hlc>,
+    pub expires_at: Option<u64>,
+}
+
 impl MemoryStore {
+    /// What `key` holds, for the durable store's log.
+    pub(crate) fn key_state(&self, key: &[u8]) -> Option<KeyState<'_>> {
+        self.entries.get(key).map(|e| KeyState {
+            value: &e.value,
+            version: &e.version,
+            fencing_token: e.fencing_token.as_deref(),
+            expires_at: e.deadline(),
+        })
+    }
+
+    /// Every key with its state, in no order.
+    pub(crate) fn key_states(&self) -> impl Iterator<Item = (&Bytes, KeyState<'_>)> {
+        self.entries.iter().map(|(key, e)| {
+            let state = KeyState {
+                value: &e.value,
+                version: &e.version,
+                fencing_token: e.fencing_token.as_deref(),
+                expires_at: e.deadline(),
+            };
+            (key, state)
+        })
+    }
+
+    /// Puts a key back as it was (the durable store's recovery): no checks, no quotas.
+    pub(crate) fn restore(
+        &mut self,
+        key: Bytes,
+        value: Bulk,
+        version: Hlc,
+        fencing_token: Option<Hlc>,
+        expires_at: Option<u64>,
+    ) {
+        self.remove(&key);
+        let expires_at = expires_at.and_then(NonZeroU64::new);
+        if let Some(deadline) = expires_at {
+            self.deadlines.insert((deadline.get(), key.clone()));
+        }
+        self.bytes += footprint(&key, &value);
+        self.order.insert(key.clone());
+        let entry = Entry {
+            value,
+            version,
+            fencing_token: fencing_token.map(Box::new),
+            expires_at,
+        };
+        self.entries.insert(key, entry);
+    }
+
     fn get(&self, key: &[u8]) -> Option<(Bulk, Hlc)> {
         self.entries
             .get(key)

@@ -9,12 +9,15 @@
 //! rules as one script per op over a key and its metadata, so that conditional writes stay
 //! atomic across nodes, and answers when Redis does. Both run the same test suite.
 
+mod durable;
+pub mod log;
 mod memory;
 
 use std::sync::Arc;
 
 use bytes::Bytes;
 
+pub use durable::{DurableStore, Recovered};
 pub use memory::MemoryStore;
 
 use crate::ServiceError;

@@ -1,0 +1,340 @@
+//! The durable store's log format, without I/O: records appended to one file, each framed
+//! with its length and a CRC-32 of its body, after a fixed header.
+//!
+//! ```text
+//! file   := MAGIC record*
+//! record := body_len: u32 LE, crc32(body): u32 LE, body
+//! body   := 1 key_len: u32 LE, key, value_len: u32 LE, value, expires_at: u64 LE (0: never),
+//!             version_len: u16 LE, version, token_len: u16 LE, token      (PUT: the key's state)
+//!         | 2 key_len: u32 LE, key                                        (DEL)
+//!         | 3 clock_len: u16 LE, clock                                   (CLOCK: the node's clock)
+//! ```
+//!
+//! HLCs are written as their text (`{wall}:{counter}:{node}`). A PUT holds a key's whole state
+//! after a write, so replaying keeps only the last record of each key. Why a log of our own and
+//! not an embedded database: see `docs/durability.md`.
+
+use bytes::Bytes;
+
+use crate::hlc::Hlc;
+
+/// The first bytes of every log file (a format change gets a new one).
+pub const MAGIC: &[u8; 16] = b"mqstore-log-v1\n\0";
+
+const PUT: u8 = 1;
+const DEL: u8 = 2;
+const CLOCK: u8 = 3;
+
+/// One record, as read back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Record {
+    /// A key's state after a write.
+    Put {
+        key: Bytes,
+        value: Bytes,
+        version: Hlc,
+        fencing_token: Option<Hlc>,
+        /// Milliseconds since the epoch at and after which the key is gone.
+        expires_at: Option<u64>,
+    },
+    /// The key was deleted.
+    Del { key: Bytes },
+    /// The node's clock when the log was written whole (versions after a restart follow it).
+    Clock(Hlc),
+}
+
+/// Appends a PUT record to `out`.
+pub fn put(
+    out: &mut Vec<u8>,
+    key: &[u8],
+    value: &[u8],
+    version: &Hlc,
+    fencing_token: Option<&Hlc>,
+    expires_at: Option<u64>,
+) {
+    let (version, token) = (version.to_string(), fencing_token.map(Hlc::to_string));
+    let token = token.as_deref().unwrap_or("");
+    frame(out, |body| {
+        body.push(PUT);
+        long(body, key);
+        long(body, value);
+        body.extend_from_slice(&expires_at.unwrap_or(0).to_le_bytes());
+        short(body, version.as_bytes());
+        short(body, token.as_bytes());
+    });
+}
+
+/// Appends a DEL record to `out`.
+pub fn del(out: &mut Vec<u8>, key: &[u8]) {
+    frame(out, |body| {
+        body.push(DEL);
+        long(body, key);
+    });
+}
+
+/// Appends a CLOCK record to `out`.
+pub fn clock(out: &mut Vec<u8>, clock: &Hlc) {
+    frame(out, |body| {
+        body.push(CLOCK);
+        short(body, clock.to_string().as_bytes());
+    });
+}
+
+/// Writes a record's frame around what `body` writes, in place (no second buffer).
+fn frame(out: &mut Vec<u8>, body: impl FnOnce(&mut Vec<u8>)) {
+    let start = out.len();
+    out.extend_from_slice(&[0; 8]);
+    body(out);
+    let len = (out.len() - start - 8) as u32;
+    let crc = crc32fast::hash(&out[start + 8..]);
+    out[start..start + 4].copy_from_slice(&len.to_le_bytes());
+    out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
+}
+
+fn long(out: &mut Vec<u8>, bytes: &[u8]) {
+    out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+    out.extend_from_slice(bytes);
+}
+
+fn short(out: &mut Vec<u8>, bytes: &[u8]) {
+    // HLC texts are short: a node id is at most a few hundred bytes.
+    out.extend_from_slice(&(bytes.len() as u16).to_le_bytes());
+    out.extend_from_slice(bytes);
+}
+
+/// Why a log cannot be read. Nothing after `offset` was replayed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("at byte offset {offset}: {reason}")]
+pub struct LogError {
+    pub offset: usize,
+    pub reason: String,
+}
+
+/// What reading a log found besides its records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Replayed {
+    pub records: usize,
+    /// Where the last complete record ends; the bytes after it (if any) are a record whose
+    /// write was cut off (a crash mid-append): never acknowledged, so safe to drop.
+    pub valid_len: usize,
+}
+
+/// Reads every record of a log, in order. A torn last record ends the log (see
+/// [`Replayed::valid_len`]); a damaged record before the last is an error: acknowledged data
+/// may be behind it, and dropping it silently would lose it.
+pub fn replay(file: &[u8], mut each: impl FnMut(Record)) -> Result<Replayed, LogError> {
+    let error = |offset, reason: &str| LogError {
+        offset,
+        reason: reason.to_owned(),
+    };
+    if file.len() < MAGIC.len() {
+        // A file cut off while its header was written holds no record.
+        return match MAGIC.starts_with(file) {
+            true => Ok(Replayed {
+                records: 0,
+                valid_len: 0,
+            }),
+            false => Err(error(0, "not an mqstore log (no header)")),
+        };
+    }
+    if &file[..MAGIC.len()] != MAGIC {
+        return Err(error(
+            0,
+            "not an mqstore log of this version (wrong header)",
+        ));
+    }
+    let mut at = MAGIC.len();
+    let mut records = 0;
+    while at < file.len() {
+        let torn = Ok(Replayed {
+            records,
+            valid_len: at,
+        });
+        let Some(header) = file.get(at..at + 8) else {
+            return torn;
+        };
+        let len = u32::from_le_bytes(header[..4].try_into().unwrap_or_default()) as usize;
+        let crc = u32::from_le_bytes(header[4..].try_into().unwrap_or_default());
+        let Some(body) = file.get(at + 8..at + 8 + len) else {
+            return torn;
+        };
+        let last = at + 8 + len == file.len();
+        if crc32fast::hash(body) != crc {
+            return match last {
+                true => torn,
+                false => Err(error(
+                    at,
+                    "a record's checksum does not match (the file is damaged)",
+                )),
+            };
+        }
+        let record = decode(body).map_err(|reason| error(at, reason))?;
+        each(record);
+        records += 1;
+        at += 8 + len;
+    }
+    Ok(Replayed {
+        records,
+        valid_len: at,
+    })
+}
+
+/// A record's body.
+fn decode(body: &[u8]) -> Result<Record, &'static str> {
+    let mut reader = Reader { rest: body };
+    let record = match reader.take(1)?[0] {
+        PUT => {
+            let key = Bytes::copy_from_slice(reader.long()?);
+            let value = Bytes::copy_from_slice(reader.long()?);
+            let expires_at = u64::from_le_bytes(reader.take(8)?.try_into().unwrap_or_default());
+            let version = hlc(reader.short()?)?;
+            let token = reader.short()?;
+            Record::Put {
+                key,
+                value,
+                version,
+                fencing_token: (!token.is_empty()).then(|| hlc(token)).transpose()?,
+                expires_at: (expires_at != 0).then_some(expires_at),
+            }
+        }
+        DEL => Record::Del {
+            key: Bytes::copy_from_slice(reader.long()?),
+        },
+        CLOCK => Record::Clock(hlc(reader.short()?)?),
+        _ => return Err("a record of an unknown kind"),
+    };
+    match reader.rest.is_empty() {
+        true => Ok(record),
+        false => Err("a record longer than its fields"),
+    }
+}
+
+fn hlc(text: &[u8]) -> Result<Hlc, &'static str> {
+    std::str::from_utf8(text)
+        .ok()
+        .and_then(|t| Hlc::parse(t).ok())
+        .ok_or("a version that is not an HLC")
+}
+
+struct Reader<'a> {
+    rest: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], &'static str> {
+        if self.rest.len() < n {
+            return Err("a record shorter than its fields");
+        }
+        let (taken, rest) = self.rest.split_at(n);
+        self.rest = rest;
+        Ok(taken)
+    }
+
+    fn long(&mut self) -> Result<&'a [u8], &'static str> {
+        let len = u32::from_le_bytes(self.take(4)?.try_into().unwrap_or_default());
+        self.take(len as usize)
+    }
+
+    fn short(&mut self) -> Result<&'a [u8], &'static str> {
+        let len = u16::from_le_bytes(self.take(2)?.try_into().unwrap_or_default());
+        self.take(len as usize)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hlc(text: &str) -> Hlc {
+        Hlc::parse(text).unwrap()
+    }
+
+    /// A log of four records, the records, and where each starts.
+    fn sample() -> (Vec<u8>, Vec<Record>, Vec<usize>) {
+        let mut file = MAGIC.to_vec();
+        let mut starts = vec![file.len()];
+        put(&mut file, b"k1", b"v1", &hlc("10:0:n"), None, None);
+        starts.push(file.len());
+        put(
+            &mut file,
+            b"lock",
+            b"me",
+            &hlc("11:2:n"),
+            Some(&hlc("9:1:n")),
+            Some(5000),
+        );
+        starts.push(file.len());
+        del(&mut file, b"k1");
+        starts.push(file.len());
+        clock(&mut file, &hlc("12:0:n"));
+        let records = vec![
+            Record::Put {
+                key: Bytes::from_static(b"k1"),
+                value: Bytes::from_static(b"v1"),
+                version: hlc("10:0:n"),
+                fencing_token: None,
+                expires_at: None,
+            },
+            Record::Put {
+                key: Bytes::from_static(b"lock"),
+                value: Bytes::from_static(b"me"),
+                version: hlc("11:2:n"),
+                fencing_token: Some(hlc("9:1:n")),
+                expires_at: Some(5000),
+            },
+            Record::Del {
+                key: Bytes::from_static(b"k1"),
+            },
+            Record::Clock(hlc("12:0:n")),
+        ];
+        (file, records, starts)
+    }
+
+    fn read(file: &[u8]) -> Result<(Vec<Record>, Replayed), LogError> {
+        let mut records = Vec::new();
+        let replayed = replay(file, |r| records.push(r))?;
+        Ok((records, replayed))
+    }
+
+    #[test]
+    fn records_read_back_as_written() {
+        let (file, written, _) = sample();
+        let (records, replayed) = read(&file).unwrap();
+        assert_eq!(records, written);
+        assert_eq!(replayed.records, 4);
+        assert_eq!(replayed.valid_len, file.len());
+    }
+
+    #[test]
+    fn a_torn_last_record_ends_the_log_at_the_last_complete_one() {
+        let (file, written, starts) = sample();
+        let last_start = starts[3];
+        for cut in last_start + 1..file.len() {
+            let (records, replayed) = read(&file[..cut]).unwrap();
+            assert_eq!(records, written[..3], "cut at {cut}");
+            assert_eq!(replayed.valid_len, last_start);
+        }
+        // A damaged checksum on the last record: the same.
+        let mut damaged = file.clone();
+        let end = damaged.len() - 1;
+        damaged[end] ^= 0xff;
+        assert_eq!(read(&damaged).unwrap().1.valid_len, last_start);
+    }
+
+    #[test]
+    fn a_damaged_record_before_the_last_is_an_error_with_its_offset() {
+        let (mut file, _, starts) = sample();
+        let second = starts[1];
+        file[second + 12] ^= 0x01; // inside the second record's body
+        let error = read(&file).unwrap_err();
+        assert_eq!(error.offset, second);
+        assert!(error.reason.contains("checksum"), "{error}");
+    }
+
+    #[test]
+    fn a_file_that_is_no_log_is_refused() {
+        assert_eq!(read(b"hello, this is not a log").unwrap_err().offset, 0);
+        assert_eq!(read(&MAGIC[..5]).unwrap().1.records, 0);
+        assert_eq!(read(b"").unwrap().1.valid_len, 0);
+    }
+}
