@@ -169,6 +169,15 @@ impl HlcClock {
         self.last.clone()
     }
 
+    /// Makes every later value greater than `seen` (a version this node issued before a
+    /// restart), however far ahead of the wall clock it is: unlike [`HlcClock::receive`], no
+    /// skew limit, since it is this node's own past.
+    pub fn witness(&mut self, seen: &Hlc) {
+        if seen.logical() > self.last.logical() {
+            (self.last.wall_ms, self.last.counter) = seen.logical();
+        }
+    }
+
     /// A new local event (the HLC send rule): a value greater than any before.
     pub fn tick(&mut self, wall_ms: u64) -> Result<Hlc, HlcError> {
         if wall_ms > self.last.wall_ms {

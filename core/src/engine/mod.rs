@@ -210,6 +210,17 @@ impl<S> Engine<S> {
         &self.config.node_id
     }
 
+    /// Makes every version this engine issues from now on newer than `seen` (the newest
+    /// version a durable store recovered), whatever the wall clock says.
+    pub fn witness(&mut self, seen: &Hlc) {
+        self.clock.witness(seen);
+    }
+
+    /// The clock's latest value (what a compacted log records).
+    pub fn clock_now(&mut self, now_ms: u64) -> Hlc {
+        self.clock.current(now_ms)
+    }
+
     /// The store.
     pub fn store(&self) -> &S {
         &self.store

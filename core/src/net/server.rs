@@ -20,10 +20,11 @@ use rumqttc::Outgoing;
 use rumqttc::v5::Event;
 use rumqttc::v5::mqttbytes::QoS;
 use rumqttc::v5::mqttbytes::v5::{LastWill, Packet, PubAckReason};
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
 use super::commands::{Commander, CommanderConfig, CommanderError, RegistryConfig};
 use super::connection::{Connection, Driver, Outbox, Wakes};
+use super::durable::{self, Disk, DiskError, Durability};
 use super::metrics::{self, Metrics};
 use super::redis_store::{Applied, RedisConfig, RedisJobs, RedisStore, RedisStoreError};
 use super::{BrokerConfig, PROTOCOL_HINT, Polled, connection_error, from_mqtt, now_ms};
@@ -34,7 +35,7 @@ use crate::engine::{
 use crate::envelope::{self, DropReason, EnvelopeError, Publish};
 use crate::jobs::{Jobs, JobsStore, OPERATOR_TOPIC, Stored};
 use crate::presence::ServerPresence;
-use crate::store::{ClientId, Expired, MemoryStore, Quotas, StoreStats};
+use crate::store::{ClientId, DurableStore, Expired, Quotas, StoreStats};
 use crate::topics;
 
 /// Server settings.
@@ -85,6 +86,8 @@ pub struct ServerConfig {
     pub store: StoreConfig,
     /// Added to the system clock (tests of nodes whose clocks disagree).
     pub clock_offset_ms: i64,
+    /// Keep the state store on local disk (`--data-dir`, `--fsync`); memory store only.
+    pub durability: Option<Durability>,
 }
 
 /// Where the state store's state lives.
@@ -135,6 +138,7 @@ impl ServerConfig {
             max_pending_answers: DEFAULT_MAX_PENDING_ANSWERS,
             store: StoreConfig::Memory,
             clock_offset_ms: 0,
+            durability: None,
         }
     }
 }
@@ -160,6 +164,13 @@ pub enum ServerError {
     },
     #[error("cannot start the command service: {0}")]
     Commands(#[from] CommanderError),
+    #[error("{0}")]
+    Disk(#[from] DiskError),
+    #[error(
+        "--data-dir keeps the memory store on disk; with --store redis://… the state is in Redis \
+         (use Redis's own persistence, appendonly yes)"
+    )]
+    DiskWithRedis,
 }
 
 /// A running server's handles, for tests and embedding.
@@ -262,6 +273,7 @@ pub async fn serve(
         ..EngineConfig::new(config.node_id.clone())
     };
     let (done_tx, done_rx) = tokio::sync::mpsc::unbounded_channel();
+    let done_tx_disk = done_tx.clone();
     let minute_ms = config.jobs_minute.as_millis() as u64;
     let jobs = config.jobs.then(|| match &redis {
         None => JobsService::Local(Jobs::with_minute(minute_ms).with_rollout_batch(ROLLOUT_BATCH)),
@@ -295,11 +307,44 @@ pub async fn serve(
         Some((store, _)) => RegistryConfig::Store(store.clone()),
         None => RegistryConfig::Memory,
     };
+    if redis.is_some() && config.durability.is_some() {
+        return Err(ServerError::DiskWithRedis);
+    }
+    let mut disk = None;
     let state = match redis {
-        None => State::Memory(
-            Engine::new(engine_config, MemoryStore::with_quotas(config.quotas))
-                .map_err(node_id_error)?,
-        ),
+        None => {
+            let store = DurableStore::with_quotas(config.quotas);
+            let mut engine = Engine::new(engine_config, store).map_err(node_id_error)?;
+            if let Some(durability) = &config.durability {
+                let now = now_ms().saturating_add_signed(config.clock_offset_ms);
+                let (store, recovered, opened) =
+                    durable::open(durability, config.quotas, now, |recovered| {
+                        if let Some(newest) = &recovered.newest {
+                            engine.witness(newest);
+                        }
+                        engine.clock_now(now)
+                    })?;
+                *engine.store_mut() = store;
+                if let Some(offset) = recovered.torn_at {
+                    warn!(
+                        path = %opened.path().display(),
+                        offset,
+                        "the data file ended in a record cut off by a crash (never acknowledged): \
+                         recovered up to the last complete record"
+                    );
+                }
+                info!(
+                    path = %opened.path().display(),
+                    fsync = ?durability.fsync,
+                    keys = recovered.keys,
+                    records = recovered.records,
+                    expired_while_down = recovered.expired,
+                    "state store on disk"
+                );
+                disk = Some(opened);
+            }
+            State::Memory(engine)
+        }
         Some((store, _)) => State::Redis(
             Engine::new(engine_config, ()).map_err(node_id_error)?,
             Remote {
@@ -436,6 +481,9 @@ pub async fn serve(
         unacked: 0,
         max_pending_answers: config.max_pending_answers,
         stop: Stop::Running,
+        disk,
+        disk_done: done_tx_disk,
+        fatal: None,
     };
     let mut signals = Signals {
         shutdown: Box::pin(shutdown),
@@ -446,12 +494,17 @@ pub async fn serve(
     Connection::new(eventloop)
         .run(&mut signals, &mut node)
         .await;
+    let closed = node.disk.as_mut().map(Disk::close).transpose();
     if let Some(commander) = commander {
         commander.stop().await;
     }
     if let Some(task) = metrics_task {
         task.abort();
     }
+    if let Some(fatal) = node.fatal {
+        return Err(fatal);
+    }
+    closed?;
     info!("stopped");
     Ok(())
 }
@@ -582,6 +635,8 @@ enum JobsDone {
 enum Done {
     State(StoreDone),
     Jobs(JobsDone),
+    /// A sync of the data file ended.
+    Synced(std::io::Result<()>),
 }
 
 /// What a jobs request was, for the metrics.
@@ -723,9 +778,11 @@ struct Swept {
 const SWEEP_INTERVAL_MS: u64 = 100;
 
 /// Where the state lives, and the engine that drives it.
+#[allow(clippy::large_enum_variant)] // one per node, made once and never moved after
 enum State {
-    /// The engine owns its memory store and answers at once.
-    Memory(Engine<MemoryStore>),
+    /// The engine owns its memory store (recording its writes for the disk with
+    /// `--data-dir`) and answers at once.
+    Memory(Engine<DurableStore>),
     /// The engine owns no store: each op runs in Redis in a task of its own, many at once,
     /// and comes back as a [`StoreDone`].
     Redis(Engine<()>, Remote),
@@ -840,6 +897,12 @@ struct Node {
     unacked: usize,
     max_pending_answers: usize,
     stop: Stop,
+    /// The data directory's log (`--data-dir`), and what waits for it.
+    disk: Option<Disk<(Publish, Sent)>>,
+    /// Where a finished sync reports.
+    disk_done: tokio::sync::mpsc::UnboundedSender<Done>,
+    /// Why the node stopped on its own (the disk failed).
+    fatal: Option<ServerError>,
 }
 
 impl Node {
@@ -887,7 +950,13 @@ impl Driver for Node {
                             .min()
                     }
                 });
-                self.state.next_deadline().into_iter().chain(jobs).min()
+                let disk = self.disk.as_ref().and_then(Disk::deadline);
+                self.state
+                    .next_deadline()
+                    .into_iter()
+                    .chain(jobs)
+                    .chain(disk)
+                    .min()
             }
             Stop::Disconnecting | Stop::Closing => None,
         }
@@ -948,7 +1017,7 @@ impl Driver for Node {
     }
 
     fn on_wake(&mut self, signal: Signal) -> bool {
-        match signal {
+        let go_on = match signal {
             Signal::Shutdown => {
                 // Stop taking requests; answer those already taken, then disconnect.
                 info!("shutting down");
@@ -991,7 +1060,9 @@ impl Driver for Node {
                 self.disconnect_when_done();
                 true
             }
-        }
+            Signal::Done(Done::Synced(result)) => self.synced(result),
+        };
+        go_on && self.fatal.is_none()
     }
 
     /// Handles what the connection reported; `false` once the node is done.
@@ -1042,7 +1113,7 @@ impl Driver for Node {
         let (sent, metrics) = (&mut self.sent, &self.metrics);
         self.outbox.flush(|tag| note_sent(sent, metrics, tag));
         self.disconnect_when_done();
-        true
+        self.fatal.is_none()
     }
 }
 
@@ -1053,6 +1124,7 @@ impl Node {
         if self.stop == Stop::Unsubscribed
             && self.state.in_flight() == 0
             && self.jobs_in_flight() == 0
+            && self.disk.as_ref().is_none_or(Disk::idle)
             && self.outbox.is_empty()
             && self.unacked == 0
             && self.outbox.client().try_disconnect().is_ok()
@@ -1446,8 +1518,10 @@ impl Node {
         }
     }
 
-    /// Queues what the engine returned, in order (notifications before responses).
+    /// Queues what the engine returned, in order (notifications before responses); with
+    /// `--fsync always`, behind the sync of the writes before it.
     fn queue_out(&mut self) {
+        let hold_until = self.persist();
         let (sent, metrics) = (&mut self.sent, &self.metrics);
         for message in self.out.drain(..) {
             let tag = topics::client_of_notify_topic(&message.topic)
@@ -1455,9 +1529,65 @@ impl Node {
             let Some(message) = fit(message, &tag, self.max_packet_size, metrics) else {
                 continue;
             };
+            match (hold_until, &mut self.disk) {
+                (Some(batch), Some(disk)) => disk.hold(batch, (message, tag)),
+                _ => self
+                    .outbox
+                    .push(message, tag, |tag| note_sent(sent, metrics, tag)),
+            }
+        }
+    }
+
+    /// Hands the store's new records to the disk and starts a sync if one is due; the batch
+    /// what is queued now must wait for (`--fsync always`).
+    fn persist(&mut self) -> Option<u64> {
+        let (State::Memory(engine), Some(disk)) = (&mut self.state, &mut self.disk) else {
+            return None;
+        };
+        if let Err(error) = disk.stage(engine.store_mut().take_pending()) {
+            self.fail(error);
+            return None;
+        }
+        let hold_until = disk.hold_until();
+        let done = self.disk_done.clone();
+        disk.start_sync(now_ms(), move |result| {
+            let _ = done.send(Done::Synced(result));
+        });
+        hold_until
+    }
+
+    /// A sync of the data file ended: what waited for it goes out; the next one starts.
+    fn synced(&mut self, result: std::io::Result<()>) -> bool {
+        let Some(disk) = &mut self.disk else {
+            return true;
+        };
+        if let Err(error) = result {
+            let error = disk.sync_failed(error);
+            self.fail(error);
+            return false;
+        }
+        let (sent, metrics) = (&mut self.sent, &self.metrics);
+        for (message, tag) in disk.synced(now_ms()) {
             self.outbox
                 .push(message, tag, |tag| note_sent(sent, metrics, tag));
         }
+        self.persist();
+        if let (State::Memory(engine), Some(disk)) = (&mut self.state, &mut self.disk) {
+            let clock = engine.clock_now(now_ms());
+            if let Err(error) = disk.compact_if_due(engine.store(), &clock) {
+                self.fail(error);
+                return false;
+            }
+        }
+        self.disconnect_when_done();
+        self.fatal.is_none()
+    }
+
+    /// The disk failed: the node stops, and what waits for the disk is never sent (those
+    /// writes may not be on disk).
+    fn fail(&mut self, error: DiskError) {
+        error!(%error, "the data directory failed: stopping (answers not yet on disk are not sent)");
+        self.fatal.get_or_insert(ServerError::Disk(error));
     }
 
     /// A device request (`$aws/things/T/jobs/...`) or an operator request: the reply after the

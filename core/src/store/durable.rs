@@ -16,9 +16,12 @@ use crate::codec::Bulk;
 use crate::hlc::Hlc;
 
 /// The memory store and the log records of its changes not yet taken by the driver.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct DurableStore {
     inner: MemoryStore,
+    /// Whether changes are recorded: a store made by [`DurableStore::with_quotas`] is the
+    /// memory store alone (what `mqstore serve` runs without `--data-dir`).
+    recording: bool,
     /// Records appended since the last [`DurableStore::take_pending`].
     pending: Vec<u8>,
 }
@@ -41,10 +44,11 @@ pub struct Recovered {
 }
 
 impl DurableStore {
-    /// An empty store with these quotas.
+    /// An empty store with these quotas that records nothing: the memory store.
     pub fn with_quotas(quotas: Quotas) -> Self {
         Self {
             inner: MemoryStore::with_quotas(quotas),
+            recording: false,
             pending: Vec::new(),
         }
     }
@@ -80,7 +84,10 @@ impl DurableStore {
             }
             Record::Clock(clock) => witness(&clock),
         })?;
-        let mut store = Self::with_quotas(quotas);
+        let mut store = Self {
+            recording: true,
+            ..Self::with_quotas(quotas)
+        };
         let mut expired = 0;
         for record in keys.into_values() {
             let Record::Put {
@@ -157,6 +164,9 @@ impl DurableStore {
 impl Store for DurableStore {
     fn apply(&mut self, op: &StoreOp, now_ms: u64) -> StoreReply {
         let reply = self.inner.apply(op, now_ms);
+        if !self.recording {
+            return reply;
+        }
         match (op, &reply) {
             (StoreOp::Set { key, .. }, StoreReply::Set(Ok(SetOutcome::Applied { .. }))) => {
                 self.record_put(key)
@@ -234,9 +244,21 @@ mod tests {
         }
     }
 
+    fn recording() -> DurableStore {
+        DurableStore::recover(b"", Quotas::default(), 0).unwrap().0
+    }
+
+    #[test]
+    fn the_memory_store_alone_records_nothing() {
+        let mut store = DurableStore::with_quotas(Quotas::default());
+        store.apply(&set("a", "1", "100:0:n", None), 100);
+        assert!(!store.has_pending());
+        assert_eq!(get(&mut store, "a").unwrap().0, b"1");
+    }
+
     #[test]
     fn what_was_written_is_there_after_recovery_and_what_expired_is_not() {
-        let mut store = DurableStore::default();
+        let mut store = recording();
         let mut file = log::MAGIC.to_vec();
         store.apply(&set("a", "1", "100:0:n", None), 100);
         store.apply(&set("a", "2", "101:0:n", None), 101);
@@ -277,7 +299,7 @@ mod tests {
 
     #[test]
     fn a_snapshot_recovers_to_the_same_store_and_carries_the_clock() {
-        let mut store = DurableStore::default();
+        let mut store = recording();
         store.apply(&set("a", "1", "100:0:n", Some(9_000)), 100);
         let token = Some(hlc("90:3:n"));
         let lock = set_with("b", "2", "101:0:n", None, Condition::Always, token);

@@ -20,6 +20,7 @@ use mqstore::engine::{AccessRule, AccessRules};
 use mqstore::hlc::Hlc;
 use mqstore::net::bench::{self, BenchConfig};
 use mqstore::net::client::{Client, ClientOptions, Deleted, KeyChange, SetOptions};
+use mqstore::net::durable::Durability;
 use mqstore::net::lease::Lease;
 use mqstore::net::server::{ServerConfig, StoreConfig, serve};
 use mqstore::net::{BrokerConfig, TlsConfig};
@@ -345,6 +346,16 @@ struct ServeArgs {
     /// broker: bounds memory when the broker takes publishes more slowly than requests arrive.
     #[arg(long, default_value_t = mqstore::net::server::DEFAULT_MAX_PENDING_ANSWERS)]
     max_pending_answers: usize,
+    /// Keep the state store on disk in this directory (created if missing): every key
+    /// survives restarts and crashes, with its version, fencing token and expiry (memory
+    /// store only). See docs/durability.md.
+    #[arg(long, env = "MQSTORE_DATA_DIR")]
+    data_dir: Option<std::path::PathBuf>,
+    /// With --data-dir: `always` (an answer is sent once its write is on disk; writes in
+    /// flight share one fsync) or `everysec` (synced about once a second: a power loss loses
+    /// at most about the last second; a crash of mqstore alone loses nothing).
+    #[arg(long, default_value = "everysec", requires = "data_dir")]
+    fsync: mqstore::net::durable::Fsync,
 }
 
 fn main() -> ExitCode {
@@ -499,6 +510,10 @@ async fn run(cli: Cli) -> ExitCode {
         max_pending_answers: args.max_pending_answers,
         store: args.store.clone(),
         clock_offset_ms: 0,
+        durability: args.data_dir.clone().map(|data_dir| Durability {
+            data_dir,
+            fsync: args.fsync,
+        }),
     };
     match serve(config, shutdown_signal(), |_| {}).await {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,297 @@
+//! `mqstore serve --data-dir`: the durable store's log on disk. The store
+//! ([`crate::store::DurableStore`]) records each write; this file appends the records to
+//! `DIR/state.log` and syncs them, by the `--fsync` policy:
+//!
+//! * `always`: an answer (and every publish after it) is held until the records before it are
+//!   on disk. One sync at a time, in a blocking task; the records of requests that arrive
+//!   meanwhile wait and go in the next one together (group commit).
+//! * `everysec`: records are written at once (to the page cache) and synced about once a
+//!   second: a power loss loses at most about the last second; a crash of the process alone
+//!   loses nothing.
+//!
+//! At start the log is read, replayed and written anew (compacted); it is compacted again
+//! whenever it grows past four times what the store holds (64 MiB at least). A failed write
+//! or sync stops the server: answers of writes that may not be on disk are never sent.
+
+use std::collections::VecDeque;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use tracing::info;
+
+use crate::hlc::Hlc;
+use crate::store::{DurableStore, Quotas, Recovered, Store};
+
+/// When written records reach the disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Fsync {
+    /// Before the answer is sent (group commit).
+    Always,
+    /// About once a second.
+    #[default]
+    EverySec,
+}
+
+impl std::str::FromStr for Fsync {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        match text {
+            "always" => Ok(Self::Always),
+            "everysec" => Ok(Self::EverySec),
+            _ => Err(format!("--fsync {text:?}: always or everysec")),
+        }
+    }
+}
+
+/// Where and how the state store is kept on disk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Durability {
+    pub data_dir: PathBuf,
+    pub fsync: Fsync,
+}
+
+/// Why the data directory cannot be used. The message names the path and what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum DiskError {
+    #[error("{what} {path}: {source}")]
+    Io {
+        what: &'static str,
+        path: PathBuf,
+        source: io::Error,
+    },
+    #[error(
+        "the data file {path} is damaged at byte offset {offset}: {reason}. mqstore does not \
+         start over it, so as not to drop acknowledged writes silently; to start from the \
+         records before the damage, keep a copy of the file and cut it there: \
+         truncate -s {offset} {path}"
+    )]
+    Damaged {
+        path: PathBuf,
+        offset: usize,
+        reason: String,
+    },
+}
+
+fn io_error(what: &'static str, path: &Path) -> impl FnOnce(io::Error) -> DiskError + use<> {
+    let path = path.to_owned();
+    move |source| DiskError::Io { what, path, source }
+}
+
+/// The log's least size before it is compacted again.
+const COMPACT_AT_LEAST: u64 = 64 << 20;
+/// How often `everysec` syncs.
+const SYNC_EVERY_MS: u64 = 1000;
+
+/// The log file and what waits for it. `T` is what the server holds until a sync (its
+/// answers and notifications).
+pub(crate) struct Disk<T> {
+    path: PathBuf,
+    file: Arc<File>,
+    pub(crate) fsync: Fsync,
+    /// Records not yet handed to a write (`always`: waiting for the sync in flight).
+    staged: Vec<u8>,
+    /// A sync is running in a blocking task.
+    syncing: bool,
+    /// Batches handed to syncs so far (`always`); the one in flight is the last.
+    started: u64,
+    /// What is held, each with the batch that must be on disk first.
+    held: VecDeque<(u64, T)>,
+    /// The file's length.
+    len: u64,
+    /// `everysec`: written since the last sync, and when the next sync is due.
+    dirty: bool,
+    next_sync_ms: u64,
+}
+
+/// Reads, replays and rewrites `DIR/state.log`: the store it holds, what recovery found, and
+/// the disk to write to. `clock` makes the clock that the rewritten log records from the
+/// recovery (the engine's, once it has witnessed the newest version).
+pub(crate) fn open<T>(
+    durability: &Durability,
+    quotas: Quotas,
+    now_ms: u64,
+    clock: impl FnOnce(&Recovered) -> Hlc,
+) -> Result<(DurableStore, Recovered, Disk<T>), DiskError> {
+    let dir = &durability.data_dir;
+    fs::create_dir_all(dir).map_err(io_error("cannot create the data directory", dir))?;
+    let path = dir.join("state.log");
+    let file = match fs::read(&path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => return Err(io_error("cannot read the data file", &path)(e)),
+    };
+    let (store, recovered) =
+        DurableStore::recover(&file, quotas, now_ms).map_err(|e| DiskError::Damaged {
+            path: path.clone(),
+            offset: e.offset,
+            reason: e.reason,
+        })?;
+    drop(file);
+    let snapshot = store.snapshot(&clock(&recovered));
+    let file = replace(&path, &snapshot)?;
+    let disk = Disk {
+        path,
+        file: Arc::new(file),
+        fsync: durability.fsync,
+        staged: Vec::new(),
+        syncing: false,
+        started: 0,
+        held: VecDeque::new(),
+        len: snapshot.len() as u64,
+        dirty: false,
+        next_sync_ms: 0,
+    };
+    Ok((store, recovered, disk))
+}
+
+/// Writes `bytes` as the new content of `path` (a file beside it, synced, renamed over it,
+/// the directory synced) and opens it for appending.
+fn replace(path: &Path, bytes: &[u8]) -> Result<File, DiskError> {
+    let temporary = path.with_extension("log.new");
+    let write = || -> io::Result<()> {
+        let mut file = File::create(&temporary)?;
+        file.write_all(bytes)?;
+        file.sync_all()
+    };
+    write().map_err(io_error("cannot write the data file", &temporary))?;
+    fs::rename(&temporary, path).map_err(io_error("cannot replace the data file", path))?;
+    if let Some(dir) = path.parent() {
+        File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(io_error("cannot sync the data directory", dir))?;
+    }
+    OpenOptions::new()
+        .append(true)
+        .open(path)
+        .map_err(io_error("cannot open the data file", path))
+}
+
+impl<T> Disk<T> {
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Takes a step's records. `everysec` writes them at once.
+    pub(crate) fn stage(&mut self, records: Vec<u8>) -> Result<(), DiskError> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        self.len += records.len() as u64;
+        match self.fsync {
+            Fsync::Always => self.staged.extend_from_slice(&records),
+            Fsync::EverySec => {
+                (&*self.file)
+                    .write_all(&records)
+                    .map_err(io_error("cannot write the data file", &self.path))?;
+                self.dirty = true;
+            }
+        }
+        Ok(())
+    }
+
+    /// The batch what is queued now must wait for (`always`), or `None`: send at once.
+    pub(crate) fn hold_until(&self) -> Option<u64> {
+        match (self.fsync, self.staged.is_empty(), self.syncing) {
+            (Fsync::EverySec, ..) => None,
+            (Fsync::Always, false, _) => Some(self.started + 1),
+            (Fsync::Always, true, true) => Some(self.started),
+            (Fsync::Always, true, false) => self.held.back().map(|(batch, _)| *batch),
+        }
+    }
+
+    pub(crate) fn hold(&mut self, batch: u64, item: T) {
+        self.held.push_back((batch, item));
+    }
+
+    /// Starts the next sync if one is due and none runs: `always` when records are staged,
+    /// `everysec` when the second is up. `synced` runs in a blocking task with the result.
+    pub(crate) fn start_sync(
+        &mut self,
+        now_ms: u64,
+        synced: impl FnOnce(io::Result<()>) + Send + 'static,
+    ) {
+        if self.syncing {
+            return;
+        }
+        let records = match self.fsync {
+            Fsync::Always if !self.staged.is_empty() => std::mem::take(&mut self.staged),
+            Fsync::EverySec if self.dirty && now_ms >= self.next_sync_ms => {
+                self.dirty = false;
+                Vec::new()
+            }
+            _ => return,
+        };
+        self.syncing = true;
+        self.started += 1;
+        let file = self.file.clone();
+        tokio::task::spawn_blocking(move || {
+            synced((&*file).write_all(&records).and_then(|()| file.sync_data()))
+        });
+    }
+
+    /// A sync ended well: what it released, in order.
+    pub(crate) fn synced(&mut self, now_ms: u64) -> Vec<T> {
+        self.syncing = false;
+        self.next_sync_ms = now_ms + SYNC_EVERY_MS;
+        let mut released = Vec::new();
+        while self
+            .held
+            .front()
+            .is_some_and(|(batch, _)| *batch <= self.started)
+        {
+            released.extend(self.held.pop_front().map(|(_, item)| item));
+        }
+        released
+    }
+
+    pub(crate) fn sync_failed(&self, error: io::Error) -> DiskError {
+        io_error("cannot write or sync the data file", &self.path)(error)
+    }
+
+    /// When `everysec` syncs next (`None`: nothing to sync, or a sync runs).
+    pub(crate) fn deadline(&self) -> Option<u64> {
+        (self.fsync == Fsync::EverySec && self.dirty && !self.syncing).then_some(self.next_sync_ms)
+    }
+
+    /// Nothing waits for the disk.
+    pub(crate) fn idle(&self) -> bool {
+        !self.syncing && self.staged.is_empty() && self.held.is_empty()
+    }
+
+    /// Rewrites the log from `store` when it has grown past four times what the store holds
+    /// (and nothing waits for it): the log's size stays in proportion to the data.
+    pub(crate) fn compact_if_due(
+        &mut self,
+        store: &DurableStore,
+        clock: &Hlc,
+    ) -> Result<(), DiskError> {
+        let holds = store.stats().bytes;
+        if self.len < COMPACT_AT_LEAST.max(holds.saturating_mul(4)) || !self.idle() || self.dirty {
+            return Ok(());
+        }
+        let started = Instant::now();
+        let snapshot = store.snapshot(clock);
+        let before = self.len;
+        self.file = Arc::new(replace(&self.path, &snapshot)?);
+        self.len = snapshot.len() as u64;
+        info!(
+            path = %self.path.display(),
+            before,
+            after = self.len,
+            took_ms = started.elapsed().as_millis() as u64,
+            "compacted the data file"
+        );
+        Ok(())
+    }
+
+    /// At shutdown: what was written is synced (`everysec`).
+    pub(crate) fn close(&mut self) -> Result<(), DiskError> {
+        self.file
+            .sync_data()
+            .map_err(io_error("cannot sync the data file", &self.path))
+    }
+}
