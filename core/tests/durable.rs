@@ -371,6 +371,14 @@ async fn a_data_directory_that_cannot_be_used_is_a_clear_error() {
         "{said}"
     );
 
+    // A data directory another server uses.
+    let first = serve(&broker, &dir.0.join("shared"), "always");
+    client(&broker, "waiting-for-the-first").await;
+    let stopped = serve_until_it_stops(&broker, &dir.0.join("shared"));
+    let said = String::from_utf8_lossy(&stopped.stderr);
+    assert!(said.contains("one server per data directory"), "{said}");
+    kill(first);
+
     // A data file that is no log at all.
     std::fs::write(dir.0.join("state.log"), "not a log, a shopping list").unwrap();
     let stopped = serve_until_it_stops(&broker, &dir.0);

@@ -9,8 +9,8 @@
 //!   second: a power loss loses at most about the last second; a crash of the process alone
 //!   loses nothing.
 //!
-//! At start the log is read, replayed and written anew (compacted); it is compacted again
-//! whenever it grows past four times what the store holds (64 MiB at least). A failed write
+//! At start the log is read and replayed (and written anew when it ends in a torn record or
+//! has grown past four times what the store holds, 64 MiB at least); so at run time. A failed write
 //! or sync stops the server: answers of writes that may not be on disk are never sent.
 
 use std::collections::VecDeque;
@@ -64,6 +64,11 @@ pub enum DiskError {
         source: io::Error,
     },
     #[error(
+        "another process (an mqstore serve?) uses the data directory {0}: one server per data \
+         directory"
+    )]
+    Locked(PathBuf),
+    #[error(
         "the data file {path} is damaged at byte offset {offset}: {reason}. mqstore does not \
          start over it, so as not to drop acknowledged writes silently; to start from the \
          records before the damage, keep a copy of the file and cut it there: \
@@ -91,6 +96,8 @@ const SYNC_EVERY_MS: u64 = 1000;
 pub(crate) struct Disk<T> {
     path: PathBuf,
     file: Arc<File>,
+    /// `DIR/lock`, locked while the server runs: two servers on one log would corrupt it.
+    _lock: File,
     pub(crate) fsync: Fsync,
     /// Records not yet handed to a write (`always`: waiting for the sync in flight).
     staged: Vec<u8>,
@@ -118,6 +125,20 @@ pub(crate) fn open<T>(
 ) -> Result<(DurableStore, Recovered, Disk<T>), DiskError> {
     let dir = &durability.data_dir;
     fs::create_dir_all(dir).map_err(io_error("cannot create the data directory", dir))?;
+    let lock_path = dir.join("lock");
+    let lock = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(io_error("cannot open the lock file", &lock_path))?;
+    match lock.try_lock() {
+        Ok(()) => {}
+        Err(fs::TryLockError::WouldBlock) => return Err(DiskError::Locked(dir.clone())),
+        Err(fs::TryLockError::Error(e)) => {
+            return Err(io_error("cannot lock the lock file", &lock_path)(e));
+        }
+    }
     let path = dir.join("state.log");
     let file = match fs::read(&path) {
         Ok(bytes) => bytes,
@@ -130,18 +151,36 @@ pub(crate) fn open<T>(
             offset: e.offset,
             reason: e.reason,
         })?;
+    // Written anew when it is new, ends in a torn record, or holds much more than the store.
+    let len = file.len() as u64;
+    let rewrite = file.is_empty()
+        || recovered.torn_at.is_some()
+        || len >= COMPACT_AT_LEAST.max(store.stats().bytes.saturating_mul(4));
     drop(file);
-    let snapshot = store.snapshot(&clock(&recovered));
-    let file = replace(&path, &snapshot)?;
+    let (file, len) = match rewrite {
+        true => {
+            let snapshot = store.snapshot(&clock(&recovered));
+            (replace(&path, &snapshot)?, snapshot.len() as u64)
+        }
+        false => {
+            clock(&recovered);
+            let file = OpenOptions::new()
+                .append(true)
+                .open(&path)
+                .map_err(io_error("cannot open the data file", &path))?;
+            (file, len)
+        }
+    };
     let disk = Disk {
         path,
         file: Arc::new(file),
+        _lock: lock,
         fsync: durability.fsync,
         staged: Vec::new(),
         syncing: false,
         started: 0,
         held: VecDeque::new(),
-        len: snapshot.len() as u64,
+        len,
         dirty: false,
         next_sync_ms: 0,
     };

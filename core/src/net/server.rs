@@ -317,6 +317,7 @@ pub async fn serve(
             let mut engine = Engine::new(engine_config, store).map_err(node_id_error)?;
             if let Some(durability) = &config.durability {
                 let now = now_ms().saturating_add_signed(config.clock_offset_ms);
+                let opening = Instant::now();
                 let (store, recovered, opened) =
                     durable::open(durability, config.quotas, now, |recovered| {
                         if let Some(newest) = &recovered.newest {
@@ -339,6 +340,7 @@ pub async fn serve(
                     keys = recovered.keys,
                     records = recovered.records,
                     expired_while_down = recovered.expired,
+                    took_ms = opening.elapsed().as_millis() as u64,
                     "state store on disk"
                 );
                 disk = Some(opened);

@@ -5,12 +5,13 @@
 //! file   := MAGIC record*
 //! record := body_len: u32 LE, crc32(body): u32 LE, body
 //! body   := 1 key_len: u32 LE, key, value_len: u32 LE, value, expires_at: u64 LE (0: never),
-//!             version_len: u16 LE, version, token_len: u16 LE, token      (PUT: the key's state)
+//!             version, has_token: u8, token if has_token = 1           (PUT: the key's state)
 //!         | 2 key_len: u32 LE, key                                        (DEL)
-//!         | 3 clock_len: u16 LE, clock                                   (CLOCK: the node's clock)
+//!         | 3 clock                                                       (CLOCK: the node's clock)
+//! hlc    := wall_ms: u64 LE, counter: u32 LE, node_len: u16 LE, node
 //! ```
 //!
-//! HLCs are written as their text (`{wall}:{counter}:{node}`). A PUT holds a key's whole state
+//! A PUT holds a key's whole state
 //! after a write, so replaying keeps only the last record of each key. Why a log of our own and
 //! not an embedded database: see `docs/durability.md`.
 
@@ -52,15 +53,14 @@ pub fn put(
     fencing_token: Option<&Hlc>,
     expires_at: Option<u64>,
 ) {
-    let (version, token) = (version.to_string(), fencing_token.map(Hlc::to_string));
-    let token = token.as_deref().unwrap_or("");
     frame(out, |body| {
         body.push(PUT);
         long(body, key);
         long(body, value);
         body.extend_from_slice(&expires_at.unwrap_or(0).to_le_bytes());
-        short(body, version.as_bytes());
-        short(body, token.as_bytes());
+        hlc(body, version);
+        body.push(u8::from(fencing_token.is_some()));
+        fencing_token.iter().for_each(|token| hlc(body, token));
     });
 }
 
@@ -76,7 +76,7 @@ pub fn del(out: &mut Vec<u8>, key: &[u8]) {
 pub fn clock(out: &mut Vec<u8>, clock: &Hlc) {
     frame(out, |body| {
         body.push(CLOCK);
-        short(body, clock.to_string().as_bytes());
+        hlc(body, clock);
     });
 }
 
@@ -96,10 +96,12 @@ fn long(out: &mut Vec<u8>, bytes: &[u8]) {
     out.extend_from_slice(bytes);
 }
 
-fn short(out: &mut Vec<u8>, bytes: &[u8]) {
-    // HLC texts are short: a node id is at most a few hundred bytes.
-    out.extend_from_slice(&(bytes.len() as u16).to_le_bytes());
-    out.extend_from_slice(bytes);
+fn hlc(out: &mut Vec<u8>, hlc: &Hlc) {
+    out.extend_from_slice(&hlc.wall_ms.to_le_bytes());
+    out.extend_from_slice(&hlc.counter.to_le_bytes());
+    // A node id is short (an MQTT client id's worth at most).
+    out.extend_from_slice(&(hlc.node.len() as u16).to_le_bytes());
+    out.extend_from_slice(hlc.node.as_bytes());
 }
 
 /// Why a log cannot be read. Nothing after `offset` was replayed.
@@ -145,6 +147,8 @@ pub fn replay(file: &[u8], mut each: impl FnMut(Record)) -> Result<Replayed, Log
     }
     let mut at = MAGIC.len();
     let mut records = 0;
+    // Most versions of a log come from one node: its id is shared, not allocated per record.
+    let mut node: Option<std::sync::Arc<str>> = None;
     while at < file.len() {
         let torn = Ok(Replayed {
             records,
@@ -168,7 +172,7 @@ pub fn replay(file: &[u8], mut each: impl FnMut(Record)) -> Result<Replayed, Log
                 )),
             };
         }
-        let record = decode(body).map_err(|reason| error(at, reason))?;
+        let record = decode(body, &mut node).map_err(|reason| error(at, reason))?;
         each(record);
         records += 1;
         at += 8 + len;
@@ -179,28 +183,31 @@ pub fn replay(file: &[u8], mut each: impl FnMut(Record)) -> Result<Replayed, Log
     })
 }
 
-/// A record's body.
-fn decode(body: &[u8]) -> Result<Record, &'static str> {
-    let mut reader = Reader { rest: body };
+/// A record's body; `node` is the node id read last.
+fn decode(body: &[u8], node: &mut Option<std::sync::Arc<str>>) -> Result<Record, &'static str> {
+    let mut reader = Reader { rest: body, node };
     let record = match reader.take(1)?[0] {
         PUT => {
             let key = Bytes::copy_from_slice(reader.long()?);
             let value = Bytes::copy_from_slice(reader.long()?);
             let expires_at = u64::from_le_bytes(reader.take(8)?.try_into().unwrap_or_default());
-            let version = hlc(reader.short()?)?;
-            let token = reader.short()?;
+            let version = reader.hlc()?;
+            let fencing_token = match reader.take(1)?[0] {
+                0 => None,
+                _ => Some(reader.hlc()?),
+            };
             Record::Put {
                 key,
                 value,
                 version,
-                fencing_token: (!token.is_empty()).then(|| hlc(token)).transpose()?,
+                fencing_token,
                 expires_at: (expires_at != 0).then_some(expires_at),
             }
         }
         DEL => Record::Del {
             key: Bytes::copy_from_slice(reader.long()?),
         },
-        CLOCK => Record::Clock(hlc(reader.short()?)?),
+        CLOCK => Record::Clock(reader.hlc()?),
         _ => return Err("a record of an unknown kind"),
     };
     match reader.rest.is_empty() {
@@ -209,18 +216,12 @@ fn decode(body: &[u8]) -> Result<Record, &'static str> {
     }
 }
 
-fn hlc(text: &[u8]) -> Result<Hlc, &'static str> {
-    std::str::from_utf8(text)
-        .ok()
-        .and_then(|t| Hlc::parse(t).ok())
-        .ok_or("a version that is not an HLC")
-}
-
-struct Reader<'a> {
+struct Reader<'a, 'n> {
     rest: &'a [u8],
+    node: &'n mut Option<std::sync::Arc<str>>,
 }
 
-impl<'a> Reader<'a> {
+impl<'a> Reader<'a, '_> {
     fn take(&mut self, n: usize) -> Result<&'a [u8], &'static str> {
         if self.rest.len() < n {
             return Err("a record shorter than its fields");
@@ -235,9 +236,17 @@ impl<'a> Reader<'a> {
         self.take(len as usize)
     }
 
-    fn short(&mut self) -> Result<&'a [u8], &'static str> {
+    fn hlc(&mut self) -> Result<Hlc, &'static str> {
+        let wall_ms = u64::from_le_bytes(self.take(8)?.try_into().unwrap_or_default());
+        let counter = u32::from_le_bytes(self.take(4)?.try_into().unwrap_or_default());
         let len = u16::from_le_bytes(self.take(2)?.try_into().unwrap_or_default());
-        self.take(len as usize)
+        let text = std::str::from_utf8(self.take(len as usize)?)
+            .map_err(|_| "a node id that is not UTF-8")?;
+        let node = match self.node.as_ref().filter(|n| &***n == text) {
+            Some(node) => node.clone(),
+            None => self.node.insert(text.into()).clone(),
+        };
+        Hlc::new(wall_ms, counter, node).map_err(|_| "a version that is not an HLC")
     }
 }
 

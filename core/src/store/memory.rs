@@ -123,6 +123,11 @@ impl MemoryStore {
         })
     }
 
+    /// Removes a key (the durable store's recovery replaying a DEL).
+    pub(crate) fn forget(&mut self, key: &[u8]) {
+        self.remove(key);
+    }
+
     /// Puts a key back as it was (the durable store's recovery): no checks, no quotas.
     pub(crate) fn restore(
         &mut self,
