@@ -5,8 +5,6 @@
 //!
 //! Every key is durable, not only those SET with `aio-persistence`: see `docs/durability.md`.
 
-use bytes::Bytes;
-
 use super::log::{self, LogError, Record};
 use super::{
     ClientId, DelOutcome, Expired, MemoryStore, Quotas, SetOutcome, Store, StoreOp, StoreReply,
@@ -188,6 +186,8 @@ impl Store for DurableStore {
 
 #[cfg(test)]
 mod tests {
+    use bytes::Bytes;
+
     use super::*;
     use crate::codec::Condition;
 
