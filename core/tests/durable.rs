@@ -446,3 +446,66 @@ async fn a_full_disk_stops_the_server_before_it_acknowledges_what_is_not_on_disk
     }
     kill(server);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_and_their_executions_survive_kill_9() {
+    use mqstore::jobs::{JobSpec, Status, Update};
+    use mqstore::net::jobs::StartNext;
+    let broker = Broker::start();
+    let dir = TempDir::new("jobs");
+    let server = serve(&broker, &dir.0, "always");
+    let operator = client(&broker, "operator").await;
+    let spec = JobSpec {
+        job_id: "fw-7".into(),
+        document: serde_json::json!({ "version": "7" }),
+        targets: vec!["pump-1".into(), "pump-2".into()],
+        in_progress_timeout_minutes: None,
+        max_retries: 0,
+    };
+    operator.create_job(spec).await.unwrap();
+    let pump = operator.jobs("pump-1").await.unwrap();
+    let started = pump
+        .start_next(StartNext::default())
+        .await
+        .unwrap()
+        .expect("a job");
+    assert_eq!(started.status, Status::InProgress);
+    kill(server);
+
+    let server = serve(&broker, &dir.0, "always");
+    let operator = client(&broker, "operator-2").await;
+    assert_eq!(
+        operator.describe_job("fw-7").await.unwrap().targets.len(),
+        2
+    );
+    let one = operator
+        .describe_job_execution("fw-7", "pump-1")
+        .await
+        .unwrap();
+    assert_eq!(
+        (one.status, one.version_number),
+        (Status::InProgress, started.version_number)
+    );
+    let two = operator
+        .describe_job_execution("fw-7", "pump-2")
+        .await
+        .unwrap();
+    assert_eq!(two.status, Status::Queued);
+    // The devices carry on where they were.
+    let pump = operator.jobs("pump-1").await.unwrap();
+    let update = Update {
+        job_id: "fw-7".into(),
+        status: Some(Status::Succeeded),
+        expected_version: Some(started.version_number),
+        ..Update::default()
+    };
+    pump.update(update).await.unwrap();
+    let pump2 = operator.jobs("pump-2").await.unwrap();
+    let next = pump2
+        .start_next(StartNext::default())
+        .await
+        .unwrap()
+        .expect("a job");
+    assert_eq!(next.job_id, "fw-7");
+    kill(server);
+}

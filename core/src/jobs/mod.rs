@@ -31,7 +31,7 @@ pub use client::{
 pub use model::{Execution, Job, JobSpec, JobsError, RejectCode, Status};
 use model::{valid_job_id, valid_thing_name};
 pub use operator::OPERATOR_TOPIC;
-pub use store::{JobsStore, MemoryJobs, StoreError, Stored, ThingRecord};
+pub use store::{DurableJobs, JobsStore, MemoryJobs, StoreError, Stored, ThingRecord};
 
 use crate::envelope::{Properties, Publish};
 
@@ -93,6 +93,16 @@ impl<S: JobsStore> Jobs<S> {
     pub fn with_rollout_batch(mut self, batch: usize) -> Self {
         self.rollout_batch = batch.max(1);
         self
+    }
+
+    /// The store.
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    /// The store, mutably (the durable store's records are taken through it).
+    pub fn store_mut(&mut self) -> &mut S {
+        &mut self.store
     }
 
     /// Whether created jobs still have targets to queue: call [`Jobs::roll_out`].

@@ -239,3 +239,210 @@ impl<S: JobsStore + ?Sized> JobsStore for &mut S {
         (**self).rolling_out()
     }
 }
+
+/// The memory jobs store with every change recorded for the durable store's log
+/// (`mqstore serve --data-dir`; see [`crate::store::DurableStore`]): jobs, things' records
+/// and rollout progress as [`crate::store::log`] records, taken by the driver with
+/// [`DurableJobs::take_pending`]. Made by [`DurableJobs::default`] it records nothing.
+#[derive(Debug, Default)]
+pub struct DurableJobs {
+    inner: MemoryJobs,
+    recording: bool,
+    pending: Vec<u8>,
+}
+
+impl DurableJobs {
+    /// An empty store that records its changes.
+    pub fn recording() -> Self {
+        Self {
+            recording: true,
+            ..Self::default()
+        }
+    }
+
+    /// Replays one record of the log (in order); other records are ignored.
+    pub fn replay(&mut self, record: crate::store::log::Record) -> Result<(), String> {
+        use crate::store::log::Record;
+        let store = &mut self.inner;
+        match record {
+            Record::Job(json) => {
+                let job: Job = serde_json::from_slice(&json).map_err(|e| format!("a job: {e}"))?;
+                store.jobs.insert(job.id.clone(), Arc::new(job));
+            }
+            Record::Thing { thing, json } => {
+                let mut record: ThingRecord =
+                    serde_json::from_slice(&json).map_err(|e| format!("thing {thing}: {e}"))?;
+                // The revision is the store's own counter: continue from the stored one.
+                record.revision = store.thing(&thing).map_or(0, |r| r.revision);
+                let _ = store.put_thing(&thing, record);
+            }
+            Record::Rollout { job_id, next } => {
+                store.rollouts.retain(|(id, _)| *id != job_id);
+                if let Some(next) = next {
+                    store.rollouts.push_back((job_id, next as usize));
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// The records of this store's changes since the last call.
+    pub fn take_pending(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.pending)
+    }
+
+    /// The whole store as records, appended to `out` (compaction).
+    pub fn snapshot(&self, out: &mut Vec<u8>) {
+        use crate::store::log;
+        for job in self.inner.jobs.values() {
+            log::job(out, &serde_json::to_vec(&**job).unwrap_or_default());
+        }
+        for (thing, record) in &self.inner.things {
+            log::thing(out, thing, &serde_json::to_vec(record).unwrap_or_default());
+        }
+        for (job_id, next) in &self.inner.rollouts {
+            log::rollout(out, job_id, Some(*next as u64));
+        }
+    }
+
+    fn record_rollouts(&mut self, before: &[(String, usize)]) {
+        for (job_id, _) in before {
+            let next = self.inner.rollouts.iter().find(|(id, _)| id == job_id);
+            let next = next.map(|(_, next)| *next as u64);
+            crate::store::log::rollout(&mut self.pending, job_id, next);
+        }
+    }
+}
+
+impl JobsStore for DurableJobs {
+    fn job(&self, job_id: &str) -> Stored<Option<Arc<Job>>> {
+        self.inner.job(job_id)
+    }
+
+    fn insert_job(&mut self, job: Job) -> Stored<bool> {
+        let json = self.recording.then(|| serde_json::to_vec(&job));
+        let inserted = self.inner.insert_job(job)?;
+        if let (true, Some(Ok(json))) = (inserted, json) {
+            crate::store::log::job(&mut self.pending, &json);
+        }
+        Ok(inserted)
+    }
+
+    fn jobs(&self) -> Stored<Vec<Arc<Job>>> {
+        self.inner.jobs()
+    }
+
+    fn thing(&self, thing: &str) -> Stored<ThingRecord> {
+        self.inner.thing(thing)
+    }
+
+    fn put_thing(&mut self, thing: &str, record: ThingRecord) -> Stored<bool> {
+        let json = self.recording.then(|| serde_json::to_vec(&record));
+        let written = self.inner.put_thing(thing, record)?;
+        if let (true, Some(Ok(json))) = (written, json) {
+            crate::store::log::thing(&mut self.pending, thing, &json);
+        }
+        Ok(written)
+    }
+
+    fn things(&self) -> Stored<Vec<String>> {
+        self.inner.things()
+    }
+
+    fn due(&self, now_ms: u64) -> Stored<Vec<(String, String)>> {
+        self.inner.due(now_ms)
+    }
+
+    fn next_deadline(&self) -> Stored<Option<u64>> {
+        self.inner.next_deadline()
+    }
+
+    fn start_rollout(&mut self, job_id: &str) -> Stored<()> {
+        self.inner.start_rollout(job_id)?;
+        if self.recording {
+            crate::store::log::rollout(&mut self.pending, job_id, Some(0));
+        }
+        Ok(())
+    }
+
+    fn take_rollout(&mut self, budget: usize) -> Stored<Vec<(String, String)>> {
+        let before: Vec<_> = match self.recording {
+            true => self.inner.rollouts.iter().cloned().collect(),
+            false => Vec::new(),
+        };
+        let batch = self.inner.take_rollout(budget)?;
+        if !batch.is_empty() {
+            self.record_rollouts(&before);
+        }
+        Ok(batch)
+    }
+
+    fn stop_rollout(&mut self, job_id: &str) -> Stored<()> {
+        self.inner.stop_rollout(job_id)?;
+        if self.recording {
+            crate::store::log::rollout(&mut self.pending, job_id, None);
+        }
+        Ok(())
+    }
+
+    fn rolling_out(&self) -> Stored<bool> {
+        self.inner.rolling_out()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::jobs::{JobSpec, Jobs};
+    use crate::store::log;
+
+    /// Replays `records` (a log's records, no header) into a new store.
+    fn replayed(records: &[u8]) -> DurableJobs {
+        let mut file = log::MAGIC.to_vec();
+        file.extend_from_slice(records);
+        let mut back = DurableJobs::recording();
+        log::replay(&file, |record| back.replay(record).unwrap()).unwrap();
+        back
+    }
+
+    #[test]
+    fn jobs_things_and_a_rollout_midway_come_back_from_the_records() {
+        let mut jobs = Jobs::with_store(DurableJobs::recording(), 60_000).with_rollout_batch(1);
+        let spec = JobSpec {
+            job_id: "j".into(),
+            document: serde_json::json!({}),
+            targets: vec!["a".into(), "b".into(), "c".into()],
+            in_progress_timeout_minutes: None,
+            max_retries: 0,
+        };
+        let mut out = Vec::new();
+        jobs.create_job(spec, 1_000, &mut out).unwrap();
+        // One target queued by create_job, one by a rollout step; one left.
+        jobs.roll_out(2_000, &mut out).unwrap();
+        let records = jobs.store_mut().take_pending();
+        let mut back = replayed(&records);
+        assert_eq!(back.jobs().unwrap().len(), 1);
+        let queued =
+            |store: &DurableJobs, thing: &str| store.thing(thing).unwrap().latest("j").is_some();
+        assert!(queued(&back, "a") && queued(&back, "b") && !queued(&back, "c"));
+        assert!(back.rolling_out().unwrap());
+        assert_eq!(
+            back.take_rollout(10).unwrap(),
+            vec![("j".into(), "c".into())]
+        );
+
+        // A snapshot gives the same.
+        let mut snapshot = Vec::new();
+        jobs.store().snapshot(&mut snapshot);
+        let mut again = replayed(&snapshot);
+        assert_eq!(
+            again.take_rollout(10).unwrap(),
+            vec![("j".into(), "c".into())]
+        );
+        assert_eq!(
+            again.thing("a").unwrap().latest("j"),
+            jobs.store().thing("a").unwrap().latest("j")
+        );
+    }
+}

@@ -23,7 +23,8 @@ use std::time::Instant;
 use tracing::info;
 
 use crate::hlc::Hlc;
-use crate::store::{DurableStore, Quotas, Recovered, Store};
+use crate::jobs::DurableJobs;
+use crate::store::{DurableStore, Quotas, Recovered, Store, log};
 
 /// When written records reach the disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -68,6 +69,8 @@ pub enum DiskError {
          directory"
     )]
     Locked(PathBuf),
+    #[error("the data file {path} holds a jobs record that cannot be read: {reason}")]
+    JobsRecord { path: PathBuf, reason: String },
     #[error(
         "the data file {path} is damaged at byte offset {offset}: {reason}. mqstore does not \
          start over it, so as not to drop acknowledged writes silently; to start from the \
@@ -114,7 +117,10 @@ pub(crate) struct Disk<T> {
     next_sync_ms: u64,
 }
 
-/// Reads, replays and rewrites `DIR/state.log`: the store it holds, what recovery found, and
+/// The state store, the jobs service's store, and what recovery found.
+pub(crate) type Opened<T> = (DurableStore, DurableJobs, Recovered, Disk<T>);
+
+/// Reads, replays and rewrites `DIR/state.log`: the stores it holds, what recovery found, and
 /// the disk to write to. `clock` makes the clock that the rewritten log records from the
 /// recovery (the engine's, once it has witnessed the newest version).
 pub(crate) fn open<T>(
@@ -122,7 +128,7 @@ pub(crate) fn open<T>(
     quotas: Quotas,
     now_ms: u64,
     clock: impl FnOnce(&Recovered) -> Hlc,
-) -> Result<(DurableStore, Recovered, Disk<T>), DiskError> {
+) -> Result<Opened<T>, DiskError> {
     let dir = &durability.data_dir;
     fs::create_dir_all(dir).map_err(io_error("cannot create the data directory", dir))?;
     let lock_path = dir.join("lock");
@@ -145,12 +151,21 @@ pub(crate) fn open<T>(
         Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
         Err(e) => return Err(io_error("cannot read the data file", &path)(e)),
     };
-    let (store, recovered) =
-        DurableStore::recover(&file, quotas, now_ms).map_err(|e| DiskError::Damaged {
-            path: path.clone(),
-            offset: e.offset,
-            reason: e.reason,
-        })?;
+    let mut jobs = DurableJobs::recording();
+    let mut jobs_error = None;
+    let (store, recovered) = DurableStore::recover(&file, quotas, now_ms, |record| {
+        if let Err(reason) = jobs.replay(record) {
+            jobs_error.get_or_insert(reason);
+        }
+    })
+    .map_err(|e| DiskError::Damaged {
+        path: path.clone(),
+        offset: e.offset,
+        reason: e.reason,
+    })?;
+    if let Some(reason) = jobs_error {
+        return Err(DiskError::JobsRecord { path, reason });
+    }
     // Written anew when it is new, ends in a torn record, or holds much more than the store.
     let len = file.len() as u64;
     let rewrite = file.is_empty()
@@ -159,7 +174,7 @@ pub(crate) fn open<T>(
     drop(file);
     let (file, len) = match rewrite {
         true => {
-            let snapshot = store.snapshot(&clock(&recovered));
+            let snapshot = snapshot(&store, &jobs, &clock(&recovered));
             (replace(&path, &snapshot)?, snapshot.len() as u64)
         }
         false => {
@@ -184,7 +199,16 @@ pub(crate) fn open<T>(
         dirty: false,
         next_sync_ms: 0,
     };
-    Ok((store, recovered, disk))
+    Ok((store, jobs, recovered, disk))
+}
+
+/// Both stores as a new log: header, their records, the clock.
+fn snapshot(store: &DurableStore, jobs: &DurableJobs, clock: &Hlc) -> Vec<u8> {
+    let mut out = log::MAGIC.to_vec();
+    store.snapshot(&mut out);
+    jobs.snapshot(&mut out);
+    log::clock(&mut out, clock);
+    out
 }
 
 /// Writes `bytes` as the new content of `path` (a file beside it, synced, renamed over it,
@@ -306,6 +330,7 @@ impl<T> Disk<T> {
     pub(crate) fn compact_if_due(
         &mut self,
         store: &DurableStore,
+        jobs: &DurableJobs,
         clock: &Hlc,
     ) -> Result<(), DiskError> {
         let holds = store.stats().bytes;
@@ -313,7 +338,7 @@ impl<T> Disk<T> {
             return Ok(());
         }
         let started = Instant::now();
-        let snapshot = store.snapshot(clock);
+        let snapshot = snapshot(store, jobs, clock);
         let before = self.len;
         self.file = Arc::new(replace(&self.path, &snapshot)?);
         self.len = snapshot.len() as u64;

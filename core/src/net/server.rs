@@ -33,7 +33,7 @@ use crate::engine::{
     Accepted, AccessRules, Call, Engine, EngineConfig, Fit, Outcome, fit_for_broker,
 };
 use crate::envelope::{self, DropReason, EnvelopeError, Publish};
-use crate::jobs::{Jobs, JobsStore, OPERATOR_TOPIC, Stored};
+use crate::jobs::{DurableJobs, Jobs, JobsStore, OPERATOR_TOPIC, Stored};
 use crate::presence::ServerPresence;
 use crate::store::{ClientId, DurableStore, Expired, Quotas, StoreStats};
 use crate::topics;
@@ -275,8 +275,10 @@ pub async fn serve(
     let (done_tx, done_rx) = tokio::sync::mpsc::unbounded_channel();
     let done_tx_disk = done_tx.clone();
     let minute_ms = config.jobs_minute.as_millis() as u64;
-    let jobs = config.jobs.then(|| match &redis {
-        None => JobsService::Local(Jobs::with_minute(minute_ms).with_rollout_batch(ROLLOUT_BATCH)),
+    let mut jobs = config.jobs.then(|| match &redis {
+        None => JobsService::Local(
+            Jobs::with_store(DurableJobs::default(), minute_ms).with_rollout_batch(ROLLOUT_BATCH),
+        ),
         Some((store, _)) => JobsService::Shared(SharedJobs {
             store: RedisJobs::new(store.clone(), tokio::runtime::Handle::current()),
             done: done_tx.clone(),
@@ -311,6 +313,7 @@ pub async fn serve(
         return Err(ServerError::DiskWithRedis);
     }
     let mut disk = None;
+    let mut kept_jobs = DurableJobs::default();
     let state = match redis {
         None => {
             let store = DurableStore::with_quotas(config.quotas);
@@ -318,7 +321,7 @@ pub async fn serve(
             if let Some(durability) = &config.durability {
                 let now = now_ms().saturating_add_signed(config.clock_offset_ms);
                 let opening = Instant::now();
-                let (store, recovered, opened) =
+                let (store, durable_jobs, recovered, opened) =
                     durable::open(durability, config.quotas, now, |recovered| {
                         if let Some(newest) = &recovered.newest {
                             engine.witness(newest);
@@ -326,6 +329,11 @@ pub async fn serve(
                         engine.clock_now(now)
                     })?;
                 *engine.store_mut() = store;
+                match &mut jobs {
+                    Some(JobsService::Local(jobs)) => *jobs.store_mut() = durable_jobs,
+                    // Jobs off (--no-jobs): the jobs on disk are kept as they are.
+                    _ => kept_jobs = durable_jobs,
+                }
                 if let Some(offset) = recovered.torn_at {
                     warn!(
                         path = %opened.path().display(),
@@ -484,6 +492,7 @@ pub async fn serve(
         max_pending_answers: config.max_pending_answers,
         stop: Stop::Running,
         disk,
+        kept_jobs,
         disk_done: done_tx_disk,
         fatal: None,
     };
@@ -650,7 +659,7 @@ struct JobsHandled {
 /// The jobs service of a node.
 enum JobsService {
     /// In this process's memory: answered at once.
-    Local(Jobs),
+    Local(Jobs<DurableJobs>),
     /// In Redis, shared by every node: the engine waits for Redis, so each request (and each
     /// timer tick) runs on a blocking thread of its own, many at once, and comes back as a
     /// [`JobsDone`]. Compare-and-set keeps them atomic (see [`crate::jobs`]).
@@ -901,6 +910,8 @@ struct Node {
     stop: Stop,
     /// The data directory's log (`--data-dir`), and what waits for it.
     disk: Option<Disk<(Publish, Sent)>>,
+    /// The jobs on disk while the jobs service is off: written back when the log is compacted.
+    kept_jobs: DurableJobs,
     /// Where a finished sync reports.
     disk_done: tokio::sync::mpsc::UnboundedSender<Done>,
     /// Why the node stopped on its own (the disk failed).
@@ -1546,7 +1557,11 @@ impl Node {
         let (State::Memory(engine), Some(disk)) = (&mut self.state, &mut self.disk) else {
             return None;
         };
-        if let Err(error) = disk.stage(engine.store_mut().take_pending()) {
+        let mut records = engine.store_mut().take_pending();
+        if let Some(JobsService::Local(jobs)) = &mut self.jobs {
+            records.extend(jobs.store_mut().take_pending());
+        }
+        if let Err(error) = disk.stage(records) {
             self.fail(error);
             return None;
         }
@@ -1575,8 +1590,12 @@ impl Node {
         }
         self.persist();
         if let (State::Memory(engine), Some(disk)) = (&mut self.state, &mut self.disk) {
+            let jobs = match &self.jobs {
+                Some(JobsService::Local(jobs)) => jobs.store(),
+                _ => &self.kept_jobs,
+            };
             let clock = engine.clock_now(now_ms());
-            if let Err(error) = disk.compact_if_due(engine.store(), &clock) {
+            if let Err(error) = disk.compact_if_due(engine.store(), jobs, &clock) {
                 self.fail(error);
                 return false;
             }

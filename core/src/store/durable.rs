@@ -52,12 +52,14 @@ impl DurableStore {
     }
 
     /// The store a log holds (`file`, the whole log as read from disk) at `now_ms`: the last
-    /// state of each key, without the keys whose deadline has passed. A damaged record
+    /// state of each key, without the keys whose deadline has passed. The records that are
+    /// not the state store's (the jobs service's) go to `other`, in order. A damaged record
     /// before the last is an error ([`log::replay`]).
     pub fn recover(
         file: &[u8],
         quotas: Quotas,
         now_ms: u64,
+        mut other: impl FnMut(Record),
     ) -> Result<(Self, Recovered), LogError> {
         // Replayed straight into the store: a PUT replaces the key, a DEL removes it.
         let mut store = Self {
@@ -85,6 +87,7 @@ impl DurableStore {
             }
             Record::Del { key } => inner.forget(&key),
             Record::Clock(clock) => witness(&clock),
+            jobs => other(jobs),
         })?;
         // Keys whose deadline passed while the server was down: gone (nobody watches yet).
         let mut expired = 0;
@@ -111,13 +114,12 @@ impl DurableStore {
         !self.pending.is_empty()
     }
 
-    /// The whole store as a new log (header, one PUT per key, then `clock`): what replaces
-    /// the log when it is compacted.
-    pub fn snapshot(&self, clock: &Hlc) -> Vec<u8> {
-        let mut out = log::MAGIC.to_vec();
+    /// The whole store as records (one PUT per key), appended to `out`: with the jobs
+    /// service's and the clock, what replaces the log when it is compacted.
+    pub fn snapshot(&self, out: &mut Vec<u8>) {
         for (key, state) in self.inner.key_states() {
             log::put(
-                &mut out,
+                out,
                 key,
                 state.value.as_slice(),
                 state.version,
@@ -125,8 +127,6 @@ impl DurableStore {
                 state.expires_at,
             );
         }
-        log::clock(&mut out, clock);
-        out
     }
 
     fn record_put(&mut self, key: &[u8]) {
@@ -229,7 +229,9 @@ mod tests {
     }
 
     fn recording() -> DurableStore {
-        DurableStore::recover(b"", Quotas::default(), 0).unwrap().0
+        DurableStore::recover(b"", Quotas::default(), 0, |_| {})
+            .unwrap()
+            .0
     }
 
     #[test]
@@ -263,7 +265,8 @@ mod tests {
         file.extend(store.take_pending());
         assert!(!store.has_pending());
 
-        let (mut back, recovered) = DurableStore::recover(&file, Quotas::default(), 200).unwrap();
+        let (mut back, recovered) =
+            DurableStore::recover(&file, Quotas::default(), 200, |_| {}).unwrap();
         assert_eq!(get(&mut back, "a"), Some((b"2".to_vec(), hlc("101:0:n"))));
         assert_eq!(get(&mut back, "gone"), None);
         assert_eq!(get(&mut back, "brief").unwrap().0, b"x");
@@ -276,7 +279,7 @@ mod tests {
 
         // After the deadline, the key is not restored.
         let (mut later, recovered) =
-            DurableStore::recover(&file, Quotas::default(), 5_000).unwrap();
+            DurableStore::recover(&file, Quotas::default(), 5_000, |_| {}).unwrap();
         assert_eq!(get(&mut later, "brief"), None);
         assert_eq!(recovered.expired, 1);
     }
@@ -288,9 +291,11 @@ mod tests {
         let token = Some(hlc("90:3:n"));
         let lock = set_with("b", "2", "101:0:n", None, Condition::Always, token);
         store.apply(&lock, 101);
-        let snapshot = store.snapshot(&hlc("500:0:n"));
+        let mut snapshot = log::MAGIC.to_vec();
+        store.snapshot(&mut snapshot);
+        log::clock(&mut snapshot, &hlc("500:0:n"));
         let (mut back, recovered) =
-            DurableStore::recover(&snapshot, Quotas::default(), 200).unwrap();
+            DurableStore::recover(&snapshot, Quotas::default(), 200, |_| {}).unwrap();
         assert_eq!(get(&mut back, "a").unwrap().0, b"1");
         assert_eq!(get(&mut back, "b").unwrap().1, hlc("101:0:n"));
         assert_eq!(recovered.newest, Some(hlc("500:0:n")));

@@ -8,6 +8,9 @@
 //!             version, has_token: u8, token if has_token = 1           (PUT: the key's state)
 //!         | 2 key_len: u32 LE, key                                        (DEL)
 //!         | 3 clock                                                       (CLOCK: the node's clock)
+//!         | 4 json_len: u32 LE, json                                      (JOB: a job, as JSON)
+//!         | 5 thing_len: u32 LE, thing, json_len: u32 LE, json           (THING: its executions)
+//!         | 6 job_len: u32 LE, job id, next: u64 LE (u64::MAX: done)      (ROLLOUT: its progress)
 //! hlc    := wall_ms: u64 LE, counter: u32 LE, node_len: u16 LE, node
 //! ```
 //!
@@ -25,6 +28,9 @@ pub const MAGIC: &[u8; 16] = b"mqstore-log-v1\n\0";
 const PUT: u8 = 1;
 const DEL: u8 = 2;
 const CLOCK: u8 = 3;
+const JOB: u8 = 4;
+const THING: u8 = 5;
+const ROLLOUT: u8 = 6;
 
 /// One record, as read back.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,6 +48,12 @@ pub enum Record {
     Del { key: Bytes },
     /// The node's clock when the log was written whole (versions after a restart follow it).
     Clock(Hlc),
+    /// A job of the jobs service (its JSON).
+    Job(Bytes),
+    /// A thing's executions (their JSON) after a write.
+    Thing { thing: String, json: Bytes },
+    /// How far a job's rollout has got: the index of its next target, `None` once done.
+    Rollout { job_id: String, next: Option<u64> },
 }
 
 /// Appends a PUT record to `out`.
@@ -77,6 +89,32 @@ pub fn clock(out: &mut Vec<u8>, clock: &Hlc) {
     frame(out, |body| {
         body.push(CLOCK);
         hlc(body, clock);
+    });
+}
+
+/// Appends a JOB record to `out`.
+pub fn job(out: &mut Vec<u8>, json: &[u8]) {
+    frame(out, |body| {
+        body.push(JOB);
+        long(body, json);
+    });
+}
+
+/// Appends a THING record to `out`.
+pub fn thing(out: &mut Vec<u8>, thing: &str, json: &[u8]) {
+    frame(out, |body| {
+        body.push(THING);
+        long(body, thing.as_bytes());
+        long(body, json);
+    });
+}
+
+/// Appends a ROLLOUT record to `out`.
+pub fn rollout(out: &mut Vec<u8>, job_id: &str, next: Option<u64>) {
+    frame(out, |body| {
+        body.push(ROLLOUT);
+        long(body, job_id.as_bytes());
+        body.extend_from_slice(&next.unwrap_or(u64::MAX).to_le_bytes());
     });
 }
 
@@ -208,6 +246,19 @@ fn decode(body: &[u8], node: &mut Option<std::sync::Arc<str>>) -> Result<Record,
             key: Bytes::copy_from_slice(reader.long()?),
         },
         CLOCK => Record::Clock(reader.hlc()?),
+        JOB => Record::Job(Bytes::copy_from_slice(reader.long()?)),
+        THING => Record::Thing {
+            thing: reader.text()?,
+            json: Bytes::copy_from_slice(reader.long()?),
+        },
+        ROLLOUT => {
+            let job_id = reader.text()?;
+            let next = u64::from_le_bytes(reader.take(8)?.try_into().unwrap_or_default());
+            Record::Rollout {
+                job_id,
+                next: (next != u64::MAX).then_some(next),
+            }
+        }
         _ => return Err("a record of an unknown kind"),
     };
     match reader.rest.is_empty() {
@@ -236,6 +287,11 @@ impl<'a> Reader<'a, '_> {
         self.take(len as usize)
     }
 
+    fn text(&mut self) -> Result<String, &'static str> {
+        let bytes = self.long()?;
+        String::from_utf8(bytes.to_vec()).map_err(|_| "a name that is not UTF-8")
+    }
+
     fn hlc(&mut self) -> Result<Hlc, &'static str> {
         let wall_ms = u64::from_le_bytes(self.take(8)?.try_into().unwrap_or_default());
         let counter = u32::from_le_bytes(self.take(4)?.try_into().unwrap_or_default());
@@ -258,7 +314,7 @@ mod tests {
         Hlc::parse(text).unwrap()
     }
 
-    /// A log of four records, the records, and where each starts.
+    /// A log of eight records, the records, and where some start.
     fn sample() -> (Vec<u8>, Vec<Record>, Vec<usize>) {
         let mut file = MAGIC.to_vec();
         let mut starts = vec![file.len()];
@@ -274,6 +330,11 @@ mod tests {
         );
         starts.push(file.len());
         del(&mut file, b"k1");
+        starts.push(file.len());
+        job(&mut file, br#"{"id":"j"}"#);
+        thing(&mut file, "t", br#"{"executions":{}}"#);
+        rollout(&mut file, "j", Some(3));
+        rollout(&mut file, "j", None);
         starts.push(file.len());
         clock(&mut file, &hlc("12:0:n"));
         let records = vec![
@@ -294,6 +355,19 @@ mod tests {
             Record::Del {
                 key: Bytes::from_static(b"k1"),
             },
+            Record::Job(Bytes::from_static(br#"{"id":"j"}"#)),
+            Record::Thing {
+                thing: "t".into(),
+                json: Bytes::from_static(br#"{"executions":{}}"#),
+            },
+            Record::Rollout {
+                job_id: "j".into(),
+                next: Some(3),
+            },
+            Record::Rollout {
+                job_id: "j".into(),
+                next: None,
+            },
             Record::Clock(hlc("12:0:n")),
         ];
         (file, records, starts)
@@ -310,17 +384,17 @@ mod tests {
         let (file, written, _) = sample();
         let (records, replayed) = read(&file).unwrap();
         assert_eq!(records, written);
-        assert_eq!(replayed.records, 4);
+        assert_eq!(replayed.records, 8);
         assert_eq!(replayed.valid_len, file.len());
     }
 
     #[test]
     fn a_torn_last_record_ends_the_log_at_the_last_complete_one() {
         let (file, written, starts) = sample();
-        let last_start = starts[3];
+        let last_start = starts[4];
         for cut in last_start + 1..file.len() {
             let (records, replayed) = read(&file[..cut]).unwrap();
-            assert_eq!(records, written[..3], "cut at {cut}");
+            assert_eq!(records, written[..7], "cut at {cut}");
             assert_eq!(replayed.valid_len, last_start);
         }
         // A damaged checksum on the last record: the same.
