@@ -128,7 +128,8 @@ impl MemoryStore {
         self.remove(key);
     }
 
-    /// Puts a key back as it was (the durable store's recovery): no checks, no quotas.
+    /// Puts a key back as it was (the durable store's recovery): no checks, no quotas. The
+    /// key is hashed once (a million of them at a start).
     pub(crate) fn restore(
         &mut self,
         key: Bytes,
@@ -137,20 +138,36 @@ impl MemoryStore {
         fencing_token: Option<Hlc>,
         expires_at: Option<u64>,
     ) {
-        self.remove(&key);
-        let expires_at = expires_at.and_then(NonZeroU64::new);
-        if let Some(deadline) = expires_at {
-            self.deadlines.insert((deadline.get(), key.clone()));
-        }
-        self.bytes += footprint(&key, &value);
-        self.order.insert(key.clone());
         let entry = Entry {
             value,
             version,
             fencing_token: fencing_token.map(Box::new),
-            expires_at,
+            expires_at: expires_at.and_then(NonZeroU64::new),
         };
-        self.entries.insert(key, entry);
+        let deadline = entry.deadline();
+        match self.entries.entry(key) {
+            Slot::Occupied(mut slot) => {
+                let old = std::mem::replace(slot.get_mut(), entry);
+                let key = slot.key();
+                self.bytes =
+                    self.bytes - footprint(key, &old.value) + footprint(key, &slot.get().value);
+                if let Some(old) = old.deadline() {
+                    self.deadlines.remove(&(old, key.clone()));
+                }
+                if let Some(deadline) = deadline {
+                    self.deadlines.insert((deadline, key.clone()));
+                }
+            }
+            Slot::Vacant(slot) => {
+                let key = slot.key().clone();
+                self.bytes += footprint(&key, &entry.value);
+                if let Some(deadline) = deadline {
+                    self.deadlines.insert((deadline, key.clone()));
+                }
+                self.order.insert(key);
+                slot.insert(entry);
+            }
+        }
     }
 
     fn get(&self, key: &[u8]) -> Option<(Bulk, Hlc)> {
