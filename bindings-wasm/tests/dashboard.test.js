@@ -100,6 +100,18 @@ test("the dashboard shows keys live, edits them and sees deletions", async () =>
   await cli("del", "web/greeting");
   await row("web/greeting").waitFor({ state: "detached", timeout: 10_000 });
 
+  // Deleted on the page (Delete twice: the first press only asks): gone for the CLI too.
+  await row("web/new").click();
+  await page.locator("#delete").click();
+  await page.locator("#edit-message", { hasText: "press Delete again" }).waitFor({ timeout: 5_000 });
+  assert.equal(await cli("get", "web/new"), "made on the page");
+  await page.locator("#delete").click();
+  await row("web/new").waitFor({ state: "detached", timeout: 10_000 });
+  // `mqstore get` of an absent key prints (nil) and exits with 1.
+  await assert.rejects(cli("get", "web/new"), (e) => e.code === 1 && e.stdout.trim() === "(nil)");
+  await cli("set", "web/new", "made again by the CLI");
+  await row("web/new").waitFor({ timeout: 10_000 });
+
   // The SCAN filter narrows the list.
   await cli("set", "other/thing", "x");
   await row("other/thing").waitFor({ timeout: 10_000 });
