@@ -1,0 +1,538 @@
+//! The state store inside mosquitto 2.0: a v5 broker plugin that runs the same engine as
+//! `mqstore serve` on the broker's own thread, driven by its events.
+//!
+//! * `MOSQ_EVT_MESSAGE` on the request topics (the standard one and each client's identified
+//!   one) runs the request at once and answers with `mosquitto_broker_publish_copy` (never the
+//!   non-copy call with the event's buffers: a double free). The request is let through
+//!   (`MOSQ_ERR_SUCCESS`: the requester gets PUBACK 0x10, which the Azure SDKs accept; a
+//!   refusal would be 0x87, a failure to them) with its retain flag cleared.
+//! * Notifications go to the watching client directly (`publish_copy` with its client id):
+//!   it gets them without subscribing, as on the Azure IoT Operations broker.
+//! * Answers go to the request's response topic, checked with `mosquitto_pub_topic_check`
+//!   (2.0.11 lets wildcards through).
+//! * `MOSQ_EVT_TICK` (about every 100 ms when idle; its time fields are zero in 2.0.x, so the
+//!   clock is read here) expires keys; `MOSQ_EVT_DISCONNECT` drops the client's
+//!   registrations when it is the connection that made them (a takeover reports the old
+//!   connection under the same id).
+//! * The node's presence (`online {epoch}`, retained) is published on the first tick: mqstore
+//!   clients that see a new epoch (mosquitto restarted) register again.
+//!
+//! No panic crosses into mosquitto: every callback catches it and lets the message through.
+
+use std::collections::HashMap;
+use std::ffi::{CStr, CString, c_char, c_int, c_void};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::ptr;
+
+use bytes::Bytes;
+use mqstore::engine::{Engine, EngineConfig};
+use mqstore::envelope::{Properties, Publish};
+use mqstore::presence::ServerPresence;
+use mqstore::store::{DurableStore, Quotas};
+use mqstore::topics;
+
+#[allow(
+    non_camel_case_types,
+    non_upper_case_globals,
+    non_snake_case,
+    dead_code
+)]
+mod sys {
+    include!(concat!(env!("OUT_DIR"), "/mosquitto.rs"));
+}
+
+unsafe extern "C" {
+    // What mosquitto_property_read_* copies out is allocated with plain malloc.
+    fn free(ptr: *mut c_void);
+}
+
+const SUCCESS: c_int = sys::MOSQ_ERR_SUCCESS;
+
+/// The plugin's state: one per `plugin` line.
+struct Plugin {
+    id: *mut sys::mosquitto_plugin_id_t,
+    engine: Engine<DurableStore>,
+    out: Vec<Publish>,
+    /// Client id → the connection (`struct mosquitto *`) that last sent it a request: a
+    /// DISCONNECT drops registrations only when it is that connection's.
+    connections: HashMap<String, usize>,
+    presence: Option<Publish>,
+}
+
+/// The options of the `plugin_opt_…` lines.
+struct Options {
+    node_id: String,
+    quotas: Quotas,
+}
+
+fn options(opts: *mut sys::mosquitto_opt, count: c_int) -> Result<Options, String> {
+    let mut options = Options {
+        node_id: "mosquitto".into(),
+        quotas: Quotas::SERVER_DEFAULT,
+    };
+    for i in 0..count.max(0) as usize {
+        // SAFETY: mosquitto passes `count` options with NUL-terminated strings.
+        let opt = unsafe { &*opts.add(i) };
+        let text = |p: *mut c_char| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned();
+        let (key, value) = (text(opt.key), text(opt.value));
+        let number = || {
+            value
+                .parse::<u64>()
+                .map_err(|_| format!("plugin_opt_{key} {value:?}: a whole number"))
+        };
+        match key.as_str() {
+            "node_id" => options.node_id = value,
+            "max_keys" => options.quotas.max_keys = Some(number()?),
+            "max_bytes" => options.quotas.max_bytes = Some(number()?),
+            "max_watches" => options.quotas.max_watches = Some(number()?),
+            "max_watches_per_client" => options.quotas.max_watches_per_client = Some(number()?),
+            _ => return Err(format!("unknown option plugin_opt_{key}")),
+        }
+    }
+    Ok(options)
+}
+
+fn log(level: u32, message: &str) {
+    let Ok(message) = CString::new(message.replace('%', "%%")) else {
+        return;
+    };
+    // SAFETY: a format string without conversions.
+    unsafe { sys::mosquitto_log_printf(level as c_int, message.as_ptr()) };
+}
+
+fn random_bytes<const N: usize>() -> [u8; N] {
+    let mut bytes = [0u8; N];
+    if let Ok(mut file) = std::fs::File::open("/dev/urandom") {
+        let _ = std::io::Read::read_exact(&mut file, &mut bytes);
+    }
+    bytes
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// mosquitto asks which plugin API versions this plugin speaks: 5.
+///
+/// # Safety
+/// Called by mosquitto with `count` versions at `versions`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mosquitto_plugin_version(count: c_int, versions: *const c_int) -> c_int {
+    // SAFETY: mosquitto passes `count` versions.
+    let offered = (0..count.max(0) as usize).any(|i| unsafe { *versions.add(i) } == 5);
+    if offered { 5 } else { -1 }
+}
+
+/// Loads the plugin: reads its options, makes the engine, registers the callbacks.
+///
+/// # Safety
+/// Called by mosquitto with its plugin id, a place for the user data and the options.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mosquitto_plugin_init(
+    id: *mut sys::mosquitto_plugin_id_t,
+    userdata: *mut *mut c_void,
+    opts: *mut sys::mosquitto_opt,
+    count: c_int,
+) -> c_int {
+    let started = catch_unwind(AssertUnwindSafe(|| -> Result<Box<Plugin>, String> {
+        let options = options(opts, count)?;
+        let config = EngineConfig {
+            scan_token_key: random_bytes(),
+            scan_token_seed: random_bytes(),
+            ..EngineConfig::new(options.node_id.clone())
+        };
+        let engine = Engine::new(config, DurableStore::with_quotas(options.quotas))
+            .map_err(|e| format!("plugin_opt_node_id {:?}: {e}", options.node_id))?;
+        let epoch = format!("{:016x}", u64::from_le_bytes(random_bytes()));
+        let presence = Publish {
+            topic: topics::server_presence_topic(&options.node_id),
+            payload: ServerPresence {
+                epoch,
+                online: true,
+                max_packet_size: None,
+                registration_lease_ms: None,
+            }
+            .to_bytes(),
+            qos: 1,
+            properties: Properties::default(),
+        };
+        Ok(Box::new(Plugin {
+            id,
+            engine,
+            out: Vec::new(),
+            connections: HashMap::new(),
+            presence: Some(presence),
+        }))
+    }));
+    let plugin = match started {
+        Ok(Ok(plugin)) => plugin,
+        Ok(Err(error)) => {
+            log(sys::MOSQ_LOG_ERR, &format!("mqstore: {error}"));
+            return sys::MOSQ_ERR_INVAL;
+        }
+        Err(_) => return sys::MOSQ_ERR_UNKNOWN,
+    };
+    let raw = Box::into_raw(plugin);
+    for (event, callback) in callbacks() {
+        // SAFETY: the plugin id is mosquitto's; the user data lives until cleanup.
+        let registered = unsafe {
+            sys::mosquitto_callback_register(
+                id,
+                event as c_int,
+                Some(callback),
+                ptr::null(),
+                raw.cast(),
+            )
+        };
+        if registered != SUCCESS {
+            log(
+                sys::MOSQ_LOG_ERR,
+                "mqstore: cannot register the plugin's callbacks",
+            );
+            // SAFETY: made above, never handed out.
+            drop(unsafe { Box::from_raw(raw) });
+            return registered;
+        }
+    }
+    // SAFETY: mosquitto hands this back to cleanup.
+    unsafe { *userdata = raw.cast() };
+    log(
+        sys::MOSQ_LOG_INFO,
+        "mqstore: the state store runs inside this broker",
+    );
+    SUCCESS
+}
+
+type Callback = unsafe extern "C" fn(c_int, *mut c_void, *mut c_void) -> c_int;
+
+fn callbacks() -> [(u32, Callback); 3] {
+    [
+        (sys::MOSQ_EVT_MESSAGE, on_message),
+        (sys::MOSQ_EVT_TICK, on_tick),
+        (sys::MOSQ_EVT_DISCONNECT, on_disconnect),
+    ]
+}
+
+/// Unloads the plugin.
+///
+/// # Safety
+/// Called by mosquitto with what init stored.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mosquitto_plugin_cleanup(
+    userdata: *mut c_void,
+    _opts: *mut sys::mosquitto_opt,
+    _count: c_int,
+) -> c_int {
+    if userdata.is_null() {
+        return SUCCESS;
+    }
+    // SAFETY: made by init.
+    let plugin = unsafe { Box::from_raw(userdata.cast::<Plugin>()) };
+    for (event, callback) in callbacks() {
+        // SAFETY: registered by init with this id.
+        unsafe {
+            sys::mosquitto_callback_unregister(
+                plugin.id,
+                event as c_int,
+                Some(callback),
+                ptr::null(),
+            )
+        };
+    }
+    SUCCESS
+}
+
+/// Runs `body` on the plugin, never letting a panic into mosquitto.
+fn with_plugin(userdata: *mut c_void, body: impl FnOnce(&mut Plugin)) {
+    if userdata.is_null() {
+        return;
+    }
+    let run = catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: made by init; mosquitto calls back on its one thread.
+        let plugin = unsafe { &mut *userdata.cast::<Plugin>() };
+        body(plugin);
+        plugin.send();
+    }));
+    if run.is_err() {
+        log(
+            sys::MOSQ_LOG_ERR,
+            "mqstore: a panic in the plugin (the message was let through)",
+        );
+    }
+}
+
+unsafe extern "C" fn on_message(_event: c_int, data: *mut c_void, userdata: *mut c_void) -> c_int {
+    // SAFETY: mosquitto passes its message event.
+    let message = unsafe { &mut *data.cast::<sys::mosquitto_evt_message>() };
+    if message.topic.is_null() {
+        return SUCCESS;
+    }
+    // SAFETY: a NUL-terminated topic.
+    let topic = unsafe { CStr::from_ptr(message.topic) }.to_string_lossy();
+    let is_request =
+        topic == topics::INVOKE || topics::client_of_identified_invoke(&topic).is_some();
+    if !is_request {
+        return SUCCESS;
+    }
+    // A retained request would be stored and replayed to later subscribers.
+    message.retain = false;
+    with_plugin(userdata, |plugin| {
+        // SAFETY: the event's fields, valid during the callback.
+        let publish = unsafe { read_publish(message, &topic) };
+        if let Some(client) = unsafe { client_id(message.client) } {
+            plugin.connections.insert(client, message.client as usize);
+        }
+        let now = now_ms();
+        plugin.engine.handle(publish, now, &mut plugin.out);
+    });
+    SUCCESS
+}
+
+unsafe extern "C" fn on_tick(_event: c_int, _data: *mut c_void, userdata: *mut c_void) -> c_int {
+    with_plugin(userdata, |plugin| {
+        if let Some(presence) = plugin.presence.take() {
+            publish(&presence, None, true);
+        }
+        let now = now_ms();
+        plugin.engine.expire(now, &mut plugin.out);
+        plugin.engine.expire_leases(now);
+    });
+    SUCCESS
+}
+
+unsafe extern "C" fn on_disconnect(
+    _event: c_int,
+    data: *mut c_void,
+    userdata: *mut c_void,
+) -> c_int {
+    // SAFETY: mosquitto passes its disconnect event.
+    let event = unsafe { &*data.cast::<sys::mosquitto_evt_disconnect>() };
+    // SAFETY: the event's client; NULL id for a connection that never sent CONNECT.
+    let Some(client) = (unsafe { client_id(event.client) }) else {
+        return SUCCESS;
+    };
+    with_plugin(userdata, |plugin| {
+        if plugin.connections.get(&client) == Some(&(event.client as usize)) {
+            plugin.connections.remove(&client);
+            plugin.engine.drop_client(&client);
+            plugin.engine.drop_client(&topics::identified(&client));
+        }
+    });
+    SUCCESS
+}
+
+/// The client id of a connection (`None` before CONNECT).
+unsafe fn client_id(client: *mut sys::mosquitto) -> Option<String> {
+    if client.is_null() {
+        return None;
+    }
+    // SAFETY: mosquitto's connection; the id is NUL-terminated or NULL.
+    let id = unsafe { sys::mosquitto_client_id(client) };
+    (!id.is_null()).then(|| unsafe { CStr::from_ptr(id) }.to_string_lossy().into_owned())
+}
+
+/// The request as the engine takes it: topic, payload and the MQTT 5 properties mosquitto
+/// keeps (response topic, correlation data, content type, format indicator, user properties).
+unsafe fn read_publish(message: &sys::mosquitto_evt_message, topic: &str) -> Publish {
+    let payload = match message.payload.is_null() {
+        true => Bytes::new(),
+        // SAFETY: `payloadlen` bytes.
+        false => Bytes::copy_from_slice(unsafe {
+            std::slice::from_raw_parts(message.payload.cast::<u8>(), message.payloadlen as usize)
+        }),
+    };
+    let props = message.properties;
+    let mut properties = Properties::default();
+    if !props.is_null() {
+        // SAFETY: mosquitto's property list; each read copies with malloc, freed here.
+        unsafe {
+            properties.response_topic = read_string(props, sys::MQTT_PROP_RESPONSE_TOPIC);
+            properties.content_type = read_string(props, sys::MQTT_PROP_CONTENT_TYPE);
+            let mut data: *mut c_void = ptr::null_mut();
+            let mut len: u16 = 0;
+            let found = sys::mosquitto_property_read_binary(
+                props,
+                sys::MQTT_PROP_CORRELATION_DATA as c_int,
+                &mut data,
+                &mut len,
+                false,
+            );
+            if !found.is_null() && !data.is_null() {
+                properties.correlation_data = Some(Bytes::copy_from_slice(
+                    std::slice::from_raw_parts(data.cast::<u8>(), len as usize),
+                ));
+                free(data);
+            }
+            let mut byte: u8 = 0;
+            if !sys::mosquitto_property_read_byte(
+                props,
+                sys::MQTT_PROP_PAYLOAD_FORMAT_INDICATOR as c_int,
+                &mut byte,
+                false,
+            )
+            .is_null()
+            {
+                properties.payload_format_indicator = Some(byte);
+            }
+            let mut at = props as *const sys::mosquitto_property;
+            let mut skip = false;
+            loop {
+                let (mut name, mut value): (*mut c_char, *mut c_char) =
+                    (ptr::null_mut(), ptr::null_mut());
+                at = sys::mosquitto_property_read_string_pair(
+                    at,
+                    sys::MQTT_PROP_USER_PROPERTY as c_int,
+                    &mut name,
+                    &mut value,
+                    skip,
+                );
+                if at.is_null() {
+                    break;
+                }
+                skip = true;
+                if !name.is_null() && !value.is_null() {
+                    properties.user_properties.push((
+                        CStr::from_ptr(name).to_string_lossy().into_owned(),
+                        CStr::from_ptr(value).to_string_lossy().into_owned(),
+                    ));
+                }
+                free(name.cast());
+                free(value.cast());
+            }
+        }
+    }
+    Publish {
+        topic: topic.to_owned(),
+        payload,
+        qos: message.qos,
+        properties,
+    }
+}
+
+unsafe fn read_string(props: *const sys::mosquitto_property, id: u32) -> Option<String> {
+    let mut value: *mut c_char = ptr::null_mut();
+    // SAFETY: a property list; the copy is freed here.
+    unsafe {
+        let found = sys::mosquitto_property_read_string(props, id as c_int, &mut value, false);
+        if found.is_null() || value.is_null() {
+            return None;
+        }
+        let text = CStr::from_ptr(value).to_string_lossy().into_owned();
+        free(value.cast());
+        Some(text)
+    }
+}
+
+impl Plugin {
+    /// Publishes what the engine returned: notifications straight to their client,
+    /// answers to their response topic.
+    fn send(&mut self) {
+        for message in self.out.drain(..) {
+            match notified_client(&message.topic) {
+                Some(client) => publish(&message, Some(&client), false),
+                None => publish(&message, None, false),
+            }
+        }
+    }
+}
+
+/// The MQTT client id a notification topic is for: the standard form names it in hex, the
+/// identified form is the client's own tree.
+fn notified_client(topic: &str) -> Option<String> {
+    let client = topics::client_of_notify_topic(topic)?;
+    Some(match topic.starts_with(topics::CLIENTS_PREFIX) {
+        true => client,
+        false => topic
+            .strip_prefix("clients/")?
+            .split_once('/')?
+            .0
+            .to_owned(),
+    })
+}
+
+/// Publishes a copy of `message` (to one client, or to the topic's subscribers), with its
+/// properties; a topic that is not a valid topic name (a wildcard response topic) is dropped.
+fn publish(message: &Publish, client: Option<&str>, retain: bool) {
+    let (Ok(topic), client) = (
+        CString::new(message.topic.as_str()),
+        client.map(CString::new).transpose(),
+    ) else {
+        return;
+    };
+    let Ok(client) = client else { return };
+    // SAFETY: a NUL-terminated topic.
+    if unsafe { sys::mosquitto_pub_topic_check(topic.as_ptr()) } != SUCCESS {
+        log(
+            sys::MOSQ_LOG_WARNING,
+            &format!(
+                "mqstore: not publishing to {:?}: not a valid topic name",
+                message.topic
+            ),
+        );
+        return;
+    }
+    let mut props: *mut sys::mosquitto_property = ptr::null_mut();
+    let p = &message.properties;
+    // SAFETY: building a property list mosquitto takes over on success.
+    unsafe {
+        if let Some(data) = &p.correlation_data {
+            sys::mosquitto_property_add_binary(
+                &mut props,
+                sys::MQTT_PROP_CORRELATION_DATA as c_int,
+                data.as_ptr().cast(),
+                data.len() as u16,
+            );
+        }
+        let mut add_string = |id: u32, text: &str| {
+            if let Ok(text) = CString::new(text) {
+                sys::mosquitto_property_add_string(&mut props, id as c_int, text.as_ptr());
+            }
+        };
+        if let Some(content_type) = &p.content_type {
+            add_string(sys::MQTT_PROP_CONTENT_TYPE, content_type);
+        }
+        if let Some(topic) = &p.response_topic {
+            add_string(sys::MQTT_PROP_RESPONSE_TOPIC, topic);
+        }
+        if let Some(indicator) = p.payload_format_indicator {
+            sys::mosquitto_property_add_byte(
+                &mut props,
+                sys::MQTT_PROP_PAYLOAD_FORMAT_INDICATOR as c_int,
+                indicator,
+            );
+        }
+        if let Some(expiry) = p.message_expiry_interval {
+            sys::mosquitto_property_add_int32(
+                &mut props,
+                sys::MQTT_PROP_MESSAGE_EXPIRY_INTERVAL as c_int,
+                expiry,
+            );
+        }
+        for (name, value) in &p.user_properties {
+            if let (Ok(name), Ok(value)) =
+                (CString::new(name.as_str()), CString::new(value.as_str()))
+            {
+                sys::mosquitto_property_add_string_pair(
+                    &mut props,
+                    sys::MQTT_PROP_USER_PROPERTY as c_int,
+                    name.as_ptr(),
+                    value.as_ptr(),
+                );
+            }
+        }
+        let published = sys::mosquitto_broker_publish_copy(
+            client.as_ref().map_or(ptr::null(), |c| c.as_ptr()),
+            topic.as_ptr(),
+            message.payload.len() as c_int,
+            message.payload.as_ptr().cast(),
+            c_int::from(message.qos),
+            retain,
+            props,
+        );
+        if published != SUCCESS {
+            sys::mosquitto_property_free_all(&mut props);
+        }
+    }
+}

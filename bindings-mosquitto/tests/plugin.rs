@@ -1,0 +1,236 @@
+//! The plugin loaded into a real mosquitto 2.0 (no `mqstore serve` anywhere): the state store
+//! answers from inside the broker, notifications reach clients that never subscribed, keys
+//! expire on the broker's tick, and hostile requests leave the broker serving.
+
+#[path = "../../core/tests/broker/mod.rs"]
+mod broker;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use broker::Broker;
+use bytes::Bytes;
+use mqstore::codec::{Bulk, Request, Response, SetRequest, decode_notification, decode_response};
+use mqstore::net::client::{Client, ClientOptions, SetOptions};
+use rumqttc::v5::mqttbytes::QoS;
+use rumqttc::v5::mqttbytes::v5::Packet;
+use rumqttc::v5::mqttbytes::v5::PublishProperties;
+use rumqttc::v5::{AsyncClient, Event, EventLoop, MqttOptions};
+
+const WAIT: Duration = Duration::from_secs(10);
+
+/// The plugin built beside this test (`target/{profile}/libmqstore_mosquitto.so`).
+fn plugin_path() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let profile_dir = exe.parent().unwrap().parent().unwrap();
+    let path = profile_dir.join("libmqstore_mosquitto.so");
+    assert!(
+        path.exists(),
+        "{} is missing: cargo build -p mqstore-mosquitto",
+        path.display()
+    );
+    path
+}
+
+fn broker_with_plugin() -> Broker {
+    Broker::start_config(&format!(
+        "plugin {}\nplugin_opt_node_id inside\n",
+        plugin_path().display()
+    ))
+}
+
+async fn client(broker: &Broker, id: &str) -> Client {
+    let mut options = ClientOptions::new(id, "127.0.0.1", broker.port);
+    options.timeout = Duration::from_secs(3);
+    Client::connect(options).await.expect("the client connects")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_state_store_answers_from_inside_mosquitto() {
+    let broker = broker_with_plugin();
+    let c = client(&broker, "plain").await;
+    let set = c.set("k", "v1", SetOptions::default()).await.unwrap();
+    assert_eq!(set.version.as_ref().unwrap().node.as_ref(), "inside");
+    let got = c.get("k").await.unwrap().unwrap();
+    assert_eq!((got.value, got.version), (Bytes::from("v1"), set.version));
+    let nx = SetOptions {
+        condition: mqstore::codec::Condition::NotExists,
+        ..SetOptions::default()
+    };
+    assert!(c.set("k", "v2", nx).await.unwrap().version.is_some());
+    assert_eq!(c.get("k").await.unwrap().unwrap().value, "v1");
+    for i in 0..5 {
+        c.set(format!("scan/{i}"), "x", SetOptions::default())
+            .await
+            .unwrap();
+    }
+    assert_eq!(c.scan("scan/*").await.unwrap().len(), 5);
+    let deleted = c.del("k", None).await.unwrap();
+    assert_eq!(deleted.outcome, mqstore::client::Deleted::Deleted);
+    assert_eq!(c.get("k").await.unwrap(), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notifications_and_expiry_reach_an_observer() {
+    let broker = broker_with_plugin();
+    let writer = client(&broker, "writer").await;
+    let observer = client(&broker, "observer").await;
+    let mut changes = observer.observe("watched").await.unwrap();
+    let brief = SetOptions {
+        expires: Some(Duration::from_millis(300)),
+        ..SetOptions::default()
+    };
+    writer.set("watched", "soon gone", brief).await.unwrap();
+    let set = tokio::time::timeout(WAIT, changes.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(set.value.as_deref(), Some(&b"soon gone"[..]));
+    // Expired by the plugin on the broker's tick.
+    let gone = tokio::time::timeout(WAIT, changes.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((gone.value, gone.synthetic), (None, false));
+}
+
+/// A raw MQTT 5 connection that subscribes to its response topic only.
+async fn raw(broker: &Broker, id: &str) -> (AsyncClient, EventLoop) {
+    let mut options = MqttOptions::new(id, "127.0.0.1", broker.port);
+    options.set_keep_alive(Duration::from_secs(30));
+    let (client, mut events) = AsyncClient::new(options, 64);
+    client
+        .subscribe(format!("{id}/response"), QoS::AtLeastOnce)
+        .await
+        .unwrap();
+    loop {
+        if let Event::Incoming(Packet::SubAck(_)) = events.poll().await.unwrap() {
+            return (client, events);
+        }
+    }
+}
+
+/// Sends a request on the standard topic as `id` and waits for the next publish.
+async fn call(
+    raw: &mut (AsyncClient, EventLoop),
+    id: &str,
+    request: &Request,
+) -> rumqttc::v5::mqttbytes::v5::Publish {
+    let properties = PublishProperties {
+        response_topic: Some(format!("{id}/response")),
+        correlation_data: Some(Bytes::from_static(b"0123456789abcdef")),
+        user_properties: vec![
+            ("__srcId".into(), id.into()),
+            ("__ts".into(), format!("{:015}:00000:{id}", now_ms())),
+        ],
+        ..PublishProperties::default()
+    };
+    send(&raw.0, request.to_bytes(), properties).await;
+    next_publish(&mut raw.1).await
+}
+
+/// Publishes a request on the standard request topic.
+async fn send(client: &AsyncClient, payload: Bytes, properties: PublishProperties) {
+    let topic = mqstore::topics::INVOKE;
+    client
+        .publish_with_properties(topic, QoS::AtLeastOnce, false, payload, properties)
+        .await
+        .unwrap();
+}
+
+async fn next_publish(events: &mut EventLoop) -> rumqttc::v5::mqttbytes::v5::Publish {
+    tokio::time::timeout(WAIT, async {
+        loop {
+            if let Event::Incoming(Packet::Publish(p)) = events.poll().await.unwrap() {
+                return p;
+            }
+        }
+    })
+    .await
+    .expect("a publish within 10 s")
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_never_subscribes_to_its_notifications_gets_them() {
+    let broker = broker_with_plugin();
+    // Like the Azure SDK for Go: KEYNOTIFY, but no subscription to the notification topic.
+    let mut raw = raw(&broker, "unsubscribed").await;
+    let notify = Request::KeyNotify {
+        key: Bytes::from_static(b"door"),
+        stop: false,
+    };
+    let answer = call(&mut raw, "unsubscribed", &notify).await;
+    assert_eq!(decode_response(&answer.payload).unwrap(), Response::Ok);
+    let writer = client(&broker, "writer").await;
+    writer
+        .set("door", "open", SetOptions::default())
+        .await
+        .unwrap();
+    let notification = next_publish(&mut raw.1).await;
+    let topic = String::from_utf8_lossy(&notification.topic).into_owned();
+    assert!(topic.contains("/command/notify/"), "{topic}");
+    let decoded = decode_notification(&notification.payload).unwrap();
+    assert!(
+        matches!(decoded, mqstore::codec::Notification::Set(ref v) if v.value() == "open"),
+        "{decoded:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_requests_leave_the_broker_serving() {
+    let broker = broker_with_plugin();
+    let raw = raw(&broker, "hostile").await;
+    let set = Request::Set(SetRequest::new(
+        Bytes::from_static(b"h"),
+        Bulk::new(Bytes::from_static(b"x")),
+    ));
+    // A wildcard response topic: not answered (2.0.11 would publish to a topic named `r/#`).
+    let properties = PublishProperties {
+        response_topic: Some("r/#".into()),
+        correlation_data: Some(Bytes::from_static(b"c")),
+        ..PublishProperties::default()
+    };
+    send(&raw.0, set.to_bytes(), properties).await;
+    // A retained request is not kept (a later subscriber to the request topic gets nothing),
+    // and garbage is answered with an error or not at all.
+    let requests: [(bool, &'static [u8]); 2] = [
+        (true, b"*1\r\n$3\r\nGET\r\n"),
+        (false, b"\xff\x00 not RESP"),
+    ];
+    for (retain, payload) in requests {
+        let topic = mqstore::topics::INVOKE;
+        let payload = Bytes::from_static(payload);
+        raw.0
+            .publish(topic, QoS::AtLeastOnce, retain, payload)
+            .await
+            .unwrap();
+    }
+    // The broker still serves, and the plugin still answers.
+    let c = client(&broker, "after").await;
+    c.set("after", "fine", SetOptions::default()).await.unwrap();
+    assert_eq!(c.get("after").await.unwrap().unwrap().value, "fine");
+    let (late, mut late_events) = {
+        let mut options = MqttOptions::new("late", "127.0.0.1", broker.port);
+        options.set_keep_alive(Duration::from_secs(30));
+        AsyncClient::new(options, 16)
+    };
+    late.subscribe(mqstore::topics::INVOKE, QoS::AtLeastOnce)
+        .await
+        .unwrap();
+    let retained = tokio::time::timeout(Duration::from_millis(1500), async {
+        loop {
+            if let Event::Incoming(Packet::Publish(p)) = late_events.poll().await.unwrap() {
+                return p;
+            }
+        }
+    })
+    .await;
+    assert!(retained.is_err(), "a request was retained: {retained:?}");
+}
