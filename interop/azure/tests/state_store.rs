@@ -1,5 +1,6 @@
 //! The published Azure IoT Operations state store client (crate `azure_iot_operations_services`,
-//! feature `state_store`), unchanged, against `mqstore serve` through a real mosquitto.
+//! feature `state_store`), unchanged, against `mqstore serve` through a real mosquitto (and
+//! Mochi MQTT), and against the state store inside mosquitto (the broker plugin).
 
 #[path = "../../../core/tests/broker/mod.rs"]
 #[macro_use]
@@ -81,7 +82,41 @@ on_both_brokers! {
     async fn the_azure_sdk_client_works_against_mqstore_serve(kind: Kind) {
         let broker = Broker::start_kind(kind);
         let server = start_server(broker.port).await;
-        let (client, session, exit) = azure_client(broker.port, "azure-sdk-client");
+        exercise(broker.port).await;
+        server.stop().await.unwrap();
+    }
+}
+
+/// The plugin built in this workspace (`target/{profile}/libmqstore_mosquitto.so`).
+fn plugin_path() -> std::path::PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let path = exe
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("libmqstore_mosquitto.so");
+    assert!(
+        path.exists(),
+        "{} is missing: cargo build -p mqstore-mosquitto",
+        path.display()
+    );
+    path
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_azure_sdk_client_works_against_the_mosquitto_plugin() {
+    let broker = Broker::start_config(&format!(
+        "plugin {}\nplugin_opt_node_id inside\n",
+        plugin_path().display()
+    ));
+    exercise(broker.port).await;
+}
+
+/// Every call of the Azure SDK's state store client, against whatever serves on the broker.
+async fn exercise(port: u16) {
+    {
+        let (client, session, exit) = azure_client(port, "azure-sdk-client");
         let session_task = tokio::spawn(session.run());
 
         // The server may still be subscribing: retry the first call until it answers.
@@ -268,6 +303,5 @@ on_both_brokers! {
         client.shutdown().await.unwrap();
         let _ = exit.try_exit();
         let _ = tokio::time::timeout(TIMEOUT, session_task).await;
-        server.stop().await.unwrap();
     }
 }
