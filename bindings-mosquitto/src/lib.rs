@@ -63,12 +63,14 @@ struct Plugin {
 struct Options {
     node_id: String,
     quotas: Quotas,
+    access_rules: Vec<mqstore::engine::AccessRule>,
 }
 
 fn options(opts: *mut sys::mosquitto_opt, count: c_int) -> Result<Options, String> {
     let mut options = Options {
         node_id: "mosquitto".into(),
         quotas: Quotas::SERVER_DEFAULT,
+        access_rules: Vec::new(),
     };
     for i in 0..count.max(0) as usize {
         // SAFETY: mosquitto passes `count` options with NUL-terminated strings.
@@ -86,6 +88,12 @@ fn options(opts: *mut sys::mosquitto_opt, count: c_int) -> Result<Options, Strin
             "max_bytes" => options.quotas.max_bytes = Some(number()?),
             "max_watches" => options.quotas.max_watches = Some(number()?),
             "max_watches_per_client" => options.quotas.max_watches_per_client = Some(number()?),
+            // Repeatable (`plugin_opt_access_rule` lines, in order), as --access-rule.
+            "access_rule" => options.access_rules.push(
+                value
+                    .parse()
+                    .map_err(|e| format!("plugin_opt_access_rule: {e}"))?,
+            ),
             _ => return Err(format!("unknown option plugin_opt_{key}")),
         }
     }
@@ -137,10 +145,11 @@ pub unsafe extern "C" fn mosquitto_plugin_init(
     count: c_int,
 ) -> c_int {
     let started = catch_unwind(AssertUnwindSafe(|| -> Result<Box<Plugin>, String> {
-        let options = options(opts, count)?;
+        let mut options = options(opts, count)?;
         let config = EngineConfig {
             scan_token_key: random_bytes(),
             scan_token_seed: random_bytes(),
+            access: mqstore::engine::AccessRules::new(std::mem::take(&mut options.access_rules)),
             ..EngineConfig::new(options.node_id.clone())
         };
         let engine = Engine::new(config, DurableStore::with_quotas(options.quotas))
@@ -251,9 +260,7 @@ fn with_plugin(userdata: *mut c_void, body: impl FnOnce(&mut Plugin)) {
     }
     let run = catch_unwind(AssertUnwindSafe(|| {
         // SAFETY: made by init; mosquitto calls back on its one thread.
-        let plugin = unsafe { &mut *userdata.cast::<Plugin>() };
-        body(plugin);
-        plugin.send();
+        body(unsafe { &mut *userdata.cast::<Plugin>() });
     }));
     if run.is_err() {
         log(
@@ -278,14 +285,22 @@ unsafe extern "C" fn on_message(_event: c_int, data: *mut c_void, userdata: *mut
     }
     // A retained request would be stored and replayed to later subscribers.
     message.retain = false;
+    // SAFETY: the event's connection.
+    let Some(sender) = (unsafe { client_id(message.client) }) else {
+        return SUCCESS;
+    };
     with_plugin(userdata, |plugin| {
         // SAFETY: the event's fields, valid during the callback.
         let publish = unsafe { read_publish(message, &topic) };
-        if let Some(client) = unsafe { client_id(message.client) } {
-            plugin.connections.insert(client, message.client as usize);
-        }
+        plugin
+            .connections
+            .insert(sender.clone(), message.client as usize);
+        // The broker names the sender: it is who the request is from, whatever it claims.
         let now = now_ms();
-        plugin.engine.handle(publish, now, &mut plugin.out);
+        plugin
+            .engine
+            .handle_from(publish, Some(&sender), now, &mut plugin.out);
+        plugin.send(Some(&sender));
     });
     SUCCESS
 }
@@ -298,6 +313,7 @@ unsafe extern "C" fn on_tick(_event: c_int, _data: *mut c_void, userdata: *mut c
         let now = now_ms();
         plugin.engine.expire(now, &mut plugin.out);
         plugin.engine.expire_leases(now);
+        plugin.send(None);
     });
     SUCCESS
 }
@@ -426,13 +442,14 @@ unsafe fn read_string(props: *const sys::mosquitto_property, id: u32) -> Option<
 }
 
 impl Plugin {
-    /// Publishes what the engine returned: notifications straight to their client,
-    /// answers to their response topic.
-    fn send(&mut self) {
+    /// Publishes what the engine returned, each to one client directly: a notification to
+    /// the client it is for, an answer to the requester (`sender`) on its response topic —
+    /// never to whoever else subscribes there, since a plugin's publishes skip the broker's
+    /// write ACL and a requester could otherwise make it publish where it may not.
+    fn send(&mut self, sender: Option<&str>) {
         for message in self.out.drain(..) {
-            match notified_client(&message.topic) {
-                Some(client) => publish(&message, Some(&client), false),
-                None => publish(&message, None, false),
+            if let Some(client) = notified_client(&message.topic).as_deref().or(sender) {
+                publish(&message, Some(client), false);
             }
         }
     }

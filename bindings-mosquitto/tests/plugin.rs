@@ -110,17 +110,28 @@ async fn raw(broker: &Broker, id: &str) -> (AsyncClient, EventLoop) {
     }
 }
 
-/// Sends a request on the standard topic as `id` and waits for the next publish.
+/// Sends a request on the standard topic as `id` (claiming to be `id` in `__srcId`) and
+/// waits for the next publish.
 async fn call(
     raw: &mut (AsyncClient, EventLoop),
     id: &str,
+    request: &Request,
+) -> rumqttc::v5::mqttbytes::v5::Publish {
+    call_claiming(raw, id, id, request).await
+}
+
+/// Sends a request as `id` that claims to be from `claimed`.
+async fn call_claiming(
+    raw: &mut (AsyncClient, EventLoop),
+    id: &str,
+    claimed: &str,
     request: &Request,
 ) -> rumqttc::v5::mqttbytes::v5::Publish {
     let properties = PublishProperties {
         response_topic: Some(format!("{id}/response")),
         correlation_data: Some(Bytes::from_static(b"0123456789abcdef")),
         user_properties: vec![
-            ("__srcId".into(), id.into()),
+            ("__srcId".into(), claimed.into()),
             ("__ts".into(), format!("{:015}:00000:{id}", now_ms())),
         ],
         ..PublishProperties::default()
@@ -233,4 +244,40 @@ async fn hostile_requests_leave_the_broker_serving() {
     })
     .await;
     assert!(retained.is_err(), "a request was retained: {retained:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn access_rules_hold_against_a_client_that_lies_in_its_src_id() {
+    let broker = Broker::start_config(&format!(
+        "plugin {}\nplugin_opt_access_rule admin * rw\nplugin_opt_access_rule sensor-* sensors/* rw\n",
+        plugin_path().display()
+    ));
+    let set = |key: &'static [u8]| {
+        Request::Set(SetRequest::new(
+            Bytes::from_static(key),
+            Bulk::new(Bytes::from_static(b"x")),
+        ))
+    };
+    let refused = |answer: &rumqttc::v5::mqttbytes::v5::Publish| {
+        let response = decode_response(&answer.payload).unwrap();
+        matches!(
+            response,
+            Response::Error(mqstore::ServiceError::NotAuthorized)
+        )
+    };
+    let mut sensor = raw(&broker, "sensor-1").await;
+    // Its own keys: allowed.
+    let own = call(&mut sensor, "sensor-1", &set(b"sensors/1")).await;
+    assert_eq!(decode_response(&own.payload).unwrap(), Response::Ok);
+    // Another's keys as itself: the rules refuse.
+    assert!(refused(
+        &call(&mut sensor, "sensor-1", &set(b"config/x")).await
+    ));
+    // Claiming to be the admin: the broker says who it is; refused.
+    assert!(refused(
+        &call_claiming(&mut sensor, "sensor-1", "admin", &set(b"config/x")).await
+    ));
+    let mut admin = raw(&broker, "admin").await;
+    let allowed = call(&mut admin, "admin", &set(b"config/x")).await;
+    assert_eq!(decode_response(&allowed.payload).unwrap(), Response::Ok);
 }

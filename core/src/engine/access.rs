@@ -32,6 +32,27 @@ impl AccessRule {
     }
 }
 
+impl std::str::FromStr for AccessRule {
+    type Err = String;
+
+    /// `CLIENTS KEYS PERMS` (patterns in the SCAN dialect, PERMS one of `r`, `w`, `rw`, `-`),
+    /// e.g. `sensor-* sensors/* rw`: the form of `--access-rule` and `plugin_opt_access_rule`.
+    fn from_str(text: &str) -> Result<Self, String> {
+        let parts: Vec<&str> = text.split_whitespace().collect();
+        let [clients, keys, perms] = parts[..] else {
+            return Err("expected \"CLIENTS KEYS PERMS\", e.g. 'sensor-* sensors/* rw'".into());
+        };
+        let (read, write) = match perms {
+            "r" => (true, false),
+            "w" => (false, true),
+            "rw" | "wr" => (true, true),
+            "-" => (false, false),
+            other => return Err(format!("PERMS is r, w, rw or -, not {other:?}")),
+        };
+        Ok(AccessRule::new(clients, keys.as_bytes(), read, write))
+    }
+}
+
 /// The engine's access rules. With no rules every client may do everything (the broker's
 /// ACLs are then the only gate). With rules, the first rule whose patterns match the client
 /// and the key decides, and a request no rule matches is denied. A request whose client id

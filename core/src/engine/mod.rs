@@ -335,6 +335,21 @@ impl<S> Engine<S> {
     /// [`Engine::complete`] with the store's reply. Expired keys are the store's business
     /// here (a store that answers later removes them itself).
     pub fn accept(&mut self, message: Publish, now_ms: u64, out: &mut Vec<Publish>) -> Accepted {
+        self.accept_from(message, None, now_ms, out)
+    }
+
+    /// [`Engine::accept`] for a request whose sender the broker itself names (`sender`: a
+    /// broker plugin reads it off the connection). The sender is who the request is from —
+    /// for access rules and registrations — whatever `__srcId` claims; a request that claims
+    /// another id is refused (`not authorized`), as an identified request that does. Answers
+    /// and notifications go to the topics the request's own form names, as otherwise.
+    pub fn accept_from(
+        &mut self,
+        message: Publish,
+        sender: Option<&str>,
+        now_ms: u64,
+        out: &mut Vec<Publish>,
+    ) -> Accepted {
         let mut invocation =
             match envelope::check_request(message.qos, message.properties, &self.config.node_id) {
                 Checked::Accept(invocation) => invocation,
@@ -355,6 +370,11 @@ impl<S> Engine<S> {
                 let claimed = invocation.client_id.replace(id);
                 impersonating = claimed != invocation.client_id;
                 invocation.identified = true;
+            }
+            None if sender.is_some() => {
+                let sender = sender.unwrap_or_default().to_owned();
+                let claimed = invocation.client_id.replace(sender.clone());
+                impersonating = claimed.is_some_and(|claimed| claimed != sender);
             }
             None => {
                 let prefixes = &self.config.response_topic_prefixes;
@@ -663,8 +683,20 @@ impl<S: Store> Engine<S> {
     /// notifications of keys that expired by `now_ms`, the notifications the request causes,
     /// then its response (nothing for a dropped request).
     pub fn handle(&mut self, message: Publish, now_ms: u64, out: &mut Vec<Publish>) -> Outcome {
+        self.handle_from(message, None, now_ms, out)
+    }
+
+    /// [`Engine::handle`] of a request whose sender the broker names (see
+    /// [`Engine::accept_from`]).
+    pub fn handle_from(
+        &mut self,
+        message: Publish,
+        sender: Option<&str>,
+        now_ms: u64,
+        out: &mut Vec<Publish>,
+    ) -> Outcome {
         self.expire(now_ms, out);
-        match self.accept(message, now_ms, out) {
+        match self.accept_from(message, sender, now_ms, out) {
             Accepted::Done(outcome) => outcome,
             Accepted::Store(call) => {
                 let reply = self.store.apply(&call.pending.op, now_ms);

@@ -533,18 +533,7 @@ fn parse_secret(text: &str) -> Result<[u8; 32], String> {
 }
 
 fn parse_rule(text: &str) -> Result<AccessRule, String> {
-    let parts: Vec<&str> = text.split_whitespace().collect();
-    let [clients, keys, perms] = parts[..] else {
-        return Err("expected \"CLIENTS KEYS PERMS\", e.g. 'sensor-* sensors/* rw'".into());
-    };
-    let (read, write) = match perms {
-        "r" => (true, false),
-        "w" => (false, true),
-        "rw" | "wr" => (true, true),
-        "-" => (false, false),
-        other => return Err(format!("PERMS is r, w, rw or -, not {other:?}")),
-    };
-    Ok(AccessRule::new(clients, keys.as_bytes(), read, write))
+    text.parse()
 }
 
 /// SIGINT or SIGTERM.
