@@ -27,7 +27,9 @@ use std::ptr;
 use bytes::Bytes;
 use mqstore::engine::{Engine, EngineConfig};
 use mqstore::envelope::{Properties, Publish};
+use mqstore::jobs::DurableJobs;
 use mqstore::presence::ServerPresence;
+use mqstore::store::disk::{self, Disk, Durability, Fsync};
 use mqstore::store::{DurableStore, Quotas};
 use mqstore::topics;
 
@@ -57,6 +59,24 @@ struct Plugin {
     /// DISCONNECT drops registrations only when it is that connection's.
     connections: HashMap<String, usize>,
     presence: Option<Publish>,
+    /// With `plugin_opt_data_dir`: the log, and what waits for its sync (a publish and the
+    /// client it goes to).
+    disk: Option<Durable>,
+}
+
+/// The data directory of a plugin with `plugin_opt_data_dir`.
+struct Durable {
+    disk: Disk<(Publish, String)>,
+    /// The jobs in the data directory (the plugin serves no jobs): written back as they are.
+    jobs: DurableJobs,
+    /// Syncs run on a thread of their own (nothing may block mosquitto's); they report here,
+    /// read at the next callback.
+    syncer: std::sync::mpsc::Sender<Box<dyn FnOnce() + Send>>,
+    synced: std::sync::mpsc::Receiver<std::io::Result<()>>,
+    synced_tx: std::sync::mpsc::Sender<std::io::Result<()>>,
+    /// A write or sync failed: requests are no longer served (their callers time out), so
+    /// nothing is acknowledged that may not be on disk.
+    failed: bool,
 }
 
 /// The options of the `plugin_opt_…` lines.
@@ -64,6 +84,8 @@ struct Options {
     node_id: String,
     quotas: Quotas,
     access_rules: Vec<mqstore::engine::AccessRule>,
+    durability: Option<Durability>,
+    fsync: Fsync,
 }
 
 fn options(opts: *mut sys::mosquitto_opt, count: c_int) -> Result<Options, String> {
@@ -71,6 +93,8 @@ fn options(opts: *mut sys::mosquitto_opt, count: c_int) -> Result<Options, Strin
         node_id: "mosquitto".into(),
         quotas: Quotas::SERVER_DEFAULT,
         access_rules: Vec::new(),
+        durability: None,
+        fsync: Fsync::default(),
     };
     for i in 0..count.max(0) as usize {
         // SAFETY: mosquitto passes `count` options with NUL-terminated strings.
@@ -94,8 +118,18 @@ fn options(opts: *mut sys::mosquitto_opt, count: c_int) -> Result<Options, Strin
                     .parse()
                     .map_err(|e| format!("plugin_opt_access_rule: {e}"))?,
             ),
+            "data_dir" => {
+                options.durability = Some(Durability {
+                    data_dir: value.into(),
+                    fsync: options.fsync,
+                })
+            }
+            "fsync" => options.fsync = value.parse()?,
             _ => return Err(format!("unknown option plugin_opt_{key}")),
         }
+    }
+    if let Some(durability) = &mut options.durability {
+        durability.fsync = options.fsync;
     }
     Ok(options)
 }
@@ -152,8 +186,46 @@ pub unsafe extern "C" fn mosquitto_plugin_init(
             access: mqstore::engine::AccessRules::new(std::mem::take(&mut options.access_rules)),
             ..EngineConfig::new(options.node_id.clone())
         };
-        let engine = Engine::new(config, DurableStore::with_quotas(options.quotas))
+        let mut engine = Engine::new(config, DurableStore::with_quotas(options.quotas))
             .map_err(|e| format!("plugin_opt_node_id {:?}: {e}", options.node_id))?;
+        let durable = match &options.durability {
+            None => None,
+            Some(durability) => {
+                let now = now_ms();
+                let (store, jobs, recovered, disk) =
+                    disk::open(durability, options.quotas, now, |recovered| {
+                        if let Some(newest) = &recovered.newest {
+                            engine.witness(newest);
+                        }
+                        engine.clock_now(now)
+                    })
+                    .map_err(|e| e.to_string())?;
+                *engine.store_mut() = store;
+                log(
+                    sys::MOSQ_LOG_INFO,
+                    &format!(
+                        "mqstore: the state store on disk in {} ({} keys, fsync {:?})",
+                        durability.data_dir.display(),
+                        recovered.keys,
+                        durability.fsync
+                    ),
+                );
+                let (syncer, jobs_rx) = std::sync::mpsc::channel::<Box<dyn FnOnce() + Send>>();
+                std::thread::Builder::new()
+                    .name("mqstore-sync".into())
+                    .spawn(move || jobs_rx.into_iter().for_each(|sync| sync()))
+                    .map_err(|e| format!("cannot start the sync thread: {e}"))?;
+                let (synced_tx, synced) = std::sync::mpsc::channel();
+                Some(Durable {
+                    disk,
+                    jobs,
+                    syncer,
+                    synced,
+                    synced_tx,
+                    failed: false,
+                })
+            }
+        };
         let epoch = format!("{:016x}", u64::from_le_bytes(random_bytes()));
         let presence = Publish {
             topic: topics::server_presence_topic(&options.node_id),
@@ -173,6 +245,7 @@ pub unsafe extern "C" fn mosquitto_plugin_init(
             out: Vec::new(),
             connections: HashMap::new(),
             presence: Some(presence),
+            disk: durable,
         }))
     }));
     let plugin = match started {
@@ -238,7 +311,12 @@ pub unsafe extern "C" fn mosquitto_plugin_cleanup(
         return SUCCESS;
     }
     // SAFETY: made by init.
-    let plugin = unsafe { Box::from_raw(userdata.cast::<Plugin>()) };
+    let mut plugin = unsafe { Box::from_raw(userdata.cast::<Plugin>()) };
+    if let Some(durable) = &mut plugin.disk
+        && let Err(error) = durable.disk.close()
+    {
+        log(sys::MOSQ_LOG_ERR, &format!("mqstore: {error}"));
+    }
     for (event, callback) in callbacks() {
         // SAFETY: registered by init with this id.
         unsafe {
@@ -260,7 +338,9 @@ fn with_plugin(userdata: *mut c_void, body: impl FnOnce(&mut Plugin)) {
     }
     let run = catch_unwind(AssertUnwindSafe(|| {
         // SAFETY: made by init; mosquitto calls back on its one thread.
-        body(unsafe { &mut *userdata.cast::<Plugin>() });
+        let plugin = unsafe { &mut *userdata.cast::<Plugin>() };
+        plugin.poll_synced();
+        body(plugin);
     }));
     if run.is_err() {
         log(
@@ -290,6 +370,9 @@ unsafe extern "C" fn on_message(_event: c_int, data: *mut c_void, userdata: *mut
         return SUCCESS;
     };
     with_plugin(userdata, |plugin| {
+        if plugin.disk.as_ref().is_some_and(|d| d.failed) {
+            return; // the data directory failed: nothing more is acknowledged
+        }
         // SAFETY: the event's fields, valid during the callback.
         let publish = unsafe { read_publish(message, &topic) };
         plugin
@@ -447,11 +530,88 @@ impl Plugin {
     /// never to whoever else subscribes there, since a plugin's publishes skip the broker's
     /// write ACL and a requester could otherwise make it publish where it may not.
     fn send(&mut self, sender: Option<&str>) {
+        let hold_until = self.persist();
         for message in self.out.drain(..) {
-            if let Some(client) = notified_client(&message.topic).as_deref().or(sender) {
-                publish(&message, Some(client), false);
+            let Some(client) = notified_client(&message.topic).or(sender.map(str::to_owned)) else {
+                continue;
+            };
+            match (hold_until, &mut self.disk) {
+                (Some(batch), Some(durable)) => durable.disk.hold(batch, (message, client)),
+                _ => publish(&message, Some(&client), false),
             }
         }
+    }
+
+    /// Hands the store's new records to the disk and starts a sync if one is due; the batch
+    /// what is published now must wait for (`plugin_opt_fsync always`).
+    fn persist(&mut self) -> Option<u64> {
+        let durable = self.disk.as_mut()?;
+        let records = self.engine.store_mut().take_pending();
+        if let Err(error) = durable.disk.stage(records) {
+            durable.fail(&error.to_string());
+            return None;
+        }
+        let hold_until = durable.disk.hold_until();
+        let synced = durable.synced_tx.clone();
+        let syncer = durable.syncer.clone();
+        durable.disk.start_sync(
+            now_ms(),
+            move |result| {
+                let _ = synced.send(result);
+            },
+            move |sync| {
+                let _ = syncer.send(sync);
+            },
+        );
+        hold_until
+    }
+
+    /// What the sync thread reported: what waited for it goes out.
+    fn poll_synced(&mut self) {
+        if self.disk.is_none() {
+            return;
+        }
+        let clock = self.engine.clock_now(now_ms());
+        let Some(durable) = &mut self.disk else {
+            return;
+        };
+        let mut released = Vec::new();
+        while let Ok(result) = durable.synced.try_recv() {
+            match result {
+                Ok(()) => released.extend(durable.disk.synced(now_ms())),
+                Err(error) => {
+                    let error = durable.disk.sync_failed(error);
+                    durable.fail(&error.to_string());
+                }
+            }
+        }
+        if durable.failed {
+            return;
+        }
+        for (message, client) in released {
+            publish(&message, Some(&client), false);
+        }
+        if let Err(error) = durable
+            .disk
+            .compact_if_due(self.engine.store(), &durable.jobs, &clock)
+        {
+            durable.fail(&error.to_string());
+        }
+        self.persist();
+    }
+}
+
+impl Durable {
+    fn fail(&mut self, error: &str) {
+        if !self.failed {
+            log(
+                sys::MOSQ_LOG_ERR,
+                &format!(
+                    "mqstore: the data directory failed, requests are no longer served: {error}"
+                ),
+            );
+        }
+        self.failed = true;
     }
 }
 

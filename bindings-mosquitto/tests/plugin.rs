@@ -281,3 +281,68 @@ async fn access_rules_hold_against_a_client_that_lies_in_its_src_id() {
     let allowed = call(&mut admin, "admin", &set(b"config/x")).await;
     assert_eq!(decode_response(&allowed.payload).unwrap(), Response::Ok);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_data_directory_mosquitto_killed_and_started_again_has_the_data_back() {
+    let dir = std::env::temp_dir().join(format!("mqstore-plugin-data-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut broker = Broker::start_config(&format!(
+        "plugin {}\nplugin_opt_node_id inside\nplugin_opt_data_dir {}\nplugin_opt_fsync always\n",
+        plugin_path().display(),
+        dir.display()
+    ));
+    let writer = client(&broker, "writer").await;
+    let observer = client(&broker, "observer").await;
+    let mut versions = Vec::new();
+    for i in 0..50 {
+        let set = writer
+            .set(
+                format!("durable/{i}"),
+                format!("v{i}"),
+                SetOptions::default(),
+            )
+            .await
+            .unwrap();
+        versions.push(set.version.unwrap());
+    }
+    let mut changes = observer.observe("watched").await.unwrap();
+
+    broker.restart(); // SIGKILL, then the same configuration on the same port
+    for (i, version) in versions.iter().enumerate() {
+        let got = tokio::time::timeout(WAIT, async {
+            loop {
+                if let Ok(Some(got)) = writer.get(format!("durable/{i}")).await {
+                    return got;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+        .await
+        .expect("the key is back");
+        assert_eq!(
+            (got.value, got.version.as_ref()),
+            (Bytes::from(format!("v{i}")), Some(version))
+        );
+    }
+    let after = writer
+        .set("durable/0", "after", SetOptions::default())
+        .await
+        .unwrap();
+    assert!(after.version.unwrap() > *versions.iter().max().unwrap());
+    // The observer saw the new epoch in the presence and registered again by itself.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        writer
+            .set("watched", "live", SetOptions::default())
+            .await
+            .unwrap();
+        match tokio::time::timeout(Duration::from_millis(500), changes.next()).await {
+            Ok(Some(change)) if change.value.as_deref() == Some(&b"live"[..]) => break,
+            _ => assert!(
+                tokio::time::Instant::now() < deadline,
+                "no notification after the restart"
+            ),
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -6,7 +6,6 @@ pub mod bench;
 pub mod client;
 pub mod commands;
 mod connection;
-pub mod durable;
 pub mod jobs;
 pub mod lease;
 pub mod metrics;

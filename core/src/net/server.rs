@@ -24,7 +24,6 @@ use tracing::{debug, error, info, warn};
 
 use super::commands::{Commander, CommanderConfig, CommanderError, RegistryConfig};
 use super::connection::{Connection, Driver, Outbox, Wakes};
-use super::durable::{self, Disk, DiskError, Durability};
 use super::metrics::{self, Metrics};
 use super::redis_store::{Applied, RedisConfig, RedisJobs, RedisStore, RedisStoreError};
 use super::{BrokerConfig, PROTOCOL_HINT, Polled, connection_error, from_mqtt, now_ms};
@@ -35,6 +34,7 @@ use crate::engine::{
 use crate::envelope::{self, DropReason, EnvelopeError, Publish};
 use crate::jobs::{DurableJobs, Jobs, JobsStore, OPERATOR_TOPIC, Stored};
 use crate::presence::ServerPresence;
+use crate::store::disk::{self as durable, Disk, DiskError, Durability};
 use crate::store::{ClientId, DurableStore, Expired, Quotas, StoreStats};
 use crate::topics;
 
@@ -1567,8 +1567,11 @@ impl Node {
         }
         let hold_until = disk.hold_until();
         let done = self.disk_done.clone();
-        disk.start_sync(now_ms(), move |result| {
+        let synced = move |result| {
             let _ = done.send(Done::Synced(result));
+        };
+        disk.start_sync(now_ms(), synced, |sync| {
+            tokio::task::spawn_blocking(sync);
         });
         hold_until
     }
@@ -1595,9 +1598,19 @@ impl Node {
                 _ => &self.kept_jobs,
             };
             let clock = engine.clock_now(now_ms());
-            if let Err(error) = disk.compact_if_due(engine.store(), jobs, &clock) {
-                self.fail(error);
-                return false;
+            match disk.compact_if_due(engine.store(), jobs, &clock) {
+                Ok(Some(c)) => info!(
+                    path = %disk.path().display(),
+                    before = c.before,
+                    after = c.after,
+                    took_ms = c.took.as_millis() as u64,
+                    "compacted the data file"
+                ),
+                Ok(None) => {}
+                Err(error) => {
+                    self.fail(error);
+                    return false;
+                }
             }
         }
         self.disconnect_when_done();

@@ -9,6 +9,7 @@
 //! rules as one script per op over a key and its metadata, so that conditional writes stay
 //! atomic across nodes, and answers when Redis does. Both run the same test suite.
 
+pub mod disk;
 mod durable;
 pub mod log;
 mod memory;

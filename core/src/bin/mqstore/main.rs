@@ -20,11 +20,11 @@ use mqstore::engine::{AccessRule, AccessRules};
 use mqstore::hlc::Hlc;
 use mqstore::net::bench::{self, BenchConfig};
 use mqstore::net::client::{Client, ClientOptions, Deleted, KeyChange, SetOptions};
-use mqstore::net::durable::Durability;
 use mqstore::net::lease::Lease;
 use mqstore::net::server::{ServerConfig, StoreConfig, serve};
 use mqstore::net::{BrokerConfig, TlsConfig};
 use mqstore::store::Quotas;
+use mqstore::store::disk::Durability;
 
 mod command;
 mod jobs;
@@ -355,7 +355,7 @@ struct ServeArgs {
     /// flight share one fsync) or `everysec` (synced about once a second: a power loss loses
     /// at most about the last second; a crash of mqstore alone loses nothing).
     #[arg(long, default_value = "everysec", requires = "data_dir")]
-    fsync: mqstore::net::durable::Fsync,
+    fsync: mqstore::store::disk::Fsync,
 }
 
 fn main() -> ExitCode {

@@ -1,4 +1,6 @@
-//! `mqstore serve --data-dir`: the durable store's log on disk. The store
+//! The durable store's log on disk (`mqstore serve --data-dir`, the mosquitto plugin's
+//! `plugin_opt_data_dir`), with the standard library only: the driver gives it a way to run a
+//! sync off its own thread (tokio's blocking pool, or a thread). The store
 //! ([`crate::store::DurableStore`]) records each write; this file appends the records to
 //! `DIR/state.log` and syncs them, by the `--fsync` policy:
 //!
@@ -18,9 +20,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Instant;
-
-use tracing::info;
+use std::time::{Duration, Instant};
 
 use crate::hlc::Hlc;
 use crate::jobs::DurableJobs;
@@ -89,6 +89,14 @@ fn io_error(what: &'static str, path: &Path) -> impl FnOnce(io::Error) -> DiskEr
     move |source| DiskError::Io { what, path, source }
 }
 
+/// What a compaction did (for the driver's log).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Compacted {
+    pub before: u64,
+    pub after: u64,
+    pub took: Duration,
+}
+
 /// The log's least size before it is compacted again.
 const COMPACT_AT_LEAST: u64 = 64 << 20;
 /// How often `everysec` syncs.
@@ -96,7 +104,7 @@ const SYNC_EVERY_MS: u64 = 1000;
 
 /// The log file and what waits for it. `T` is what the server holds until a sync (its
 /// answers and notifications).
-pub(crate) struct Disk<T> {
+pub struct Disk<T> {
     path: PathBuf,
     file: Arc<File>,
     /// `DIR/lock`, locked while the server runs: two servers on one log would corrupt it.
@@ -118,12 +126,12 @@ pub(crate) struct Disk<T> {
 }
 
 /// The state store, the jobs service's store, and what recovery found.
-pub(crate) type Opened<T> = (DurableStore, DurableJobs, Recovered, Disk<T>);
+pub type Opened<T> = (DurableStore, DurableJobs, Recovered, Disk<T>);
 
 /// Reads, replays and rewrites `DIR/state.log`: the stores it holds, what recovery found, and
 /// the disk to write to. `clock` makes the clock that the rewritten log records from the
 /// recovery (the engine's, once it has witnessed the newest version).
-pub(crate) fn open<T>(
+pub fn open<T>(
     durability: &Durability,
     quotas: Quotas,
     now_ms: u64,
@@ -234,12 +242,12 @@ fn replace(path: &Path, bytes: &[u8]) -> Result<File, DiskError> {
 }
 
 impl<T> Disk<T> {
-    pub(crate) fn path(&self) -> &Path {
+    pub fn path(&self) -> &Path {
         &self.path
     }
 
     /// Takes a step's records. `everysec` writes them at once.
-    pub(crate) fn stage(&mut self, records: Vec<u8>) -> Result<(), DiskError> {
+    pub fn stage(&mut self, records: Vec<u8>) -> Result<(), DiskError> {
         if records.is_empty() {
             return Ok(());
         }
@@ -257,7 +265,7 @@ impl<T> Disk<T> {
     }
 
     /// The batch what is queued now must wait for (`always`), or `None`: send at once.
-    pub(crate) fn hold_until(&self) -> Option<u64> {
+    pub fn hold_until(&self) -> Option<u64> {
         match (self.fsync, self.staged.is_empty(), self.syncing) {
             (Fsync::EverySec, ..) => None,
             (Fsync::Always, false, _) => Some(self.started + 1),
@@ -266,16 +274,17 @@ impl<T> Disk<T> {
         }
     }
 
-    pub(crate) fn hold(&mut self, batch: u64, item: T) {
+    pub fn hold(&mut self, batch: u64, item: T) {
         self.held.push_back((batch, item));
     }
 
     /// Starts the next sync if one is due and none runs: `always` when records are staged,
     /// `everysec` when the second is up. `synced` runs in a blocking task with the result.
-    pub(crate) fn start_sync(
+    pub fn start_sync(
         &mut self,
         now_ms: u64,
         synced: impl FnOnce(io::Result<()>) + Send + 'static,
+        spawn: impl FnOnce(Box<dyn FnOnce() + Send>),
     ) {
         if self.syncing {
             return;
@@ -291,13 +300,13 @@ impl<T> Disk<T> {
         self.syncing = true;
         self.started += 1;
         let file = self.file.clone();
-        tokio::task::spawn_blocking(move || {
+        spawn(Box::new(move || {
             synced((&*file).write_all(&records).and_then(|()| file.sync_data()))
-        });
+        }));
     }
 
     /// A sync ended well: what it released, in order.
-    pub(crate) fn synced(&mut self, now_ms: u64) -> Vec<T> {
+    pub fn synced(&mut self, now_ms: u64) -> Vec<T> {
         self.syncing = false;
         self.next_sync_ms = now_ms + SYNC_EVERY_MS;
         let mut released = Vec::new();
@@ -311,49 +320,46 @@ impl<T> Disk<T> {
         released
     }
 
-    pub(crate) fn sync_failed(&self, error: io::Error) -> DiskError {
+    pub fn sync_failed(&self, error: io::Error) -> DiskError {
         io_error("cannot write or sync the data file", &self.path)(error)
     }
 
     /// When `everysec` syncs next (`None`: nothing to sync, or a sync runs).
-    pub(crate) fn deadline(&self) -> Option<u64> {
+    pub fn deadline(&self) -> Option<u64> {
         (self.fsync == Fsync::EverySec && self.dirty && !self.syncing).then_some(self.next_sync_ms)
     }
 
     /// Nothing waits for the disk.
-    pub(crate) fn idle(&self) -> bool {
+    pub fn idle(&self) -> bool {
         !self.syncing && self.staged.is_empty() && self.held.is_empty()
     }
 
     /// Rewrites the log from `store` when it has grown past four times what the store holds
     /// (and nothing waits for it): the log's size stays in proportion to the data.
-    pub(crate) fn compact_if_due(
+    pub fn compact_if_due(
         &mut self,
         store: &DurableStore,
         jobs: &DurableJobs,
         clock: &Hlc,
-    ) -> Result<(), DiskError> {
+    ) -> Result<Option<Compacted>, DiskError> {
         let holds = store.stats().bytes;
         if self.len < COMPACT_AT_LEAST.max(holds.saturating_mul(4)) || !self.idle() || self.dirty {
-            return Ok(());
+            return Ok(None);
         }
         let started = Instant::now();
         let snapshot = snapshot(store, jobs, clock);
         let before = self.len;
         self.file = Arc::new(replace(&self.path, &snapshot)?);
         self.len = snapshot.len() as u64;
-        info!(
-            path = %self.path.display(),
+        Ok(Some(Compacted {
             before,
-            after = self.len,
-            took_ms = started.elapsed().as_millis() as u64,
-            "compacted the data file"
-        );
-        Ok(())
+            after: self.len,
+            took: started.elapsed(),
+        }))
     }
 
     /// At shutdown: what was written is synced (`everysec`).
-    pub(crate) fn close(&mut self) -> Result<(), DiskError> {
+    pub fn close(&mut self) -> Result<(), DiskError> {
         self.file
             .sync_data()
             .map_err(io_error("cannot sync the data file", &self.path))
