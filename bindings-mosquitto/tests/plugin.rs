@@ -95,8 +95,8 @@ async fn notifications_and_expiry_reach_an_observer() {
 }
 
 /// A raw MQTT 5 connection that subscribes to its response topic only.
-async fn raw(broker: &Broker, id: &str) -> (AsyncClient, EventLoop) {
-    let mut options = MqttOptions::new(id, "127.0.0.1", broker.port);
+async fn raw(port: u16, id: &str) -> (AsyncClient, EventLoop) {
+    let mut options = MqttOptions::new(id, "127.0.0.1", port);
     options.set_keep_alive(Duration::from_secs(30));
     let (client, mut events) = AsyncClient::new(options, 64);
     client
@@ -172,7 +172,7 @@ fn now_ms() -> u64 {
 async fn a_client_that_never_subscribes_to_its_notifications_gets_them() {
     let broker = broker_with_plugin();
     // Like the Azure SDK for Go: KEYNOTIFY, but no subscription to the notification topic.
-    let mut raw = raw(&broker, "unsubscribed").await;
+    let mut raw = raw(broker.port, "unsubscribed").await;
     let notify = Request::KeyNotify {
         key: Bytes::from_static(b"door"),
         stop: false,
@@ -197,7 +197,7 @@ async fn a_client_that_never_subscribes_to_its_notifications_gets_them() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_requests_leave_the_broker_serving() {
     let broker = broker_with_plugin();
-    let raw = raw(&broker, "hostile").await;
+    let raw = raw(broker.port, "hostile").await;
     let set = Request::Set(SetRequest::new(
         Bytes::from_static(b"h"),
         Bulk::new(Bytes::from_static(b"x")),
@@ -265,7 +265,7 @@ async fn access_rules_hold_against_a_client_that_lies_in_its_src_id() {
             Response::Error(mqstore::ServiceError::NotAuthorized)
         )
     };
-    let mut sensor = raw(&broker, "sensor-1").await;
+    let mut sensor = raw(broker.port, "sensor-1").await;
     // Its own keys: allowed.
     let own = call(&mut sensor, "sensor-1", &set(b"sensors/1")).await;
     assert_eq!(decode_response(&own.payload).unwrap(), Response::Ok);
@@ -277,7 +277,7 @@ async fn access_rules_hold_against_a_client_that_lies_in_its_src_id() {
     assert!(refused(
         &call_claiming(&mut sensor, "sensor-1", "admin", &set(b"config/x")).await
     ));
-    let mut admin = raw(&broker, "admin").await;
+    let mut admin = raw(broker.port, "admin").await;
     let allowed = call(&mut admin, "admin", &set(b"config/x")).await;
     assert_eq!(decode_response(&allowed.payload).unwrap(), Response::Ok);
 }
@@ -344,5 +344,86 @@ async fn with_a_data_directory_mosquitto_killed_and_started_again_has_the_data_b
             ),
         }
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_valgrind_the_plugin_makes_no_memory_errors_and_leaks_nothing() {
+    let port = broker::free_port();
+    let dir = std::env::temp_dir().join(format!("mqstore-plugin-valgrind-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("mosquitto.conf");
+    std::fs::write(
+        &config,
+        format!(
+            "listener {port} 127.0.0.1\nallow_anonymous true\nplugin {}\nplugin_opt_node_id vg\n",
+            plugin_path().display()
+        ),
+    )
+    .unwrap();
+    let mut broker = std::process::Command::new("valgrind")
+        .args(["--error-exitcode=99", "--leak-check=full"])
+        .args(["--errors-for-leak-kinds=definite,indirect,possible"])
+        .args(["--show-leak-kinds=definite,indirect,possible"])
+        .arg("/usr/sbin/mosquitto")
+        .arg("-c")
+        .arg(&config)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("valgrind runs (apt-get install valgrind)");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "mosquitto under valgrind did not start"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    {
+        // Every path of the plugin: requests, notifications, expiry, hostile input, goodbyes.
+        let mut options = ClientOptions::new("vg-client", "127.0.0.1", port);
+        options.timeout = Duration::from_secs(10);
+        let c = Client::connect(options).await.unwrap();
+        let mut changes = c.observe("vg/watched").await.unwrap();
+        let brief = SetOptions {
+            expires: Some(Duration::from_millis(200)),
+            ..SetOptions::default()
+        };
+        c.set("vg/watched", "x", brief).await.unwrap();
+        for _ in 0..2 {
+            tokio::time::timeout(Duration::from_secs(30), changes.next())
+                .await
+                .unwrap();
+        }
+        assert_eq!(c.scan("vg/*").await.unwrap().len(), 0);
+        let mut raw = raw(port, "vg-raw").await;
+        let notify = Request::KeyNotify {
+            key: Bytes::from_static(b"vg/door"),
+            stop: false,
+        };
+        call(&mut raw, "vg-raw", &notify).await;
+        let wildcard = PublishProperties {
+            response_topic: Some("r/#".into()),
+            correlation_data: Some(Bytes::from_static(b"c")),
+            ..PublishProperties::default()
+        };
+        send(&raw.0, Bytes::from_static(b"\xff garbage"), wildcard).await;
+        c.set("vg/door", "open", SetOptions::default())
+            .await
+            .unwrap();
+        next_publish(&mut raw.1).await;
+        c.close().await;
+    }
+    let _ = std::process::Command::new("kill")
+        .arg("-TERM")
+        .arg(broker.id().to_string())
+        .status();
+    let output = tokio::task::spawn_blocking(move || broker.wait_with_output().unwrap())
+        .await
+        .unwrap();
+    let said = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{said}");
+    assert!(said.contains("ERROR SUMMARY: 0 errors"), "{said}");
     let _ = std::fs::remove_dir_all(&dir);
 }
