@@ -361,7 +361,7 @@ async fn under_valgrind_the_plugin_makes_no_memory_errors_and_leaks_nothing() {
         ),
     )
     .unwrap();
-    let mut broker = std::process::Command::new("valgrind")
+    let broker = std::process::Command::new("valgrind")
         .args(["--error-exitcode=99", "--leak-check=full"])
         .args(["--errors-for-leak-kinds=definite,indirect,possible"])
         .args(["--show-leak-kinds=definite,indirect,possible"])
