@@ -365,3 +365,99 @@ impl<T> Disk<T> {
             .map_err(io_error("cannot sync the data file", &self.path))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+
+    /// A data directory of its own, removed when dropped.
+    struct Dir(PathBuf);
+
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn opened(name: &str, fsync: Fsync) -> (Dir, Disk<u32>) {
+        let dir = std::env::temp_dir().join(format!("mqstore-disk-{}-{name}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let durability = Durability {
+            data_dir: dir.clone(),
+            fsync,
+        };
+        let clock = |_: &Recovered| Hlc::new(1, 0, "n").unwrap();
+        let (_, _, _, disk) = open(&durability, Quotas::default(), 0, clock).unwrap();
+        (Dir(dir), disk)
+    }
+
+    /// Runs syncs at once, on this thread, and counts them.
+    fn sync_now(disk: &mut Disk<u32>, now_ms: u64, syncs: &Arc<Mutex<u32>>) {
+        let counted = syncs.clone();
+        disk.start_sync(
+            now_ms,
+            move |result| {
+                result.unwrap();
+                *counted.lock().unwrap() += 1;
+            },
+            |sync| sync(),
+        );
+    }
+
+    #[test]
+    fn everysec_syncs_what_was_written_within_a_second() {
+        let (_dir, mut disk) = opened("everysec", Fsync::EverySec);
+        let syncs = Arc::new(Mutex::new(0));
+        // Nothing written: nothing to sync.
+        sync_now(&mut disk, 0, &syncs);
+        assert_eq!((*syncs.lock().unwrap(), disk.deadline()), (0, None));
+        // The first write is synced at once; answers are never held.
+        disk.stage(vec![1; 10]).unwrap();
+        assert_eq!(disk.hold_until(), None);
+        sync_now(&mut disk, 0, &syncs);
+        assert_eq!(*syncs.lock().unwrap(), 1);
+        assert!(disk.synced(5).is_empty());
+        // A write 10 ms later waits for the next sync, due a second after the last one ended:
+        // what a power loss can take is what was written since, about a second.
+        disk.stage(vec![2; 10]).unwrap();
+        sync_now(&mut disk, 10, &syncs);
+        assert_eq!(*syncs.lock().unwrap(), 1);
+        assert_eq!(disk.deadline(), Some(1005));
+        sync_now(&mut disk, 1005, &syncs);
+        assert_eq!(*syncs.lock().unwrap(), 2);
+        disk.synced(1010);
+        assert!(disk.idle());
+        assert_eq!(fs::metadata(disk.path()).unwrap().len(), disk.len);
+    }
+
+    #[test]
+    fn always_holds_what_is_queued_until_its_batch_is_synced_and_groups_the_rest() {
+        let (_dir, mut disk) = opened("always", Fsync::Always);
+        let syncs = Arc::new(Mutex::new(0));
+        // Nothing written and nothing syncing: sent at once.
+        assert_eq!(disk.hold_until(), None);
+        disk.stage(vec![1; 10]).unwrap();
+        assert_eq!(disk.hold_until(), Some(1));
+        disk.hold(1, 100);
+        // The sync of batch 1 starts (and, here, runs at once); its result comes later.
+        let (done, result) = std::sync::mpsc::channel();
+        disk.start_sync(0, move |r| done.send(r).unwrap(), |sync| sync());
+        // Two more writes while it runs: they wait for batch 2, together.
+        disk.stage(vec![2; 10]).unwrap();
+        assert_eq!(disk.hold_until(), Some(2));
+        disk.hold(2, 200);
+        disk.stage(vec![3; 10]).unwrap();
+        disk.hold(2, 201);
+        sync_now(&mut disk, 1, &syncs); // one at a time: nothing starts
+        assert_eq!(*syncs.lock().unwrap(), 0);
+        result.recv().unwrap().unwrap();
+        assert_eq!(disk.synced(2), vec![100]);
+        sync_now(&mut disk, 2, &syncs); // batch 2: both writes in one sync
+        assert_eq!(*syncs.lock().unwrap(), 1);
+        assert_eq!(disk.synced(3), vec![200, 201]);
+        assert!(disk.idle());
+        assert_eq!(fs::metadata(disk.path()).unwrap().len(), disk.len);
+    }
+}
