@@ -84,6 +84,7 @@ struct Options {
     node_id: String,
     quotas: Quotas,
     access_rules: Vec<mqstore::engine::AccessRule>,
+    response_topic_prefixes: Vec<String>,
     durability: Option<Durability>,
     fsync: Fsync,
 }
@@ -93,6 +94,7 @@ fn options(opts: *mut sys::mosquitto_opt, count: c_int) -> Result<Options, Strin
         node_id: "mosquitto".into(),
         quotas: Quotas::SERVER_DEFAULT,
         access_rules: Vec::new(),
+        response_topic_prefixes: Vec::new(),
         durability: None,
         fsync: Fsync::default(),
     };
@@ -118,6 +120,8 @@ fn options(opts: *mut sys::mosquitto_opt, count: c_int) -> Result<Options, Strin
                     .parse()
                     .map_err(|e| format!("plugin_opt_access_rule: {e}"))?,
             ),
+            // Repeatable, as --response-topic-prefix.
+            "response_topic_prefix" => options.response_topic_prefixes.push(value),
             "data_dir" => {
                 options.durability = Some(Durability {
                     data_dir: value.into(),
@@ -184,6 +188,7 @@ pub unsafe extern "C" fn mosquitto_plugin_init(
             scan_token_key: random_bytes(),
             scan_token_seed: random_bytes(),
             access: mqstore::engine::AccessRules::new(std::mem::take(&mut options.access_rules)),
+            response_topic_prefixes: std::mem::take(&mut options.response_topic_prefixes),
             ..EngineConfig::new(options.node_id.clone())
         };
         let mut engine = Engine::new(config, DurableStore::with_quotas(options.quotas))

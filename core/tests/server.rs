@@ -9,7 +9,7 @@ mod redis;
 use std::sync::Arc;
 use std::time::Duration;
 
-use broker::{Broker, Kind, Mosquitto};
+use broker::{Broker, Deployment, Kind, Mosquitto};
 use bytes::Bytes;
 use mqstore::ServiceError;
 use mqstore::client::ClientError;
@@ -96,6 +96,132 @@ impl Server {
     }
 }
 
+/// What a protocol test asks of the state store, in either deployment.
+struct Setup<'a> {
+    node_id: &'a str,
+    quotas: Quotas,
+    /// Access rules in their text form, `CLIENTS KEYS PERMS` (`--access-rule`,
+    /// `plugin_opt_access_rule`).
+    access: &'a [&'a str],
+    /// Response topic prefixes for requests that are not identified.
+    response_topic_prefixes: &'a [&'a str],
+    /// The broker's limit on the packets it takes (told to the server too: Mochi does not
+    /// announce it).
+    max_packet_size: Option<u32>,
+}
+
+impl<'a> Setup<'a> {
+    fn new(node_id: &'a str) -> Self {
+        Setup {
+            node_id,
+            quotas: Quotas::default(),
+            access: &[],
+            response_topic_prefixes: &[],
+            max_packet_size: None,
+        }
+    }
+}
+
+/// The state store as a protocol test meets it: a fresh broker with `mqstore serve` beside
+/// it, or mosquitto with the plugin inside it.
+struct Service {
+    broker: Broker,
+    /// `mqstore serve`; `None` when the plugin serves.
+    server: Option<Server>,
+}
+
+impl Service {
+    async fn start(deployment: Deployment, node_id: &str) -> Service {
+        Self::start_setup(deployment, Setup::new(node_id)).await
+    }
+
+    async fn start_setup(deployment: Deployment, setup: Setup<'_>) -> Service {
+        match deployment {
+            Deployment::Serve(kind) => {
+                let broker = match setup.max_packet_size {
+                    Some(max) => Broker::start_with_max_packet_size(kind, max),
+                    None => Broker::start_kind(kind),
+                };
+                let defaults = BrokerConfig::default();
+                let rules = setup.access.iter().map(|rule| rule.parse().unwrap());
+                let config = ServerConfig {
+                    quotas: setup.quotas,
+                    access: AccessRules::new(rules.collect()),
+                    response_topic_prefixes: setup
+                        .response_topic_prefixes
+                        .iter()
+                        .map(|p| p.to_string())
+                        .collect(),
+                    ..ServerConfig::new(
+                        BrokerConfig {
+                            port: broker.port,
+                            max_packet_size: setup
+                                .max_packet_size
+                                .unwrap_or(defaults.max_packet_size),
+                            ..defaults
+                        },
+                        setup.node_id,
+                    )
+                };
+                let server = Server::start_config(config).await;
+                Service {
+                    broker,
+                    server: Some(server),
+                }
+            }
+            Deployment::Plugin => {
+                let mut lines = format!(
+                    "plugin {}\nplugin_opt_node_id {}\n",
+                    broker::plugin_path().display(),
+                    setup.node_id
+                );
+                let quotas = setup.quotas;
+                for (name, quota) in [
+                    ("max_keys", quotas.max_keys),
+                    ("max_bytes", quotas.max_bytes),
+                    ("max_watches", quotas.max_watches),
+                    ("max_watches_per_client", quotas.max_watches_per_client),
+                ] {
+                    if let Some(quota) = quota {
+                        lines += &format!("plugin_opt_{name} {quota}\n");
+                    }
+                }
+                for rule in setup.access {
+                    lines += &format!("plugin_opt_access_rule {rule}\n");
+                }
+                for prefix in setup.response_topic_prefixes {
+                    lines += &format!("plugin_opt_response_topic_prefix {prefix}\n");
+                }
+                if let Some(max) = setup.max_packet_size {
+                    lines += &format!("max_packet_size {max}\n");
+                }
+                Service {
+                    broker: Broker::start_config(&lines),
+                    server: None,
+                }
+            }
+        }
+    }
+
+    fn port(&self) -> u16 {
+        self.broker.port
+    }
+
+    /// Waits until `mqstore serve`'s metrics show `line`. The plugin keeps no metrics: tests
+    /// check what the metric stands for another way there.
+    async fn serve_metric(&self, line: &str) {
+        if let Some(server) = &self.server {
+            server.wait_metric(line).await;
+        }
+    }
+
+    async fn stop(self) {
+        if let Some(server) = self.server {
+            server.stop().await;
+        }
+    }
+}
+
 async fn client(port: u16, id: &str) -> Client {
     let mut options = ClientOptions::new(id, "127.0.0.1", port);
     options.timeout = Duration::from_secs(2);
@@ -130,11 +256,11 @@ async fn next_change(observation: &mut Observation) -> KeyChange {
         .expect("the observation is open")
 }
 
-on_both_brokers! {
-    async fn commands_over_the_wire(kind: Kind) {
-        let broker = Broker::start_kind(kind);
-        let server = Server::start(broker.port, "node-a").await;
-        let c = ready_client(broker.port, "dev-1").await;
+on_every_deployment! {
+    async fn commands_over_the_wire(deployment: Deployment) {
+        let service = Service::start(deployment, "node-a").await;
+        let port = service.port();
+        let c = ready_client(port, "dev-1").await;
 
         let set = c.set("k", "v1", SetOptions::default()).await.unwrap();
         assert!(set.applied);
@@ -209,19 +335,19 @@ on_both_brokers! {
             Deleted::Deleted
         );
 
-        server
-            .wait_metric("mqstore_requests_total{command=\"SET\",outcome=\"error\"} 1")
+        service
+            .serve_metric("mqstore_requests_total{command=\"SET\",outcome=\"error\"} 1")
             .await;
         c.close().await;
-        server.stop().await;
+        service.stop().await;
     }
 }
 
-on_both_brokers! {
-    async fn notifications_come_before_the_response_and_on_expiry(kind: Kind) {
-        let broker = Broker::start_kind(kind);
-        let server = Server::start(broker.port, "node-a").await;
-        let c = ready_client(broker.port, "watcher").await;
+on_every_deployment! {
+    async fn notifications_come_before_the_response_and_on_expiry(deployment: Deployment) {
+        let service = Service::start(deployment, "node-a").await;
+        let port = service.port();
+        let c = ready_client(port, "watcher").await;
         let mut changes = c.observe("k").await.unwrap();
 
         c.set("k", "v", SetOptions::default()).await.unwrap();
@@ -262,7 +388,7 @@ on_both_brokers! {
         c.unobserve("k").await.unwrap();
         c.set("k", "after", SetOptions::default()).await.unwrap();
         assert_eq!(changes.next().await, None, "the observation ends");
-        server.stop().await;
+        service.stop().await;
     }
 }
 
@@ -365,12 +491,12 @@ fn user_property<'a>(p: &'a rumqttc::v5::mqttbytes::v5::Publish, name: &str) -> 
         .map(|(_, v)| v.as_str())
 }
 
-on_both_brokers! {
-    async fn bad_requests_are_answered_or_dropped_and_counted_and_the_server_survives(kind: Kind) {
-        let broker = Broker::start_kind(kind);
-        let server = Server::start(broker.port, "node-a").await;
-        let _ready = ready_client(broker.port, "probe").await;
-        let mut raw = Raw::connect(broker.port, "raw-1", None).await;
+on_every_deployment! {
+    async fn bad_requests_are_answered_or_dropped_and_counted_and_the_server_survives(deployment: Deployment) {
+        let service = Service::start(deployment, "node-a").await;
+        let port = service.port();
+        let _ready = ready_client(port, "probe").await;
+        let mut raw = Raw::connect(port, "raw-1", None).await;
 
         raw.send(b"\x00garbage", props("raw-1", &[])).await;
         let answer = raw.answer().await;
@@ -423,18 +549,29 @@ on_both_brokers! {
         let mut none = props("raw-1", &[]);
         none.response_topic = None;
         raw.send(b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n", none).await;
-        server
-            .wait_metric("mqstore_requests_total{command=\"ENVELOPE\",outcome=\"dropped\"} 2")
+        // Neither is answered (the plugin would deliver an answer to raw-1 itself, whatever
+        // its topic): the next answer is the probe's.
+        let mut probe = props("raw-1", &[]);
+        probe.correlation_data = Some(Bytes::from_static(b"fedcba9876543210"));
+        raw.send(b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n", probe).await;
+        let answer = raw.answer().await;
+        assert_eq!(
+            answer.properties.as_ref().unwrap().correlation_data.as_deref(),
+            Some(&b"fedcba9876543210"[..]),
+            "{answer:?}"
+        );
+        service
+            .serve_metric("mqstore_requests_total{command=\"ENVELOPE\",outcome=\"dropped\"} 2")
             .await;
-        server
-            .wait_metric("mqstore_requests_total{command=\"ENVELOPE\",outcome=\"rejected\"} 2")
+        service
+            .serve_metric("mqstore_requests_total{command=\"ENVELOPE\",outcome=\"rejected\"} 2")
             .await;
-        server
-            .wait_metric("mqstore_requests_total{command=\"MALFORMED\",outcome=\"error\"} 2")
+        service
+            .serve_metric("mqstore_requests_total{command=\"MALFORMED\",outcome=\"error\"} 2")
             .await;
 
         // Still serving.
-        let c = client(broker.port, "after").await;
+        let c = client(port, "after").await;
         assert!(
             c.set("k", "v", SetOptions::default())
                 .await
@@ -442,7 +579,7 @@ on_both_brokers! {
                 .applied
         );
         raw.task.abort();
-        server.stop().await;
+        service.stop().await;
     }
 }
 
@@ -618,14 +755,14 @@ on_both_brokers! {
     }
 }
 
-on_both_brokers! {
-    async fn two_clients_race_for_a_lease_and_fencing_stops_the_stale_holder(kind: Kind) {
+on_every_deployment! {
+    async fn two_clients_race_for_a_lease_and_fencing_stops_the_stale_holder(deployment: Deployment) {
         use mqstore::net::lease::Lease;
 
-        let broker = Broker::start_kind(kind);
-        let server = Server::start(broker.port, "node-a").await;
-        let a = ready_client(broker.port, "holder-a").await;
-        let b = ready_client(broker.port, "holder-b").await;
+        let service = Service::start(deployment, "node-a").await;
+        let port = service.port();
+        let a = ready_client(port, "holder-a").await;
+        let b = ready_client(port, "holder-b").await;
         // Generous against a loaded machine: a renewal would have to be 2 s late to lose it.
         let ttl = Duration::from_secs(3);
 
@@ -707,18 +844,18 @@ on_both_brokers! {
             b"from new holder"
         );
         assert!(new_lease.release().await.unwrap());
-        server.stop().await;
+        service.stop().await;
     }
 }
 
-on_both_brokers! {
-    async fn an_abandoned_lease_expires_and_a_waiting_leader_takes_over(kind: Kind) {
+on_every_deployment! {
+    async fn an_abandoned_lease_expires_and_a_waiting_leader_takes_over(deployment: Deployment) {
         use mqstore::net::lease::{Lease, lead};
 
-        let broker = Broker::start_kind(kind);
-        let server = Server::start(broker.port, "node-a").await;
-        let a = ready_client(broker.port, "leader-a").await;
-        let b = ready_client(broker.port, "leader-b").await;
+        let service = Service::start(deployment, "node-a").await;
+        let port = service.port();
+        let a = ready_client(port, "leader-a").await;
+        let b = ready_client(port, "leader-b").await;
         let ttl = Duration::from_secs(2);
         let first = lead(&a, "leader", ttl).await.unwrap();
         let campaign = {
@@ -743,7 +880,7 @@ on_both_brokers! {
                 .unwrap()
                 .is_none()
         );
-        server.stop().await;
+        service.stop().await;
     }
 }
 
@@ -846,21 +983,20 @@ on_both_brokers! {
     }
 }
 
-on_both_brokers! {
-    async fn every_error_text_over_the_wire(kind: Kind) {
-        let broker = Broker::start_kind(kind);
-        let quotas = Quotas {
-            max_keys: Some(3),
-            max_bytes: None,
-            ..Quotas::default()
+on_every_deployment! {
+    async fn every_error_text_over_the_wire(deployment: Deployment) {
+        let setup = Setup {
+            quotas: Quotas {
+                max_keys: Some(3),
+                ..Quotas::default()
+            },
+            access: &["* secret/* -", "* * rw"],
+            ..Setup::new("node-e")
         };
-        let access = AccessRules::new(vec![
-            AccessRule::new("*", b"secret/*", false, false),
-            AccessRule::new("*", b"*", true, true),
-        ]);
-        let server = Server::start_with(broker.port, "node-e", quotas, access).await;
-        let _ready = ready_client(broker.port, "probe").await;
-        let mut raw = Raw::connect(broker.port, "raw-e", None).await;
+        let service = Service::start_setup(deployment, setup).await;
+        let port = service.port();
+        let _ready = ready_client(port, "probe").await;
+        let mut raw = Raw::connect(port, "raw-e", None).await;
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
@@ -965,7 +1101,7 @@ on_both_brokers! {
             assert!(user_property(&answer, "__ts").is_some());
         }
         raw.task.abort();
-        server.stop().await;
+        service.stop().await;
     }
 }
 
@@ -1189,16 +1325,20 @@ on_both_brokers! {
     }
 }
 
-on_both_brokers! {
-    async fn a_value_over_the_brokers_packet_limit_is_refused_before_it_is_sent(kind: Kind) {
-        let broker = Broker::start_with_max_packet_size(kind, 2048);
-        let server = Server::start(broker.port, "node-limit").await;
-        let c = match kind {
+on_every_deployment! {
+    async fn a_value_over_the_brokers_packet_limit_is_refused_before_it_is_sent(deployment: Deployment) {
+        let setup = Setup {
+            max_packet_size: Some(2048),
+            ..Setup::new("node-limit")
+        };
+        let service = Service::start_setup(deployment, setup).await;
+        let port = service.port();
+        let c = match deployment.broker_kind() {
             // mosquitto announces its limit in the CONNACK.
-            Kind::Mosquitto => ready_client(broker.port, "dev-1").await,
+            Kind::Mosquitto => ready_client(port, "dev-1").await,
             // Mochi enforces it without saying so: the client is told the same limit.
             _ => {
-                let mut options = ClientOptions::new("dev-1", "127.0.0.1", broker.port);
+                let mut options = ClientOptions::new("dev-1", "127.0.0.1", port);
                 options.timeout = Duration::from_secs(2);
                 options.broker.max_packet_size = 2048;
                 let client = Client::connect(options).await.unwrap();
@@ -1225,7 +1365,7 @@ on_both_brokers! {
         let change = next_change(&mut observed).await;
         assert_eq!(change.value.as_deref(), Some(&b"fits"[..]));
         assert!(!change.synthetic, "the client did not have to reconnect");
-        server.stop().await;
+        service.stop().await;
     }
 }
 
@@ -1252,16 +1392,16 @@ fn set_payload(key: &str, value: &str) -> String {
     )
 }
 
-on_both_brokers! {
+on_every_deployment! {
     /// Hardening §1 and §5: requests whose answers or notifications the broker would refuse
     /// are refused themselves; the server is never disconnected, and other clients notice
     /// nothing.
-    async fn hostile_requests_never_knock_the_server_off_the_broker(kind: Kind) {
-        let broker = Broker::start_kind(kind);
-        let server = Server::start(broker.port, "node-h").await;
-        let victim = ready_client(broker.port, "victim").await;
+    async fn hostile_requests_never_knock_the_server_off_the_broker(deployment: Deployment) {
+        let service = Service::start(deployment, "node-h").await;
+        let port = service.port();
+        let victim = ready_client(port, "victim").await;
         let mut changes = victim.observe("watched").await.unwrap();
-        let mut raw = Raw::connect(broker.port, "hostile", None).await;
+        let mut raw = Raw::connect(port, "hostile", None).await;
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
@@ -1276,7 +1416,15 @@ on_both_brokers! {
         let long_id = "h".repeat(33_000);
         raw.send(keynotify("watched").as_bytes(), props("hostile", &[("__srcId", &long_id)]))
             .await;
-        assert!(String::from_utf8_lossy(&raw.answer().await.payload).starts_with(too_long));
+        let answer = raw.answer().await;
+        match deployment {
+            Deployment::Serve(_) => {
+                assert!(String::from_utf8_lossy(&answer.payload).starts_with(too_long));
+            }
+            // Inside the broker the connection's own id is the client's, and a `__srcId`
+            // claiming another is refused before anything else.
+            Deployment::Plugin => assert_eq!(&answer.payload[..], b"-ERR not authorized\r\n"),
+        }
 
         // A timestamp at the counter limit the protocol documents is fine.
         let at_limit = format!("{now}:2147483647:hostile");
@@ -1294,8 +1442,8 @@ on_both_brokers! {
             properties.response_topic = Some(topic.into());
             raw.send(set_payload(key, "v").as_bytes(), properties).await;
         }
-        server
-            .wait_metric("mqstore_requests_total{command=\"ENVELOPE\",outcome=\"dropped\"} 3")
+        service
+            .serve_metric("mqstore_requests_total{command=\"ENVELOPE\",outcome=\"dropped\"} 3")
             .await;
 
         // Everything still works for everyone else, without a reconnect.
@@ -1308,11 +1456,18 @@ on_both_brokers! {
             assert_eq!(victim.get(key).await.unwrap(), None, "{key} was applied");
         }
         assert!(victim.get("k-limit").await.unwrap().is_some());
-        server.wait_metric("mqstore_broker_connections_total 1").await;
-        assert!(server.metrics.render().contains("mqstore_publishes_dropped_total 0"));
-        ghost_free(&server).await;
+        if let Some(server) = &service.server {
+            server.wait_metric("mqstore_broker_connections_total 1").await;
+            assert!(server.metrics.render().contains("mqstore_publishes_dropped_total 0"));
+            ghost_free(server).await;
+        }
+        // Nothing was answered on the refused response topics (inside the broker an answer
+        // would go to the requester whatever its topic): the next answer is this one's.
+        raw.send(b"*2\r\n$3\r\nGET\r\n$7\r\nk-limit\r\n", props("hostile", &[("__srcId", "hostile")]))
+            .await;
+        assert_eq!(&raw.answer().await.payload[..], b"$1\r\nv\r\n");
         raw.task.abort();
-        server.stop().await;
+        service.stop().await;
     }
 }
 
@@ -1321,24 +1476,19 @@ async fn ghost_free(server: &Server) {
     server.wait_metric("mqstore_watches 1").await;
 }
 
-on_both_brokers! {
+on_every_deployment! {
     /// Hardening §1: an answer the broker would refuse as too large becomes an error answer.
-    async fn an_answer_over_the_brokers_limit_becomes_an_error_answer(kind: Kind) {
-        let broker = Broker::start_with_max_packet_size(kind, 4096);
-        // Mochi does not announce its limit: the server is told it.
-        let config = ServerConfig::new(
-            BrokerConfig {
-                port: broker.port,
-                max_packet_size: 4096,
-                ..BrokerConfig::default()
-            },
-            "node-big",
-        );
-        let server = Server::start_config(config).await;
-        let c = ready_client(broker.port, "dev-1").await;
+    async fn an_answer_over_the_brokers_limit_becomes_an_error_answer(deployment: Deployment) {
+        let setup = Setup {
+            max_packet_size: Some(4096),
+            ..Setup::new("node-big")
+        };
+        let service = Service::start_setup(deployment, setup).await;
+        let port = service.port();
+        let c = ready_client(port, "dev-1").await;
         c.set("big", vec![b'x'; 3000], SetOptions::default()).await.unwrap();
         // A GET whose response topic is 3 KB long: value + topic pass the limit.
-        let mut raw = Raw::connect(broker.port, "asker", None).await;
+        let mut raw = Raw::connect(port, "asker", None).await;
         let long_topic = format!("{}/{}", topics::response_topic("asker"), "t".repeat(3000));
         raw.client.subscribe(long_topic.clone(), QoS::AtLeastOnce).await.unwrap();
         // The broker handles the SUBSCRIBE before the request that follows it on the same
@@ -1348,16 +1498,24 @@ on_both_brokers! {
         raw.send(b"*2\r\n$3\r\nGET\r\n$3\r\nbig\r\n", properties).await;
         let answer = raw.answer().await;
         assert_eq!(String::from_utf8_lossy(&answer.topic), long_topic);
-        assert!(
-            String::from_utf8_lossy(&answer.payload).starts_with("-ERR the answer is larger than the broker's maximum packet size"),
-            "{:?}",
-            answer.payload
-        );
+        match deployment {
+            Deployment::Serve(_) => assert!(
+                String::from_utf8_lossy(&answer.payload).starts_with("-ERR the answer is larger than the broker's maximum packet size"),
+                "{:?}",
+                answer.payload
+            ),
+            // Inside the broker the answer never passes the broker's intake: only the
+            // requester's own limit (1 MiB here) applies, and the value arrives whole.
+            Deployment::Plugin => assert_eq!(
+                &answer.payload[..],
+                [&b"$3000\r\n"[..], &[b'x'; 3000], b"\r\n"].concat()
+            ),
+        }
         // The same GET with a short response topic fits, and the server never reconnected.
         assert_eq!(c.get("big").await.unwrap().unwrap().value.len(), 3000);
-        server.wait_metric("mqstore_broker_connections_total 1").await;
+        service.serve_metric("mqstore_broker_connections_total 1").await;
         raw.task.abort();
-        server.stop().await;
+        service.stop().await;
     }
 }
 
@@ -1512,19 +1670,19 @@ on_both_brokers! {
     }
 }
 
-on_both_brokers! {
+on_every_deployment! {
     /// Hardening §3: an identified request is who its topic says; a `__srcId` that claims
     /// otherwise is refused, access rules hold, and answers go only to the client's own tree.
-    async fn identified_requests_cannot_claim_another_clients_id(kind: Kind) {
-        let broker = Broker::start_kind(kind);
-        let access = AccessRules::new(vec![
-            AccessRule::new("a*", b"k/*", true, true),
-            AccessRule::new("*", b"k/*", true, false),
-        ]);
-        let server = Server::start_with(broker.port, "node-id", Quotas::default(), access).await;
-        let a1 = ready_client(broker.port, "a1").await;
+    async fn identified_requests_cannot_claim_another_clients_id(deployment: Deployment) {
+        let setup = Setup {
+            access: &["a* k/* rw", "* k/* r"],
+            ..Setup::new("node-id")
+        };
+        let service = Service::start_setup(deployment, setup).await;
+        let port = service.port();
+        let a1 = ready_client(port, "a1").await;
         a1.set("k/x", "from a1", SetOptions::default()).await.unwrap();
-        let mut b1 = Raw::connect(broker.port, "b1", None).await;
+        let mut b1 = Raw::connect(port, "b1", None).await;
         let ts = now_ts("b1");
         let own = topics::identified_invoke("b1");
         // As itself, b1 may read but not write k/*.
@@ -1539,13 +1697,16 @@ on_both_brokers! {
         let mut elsewhere = props("b1", &[("__ts", &ts)]);
         elsewhere.response_topic = Some(topics::response_topic("a1"));
         b1.send_to(&own, set_payload("k/y", "v").as_bytes(), elsewhere).await;
-        server
-            .wait_metric("mqstore_requests_total{command=\"ENVELOPE\",outcome=\"dropped\"} 1")
+        service
+            .serve_metric("mqstore_requests_total{command=\"ENVELOPE\",outcome=\"dropped\"} 1")
             .await;
+        // Not answered to b1 either: its next answer is this read's.
+        b1.send_to(&own, b"*2\r\n$3\r\nGET\r\n$3\r\nk/x\r\n", props("b1", &[])).await;
+        assert_eq!(&b1.answer().await.payload[..], b"$7\r\nfrom a1\r\n");
         assert_eq!(a1.get("k/y").await.unwrap(), None);
         assert_eq!(a1.get("k/x").await.unwrap().unwrap().value, Bytes::from_static(b"from a1"));
         b1.task.abort();
-        server.stop().await;
+        service.stop().await;
     }
 }
 
@@ -1737,22 +1898,22 @@ async fn the_shipped_mosquitto_acl_makes_identities_real() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-on_both_brokers! {
+on_every_deployment! {
     /// Hardening §3: SCAN continuation tokens reveal no key, and only the scan they were
     /// made for can use them.
-    async fn scan_tokens_reveal_nothing_and_cannot_be_forged_or_shared(kind: Kind) {
-        let broker = Broker::start_kind(kind);
-        let access = AccessRules::new(vec![
-            AccessRule::new("admin", b"*", true, true),
-            AccessRule::new("*", b"public/*", true, false),
-        ]);
-        let server = Server::start_with(broker.port, "node-scan", Quotas::default(), access).await;
-        let admin = ready_client(broker.port, "admin").await;
+    async fn scan_tokens_reveal_nothing_and_cannot_be_forged_or_shared(deployment: Deployment) {
+        let setup = Setup {
+            access: &["admin * rw", "* public/* r"],
+            ..Setup::new("node-scan")
+        };
+        let service = Service::start_setup(deployment, setup).await;
+        let port = service.port();
+        let admin = ready_client(port, "admin").await;
         for i in 0..150 {
             admin.set(format!("secret/user{i:04}/password"), "hunter2", SetOptions::default()).await.unwrap();
         }
         admin.set("public/a", "x", SetOptions::default()).await.unwrap();
-        let mut reader = Raw::connect(broker.port, "reader", None).await;
+        let mut reader = Raw::connect(port, "reader", None).await;
         let scan = |token: Option<&[u8]>| match token {
             None => b"*2\r\n$4\r\nSCAN\r\n$1\r\n*\r\n".to_vec(),
             Some(t) => [
@@ -1773,14 +1934,14 @@ on_both_brokers! {
         reader.send(&scan(Some(&token)), props("reader", &[("__srcId", "reader")])).await;
         assert!(reader.answer().await.payload.starts_with(b"*"));
         // ...another client cannot, and a made-up token locating a key is refused.
-        let mut other = Raw::connect(broker.port, "other", None).await;
+        let mut other = Raw::connect(port, "other", None).await;
         other.send(&scan(Some(&token)), props("other", &[("__srcId", "other")])).await;
         assert_eq!(&other.answer().await.payload[..], b"-ERR syntax error\r\n");
         other.send(&scan(Some(b"k:secret/user0099/password")), props("other", &[("__srcId", "other")])).await;
         assert_eq!(&other.answer().await.payload[..], b"-ERR syntax error\r\n");
         reader.task.abort();
         other.task.abort();
-        server.stop().await;
+        service.stop().await;
     }
 }
 
@@ -1862,32 +2023,26 @@ on_both_brokers! {
     }
 }
 
-on_both_brokers! {
+on_every_deployment! {
     /// Hardening §3: with --response-topic-prefix, a request on the standard topic is answered
     /// only on such a response topic; others are dropped unapplied (the server will not publish
     /// a stored value onto, say, `devices/door/cmd`).
-    async fn answers_go_only_to_the_allowed_response_topics(kind: Kind) {
-        let broker = Broker::start_kind(kind);
-        let config = ServerConfig {
-            response_topic_prefixes: vec!["clients/".into()],
-            ..ServerConfig::new(
-                BrokerConfig {
-                    port: broker.port,
-                    ..BrokerConfig::default()
-                },
-                "node-prefix",
-            )
+    async fn answers_go_only_to_the_allowed_response_topics(deployment: Deployment) {
+        let setup = Setup {
+            response_topic_prefixes: &["clients/"],
+            ..Setup::new("node-prefix")
         };
-        let server = Server::start_config(config).await;
-        let c = ready_client(broker.port, "dev-1").await;
+        let service = Service::start_setup(deployment, setup).await;
+        let port = service.port();
+        let c = ready_client(port, "dev-1").await;
         c.set("payload", "OPEN", SetOptions::default()).await.unwrap();
-        let mut raw = Raw::connect(broker.port, "door-attacker", None).await;
+        let mut raw = Raw::connect(port, "door-attacker", None).await;
         raw.client.subscribe("devices/door/cmd", QoS::AtLeastOnce).await.unwrap();
         let mut elsewhere = props("door-attacker", &[]);
         elsewhere.response_topic = Some("devices/door/cmd".into());
         raw.send(b"*2\r\n$3\r\nGET\r\n$7\r\npayload\r\n", elsewhere).await;
-        server
-            .wait_metric("mqstore_requests_total{command=\"ENVELOPE\",outcome=\"dropped\"} 1")
+        service
+            .serve_metric("mqstore_requests_total{command=\"ENVELOPE\",outcome=\"dropped\"} 1")
             .await;
         // Within the prefix it is answered as usual (and that answer comes after any other).
         raw.send(b"*2\r\n$3\r\nGET\r\n$7\r\npayload\r\n", props("door-attacker", &[])).await;
@@ -1895,7 +2050,7 @@ on_both_brokers! {
         assert_eq!(String::from_utf8_lossy(&answer.topic), topics::response_topic("door-attacker"));
         assert_eq!(&answer.payload[..], b"$4\r\nOPEN\r\n");
         raw.task.abort();
-        server.stop().await;
+        service.stop().await;
     }
 }
 

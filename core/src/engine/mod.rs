@@ -371,11 +371,6 @@ impl<S> Engine<S> {
                 impersonating = claimed != invocation.client_id;
                 invocation.identified = true;
             }
-            None if sender.is_some() => {
-                let sender = sender.unwrap_or_default().to_owned();
-                let claimed = invocation.client_id.replace(sender.clone());
-                impersonating = claimed.is_some_and(|claimed| claimed != sender);
-            }
             None => {
                 let prefixes = &self.config.response_topic_prefixes;
                 if !prefixes.is_empty()
@@ -384,6 +379,10 @@ impl<S> Engine<S> {
                         .any(|p| invocation.response_topic.starts_with(p.as_str()))
                 {
                     return Accepted::Done(Outcome::Dropped(DropReason::ResponseTopicNotAllowed));
+                }
+                if let Some(sender) = sender {
+                    let claimed = invocation.client_id.replace(sender.to_owned());
+                    impersonating = claimed.is_some_and(|claimed| claimed != sender);
                 }
             }
         }

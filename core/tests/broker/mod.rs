@@ -77,6 +77,73 @@ macro_rules! on_both_brokers {
     };
 }
 
+/// Where the state store runs in a test of its protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Deployment {
+    /// `mqstore serve` beside a broker of this kind.
+    Serve(Kind),
+    /// Inside mosquitto, as its plugin (`libmqstore_mosquitto.so`).
+    Plugin,
+}
+
+impl Deployment {
+    /// The broker the clients connect to.
+    pub fn broker_kind(self) -> Kind {
+        match self {
+            Deployment::Serve(kind) => kind,
+            Deployment::Plugin => Kind::Mosquitto,
+        }
+    }
+}
+
+/// Runs `async fn $name(deployment: Deployment)` as three tests: `$name::mosquitto` and
+/// `$name::mochi` (`mqstore serve` beside either broker) and `$name::plugin` (the state store
+/// inside mosquitto). The one protocol suite for both deployments.
+#[macro_export]
+macro_rules! on_every_deployment {
+    ($(#[$meta:meta])* async fn $name:ident($deployment:ident: Deployment) $body:block) => {
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn mosquitto() {
+                run($crate::broker::Deployment::Serve($crate::broker::Kind::Mosquitto)).await
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn mochi() {
+                run($crate::broker::Deployment::Serve($crate::broker::Kind::Mochi)).await
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn plugin() {
+                run($crate::broker::Deployment::Plugin).await
+            }
+
+            $(#[$meta])*
+            async fn run($deployment: $crate::broker::Deployment) $body
+        }
+    };
+}
+
+/// The mosquitto plugin built in this test's profile (`target/{profile}/libmqstore_mosquitto.so`;
+/// `cargo test` does not build a cdylib-only crate: the test command builds it first).
+pub fn plugin_path() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test's own path");
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("the test runs from target/{profile}/deps");
+    let path = profile_dir.join("libmqstore_mosquitto.so");
+    assert!(
+        path.exists(),
+        "{} is missing: build it with `cargo build -p mqstore-mosquitto` (bash scripts/test does)",
+        path.display()
+    );
+    path
+}
+
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
