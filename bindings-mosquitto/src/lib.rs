@@ -17,6 +17,9 @@
 //! * The node's presence (`online {epoch}`, retained) is published on the first tick: mqstore
 //!   clients that see a new epoch (mosquitto restarted) register again.
 //!
+//! * A QoS 2 request sent again before PUBREL (mosquitto hands the plugin every copy) is run
+//!   once ([`exactly_once`]).
+//!
 //! No panic crosses into mosquitto: every callback catches it and lets the message through.
 
 use std::collections::HashMap;
@@ -32,6 +35,8 @@ use mqstore::presence::ServerPresence;
 use mqstore::store::disk::{self, Disk, Durability, Fsync};
 use mqstore::store::{DurableStore, Quotas};
 use mqstore::topics;
+
+mod exactly_once;
 
 #[allow(
     non_camel_case_types,
@@ -59,6 +64,8 @@ struct Plugin {
     /// DISCONNECT drops registrations only when it is that connection's.
     connections: HashMap<String, usize>,
     presence: Option<Publish>,
+    /// QoS 2 requests run lately, so that a copy is not run again.
+    seen_qos2: exactly_once::SeenRequests,
     /// With `plugin_opt_data_dir`: the log, and what waits for its sync (a publish and the
     /// client it goes to).
     disk: Option<Durable>,
@@ -250,6 +257,7 @@ pub unsafe extern "C" fn mosquitto_plugin_init(
             out: Vec::new(),
             connections: HashMap::new(),
             presence: Some(presence),
+            seen_qos2: exactly_once::SeenRequests::new(16_384),
             disk: durable,
         }))
     }));
@@ -380,6 +388,9 @@ unsafe extern "C" fn on_message(_event: c_int, data: *mut c_void, userdata: *mut
         }
         // SAFETY: the event's fields, valid during the callback.
         let publish = unsafe { read_publish(message, &topic) };
+        if publish.qos == 2 && !plugin.seen_qos2.first_time(&sender, &publish) {
+            return; // answered already; mosquitto routes the copy nowhere
+        }
         plugin
             .connections
             .insert(sender.clone(), message.client as usize);

@@ -5,7 +5,6 @@
 #[path = "../../core/tests/broker/mod.rs"]
 mod broker;
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use broker::Broker;
@@ -19,23 +18,10 @@ use rumqttc::v5::{AsyncClient, Event, EventLoop, MqttOptions};
 
 const WAIT: Duration = Duration::from_secs(10);
 
-/// The plugin built beside this test (`target/{profile}/libmqstore_mosquitto.so`).
-fn plugin_path() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let profile_dir = exe.parent().unwrap().parent().unwrap();
-    let path = profile_dir.join("libmqstore_mosquitto.so");
-    assert!(
-        path.exists(),
-        "{} is missing: cargo build -p mqstore-mosquitto",
-        path.display()
-    );
-    path
-}
-
 fn broker_with_plugin() -> Broker {
     Broker::start_config(&format!(
         "plugin {}\nplugin_opt_node_id inside\n",
-        plugin_path().display()
+        broker::plugin_path().display()
     ))
 }
 
@@ -250,7 +236,7 @@ async fn hostile_requests_leave_the_broker_serving() {
 async fn access_rules_hold_against_a_client_that_lies_in_its_src_id() {
     let broker = Broker::start_config(&format!(
         "plugin {}\nplugin_opt_access_rule admin * rw\nplugin_opt_access_rule sensor-* sensors/* rw\n",
-        plugin_path().display()
+        broker::plugin_path().display()
     ));
     let set = |key: &'static [u8]| {
         Request::Set(SetRequest::new(
@@ -288,7 +274,7 @@ async fn with_a_data_directory_mosquitto_killed_and_started_again_has_the_data_b
     let _ = std::fs::remove_dir_all(&dir);
     let mut broker = Broker::start_config(&format!(
         "plugin {}\nplugin_opt_node_id inside\nplugin_opt_data_dir {}\nplugin_opt_fsync always\n",
-        plugin_path().display(),
+        broker::plugin_path().display(),
         dir.display()
     ));
     let writer = client(&broker, "writer").await;
@@ -357,7 +343,7 @@ async fn under_valgrind_the_plugin_makes_no_memory_errors_and_leaks_nothing() {
         &config,
         format!(
             "listener {port} 127.0.0.1\nallow_anonymous true\nplugin {}\nplugin_opt_node_id vg\n",
-            plugin_path().display()
+            broker::plugin_path().display()
         ),
     )
     .unwrap();

@@ -401,8 +401,18 @@ struct Raw {
 
 impl Raw {
     async fn connect(port: u16, id: &str, will: Option<LastWill>) -> Raw {
+        Self::connect_taking(port, id, will, 1 << 20).await
+    }
+
+    /// A connection that takes no packet larger than `max_packet_size` (its CONNECT says so).
+    async fn connect_taking(
+        port: u16,
+        id: &str,
+        will: Option<LastWill>,
+        max_packet_size: u32,
+    ) -> Raw {
         let mut options = MqttOptions::new(id, "127.0.0.1", port);
-        options.set_max_packet_size(Some(1 << 20));
+        options.set_max_packet_size(Some(max_packet_size));
         if let Some(will) = will {
             options.set_last_will(will);
         }
@@ -2050,6 +2060,170 @@ on_every_deployment! {
         assert_eq!(String::from_utf8_lossy(&answer.topic), topics::response_topic("door-attacker"));
         assert_eq!(&answer.payload[..], b"$4\r\nOPEN\r\n");
         raw.task.abort();
+        service.stop().await;
+    }
+}
+
+on_every_deployment! {
+    /// Hardening §1: an answer larger than its requester takes (the Maximum Packet Size of its
+    /// CONNECT) is discarded by the broker, as MQTT 5 says (§3.1.2.11.4) — neither the service
+    /// nor the broker can send it, and nothing else suffers: the requester's next answer
+    /// arrives and everyone else is served.
+    async fn an_answer_larger_than_its_requester_takes_is_discarded_and_nothing_else(deployment: Deployment) {
+        let service = Service::start(deployment, "node-small").await;
+        let port = service.port();
+        let c = ready_client(port, "dev-1").await;
+        c.set("big", vec![b'x'; 4000], SetOptions::default()).await.unwrap();
+        let mut small = Raw::connect_taking(port, "small", None, 1024).await;
+        small.send(b"*2\r\n$3\r\nGET\r\n$3\r\nbig\r\n", props("small", &[("__srcId", "small")])).await;
+        let mut probe = props("small", &[("__srcId", "small")]);
+        probe.correlation_data = Some(Bytes::from_static(b"fedcba9876543210"));
+        small.send(b"*2\r\n$3\r\nGET\r\n$4\r\nnone\r\n", probe).await;
+        let answer = small.answer().await;
+        assert_eq!(
+            answer.properties.as_ref().unwrap().correlation_data.as_deref(),
+            Some(&b"fedcba9876543210"[..]),
+            "the first answer is the probe's: {answer:?}"
+        );
+        assert_eq!(&answer.payload[..], b"$-1\r\n");
+        assert_eq!(c.get("big").await.unwrap().unwrap().value.len(), 4000);
+        small.task.abort();
+        service.stop().await;
+    }
+}
+
+/// An MQTT 5 connection driven packet by packet, for what no client library sends on purpose
+/// (the same QoS 2 PUBLISH twice).
+struct Wire {
+    stream: tokio::net::TcpStream,
+    read: bytes::BytesMut,
+}
+
+impl Wire {
+    /// Connects as `id` and subscribes to its response topic.
+    async fn connect(port: u16, id: &str) -> Wire {
+        use rumqttc::v5::mqttbytes::v5::{Connect, Filter, Subscribe};
+        let stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .unwrap();
+        let mut wire = Wire {
+            stream,
+            read: bytes::BytesMut::new(),
+        };
+        let connect = Connect {
+            keep_alive: 60,
+            client_id: id.into(),
+            clean_start: true,
+            properties: None,
+        };
+        wire.send(Packet::Connect(connect, None, None)).await;
+        assert!(matches!(wire.next().await, Packet::ConnAck(_)));
+        let mut subscribe = Subscribe::new(
+            Filter::new(topics::response_topic(id), QoS::AtLeastOnce),
+            None,
+        );
+        subscribe.pkid = 1;
+        wire.send(Packet::Subscribe(subscribe)).await;
+        assert!(matches!(wire.next().await, Packet::SubAck(_)));
+        wire
+    }
+
+    async fn send(&mut self, packet: Packet) {
+        use tokio::io::AsyncWriteExt;
+        let mut bytes = bytes::BytesMut::new();
+        packet.write(&mut bytes, None).unwrap();
+        self.stream.write_all(&bytes).await.unwrap();
+    }
+
+    /// The next packet from the broker (a QoS 1 PUBLISH is acknowledged).
+    async fn next(&mut self) -> Packet {
+        use rumqttc::v5::mqttbytes::Error;
+        use tokio::io::AsyncReadExt;
+        loop {
+            match Packet::read(&mut self.read, None) {
+                Ok(Packet::Publish(publish)) => {
+                    if publish.qos == QoS::AtLeastOnce {
+                        let ack = rumqttc::v5::mqttbytes::v5::PubAck::new(publish.pkid, None);
+                        self.send(Packet::PubAck(ack)).await;
+                    }
+                    return Packet::Publish(publish);
+                }
+                Ok(packet) => return packet,
+                Err(Error::InsufficientBytes(_)) => {}
+                Err(e) => panic!("a malformed packet from the broker: {e:?}"),
+            }
+            let read = tokio::time::timeout(WAIT, self.stream.read_buf(&mut self.read))
+                .await
+                .expect("a packet within 10 s")
+                .unwrap();
+            assert!(read > 0, "the broker closed the connection");
+        }
+    }
+
+    /// Reads until `wanted` says yes, returning the answers (PUBLISHes) read on the way.
+    async fn until(
+        &mut self,
+        wanted: impl Fn(&Packet) -> bool,
+    ) -> Vec<rumqttc::v5::mqttbytes::v5::Publish> {
+        let mut answers = Vec::new();
+        loop {
+            let packet = self.next().await;
+            if wanted(&packet) {
+                if let Packet::Publish(p) = packet {
+                    answers.push(p);
+                }
+                return answers;
+            }
+            if let Packet::Publish(p) = packet {
+                answers.push(p);
+            }
+        }
+    }
+}
+
+on_every_deployment! {
+    /// Hardening: a QoS 2 request the client sends again before PUBREL (as after a reconnect)
+    /// is one request — applied once, answered once (mosquitto hands a plugin every copy).
+    async fn a_qos2_request_sent_twice_is_applied_and_answered_once(deployment: Deployment) {
+        use rumqttc::v5::mqttbytes::v5::{Publish, PubRel};
+        let service = Service::start(deployment, "node-q").await;
+        let port = service.port();
+        let c = ready_client(port, "reader").await;
+        let mut changes = c.observe("counter").await.unwrap();
+        let mut wire = Wire::connect(port, "twice").await;
+        let ts = now_ts("twice");
+        let properties = props("twice", &[("__srcId", "twice"), ("__ts", &ts)]);
+        let mut request = Publish::new(
+            topics::INVOKE,
+            QoS::ExactlyOnce,
+            set_payload("counter", "1"),
+            Some(properties),
+        );
+        request.pkid = 7;
+        wire.send(Packet::Publish(request.clone())).await;
+        let is_pubrec = |p: &Packet| matches!(p, Packet::PubRec(r) if r.pkid == 7);
+        let mut answers = wire.until(is_pubrec).await;
+        request.dup = true;
+        wire.send(Packet::Publish(request)).await;
+        answers.extend(wire.until(is_pubrec).await);
+        wire.send(Packet::PubRel(PubRel::new(7, None))).await;
+        answers.extend(wire.until(|p| matches!(p, Packet::PubComp(c) if c.pkid == 7)).await);
+        // A later request on the same connection: any second answer would come before its.
+        let mut probe = props("twice", &[("__srcId", "twice")]);
+        probe.correlation_data = Some(Bytes::from_static(b"fedcba9876543210"));
+        let mut get = Publish::new(topics::INVOKE, QoS::AtLeastOnce, "*2\r\n$3\r\nGET\r\n$7\r\ncounter\r\n", Some(probe));
+        get.pkid = 8;
+        wire.send(Packet::Publish(get)).await;
+        let is_probe_answer = |p: &Packet| {
+            matches!(p, Packet::Publish(p) if p.properties.as_ref().and_then(|p| p.correlation_data.as_deref()) == Some(b"fedcba9876543210"))
+        };
+        answers.extend(wire.until(is_probe_answer).await);
+        let payloads: Vec<_> = answers.iter().map(|a| String::from_utf8_lossy(&a.payload).into_owned()).collect();
+        assert_eq!(payloads, ["+OK\r\n", "$1\r\n1\r\n"], "one answer to the request sent twice, then the probe's");
+        // Applied once: the observer saw one change, then the next write's.
+        c.set("counter", "2", SetOptions::default()).await.unwrap();
+        assert_eq!(next_change(&mut changes).await.value.as_deref(), Some(&b"1"[..]));
+        assert_eq!(next_change(&mut changes).await.value.as_deref(), Some(&b"2"[..]));
         service.stop().await;
     }
 }
