@@ -548,7 +548,9 @@ impl Plugin {
     fn send(&mut self, sender: Option<&str>) {
         let hold_until = self.persist();
         for message in self.out.drain(..) {
-            let Some(client) = notified_client(&message.topic).or(sender.map(str::to_owned)) else {
+            let Some(client) =
+                topics::recipient_of_notify_topic(&message.topic).or(sender.map(str::to_owned))
+            else {
                 continue;
             };
             match (hold_until, &mut self.disk) {
@@ -629,20 +631,6 @@ impl Durable {
         }
         self.failed = true;
     }
-}
-
-/// The MQTT client id a notification topic is for: the standard form names it in hex, the
-/// identified form is the client's own tree.
-fn notified_client(topic: &str) -> Option<String> {
-    let client = topics::client_of_notify_topic(topic)?;
-    Some(match topic.starts_with(topics::CLIENTS_PREFIX) {
-        true => client,
-        false => topic
-            .strip_prefix("clients/")?
-            .split_once('/')?
-            .0
-            .to_owned(),
-    })
 }
 
 /// Publishes a copy of `message` (to one client, or to the topic's subscribers), with its

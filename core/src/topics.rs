@@ -193,6 +193,17 @@ pub fn client_of_notify_topic(topic: &str) -> Option<String> {
     parse_notify_topic(topic).map(|(client, _)| client)
 }
 
+/// The MQTT client id a notification topic is delivered to (`None` if it is not one): the
+/// client of either form, without the engine's mark for identified registrations. A broker
+/// plugin publishes each notification to that client directly.
+pub fn recipient_of_notify_topic(topic: &str) -> Option<String> {
+    let client = client_of_notify_topic(topic)?;
+    Some(match client.strip_prefix(IDENTIFIED_MARK) {
+        Some(id) => id.to_owned(),
+        None => client,
+    })
+}
+
 /// The key a notification topic names, for any client (`None` if it is not one).
 pub fn key_of_notify_topic(topic: &str) -> Option<Vec<u8>> {
     parse_notify_topic(topic).map(|(_, key)| key)
@@ -306,6 +317,7 @@ mod tests {
             Some((marked.clone(), b"k".to_vec()))
         );
         assert_eq!(client_of_notify_topic(&topic), Some(marked));
+        assert_eq!(recipient_of_notify_topic(&topic).as_deref(), Some("dev-1"));
         assert_eq!(key_of_notify_topic(&topic), Some(b"k".to_vec()));
         assert!(is_own_response_topic("dev-1", &response_topic("dev-1")));
         assert!(!is_own_response_topic("dev-1", &response_topic("dev-10")));
@@ -368,7 +380,9 @@ mod tests {
             Some(("c".to_owned(), b"\x00\xffk".to_vec()))
         );
         assert_eq!(client_of_notify_topic(&topic).as_deref(), Some("c"));
+        assert_eq!(recipient_of_notify_topic(&topic).as_deref(), Some("c"));
         assert_eq!(client_of_notify_topic(&response_topic("c")), None);
+        assert_eq!(recipient_of_notify_topic(&response_topic("c")), None);
         assert_eq!(from_hex("0"), None);
         assert_eq!(from_hex("zz"), None);
         assert_eq!(

@@ -3,6 +3,7 @@
 #![cfg(feature = "net")]
 
 mod broker;
+mod calls;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -17,9 +18,9 @@ use mqstore::ServiceError;
 use mqstore::client::ClientError;
 use mqstore::codec::Condition;
 use mqstore::hlc::Hlc;
-use mqstore::net::client::{Client, ClientOptions, KeyChange, Observation, SetOptions};
+use mqstore::net::client::{Client, SetOptions};
 
-const WAIT: Duration = Duration::from_secs(10);
+use calls::{WAIT, next_change, ready_client};
 
 /// A directory of its own under the system's temporary one, removed when dropped.
 struct TempDir(PathBuf);
@@ -93,29 +94,6 @@ fn kill(mut server: Child) {
 }
 
 /// A client with a short timeout, once the server answers.
-async fn client(broker: &Broker, id: &str) -> Client {
-    let mut options = ClientOptions::new(id, "127.0.0.1", broker.port);
-    options.timeout = Duration::from_secs(2);
-    let client = Client::connect(options).await.expect("the client connects");
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while let Err(ClientError::Timeout(_) | ClientError::Disconnected) =
-        client.get(Bytes::from_static(b"ready?")).await
-    {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the server did not answer"
-        );
-    }
-    client
-}
-
-async fn next_change(observation: &mut Observation) -> KeyChange {
-    tokio::time::timeout(WAIT, observation.next())
-        .await
-        .expect("a change within 10 s")
-        .expect("the observation is open")
-}
-
 /// Writers SET their own key 0, 1, 2, ... until the server is killed; the last value each saw
 /// acknowledged, with its version.
 type Acknowledged = Arc<std::sync::Mutex<HashMap<String, (u64, Hlc)>>>;
@@ -127,7 +105,7 @@ async fn write_until_killed(
     let acknowledged: Acknowledged = Default::default();
     let mut tasks = Vec::new();
     for w in 0..writers {
-        let c = client(broker, &format!("writer-{w}")).await;
+        let c = ready_client(broker.port, &format!("writer-{w}")).await;
         let acknowledged = acknowledged.clone();
         tasks.push(tokio::spawn(async move {
             let key = format!("load/{w}");
@@ -185,7 +163,7 @@ async fn kill_9_under_load_with_fsync_always_loses_no_acknowledged_write() {
     // A data directory that does not exist yet is made.
     let data_dir = dir.0.join("not/there/yet");
     let server = serve(&broker, &data_dir, "always");
-    let c = client(&broker, "locker").await;
+    let c = ready_client(broker.port, "locker").await;
     // A lock and a key it guards: their fencing token survives too.
     let lock = c
         .set(
@@ -214,7 +192,7 @@ async fn kill_9_under_load_with_fsync_always_loses_no_acknowledged_write() {
     }
 
     let server = serve(&broker, &data_dir, "always");
-    let reader = client(&broker, "reader").await;
+    let reader = ready_client(broker.port, "reader").await;
     let writes = check_acknowledged(&reader, acknowledged.clone()).await;
     assert!(
         writes > 100,
@@ -264,7 +242,7 @@ async fn kill_9_with_fsync_everysec_loses_no_acknowledged_write_either() {
         writer.await.unwrap();
     }
     let server = serve(&broker, &dir.0, "everysec");
-    let reader = client(&broker, "reader").await;
+    let reader = ready_client(broker.port, "reader").await;
     assert!(check_acknowledged(&reader, acknowledged).await > 50);
     kill(server);
 }
@@ -274,8 +252,8 @@ async fn an_observer_sees_what_changed_while_the_server_was_down_and_goes_on() {
     let broker = Broker::start();
     let dir = TempDir::new("observer");
     let server = serve(&broker, &dir.0, "always");
-    let writer = client(&broker, "writer").await;
-    let observer = client(&broker, "observer").await;
+    let writer = ready_client(broker.port, "writer").await;
+    let observer = ready_client(broker.port, "observer").await;
     let brief = SetOptions {
         expires: Some(Duration::from_millis(1500)),
         ..SetOptions::default()
@@ -297,7 +275,7 @@ async fn an_observer_sees_what_changed_while_the_server_was_down_and_goes_on() {
     let gone = next_change(&mut brief_changes).await;
     assert_eq!((gone.value, gone.synthetic), (None, true));
     // And notifications keep coming.
-    let writer = client(&broker, "writer-2").await;
+    let writer = ready_client(broker.port, "writer-2").await;
     assert_eq!(writer.get("kept").await.unwrap().unwrap().value, "v1");
     writer
         .set("kept", "v2", SetOptions::default())
@@ -316,7 +294,7 @@ async fn a_damaged_data_file_stops_the_server_naming_the_file_and_offset() {
     let broker = Broker::start();
     let dir = TempDir::new("damaged");
     let server = serve(&broker, &dir.0, "always");
-    let c = client(&broker, "writer").await;
+    let c = ready_client(broker.port, "writer").await;
     for i in 0..20 {
         c.set(format!("k{i}"), "value", SetOptions::default())
             .await
@@ -349,7 +327,7 @@ async fn a_damaged_data_file_stops_the_server_naming_the_file_and_offset() {
     // everything before it.
     std::fs::write(&path, &good[..good.len() - 3]).unwrap();
     let server = serve(&broker, &dir.0, "always");
-    let reader = client(&broker, "reader").await;
+    let reader = ready_client(broker.port, "reader").await;
     let found = reader.scan("k*").await.unwrap();
     assert!(found.len() >= 19, "{} keys", found.len());
     kill(server);
@@ -373,7 +351,7 @@ async fn a_data_directory_that_cannot_be_used_is_a_clear_error() {
 
     // A data directory another server uses.
     let first = serve(&broker, &dir.0.join("shared"), "always");
-    client(&broker, "waiting-for-the-first").await;
+    ready_client(broker.port, "waiting-for-the-first").await;
     let stopped = serve_until_it_stops(&broker, &dir.0.join("shared"));
     let said = String::from_utf8_lossy(&stopped.stderr);
     assert!(said.contains("one server per data directory"), "{said}");
@@ -406,7 +384,7 @@ async fn a_full_disk_stops_the_server_before_it_acknowledges_what_is_not_on_disk
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let c = client(&broker, "filler").await;
+    let c = ready_client(broker.port, "filler").await;
     let value = Bytes::from(vec![b'x'; 16 * 1024]);
     let mut acknowledged = Vec::new();
     for i in 0..64 {
@@ -439,7 +417,7 @@ async fn a_full_disk_stops_the_server_before_it_acknowledges_what_is_not_on_disk
     std::fs::copy(mount.join("state.log"), copy.0.join("state.log")).unwrap();
     let _ = Command::new("umount").arg(&mount).status();
     let server = serve(&broker, &copy.0, "always");
-    let reader = client(&broker, "reader").await;
+    let reader = ready_client(broker.port, "reader").await;
     for i in acknowledged {
         let got = reader.get(format!("big/{i}")).await.unwrap();
         assert_eq!(got.map(|g| g.value), Some(value.clone()), "big/{i}");
@@ -454,7 +432,7 @@ async fn jobs_and_their_executions_survive_kill_9() {
     let broker = Broker::start();
     let dir = TempDir::new("jobs");
     let server = serve(&broker, &dir.0, "always");
-    let operator = client(&broker, "operator").await;
+    let operator = ready_client(broker.port, "operator").await;
     let spec = JobSpec {
         job_id: "fw-7".into(),
         document: serde_json::json!({ "version": "7" }),
@@ -473,7 +451,7 @@ async fn jobs_and_their_executions_survive_kill_9() {
     kill(server);
 
     let server = serve(&broker, &dir.0, "always");
-    let operator = client(&broker, "operator-2").await;
+    let operator = ready_client(broker.port, "operator-2").await;
     assert_eq!(
         operator.describe_job("fw-7").await.unwrap().targets.len(),
         2

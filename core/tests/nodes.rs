@@ -3,6 +3,7 @@
 #![cfg(feature = "net")]
 
 mod broker;
+mod calls;
 #[path = "redis/mod.rs"]
 mod redis;
 
@@ -16,17 +17,22 @@ use bytes::Bytes;
 use mqstore::client::ClientError;
 use mqstore::hlc::Hlc;
 use mqstore::net::BrokerConfig;
-use mqstore::net::client::{Client, ClientOptions, KeyChange, Observation, SetOptions};
+use mqstore::net::client::{Client, SetOptions};
 use mqstore::net::metrics::Metrics;
 use mqstore::net::redis_store::RedisConfig;
 use mqstore::net::server::{ServerConfig, ServerHandle, StoreConfig, spawn};
 use redis::{Cluster, Redis};
 
-const WAIT: Duration = Duration::from_secs(10);
+use calls::{WAIT, next_change};
 const GROUP: &str = "nodes";
 const JOBS_MINUTE: Duration = Duration::from_millis(300);
 
 /// A node in this process, on the store at `url`, its clock `offset_ms` off.
+/// A client once a node answers (calls time out after 3 s: the nodes share a Redis).
+async fn client(port: u16, id: &str) -> Client {
+    calls::ready_client_timing_out(port, id, Duration::from_secs(3)).await
+}
+
 async fn node(broker: &Broker, url: &str, id: &str, offset_ms: i64) -> ServerHandle {
     let config = ServerConfig {
         share_group: Some(GROUP.into()),
@@ -43,26 +49,6 @@ async fn node(broker: &Broker, url: &str, id: &str, offset_ms: i64) -> ServerHan
         )
     };
     spawn(config).await.expect("the node starts")
-}
-
-async fn client(broker: &Broker, id: &str) -> Client {
-    let mut options = ClientOptions::new(id, "127.0.0.1", broker.port);
-    options.timeout = Duration::from_secs(3);
-    let client = Client::connect(options).await.expect("the client connects");
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while let Err(ClientError::Timeout(_) | ClientError::Disconnected) =
-        client.get(Bytes::from_static(b"ready?")).await
-    {
-        assert!(tokio::time::Instant::now() < deadline, "no node answered");
-    }
-    client
-}
-
-async fn next_change(observation: &mut Observation) -> KeyChange {
-    tokio::time::timeout(WAIT, observation.next())
-        .await
-        .expect("a change within 10 s")
-        .expect("the observation is open")
 }
 
 /// How many state store requests a node answered (any command, any outcome).
@@ -85,9 +71,9 @@ async fn three_nodes_share_one_state(url: &str) -> (Broker, Vec<ServerHandle>) {
     for (id, offset) in [("n1", 0), ("n2", 4_000), ("n3", -4_000)] {
         nodes.push(node(&broker, url, id, offset).await);
     }
-    let writer = client(&broker, "writer").await;
-    let reader = client(&broker, "reader").await;
-    let watcher = client(&broker, "watcher").await;
+    let writer = client(broker.port, "writer").await;
+    let reader = client(broker.port, "reader").await;
+    let watcher = client(broker.port, "watcher").await;
     let mut observed = watcher.observe("shared").await.unwrap();
 
     let mut last: Option<Hlc> = None;
@@ -144,8 +130,8 @@ async fn three_nodes_share_jobs(broker: &Broker) {
     use mqstore::net::jobs::StartNext;
     use serde_json::json;
 
-    let operator = client(broker, "operator").await;
-    let device = client(broker, "fleet").await;
+    let operator = client(broker.port, "operator").await;
+    let device = client(broker.port, "fleet").await;
     let first = device.jobs("d000").await.unwrap();
     let things: Vec<String> = (0..200).map(|i| format!("d{i:03}")).collect();
     operator
@@ -311,7 +297,7 @@ async fn three_nodes_on_a_redis_cluster_spread_keys_over_every_primary() {
     let cluster = Cluster::start();
     let (broker, nodes) = three_nodes_share_one_state(&cluster.url()).await;
     three_nodes_share_jobs(&broker).await;
-    let c = client(&broker, "many").await;
+    let c = client(broker.port, "many").await;
     for i in 0..100 {
         c.set(format!("spread/{i}"), "x", SetOptions::default())
             .await
@@ -332,7 +318,7 @@ async fn redis_away_means_status_503_with_a_reason_and_the_node_recovers() {
     let mut redis = Redis::start();
     let broker = Broker::start();
     let node = node(&broker, &redis.url(), "n1", 0).await;
-    let c = client(&broker, "dev").await;
+    let c = client(broker.port, "dev").await;
     c.set("k", "before", SetOptions::default()).await.unwrap();
     redis.kill();
     match c.set("k", "during", SetOptions::default()).await {
@@ -386,12 +372,12 @@ async fn killing_a_node_under_load_loses_no_acknowledged_write() {
         .iter()
         .map(|id| serve_process(&broker, &redis.url(), id))
         .collect();
-    let watcher = client(&broker, "watcher").await;
+    let watcher = client(broker.port, "watcher").await;
     let mut observed = watcher.observe("load/0").await.unwrap();
     let acknowledged = Arc::new(std::sync::Mutex::new(HashMap::new()));
     let mut writers = Vec::new();
     for w in 0..4 {
-        let c = client(&broker, &format!("writer-{w}")).await;
+        let c = client(broker.port, &format!("writer-{w}")).await;
         let acknowledged = acknowledged.clone();
         writers.push(tokio::spawn(async move {
             let (mut ok, mut timed_out) = (0, 0);
@@ -431,7 +417,7 @@ async fn killing_a_node_under_load_loses_no_acknowledged_write() {
     }
     assert!(total_ok > 400);
     // Every last acknowledged write is there, with its version.
-    let reader = client(&broker, "reader").await;
+    let reader = client(broker.port, "reader").await;
     let acknowledged = acknowledged.lock().unwrap().clone();
     for (key, (value, version)) in acknowledged {
         let got = reader.get(key.clone()).await.unwrap().expect("the key");
@@ -496,7 +482,7 @@ async fn quotas_hold_across_nodes_and_a_client_that_leaves_is_cleaned_up_everywh
         };
         nodes.push(spawn(config).await.expect("the node starts"));
     }
-    let writer = client(&broker, "writer").await;
+    let writer = client(broker.port, "writer").await;
     let (mut applied, mut refused) = (0, 0);
     for i in 0..12 {
         match writer
@@ -516,7 +502,7 @@ async fn quotas_hold_across_nodes_and_a_client_that_leaves_is_cleaned_up_everywh
 
     // A watcher registered through some node; it leaves, and its registrations go.
     let watches = || redis.cli(&["hget", "mqstore:{b0}:stats", "watches"]);
-    let watcher = client(&broker, "watcher").await;
+    let watcher = client(broker.port, "watcher").await;
     let _observed = watcher.observe("q/0").await.unwrap();
     assert_eq!(watches().trim(), "1");
     watcher.close().await;
@@ -564,7 +550,7 @@ async fn the_device_api_moves_to_another_node_when_its_listener_dies_or_stops() 
         .iter()
         .map(|id| (id.to_string(), serve_process(&broker, &redis.url(), id)))
         .collect();
-    let device = client(&broker, "device").await;
+    let device = client(broker.port, "device").await;
     let jobs = device.jobs("T").await.unwrap();
     device_api_answers(&jobs, WAIT).await;
     let first = listener(&redis).expect("a listener");
@@ -616,7 +602,7 @@ async fn redis_away_means_jobs_requests_are_rejected_with_internal_error() {
         )
     };
     let node = spawn(config).await.expect("the node starts");
-    let operator = client(&broker, "operator").await;
+    let operator = client(broker.port, "operator").await;
     let jobs = operator.jobs("T").await.unwrap();
     let spec = |id: &str| JobSpec {
         job_id: id.into(),
@@ -735,7 +721,7 @@ async fn histories_on_three_nodes_are_linearizable_across_a_node_crash() {
         .collect();
     let mut clients = Vec::new();
     for c in 0..6 {
-        clients.push(client(&broker, &format!("lin-{c}")).await);
+        clients.push(client(broker.port, &format!("lin-{c}")).await);
     }
     let start = std::time::Instant::now();
     let mut tasks = Vec::new();
@@ -859,7 +845,7 @@ async fn acknowledged_writes_survive_a_redis_crash_with_appendfsync_always() {
     let mut redis = Redis::start_durable();
     let broker = Broker::start();
     let node = node(&broker, &redis.url(), "d1", 0).await;
-    let c = client(&broker, "durable").await;
+    let c = client(broker.port, "durable").await;
     let mut written = Vec::new();
     for i in 0..50 {
         let set = c

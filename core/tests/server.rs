@@ -3,6 +3,7 @@
 
 #[macro_use]
 mod broker;
+mod calls;
 #[path = "redis/mod.rs"]
 mod redis;
 
@@ -16,7 +17,7 @@ use mqstore::client::ClientError;
 use mqstore::codec::Condition;
 use mqstore::engine::{AccessRule, AccessRules};
 use mqstore::net::BrokerConfig;
-use mqstore::net::client::{Client, ClientOptions, Deleted, KeyChange, Observation, SetOptions};
+use mqstore::net::client::{Client, ClientOptions, Deleted, SetOptions};
 use mqstore::net::metrics::Metrics;
 use mqstore::net::server::{ServerConfig, ServerHandle, spawn};
 use mqstore::store::Quotas;
@@ -27,7 +28,7 @@ use rumqttc::v5::{AsyncClient, Event, MqttOptions};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
-const WAIT: Duration = Duration::from_secs(10);
+use calls::{WAIT, client, next_change, ready_client, wait_ready};
 
 struct Server {
     metrics: Arc<Metrics>,
@@ -220,40 +221,6 @@ impl Service {
             server.stop().await;
         }
     }
-}
-
-async fn client(port: u16, id: &str) -> Client {
-    let mut options = ClientOptions::new(id, "127.0.0.1", port);
-    options.timeout = Duration::from_secs(2);
-    Client::connect(options).await.expect("the client connects")
-}
-
-/// A client once the server answers (it may still be subscribing when the broker is up).
-async fn ready_client(port: u16, id: &str) -> Client {
-    let client = client(port, id).await;
-    wait_ready(&client).await;
-    client
-}
-
-/// Returns once the server answers `client`.
-async fn wait_ready(client: &Client) {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    // Any answer will do (access rules may refuse the key).
-    while let Err(ClientError::Timeout(_) | ClientError::Disconnected) =
-        client.get(Bytes::from_static(b"ready?")).await
-    {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the server never answered"
-        );
-    }
-}
-
-async fn next_change(observation: &mut Observation) -> KeyChange {
-    tokio::time::timeout(WAIT, observation.next())
-        .await
-        .expect("a change within 10 s")
-        .expect("the observation is open")
 }
 
 on_every_deployment! {
