@@ -677,3 +677,23 @@ fn command_send_status_and_their_exit_codes() {
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn serve_with_nothing_to_serve_says_so_before_connecting() {
+    // No broker anywhere: the configuration is refused first.
+    let run = mqstore(&[
+        "--port",
+        "1",
+        "serve",
+        "--no-state-store",
+        "--no-jobs",
+        "--no-commands",
+    ]);
+    assert_ne!(run.code, Some(0));
+    assert!(
+        run.stderr
+            .contains("--no-state-store with --no-jobs and --no-commands leaves nothing to serve"),
+        "{}",
+        run.stderr
+    );
+}

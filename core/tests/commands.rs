@@ -734,3 +734,76 @@ async fn ten_thousand_commands_over_three_nodes_each_get_their_own_answer() {
         node.stop().await;
     }
 }
+
+/// `mqstore serve --no-state-store` beside mosquitto with the state store plugin: the plugin
+/// answers the state store, the server jobs and commands — each request by the one of them
+/// that serves it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_and_commands_beside_the_plugin() {
+    use mqstore::jobs::{JobSpec, Status as JobStatus};
+    use mqstore::net::client::SetOptions;
+    use mqstore::net::jobs::StartNext;
+
+    let broker = Broker::start_config(&format!(
+        "plugin {}\nplugin_opt_node_id inside\n",
+        broker::plugin_path().display()
+    ));
+    let _mqtt5 = mqtt5_devices(&broker).await;
+    let config = ServerConfig {
+        state_store: false,
+        ..ServerConfig::new(broker_config(&broker), "beside")
+    };
+    let server = spawn(config).await.expect("the server starts");
+    let mut options = ClientOptions::new("operator", "127.0.0.1", broker.port);
+    options.timeout = Duration::from_secs(1);
+    let operator = Client::connect(options).await.unwrap();
+    // Once the server has subscribed, the operator API answers.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while let Err(ClientError::Timeout(_)) = operator.list_jobs().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "jobs never answered"
+        );
+    }
+
+    // The state store is the plugin's: its node id in the version.
+    let set = operator.set("k", "v", SetOptions::default()).await.unwrap();
+    assert_eq!(&*set.version.unwrap().node, "inside");
+    assert_eq!(operator.get("k").await.unwrap().unwrap().value, "v");
+
+    // Jobs, from both sides.
+    let device = client(&broker, "T1").await;
+    let jobs = device.jobs("T1").await.unwrap();
+    let spec = JobSpec {
+        job_id: "fw-1".into(),
+        document: json!({ "firmware": 2 }),
+        targets: vec!["T1".into()],
+        in_progress_timeout_minutes: None,
+        max_retries: 0,
+    };
+    operator.create_job(spec).await.unwrap();
+    let started = jobs
+        .start_next(StartNext::default())
+        .await
+        .unwrap()
+        .expect("fw-1 is queued for T1");
+    assert_eq!(
+        (started.job_id.as_str(), started.status),
+        ("fw-1", JobStatus::InProgress)
+    );
+
+    // Commands to an MQTT 5 device.
+    let reply = operator
+        .command(CommandRequest::new("dev/7/cmd", r#"{"go":1}"#))
+        .await
+        .unwrap();
+    assert_eq!(
+        (reply.status, &reply.payload[..]),
+        (Status::Succeeded, &br#"{"go":1}"#[..])
+    );
+    // The server took the state store's requests from the broker before the jobs' that came
+    // after them, had it served them: it served none.
+    assert_eq!(server.metrics.requests("SET", "ok"), 0);
+    assert_eq!(server.metrics.requests("GET", "ok"), 0);
+    server.stop().await.unwrap();
+}

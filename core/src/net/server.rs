@@ -68,6 +68,10 @@ pub struct ServerConfig {
     pub registration_lease: Option<Duration>,
     /// The same for clients on the standard topics (which do not renew): `None` by default.
     pub standard_registration_lease: Option<Duration>,
+    /// Serve the state store (the standard and identified request topics, the clients'
+    /// presence, this node's presence). Off beside a broker whose plugin serves it: the node
+    /// then serves jobs and commands only.
+    pub state_store: bool,
     /// Serve the jobs service (the AWS IoT Jobs device API and the operator API).
     pub jobs: bool,
     /// How long a minute of the jobs timers lasts (timeouts are given in minutes): 60 s;
@@ -131,6 +135,7 @@ impl ServerConfig {
             scan_token_key: None,
             registration_lease: Some(DEFAULT_REGISTRATION_LEASE),
             standard_registration_lease: None,
+            state_store: true,
             jobs: true,
             jobs_minute: Duration::from_secs(60),
             commands: true,
@@ -171,6 +176,8 @@ pub enum ServerError {
          (use Redis's own persistence, appendonly yes)"
     )]
     DiskWithRedis,
+    #[error("--no-state-store with --no-jobs and --no-commands leaves nothing to serve")]
+    NothingToServe,
 }
 
 /// A running server's handles, for tests and embedding.
@@ -312,6 +319,9 @@ pub async fn serve(
     if redis.is_some() && config.durability.is_some() {
         return Err(ServerError::DiskWithRedis);
     }
+    if !(config.state_store || config.jobs || config.commands) {
+        return Err(ServerError::NothingToServe);
+    }
     let mut disk = None;
     let mut kept_jobs = DurableJobs::default();
     let state = match redis {
@@ -419,22 +429,28 @@ pub async fn serve(
         registration_lease_ms: config.registration_lease.map(|d| d.as_millis() as u64),
     };
     let mut options = config.broker.options(&config.client_id);
-    options.set_last_will(LastWill::new(
-        presence_topic.clone(),
-        presence(false).to_bytes(),
-        QoS::AtLeastOnce,
-        true,
-        None,
-    ));
+    if config.state_store {
+        options.set_last_will(LastWill::new(
+            presence_topic.clone(),
+            presence(false).to_bytes(),
+            QoS::AtLeastOnce,
+            true,
+            None,
+        ));
+    }
     let (client, eventloop) = rumqttc::v5::AsyncClient::new(options, REQUEST_QUEUE);
     // Identified requests (in each client's own tree) always; the standard, shared request
     // topic (what the Azure SDK clients use: they name themselves in `__srcId`, which nothing
     // checks) unless identities are required.
-    let mut invoke_filters = vec![topics::IDENTIFIED_INVOKE_FILTER];
-    let mut presence_filters = vec![topics::IDENTIFIED_PRESENCE_FILTER];
-    if !config.require_identity {
-        invoke_filters.push(topics::INVOKE);
-        presence_filters.push(topics::PRESENCE_FILTER);
+    let mut invoke_filters = Vec::new();
+    let mut presence_filters = Vec::new();
+    if config.state_store {
+        invoke_filters.push(topics::IDENTIFIED_INVOKE_FILTER);
+        presence_filters.push(topics::IDENTIFIED_PRESENCE_FILTER);
+        if !config.require_identity {
+            invoke_filters.push(topics::INVOKE);
+            presence_filters.push(topics::PRESENCE_FILTER);
+        }
     }
     if let Some(jobs) = &jobs {
         // The AWS IoT Jobs device API (`#` alone does not match `$aws/...`) unless one node
@@ -467,12 +483,12 @@ pub async fn serve(
     let mut node = Node {
         jobs,
         probe_topic: topics::probe_topic(&config.client_id),
-        presence: Publish {
+        presence: config.state_store.then(|| Publish {
             topic: presence_topic,
             payload: presence(true).to_bytes(),
             qos: 1,
             properties: Default::default(),
-        },
+        }),
         protocol_errors: 0,
         reports_no_subscribers: None,
         max_packet_size: config.broker.max_packet_size,
@@ -894,8 +910,8 @@ struct Node {
     /// Where this node's probe goes (see [`topics::probe_topic`]).
     probe_topic: String,
     /// This node's retained presence ("online", its epoch and limit), published at every
-    /// connection.
-    presence: Publish,
+    /// connection (none without the state store).
+    presence: Option<Publish>,
     /// Connections in a row that the broker broke the protocol on.
     protocol_errors: u32,
     /// What the probe found (`None` until its PUBACK came).
@@ -1179,10 +1195,12 @@ impl Node {
                     properties: Default::default(),
                 };
                 let (sent, metrics) = (&mut self.sent, &self.metrics);
-                self.outbox
-                    .push_retained(self.presence.clone(), Sent::Presence, |tag| {
-                        note_sent(sent, metrics, tag)
-                    });
+                if let Some(presence) = &self.presence {
+                    self.outbox
+                        .push_retained(presence.clone(), Sent::Presence, |tag| {
+                            note_sent(sent, metrics, tag)
+                        });
+                }
                 self.outbox
                     .push(probe, Sent::Probe, |tag| note_sent(sent, metrics, tag));
                 None

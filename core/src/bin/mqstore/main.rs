@@ -297,6 +297,10 @@ struct ServeArgs {
     /// gone.
     #[arg(long)]
     standard_registration_lease: Option<u64>,
+    /// No state store: serve jobs and commands only, beside a broker whose mqstore plugin
+    /// serves the state store (bindings-mosquitto/).
+    #[arg(long)]
+    no_state_store: bool,
     /// Serve only the state store: no jobs service ($aws/things/+/jobs/#, the operator API).
     #[arg(long)]
     no_jobs: bool,
@@ -503,6 +507,7 @@ async fn run(cli: Cli) -> ExitCode {
         registration_lease: (args.registration_lease > 0)
             .then(|| Duration::from_secs(args.registration_lease)),
         standard_registration_lease: args.standard_registration_lease.map(Duration::from_secs),
+        state_store: !args.no_state_store,
         jobs: !args.no_jobs,
         jobs_minute: Duration::from_secs(60),
         commands: !args.no_commands,
