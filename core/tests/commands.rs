@@ -431,6 +431,19 @@ async fn client(broker: &Broker, id: &str) -> Client {
         .expect("the client connects")
 }
 
+/// A command to the MQTT 5 device `dev/7` ([`mqtt5_devices`]), which answers with its payload.
+async fn echoed_by_an_mqtt5_device(caller: &Client) -> mqstore::commands::wire::CommandReply {
+    let reply = caller
+        .command(CommandRequest::new("dev/7/cmd", r#"{"go":1}"#))
+        .await
+        .unwrap();
+    assert_eq!(
+        (reply.status, &reply.payload[..]),
+        (Status::Succeeded, &br#"{"go":1}"#[..])
+    );
+    reply
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn callers_send_commands_through_mqstore_serve() {
     let broker = Broker::start();
@@ -442,14 +455,7 @@ async fn callers_send_commands_through_mqstore_serve() {
     let mut watch = caller.watch_commands().await.unwrap();
 
     // Direct mode: an MQTT 5 device answers on the node's own response topic.
-    let reply = caller
-        .command(CommandRequest::new("dev/7/cmd", r#"{"go":1}"#))
-        .await
-        .unwrap();
-    assert_eq!(
-        (reply.status, &reply.payload[..]),
-        (Status::Succeeded, &br#"{"go":1}"#[..])
-    );
+    let reply = echoed_by_an_mqtt5_device(&caller).await;
     assert_eq!(reply.device_status, Some(200));
     // Its status changes were published: SENT, then SUCCEEDED.
     let mut seen = Vec::new();
@@ -793,14 +799,7 @@ async fn jobs_and_commands_beside_the_plugin() {
     );
 
     // Commands to an MQTT 5 device.
-    let reply = operator
-        .command(CommandRequest::new("dev/7/cmd", r#"{"go":1}"#))
-        .await
-        .unwrap();
-    assert_eq!(
-        (reply.status, &reply.payload[..]),
-        (Status::Succeeded, &br#"{"go":1}"#[..])
-    );
+    echoed_by_an_mqtt5_device(&operator).await;
     // The server took the state store's requests from the broker before the jobs' that came
     // after them, had it served them: it served none.
     assert_eq!(server.metrics.requests("SET", "ok"), 0);
