@@ -395,6 +395,28 @@ async fn under_valgrind_the_plugin_makes_no_memory_errors_and_leaks_nothing() {
             ..PublishProperties::default()
         };
         send(&raw.0, Bytes::from_static(b"\xff garbage"), wildcard).await;
+        // Refused requests: another client's id, a notification topic too long to publish.
+        let get = Request::Get {
+            key: Bytes::from_static(b"vg/door"),
+        };
+        call_claiming(&mut raw, "vg-raw", "someone-else", &get).await;
+        let long = Request::KeyNotify {
+            key: Bytes::from(vec![b'k'; 33_000]),
+            stop: false,
+        };
+        call(&mut raw, "vg-raw", &long).await;
+        // A QoS 2 request (remembered against copies).
+        let properties = PublishProperties {
+            response_topic: Some("vg-raw/response".into()),
+            correlation_data: Some(Bytes::from_static(b"qos2-0123456789a")),
+            user_properties: vec![("__srcId".into(), "vg-raw".into())],
+            ..PublishProperties::default()
+        };
+        raw.0
+            .publish_with_properties(mqstore::topics::INVOKE, QoS::ExactlyOnce, false, get.to_bytes(), properties)
+            .await
+            .unwrap();
+        next_publish(&mut raw.1).await;
         c.set("vg/door", "open", SetOptions::default())
             .await
             .unwrap();
