@@ -59,6 +59,8 @@ const SUCCESS: c_int = sys::MOSQ_ERR_SUCCESS;
 struct Plugin {
     id: *mut sys::mosquitto_plugin_id_t,
     engine: Engine<DurableStore>,
+    /// This node's id (`plugin_opt_node_id`).
+    node_id: String,
     out: Vec<Publish>,
     /// Client id → the connection (`struct mosquitto *`) that last sent it a request: a
     /// DISCONNECT drops registrations only when it is that connection's.
@@ -257,6 +259,7 @@ pub unsafe extern "C" fn mosquitto_plugin_init(
             out: Vec::new(),
             connections: HashMap::new(),
             presence: Some(presence),
+            node_id: options.node_id.clone(),
             seen_qos2: exactly_once::SeenRequests::new(16_384),
             disk: durable,
         }))
@@ -371,6 +374,32 @@ unsafe extern "C" fn on_message(_event: c_int, data: *mut c_void, userdata: *mut
     }
     // SAFETY: a NUL-terminated topic.
     let topic = unsafe { CStr::from_ptr(message.topic) }.to_string_lossy();
+    if let Some(node) = topics::node_of_server_presence_topic(&topic) {
+        // SAFETY: `payloadlen` bytes, valid during the callback.
+        let payload = match message.payload.is_null() {
+            true => &[][..],
+            false => unsafe {
+                std::slice::from_raw_parts(
+                    message.payload.cast::<u8>(),
+                    message.payloadlen as usize,
+                )
+            },
+        };
+        let online = ServerPresence::parse(payload).is_some_and(|p| p.online);
+        with_plugin(userdata, |plugin| {
+            if online && node != plugin.node_id {
+                log(
+                    sys::MOSQ_LOG_WARNING,
+                    &format!(
+                        "mqstore: `mqstore serve` (node {node}) serves the state store beside this \
+                         plugin, so every request gets two answers: run it with --no-state-store \
+                         (it then serves jobs and commands only)"
+                    ),
+                );
+            }
+        });
+        return SUCCESS;
+    }
     let is_request =
         topic == topics::INVOKE || topics::client_of_identified_invoke(&topic).is_some();
     if !is_request {

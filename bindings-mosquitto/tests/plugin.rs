@@ -413,7 +413,13 @@ async fn under_valgrind_the_plugin_makes_no_memory_errors_and_leaks_nothing() {
             ..PublishProperties::default()
         };
         raw.0
-            .publish_with_properties(mqstore::topics::INVOKE, QoS::ExactlyOnce, false, get.to_bytes(), properties)
+            .publish_with_properties(
+                mqstore::topics::INVOKE,
+                QoS::ExactlyOnce,
+                false,
+                get.to_bytes(),
+                properties,
+            )
             .await
             .unwrap();
         next_publish(&mut raw.1).await;
@@ -434,4 +440,34 @@ async fn under_valgrind_the_plugin_makes_no_memory_errors_and_leaks_nothing() {
     assert_eq!(output.status.code(), Some(0), "{said}");
     assert!(said.contains("ERROR SUMMARY: 0 errors"), "{said}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `mqstore serve` with its state store beside the plugin would answer every request a second
+/// time: the plugin sees the server's presence and says what to do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_store_server_beside_the_plugin_is_told_to_leave_it_alone() {
+    use mqstore::net::BrokerConfig;
+    use mqstore::net::server::{ServerConfig, spawn};
+    let broker = broker_with_plugin();
+    let config = ServerConfig::new(
+        BrokerConfig {
+            port: broker.port,
+            ..BrokerConfig::default()
+        },
+        "beside",
+    );
+    let server = spawn(config).await.unwrap();
+    let deadline = std::time::Instant::now() + WAIT;
+    let warning =
+        "mqstore: `mqstore serve` (node beside) serves the state store beside this plugin";
+    while !broker.log().contains(warning) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no warning:\n{}",
+            broker.log()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(broker.log().contains("run it with --no-state-store"));
+    server.stop().await.unwrap();
 }

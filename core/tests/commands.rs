@@ -804,5 +804,11 @@ async fn jobs_and_commands_beside_the_plugin() {
     // after them, had it served them: it served none.
     assert_eq!(server.metrics.requests("SET", "ok"), 0);
     assert_eq!(server.metrics.requests("GET", "ok"), 0);
+    // And the plugin, which warns of a server that serves the state store beside it, did not.
+    assert!(
+        !broker.log().contains("serves the state store beside"),
+        "{}",
+        broker.log()
+    );
     server.stop().await.unwrap();
 }
