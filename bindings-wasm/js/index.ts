@@ -579,6 +579,7 @@ export class Client {
     }
   }
 
+  /** An operator call; resolves to what it asks for (the core picks the answer's record). */
   async #operate(op: string, args: object = {}): Promise<any> {
     return (await this.#call(() => this.#core.jobsOperate(op, args, Date.now()))).result;
   }
@@ -602,22 +603,22 @@ export class Client {
 
   /** A job: its document, targets, settings and how many executions are in each status. */
   async describeJob(jobId: string): Promise<JobDescription> {
-    return (await this.#operate("describeJob", { jobId })).job;
+    return await this.#operate("describeJob", { jobId });
   }
 
   /** The latest execution of `jobId` on `thing`. */
   async describeJobExecution(jobId: string, thing: string): Promise<JobExecution> {
-    return (await this.#operate("describeJobExecution", { jobId, thing })).execution;
+    return await this.#operate("describeJobExecution", { jobId, thing });
   }
 
   /** Every job. */
   async listJobs(): Promise<{ jobId: string; targets: number }[]> {
-    return (await this.#operate("listJobs")).jobs;
+    return await this.#operate("listJobs");
   }
 
   /** The latest executions, narrowed by thing, job and status. */
   async listJobExecutions(filter: { thing?: string; jobId?: string; status?: JobStatus } = {}): Promise<ExecutionListing[]> {
-    return (await this.#operate("listJobExecutions", filter)).executions;
+    return await this.#operate("listJobExecutions", filter);
   }
 
   // ---- jobs: the device API -------------------------------------------------------------
@@ -846,19 +847,19 @@ export class Jobs {
 
   /** Starts the first QUEUED execution (or returns the IN_PROGRESS one); null when nothing is pending. */
   async startNext(options: { statusDetails?: Record<string, string>; stepTimeoutMinutes?: number } = {}): Promise<JobExecution | null> {
-    return (await this.#device("startNext", options)).execution ?? null;
+    return await this.#device("startNext", options);
   }
 
   /** The latest execution of `jobId` on this thing, with its document. */
   async describe(jobId: string): Promise<JobExecution> {
-    const execution = (await this.#device("describe", { jobId })).execution;
+    const execution = await this.#device("describe", { jobId });
     if (!execution) throw new UnexpectedAnswerError("describe was accepted without an execution");
     return execution;
   }
 
   /** The first pending execution, with its document; null when nothing is pending. */
   async describeNext(): Promise<JobExecution | null> {
-    return (await this.#device("describe", { jobId: "$next" })).execution ?? null;
+    return await this.#device("describe", { jobId: "$next" });
   }
 
   /** Updates an execution; a JobsError (`jobsCode` VersionMismatch, InvalidStateTransition...) when refused. */

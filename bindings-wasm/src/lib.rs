@@ -565,7 +565,8 @@ impl ClientCore {
 
     /// Starts a jobs operator call: `op` (`createJob`, `cancelJob`, `deleteJobExecution`,
     /// `describeJob`, `describeJobExecution`, `listJobs`, `listJobExecutions`) with its
-    /// arguments as an object. Completes with the answer's JSON as `result`.
+    /// arguments as an object. Completes with what the call asks for as `result`: the job,
+    /// execution or list of a describe or list call, the answer's JSON otherwise.
     #[wasm_bindgen(js_name = jobsOperate)]
     pub fn jobs_operate(&mut self, op: &str, args: JsValue, now_ms: f64) -> Result<f64, JsValue> {
         let request = services::operator_request(op, &args)?;
@@ -576,7 +577,8 @@ impl ClientCore {
 
     /// Starts a jobs device API call as `thing` (subscribed to `jobsSubscriptions(thing)`):
     /// `api` is `getPending`, `startNext`, `describe` or `update`. Completes with the
-    /// `/accepted` reply's JSON as `result`.
+    /// execution of `startNext` and `describe` (null when none) as `result`, the `/accepted`
+    /// reply's JSON otherwise.
     #[wasm_bindgen(js_name = jobsDevice)]
     pub fn jobs_device(
         &mut self,

@@ -39,20 +39,11 @@ struct Server {
 
 impl Server {
     async fn start(port: u16, node_id: &str) -> Server {
-        Self::start_with(port, node_id, Quotas::default(), AccessRules::default()).await
-    }
-
-    async fn start_with(port: u16, node_id: &str, quotas: Quotas, access: AccessRules) -> Server {
         let broker = BrokerConfig {
             port,
             ..BrokerConfig::default()
         };
-        let config = ServerConfig {
-            quotas,
-            access,
-            ..ServerConfig::new(broker, node_id)
-        };
-        Self::start_config(config).await
+        Self::start_config(ServerConfig::new(broker, node_id)).await
     }
 
     /// A server on `config`; on a Redis of its own instead of memory with
@@ -1611,39 +1602,65 @@ on_both_brokers! {
     }
 }
 
-on_both_brokers! {
-    /// Hardening §4: registrations are bounded per client (spoofed ids share the total), shown
-    /// in the metrics, and given back when their client goes.
-    async fn registrations_are_bounded_counted_and_reclaimed(kind: Kind) {
-        let broker = Broker::start_kind(kind);
-        let quotas = Quotas {
-            max_watches: Some(5),
-            max_watches_per_client: Some(2),
-            ..Quotas::default()
+on_every_deployment! {
+    /// Hardening §4: registrations are bounded per client and in all, and given back when
+    /// their client goes. Registrations under made-up client ids count against the total with
+    /// `mqstore serve`; inside the broker a made-up id is refused.
+    async fn registrations_are_bounded_counted_and_reclaimed(deployment: Deployment) {
+        let setup = Setup {
+            quotas: Quotas {
+                max_watches: Some(5),
+                max_watches_per_client: Some(2),
+                ..Quotas::default()
+            },
+            ..Setup::new("node-w")
         };
-        let server = Server::start_with(broker.port, "node-w", quotas, AccessRules::default()).await;
-        let greedy = ready_client(broker.port, "greedy").await;
+        let service = Service::start_setup(deployment, setup).await;
+        let port = service.port();
+        let quota_exceeded = ClientError::Service(ServiceError::QuotaExceeded);
+        let greedy = ready_client(port, "greedy").await;
         let _a = greedy.observe("a").await.unwrap();
         let _b = greedy.observe("b").await.unwrap();
-        let refused = greedy.observe("c").await.map(|_| ()).unwrap_err();
-        assert_eq!(refused, ClientError::Service(ServiceError::QuotaExceeded));
-        // Registrations under made-up client ids count against the total.
-        let mut raw = Raw::connect(broker.port, "spoofer", None).await;
+        // Two per client...
+        assert_eq!(greedy.observe("c").await.map(|_| ()).unwrap_err(), quota_exceeded);
+        let second = ready_client(port, "second").await;
+        let _x = second.observe("x").await.unwrap();
+        let _y = second.observe("y").await.unwrap();
+        let third = ready_client(port, "third").await;
+        let _z = third.observe("z").await.unwrap();
+        // ...and five in all: the third client's second is one too many.
+        assert_eq!(third.observe("w").await.map(|_| ()).unwrap_err(), quota_exceeded);
+        // The greedy client leaves: its two come back (once the service has heard it go).
+        greedy.close().await;
+        let deadline = tokio::time::Instant::now() + WAIT;
+        let _w = loop {
+            match third.observe("w").await {
+                Ok(observation) => break observation,
+                Err(e) if e == quota_exceeded => {
+                    assert!(tokio::time::Instant::now() < deadline, "never given back");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Err(e) => panic!("{e}"),
+            }
+        };
+        // Made-up client ids, with one registration left in all.
+        let mut raw = Raw::connect(port, "spoofer", None).await;
         let mut answers = Vec::new();
-        for i in 0..6 {
+        for i in 0..3 {
             let id = format!("fake-{i}");
             raw.send(keynotify("k").as_bytes(), props("spoofer", &[("__srcId", &id)])).await;
             answers.push(String::from_utf8_lossy(&raw.answer().await.payload).into_owned());
         }
-        assert_eq!(answers.iter().filter(|a| *a == "+OK\r\n").count(), 3, "{answers:?}");
-        server.wait_metric("mqstore_watches 5").await;
-        // The greedy client leaves: its two come back.
-        greedy.close().await;
-        server.wait_metric("mqstore_watches 3").await;
-        raw.send(keynotify("k").as_bytes(), props("spoofer", &[("__srcId", "fake-9")])).await;
-        assert_eq!(&raw.answer().await.payload[..], b"+OK\r\n");
+        match deployment {
+            Deployment::Serve(_) => {
+                let quota = format!("-ERR {}\r\n", ServiceError::QuotaExceeded.text());
+                assert_eq!(answers, ["+OK\r\n", &quota, &quota]);
+                service.serve_metric("mqstore_watches 5").await;
+            }
+            Deployment::Plugin => assert_eq!(answers, ["-ERR not authorized\r\n"; 3]),
+        }
         raw.task.abort();
-        server.stop().await;
+        service.stop().await;
     }
 }
 

@@ -143,6 +143,14 @@ pub struct Update {
 }
 
 impl DeviceRequest {
+    /// The field of the `/accepted` reply a caller wants (see [`JobsEvent::Completed`]).
+    fn result_field(&self) -> Option<&'static str> {
+        match self {
+            Self::StartNext { .. } | Self::Describe { .. } => Some("execution"),
+            Self::GetPending | Self::Update(_) => None,
+        }
+    }
+
     /// The API part of the request topic, after `$aws/things/{thing}/jobs/`.
     fn api(&self) -> String {
         match self {
@@ -239,6 +247,18 @@ pub enum OperatorRequest {
 }
 
 impl OperatorRequest {
+    /// The field of the answer a caller wants (see [`JobsEvent::Completed`]): the record a
+    /// describe or list call asks for; `None` for the calls that only acknowledge.
+    fn result_field(&self) -> Option<&'static str> {
+        match self {
+            Self::DescribeJob { .. } => Some("job"),
+            Self::DescribeExecution { .. } => Some("execution"),
+            Self::ListJobs => Some("jobs"),
+            Self::ListExecutions { .. } => Some("executions"),
+            Self::CreateJob(_) | Self::CancelJob { .. } | Self::DeleteExecution { .. } => None,
+        }
+    }
+
     /// The request's JSON, with AWS's field names.
     pub fn to_json(&self) -> Value {
         match self {
@@ -344,19 +364,29 @@ pub struct ExecutionListing {
     pub version_number: u64,
 }
 
-/// The `execution` of a start-next or describe answer (`None`: nothing pending).
-pub fn read_execution(mut answer: Value) -> Result<Option<JobExecution>, ClientError> {
-    match answer.get_mut("execution").map(Value::take) {
-        None | Some(Value::Null) => Ok(None),
-        Some(execution) => parse(execution).map(Some),
+/// The execution a start-next or describe call completed with (`None`: nothing pending).
+pub fn read_execution(execution: Value) -> Result<Option<JobExecution>, ClientError> {
+    match execution {
+        Value::Null => Ok(None),
+        execution => parse(execution).map(Some),
+    }
+}
+
+/// `field` of `answer` (`null` when it has none), or the whole answer without a field.
+fn select(mut answer: Value, field: Option<&str>) -> Value {
+    match field {
+        Some(field) => answer.get_mut(field).map(Value::take).unwrap_or_default(),
+        None => answer,
     }
 }
 
 /// What an incoming publish meant.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum JobsEvent {
-    /// A call finished: the JSON it was answered with (the operator's `ok` object, or the
-    /// device API's `/accepted` payload).
+    /// A call finished with what it asks for: the record(s) of a describe or list call (the
+    /// answer's `job`, `execution`, `jobs` or `executions`; `null` when start-next or describe
+    /// found no execution), the whole answer otherwise (the operator's `ok` object, the device
+    /// API's `/accepted` payload).
     Completed {
         call: CallId,
         result: Result<Value, ClientError>,
@@ -371,7 +401,8 @@ pub struct JobsClient {
     response_topic: String,
     default_timeout_ms: u64,
     /// By correlation data (operator) or `clientToken` (device): the same token.
-    waiting: Pending<()>,
+    /// Calls in flight, with the field of the answer each wants.
+    waiting: Pending<Option<&'static str>>,
 }
 
 const THINGS: &str = "$aws/things/";
@@ -453,7 +484,7 @@ impl JobsClient {
                 ],
             },
         };
-        self.wait(token, call, timeout_ms, now_ms);
+        self.wait(token, call, request.result_field(), timeout_ms, now_ms);
         (call, publish)
     }
 
@@ -493,7 +524,7 @@ impl JobsClient {
                 ..Properties::default()
             },
         };
-        self.wait(token, call, timeout_ms, now_ms);
+        self.wait(token, call, request.result_field(), timeout_ms, now_ms);
         Ok((call, publish))
     }
 
@@ -503,8 +534,15 @@ impl JobsClient {
         (call, token, timeout_ms.unwrap_or(self.default_timeout_ms))
     }
 
-    fn wait(&mut self, token: String, call: CallId, timeout_ms: u64, now_ms: u64) {
-        self.waiting.wait(token, call, (), timeout_ms, now_ms);
+    fn wait(
+        &mut self,
+        token: String,
+        call: CallId,
+        field: Option<&'static str>,
+        timeout_ms: u64,
+        now_ms: u64,
+    ) {
+        self.waiting.wait(token, call, field, timeout_ms, now_ms);
     }
 
     /// Interprets a publish from one of the subscriptions; `None` when it concerns no call in
@@ -512,10 +550,10 @@ impl JobsClient {
     pub fn handle(&mut self, publish: &Publish) -> Option<JobsEvent> {
         if publish.topic == self.response_topic {
             let token = std::str::from_utf8(publish.properties.correlation_data.as_ref()?).ok()?;
-            let (call, ()) = self.waiting.take(token)?;
+            let (call, field) = self.waiting.take(token)?;
             return Some(JobsEvent::Completed {
                 call,
-                result: operator_answer(publish),
+                result: operator_answer(publish).map(|answer| select(answer, field)),
             });
         }
         let (thing, api) = publish.topic.strip_prefix(THINGS)?.split_once("/jobs/")?;
@@ -546,9 +584,9 @@ impl JobsClient {
                     _ => return None,
                 };
                 let token = reply.get("clientToken")?.as_str()?;
-                let (call, ()) = self.waiting.take(token)?;
+                let (call, field) = self.waiting.take(token)?;
                 let result = match accepted {
-                    true => Ok(Value::Object(reply)),
+                    true => Ok(select(Value::Object(reply), field)),
                     false => Err(rejection(&reply)),
                 };
                 Some(JobsEvent::Completed { call, result })
@@ -572,10 +610,10 @@ impl JobsClient {
     }
 }
 
-fn failed(calls: Vec<(CallId, (), ClientError)>) -> Vec<JobsEvent> {
+fn failed(calls: Vec<(CallId, Option<&'static str>, ClientError)>) -> Vec<JobsEvent> {
     calls
         .into_iter()
-        .map(|(call, (), e)| JobsEvent::Completed {
+        .map(|(call, _, e)| JobsEvent::Completed {
             call,
             result: Err(e),
         })
@@ -714,8 +752,8 @@ mod tests {
         let replies = serve(&mut jobs, &request);
         // The head of the list is the same execution, started: no notification.
         assert_eq!(replies.len(), 1, "{replies:?}");
-        let mut answer = completed(&mut client, &replies, call);
-        let execution: JobExecution = parse(answer["execution"].take()).unwrap();
+        // Completed with the answer's execution.
+        let execution: JobExecution = parse(completed(&mut client, &replies, call)).unwrap();
         assert_eq!(execution.status, Status::InProgress);
         assert_eq!(execution.status_details["step"], "1");
         assert_eq!(execution.job_document, Some(json!({ "op": "reboot" })));
@@ -733,6 +771,37 @@ mod tests {
         let accepted: UpdateAccepted =
             parse(completed(&mut client, &serve(&mut jobs, &request), call)).unwrap();
         assert_eq!(accepted.execution_state.unwrap().status, Status::Succeeded);
+
+        // Nothing pending: describe `$next` completes with null.
+        let next = DeviceRequest::Describe {
+            job_id: "$next".into(),
+            execution_number: None,
+            include_document: false,
+        };
+        let (call, request) = client.device("t1", &next, None, NOW).unwrap();
+        let nothing = completed(&mut client, &serve(&mut jobs, &request), call);
+        assert_eq!(read_execution(nothing), Ok(None));
+        // Describe and list calls complete with their records.
+        let describe = OperatorRequest::DescribeJob {
+            job_id: "j1".into(),
+        };
+        let (call, request) = client.operate(&describe, None, NOW);
+        let job: JobDescription =
+            parse(completed(&mut client, &serve(&mut jobs, &request), call)).unwrap();
+        assert_eq!(
+            (job.job_id.as_str(), job.executions[&Status::Succeeded]),
+            ("j1", 1)
+        );
+        let (call, request) = client.operate(&OperatorRequest::ListJobs, None, NOW);
+        let listed: Vec<JobListing> =
+            parse(completed(&mut client, &serve(&mut jobs, &request), call)).unwrap();
+        assert_eq!(
+            listed,
+            [JobListing {
+                job_id: "j1".into(),
+                targets: 1
+            }]
+        );
         assert_eq!(client.in_flight(), 0);
     }
 

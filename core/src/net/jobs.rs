@@ -89,10 +89,10 @@ impl Client {
     /// A job: its document, targets, settings and how many executions are in each status.
     pub async fn describe_job(&self, job_id: &str) -> Result<JobDescription, ClientError> {
         let job_id = job_id.to_owned();
-        let mut answer = self
-            .operate(OperatorRequest::DescribeJob { job_id })
-            .await?;
-        parse(answer["job"].take())
+        parse(
+            self.operate(OperatorRequest::DescribeJob { job_id })
+                .await?,
+        )
     }
 
     /// The latest execution of `job_id` on `thing`.
@@ -103,14 +103,12 @@ impl Client {
     ) -> Result<JobExecution, ClientError> {
         let (job_id, thing) = (job_id.to_owned(), thing.to_owned());
         let request = OperatorRequest::DescribeExecution { job_id, thing };
-        let mut answer = self.operate(request).await?;
-        parse(answer["execution"].take())
+        parse(self.operate(request).await?)
     }
 
     /// Every job.
     pub async fn list_jobs(&self) -> Result<Vec<JobListing>, ClientError> {
-        let mut answer = self.operate(OperatorRequest::ListJobs).await?;
-        parse(answer["jobs"].take())
+        parse(self.operate(OperatorRequest::ListJobs).await?)
     }
 
     /// The latest executions, narrowed by `filter`.
@@ -123,8 +121,7 @@ impl Client {
             job_id: filter.job_id,
             status: filter.status,
         };
-        let mut answer = self.operate(request).await?;
-        parse(answer["executions"].take())
+        parse(self.operate(request).await?)
     }
 
     /// Acts as `thing` in the AWS IoT Jobs device API: subscribes to its replies and
