@@ -477,6 +477,7 @@ pub async fn serve(
         broker = %format!("{}:{}", config.broker.host, config.broker.port),
         node_id = %config.node_id,
         topics = ?invoke_filters,
+        state_store = config.state_store,
         require_identity = config.require_identity,
         "mqstore serve starting"
     );
