@@ -16,9 +16,10 @@
 //!   connection under the same id).
 //! * The node's presence (`online {epoch}`, retained) is published on the first tick: mqstore
 //!   clients that see a new epoch (mosquitto restarted) register again.
-//!
 //! * A QoS 2 request sent again before PUBREL (mosquitto hands the plugin every copy) is run
 //!   once ([`exactly_once`]).
+//! * A `mqstore serve` that serves the state store beside the plugin (its presence arrives) is
+//!   warned about once, by node id: every request would get two answers.
 //!
 //! No panic crosses into mosquitto: every callback catches it and lets the message through.
 
@@ -68,6 +69,8 @@ struct Plugin {
     presence: Option<Publish>,
     /// QoS 2 requests run lately, so that a copy is not run again.
     seen_qos2: exactly_once::SeenRequests,
+    /// Nodes of `mqstore serve` found serving the state store beside the plugin (warned of).
+    warned_nodes: std::collections::HashSet<String>,
     /// With `plugin_opt_data_dir`: the log, and what waits for its sync (a publish and the
     /// client it goes to).
     disk: Option<Durable>,
@@ -261,6 +264,7 @@ pub unsafe extern "C" fn mosquitto_plugin_init(
             presence: Some(presence),
             node_id: options.node_id.clone(),
             seen_qos2: exactly_once::SeenRequests::new(16_384),
+            warned_nodes: Default::default(),
             disk: durable,
         }))
     }));
@@ -387,7 +391,12 @@ unsafe extern "C" fn on_message(_event: c_int, data: *mut c_void, userdata: *mut
         };
         let online = ServerPresence::parse(payload).is_some_and(|p| p.online);
         with_plugin(userdata, |plugin| {
-            if online && node != plugin.node_id {
+            // Once per node, and not for more than a few (anyone may publish a presence).
+            if online
+                && node != plugin.node_id
+                && plugin.warned_nodes.len() < 64
+                && plugin.warned_nodes.insert(node.clone())
+            {
                 log(
                     sys::MOSQ_LOG_WARNING,
                     &format!(
