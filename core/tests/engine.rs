@@ -1094,3 +1094,37 @@ fn a_registration_lease_ends_unless_renewed() {
     assert_eq!(h.engine.stats().watches, 1);
     assert_eq!(h.engine.next_deadline(), None);
 }
+
+#[test]
+fn response_topic_prefixes_hold_whoever_names_the_sender() {
+    let config = EngineConfig {
+        response_topic_prefixes: vec!["clients/".into()],
+        ..EngineConfig::new(NODE)
+    };
+    let mut h = Harness::with(config, Quotas::default());
+    let get = Request::Get { key: b("k") };
+    // Elsewhere than the prefix: dropped, whether the sender is only claimed (`__srcId`) or
+    // named by the broker (a plugin's `handle_from`).
+    let mut elsewhere = h.message("door", get.to_bytes(), &[]);
+    elsewhere.properties.response_topic = Some("devices/door/cmd".into());
+    for sender in [None, Some("door")] {
+        let mut out = Vec::new();
+        let outcome = h
+            .engine
+            .handle_from(elsewhere.clone(), sender, h.now, &mut out);
+        assert_eq!(
+            outcome,
+            Outcome::Dropped(DropReason::ResponseTopicNotAllowed),
+            "{sender:?}"
+        );
+        assert!(out.is_empty(), "{out:?}");
+    }
+    // Within it: answered, either way.
+    for sender in [None, Some("door")] {
+        let within = h.message("door", get.to_bytes(), &[]);
+        let mut out = Vec::new();
+        let outcome = h.engine.handle_from(within, sender, h.now, &mut out);
+        assert!(!matches!(outcome, Outcome::Dropped(_)), "{outcome:?}");
+        assert_eq!(out.len(), 1);
+    }
+}

@@ -400,8 +400,8 @@ pub struct JobsClient {
     client_id: String,
     response_topic: String,
     default_timeout_ms: u64,
-    /// By correlation data (operator) or `clientToken` (device): the same token.
-    /// Calls in flight, with the field of the answer each wants.
+    /// Calls in flight, with the field of the answer each wants, by correlation data
+    /// (operator) or `clientToken` (device): the same token.
     waiting: Pending<Option<&'static str>>,
 }
 
