@@ -381,6 +381,48 @@ fn resume_reports_changes_missed_while_away_and_only_those() {
 }
 
 #[test]
+fn a_change_is_reported_when_the_observations_first_read_was_lost_with_the_connection() {
+    let mut l = Loop::new();
+    let mut watcher = client("watcher");
+    let mut writer = client("writer");
+    l.answer(&mut writer, &set("k", "v1"), &CallOptions::default())
+        .unwrap();
+    let (call, publishes) = watcher.observe(Bytes::from_static(b"k"), l.now).unwrap();
+    let [register, _first_read] = <[Publish; 2]>::try_from(publishes).unwrap();
+    // The registration is answered (so `observe` has returned); the connection drops before
+    // the first read's answer arrives.
+    let events: Vec<_> = l
+        .deliver(&watcher, register)
+        .iter()
+        .filter_map(|p| watcher.handle(p, l.now))
+        .collect();
+    assert!(
+        matches!(&events[..], [Event::Completed { call: c, result: Ok(_) }] if *c == call),
+        "{events:?}"
+    );
+    assert!(watcher.connection_lost().is_empty());
+    l.engine.drop_client("watcher");
+    l.now += 10;
+    l.answer(&mut writer, &set("k", "v2"), &CallOptions::default())
+        .unwrap();
+    // Back: the read-back cannot tell what the observation began with, so it reports what
+    // the key holds now — the change is not lost.
+    let mut events = Vec::new();
+    for p in watcher.resume(l.now).unwrap() {
+        for answer in l.deliver(&watcher, p) {
+            events.extend(watcher.handle(&answer, l.now));
+        }
+    }
+    assert!(
+        matches!(
+            &events[..],
+            [Event::Changed { change: Notification::Set(v), synthetic: true, .. }] if v == &Bulk::from("v2")
+        ),
+        "{events:?}"
+    );
+}
+
+#[test]
 fn answers_that_do_not_fit_or_cannot_be_read_are_errors() {
     let mut c = client("dev-1");
     let (call, request) = c.call(&set("k", "v"), &CallOptions::default(), T0).unwrap();

@@ -414,6 +414,8 @@ enum Purpose {
     /// `resume` re-registering an observed key: nobody waits, and it is sent again until
     /// answered (the engine may not have been listening yet).
     Reregister(Bytes),
+    /// `observe` reading the key once registered: where the observation starts.
+    Baseline(Bytes),
     /// `resume` reading an observed key back, to compare with what the client last saw.
     Recheck(Bytes),
 }
@@ -423,7 +425,8 @@ enum Purpose {
 struct Observed {
     /// The version of the last change seen (None: absent).
     version: Option<Hlc>,
-    /// Whether `version` is known yet (the first read-back sets it without an event).
+    /// Whether `version` is known yet (the observation's first read sets it without an
+    /// event).
     known: bool,
 }
 
@@ -531,7 +534,7 @@ impl ClientCore {
             &read,
             &CallOptions::default(),
             now_ms,
-            Purpose::Recheck(key.clone()),
+            Purpose::Baseline(key.clone()),
         )?;
         self.observed.entry(key).or_default();
         Ok((call, vec![registration, baseline]))
@@ -679,6 +682,7 @@ impl ClientCore {
             }),
             Purpose::Reregister(_) => None,
             // What changed while the client was away.
+            Purpose::Baseline(key) => self.baseline(key, result.ok()?),
             Purpose::Recheck(key) => self.recheck(key, result.ok()?),
         }
     }
@@ -723,6 +727,20 @@ impl ClientCore {
         })
     }
 
+    /// The observation's first read: where it starts, not a change (unless a notification or
+    /// a read after a reconnect got there first).
+    fn baseline(&mut self, key: Bytes, answer: Answer) -> Option<Event> {
+        let observed = self.observed.get_mut(&key)?;
+        if !observed.known {
+            observed.known = true;
+            observed.version = match answer.response {
+                Response::Value(_) => answer.version,
+                _ => None,
+            };
+        }
+        None
+    }
+
     fn recheck(&mut self, key: Bytes, answer: Answer) -> Option<Event> {
         let observed = self.observed.get_mut(&key)?;
         let (change, version) = match answer.response {
@@ -731,10 +749,17 @@ impl ClientCore {
             _ => return None,
         };
         if !observed.known {
-            // The first read: where the observation starts, not a change.
+            // The first read was lost with the connection: what the key held when the
+            // observation began is unknown, so the value now is reported (it may not have
+            // changed; a change must not go unreported).
             observed.known = true;
-            observed.version = version;
-            return None;
+            observed.version.clone_from(&version);
+            return Some(Event::Changed {
+                key,
+                change,
+                version,
+                synthetic: true,
+            });
         }
         // Report only what is newer than what the client saw (a notification may overtake
         // the read's answer).
