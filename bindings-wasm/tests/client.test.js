@@ -97,7 +97,13 @@ test("errors are typed and carry the stable codes", async () => {
 /** The value "missed" (written while the observer was away) arrives as a synthetic change, and
  * the observation goes on live. */
 async function missedThenLive(changes, writer, key) {
-  const missed = await changes.next();
+  let missed = await changes.next();
+  // If the observation's first read was lost in the disconnect, a read-back made before the
+  // write reports the value the key held (the client cannot know it began with it).
+  if (text(missed.value.value) === "before") {
+    assert.equal(missed.value.synthetic, true);
+    missed = await changes.next();
+  }
   assert.equal(text(missed.value.value), "missed");
   assert.equal(missed.value.synthetic, true);
   await writer.set(key, "live");

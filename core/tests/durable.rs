@@ -281,7 +281,13 @@ async fn an_observer_sees_what_changed_while_the_server_was_down_and_goes_on() {
         .set("kept", "v2", SetOptions::default())
         .await
         .unwrap();
-    let live = next_change(&mut kept_changes).await;
+    let mut live = next_change(&mut kept_changes).await;
+    // If the observation's first read was lost with the killed server, the read-back after the
+    // restart reports the value the key held (the client cannot know it began with it).
+    if live.value.as_deref() == Some(&b"v1"[..]) {
+        assert!(live.synthetic, "{live:?}");
+        live = next_change(&mut kept_changes).await;
+    }
     assert_eq!(
         (live.value.as_deref(), live.synthetic),
         (Some(&b"v2"[..]), false)

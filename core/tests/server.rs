@@ -681,7 +681,16 @@ async fn survive_a_broker_restart(kind: Kind, graceful: bool) {
             .set("watched", "v2", SetOptions::default())
             .await
             .unwrap();
-        let change = next_change(&mut changes).await;
+        let change = loop {
+            let change = next_change(&mut changes).await;
+            // The observation's first read may have been lost in the restart: the read-back
+            // then reports the value the key held (it cannot know the watcher began with it).
+            if change.value.as_deref() == Some(&b"v1"[..]) {
+                assert!(change.synthetic, "{change:?}");
+                continue;
+            }
+            break change;
+        };
         assert_eq!(change.value.as_deref(), Some(&b"v2"[..]));
         // And the registration is live again afterwards.
         writer

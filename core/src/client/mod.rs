@@ -750,11 +750,12 @@ impl ClientCore {
         };
         if !observed.known {
             // The first read was lost with the connection: what the key held when the
-            // observation began is unknown, so the value now is reported (it may not have
-            // changed; a change must not go unreported).
+            // observation began is unknown, so a value it holds now is reported (it may not
+            // have changed; a change must not go unreported). An absent key is not: the
+            // client never saw it present.
             observed.known = true;
             observed.version.clone_from(&version);
-            return Some(Event::Changed {
+            return version.is_some().then_some(Event::Changed {
                 key,
                 change,
                 version,
