@@ -19,6 +19,34 @@ apt_install() {
   DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends "${missing[@]}"
 }
 
+# Every Debian package the scripts use is listed here, and nowhere else.
+#
+# What the workspace needs to build and lint at all: the broker plugin's bindgen reads the
+# plugin API's headers (mosquitto-dev) and mosquitto.h (libmosquitto-dev) with libclang.
+build_packages() {
+  apt_install mosquitto-dev libmosquitto-dev libclang1-14 libclang-common-14-dev
+}
+
+# Everything the tests use, installed at once before the first build:
+#   mosquitto: the test broker (libmosquitto-dev also serves the C bring-your-own-MQTT tests)
+#   valgrind: mosquitto with the plugin, and the C tests, under valgrind
+#   redis-server: the Redis store's tests
+#   pkg-config, cmake: the C library installed and found as users find it
+#   gcc-*, libc6-dev-*-cross, qemu-user: the C library's aarch64 and armv7 builds
+#   chromium, fonts-dejavu-core: the dashboard test's headless browser
+#   openssl: the TLS tests' certificates
+system_packages() {
+  build_packages
+  apt_install mosquitto valgrind redis-server pkg-config cmake openssl \
+    gcc-aarch64-linux-gnu libc6-dev-arm64-cross gcc-arm-linux-gnueabihf libc6-dev-armhf-cross qemu-user \
+    chromium fonts-dejavu-core
+}
+
+# What `bash scripts/run` needs: the broker.
+run_packages() {
+  apt_install mosquitto
+}
+
 # The list under `key = [...]` in rust-toolchain.toml, one name a line.
 toolchain_list() {
   sed -n "s/^$1 *= *\[\(.*\)\]/\1/p" rust-toolchain.toml | tr -d '" ' | tr ',' '\n' | sed '/^$/d'

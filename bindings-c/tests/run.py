@@ -70,8 +70,6 @@ def secure_broker(directory: Path) -> tuple[Broker, dict[str, str]]:
     subprocess.run(
         ["mosquitto_passwd", "-b", "-c", str(passwords), "fleet", "s3cret"], check=True
     )
-    for file in directory.iterdir():
-        file.chmod(0o644)  # read by the user mosquitto drops to when started as root
     tls_port = free_port()
     broker = Broker(
         f"allow_anonymous false\npassword_file {passwords}\n"

@@ -342,7 +342,8 @@ async fn under_valgrind_the_plugin_makes_no_memory_errors_and_leaks_nothing() {
     std::fs::write(
         &config,
         format!(
-            "listener {port} 127.0.0.1\nallow_anonymous true\nplugin {}\nplugin_opt_node_id vg\n",
+            "{}listener {port} 127.0.0.1\nallow_anonymous true\nplugin {}\nplugin_opt_node_id vg\n",
+            broker::mosquitto_user(),
             broker::plugin_path().display()
         ),
     )

@@ -7,6 +7,7 @@ build -p mqstore`` makes it); mosquitto is ``$MOSQUITTO``, else found on PATH or
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 import signal
 import socket
@@ -116,16 +117,17 @@ class Broker:
     def __init__(self, extra_config: str = "") -> None:
         self.port = free_port()
         self.dir = Path(tempfile.mkdtemp(prefix="mqstore-py-broker-"))
-        os.chmod(self.dir, 0o755)  # mosquitto started as root reads it as user mosquitto
         anonymous = "" if "allow_anonymous" in extra_config else "allow_anonymous true\n"
         self.config = self.dir / "mosquitto.conf"
         self.config.write_text(
+            # Started by root, mosquitto would switch to the user `mosquitto`, who cannot
+            # read files in a private folder (the tests' own, a checkout's): it stays this one.
+            f"user {pwd.getpwuid(os.getuid()).pw_name}\n"
             f"listener {self.port} 127.0.0.1\n{extra_config}{anonymous}"
             # A whole asyncio.gather of answers queued for one client is not dropped.
             "max_queued_messages 100000\n"
             "set_tcp_nodelay true\npersistence false\nlog_dest stderr\n"
         )
-        os.chmod(self.config, 0o644)
         self.process: Optional[subprocess.Popen[bytes]] = None
         self.start()
 

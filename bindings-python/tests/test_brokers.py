@@ -30,12 +30,9 @@ def test_no_server_is_a_timeout(fresh_broker: Broker) -> None:
 
 @pytest.fixture
 def password_broker() -> Iterator[Broker]:
-    # Readable by the user mosquitto drops to when started as root.
     directory = Path(tempfile.mkdtemp(prefix="mqstore-py-passwords-"))
-    directory.chmod(0o755)
     file = directory / "passwords"
     subprocess.run(["mosquitto_passwd", "-b", "-c", str(file), "fleet", "s3cret"], check=True)
-    file.chmod(0o644)
     broker = Broker(f"allow_anonymous false\npassword_file {file}\n")
     yield broker
     broker.stop()

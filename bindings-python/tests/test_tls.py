@@ -22,7 +22,6 @@ def openssl(*args: str, cwd: Path) -> None:
 @pytest.fixture(scope="module")
 def certificates() -> Iterator[Path]:
     directory = Path(tempfile.mkdtemp(prefix="mqstore-py-tls-"))
-    directory.chmod(0o755)  # read by the user mosquitto drops to when started as root
     ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
     openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
             "-subj", "/CN=mqstore test CA", cwd=directory)  # fmt: skip
@@ -32,8 +31,6 @@ def certificates() -> Iterator[Path]:
     openssl("x509", "-req", "-in", "broker.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
             "-CAcreateserial", "-out", "broker.pem", "-days", "2", "-extfile", "san.ext",
             cwd=directory)  # fmt: skip
-    for file in directory.iterdir():
-        file.chmod(0o644)
     yield directory
     shutil.rmtree(directory)
 

@@ -2,9 +2,9 @@
 // `mqstore serve` on free ports, for the tests. The server binary is $MQSTORE_BIN, else the
 // workspace's target/debug/mqstore; mosquitto is $MOSQUITTO, else /usr/sbin/mosquitto.
 import { spawn } from "node:child_process";
-import { chmod, mkdtemp, rm, writeFile } from "node:fs/promises";
+import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { createServer } from "node:net";
-import { tmpdir } from "node:os";
+import { tmpdir, userInfo } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 
@@ -48,7 +48,6 @@ function waitFor(process, pattern, what, lines) {
  */
 export async function start({ login } = {}) {
   const dir = await mkdtemp(join(tmpdir(), "mqstore-js-broker-"));
-  await chmod(dir, 0o755);
   const tcpPort = await freePort();
   const wsPort = await freePort();
   const config = join(dir, "mosquitto.conf");
@@ -60,16 +59,17 @@ export async function start({ login } = {}) {
         code === 0 ? resolve() : reject(new Error(`mosquitto_passwd exited (${code})`)),
       ),
     );
-    await chmod(passwords, 0o644);
     access = `allow_anonymous false\npassword_file ${passwords}\n`;
   }
   await writeFile(
     config,
-    `listener ${tcpPort} 127.0.0.1\nlistener ${wsPort} 127.0.0.1\nprotocol websockets\n${access}` +
+    // Started by root, mosquitto would switch to the user `mosquitto`, who cannot read files
+    // in a private folder: it stays the user running the tests.
+    `user ${userInfo().username}\n` +
+      `listener ${tcpPort} 127.0.0.1\nlistener ${wsPort} 127.0.0.1\nprotocol websockets\n${access}` +
       // Nagle adds up to 40 ms to every request/response round trip.
       "set_tcp_nodelay true\n",
   );
-  await chmod(config, 0o644);
   // One log per broker process: a restarted broker's "running" must be its own.
   const brokerLogs = [];
   const startBroker = async () => {

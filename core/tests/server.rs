@@ -1763,9 +1763,6 @@ async fn the_shipped_mosquitto_acl_makes_identities_real() {
         .status()
         .expect("mosquitto_passwd runs");
     assert!(status.success());
-    // mosquitto started as root reads it as the user `mosquitto`.
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&passwords, std::fs::Permissions::from_mode(0o644)).unwrap();
     let acl = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/mosquitto-acl.conf");
     let broker = Mosquitto::start_config(&format!(
         "allow_anonymous true\npassword_file {}\nacl_file {}\n",

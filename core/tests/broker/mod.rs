@@ -151,6 +151,24 @@ pub fn free_port() -> u16 {
         .expect("a free port")
 }
 
+/// The configuration line that keeps mosquitto running as the user who runs the tests:
+/// started by root it would otherwise switch to the user `mosquitto`, who cannot read a
+/// checkout (the plugin, ACL files) in a private folder. Run by anyone else, it has no effect.
+pub fn mosquitto_user() -> String {
+    static USER: OnceLock<String> = OnceLock::new();
+    let user = USER.get_or_init(|| {
+        let output = Command::new("id")
+            .arg("-un")
+            .output()
+            .expect("`id -un` runs");
+        String::from_utf8(output.stdout)
+            .expect("a user name in UTF-8")
+            .trim()
+            .to_owned()
+    });
+    format!("user {user}\n")
+}
+
 fn mosquitto_binary() -> PathBuf {
     for candidate in [
         "/usr/sbin/mosquitto",
@@ -266,10 +284,10 @@ impl Broker {
                 let file = dir.join("mosquitto.conf");
                 std::fs::write(
                     &file,
-                    // The log goes to stderr (kept in stderr.txt): mosquitto started as root
-                    // runs as the user `mosquitto`, who could not open a log file here.
+                    // The log goes to stderr (kept in stderr.txt).
                     format!(
-                        "listener {port} 127.0.0.1\n{config}{anonymous}set_tcp_nodelay true\npersistence false\nlog_dest stderr\n"
+                        "{}listener {port} 127.0.0.1\n{config}{anonymous}set_tcp_nodelay true\npersistence false\nlog_dest stderr\n",
+                        mosquitto_user()
                     ),
                 )
                 .unwrap();
