@@ -277,6 +277,11 @@ typedef enum mqstore_status {
    * No answer to the command within its timeout.
    */
   MQSTORE_ERR_COMMAND_TIMED_OUT = 215,
+  /**
+   * The broker refused the request's publish (a PUBACK reason code of 0x80 or more: packet
+   * too large, not authorized, quota exceeded): it was not applied.
+   */
+  MQSTORE_ERR_PUBLISH_REFUSED = 216,
 } mqstore_status;
 
 /**

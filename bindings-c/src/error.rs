@@ -78,6 +78,9 @@ pub enum mqstore_status {
     MQSTORE_ERR_COMMAND_REJECTED = 214,
     /// No answer to the command within its timeout.
     MQSTORE_ERR_COMMAND_TIMED_OUT = 215,
+    /// The broker refused the request's publish (a PUBACK reason code of 0x80 or more: packet
+    /// too large, not authorized, quota exceeded): it was not applied.
+    MQSTORE_ERR_PUBLISH_REFUSED = 216,
 }
 
 /// A failure on its way to C: the status and its message.

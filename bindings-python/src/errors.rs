@@ -121,6 +121,7 @@ pub fn error_examples() -> Vec<(u16, String)> {
             answer: answer(),
         },
         ClientError::CommandTimedOut { id: "c1".into() },
+        ClientError::PublishRefused { code: 0x95 },
     ]);
     examples.iter().map(|e| (e.code(), e.to_string())).collect()
 }

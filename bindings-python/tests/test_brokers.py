@@ -69,6 +69,28 @@ def test_a_request_over_the_brokers_packet_limit_is_not_sent() -> None:
         broker.stop()
 
 
+def test_a_request_the_broker_refuses_is_publish_refused_and_not_applied() -> None:
+    # mosquitto refuses a publish over its message_size_limit with PUBACK reason code 0x95.
+    broker = Broker("message_size_limit 50000\n")
+    server = Server(broker)
+    try:
+        with mqstore.Client("127.0.0.1", broker.port) as c:
+            with pytest.raises(errors.PublishRefusedError) as raised:
+                c.set("big", b"x" * 60_000)
+            assert raised.value.code == 216
+            assert str(raised.value) == (
+                "the MQTT broker refused the request: Packet too large (reason code 0x95); "
+                "it was not applied"
+            )
+        # rumqttc cannot read that reason code and dropped that connection: a new one.
+        with mqstore.Client("127.0.0.1", broker.port) as c:
+            assert c.get("big") is None
+            assert c.set("small", b"x" * 1000).applied
+    finally:
+        server.stop()
+        broker.stop()
+
+
 def test_quota_and_access_rules(fresh_broker: Broker) -> None:
     server = Server(
         fresh_broker,

@@ -104,6 +104,18 @@ export class CommandRejectedError extends CommandError {
     super(message, 214, commandId);
   }
 }
+/**
+ * The broker refused the request's publish (a PUBACK reason code of 0x80 or more: packet too
+ * large, not authorized, quota exceeded); `reasonCode` is that code. It was not applied. Code 216.
+ */
+export class PublishRefusedError extends MqstoreError {
+  readonly reasonCode: number | undefined;
+  constructor(message: string, reasonCode?: number) {
+    super(message, 216);
+    this.reasonCode = reasonCode;
+  }
+}
+
 /** No answer to the command within its timeout; it may still have run. Code 215. */
 export class CommandTimeoutError extends CommandError {
   constructor(message: string, commandId?: string) {
@@ -128,6 +140,7 @@ export interface ErrorDetails {
   text?: string;
   jobsCode?: string;
   commandId?: string;
+  reasonCode?: number;
 }
 
 /** The typed error for `code` (an unknown code keeps the base class). */
@@ -140,6 +153,7 @@ export function errorOf(message: string, code: number, details: ErrorDetails = {
   if (code === 213) return new CommandFailedError(message, details.commandId);
   if (code === 214) return new CommandRejectedError(message, details.commandId);
   if (code === 215) return new CommandTimeoutError(message, details.commandId);
+  if (code === 216) return new PublishRefusedError(message, details.reasonCode);
   return new MqstoreError(message, code);
 }
 

@@ -360,7 +360,16 @@ export class Client {
   /** Sends what the state machine queued, delivers its events, and sets the next timer. */
   #pump(): void {
     for (const p of this.#core.takePublishes() as Array<Record<string, unknown>>) {
-      this.#mqtt.publish(p.topic as string, wire(p.payload as Uint8Array), { qos: 1, properties: mqttProperties(p) });
+      const call = p.call as number | undefined;
+      this.#mqtt.publish(p.topic as string, wire(p.payload as Uint8Array), { qos: 1, properties: mqttProperties(p) }, (error) => {
+        // A PUBACK reason code of 0x80 or more (MQTT.js puts it in `code`): the broker refused
+        // the publish, and the call fails with that.
+        const code = (error as { code?: unknown } | undefined)?.code;
+        if (call !== undefined && typeof code === "number" && code >= 0x80) {
+          this.#core.publishRefused(call, code);
+          this.#pump();
+        }
+      });
     }
     for (const event of this.#core.takeEvents() as CoreEvent[]) {
       if (event.kind === "completed") {

@@ -51,6 +51,10 @@ fn client_error(e: ClientError) -> JsValue {
         ClientError::CommandFailed { id, .. }
         | ClientError::CommandRejected { id, .. }
         | ClientError::CommandTimedOut { id } => ("commandId", id.clone()),
+        ClientError::PublishRefused { code } => {
+            let _ = Reflect::set(&value, &"reasonCode".into(), &JsValue::from(*code));
+            return value;
+        }
         _ => return value,
     };
     let _ = Reflect::set(&value, &name.into(), &detail.into());
@@ -499,7 +503,8 @@ pub struct ClientCore {
     core: Core,
     jobs: JobsClient,
     commands: CommandsClient,
-    outgoing: Vec<Publish>,
+    /// Publishes to send, each with the JavaScript id of its call (0: none).
+    outgoing: Vec<(Publish, f64)>,
     events: Vec<Object>,
     /// The three clients number their calls apart: one id space for JavaScript, and the
     /// op of each state store call.
@@ -571,8 +576,7 @@ impl ClientCore {
     pub fn jobs_operate(&mut self, op: &str, args: JsValue, now_ms: f64) -> Result<f64, JsValue> {
         let request = services::operator_request(op, &args)?;
         let (call, publish) = self.jobs.operate(&request, None, now_ms as u64);
-        self.outgoing.push(publish);
-        Ok(self.track(Service::Jobs, call, "jobs"))
+        Ok(self.send(Service::Jobs, call, "jobs", [publish]))
     }
 
     /// Starts a jobs device API call as `thing` (subscribed to `jobsSubscriptions(thing)`):
@@ -592,8 +596,7 @@ impl ClientCore {
             .jobs
             .device(thing, &request, None, now_ms as u64)
             .map_err(client_error)?;
-        self.outgoing.push(publish);
-        Ok(self.track(Service::Jobs, call, "jobs"))
+        Ok(self.send(Service::Jobs, call, "jobs", [publish]))
     }
 
     /// Asks the command service to send a command (`services::command_request` has the
@@ -607,8 +610,7 @@ impl ClientCore {
     ) -> Result<f64, JsValue> {
         let request = services::command_request(topic, &payload, &options)?;
         let (call, publish) = self.commands.invoke(&request, now_ms as u64);
-        self.outgoing.push(publish);
-        Ok(self.track(Service::Commands, call, "command"))
+        Ok(self.send(Service::Commands, call, "command", [publish]))
     }
 
     /// Asks for command `id`'s status record. Completes with the record as `result`.
@@ -619,8 +621,7 @@ impl ClientCore {
         }
         let timeout = mqcore::commands::DEFAULT_TIMEOUT_MS;
         let (call, publish) = self.commands.status(id, timeout, now_ms as u64);
-        self.outgoing.push(publish);
-        Ok(self.track(Service::Commands, call, "commandStatus"))
+        Ok(self.send(Service::Commands, call, "commandStatus", [publish]))
     }
 
     /// Where this client's presence goes: its Will (payload "gone").
@@ -668,8 +669,7 @@ impl ClientCore {
             .core
             .call(&request, &call_options, now_ms as u64)
             .map_err(client_error)?;
-        self.outgoing.push(publish);
-        Ok(self.track(Service::State, call, op))
+        Ok(self.send(Service::State, call, op, [publish]))
     }
 
     /// Starts observing `key` (two publishes); changes come as `changed` events.
@@ -678,8 +678,7 @@ impl ClientCore {
             .core
             .observe(key_of(&key, "key")?, now_ms as u64)
             .map_err(client_error)?;
-        self.outgoing.extend(publishes);
-        Ok(self.track(Service::State, call, "KEYNOTIFY"))
+        Ok(self.send(Service::State, call, "KEYNOTIFY", publishes))
     }
 
     /// Stops observing `key`.
@@ -688,8 +687,7 @@ impl ClientCore {
             .core
             .unobserve(key_of(&key, "key")?, now_ms as u64)
             .map_err(client_error)?;
-        self.outgoing.push(publish);
-        Ok(self.track(Service::State, call, "KEYNOTIFY"))
+        Ok(self.send(Service::State, call, "KEYNOTIFY", [publish]))
     }
 
     /// Feeds a message that arrived on one of the subscriptions (an object as `takePublishes`
@@ -711,7 +709,7 @@ impl ClientCore {
             set(&out, "record", services::record_to_js(&record));
             self.events.push(out);
         }
-        self.outgoing.extend(self.core.take_publishes());
+        self.send_own();
         Ok(())
     }
 
@@ -730,7 +728,7 @@ impl ClientCore {
             .expire(now_ms)
             .into_iter()
             .for_each(|e| self.commands_event(e));
-        self.outgoing.extend(self.core.take_publishes());
+        self.send_own();
     }
 
     /// When to call `expire` next, or `null` when nothing waits.
@@ -768,17 +766,57 @@ impl ClientCore {
     /// After a reconnect, once subscribed: registers every observed key again and reads it back.
     pub fn resume(&mut self, now_ms: f64) -> Result<(), JsValue> {
         let publishes = self.core.resume(now_ms as u64).map_err(client_error)?;
-        self.outgoing.extend(publishes);
+        self.outgoing
+            .extend(publishes.into_iter().map(|p| (p, 0.0)));
         Ok(())
     }
 
-    /// The messages to publish, in order (QoS 1), as plain objects.
+    /// The messages to publish, in order (QoS 1), as plain objects; each carries the `call`
+    /// it belongs to (absent for the client's own messages), for `publishRefused`.
     #[wasm_bindgen(js_name = takePublishes)]
     pub fn take_publishes(&mut self) -> Array {
         self.outgoing
             .drain(..)
-            .map(|p| JsValue::from(publish_to_js(&p)))
+            .map(|(p, call)| {
+                let object = publish_to_js(&p);
+                if call > 0.0 {
+                    set(&object, "call", call);
+                }
+                JsValue::from(object)
+            })
             .collect()
+    }
+
+    /// The broker refused a publish of call `call` (its PUBACK reason code `code` is 0x80 or
+    /// more): the call completes with that error (a `PublishRefusedError`, code 216).
+    #[wasm_bindgen(js_name = publishRefused)]
+    pub fn publish_refused(&mut self, call: f64, code: u8) {
+        let Some((service, id)) = self
+            .calls
+            .iter()
+            .find(|(_, (js, _))| *js == call)
+            .map(|(key, _)| *key)
+        else {
+            return;
+        };
+        let call = CallId(id);
+        match service {
+            Service::State => {
+                if let Some(e) = self.core.publish_refused(call, code) {
+                    self.state_event(e);
+                }
+            }
+            Service::Jobs => {
+                if let Some(e) = self.jobs.publish_refused(call, code) {
+                    self.jobs_event(e);
+                }
+            }
+            Service::Commands => {
+                if let Some(e) = self.commands.publish_refused(call, code) {
+                    self.commands_event(e);
+                }
+            }
+        }
     }
 
     /// What happened, in order: `{kind: "completed", call, op, error?, response?, version}` and
@@ -790,6 +828,25 @@ impl ClientCore {
 }
 
 impl ClientCore {
+    /// Queues a call's publishes and gives the call its JavaScript id.
+    fn send(
+        &mut self,
+        service: Service,
+        call: CallId,
+        op: &'static str,
+        publishes: impl IntoIterator<Item = Publish>,
+    ) -> f64 {
+        let id = self.track(service, call, op);
+        self.outgoing.extend(publishes.into_iter().map(|p| (p, id)));
+        id
+    }
+
+    /// What the state store client decided to send on its own.
+    fn send_own(&mut self) {
+        let own = self.core.take_publishes();
+        self.outgoing.extend(own.into_iter().map(|p| (p, 0.0)));
+    }
+
     /// A JavaScript id for a call of one of the three clients.
     fn track(&mut self, service: Service, call: CallId, op: &'static str) -> f64 {
         self.next_call += 1.0;

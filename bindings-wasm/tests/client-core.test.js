@@ -65,6 +65,29 @@ test("a call without an answer times out at its deadline", () => {
   assert.equal(core.nextDeadline(), undefined);
 });
 
+test("a publish the broker refuses fails its call alone, with the reason code", () => {
+  const core = new ClientCore("js-client", 1, 2000);
+  const refused = core.call({ op: "SET", key: "big", value: "v" }, {}, 1000);
+  const waiting = core.jobsOperate("describeJob", { jobId: "j1" }, 1000);
+  const publishes = core.takePublishes();
+  // Each publish names its call: what the driver gives back when the broker refuses it.
+  assert.deepEqual(publishes.map((p) => p.call), [refused, waiting]);
+  core.publishRefused(refused, 0x95);
+  const [event] = core.takeEvents();
+  assert.equal(event.call, refused);
+  assert.equal(event.error.code, 216);
+  assert.equal(event.error.reasonCode, 0x95);
+  assert.equal(event.error.message, "the MQTT broker refused the request: Packet too large (reason code 0x95); it was not applied");
+  // Once only; the other call still waits (and refusing it fails it the same way).
+  core.publishRefused(refused, 0x95);
+  assert.deepEqual(core.takeEvents(), []);
+  core.publishRefused(waiting, 0x87);
+  const [jobs] = core.takeEvents();
+  assert.equal(jobs.call, waiting);
+  assert.equal(jobs.error.code, 216);
+  assert.equal(jobs.error.reasonCode, 0x87);
+});
+
 test("bad arguments throw and queue nothing", () => {
   assert.throws(() => new ClientCore("a:b", 1, 0), (e) => e.code === 1);
   const core = new ClientCore("js-client", 1, 0);

@@ -21,7 +21,11 @@ struct Setup {
 
 impl Setup {
     fn start(kind: Kind, node_id: &str) -> Self {
-        let broker = Broker::start_kind(kind);
+        Self::start_beside(Broker::start_kind(kind), node_id)
+    }
+
+    /// A server beside `broker`.
+    fn start_beside(broker: Mosquitto, node_id: &str) -> Self {
         let runtime = tokio::runtime::Runtime::new().unwrap();
         let config = ServerConfig::new(
             BrokerConfig {
@@ -36,9 +40,13 @@ impl Setup {
             server: Some(server),
             runtime,
         };
-        // The server may still be subscribing: wait until it answers.
+        // The server may still be subscribing: wait until it answers (or the broker refuses
+        // the request, as it does where an ACL denies every request).
         let started = Instant::now();
-        while setup.cli(&["get", "ready?", "--timeout", "1"]).code != Some(1) {
+        while !matches!(
+            setup.cli(&["get", "ready?", "--timeout", "1"]).code,
+            Some(1 | 3)
+        ) {
             assert!(started.elapsed() < Duration::from_secs(10), "no answer");
         }
         setup
@@ -426,6 +434,54 @@ on_both_brokers! {
             bench.out()
         );
     }
+}
+
+#[test]
+fn a_request_the_broker_refuses_as_too_large_is_reported_as_refused_and_not_applied() {
+    // mosquitto 2.0 refuses a publish over its message_size_limit with PUBACK reason code
+    // 0x95, which MQTT 5 does not list for PUBACK (rumqttc cannot read it and drops the
+    // connection): still the broker's refusal, not a broken protocol.
+    let setup = Setup::start_beside(
+        Broker::start_config("message_size_limit 50000\n"),
+        "limited",
+    );
+    let set = setup.cli(&["set", "big60k", &"x".repeat(60_000)]);
+    assert_eq!(set.code, Some(3), "{}", set.stderr);
+    assert_eq!(
+        set.stderr.trim(),
+        "error: the MQTT broker refused the request: Packet too large (reason code 0x95); it was not applied"
+    );
+    assert_eq!(setup.cli(&["get", "big60k"]).code, Some(1), "not applied");
+    // A request within the limit goes through.
+    assert_eq!(
+        setup.cli(&["set", "small", &"x".repeat(1_000)]).code,
+        Some(0)
+    );
+}
+
+#[test]
+fn a_request_the_broker_does_not_authorize_is_reported_as_refused_and_not_applied() {
+    // mosquitto 2.0 answers a publish its ACL denies with PUBACK reason code 0x87. Requests
+    // go to clients/{id}/statestore/...; answers come back on clients/{id}/services/....
+    let dir = std::env::temp_dir().join(format!("mqstore-cli-acl-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let acl = dir.join("acl.conf");
+    std::fs::write(
+        &acl,
+        "topic readwrite #\ntopic deny clients/+/statestore/#\n",
+    )
+    .unwrap();
+    let setup = Setup::start_beside(
+        Broker::start_config(&format!("acl_file {}\n", acl.display())),
+        "acl",
+    );
+    let set = setup.cli(&["set", "k", "v"]);
+    assert_eq!(set.code, Some(3), "{}", set.stderr);
+    assert_eq!(
+        set.stderr.trim(),
+        "error: the MQTT broker refused the request: Not authorized (reason code 0x87); it was not applied"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

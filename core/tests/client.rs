@@ -291,6 +291,38 @@ fn a_lost_connection_fails_calls_in_flight() {
 }
 
 #[test]
+fn a_publish_the_broker_refuses_fails_its_call_alone() {
+    let mut c = client("dev-1");
+    let (a, _) = c.call(&set("a", "v"), &CallOptions::default(), T0).unwrap();
+    let (b, _) = c.call(&get("b"), &CallOptions::default(), T0).unwrap();
+    let refused = c.publish_refused(a, 0x95).expect("a is in flight");
+    assert_eq!(
+        refused,
+        Event::Completed {
+            call: a,
+            result: Err(ClientError::PublishRefused { code: 0x95 })
+        }
+    );
+    if let Event::Completed { result: Err(e), .. } = &refused {
+        assert_eq!(e.code(), 216);
+        assert_eq!(
+            e.to_string(),
+            "the MQTT broker refused the request: Packet too large (reason code 0x95); it was not applied"
+        );
+    }
+    // Once: a call already ended is not ended again; the other call still waits.
+    assert_eq!(c.publish_refused(a, 0x95), None);
+    assert_eq!(c.in_flight(), 1);
+    assert_eq!(
+        c.connection_lost(),
+        vec![Event::Completed {
+            call: b,
+            result: Err(ClientError::Disconnected)
+        }]
+    );
+}
+
+#[test]
 fn resume_reports_changes_missed_while_away_and_only_those() {
     let mut l = Loop::new();
     let mut watcher = client("watcher");

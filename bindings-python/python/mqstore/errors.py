@@ -265,6 +265,13 @@ class CommandTimeoutError(_CommandError, TimeoutError):
     code = 215
 
 
+class PublishRefusedError(MqstoreError):
+    """The broker refused the request's publish (a PUBACK reason code of 0x80 or more: packet
+    too large, not authorized, quota exceeded): it was not applied."""
+
+    code = 216
+
+
 class ClientForkedError(MqstoreError, RuntimeError):
     """A client used in a child process that inherited it through ``fork()``: connect a new
     client in the child."""
@@ -303,6 +310,7 @@ _CLASSES: list[type[MqstoreError]] = [
     CommandFailedError,
     CommandRejectedError,
     CommandTimeoutError,
+    PublishRefusedError,
     ClientForkedError,
 ]
 _BY_CODE: dict[int, type[MqstoreError]] = {cls.code: cls for cls in _CLASSES}

@@ -108,6 +108,17 @@ pub enum ClientError {
         "the request is {size} bytes, more than the broker's maximum packet size of {max} bytes: not sent"
     )]
     TooLarge { size: usize, max: u32 },
+    /// The broker refused the request's publish: its PUBACK carried a reason code of 0x80 or
+    /// more (0x95 packet too large, 0x87 not authorized, 0x97 quota exceeded, ...). The
+    /// request never reached the service: nothing changed.
+    #[error(
+        "the MQTT broker refused the request: {} (reason code 0x{code:02X}); it was not applied",
+        crate::reason::name(*code)
+    )]
+    PublishRefused {
+        /// The PUBACK reason code.
+        code: u8,
+    },
     /// The broker sent what MQTT 5 does not allow, and the connection was dropped; a request
     /// in flight may or may not have been applied.
     #[error(
@@ -188,6 +199,7 @@ impl ClientError {
             ClientError::CommandFailed { .. } => 213,
             ClientError::CommandRejected { .. } => 214,
             ClientError::CommandTimedOut { .. } => 215,
+            ClientError::PublishRefused { .. } => 216,
         }
     }
 }
@@ -850,6 +862,19 @@ impl ClientCore {
     /// `handle` and `expire`.
     pub fn take_publishes(&mut self) -> Vec<Publish> {
         std::mem::take(&mut self.outgoing)
+    }
+
+    /// The broker refused the publish of call `call` (a PUBACK reason code `code` of 0x80 or
+    /// more): the call fails with [`ClientError::PublishRefused`]. `None` when `call` is not
+    /// a caller's call in flight (the client's own re-registrations are sent again as usual).
+    pub fn publish_refused(&mut self, call: CallId, code: u8) -> Option<Event> {
+        let id = self
+            .in_flight
+            .iter()
+            .find(|(_, f)| f.call == call && f.purpose == Purpose::Caller)
+            .map(|(id, _)| id.clone())?;
+        self.fail(vec![id], |_| ClientError::PublishRefused { code })
+            .pop()
     }
 
     /// The connection dropped: every call in flight fails (the broker forgot them).

@@ -74,6 +74,15 @@ impl<T> Pending<T> {
         self.fail(|w| (w.deadline <= now_ms).then_some(ClientError::Timeout(w.timeout_ms)))
     }
 
+    /// Call `call`, failed with `error` (the broker refused its publish).
+    pub(crate) fn fail_call(
+        &mut self,
+        call: CallId,
+        error: ClientError,
+    ) -> Option<(CallId, T, ClientError)> {
+        self.fail(|w| (w.call == call).then(|| error.clone())).pop()
+    }
+
     /// Every call, failed with `error` (the connection dropped).
     pub(crate) fn fail_all(&mut self, error: ClientError) -> Vec<(CallId, T, ClientError)> {
         self.fail(|_| Some(error.clone()))

@@ -525,3 +525,22 @@ fn headers_reach_the_device_and_may_replace_the_protocol_version() {
         1
     );
 }
+
+#[test]
+fn a_command_whose_publish_the_broker_refuses_fails_with_the_reason_code() {
+    let mut client = CommandsClient::new("caller", 4);
+    let (call, _) = client.invoke(&request("dev/1/cmd", "{}", MQTT5), NOW);
+    let (other, _) = client.status("c-1", 1_000, NOW);
+    let refused = client.publish_refused(call, 0x87);
+    assert!(
+        matches!(
+            refused,
+            Some(CommandsEvent::Invoked { call: c, result: Err(ClientError::PublishRefused { code: 0x87 }) }) if c == call
+        ),
+        "{refused:?}"
+    );
+    assert!(client.publish_refused(call, 0x87).is_none(), "only once");
+    assert_eq!(client.in_flight(), 1);
+    let lost = client.connection_failed(ClientError::Disconnected);
+    assert!(matches!(&lost[..], [CommandsEvent::Status { call: c, .. }] if *c == other));
+}

@@ -368,6 +368,13 @@ impl CommandsClient {
     pub fn connection_failed(&mut self, error: ClientError) -> Vec<CommandsEvent> {
         failed(self.waiting.fail_all(error))
     }
+
+    /// The broker refused call `call`'s publish (a PUBACK reason code `code` of 0x80 or
+    /// more): it fails with [`ClientError::PublishRefused`].
+    pub fn publish_refused(&mut self, call: CallId, code: u8) -> Option<CommandsEvent> {
+        let refused = ClientError::PublishRefused { code };
+        failed(self.waiting.fail_call(call, refused).into_iter().collect()).pop()
+    }
 }
 
 fn failed(calls: Vec<(CallId, Kind, ClientError)>) -> Vec<CommandsEvent> {

@@ -608,6 +608,13 @@ impl JobsClient {
     pub fn connection_failed(&mut self, error: ClientError) -> Vec<JobsEvent> {
         failed(self.waiting.fail_all(error))
     }
+
+    /// The broker refused call `call`'s publish (a PUBACK reason code `code` of 0x80 or
+    /// more): it fails with [`ClientError::PublishRefused`].
+    pub fn publish_refused(&mut self, call: CallId, code: u8) -> Option<JobsEvent> {
+        let refused = ClientError::PublishRefused { code };
+        failed(self.waiting.fail_call(call, refused).into_iter().collect()).pop()
+    }
 }
 
 fn failed(calls: Vec<(CallId, Option<&'static str>, ClientError)>) -> Vec<JobsEvent> {

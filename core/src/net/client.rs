@@ -428,6 +428,7 @@ async fn run(
         command_watchers: Vec::new(),
         things: BTreeMap::new(),
         outbox: Outbox::new(client),
+        unacked: Unacked::default(),
         waiting: HashMap::new(),
         observers: HashMap::new(),
         subacks: VecDeque::new(),
@@ -511,6 +512,53 @@ enum SubackWaiter {
     Watch(Subscribed),
 }
 
+/// Whose call a publish is: the broker's refusal of it (a PUBACK reason code of 0x80 or more)
+/// fails that call.
+#[derive(Debug, Clone, Copy)]
+enum Origin {
+    Store(CallId),
+    Jobs(CallId),
+    Commands(CallId),
+}
+
+/// Publishes handed to rumqttc and not yet acknowledged, so that a PUBACK finds its call.
+/// rumqttc reports each publish it sends (`Outgoing::Publish(pkid)`) in the order it took
+/// them. A connection that drops forgets them all: with a clean start, rumqttc sends nothing
+/// again, and every call in flight fails anyway.
+#[derive(Default)]
+struct Unacked {
+    /// Taken by rumqttc, not yet sent; `None`: a publish no call waits for.
+    taken: VecDeque<Option<Origin>>,
+    /// Sent with a packet id, oldest first.
+    sent: VecDeque<(u16, Option<Origin>)>,
+}
+
+impl Unacked {
+    fn on_sent(&mut self, pkid: u16) {
+        let origin = self.taken.pop_front().flatten();
+        if pkid != 0 {
+            self.sent.push_back((pkid, origin));
+        }
+    }
+
+    /// The call whose publish `pkid` acknowledged (usually the oldest).
+    fn on_acked(&mut self, pkid: u16) -> Option<Origin> {
+        let at = self.sent.iter().position(|(id, _)| *id == pkid)?;
+        self.sent.remove(at).and_then(|(_, origin)| origin)
+    }
+
+    /// The oldest publish's call: the one an acknowledgement rumqttc could not read was for
+    /// (a broker acknowledges QoS 1 publishes in the order it received them).
+    fn oldest(&self) -> Option<Origin> {
+        self.sent.front().and_then(|(_, origin)| *origin)
+    }
+
+    fn clear(&mut self) {
+        self.taken.clear();
+        self.sent.clear();
+    }
+}
+
 /// The state machine and what the task keeps around it.
 struct Task {
     /// The largest packet this client sends ([`BrokerConfig::max_packet_size`]).
@@ -527,7 +575,8 @@ struct Task {
     commands_waiting: HashMap<CallId, oneshot::Sender<CommandsEvent>>,
     /// Who hears command status changes (subscribed while there is one).
     command_watchers: Vec<mpsc::UnboundedSender<CommandRecord>>,
-    outbox: Outbox,
+    outbox: Outbox<Option<Origin>>,
+    unacked: Unacked,
     waiting: HashMap<CallId, Reply>,
     observers: HashMap<Bytes, Vec<mpsc::UnboundedSender<KeyChange>>>,
     subacks: VecDeque<SubackWaiter>,
@@ -600,7 +649,7 @@ impl Driver for Task {
             Wake::Command(Command::Jobs { call, reply }) => match call.start(&mut self.jobs, now) {
                 Ok((call, message)) => {
                     self.jobs_waiting.insert(call, reply);
-                    self.outbox.push(message, (), |()| {});
+                    self.publish(message, Some(Origin::Jobs(call)));
                 }
                 Err(e) => {
                     let _ = reply.send(Err(e));
@@ -614,7 +663,7 @@ impl Driver for Task {
             Wake::Command(Command::Commands { call, reply }) => {
                 let (call, message) = call.start(&mut self.commands, now);
                 self.commands_waiting.insert(call, reply);
-                self.outbox.push(message, (), |()| {});
+                self.publish(message, Some(Origin::Commands(call)));
             }
             Wake::Command(Command::WatchCommands { records, reply }) => {
                 self.watch_commands(records, reply)
@@ -627,6 +676,15 @@ impl Driver for Task {
     fn on_polled(&mut self, polled: Polled) -> bool {
         match polled {
             Ok(MqttEvent::Outgoing(Outgoing::Disconnect)) => self.phase = Phase::Closing,
+            Ok(MqttEvent::Outgoing(Outgoing::Publish(pkid))) => self.unacked.on_sent(pkid),
+            Ok(MqttEvent::Incoming(Packet::PubAck(ack))) => {
+                let code = super::puback_code(ack.reason);
+                if let Some(origin) = self.unacked.on_acked(ack.pkid)
+                    && code >= 0x80
+                {
+                    self.refused(origin, code);
+                }
+            }
             Ok(_) if self.phase == Phase::Closing => {}
             Ok(MqttEvent::Incoming(Packet::ConnAck(connack))) => {
                 // The smaller of the broker's limit and our own (some brokers, Mochi among
@@ -678,7 +736,7 @@ impl Driver for Task {
                         match self.core.resume(now_ms()) {
                             Ok(messages) => {
                                 for message in messages {
-                                    self.outbox.push(message, (), |()| {});
+                                    self.publish(message, None);
                                 }
                             }
                             Err(e) => warn!(error = %e, "could not restore observations"),
@@ -744,14 +802,30 @@ impl Driver for Task {
             Err(e) => {
                 if let Some(ready) = self.ready.take() {
                     // Never connected: `connect` reports why, and nothing is retried.
-                    let _ = ready.send(Err(super::connection_error(&e)));
+                    let error = match super::connection_error(&e) {
+                        ClientError::PublishRefused { code } => {
+                            ClientError::Refused { code, reason: None }
+                        }
+                        error => error,
+                    };
+                    let _ = ready.send(Err(error));
                     return false;
                 }
                 // What was in flight is gone; say why when the broker broke the protocol.
-                let error = self
+                let mut error = self
                     .broker_disconnect
                     .take()
                     .unwrap_or_else(|| super::connection_error(&e));
+                if let ClientError::PublishRefused { code } = error {
+                    // A refusal rumqttc could not read (mosquitto's 0x95 packet too large)
+                    // drops the connection: the oldest publish is the one refused; the other
+                    // calls in flight lost their connection.
+                    if let Some(origin) = self.unacked.oldest() {
+                        self.refused(origin, code);
+                    }
+                    error = ClientError::Disconnected;
+                }
+                self.unacked.clear();
                 if matches!(
                     error,
                     ClientError::Protocol(_) | ClientError::BrokerDisconnected { .. }
@@ -778,7 +852,8 @@ impl Driver for Task {
             }
         }
         // rumqttc may have taken requests from its queue: hand over what waits.
-        self.outbox.flush(|()| {});
+        let taken = &mut self.unacked.taken;
+        self.outbox.flush(|origin| taken.push_back(origin));
         self.disconnect_when_sent();
         true
     }
@@ -791,7 +866,7 @@ impl Task {
             Ok((call, messages)) => {
                 self.waiting.insert(call, reply);
                 for message in messages {
-                    self.outbox.push(message, (), |()| {});
+                    self.publish(message, Some(Origin::Store(call)));
                 }
             }
             Err(e) => {
@@ -883,7 +958,32 @@ impl Task {
     /// Publishes what the state machine decided to send on its own.
     fn send_own(&mut self) {
         for message in self.core.take_publishes() {
-            self.outbox.push(message, (), |()| {});
+            self.publish(message, None);
+        }
+    }
+
+    /// Hands `message` to rumqttc behind everything before it.
+    fn publish(&mut self, message: Publish, origin: Option<Origin>) {
+        let taken = &mut self.unacked.taken;
+        self.outbox
+            .push(message, origin, |origin| taken.push_back(origin));
+    }
+
+    /// The broker refused the publish of `origin`'s call with reason code `code`.
+    fn refused(&mut self, origin: Origin, code: u8) {
+        match origin {
+            Origin::Store(call) => {
+                let event = self.core.publish_refused(call, code);
+                self.deliver(event.into_iter().collect());
+            }
+            Origin::Jobs(call) => {
+                let event = self.jobs.publish_refused(call, code);
+                self.deliver_jobs(event.into_iter().collect());
+            }
+            Origin::Commands(call) => {
+                let event = self.commands.publish_refused(call, code);
+                self.deliver_commands(event.into_iter().collect());
+            }
         }
     }
 
@@ -899,7 +999,7 @@ impl Task {
                 qos: 1,
                 properties: Default::default(),
             };
-            self.outbox.push(gone, (), |()| {});
+            self.publish(gone, None);
             self.disconnect_when_sent();
         }
     }

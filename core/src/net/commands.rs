@@ -718,7 +718,7 @@ async fn drive(
             Ok(Event::Incoming(Packet::PubAck(ack))) => {
                 let waiter = lock(&shared.acks).by_packet.remove(&ack.pkid);
                 if let Some(waiter) = waiter {
-                    let _ = waiter.send(ack.reason as u8);
+                    let _ = waiter.send(super::puback_code(ack.reason));
                 }
             }
             Ok(Event::Outgoing(Outgoing::Publish(pkid))) => {

@@ -199,11 +199,12 @@ pub(crate) fn connection_error(error: &rumqttc::v5::ConnectionError) -> crate::c
         },
         // rumqttc reports any acknowledgement's reason code that MQTT 5 does not define this
         // way (the name says CONNACK, whatever the packet).
-        ConnectionError::MqttState(StateError::Deserialization(
-            PacketError::InvalidConnectReturnCode(code) | PacketError::InvalidReason(code),
-        )) => ClientError::Protocol(format!(
-            "it sent an acknowledgement with reason code 0x{code:02X}, which MQTT 5 does not allow there"
-        )),
+        // 0x80 or more is a refusal, of a publish once connected (see `unreadable_ack_code`);
+        // below that the broker broke the protocol.
+        error if let Some(code) = unreadable_ack_code(error) => match code {
+            0x80.. => ClientError::PublishRefused { code },
+            _ => ClientError::Protocol(unreadable_ack(code)),
+        },
         ConnectionError::MqttState(StateError::ServerDisconnect {
             reason_code,
             reason_string,
@@ -222,10 +223,58 @@ pub(crate) fn connection_error(error: &rumqttc::v5::ConnectionError) -> crate::c
     }
 }
 
-/// What to tell an operator when a broker keeps breaking the protocol the same way.
-pub const PROTOCOL_HINT: &str = "Mochi MQTT v2 sends PUBACK reason code 0x01 with the \
-    publish's user properties unless its Compatibilities.NoInheritedPropertiesOnAck is true \
-    (see the README's Brokers section)";
+/// The reason code of an acknowledgement rumqttc could not read (one MQTT 5 does not allow in
+/// that packet), when that is why the connection failed. rumqttc names the error after CONNACK
+/// whatever the packet; once connected it is an acknowledgement of a publish (a PUBACK for
+/// ours, all QoS 1). mosquitto 2.0 sends 0x95 (packet too large) in a PUBACK this way.
+pub(crate) fn unreadable_ack_code(error: &rumqttc::v5::ConnectionError) -> Option<u8> {
+    use rumqttc::v5::mqttbytes::Error as PacketError;
+    use rumqttc::v5::{ConnectionError, StateError};
+    match error {
+        ConnectionError::MqttState(StateError::Deserialization(
+            PacketError::InvalidConnectReturnCode(code) | PacketError::InvalidReason(code),
+        )) => Some(*code),
+        _ => None,
+    }
+}
+
+/// What to tell an operator whose broker broke the protocol with `error`, when the cause is
+/// known: Mochi MQTT v2 acknowledges a publish that has user properties with reason code 0x01
+/// and copies them into the PUBACK unless told not to.
+pub fn protocol_hint(error: &crate::client::ClientError) -> Option<&'static str> {
+    match error {
+        crate::client::ClientError::Protocol(text) if text == &unreadable_ack(0x01) => Some(
+            "Mochi MQTT v2 sends PUBACK reason code 0x01 with the publish's user properties \
+             unless its Compatibilities.NoInheritedPropertiesOnAck is true (see the README's \
+             Brokers section)",
+        ),
+        _ => None,
+    }
+}
+
+/// How [`ClientError::Protocol`](crate::client::ClientError::Protocol) names an
+/// acknowledgement whose reason code MQTT 5 does not allow (below 0x80: not a refusal).
+fn unreadable_ack(code: u8) -> String {
+    format!(
+        "it sent an acknowledgement with reason code 0x{code:02X}, which MQTT 5 does not allow there"
+    )
+}
+
+/// The MQTT 5 reason code of a PUBACK (rumqttc keeps it as an enum).
+pub(crate) fn puback_code(reason: rumqttc::v5::mqttbytes::v5::PubAckReason) -> u8 {
+    use rumqttc::v5::mqttbytes::v5::PubAckReason as R;
+    match reason {
+        R::Success => 0x00,
+        R::NoMatchingSubscribers => 0x10,
+        R::UnspecifiedError => 0x80,
+        R::ImplementationSpecificError => 0x83,
+        R::NotAuthorized => 0x87,
+        R::TopicNameInvalid => 0x90,
+        R::PacketIdentifierInUse => 0x91,
+        R::QuotaExceeded => 0x97,
+        R::PayloadFormatInvalid => 0x99,
+    }
+}
 
 /// The MQTT 5 reason code of a CONNACK (rumqttc keeps it as an enum).
 fn connack_code(code: rumqttc::v5::mqttbytes::v5::ConnectReturnCode) -> u8 {

@@ -26,8 +26,7 @@ use super::commands::{Commander, CommanderConfig, CommanderError, RegistryConfig
 use super::connection::{Connection, Driver, Outbox, Wakes};
 use super::metrics::{self, Metrics};
 use super::redis_store::{Applied, RedisConfig, RedisJobs, RedisStore, RedisStoreError};
-use super::{BrokerConfig, PROTOCOL_HINT, Polled, connection_error, from_mqtt, now_ms};
-use crate::client::ClientError;
+use super::{BrokerConfig, Polled, connection_error, from_mqtt, now_ms, protocol_hint};
 use crate::engine::{
     Accepted, AccessRules, Call, Engine, EngineConfig, Fit, Outcome, fit_for_broker,
 };
@@ -1128,12 +1127,12 @@ impl Driver for Node {
             Err(e) => {
                 let error = connection_error(&e);
                 warn!(%error, "broker connection failed; reconnecting");
-                if matches!(error, ClientError::Protocol(_)) {
+                if let Some(hint) = protocol_hint(&error) {
                     self.protocol_errors += 1;
                     if self.protocol_errors >= 2 {
                         warn!(
                             times = self.protocol_errors,
-                            "the broker keeps breaking the protocol: {PROTOCOL_HINT}"
+                            "the broker keeps breaking the protocol: {hint}"
                         );
                     }
                 }

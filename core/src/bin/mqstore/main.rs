@@ -650,15 +650,17 @@ async fn run_client(cli: Cli, broker_config: BrokerConfig) -> ExitCode {
         }
         Err(CliError::Client(e)) => {
             eprintln!("error: {e}");
-            if matches!(e, ClientError::Protocol(_)) {
-                eprintln!("hint: {}", mqstore::net::PROTOCOL_HINT);
+            if let Some(hint) = mqstore::net::protocol_hint(&e) {
+                eprintln!("hint: {hint}");
             }
             if let Some(code) = command::exit_code(&e) {
                 return code;
             }
             match e {
                 ClientError::Jobs { code, .. } => jobs::refusal_exit_code(&code),
-                ClientError::Service(_) | ClientError::Status { .. } => ExitCode::from(3),
+                ClientError::Service(_)
+                | ClientError::Status { .. }
+                | ClientError::PublishRefused { .. } => ExitCode::from(3),
                 ClientError::Refused { .. } => ExitCode::from(5),
                 ClientError::TooLarge { .. } => ExitCode::from(2),
                 _ => ExitCode::from(4),
