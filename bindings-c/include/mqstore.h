@@ -76,6 +76,11 @@
 #define MQSTORE_NO_DEADLINE 18446744073709551615ull
 
 /**
+ * `mqstore_publish.call` of a publish no call waits for (the client's own).
+ */
+#define MQSTORE_NO_CALL 18446744073709551615ull
+
+/**
  * What an event is.
  */
 typedef enum mqstore_event_kind {
@@ -424,6 +429,11 @@ typedef struct mqstore_publish {
   size_t correlation_data_len;
   const struct mqstore_user_property *user_properties;
   size_t user_property_count;
+  /**
+   * The call this publish belongs to, for `mqstore_core_publish_refused`; MQSTORE_NO_CALL
+   * for the client's own publishes. Ignored in what is passed to `mqstore_core_handle`.
+   */
+  uint64_t call;
 } mqstore_publish;
 
 /**
@@ -856,6 +866,14 @@ void mqstore_publish_free(struct mqstore_publish *publish);
 int mqstore_core_handle(struct mqstore_core *core,
                         const struct mqstore_publish *message,
                         uint64_t now_ms);
+
+/**
+ * The broker refused the publish of call `call` (`mqstore_publish.call`): its PUBACK carried
+ * reason code `reason_code`, 0x80 or more (0x87 not authorized, 0x95 packet too large, 0x97
+ * quota exceeded, ...). The call ends with an MQSTORE_ERR_PUBLISH_REFUSED event: the request
+ * was not applied. A call that is no longer in flight, or a code below 0x80, changes nothing.
+ */
+int mqstore_core_publish_refused(struct mqstore_core *core, uint64_t call, uint8_t reason_code);
 
 /**
  * Fails the calls whose timeout has passed (MQSTORE_ERR_TIMEOUT events) and renews what needs

@@ -15,8 +15,9 @@ use mqcore::envelope::{Properties, Publish};
 use crate::error::{Error, Result, ffi, ffi_void};
 use crate::handles::{handle, handle_mut, new_handle, take_handle};
 use crate::types::{
-    Event, MQSTORE_NO_DEADLINE, SetOptions, bytes_arg, hlc_arg, key_arg, mqstore_event,
-    mqstore_hlc, mqstore_op, mqstore_set_options, opt_str_arg, out_arg, str_arg, write_opt,
+    Event, MQSTORE_NO_CALL, MQSTORE_NO_DEADLINE, SetOptions, bytes_arg, hlc_arg, key_arg,
+    mqstore_event, mqstore_hlc, mqstore_op, mqstore_set_options, opt_str_arg, out_arg, str_arg,
+    write_opt,
 };
 
 /// A client state machine (layer 2). Made by `mqstore_core_new`, freed by `mqstore_core_free`.
@@ -27,7 +28,8 @@ pub struct mqstore_core {
     presence: CString,
     /// The operation of each call in flight, for its event.
     ops: HashMap<u64, mqstore_op>,
-    outgoing: VecDeque<Publish>,
+    /// Publishes to send, each with its call's id (MQSTORE_NO_CALL: the client's own).
+    outgoing: VecDeque<(Publish, u64)>,
     events: VecDeque<CoreEvent>,
 }
 
@@ -35,13 +37,16 @@ impl mqstore_core {
     /// Queues a call's publish, or the publishes the state machine decided on.
     fn sent(&mut self, call: CallId, op: mqstore_op, publishes: Vec<Publish>) -> u64 {
         self.ops.insert(call.0, op);
-        self.outgoing.extend(publishes);
+        self.outgoing
+            .extend(publishes.into_iter().map(|p| (p, call.0)));
         call.0
     }
 
     fn collect(&mut self, events: impl IntoIterator<Item = CoreEvent>) {
         self.events.extend(events);
-        self.outgoing.extend(self.core.take_publishes());
+        let own = self.core.take_publishes();
+        self.outgoing
+            .extend(own.into_iter().map(|p| (p, MQSTORE_NO_CALL)));
     }
 }
 
@@ -368,6 +373,9 @@ pub struct mqstore_publish {
     pub correlation_data_len: usize,
     pub user_properties: *const mqstore_user_property,
     pub user_property_count: usize,
+    /// The call this publish belongs to, for `mqstore_core_publish_refused`; MQSTORE_NO_CALL
+    /// for the client's own publishes. Ignored in what is passed to `mqstore_core_handle`.
+    pub call: u64,
 }
 
 /// A publish to send and the storage its pointers point into.
@@ -379,7 +387,7 @@ struct OutgoingPublish {
     _publish: Publish,
 }
 
-fn outgoing(publish: Publish) -> Result<OutgoingPublish> {
+fn outgoing(publish: Publish, call: u64) -> Result<OutgoingPublish> {
     let mut strings = Vec::new();
     let mut keep = |text: &str| -> Result<*const c_char> {
         let text =
@@ -418,6 +426,7 @@ fn outgoing(publish: Publish) -> Result<OutgoingPublish> {
         correlation_data_len: p.correlation_data.as_ref().map_or(0, Bytes::len),
         user_properties: user_properties.as_ptr(),
         user_property_count: user_properties.len(),
+        call,
     };
     Ok(OutgoingPublish {
         c,
@@ -440,8 +449,8 @@ pub unsafe extern "C" fn mqstore_core_next_publish(
         let out = unsafe { out_arg(out, "out") }?;
         *out = std::ptr::null_mut();
         let core = unsafe { handle_mut(core, "core") }?;
-        if let Some(publish) = core.outgoing.pop_front() {
-            *out = new_handle(outgoing(publish)?).cast();
+        if let Some((publish, call)) = core.outgoing.pop_front() {
+            *out = new_handle(outgoing(publish, call)?).cast();
         }
         Ok(())
     })
@@ -526,6 +535,27 @@ pub unsafe extern "C" fn mqstore_core_handle(
     })
 }
 
+/// The broker refused the publish of call `call` (`mqstore_publish.call`): its PUBACK carried
+/// reason code `reason_code`, 0x80 or more (0x87 not authorized, 0x95 packet too large, 0x97
+/// quota exceeded, ...). The call ends with an MQSTORE_ERR_PUBLISH_REFUSED event: the request
+/// was not applied. A call that is no longer in flight, or a code below 0x80, changes nothing.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mqstore_core_publish_refused(
+    core: *mut mqstore_core,
+    call: u64,
+    reason_code: u8,
+) -> c_int {
+    ffi(|| {
+        // SAFETY: a handle, checked.
+        let core = unsafe { handle_mut(core, "core") }?;
+        if reason_code >= 0x80 {
+            let event = core.core.publish_refused(CallId(call), reason_code);
+            core.collect(event);
+        }
+        Ok(())
+    })
+}
+
 /// Fails the calls whose timeout has passed (MQSTORE_ERR_TIMEOUT events) and renews what needs
 /// renewing. Call it at `mqstore_core_next_deadline`.
 #[unsafe(no_mangle)]
@@ -576,7 +606,8 @@ pub unsafe extern "C" fn mqstore_core_resume(core: *mut mqstore_core, now_ms: u6
         // SAFETY: a handle, checked.
         let core = unsafe { handle_mut(core, "core") }?;
         let publishes = core.core.resume(now_ms)?;
-        core.outgoing.extend(publishes);
+        core.outgoing
+            .extend(publishes.into_iter().map(|p| (p, MQSTORE_NO_CALL)));
         Ok(())
     })
 }

@@ -18,6 +18,9 @@ pub const MQSTORE_HLC_NODE_SIZE: usize = 256;
 /// `mqstore_core_next_deadline` when no call is in flight and nothing needs renewing.
 pub const MQSTORE_NO_DEADLINE: u64 = 0xFFFF_FFFF_FFFF_FFFF;
 
+/// `mqstore_publish.call` of a publish no call waits for (the client's own).
+pub const MQSTORE_NO_CALL: u64 = 0xFFFF_FFFF_FFFF_FFFF;
+
 /// A hybrid-logical-clock value: a key's version, or a fencing token. Ordered by wall clock,
 /// then counter, then node (`mqstore_hlc_compare`); its text form is
 /// `{wall_ms}:{counter}:{node}` (`mqstore_hlc_format`, `mqstore_hlc_parse`). A plain value:

@@ -258,6 +258,37 @@ static void a_lost_connection_fails_calls_in_flight(void) {
   mqstore_event_free(event);
 }
 
+/* The caller's MQTT client hears the PUBACK: a refusal (0x80 or more) of a call's publish
+ * (mqstore_publish.call) fails that call, and only that one. */
+static void a_publish_the_broker_refuses_fails_its_call(void) {
+  uint64_t refused = 0, other = 0;
+  CHECK_OK(mqstore_core_set(s.core, S("byo/refused"), S("v"), NULL, now_ms(), &refused));
+  CHECK_OK(mqstore_core_get(s.core, S("byo/other"), now_ms(), &other));
+  mqstore_publish *p = NULL;
+  CHECK_OK(mqstore_core_next_publish(s.core, &p));
+  CHECK(p->call == refused);
+  mqstore_publish_free(p);
+  CHECK_OK(mqstore_core_next_publish(s.core, &p));
+  CHECK(p->call == other);
+  mqstore_publish_free(p);
+  CHECK_OK(mqstore_core_publish_refused(s.core, refused, 0x10)); /* not a refusal */
+  CHECK_OK(mqstore_core_publish_refused(s.core, refused, 0x87));
+  mqstore_event *event = NULL;
+  CHECK_OK(mqstore_core_next_event(s.core, &event));
+  CHECK(event != NULL);
+  CHECK(event->call == refused);
+  CHECK(event->status == MQSTORE_ERR_PUBLISH_REFUSED);
+  CHECK(strcmp(event->error,
+               "the MQTT broker refused the request: Not authorized (reason code 0x87); it was not applied") == 0);
+  mqstore_event_free(event);
+  CHECK_OK(mqstore_core_next_event(s.core, &event));
+  CHECK(event == NULL);
+  CHECK_OK(mqstore_core_connection_lost(s.core));
+  CHECK_OK(mqstore_core_next_event(s.core, &event));
+  CHECK(event != NULL && event->call == other && event->status == MQSTORE_ERR_DISCONNECTED);
+  mqstore_event_free(event);
+}
+
 static void too_large_and_bad_arguments_queue_nothing(void) {
   CHECK_OK(mqstore_core_set_max_packet_size(s.core, 200));
   static uint8_t big[300];
@@ -310,6 +341,7 @@ int main(void) {
   RUN(observe_brings_notifications);
   RUN(a_lost_answer_times_out_through_expire);
   RUN(a_lost_connection_fails_calls_in_flight);
+  RUN(a_publish_the_broker_refuses_fails_its_call);
   RUN(too_large_and_bad_arguments_queue_nothing);
   RUN(a_freed_core_is_refused);
   mosquitto_disconnect_v5(mosq, 0, NULL);

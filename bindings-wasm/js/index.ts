@@ -6,6 +6,7 @@ import mqtt from "mqtt";
 import type { IClientOptions, IClientPublishOptions, IPublishPacket, MqttClient } from "mqtt";
 
 import initWasm, * as wasm from "../pkg/mqstore_wasm.js";
+import { watchUnreadableAcks } from "./acks.js";
 
 import {
   BrokerRefusedError,
@@ -235,6 +236,35 @@ function mqttProperties(p: Record<string, unknown>): IClientPublishOptions["prop
 }
 
 /**
+ * `mqtt.connectAsync` (no retries before the first connection) with every connection watched
+ * for PUBACK refusals MQTT.js cannot read (see acks.ts).
+ */
+function connectWatched(url: string, options: IClientOptions): Promise<MqttClient> {
+  const connection = mqtt.connect(url, { ...options, manualConnect: true });
+  watchUnreadableAcks(connection);
+  return new Promise((resolve, reject) => {
+    const settle = (error?: Error) => {
+      connection.off("connect", connected);
+      connection.off("error", failed);
+      connection.off("close", closed);
+      if (error === undefined) {
+        resolve(connection);
+      } else {
+        connection.end(true);
+        reject(error);
+      }
+    };
+    const connected = () => settle();
+    const failed = (error: Error) => settle(error);
+    const closed = () => settle(new Error("Couldn't connect to server"));
+    connection.on("connect", connected);
+    connection.on("error", failed);
+    connection.on("close", closed);
+    connection.connect();
+  });
+}
+
+/**
  * A connected state store client over MQTT 5 on WebSocket. `await Client.connect(url)`, then
  * `set`, `get`, `del`, `vdel`, `scan`, `observe`; `close()` at the end.
  */
@@ -283,7 +313,7 @@ export class Client {
     };
     let connection: MqttClient;
     try {
-      connection = await mqtt.connectAsync(url, mqttOptions, false);
+      connection = await connectWatched(url, mqttOptions);
     } catch (e) {
       const reason = (e as { code?: number }).code;
       if (typeof reason === "number" && reason >= 0x80) {

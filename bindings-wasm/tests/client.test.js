@@ -4,7 +4,7 @@ import { after, before, test } from "node:test";
 
 import { freePort, start } from "./harness.js";
 
-const { Client, MqstoreError } = await import(process.env.MQSTORE_PACKAGE ?? "../dist/index.js");
+const { Client, MqstoreError, PublishRefusedError } = await import(process.env.MQSTORE_PACKAGE ?? "../dist/index.js");
 const text = (bytes) => new TextDecoder().decode(bytes);
 
 let servers;
@@ -92,6 +92,31 @@ test("errors are typed and carry the stable codes", async () => {
     Client.connect(`ws://127.0.0.1:${servers.tcpPort}`, { timeoutMs: 2000 }),
     (e) => e instanceof MqstoreError && e.code === 207,
   );
+});
+
+test("a request the broker refuses fails at once with its reason code, and nothing else suffers", async () => {
+  // mosquitto 2.0 refuses a message over its message_size_limit with PUBACK reason code 0x95,
+  // which MQTT.js cannot read itself.
+  const limited = await start({ config: "message_size_limit 50000\n" });
+  try {
+    const client = await Client.connect(limited.url, { timeoutMs: 5000 });
+    try {
+      await assert.rejects(
+        client.set("js/big", "x".repeat(60_000)),
+        (e) =>
+          e instanceof PublishRefusedError &&
+          e.code === 216 &&
+          e.reasonCode === 0x95 &&
+          e.message === "the MQTT broker refused the request: Packet too large (reason code 0x95); it was not applied",
+      );
+      assert.equal(await client.get("js/big"), null);
+      assert.equal((await client.set("js/small", "x".repeat(1000))).applied, true);
+    } finally {
+      await client.close();
+    }
+  } finally {
+    await limited.stop();
+  }
 });
 
 /** The value "missed" (written while the observer was away) arrives as a synthetic change, and

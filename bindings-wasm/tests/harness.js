@@ -44,9 +44,10 @@ function waitFor(process, pattern, what, lines) {
 
 /**
  * A broker (WebSocket + TCP) and a server; `stop()` ends both. With `login` ({username,
- * password}) the broker takes only that user, and the server logs in as it.
+ * password}) the broker takes only that user, and the server logs in as it; `config` adds
+ * lines to mosquitto's configuration.
  */
-export async function start({ login } = {}) {
+export async function start({ login, config: extra = "" } = {}) {
   const dir = await mkdtemp(join(tmpdir(), "mqstore-js-broker-"));
   const tcpPort = await freePort();
   const wsPort = await freePort();
@@ -66,7 +67,7 @@ export async function start({ login } = {}) {
     // Started by root, mosquitto would switch to the user `mosquitto`, who cannot read files
     // in a private folder: it stays the user running the tests.
     `user ${userInfo().username}\n` +
-      `listener ${tcpPort} 127.0.0.1\nlistener ${wsPort} 127.0.0.1\nprotocol websockets\n${access}` +
+      `${extra}listener ${tcpPort} 127.0.0.1\nlistener ${wsPort} 127.0.0.1\nprotocol websockets\n${access}` +
       // Nagle adds up to 40 ms to every request/response round trip.
       "set_tcp_nodelay true\n",
   );
