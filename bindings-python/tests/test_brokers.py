@@ -6,6 +6,7 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import mqstore
@@ -54,27 +55,31 @@ def test_a_refused_login_is_broker_refused(password_broker: Broker) -> None:
             c.get("k")
 
 
-def test_a_request_over_the_brokers_packet_limit_is_not_sent() -> None:
-    broker = Broker("max_packet_size 10000\n")
+@contextmanager
+def serving(config: str) -> Iterator[int]:
+    """A broker with these configuration lines and a server beside it: the broker's port."""
+    broker = Broker(config)
     server = Server(broker)
     try:
-        with mqstore.Client("127.0.0.1", broker.port) as c:
-            with pytest.raises(errors.RequestTooLargeError) as raised:
-                c.set("big", b"x" * 20_000)
-            assert "maximum packet size of 10000 bytes" in str(raised.value)
-            assert c.get("big") is None
-            assert c.set("small", b"x" * 1000).applied
+        yield broker.port
     finally:
         server.stop()
         broker.stop()
 
 
+def test_a_request_over_the_brokers_packet_limit_is_not_sent() -> None:
+    with serving("max_packet_size 10000\n") as port, mqstore.Client("127.0.0.1", port) as c:
+        with pytest.raises(errors.RequestTooLargeError) as raised:
+            c.set("big", b"x" * 20_000)
+        assert "maximum packet size of 10000 bytes" in str(raised.value)
+        assert c.get("big") is None
+        assert c.set("small", b"x" * 1000).applied
+
+
 def test_a_request_the_broker_refuses_is_publish_refused_and_not_applied() -> None:
     # mosquitto refuses a publish over its message_size_limit with PUBACK reason code 0x95.
-    broker = Broker("message_size_limit 50000\n")
-    server = Server(broker)
-    try:
-        with mqstore.Client("127.0.0.1", broker.port) as c:
+    with serving("message_size_limit 50000\n") as port:
+        with mqstore.Client("127.0.0.1", port) as c:
             with pytest.raises(errors.PublishRefusedError) as raised:
                 c.set("big", b"x" * 60_000)
             assert raised.value.code == 216
@@ -83,12 +88,9 @@ def test_a_request_the_broker_refuses_is_publish_refused_and_not_applied() -> No
                 "it was not applied"
             )
         # rumqttc cannot read that reason code and dropped that connection: a new one.
-        with mqstore.Client("127.0.0.1", broker.port) as c:
+        with mqstore.Client("127.0.0.1", port) as c:
             assert c.get("big") is None
             assert c.set("small", b"x" * 1000).applied
-    finally:
-        server.stop()
-        broker.stop()
 
 
 def test_quota_and_access_rules(fresh_broker: Broker) -> None:

@@ -155,7 +155,10 @@ def test_a_client_used_after_fork_raises_and_the_child_can_connect_its_own(
 
 
 BLOCKED = """
-import sys, mqstore
+import signal, sys, mqstore
+# Ctrl-C raises KeyboardInterrupt even when the test run was started with SIGINT ignored (as a
+# background job of a shell without job control is, and everything it starts).
+signal.signal(signal.SIGINT, signal.default_int_handler)
 client = mqstore.Client("127.0.0.1", int(sys.argv[1]))
 changes = client.observe(sys.argv[2])
 print("waiting")
