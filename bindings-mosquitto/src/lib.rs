@@ -158,12 +158,14 @@ fn log(level: u32, message: &str) {
     unsafe { sys::mosquitto_log_printf(level as c_int, message.as_ptr()) };
 }
 
-fn random_bytes<const N: usize>() -> [u8; N] {
+/// `N` bytes from the operating system's random generator. Without one the plugin does not
+/// start: the SCAN token key would be guessable, and anyone could forge a token.
+fn random_bytes<const N: usize>() -> Result<[u8; N], String> {
     let mut bytes = [0u8; N];
-    if let Ok(mut file) = std::fs::File::open("/dev/urandom") {
-        let _ = std::io::Read::read_exact(&mut file, &mut bytes);
-    }
-    bytes
+    getrandom::fill(&mut bytes).map_err(|e| {
+        format!("the operating system's random generator cannot be read ({e}): not starting without a secret SCAN token key")
+    })?;
+    Ok(bytes)
 }
 
 fn now_ms() -> u64 {
@@ -197,8 +199,8 @@ pub unsafe extern "C" fn mosquitto_plugin_init(
     let started = catch_unwind(AssertUnwindSafe(|| -> Result<Box<Plugin>, String> {
         let mut options = options(opts, count)?;
         let config = EngineConfig {
-            scan_token_key: random_bytes(),
-            scan_token_seed: random_bytes(),
+            scan_token_key: random_bytes()?,
+            scan_token_seed: random_bytes()?,
             access: mqstore::engine::AccessRules::new(std::mem::take(&mut options.access_rules)),
             response_topic_prefixes: std::mem::take(&mut options.response_topic_prefixes),
             ..EngineConfig::new(options.node_id.clone())
@@ -243,7 +245,7 @@ pub unsafe extern "C" fn mosquitto_plugin_init(
                 })
             }
         };
-        let epoch = format!("{:016x}", u64::from_le_bytes(random_bytes()));
+        let epoch = format!("{:016x}", u64::from_le_bytes(random_bytes()?));
         let presence = Publish {
             topic: topics::server_presence_topic(&options.node_id),
             payload: ServerPresence {
