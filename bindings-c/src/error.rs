@@ -5,8 +5,8 @@ use std::cell::RefCell;
 use std::ffi::{CString, c_char, c_int};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-use mqcore::ServiceError;
 use mqcore::client::ClientError;
+use mqcore::{ErrorKind, ServiceError};
 
 /// What a call returns: 0 on success, else why it failed. 1–99 are this library's own (bad
 /// arguments and the like: nothing was sent, nothing changed); 101–199 are the state store's
@@ -83,6 +83,56 @@ pub enum mqstore_status {
     MQSTORE_ERR_PUBLISH_REFUSED = 216,
 }
 
+/// The status of each kind of client error. Exhaustive, so a new kind in core does not
+/// compile until it has a status here; the numbers are checked against core's below.
+pub(crate) const fn status_of(kind: ErrorKind) -> mqstore_status {
+    use ErrorKind as K;
+    use mqstore_status as S;
+    match kind {
+        K::TimestampSkew => S::MQSTORE_ERR_TIMESTAMP_SKEW,
+        K::FencingTokenRequired => S::MQSTORE_ERR_FENCING_TOKEN_REQUIRED,
+        K::FencingTokenSkew => S::MQSTORE_ERR_FENCING_TOKEN_SKEW,
+        K::FencingTokenLowerVersion => S::MQSTORE_ERR_FENCING_TOKEN_LOWER_VERSION,
+        K::QuotaExceeded => S::MQSTORE_ERR_QUOTA_EXCEEDED,
+        K::RequestSyntax => S::MQSTORE_ERR_SYNTAX,
+        K::NotAuthorized => S::MQSTORE_ERR_NOT_AUTHORIZED,
+        K::UnknownCommand => S::MQSTORE_ERR_UNKNOWN_COMMAND,
+        K::WrongNumberOfArguments => S::MQSTORE_ERR_WRONG_NUMBER_OF_ARGUMENTS,
+        K::MissingTimestamp => S::MQSTORE_ERR_MISSING_TIMESTAMP,
+        K::MalformedTimestamp => S::MQSTORE_ERR_MALFORMED_TIMESTAMP,
+        K::KeyLengthZero => S::MQSTORE_ERR_KEY_LENGTH_ZERO,
+        K::NotificationTopicTooLong => S::MQSTORE_ERR_NOTIFICATION_TOPIC_TOO_LONG,
+        K::ResponseTooLarge => S::MQSTORE_ERR_RESPONSE_TOO_LARGE,
+        K::UnknownService => S::MQSTORE_ERR_SERVICE_OTHER,
+        K::Status => S::MQSTORE_ERR_STATUS,
+        K::RequestTimeout => S::MQSTORE_ERR_TIMEOUT,
+        K::ConnectionLost => S::MQSTORE_ERR_DISCONNECTED,
+        K::MalformedAnswer => S::MQSTORE_ERR_MALFORMED,
+        K::UnexpectedAnswer => S::MQSTORE_ERR_UNEXPECTED,
+        K::Clock => S::MQSTORE_ERR_CLOCK,
+        K::BrokerUnreachable => S::MQSTORE_ERR_UNREACHABLE,
+        K::BrokerRefused => S::MQSTORE_ERR_REFUSED,
+        K::BrokerProtocol => S::MQSTORE_ERR_PROTOCOL,
+        K::RequestTooLarge => S::MQSTORE_ERR_TOO_LARGE,
+        K::BrokerDisconnected => S::MQSTORE_ERR_BROKER_DISCONNECTED,
+        K::Jobs => S::MQSTORE_ERR_JOBS,
+        K::CommandFailed => S::MQSTORE_ERR_COMMAND_FAILED,
+        K::CommandRejected => S::MQSTORE_ERR_COMMAND_REJECTED,
+        K::CommandTimeout => S::MQSTORE_ERR_COMMAND_TIMED_OUT,
+        K::PublishRefused => S::MQSTORE_ERR_PUBLISH_REFUSED,
+    }
+}
+
+// Every kind's C status has core's number for it (the build fails otherwise).
+const _: () = {
+    let mut i = 0;
+    while i < ErrorKind::ALL.len() {
+        let kind = ErrorKind::ALL[i];
+        assert!(status_of(kind) as u16 == kind.code());
+        i += 1;
+    }
+};
+
 /// A failure on its way to C: the status and its message.
 #[derive(Debug)]
 pub(crate) struct Error {
@@ -115,19 +165,13 @@ impl Error {
 
 impl From<ClientError> for Error {
     fn from(e: ClientError) -> Self {
-        Self {
-            code: c_int::from(e.code()),
-            message: e.to_string(),
-        }
+        Self::new(status_of(e.kind()), e.to_string())
     }
 }
 
 impl From<ServiceError> for Error {
     fn from(e: ServiceError) -> Self {
-        Self {
-            code: c_int::from(e.code()),
-            message: e.to_string(),
-        }
+        Self::new(status_of(e.kind()), e.to_string())
     }
 }
 

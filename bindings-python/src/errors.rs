@@ -126,6 +126,16 @@ pub fn error_examples() -> Vec<(u16, String)> {
     examples.iter().map(|e| (e.code(), e.to_string())).collect()
 }
 
+/// Every kind of error core defines: its stable code and its class's name without `Error`.
+/// The test suite checks that `mqstore.errors` has each class with that code.
+#[pyfunction]
+pub fn error_kinds() -> Vec<(u16, &'static str)> {
+    mqstore::ErrorKind::ALL
+        .into_iter()
+        .map(|kind| (kind.code(), kind.name()))
+        .collect()
+}
+
 /// A client used in a process that inherited it through `fork()`.
 pub fn forked(owner: u32, pid: u32) -> PyErr {
     let message = format!(

@@ -29,6 +29,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<types::DeleteResult>()?;
     module.add_class::<types::Change>()?;
     module.add_function(wrap_pyfunction!(errors::error_examples, module)?)?;
+    module.add_function(wrap_pyfunction!(errors::error_kinds, module)?)?;
     module.add_function(wrap_pyfunction!(runtime::_panicking_call, module)?)?;
     codec::register(module)?;
     Ok(())

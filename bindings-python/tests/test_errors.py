@@ -11,8 +11,8 @@ from mqstore import _native, errors
 
 def test_every_code_the_core_reports_maps_to_its_own_class() -> None:
     examples = _native.error_examples()
-    # 14 texts of the protocol, one unknown text, 15 errors of the client
-    assert len(examples) == 30
+    # 14 texts of the protocol, one unknown text, 16 errors of the client
+    assert len(examples) == len(_native.error_kinds()) == 31
     classes = set()
     for code, message in examples:
         error = errors._error_for(code, message, None)
@@ -21,6 +21,18 @@ def test_every_code_the_core_reports_maps_to_its_own_class() -> None:
         assert str(error) == message
         classes.add(type(error))
     assert len(classes) == len(examples)
+
+
+def test_every_kind_of_error_in_core_has_its_class_with_its_name_and_code() -> None:
+    kinds = _native.error_kinds()
+    for code, name in kinds:
+        cls = getattr(errors, name + "Error", None)
+        assert cls is not None, f"no class {name}Error for code {code}"
+        assert cls.code == code
+        assert type(errors._error_for(code, "m", None)) is cls
+    # ...and nothing but those (ClientForkedError is the binding's own, code 0).
+    coded = {cls.code for cls in errors._CLASSES if cls is not errors.ClientForkedError}
+    assert coded == {code for code, _ in kinds}
 
 
 def test_service_errors_keep_the_state_stores_text() -> None:

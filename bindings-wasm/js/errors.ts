@@ -48,6 +48,8 @@ export class MalformedTimestampError extends ServiceError { constructor(message:
 export class KeyLengthZeroError extends ServiceError { constructor(message: string, text?: string) { super(message, 112, text); } }
 export class NotificationTopicTooLongError extends ServiceError { constructor(message: string, text?: string) { super(message, 113, text); } }
 export class ResponseTooLargeError extends ServiceError { constructor(message: string, text?: string) { super(message, 114, text); } }
+/** A refusal whose text this version does not know (a newer server); `text` has it. Code 199. */
+export class UnknownServiceError extends ServiceError { constructor(message: string, text?: string) { super(message, 199, text); } }
 
 /** The server answered with an RPC status other than 200 (`__stat`). Code 201. */
 export class StatusError extends MqstoreError { constructor(message: string) { super(message, 201); } }
@@ -147,6 +149,7 @@ export interface ErrorDetails {
 export function errorOf(message: string, code: number, details: ErrorDetails = {}): MqstoreError {
   if (code === 1) return new InvalidArgumentError(message);
   if (code >= 101 && code <= 114) return new services[code - 101](message, details.text);
+  if (code === 199) return new UnknownServiceError(message, details.text);
   if (code >= 101 && code <= 199) return new ServiceError(message, code, details.text);
   if (code >= 201 && code <= 211) return new clients[code - 201](message);
   if (code === 212) return new JobsError(message, details.jobsCode);

@@ -112,6 +112,14 @@ export const codec = {
   invokeTopic: (): string => wasm.invokeTopic(),
 };
 
+/**
+ * Every kind of error the core defines, in code order: its stable `code` and the `name` of its
+ * error class here without `Error` (`errorOf(message, code)` makes one).
+ */
+export function errorKinds(): Array<{ code: number; name: string }> {
+  return wasm.errorKinds() as Array<{ code: number; name: string }>;
+}
+
 /** Parses an HLC (`{wall ms}:{counter}:{node}`), throwing an MqstoreError (code 1) if it is not one. */
 export function parseHlc(text: string): wasm.Hlc {
   return typed(() => wasm.Hlc.parse(text));

@@ -347,6 +347,21 @@ pub fn notify_topic(client_id: &str, key: JsValue) -> Result<String, JsValue> {
 }
 
 /// The protocol's shared request topic.
+/// Every kind of error core defines, in code order: `{code, name}`, where `name` is its error
+/// class's name without `Error`.
+#[wasm_bindgen(js_name = errorKinds)]
+pub fn error_kinds() -> Array {
+    mqcore::ErrorKind::ALL
+        .into_iter()
+        .map(|kind| {
+            let out = Object::new();
+            set(&out, "code", kind.code());
+            set(&out, "name", kind.name());
+            JsValue::from(out)
+        })
+        .collect()
+}
+
 #[wasm_bindgen(js_name = invokeTopic)]
 pub fn invoke_topic() -> String {
     topics::INVOKE.to_owned()

@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import { before, test } from "node:test";
 
-const { init, ClientCore, codec, MqstoreError } = await import(
+const { init, ClientCore, codec, errorKinds, errorOf, MqstoreError, ServiceError } = await import(
   process.env.MQSTORE_PACKAGE ?? "../dist/index.js"
 );
 const bytes = (text) => new TextEncoder().encode(text);
@@ -95,4 +95,17 @@ test("bad arguments throw and queue nothing", () => {
   assert.throws(() => core.handle({ topic: 7 }, 0), (e) => e.code === 1);
   assert.deepEqual(core.takePublishes(), []);
   assert.ok(MqstoreError.prototype instanceof Error);
+});
+
+test("every kind of error the core defines has its class, with its name and code", () => {
+  const kinds = errorKinds();
+  assert.equal(kinds.length, 31);
+  for (const { code, name } of kinds) {
+    const error = errorOf("m", code);
+    assert.equal(error.constructor.name, `${name}Error`, `code ${code}`);
+    assert.equal(error.name, `${name}Error`);
+    assert.equal(error.code, code);
+    assert.ok(error instanceof MqstoreError);
+    assert.equal(error instanceof ServiceError, code < 200, `code ${code}`);
+  }
 });

@@ -103,12 +103,169 @@ impl ServiceError {
     /// A stable number for this error, the same in every binding (101..=114; 199 for texts
     /// this version does not know).
     pub fn code(&self) -> u16 {
+        self.kind().code()
+    }
+
+    /// What kind of error this is.
+    pub fn kind(&self) -> ErrorKind {
         match self {
-            Self::Other(_) => 199,
-            known => {
-                let index = Self::KNOWN.iter().position(|k| k == known).unwrap_or(98);
-                101 + index as u16
-            }
+            Self::TimestampSkew => ErrorKind::TimestampSkew,
+            Self::FencingTokenRequired => ErrorKind::FencingTokenRequired,
+            Self::FencingTokenSkew => ErrorKind::FencingTokenSkew,
+            Self::FencingTokenLowerVersion => ErrorKind::FencingTokenLowerVersion,
+            Self::QuotaExceeded => ErrorKind::QuotaExceeded,
+            Self::SyntaxError => ErrorKind::RequestSyntax,
+            Self::NotAuthorized => ErrorKind::NotAuthorized,
+            Self::UnknownCommand => ErrorKind::UnknownCommand,
+            Self::WrongNumberOfArguments => ErrorKind::WrongNumberOfArguments,
+            Self::MissingTimestamp => ErrorKind::MissingTimestamp,
+            Self::MalformedTimestamp => ErrorKind::MalformedTimestamp,
+            Self::KeyLengthZero => ErrorKind::KeyLengthZero,
+            Self::NotificationTopicTooLong => ErrorKind::NotificationTopicTooLong,
+            Self::ResponseTooLarge => ErrorKind::ResponseTooLarge,
+            Self::Other(_) => ErrorKind::UnknownService,
+        }
+    }
+}
+
+/// Every kind of error an mqstore client reports, with its stable number and its name: the
+/// contract every binding keeps. Python's `mqstore.errors.{name}Error` and JavaScript's
+/// `{name}Error` have `code` = [`ErrorKind::code`] (their tests walk [`ErrorKind::ALL`]), and
+/// C's `mqstore_status` has the same numbers (checked when the C library compiles).
+/// 101..=199 are the state store's refusals ([`ServiceError`]), 201..=299 the client's own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u16)]
+pub enum ErrorKind {
+    TimestampSkew = 101,
+    FencingTokenRequired = 102,
+    FencingTokenSkew = 103,
+    FencingTokenLowerVersion = 104,
+    QuotaExceeded = 105,
+    RequestSyntax = 106,
+    NotAuthorized = 107,
+    UnknownCommand = 108,
+    WrongNumberOfArguments = 109,
+    MissingTimestamp = 110,
+    MalformedTimestamp = 111,
+    KeyLengthZero = 112,
+    NotificationTopicTooLong = 113,
+    ResponseTooLarge = 114,
+    /// An `-ERR` text this version does not know (a newer server).
+    UnknownService = 199,
+    /// The answer's RPC status was not 200 (503: overloaded).
+    Status = 201,
+    /// No answer within the call's timeout; a write may still be applied.
+    RequestTimeout = 202,
+    /// The connection dropped with the call in flight; it may or may not have been applied.
+    ConnectionLost = 203,
+    /// The answer could not be read.
+    MalformedAnswer = 204,
+    /// The answer does not fit the request.
+    UnexpectedAnswer = 205,
+    /// The client's clock could not make a timestamp.
+    Clock = 206,
+    /// The broker cannot be reached.
+    BrokerUnreachable = 207,
+    /// The broker refused the connection (CONNACK).
+    BrokerRefused = 208,
+    /// The broker broke the MQTT 5 protocol.
+    BrokerProtocol = 209,
+    /// The request is larger than the broker's maximum packet size: not sent.
+    RequestTooLarge = 210,
+    /// The broker closed the connection (DISCONNECT).
+    BrokerDisconnected = 211,
+    /// The jobs service refused the call.
+    Jobs = 212,
+    /// The device answered the command with an error.
+    CommandFailed = 213,
+    /// The device refused the command.
+    CommandRejected = 214,
+    /// No answer to the command within its timeout.
+    CommandTimeout = 215,
+    /// The broker refused the request's publish (PUBACK): not applied.
+    PublishRefused = 216,
+}
+
+impl ErrorKind {
+    /// Every kind, in code order.
+    pub const ALL: [ErrorKind; 31] = [
+        Self::TimestampSkew,
+        Self::FencingTokenRequired,
+        Self::FencingTokenSkew,
+        Self::FencingTokenLowerVersion,
+        Self::QuotaExceeded,
+        Self::RequestSyntax,
+        Self::NotAuthorized,
+        Self::UnknownCommand,
+        Self::WrongNumberOfArguments,
+        Self::MissingTimestamp,
+        Self::MalformedTimestamp,
+        Self::KeyLengthZero,
+        Self::NotificationTopicTooLong,
+        Self::ResponseTooLarge,
+        Self::UnknownService,
+        Self::Status,
+        Self::RequestTimeout,
+        Self::ConnectionLost,
+        Self::MalformedAnswer,
+        Self::UnexpectedAnswer,
+        Self::Clock,
+        Self::BrokerUnreachable,
+        Self::BrokerRefused,
+        Self::BrokerProtocol,
+        Self::RequestTooLarge,
+        Self::BrokerDisconnected,
+        Self::Jobs,
+        Self::CommandFailed,
+        Self::CommandRejected,
+        Self::CommandTimeout,
+        Self::PublishRefused,
+    ];
+
+    /// The stable number.
+    pub const fn code(self) -> u16 {
+        self as u16
+    }
+
+    /// The kind with number `code`, if there is one.
+    pub fn from_code(code: u16) -> Option<Self> {
+        Self::ALL.into_iter().find(|kind| kind.code() == code)
+    }
+
+    /// The name the bindings' error classes carry, without `Error` (`PublishRefused`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::TimestampSkew => "TimestampSkew",
+            Self::FencingTokenRequired => "FencingTokenRequired",
+            Self::FencingTokenSkew => "FencingTokenSkew",
+            Self::FencingTokenLowerVersion => "FencingTokenLowerVersion",
+            Self::QuotaExceeded => "QuotaExceeded",
+            Self::RequestSyntax => "RequestSyntax",
+            Self::NotAuthorized => "NotAuthorized",
+            Self::UnknownCommand => "UnknownCommand",
+            Self::WrongNumberOfArguments => "WrongNumberOfArguments",
+            Self::MissingTimestamp => "MissingTimestamp",
+            Self::MalformedTimestamp => "MalformedTimestamp",
+            Self::KeyLengthZero => "KeyLengthZero",
+            Self::NotificationTopicTooLong => "NotificationTopicTooLong",
+            Self::ResponseTooLarge => "ResponseTooLarge",
+            Self::UnknownService => "UnknownService",
+            Self::Status => "Status",
+            Self::RequestTimeout => "RequestTimeout",
+            Self::ConnectionLost => "ConnectionLost",
+            Self::MalformedAnswer => "MalformedAnswer",
+            Self::UnexpectedAnswer => "UnexpectedAnswer",
+            Self::Clock => "Clock",
+            Self::BrokerUnreachable => "BrokerUnreachable",
+            Self::BrokerRefused => "BrokerRefused",
+            Self::BrokerProtocol => "BrokerProtocol",
+            Self::RequestTooLarge => "RequestTooLarge",
+            Self::BrokerDisconnected => "BrokerDisconnected",
+            Self::Jobs => "Jobs",
+            Self::CommandFailed => "CommandFailed",
+            Self::CommandRejected => "CommandRejected",
+            Self::CommandTimeout => "CommandTimeout",
+            Self::PublishRefused => "PublishRefused",
         }
     }
 }
@@ -125,6 +282,19 @@ mod tests {
             assert!(codes.insert(known.code()), "duplicate code for {known:?}");
             assert!((101..=114).contains(&known.code()));
         }
+    }
+
+    #[test]
+    fn error_kinds_are_in_code_order_with_distinct_names() {
+        let codes: Vec<u16> = ErrorKind::ALL.iter().map(|k| k.code()).collect();
+        assert!(codes.windows(2).all(|w| w[0] < w[1]), "{codes:?}");
+        let names: std::collections::HashSet<_> = ErrorKind::ALL.iter().map(|k| k.name()).collect();
+        assert_eq!(names.len(), ErrorKind::ALL.len());
+        for kind in ErrorKind::ALL {
+            assert_eq!(ErrorKind::from_code(kind.code()), Some(kind));
+            assert_eq!(format!("{kind:?}"), kind.name());
+        }
+        assert_eq!(ErrorKind::from_code(200), None);
     }
 
     #[test]

@@ -49,4 +49,4 @@ pub mod reason;
 pub mod store;
 pub mod topics;
 
-pub use error::ServiceError;
+pub use error::{ErrorKind, ServiceError};

@@ -27,6 +27,7 @@ __all__ = [
     "encode_request",
     "encode_response",
     "error_examples",
+    "error_kinds",
     "notify_topic",
 ]
 
@@ -443,6 +444,10 @@ class FanOut:
 
 def error_examples() -> list[tuple[int, str]]:
     """One example of every error the client reports, with its code (for tests)."""
+
+def error_kinds() -> list[tuple[int, str]]:
+    """Every kind of error, as core defines it: its stable code and its class's name without
+    ``Error`` (for tests)."""
 
 @overload
 def _panicking_call(aio: Literal[False]) -> None:

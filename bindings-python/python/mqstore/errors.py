@@ -32,6 +32,7 @@ __all__ = [
     "MqstoreError",
     "NotAuthorizedError",
     "NotificationTopicTooLongError",
+    "PublishRefusedError",
     "QuotaExceededError",
     "RequestSyntaxError",
     "RequestTimeoutError",

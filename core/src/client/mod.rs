@@ -16,7 +16,6 @@ use std::fmt;
 
 use bytes::Bytes;
 
-use crate::ServiceError;
 use crate::codec::{
     DecodeError, Notification, Request, Response, decode_notification, decode_response,
 };
@@ -24,6 +23,7 @@ use crate::envelope::{CONTENT_TYPE, PROTOCOL_VERSION, Properties, Publish, prope
 use crate::hlc::{Hlc, HlcClock, HlcError};
 use crate::presence::ServerPresence;
 use crate::topics;
+use crate::{ErrorKind, ServiceError};
 
 pub(crate) use pending::Pending;
 
@@ -182,24 +182,30 @@ impl ClientError {
     /// A stable number for this error, the same in every binding: 101..=199 are the
     /// state store's own errors ([`ServiceError::code`]), 2xx the client's.
     pub fn code(&self) -> u16 {
+        self.kind().code()
+    }
+
+    /// What kind of error this is: its stable code and the name of its class in every
+    /// binding.
+    pub fn kind(&self) -> ErrorKind {
         match self {
-            ClientError::Service(e) => e.code(),
-            ClientError::Status { .. } => 201,
-            ClientError::Timeout(_) => 202,
-            ClientError::Disconnected => 203,
-            ClientError::Malformed(_) => 204,
-            ClientError::Unexpected { .. } => 205,
-            ClientError::Clock(_) => 206,
-            ClientError::Unreachable(_) => 207,
-            ClientError::Refused { .. } => 208,
-            ClientError::Protocol(_) => 209,
-            ClientError::TooLarge { .. } => 210,
-            ClientError::BrokerDisconnected { .. } => 211,
-            ClientError::Jobs { .. } => 212,
-            ClientError::CommandFailed { .. } => 213,
-            ClientError::CommandRejected { .. } => 214,
-            ClientError::CommandTimedOut { .. } => 215,
-            ClientError::PublishRefused { .. } => 216,
+            ClientError::Service(e) => e.kind(),
+            ClientError::Status { .. } => ErrorKind::Status,
+            ClientError::Timeout(_) => ErrorKind::RequestTimeout,
+            ClientError::Disconnected => ErrorKind::ConnectionLost,
+            ClientError::Malformed(_) => ErrorKind::MalformedAnswer,
+            ClientError::Unexpected { .. } => ErrorKind::UnexpectedAnswer,
+            ClientError::Clock(_) => ErrorKind::Clock,
+            ClientError::Unreachable(_) => ErrorKind::BrokerUnreachable,
+            ClientError::Refused { .. } => ErrorKind::BrokerRefused,
+            ClientError::Protocol(_) => ErrorKind::BrokerProtocol,
+            ClientError::TooLarge { .. } => ErrorKind::RequestTooLarge,
+            ClientError::BrokerDisconnected { .. } => ErrorKind::BrokerDisconnected,
+            ClientError::Jobs { .. } => ErrorKind::Jobs,
+            ClientError::CommandFailed { .. } => ErrorKind::CommandFailed,
+            ClientError::CommandRejected { .. } => ErrorKind::CommandRejected,
+            ClientError::CommandTimedOut { .. } => ErrorKind::CommandTimeout,
+            ClientError::PublishRefused { .. } => ErrorKind::PublishRefused,
         }
     }
 }
