@@ -41,7 +41,7 @@ BAD_CALLS = [
     (lambda c: c.scan(""), ValueError, "pattern must not be empty"),
     (lambda c: c.observe(""), ValueError, "key must not be empty"),
     (lambda c: c.lease("k", 0), ValueError, "ttl must be a positive"),
-    (lambda c: c.lease("k", 10, wait=-1), ValueError, "wait must be a positive"),
+    (lambda c: c.lease("k", 10, wait=-1), ValueError, "wait must be 0 or a positive"),
     (lambda c: c.lead("k", "10"), TypeError, "ttl must be a number"),
 ]
 

@@ -201,7 +201,12 @@ def test_lease_waits_for_release(server: Server, client: mqstore.Client, key: st
         # wait gives up: None
         held = client.lead(key, 30)
         assert other.lease(key, 30, wait=0.2) is None
+        # wait=0 tries once, as queue.Queue.get(timeout=0) looks once
+        assert other.lease(key, 30, wait=0) is None
         held.release()
+        free = other.lease(key, 30, wait=0)
+        assert free is not None and free.held
+        free.release()
 
 
 def test_leases_are_renewed_in_the_background(client: mqstore.Client, key: str) -> None:

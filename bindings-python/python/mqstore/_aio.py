@@ -129,7 +129,7 @@ class AsyncClient:
         """Takes the lease on ``key`` (see :meth:`mqstore.Client.lease`); ``None`` when
         someone else holds it."""
         native = await self._native.lease(
-            _args.key(key), _args.millis(ttl, "ttl"), _args.optional_millis(wait, "wait"), True
+            _args.key(key), _args.millis(ttl, "ttl"), _args.wait_millis(wait, "wait"), True
         )
         return None if native is None else AsyncLease(native)
 

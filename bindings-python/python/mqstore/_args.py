@@ -39,8 +39,9 @@ def key(value: object, what: str = "key") -> bytes:
     return data
 
 
-def seconds(value: object, what: str) -> float:
-    """A positive duration in seconds, from a number of seconds or a ``timedelta``."""
+def seconds(value: object, what: str, zero: bool = False) -> float:
+    """A positive duration in seconds (or 0, with ``zero``), from a number of seconds or a
+    ``timedelta``."""
     if isinstance(value, timedelta):
         result = value.total_seconds()
     elif isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -50,8 +51,11 @@ def seconds(value: object, what: str) -> float:
             f"{what} must be a number of seconds or a datetime.timedelta, "
             f"not {type(value).__name__}"
         )
+    if zero and result == 0:
+        return result
     if not result > 0 or math.isinf(result):
-        raise ValueError(f"{what} must be a positive, finite number of seconds, not {value!r}")
+        allowed = "0 or a positive" if zero else "a positive"
+        raise ValueError(f"{what} must be {allowed}, finite number of seconds, not {value!r}")
     return result
 
 
@@ -62,6 +66,16 @@ def millis(value: object, what: str) -> int:
 
 def optional_millis(value: object, what: str) -> Optional[int]:
     return None if value is None else millis(value, what)
+
+
+def wait_millis(value: object, what: str) -> Optional[int]:
+    """How long to wait, in whole milliseconds: 0 tries (or looks) once, as
+    ``queue.Queue.get(timeout=0)`` does; ``None`` stays ``None``."""
+    if value is None:
+        return None
+    if seconds(value, what, zero=True) == 0:
+        return 0
+    return millis(value, what)
 
 
 def condition(nx: bool, nex: bool) -> str:

@@ -125,10 +125,10 @@ class Client:
         self, key: BytesLike, ttl: Seconds, *, wait: Optional[Seconds] = None
     ) -> Optional[Lease]:
         """Takes the lease on ``key`` for ``ttl`` seconds, renewed in the background until
-        released. Tries once, or with ``wait`` waits up to that long for the key to be free.
-        ``None`` when someone else holds it."""
+        released. Tries once (``wait`` None or 0), or waits up to ``wait`` for the key to be
+        free. ``None`` when someone else holds it."""
         native = self._native.lease(
-            _args.key(key), _args.millis(ttl, "ttl"), _args.optional_millis(wait, "wait"), False
+            _args.key(key), _args.millis(ttl, "ttl"), _args.wait_millis(wait, "wait"), False
         )
         return None if native is None else Lease(native)
 

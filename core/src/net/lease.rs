@@ -62,7 +62,7 @@ impl Lease {
 
     /// Waits until `key` is free and takes it: tries, and while someone else holds it, waits
     /// for the key's deletion (release or expiry) and tries again. Gives up after `timeout`
-    /// (`None`: never).
+    /// (`None`: never; zero: after one try, as [`Lease::try_acquire`]).
     pub async fn acquire(
         client: &Client,
         key: impl Into<Bytes>,
@@ -70,6 +70,10 @@ impl Lease {
         timeout: Option<Duration>,
     ) -> Result<Option<Lease>, ClientError> {
         let terms = terms(client, key.into(), ttl);
+        if timeout == Some(Duration::ZERO) {
+            // No time to wait: one try.
+            return Lease::try_terms(client, terms).await;
+        }
         let key = terms.key.clone();
         let attempt = async {
             let mut changes = client.observe(key.clone()).await?;
