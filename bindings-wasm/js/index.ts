@@ -906,7 +906,7 @@ export class Jobs {
 
   /** The first pending execution, with its document; null when nothing is pending. */
   async describeNext(): Promise<JobExecution | null> {
-    return await this.#device("describe", { jobId: "$next" });
+    return await this.#device("describe", {});
   }
 
   /** Updates an execution; a JobsError (`jobsCode` VersionMismatch, InvalidStateTransition...) when refused. */

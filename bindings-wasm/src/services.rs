@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use js_sys::{Array, Object};
 use mqcore::commands::wire::CommandReply;
 use mqcore::commands::{CommandRequest, Mode, Record};
-use mqcore::jobs::{DeviceRequest, JobSpec, OperatorRequest, Status, Update};
+use mqcore::jobs::{DeviceRequest, ExecutionRef, JobSpec, OperatorRequest, Status, Update};
 use serde_json::Value;
 use wasm_bindgen::prelude::*;
 
@@ -135,8 +135,12 @@ pub(crate) fn device_request(api: &str, args: &JsValue) -> Result<DeviceRequest,
             status_details: details(args)?,
             step_timeout_minutes: minutes()?,
         },
+        // No jobId: the first pending execution.
         "describe" => DeviceRequest::Describe {
-            job_id: text(args, "jobId")?,
+            execution: match get(args, "jobId").is_undefined() {
+                true => ExecutionRef::Next,
+                false => ExecutionRef::Job(text(args, "jobId")?),
+            },
             execution_number: number()?,
             include_document: get(args, "includeDocument").as_bool().unwrap_or(true),
         },

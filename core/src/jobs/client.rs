@@ -14,7 +14,7 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
-use super::{JobSpec, OPERATOR_TOPIC, Status};
+use super::{ExecutionRef, JobSpec, OPERATOR_TOPIC, Status};
 use crate::client::{CallId, ClientError, Pending};
 use crate::commands::expiry_seconds;
 use crate::envelope::{PROTOCOL_VERSION, Properties, Publish, property};
@@ -115,9 +115,9 @@ pub enum DeviceRequest {
         status_details: BTreeMap<String, String>,
         step_timeout_minutes: Option<u64>,
     },
-    /// `{jobId}/get` (`$next` for the first pending).
+    /// `{jobId}/get`, or `$next/get` for the first pending execution.
     Describe {
-        job_id: String,
+        execution: ExecutionRef,
         execution_number: Option<u64>,
         include_document: bool,
     },
@@ -156,7 +156,7 @@ impl DeviceRequest {
         match self {
             Self::GetPending => "get".into(),
             Self::StartNext { .. } => "start-next".into(),
-            Self::Describe { job_id, .. } => format!("{job_id}/get"),
+            Self::Describe { execution, .. } => format!("{}/get", execution.as_str()),
             Self::Update(update) => format!("{}/update", update.job_id),
         }
     }
@@ -498,8 +498,10 @@ impl JobsClient {
     ) -> Result<(CallId, Publish), ClientError> {
         Self::check_thing(thing)?;
         let job_id = match request {
-            DeviceRequest::Describe { job_id, .. } if job_id == "$next" => None,
-            DeviceRequest::Describe { job_id, .. } => Some(job_id),
+            DeviceRequest::Describe {
+                execution: ExecutionRef::Job(job_id),
+                ..
+            } => Some(job_id),
             DeviceRequest::Update(update) => Some(&update.job_id),
             _ => None,
         };
@@ -781,7 +783,7 @@ mod tests {
 
         // Nothing pending: describe `$next` completes with null.
         let next = DeviceRequest::Describe {
-            job_id: "$next".into(),
+            execution: ExecutionRef::Next,
             execution_number: None,
             include_document: false,
         };
@@ -981,13 +983,13 @@ mod tests {
             assert_eq!(e.unwrap_err().code(), 212, "{thing}");
         }
         let describe = DeviceRequest::Describe {
-            job_id: "j/+".into(),
+            execution: ExecutionRef::Job("j/+".into()),
             execution_number: None,
             include_document: true,
         };
         assert!(client.device("t1", &describe, None, NOW).is_err());
         let next = DeviceRequest::Describe {
-            job_id: "$next".into(),
+            execution: ExecutionRef::Next,
             execution_number: None,
             include_document: true,
         };

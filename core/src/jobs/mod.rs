@@ -28,7 +28,7 @@ pub use client::{
     JobNotification, JobSummary, JobsClient, JobsEvent, OperatorRequest, PendingJobs,
     TimeoutConfig, Update, UpdateAccepted, parse, read_execution,
 };
-pub use model::{Execution, Job, JobSpec, JobsError, RejectCode, Status};
+pub use model::{Execution, ExecutionRef, Job, JobSpec, JobsError, RejectCode, Status};
 use model::{valid_job_id, valid_thing_name};
 pub use operator::OPERATOR_TOPIC;
 pub use store::{DurableJobs, JobsStore, MemoryJobs, StoreError, Stored, ThingRecord};
@@ -51,7 +51,7 @@ pub struct Jobs<S = MemoryJobs> {
 enum Api {
     GetPending,
     StartNext,
-    Describe(String),
+    Describe(ExecutionRef),
     Update(String),
 }
 
@@ -290,7 +290,7 @@ impl<S: JobsStore> Jobs<S> {
                 .map(|record| pending_lists(&record))
                 .map_err(Rejection::from),
             Api::StartNext => self.start_next(thing, &request, now_ms, out),
-            Api::Describe(job_id) => self.describe(thing, &job_id, &request, now_ms),
+            Api::Describe(execution) => self.describe(thing, &execution, &request, now_ms),
             Api::Update(job_id) => self.update(thing, &job_id, &request, now_ms, out),
         };
         out.push(match result {
@@ -372,7 +372,7 @@ impl<S: JobsStore> Jobs<S> {
     fn describe(
         &self,
         thing: &str,
-        job_id: &str,
+        execution: &ExecutionRef,
         request: &Map<String, Value>,
         now_ms: u64,
     ) -> Result<Map<String, Value>, Rejection> {
@@ -382,11 +382,12 @@ impl<S: JobsStore> Jobs<S> {
             .unwrap_or(true);
         let record = self.store.thing(thing)?;
         let mut reply = Map::new();
-        let execution = if job_id == "$next" {
-            record.pending().first().copied()
-        } else {
-            let number = model::execution_number(request).map_err(invalid)?;
-            Some(numbered(&record, job_id, number).ok_or_else(|| not_found(thing, job_id))?)
+        let execution = match execution {
+            ExecutionRef::Next => record.pending().first().copied(),
+            ExecutionRef::Job(job_id) => {
+                let number = model::execution_number(request).map_err(invalid)?;
+                Some(numbered(&record, job_id, number).ok_or_else(|| not_found(thing, job_id))?)
+            }
         };
         if let Some(execution) = execution {
             let document = match include_document {
@@ -682,13 +683,14 @@ fn parse_api(api: &str) -> Option<Api> {
         "get" => Some(Api::GetPending),
         "start-next" => Some(Api::StartNext),
         _ => {
-            let (job_id, verb) = api.rsplit_once('/')?;
-            if job_id != "$next" && !valid_job_id(job_id) {
+            let (execution, verb) = api.rsplit_once('/')?;
+            let execution = ExecutionRef::parse(execution);
+            if matches!(&execution, ExecutionRef::Job(job_id) if !valid_job_id(job_id)) {
                 return None;
             }
-            match verb {
-                "get" => Some(Api::Describe(job_id.to_owned())),
-                "update" if job_id != "$next" => Some(Api::Update(job_id.to_owned())),
+            match (verb, execution) {
+                ("get", execution) => Some(Api::Describe(execution)),
+                ("update", ExecutionRef::Job(job_id)) => Some(Api::Update(job_id)),
                 _ => None,
             }
         }

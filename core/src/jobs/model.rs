@@ -348,6 +348,36 @@ impl Execution {
     }
 }
 
+/// The execution a device's describe call names: the thing's first pending one, or a job's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExecutionRef {
+    /// The first pending execution (`$next` in the topic).
+    Next,
+    /// The execution of this job.
+    Job(String),
+}
+
+impl ExecutionRef {
+    /// AWS's name for the first pending execution, where a job id stands in a topic.
+    const NEXT: &'static str = "$next";
+
+    /// What stands in the topic: `$next` or the job id.
+    pub fn parse(text: &str) -> Self {
+        match text {
+            Self::NEXT => Self::Next,
+            job_id => Self::Job(job_id.to_owned()),
+        }
+    }
+
+    /// The topic's part: `$next` or the job id.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::Next => Self::NEXT,
+            Self::Job(job_id) => job_id,
+        }
+    }
+}
+
 /// `[a-zA-Z0-9_-]{1,64}`.
 pub(crate) fn valid_job_id(id: &str) -> bool {
     (1..=64).contains(&id.len())

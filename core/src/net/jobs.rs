@@ -12,9 +12,9 @@ use super::client::{Client, Command};
 use crate::client::{CallId, ClientError};
 use crate::envelope::Publish;
 use crate::jobs::{
-    DeviceRequest, ExecutionListing, JobDescription, JobExecution, JobListing, JobNotification,
-    JobSpec, JobsClient, OperatorRequest, PendingJobs, Status, Update, UpdateAccepted, parse,
-    read_execution,
+    DeviceRequest, ExecutionListing, ExecutionRef, JobDescription, JobExecution, JobListing,
+    JobNotification, JobSpec, JobsClient, OperatorRequest, PendingJobs, Status, Update,
+    UpdateAccepted, parse, read_execution,
 };
 
 /// A jobs call for the client's task.
@@ -194,7 +194,7 @@ impl Jobs {
     /// The latest execution of `job_id` on this thing, with its document.
     pub async fn describe(&self, job_id: &str) -> Result<JobExecution, ClientError> {
         let request = DeviceRequest::Describe {
-            job_id: job_id.to_owned(),
+            execution: ExecutionRef::Job(job_id.to_owned()),
             execution_number: None,
             include_document: true,
         };
@@ -206,7 +206,7 @@ impl Jobs {
     /// The first pending execution, with its document; `None` when nothing is pending.
     pub async fn describe_next(&self) -> Result<Option<JobExecution>, ClientError> {
         let request = DeviceRequest::Describe {
-            job_id: "$next".into(),
+            execution: ExecutionRef::Next,
             execution_number: None,
             include_document: true,
         };
