@@ -405,14 +405,12 @@ pub struct JobsClient {
     waiting: Pending<Option<&'static str>>,
 }
 
-const THINGS: &str = "$aws/things/";
-
 impl JobsClient {
     /// A client `client_id`; `seed` (random bytes) makes its tokens unique across runs.
     pub fn new(client_id: impl Into<String>, seed: u64, default_timeout_ms: u64) -> Self {
         let client_id = client_id.into();
         Self {
-            response_topic: format!("clients/{client_id}/mqstore/jobs/v1/response"),
+            response_topic: super::topics::operator_response(&client_id),
             client_id,
             default_timeout_ms,
             waiting: Pending::new(seed),
@@ -427,16 +425,7 @@ impl JobsClient {
     /// What to subscribe to before acting as `thing`: its replies and notifications. (AWS
     /// delivers replies without a subscription; a standard broker needs one.)
     pub fn device_subscriptions(thing: &str) -> Vec<String> {
-        let base = format!("{THINGS}{thing}/jobs");
-        ["notify", "notify-next", "+/accepted", "+/rejected"]
-            .iter()
-            .map(|s| format!("{base}/{s}"))
-            .chain(
-                ["+/+/accepted", "+/+/rejected"]
-                    .iter()
-                    .map(|s| format!("{base}/{s}")),
-            )
-            .collect()
+        super::topics::device_subscriptions(thing)
     }
 
     /// Whether `thing` is a thing name (1-128 of `a-zA-Z0-9:_-`): anything else would make
@@ -518,7 +507,7 @@ impl JobsClient {
         let mut body = request.body();
         body.insert("clientToken".into(), json!(token));
         let publish = Publish {
-            topic: format!("{THINGS}{thing}/jobs/{}", request.api()),
+            topic: super::topics::device(thing, &request.api()),
             payload: Bytes::from(Value::Object(body).to_string()),
             qos: 1,
             properties: Properties {
@@ -558,7 +547,7 @@ impl JobsClient {
                 result: operator_answer(publish).map(|answer| select(answer, field)),
             });
         }
-        let (thing, api) = publish.topic.strip_prefix(THINGS)?.split_once("/jobs/")?;
+        let (thing, api) = super::topics::parse_device(&publish.topic)?;
         match api {
             "notify" => {
                 let payload: NotifyPayload = serde_json::from_slice(&publish.payload).ok()?;

@@ -17,6 +17,7 @@ mod client;
 mod model;
 mod operator;
 mod store;
+pub mod topics;
 
 use std::sync::Arc;
 
@@ -30,8 +31,8 @@ pub use client::{
 };
 pub use model::{Execution, ExecutionRef, Job, JobSpec, JobsError, RejectCode, Status};
 use model::{valid_job_id, valid_thing_name};
-pub use operator::OPERATOR_TOPIC;
 pub use store::{DurableJobs, JobsStore, MemoryJobs, StoreError, Stored, ThingRecord};
+pub use topics::OPERATOR as OPERATOR_TOPIC;
 
 use crate::envelope::{Properties, Publish};
 
@@ -54,8 +55,6 @@ enum Api {
     Describe(ExecutionRef),
     Update(String),
 }
-
-const PREFIX: &str = "$aws/things/";
 
 impl Default for Jobs {
     fn default() -> Self {
@@ -229,8 +228,7 @@ impl<S: JobsStore> Jobs<S> {
         now_ms: u64,
         out: &mut Vec<Publish>,
     ) -> Option<()> {
-        let rest = topic.strip_prefix(PREFIX)?;
-        let (thing, api) = rest.split_once("/jobs/")?;
+        let (thing, api) = topics::parse_device(topic)?;
         if ["/accepted", "/rejected"].iter().any(|s| api.ends_with(s))
             || api == "notify"
             || api == "notify-next"
@@ -551,7 +549,7 @@ impl<S: JobsStore> Jobs<S> {
                 }
             }
             out.push(publish(
-                format!("{PREFIX}{thing}/jobs/notify"),
+                topics::device(thing, "notify"),
                 json!({ "timestamp": now_s, "jobs": jobs }),
             ));
         }
@@ -563,7 +561,7 @@ impl<S: JobsStore> Jobs<S> {
                 }
                 None => json!({ "timestamp": now_s }),
             };
-            out.push(publish(format!("{PREFIX}{thing}/jobs/notify-next"), next));
+            out.push(publish(topics::device(thing, "notify-next"), next));
         }
         Ok(())
     }

@@ -8,9 +8,6 @@ use serde_json::{Map, Value, json};
 use super::{JobSpec, Jobs, JobsError, JobsStore, Status, StoreError};
 use crate::envelope::Publish;
 
-/// Where operator requests go.
-pub const OPERATOR_TOPIC: &str = "mqstore/jobs/v1/command/invoke";
-
 impl<S: JobsStore> Jobs<S> {
     /// Runs one operator request, pushing the notifications it causes onto `out`; returns the
     /// answer's JSON.

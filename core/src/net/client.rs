@@ -775,7 +775,7 @@ impl Driver for Task {
             }
             Ok(MqttEvent::Incoming(Packet::Publish(p))) => {
                 let message = from_mqtt(p);
-                if message.topic.starts_with("$aws/")
+                if crate::jobs::topics::parse_device(&message.topic).is_some()
                     || message.topic == self.jobs.operator_subscription()
                 {
                     let events = self.jobs.handle(&message).into_iter().collect();

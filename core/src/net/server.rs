@@ -31,7 +31,7 @@ use crate::engine::{
     Accepted, AccessRules, Call, Engine, EngineConfig, Fit, Outcome, fit_for_broker,
 };
 use crate::envelope::{self, DropReason, EnvelopeError, Publish};
-use crate::jobs::{DurableJobs, Jobs, JobsStore, OPERATOR_TOPIC, Stored};
+use crate::jobs::{DurableJobs, Jobs, JobsStore, OPERATOR_TOPIC, Stored, topics as jobs_topics};
 use crate::presence::ServerPresence;
 use crate::store::disk::{self as durable, Disk, DiskError, Durability};
 use crate::store::{ClientId, DurableStore, Expired, Quotas, StoreStats};
@@ -461,7 +461,7 @@ pub async fn serve(
                 ..
             })
         ) {
-            invoke_filters.push(JOBS_FILTER);
+            invoke_filters.push(jobs_topics::DEVICE_FILTER);
         }
         invoke_filters.push(OPERATOR_TOPIC);
     }
@@ -544,14 +544,6 @@ const ROLLOUT_BATCH: usize = 64;
 /// in the outbox or in rumqttc's queue, or sent and not yet acknowledged): an answer to
 /// another request queues behind no more than these and one batch.
 const ROLLOUT_MAX_PENDING: usize = 128;
-
-/// The AWS IoT Jobs device API's requests (and the service's own replies, which it ignores).
-const JOBS_FILTER: &str = "$aws/things/+/jobs/#";
-
-/// Whether `topic` is the jobs service's.
-fn is_jobs_topic(topic: &str) -> bool {
-    topic == OPERATOR_TOPIC || topic.starts_with("$aws/things/")
-}
 
 /// The default of [`ServerConfig::registration_lease`].
 pub const DEFAULT_REGISTRATION_LEASE: Duration = Duration::from_secs(60);
@@ -1050,7 +1042,7 @@ impl Driver for Node {
             Signal::Shutdown => {
                 // Stop taking requests; answer those already taken, then disconnect.
                 info!("shutting down");
-                let listener = self.elected_listener().map(|_| JOBS_FILTER);
+                let listener = self.elected_listener().map(|_| jobs_topics::DEVICE_FILTER);
                 let filters = self.invoke_filters.iter().map(String::as_str);
                 for filter in filters.chain(listener) {
                     if self.outbox.client().try_unsubscribe(filter).is_ok() {
@@ -1177,7 +1169,7 @@ impl Node {
                 self.sent.clear();
                 self.unacked = 0;
                 let filters = self.invoke_filters.iter().map(String::as_str);
-                let listener = self.elected_listener().map(|_| JOBS_FILTER);
+                let listener = self.elected_listener().map(|_| jobs_topics::DEVICE_FILTER);
                 let filters = filters.chain(listener);
                 self.subacks = 0;
                 for filter in filters.chain(self.presence_filters.iter().copied()) {
@@ -1217,7 +1209,7 @@ impl Node {
                         None
                     }
                     Some(clients) => Some(clients),
-                    None if self.jobs.is_some() && is_jobs_topic(&message.topic) => {
+                    None if self.jobs.is_some() && jobs_topics::is_jobs(&message.topic) => {
                         self.handle_jobs(message);
                         None
                     }
@@ -1447,7 +1439,9 @@ impl Node {
                 };
                 if leads && !listener.leader && self.stop == Stop::Running {
                     let client = self.outbox.client();
-                    if let Err(e) = client.try_subscribe(JOBS_FILTER, QoS::AtLeastOnce) {
+                    if let Err(e) =
+                        client.try_subscribe(jobs_topics::DEVICE_FILTER, QoS::AtLeastOnce)
+                    {
                         warn!(error = %e, "subscribe failed");
                     }
                     listener.leader = true;
@@ -1465,7 +1459,10 @@ impl Node {
             && let Some(listener) = &mut shared.listener
             && listener.leader
         {
-            let _ = self.outbox.client().try_unsubscribe(JOBS_FILTER);
+            let _ = self
+                .outbox
+                .client()
+                .try_unsubscribe(jobs_topics::DEVICE_FILTER);
             listener.leader = false;
             info!("this node no longer listens to the jobs device API");
         }
