@@ -1876,17 +1876,23 @@ async fn the_shipped_mosquitto_acl_makes_identities_real() {
     let jobs = device.jobs("T1").await.unwrap();
     let pending = jobs.pending().await.unwrap();
     assert_eq!(pending.queued_jobs[0].job_id, "acl-job");
-    // mosquitto grants the subscription and enforces the ACL on delivery: T1's request as T2
-    // never reaches the server, and nothing comes back.
+    // mosquitto grants the subscription but refuses the publish (PUBACK 0x87): T1's request
+    // as T2 never reaches the server, and the call says so at once.
     let as_t2 = device.jobs("T2").await.unwrap();
     let e = as_t2.pending().await.unwrap_err();
-    assert!(matches!(e, ClientError::Timeout(_)), "{e}");
+    assert!(
+        matches!(e, ClientError::PublishRefused { code: 0x87 }),
+        "{e}"
+    );
     let anonymous = client(broker.port, "anon").await;
     let e = anonymous
         .create_job(spec("intruder-job"))
         .await
         .unwrap_err();
-    assert!(matches!(e, ClientError::Timeout(_)), "{e}");
+    assert!(
+        matches!(e, ClientError::PublishRefused { code: 0x87 }),
+        "{e}"
+    );
     let e = operator.describe_job("intruder-job").await.unwrap_err();
     assert!(
         matches!(&e, ClientError::Jobs { code, .. } if code == "ResourceNotFound"),
