@@ -243,6 +243,9 @@ function mqttProperties(p: Record<string, unknown>): IClientPublishOptions["prop
   return properties;
 }
 
+/** How long `close()` waits for the broker to take the goodbye before it drops the connection. */
+const CLOSE_GRACE_MS = 2000;
+
 /**
  * `mqtt.connectAsync` (no retries before the first connection) with every connection watched
  * for PUBACK refusals MQTT.js cannot read (see acks.ts).
@@ -722,8 +725,17 @@ export class Client {
     this.#closed = true;
     clearTimeout(this.#timer);
     for (const lease of this.#leases) lease.stopRenewing();
-    this.#mqtt.publish(this.#core.presenceTopic(), wire(encoder.encode("gone")), { qos: 1 });
-    await this.#mqtt.endAsync();
+    // Connected: the presence message and the DISCONNECT go out politely, within a grace
+    // period. Not connected (the broker away, a reconnect pending): nothing can be delivered,
+    // and MQTT.js would wait for it for ever, so the connection ends at once.
+    const connected = this.#mqtt.connected;
+    if (connected) this.#mqtt.publish(this.#core.presenceTopic(), wire(encoder.encode("gone")), { qos: 1 });
+    let grace: ReturnType<typeof setTimeout> | undefined;
+    const graceOver = new Promise<"over">((resolve) => (grace = setTimeout(() => resolve("over"), CLOSE_GRACE_MS)));
+    if ((await Promise.race([this.#mqtt.endAsync(!connected), graceOver])) === "over") {
+      this.#mqtt.stream?.destroy();
+    }
+    clearTimeout(grace);
     this.#core.connectionLost();
     for (const event of this.#core.takeEvents() as CoreEvent[]) {
       if (event.kind === "completed") this.#calls.get(event.call)?.reject(asMqstoreError(event.error));

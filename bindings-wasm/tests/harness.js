@@ -94,11 +94,26 @@ export async function start({ login, config: extra = "" } = {}) {
     logs: () => `--- mqstore serve\n${serverLog.join("")}--- mosquitto\n${brokerLogs.flat().join("")}`,
     /** Stops mosquitto (every connection drops) and starts it again on the same ports. */
     async restartBroker() {
+      await this.stopBroker();
+      await this.startBroker();
+    },
+    /** Stops mosquitto (every connection drops) until `startBroker()`. */
+    async stopBroker() {
       broker.removeAllListeners("exit");
       const exited = new Promise((resolve) => broker.once("exit", resolve));
       broker.kill("SIGTERM");
       await exited;
+    },
+    /** Starts mosquitto again on the same ports; resolves once mqstore serve is back on it. */
+    async startBroker() {
+      const subscribed = /connected to the broker; subscribed/g;
+      const before = serverLog.join("").match(subscribed)?.length ?? 0;
       broker = await startBroker();
+      const deadline = Date.now() + 20_000;
+      while ((serverLog.join("").match(subscribed)?.length ?? 0) <= before) {
+        if (Date.now() > deadline) throw new Error(`mqstore serve did not come back:\n${serverLog.join("")}`);
+        await new Promise((r) => setTimeout(r, 50));
+      }
     },
     async stop() {
       for (const child of [server, broker]) {
