@@ -11,82 +11,18 @@
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
-use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value, json};
+use serde::Serialize;
+use serde_json::Value;
 
-use super::{ExecutionRef, JobSpec, OPERATOR_TOPIC, Status};
+#[cfg(doc)]
+use super::wire::OperatorAnswer;
+use super::wire::{
+    DeviceBody, JobExecution, JobSummary, Notify, NotifyNext, OperatorRequest, Rejected,
+};
+use super::{ExecutionRef, OPERATOR_TOPIC, Status};
 use crate::client::{CallId, ClientError, Pending};
 use crate::commands::expiry_seconds;
 use crate::envelope::{PROTOCOL_VERSION, Properties, Publish, property};
-
-/// A `JobExecutionSummary`: an entry of a pending list.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct JobSummary {
-    pub job_id: String,
-    /// Epoch seconds.
-    pub queued_at: u64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub started_at: Option<u64>,
-    pub last_updated_at: u64,
-    pub execution_number: u64,
-    pub version_number: u64,
-}
-
-/// A `JobExecution` (start-next, describe, notify-next).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct JobExecution {
-    pub job_id: String,
-    /// Absent from notify-next.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub thing_name: Option<String>,
-    pub status: Status,
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub status_details: BTreeMap<String, String>,
-    pub queued_at: u64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub started_at: Option<u64>,
-    pub last_updated_at: u64,
-    pub version_number: u64,
-    pub execution_number: u64,
-    /// The job document, unless the request asked to leave it out.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub job_document: Option<Value>,
-    /// While IN_PROGRESS with a timer running.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub approximate_seconds_before_timed_out: Option<u64>,
-}
-
-/// A thing's pending list (`get`): IN_PROGRESS and QUEUED executions, in order.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PendingJobs {
-    pub in_progress_jobs: Vec<JobSummary>,
-    pub queued_jobs: Vec<JobSummary>,
-}
-
-/// An execution's `executionState` (update replies, and rejections).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ExecutionState {
-    pub status: Status,
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub status_details: BTreeMap<String, String>,
-    pub version_number: u64,
-}
-
-/// What an accepted update answered.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct UpdateAccepted {
-    /// With `include_state`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub execution_state: Option<ExecutionState>,
-    /// With `include_document`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub job_document: Option<Value>,
-}
 
 /// A notification about one thing's pending list.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -161,92 +97,48 @@ impl DeviceRequest {
         }
     }
 
-    fn body(&self) -> Map<String, Value> {
-        let mut body = Map::new();
-        let details = |d: &BTreeMap<String, String>| json!(d);
+    /// The request's payload, without its token.
+    fn body(&self) -> DeviceBody {
+        let details = |d: &BTreeMap<String, String>| (!d.is_empty()).then(|| d.clone());
         match self {
-            Self::GetPending => {}
+            Self::GetPending => DeviceBody::default(),
             Self::StartNext {
                 status_details,
                 step_timeout_minutes,
-            } => {
-                if !status_details.is_empty() {
-                    body.insert("statusDetails".into(), details(status_details));
-                }
-                if let Some(minutes) = step_timeout_minutes {
-                    body.insert("stepTimeoutInMinutes".into(), json!(minutes));
-                }
-            }
+            } => DeviceBody {
+                status_details: details(status_details),
+                step_timeout_in_minutes: *step_timeout_minutes,
+                ..DeviceBody::default()
+            },
             Self::Describe {
                 execution_number,
                 include_document,
                 ..
-            } => {
-                if let Some(n) = execution_number {
-                    body.insert("executionNumber".into(), json!(n));
-                }
-                body.insert("includeJobDocument".into(), json!(include_document));
-            }
-            Self::Update(u) => {
-                if let Some(status) = u.status {
-                    body.insert("status".into(), json!(status.as_str()));
-                }
-                if !u.status_details.is_empty() {
-                    body.insert("statusDetails".into(), details(&u.status_details));
-                }
-                if let Some(v) = u.expected_version {
-                    body.insert("expectedVersion".into(), json!(v));
-                }
-                if let Some(n) = u.execution_number {
-                    body.insert("executionNumber".into(), json!(n));
-                }
-                if let Some(m) = u.step_timeout_minutes {
-                    body.insert("stepTimeoutInMinutes".into(), json!(m));
-                }
-                if u.include_state {
-                    body.insert("includeJobExecutionState".into(), json!(true));
-                }
-                if u.include_document {
-                    body.insert("includeJobDocument".into(), json!(true));
-                }
-            }
+            } => DeviceBody {
+                execution_number: *execution_number,
+                include_job_document: Some(*include_document),
+                ..DeviceBody::default()
+            },
+            Self::Update(u) => DeviceBody {
+                status: u.status,
+                status_details: details(&u.status_details),
+                expected_version: u.expected_version,
+                execution_number: u.execution_number,
+                step_timeout_in_minutes: u.step_timeout_minutes,
+                include_job_execution_state: u.include_state.then_some(true),
+                include_job_document: u.include_document.then_some(true),
+                ..DeviceBody::default()
+            },
         }
-        body
     }
 }
 
-/// One call of the operator API.
-#[derive(Debug, Clone, PartialEq)]
-pub enum OperatorRequest {
-    CreateJob(JobSpec),
-    /// QUEUED executions become CANCELED; IN_PROGRESS ones too with `force`.
-    CancelJob {
-        job_id: String,
-        force: bool,
-    },
-    /// Removes one execution (`force` for an IN_PROGRESS one).
-    DeleteExecution {
-        job_id: String,
-        thing: String,
-        force: bool,
-    },
-    DescribeJob {
-        job_id: String,
-    },
-    DescribeExecution {
-        job_id: String,
-        thing: String,
-    },
-    ListJobs,
-    /// Every latest execution, narrowed by thing, job and status.
-    ListExecutions {
-        thing: Option<String>,
-        job_id: Option<String>,
-        status: Option<Status>,
-    },
+/// What the client wants of each operator call's answer.
+trait ResultField {
+    fn result_field(&self) -> Option<&'static str>;
 }
 
-impl OperatorRequest {
+impl ResultField for OperatorRequest {
     /// The field of the answer a caller wants (see [`JobsEvent::Completed`]): the record a
     /// describe or list call asks for; `None` for the calls that only acknowledge.
     fn result_field(&self) -> Option<&'static str> {
@@ -258,110 +150,6 @@ impl OperatorRequest {
             Self::CreateJob(_) | Self::CancelJob { .. } | Self::DeleteExecution { .. } => None,
         }
     }
-
-    /// The request's JSON, with AWS's field names.
-    pub fn to_json(&self) -> Value {
-        match self {
-            Self::CreateJob(spec) => {
-                let mut request = json!({
-                    "op": "createJob",
-                    "jobId": spec.job_id,
-                    "targets": spec.targets,
-                    "document": spec.document,
-                });
-                if let Some(minutes) = spec.in_progress_timeout_minutes {
-                    request["timeoutConfig"] = json!({ "inProgressTimeoutInMinutes": minutes });
-                }
-                if spec.max_retries > 0 {
-                    request["jobExecutionsRetryConfig"] = json!({ "criteriaList": [
-                        { "failureType": "ALL", "numberOfRetries": spec.max_retries }
-                    ] });
-                }
-                request
-            }
-            Self::CancelJob { job_id, force } => {
-                json!({ "op": "cancelJob", "jobId": job_id, "force": force })
-            }
-            Self::DeleteExecution {
-                job_id,
-                thing,
-                force,
-            } => json!({
-                "op": "deleteJobExecution", "jobId": job_id, "thingName": thing, "force": force
-            }),
-            Self::DescribeJob { job_id } => json!({ "op": "describeJob", "jobId": job_id }),
-            Self::DescribeExecution { job_id, thing } => {
-                json!({ "op": "describeJobExecution", "jobId": job_id, "thingName": thing })
-            }
-            Self::ListJobs => json!({ "op": "listJobs" }),
-            Self::ListExecutions {
-                thing,
-                job_id,
-                status,
-            } => {
-                let mut request = json!({ "op": "listJobExecutions" });
-                if let Some(thing) = thing {
-                    request["thingName"] = json!(thing);
-                }
-                if let Some(job_id) = job_id {
-                    request["jobId"] = json!(job_id);
-                }
-                if let Some(status) = status {
-                    request["status"] = json!(status.as_str());
-                }
-                request
-            }
-        }
-    }
-}
-
-// ---- operator answers ----
-
-/// A job as `describeJob` answers.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct JobDescription {
-    pub job_id: String,
-    pub document: Value,
-    pub targets: Vec<String>,
-    #[serde(default)]
-    pub timeout_config: TimeoutConfig,
-    #[serde(default)]
-    pub max_retries: u32,
-    /// How many of its latest executions are in each status.
-    #[serde(default)]
-    pub executions: BTreeMap<Status, u64>,
-}
-
-/// `timeoutConfig` of a job.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct TimeoutConfig {
-    pub in_progress_timeout_in_minutes: Option<u32>,
-}
-
-/// One entry of `listJobs`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct JobListing {
-    pub job_id: String,
-    /// How many things it targets.
-    pub targets: usize,
-}
-
-/// One entry of `listJobExecutions`: a thing's latest execution of a job.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ExecutionListing {
-    pub thing_name: String,
-    pub job_id: String,
-    pub status: Status,
-    pub queued_at: u64,
-    #[serde(default)]
-    pub started_at: Option<u64>,
-    pub last_updated_at: u64,
-    pub execution_number: u64,
-    pub version_number: u64,
 }
 
 /// The execution a start-next or describe call completed with (`None`: nothing pending).
@@ -435,9 +223,7 @@ impl JobsClient {
             true => Ok(()),
             false => Err(ClientError::Jobs {
                 code: "InvalidRequest".into(),
-                message: format!(
-                    "thing name {thing:?}: 1-128 characters of a-z, A-Z, 0-9, ':', '_' and '-'"
-                ),
+                message: format!("thing name {thing:?}: {}", super::model::THING_NAME_RULE),
                 execution_state: None,
             }),
         }
@@ -459,7 +245,8 @@ impl JobsClient {
         let pair = |n: &str, v: &str| (n.to_owned(), v.to_owned());
         let publish = Publish {
             topic: OPERATOR_TOPIC.to_owned(),
-            payload: Bytes::from(request.to_json().to_string()),
+            // Our own type: it always serializes.
+            payload: Bytes::from(serde_json::to_vec(request).unwrap_or_default()),
             qos: 1,
             properties: Properties {
                 payload_format_indicator: Some(1),
@@ -504,11 +291,13 @@ impl JobsClient {
             });
         }
         let (call, token, timeout_ms) = self.begin(timeout_ms, now_ms);
-        let mut body = request.body();
-        body.insert("clientToken".into(), json!(token));
+        let body = DeviceBody {
+            client_token: Some(token.clone()),
+            ..request.body()
+        };
         let publish = Publish {
             topic: super::topics::device(thing, &request.api()),
-            payload: Bytes::from(Value::Object(body).to_string()),
+            payload: Bytes::from(serde_json::to_vec(&body).unwrap_or_default()),
             qos: 1,
             properties: Properties {
                 message_expiry_interval: Some(expiry_seconds(timeout_ms)),
@@ -550,16 +339,15 @@ impl JobsClient {
         let (thing, api) = super::topics::parse_device(&publish.topic)?;
         match api {
             "notify" => {
-                let payload: NotifyPayload = serde_json::from_slice(&publish.payload).ok()?;
-                let mut jobs = payload.jobs;
+                let payload: Notify = serde_json::from_slice(&publish.payload).ok()?;
                 Some(JobsEvent::Notification(JobNotification::Notify {
                     thing: thing.to_owned(),
-                    in_progress: jobs.remove("IN_PROGRESS").unwrap_or_default(),
-                    queued: jobs.remove("QUEUED").unwrap_or_default(),
+                    in_progress: payload.jobs.in_progress,
+                    queued: payload.jobs.queued,
                 }))
             }
             "notify-next" => {
-                let payload: NextPayload = serde_json::from_slice(&publish.payload).ok()?;
+                let payload: NotifyNext = serde_json::from_slice(&publish.payload).ok()?;
                 Some(JobsEvent::Notification(JobNotification::NotifyNext {
                     thing: thing.to_owned(),
                     execution: payload.execution,
@@ -570,15 +358,13 @@ impl JobsClient {
                 if !accepted && !api.ends_with("/rejected") {
                     return None; // A request (ours or another client's) coming back.
                 }
-                let reply: Map<String, Value> = match serde_json::from_slice(&publish.payload) {
-                    Ok(Value::Object(reply)) => reply,
-                    _ => return None,
-                };
-                let token = reply.get("clientToken")?.as_str()?;
-                let (call, field) = self.waiting.take(token)?;
+                // Read as a `Value`, not as a `Reply` (its flattened body would cost the
+                // wasm binding kilobytes of serde's buffering code).
+                let reply: Value = serde_json::from_slice(&publish.payload).ok()?;
+                let (call, field) = self.waiting.take(reply.get("clientToken")?.as_str()?)?;
                 let result = match accepted {
-                    true => Ok(select(Value::Object(reply), field)),
-                    false => Err(rejection(&reply)),
+                    true => Ok(select(reply, field)),
+                    false => Err(rejection(serde_json::from_value(reply).ok()?)),
                 };
                 Some(JobsEvent::Completed { call, result })
             }
@@ -618,29 +404,20 @@ fn failed(calls: Vec<(CallId, Option<&'static str>, ClientError)>) -> Vec<JobsEv
         .collect()
 }
 
-#[derive(Deserialize)]
-struct NotifyPayload {
-    #[serde(default)]
-    jobs: BTreeMap<String, Vec<JobSummary>>,
-}
-
-#[derive(Deserialize)]
-struct NextPayload {
-    #[serde(default)]
-    execution: Option<JobExecution>,
-}
-
-/// An operator answer: `{"ok": ...}`, `{"error": {"code", "message"}}`, or an envelope
-/// error (`__stat` other than 200).
+/// An operator answer ([`OperatorAnswer`]): `{"ok": ...}`, `{"error": {"code", "message"}}`,
+/// or an envelope error (`__stat` other than 200). Read as a `Value` and its error as a
+/// [`Rejected`] (the same fields): typed enum reading would cost the wasm binding kilobytes.
 fn operator_answer(publish: &Publish) -> Result<Value, ClientError> {
     crate::client::status_error(&publish.properties)?;
-    let answer: Value = serde_json::from_slice(&publish.payload)
+    let mut answer: Value = serde_json::from_slice(&publish.payload)
         .map_err(|e| ClientError::Malformed(format!("the jobs answer is not JSON: {e}")))?;
-    if let Some(ok) = answer.get("ok") {
-        return Ok(ok.clone());
+    if let Some(ok) = answer.get_mut("ok") {
+        return Ok(ok.take());
     }
-    match answer.get("error").and_then(Value::as_object) {
-        Some(error) => Err(rejection(error)),
+    match answer.get_mut("error").map(Value::take) {
+        Some(error) => Err(rejection(serde_json::from_value(error).map_err(|e| {
+            ClientError::Malformed(format!("the jobs error answer is not an error: {e}"))
+        })?)),
         None => Err(ClientError::Malformed(format!(
             "the jobs answer has neither ok nor error: {answer}"
         ))),
@@ -648,20 +425,11 @@ fn operator_answer(publish: &Publish) -> Result<Value, ClientError> {
 }
 
 /// A `/rejected` reply, or an operator error, as an error.
-fn rejection(reply: &Map<String, Value>) -> ClientError {
-    let text = |name: &str| {
-        reply
-            .get(name)
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned()
-    };
+fn rejection(rejected: Rejected) -> ClientError {
     ClientError::Jobs {
-        code: text("code"),
-        message: text("message"),
-        execution_state: reply
-            .get("executionState")
-            .and_then(|s| serde_json::from_value(s.clone()).ok()),
+        code: rejected.code,
+        message: rejected.message,
+        execution_state: rejected.execution_state,
     }
 }
 
@@ -673,8 +441,11 @@ pub fn parse<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, ClientEr
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
-    use crate::jobs::Jobs;
+    use crate::jobs::wire::{JobDescription, JobListing, PendingJobs, UpdateAccepted};
+    use crate::jobs::{JobSpec, Jobs};
 
     const NOW: u64 = 1_700_000_000_000;
 
@@ -685,7 +456,7 @@ mod tests {
             let answer = jobs.operate(&publish.payload, NOW, &mut out);
             out.push(Publish {
                 topic: publish.properties.response_topic.clone().unwrap(),
-                payload: Bytes::from(answer.to_string()),
+                payload: Bytes::from(serde_json::to_vec(&answer).unwrap()),
                 qos: 1,
                 properties: Properties {
                     correlation_data: publish.properties.correlation_data.clone(),

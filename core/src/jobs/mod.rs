@@ -18,21 +18,28 @@ mod model;
 mod operator;
 mod store;
 pub mod topics;
+pub mod wire;
 
 use std::sync::Arc;
 
 use bytes::Bytes;
-use serde_json::{Map, Value, json};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 pub use client::{
-    DeviceRequest, ExecutionListing, ExecutionState, JobDescription, JobExecution, JobListing,
-    JobNotification, JobSummary, JobsClient, JobsEvent, OperatorRequest, PendingJobs,
-    TimeoutConfig, Update, UpdateAccepted, parse, read_execution,
+    DeviceRequest, JobNotification, JobsClient, JobsEvent, Update, parse, read_execution,
 };
 pub use model::{Execution, ExecutionRef, Job, JobSpec, JobsError, RejectCode, Status};
-use model::{valid_job_id, valid_thing_name};
+use model::{THING_NAME_RULE, valid_job_id, valid_thing_name};
 pub use store::{DurableJobs, JobsStore, MemoryJobs, StoreError, Stored, ThingRecord};
 pub use topics::OPERATOR as OPERATOR_TOPIC;
+use wire::{
+    Accepted, DeviceBody, ExecutionAccepted, Notify, NotifyJobs, NotifyNext, Rejected, Reply,
+};
+pub use wire::{
+    ExecutionListing, ExecutionState, JobDescription, JobExecution, JobListing, JobSummary,
+    OperatorRequest, PendingJobs, TimeoutConfig, UpdateAccepted,
+};
 
 use crate::envelope::{Properties, Publish};
 
@@ -236,72 +243,73 @@ impl<S: JobsStore> Jobs<S> {
             return None;
         }
         let now_s = now_ms / 1000;
+        let rejected = |rejection: Rejection, token: Option<String>| {
+            let (code, message, execution_state) = rejection;
+            let body = Rejected {
+                code: code.as_str().into(),
+                message,
+                execution_state,
+            };
+            let reply = Reply {
+                body,
+                timestamp: now_s,
+                client_token: token,
+            };
+            publish(format!("{topic}/rejected"), &reply)
+        };
         let request = match parse_payload(payload) {
             Ok(request) => request,
             Err(code) => {
-                out.push(reject(
-                    topic,
-                    code,
-                    "the payload must be a JSON object",
-                    None,
-                    None,
-                    now_s,
-                ));
+                let message = "the payload must be a JSON object".into();
+                out.push(rejected((code, message, None), None));
                 return Some(());
             }
         };
+        // Read first and alone: even a request that fits no API gets its token back.
         let token = request
             .get("clientToken")
             .and_then(Value::as_str)
             .map(str::to_owned);
-        let api = match parse_api(api) {
-            Some(api) => api,
-            None => {
-                let message = format!("{api} is not a jobs API");
-                out.push(reject(
-                    topic,
-                    RejectCode::InvalidTopic,
-                    &message,
-                    token.as_deref(),
-                    None,
-                    now_s,
-                ));
+        let Some(api) = parse_api(api) else {
+            let message = format!("{api} is not a jobs API");
+            out.push(rejected((RejectCode::InvalidTopic, message, None), token));
+            return Some(());
+        };
+        if !valid_thing_name(thing) {
+            let message = format!("thing names are {THING_NAME_RULE}");
+            out.push(rejected(invalid(message), token));
+            return Some(());
+        }
+        let body = match DeviceBody::deserialize(&request)
+            .map_err(|e| e.to_string())
+            .and_then(|body| body.validate().map(|()| body))
+        {
+            Ok(body) => body,
+            Err(message) => {
+                out.push(rejected(invalid(message), token));
                 return Some(());
             }
         };
-        if !valid_thing_name(thing) {
-            let message = "thing names are 1-128 characters of a-z, A-Z, 0-9, ':', '_' and '-'";
-            out.push(reject(
-                topic,
-                RejectCode::InvalidRequest,
-                message,
-                token.as_deref(),
-                None,
-                now_s,
-            ));
-            return Some(());
-        }
         let result = match api {
             Api::GetPending => self
                 .store
                 .thing(thing)
-                .map(|record| pending_lists(&record))
+                .map(|record| Accepted::Pending(pending_lists(&record)))
                 .map_err(Rejection::from),
-            Api::StartNext => self.start_next(thing, &request, now_ms, out),
-            Api::Describe(execution) => self.describe(thing, &execution, &request, now_ms),
-            Api::Update(job_id) => self.update(thing, &job_id, &request, now_ms, out),
+            Api::StartNext => self.start_next(thing, &body, now_ms, out),
+            Api::Describe(execution) => self.describe(thing, &execution, &body, now_ms),
+            Api::Update(job_id) => self.update(thing, &job_id, &body, now_ms, out),
         };
         out.push(match result {
-            Ok(mut accepted) => {
-                accepted.insert("timestamp".into(), json!(now_s));
-                if let Some(token) = &token {
-                    accepted.insert("clientToken".into(), json!(token));
-                }
-                publish(format!("{topic}/accepted"), Value::Object(accepted))
+            Ok(body) => {
+                let reply = Reply {
+                    body,
+                    timestamp: now_s,
+                    client_token: token,
+                };
+                publish(format!("{topic}/accepted"), &reply)
             }
-            Err((code, message, state)) => {
-                reject(topic, code, &message, token.as_deref(), state, now_s)
-            }
+            Err(rejection) => rejected(rejection, token),
         });
         Some(())
     }
@@ -338,12 +346,11 @@ impl<S: JobsStore> Jobs<S> {
     fn start_next(
         &mut self,
         thing: &str,
-        request: &Map<String, Value>,
+        request: &DeviceBody,
         now_ms: u64,
         out: &mut Vec<Publish>,
-    ) -> Result<Map<String, Value>, Rejection> {
-        let details = model::status_details(request).map_err(invalid)?;
-        let step = model::step_timeout(request).map_err(invalid)?;
+    ) -> Result<Accepted, Rejection> {
+        let (details, step) = (&request.status_details, request.step_timeout_in_minutes);
         let minute = self.minute_ms;
         let first = self.change(thing, now_ms, out, |record| {
             let Some(first) = record.pending().first().map(|e| e.job_id.clone()) else {
@@ -356,62 +363,58 @@ impl<S: JobsStore> Jobs<S> {
             }
             Ok(record.latest(&first).cloned())
         })?;
-        let mut reply = Map::new();
-        if let Some(execution) = first {
-            let document = self
-                .store
-                .job(&execution.job_id)?
-                .map(|j| j.document.clone());
-            reply.insert("execution".into(), execution.describe(document, now_ms));
-        }
-        Ok(reply)
+        let execution = match first {
+            Some(execution) => {
+                let job = self.store.job(&execution.job_id)?;
+                Some(execution.describe(job.map(|j| j.document.clone()), now_ms))
+            }
+            None => None,
+        };
+        Ok(Accepted::Execution(ExecutionAccepted { execution }))
     }
 
     fn describe(
         &self,
         thing: &str,
         execution: &ExecutionRef,
-        request: &Map<String, Value>,
+        request: &DeviceBody,
         now_ms: u64,
-    ) -> Result<Map<String, Value>, Rejection> {
-        let include_document = request
-            .get("includeJobDocument")
-            .and_then(Value::as_bool)
-            .unwrap_or(true);
+    ) -> Result<Accepted, Rejection> {
+        let include_document = request.include_job_document.unwrap_or(true);
         let record = self.store.thing(thing)?;
-        let mut reply = Map::new();
         let execution = match execution {
             ExecutionRef::Next => record.pending().first().copied(),
-            ExecutionRef::Job(job_id) => {
-                let number = model::execution_number(request).map_err(invalid)?;
-                Some(numbered(&record, job_id, number).ok_or_else(|| not_found(thing, job_id))?)
-            }
+            ExecutionRef::Job(job_id) => Some(
+                numbered(&record, job_id, request.execution_number)
+                    .ok_or_else(|| not_found(thing, job_id))?,
+            ),
         };
-        if let Some(execution) = execution {
-            let document = match include_document {
-                true => self
-                    .store
-                    .job(&execution.job_id)?
-                    .map(|j| j.document.clone()),
-                false => None,
-            };
-            reply.insert("execution".into(), execution.describe(document, now_ms));
-        }
-        Ok(reply)
+        let execution = match execution {
+            Some(execution) => {
+                let document = match include_document {
+                    true => self
+                        .store
+                        .job(&execution.job_id)?
+                        .map(|j| j.document.clone()),
+                    false => None,
+                };
+                Some(execution.describe(document, now_ms))
+            }
+            None => None,
+        };
+        Ok(Accepted::Execution(ExecutionAccepted { execution }))
     }
 
     fn update(
         &mut self,
         thing: &str,
         job_id: &str,
-        request: &Map<String, Value>,
+        request: &DeviceBody,
         now_ms: u64,
         out: &mut Vec<Publish>,
-    ) -> Result<Map<String, Value>, Rejection> {
-        let status = match request.get("status").and_then(Value::as_str) {
-            None => return Err(invalid("status is required".into())),
-            Some(text) => Status::parse(text)
-                .ok_or_else(|| invalid(format!("{text} is not a job execution status")))?,
+    ) -> Result<Accepted, Rejection> {
+        let Some(status) = request.status else {
+            return Err(invalid("status is required".into()));
         };
         match status {
             Status::InProgress | Status::Succeeded | Status::Failed | Status::Rejected => {}
@@ -420,10 +423,8 @@ impl<S: JobsStore> Jobs<S> {
                 return Err(invalid(format!("a device cannot set {}", other.as_str())));
             }
         }
-        let details = model::status_details(request).map_err(invalid)?;
-        let step = model::step_timeout(request).map_err(invalid)?;
-        let expected = model::expected_version(request).map_err(invalid)?;
-        let number = model::execution_number(request).map_err(invalid)?;
+        let (details, step) = (&request.status_details, request.step_timeout_in_minutes);
+        let (expected, number) = (request.expected_version, request.execution_number);
         let job = self.store.job(job_id)?;
         let minute = self.minute_ms;
         let state = self.change(thing, now_ms, out, |record| {
@@ -466,20 +467,12 @@ impl<S: JobsStore> Jobs<S> {
             }
             Ok(numbered(record, job_id, Some(number)).map(Execution::state))
         })?;
-        let mut reply = Map::new();
-        let include_state = request
-            .get("includeJobExecutionState")
-            .and_then(Value::as_bool)
-            == Some(true);
-        let include_document =
-            request.get("includeJobDocument").and_then(Value::as_bool) == Some(true);
-        if include_state && let Some(state) = state {
-            reply.insert("executionState".into(), state);
-        }
-        if include_document && let Some(job) = job {
-            reply.insert("jobDocument".into(), job.document.clone());
-        }
-        Ok(reply)
+        Ok(Accepted::Update(UpdateAccepted {
+            execution_state: state.filter(|_| request.include_job_execution_state == Some(true)),
+            job_document: job
+                .filter(|_| request.include_job_document == Some(true))
+                .map(|job| job.document.clone()),
+        }))
     }
 
     // ---- state ----
@@ -533,35 +526,32 @@ impl<S: JobsStore> Jobs<S> {
         sorted_before.sort();
         sorted_after.sort();
         if sorted_before != sorted_after {
-            let mut jobs = Map::new();
-            for (status, name) in [
-                (Status::InProgress, "IN_PROGRESS"),
-                (Status::Queued, "QUEUED"),
-            ] {
-                let list: Vec<Value> = after
-                    .iter()
-                    .take(10)
-                    .filter(|e| e.status == status)
-                    .map(|e| e.summary())
-                    .collect();
-                if !list.is_empty() {
-                    jobs.insert(name.into(), Value::Array(list));
+            let mut jobs = NotifyJobs::default();
+            for execution in after.iter().take(10) {
+                match execution.status {
+                    Status::InProgress => jobs.in_progress.push(execution.summary()),
+                    _ => jobs.queued.push(execution.summary()),
                 }
             }
-            out.push(publish(
-                topics::device(thing, "notify"),
-                json!({ "timestamp": now_s, "jobs": jobs }),
-            ));
+            let notify = Notify {
+                timestamp: now_s,
+                jobs,
+            };
+            out.push(publish(topics::device(thing, "notify"), &notify));
         }
         if before.first() != keys.first() {
-            let next = match after.first() {
+            let execution = match after.first() {
                 Some(first) => {
                     let document = self.store.job(&first.job_id)?.map(|j| j.document.clone());
-                    json!({ "timestamp": now_s, "execution": first.next_notification(document) })
+                    Some(first.next_notification(document))
                 }
-                None => json!({ "timestamp": now_s }),
+                None => None,
             };
-            out.push(publish(topics::device(thing, "notify-next"), next));
+            let next = NotifyNext {
+                timestamp: now_s,
+                execution,
+            };
+            out.push(publish(topics::device(thing, "notify-next"), &next));
         }
         Ok(())
     }
@@ -592,22 +582,19 @@ impl ThingRecord {
 }
 
 /// `get`: both lists, always present.
-fn pending_lists(record: &ThingRecord) -> Map<String, Value> {
+fn pending_lists(record: &ThingRecord) -> PendingJobs {
     let pending = record.pending();
-    let summaries = |status| -> Vec<Value> {
+    let summaries = |status| -> Vec<JobSummary> {
         pending
             .iter()
             .filter(|e| e.status == status)
             .map(|e| e.summary())
             .collect()
     };
-    let mut reply = Map::new();
-    reply.insert(
-        "inProgressJobs".into(),
-        json!(summaries(Status::InProgress)),
-    );
-    reply.insert("queuedJobs".into(), json!(summaries(Status::Queued)));
-    reply
+    PendingJobs {
+        in_progress_jobs: summaries(Status::InProgress),
+        queued_jobs: summaries(Status::Queued),
+    }
 }
 
 /// Execution `number` of `job_id` (the latest when `None`).
@@ -655,7 +642,7 @@ fn finish(record: &mut ThingRecord, job: &Job, thing: &str, status: Status, now_
 }
 
 /// A rejection: its code, message and (for state errors) the execution's state.
-type Rejection = (RejectCode, String, Option<Value>);
+type Rejection = (RejectCode, String, Option<ExecutionState>);
 
 /// A store that failed: the device is told so (AWS's code for it), nothing was changed.
 impl From<StoreError> for Rejection {
@@ -696,41 +683,21 @@ fn parse_api(api: &str) -> Option<Api> {
 }
 
 /// A request payload: a JSON object (an empty payload is `{}`).
-fn parse_payload(payload: &[u8]) -> Result<Map<String, Value>, RejectCode> {
+fn parse_payload(payload: &[u8]) -> Result<Value, RejectCode> {
     if payload.iter().all(u8::is_ascii_whitespace) {
-        return Ok(Map::new());
+        return Ok(Value::Object(Default::default()));
     }
     match serde_json::from_slice::<Value>(payload) {
-        Ok(Value::Object(map)) => Ok(map),
+        Ok(request @ Value::Object(_)) => Ok(request),
         _ => Err(RejectCode::InvalidJson),
     }
 }
 
-fn reject(
-    topic: &str,
-    code: RejectCode,
-    message: &str,
-    token: Option<&str>,
-    state: Option<Value>,
-    now_s: u64,
-) -> Publish {
-    let mut reply = Map::new();
-    reply.insert("code".into(), json!(code.as_str()));
-    reply.insert("message".into(), json!(message));
-    reply.insert("timestamp".into(), json!(now_s));
-    if let Some(token) = token {
-        reply.insert("clientToken".into(), json!(token));
-    }
-    if let Some(state) = state {
-        reply.insert("executionState".into(), state);
-    }
-    publish(format!("{topic}/rejected"), Value::Object(reply))
-}
-
-fn publish(topic: String, payload: Value) -> Publish {
+fn publish(topic: String, payload: &impl Serialize) -> Publish {
     Publish {
         topic,
-        payload: Bytes::from(payload.to_string()),
+        // Our own types: they always serialize.
+        payload: Bytes::from(serde_json::to_vec(payload).unwrap_or_default()),
         qos: 1,
         properties: Properties::default(),
     }

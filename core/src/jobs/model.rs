@@ -2,7 +2,9 @@
 
 use std::collections::BTreeMap;
 
-use serde_json::{Map, Value, json};
+use serde_json::Value;
+
+use super::wire::{CreateJob, ExecutionState, JobExecution, JobSummary};
 
 /// A job execution's status.
 #[derive(
@@ -101,8 +103,10 @@ pub enum JobsError {
 /// The largest job document, as JSON text (AWS IoT Jobs' limit).
 pub const MAX_DOCUMENT_BYTES: usize = 32 * 1024;
 
-/// What an operator asks for when creating a job.
-#[derive(Debug, Clone, PartialEq)]
+/// What an operator asks for when creating a job (on the wire with AWS's `createJob` field
+/// names: `timeoutConfig`, `jobExecutionsRetryConfig`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(from = "CreateJob", into = "CreateJob")]
 pub struct JobSpec {
     pub job_id: String,
     /// A JSON object.
@@ -136,13 +140,11 @@ impl JobSpec {
             return invalid("a job needs at least one target".into());
         }
         if let Some(thing) = self.targets.iter().find(|t| !valid_thing_name(t)) {
-            return invalid(format!(
-                "target {thing:?}: 1-128 characters of a-z, A-Z, 0-9, ':', '_' and '-'"
-            ));
+            return invalid(format!("target {thing:?}: {THING_NAME_RULE}"));
         }
         if self
             .in_progress_timeout_minutes
-            .is_some_and(|m| !(1..=10_080).contains(&m))
+            .is_some_and(|m| !TIMEOUT_MINUTES.contains(&u64::from(m)))
         {
             return invalid("inProgressTimeoutInMinutes is 1-10080".into());
         }
@@ -288,63 +290,53 @@ impl Execution {
     }
 
     /// A `JobExecutionSummary` (notify, get): no status.
-    pub fn summary(&self) -> Value {
-        let mut summary = Map::new();
-        summary.insert("jobId".into(), json!(self.job_id));
-        summary.insert("queuedAt".into(), json!(self.queued_at));
-        if let Some(started) = self.started_at {
-            summary.insert("startedAt".into(), json!(started));
+    pub fn summary(&self) -> JobSummary {
+        JobSummary {
+            job_id: self.job_id.clone(),
+            queued_at: self.queued_at,
+            started_at: self.started_at,
+            last_updated_at: self.last_updated_at,
+            execution_number: self.execution_number,
+            version_number: self.version_number,
         }
-        summary.insert("lastUpdatedAt".into(), json!(self.last_updated_at));
-        summary.insert("executionNumber".into(), json!(self.execution_number));
-        summary.insert("versionNumber".into(), json!(self.version_number));
-        Value::Object(summary)
     }
 
-    /// The execution of a notify-next.
-    pub(crate) fn next_notification(&self, document: Option<Value>) -> Value {
-        let mut execution = Map::new();
-        execution.insert("jobId".into(), json!(self.job_id));
-        execution.insert("status".into(), json!(self.status.as_str()));
-        execution.insert("queuedAt".into(), json!(self.queued_at));
-        if let Some(started) = self.started_at {
-            execution.insert("startedAt".into(), json!(started));
+    /// The execution of a notify-next: no thing name, details or timer.
+    pub(crate) fn next_notification(&self, document: Option<Value>) -> JobExecution {
+        JobExecution {
+            job_id: self.job_id.clone(),
+            thing_name: None,
+            status: self.status,
+            status_details: BTreeMap::new(),
+            queued_at: self.queued_at,
+            started_at: self.started_at,
+            last_updated_at: self.last_updated_at,
+            version_number: self.version_number,
+            execution_number: self.execution_number,
+            job_document: document,
+            approximate_seconds_before_timed_out: None,
         }
-        execution.insert("lastUpdatedAt".into(), json!(self.last_updated_at));
-        execution.insert("versionNumber".into(), json!(self.version_number));
-        execution.insert("executionNumber".into(), json!(self.execution_number));
-        if let Some(document) = document {
-            execution.insert("jobDocument".into(), document);
-        }
-        Value::Object(execution)
     }
 
     /// A `JobExecution` (start-next, describe).
-    pub(crate) fn describe(&self, document: Option<Value>, now_ms: u64) -> Value {
-        let mut execution = match self.next_notification(document) {
-            Value::Object(map) => map,
-            _ => Map::new(),
-        };
-        execution.insert("thingName".into(), json!(self.thing));
-        if !self.status_details.is_empty() {
-            execution.insert("statusDetails".into(), json!(self.status_details));
+    pub(crate) fn describe(&self, document: Option<Value>, now_ms: u64) -> JobExecution {
+        JobExecution {
+            thing_name: Some(self.thing.clone()),
+            status_details: self.status_details.clone(),
+            approximate_seconds_before_timed_out: self
+                .deadline()
+                .map(|deadline| deadline.saturating_sub(now_ms) / 1000),
+            ..self.next_notification(document)
         }
-        if let Some(deadline) = self.deadline() {
-            let left = deadline.saturating_sub(now_ms) / 1000;
-            execution.insert("approximateSecondsBeforeTimedOut".into(), json!(left));
-        }
-        Value::Object(execution)
     }
 
     /// The `executionState` of rejections and of update replies.
-    pub(crate) fn state(&self) -> Value {
-        let mut state = Map::new();
-        state.insert("status".into(), json!(self.status.as_str()));
-        if !self.status_details.is_empty() {
-            state.insert("statusDetails".into(), json!(self.status_details));
+    pub(crate) fn state(&self) -> ExecutionState {
+        ExecutionState {
+            status: self.status,
+            status_details: self.status_details.clone(),
+            version_number: self.version_number,
         }
-        state.insert("versionNumber".into(), json!(self.version_number));
-        Value::Object(state)
     }
 }
 
@@ -386,80 +378,17 @@ pub(crate) fn valid_job_id(id: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
+/// What [`valid_thing_name`] accepts, for messages.
+pub(crate) const THING_NAME_RULE: &str = "1-128 characters of a-z, A-Z, 0-9, ':', '_' and '-'";
+
+/// AWS's range of the timers given in minutes (`stepTimeoutInMinutes`,
+/// `inProgressTimeoutInMinutes`).
+pub(crate) const TIMEOUT_MINUTES: std::ops::RangeInclusive<u64> = 1..=10_080;
+
 /// `[a-zA-Z0-9:_-]{1,128}`.
 pub(crate) fn valid_thing_name(name: &str) -> bool {
     (1..=128).contains(&name.len())
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b':' | b'_' | b'-'))
-}
-
-/// `statusDetails` of a request: keys `[a-zA-Z0-9:_-]{1,128}`, values 1–1024 characters
-/// without control characters; `None` when absent.
-pub(crate) fn status_details(
-    request: &Map<String, Value>,
-) -> Result<Option<BTreeMap<String, String>>, String> {
-    let Some(details) = request.get("statusDetails") else {
-        return Ok(None);
-    };
-    let Value::Object(details) = details else {
-        return Err("statusDetails must be an object of strings".into());
-    };
-    let mut out = BTreeMap::new();
-    for (key, value) in details {
-        let Value::String(value) = value else {
-            return Err(format!("statusDetails.{key} must be a string"));
-        };
-        if !valid_thing_name(key) {
-            return Err(format!(
-                "statusDetails key {key:?}: 1-128 characters of a-z, A-Z, 0-9, ':', '_' and '-'"
-            ));
-        }
-        let length = value.chars().count();
-        if !(1..=1024).contains(&length) || value.chars().any(char::is_control) {
-            return Err(format!(
-                "statusDetails.{key}: 1-1024 characters, no control characters"
-            ));
-        }
-        out.insert(key.clone(), value.clone());
-    }
-    Ok(Some(out))
-}
-
-/// `stepTimeoutInMinutes` (1–10080), when given.
-pub(crate) fn step_timeout(request: &Map<String, Value>) -> Result<Option<u64>, String> {
-    match request.get("stepTimeoutInMinutes") {
-        None => Ok(None),
-        Some(value) => match value.as_u64() {
-            Some(minutes @ 1..=10_080) => Ok(Some(minutes)),
-            _ => Err("stepTimeoutInMinutes is 1-10080".into()),
-        },
-    }
-}
-
-/// `executionNumber`, when given.
-pub(crate) fn execution_number(request: &Map<String, Value>) -> Result<Option<u64>, String> {
-    match request.get("executionNumber") {
-        None => Ok(None),
-        Some(n) => n
-            .as_u64()
-            .map(Some)
-            .ok_or_else(|| "executionNumber must be a whole number".into()),
-    }
-}
-
-/// `expectedVersion`, a number or a numeric string.
-pub(crate) fn expected_version(request: &Map<String, Value>) -> Result<Option<u64>, String> {
-    match request.get("expectedVersion") {
-        None => Ok(None),
-        Some(Value::Number(n)) => n
-            .as_u64()
-            .map(Some)
-            .ok_or_else(|| "expectedVersion must be a whole number".into()),
-        Some(Value::String(s)) => s
-            .parse()
-            .map(Some)
-            .map_err(|_| "expectedVersion must be a whole number".into()),
-        Some(_) => Err("expectedVersion must be a whole number".into()),
-    }
 }

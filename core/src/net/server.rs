@@ -31,6 +31,7 @@ use crate::engine::{
     Accepted, AccessRules, Call, Engine, EngineConfig, Fit, Outcome, fit_for_broker,
 };
 use crate::envelope::{self, DropReason, EnvelopeError, Publish};
+use crate::jobs::wire::OperatorAnswer;
 use crate::jobs::{DurableJobs, Jobs, JobsStore, OPERATOR_TOPIC, Stored, topics as jobs_topics};
 use crate::presence::ServerPresence;
 use crate::store::disk::{self as durable, Disk, DiskError, Durability};
@@ -762,14 +763,15 @@ fn run_jobs<S: JobsStore>(
         envelope::Checked::Accept(invocation) => {
             let answer = jobs.operate(&message.payload, now, out);
             let handled = JobsHandled {
-                accepted: answer.get("ok").is_some(),
+                accepted: matches!(answer, OperatorAnswer::Ok(_)),
                 notifications: out.len() - before,
             };
             let mut properties = envelope::response_properties(&invocation, 200, None, node);
             properties.content_type = Some("application/json".into());
             out.push(Publish {
                 topic: invocation.response_topic,
-                payload: bytes::Bytes::from(answer.to_string()),
+                // Our own type: it always serializes.
+                payload: bytes::Bytes::from(serde_json::to_vec(&answer).unwrap_or_default()),
                 qos: 1,
                 properties,
             });
