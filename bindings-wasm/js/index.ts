@@ -288,8 +288,6 @@ export class Client {
   #timer: ReturnType<typeof setTimeout> | undefined;
   #closed = false;
   #leases = new Set<Lease>();
-  /** Filters subscribed after connecting (things' jobs, command events): again on reconnect. */
-  #extraFilters = new Set<string>();
   #jobsListeners = new Map<string, Set<(n: JobNotification) => void>>();
   #commandListeners = new Set<(record: CommandRecord) => void>();
 
@@ -382,7 +380,8 @@ export class Client {
   /** After a reconnect: subscribe again, then register every observed key again. */
   async #resume(): Promise<void> {
     try {
-      for (const filter of [...(this.#core.subscriptions() as string[]), ...this.#extraFilters]) {
+      // The session's whole set: things' jobs and command events included.
+      for (const filter of this.#core.subscriptions() as string[]) {
         await this.#mqtt.subscribeAsync(filter, { qos: 1 });
       }
       this.#core.resume(Date.now());
@@ -617,15 +616,14 @@ export class Client {
     return done.response?.kind === "ok" ? (done.version ?? null) : null;
   }
 
+  /** Subscribes to filters the session added to its set (it names each once). */
   async #subscribe(filters: string[]): Promise<void> {
     for (const filter of filters) {
-      if (this.#extraFilters.has(filter)) continue;
       try {
         await this.#mqtt.subscribeAsync(filter, { qos: 1 });
       } catch (e) {
         throw new BrokerRefusedError(`the broker refused the subscription to ${filter}: ${(e as Error).message}`);
       }
-      this.#extraFilters.add(filter);
     }
   }
 
@@ -678,7 +676,12 @@ export class Client {
    * notifications (again after every reconnect) and resolves once subscribed.
    */
   async jobs(thing: string): Promise<Jobs> {
-    await this.#subscribe(typed(() => wasm.ClientCore.jobsSubscriptions(thing)) as string[]);
+    try {
+      await this.#subscribe(typed(() => this.#core.actAs(thing)) as string[]);
+    } catch (e) {
+      this.#core.leave(thing); // not subscribed: the next jobs(thing) tries again
+      throw e;
+    }
     const device = (api: string, args: object) =>
       this.#call(() => this.#core.jobsDevice(thing, api, args, Date.now())).then((done) => done.result);
     const listen = (listener: (n: JobNotification) => void) => {
@@ -713,8 +716,13 @@ export class Client {
    * caller's); resolves once subscribed, to a function that stops.
    */
   async watchCommands(onRecord: (record: CommandRecord) => void): Promise<() => void> {
-    await this.#subscribe([wasm.ClientCore.commandEventsFilter()]);
-    this.#core.watchCommands();
+    const filter = this.#core.watchCommands();
+    try {
+      if (filter) await this.#subscribe([filter]);
+    } catch (e) {
+      this.#core.unwatchCommands(); // not subscribed: the next watchCommands tries again
+      throw e;
+    }
     this.#commandListeners.add(onRecord);
     return () => void this.#commandListeners.delete(onRecord);
   }

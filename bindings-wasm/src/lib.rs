@@ -10,22 +10,19 @@
 
 mod services;
 
-use std::collections::HashMap;
 use std::num::NonZeroU64;
 
 use bytes::Bytes;
 use js_sys::{Array, Object, Reflect, Uint8Array};
-use mqcore::client::{CallId, CallOptions, ClientConfig, ClientCore as Core, ClientError, Event};
+use mqcore::client::{CallId, CallOptions, ClientConfig, ClientError};
 use mqcore::codec::{
     Bulk, Condition, Notification, Request, Response, SetRequest, decode_notification,
     decode_request, decode_response,
 };
-use mqcore::commands::Record;
-use mqcore::commands::wire::{CommandsClient, CommandsEvent, EVENTS_FILTER, EVENTS_PREFIX};
 use mqcore::envelope::{Properties, Publish};
 use mqcore::hlc::Hlc as CoreHlc;
-use mqcore::jobs::{JobsClient, JobsEvent};
 use mqcore::lease::LeaseTerms as CoreLeaseTerms;
+use mqcore::session::{Completion, Session, SessionEvent};
 use mqcore::{ServiceError, topics};
 use wasm_bindgen::prelude::*;
 
@@ -501,31 +498,13 @@ fn publish_of(message: &JsValue) -> Result<Publish, JsValue> {
     })
 }
 
-/// Which client a call belongs to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-enum Service {
-    State,
-    Jobs,
-    Commands,
-}
-
-/// The client as a state machine with no I/O: the core's state store client (`ClientCore`),
-/// jobs client (`JobsClient`) and commands client (`CommandsClient`) behind one set of
-/// calls. Calls give call ids and queue publishes (`takePublishes`); received messages
-/// (`handle`) and time (`expire` at `nextDeadline`) give events (`takeEvents`).
+/// The client as a state machine with no I/O: the core's client session (`Session`: the state
+/// store, jobs and commands clients behind one call-id space) for JavaScript. Calls give call
+/// ids and queue publishes (`takePublishes`); received messages (`handle`) and time (`expire`
+/// at `nextDeadline`) give events (`takeEvents`).
 #[wasm_bindgen]
 pub struct ClientCore {
-    core: Core,
-    jobs: JobsClient,
-    commands: CommandsClient,
-    /// Publishes to send, each with the JavaScript id of its call (0: none).
-    outgoing: Vec<(Publish, f64)>,
-    events: Vec<Object>,
-    /// The three clients number their calls apart: one id space for JavaScript, and the
-    /// op of each state store call.
-    calls: HashMap<(Service, u64), (f64, &'static str)>,
-    next_call: f64,
-    watching_commands: bool,
+    session: Session,
 }
 
 #[wasm_bindgen]
@@ -541,46 +520,43 @@ impl ClientCore {
         if timeout_ms > 0 {
             config.default_timeout_ms = u64::from(timeout_ms);
         }
-        let timeout_ms = config.default_timeout_ms;
-        let core =
-            Core::new(config).map_err(|e| invalid(format!("clientId {client_id:?}: {e}")))?;
-        Ok(ClientCore {
-            core,
-            jobs: JobsClient::new(client_id, seed.to_bits().rotate_left(21), timeout_ms),
-            commands: CommandsClient::new(client_id, seed.to_bits().rotate_left(42)),
-            outgoing: Vec::new(),
-            events: Vec::new(),
-            calls: HashMap::new(),
-            next_call: 0.0,
-            watching_commands: false,
-        })
+        let session =
+            Session::new(config).map_err(|e| invalid(format!("clientId {client_id:?}: {e}")))?;
+        Ok(ClientCore { session })
     }
 
-    /// The topic filters to subscribe to (QoS 1), and wait for, before the first call.
+    /// Every topic filter to subscribe to (QoS 1), and wait for, before the first call and
+    /// after every reconnect (the things of `actAs` and the command events of `watchCommands`
+    /// included).
     pub fn subscriptions(&self) -> Array {
-        let state = self.core.subscriptions();
-        let jobs = self.jobs.operator_subscription().to_owned();
-        let commands = self.commands.response_subscription().to_owned();
-        services::strings(state.into_iter().chain([jobs, commands]))
+        services::strings(self.session.subscriptions())
     }
 
-    /// What to subscribe to (QoS 1) before acting as `thing` in the jobs device API.
-    #[wasm_bindgen(js_name = jobsSubscriptions)]
-    pub fn jobs_subscriptions(thing: &str) -> Result<Array, JsValue> {
-        JobsClient::check_thing(thing).map_err(client_error)?;
-        Ok(services::strings(JobsClient::device_subscriptions(thing)))
+    /// Acts as `thing` in the jobs device API from now on: the filters to subscribe to (QoS
+    /// 1) now, empty when it already does.
+    #[wasm_bindgen(js_name = actAs)]
+    pub fn act_as(&mut self, thing: &str) -> Result<Array, JsValue> {
+        let filters = self.session.act_as(thing).map_err(client_error)?;
+        Ok(services::strings(filters))
     }
 
-    /// What to subscribe to (QoS 1) for every command's status changes; after subscribing,
-    /// `watchCommands()` turns them into `command-record` events.
-    #[wasm_bindgen(js_name = commandEventsFilter)]
-    pub fn command_events_filter() -> String {
-        EVENTS_FILTER.to_owned()
+    /// Stops acting as `thing`: the filters to unsubscribe from (empty when it did not).
+    pub fn leave(&mut self, thing: &str) -> Array {
+        services::strings(self.session.leave(thing))
     }
 
+    /// Turns every command's status changes into `command-record` events from now on: the
+    /// filter to subscribe to (QoS 1) now, or `null` when it already does.
     #[wasm_bindgen(js_name = watchCommands)]
-    pub fn watch_commands(&mut self) {
-        self.watching_commands = true;
+    pub fn watch_commands(&mut self) -> Option<String> {
+        self.session.watch_commands().map(str::to_owned)
+    }
+
+    /// Stops turning command status changes into events: the filter to unsubscribe from, or
+    /// `null` when it did not.
+    #[wasm_bindgen(js_name = unwatchCommands)]
+    pub fn unwatch_commands(&mut self) -> Option<String> {
+        self.session.unwatch_commands().map(str::to_owned)
     }
 
     /// Starts a jobs operator call: `op` (`createJob`, `cancelJob`, `deleteJobExecution`,
@@ -590,14 +566,12 @@ impl ClientCore {
     #[wasm_bindgen(js_name = jobsOperate)]
     pub fn jobs_operate(&mut self, op: &str, args: JsValue, now_ms: f64) -> Result<f64, JsValue> {
         let request = services::operator_request(op, &args)?;
-        let (call, publish) = self.jobs.operate(&request, None, now_ms as u64);
-        Ok(self.send(Service::Jobs, call, "jobs", [publish]))
+        Ok(id(self.session.jobs_operate(&request, None, now_ms as u64)))
     }
 
-    /// Starts a jobs device API call as `thing` (subscribed to `jobsSubscriptions(thing)`):
-    /// `api` is `getPending`, `startNext`, `describe` or `update`. Completes with the
-    /// execution of `startNext` and `describe` (null when none) as `result`, the `/accepted`
-    /// reply's JSON otherwise.
+    /// Starts a jobs device API call as `thing` (see `actAs`): `api` is `getPending`,
+    /// `startNext`, `describe` or `update`. Completes with the execution of `startNext` and
+    /// `describe` (null when none) as `result`, the `/accepted` reply's JSON otherwise.
     #[wasm_bindgen(js_name = jobsDevice)]
     pub fn jobs_device(
         &mut self,
@@ -607,11 +581,11 @@ impl ClientCore {
         now_ms: f64,
     ) -> Result<f64, JsValue> {
         let request = services::device_request(api, &args)?;
-        let (call, publish) = self
-            .jobs
-            .device(thing, &request, None, now_ms as u64)
+        let call = self
+            .session
+            .jobs_device(thing, &request, None, now_ms as u64)
             .map_err(client_error)?;
-        Ok(self.send(Service::Jobs, call, "jobs", [publish]))
+        Ok(id(call))
     }
 
     /// Asks the command service to send a command (`services::command_request` has the
@@ -624,8 +598,7 @@ impl ClientCore {
         now_ms: f64,
     ) -> Result<f64, JsValue> {
         let request = services::command_request(topic, &payload, &options)?;
-        let (call, publish) = self.commands.invoke(&request, now_ms as u64);
-        Ok(self.send(Service::Commands, call, "command", [publish]))
+        Ok(id(self.session.command(&request, now_ms as u64)))
     }
 
     /// Asks for command `id`'s status record. Completes with the record as `result`.
@@ -635,20 +608,20 @@ impl ClientCore {
             return Err(invalid("the command id is empty"));
         }
         let timeout = mqcore::commands::DEFAULT_TIMEOUT_MS;
-        let (call, publish) = self.commands.status(id, timeout, now_ms as u64);
-        Ok(self.send(Service::Commands, call, "commandStatus", [publish]))
+        let call = self.session.command_status(id, timeout, now_ms as u64);
+        Ok(self::id(call))
     }
 
     /// Where this client's presence goes: its Will (payload "gone").
     #[wasm_bindgen(js_name = presenceTopic)]
     pub fn presence_topic(&self) -> String {
-        self.core.presence_topic()
+        self.session.presence_topic()
     }
 
     /// The broker's Maximum Packet Size from its CONNACK (0: none).
     #[wasm_bindgen(js_name = setMaxPacketSize)]
     pub fn set_max_packet_size(&mut self, max: u32) {
-        self.core.set_max_packet_size((max > 0).then_some(max));
+        self.session.set_max_packet_size((max > 0).then_some(max));
     }
 
     /// Starts a call: `request` as `encodeRequest` takes it, `options` `{fencingToken?: Hlc,
@@ -679,123 +652,69 @@ impl ClientCore {
             call_options.timeout_ms =
                 optional_u64(&get(&options, "timeoutMs"), "options.timeoutMs")?;
         }
-        let op = request.command().as_str();
-        let (call, publish) = self
-            .core
+        let call = self
+            .session
             .call(&request, &call_options, now_ms as u64)
             .map_err(client_error)?;
-        Ok(self.send(Service::State, call, op, [publish]))
+        Ok(id(call))
     }
 
     /// Starts observing `key` (two publishes); changes come as `changed` events.
     pub fn observe(&mut self, key: JsValue, now_ms: f64) -> Result<f64, JsValue> {
-        let (call, publishes) = self
-            .core
+        let call = self
+            .session
             .observe(key_of(&key, "key")?, now_ms as u64)
             .map_err(client_error)?;
-        Ok(self.send(Service::State, call, "KEYNOTIFY", publishes))
+        Ok(id(call))
     }
 
     /// Stops observing `key`.
     pub fn unobserve(&mut self, key: JsValue, now_ms: f64) -> Result<f64, JsValue> {
-        let (call, publish) = self
-            .core
+        let call = self
+            .session
             .unobserve(key_of(&key, "key")?, now_ms as u64)
             .map_err(client_error)?;
-        Ok(self.send(Service::State, call, "KEYNOTIFY", [publish]))
+        Ok(id(call))
     }
 
     /// Feeds a message that arrived on one of the subscriptions (an object as `takePublishes`
     /// gives them).
     pub fn handle(&mut self, message: JsValue, now_ms: f64) -> Result<(), JsValue> {
-        let publish = publish_of(&message)?;
-        if let Some(event) = self.core.handle(&publish, now_ms as u64) {
-            self.state_event(event);
-        } else if let Some(event) = self.jobs.handle(&publish) {
-            self.jobs_event(event);
-        } else if let Some(event) = self.commands.handle(&publish) {
-            self.commands_event(event);
-        } else if self.watching_commands
-            && publish.topic.starts_with(EVENTS_PREFIX)
-            && let Ok(record) = Record::from_json(&publish.payload)
-        {
-            let out = Object::new();
-            set(&out, "kind", "command-record");
-            set(&out, "record", services::record_to_js(&record));
-            self.events.push(out);
-        }
-        self.send_own();
+        self.session.handle(&publish_of(&message)?, now_ms as u64);
         Ok(())
     }
 
     /// Fails the calls whose timeout has passed, renews what needs renewing.
     pub fn expire(&mut self, now_ms: f64) {
-        let now_ms = now_ms as u64;
-        self.core
-            .expire(now_ms)
-            .into_iter()
-            .for_each(|e| self.state_event(e));
-        self.jobs
-            .expire(now_ms)
-            .into_iter()
-            .for_each(|e| self.jobs_event(e));
-        self.commands
-            .expire(now_ms)
-            .into_iter()
-            .for_each(|e| self.commands_event(e));
-        self.send_own();
+        self.session.expire(now_ms as u64);
     }
 
     /// When to call `expire` next, or `null` when nothing waits.
     #[wasm_bindgen(js_name = nextDeadline)]
     pub fn next_deadline(&self) -> Option<f64> {
-        [
-            self.core.next_deadline(),
-            self.jobs.next_deadline(),
-            self.commands.next_deadline(),
-        ]
-        .into_iter()
-        .flatten()
-        .min()
-        .map(|d| d as f64)
+        self.session.next_deadline().map(|d| d as f64)
     }
 
     /// The connection dropped: every call in flight fails.
     #[wasm_bindgen(js_name = connectionLost)]
     pub fn connection_lost(&mut self) {
-        self.core
-            .connection_lost()
-            .into_iter()
-            .for_each(|e| self.state_event(e));
-        let lost = || ClientError::Disconnected;
-        self.jobs
-            .connection_failed(lost())
-            .into_iter()
-            .for_each(|e| self.jobs_event(e));
-        self.commands
-            .connection_failed(lost())
-            .into_iter()
-            .for_each(|e| self.commands_event(e));
+        self.session.connection_lost();
     }
 
     /// After a reconnect, once subscribed: registers every observed key again and reads it back.
     pub fn resume(&mut self, now_ms: f64) -> Result<(), JsValue> {
-        let publishes = self.core.resume(now_ms as u64).map_err(client_error)?;
-        self.outgoing
-            .extend(publishes.into_iter().map(|p| (p, 0.0)));
-        Ok(())
+        self.session.resume(now_ms as u64).map_err(client_error)
     }
 
     /// The messages to publish, in order (QoS 1), as plain objects; each carries the `call`
     /// it belongs to (absent for the client's own messages), for `publishRefused`.
     #[wasm_bindgen(js_name = takePublishes)]
     pub fn take_publishes(&mut self) -> Array {
-        self.outgoing
-            .drain(..)
-            .map(|(p, call)| {
-                let object = publish_to_js(&p);
-                if call > 0.0 {
-                    set(&object, "call", call);
+        std::iter::from_fn(|| self.session.poll_publish())
+            .map(|outgoing| {
+                let object = publish_to_js(&outgoing.publish);
+                if let Some(call) = outgoing.call {
+                    set(&object, "call", id(call));
                 }
                 JsValue::from(object)
             })
@@ -806,158 +725,74 @@ impl ClientCore {
     /// more): the call completes with that error (a `PublishRefusedError`, code 216).
     #[wasm_bindgen(js_name = publishRefused)]
     pub fn publish_refused(&mut self, call: f64, code: u8) {
-        let Some((service, id)) = self
-            .calls
-            .iter()
-            .find(|(_, (js, _))| *js == call)
-            .map(|(key, _)| *key)
-        else {
-            return;
-        };
-        let call = CallId(id);
-        match service {
-            Service::State => {
-                if let Some(e) = self.core.publish_refused(call, code) {
-                    self.state_event(e);
-                }
-            }
-            Service::Jobs => {
-                if let Some(e) = self.jobs.publish_refused(call, code) {
-                    self.jobs_event(e);
-                }
-            }
-            Service::Commands => {
-                if let Some(e) = self.commands.publish_refused(call, code) {
-                    self.commands_event(e);
-                }
-            }
-        }
+        self.session.publish_refused(CallId(call as u64), code);
     }
 
-    /// What happened, in order: `{kind: "completed", call, op, error?, response?, version}` and
-    /// `{kind: "changed", key, value (null: deleted), version, synthetic}`.
+    /// What happened, in order: `{kind: "completed", call, op, error?, response?, version?,
+    /// result?}`, `{kind: "changed", key, value (null: deleted), version, synthetic}`,
+    /// `{kind: "jobs-notification", notification}` and `{kind: "command-record", record}`.
     #[wasm_bindgen(js_name = takeEvents)]
     pub fn take_events(&mut self) -> Array {
-        self.events.drain(..).map(JsValue::from).collect()
+        std::iter::from_fn(|| self.session.poll_event())
+            .map(|event| JsValue::from(event_to_js(event)))
+            .collect()
     }
 }
 
-impl ClientCore {
-    /// Queues a call's publishes and gives the call its JavaScript id.
-    fn send(
-        &mut self,
-        service: Service,
-        call: CallId,
-        op: &'static str,
-        publishes: impl IntoIterator<Item = Publish>,
-    ) -> f64 {
-        let id = self.track(service, call, op);
-        self.outgoing.extend(publishes.into_iter().map(|p| (p, id)));
-        id
-    }
+/// A call id as JavaScript holds it (ids count from 1, far below 2^53).
+fn id(call: CallId) -> f64 {
+    call.0 as f64
+}
 
-    /// What the state store client decided to send on its own.
-    fn send_own(&mut self) {
-        let own = self.core.take_publishes();
-        self.outgoing.extend(own.into_iter().map(|p| (p, 0.0)));
-    }
-
-    /// A JavaScript id for a call of one of the three clients.
-    fn track(&mut self, service: Service, call: CallId, op: &'static str) -> f64 {
-        self.next_call += 1.0;
-        self.calls.insert((service, call.0), (self.next_call, op));
-        self.next_call
-    }
-
-    /// A finished call: `{kind: "completed", call, op}`, then its result or error.
-    fn completed(&mut self, service: Service, call: CallId) -> Object {
-        let out = Object::new();
-        let (id, op) = self.calls.remove(&(service, call.0)).unwrap_or((-1.0, ""));
-        set(&out, "kind", "completed");
-        set(&out, "call", id);
-        set(&out, "op", op);
-        out
-    }
-
-    /// A finished jobs or commands call: its `result` as `to_js` makes it, or its `error`.
-    fn finished<T>(
-        &mut self,
-        service: Service,
-        call: CallId,
-        result: Result<T, ClientError>,
-        to_js: impl FnOnce(&T) -> JsValue,
-    ) -> Object {
-        let out = self.completed(service, call);
-        match result {
-            Ok(value) => set(&out, "result", to_js(&value)),
-            Err(e) => set(&out, "error", client_error(e)),
+/// A session event as a plain object.
+fn event_to_js(event: SessionEvent) -> Object {
+    let out = Object::new();
+    match event {
+        SessionEvent::Completed { call, op, result } => {
+            set(&out, "kind", "completed");
+            set(&out, "call", id(call));
+            set(&out, "op", op);
+            match result {
+                Ok(Completion::Store(answer)) => {
+                    set(&out, "response", response_to_js(&answer.response));
+                    set(&out, "version", version_to_js(answer.version.as_ref()));
+                }
+                Ok(Completion::Jobs(value)) => set(&out, "result", services::js_of(&value)),
+                Ok(Completion::Command(reply)) => {
+                    set(&out, "result", services::reply_to_js(&reply))
+                }
+                Ok(Completion::CommandStatus(record)) => {
+                    set(&out, "result", services::record_to_js(&record));
+                }
+                Err(e) => set(&out, "error", client_error(e)),
+            }
         }
-        out
+        SessionEvent::Changed {
+            key,
+            change,
+            version,
+            synthetic,
+        } => {
+            set(&out, "kind", "changed");
+            set(&out, "key", bytes_to_js(&key));
+            match change {
+                Notification::Set(value) => set(&out, "value", bytes_to_js(&value.value())),
+                Notification::Delete => set(&out, "value", JsValue::NULL),
+            }
+            set(&out, "version", version_to_js(version.as_ref()));
+            set(&out, "synthetic", synthetic);
+        }
+        SessionEvent::Jobs(notification) => {
+            set(&out, "kind", "jobs-notification");
+            let json = serde_json::to_value(&notification).unwrap_or_default();
+            set(&out, "notification", services::js_of(&json));
+        }
+        SessionEvent::CommandRecord(record) => {
+            set(&out, "kind", "command-record");
+            set(&out, "record", services::record_to_js(&record));
+        }
     }
-
-    fn jobs_event(&mut self, event: JobsEvent) {
-        let out = match event {
-            JobsEvent::Completed { call, result } => {
-                self.finished(Service::Jobs, call, result, services::js_of)
-            }
-            JobsEvent::Notification(notification) => {
-                let out = Object::new();
-                set(&out, "kind", "jobs-notification");
-                let json = serde_json::to_value(&notification).unwrap_or_default();
-                set(&out, "notification", services::js_of(&json));
-                out
-            }
-        };
-        self.events.push(out);
-    }
-
-    fn commands_event(&mut self, event: CommandsEvent) {
-        let out = match event {
-            CommandsEvent::Invoked { call, result } => {
-                self.finished(Service::Commands, call, result, |r| {
-                    services::reply_to_js(r).into()
-                })
-            }
-            CommandsEvent::Status { call, result } => {
-                self.finished(Service::Commands, call, result, services::record_to_js)
-            }
-        };
-        self.events.push(out);
-    }
-
-    fn state_event(&mut self, event: Event) {
-        let out = match event {
-            Event::Completed { call, result } => {
-                let out = self.completed(Service::State, call);
-                match result {
-                    Ok(answer) => {
-                        set(&out, "response", response_to_js(&answer.response));
-                        set(&out, "version", version_to_js(answer.version.as_ref()));
-                    }
-                    Err(e) => set(&out, "error", client_error(e)),
-                }
-                out
-            }
-            Event::Changed {
-                key,
-                change,
-                version,
-                synthetic,
-            } => {
-                let out = Object::new();
-                set(&out, "kind", "changed");
-                set(&out, "key", bytes_to_js(&key));
-                match change {
-                    Notification::Set(value) => set(&out, "value", bytes_to_js(&value.value())),
-                    Notification::Delete => set(&out, "value", JsValue::NULL),
-                }
-                set(&out, "version", version_to_js(version.as_ref()));
-                set(&out, "synthetic", synthetic);
-                out
-            }
-        };
-        self.events.push(out);
-    }
+    out
 }
 
 /// The lease protocol (the core's `lease::LeaseTerms`): which request takes, renews and releases

@@ -46,6 +46,7 @@ pub mod lease;
 pub mod net;
 pub mod presence;
 pub mod reason;
+pub mod session;
 pub mod store;
 pub mod topics;
 

@@ -1,0 +1,479 @@
+//! The client session: everything a client does over one MQTT connection, as one state
+//! machine with no I/O — the state store's calls and observations ([`ClientCore`]), the jobs
+//! operator and device calls ([`JobsClient`]) and commands ([`CommandsClient`]) behind one
+//! call-id space, one subscription set and one queue of publishes and events.
+//!
+//! A driver (the wasm binding, the C library's bring-your-own-MQTT layer) owns the transport
+//! and the clock, and only moves bytes:
+//!
+//! * it subscribes (QoS 1) to [`Session::subscriptions`] and waits for the SUBACKs before the
+//!   first call, and again after every reconnect, then calls [`Session::resume`];
+//! * it tells the session the broker's maximum packet size ([`Session::set_max_packet_size`]);
+//! * it publishes (QoS 1) every [`Outgoing`] of [`Session::poll_publish`], in order, and
+//!   reports a PUBACK refusal with [`Session::publish_refused`];
+//! * it feeds every message of the subscriptions to [`Session::handle`], calls
+//!   [`Session::expire`] at [`Session::next_deadline`], and [`Session::connection_lost`] when
+//!   the connection drops;
+//! * it takes what happened from [`Session::poll_event`].
+//!
+//! The three clients number their calls apart; the session gives each call one id of its own
+//! and routes every incoming message to the client whose topic it is.
+
+use std::collections::{HashMap, VecDeque};
+
+use bytes::Bytes;
+use serde_json::Value;
+
+use crate::client::{Answer, CallId, CallOptions, ClientConfig, ClientCore, ClientError, Event};
+use crate::codec::{Notification, Request};
+use crate::commands::wire::{
+    CommandReply, CommandsClient, CommandsEvent, EVENTS_FILTER, EVENTS_PREFIX,
+};
+use crate::commands::{CommandRequest, Record};
+use crate::envelope::Publish;
+use crate::hlc::{Hlc, HlcError};
+use crate::jobs::{DeviceRequest, JobNotification, JobsClient, JobsEvent, OperatorRequest};
+
+/// A publish to send, with the call it belongs to (`None`: the session's own, such as the
+/// renewal of its registrations).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outgoing {
+    pub publish: Publish,
+    pub call: Option<CallId>,
+}
+
+/// What a finished call gives, by kind of call.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Completion {
+    /// A state store call (or an observation's registration): the answer and its version.
+    Store(Answer),
+    /// A jobs call: the record(s) it asks for (see [`JobsEvent::Completed`]).
+    Jobs(Value),
+    /// A command: the device's reply (or the service's DELIVERED/SENT).
+    Command(CommandReply),
+    /// A command's status record.
+    CommandStatus(Record),
+}
+
+/// What happened.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SessionEvent {
+    /// Call `call` finished. `op` names what it was: the state store command (`SET`, `GET`,
+    /// ..., `KEYNOTIFY` for observe and unobserve), `jobs`, `command` or `commandStatus`.
+    Completed {
+        call: CallId,
+        op: &'static str,
+        result: Result<Completion, ClientError>,
+    },
+    /// An observed key changed (see [`Event::Changed`]).
+    Changed {
+        key: Bytes,
+        change: Notification,
+        version: Option<Hlc>,
+        synthetic: bool,
+    },
+    /// A jobs notification for a thing this session acts as.
+    Jobs(JobNotification),
+    /// A command's status changed (after [`Session::watch_commands`]).
+    CommandRecord(Record),
+}
+
+/// Which client a call belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Service {
+    Store,
+    Jobs,
+    Commands,
+}
+
+/// The client session, without I/O.
+#[derive(Debug)]
+pub struct Session {
+    store: ClientCore,
+    jobs: JobsClient,
+    commands: CommandsClient,
+    /// Each call in flight: the session's id and op, by its client and that client's id.
+    calls: HashMap<(Service, CallId), (CallId, &'static str)>,
+    next_call: u64,
+    /// The things this session acts as in the jobs device API, in the order it began to (a
+    /// few per session: a list, rather than a set's code in the wasm binding).
+    things: Vec<String>,
+    watching_commands: bool,
+    outgoing: VecDeque<Outgoing>,
+    events: VecDeque<SessionEvent>,
+}
+
+impl Session {
+    /// A session for `config`'s client. Fails when the client id contains `:` (it is the node
+    /// part of its clock).
+    pub fn new(config: ClientConfig) -> Result<Self, HlcError> {
+        // The clients' tokens must differ from each other's: one seed, turned apart.
+        let seed = config.correlation_seed;
+        let jobs = JobsClient::new(
+            config.client_id.as_str(),
+            seed.rotate_left(21),
+            config.default_timeout_ms,
+        );
+        let commands = CommandsClient::new(config.client_id.as_str(), seed.rotate_left(42));
+        Ok(Self {
+            store: ClientCore::new(config)?,
+            jobs,
+            commands,
+            calls: HashMap::new(),
+            next_call: 0,
+            things: Vec::new(),
+            watching_commands: false,
+            outgoing: VecDeque::new(),
+            events: VecDeque::new(),
+        })
+    }
+
+    /// The MQTT client id.
+    pub fn client_id(&self) -> &str {
+        self.store.client_id()
+    }
+
+    /// Every topic filter to subscribe to (QoS 1) before the first call and after every
+    /// reconnect: the state store's, the jobs operator's and the commands' answers, the
+    /// things of [`Session::act_as`], and the command events of [`Session::watch_commands`].
+    pub fn subscriptions(&self) -> Vec<String> {
+        let mut filters: Vec<String> = self.store.subscriptions().into();
+        filters.push(self.jobs.operator_subscription().to_owned());
+        filters.push(self.commands.response_subscription().to_owned());
+        for thing in &self.things {
+            filters.extend(JobsClient::device_subscriptions(thing));
+        }
+        if self.watching_commands {
+            filters.push(EVENTS_FILTER.to_owned());
+        }
+        filters
+    }
+
+    /// Where this client's presence goes: its Will (payload `gone`).
+    pub fn presence_topic(&self) -> String {
+        self.store.presence_topic()
+    }
+
+    /// The broker's Maximum Packet Size from its CONNACK (`None`: no limit).
+    pub fn set_max_packet_size(&mut self, max: Option<u32>) {
+        self.store.set_max_packet_size(max);
+    }
+
+    /// Acts as `thing` in the jobs device API from now on: the filters to subscribe to now
+    /// (empty when it already does); they stay in [`Session::subscriptions`].
+    pub fn act_as(&mut self, thing: &str) -> Result<Vec<String>, ClientError> {
+        JobsClient::check_thing(thing)?;
+        if self.acts_as(thing) {
+            return Ok(Vec::new());
+        }
+        self.things.push(thing.to_owned());
+        Ok(JobsClient::device_subscriptions(thing))
+    }
+
+    /// Stops acting as `thing` (and reporting its notifications): the filters to unsubscribe
+    /// from (empty when it did not act as it). A driver whose subscription for
+    /// [`Session::act_as`] failed calls it too.
+    pub fn leave(&mut self, thing: &str) -> Vec<String> {
+        let before = self.things.len();
+        self.things.retain(|t| t != thing);
+        match self.things.len() < before {
+            true => JobsClient::device_subscriptions(thing),
+            false => Vec::new(),
+        }
+    }
+
+    fn acts_as(&self, thing: &str) -> bool {
+        self.things.iter().any(|t| t == thing)
+    }
+
+    /// Reports every command's status change as [`SessionEvent::CommandRecord`] from now on:
+    /// the filter to subscribe to now (`None` when it already does).
+    pub fn watch_commands(&mut self) -> Option<&'static str> {
+        (!std::mem::replace(&mut self.watching_commands, true)).then_some(EVENTS_FILTER)
+    }
+
+    /// Stops reporting command status changes: the filter to unsubscribe from (`None` when
+    /// it did not watch them).
+    pub fn unwatch_commands(&mut self) -> Option<&'static str> {
+        std::mem::replace(&mut self.watching_commands, false).then_some(EVENTS_FILTER)
+    }
+
+    /// Calls waiting for an answer.
+    pub fn in_flight(&self) -> usize {
+        self.calls.len()
+    }
+
+    // ---- calls ----
+
+    /// Starts a state store call.
+    pub fn call(
+        &mut self,
+        request: &Request,
+        options: &CallOptions,
+        now_ms: u64,
+    ) -> Result<CallId, ClientError> {
+        let (call, publish) = self.store.call(request, options, now_ms)?;
+        Ok(self.sent(Service::Store, call, request.command().as_str(), [publish]))
+    }
+
+    /// Starts observing `key`: the call completes once registered; changes come as
+    /// [`SessionEvent::Changed`], across reconnects.
+    pub fn observe(&mut self, key: Bytes, now_ms: u64) -> Result<CallId, ClientError> {
+        let (call, publishes) = self.store.observe(key, now_ms)?;
+        Ok(self.sent(Service::Store, call, "KEYNOTIFY", publishes))
+    }
+
+    /// Stops observing `key`.
+    pub fn unobserve(&mut self, key: Bytes, now_ms: u64) -> Result<CallId, ClientError> {
+        let (call, publish) = self.store.unobserve(key, now_ms)?;
+        Ok(self.sent(Service::Store, call, "KEYNOTIFY", [publish]))
+    }
+
+    /// Starts a jobs operator call (`timeout_ms`: `None` for the session's default).
+    pub fn jobs_operate(
+        &mut self,
+        request: &OperatorRequest,
+        timeout_ms: Option<u64>,
+        now_ms: u64,
+    ) -> CallId {
+        let (call, publish) = self.jobs.operate(request, timeout_ms, now_ms);
+        self.sent(Service::Jobs, call, "jobs", [publish])
+    }
+
+    /// Starts a jobs device call as `thing` (see [`Session::act_as`]).
+    pub fn jobs_device(
+        &mut self,
+        thing: &str,
+        request: &DeviceRequest,
+        timeout_ms: Option<u64>,
+        now_ms: u64,
+    ) -> Result<CallId, ClientError> {
+        let (call, publish) = self.jobs.device(thing, request, timeout_ms, now_ms)?;
+        Ok(self.sent(Service::Jobs, call, "jobs", [publish]))
+    }
+
+    /// Asks the command service to send a command.
+    pub fn command(&mut self, request: &CommandRequest, now_ms: u64) -> CallId {
+        let (call, publish) = self.commands.invoke(request, now_ms);
+        self.sent(Service::Commands, call, "command", [publish])
+    }
+
+    /// Asks for command `id`'s status record.
+    pub fn command_status(&mut self, id: &str, timeout_ms: u64, now_ms: u64) -> CallId {
+        let (call, publish) = self.commands.status(id, timeout_ms, now_ms);
+        self.sent(Service::Commands, call, "commandStatus", [publish])
+    }
+
+    // ---- what happened ----
+
+    /// A message arrived on one of the subscriptions. Messages for nobody (a late answer,
+    /// another client's reply) change nothing.
+    pub fn handle(&mut self, publish: &Publish, now_ms: u64) {
+        if let Some(event) = self.store.handle(publish, now_ms) {
+            self.store_event(event);
+        } else if let Some(event) = self.jobs.handle(publish) {
+            self.jobs_event(event);
+        } else if let Some(event) = self.commands.handle(publish) {
+            self.commands_event(event);
+        } else if self.watching_commands
+            && publish.topic.starts_with(EVENTS_PREFIX)
+            && let Ok(record) = Record::from_json(&publish.payload)
+        {
+            self.events.push_back(SessionEvent::CommandRecord(record));
+        }
+        self.own_publishes();
+    }
+
+    /// Fails the calls whose timeout has passed, and renews what needs renewing.
+    pub fn expire(&mut self, now_ms: u64) {
+        let store = self.store.expire(now_ms);
+        let jobs = self.jobs.expire(now_ms);
+        let commands = self.commands.expire(now_ms);
+        self.route(store, jobs, commands);
+        self.own_publishes();
+    }
+
+    /// When to call [`Session::expire`] next (`None`: nothing waits).
+    pub fn next_deadline(&self) -> Option<u64> {
+        [
+            self.store.next_deadline(),
+            self.jobs.next_deadline(),
+            self.commands.next_deadline(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// The connection dropped: every call in flight fails with [`ClientError::Disconnected`].
+    /// Observations stay: [`Session::resume`] takes them up again.
+    pub fn connection_lost(&mut self) {
+        let store = self.store.connection_lost();
+        let jobs = self.jobs.connection_failed(ClientError::Disconnected);
+        let commands = self.commands.connection_failed(ClientError::Disconnected);
+        self.route(store, jobs, commands);
+    }
+
+    /// Connected and subscribed again: registers every observed key again and reads it back,
+    /// so that a change missed while away arrives as a synthetic [`SessionEvent::Changed`].
+    pub fn resume(&mut self, now_ms: u64) -> Result<(), ClientError> {
+        let publishes = self.store.resume(now_ms)?;
+        self.outgoing
+            .extend(publishes.into_iter().map(|publish| Outgoing {
+                publish,
+                call: None,
+            }));
+        Ok(())
+    }
+
+    /// The broker refused a publish of call `call` (a PUBACK reason code `code` of 0x80 or
+    /// more): the call fails with [`ClientError::PublishRefused`]. A call no longer in flight
+    /// changes nothing.
+    pub fn publish_refused(&mut self, call: CallId, code: u8) {
+        let Some(&(service, inner)) = self
+            .calls
+            .iter()
+            .find(|(_, (id, _))| *id == call)
+            .map(|(key, _)| key)
+        else {
+            return;
+        };
+        match service {
+            Service::Store => {
+                if let Some(event) = self.store.publish_refused(inner, code) {
+                    self.store_event(event);
+                }
+            }
+            Service::Jobs => {
+                if let Some(event) = self.jobs.publish_refused(inner, code) {
+                    self.jobs_event(event);
+                }
+            }
+            Service::Commands => {
+                if let Some(event) = self.commands.publish_refused(inner, code) {
+                    self.commands_event(event);
+                }
+            }
+        }
+    }
+
+    /// The next publish to send, in order.
+    pub fn poll_publish(&mut self) -> Option<Outgoing> {
+        self.outgoing.pop_front()
+    }
+
+    /// The next event, in order.
+    pub fn poll_event(&mut self) -> Option<SessionEvent> {
+        self.events.pop_front()
+    }
+
+    // ---- routing ----
+
+    /// Gives a client's new call its session id and queues its publishes.
+    fn sent(
+        &mut self,
+        service: Service,
+        inner: CallId,
+        op: &'static str,
+        publishes: impl IntoIterator<Item = Publish>,
+    ) -> CallId {
+        self.next_call += 1;
+        let call = CallId(self.next_call);
+        self.calls.insert((service, inner), (call, op));
+        self.outgoing
+            .extend(publishes.into_iter().map(|publish| Outgoing {
+                publish,
+                call: Some(call),
+            }));
+        call
+    }
+
+    /// What the state store client decided to send on its own.
+    fn own_publishes(&mut self) {
+        let own = self.store.take_publishes();
+        self.outgoing
+            .extend(own.into_iter().map(|publish| Outgoing {
+                publish,
+                call: None,
+            }));
+    }
+
+    /// A client's call finished: its completion under the session's id. Clients complete
+    /// each call once, so the entry always exists; an unknown one is dropped.
+    fn finished(
+        &mut self,
+        service: Service,
+        inner: CallId,
+        result: Result<Completion, ClientError>,
+    ) {
+        if let Some((call, op)) = self.calls.remove(&(service, inner)) {
+            self.events
+                .push_back(SessionEvent::Completed { call, op, result });
+        }
+    }
+
+    /// The events of all three clients, in that order.
+    fn route(&mut self, store: Vec<Event>, jobs: Vec<JobsEvent>, commands: Vec<CommandsEvent>) {
+        for event in store {
+            self.store_event(event);
+        }
+        for event in jobs {
+            self.jobs_event(event);
+        }
+        for event in commands {
+            self.commands_event(event);
+        }
+    }
+
+    fn store_event(&mut self, event: Event) {
+        match event {
+            Event::Completed { call, result } => {
+                self.finished(Service::Store, call, result.map(Completion::Store));
+            }
+            Event::Changed {
+                key,
+                change,
+                version,
+                synthetic,
+            } => self.events.push_back(SessionEvent::Changed {
+                key,
+                change,
+                version,
+                synthetic,
+            }),
+        }
+    }
+
+    fn jobs_event(&mut self, event: JobsEvent) {
+        match event {
+            JobsEvent::Completed { call, result } => {
+                self.finished(Service::Jobs, call, result.map(Completion::Jobs));
+            }
+            // Only for the things it acts as: a wider subscription is not an invitation.
+            JobsEvent::Notification(notification) => {
+                let thing = match &notification {
+                    JobNotification::Notify { thing, .. } => thing,
+                    JobNotification::NotifyNext { thing, .. } => thing,
+                };
+                if self.acts_as(thing) {
+                    self.events.push_back(SessionEvent::Jobs(notification));
+                }
+            }
+        }
+    }
+
+    fn commands_event(&mut self, event: CommandsEvent) {
+        match event {
+            CommandsEvent::Invoked { call, result } => {
+                self.finished(Service::Commands, call, result.map(Completion::Command));
+            }
+            CommandsEvent::Status { call, result } => {
+                self.finished(
+                    Service::Commands,
+                    call,
+                    result.map(Completion::CommandStatus),
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,315 @@
+//! The client session against the services it talks to, wired back to back with no broker in
+//! between: the state store engine, the jobs service, and the command service's refusals.
+
+use bytes::Bytes;
+use mqstore::client::{CallId, CallOptions, ClientConfig, ClientError};
+use mqstore::codec::{Notification, Request, Response, SetRequest};
+use mqstore::commands::CommandRequest;
+use mqstore::commands::wire::{Refusal, reply_refusal};
+use mqstore::engine::Engine;
+use mqstore::envelope::{Properties, Publish};
+use mqstore::jobs::{
+    DeviceRequest, JobNotification, JobSpec, Jobs, OPERATOR_TOPIC, OperatorRequest,
+};
+use mqstore::session::{Completion, Session, SessionEvent};
+use serde_json::json;
+
+const T0: u64 = 1_700_000_000_000;
+
+/// The services, as a broker would route the session's publishes to them.
+struct Services {
+    engine: Engine,
+    jobs: Jobs,
+}
+
+impl Services {
+    fn new() -> Self {
+        Self {
+            engine: Engine::in_memory("engine").unwrap(),
+            jobs: Jobs::new(),
+        }
+    }
+
+    /// What the services publish in answer to `publish` (everything, as if the session were
+    /// subscribed to all of it: the session must ignore what is not its own).
+    fn answer(&mut self, publish: Publish) -> Vec<Publish> {
+        let mut out = Vec::new();
+        if publish.topic == OPERATOR_TOPIC {
+            let answer = self.jobs.operate(&publish.payload, T0, &mut out);
+            out.push(Publish {
+                topic: publish.properties.response_topic.clone().unwrap(),
+                payload: Bytes::from(serde_json::to_vec(&answer).unwrap()),
+                qos: 1,
+                properties: Properties {
+                    correlation_data: publish.properties.correlation_data.clone(),
+                    ..Properties::default()
+                },
+            });
+        } else if publish.topic.starts_with("$aws/things/") {
+            self.jobs
+                .handle(&publish.topic, &publish.payload, T0, &mut out);
+        } else if publish.topic.starts_with("mqstore/commands/") {
+            out.push(reply_refusal(
+                &publish,
+                &Refusal::bad_request("no such device here"),
+            ));
+        } else {
+            self.engine.handle(publish, T0, &mut out);
+        }
+        out
+    }
+
+    /// Sends everything the session has to send and feeds back every answer, until quiet.
+    fn run(&mut self, session: &mut Session) {
+        while let Some(outgoing) = session.poll_publish() {
+            for answer in self.answer(outgoing.publish) {
+                session.handle(&answer, T0);
+            }
+        }
+    }
+}
+
+fn session(id: &str) -> Session {
+    Session::new(ClientConfig::new(id, 7)).unwrap()
+}
+
+fn events(session: &mut Session) -> Vec<SessionEvent> {
+    std::iter::from_fn(|| session.poll_event()).collect()
+}
+
+fn set(key: &'static str, value: &'static str) -> Request {
+    Request::Set(SetRequest::new(key, value))
+}
+
+fn spec(job_id: &str, thing: &str) -> JobSpec {
+    JobSpec {
+        job_id: job_id.into(),
+        document: json!({ "op": "reboot" }),
+        targets: vec![thing.into()],
+        in_progress_timeout_minutes: None,
+        max_retries: 0,
+    }
+}
+
+#[test]
+fn calls_of_every_client_share_one_id_space_and_complete_under_it() {
+    let mut services = Services::new();
+    let mut session = session("s1");
+    let stored = session
+        .call(&set("k", "v"), &CallOptions::default(), T0)
+        .unwrap();
+    let created = session.jobs_operate(&OperatorRequest::CreateJob(spec("j1", "t1")), None, T0);
+    let commanded = session.command(&CommandRequest::new("devices/d1/cmd", "go"), T0);
+    assert_eq!(
+        [stored, created, commanded],
+        [CallId(1), CallId(2), CallId(3)],
+        "one id space, in order"
+    );
+    assert_eq!(session.in_flight(), 3);
+    services.run(&mut session);
+    let events = events(&mut session);
+    assert_eq!(events.len(), 3, "{events:?}");
+    for event in events {
+        let SessionEvent::Completed { call, op, result } = event else {
+            panic!("not a completion: {event:?}");
+        };
+        match (call, op, result) {
+            (c, "SET", Ok(Completion::Store(answer))) if c == stored => {
+                assert_eq!(answer.response, Response::Ok);
+            }
+            (c, "jobs", Ok(Completion::Jobs(answer))) if c == created => {
+                assert_eq!(answer, json!({ "jobId": "j1", "targets": 1 }));
+            }
+            (c, "command", Err(ClientError::Status { status, message })) if c == commanded => {
+                assert_eq!((status, message.as_str()), (400, "no such device here"));
+            }
+            other => panic!("unexpected completion: {other:?}"),
+        }
+    }
+    assert_eq!(session.in_flight(), 0);
+}
+
+#[test]
+fn a_thing_gets_its_subscriptions_notifications_and_device_calls() {
+    let mut services = Services::new();
+    let mut session = session("s2");
+    let before = session.subscriptions();
+    let filters = session.act_as("pump-1").unwrap();
+    assert!(!filters.is_empty());
+    assert!(
+        session.act_as("pump-1").unwrap().is_empty(),
+        "subscribed once"
+    );
+    assert!(session.act_as("no spaces").is_err());
+    let after = session.subscriptions();
+    assert_eq!(
+        after.len(),
+        before.len() + filters.len(),
+        "kept for reconnects"
+    );
+    assert!(filters.iter().all(|f| after.contains(f)));
+    assert_eq!(session.leave("pump-1"), filters);
+    assert_eq!(session.subscriptions(), before);
+    assert!(session.leave("pump-1").is_empty());
+    assert_eq!(session.act_as("pump-1").unwrap(), filters);
+
+    session.jobs_operate(&OperatorRequest::CreateJob(spec("j1", "pump-1")), None, T0);
+    services.run(&mut session);
+    let notified = events(&mut session).into_iter().any(|e| {
+        matches!(e, SessionEvent::Jobs(JobNotification::NotifyNext { ref thing, execution: Some(ref x) })
+            if thing == "pump-1" && x.job_id == "j1")
+    });
+    assert!(notified, "the new job's notify-next reaches the thing");
+
+    let call = session
+        .jobs_device(
+            "pump-1",
+            &DeviceRequest::StartNext {
+                status_details: Default::default(),
+                step_timeout_minutes: None,
+            },
+            None,
+            T0,
+        )
+        .unwrap();
+    services.run(&mut session);
+    let started = events(&mut session).into_iter().find_map(|e| match e {
+        SessionEvent::Completed {
+            call: c, result, ..
+        } if c == call => Some(result),
+        _ => None,
+    });
+    match started {
+        Some(Ok(Completion::Jobs(execution))) => {
+            assert_eq!(execution["jobId"], "j1");
+            assert_eq!(execution["status"], "IN_PROGRESS");
+        }
+        other => panic!("start-next: {other:?}"),
+    }
+}
+
+#[test]
+fn losing_the_connection_fails_every_call_of_every_client() {
+    let mut session = session("s3");
+    let calls = [
+        session
+            .call(&set("k", "v"), &CallOptions::default(), T0)
+            .unwrap(),
+        session.jobs_operate(&OperatorRequest::ListJobs, None, T0),
+        session.command_status("c1", 10_000, T0),
+    ];
+    session.connection_lost();
+    let mut failed: Vec<CallId> = events(&mut session)
+        .into_iter()
+        .map(|e| match e {
+            SessionEvent::Completed {
+                call,
+                result: Err(ClientError::Disconnected),
+                ..
+            } => call,
+            other => panic!("not a disconnection: {other:?}"),
+        })
+        .collect();
+    failed.sort();
+    assert_eq!(failed, calls);
+    assert_eq!(session.in_flight(), 0);
+    assert_eq!(session.next_deadline(), None);
+}
+
+#[test]
+fn a_refused_publish_fails_its_own_call_only() {
+    let mut session = session("s4");
+    let stored = session
+        .call(&set("k", "v"), &CallOptions::default(), T0)
+        .unwrap();
+    let listed = session.jobs_operate(&OperatorRequest::ListJobs, None, T0);
+    let outgoing: Vec<_> = std::iter::from_fn(|| session.poll_publish()).collect();
+    assert_eq!(
+        outgoing.iter().map(|o| o.call).collect::<Vec<_>>(),
+        [Some(stored), Some(listed)],
+        "each publish names its call"
+    );
+    session.publish_refused(listed, 0x87);
+    session.publish_refused(CallId(99), 0x87); // no such call: nothing
+    let events = events(&mut session);
+    assert!(
+        matches!(
+            events.as_slice(),
+            [SessionEvent::Completed { call, op: "jobs", result: Err(ClientError::PublishRefused { code: 0x87 }) }]
+                if *call == listed
+        ),
+        "{events:?}"
+    );
+    assert_eq!(session.in_flight(), 1, "the SET still waits");
+}
+
+#[test]
+fn calls_time_out_at_the_earliest_deadline() {
+    let mut session = session("s5");
+    let options = CallOptions {
+        timeout_ms: Some(1_000),
+        ..CallOptions::default()
+    };
+    let quick = session.call(&set("k", "v"), &options, T0).unwrap();
+    let slow = session.jobs_operate(&OperatorRequest::ListJobs, Some(5_000), T0);
+    assert_eq!(session.next_deadline(), Some(T0 + 1_000));
+    session.expire(T0 + 1_000);
+    let timed_out: Vec<CallId> = events(&mut session)
+        .into_iter()
+        .map(|e| match e {
+            SessionEvent::Completed {
+                call,
+                result: Err(ClientError::Timeout(_)),
+                ..
+            } => call,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(timed_out, [quick]);
+    assert_eq!(session.next_deadline(), Some(T0 + 5_000));
+    session.expire(T0 + 5_000);
+    assert!(matches!(
+        events(&mut session).as_slice(),
+        [SessionEvent::Completed { call, result: Err(ClientError::Timeout(_)), .. }] if *call == slow
+    ));
+}
+
+#[test]
+fn observed_changes_and_watched_commands_become_events() {
+    let mut services = Services::new();
+    let mut session = session("s6");
+    assert_eq!(
+        session.watch_commands(),
+        Some("mqstore/commands/v1/events/+")
+    );
+    assert_eq!(session.watch_commands(), None, "once");
+    assert_eq!(
+        session.unwatch_commands(),
+        Some("mqstore/commands/v1/events/+")
+    );
+    assert_eq!(session.unwatch_commands(), None);
+    assert!(session.watch_commands().is_some());
+    assert!(
+        session
+            .subscriptions()
+            .contains(&"mqstore/commands/v1/events/+".to_owned())
+    );
+    let observed = session.observe(Bytes::from_static(b"k"), T0).unwrap();
+    services.run(&mut session);
+    assert!(matches!(
+        events(&mut session).as_slice(),
+        [SessionEvent::Completed { call, op: "KEYNOTIFY", result: Ok(_) }] if *call == observed
+    ));
+    session
+        .call(&set("k", "v2"), &CallOptions::default(), T0)
+        .unwrap();
+    services.run(&mut session);
+    let changed = events(&mut session).into_iter().any(|e| {
+        matches!(e, SessionEvent::Changed { ref key, change: Notification::Set(_), synthetic: false, .. } if key.as_ref() == b"k")
+    });
+    assert!(changed, "the SET's notification reaches the observer");
+    session.connection_lost();
+    session.resume(T0).unwrap();
+    let resumed: Vec<_> = std::iter::from_fn(|| session.poll_publish()).collect();
+    assert!(!resumed.is_empty() && resumed.iter().all(|o| o.call.is_none()));
+}
