@@ -10,9 +10,11 @@
  *   workers per client, and "mqstore-events" while an event callback is set).
  *
  *   Layer 2, "bring your own MQTT" (mqstore_core_*, the codec, mqstore_hlc_*): the client's
- *   state machine with no I/O, no threads and no clock. Your MQTT client publishes what
- *   mqstore_core_next_publish gives, feeds what arrives to mqstore_core_handle, passes the
- *   time in milliseconds, and calls mqstore_core_expire at mqstore_core_next_deadline.
+ *   state machine with no I/O, no threads and no clock: the state store and change events,
+ *   jobs as operator and as a thing (mqstore_core_jobs_*, mqstore_core_act_as) and commands
+ *   (mqstore_core_command*). Your MQTT client publishes what mqstore_core_next_publish
+ *   gives, feeds what arrives to mqstore_core_handle, passes the time in milliseconds, and
+ *   calls mqstore_core_expire at mqstore_core_next_deadline.
  *   libmqstore built without layer 1 (cargo build --no-default-features) has only these.
  *
  * Status codes. Every call that can fail returns an int: 0 (MQSTORE_OK) or a mqstore_status.
@@ -81,6 +83,11 @@
 #define MQSTORE_NO_CALL 18446744073709551615ull
 
 /**
+ * `mqstore_core_lease`'s `wait_ms` to wait until the lease is held (leader election).
+ */
+#define MQSTORE_WAIT_FOREVER 18446744073709551615ull
+
+/**
  * What an event is.
  */
 typedef enum mqstore_event_kind {
@@ -92,6 +99,27 @@ typedef enum mqstore_event_kind {
    * An observed key changed (`key`, `value`, `version`, `synthetic`).
    */
   MQSTORE_EVENT_CHANGED = 2,
+  /**
+   * Layer 2: a jobs notification for a thing of `mqstore_core_act_as` (`thing`, and `json`:
+   * `{"kind": "notify", "thing", "in_progress": [...], "queued": [...]}` or `{"kind":
+   * "notify-next", "thing", "execution": {...} or null}`).
+   */
+  MQSTORE_EVENT_JOBS = 3,
+  /**
+   * Layer 2: a command's status record changed, after `mqstore_core_watch_commands`
+   * (`json`: the record).
+   */
+  MQSTORE_EVENT_COMMAND_RECORD = 4,
+  /**
+   * Layer 2: held lease `call` was renewed (`version`: the renewing SET's; its fencing
+   * token stays the one it was acquired with).
+   */
+  MQSTORE_EVENT_LEASE_RENEWED = 5,
+  /**
+   * Layer 2: held lease `call` is lost (`key`): a renewal found someone else holding it, or
+   * none was confirmed before it would lapse. Stop what it guarded.
+   */
+  MQSTORE_EVENT_LEASE_LOST = 6,
 } mqstore_event_kind;
 
 /**
@@ -112,6 +140,27 @@ typedef enum mqstore_op {
    */
   MQSTORE_OP_KEYNOTIFY = 5,
   MQSTORE_OP_SCAN = 6,
+  /**
+   * A jobs call, operator or device (`json` holds its result).
+   */
+  MQSTORE_OP_JOBS = 7,
+  /**
+   * A command (`value` holds the device's answer, `json` its id and status).
+   */
+  MQSTORE_OP_COMMAND = 8,
+  /**
+   * A command's status record (`json`).
+   */
+  MQSTORE_OP_COMMAND_STATUS = 9,
+  /**
+   * A lease acquisition (`applied`: held, with the fencing token in `version`; the call's
+   * id is the lease's).
+   */
+  MQSTORE_OP_LEASE = 10,
+  /**
+   * A lease release (`applied`: it was still held).
+   */
+  MQSTORE_OP_LEASE_RELEASE = 11,
 } mqstore_op;
 
 /**
@@ -395,6 +444,29 @@ typedef struct mqstore_set_options {
 } mqstore_set_options;
 
 /**
+ * Options of a command; zero-initialise for an awaited MQTT 5 request/response command with
+ * the default timeout.
+ */
+typedef struct mqstore_command_options {
+  /**
+   * The payload's content type, or NULL.
+   */
+  const char *content_type;
+  /**
+   * The device profile ("mqtt5" when NULL; "dji", "iothub", or one of the server's).
+   */
+  const char *profile;
+  /**
+   * Milliseconds to wait for the answer; 0: the service's default.
+   */
+  uint32_t timeout_ms;
+  /**
+   * A `mqstore_command_mode`.
+   */
+  int mode;
+} mqstore_command_options;
+
+/**
  * An MQTT 5 user property, two NUL-terminated UTF-8 strings.
  */
 typedef struct mqstore_user_property {
@@ -509,6 +581,18 @@ typedef struct mqstore_event {
    */
   const uint8_t *scan_token;
   size_t scan_token_len;
+  /**
+   * JOBS, COMMAND_RECORD, and COMPLETED jobs and command calls: NUL-terminated JSON. A jobs
+   * call's result: the execution of start-next and describe (`null` when none), the job,
+   * execution or list of a describe or list call, the `/accepted` reply or the operator's
+   * answer otherwise (AWS's field names). A command: `{"id", "status", "contentType"?,
+   * "deviceStatus"?}` (the device's answer is in `value`). A command status: the record.
+   */
+  const char *json;
+  /**
+   * JOBS: the thing, NUL-terminated.
+   */
+  const char *thing;
 } mqstore_event;
 
 /**
@@ -667,29 +751,6 @@ typedef struct mqstore_keys {
 typedef void (*mqstore_event_callback)(const struct mqstore_event *event, void *user_data);
 
 /**
- * Options of a command; zero-initialise for an awaited MQTT 5 request/response command with
- * the default timeout.
- */
-typedef struct mqstore_command_options {
-  /**
-   * The payload's content type, or NULL.
-   */
-  const char *content_type;
-  /**
-   * The device profile ("mqtt5" when NULL; "dji", "iothub", or one of the server's).
-   */
-  const char *profile;
-  /**
-   * Milliseconds to wait for the answer; 0: the service's default.
-   */
-  uint32_t timeout_ms;
-  /**
-   * A `mqstore_command_mode`.
-   */
-  int mode;
-} mqstore_command_options;
-
-/**
  * A command's outcome, owned by the library: free it with `mqstore_command_reply_free`.
  */
 typedef struct mqstore_command_reply {
@@ -754,9 +815,35 @@ void mqstore_core_free(struct mqstore_core *core);
 
 /**
  * The `index`th topic filter to subscribe to (QoS 1) before the first call, from 0; NULL past
- * the last (there are 3) or for a bad handle. Owned by `core`: valid until it is freed.
+ * the last or for a bad handle. There are `mqstore_core_subscription_count` of them: five
+ * from `mqstore_core_new` (the state store's answers, notifications and servers' presence,
+ * the jobs operator's and the commands' answers), then those `mqstore_core_act_as` and
+ * `mqstore_core_watch_commands` add. Subscribe to all of them again after a reconnect.
+ * Owned by `core`: valid until it is freed.
  */
 const char *mqstore_core_subscription(const struct mqstore_core *core, size_t index);
+
+/**
+ * How many topic filters `mqstore_core_subscription` gives (0 for a bad handle).
+ */
+size_t mqstore_core_subscription_count(const struct mqstore_core *core);
+
+/**
+ * Acts as `thing` in the jobs device API (AWS IoT Jobs: `$aws/things/{thing}/jobs/...`)
+ * from now on: adds its filters to the end of the subscription list. Subscribe (QoS 1) to
+ * those from the count before the call, and wait for the SUBACKs, before its first
+ * `mqstore_core_jobs_device` call; its notifications then arrive as MQSTORE_EVENT_JOBS
+ * events. Acting as a thing again adds nothing. A thing name is 1-128 of a-z, A-Z, 0-9, `:`,
+ * `_`, `-` (else MQSTORE_ERR_JOBS).
+ */
+int mqstore_core_act_as(struct mqstore_core *core, const char *thing);
+
+/**
+ * Reports every command's status change (any node's, any caller's) as an
+ * MQSTORE_EVENT_COMMAND_RECORD event from now on: adds the command events' filter to the end
+ * of the subscription list (subscribe to it as for `mqstore_core_act_as`). Again: nothing.
+ */
+int mqstore_core_watch_commands(struct mqstore_core *core);
 
 /**
  * The topic of this client's presence: its Will (payload `gone`). Owned by `core`; NULL for
@@ -845,6 +932,86 @@ int mqstore_core_unobserve(struct mqstore_core *core,
                            size_t key_len,
                            uint64_t now_ms,
                            uint64_t *call);
+
+/**
+ * Takes the lease on `key` for `ttl_ms` (a lock with a fencing token; the holder is this
+ * client's id), waiting up to `wait_ms` for its holder to release it or let it lapse (0: one
+ * try; MQSTORE_WAIT_FOREVER: until held, which is leader election). `*call` is the lease's id.
+ * Its MQSTORE_OP_LEASE event has `applied` (held) and the fencing token in `version`; while
+ * held the session renews it a third of its ttl after each claim's answer, and an
+ * MQSTORE_EVENT_LEASE_LOST event says when it is lost. Pass the token to the writes it guards.
+ */
+int mqstore_core_lease(struct mqstore_core *core,
+                       const uint8_t *key,
+                       size_t key_len,
+                       uint64_t ttl_ms,
+                       uint64_t wait_ms,
+                       uint64_t now_ms,
+                       uint64_t *call);
+
+/**
+ * Releases held lease `lease` (only if this client still holds its key) and stops renewing
+ * it. The MQSTORE_OP_LEASE_RELEASE event's `applied` says whether it was still held.
+ */
+int mqstore_core_lease_release(struct mqstore_core *core,
+                               uint64_t lease,
+                               uint64_t now_ms,
+                               uint64_t *call);
+
+/**
+ * A jobs operator call: `request_json` is the request as mqstore's operator API takes it, with
+ * AWS's field names: `{"op": "createJob", "jobId": "fw-2", "targets": ["pump-1"], "document":
+ * {...}, "timeoutConfig": {"inProgressTimeoutInMinutes": 30}}`; `cancelJob` (`jobId`,
+ * `force`), `deleteJobExecution` (`jobId`, `thingName`, `force`), `describeJob`,
+ * `describeJobExecution`, `listJobs`, `listJobExecutions` (`thingName`, `jobId`, `status`).
+ * The event's `json` is what the call asks for: the job, execution or list of a describe or
+ * list call, the answer otherwise. A refusal is MQSTORE_ERR_JOBS with AWS's code in the
+ * message; a request that fits no call is MQSTORE_ERR_INVALID_ARGUMENT (nothing is sent).
+ */
+int mqstore_core_jobs_operate(struct mqstore_core *core,
+                              const char *request_json,
+                              uint64_t now_ms,
+                              uint64_t *call);
+
+/**
+ * A jobs device call as `thing` (see `mqstore_core_act_as`), as the AWS IoT Jobs MQTT API
+ * writes it: `api` is the topic's end after `$aws/things/{thing}/jobs/` (`get`,
+ * `start-next`, `{jobId}/get`, `$next/get`, `{jobId}/update`) and `request_json` its payload
+ * (NULL: `{}`), e.g. `{"status": "IN_PROGRESS", "statusDetails": {"step": "2/3"}}`; the
+ * client adds the `clientToken`. The event's `json` is the execution of start-next and
+ * describe (`null` when none), the `/accepted` reply otherwise; a `/rejected` reply is
+ * MQSTORE_ERR_JOBS (AWS's code and message in the event's `error`).
+ */
+int mqstore_core_jobs_device(struct mqstore_core *core,
+                             const char *thing,
+                             const char *api,
+                             const char *request_json,
+                             uint64_t now_ms,
+                             uint64_t *call);
+
+/**
+ * Asks `mqstore serve` to send `payload` to the device's command topic `topic` (`{id}` in it
+ * becomes the command's id), as `options` say (NULL: awaited, MQTT 5 request/response, the
+ * default timeout). The event's `value` is the device's answer and its `json`
+ * `{"id", "status", "contentType"?, "deviceStatus"?}`; a device's error answer is
+ * MQSTORE_ERR_COMMAND_FAILED or _REJECTED, no answer in time MQSTORE_ERR_COMMAND_TIMED_OUT.
+ * The call's own timeout is the command's plus 5 s, for the service's verdict.
+ */
+int mqstore_core_command(struct mqstore_core *core,
+                         const char *topic,
+                         const uint8_t *payload,
+                         size_t payload_len,
+                         const struct mqstore_command_options *options,
+                         uint64_t now_ms,
+                         uint64_t *call);
+
+/**
+ * Asks for command `id`'s status record: the event's `json`.
+ */
+int mqstore_core_command_status(struct mqstore_core *core,
+                                const char *id,
+                                uint64_t now_ms,
+                                uint64_t *call);
 
 /**
  * The next message to publish, in order, into `*out` (NULL when there is none). Call it after

@@ -1,53 +1,52 @@
-//! Layer 2, "bring your own MQTT": the core's client state machine (`ClientCore`) behind a C
-//! handle. No runtime, no threads, no sockets, no clock: the caller's MQTT client publishes
-//! what `mqstore_core_next_publish` gives, feeds every message of the subscriptions to
-//! `mqstore_core_handle`, passes the time in, and calls `mqstore_core_expire` at
-//! `mqstore_core_next_deadline`.
+//! Layer 2, "bring your own MQTT": the core's client session (`Session`: the state store,
+//! jobs and commands clients) behind a C handle. No runtime, no threads, no sockets, no clock:
+//! the caller's MQTT client publishes what `mqstore_core_next_publish` gives, feeds every
+//! message of the subscriptions to `mqstore_core_handle`, passes the time in, and calls
+//! `mqstore_core_expire` at `mqstore_core_next_deadline`. This file only converts.
 
-use std::collections::{HashMap, VecDeque};
 use std::ffi::{CString, c_char, c_int};
 
 use bytes::Bytes;
-use mqcore::client::{CallId, CallOptions, ClientConfig, ClientCore, Event as CoreEvent};
+use mqcore::client::{CallId, CallOptions, ClientConfig};
 use mqcore::codec::{Bulk, Request, SetRequest};
 use mqcore::envelope::{Properties, Publish};
+use mqcore::jobs::{DeviceBody, DeviceRequest, OperatorRequest};
+use mqcore::session::Session;
 
 use crate::error::{Error, Result, ffi, ffi_void};
 use crate::handles::{handle, handle_mut, new_handle, take_handle};
 use crate::types::{
-    Event, MQSTORE_NO_CALL, MQSTORE_NO_DEADLINE, SetOptions, bytes_arg, hlc_arg, key_arg,
-    mqstore_event, mqstore_hlc, mqstore_op, mqstore_set_options, opt_str_arg, out_arg, str_arg,
-    write_opt,
+    Event, MQSTORE_NO_CALL, MQSTORE_NO_DEADLINE, MQSTORE_WAIT_FOREVER, SetOptions, bytes_arg,
+    command_request, hlc_arg, key_arg, mqstore_command_options, mqstore_event, mqstore_hlc,
+    mqstore_set_options, opt_str_arg, out_arg, str_arg, write_opt,
 };
 
 /// A client state machine (layer 2). Made by `mqstore_core_new`, freed by `mqstore_core_free`.
 /// Not thread-safe: one call at a time (guard it with your MQTT loop's lock).
 pub struct mqstore_core {
-    core: ClientCore,
+    session: Session,
+    /// Every filter handed out, in order: only ever appended to, so that each pointer
+    /// `mqstore_core_subscription` gave stays valid until the handle is freed.
     subscriptions: Vec<CString>,
     presence: CString,
-    /// The operation of each call in flight, for its event.
-    ops: HashMap<u64, mqstore_op>,
-    /// Publishes to send, each with its call's id (MQSTORE_NO_CALL: the client's own).
-    outgoing: VecDeque<(Publish, u64)>,
-    events: VecDeque<CoreEvent>,
 }
 
 impl mqstore_core {
-    /// Queues a call's publish, or the publishes the state machine decided on.
-    fn sent(&mut self, call: CallId, op: mqstore_op, publishes: Vec<Publish>) -> u64 {
-        self.ops.insert(call.0, op);
-        self.outgoing
-            .extend(publishes.into_iter().map(|p| (p, call.0)));
-        call.0
+    /// Adds filters to the end of the subscription list.
+    fn subscribe(&mut self, filters: impl IntoIterator<Item = String>) -> Result<()> {
+        for filter in filters {
+            let filter =
+                CString::new(filter).map_err(|_| Error::invalid("a topic filter holds a NUL"))?;
+            self.subscriptions.push(filter);
+        }
+        Ok(())
     }
+}
 
-    fn collect(&mut self, events: impl IntoIterator<Item = CoreEvent>) {
-        self.events.extend(events);
-        let own = self.core.take_publishes();
-        self.outgoing
-            .extend(own.into_iter().map(|p| (p, MQSTORE_NO_CALL)));
-    }
+/// The id of a call just started, to C.
+fn started(call: CallId, out: *mut u64) {
+    // SAFETY: NULL or the caller's `uint64_t`.
+    unsafe { write_opt(out, call.0) };
 }
 
 /// Makes a client state machine for the MQTT client id `client_id` (it must not contain
@@ -77,24 +76,17 @@ pub unsafe extern "C" fn mqstore_core_new(
         if timeout_ms > 0 {
             config.default_timeout_ms = u64::from(timeout_ms);
         }
-        let core = ClientCore::new(config)
+        let session = Session::new(config)
             .map_err(|e| Error::invalid(format!("client_id {client_id:?}: {e}")))?;
-        let cstring =
-            |s: String| CString::new(s).map_err(|_| Error::invalid("client_id holds a NUL"));
-        let subscriptions = core
-            .subscriptions()
-            .into_iter()
-            .map(cstring)
-            .collect::<Result<_>>()?;
-        let presence = cstring(core.presence_topic())?;
-        *out = new_handle(mqstore_core {
-            core,
-            subscriptions,
+        let presence = CString::new(session.presence_topic())
+            .map_err(|_| Error::invalid("client_id holds a NUL"))?;
+        let mut core = mqstore_core {
+            subscriptions: Vec::new(),
             presence,
-            ops: HashMap::new(),
-            outgoing: VecDeque::new(),
-            events: VecDeque::new(),
-        });
+            session,
+        };
+        core.subscribe(core.session.subscriptions())?;
+        *out = new_handle(core);
         Ok(())
     })
 }
@@ -109,7 +101,11 @@ pub unsafe extern "C" fn mqstore_core_free(core: *mut mqstore_core) {
 }
 
 /// The `index`th topic filter to subscribe to (QoS 1) before the first call, from 0; NULL past
-/// the last (there are 3) or for a bad handle. Owned by `core`: valid until it is freed.
+/// the last or for a bad handle. There are `mqstore_core_subscription_count` of them: five
+/// from `mqstore_core_new` (the state store's answers, notifications and servers' presence,
+/// the jobs operator's and the commands' answers), then those `mqstore_core_act_as` and
+/// `mqstore_core_watch_commands` add. Subscribe to all of them again after a reconnect.
+/// Owned by `core`: valid until it is freed.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mqstore_core_subscription(
     core: *const mqstore_core,
@@ -125,6 +121,51 @@ pub unsafe extern "C" fn mqstore_core_subscription(
         Ok(())
     });
     topic
+}
+
+/// How many topic filters `mqstore_core_subscription` gives (0 for a bad handle).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mqstore_core_subscription_count(core: *const mqstore_core) -> usize {
+    let mut count = 0;
+    ffi(|| {
+        // SAFETY: a handle, checked.
+        count = unsafe { handle(core, "core") }?.subscriptions.len();
+        Ok(())
+    });
+    count
+}
+
+/// Acts as `thing` in the jobs device API (AWS IoT Jobs: `$aws/things/{thing}/jobs/...`)
+/// from now on: adds its filters to the end of the subscription list. Subscribe (QoS 1) to
+/// those from the count before the call, and wait for the SUBACKs, before its first
+/// `mqstore_core_jobs_device` call; its notifications then arrive as MQSTORE_EVENT_JOBS
+/// events. Acting as a thing again adds nothing. A thing name is 1-128 of a-z, A-Z, 0-9, `:`,
+/// `_`, `-` (else MQSTORE_ERR_JOBS).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mqstore_core_act_as(
+    core: *mut mqstore_core,
+    thing: *const c_char,
+) -> c_int {
+    ffi(|| {
+        // SAFETY: the caller's pointers, checked by the helpers.
+        let core = unsafe { handle_mut(core, "core") }?;
+        let thing = unsafe { str_arg(thing, "thing") }?;
+        let filters = core.session.act_as(thing)?;
+        core.subscribe(filters)
+    })
+}
+
+/// Reports every command's status change (any node's, any caller's) as an
+/// MQSTORE_EVENT_COMMAND_RECORD event from now on: adds the command events' filter to the end
+/// of the subscription list (subscribe to it as for `mqstore_core_act_as`). Again: nothing.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mqstore_core_watch_commands(core: *mut mqstore_core) -> c_int {
+    ffi(|| {
+        // SAFETY: a handle, checked.
+        let core = unsafe { handle_mut(core, "core") }?;
+        let filter = core.session.watch_commands().map(str::to_owned);
+        core.subscribe(filter)
+    })
 }
 
 /// The topic of this client's presence: its Will (payload `gone`). Owned by `core`; NULL for
@@ -150,7 +191,7 @@ pub unsafe extern "C" fn mqstore_core_set_max_packet_size(
     ffi(|| {
         // SAFETY: a handle, checked.
         let core = unsafe { handle_mut(core, "core") }?;
-        core.core.set_max_packet_size((max > 0).then_some(max));
+        core.session.set_max_packet_size((max > 0).then_some(max));
         Ok(())
     })
 }
@@ -165,11 +206,7 @@ unsafe fn start(
 ) -> Result<()> {
     // SAFETY: a handle, checked.
     let core = unsafe { handle_mut(core, "core") }?;
-    let op = mqstore_op::from(request.command());
-    let (id, publish) = core.core.call(&request, &options, now_ms)?;
-    let id = core.sent(id, op, vec![publish]);
-    // SAFETY: NULL or the caller's `uint64_t`.
-    unsafe { write_opt(call, id) };
+    started(core.session.call(&request, &options, now_ms)?, call);
     Ok(())
 }
 
@@ -319,9 +356,7 @@ pub unsafe extern "C" fn mqstore_core_observe(
         // SAFETY: the caller's pointers, checked by the helpers.
         let key = unsafe { key_arg(key, key_len, "key") }?;
         let core = unsafe { handle_mut(core, "core") }?;
-        let (id, publishes) = core.core.observe(key, now_ms)?;
-        let id = core.sent(id, mqstore_op::MQSTORE_OP_KEYNOTIFY, publishes);
-        unsafe { write_opt(call, id) };
+        started(core.session.observe(key, now_ms)?, call);
         Ok(())
     })
 }
@@ -339,9 +374,163 @@ pub unsafe extern "C" fn mqstore_core_unobserve(
         // SAFETY: the caller's pointers, checked by the helpers.
         let key = unsafe { key_arg(key, key_len, "key") }?;
         let core = unsafe { handle_mut(core, "core") }?;
-        let (id, publish) = core.core.unobserve(key, now_ms)?;
-        let id = core.sent(id, mqstore_op::MQSTORE_OP_KEYNOTIFY, vec![publish]);
-        unsafe { write_opt(call, id) };
+        started(core.session.unobserve(key, now_ms)?, call);
+        Ok(())
+    })
+}
+
+/// Takes the lease on `key` for `ttl_ms` (a lock with a fencing token; the holder is this
+/// client's id), waiting up to `wait_ms` for its holder to release it or let it lapse (0: one
+/// try; MQSTORE_WAIT_FOREVER: until held, which is leader election). `*call` is the lease's id.
+/// Its MQSTORE_OP_LEASE event has `applied` (held) and the fencing token in `version`; while
+/// held the session renews it a third of its ttl after each claim's answer, and an
+/// MQSTORE_EVENT_LEASE_LOST event says when it is lost. Pass the token to the writes it guards.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mqstore_core_lease(
+    core: *mut mqstore_core,
+    key: *const u8,
+    key_len: usize,
+    ttl_ms: u64,
+    wait_ms: u64,
+    now_ms: u64,
+    call: *mut u64,
+) -> c_int {
+    ffi(|| {
+        // SAFETY: the caller's pointers, checked by the helpers.
+        let key = unsafe { key_arg(key, key_len, "key") }?;
+        let core = unsafe { handle_mut(core, "core") }?;
+        if ttl_ms == 0 {
+            return Err(Error::invalid("ttl_ms must be at least 1"));
+        }
+        let wait = (wait_ms != MQSTORE_WAIT_FOREVER).then_some(wait_ms);
+        started(core.session.lease(key, ttl_ms, wait, now_ms)?, call);
+        Ok(())
+    })
+}
+
+/// Releases held lease `lease` (only if this client still holds its key) and stops renewing
+/// it. The MQSTORE_OP_LEASE_RELEASE event's `applied` says whether it was still held.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mqstore_core_lease_release(
+    core: *mut mqstore_core,
+    lease: u64,
+    now_ms: u64,
+    call: *mut u64,
+) -> c_int {
+    ffi(|| {
+        // SAFETY: the caller's pointers, checked by the helpers.
+        let core = unsafe { handle_mut(core, "core") }?;
+        started(core.session.release_lease(CallId(lease), now_ms)?, call);
+        Ok(())
+    })
+}
+
+/// A jobs operator call: `request_json` is the request as mqstore's operator API takes it, with
+/// AWS's field names: `{"op": "createJob", "jobId": "fw-2", "targets": ["pump-1"], "document":
+/// {...}, "timeoutConfig": {"inProgressTimeoutInMinutes": 30}}`; `cancelJob` (`jobId`,
+/// `force`), `deleteJobExecution` (`jobId`, `thingName`, `force`), `describeJob`,
+/// `describeJobExecution`, `listJobs`, `listJobExecutions` (`thingName`, `jobId`, `status`).
+/// The event's `json` is what the call asks for: the job, execution or list of a describe or
+/// list call, the answer otherwise. A refusal is MQSTORE_ERR_JOBS with AWS's code in the
+/// message; a request that fits no call is MQSTORE_ERR_INVALID_ARGUMENT (nothing is sent).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mqstore_core_jobs_operate(
+    core: *mut mqstore_core,
+    request_json: *const c_char,
+    now_ms: u64,
+    call: *mut u64,
+) -> c_int {
+    ffi(|| {
+        // SAFETY: the caller's pointers, checked by the helpers.
+        let core = unsafe { handle_mut(core, "core") }?;
+        let json = unsafe { str_arg(request_json, "request_json") }?;
+        let request: OperatorRequest = serde_json::from_str(json)
+            .map_err(|e| Error::invalid(format!("request_json fits no operator call: {e}")))?;
+        started(core.session.jobs_operate(&request, None, now_ms), call);
+        Ok(())
+    })
+}
+
+/// A jobs device call as `thing` (see `mqstore_core_act_as`), as the AWS IoT Jobs MQTT API
+/// writes it: `api` is the topic's end after `$aws/things/{thing}/jobs/` (`get`,
+/// `start-next`, `{jobId}/get`, `$next/get`, `{jobId}/update`) and `request_json` its payload
+/// (NULL: `{}`), e.g. `{"status": "IN_PROGRESS", "statusDetails": {"step": "2/3"}}`; the
+/// client adds the `clientToken`. The event's `json` is the execution of start-next and
+/// describe (`null` when none), the `/accepted` reply otherwise; a `/rejected` reply is
+/// MQSTORE_ERR_JOBS (AWS's code and message in the event's `error`).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mqstore_core_jobs_device(
+    core: *mut mqstore_core,
+    thing: *const c_char,
+    api: *const c_char,
+    request_json: *const c_char,
+    now_ms: u64,
+    call: *mut u64,
+) -> c_int {
+    ffi(|| {
+        // SAFETY: the caller's pointers, checked by the helpers.
+        let core = unsafe { handle_mut(core, "core") }?;
+        let thing = unsafe { str_arg(thing, "thing") }?;
+        let api = unsafe { str_arg(api, "api") }?;
+        let body = match unsafe { opt_str_arg(request_json, "request_json") }? {
+            None => DeviceBody::default(),
+            Some(json) => serde_json::from_str(json).map_err(|e| {
+                Error::invalid(format!(
+                    "request_json does not fit the jobs device API: {e}"
+                ))
+            })?,
+        };
+        let request = DeviceRequest::from_wire(api, body).map_err(Error::invalid)?;
+        started(
+            core.session.jobs_device(thing, &request, None, now_ms)?,
+            call,
+        );
+        Ok(())
+    })
+}
+
+/// Asks `mqstore serve` to send `payload` to the device's command topic `topic` (`{id}` in it
+/// becomes the command's id), as `options` say (NULL: awaited, MQTT 5 request/response, the
+/// default timeout). The event's `value` is the device's answer and its `json`
+/// `{"id", "status", "contentType"?, "deviceStatus"?}`; a device's error answer is
+/// MQSTORE_ERR_COMMAND_FAILED or _REJECTED, no answer in time MQSTORE_ERR_COMMAND_TIMED_OUT.
+/// The call's own timeout is the command's plus 5 s, for the service's verdict.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mqstore_core_command(
+    core: *mut mqstore_core,
+    topic: *const c_char,
+    payload: *const u8,
+    payload_len: usize,
+    options: *const mqstore_command_options,
+    now_ms: u64,
+    call: *mut u64,
+) -> c_int {
+    ffi(|| {
+        // SAFETY: the caller's pointers, checked by the helpers.
+        let core = unsafe { handle_mut(core, "core") }?;
+        let request = unsafe { command_request(topic, payload, payload_len, options) }?;
+        started(core.session.command(&request, now_ms), call);
+        Ok(())
+    })
+}
+
+/// Asks for command `id`'s status record: the event's `json`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mqstore_core_command_status(
+    core: *mut mqstore_core,
+    id: *const c_char,
+    now_ms: u64,
+    call: *mut u64,
+) -> c_int {
+    ffi(|| {
+        // SAFETY: the caller's pointers, checked by the helpers.
+        let core = unsafe { handle_mut(core, "core") }?;
+        let id = unsafe { str_arg(id, "id") }?;
+        if id.is_empty() {
+            return Err(Error::invalid("the command id is empty"));
+        }
+        let timeout = mqcore::commands::DEFAULT_TIMEOUT_MS;
+        started(core.session.command_status(id, timeout, now_ms), call);
         Ok(())
     })
 }
@@ -449,8 +638,9 @@ pub unsafe extern "C" fn mqstore_core_next_publish(
         let out = unsafe { out_arg(out, "out") }?;
         *out = std::ptr::null_mut();
         let core = unsafe { handle_mut(core, "core") }?;
-        if let Some((publish, call)) = core.outgoing.pop_front() {
-            *out = new_handle(outgoing(publish, call)?).cast();
+        if let Some(next) = core.session.poll_publish() {
+            let call = next.call.map_or(MQSTORE_NO_CALL, |c| c.0);
+            *out = new_handle(outgoing(next.publish, call)?).cast();
         }
         Ok(())
     })
@@ -529,8 +719,7 @@ pub unsafe extern "C" fn mqstore_core_handle(
         // SAFETY: the caller's pointers, checked by the helpers.
         let core = unsafe { handle_mut(core, "core") }?;
         let publish = unsafe { incoming(message) }?;
-        let event = core.core.handle(&publish, now_ms);
-        core.collect(event);
+        core.session.handle(&publish, now_ms);
         Ok(())
     })
 }
@@ -549,8 +738,7 @@ pub unsafe extern "C" fn mqstore_core_publish_refused(
         // SAFETY: a handle, checked.
         let core = unsafe { handle_mut(core, "core") }?;
         if reason_code >= 0x80 {
-            let event = core.core.publish_refused(CallId(call), reason_code);
-            core.collect(event);
+            core.session.publish_refused(CallId(call), reason_code);
         }
         Ok(())
     })
@@ -563,8 +751,7 @@ pub unsafe extern "C" fn mqstore_core_expire(core: *mut mqstore_core, now_ms: u6
     ffi(|| {
         // SAFETY: a handle, checked.
         let core = unsafe { handle_mut(core, "core") }?;
-        let events = core.core.expire(now_ms);
-        core.collect(events);
+        core.session.expire(now_ms);
         Ok(())
     })
 }
@@ -580,7 +767,7 @@ pub unsafe extern "C" fn mqstore_core_next_deadline(
         // SAFETY: the caller's pointers, checked by the helpers.
         let out = unsafe { out_arg(deadline_ms, "deadline_ms") }?;
         let core = unsafe { handle(core, "core") }?;
-        *out = core.core.next_deadline().unwrap_or(MQSTORE_NO_DEADLINE);
+        *out = core.session.next_deadline().unwrap_or(MQSTORE_NO_DEADLINE);
         Ok(())
     })
 }
@@ -592,8 +779,7 @@ pub unsafe extern "C" fn mqstore_core_connection_lost(core: *mut mqstore_core) -
     ffi(|| {
         // SAFETY: a handle, checked.
         let core = unsafe { handle_mut(core, "core") }?;
-        let events = core.core.connection_lost();
-        core.collect(events);
+        core.session.connection_lost();
         Ok(())
     })
 }
@@ -605,9 +791,7 @@ pub unsafe extern "C" fn mqstore_core_resume(core: *mut mqstore_core, now_ms: u6
     ffi(|| {
         // SAFETY: a handle, checked.
         let core = unsafe { handle_mut(core, "core") }?;
-        let publishes = core.core.resume(now_ms)?;
-        core.outgoing
-            .extend(publishes.into_iter().map(|p| (p, MQSTORE_NO_CALL)));
+        core.session.resume(now_ms)?;
         Ok(())
     })
 }
@@ -624,15 +808,8 @@ pub unsafe extern "C" fn mqstore_core_next_event(
         let out = unsafe { out_arg(out, "out") }?;
         *out = std::ptr::null_mut();
         let core = unsafe { handle_mut(core, "core") }?;
-        if let Some(event) = core.events.pop_front() {
-            let op = match &event {
-                CoreEvent::Completed { call, .. } => core
-                    .ops
-                    .remove(&call.0)
-                    .unwrap_or(mqstore_op::MQSTORE_OP_NONE),
-                CoreEvent::Changed { .. } => mqstore_op::MQSTORE_OP_NONE,
-            };
-            *out = Event::of_core(event, op).into_c();
+        if let Some(event) = core.session.poll_event() {
+            *out = Event::of_session(event).into_c();
         }
         Ok(())
     })

@@ -7,14 +7,15 @@ use std::ffi::{CString, c_char, c_int};
 use std::time::Duration;
 
 use bytes::Bytes;
-use mqcore::commands::{CommandRequest, Mode};
 use mqcore::jobs::{JobSpec, Status, Update};
 use mqcore::net::jobs::{Jobs, StartNext};
 
 use crate::client::mqstore_client;
 use crate::error::{Error, Result, ffi, ffi_void};
 use crate::handles::{handle, new_handle, take_handle};
-use crate::types::{bytes_arg, opt_str_arg, out_arg, str_arg, write_opt};
+use crate::types::{
+    command_request, mqstore_command_options, opt_str_arg, out_arg, str_arg, write_opt,
+};
 
 /// A JSON string for C: `*out` gets it (the caller's, freed with `mqstore_string_free`).
 fn json_out(out: &mut *mut c_char, value: &impl serde::Serialize) -> Result<()> {
@@ -289,32 +290,6 @@ pub unsafe extern "C" fn mqstore_jobs_next_notification(
     })
 }
 
-/// How a command waits (`mqstore_command_options.mode`).
-#[repr(C)]
-pub enum mqstore_command_mode {
-    /// Until the device answers (or the timeout).
-    MQSTORE_COMMAND_AWAIT = 0,
-    /// Until the broker has the command; no answer is expected (status DELIVERED).
-    MQSTORE_COMMAND_ONE_WAY = 1,
-    /// Returns the command's id at once (status SENT); the answer goes to its status record
-    /// (`mqstore_command_status`).
-    MQSTORE_COMMAND_DETACHED = 2,
-}
-
-/// Options of a command; zero-initialise for an awaited MQTT 5 request/response command with
-/// the default timeout.
-#[repr(C)]
-pub struct mqstore_command_options {
-    /// The payload's content type, or NULL.
-    pub content_type: *const c_char,
-    /// The device profile ("mqtt5" when NULL; "dji", "iothub", or one of the server's).
-    pub profile: *const c_char,
-    /// Milliseconds to wait for the answer; 0: the service's default.
-    pub timeout_ms: u32,
-    /// A `mqstore_command_mode`.
-    pub mode: c_int,
-}
-
 /// A command's outcome, owned by the library: free it with `mqstore_command_reply_free`.
 #[repr(C)]
 pub struct mqstore_command_reply {
@@ -358,30 +333,7 @@ pub unsafe extern "C" fn mqstore_command(
         let out = unsafe { out_arg(out, "out") }?;
         *out = std::ptr::null_mut();
         let client = unsafe { handle(client, "client") }?;
-        let topic = unsafe { str_arg(topic, "topic") }?;
-        let payload =
-            Bytes::copy_from_slice(unsafe { bytes_arg(payload, payload_len, "payload") }?);
-        let mut request = CommandRequest::new(topic, payload);
-        if let Some(o) = unsafe { options.as_ref() } {
-            request.content_type =
-                unsafe { opt_str_arg(o.content_type, "options.content_type") }?.map(Into::into);
-            if let Some(profile) = unsafe { opt_str_arg(o.profile, "options.profile") }? {
-                request.profile = profile.into();
-            }
-            if o.timeout_ms > 0 {
-                request.timeout_ms = u64::from(o.timeout_ms);
-            }
-            request.mode = match o.mode {
-                0 => Mode::Await,
-                1 => Mode::OneWay,
-                2 => Mode::Detached,
-                other => {
-                    return Err(Error::invalid(format!(
-                        "options.mode is MQSTORE_COMMAND_AWAIT, _ONE_WAY or _DETACHED, not {other}"
-                    )));
-                }
-            };
-        }
+        let request = unsafe { command_request(topic, payload, payload_len, options) }?;
         // The command's own timeout decides; the call waits a little longer for its verdict.
         let limit = Duration::from_millis(request.timeout_ms) + client.default_timeout();
         let reply = client.wait(Some(limit), client.client().command(request))?;

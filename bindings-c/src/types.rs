@@ -5,9 +5,12 @@ use std::ffi::{CStr, CString, c_char, c_int};
 use std::time::Duration;
 
 use bytes::Bytes;
-use mqcore::client::{Deleted, Event as CoreEvent};
+use mqcore::client::Deleted;
 use mqcore::codec::{Command, Condition, Notification, Response};
+use mqcore::commands::{CommandRequest, Mode};
 use mqcore::hlc::Hlc;
+use mqcore::jobs::JobNotification;
+use mqcore::session::{Completion, SessionEvent};
 
 use crate::error::{Error, Result};
 use crate::handles::{new_handle, take_handle};
@@ -20,6 +23,9 @@ pub const MQSTORE_NO_DEADLINE: u64 = 0xFFFF_FFFF_FFFF_FFFF;
 
 /// `mqstore_publish.call` of a publish no call waits for (the client's own).
 pub const MQSTORE_NO_CALL: u64 = 0xFFFF_FFFF_FFFF_FFFF;
+
+/// `mqstore_core_lease`'s `wait_ms` to wait until the lease is held (leader election).
+pub const MQSTORE_WAIT_FOREVER: u64 = 0xFFFF_FFFF_FFFF_FFFF;
 
 /// A hybrid-logical-clock value: a key's version, or a fencing token. Ordered by wall clock,
 /// then counter, then node (`mqstore_hlc_compare`); its text form is
@@ -241,6 +247,34 @@ pub enum mqstore_op {
     /// `observe` and `unobserve` (KEYNOTIFY).
     MQSTORE_OP_KEYNOTIFY = 5,
     MQSTORE_OP_SCAN = 6,
+    /// A jobs call, operator or device (`json` holds its result).
+    MQSTORE_OP_JOBS = 7,
+    /// A command (`value` holds the device's answer, `json` its id and status).
+    MQSTORE_OP_COMMAND = 8,
+    /// A command's status record (`json`).
+    MQSTORE_OP_COMMAND_STATUS = 9,
+    /// A lease acquisition (`applied`: held, with the fencing token in `version`; the call's
+    /// id is the lease's).
+    MQSTORE_OP_LEASE = 10,
+    /// A lease release (`applied`: it was still held).
+    MQSTORE_OP_LEASE_RELEASE = 11,
+}
+
+impl mqstore_op {
+    /// The op of a session's completion, by the name the session gives it.
+    fn of_session(op: &str) -> Self {
+        match op {
+            "jobs" => Self::MQSTORE_OP_JOBS,
+            "command" => Self::MQSTORE_OP_COMMAND,
+            "commandStatus" => Self::MQSTORE_OP_COMMAND_STATUS,
+            "lease" => Self::MQSTORE_OP_LEASE,
+            "releaseLease" => Self::MQSTORE_OP_LEASE_RELEASE,
+            command => Command::ALL
+                .into_iter()
+                .find(|c| c.as_str() == command)
+                .map_or(Self::MQSTORE_OP_NONE, Self::from),
+        }
+    }
 }
 
 impl From<Command> for mqstore_op {
@@ -264,6 +298,19 @@ pub enum mqstore_event_kind {
     MQSTORE_EVENT_COMPLETED = 1,
     /// An observed key changed (`key`, `value`, `version`, `synthetic`).
     MQSTORE_EVENT_CHANGED = 2,
+    /// Layer 2: a jobs notification for a thing of `mqstore_core_act_as` (`thing`, and `json`:
+    /// `{"kind": "notify", "thing", "in_progress": [...], "queued": [...]}` or `{"kind":
+    /// "notify-next", "thing", "execution": {...} or null}`).
+    MQSTORE_EVENT_JOBS = 3,
+    /// Layer 2: a command's status record changed, after `mqstore_core_watch_commands`
+    /// (`json`: the record).
+    MQSTORE_EVENT_COMMAND_RECORD = 4,
+    /// Layer 2: held lease `call` was renewed (`version`: the renewing SET's; its fencing
+    /// token stays the one it was acquired with).
+    MQSTORE_EVENT_LEASE_RENEWED = 5,
+    /// Layer 2: held lease `call` is lost (`key`): a renewal found someone else holding it, or
+    /// none was confirmed before it would lapse. Stop what it guarded.
+    MQSTORE_EVENT_LEASE_LOST = 6,
 }
 
 /// An event: a change of an observed key (both layers), or a finished call (layer 2). Owned
@@ -304,6 +351,14 @@ pub struct mqstore_event {
     /// SCAN: the token of the next page (pass it to `mqstore_core_scan`), NULL on the last.
     pub scan_token: *const u8,
     pub scan_token_len: usize,
+    /// JOBS, COMMAND_RECORD, and COMPLETED jobs and command calls: NUL-terminated JSON. A jobs
+    /// call's result: the execution of start-next and describe (`null` when none), the job,
+    /// execution or list of a describe or list call, the `/accepted` reply or the operator's
+    /// answer otherwise (AWS's field names). A command: `{"id", "status", "contentType"?,
+    /// "deviceStatus"?}` (the device's answer is in `value`). A command status: the record.
+    pub json: *const c_char,
+    /// JOBS: the thing, NUL-terminated.
+    pub thing: *const c_char,
 }
 
 /// An event and the storage its pointers point into.
@@ -314,6 +369,7 @@ pub(crate) struct Event {
     _error: Option<CString>,
     _data: Vec<Bytes>,
     _keys: Vec<mqstore_bytes>,
+    _strings: Vec<CString>,
 }
 
 impl Event {
@@ -338,7 +394,41 @@ impl Event {
             key_count: 0,
             scan_token: std::ptr::null(),
             scan_token_len: 0,
+            json: std::ptr::null(),
+            thing: std::ptr::null(),
         }
+    }
+
+    fn of(c: mqstore_event) -> Self {
+        Self {
+            c,
+            _error: None,
+            _data: Vec::new(),
+            _keys: Vec::new(),
+            _strings: Vec::new(),
+        }
+    }
+
+    /// Keeps `text` with the event (a NUL in it, which JSON never has unescaped, becomes
+    /// `\0`), for a pointer to it.
+    fn keep(&mut self, text: &str) -> *const c_char {
+        let text = CString::new(text.replace('\0', "\\0")).unwrap_or_default();
+        let pointer = text.as_ptr();
+        self._strings.push(text);
+        pointer
+    }
+
+    /// A version, when it has one that fits (`has_version` says).
+    fn set_version(&mut self, version: Option<&Hlc>) {
+        if let Ok((has, v)) = version_out(version) {
+            self.c.has_version = has;
+            self.c.version = v;
+        }
+    }
+
+    fn set_json(&mut self, value: &impl serde::Serialize) {
+        let text = serde_json::to_string(value).unwrap_or_else(|_| "null".into());
+        self.c.json = self.keep(&text);
     }
 
     /// A change of an observed key. A version whose node id does not fit is left out
@@ -361,20 +451,16 @@ impl Event {
             c.has_version = has;
             c.version = v;
         }
-        let mut data = vec![key];
-        data.extend(value);
-        Self {
-            c,
-            _error: None,
-            _data: data,
-            _keys: Vec::new(),
-        }
+        let mut event = Self::of(c);
+        event._data.push(key);
+        event._data.extend(value);
+        event
     }
 
-    /// A layer 2 core event.
-    pub fn of_core(event: CoreEvent, op: mqstore_op) -> Self {
+    /// A layer 2 session event.
+    pub fn of_session(event: SessionEvent) -> Self {
         match event {
-            CoreEvent::Changed {
+            SessionEvent::Changed {
                 key,
                 change,
                 version,
@@ -386,28 +472,72 @@ impl Event {
                 };
                 Self::changed(key, value, version.as_ref(), synthetic)
             }
-            CoreEvent::Completed { call, result } => {
+            SessionEvent::Completed { call, op, result } => {
                 let mut c = Self::empty(mqstore_event_kind::MQSTORE_EVENT_COMPLETED);
                 c.call = call.0;
-                c.op = op;
-                let mut event = Self {
-                    c,
-                    _error: None,
-                    _data: Vec::new(),
-                    _keys: Vec::new(),
-                };
-                let answer = result.map_err(Error::from).and_then(|answer| {
-                    let (has, v) = version_out(answer.version.as_ref())?;
-                    Ok((answer, has, v))
-                });
-                match answer {
+                c.op = mqstore_op::of_session(op);
+                let mut event = Self::of(c);
+                match result.map_err(Error::from) {
                     Err(e) => event.fail(e),
-                    Ok((answer, has_version, version)) => {
-                        event.c.has_version = has_version;
-                        event.c.version = version;
-                        event.fill(answer.response);
+                    Ok(Completion::Store(answer)) => match version_out(answer.version.as_ref()) {
+                        Err(e) => event.fail(e),
+                        Ok((has_version, version)) => {
+                            event.c.has_version = has_version;
+                            event.c.version = version;
+                            event.fill(answer.response);
+                        }
+                    },
+                    Ok(Completion::Jobs(value)) => event.set_json(&value),
+                    Ok(Completion::Command(reply)) => {
+                        event.set_json(&serde_json::json!({
+                            "id": reply.id,
+                            "status": reply.status,
+                            "contentType": reply.content_type,
+                            "deviceStatus": reply.device_status,
+                        }));
+                        event.c.value = reply.payload.as_ptr();
+                        event.c.value_len = reply.payload.len();
+                        event._data.push(reply.payload);
                     }
+                    Ok(Completion::CommandStatus(record)) => event.set_json(&record),
+                    Ok(Completion::Lease(token)) => {
+                        event.c.applied = token.is_some();
+                        event.set_version(token.as_ref());
+                    }
+                    Ok(Completion::Released(held)) => event.c.applied = held,
                 }
+                event
+            }
+            SessionEvent::LeaseRenewed { lease, version } => {
+                let kind = mqstore_event_kind::MQSTORE_EVENT_LEASE_RENEWED;
+                let mut event = Self::of(Self::empty(kind));
+                event.c.call = lease.0;
+                event.set_version(Some(&version));
+                event
+            }
+            SessionEvent::LeaseLost { lease, key } => {
+                let mut c = Self::empty(mqstore_event_kind::MQSTORE_EVENT_LEASE_LOST);
+                c.call = lease.0;
+                c.key = key.as_ptr();
+                c.key_len = key.len();
+                let mut event = Self::of(c);
+                event._data.push(key);
+                event
+            }
+            SessionEvent::Jobs(notification) => {
+                let mut event = Self::of(Self::empty(mqstore_event_kind::MQSTORE_EVENT_JOBS));
+                let thing = match &notification {
+                    JobNotification::Notify { thing, .. } => thing,
+                    JobNotification::NotifyNext { thing, .. } => thing,
+                };
+                event.c.thing = event.keep(thing);
+                event.set_json(&notification);
+                event
+            }
+            SessionEvent::CommandRecord(record) => {
+                let kind = mqstore_event_kind::MQSTORE_EVENT_COMMAND_RECORD;
+                let mut event = Self::of(Self::empty(kind));
+                event.set_json(&record);
                 event
             }
         }
@@ -584,4 +714,69 @@ pub(crate) unsafe fn copy_str_out(
         return Err(e);
     }
     Ok(())
+}
+
+/// How a command waits (`mqstore_command_options.mode`).
+#[repr(C)]
+pub enum mqstore_command_mode {
+    /// Until the device answers (or the timeout).
+    MQSTORE_COMMAND_AWAIT = 0,
+    /// Until the broker has the command; no answer is expected (status DELIVERED).
+    MQSTORE_COMMAND_ONE_WAY = 1,
+    /// Returns the command's id at once (status SENT); the answer goes to its status record
+    /// (`mqstore_command_status`).
+    MQSTORE_COMMAND_DETACHED = 2,
+}
+
+/// Options of a command; zero-initialise for an awaited MQTT 5 request/response command with
+/// the default timeout.
+#[repr(C)]
+pub struct mqstore_command_options {
+    /// The payload's content type, or NULL.
+    pub content_type: *const c_char,
+    /// The device profile ("mqtt5" when NULL; "dji", "iothub", or one of the server's).
+    pub profile: *const c_char,
+    /// Milliseconds to wait for the answer; 0: the service's default.
+    pub timeout_ms: u32,
+    /// A `mqstore_command_mode`.
+    pub mode: c_int,
+}
+
+/// A command to send to the device topic `topic` with `payload`, as `options` (NULL: the
+/// defaults) say.
+pub(crate) unsafe fn command_request(
+    topic: *const c_char,
+    payload: *const u8,
+    payload_len: usize,
+    options: *const mqstore_command_options,
+) -> Result<CommandRequest> {
+    // SAFETY: the caller's pointers, checked by the helpers.
+    let topic = unsafe { str_arg(topic, "topic") }?;
+    if topic.is_empty() {
+        return Err(Error::invalid("the command topic is empty"));
+    }
+    let payload = Bytes::copy_from_slice(unsafe { bytes_arg(payload, payload_len, "payload") }?);
+    let mut request = CommandRequest::new(topic, payload);
+    // SAFETY: NULL or the caller's struct.
+    if let Some(o) = unsafe { options.as_ref() } {
+        request.content_type =
+            unsafe { opt_str_arg(o.content_type, "options.content_type") }?.map(Into::into);
+        if let Some(profile) = unsafe { opt_str_arg(o.profile, "options.profile") }? {
+            request.profile = profile.into();
+        }
+        if o.timeout_ms > 0 {
+            request.timeout_ms = u64::from(o.timeout_ms);
+        }
+        request.mode = match o.mode {
+            0 => Mode::Await,
+            1 => Mode::OneWay,
+            2 => Mode::Detached,
+            other => {
+                return Err(Error::invalid(format!(
+                    "options.mode is MQSTORE_COMMAND_AWAIT, _ONE_WAY or _DETACHED, not {other}"
+                )));
+            }
+        };
+    }
+    Ok(request)
 }

@@ -33,10 +33,34 @@ static void on_subscribe(struct mosquitto *mosq, void *obj, int mid, int count, 
     if (granted[i] <= 2) s->subscribed++;
 }
 
+/* The device the command test sends to: the test answers its commands itself. */
+#define DEVICE_TOPIC "c-byo/devices/d1/cmd"
+
+/* Answers a command as an MQTT 5 request/response device: "pong", to its response topic with
+ * its correlation data. */
+static void answer_command(struct mosquitto *mosq, const mosquitto_property *props) {
+  char *response_topic = NULL;
+  void *correlation = NULL;
+  uint16_t correlation_len = 0;
+  CHECK(mosquitto_property_read_string(props, MQTT_PROP_RESPONSE_TOPIC, &response_topic, false) != NULL);
+  CHECK(mosquitto_property_read_binary(props, MQTT_PROP_CORRELATION_DATA, &correlation, &correlation_len, false) !=
+        NULL);
+  mosquitto_property *reply = NULL;
+  CHECK(mosquitto_property_add_binary(&reply, MQTT_PROP_CORRELATION_DATA, correlation, correlation_len) ==
+        MOSQ_ERR_SUCCESS);
+  CHECK(mosquitto_publish_v5(mosq, NULL, response_topic, 4, "pong", 1, false, reply) == MOSQ_ERR_SUCCESS);
+  mosquitto_property_free_all(&reply);
+  free(response_topic);
+  free(correlation);
+}
+
 static void on_message(struct mosquitto *mosq, void *obj, const struct mosquitto_message *m,
                        const mosquitto_property *props) {
-  (void)mosq;
   session *s = obj;
+  if (strcmp(m->topic, DEVICE_TOPIC) == 0) {
+    answer_command(mosq, props);
+    return;
+  }
   CHECK_OK(glue_handle(s->core, m, props, now_ms()));
 }
 
@@ -95,8 +119,243 @@ static void connect_and_subscribe(void) {
   int filters = 0;
   for (const char *filter; (filter = mqstore_core_subscription(s.core, (size_t)filters)) != NULL; filters++)
     CHECK(mosquitto_subscribe_v5(mosq, NULL, filter, 1, 0, NULL) == MOSQ_ERR_SUCCESS);
-  CHECK(filters == 3);
+  CHECK(filters == 5);
+  CHECK(mqstore_core_subscription_count(s.core) == 5);
   while (s.subscribed < filters) CHECK(mosquitto_loop(mosq, 100, 1) == MOSQ_ERR_SUCCESS);
+}
+
+/* Subscribes to the filters from `from` on (what act_as or watch_commands added) and waits. */
+static void subscribe_from(size_t from) {
+  size_t count = mqstore_core_subscription_count(s.core);
+  int wanted = s.subscribed + (int)(count - from);
+  for (size_t i = from; i < count; i++)
+    CHECK(mosquitto_subscribe_v5(mosq, NULL, mqstore_core_subscription(s.core, i), 1, 0, NULL) == MOSQ_ERR_SUCCESS);
+  while (s.subscribed < wanted) CHECK(mosquitto_loop(mosq, 100, 1) == MOSQ_ERR_SUCCESS);
+}
+
+/* Runs the loop until `call` completes, keeping the other events (notifications) it meets in
+ * `seen` (at most 8; the caller frees them). */
+static mqstore_event *finish(uint64_t call, mqstore_event **seen, int *seen_count) {
+  for (;;) {
+    mqstore_event *event = next_event(mosq, &s);
+    if (event->kind == MQSTORE_EVENT_COMPLETED && event->call == call) return event;
+    CHECK(*seen_count < 8);
+    seen[(*seen_count)++] = event;
+  }
+}
+
+static void free_all(mqstore_event **events, int count) {
+  for (int i = 0; i < count; i++) mqstore_event_free(events[i]);
+}
+
+/* A jobs call that must succeed: its event, whose `json` contains `expected`. */
+static mqstore_event *jobs_ok(uint64_t call, const char *expected) {
+  mqstore_event *seen[8];
+  int n = 0;
+  mqstore_event *event = finish(call, seen, &n);
+  free_all(seen, n);
+  if (event->status != 0) FAIL("jobs call failed: %d %s", event->status, event->error);
+  CHECK(event->op == MQSTORE_OP_JOBS);
+  CHECK(event->json != NULL);
+  if (strstr(event->json, expected) == NULL) FAIL("%s does not contain %s", event->json, expected);
+  return event;
+}
+
+static void jobs_both_sides_over_libmosquitto(void) {
+  const char *thing = "c-byo-pump";
+  size_t before = mqstore_core_subscription_count(s.core);
+  CHECK_OK(mqstore_core_act_as(s.core, thing));
+  CHECK(mqstore_core_subscription_count(s.core) > before);
+  size_t after = mqstore_core_subscription_count(s.core);
+  CHECK_OK(mqstore_core_act_as(s.core, thing));
+  CHECK(mqstore_core_subscription_count(s.core) == after); /* once */
+  subscribe_from(before);
+
+  uint64_t call = 0;
+  CHECK_OK(mqstore_core_jobs_operate(
+      s.core,
+      "{\"op\": \"createJob\", \"jobId\": \"c-byo-fw\", \"targets\": [\"c-byo-pump\"], "
+      "\"document\": {\"url\": \"https://example.com/fw.bin\"}}",
+      now_ms(), &call));
+  mqstore_event *seen[8];
+  int n = 0;
+  mqstore_event *event = finish(call, seen, &n);
+  if (event->status != 0) FAIL("createJob failed: %s", event->error);
+  CHECK(strstr(event->json, "\"jobId\":\"c-byo-fw\"") != NULL);
+  mqstore_event_free(event);
+  /* The job's notify-next reaches the thing (before or after the answer). */
+  int notified = 0;
+  for (;;) {
+    for (int i = 0; i < n; i++)
+      if (seen[i]->kind == MQSTORE_EVENT_JOBS && strcmp(seen[i]->thing, thing) == 0 &&
+          strstr(seen[i]->json, "\"notify-next\"") != NULL && strstr(seen[i]->json, "c-byo-fw") != NULL)
+        notified = 1;
+    free_all(seen, n);
+    n = 0;
+    if (notified) break;
+    seen[n++] = next_event(mosq, &s);
+  }
+
+  CHECK_OK(mqstore_core_jobs_device(s.core, thing, "start-next", "{\"statusDetails\": {\"step\": \"download\"}}",
+                                    now_ms(), &call));
+  event = jobs_ok(call, "\"status\":\"IN_PROGRESS\"");
+  CHECK(strstr(event->json, "https://example.com/fw.bin") != NULL); /* the document */
+  mqstore_event_free(event);
+  CHECK_OK(mqstore_core_jobs_device(s.core, thing, "c-byo-fw/update",
+                                    "{\"status\": \"IN_PROGRESS\", \"statusDetails\": {\"step\": \"flash\"}, "
+                                    "\"includeJobExecutionState\": true}",
+                                    now_ms(), &call));
+  mqstore_event_free(jobs_ok(call, "\"step\":\"flash\""));
+  CHECK_OK(mqstore_core_jobs_device(s.core, thing, "c-byo-fw/update", "{\"status\": \"SUCCEEDED\"}", now_ms(), &call));
+  mqstore_event_free(jobs_ok(call, "timestamp"));
+  /* Ended: another update is refused with AWS's code. */
+  CHECK_OK(mqstore_core_jobs_device(s.core, thing, "c-byo-fw/update", "{\"status\": \"FAILED\"}", now_ms(), &call));
+  event = finish(call, seen, &n);
+  free_all(seen, n);
+  n = 0;
+  CHECK(event->status == MQSTORE_ERR_JOBS);
+  CHECK(strstr(event->error, "InvalidStateTransition") != NULL);
+  mqstore_event_free(event);
+  CHECK_OK(mqstore_core_jobs_operate(
+      s.core, "{\"op\": \"describeJobExecution\", \"jobId\": \"c-byo-fw\", \"thingName\": \"c-byo-pump\"}",
+      now_ms(), &call));
+  mqstore_event_free(jobs_ok(call, "\"status\":\"SUCCEEDED\""));
+  CHECK_OK(mqstore_core_jobs_device(s.core, thing, "start-next", NULL, now_ms(), &call));
+  mqstore_event_free(jobs_ok(call, "null")); /* nothing pending */
+
+  /* Bad requests are refused before anything is queued. */
+  CHECK_STATUS(mqstore_core_jobs_operate(s.core, "{\"op\": \"dropTables\"}", now_ms(), &call),
+               MQSTORE_ERR_INVALID_ARGUMENT);
+  CHECK_ERROR_SAYS("fits no operator call");
+  CHECK_STATUS(mqstore_core_jobs_operate(s.core, "not json", now_ms(), &call), MQSTORE_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(mqstore_core_jobs_device(s.core, thing, "c-byo-fw/cancel", NULL, now_ms(), &call),
+               MQSTORE_ERR_INVALID_ARGUMENT);
+  CHECK_ERROR_SAYS("is not a jobs device API");
+  CHECK_STATUS(mqstore_core_jobs_device(s.core, thing, "start-next", "{\"stepTimeoutInMinutes\": 0}", now_ms(), &call),
+               MQSTORE_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(mqstore_core_jobs_device(s.core, thing, "start-next", "[1]", now_ms(), &call),
+               MQSTORE_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(mqstore_core_act_as(s.core, "no spaces allowed"), MQSTORE_ERR_JOBS);
+  CHECK_STATUS(mqstore_core_jobs_device(s.core, "no spaces allowed", "get", NULL, now_ms(), &call), MQSTORE_ERR_JOBS);
+  mqstore_publish *p = (mqstore_publish *)1;
+  CHECK_OK(mqstore_core_next_publish(s.core, &p));
+  CHECK(p == NULL);
+}
+
+/* Runs the loop until an event of `kind` for `call` (completion or lease event). */
+static mqstore_event *event_for(mqstore_event_kind kind, uint64_t call) {
+  for (;;) {
+    mqstore_event *event = next_event(mosq, &s);
+    if (event->kind == kind && event->call == call) return event;
+    mqstore_event_free(event);
+  }
+}
+
+static void leases_wait_renew_release_and_get_lost(void) {
+  uint64_t call = 0, lease = 0;
+  /* Someone else holds the lock: one try is refused. */
+  CHECK_OK(mqstore_core_set(s.core, S("c-byo/lock"), S("someone-else"), NULL, now_ms(), &call));
+  mqstore_event_free(completed(mosq, &s, call));
+  CHECK_OK(mqstore_core_lease(s.core, S("c-byo/lock"), 3000, 0, now_ms(), &lease));
+  mqstore_event *event = event_for(MQSTORE_EVENT_COMPLETED, lease);
+  CHECK(event->status == 0 && event->op == MQSTORE_OP_LEASE && !event->applied);
+  mqstore_event_free(event);
+
+  /* Waiting: taken as soon as the holder's key is deleted. */
+  CHECK_OK(mqstore_core_lease(s.core, S("c-byo/lock"), 1500, 20000, now_ms(), &lease));
+  CHECK_OK(mqstore_core_del(s.core, S("c-byo/lock"), NULL, now_ms(), &call));
+  event = event_for(MQSTORE_EVENT_COMPLETED, lease);
+  CHECK(event->status == 0 && event->op == MQSTORE_OP_LEASE && event->applied && event->has_version);
+  mqstore_hlc token = event->version;
+  mqstore_event_free(event);
+
+  /* Renewed a third of the ttl after each claim. */
+  event = event_for(MQSTORE_EVENT_LEASE_RENEWED, lease);
+  int order = 0;
+  CHECK(event->has_version);
+  CHECK_OK(mqstore_hlc_compare(&event->version, &token, &order));
+  CHECK(order > 0);
+  mqstore_event_free(event);
+  uint64_t release = 0;
+  CHECK_OK(mqstore_core_lease_release(s.core, lease, now_ms(), &release));
+  event = event_for(MQSTORE_EVENT_COMPLETED, release);
+  CHECK(event->status == 0 && event->op == MQSTORE_OP_LEASE_RELEASE && event->applied);
+  mqstore_event_free(event);
+  CHECK_OK(mqstore_core_lease_release(s.core, lease, now_ms(), &release));
+  event = event_for(MQSTORE_EVENT_COMPLETED, release);
+  CHECK(!event->applied); /* no longer held */
+  mqstore_event_free(event);
+
+  /* Taken by someone else while held: lost at the next renewal. */
+  CHECK_OK(mqstore_core_lease(s.core, S("c-byo/lock"), 1500, 0, now_ms(), &lease));
+  event = event_for(MQSTORE_EVENT_COMPLETED, lease);
+  CHECK(event->applied);
+  mqstore_event_free(event);
+  CHECK_OK(mqstore_core_del(s.core, S("c-byo/lock"), NULL, now_ms(), &call));
+  CHECK_OK(mqstore_core_set(s.core, S("c-byo/lock"), S("someone-else"), NULL, now_ms(), &call));
+  event = event_for(MQSTORE_EVENT_LEASE_LOST, lease);
+  CHECK_BYTES(event->key, event->key_len, "c-byo/lock", 10);
+  mqstore_event_free(event);
+
+  CHECK_STATUS(mqstore_core_lease(s.core, S("c-byo/lock"), 0, 0, now_ms(), &lease), MQSTORE_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(mqstore_core_lease(s.core, NULL, 0, 1000, 0, now_ms(), &lease), MQSTORE_ERR_INVALID_ARGUMENT);
+}
+
+static void a_command_is_answered_by_the_device(void) {
+  CHECK(mosquitto_subscribe_v5(mosq, NULL, DEVICE_TOPIC, 1, 0, NULL) == MOSQ_ERR_SUCCESS);
+  int wanted = s.subscribed + 1;
+  while (s.subscribed < wanted) CHECK(mosquitto_loop(mosq, 100, 1) == MOSQ_ERR_SUCCESS);
+  size_t before = mqstore_core_subscription_count(s.core);
+  CHECK_OK(mqstore_core_watch_commands(s.core));
+  CHECK(mqstore_core_subscription_count(s.core) == before + 1);
+  subscribe_from(before);
+
+  uint64_t call = 0;
+  mqstore_command_options options = {0};
+  options.timeout_ms = 5000;
+  CHECK_OK(mqstore_core_command(s.core, DEVICE_TOPIC, (const uint8_t *)"ping", 4, &options, now_ms(), &call));
+  mqstore_event *seen[8];
+  int n = 0;
+  mqstore_event *event = finish(call, seen, &n);
+  if (event->status != 0) FAIL("command failed: %d %s", event->status, event->error);
+  CHECK(event->op == MQSTORE_OP_COMMAND);
+  CHECK_BYTES(event->value, event->value_len, "pong", 4);
+  CHECK(strstr(event->json, "\"status\":\"SUCCEEDED\"") != NULL);
+  const char *id = strstr(event->json, "\"id\":\"");
+  CHECK(id != NULL);
+  char command_id[64] = {0};
+  id += strlen("\"id\":\"");
+  size_t id_len = (size_t)(strchr(id, '"') - id);
+  CHECK(id_len > 0 && id_len < sizeof command_id);
+  memcpy(command_id, id, id_len);
+  mqstore_event_free(event);
+
+  /* The record's changes come as events (SENT, then the answer), some perhaps already. */
+  int succeeded = 0;
+  for (;;) {
+    for (int i = 0; i < n; i++)
+      if (seen[i]->kind == MQSTORE_EVENT_COMMAND_RECORD && strstr(seen[i]->json, command_id) != NULL &&
+          strstr(seen[i]->json, "\"status\":\"SUCCEEDED\"") != NULL)
+        succeeded = 1;
+    free_all(seen, n);
+    n = 0;
+    if (succeeded) break;
+    seen[n++] = next_event(mosq, &s);
+  }
+
+  CHECK_OK(mqstore_core_command_status(s.core, command_id, now_ms(), &call));
+  event = finish(call, seen, &n);
+  free_all(seen, n);
+  CHECK(event->status == 0 && event->op == MQSTORE_OP_COMMAND_STATUS);
+  CHECK(strstr(event->json, command_id) != NULL && strstr(event->json, "SUCCEEDED") != NULL);
+  mqstore_event_free(event);
+
+  CHECK_STATUS(mqstore_core_command(s.core, "", (const uint8_t *)"x", 1, NULL, now_ms(), &call),
+               MQSTORE_ERR_INVALID_ARGUMENT);
+  options.mode = 7;
+  CHECK_STATUS(mqstore_core_command(s.core, DEVICE_TOPIC, (const uint8_t *)"x", 1, &options, now_ms(), &call),
+               MQSTORE_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(mqstore_core_command_status(s.core, "", now_ms(), &call), MQSTORE_ERR_INVALID_ARGUMENT);
 }
 
 static void a_call_becomes_a_publish_with_every_property(void) {
@@ -319,7 +578,8 @@ static void too_large_and_bad_arguments_queue_nothing(void) {
   CHECK_STATUS(mqstore_core_new("a:b", 1, 0, &other), MQSTORE_ERR_INVALID_ARGUMENT);
   CHECK_STATUS(mqstore_core_new("", 1, 0, &other), MQSTORE_ERR_INVALID_ARGUMENT);
   CHECK(other == NULL);
-  CHECK(mqstore_core_subscription(s.core, 3) == NULL);
+  CHECK(mqstore_core_subscription(s.core, mqstore_core_subscription_count(s.core)) == NULL);
+  CHECK(mqstore_core_subscription_count(NULL) == 0);
   CHECK(mqstore_core_subscription(NULL, 0) == NULL);
 }
 
@@ -342,6 +602,9 @@ int main(void) {
   RUN(a_lost_answer_times_out_through_expire);
   RUN(a_lost_connection_fails_calls_in_flight);
   RUN(a_publish_the_broker_refuses_fails_its_call);
+  RUN(leases_wait_renew_release_and_get_lost);
+  RUN(jobs_both_sides_over_libmosquitto);
+  RUN(a_command_is_answered_by_the_device);
   RUN(too_large_and_bad_arguments_queue_nothing);
   RUN(a_freed_core_is_refused);
   mosquitto_disconnect_v5(mosq, 0, NULL);

@@ -205,7 +205,9 @@ type Completed = {
 type Changed = { kind: "changed"; key: Uint8Array; value: Uint8Array | null; version: wasm.Hlc | null; synthetic: boolean };
 type JobsNotified = { kind: "jobs-notification"; notification: JobNotification };
 type CommandChanged = { kind: "command-record"; record: CommandRecord };
-type CoreEvent = Completed | Changed | JobsNotified | CommandChanged;
+type LeaseRenewed = { kind: "lease-renewed"; lease: number; version: wasm.Hlc };
+type LeaseLost = { kind: "lease-lost"; lease: number; key: Uint8Array };
+type CoreEvent = Completed | Changed | JobsNotified | CommandChanged | LeaseRenewed | LeaseLost;
 
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
@@ -287,7 +289,8 @@ export class Client {
   #watchers = new Map<string, Set<(change: Change) => void>>();
   #timer: ReturnType<typeof setTimeout> | undefined;
   #closed = false;
-  #leases = new Set<Lease>();
+  /** Held leases, by their id (the state machine renews them). */
+  #leases = new Map<number, Lease>();
   #jobsListeners = new Map<string, Set<(n: JobNotification) => void>>();
   #commandListeners = new Set<(record: CommandRecord) => void>();
 
@@ -432,8 +435,11 @@ export class Client {
         for (const watcher of this.#watchers.get(hex(event.key)) ?? []) watcher(change);
       } else if (event.kind === "jobs-notification") {
         for (const listener of this.#jobsListeners.get(event.notification.thing) ?? []) listener(event.notification);
-      } else {
+      } else if (event.kind === "command-record") {
         for (const listener of this.#commandListeners) listener(event.record);
+      } else if (event.kind === "lease-lost") {
+        this.#leases.get(event.lease)?.stopRenewing();
+        this.#leases.delete(event.lease);
       }
     }
     clearTimeout(this.#timer);
@@ -563,39 +569,21 @@ export class Client {
   }
 
   /**
-   * Takes the lease on `key` for `ttlMs` (renewed every ttl/3 while held), waiting up to
-   * `waitMs` for its holder to release it or let it lapse (0: try once). Resolves to the lease,
-   * or null when someone else still holds it.
+   * Takes the lease on `key` for `ttlMs` (renewed a third of its ttl after each claim while
+   * held), waiting up to `waitMs` for its holder to release it or let it lapse (0: try once;
+   * `Infinity`: until held). Resolves to the lease, or null when someone else still holds it.
    */
   async lease(key: Bytes, ttlMs: number, options: { waitMs?: number } = {}): Promise<Lease | null> {
-    const terms = typed(() => new wasm.LeaseTerms(key, this.clientId, ttlMs));
-    let token = await this.#claim(terms);
     const waitMs = options.waitMs ?? 0;
-    if (token === null && waitMs > 0) {
-      const deadline = Date.now() + waitMs;
-      let deleted: (() => void) | undefined;
-      const stop = await this.onChange(key, (change) => {
-        if (change.value === null) deleted?.();
-      });
-      try {
-        while (token === null && Date.now() < deadline) {
-          // Until the key is deleted (released or expired), or the retry period passes.
-          await new Promise<void>((resolve) => {
-            const timer = setTimeout(resolve, Math.min(terms.retryAfterMs, deadline - Date.now()));
-            deleted = () => {
-              clearTimeout(timer);
-              resolve();
-            };
-          });
-          token = await this.#claim(terms);
-        }
-      } finally {
-        await stop();
-      }
-    }
+    const wait = Number.isFinite(waitMs) ? waitMs : null;
+    const done = await this.#call(() => this.#core.lease(asBytes(key), ttlMs, wait, Date.now()));
+    const token = done.result as wasm.Hlc | null;
     if (token === null) return null;
-    const lease = new Lease(token, terms, () => this.#claim(terms), () => this.#request(terms.release() as Request));
-    this.#leases.add(lease);
+    const lease = new Lease(token, () => {
+      this.#leases.delete(done.call);
+      return this.#call(() => this.#core.releaseLease(done.call, Date.now()));
+    });
+    this.#leases.set(done.call, lease);
     return lease;
   }
 
@@ -608,12 +596,6 @@ export class Client {
       const lease = await this.lease(key, ttlMs, { waitMs: Number.POSITIVE_INFINITY });
       if (lease) return lease;
     }
-  }
-
-  /** Claims (takes or renews) a lease: its fencing token, or null when someone else holds it. */
-  async #claim(terms: wasm.LeaseTerms): Promise<wasm.Hlc | null> {
-    const done = await this.#request(terms.claim() as Request);
-    return done.response?.kind === "ok" ? (done.version ?? null) : null;
   }
 
   /** Subscribes to filters the session added to its set (it names each once). */
@@ -732,7 +714,7 @@ export class Client {
     if (this.#closed) return;
     this.#closed = true;
     clearTimeout(this.#timer);
-    for (const lease of this.#leases) lease.stopRenewing();
+    for (const lease of this.#leases.values()) lease.stopRenewing();
     // Connected: the presence message and the DISCONNECT go out politely, within a grace
     // period. Not connected (the broker away, a reconnect pending): nothing can be delivered,
     // and MQTT.js would wait for it for ever, so the connection ends at once.
@@ -759,32 +741,26 @@ function deletion(done: Completed): DeleteResult {
 }
 
 /**
- * A held lease (a lock with a fencing token), renewed in the background every third of its
- * ttl until released, lost, or its client closed. Pass `fencingToken` to writes of what it
- * guards.
+ * A held lease (a lock with a fencing token), renewed by the client's state machine a third of
+ * its ttl after each claim until released, lost, or its client closed. Pass `fencingToken` to
+ * writes of what it guards.
  */
 export class Lease {
   /** The version of the SET that took the lease. */
   readonly fencingToken: wasm.Hlc;
   #held = true;
-  #timer: ReturnType<typeof setInterval>;
   #release: () => Promise<Completed>;
 
   /** @internal */
-  constructor(token: wasm.Hlc, terms: wasm.LeaseTerms, claim: () => Promise<wasm.Hlc | null>, release: () => Promise<Completed>) {
+  constructor(token: wasm.Hlc, release: () => Promise<Completed>) {
     this.fencingToken = token;
     this.#release = release;
-    this.#timer = setInterval(() => {
-      claim().then(
-        (renewed) => {
-          if (renewed === null) this.stopRenewing(); // someone else holds it now
-        },
-        () => {}, // a failed renewal is retried at the next period; the lease may still lapse
-      );
-    }, terms.renewEveryMs);
   }
 
-  /** False once released, or once a renewal found the lease taken by someone else. */
+  /**
+   * False once released, or once lost: a renewal found the lease taken by someone else, or
+   * none was confirmed before it would lapse.
+   */
   get held(): boolean {
     return this.#held;
   }
@@ -792,16 +768,14 @@ export class Lease {
   /** @internal */
   stopRenewing(): void {
     this.#held = false;
-    clearInterval(this.#timer);
   }
 
   /** Releases the lease (only if this client still holds it); resolves to whether it did. */
   async release(): Promise<boolean> {
     const wasHeld = this.#held;
-    this.stopRenewing();
+    this.#held = false;
     if (!wasHeld) return false;
-    const done = await this.#release();
-    return done.response?.kind === "deleted" && done.response.count > 0;
+    return (await this.#release()).result === true;
   }
 }
 

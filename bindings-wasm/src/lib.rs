@@ -668,6 +668,44 @@ impl ClientCore {
         Ok(id(call))
     }
 
+    /// Takes the lease on `key` for `ttlMs` (this client's id is the holder), waiting up to
+    /// `waitMs` for its holder (0: one try; `null`: until held). Completes with `result` the
+    /// fencing token (an `Hlc`), or `null` when someone else holds it; the call's id is the
+    /// lease's. While held it is renewed by the state machine; `lease-lost` says when it is
+    /// lost.
+    pub fn lease(
+        &mut self,
+        key: JsValue,
+        ttl_ms: f64,
+        wait_ms: Option<f64>,
+        now_ms: f64,
+    ) -> Result<f64, JsValue> {
+        if ttl_ms.is_nan() || ttl_ms < 1.0 {
+            return Err(invalid("ttlMs must be at least 1"));
+        }
+        let wait = match wait_ms {
+            Some(w) if w.is_nan() || w < 0.0 => return Err(invalid("waitMs must be 0 or more")),
+            Some(w) if w.is_finite() => Some(w as u64),
+            _ => None, // null or Infinity: until held
+        };
+        let call = self
+            .session
+            .lease(key_of(&key, "key")?, ttl_ms as u64, wait, now_ms as u64)
+            .map_err(client_error)?;
+        Ok(id(call))
+    }
+
+    /// Releases held lease `lease` and stops renewing it. Completes with `result` whether it
+    /// was still held.
+    #[wasm_bindgen(js_name = releaseLease)]
+    pub fn release_lease(&mut self, lease: f64, now_ms: f64) -> Result<f64, JsValue> {
+        let call = self
+            .session
+            .release_lease(CallId(lease as u64), now_ms as u64)
+            .map_err(client_error)?;
+        Ok(id(call))
+    }
+
     /// Stops observing `key`.
     pub fn unobserve(&mut self, key: JsValue, now_ms: f64) -> Result<f64, JsValue> {
         let call = self
@@ -730,7 +768,8 @@ impl ClientCore {
 
     /// What happened, in order: `{kind: "completed", call, op, error?, response?, version?,
     /// result?}`, `{kind: "changed", key, value (null: deleted), version, synthetic}`,
-    /// `{kind: "jobs-notification", notification}` and `{kind: "command-record", record}`.
+    /// `{kind: "jobs-notification", notification}`, `{kind: "command-record", record}`,
+    /// `{kind: "lease-renewed", lease, version}` and `{kind: "lease-lost", lease, key}`.
     #[wasm_bindgen(js_name = takeEvents)]
     pub fn take_events(&mut self) -> Array {
         std::iter::from_fn(|| self.session.poll_event())
@@ -764,6 +803,8 @@ fn event_to_js(event: SessionEvent) -> Object {
                 Ok(Completion::CommandStatus(record)) => {
                     set(&out, "result", services::record_to_js(&record));
                 }
+                Ok(Completion::Lease(token)) => set(&out, "result", version_to_js(token.as_ref())),
+                Ok(Completion::Released(held)) => set(&out, "result", held),
                 Err(e) => set(&out, "error", client_error(e)),
             }
         }
@@ -790,6 +831,16 @@ fn event_to_js(event: SessionEvent) -> Object {
         SessionEvent::CommandRecord(record) => {
             set(&out, "kind", "command-record");
             set(&out, "record", services::record_to_js(&record));
+        }
+        SessionEvent::LeaseRenewed { lease, version } => {
+            set(&out, "kind", "lease-renewed");
+            set(&out, "lease", id(lease));
+            set(&out, "version", version_to_js(Some(&version)));
+        }
+        SessionEvent::LeaseLost { lease, key } => {
+            set(&out, "kind", "lease-lost");
+            set(&out, "lease", id(lease));
+            set(&out, "key", bytes_to_js(&key));
         }
     }
     out

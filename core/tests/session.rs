@@ -313,3 +313,280 @@ fn observed_changes_and_watched_commands_become_events() {
     let resumed: Vec<_> = std::iter::from_fn(|| session.poll_publish()).collect();
     assert!(!resumed.is_empty() && resumed.iter().all(|o| o.call.is_none()));
 }
+
+// ---- leases ----
+
+/// Sessions and the engine on one clock: what one session publishes reaches the engine, and
+/// what the engine publishes reaches every session (each takes only its own).
+struct Fleet {
+    engine: Engine,
+    now: u64,
+    /// Publishes dropped on their way to the engine (a broker that lost them).
+    drop_from: Option<usize>,
+}
+
+impl Fleet {
+    fn new() -> Self {
+        Self {
+            engine: Engine::in_memory("engine").unwrap(),
+            now: T0,
+            drop_from: None,
+        }
+    }
+
+    /// Runs everything until quiet.
+    fn run(&mut self, sessions: &mut [&mut Session]) {
+        loop {
+            let mut answers = Vec::new();
+            for (i, session) in sessions.iter_mut().enumerate() {
+                while let Some(outgoing) = session.poll_publish() {
+                    if self.drop_from != Some(i) {
+                        self.engine.handle(outgoing.publish, self.now, &mut answers);
+                    }
+                }
+            }
+            if answers.is_empty() {
+                return;
+            }
+            for answer in &answers {
+                for session in sessions.iter_mut() {
+                    session.handle(answer, self.now);
+                }
+            }
+        }
+    }
+
+    /// Moves the clock to `at`, expiring what is due on the way (each deadline in turn).
+    fn advance(&mut self, at: u64, sessions: &mut [&mut Session]) {
+        loop {
+            let next = sessions
+                .iter()
+                .filter_map(|s| s.next_deadline())
+                .chain(self.engine.next_deadline())
+                .filter(|d| *d <= at)
+                .min();
+            self.now = next.unwrap_or(at).max(self.now);
+            let mut out = Vec::new();
+            self.engine.expire(self.now, &mut out);
+            for publish in &out {
+                for session in sessions.iter_mut() {
+                    session.handle(publish, self.now);
+                }
+            }
+            for session in sessions.iter_mut() {
+                session.expire(self.now);
+            }
+            self.run(sessions);
+            if next.is_none() {
+                return;
+            }
+        }
+    }
+}
+
+/// The lease events of `session`, in order (other events dropped).
+fn lease_events(session: &mut Session) -> Vec<SessionEvent> {
+    events(session)
+        .into_iter()
+        .filter(|e| {
+            matches!(
+                e,
+                SessionEvent::Completed {
+                    op: "lease" | "releaseLease",
+                    ..
+                } | SessionEvent::LeaseRenewed { .. }
+                    | SessionEvent::LeaseLost { .. }
+            )
+        })
+        .collect()
+}
+
+fn granted(events: &[SessionEvent], lease: CallId) -> bool {
+    events.iter().any(|e| {
+        matches!(e, SessionEvent::Completed { call, result: Ok(Completion::Lease(Some(_))), .. } if *call == lease)
+    })
+}
+
+fn refused(events: &[SessionEvent], lease: CallId) -> bool {
+    events.iter().any(|e| {
+        matches!(e, SessionEvent::Completed { call, result: Ok(Completion::Lease(None)), .. } if *call == lease)
+    })
+}
+
+fn lost(events: &[SessionEvent], lease: CallId) -> bool {
+    events
+        .iter()
+        .any(|e| matches!(e, SessionEvent::LeaseLost { lease: l, .. } if *l == lease))
+}
+
+const KEY: &[u8] = b"locks/pump";
+
+#[test]
+fn a_lease_is_held_once_and_a_waiting_claimant_takes_it_on_release() {
+    let mut fleet = Fleet::new();
+    let (mut a, mut b) = (session("la"), session("lb"));
+    let held = a
+        .lease(Bytes::from_static(KEY), 3_000, Some(0), T0)
+        .unwrap();
+    fleet.run(&mut [&mut a, &mut b]);
+    assert!(granted(&lease_events(&mut a), held));
+    let token = a.lease_token(held).cloned().expect("held");
+
+    let once = b
+        .lease(Bytes::from_static(KEY), 3_000, Some(0), T0)
+        .unwrap();
+    fleet.run(&mut [&mut a, &mut b]);
+    assert!(refused(&lease_events(&mut b), once), "wait 0 tries once");
+    assert_eq!(b.in_flight(), 0);
+
+    let waiting = b
+        .lease(Bytes::from_static(KEY), 3_000, Some(60_000), T0)
+        .unwrap();
+    fleet.run(&mut [&mut a, &mut b]);
+    assert!(lease_events(&mut b).is_empty(), "still held by a: b waits");
+    assert_eq!(b.in_flight(), 1);
+
+    fleet.now += 100;
+    let release = a.release_lease(held, fleet.now).unwrap();
+    fleet.run(&mut [&mut a, &mut b]);
+    assert!(lease_events(&mut a).iter().any(|e| matches!(
+        e,
+        SessionEvent::Completed { call, result: Ok(Completion::Released(true)), .. } if *call == release
+    )));
+    // Taken at once on the deletion's notification, not at the retry period.
+    let taken_events = lease_events(&mut b);
+    assert!(granted(&taken_events, waiting), "{taken_events:?}");
+    let taken = b.lease_token(waiting).unwrap();
+    assert!(taken > &token, "a newer fencing token");
+    assert!(
+        !events(&mut b)
+            .iter()
+            .any(|e| matches!(e, SessionEvent::Changed { .. })),
+        "no change of the lease's key reaches b's caller"
+    );
+
+    // Releasing what is no longer held says so.
+    let again = a.release_lease(held, fleet.now).unwrap();
+    assert!(lease_events(&mut a).iter().any(|e| matches!(
+        e,
+        SessionEvent::Completed { call, result: Ok(Completion::Released(false)), .. } if *call == again
+    )));
+}
+
+#[test]
+fn a_held_lease_is_renewed_a_third_of_its_ttl_after_each_claim() {
+    let mut fleet = Fleet::new();
+    let (mut a, mut b) = (session("ra"), session("rb"));
+    let held = a
+        .lease(Bytes::from_static(KEY), 3_000, Some(0), T0)
+        .unwrap();
+    fleet.run(&mut [&mut a, &mut b]);
+    assert!(granted(&lease_events(&mut a), held));
+    assert_eq!(a.next_deadline(), Some(T0 + 1_000), "renewal at ttl/3");
+    fleet.advance(T0 + 10_000, &mut [&mut a, &mut b]);
+    let renewals = lease_events(&mut a)
+        .iter()
+        .filter(|e| matches!(e, SessionEvent::LeaseRenewed { lease, .. } if *lease == held))
+        .count();
+    assert_eq!(renewals, 10, "every 1 s for 10 s");
+    assert!(a.lease_token(held).is_some(), "still held past its ttl");
+    let other = b
+        .lease(Bytes::from_static(KEY), 3_000, Some(0), fleet.now)
+        .unwrap();
+    fleet.run(&mut [&mut a, &mut b]);
+    assert!(refused(&lease_events(&mut b), other));
+}
+
+#[test]
+fn a_lease_whose_renewal_is_not_confirmed_is_lost_before_it_lapses() {
+    let mut fleet = Fleet::new();
+    let mut a = session("na");
+    let held = a
+        .lease(Bytes::from_static(KEY), 3_000, Some(0), T0)
+        .unwrap();
+    fleet.run(&mut [&mut a]);
+    assert!(granted(&lease_events(&mut a), held));
+    fleet.drop_from = Some(0); // the broker loses a's publishes from now on
+    fleet.advance(T0 + 2_999, &mut [&mut a]);
+    assert!(
+        !lost(&lease_events(&mut a), held),
+        "not before it would lapse"
+    );
+    fleet.advance(T0 + 3_000, &mut [&mut a]);
+    assert!(
+        lost(&lease_events(&mut a), held),
+        "lost when its claim's ttl ends"
+    );
+    assert!(a.lease_token(held).is_none());
+}
+
+#[test]
+fn a_lease_taken_by_someone_else_is_lost_at_the_next_renewal() {
+    let mut fleet = Fleet::new();
+    let (mut a, mut b) = (session("ta"), session("tb"));
+    let held = a
+        .lease(Bytes::from_static(KEY), 3_000, Some(0), T0)
+        .unwrap();
+    fleet.run(&mut [&mut a, &mut b]);
+    assert!(granted(&lease_events(&mut a), held));
+    // b removes a's lease by force and takes it.
+    let del = Request::Del {
+        key: Bytes::from_static(KEY),
+    };
+    b.call(&del, &CallOptions::default(), T0).unwrap();
+    let taken = b
+        .lease(Bytes::from_static(KEY), 3_000, Some(0), T0)
+        .unwrap();
+    fleet.run(&mut [&mut a, &mut b]);
+    assert!(granted(&lease_events(&mut b), taken));
+    fleet.advance(T0 + 1_000, &mut [&mut a, &mut b]);
+    assert!(lost(&lease_events(&mut a), held));
+}
+
+#[test]
+fn a_campaign_waits_until_the_holder_vanishes() {
+    let mut fleet = Fleet::new();
+    let (mut a, mut b) = (session("ca"), session("cb"));
+    let held = a
+        .lease(Bytes::from_static(KEY), 3_000, Some(0), T0)
+        .unwrap();
+    fleet.run(&mut [&mut a, &mut b]);
+    assert!(granted(&lease_events(&mut a), held));
+    let campaign = b.lease(Bytes::from_static(KEY), 3_000, None, T0).unwrap();
+    fleet.run(&mut [&mut a, &mut b]);
+    fleet.advance(T0 + 20_000, &mut [&mut a, &mut b]);
+    assert!(
+        !granted(&lease_events(&mut b), campaign),
+        "a keeps renewing"
+    );
+    // a vanishes: its lease lapses, and b, retrying every ttl, takes it.
+    let at = fleet.now;
+    fleet.advance(at + 7_000, &mut [&mut b]);
+    assert!(granted(&lease_events(&mut b), campaign));
+}
+
+#[test]
+fn a_lost_connection_fails_an_acquisition_but_not_a_held_lease() {
+    let mut fleet = Fleet::new();
+    let (mut a, mut b) = (session("da"), session("db"));
+    let held = a
+        .lease(Bytes::from_static(KEY), 3_000, Some(0), T0)
+        .unwrap();
+    fleet.run(&mut [&mut a, &mut b]);
+    assert!(granted(&lease_events(&mut a), held));
+    let acquiring = b
+        .lease(Bytes::from_static(b"other"), 3_000, Some(0), T0)
+        .unwrap();
+    b.connection_lost();
+    assert!(lease_events(&mut b).iter().any(|e| matches!(
+        e,
+        SessionEvent::Completed { call, result: Err(ClientError::Disconnected), .. } if *call == acquiring
+    )));
+    fleet.advance(T0 + 500, &mut [&mut a]);
+    a.connection_lost();
+    assert!(lease_events(&mut a).is_empty());
+    assert!(
+        a.lease_token(held).is_some(),
+        "held until a renewal says otherwise"
+    );
+}

@@ -79,6 +79,43 @@ pub struct Update {
 }
 
 impl DeviceRequest {
+    /// A request as AWS's device API writes it: `api`, the topic's part after
+    /// `$aws/things/{thing}/jobs/` (`get`, `start-next`, `{jobId}/get`, `$next/get`,
+    /// `{jobId}/update`), and its payload (`clientToken` is the client's own and ignored).
+    /// For drivers whose callers speak the wire form (the C library); the message says what
+    /// does not fit.
+    pub fn from_wire(api: &str, body: DeviceBody) -> Result<Self, String> {
+        let api = super::parse_api(api).ok_or_else(|| {
+            format!(
+                "{api:?} is not a jobs device API: get, start-next, {{jobId}}/get, $next/get or {{jobId}}/update"
+            )
+        })?;
+        body.validate()?;
+        let details = body.status_details.unwrap_or_default();
+        Ok(match api {
+            super::Api::GetPending => Self::GetPending,
+            super::Api::StartNext => Self::StartNext {
+                status_details: details,
+                step_timeout_minutes: body.step_timeout_in_minutes,
+            },
+            super::Api::Describe(execution) => Self::Describe {
+                execution,
+                execution_number: body.execution_number,
+                include_document: body.include_job_document.unwrap_or(true),
+            },
+            super::Api::Update(job_id) => Self::Update(Update {
+                job_id,
+                status: body.status,
+                status_details: details,
+                expected_version: body.expected_version,
+                execution_number: body.execution_number,
+                step_timeout_minutes: body.step_timeout_in_minutes,
+                include_state: body.include_job_execution_state == Some(true),
+                include_document: body.include_job_document == Some(true),
+            }),
+        })
+    }
+
     /// The field of the `/accepted` reply a caller wants (see [`JobsEvent::Completed`]).
     fn result_field(&self) -> Option<&'static str> {
         match self {
@@ -467,6 +504,49 @@ mod tests {
             jobs.handle(&publish.topic, &publish.payload, NOW, &mut out);
         }
         out
+    }
+
+    #[test]
+    fn requests_read_from_the_wire_form_write_it_back() {
+        let requests = [
+            ("get", DeviceRequest::GetPending),
+            (
+                "start-next",
+                DeviceRequest::StartNext {
+                    status_details: [("step".to_owned(), "1".to_owned())].into(),
+                    step_timeout_minutes: Some(5),
+                },
+            ),
+            (
+                "$next/get",
+                DeviceRequest::Describe {
+                    execution: ExecutionRef::Next,
+                    execution_number: None,
+                    include_document: false,
+                },
+            ),
+            (
+                "j1/update",
+                DeviceRequest::Update(Update {
+                    job_id: "j1".into(),
+                    status: Some(Status::Succeeded),
+                    expected_version: Some(3),
+                    include_state: true,
+                    ..Update::default()
+                }),
+            ),
+        ];
+        for (api, request) in requests {
+            assert_eq!(request.api(), api);
+            assert_eq!(DeviceRequest::from_wire(api, request.body()), Ok(request));
+        }
+        let bad_step = DeviceBody {
+            step_timeout_in_minutes: Some(0),
+            ..DeviceBody::default()
+        };
+        assert!(DeviceRequest::from_wire("start-next", bad_step).is_err());
+        assert!(DeviceRequest::from_wire("j1/cancel", DeviceBody::default()).is_err());
+        assert!(DeviceRequest::from_wire("$next/update", DeviceBody::default()).is_err());
     }
 
     fn completed(client: &mut JobsClient, replies: &[Publish], call: CallId) -> Value {

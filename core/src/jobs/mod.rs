@@ -33,12 +33,10 @@ pub use model::{Execution, ExecutionRef, Job, JobSpec, JobsError, RejectCode, St
 use model::{THING_NAME_RULE, valid_job_id, valid_thing_name};
 pub use store::{DurableJobs, JobsStore, MemoryJobs, StoreError, Stored, ThingRecord};
 pub use topics::OPERATOR as OPERATOR_TOPIC;
-use wire::{
-    Accepted, DeviceBody, ExecutionAccepted, Notify, NotifyJobs, NotifyNext, Rejected, Reply,
-};
+use wire::{Accepted, ExecutionAccepted, Notify, NotifyJobs, NotifyNext, Rejected, Reply};
 pub use wire::{
-    ExecutionListing, ExecutionState, JobDescription, JobExecution, JobListing, JobSummary,
-    OperatorRequest, PendingJobs, TimeoutConfig, UpdateAccepted,
+    DeviceBody, ExecutionListing, ExecutionState, JobDescription, JobExecution, JobListing,
+    JobSummary, OperatorRequest, PendingJobs, TimeoutConfig, UpdateAccepted,
 };
 
 use crate::envelope::{Properties, Publish};
@@ -56,7 +54,7 @@ pub struct Jobs<S = MemoryJobs> {
 
 /// What a device request asked for, from its topic.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Api {
+pub(crate) enum Api {
     GetPending,
     StartNext,
     Describe(ExecutionRef),
@@ -663,7 +661,9 @@ fn not_found(thing: &str, job_id: &str) -> Rejection {
     )
 }
 
-fn parse_api(api: &str) -> Option<Api> {
+/// The API a request topic's part after `$aws/things/{thing}/jobs/` names (`get`,
+/// `start-next`, `{jobId}/get`, `$next/get`, `{jobId}/update`).
+pub(crate) fn parse_api(api: &str) -> Option<Api> {
     match api {
         "get" => Some(Api::GetPending),
         "start-next" => Some(Api::StartNext),

@@ -1,5 +1,6 @@
 //! The client session: everything a client does over one MQTT connection, as one state
-//! machine with no I/O — the state store's calls and observations ([`ClientCore`]), the jobs
+//! machine with no I/O — the state store's calls and observations ([`ClientCore`]), leases
+//! (locks with fencing tokens, and leader election, on top of the state store), the jobs
 //! operator and device calls ([`JobsClient`]) and commands ([`CommandsClient`]) behind one
 //! call-id space, one subscription set and one queue of publishes and events.
 //!
@@ -19,12 +20,17 @@
 //! The three clients number their calls apart; the session gives each call one id of its own
 //! and routes every incoming message to the client whose topic it is.
 
+mod leases;
+
 use std::collections::{HashMap, VecDeque};
 
 use bytes::Bytes;
 use serde_json::Value;
 
-use crate::client::{Answer, CallId, CallOptions, ClientConfig, ClientCore, ClientError, Event};
+use self::leases::{Lease, Step};
+use crate::client::{
+    Answer, CallId, CallOptions, ClientConfig, ClientCore, ClientError, Deleted, Event,
+};
 use crate::codec::{Notification, Request};
 use crate::commands::wire::{
     CommandReply, CommandsClient, CommandsEvent, EVENTS_FILTER, EVENTS_PREFIX,
@@ -33,6 +39,7 @@ use crate::commands::{CommandRequest, Record};
 use crate::envelope::Publish;
 use crate::hlc::{Hlc, HlcError};
 use crate::jobs::{DeviceRequest, JobNotification, JobsClient, JobsEvent, OperatorRequest};
+use crate::lease::LeaseTerms;
 
 /// A publish to send, with the call it belongs to (`None`: the session's own, such as the
 /// renewal of its registrations).
@@ -53,6 +60,11 @@ pub enum Completion {
     Command(CommandReply),
     /// A command's status record.
     CommandStatus(Record),
+    /// A lease acquisition: the fencing token when held (the lease's id is the call's), `None`
+    /// when someone else still holds it after the wait.
+    Lease(Option<Hlc>),
+    /// A lease release: whether it was still held.
+    Released(bool),
 }
 
 /// What happened.
@@ -76,6 +88,12 @@ pub enum SessionEvent {
     Jobs(JobNotification),
     /// A command's status changed (after [`Session::watch_commands`]).
     CommandRecord(Record),
+    /// Held lease `lease` was renewed (`version`: the renewing SET's; the fencing token stays
+    /// the one it was acquired with).
+    LeaseRenewed { lease: CallId, version: Hlc },
+    /// Held lease `lease` is lost: a renewal found someone else holding the key, or none was
+    /// confirmed before it would lapse. Writes with its fencing token will be refused.
+    LeaseLost { lease: CallId, key: Bytes },
 }
 
 /// Which client a call belongs to.
@@ -95,6 +113,16 @@ pub struct Session {
     /// Each call in flight: the session's id and op, by its client and that client's id.
     calls: HashMap<(Service, CallId), (CallId, &'static str)>,
     next_call: u64,
+    /// Leases being acquired or held.
+    leases: Vec<Lease>,
+    /// The state store calls the session makes for itself, by the store client's id: lease
+    /// claims (with the lease's id and when each was sent) and the observations of keys
+    /// leases wait on (`None`: the answer only acknowledges).
+    internal: HashMap<CallId, Option<(CallId, u64)>>,
+    /// The keys the caller observes (leases observe keys too; their changes are theirs).
+    observed: Vec<Bytes>,
+    /// The latest time an input gave, for inputs without one (a lost connection).
+    now_ms: u64,
     /// The things this session acts as in the jobs device API, in the order it began to (a
     /// few per session: a list, rather than a set's code in the wasm binding).
     things: Vec<String>,
@@ -121,6 +149,10 @@ impl Session {
             commands,
             calls: HashMap::new(),
             next_call: 0,
+            leases: Vec::new(),
+            internal: HashMap::new(),
+            observed: Vec::new(),
+            now_ms: 0,
             things: Vec::new(),
             watching_commands: false,
             outgoing: VecDeque::new(),
@@ -198,9 +230,9 @@ impl Session {
         std::mem::replace(&mut self.watching_commands, false).then_some(EVENTS_FILTER)
     }
 
-    /// Calls waiting for an answer.
+    /// Calls waiting for an answer (lease acquisitions included).
     pub fn in_flight(&self) -> usize {
-        self.calls.len()
+        self.calls.len() + self.leases.iter().filter(|l| !l.is_held()).count()
     }
 
     // ---- calls ----
@@ -219,14 +251,78 @@ impl Session {
     /// Starts observing `key`: the call completes once registered; changes come as
     /// [`SessionEvent::Changed`], across reconnects.
     pub fn observe(&mut self, key: Bytes, now_ms: u64) -> Result<CallId, ClientError> {
-        let (call, publishes) = self.store.observe(key, now_ms)?;
+        let (call, publishes) = self.store.observe(key.clone(), now_ms)?;
+        if !self.observed.contains(&key) {
+            self.observed.push(key);
+        }
         Ok(self.sent(Service::Store, call, "KEYNOTIFY", publishes))
     }
 
-    /// Stops observing `key`.
+    /// Stops observing `key`. (A lease waiting on the key then retries on its timer only.)
     pub fn unobserve(&mut self, key: Bytes, now_ms: u64) -> Result<CallId, ClientError> {
-        let (call, publish) = self.store.unobserve(key, now_ms)?;
+        let (call, publish) = self.store.unobserve(key.clone(), now_ms)?;
+        self.observed.retain(|k| *k != key);
         Ok(self.sent(Service::Store, call, "KEYNOTIFY", [publish]))
+    }
+
+    /// Takes the lease on `key` for `ttl_ms` (at least 1), with this client's id as holder,
+    /// waiting up to `wait_ms` for its holder to release it or let it lapse (`Some(0)`: one
+    /// try; `None`: until held — leader election). The call completes with
+    /// [`Completion::Lease`]; a held lease is renewed a third of its ttl after each claim's
+    /// answer until [`Session::release_lease`], or [`SessionEvent::LeaseLost`]. The call's
+    /// id is the lease's.
+    pub fn lease(
+        &mut self,
+        key: Bytes,
+        ttl_ms: u64,
+        wait_ms: Option<u64>,
+        now_ms: u64,
+    ) -> Result<CallId, ClientError> {
+        self.now_ms = now_ms;
+        let holder = Bytes::copy_from_slice(self.client_id().as_bytes());
+        let terms = LeaseTerms::new(key, holder, ttl_ms.max(1))
+            .ok_or(ClientError::Malformed("a lease needs a ttl".into()))?;
+        let id = self.next_id();
+        self.leases.push(Lease::new(id, terms, wait_ms, now_ms));
+        if let Err(e) = self.claim(id, now_ms) {
+            self.leases.retain(|l| l.id != id);
+            return Err(e);
+        }
+        Ok(id)
+    }
+
+    /// The fencing token of held lease `lease` (`None` when it is not held).
+    pub fn lease_token(&self, lease: CallId) -> Option<&Hlc> {
+        self.leases
+            .iter()
+            .find(|l| l.id == lease)
+            .and_then(Lease::token)
+    }
+
+    /// Releases held lease `lease` (VDEL: only if this client still holds the key); it is no
+    /// longer renewed. Completes with [`Completion::Released`]: `false` when it was no longer
+    /// held (lost, released, or never acquired).
+    pub fn release_lease(&mut self, lease: CallId, now_ms: u64) -> Result<CallId, ClientError> {
+        self.now_ms = now_ms;
+        let Some(i) = self
+            .leases
+            .iter()
+            .position(|l| l.id == lease && l.is_held())
+        else {
+            let call = self.next_id();
+            self.events.push_back(SessionEvent::Completed {
+                call,
+                op: "releaseLease",
+                result: Ok(Completion::Released(false)),
+            });
+            return Ok(call);
+        };
+        let held = self.leases.remove(i);
+        self.stop_observing(lease, &held.terms.key, held.observing, now_ms);
+        let (call, publish) =
+            self.store
+                .call(&held.terms.release(), &CallOptions::default(), now_ms)?;
+        Ok(self.sent(Service::Store, call, "releaseLease", [publish]))
     }
 
     /// Starts a jobs operator call (`timeout_ms`: `None` for the session's default).
@@ -269,6 +365,7 @@ impl Session {
     /// A message arrived on one of the subscriptions. Messages for nobody (a late answer,
     /// another client's reply) change nothing.
     pub fn handle(&mut self, publish: &Publish, now_ms: u64) {
+        self.now_ms = now_ms;
         if let Some(event) = self.store.handle(publish, now_ms) {
             self.store_event(event);
         } else if let Some(event) = self.jobs.handle(publish) {
@@ -286,6 +383,15 @@ impl Session {
 
     /// Fails the calls whose timeout has passed, and renews what needs renewing.
     pub fn expire(&mut self, now_ms: u64) {
+        self.now_ms = now_ms;
+        let ids: Vec<CallId> = self.leases.iter().map(|l| l.id).collect();
+        for id in ids {
+            let step = match self.leases.iter().find(|l| l.id == id) {
+                Some(lease) => lease.expire(now_ms),
+                None => continue,
+            };
+            self.lease_step(id, step, now_ms);
+        }
         let store = self.store.expire(now_ms);
         let jobs = self.jobs.expire(now_ms);
         let commands = self.commands.expire(now_ms);
@@ -299,6 +405,7 @@ impl Session {
             self.store.next_deadline(),
             self.jobs.next_deadline(),
             self.commands.next_deadline(),
+            self.leases.iter().filter_map(Lease::deadline).min(),
         ]
         .into_iter()
         .flatten()
@@ -317,12 +424,9 @@ impl Session {
     /// Connected and subscribed again: registers every observed key again and reads it back,
     /// so that a change missed while away arrives as a synthetic [`SessionEvent::Changed`].
     pub fn resume(&mut self, now_ms: u64) -> Result<(), ClientError> {
+        self.now_ms = now_ms;
         let publishes = self.store.resume(now_ms)?;
-        self.outgoing
-            .extend(publishes.into_iter().map(|publish| Outgoing {
-                publish,
-                call: None,
-            }));
+        self.send_own(publishes);
         Ok(())
     }
 
@@ -377,8 +481,7 @@ impl Session {
         op: &'static str,
         publishes: impl IntoIterator<Item = Publish>,
     ) -> CallId {
-        self.next_call += 1;
-        let call = CallId(self.next_call);
+        let call = self.next_id();
         self.calls.insert((service, inner), (call, op));
         self.outgoing
             .extend(publishes.into_iter().map(|publish| Outgoing {
@@ -388,14 +491,138 @@ impl Session {
         call
     }
 
-    /// What the state store client decided to send on its own.
-    fn own_publishes(&mut self) {
-        let own = self.store.take_publishes();
+    fn next_id(&mut self) -> CallId {
+        self.next_call += 1;
+        CallId(self.next_call)
+    }
+
+    /// Sends a publish of the session's own.
+    fn send_own(&mut self, publishes: impl IntoIterator<Item = Publish>) {
         self.outgoing
-            .extend(own.into_iter().map(|publish| Outgoing {
+            .extend(publishes.into_iter().map(|publish| Outgoing {
                 publish,
                 call: None,
             }));
+    }
+
+    // ---- leases ----
+
+    /// Sends lease `id`'s claim (to take it, or to renew it).
+    fn claim(&mut self, id: CallId, now_ms: u64) -> Result<(), ClientError> {
+        let Some(lease) = self.leases.iter_mut().find(|l| l.id == id) else {
+            return Ok(());
+        };
+        let (call, publish) =
+            self.store
+                .call(&lease.terms.claim(), &CallOptions::default(), now_ms)?;
+        lease.claiming(call);
+        self.internal.insert(call, Some((id, now_ms)));
+        self.send_own([publish]);
+        Ok(())
+    }
+
+    /// Carries out what lease `id`'s state machine decided.
+    fn lease_step(&mut self, id: CallId, step: Step, now_ms: u64) {
+        let completed = |result| SessionEvent::Completed {
+            call: id,
+            op: "lease",
+            result,
+        };
+        match step {
+            Step::Quiet => {}
+            Step::Claim => {
+                if let Err(e) = self.claim(id, now_ms) {
+                    match self.leases.iter().find(|l| l.id == id).map(Lease::is_held) {
+                        // A renewal that cannot be sent: tried again, until it lapses.
+                        Some(true) => {}
+                        _ => self.end_lease(id, Some(completed(Err(e))), now_ms),
+                    }
+                }
+            }
+            Step::Wait => {
+                if let Some(i) = self.leases.iter().position(|l| l.id == id) {
+                    self.start_observing(i, now_ms);
+                }
+            }
+            Step::Acquired(Some(token)) => {
+                if let Some(lease) = self.leases.iter_mut().find(|l| l.id == id) {
+                    let (key, observing) = (lease.terms.key.clone(), lease.observing);
+                    lease.observing = false;
+                    self.stop_observing(id, &key, observing, now_ms);
+                }
+                self.events
+                    .push_back(completed(Ok(Completion::Lease(Some(token)))));
+            }
+            Step::Acquired(None) => {
+                self.end_lease(id, Some(completed(Ok(Completion::Lease(None)))), now_ms);
+            }
+            Step::Failed(e) => self.end_lease(id, Some(completed(Err(e))), now_ms),
+            Step::Renewed(version) => {
+                self.events
+                    .push_back(SessionEvent::LeaseRenewed { lease: id, version });
+            }
+            Step::Lost => {
+                if let Some(i) = self.leases.iter().position(|l| l.id == id) {
+                    let key = self.leases.remove(i).terms.key;
+                    self.events
+                        .push_back(SessionEvent::LeaseLost { lease: id, key });
+                }
+            }
+        }
+    }
+
+    /// Forgets lease `id` (no longer observing its key), reporting `event`.
+    fn end_lease(&mut self, id: CallId, event: Option<SessionEvent>, now_ms: u64) {
+        if let Some(i) = self.leases.iter().position(|l| l.id == id) {
+            let lease = self.leases.remove(i);
+            self.stop_observing(id, &lease.terms.key, lease.observing, now_ms);
+        }
+        self.events.extend(event);
+    }
+
+    /// Lease `i` observes its key for the holder's deletion (one registration per key,
+    /// shared with the caller's own observation).
+    fn start_observing(&mut self, i: usize, now_ms: u64) {
+        if self.leases[i].observing {
+            return;
+        }
+        self.leases[i].observing = true;
+        let key = self.leases[i].terms.key.clone();
+        let shared = self.observed.contains(&key)
+            || self
+                .leases
+                .iter()
+                .enumerate()
+                .any(|(j, l)| j != i && l.observing && l.terms.key == key);
+        // Without the observation it still retries on its timer.
+        if !shared && let Ok((call, publishes)) = self.store.observe(key, now_ms) {
+            self.internal.insert(call, None);
+            self.send_own(publishes);
+        }
+    }
+
+    /// Lease `id` no longer observes `key` (`observing`: whether it did): unregisters, unless
+    /// the caller or another lease observes it.
+    fn stop_observing(&mut self, id: CallId, key: &Bytes, observing: bool, now_ms: u64) {
+        if !observing
+            || self.observed.contains(key)
+            || self
+                .leases
+                .iter()
+                .any(|l| l.id != id && l.observing && l.terms.key == *key)
+        {
+            return;
+        }
+        if let Ok((call, publish)) = self.store.unobserve(key.clone(), now_ms) {
+            self.internal.insert(call, None);
+            self.send_own([publish]);
+        }
+    }
+
+    /// What the state store client decided to send on its own.
+    fn own_publishes(&mut self) {
+        let own = self.store.take_publishes();
+        self.send_own(own);
     }
 
     /// A client's call finished: its completion under the session's id. Clients complete
@@ -407,6 +634,12 @@ impl Session {
         result: Result<Completion, ClientError>,
     ) {
         if let Some((call, op)) = self.calls.remove(&(service, inner)) {
+            let result = match (op, result) {
+                ("releaseLease", Ok(Completion::Store(answer))) => {
+                    Ok(Completion::Released(answer.deleted() == Deleted::Deleted))
+                }
+                (_, result) => result,
+            };
             self.events
                 .push_back(SessionEvent::Completed { call, op, result });
         }
@@ -426,21 +659,45 @@ impl Session {
     }
 
     fn store_event(&mut self, event: Event) {
+        let now_ms = self.now_ms;
         match event {
-            Event::Completed { call, result } => {
-                self.finished(Service::Store, call, result.map(Completion::Store));
-            }
+            Event::Completed { call, result } => match self.internal.remove(&call) {
+                Some(Some((lease, sent_ms))) => {
+                    let step = match self.leases.iter_mut().find(|l| l.id == lease) {
+                        Some(l) if l.waits_for(call) => l.answered(result, sent_ms, now_ms),
+                        _ => return, // a lease since lost or released
+                    };
+                    self.lease_step(lease, step, now_ms);
+                }
+                Some(None) => {} // an observation for a lease: acknowledged
+                None => self.finished(Service::Store, call, result.map(Completion::Store)),
+            },
             Event::Changed {
                 key,
                 change,
                 version,
                 synthetic,
-            } => self.events.push_back(SessionEvent::Changed {
-                key,
-                change,
-                version,
-                synthetic,
-            }),
+            } => {
+                if matches!(change, Notification::Delete) {
+                    let waiting: Vec<CallId> = self
+                        .leases
+                        .iter()
+                        .filter(|l| l.terms.key == key && l.key_deleted() == Step::Claim)
+                        .map(|l| l.id)
+                        .collect();
+                    for lease in waiting {
+                        self.lease_step(lease, Step::Claim, now_ms);
+                    }
+                }
+                if self.observed.contains(&key) {
+                    self.events.push_back(SessionEvent::Changed {
+                        key,
+                        change,
+                        version,
+                        synthetic,
+                    });
+                }
+            }
         }
     }
 
