@@ -1,8 +1,8 @@
-//! The async Rust client: [`ClientCore`] driven by tokio and rumqttc.
+//! The async Rust client: the core's client session ([`Session`]: the state store, jobs and
+//! commands clients) driven by tokio and rumqttc.
 //!
-//! One background task owns the MQTT connection and the state machine (polled the way the
-//! server polls, see `connection.rs`); the [`Client`] handle sends it calls and awaits their
-//! results. The task subscribes (and waits for the SUBACK)
+//! One background task owns the MQTT connection and the session (polled the way the server
+//! polls, see `connection.rs`); the [`Client`] handle sends it calls and awaits their results. The task subscribes (and waits for the SUBACK)
 //! before any call goes out, fails calls in flight when the connection drops, and after a
 //! reconnect re-registers every observed key and reads it back, so a change made while the
 //! client was away arrives as a (synthetic) notification.
@@ -21,14 +21,14 @@ use tracing::{debug, warn};
 
 use super::connection::{Connection, Driver, Outbox, Wakes};
 use super::{BrokerConfig, Polled, from_mqtt, now_ms, random_u64};
-use crate::client::{Answer, CallId, CallOptions, ClientConfig, ClientCore, ClientError, Event};
+use crate::client::{Answer, CallId, CallOptions, ClientConfig, ClientError};
 pub use crate::client::{Deleted, Deletion, SetResult, Versioned};
 use crate::codec::{Bulk, Condition, Notification, Request, SetRequest};
-use crate::commands::wire;
-use crate::commands::{CommandsClient, CommandsEvent, Record as CommandRecord};
+use crate::commands::Record as CommandRecord;
 use crate::envelope::Publish;
 use crate::hlc::Hlc;
-use crate::jobs::{JobNotification, JobsClient, JobsEvent};
+use crate::jobs::JobNotification;
+use crate::session::{Completion, Session, SessionEvent};
 use crate::topics;
 
 /// How to connect.
@@ -117,7 +117,7 @@ pub(super) enum Command {
     /// A call of the command service.
     Commands {
         call: super::commands::CommandsCall,
-        reply: oneshot::Sender<CommandsEvent>,
+        reply: oneshot::Sender<Result<Completion, ClientError>>,
     },
     /// Hear every command's status changes.
     WatchCommands {
@@ -202,15 +202,10 @@ impl Client {
             config.request_topic.clone_from(topic);
         }
         config.default_timeout_ms = options.timeout.as_millis() as u64;
-        let jobs = JobsClient::new(
-            options.client_id.clone(),
-            random_u64(),
-            config.default_timeout_ms,
-        );
-        let core = ClientCore::new(config)?;
+        let session = Session::new(config)?;
         let mut mqtt = options.broker.options(&options.client_id);
         mqtt.set_last_will(LastWill::new(
-            core.presence_topic(),
+            session.presence_topic(),
             topics::PRESENCE_GONE,
             QoS::AtLeastOnce,
             false,
@@ -221,8 +216,7 @@ impl Client {
         let (ready_tx, ready_rx) = oneshot::channel();
         tokio::spawn(run(
             options.broker.max_packet_size,
-            core,
-            jobs,
+            session,
             client,
             eventloop,
             commands_rx,
@@ -409,22 +403,16 @@ const CLOSE_GRACE: Duration = Duration::from_secs(2);
 /// The background task: the connection and the state machine.
 async fn run(
     max_packet_size: u32,
-    core: ClientCore,
-    jobs: JobsClient,
+    session: Session,
     client: AsyncClient,
     eventloop: EventLoop,
     commands: mpsc::Receiver<Command>,
     ready: oneshot::Sender<Result<(), ClientError>>,
 ) {
-    let device_commands = CommandsClient::new(core.client_id(), random_u64());
     let mut task = Task {
         max_packet_size,
         broker_disconnect: None,
-        core,
-        jobs,
-        jobs_waiting: HashMap::new(),
-        commands: device_commands,
-        commands_waiting: HashMap::new(),
+        session,
         command_watchers: Vec::new(),
         things: BTreeMap::new(),
         outbox: Outbox::new(client),
@@ -512,13 +500,15 @@ enum SubackWaiter {
     Watch(Subscribed),
 }
 
-/// Whose call a publish is: the broker's refusal of it (a PUBACK reason code of 0x80 or more)
-/// fails that call.
-#[derive(Debug, Clone, Copy)]
-enum Origin {
-    Store(CallId),
-    Jobs(CallId),
-    Commands(CallId),
+/// Whose call a publish is (the session's id): the broker's refusal of it (a PUBACK reason
+/// code of 0x80 or more) fails that call.
+type Origin = CallId;
+
+/// Who waits for a call's result.
+enum Waiter {
+    Store(Reply),
+    Jobs(oneshot::Sender<Result<serde_json::Value, ClientError>>),
+    Commands(oneshot::Sender<Result<Completion, ClientError>>),
 }
 
 /// Publishes handed to rumqttc and not yet acknowledged, so that a PUBACK finds its call.
@@ -565,19 +555,15 @@ struct Task {
     max_packet_size: u32,
     /// The broker's DISCONNECT, until the connection error that follows it.
     broker_disconnect: Option<ClientError>,
-    core: ClientCore,
-    jobs: JobsClient,
-    jobs_waiting: HashMap<CallId, oneshot::Sender<Result<serde_json::Value, ClientError>>>,
+    session: Session,
     /// The things this client acts for in the jobs device API, and who hears their
     /// notifications.
     things: BTreeMap<String, Vec<mpsc::UnboundedSender<JobNotification>>>,
-    commands: CommandsClient,
-    commands_waiting: HashMap<CallId, oneshot::Sender<CommandsEvent>>,
     /// Who hears command status changes (subscribed while there is one).
     command_watchers: Vec<mpsc::UnboundedSender<CommandRecord>>,
     outbox: Outbox<Option<Origin>>,
     unacked: Unacked,
-    waiting: HashMap<CallId, Reply>,
+    waiting: HashMap<CallId, Waiter>,
     observers: HashMap<Bytes, Vec<mpsc::UnboundedSender<KeyChange>>>,
     subacks: VecDeque<SubackWaiter>,
     connected_before: bool,
@@ -592,24 +578,12 @@ impl Driver for Task {
     type Wake = Wake;
 
     fn deadline(&self) -> Option<u64> {
-        let jobs = self.jobs.next_deadline();
-        let commands = self.commands.next_deadline();
-        self.core
-            .next_deadline()
-            .into_iter()
-            .chain(jobs)
-            .chain(commands)
-            .min()
+        self.session.next_deadline()
     }
 
     fn on_deadline(&mut self, now_ms: u64) {
-        let events = self.core.expire(now_ms);
-        self.deliver(events);
-        let events = self.jobs.expire(now_ms);
-        self.deliver_jobs(events);
-        let events = self.commands.expire(now_ms);
-        self.deliver_commands(events);
-        self.send_own();
+        self.session.expire(now_ms);
+        self.deliver();
     }
 
     fn on_wake(&mut self, wake: Wake) -> bool {
@@ -629,8 +603,8 @@ impl Driver for Task {
                 options,
                 reply,
             }) => {
-                let started = self.core.call(&request, &options, now);
-                self.start(started.map(|(call, p)| (call, vec![p])), reply);
+                let started = self.session.call(&request, &options, now);
+                self.start(started, Waiter::Store(reply));
             }
             Wake::Command(Command::Observe {
                 key,
@@ -638,32 +612,26 @@ impl Driver for Task {
                 reply,
             }) => {
                 self.observers.entry(key.clone()).or_default().push(changes);
-                let started = self.core.observe(key, now);
-                self.start(started, reply);
+                let started = self.session.observe(key, now);
+                self.start(started, Waiter::Store(reply));
             }
             Wake::Command(Command::Unobserve { key, reply }) => {
                 self.observers.remove(&key);
-                let started = self.core.unobserve(key, now);
-                self.start(started.map(|(call, p)| (call, vec![p])), reply);
+                let started = self.session.unobserve(key, now);
+                self.start(started, Waiter::Store(reply));
             }
-            Wake::Command(Command::Jobs { call, reply }) => match call.start(&mut self.jobs, now) {
-                Ok((call, message)) => {
-                    self.jobs_waiting.insert(call, reply);
-                    self.publish(message, Some(Origin::Jobs(call)));
-                }
-                Err(e) => {
-                    let _ = reply.send(Err(e));
-                }
-            },
+            Wake::Command(Command::Jobs { call, reply }) => {
+                let started = call.start(&mut self.session, now);
+                self.start(started, Waiter::Jobs(reply));
+            }
             Wake::Command(Command::Thing {
                 thing,
                 notifications,
                 reply,
             }) => self.act_for(thing, notifications, reply),
             Wake::Command(Command::Commands { call, reply }) => {
-                let (call, message) = call.start(&mut self.commands, now);
-                self.commands_waiting.insert(call, reply);
-                self.publish(message, Some(Origin::Commands(call)));
+                let started = call.start(&mut self.session, now);
+                self.start(Ok(started), Waiter::Commands(reply));
             }
             Wake::Command(Command::WatchCommands { records, reply }) => {
                 self.watch_commands(records, reply)
@@ -691,7 +659,7 @@ impl Driver for Task {
                 // them, enforce a limit without announcing it: configure it here too).
                 let broker = connack.properties.and_then(|p| p.max_packet_size);
                 let own = self.max_packet_size;
-                self.core
+                self.session
                     .set_max_packet_size(Some(broker.map_or(own, |b| b.min(own))));
                 // One SUBSCRIBE for everything; things still waiting for theirs are in it.
                 let mut waiting = Vec::new();
@@ -703,22 +671,11 @@ impl Driver for Task {
                         }
                     }
                 }
+                // The session's whole set: things and the command events included.
                 let filters = self
-                    .core
+                    .session
                     .subscriptions()
                     .into_iter()
-                    .chain([
-                        self.jobs.operator_subscription().to_owned(),
-                        self.commands.response_subscription().to_owned(),
-                    ])
-                    .chain(
-                        (!self.command_watchers.is_empty()).then(|| wire::EVENTS_FILTER.to_owned()),
-                    )
-                    .chain(
-                        self.things
-                            .keys()
-                            .flat_map(|t| JobsClient::device_subscriptions(t)),
-                    )
                     .map(|f| Filter::new(f, QoS::AtLeastOnce));
                 if self.outbox.client().try_subscribe_many(filters).is_ok() {
                     self.subacks.push_back(SubackWaiter::Session(waiting));
@@ -732,15 +689,10 @@ impl Driver for Task {
                     if let Some(ready) = self.ready.take() {
                         let _ = ready.send(Ok(()));
                     }
-                    if self.connected_before {
-                        match self.core.resume(now_ms()) {
-                            Ok(messages) => {
-                                for message in messages {
-                                    self.publish(message, None);
-                                }
-                            }
-                            Err(e) => warn!(error = %e, "could not restore observations"),
-                        }
+                    if self.connected_before
+                        && let Err(e) = self.session.resume(now_ms())
+                    {
+                        warn!(error = %e, "could not restore observations");
                     }
                     self.connected_before = true;
                 }
@@ -774,29 +726,7 @@ impl Driver for Task {
                 });
             }
             Ok(MqttEvent::Incoming(Packet::Publish(p))) => {
-                let message = from_mqtt(p);
-                if crate::jobs::topics::parse_device(&message.topic).is_some()
-                    || message.topic == self.jobs.operator_subscription()
-                {
-                    let events = self.jobs.handle(&message).into_iter().collect();
-                    self.deliver_jobs(events);
-                } else if message.topic == self.commands.response_subscription() {
-                    let events = self.commands.handle(&message).into_iter().collect();
-                    self.deliver_commands(events);
-                } else if message.topic.starts_with(wire::EVENTS_PREFIX) {
-                    match CommandRecord::from_json(&message.payload) {
-                        Ok(record) => self
-                            .command_watchers
-                            .retain(|tx| tx.send(record.clone()).is_ok()),
-                        Err(e) => {
-                            debug!(error = %e, "dropped a command event that is not a record")
-                        }
-                    }
-                } else {
-                    let events = self.core.handle(&message, now_ms()).into_iter().collect();
-                    self.deliver(events);
-                    self.send_own();
-                }
+                self.session.handle(&from_mqtt(p), now_ms());
             }
             Ok(_) => {}
             Err(e) => {
@@ -834,23 +764,21 @@ impl Driver for Task {
                 } else {
                     debug!(%error, "broker connection lost; reconnecting");
                 }
-                let jobs = self.jobs.connection_failed(error.clone());
-                let commands = self.commands.connection_failed(error.clone());
-                self.deliver_commands(commands);
-                let events = match error {
+                match error {
                     ClientError::Protocol(_) | ClientError::BrokerDisconnected { .. } => {
-                        self.core.connection_failed(error)
+                        self.session.connection_failed(error)
                     }
-                    _ => self.core.connection_lost(),
-                };
-                self.deliver(events);
-                self.deliver_jobs(jobs);
+                    _ => self.session.connection_lost(),
+                }
+                self.deliver();
                 if self.phase != Phase::Open {
                     return false;
                 }
                 // rumqttc reconnects on the next poll.
             }
         }
+        // What the session decided (answers, events, publishes of its own).
+        self.deliver();
         // rumqttc may have taken requests from its queue: hand over what waits.
         let taken = &mut self.unacked.taken;
         self.outbox.flush(|origin| taken.push_back(origin));
@@ -860,17 +788,20 @@ impl Driver for Task {
 }
 
 impl Task {
-    /// Sends a call's publishes and keeps its reply until the answer, or fails it now.
-    fn start(&mut self, started: Result<(CallId, Vec<Publish>), ClientError>, reply: Reply) {
+    /// Keeps a call's waiter until the answer and sends its publishes, or fails it now.
+    fn start(&mut self, started: Result<CallId, ClientError>, waiter: Waiter) {
         match started {
-            Ok((call, messages)) => {
-                self.waiting.insert(call, reply);
-                for message in messages {
-                    self.publish(message, Some(Origin::Store(call)));
-                }
+            Ok(call) => {
+                self.waiting.insert(call, waiter);
+                self.deliver();
             }
             Err(e) => {
-                let _ = reply.send(Err(e));
+                // A receiver gone is a caller that stopped waiting.
+                match waiter {
+                    Waiter::Store(reply) => drop(reply.send(Err(e))),
+                    Waiter::Jobs(reply) => drop(reply.send(Err(e))),
+                    Waiter::Commands(reply) => drop(reply.send(Err(e))),
+                }
             }
         }
     }
@@ -882,18 +813,22 @@ impl Task {
         notifications: mpsc::UnboundedSender<JobNotification>,
         reply: Subscribed,
     ) {
-        if let Err(e) = JobsClient::check_thing(&thing) {
-            let _ = reply.send(Err(e));
-            return;
-        }
-        let listeners = self.things.entry(thing.clone()).or_default();
-        let known = !listeners.is_empty();
-        listeners.push(notifications);
-        if known {
+        let filters = match self.session.act_as(&thing) {
+            Ok(filters) => filters,
+            Err(e) => {
+                let _ = reply.send(Err(e));
+                return;
+            }
+        };
+        self.things
+            .entry(thing.clone())
+            .or_default()
+            .push(notifications);
+        if filters.is_empty() {
             let _ = reply.send(Ok(()));
             return;
         }
-        let filters = JobsClient::device_subscriptions(&thing)
+        let filters = filters
             .into_iter()
             .map(|f| Filter::new(f, QoS::AtLeastOnce));
         match self.outbox.client().try_subscribe_many(filters) {
@@ -908,13 +843,12 @@ impl Task {
 
     /// Subscribes to the command events (unless done already), and answers once it is.
     fn watch_commands(&mut self, records: mpsc::UnboundedSender<CommandRecord>, reply: Subscribed) {
-        let known = !self.command_watchers.is_empty();
         self.command_watchers.push(records);
-        if known {
+        let Some(filter) = self.session.watch_commands() else {
             let _ = reply.send(Ok(()));
             return;
-        }
-        let filter = Filter::new(wire::EVENTS_FILTER.to_owned(), QoS::AtLeastOnce);
+        };
+        let filter = Filter::new(filter.to_owned(), QoS::AtLeastOnce);
         match self.outbox.client().try_subscribe_many([filter]) {
             Ok(()) => self.subacks.push_back(SubackWaiter::Watch(reply)),
             Err(_) => {
@@ -923,105 +857,30 @@ impl Task {
         }
     }
 
-    fn deliver_commands(&mut self, events: Vec<CommandsEvent>) {
-        for event in events {
-            let call = match &event {
-                CommandsEvent::Invoked { call, .. } | CommandsEvent::Status { call, .. } => *call,
-            };
-            if let Some(reply) = self.commands_waiting.remove(&call) {
-                let _ = reply.send(event);
-            }
+    /// Publishes what the session has to send, and hands its events to who waits for them.
+    fn deliver(&mut self) {
+        while let Some(outgoing) = self.session.poll_publish() {
+            self.publish(outgoing.publish, outgoing.call);
         }
-    }
-
-    fn deliver_jobs(&mut self, events: Vec<JobsEvent>) {
-        for event in events {
+        while let Some(event) = self.session.poll_event() {
             match event {
-                JobsEvent::Completed { call, result } => {
-                    if let Some(reply) = self.jobs_waiting.remove(&call) {
-                        let _ = reply.send(result);
-                    }
-                }
-                JobsEvent::Notification(notification) => {
-                    let thing = match &notification {
-                        JobNotification::Notify { thing, .. }
-                        | JobNotification::NotifyNext { thing, .. } => thing,
+                SessionEvent::Completed { call, result, .. } => {
+                    let Some(waiter) = self.waiting.remove(&call) else {
+                        continue;
                     };
-                    if let Some(list) = self.things.get_mut(thing) {
-                        list.retain(|tx| tx.send(notification.clone()).is_ok());
+                    match waiter {
+                        Waiter::Store(reply) => drop(reply.send(result.and_then(|c| match c {
+                            Completion::Store(answer) => Ok(answer),
+                            other => Err(unexpected(other)),
+                        }))),
+                        Waiter::Jobs(reply) => drop(reply.send(result.and_then(|c| match c {
+                            Completion::Jobs(value) => Ok(value),
+                            other => Err(unexpected(other)),
+                        }))),
+                        Waiter::Commands(reply) => drop(reply.send(result)),
                     }
                 }
-            }
-        }
-    }
-
-    /// Publishes what the state machine decided to send on its own.
-    fn send_own(&mut self) {
-        for message in self.core.take_publishes() {
-            self.publish(message, None);
-        }
-    }
-
-    /// Hands `message` to rumqttc behind everything before it.
-    fn publish(&mut self, message: Publish, origin: Option<Origin>) {
-        let taken = &mut self.unacked.taken;
-        self.outbox
-            .push(message, origin, |origin| taken.push_back(origin));
-    }
-
-    /// The broker refused the publish of `origin`'s call with reason code `code`.
-    fn refused(&mut self, origin: Origin, code: u8) {
-        match origin {
-            Origin::Store(call) => {
-                let event = self.core.publish_refused(call, code);
-                self.deliver(event.into_iter().collect());
-            }
-            Origin::Jobs(call) => {
-                let event = self.jobs.publish_refused(call, code);
-                self.deliver_jobs(event.into_iter().collect());
-            }
-            Origin::Commands(call) => {
-                let event = self.commands.publish_refused(call, code);
-                self.deliver_commands(event.into_iter().collect());
-            }
-        }
-    }
-
-    /// Starts closing: the DISCONNECT follows every request already made, and the presence
-    /// message the Will would have sent, so the server drops this client's registrations now
-    /// rather than when a key changes.
-    fn close(&mut self) {
-        if self.phase == Phase::Open {
-            self.phase = Phase::CloseRequested;
-            let gone = Publish {
-                topic: self.core.presence_topic(),
-                payload: bytes::Bytes::from_static(topics::PRESENCE_GONE),
-                qos: 1,
-                properties: Default::default(),
-            };
-            self.publish(gone, None);
-            self.disconnect_when_sent();
-        }
-    }
-
-    fn disconnect_when_sent(&mut self) {
-        if self.phase == Phase::CloseRequested
-            && self.outbox.is_empty()
-            && self.outbox.client().try_disconnect().is_ok()
-        {
-            self.phase = Phase::Disconnecting;
-        }
-    }
-
-    fn deliver(&mut self, events: Vec<Event>) {
-        for event in events {
-            match event {
-                Event::Completed { call, result } => {
-                    if let Some(reply) = self.waiting.remove(&call) {
-                        let _ = reply.send(result);
-                    }
-                }
-                Event::Changed {
+                SessionEvent::Changed {
                     key,
                     change,
                     version,
@@ -1040,9 +899,67 @@ impl Task {
                         list.retain(|tx| tx.send(change.clone()).is_ok());
                     }
                 }
+                SessionEvent::Jobs(notification) => {
+                    let thing = match &notification {
+                        JobNotification::Notify { thing, .. }
+                        | JobNotification::NotifyNext { thing, .. } => thing,
+                    };
+                    if let Some(list) = self.things.get_mut(thing) {
+                        list.retain(|tx| tx.send(notification.clone()).is_ok());
+                    }
+                }
+                SessionEvent::CommandRecord(record) => self
+                    .command_watchers
+                    .retain(|tx| tx.send(record.clone()).is_ok()),
+                // This client's leases are `net::lease`'s, made of plain calls.
+                SessionEvent::LeaseRenewed { .. } | SessionEvent::LeaseLost { .. } => {}
             }
         }
     }
+
+    /// Hands `message` to rumqttc behind everything before it.
+    fn publish(&mut self, message: Publish, origin: Option<Origin>) {
+        let taken = &mut self.unacked.taken;
+        self.outbox
+            .push(message, origin, |origin| taken.push_back(origin));
+    }
+
+    /// The broker refused the publish of `origin`'s call with reason code `code`.
+    fn refused(&mut self, origin: Origin, code: u8) {
+        self.session.publish_refused(origin, code);
+        self.deliver();
+    }
+
+    /// Starts closing: the DISCONNECT follows every request already made, and the presence
+    /// message the Will would have sent, so the server drops this client's registrations now
+    /// rather than when a key changes.
+    fn close(&mut self) {
+        if self.phase == Phase::Open {
+            self.phase = Phase::CloseRequested;
+            let gone = Publish {
+                topic: self.session.presence_topic(),
+                payload: bytes::Bytes::from_static(topics::PRESENCE_GONE),
+                qos: 1,
+                properties: Default::default(),
+            };
+            self.publish(gone, None);
+            self.disconnect_when_sent();
+        }
+    }
+
+    fn disconnect_when_sent(&mut self) {
+        if self.phase == Phase::CloseRequested
+            && self.outbox.is_empty()
+            && self.outbox.client().try_disconnect().is_ok()
+        {
+            self.phase = Phase::Disconnecting;
+        }
+    }
+}
+
+/// A completion of another kind than the call's (the session never gives one).
+fn unexpected(completion: Completion) -> ClientError {
+    ClientError::Malformed(format!("an unexpected completion: {completion:?}"))
 }
 
 /// The first refusal among a SUBACK's reason codes.

@@ -34,10 +34,11 @@ use super::{BrokerConfig, backoff, connection_error, from_mqtt, now_ms, random_b
 use crate::client::ClientError;
 use crate::commands::wire::{self, CommandReply, Refusal};
 use crate::commands::{
-    Answer, AnswerKey, CommandError, CommandRequest, CommandsClient, CommandsEvent, Matched, Mode,
-    Profile, Profiles, Record, Registry, Sender, Status,
+    Answer, AnswerKey, CommandError, CommandRequest, Matched, Mode, Profile, Profiles, Record,
+    Registry, Sender, Status,
 };
 use crate::envelope::Publish;
+use crate::session::Completion;
 use crate::store::Quotas;
 
 /// Where command records live.
@@ -759,12 +760,12 @@ pub(super) enum CommandsCall {
 impl CommandsCall {
     pub(super) fn start(
         self,
-        commands: &mut CommandsClient,
+        session: &mut crate::session::Session,
         now_ms: u64,
-    ) -> (crate::client::CallId, Publish) {
+    ) -> crate::client::CallId {
         match self {
-            CommandsCall::Invoke(request) => commands.invoke(&request, now_ms),
-            CommandsCall::Status(id, timeout_ms) => commands.status(&id, timeout_ms, now_ms),
+            CommandsCall::Invoke(request) => session.command(&request, now_ms),
+            CommandsCall::Status(id, timeout_ms) => session.command_status(&id, timeout_ms, now_ms),
         }
     }
 }
@@ -826,10 +827,10 @@ impl FanOut {
 }
 
 impl Client {
-    async fn commands_call(&self, call: CommandsCall) -> Result<CommandsEvent, ClientError> {
+    async fn commands_call(&self, call: CommandsCall) -> Result<Completion, ClientError> {
         let (reply, result) = oneshot::channel();
         self.send(ClientCommand::Commands { call, reply }).await?;
-        result.await.map_err(|_| ClientError::Disconnected)
+        result.await.map_err(|_| ClientError::Disconnected)?
     }
 
     /// Asks `mqstore serve` to send `request` to a device. Awaited: the answer, or
@@ -839,8 +840,8 @@ impl Client {
     /// [`Client::watch_commands`]).
     pub async fn command(&self, request: CommandRequest) -> Result<CommandReply, ClientError> {
         match self.commands_call(CommandsCall::Invoke(request)).await? {
-            CommandsEvent::Invoked { result, .. } => result,
-            CommandsEvent::Status { .. } => Err(ClientError::Malformed(
+            Completion::Command(reply) => Ok(reply),
+            _ => Err(ClientError::Malformed(
                 "a status record in answer to a command".into(),
             )),
         }
@@ -850,8 +851,8 @@ impl Client {
     pub async fn command_status(&self, id: &str) -> Result<Record, ClientError> {
         let call = CommandsCall::Status(id.to_owned(), crate::commands::DEFAULT_TIMEOUT_MS);
         match self.commands_call(call).await? {
-            CommandsEvent::Status { result, .. } => result,
-            CommandsEvent::Invoked { .. } => Err(ClientError::Malformed(
+            Completion::CommandStatus(record) => Ok(record),
+            _ => Err(ClientError::Malformed(
                 "a command reply in answer to a status query".into(),
             )),
         }

@@ -10,12 +10,12 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::client::{Client, Command};
 use crate::client::{CallId, ClientError};
-use crate::envelope::Publish;
 use crate::jobs::{
     DeviceRequest, ExecutionListing, ExecutionRef, JobDescription, JobExecution, JobListing,
-    JobNotification, JobSpec, JobsClient, OperatorRequest, PendingJobs, Status, Update,
-    UpdateAccepted, parse, read_execution,
+    JobNotification, JobSpec, OperatorRequest, PendingJobs, Status, Update, UpdateAccepted, parse,
+    read_execution,
 };
+use crate::session::Session;
 
 /// A jobs call for the client's task.
 pub(super) enum JobsCall {
@@ -24,14 +24,10 @@ pub(super) enum JobsCall {
 }
 
 impl JobsCall {
-    pub(super) fn start(
-        self,
-        jobs: &mut JobsClient,
-        now_ms: u64,
-    ) -> Result<(CallId, Publish), ClientError> {
+    pub(super) fn start(self, session: &mut Session, now_ms: u64) -> Result<CallId, ClientError> {
         match self {
-            JobsCall::Operator(request) => Ok(jobs.operate(&request, None, now_ms)),
-            JobsCall::Device(thing, request) => jobs.device(&thing, &request, None, now_ms),
+            JobsCall::Operator(request) => Ok(session.jobs_operate(&request, None, now_ms)),
+            JobsCall::Device(thing, request) => session.jobs_device(&thing, &request, None, now_ms),
         }
     }
 }

@@ -415,9 +415,15 @@ impl Session {
     /// The connection dropped: every call in flight fails with [`ClientError::Disconnected`].
     /// Observations stay: [`Session::resume`] takes them up again.
     pub fn connection_lost(&mut self) {
-        let store = self.store.connection_lost();
-        let jobs = self.jobs.connection_failed(ClientError::Disconnected);
-        let commands = self.commands.connection_failed(ClientError::Disconnected);
+        self.connection_failed(ClientError::Disconnected);
+    }
+
+    /// The connection dropped for a known reason (the broker's DISCONNECT, a protocol
+    /// violation): every call in flight fails with `error`.
+    pub fn connection_failed(&mut self, error: ClientError) {
+        let store = self.store.connection_failed(error.clone());
+        let jobs = self.jobs.connection_failed(error.clone());
+        let commands = self.commands.connection_failed(error);
         self.route(store, jobs, commands);
     }
 
