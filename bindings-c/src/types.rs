@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use mqcore::client::Deleted;
-use mqcore::codec::{Command, Condition, Notification, Response};
+use mqcore::codec::{Command, Condition, Response};
 use mqcore::commands::{CommandRequest, Mode};
 use mqcore::hlc::Hlc;
 use mqcore::jobs::JobNotification;
@@ -465,13 +465,7 @@ impl Event {
                 change,
                 version,
                 synthetic,
-            } => {
-                let value = match change {
-                    Notification::Set(value) => Some(value.value()),
-                    Notification::Delete => None,
-                };
-                Self::changed(key, value, version.as_ref(), synthetic)
-            }
+            } => Self::changed(key, change.into_value(), version.as_ref(), synthetic),
             SessionEvent::Completed { call, op, result } => {
                 let mut c = Self::empty(mqstore_event_kind::MQSTORE_EVENT_COMPLETED);
                 c.call = call.0;

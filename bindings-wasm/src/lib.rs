@@ -816,9 +816,9 @@ fn event_to_js(event: SessionEvent) -> Object {
         } => {
             set(&out, "kind", "changed");
             set(&out, "key", bytes_to_js(&key));
-            match change {
-                Notification::Set(value) => set(&out, "value", bytes_to_js(&value.value())),
-                Notification::Delete => set(&out, "value", JsValue::NULL),
+            match change.into_value() {
+                Some(value) => set(&out, "value", bytes_to_js(&value)),
+                None => set(&out, "value", JsValue::NULL),
             }
             set(&out, "version", version_to_js(version.as_ref()));
             set(&out, "synthetic", synthetic);

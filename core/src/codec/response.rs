@@ -151,6 +151,16 @@ pub enum Notification {
     Delete,
 }
 
+impl Notification {
+    /// The key's new value; `None` when it was deleted.
+    pub fn into_value(self) -> Option<Bytes> {
+        match self {
+            Notification::Set(value) => Some(value.value()),
+            Notification::Delete => None,
+        }
+    }
+}
+
 const NOTIFY_SET_PREFIX: &[u8] = b"*4\r\n$6\r\nNOTIFY\r\n$3\r\nSET\r\n$5\r\nVALUE\r\n";
 const NOTIFY_DELETE: &[u8] = b"*2\r\n$6\r\nNOTIFY\r\n$6\r\nDELETE\r\n";
 

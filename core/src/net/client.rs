@@ -9,6 +9,8 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -23,7 +25,7 @@ use super::connection::{Connection, Driver, Outbox, Wakes};
 use super::{BrokerConfig, Polled, from_mqtt, now_ms, random_u64};
 use crate::client::{Answer, CallId, CallOptions, ClientConfig, ClientError};
 pub use crate::client::{Deleted, Deletion, SetResult, Versioned};
-use crate::codec::{Bulk, Condition, Notification, Request, SetRequest};
+use crate::codec::{Bulk, Condition, Request, SetRequest};
 use crate::commands::Record as CommandRecord;
 use crate::envelope::Publish;
 use crate::hlc::Hlc;
@@ -124,6 +126,21 @@ pub(super) enum Command {
         records: mpsc::UnboundedSender<CommandRecord>,
         reply: oneshot::Sender<Result<(), ClientError>>,
     },
+    /// Take a lease (the session's lease machine keeps it: `held` turns false when lost).
+    Lease {
+        key: Bytes,
+        ttl_ms: u64,
+        wait_ms: Option<u64>,
+        held: Arc<AtomicBool>,
+        reply: oneshot::Sender<Result<Option<(CallId, Hlc)>, ClientError>>,
+    },
+    /// Release a held lease: whether it was still held.
+    ReleaseLease {
+        lease: CallId,
+        reply: oneshot::Sender<Result<bool, ClientError>>,
+    },
+    /// Stop renewing a lease (its handle was dropped): it lapses.
+    ForgetLease { lease: CallId },
     /// Disconnect; `done` hears when the connection is closed.
     Close { done: oneshot::Sender<()> },
 }
@@ -418,6 +435,7 @@ async fn run(
         outbox: Outbox::new(client),
         unacked: Unacked::default(),
         waiting: HashMap::new(),
+        leases: HashMap::new(),
         observers: HashMap::new(),
         subacks: VecDeque::new(),
         connected_before: false,
@@ -509,6 +527,11 @@ enum Waiter {
     Store(Reply),
     Jobs(oneshot::Sender<Result<serde_json::Value, ClientError>>),
     Commands(oneshot::Sender<Result<Completion, ClientError>>),
+    Lease(
+        oneshot::Sender<Result<Option<(CallId, Hlc)>, ClientError>>,
+        Arc<AtomicBool>,
+    ),
+    Released(oneshot::Sender<Result<bool, ClientError>>),
 }
 
 /// Publishes handed to rumqttc and not yet acknowledged, so that a PUBACK finds its call.
@@ -564,6 +587,8 @@ struct Task {
     outbox: Outbox<Option<Origin>>,
     unacked: Unacked,
     waiting: HashMap<CallId, Waiter>,
+    /// Held leases: their handles' flag, cleared when the session reports one lost.
+    leases: HashMap<CallId, Arc<AtomicBool>>,
     observers: HashMap<Bytes, Vec<mpsc::UnboundedSender<KeyChange>>>,
     subacks: VecDeque<SubackWaiter>,
     connected_before: bool,
@@ -635,6 +660,25 @@ impl Driver for Task {
             }
             Wake::Command(Command::WatchCommands { records, reply }) => {
                 self.watch_commands(records, reply)
+            }
+            Wake::Command(Command::Lease {
+                key,
+                ttl_ms,
+                wait_ms,
+                held,
+                reply,
+            }) => {
+                let started = self.session.lease(key, ttl_ms, wait_ms, now);
+                self.start(started, Waiter::Lease(reply, held));
+            }
+            Wake::Command(Command::ReleaseLease { lease, reply }) => {
+                self.leases.remove(&lease);
+                let started = self.session.release_lease(lease, now);
+                self.start(started, Waiter::Released(reply));
+            }
+            Wake::Command(Command::ForgetLease { lease }) => {
+                self.leases.remove(&lease);
+                self.session.forget_lease(lease);
             }
         }
         true
@@ -801,6 +845,8 @@ impl Task {
                     Waiter::Store(reply) => drop(reply.send(Err(e))),
                     Waiter::Jobs(reply) => drop(reply.send(Err(e))),
                     Waiter::Commands(reply) => drop(reply.send(Err(e))),
+                    Waiter::Lease(reply, _) => drop(reply.send(Err(e))),
+                    Waiter::Released(reply) => drop(reply.send(Err(e))),
                 }
             }
         }
@@ -878,6 +924,20 @@ impl Task {
                             other => Err(unexpected(other)),
                         }))),
                         Waiter::Commands(reply) => drop(reply.send(result)),
+                        Waiter::Lease(reply, held) => {
+                            let result = result.and_then(|c| match c {
+                                Completion::Lease(token) => Ok(token),
+                                other => Err(unexpected(other)),
+                            });
+                            if let Ok(Some(_)) = &result {
+                                self.leases.insert(call, held);
+                            }
+                            drop(reply.send(result.map(|t| t.map(|token| (call, token)))));
+                        }
+                        Waiter::Released(reply) => drop(reply.send(result.and_then(|c| match c {
+                            Completion::Released(held) => Ok(held),
+                            other => Err(unexpected(other)),
+                        }))),
                     }
                 }
                 SessionEvent::Changed {
@@ -889,10 +949,7 @@ impl Task {
                     if let Some(list) = self.observers.get_mut(&key) {
                         let change = KeyChange {
                             key: key.clone(),
-                            value: match change {
-                                Notification::Set(value) => Some(value.value()),
-                                Notification::Delete => None,
-                            },
+                            value: change.into_value(),
                             version,
                             synthetic,
                         };
@@ -911,8 +968,15 @@ impl Task {
                 SessionEvent::CommandRecord(record) => self
                     .command_watchers
                     .retain(|tx| tx.send(record.clone()).is_ok()),
-                // This client's leases are `net::lease`'s, made of plain calls.
-                SessionEvent::LeaseRenewed { .. } | SessionEvent::LeaseLost { .. } => {}
+                SessionEvent::LeaseRenewed { lease, .. } => {
+                    debug!(lease = %lease, "lease renewed");
+                }
+                SessionEvent::LeaseLost { lease, key } => {
+                    warn!(key = ?key, "lease lost: someone else holds the key, or no renewal was confirmed in time");
+                    if let Some(held) = self.leases.remove(&lease) {
+                        held.store(false, Ordering::Relaxed);
+                    }
+                }
             }
         }
     }

@@ -291,6 +291,16 @@ impl Session {
         Ok(id)
     }
 
+    /// Stops renewing lease `lease` (or acquiring it) without releasing it: a held one lapses
+    /// after its ttl. Nothing is reported.
+    pub fn forget_lease(&mut self, lease: CallId) {
+        if let Some(i) = self.leases.iter().position(|l| l.id == lease) {
+            let forgotten = self.leases.remove(i);
+            let now_ms = self.now_ms;
+            self.stop_observing(lease, &forgotten.terms.key, forgotten.observing, now_ms);
+        }
+    }
+
     /// The fencing token of held lease `lease` (`None` when it is not held).
     pub fn lease_token(&self, lease: CallId) -> Option<&Hlc> {
         self.leases
