@@ -25,6 +25,7 @@ use mqstore::net::server::{ServerConfig, StoreConfig, serve};
 use mqstore::net::{BrokerConfig, TlsConfig};
 use mqstore::store::Quotas;
 use mqstore::store::disk::Durability;
+use serde_json::json;
 
 mod command;
 mod jobs;
@@ -581,20 +582,6 @@ fn emit(call: CallArgs, json: String, plain: String) {
     }
 }
 
-fn json_string(s: &str) -> String {
-    let mut out = String::from("\"");
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
 async fn run_client(cli: Cli, broker_config: BrokerConfig) -> ExitCode {
     let call = cli.call;
     // Read a value from standard input or a file before connecting: a bad path is a usage
@@ -797,11 +784,8 @@ impl ClientCommand {
                     (Some(v), None) if !call.json => write_stdout(&[&v.value[..], b"\n"].concat()),
                     (Some(v), None) => emit(
                         call,
-                        format!(
-                            "{{\"value\":{},\"version\":{}}}",
-                            json_string(&text(&v.value)),
-                            json_string(&version(&v.version))
-                        ),
+                        json!({ "value": text(&v.value), "version": version(&v.version) })
+                            .to_string(),
                         String::new(),
                     ),
                     (None, _) if raw => {}
@@ -817,11 +801,8 @@ impl ClientCommand {
                 let result = client.set(Bytes::from(key), value, options).await?;
                 emit(
                     call,
-                    format!(
-                        "{{\"applied\":{},\"version\":{}}}",
-                        result.applied,
-                        json_string(&version(&result.version))
-                    ),
+                    json!({ "applied": result.applied, "version": version(&result.version) })
+                        .to_string(),
                     if result.applied {
                         "OK".into()
                     } else {
@@ -848,8 +829,7 @@ impl ClientCommand {
                 let mut keys = client.scan(Bytes::from(pattern)).await?;
                 keys.sort();
                 let names: Vec<String> = keys.iter().map(|k| text(k)).collect();
-                let json: Vec<String> = names.iter().map(|k| json_string(k)).collect();
-                emit(call, format!("[{}]", json.join(",")), names.join("\n"));
+                emit(call, json!(names).to_string(), names.join("\n"));
                 Ok(ExitCode::SUCCESS)
             }
             Self::Lock {
@@ -886,7 +866,7 @@ async fn lock(
     let token = lease.fencing_token().to_string();
     emit(
         call,
-        format!("{{\"fencing_token\":{}}}", json_string(&token)),
+        json!({ "fencing_token": token }).to_string(),
         token.clone(),
     );
     let code = match command.split_first() {
@@ -944,13 +924,14 @@ async fn watch(client: &Client, call: CallArgs, keys: Vec<String>) -> Result<Exi
                 };
                 emit(
                     call,
-                    format!(
-                        "{{\"key\":{},\"op\":\"{op}\",\"value\":{},\"version\":{},\"synthetic\":{}}}",
-                        json_string(&key),
-                        if change.value.is_some() { json_string(&value) } else { "null".into() },
-                        json_string(&version(&change.version)),
-                        change.synthetic
-                    ),
+                    json!({
+                        "key": key,
+                        "op": op,
+                        "value": change.value.as_ref().map(|_| &value),
+                        "version": version(&change.version),
+                        "synthetic": change.synthetic,
+                    })
+                    .to_string(),
                     format!("{key} {op} {value}").trim_end().to_owned(),
                 );
             }
