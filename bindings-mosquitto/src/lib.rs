@@ -605,14 +605,10 @@ impl Plugin {
     fn persist(&mut self) -> Option<u64> {
         let durable = self.disk.as_mut()?;
         let records = self.engine.store_mut().take_pending();
-        if let Err(error) = durable.disk.stage(records) {
-            durable.fail(&error.to_string());
-            return None;
-        }
-        let hold_until = durable.disk.hold_until();
         let synced = durable.synced_tx.clone();
         let syncer = durable.syncer.clone();
-        durable.disk.start_sync(
+        let persisted = durable.disk.persist(
+            records,
             now_ms(),
             move |result| {
                 let _ = synced.send(result);
@@ -621,7 +617,10 @@ impl Plugin {
                 let _ = syncer.send(sync);
             },
         );
-        hold_until
+        persisted.unwrap_or_else(|error| {
+            durable.fail(&error.to_string());
+            None
+        })
     }
 
     /// What the sync thread reported: what waited for it goes out.
@@ -635,12 +634,9 @@ impl Plugin {
         };
         let mut released = Vec::new();
         while let Ok(result) = durable.synced.try_recv() {
-            match result {
-                Ok(()) => released.extend(durable.disk.synced(now_ms())),
-                Err(error) => {
-                    let error = durable.disk.sync_failed(error);
-                    durable.fail(&error.to_string());
-                }
+            match durable.disk.sync_ended(result, now_ms()) {
+                Ok(more) => released.extend(more),
+                Err(error) => durable.fail(&error.to_string()),
             }
         }
         if durable.failed {

@@ -1578,19 +1578,17 @@ impl Node {
         if let Some(JobsService::Local(jobs)) = &mut self.jobs {
             records.extend(jobs.store_mut().take_pending());
         }
-        if let Err(error) = disk.stage(records) {
-            self.fail(error);
-            return None;
-        }
-        let hold_until = disk.hold_until();
         let done = self.disk_done.clone();
         let synced = move |result| {
             let _ = done.send(Done::Synced(result));
         };
-        disk.start_sync(now_ms(), synced, |sync| {
+        let persisted = disk.persist(records, now_ms(), synced, |sync| {
             tokio::task::spawn_blocking(sync);
         });
-        hold_until
+        persisted.unwrap_or_else(|error| {
+            self.fail(error);
+            None
+        })
     }
 
     /// A sync of the data file ended: what waited for it goes out; the next one starts.
@@ -1598,13 +1596,15 @@ impl Node {
         let Some(disk) = &mut self.disk else {
             return true;
         };
-        if let Err(error) = result {
-            let error = disk.sync_failed(error);
-            self.fail(error);
-            return false;
-        }
+        let released = match disk.sync_ended(result, now_ms()) {
+            Ok(released) => released,
+            Err(error) => {
+                self.fail(error);
+                return false;
+            }
+        };
         let (sent, metrics) = (&mut self.sent, &self.metrics);
-        for (message, tag) in disk.synced(now_ms()) {
+        for (message, tag) in released {
             self.outbox
                 .push(message, tag, |tag| note_sent(sent, metrics, tag));
         }

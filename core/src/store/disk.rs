@@ -326,6 +326,32 @@ impl<T> Disk<T> {
         io_error("cannot write or sync the data file", &self.path)(error)
     }
 
+    /// A step of a durable node's write path, as both `mqstore serve` and the broker plugin
+    /// take it: stages the step's `records`, starts a sync if one is due (`synced` hears its
+    /// result where `spawn` runs it), and gives the batch what the step sends must wait for
+    /// (`None`: send at once; hold it with [`Disk::hold`]).
+    pub fn persist(
+        &mut self,
+        records: Vec<u8>,
+        now_ms: u64,
+        synced: impl FnOnce(io::Result<()>) + Send + 'static,
+        spawn: impl FnOnce(Box<dyn FnOnce() + Send>),
+    ) -> Result<Option<u64>, DiskError> {
+        self.stage(records)?;
+        let hold_until = self.hold_until();
+        self.start_sync(now_ms, synced, spawn);
+        Ok(hold_until)
+    }
+
+    /// A sync ended with `result`: what waited for it, in order, to send now; or the failure
+    /// (what waits is then never sent: it may not be on disk).
+    pub fn sync_ended(&mut self, result: io::Result<()>, now_ms: u64) -> Result<Vec<T>, DiskError> {
+        match result {
+            Ok(()) => Ok(self.synced(now_ms)),
+            Err(error) => Err(self.sync_failed(error)),
+        }
+    }
+
     /// When `everysec` syncs next (`None`: nothing to sync, or a sync runs).
     pub fn deadline(&self) -> Option<u64> {
         (self.fsync == Fsync::EverySec && self.dirty && !self.syncing).then_some(self.next_sync_ms)
