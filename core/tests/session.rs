@@ -590,3 +590,118 @@ fn a_lost_connection_fails_an_acquisition_but_not_a_held_lease() {
         "held until a renewal says otherwise"
     );
 }
+
+// ---- any order across topics ----
+
+/// What the engine publishes for `publish`, not yet delivered: a test then delivers it in the
+/// order a reordering broker (or several server nodes) might.
+fn answers(engine: &mut Engine, session: &mut Session, now: u64) -> Vec<Publish> {
+    let mut out = Vec::new();
+    while let Some(outgoing) = session.poll_publish() {
+        engine.handle(outgoing.publish, now, &mut out);
+    }
+    out
+}
+
+fn changes(session: &mut Session) -> Vec<(Vec<u8>, Option<String>)> {
+    events(session)
+        .into_iter()
+        .filter_map(|e| match e {
+            SessionEvent::Changed { key, change, .. } => Some((
+                key.to_vec(),
+                change
+                    .into_value()
+                    .map(|v| String::from_utf8_lossy(&v).into_owned()),
+            )),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The notification among `published` (the observer's notify topic), and the rest.
+fn split_notification(published: Vec<Publish>) -> (Vec<Publish>, Vec<Publish>) {
+    published
+        .into_iter()
+        .partition(|p| p.topic.contains("/notify/"))
+}
+
+#[test]
+fn a_notification_that_overtakes_the_observations_first_read_is_reported_once() {
+    let mut engine = Engine::in_memory("engine").unwrap();
+    let (mut observer, mut writer) = (session("oo"), session("ow"));
+    writer
+        .call(&set("k", "v1"), &CallOptions::default(), T0)
+        .unwrap();
+    for p in answers(&mut engine, &mut writer, T0) {
+        writer.handle(&p, T0);
+    }
+    // The observation's registration and first read reach the engine (reading v1)...
+    observer.observe(Bytes::from_static(b"k"), T0).unwrap();
+    let first_read = answers(&mut engine, &mut observer, T0);
+    // ...then a SET of v2, whose notification reaches the observer before its first read.
+    writer
+        .call(&set("k", "v2"), &CallOptions::default(), T0 + 1)
+        .unwrap();
+    let (notification, _) = split_notification(answers(&mut engine, &mut writer, T0 + 1));
+    assert_eq!(notification.len(), 1);
+    observer.handle(&notification[0], T0 + 1);
+    for p in &first_read {
+        observer.handle(p, T0 + 1);
+    }
+    assert_eq!(changes(&mut observer), [(b"k".to_vec(), Some("v2".into()))]);
+}
+
+#[test]
+fn a_notification_behind_the_first_read_that_saw_it_is_not_a_change() {
+    let mut engine = Engine::in_memory("engine").unwrap();
+    let (mut observer, mut writer) = (session("bo"), session("bw"));
+    // The registration reaches the engine, then the SET, then the first read (seeing v2);
+    // the notification of the SET arrives last.
+    observer.observe(Bytes::from_static(b"k"), T0).unwrap();
+    let register = observer.poll_publish().unwrap().publish;
+    let read = observer.poll_publish().unwrap().publish;
+    let mut registered = Vec::new();
+    engine.handle(register, T0, &mut registered);
+    writer
+        .call(&set("k", "v2"), &CallOptions::default(), T0)
+        .unwrap();
+    let (notification, _) = split_notification(answers(&mut engine, &mut writer, T0));
+    let mut first_read = Vec::new();
+    engine.handle(read, T0, &mut first_read);
+    for p in registered.iter().chain(&first_read).chain(&notification) {
+        observer.handle(p, T0);
+    }
+    assert!(
+        changes(&mut observer).is_empty(),
+        "v2 is where the observation began"
+    );
+}
+
+#[test]
+fn notifications_in_reverse_order_never_take_a_version_back() {
+    let mut engine = Engine::in_memory("engine").unwrap();
+    let (mut observer, mut writer) = (session("ro"), session("rw"));
+    observer.observe(Bytes::from_static(b"k"), T0).unwrap();
+    for p in answers(&mut engine, &mut observer, T0) {
+        observer.handle(&p, T0);
+    }
+    let mut notifications = Vec::new();
+    for (i, value) in ["v1", "v2", "v3"].into_iter().enumerate() {
+        let now = T0 + 1 + i as u64;
+        writer
+            .call(&set("k", value), &CallOptions::default(), now)
+            .unwrap();
+        let (notified, answered) = split_notification(answers(&mut engine, &mut writer, now));
+        notifications.extend(notified);
+        // The SET's answer reaches the writer before the notification reaches anyone.
+        for p in &answered {
+            writer.handle(p, now);
+        }
+    }
+    events(&mut observer);
+    // v3 first, then v1 and v2 late (another node's, or another topic's path).
+    for i in [2, 0, 1] {
+        observer.handle(&notifications[i], T0 + 10);
+    }
+    assert_eq!(changes(&mut observer), [(b"k".to_vec(), Some("v3".into()))]);
+}

@@ -734,6 +734,16 @@ impl ClientCore {
             let _ = self.clock.receive(version, now_ms);
         }
         if let Some(observed) = self.observed.get_mut(&key) {
+            // Brokers keep order per topic only (and several server nodes each publish their
+            // own): a notification may come after a newer one, or after the observation's
+            // first read already saw its version. What is not newer than what the observer
+            // saw is a repeat or overtaken: not reported, so that versions never go back.
+            if observed.known
+                && let (Some(seen), Some(now)) = (&observed.version, &version)
+                && now <= seen
+            {
+                return None;
+            }
             observed.version.clone_from(&version);
             observed.known = true;
         }
