@@ -199,6 +199,9 @@ type Completed = {
   error?: Error & { code: number };
   response?: Response;
   version?: wasm.Hlc | null;
+  /** A state store call: the core's reading of its answer (SET applied; DEL/VDEL outcome). */
+  applied?: boolean;
+  deleted?: DeleteResult["outcome"];
   /** A jobs or commands call's answer. */
   result?: any;
 };
@@ -321,7 +324,7 @@ export class Client {
       clean: true,
       connectTimeout: timeoutMs,
       reconnectPeriod: 0,
-      will: { topic: core.presenceTopic(), payload: wire(encoder.encode("gone")), qos: 1, retain: false },
+      will: { topic: core.presenceTopic(), payload: wire(wasm.presenceGone()), qos: 1, retain: false },
     };
     let connection: MqttClient;
     try {
@@ -480,7 +483,7 @@ export class Client {
       ...(options.expiresMs !== undefined ? { pxMs: options.expiresMs } : {}),
     };
     const done = await this.#request(request, { fencingToken: options.fencingToken, persist: options.persist });
-    return { applied: done.response?.kind === "ok", version: done.version ?? null };
+    return { applied: done.applied === true, version: done.version ?? null };
   }
 
   /** GET `key`: its value and version, or null. */
@@ -719,7 +722,7 @@ export class Client {
     // period. Not connected (the broker away, a reconnect pending): nothing can be delivered,
     // and MQTT.js would wait for it for ever, so the connection ends at once.
     const connected = this.#mqtt.connected;
-    if (connected) this.#mqtt.publish(this.#core.presenceTopic(), wire(encoder.encode("gone")), { qos: 1 });
+    if (connected) this.#mqtt.publish(this.#core.presenceTopic(), wire(wasm.presenceGone()), { qos: 1 });
     let grace: ReturnType<typeof setTimeout> | undefined;
     const graceOver = new Promise<"over">((resolve) => (grace = setTimeout(() => resolve("over"), CLOSE_GRACE_MS)));
     if ((await Promise.race([this.#mqtt.endAsync(!connected), graceOver])) === "over") {
@@ -735,9 +738,7 @@ export class Client {
 }
 
 function deletion(done: Completed): DeleteResult {
-  const r = done.response;
-  const outcome = r?.kind === "deleted" ? (r.count > 0 ? "deleted" : "absent") : "value_mismatch";
-  return { outcome, version: done.version ?? null };
+  return { outcome: done.deleted ?? "value_mismatch", version: done.version ?? null };
 }
 
 /**

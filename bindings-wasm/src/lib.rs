@@ -14,7 +14,7 @@ use std::num::NonZeroU64;
 
 use bytes::Bytes;
 use js_sys::{Array, Object, Reflect, Uint8Array};
-use mqcore::client::{CallId, CallOptions, ClientConfig, ClientError};
+use mqcore::client::{CallId, CallOptions, ClientConfig, ClientError, Deleted};
 use mqcore::codec::{
     Bulk, Condition, Notification, Request, Response, SetRequest, decode_notification,
     decode_request, decode_response,
@@ -357,6 +357,12 @@ pub fn error_kinds() -> Array {
             JsValue::from(out)
         })
         .collect()
+}
+
+/// The payload of a client's presence message when it leaves (its Will, and its goodbye).
+#[wasm_bindgen(js_name = presenceGone)]
+pub fn presence_gone() -> Uint8Array {
+    bytes_to_js(topics::PRESENCE_GONE)
 }
 
 #[wasm_bindgen(js_name = invokeTopic)]
@@ -795,6 +801,14 @@ fn event_to_js(event: SessionEvent) -> Object {
                 Ok(Completion::Store(answer)) => {
                     set(&out, "response", response_to_js(&answer.response));
                     set(&out, "version", version_to_js(answer.version.as_ref()));
+                    // The core's reading of the answer: SET applied, DEL/VDEL's outcome.
+                    set(&out, "applied", answer.applied());
+                    let deleted = match answer.deleted() {
+                        Deleted::Deleted => "deleted",
+                        Deleted::Absent => "absent",
+                        Deleted::ValueMismatch => "value_mismatch",
+                    };
+                    set(&out, "deleted", deleted);
                 }
                 Ok(Completion::Jobs(value)) => set(&out, "result", services::js_of(&value)),
                 Ok(Completion::Command(reply)) => {

@@ -705,3 +705,24 @@ fn notifications_in_reverse_order_never_take_a_version_back() {
     }
     assert_eq!(changes(&mut observer), [(b"k".to_vec(), Some("v3".into()))]);
 }
+
+#[test]
+fn a_forgotten_lease_is_no_longer_renewed_and_lapses() {
+    let mut fleet = Fleet::new();
+    let (mut a, mut b) = (session("fa"), session("fb"));
+    let held = a
+        .lease(Bytes::from_static(KEY), 3_000, Some(0), T0)
+        .unwrap();
+    fleet.run(&mut [&mut a, &mut b]);
+    assert!(granted(&lease_events(&mut a), held));
+    a.forget_lease(held);
+    assert!(a.lease_token(held).is_none());
+    assert_eq!(a.next_deadline(), None, "nothing to renew");
+    let campaign = b.lease(Bytes::from_static(KEY), 3_000, None, T0).unwrap();
+    fleet.advance(T0 + 7_000, &mut [&mut a, &mut b]);
+    assert!(
+        lease_events(&mut a).is_empty(),
+        "no renewal, no loss reported"
+    );
+    assert!(granted(&lease_events(&mut b), campaign), "it lapsed");
+}
