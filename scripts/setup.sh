@@ -81,5 +81,5 @@ ensure_go() {
   dir=$(cd /tmp && GOFLAGS=-mod=mod go mod download -json golang.org/toolchain@v0.0.1-go1.22.12.linux-amd64 |
     sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
   export PATH="$dir/bin:$PATH"
-  go_ok || { echo "error: Go 1.21 or newer is needed to build Mochi MQTT (core/tests/mochi)" >&2; return 1; }
+  go_ok || { echo "error: Go 1.21 or newer is needed to build Mochi MQTT (cli/tests/mochi)" >&2; return 1; }
 }

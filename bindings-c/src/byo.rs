@@ -6,12 +6,12 @@
 
 use std::ffi::{CString, c_char, c_int};
 
+use ::mqstore_core::client::{CallId, CallOptions, ClientConfig};
+use ::mqstore_core::codec::{Bulk, Request, SetRequest};
+use ::mqstore_core::envelope::{Properties, Publish};
+use ::mqstore_core::jobs::{DeviceBody, DeviceRequest, OperatorRequest};
+use ::mqstore_core::session::Session;
 use bytes::Bytes;
-use mqcore::client::{CallId, CallOptions, ClientConfig};
-use mqcore::codec::{Bulk, Request, SetRequest};
-use mqcore::envelope::{Properties, Publish};
-use mqcore::jobs::{DeviceBody, DeviceRequest, OperatorRequest};
-use mqcore::session::Session;
 
 use crate::error::{Error, Result, ffi, ffi_void};
 use crate::handles::{handle, handle_mut, new_handle, take_handle};
@@ -529,7 +529,7 @@ pub unsafe extern "C" fn mqstore_core_command_status(
         if id.is_empty() {
             return Err(Error::invalid("the command id is empty"));
         }
-        let timeout = mqcore::commands::DEFAULT_TIMEOUT_MS;
+        let timeout = ::mqstore_core::commands::DEFAULT_TIMEOUT_MS;
         started(core.session.command_status(id, timeout, now_ms), call);
         Ok(())
     })

@@ -9,10 +9,10 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use mqcore::client::ClientError;
-use mqcore::net::client::{Client, ClientOptions, KeyChange, SetOptions as NetSetOptions};
-use mqcore::net::lease::Lease;
-use mqcore::net::{TlsConfig, random_u64};
+use mqstore_core::client::ClientError;
+use mqstore_net::client::{Client, ClientOptions, KeyChange, SetOptions as NetSetOptions};
+use mqstore_net::lease::Lease;
+use mqstore_net::{TlsConfig, random_u64};
 use tokio::runtime::Runtime;
 
 use crate::error::{Error, Result, ffi, ffi_void};
@@ -423,7 +423,7 @@ pub unsafe extern "C" fn mqstore_get(
 /// Runs a DEL or VDEL and writes its outcome.
 fn deletion(
     client: &mqstore_client,
-    call: impl Future<Output = Result<mqcore::client::Deletion, ClientError>>,
+    call: impl Future<Output = Result<mqstore_core::client::Deletion, ClientError>>,
     result: *mut mqstore_delete_result,
 ) -> Result<()> {
     let done = client.wait(None, call)?;

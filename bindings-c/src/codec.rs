@@ -6,11 +6,11 @@ use std::num::NonZeroU64;
 use std::sync::LazyLock;
 
 use bytes::Bytes;
-use mqcore::codec::{
+use mqstore_core::codec::{
     Bulk, Condition, Notification, Request, Response, SetRequest, decode_notification,
     decode_request, decode_response,
 };
-use mqcore::topics;
+use mqstore_core::topics;
 
 use crate::error::{Error, Result, ffi, ffi_void};
 use crate::handles::{new_handle, take_handle};

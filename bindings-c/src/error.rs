@@ -5,8 +5,8 @@ use std::cell::RefCell;
 use std::ffi::{CString, c_char, c_int};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-use mqcore::client::ClientError;
-use mqcore::{ErrorKind, ServiceError};
+use mqstore_core::client::ClientError;
+use mqstore_core::{ErrorKind, ServiceError};
 
 /// What a call returns: 0 on success, else why it failed. 1–99 are this library's own (bad
 /// arguments and the like: nothing was sent, nothing changed); 101–199 are the state store's

@@ -2,7 +2,7 @@
 
 use std::ffi::{c_char, c_int};
 
-use mqcore::hlc::Hlc;
+use mqstore_core::hlc::Hlc;
 
 use crate::error::{Error, ffi};
 use crate::types::{copy_str_out, mqstore_hlc, out_arg, str_arg};

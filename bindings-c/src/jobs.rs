@@ -7,8 +7,8 @@ use std::ffi::{CString, c_char, c_int};
 use std::time::Duration;
 
 use bytes::Bytes;
-use mqcore::jobs::{JobSpec, Status, Update};
-use mqcore::net::jobs::{Jobs, StartNext};
+use mqstore_core::jobs::{JobSpec, Status, Update};
+use mqstore_net::jobs::{Jobs, StartNext};
 
 use crate::client::mqstore_client;
 use crate::error::{Error, Result, ffi, ffi_void};

@@ -5,12 +5,12 @@ use std::ffi::{CStr, CString, c_char, c_int};
 use std::time::Duration;
 
 use bytes::Bytes;
-use mqcore::client::Deleted;
-use mqcore::codec::{Command, Condition, Response};
-use mqcore::commands::{CommandRequest, Mode};
-use mqcore::hlc::Hlc;
-use mqcore::jobs::JobNotification;
-use mqcore::session::{Completion, SessionEvent};
+use mqstore_core::client::Deleted;
+use mqstore_core::codec::{Command, Condition, Response};
+use mqstore_core::commands::{CommandRequest, Mode};
+use mqstore_core::hlc::Hlc;
+use mqstore_core::jobs::JobNotification;
+use mqstore_core::session::{Completion, SessionEvent};
 
 use crate::error::{Error, Result};
 use crate::handles::{new_handle, take_handle};

@@ -7,7 +7,7 @@ use std::collections::hash_map::RandomState;
 use std::collections::{HashSet, VecDeque};
 use std::hash::BuildHasher;
 
-use mqstore::envelope::Publish;
+use mqstore_core::envelope::Publish;
 
 /// The QoS 2 requests seen lately, by a fingerprint of who sent what: the sender, the topic,
 /// the payload, the correlation data and the user properties (whose `__ts` no client repeats
@@ -59,7 +59,7 @@ impl SeenRequests {
 mod tests {
     use super::*;
     use bytes::Bytes;
-    use mqstore::envelope::Properties;
+    use mqstore_core::envelope::Properties;
 
     fn request(correlation: &'static [u8], payload: &'static [u8], ts: &str) -> Publish {
         Publish {

@@ -29,13 +29,13 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr;
 
 use bytes::Bytes;
-use mqstore::engine::{Engine, EngineConfig};
-use mqstore::envelope::{Properties, Publish};
-use mqstore::jobs::DurableJobs;
-use mqstore::presence::ServerPresence;
-use mqstore::store::disk::{self, Disk, Durability, Fsync};
-use mqstore::store::{DurableStore, Quotas};
-use mqstore::topics;
+use mqstore_core::engine::{Engine, EngineConfig};
+use mqstore_core::envelope::{Properties, Publish};
+use mqstore_core::jobs::DurableJobs;
+use mqstore_core::presence::ServerPresence;
+use mqstore_core::store::disk::{self, Disk, Durability, Fsync};
+use mqstore_core::store::{DurableStore, Quotas};
+use mqstore_core::topics;
 
 mod exactly_once;
 
@@ -95,7 +95,7 @@ struct Durable {
 struct Options {
     node_id: String,
     quotas: Quotas,
-    access_rules: Vec<mqstore::engine::AccessRule>,
+    access_rules: Vec<mqstore_core::engine::AccessRule>,
     response_topic_prefixes: Vec<String>,
     durability: Option<Durability>,
     fsync: Fsync,
@@ -201,7 +201,9 @@ pub unsafe extern "C" fn mosquitto_plugin_init(
         let config = EngineConfig {
             scan_token_key: random_bytes()?,
             scan_token_seed: random_bytes()?,
-            access: mqstore::engine::AccessRules::new(std::mem::take(&mut options.access_rules)),
+            access: mqstore_core::engine::AccessRules::new(std::mem::take(
+                &mut options.access_rules,
+            )),
             response_topic_prefixes: std::mem::take(&mut options.response_topic_prefixes),
             ..EngineConfig::new(options.node_id.clone())
         };

@@ -2,15 +2,17 @@
 //! answers from inside the broker, notifications reach clients that never subscribed, keys
 //! expire on the broker's tick, and hostile requests leave the broker serving.
 
-#[path = "../../core/tests/broker/mod.rs"]
+#[path = "../../cli/tests/broker/mod.rs"]
 mod broker;
 
 use std::time::Duration;
 
 use broker::Broker;
 use bytes::Bytes;
-use mqstore::codec::{Bulk, Request, Response, SetRequest, decode_notification, decode_response};
-use mqstore::net::client::{Client, ClientOptions, SetOptions};
+use mqstore_core::codec::{
+    Bulk, Request, Response, SetRequest, decode_notification, decode_response,
+};
+use mqstore_net::client::{Client, ClientOptions, SetOptions};
 use rumqttc::v5::mqttbytes::QoS;
 use rumqttc::v5::mqttbytes::v5::Packet;
 use rumqttc::v5::mqttbytes::v5::PublishProperties;
@@ -40,7 +42,7 @@ async fn the_state_store_answers_from_inside_mosquitto() {
     let got = c.get("k").await.unwrap().unwrap();
     assert_eq!((got.value, got.version), (Bytes::from("v1"), set.version));
     let nx = SetOptions {
-        condition: mqstore::codec::Condition::NotExists,
+        condition: mqstore_core::codec::Condition::NotExists,
         ..SetOptions::default()
     };
     assert!(c.set("k", "v2", nx).await.unwrap().version.is_some());
@@ -52,7 +54,7 @@ async fn the_state_store_answers_from_inside_mosquitto() {
     }
     assert_eq!(c.scan("scan/*").await.unwrap().len(), 5);
     let deleted = c.del("k", None).await.unwrap();
-    assert_eq!(deleted.outcome, mqstore::client::Deleted::Deleted);
+    assert_eq!(deleted.outcome, mqstore_core::client::Deleted::Deleted);
     assert_eq!(c.get("k").await.unwrap(), None);
 }
 
@@ -128,7 +130,7 @@ async fn call_claiming(
 
 /// Publishes a request on the standard request topic.
 async fn send(client: &AsyncClient, payload: Bytes, properties: PublishProperties) {
-    let topic = mqstore::topics::INVOKE;
+    let topic = mqstore_core::topics::INVOKE;
     client
         .publish_with_properties(topic, QoS::AtLeastOnce, false, payload, properties)
         .await
@@ -175,7 +177,7 @@ async fn a_client_that_never_subscribes_to_its_notifications_gets_them() {
     assert!(topic.contains("/command/notify/"), "{topic}");
     let decoded = decode_notification(&notification.payload).unwrap();
     assert!(
-        matches!(decoded, mqstore::codec::Notification::Set(ref v) if v.value() == "open"),
+        matches!(decoded, mqstore_core::codec::Notification::Set(ref v) if v.value() == "open"),
         "{decoded:?}"
     );
 }
@@ -202,7 +204,7 @@ async fn hostile_requests_leave_the_broker_serving() {
         (false, b"\xff\x00 not RESP"),
     ];
     for (retain, payload) in requests {
-        let topic = mqstore::topics::INVOKE;
+        let topic = mqstore_core::topics::INVOKE;
         let payload = Bytes::from_static(payload);
         raw.0
             .publish(topic, QoS::AtLeastOnce, retain, payload)
@@ -218,7 +220,7 @@ async fn hostile_requests_leave_the_broker_serving() {
         options.set_keep_alive(Duration::from_secs(30));
         AsyncClient::new(options, 16)
     };
-    late.subscribe(mqstore::topics::INVOKE, QoS::AtLeastOnce)
+    late.subscribe(mqstore_core::topics::INVOKE, QoS::AtLeastOnce)
         .await
         .unwrap();
     let retained = tokio::time::timeout(Duration::from_millis(1500), async {
@@ -248,7 +250,7 @@ async fn access_rules_hold_against_a_client_that_lies_in_its_src_id() {
         let response = decode_response(&answer.payload).unwrap();
         matches!(
             response,
-            Response::Error(mqstore::ServiceError::NotAuthorized)
+            Response::Error(mqstore_core::ServiceError::NotAuthorized)
         )
     };
     let mut sensor = raw(broker.port, "sensor-1").await;
@@ -415,7 +417,7 @@ async fn under_valgrind_the_plugin_makes_no_memory_errors_and_leaks_nothing() {
         };
         raw.0
             .publish_with_properties(
-                mqstore::topics::INVOKE,
+                mqstore_core::topics::INVOKE,
                 QoS::ExactlyOnce,
                 false,
                 get.to_bytes(),
@@ -447,8 +449,8 @@ async fn under_valgrind_the_plugin_makes_no_memory_errors_and_leaks_nothing() {
 /// time: the plugin sees the server's presence and says what to do.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_state_store_server_beside_the_plugin_is_told_to_leave_it_alone() {
-    use mqstore::net::BrokerConfig;
-    use mqstore::net::server::{ServerConfig, spawn};
+    use mqstore_net::BrokerConfig;
+    use mqstore_net::server::{ServerConfig, spawn};
     let broker = broker_with_plugin();
     let config = ServerConfig::new(
         BrokerConfig {

@@ -1,4 +1,4 @@
-//! The native client: `mqstore::net::client::Client` and `net::lease` behind Python classes.
+//! The native client: `mqstore_net::client::Client` and `net::lease` behind Python classes.
 //! Every call takes `aio`: false waits with the GIL released, true returns an asyncio future.
 //! Arguments arrive checked and converted by the Python layer (`mqstore/_client.py`).
 
@@ -8,12 +8,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use mqstore::codec::Condition;
-use mqstore::net::client::{
+use mqstore_core::codec::Condition;
+use mqstore_net::client::{
     Client as CoreClient, ClientOptions, Observation as CoreObservation, ScanPages, SetOptions,
 };
-use mqstore::net::lease::{self, Lease as CoreLease};
-use mqstore::net::{TlsConfig, random_u64};
+use mqstore_net::lease::{self, Lease as CoreLease};
+use mqstore_net::{TlsConfig, random_u64};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedBytes;
@@ -28,7 +28,7 @@ fn shared(bytes: PyBackedBytes) -> Bytes {
     Bytes::from_owner(bytes)
 }
 
-fn token(fencing_token: Option<PyRef<'_, Hlc>>) -> Option<mqstore::hlc::Hlc> {
+fn token(fencing_token: Option<PyRef<'_, Hlc>>) -> Option<mqstore_core::hlc::Hlc> {
     fencing_token.map(|t| t.0.clone())
 }
 
@@ -346,7 +346,7 @@ pub struct Lease {
     inner: Mutex<Option<CoreLease>>,
     pid: u32,
     key: Bytes,
-    fencing_token: mqstore::hlc::Hlc,
+    fencing_token: mqstore_core::hlc::Hlc,
 }
 
 impl Lease {

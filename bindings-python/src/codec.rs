@@ -4,11 +4,11 @@
 use std::num::NonZeroU64;
 
 use bytes::Bytes;
-use mqstore::codec::{
+use mqstore_core::codec::{
     self, Bulk, Condition, Notification, Request, Response, SetRequest, decode_notification,
     decode_request, decode_response,
 };
-use mqstore::{ServiceError, topics};
+use mqstore_core::{ServiceError, topics};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};

@@ -5,10 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use mqstore::client::ClientError;
-use mqstore::commands::wire::CommandReply as CoreReply;
-use mqstore::commands::{CommandRequest, Mode};
-use mqstore::net::commands::{CommandWatch as CoreWatch, FanOut as CoreFanOut};
+use mqstore_core::client::ClientError;
+use mqstore_core::commands::wire::CommandReply as CoreReply;
+use mqstore_core::commands::{CommandRequest, Mode};
+use mqstore_net::commands::{CommandWatch as CoreWatch, FanOut as CoreFanOut};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedBytes;

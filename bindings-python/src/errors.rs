@@ -1,8 +1,8 @@
 //! Errors as Python exceptions: the classes live in `mqstore/errors.py`, one per stable code
 //! (`ClientError::code`); this side only passes the code, the message and the details.
 
-use mqstore::ServiceError;
-use mqstore::client::ClientError;
+use mqstore_core::ServiceError;
+use mqstore_core::client::ClientError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 
@@ -68,8 +68,8 @@ fn exception(py: Python<'_>, code: u16, message: &str, detail: Option<String>) -
 #[pyfunction]
 pub fn error_examples() -> Vec<(u16, String)> {
     let answer = || {
-        Box::new(mqstore::commands::Answer {
-            status: mqstore::commands::Status::Failed,
+        Box::new(mqstore_core::commands::Answer {
+            status: mqstore_core::commands::Status::Failed,
             payload: bytes::Bytes::from_static(b"overheated"),
             content_type: None,
             code: None,
@@ -93,9 +93,9 @@ pub fn error_examples() -> Vec<(u16, String)> {
         ClientError::Malformed("truncated".into()),
         ClientError::Unexpected {
             command: "SET",
-            response: mqstore::codec::Response::Absent,
+            response: mqstore_core::codec::Response::Absent,
         },
-        ClientError::Clock(mqstore::hlc::HlcError::CounterOverflow),
+        ClientError::Clock(mqstore_core::hlc::HlcError::CounterOverflow),
         ClientError::Unreachable("connection refused".into()),
         ClientError::Refused {
             code: 0x87,
@@ -130,7 +130,7 @@ pub fn error_examples() -> Vec<(u16, String)> {
 /// The test suite checks that `mqstore.errors` has each class with that code.
 #[pyfunction]
 pub fn error_kinds() -> Vec<(u16, &'static str)> {
-    mqstore::ErrorKind::ALL
+    mqstore_core::ErrorKind::ALL
         .into_iter()
         .map(|kind| (kind.code(), kind.name()))
         .collect()

@@ -6,9 +6,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use mqstore::client::ClientError;
-use mqstore::jobs::{JobSpec, Status, Update};
-use mqstore::net::jobs::{ExecutionFilter, Jobs as CoreJobs, StartNext};
+use mqstore_core::client::ClientError;
+use mqstore_core::jobs::{JobSpec, Status, Update};
+use mqstore_net::jobs::{ExecutionFilter, Jobs as CoreJobs, StartNext};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 

@@ -1,5 +1,5 @@
 //! `mqstore._native`: the Python binding's native module. It converts types, maps errors and
-//! waits; the protocol and the client are the core's (`mqstore::net::client`, `net::lease`).
+//! waits; the protocol and the client are the core's (`mqstore_net::client`, `net::lease`).
 //! The public, typed API is the Python package around it (`python/mqstore/`).
 
 mod client;

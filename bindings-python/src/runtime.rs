@@ -6,7 +6,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use futures_util::FutureExt;
-use mqstore::client::ClientError;
+use mqstore_core::client::ClientError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use tokio::runtime::Runtime;

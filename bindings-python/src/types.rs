@@ -2,9 +2,11 @@
 //! changes. Values are Python `bytes` made once, when the result reaches Python.
 
 use bytes::Bytes;
-use mqstore::client::{Deleted, Deletion, SetResult as CoreSetResult, Versioned as CoreVersioned};
-use mqstore::hlc::Hlc as CoreHlc;
-use mqstore::net::client::KeyChange;
+use mqstore_core::client::{
+    Deleted, Deletion, SetResult as CoreSetResult, Versioned as CoreVersioned,
+};
+use mqstore_core::hlc::Hlc as CoreHlc;
+use mqstore_net::client::KeyChange;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;

@@ -14,16 +14,16 @@ use std::num::NonZeroU64;
 
 use bytes::Bytes;
 use js_sys::{Array, Object, Reflect, Uint8Array};
-use mqcore::client::{CallId, CallOptions, ClientConfig, ClientError, Deleted};
-use mqcore::codec::{
+use mqstore_core::client::{CallId, CallOptions, ClientConfig, ClientError, Deleted};
+use mqstore_core::codec::{
     Bulk, Condition, Notification, Request, Response, SetRequest, decode_notification,
     decode_request, decode_response,
 };
-use mqcore::envelope::{Properties, Publish};
-use mqcore::hlc::Hlc as CoreHlc;
-use mqcore::lease::LeaseTerms as CoreLeaseTerms;
-use mqcore::session::{Completion, Session, SessionEvent};
-use mqcore::{ServiceError, topics};
+use mqstore_core::envelope::{Properties, Publish};
+use mqstore_core::hlc::Hlc as CoreHlc;
+use mqstore_core::lease::LeaseTerms as CoreLeaseTerms;
+use mqstore_core::session::{Completion, Session, SessionEvent};
+use mqstore_core::{ServiceError, topics};
 use wasm_bindgen::prelude::*;
 
 /// The code of a bad argument (as the C library's `MQSTORE_ERR_INVALID_ARGUMENT`).
@@ -348,7 +348,7 @@ pub fn notify_topic(client_id: &str, key: JsValue) -> Result<String, JsValue> {
 /// class's name without `Error`.
 #[wasm_bindgen(js_name = errorKinds)]
 pub fn error_kinds() -> Array {
-    mqcore::ErrorKind::ALL
+    mqstore_core::ErrorKind::ALL
         .into_iter()
         .map(|kind| {
             let out = Object::new();
@@ -613,7 +613,7 @@ impl ClientCore {
         if id.is_empty() {
             return Err(invalid("the command id is empty"));
         }
-        let timeout = mqcore::commands::DEFAULT_TIMEOUT_MS;
+        let timeout = mqstore_core::commands::DEFAULT_TIMEOUT_MS;
         let call = self.session.command_status(id, timeout, now_ms as u64);
         Ok(self::id(call))
     }

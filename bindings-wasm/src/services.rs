@@ -5,9 +5,9 @@
 use std::collections::BTreeMap;
 
 use js_sys::{Array, Object};
-use mqcore::commands::wire::CommandReply;
-use mqcore::commands::{CommandRequest, Mode, Record};
-use mqcore::jobs::{DeviceRequest, ExecutionRef, JobSpec, OperatorRequest, Status, Update};
+use mqstore_core::commands::wire::CommandReply;
+use mqstore_core::commands::{CommandRequest, Mode, Record};
+use mqstore_core::jobs::{DeviceRequest, ExecutionRef, JobSpec, OperatorRequest, Status, Update};
 use serde_json::Value;
 use wasm_bindgen::prelude::*;
 

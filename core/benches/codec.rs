@@ -7,7 +7,7 @@ use std::hint::black_box;
 
 use bytes::{Bytes, BytesMut};
 use criterion::Throughput;
-use mqstore::codec::{Request, SetRequest, decode_request};
+use mqstore_core::codec::{Request, SetRequest, decode_request};
 use redis_protocol::resp3::decode::complete::decode_bytes;
 use redis_protocol::resp3::encode::complete::extend_encode;
 use redis_protocol::resp3::types::BytesFrame;

@@ -9,8 +9,8 @@ use std::hint::black_box;
 use std::sync::atomic::{AtomicIsize, Ordering};
 
 use bytes::Bytes;
-use mqstore::codec::{Request, SetRequest};
-use mqstore::engine::{Engine, RequestContext};
+use mqstore_core::codec::{Request, SetRequest};
+use mqstore_core::engine::{Engine, RequestContext};
 use support::{Comparison, criterion, report};
 
 /// Counts live heap bytes, to measure memory per key.
@@ -68,7 +68,7 @@ fn filled_engine(keys: &[Bytes]) -> Engine {
     let mut sink = Vec::new();
     for k in keys {
         let wire = Request::Set(SetRequest::new(k.clone(), value())).to_bytes();
-        let request = mqstore::codec::decode_request(&wire).unwrap();
+        let request = mqstore_core::codec::decode_request(&wire).unwrap();
         engine.execute(request, context(), NOW, &mut sink);
     }
     engine

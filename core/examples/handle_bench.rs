@@ -3,9 +3,9 @@
 //!
 //!   cargo run --release -p mqstore --example handle_bench [request topic]
 use bytes::Bytes;
-use mqstore::codec::{Request, SetRequest};
-use mqstore::engine::Engine;
-use mqstore::envelope::{Properties, Publish};
+use mqstore_core::codec::{Request, SetRequest};
+use mqstore_core::engine::Engine;
+use mqstore_core::envelope::{Properties, Publish};
 use std::time::Instant;
 
 fn message(topic: &str, payload: Bytes, ts: &str) -> Publish {
@@ -33,7 +33,7 @@ fn message(topic: &str, payload: Bytes, ts: &str) -> Publish {
 fn main() {
     let topic = std::env::args()
         .nth(1)
-        .unwrap_or_else(|| mqstore::topics::INVOKE.to_owned());
+        .unwrap_or_else(|| mqstore_core::topics::INVOKE.to_owned());
     let mut engine = Engine::in_memory("bench").unwrap();
     let now = 1_700_000_000_000u64;
     let ts = format!("{now}:0:dev-1");

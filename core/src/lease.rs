@@ -1,5 +1,5 @@
 //! Leases (locks with fencing tokens) as a protocol with no I/O, shared by every driver (the
-//! tokio client's `net::lease`, the npm package): which request takes or renews a lease, how to
+//! tokio client's `mqstore_net::lease`, the npm package): which request takes or renews a lease, how to
 //! read its answer, how often to renew, and which request releases it.
 //!
 //! A lease is a key holding its holder's id, set with `NEX PX ttl`: the SET succeeds for a free

@@ -9,8 +9,8 @@
 //!
 //! ```
 //! use bytes::Bytes;
-//! use mqstore::codec::{Request, Response, SetRequest, decode_request};
-//! use mqstore::engine::{Engine, RequestContext};
+//! use mqstore_core::codec::{Request, Response, SetRequest, decode_request};
+//! use mqstore_core::engine::{Engine, RequestContext};
 //!
 //! let mut engine = Engine::in_memory("node-1").unwrap();
 //! let now_ms = 1_700_000_000_000;
@@ -42,8 +42,6 @@ mod error;
 pub mod hlc;
 pub mod jobs;
 pub mod lease;
-#[cfg(feature = "net")]
-pub mod net;
 pub mod presence;
 pub mod reason;
 pub mod session;

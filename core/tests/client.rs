@@ -3,13 +3,15 @@
 //! for this client comes back to `ClientCore::handle`.
 
 use bytes::Bytes;
-use mqstore::ServiceError;
-use mqstore::client::{Answer, CallId, CallOptions, ClientConfig, ClientCore, ClientError, Event};
-use mqstore::codec::{Bulk, Notification, Request, Response, SetRequest};
-use mqstore::engine::Engine;
-use mqstore::envelope::Publish;
-use mqstore::hlc::Hlc;
-use mqstore::topics;
+use mqstore_core::ServiceError;
+use mqstore_core::client::{
+    Answer, CallId, CallOptions, ClientConfig, ClientCore, ClientError, Event,
+};
+use mqstore_core::codec::{Bulk, Notification, Request, Response, SetRequest};
+use mqstore_core::engine::Engine;
+use mqstore_core::envelope::Publish;
+use mqstore_core::hlc::Hlc;
+use mqstore_core::topics;
 
 const T0: u64 = 1_700_000_000_000;
 
@@ -462,7 +464,7 @@ fn answers_that_do_not_fit_or_cannot_be_read_are_errors() {
         topic: topics::response_topic("dev-1"),
         payload: Bytes::from_static(b"$1\r\nx\r\n"),
         qos: 1,
-        properties: mqstore::envelope::Properties {
+        properties: mqstore_core::envelope::Properties {
             correlation_data: request.properties.correlation_data.clone(),
             user_properties: vec![("__stat".into(), "200".into())],
             ..Default::default()
@@ -509,14 +511,14 @@ fn answers_that_do_not_fit_or_cannot_be_read_are_errors() {
 
 #[test]
 fn answers_read_as_typed_results() {
-    use mqstore::client::Deleted;
+    use mqstore_core::client::Deleted;
 
     let mut l = Loop::new();
     let mut c = client("dev-1");
     let none = CallOptions::default();
     assert!(l.answer(&mut c, &set("k", "v"), &none).unwrap().applied());
     let nx = Request::Set(SetRequest {
-        condition: mqstore::codec::Condition::NotExists,
+        condition: mqstore_core::codec::Condition::NotExists,
         ..SetRequest::new("k", "w")
     });
     assert!(!l.answer(&mut c, &nx, &none).unwrap().applied());

@@ -3,8 +3,8 @@
 //! be the model's: `notify` exactly when the list's membership changed, `notify-next` exactly
 //! when its first entry changed, with the model's list and first entry in them.
 
-use mqstore::envelope::Publish;
-use mqstore::jobs::{JobSpec, Jobs};
+use mqstore_core::envelope::Publish;
+use mqstore_core::jobs::{JobSpec, Jobs};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 

@@ -2,16 +2,16 @@
 //! between: the state store engine, the jobs service, and the command service's refusals.
 
 use bytes::Bytes;
-use mqstore::client::{CallId, CallOptions, ClientConfig, ClientError};
-use mqstore::codec::{Notification, Request, Response, SetRequest};
-use mqstore::commands::CommandRequest;
-use mqstore::commands::wire::{Refusal, reply_refusal};
-use mqstore::engine::Engine;
-use mqstore::envelope::{Properties, Publish};
-use mqstore::jobs::{
+use mqstore_core::client::{CallId, CallOptions, ClientConfig, ClientError};
+use mqstore_core::codec::{Notification, Request, Response, SetRequest};
+use mqstore_core::commands::CommandRequest;
+use mqstore_core::commands::wire::{Refusal, reply_refusal};
+use mqstore_core::engine::Engine;
+use mqstore_core::envelope::{Properties, Publish};
+use mqstore_core::jobs::{
     DeviceRequest, JobNotification, JobSpec, Jobs, OPERATOR_TOPIC, OperatorRequest,
 };
-use mqstore::session::{Completion, Session, SessionEvent};
+use mqstore_core::session::{Completion, Session, SessionEvent};
 use serde_json::json;
 
 const T0: u64 = 1_700_000_000_000;

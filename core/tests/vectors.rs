@@ -4,13 +4,13 @@
 use std::num::NonZeroU64;
 
 use bytes::Bytes;
-use mqstore::ServiceError;
-use mqstore::codec::{
+use mqstore_core::ServiceError;
+use mqstore_core::codec::{
     Bulk, Condition, Notification, Request, Response, SetRequest, decode_notification,
     decode_request, decode_response,
 };
-use mqstore::hlc::Hlc;
-use mqstore::topics;
+use mqstore_core::hlc::Hlc;
+use mqstore_core::topics;
 use serde_json::Value;
 
 fn vectors() -> Value {

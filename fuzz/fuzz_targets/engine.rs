@@ -4,9 +4,9 @@
 
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
-use mqstore::engine::{Engine, Outcome};
-use mqstore::envelope::{Properties, Publish};
-use mqstore::topics;
+use mqstore_core::engine::{Engine, Outcome};
+use mqstore_core::envelope::{Properties, Publish};
+use mqstore_core::topics;
 
 /// One request: its payload, `__ts`, `__ft`, and how many ms the clock moves first.
 type Step = (Vec<u8>, Option<String>, Option<String>, u16);

@@ -4,8 +4,8 @@
 
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
-use mqstore::envelope::{Checked, Properties, check_request};
-use mqstore::topics;
+use mqstore_core::envelope::{Checked, Properties, check_request};
+use mqstore_core::topics;
 
 /// QoS, response topic, correlation data, user properties, message expiry.
 type Input = (

@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use mqstore::hlc::{Hlc, HlcClock};
+use mqstore_core::hlc::{Hlc, HlcClock};
 
 fuzz_target!(|input: (&str, u64)| {
     let (text, wall_ms) = input;

@@ -3,7 +3,7 @@
 
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
-use mqstore::codec::decode_request;
+use mqstore_core::codec::decode_request;
 
 fuzz_target!(|data: &[u8]| {
     let payload = Bytes::copy_from_slice(data);

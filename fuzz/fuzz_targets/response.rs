@@ -4,7 +4,7 @@
 
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
-use mqstore::codec::{decode_notification, decode_response};
+use mqstore_core::codec::{decode_notification, decode_response};
 
 fuzz_target!(|data: &[u8]| {
     let payload = Bytes::copy_from_slice(data);

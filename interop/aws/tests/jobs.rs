@@ -6,7 +6,7 @@
 //! (`requirements.txt`), JavaScript's with `npm ci` into `js/node_modules`
 //! (`js/package-lock.json`).
 
-#[path = "../../../core/tests/broker/mod.rs"]
+#[path = "../../../cli/tests/broker/mod.rs"]
 #[macro_use]
 mod broker;
 
@@ -15,8 +15,8 @@ use std::process::Command;
 use std::sync::Mutex;
 
 use broker::Broker;
-use mqstore::net::BrokerConfig;
-use mqstore::net::server::{ServerConfig, spawn};
+use mqstore_net::BrokerConfig;
+use mqstore_net::server::{ServerConfig, spawn};
 
 const REQUIREMENTS: &str = include_str!("../requirements.txt");
 

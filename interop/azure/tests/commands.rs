@@ -3,7 +3,7 @@
 //! `mqstore serve` in direct mode (MQTT 5 response topic + correlation data), over a real
 //! mosquitto.
 
-#[path = "../../../core/tests/broker/mod.rs"]
+#[path = "../../../cli/tests/broker/mod.rs"]
 #[macro_use]
 mod broker;
 
@@ -20,11 +20,11 @@ use azure_iot_operations_protocol::common::payload_serialize::{
 };
 use azure_iot_operations_protocol::rpc_command;
 use broker::Broker;
-use mqstore::client::ClientError;
-use mqstore::commands::{CommandRequest, Status};
-use mqstore::net::BrokerConfig;
-use mqstore::net::client::{Client, ClientOptions};
-use mqstore::net::server::{ServerConfig, spawn};
+use mqstore_core::client::ClientError;
+use mqstore_core::commands::{CommandRequest, Status};
+use mqstore_net::BrokerConfig;
+use mqstore_net::client::{Client, ClientOptions};
+use mqstore_net::server::{ServerConfig, spawn};
 
 /// A JSON payload; anything else fails to deserialize (the executor answers 400).
 #[derive(Clone, Debug, Default)]

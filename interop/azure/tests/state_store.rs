@@ -2,7 +2,7 @@
 //! feature `state_store`), unchanged, against `mqstore serve` through a real mosquitto (and
 //! Mochi MQTT), and against the state store inside mosquitto (the broker plugin).
 
-#[path = "../../../core/tests/broker/mod.rs"]
+#[path = "../../../cli/tests/broker/mod.rs"]
 #[macro_use]
 mod broker;
 
@@ -13,8 +13,8 @@ use azure_iot_operations_mqtt::session::{Session, SessionExitHandle, SessionOpti
 use azure_iot_operations_protocol::application::ApplicationContextBuilder;
 use azure_iot_operations_services::state_store::{self, Operation, SetCondition, SetOptions};
 use broker::Broker;
-use mqstore::net::BrokerConfig;
-use mqstore::net::server::{ServerConfig, ServerHandle, spawn};
+use mqstore_net::BrokerConfig;
+use mqstore_net::server::{ServerConfig, ServerHandle, spawn};
 
 const TIMEOUT: Duration = Duration::from_secs(5);
 

@@ -1,0 +1,305 @@
+//! Commands per second and latency through one node (a `Commander`), in direct mode (MQTT 5
+//! devices answering to the node's response topic) and registry mode (DJI-style devices
+//! answering on a fixed topic), with the memory and the Redis registry; against a baseline
+//! measured in the same run: plain MQTT 5 request/response from a bare client to the same
+//! echo device through the same broker (the most any command service could do there).
+//!
+//!   mosquitto -p 18860 & redis-server --port 18861 --save '' &
+//!   cargo run --release -p mqstore --example commands_bench -- 18860 redis://127.0.0.1:18861
+//!
+//! Or `bash scripts/bench-commands`, which starts both on free ports.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use mqstore_core::commands::{CommandRequest, MQTT5};
+use mqstore_net::BrokerConfig;
+use mqstore_net::commander::{Commander, CommanderConfig, RegistryConfig};
+use mqstore_net::redis_store::RedisConfig;
+use rumqttc::v5::mqttbytes::QoS;
+use rumqttc::v5::mqttbytes::v5::{Packet, PublishProperties};
+use rumqttc::v5::{AsyncClient, Event, MqttOptions};
+use tokio::sync::oneshot;
+
+const MEASURE: Duration = Duration::from_secs(3);
+const WARM_UP: Duration = Duration::from_millis(500);
+
+/// Options with Nagle's algorithm off (as mqstore's own connections: with it on, one request
+/// in flight waits tens of milliseconds).
+fn options(id: &str, port: u16) -> MqttOptions {
+    let mut options = MqttOptions::new(id, "127.0.0.1", port);
+    let mut network = rumqttc::NetworkOptions::new();
+    network.set_tcp_nodelay(true);
+    options.set_network_options(network);
+    options
+}
+
+/// An echo device: answers every command at once, MQTT 5 style (response topic + correlation
+/// data) or DJI style (`…/services_reply`, the same payload, which carries `tid`).
+async fn echo_device(port: u16, id: &str, filter: &str) {
+    let (client, mut eventloop) = AsyncClient::new(options(id, port), 4096);
+    client.subscribe(filter, QoS::AtLeastOnce).await.unwrap();
+    let (ready, subscribed) = oneshot::channel();
+    tokio::spawn(async move {
+        let mut ready = Some(ready);
+        loop {
+            match eventloop.poll().await {
+                Ok(Event::Incoming(Packet::SubAck(_))) => {
+                    if let Some(ready) = ready.take() {
+                        let _ = ready.send(());
+                    }
+                }
+                Ok(Event::Incoming(Packet::Publish(p))) => {
+                    let props = p.properties.unwrap_or_default();
+                    let topic = String::from_utf8_lossy(&p.topic).into_owned();
+                    let (topic, props) = match props.response_topic {
+                        Some(response) => (
+                            response,
+                            PublishProperties {
+                                correlation_data: props.correlation_data,
+                                user_properties: vec![("__stat".into(), "200".into())],
+                                ..Default::default()
+                            },
+                        ),
+                        None => (format!("{topic}_reply"), PublishProperties::default()),
+                    };
+                    let _ = client.try_publish_with_properties(
+                        topic,
+                        QoS::AtLeastOnce,
+                        false,
+                        p.payload,
+                        props,
+                    );
+                }
+                Ok(_) => {}
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+    });
+    subscribed.await.unwrap();
+}
+
+/// A bare MQTT 5 requester: publishes to `dev/{n}/cmd` with a response topic and correlation
+/// data, and completes each request when its answer comes.
+#[derive(Clone)]
+struct Raw {
+    client: AsyncClient,
+    waiting: Arc<Mutex<HashMap<u64, oneshot::Sender<()>>>>,
+    next: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Raw {
+    async fn start(port: u16) -> Self {
+        let (client, mut eventloop) = AsyncClient::new(options("raw-requester", port), 4096);
+        client
+            .subscribe("bench/raw/response", QoS::AtLeastOnce)
+            .await
+            .unwrap();
+        let waiting: Arc<Mutex<HashMap<u64, oneshot::Sender<()>>>> = Arc::default();
+        let (ready, subscribed) = oneshot::channel();
+        let table = waiting.clone();
+        tokio::spawn(async move {
+            let mut ready = Some(ready);
+            loop {
+                match eventloop.poll().await {
+                    Ok(Event::Incoming(Packet::SubAck(_))) => {
+                        if let Some(ready) = ready.take() {
+                            let _ = ready.send(());
+                        }
+                    }
+                    Ok(Event::Incoming(Packet::Publish(p))) => {
+                        let corr = p
+                            .properties
+                            .and_then(|p| p.correlation_data)
+                            .unwrap_or_default();
+                        let id = u64::from_le_bytes(corr[..8].try_into().unwrap_or_default());
+                        if let Some(done) = table.lock().unwrap().remove(&id) {
+                            let _ = done.send(());
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+                }
+            }
+        });
+        subscribed.await.unwrap();
+        Self {
+            client,
+            waiting,
+            next: Arc::default(),
+        }
+    }
+
+    async fn request(&self, n: usize) {
+        let id = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (done, answered) = oneshot::channel();
+        self.waiting.lock().unwrap().insert(id, done);
+        let mut corr = id.to_le_bytes().to_vec();
+        corr.resize(16, 0);
+        let props = PublishProperties {
+            response_topic: Some("bench/raw/response".into()),
+            correlation_data: Some(Bytes::from(corr)),
+            message_expiry_interval: Some(10),
+            ..Default::default()
+        };
+        self.client
+            .publish_with_properties(
+                format!("dev/{}/cmd", n % 16),
+                QoS::AtLeastOnce,
+                false,
+                "{}",
+                props,
+            )
+            .await
+            .unwrap();
+        let _ = tokio::time::timeout(Duration::from_secs(10), answered).await;
+    }
+}
+
+enum Target {
+    Raw(Raw),
+    Node(Commander, &'static str),
+}
+
+impl Target {
+    async fn one(&self, n: usize) -> bool {
+        match self {
+            Target::Raw(raw) => {
+                raw.request(n).await;
+                true
+            }
+            Target::Node(node, profile) => {
+                let request = match *profile {
+                    MQTT5 => CommandRequest::new(format!("dev/{}/cmd", n % 16), "{}"),
+                    _ => CommandRequest {
+                        profile: (*profile).into(),
+                        // The device echoes it: `tid` (written in by the profile) and result 0.
+                        ..CommandRequest::new(
+                            format!("thing/product/SN{}/services", n % 16),
+                            r#"{"data":{"result":0}}"#,
+                        )
+                    },
+                };
+                node.invoke(request)
+                    .await
+                    .is_ok_and(|r| r.status == mqstore_core::commands::Status::Succeeded)
+            }
+        }
+    }
+}
+
+/// Commands per second, p50 and p99 with `in_flight` at once.
+async fn measure(target: Arc<Target>, in_flight: usize) -> (f64, Duration, Duration, u64) {
+    let start = Instant::now();
+    let mut workers = Vec::new();
+    for w in 0..in_flight {
+        let target = target.clone();
+        workers.push(tokio::spawn(async move {
+            let mut latencies = Vec::new();
+            let mut errors = 0;
+            let mut n = w;
+            while start.elapsed() < WARM_UP + MEASURE {
+                let began = Instant::now();
+                let ok = target.one(n).await;
+                if began > start + WARM_UP && start.elapsed() < WARM_UP + MEASURE {
+                    latencies.push(began.elapsed());
+                    errors += u64::from(!ok);
+                }
+                n += in_flight;
+            }
+            (latencies, errors)
+        }));
+    }
+    let mut all = Vec::new();
+    let mut errors = 0;
+    for worker in workers {
+        let (latencies, e) = worker.await.unwrap();
+        all.extend(latencies);
+        errors += e;
+    }
+    all.sort();
+    let pick = |p: f64| {
+        all.get(((all.len().max(1) - 1) as f64 * p) as usize)
+            .copied()
+            .unwrap_or_default()
+    };
+    (
+        all.len() as f64 / MEASURE.as_secs_f64(),
+        pick(0.5),
+        pick(0.99),
+        errors,
+    )
+}
+
+#[tokio::main]
+async fn main() {
+    let mut args = std::env::args().skip(1);
+    let port: u16 = args
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("usage: commands_bench PORT REDIS_URL");
+    let redis =
+        RedisConfig::parse(&args.next().expect("usage: commands_bench PORT REDIS_URL")).unwrap();
+    echo_device(port, "echo-mqtt5", "dev/+/cmd").await;
+    echo_device(port, "echo-dji", "thing/product/+/services").await;
+    let broker = BrokerConfig {
+        port,
+        ..BrokerConfig::default()
+    };
+    let node = |id: &str, registry| {
+        let config = CommanderConfig {
+            registry,
+            ..CommanderConfig::new(broker.clone(), id)
+        };
+        async move { Commander::start(config, None).await.unwrap() }
+    };
+    let targets = [
+        (
+            "echo baseline (bare MQTT 5 request/response)",
+            Target::Raw(Raw::start(port).await),
+        ),
+        (
+            "direct (mqtt5), memory registry",
+            Target::Node(node("direct-memory", RegistryConfig::Memory).await, MQTT5),
+        ),
+        (
+            "direct (mqtt5), Redis registry",
+            Target::Node(
+                node("direct-redis", RegistryConfig::Redis(redis.clone())).await,
+                MQTT5,
+            ),
+        ),
+        (
+            "registry (dji), memory registry",
+            Target::Node(node("registry-memory", RegistryConfig::Memory).await, "dji"),
+        ),
+        (
+            "registry (dji), Redis registry",
+            Target::Node(
+                node("registry-redis", RegistryConfig::Redis(redis)).await,
+                "dji",
+            ),
+        ),
+    ];
+    let targets: Vec<(&str, Arc<Target>)> =
+        targets.into_iter().map(|(n, t)| (n, Arc::new(t))).collect();
+    println!("| mode | in flight | commands/s | p50 | p99 | vs echo | errors |");
+    println!("|---|---|---|---|---|---|---|");
+    for in_flight in [1, 64] {
+        let mut baseline = 0.0;
+        for (name, target) in &targets {
+            let (rate, p50, p99, errors) = measure(target.clone(), in_flight).await;
+            if baseline == 0.0 {
+                baseline = rate;
+            }
+            println!(
+                "| {name} | {in_flight} | {rate:.0} | {:.2} ms | {:.2} ms | {:.2}× | {errors} |",
+                p50.as_secs_f64() * 1e3,
+                p99.as_secs_f64() * 1e3,
+                rate / baseline
+            );
+        }
+    }
+}

@@ -1,0 +1,292 @@
+//! `mqstore jobs ...`: the operator API, and a thing's notifications for a person at a
+//! terminal. The names of commands and options are fixed: other tools script against them.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Subcommand};
+use mqstore_core::client::ClientError;
+use mqstore_core::jobs::{JobNotification, JobSpec, Status};
+use mqstore_net::client::Client;
+use mqstore_net::jobs::ExecutionFilter;
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::{CallArgs, shutdown_signal};
+
+#[derive(Subcommand)]
+pub enum JobsCommand {
+    /// Create a job: queue an execution of it on every target.
+    Create {
+        job_id: String,
+        /// The things to run it on, comma separated.
+        #[arg(long, value_delimiter = ',', required = true)]
+        targets: Vec<String>,
+        #[command(flatten)]
+        document: DocumentArgs,
+        /// An IN_PROGRESS execution times out after this many minutes (1-10080).
+        #[arg(long)]
+        in_progress_timeout_minutes: Option<u32>,
+        /// Queue an execution that ends FAILED or TIMED_OUT again, up to this many times
+        /// (0-10).
+        #[arg(long, default_value_t = 0)]
+        max_retries: u32,
+    },
+    /// Cancel a job: its QUEUED executions become CANCELED.
+    Cancel {
+        job_id: String,
+        /// Cancel IN_PROGRESS executions too.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Delete one execution of a job.
+    Delete {
+        job_id: String,
+        /// The thing whose execution to delete.
+        #[arg(long, required = true)]
+        thing: String,
+        /// Delete it even when IN_PROGRESS.
+        #[arg(long)]
+        force: bool,
+    },
+    /// List jobs; with --thing or --status, list executions instead.
+    List {
+        /// Only this thing's executions.
+        #[arg(long)]
+        thing: Option<String>,
+        /// Only executions in this status (QUEUED, IN_PROGRESS, SUCCEEDED, FAILED, REJECTED,
+        /// TIMED_OUT, CANCELED, REMOVED).
+        #[arg(long, value_parser = parse_status)]
+        status: Option<Status>,
+    },
+    /// Describe a job; with --thing, its execution on that thing.
+    Describe {
+        job_id: String,
+        /// The thing whose execution to describe.
+        #[arg(long)]
+        thing: Option<String>,
+    },
+    /// Print a thing's notify and notify-next notifications as they arrive, until Ctrl-C.
+    Watch {
+        /// The thing to watch.
+        #[arg(long, required = true)]
+        thing: String,
+    },
+}
+
+/// The job document, inline or from a file.
+#[derive(Args)]
+#[group(required = true, multiple = false)]
+pub struct DocumentArgs {
+    /// The job document: a JSON object.
+    #[arg(long)]
+    document: Option<String>,
+    /// Read the job document (a JSON object) from this file.
+    #[arg(long)]
+    document_file: Option<PathBuf>,
+}
+
+fn parse_status(text: &str) -> Result<Status, String> {
+    Status::parse(&text.to_ascii_uppercase()).ok_or_else(|| {
+        "one of QUEUED, IN_PROGRESS, SUCCEEDED, FAILED, REJECTED, TIMED_OUT, CANCELED, REMOVED"
+            .into()
+    })
+}
+
+/// A jobs command with its document read and parsed (a bad one is a usage error: nothing is
+/// sent).
+pub struct JobsCall {
+    command: JobsCommand,
+    document: Option<Value>,
+}
+
+impl JobsCall {
+    pub fn read(mut command: JobsCommand) -> Result<Self, String> {
+        let document = match &mut command {
+            JobsCommand::Create { document, .. } => {
+                let (text, from) = match (document.document.take(), &document.document_file) {
+                    (Some(text), _) => (text, "--document".to_owned()),
+                    (None, Some(path)) => (
+                        std::fs::read_to_string(path)
+                            .map_err(|e| format!("--document-file {}: {e}", path.display()))?,
+                        format!("--document-file {}", path.display()),
+                    ),
+                    (None, None) => return Err("give --document or --document-file".into()),
+                };
+                match serde_json::from_str::<Value>(&text) {
+                    Ok(value @ Value::Object(_)) => Some(value),
+                    Ok(_) => return Err(format!("{from}: the job document must be a JSON object")),
+                    Err(e) => return Err(format!("{from}: not JSON: {e}")),
+                }
+            }
+            _ => None,
+        };
+        Ok(Self { command, document })
+    }
+
+    /// Runs the command; the exit code on success.
+    pub async fn run(self, client: &Client, call: CallArgs) -> Result<ExitCode, ClientError> {
+        match self.command {
+            JobsCommand::Create {
+                job_id,
+                targets,
+                in_progress_timeout_minutes,
+                max_retries,
+                ..
+            } => {
+                let count = targets.len();
+                let spec = JobSpec {
+                    job_id: job_id.clone(),
+                    document: self.document.unwrap_or_default(),
+                    targets,
+                    in_progress_timeout_minutes,
+                    max_retries,
+                };
+                client.create_job(spec).await?;
+                print(
+                    call,
+                    &json!({ "jobId": job_id, "targets": count }),
+                    format!("created {job_id} on {count} thing(s)"),
+                );
+            }
+            JobsCommand::Cancel { job_id, force } => {
+                client.cancel_job(&job_id, force).await?;
+                print(
+                    call,
+                    &json!({ "jobId": job_id, "canceled": true }),
+                    format!("canceled {job_id}"),
+                );
+            }
+            JobsCommand::Delete {
+                job_id,
+                thing,
+                force,
+            } => {
+                client.delete_job_execution(&job_id, &thing, force).await?;
+                print(
+                    call,
+                    &json!({ "jobId": job_id, "thingName": thing, "deleted": true }),
+                    format!("deleted the execution of {job_id} on {thing}"),
+                );
+            }
+            JobsCommand::List {
+                thing: None,
+                status: None,
+            } => {
+                let jobs = client.list_jobs().await?;
+                let lines: Vec<String> = jobs
+                    .iter()
+                    .map(|j| format!("{}\t{} thing(s)", j.job_id, j.targets))
+                    .collect();
+                print(call, &jobs, lines.join("\n"));
+            }
+            JobsCommand::List { thing, status } => {
+                let filter = ExecutionFilter {
+                    thing,
+                    job_id: None,
+                    status,
+                };
+                let mut executions = client.list_job_executions(filter).await?;
+                executions.sort_by(|a, b| {
+                    (&a.thing_name, a.queued_at, &a.job_id).cmp(&(
+                        &b.thing_name,
+                        b.queued_at,
+                        &b.job_id,
+                    ))
+                });
+                let lines: Vec<String> = executions
+                    .iter()
+                    .map(|e| {
+                        format!(
+                            "{}\t{}\t{}\texecution {}",
+                            e.thing_name,
+                            e.job_id,
+                            e.status.as_str(),
+                            e.execution_number
+                        )
+                    })
+                    .collect();
+                print(call, &executions, lines.join("\n"));
+            }
+            JobsCommand::Describe {
+                job_id,
+                thing: None,
+            } => {
+                let job = client.describe_job(&job_id).await?;
+                let counts: Vec<String> = job
+                    .executions
+                    .iter()
+                    .map(|(status, n)| format!("{} {n}", status.as_str()))
+                    .collect();
+                let plain = format!(
+                    "job {}\ntargets: {}\nexecutions: {}\ndocument: {}",
+                    job.job_id,
+                    job.targets.join(","),
+                    counts.join(", "),
+                    job.document
+                );
+                print(call, &job, plain);
+            }
+            JobsCommand::Describe {
+                job_id,
+                thing: Some(thing),
+            } => {
+                let execution = client.describe_job_execution(&job_id, &thing).await?;
+                let plain = format!(
+                    "{} on {}: {} (execution {}, version {})",
+                    execution.job_id,
+                    thing,
+                    execution.status.as_str(),
+                    execution.execution_number,
+                    execution.version_number
+                );
+                print(call, &execution, plain);
+            }
+            JobsCommand::Watch { thing } => return watch(client, call, &thing).await,
+        }
+        Ok(ExitCode::SUCCESS)
+    }
+}
+
+/// Prints `value` as JSON with `--json`, else `plain`.
+fn print(call: CallArgs, value: &impl Serialize, plain: String) {
+    if call.json {
+        println!("{}", serde_json::to_string(value).unwrap_or_default());
+    } else if !plain.is_empty() {
+        println!("{plain}");
+    }
+}
+
+async fn watch(client: &Client, call: CallArgs, thing: &str) -> Result<ExitCode, ClientError> {
+    let jobs = client.jobs(thing).await?;
+    eprintln!("watching the jobs of {thing}; Ctrl-C to stop");
+    loop {
+        tokio::select! {
+            _ = shutdown_signal() => return Ok(ExitCode::SUCCESS),
+            notification = jobs.next_notification() => {
+                let Some(notification) = notification else { return Ok(ExitCode::from(4)) };
+                let plain = match &notification {
+                    JobNotification::Notify { in_progress, queued, .. } => {
+                        let ids = |list: &[mqstore_core::jobs::JobSummary]| {
+                            list.iter().map(|s| s.job_id.as_str()).collect::<Vec<_>>().join(",")
+                        };
+                        format!("notify in-progress=[{}] queued=[{}]", ids(in_progress), ids(queued))
+                    }
+                    JobNotification::NotifyNext { execution: Some(e), .. } => {
+                        format!("notify-next {} {} (execution {})", e.job_id, e.status.as_str(), e.execution_number)
+                    }
+                    JobNotification::NotifyNext { execution: None, .. } => "notify-next (none)".into(),
+                };
+                print(call, &notification, plain);
+            }
+        }
+    }
+}
+
+/// The exit code of a refusal: 1 for what does not exist, 3 for the rest.
+pub fn refusal_exit_code(code: &str) -> ExitCode {
+    match code {
+        "ResourceNotFound" => ExitCode::from(1),
+        _ => ExitCode::from(3),
+    }
+}

@@ -1,0 +1,755 @@
+//! The `mqstore` command as a person meets it: exit codes, messages, values from files and
+//! standard input, help, progress output, against a real mosquitto and server.
+
+#[macro_use]
+mod broker;
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use broker::{Broker, Kind, Mosquitto};
+use mqstore_net::BrokerConfig;
+use mqstore_net::server::{ServerConfig, ServerHandle, spawn};
+
+/// A broker with a server next to it, and a way to run the CLI against them.
+struct Setup {
+    broker: Mosquitto,
+    server: Option<ServerHandle>,
+    runtime: tokio::runtime::Runtime,
+}
+
+impl Setup {
+    fn start(kind: Kind, node_id: &str) -> Self {
+        Self::start_beside(Broker::start_kind(kind), node_id)
+    }
+
+    /// A server beside `broker`.
+    fn start_beside(broker: Mosquitto, node_id: &str) -> Self {
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let config = ServerConfig::new(
+            BrokerConfig {
+                port: broker.port,
+                ..BrokerConfig::default()
+            },
+            node_id,
+        );
+        let server = runtime.block_on(spawn(config)).expect("the server starts");
+        let setup = Self {
+            broker,
+            server: Some(server),
+            runtime,
+        };
+        // The server may still be subscribing: wait until it answers (or the broker refuses
+        // the request, as it does where an ACL denies every request).
+        let started = Instant::now();
+        while !matches!(
+            setup.cli(&["get", "ready?", "--timeout", "1"]).code,
+            Some(1 | 3)
+        ) {
+            assert!(started.elapsed() < Duration::from_secs(10), "no answer");
+        }
+        setup
+    }
+
+    fn command(&self) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_mqstore"));
+        command
+            .args(["--port", &self.broker.port.to_string()])
+            .env_remove("MQSTORE_LOG");
+        command
+    }
+
+    fn cli(&self, args: &[&str]) -> Run {
+        run(self.command().args(args).output().unwrap())
+    }
+
+    /// Runs the CLI with `input` on its standard input.
+    fn cli_with_input(&self, args: &[&str], input: &[u8]) -> Run {
+        let mut child = self
+            .command()
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        let input = input.to_vec();
+        let writer = std::thread::spawn(move || stdin.write_all(&input));
+        let output = child.wait_with_output().unwrap();
+        writer.join().unwrap().unwrap();
+        run(output)
+    }
+}
+
+impl Setup {
+    /// Waits until the server's metrics have `line`.
+    fn wait_metric(&self, line: &str) {
+        let metrics = &self.server.as_ref().expect("a server").metrics;
+        let started = Instant::now();
+        while !metrics.render().lines().any(|l| l == line) {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "{line:?} never reached:\n{}",
+                metrics.render()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Setup {
+    fn drop(&mut self) {
+        if let Some(server) = self.server.take() {
+            let _ = self.runtime.block_on(server.stop());
+        }
+    }
+}
+
+struct Run {
+    code: Option<i32>,
+    stdout: Vec<u8>,
+    stderr: String,
+}
+
+impl Run {
+    fn out(&self) -> String {
+        String::from_utf8_lossy(&self.stdout).trim().to_owned()
+    }
+}
+
+fn run(output: Output) -> Run {
+    Run {
+        code: output.status.code(),
+        stdout: output.stdout,
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+fn mqstore(args: &[&str]) -> Run {
+    run(Command::new(env!("CARGO_BIN_EXE_mqstore"))
+        .args(args)
+        .env_remove("MQSTORE_LOG")
+        .output()
+        .unwrap())
+}
+
+on_both_brokers! {
+    fn exit_codes_and_output_of_every_command(kind: Kind) {
+        let s = Setup::start(kind, "node-cli");
+        assert_eq!(s.cli(&["set", "greeting", "hello"]).code, Some(0));
+        assert_eq!(s.cli(&["get", "greeting"]).out(), "hello");
+        let get = s.cli(&["get", "greeting", "--json"]);
+        assert_eq!(get.code, Some(0));
+        let json = get.out();
+        assert!(
+            json.starts_with("{\"value\":\"hello\",\"version\":\""),
+            "{json}"
+        );
+        assert!(json.contains(":node-cli\"}"), "{json}");
+        let absent = s.cli(&["get", "absent"]);
+        assert_eq!(
+            (absent.code, absent.out(), absent.stderr),
+            (Some(1), "(nil)".into(), String::new())
+        );
+        assert_eq!(s.cli(&["set", "greeting", "other", "--nx"]).code, Some(1));
+        assert_eq!(s.cli(&["scan", "gr*"]).out(), "greeting");
+        let bad_token = s.cli(&["set", "k", "v", "--fencing-token", "nonsense"]);
+        assert_eq!(bad_token.code, Some(2), "{}", bad_token.stderr);
+        assert!(
+            bad_token.stderr.contains("--fencing-token"),
+            "{}",
+            bad_token.stderr
+        );
+        let del = s.cli(&["del", "greeting"]);
+        assert_eq!(
+            (del.code, del.out(), del.stderr),
+            (Some(0), "(deleted)".into(), String::new())
+        );
+        let bad_id = s.cli(&["--client-id", "bad:id", "get", "x"]);
+        assert_eq!(bad_id.code, Some(2));
+        assert!(bad_id.stderr.contains("--client-id"), "{}", bad_id.stderr);
+    }
+}
+
+on_both_brokers! {
+    fn options_are_accepted_before_or_after_the_command(kind: Kind) {
+        let s = Setup::start(kind, "node-order");
+        assert_eq!(
+            s.cli(&["--timeout", "3", "--json", "set", "k", "v"]).code,
+            Some(0)
+        );
+        let before = s.cli(&["--timeout", "3", "--json", "get", "k"]);
+        let after = s.cli(&["get", "k", "--timeout", "3", "--json"]);
+        assert_eq!(before.code, Some(0), "{}", before.stderr);
+        assert!(
+            before.out().starts_with("{\"value\":\"v\""),
+            "{}",
+            before.out()
+        );
+        assert_eq!(before.out(), after.out());
+        // A timeout of zero would fail every call: refused up front.
+        let zero = s.cli(&["get", "k", "--timeout", "0"]);
+        assert_eq!(zero.code, Some(2), "{}", zero.stderr);
+    }
+}
+
+#[test]
+fn a_broker_that_is_down_fails_at_once_with_one_clear_line() {
+    // A port nothing listens on (bound, then released).
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+        .to_string();
+    let started = Instant::now();
+    // With a 30 s timeout, only an immediate failure returns well within it.
+    let down = mqstore(&["--port", &port, "get", "a", "--timeout", "30"]);
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(down.code, Some(4));
+    let lines: Vec<&str> = down.stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "one line, no log noise: {}", down.stderr);
+    assert!(
+        lines[0].starts_with("error: cannot reach the MQTT broker at 127.0.0.1:"),
+        "{}",
+        lines[0]
+    );
+    assert!(lines[0].contains("is it running?"), "{}", lines[0]);
+}
+
+#[test]
+fn a_broker_that_refuses_the_connection_is_named_with_its_reason_code() {
+    // Anonymous clients are not allowed and no user exists: mosquitto refuses every CONNECT.
+    let broker = Mosquitto::start_config("allow_anonymous false\n");
+    let refused = mqstore(&["--port", &broker.port.to_string(), "get", "a"]);
+    assert_eq!(refused.code, Some(5), "{}", refused.stderr);
+    assert!(
+        refused
+            .stderr
+            .contains("the MQTT broker refused the connection: Not authorized (reason code 0x87)"),
+        "{}",
+        refused.stderr
+    );
+    assert!(
+        !refused.stderr.contains("is it running"),
+        "{}",
+        refused.stderr
+    );
+
+    // The server says the same, and backs off rather than hammering the broker.
+    let log = std::env::temp_dir().join(format!("mqstore-cli-refused-{}.txt", std::process::id()));
+    let mut serve = Command::new(env!("CARGO_BIN_EXE_mqstore"))
+        .args(["--port", &broker.port.to_string(), "serve"])
+        .env_remove("MQSTORE_LOG")
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    let _ = serve.kill();
+    let _ = serve.wait();
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    let _ = std::fs::remove_file(&log);
+    let attempts = text
+        .matches("the MQTT broker refused the connection: Not authorized (reason code 0x87)")
+        .count();
+    // 100 ms, 200 ms, 400 ms, ... between attempts: a handful in 2 s, not hundreds.
+    assert!((1..=8).contains(&attempts), "{attempts} attempts:\n{text}");
+}
+
+on_both_brokers! {
+    fn px_must_be_positive_and_nothing_is_sent_otherwise(kind: Kind) {
+        let s = Setup::start(kind, "node-px");
+        let zero = s.cli(&["set", "short-lived", "v", "--px", "0"]);
+        assert_eq!(zero.code, Some(2));
+        assert!(zero.stderr.contains("--px"), "{}", zero.stderr);
+        assert_eq!(
+            s.cli(&["get", "short-lived"]).code,
+            Some(1),
+            "nothing was set"
+        );
+        assert_eq!(
+            s.cli(&["set", "short-lived", "v", "--px", "60000"]).code,
+            Some(0)
+        );
+        assert_eq!(s.cli(&["get", "short-lived"]).out(), "v");
+    }
+}
+
+on_both_brokers! {
+    fn binary_and_large_values_round_trip_through_stdin_files_and_raw_output(kind: Kind) {
+        let s = Setup::start(kind, "node-bin");
+        // 200 KB (more than an argument may be) with every byte value, NUL and CR LF included.
+        let value: Vec<u8> = (0..200_000u32).map(|i| (i % 256) as u8).collect();
+        let set = s.cli_with_input(&["set", "blob", "-"], &value);
+        assert_eq!(
+            (set.code, set.out()),
+            (Some(0), "OK".into()),
+            "{}",
+            set.stderr
+        );
+        let raw = s.cli(&["get", "blob", "--raw"]);
+        assert_eq!(raw.code, Some(0));
+        assert!(raw.stdout == value, "--raw writes the exact bytes");
+
+        let dir = std::env::temp_dir().join(format!("mqstore-cli-{kind:?}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (input, output) = (dir.join("in.bin"), dir.join("out.bin"));
+        let other: Vec<u8> = value.iter().rev().copied().collect();
+        std::fs::write(&input, &other).unwrap();
+        let from_file = s.cli(&["set", "blob2", "--value-file", input.to_str().unwrap()]);
+        assert_eq!(from_file.code, Some(0), "{}", from_file.stderr);
+        let to_file = s.cli(&["get", "blob2", "--output", output.to_str().unwrap()]);
+        assert_eq!((to_file.code, to_file.stdout.len()), (Some(0), 0));
+        assert!(
+            std::fs::read(&output).unwrap() == other,
+            "--output writes the exact bytes"
+        );
+        // VDEL compares against a value from a file too.
+        let vdel = s.cli(&["vdel", "blob2", "--value-file", input.to_str().unwrap()]);
+        assert_eq!((vdel.code, vdel.out()), (Some(0), "(deleted)".into()));
+
+        let missing = s.cli(&[
+            "set",
+            "k",
+            "--value-file",
+            dir.join("absent").to_str().unwrap(),
+        ]);
+        assert_eq!(missing.code, Some(2));
+        assert!(
+            missing.stderr.contains("--value-file"),
+            "{}",
+            missing.stderr
+        );
+        let both = s.cli(&["set", "k", "v", "--value-file", input.to_str().unwrap()]);
+        assert_eq!(both.code, Some(2), "a value and a file are one too many");
+        let neither = s.cli(&["set", "k"]);
+        assert_eq!(neither.code, Some(2));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+#[test]
+fn every_option_has_help_and_serve_keeps_its_own_apart() {
+    for command in ["del", "vdel", "set"] {
+        let help = mqstore(&[command, "--help"]);
+        let line = help
+            .out()
+            .lines()
+            .find(|l| l.contains("--fencing-token"))
+            .map(str::to_owned)
+            .unwrap_or_default();
+        assert!(line.contains("Fencing token"), "{command}: {line:?}");
+    }
+    let help = mqstore(&["serve", "--help"]).out();
+    let own = help.find("--node-id").expect("serve's options");
+    let broker = help
+        .find("Broker connection:")
+        .expect("a heading for the broker options");
+    assert!(
+        own < broker,
+        "serve's own options come first, apart:\n{help}"
+    );
+    assert!(help[broker..].contains("--host"), "{help}");
+    assert!(!help[..broker].contains("--host"), "{help}");
+    // Every option of every command says what it is for.
+    for command in [
+        "serve",
+        "get",
+        "set",
+        "del",
+        "vdel",
+        "scan",
+        "lock",
+        "bench",
+        "watch",
+        "jobs create",
+        "jobs cancel",
+        "jobs delete",
+        "jobs list",
+        "jobs describe",
+        "jobs watch",
+    ] {
+        let args: Vec<&str> = command.split(' ').chain(["--help"]).collect();
+        let help = mqstore(&args).out();
+        for line in help.lines().map(str::trim).filter(|l| l.starts_with("--")) {
+            let described = line
+                .split("  ")
+                .filter(|part| !part.trim().is_empty())
+                .count()
+                > 1;
+            // Long descriptions wrap to the next line.
+            let next = help
+                .lines()
+                .skip_while(|l| l.trim() != line)
+                .nth(1)
+                .unwrap_or("");
+            assert!(
+                described || next.starts_with("          "),
+                "{command}: {line} has no help text"
+            );
+        }
+    }
+}
+
+on_both_brokers! {
+    fn the_benchmark_prints_one_line_per_round_when_not_on_a_terminal(kind: Kind) {
+        let s = Setup::start(kind, "node-bench");
+        let bench = s.cli(&[
+            "bench",
+            "--in-flight",
+            "1",
+            "--duration",
+            "1",
+            "--rounds",
+            "2",
+            "--connections",
+            "1",
+        ]);
+        assert_eq!(bench.code, Some(0), "{}", bench.stderr);
+        assert!(
+            !bench.stderr.contains('\r'),
+            "no bar frames in a log: {:?}",
+            bench.stderr
+        );
+        let rounds: Vec<&str> = bench
+            .stderr
+            .lines()
+            .filter(|l| l.starts_with("bench: 1 in flight, round "))
+            .collect();
+        assert_eq!(rounds.len(), 2, "{}", bench.stderr);
+        assert!(
+            rounds[1].starts_with("bench: 1 in flight, round 2/2: mqstore "),
+            "{}",
+            rounds[1]
+        );
+        assert!(
+            bench.out().starts_with("in flight | mqstore ops/s"),
+            "{}",
+            bench.out()
+        );
+    }
+}
+
+#[test]
+fn a_request_the_broker_refuses_as_too_large_is_reported_as_refused_and_not_applied() {
+    // mosquitto 2.0 refuses a publish over its message_size_limit with PUBACK reason code
+    // 0x95, which MQTT 5 does not list for PUBACK (rumqttc cannot read it and drops the
+    // connection): still the broker's refusal, not a broken protocol.
+    let setup = Setup::start_beside(
+        Broker::start_config("message_size_limit 50000\n"),
+        "limited",
+    );
+    let set = setup.cli(&["set", "big60k", &"x".repeat(60_000)]);
+    assert_eq!(set.code, Some(3), "{}", set.stderr);
+    assert_eq!(
+        set.stderr.trim(),
+        "error: the MQTT broker refused the request: Packet too large (reason code 0x95); it was not applied"
+    );
+    assert_eq!(setup.cli(&["get", "big60k"]).code, Some(1), "not applied");
+    // A request within the limit goes through.
+    assert_eq!(
+        setup.cli(&["set", "small", &"x".repeat(1_000)]).code,
+        Some(0)
+    );
+}
+
+#[test]
+fn a_request_the_broker_does_not_authorize_is_reported_as_refused_and_not_applied() {
+    // mosquitto 2.0 answers a publish its ACL denies with PUBACK reason code 0x87. Requests
+    // go to clients/{id}/statestore/...; answers come back on clients/{id}/services/....
+    let dir = std::env::temp_dir().join(format!("mqstore-cli-acl-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let acl = dir.join("acl.conf");
+    std::fs::write(
+        &acl,
+        "topic readwrite #\ntopic deny clients/+/statestore/#\n",
+    )
+    .unwrap();
+    let setup = Setup::start_beside(
+        Broker::start_config(&format!("acl_file {}\n", acl.display())),
+        "acl",
+    );
+    let set = setup.cli(&["set", "k", "v"]);
+    assert_eq!(set.code, Some(3), "{}", set.stderr);
+    assert_eq!(
+        set.stderr.trim(),
+        "error: the MQTT broker refused the request: Not authorized (reason code 0x87); it was not applied"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_broker_that_breaks_the_protocol_is_named_and_the_server_says_how_to_fix_it() {
+    // Mochi as shipped answers a publish with user properties with PUBACK reason code 0x01.
+    let broker = Broker::start_kind(Kind::MochiAsShipped);
+    let port = broker.port.to_string();
+    let log = std::env::temp_dir().join(format!("mqstore-cli-serve-{}.txt", std::process::id()));
+    let mut serve = Command::new(env!("CARGO_BIN_EXE_mqstore"))
+        .args(["--port", &port, "serve", "--node-id", "strict"])
+        .env_remove("MQSTORE_LOG")
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    // Each request reaches the server through the broker; each answer is refused the same way.
+    for _ in 0..2 {
+        assert_eq!(mqstore(&["--port", &port, "set", "k", "v"]).code, Some(4));
+    }
+    let set = mqstore(&["--port", &port, "set", "k", "v", "--timeout", "5"]);
+    assert_eq!(set.code, Some(4), "{}", set.stderr);
+    assert!(
+        set.stderr.contains("the MQTT broker broke the MQTT 5 protocol: it sent an acknowledgement with reason code 0x01"),
+        "{}",
+        set.stderr
+    );
+    assert!(
+        set.stderr.contains("NoInheritedPropertiesOnAck"),
+        "{}",
+        set.stderr
+    );
+    // The server's answer meets the same fate, again at every reconnect: it says what is
+    // wrong and, as it repeats, how to fix it.
+    let started = Instant::now();
+    let server_log = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.contains("the broker keeps breaking the protocol")
+            || started.elapsed() > Duration::from_secs(30)
+        {
+            break text;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let _ = serve.kill();
+    let _ = serve.wait();
+    let _ = std::fs::remove_file(&log);
+    assert!(server_log.contains("reason code 0x01"), "{server_log}");
+    assert!(
+        server_log.contains("the broker keeps breaking the protocol")
+            && server_log.contains("NoInheritedPropertiesOnAck"),
+        "{server_log}"
+    );
+}
+
+on_both_brokers! {
+    /// `mqstore watch` prints changes, and on Ctrl-C leaves without leaving its
+    /// registrations behind.
+    fn watch_prints_changes_and_leaves_nothing_behind_on_ctrl_c(kind: Kind) {
+        let s = Setup::start(kind, "node-watch");
+        let mut watch = s
+            .command()
+            .args(["watch", "k"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        s.wait_metric("mqstore_watches 1");
+        assert_eq!(s.cli(&["set", "k", "hello"]).code, Some(0));
+        let mut stdout = std::io::BufReader::new(watch.stdout.take().unwrap());
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
+        assert_eq!(line.trim(), "k SET hello");
+        let status = Command::new("kill")
+            .args(["-INT", &watch.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        assert_eq!(watch.wait().unwrap().code(), Some(0));
+        s.wait_metric("mqstore_watches 0");
+    }
+}
+
+on_both_brokers! {
+    /// Issue 10: `mqstore jobs ...` as scripts and people use it: output, `--json`, exit
+    /// codes, bad documents refused before anything is sent, and `jobs watch`.
+    fn jobs_commands_create_list_describe_cancel_delete_and_watch(kind: Kind) {
+        use std::io::BufRead;
+        let s = Setup::start(kind, "node-jobs-cli");
+        let create = s.cli(&[
+            "jobs", "create", "job1", "--targets", "T1,T2", "--document", r#"{"op":"reboot"}"#,
+            "--in-progress-timeout-minutes", "30", "--max-retries", "1",
+        ]);
+        assert_eq!((create.code, create.out()), (Some(0), "created job1 on 2 thing(s)".into()), "{}", create.stderr);
+        let again = s.cli(&["jobs", "create", "job1", "--targets", "T1", "--document", "{}"]);
+        assert_eq!(again.code, Some(3), "{}", again.stderr);
+        assert!(again.stderr.contains("Conflict"), "{}", again.stderr);
+        for (document, says) in [("not json", "not JSON"), ("[1]", "a JSON object")] {
+            let bad = s.cli(&["jobs", "create", "job9", "--targets", "T1", "--document", document]);
+            assert_eq!(bad.code, Some(2), "{}", bad.stderr);
+            assert!(bad.stderr.contains("--document") && bad.stderr.contains(says), "{}", bad.stderr);
+        }
+        let missing = s.cli(&["jobs", "create", "job9", "--targets", "T1", "--document-file", "/nonexistent.json"]);
+        assert_eq!(missing.code, Some(2), "{}", missing.stderr);
+        assert!(missing.stderr.contains("/nonexistent.json"), "{}", missing.stderr);
+
+        // `jobs watch` sees what happens to T1 from now on.
+        let mut watch = s
+            .command()
+            .args(["jobs", "watch", "--thing", "T1"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut ready = String::new();
+        std::io::BufReader::new(watch.stderr.take().unwrap()).read_line(&mut ready).unwrap();
+        assert!(ready.starts_with("watching the jobs of T1"), "{ready}");
+
+        let file = std::env::temp_dir().join(format!("mqstore-job-{kind:?}-{}.json", std::process::id()));
+        std::fs::write(&file, br#"{"op":"update"}"#).unwrap();
+        let create = s.cli(&["jobs", "create", "job2", "--targets", "T1", "--document-file", file.to_str().unwrap(), "--json"]);
+        std::fs::remove_file(&file).unwrap();
+        assert_eq!(create.code, Some(0), "{}", create.stderr);
+        let created: serde_json::Value = serde_json::from_str(&create.out()).unwrap();
+        assert_eq!(created, serde_json::json!({ "jobId": "job2", "targets": 1 }));
+
+        assert_eq!(s.cli(&["jobs", "list"]).out(), "job1\t2 thing(s)\njob2\t1 thing(s)");
+        let listed: serde_json::Value = serde_json::from_str(&s.cli(&["jobs", "list", "--json"]).out()).unwrap();
+        assert_eq!(listed[1]["jobId"], "job2");
+        assert_eq!(
+            s.cli(&["jobs", "list", "--thing", "T1"]).out(),
+            "T1\tjob1\tQUEUED\texecution 1\nT1\tjob2\tQUEUED\texecution 1"
+        );
+        let queued: serde_json::Value =
+            serde_json::from_str(&s.cli(&["jobs", "list", "--status", "queued", "--json"]).out()).unwrap();
+        assert_eq!(queued.as_array().unwrap().len(), 3);
+        assert_eq!(s.cli(&["jobs", "list", "--status", "bogus"]).code, Some(2));
+
+        let described = s.cli(&["jobs", "describe", "job1"]).out();
+        assert!(described.contains("targets: T1,T2") && described.contains("QUEUED 2"), "{described}");
+        let job: serde_json::Value = serde_json::from_str(&s.cli(&["jobs", "describe", "job1", "--json"]).out()).unwrap();
+        assert_eq!(job["document"], serde_json::json!({ "op": "reboot" }));
+        assert_eq!(job["timeoutConfig"]["inProgressTimeoutInMinutes"], 30);
+        let execution: serde_json::Value =
+            serde_json::from_str(&s.cli(&["jobs", "describe", "job1", "--thing", "T1", "--json"]).out()).unwrap();
+        assert_eq!((execution["status"].as_str(), execution["thingName"].as_str()), (Some("QUEUED"), Some("T1")));
+        let unknown = s.cli(&["jobs", "describe", "nope"]);
+        assert_eq!(unknown.code, Some(1), "{}", unknown.stderr);
+        assert!(unknown.stderr.contains("ResourceNotFound"), "{}", unknown.stderr);
+
+        assert_eq!(s.cli(&["jobs", "cancel", "job1"]).out(), "canceled job1");
+        assert_eq!(
+            s.cli(&["jobs", "describe", "job1", "--thing", "T2"]).out(),
+            "job1 on T2: CANCELED (execution 1, version 2)"
+        );
+        assert_eq!(s.cli(&["jobs", "delete", "job2", "--thing", "T1"]).code, Some(0));
+        assert_eq!(s.cli(&["jobs", "delete", "job2", "--thing", "T1"]).code, Some(1));
+
+        // What the watcher printed: job2 joined (notify only: job1 stays first); job1's
+        // cancel left job2 alone and first; job2's deletion emptied the list.
+        let mut stdout = std::io::BufReader::new(watch.stdout.take().unwrap());
+        let mut lines = Vec::new();
+        while lines.len() < 5 {
+            let mut line = String::new();
+            stdout.read_line(&mut line).unwrap();
+            lines.push(line.trim().to_owned());
+        }
+        assert_eq!(
+            lines,
+            [
+                "notify in-progress=[] queued=[job1,job2]",
+                "notify in-progress=[] queued=[job2]",
+                "notify-next job2 QUEUED (execution 1)",
+                "notify in-progress=[] queued=[]",
+                "notify-next (none)",
+            ]
+        );
+        let status = Command::new("kill").args(["-INT", &watch.id().to_string()]).status().unwrap();
+        assert!(status.success());
+        assert_eq!(watch.wait().unwrap().code(), Some(0));
+    }
+}
+
+#[test]
+fn command_send_status_and_their_exit_codes() {
+    let s = Setup::start(Kind::Mosquitto, "node-commands");
+    // Nobody answers: exit 6, and the error says what may have happened.
+    let timed_out = s.cli(&[
+        "command",
+        "send",
+        "drones/SN1/cmd",
+        "{}",
+        "--timeout",
+        "300ms",
+    ]);
+    assert_eq!(timed_out.code, Some(6), "{}", timed_out.stderr);
+    assert!(
+        timed_out.stderr.contains("may still have run"),
+        "{}",
+        timed_out.stderr
+    );
+    // A profile the server does not know: refused, exit 3, the known ones named.
+    let unknown = s.cli(&["command", "send", "a/b", "x", "--profile", "pigeon"]);
+    assert_eq!(unknown.code, Some(3), "{}", unknown.stderr);
+    assert!(
+        unknown.stderr.contains("dji, iothub, mqtt5"),
+        "{}",
+        unknown.stderr
+    );
+    // One-way: done once the broker took it.
+    let oneway = s.cli(&["command", "send", "drones/SN1/cmd", "{}", "--oneway"]);
+    assert_eq!(oneway.code, Some(0), "{}", oneway.stderr);
+    assert!(oneway.out().ends_with(" DELIVERED"), "{}", oneway.out());
+    // Detached: the id at once; its status record by id.
+    let detached = s.cli(&[
+        "command",
+        "send",
+        "drones/SN1/cmd",
+        "{}",
+        "--detach",
+        "--json",
+    ]);
+    assert_eq!(detached.code, Some(0), "{}", detached.stderr);
+    let sent: serde_json::Value = serde_json::from_str(&detached.out()).unwrap();
+    assert_eq!(sent["status"], "SENT");
+    let id = sent["id"].as_str().unwrap();
+    let status = s.cli(&["command", "status", id]);
+    assert_eq!(status.code, Some(0), "{}", status.stderr);
+    let record: serde_json::Value = serde_json::from_str(&status.out()).unwrap();
+    assert_eq!(
+        (record["id"].as_str(), record["topic"].as_str()),
+        (Some(id), Some("drones/SN1/cmd"))
+    );
+    let missing = s.cli(&["command", "status", "no-such-id"]);
+    assert_eq!(missing.code, Some(3), "{}", missing.stderr);
+    // A profile file that does not parse stops the server before it starts.
+    let dir = std::env::temp_dir().join(format!("mqstore-profiles-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("profiles.json");
+    std::fs::write(
+        &file,
+        r#"{"x": {"command": "a/{dev}", "answer": "b/{dev}"}}"#,
+    )
+    .unwrap();
+    let serve = s.cli(&["serve", "--command-profiles", file.to_str().unwrap()]);
+    assert_eq!(serve.code, Some(2));
+    assert!(
+        serve.stderr.contains("device profile \"x\""),
+        "{}",
+        serve.stderr
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn serve_with_nothing_to_serve_says_so_before_connecting() {
+    // No broker anywhere: the configuration is refused first.
+    let run = mqstore(&[
+        "--port",
+        "1",
+        "serve",
+        "--no-state-store",
+        "--no-jobs",
+        "--no-commands",
+    ]);
+    assert_ne!(run.code, Some(0));
+    assert!(
+        run.stderr
+            .contains("--no-state-store with --no-jobs and --no-commands leaves nothing to serve"),
+        "{}",
+        run.stderr
+    );
+}

@@ -1,0 +1,813 @@
+//! Commands to devices over a real mosquitto (and a real Redis for many nodes), with device
+//! simulators: DJI-style devices that answer on a fixed topic with the id in `tid`, and MQTT 5
+//! devices that answer to the response topic with the correlation data.
+
+mod broker;
+#[path = "redis/mod.rs"]
+mod redis;
+
+use std::collections::HashMap;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use broker::Broker;
+use mqstore_core::client::ClientError;
+use mqstore_core::commands::{CommandRequest, MQTT5, Mode, Status};
+use mqstore_net::BrokerConfig;
+use mqstore_net::client::{Client, ClientOptions};
+use mqstore_net::commander::{Commander, CommanderConfig, CommanderError, RegistryConfig};
+use mqstore_net::metrics::CommandCount;
+use mqstore_net::redis_store::RedisConfig;
+use mqstore_net::server::{ServerConfig, ServerHandle, spawn};
+use redis::Redis;
+use rumqttc::v5::mqttbytes::QoS;
+use rumqttc::v5::mqttbytes::v5::{Packet, PublishProperties};
+use rumqttc::v5::{AsyncClient, Event, MqttOptions};
+use serde_json::{Value, json};
+
+const GROUP: &str = "cmds";
+const WAIT: Duration = Duration::from_secs(20);
+
+fn broker_config(broker: &Broker) -> BrokerConfig {
+    BrokerConfig {
+        port: broker.port,
+        ..BrokerConfig::default()
+    }
+}
+
+/// How many times a device ran each command (by id).
+type Runs = Arc<Mutex<HashMap<String, u32>>>;
+
+/// A device simulator: connects as `id`, subscribes to `filter`, and answers each command
+/// with what `answer` makes of it (topic, payload, properties, delay), as often as it says.
+async fn device(
+    broker: &Broker,
+    id: &str,
+    filter: &str,
+    answer: impl Fn(&str, &[u8], &PublishProperties) -> Vec<(String, Vec<u8>, PublishProperties, u64)>
+    + Send
+    + 'static,
+) -> tokio::task::JoinHandle<()> {
+    let mut options = MqttOptions::new(id, "127.0.0.1", broker.port);
+    options.set_max_packet_size(Some(16 * 1024 * 1024));
+    let (client, mut eventloop) = AsyncClient::new(options, 1024);
+    let (subscribed_tx, subscribed) = tokio::sync::oneshot::channel();
+    let filter = filter.to_owned();
+    let task = tokio::spawn(async move {
+        let mut subscribed_tx = Some(subscribed_tx);
+        loop {
+            match eventloop.poll().await {
+                Ok(Event::Incoming(Packet::ConnAck(_))) => {
+                    client
+                        .subscribe(filter.clone(), QoS::AtLeastOnce)
+                        .await
+                        .unwrap();
+                }
+                Ok(Event::Incoming(Packet::SubAck(_))) => {
+                    if let Some(tx) = subscribed_tx.take() {
+                        let _ = tx.send(());
+                    }
+                }
+                Ok(Event::Incoming(Packet::Publish(p))) => {
+                    let topic = String::from_utf8_lossy(&p.topic).into_owned();
+                    let props = p.properties.unwrap_or_default();
+                    for (topic, payload, props, delay) in answer(&topic, &p.payload, &props) {
+                        let client = client.clone();
+                        tokio::spawn(async move {
+                            tokio::time::sleep(Duration::from_millis(delay)).await;
+                            let _ = client
+                                .publish_with_properties(
+                                    topic,
+                                    QoS::AtLeastOnce,
+                                    false,
+                                    payload,
+                                    props,
+                                )
+                                .await;
+                        });
+                    }
+                }
+                Ok(_) => {}
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+    });
+    tokio::time::timeout(WAIT, subscribed)
+        .await
+        .expect("the device subscribes")
+        .unwrap();
+    task
+}
+
+/// A DJI-style device pool: `thing/product/{sn}/services` in, `…/services_reply` out, the id
+/// in `tid`; `{"data": {"delay": ms, "fail": true, "twice": true}}` steer it; the answer echoes
+/// `data`.
+async fn dji_devices(broker: &Broker, runs: Runs) -> tokio::task::JoinHandle<()> {
+    device(broker, "dji-devices", "thing/product/+/services", move |topic, payload, _| {
+        let sn = topic.split('/').nth(2).unwrap_or_default().to_owned();
+        let Ok(command) = serde_json::from_slice::<Value>(payload) else {
+            return Vec::new();
+        };
+        let tid = command["tid"].as_str().unwrap_or_default().to_owned();
+        *runs.lock().unwrap().entry(tid.clone()).or_default() += 1;
+        let data = &command["data"];
+        let result = if data["fail"] == json!(true) { 314 } else { 0 };
+        let reply = json!({"tid": tid, "method": command["method"], "data": {"result": result, "echo": data}});
+        let delay = data["delay"].as_u64().unwrap_or(0);
+        let times = if data["twice"] == json!(true) { 2 } else { 1 };
+        (0..times)
+            .map(|_| {
+                (
+                    format!("thing/product/{sn}/services_reply"),
+                    reply.to_string().into_bytes(),
+                    PublishProperties::default(),
+                    delay,
+                )
+            })
+            .collect()
+    })
+    .await
+}
+
+/// An MQTT 5 device pool answering on the response topic with the correlation data and
+/// `__stat: 200`, echoing the payload.
+async fn mqtt5_devices(broker: &Broker) -> tokio::task::JoinHandle<()> {
+    device(broker, "mqtt5-devices", "dev/+/cmd", |_, payload, props| {
+        let Some(response_topic) = props.response_topic.clone() else {
+            return Vec::new();
+        };
+        let answer = PublishProperties {
+            correlation_data: props.correlation_data.clone(),
+            content_type: Some("application/json".into()),
+            user_properties: vec![("__stat".into(), "200".into())],
+            ..PublishProperties::default()
+        };
+        vec![(response_topic, payload.to_vec(), answer, 0)]
+    })
+    .await
+}
+
+async fn commander(broker: &Broker, node: &str, registry: RegistryConfig) -> Commander {
+    let config = CommanderConfig {
+        share_group: Some(GROUP.into()),
+        registry,
+        ..CommanderConfig::new(broker_config(broker), node)
+    };
+    Commander::start(config, None)
+        .await
+        .expect("the commander starts")
+}
+
+fn redis_registry(redis: &Redis) -> RegistryConfig {
+    RegistryConfig::Redis(RedisConfig::parse(&redis.url()).unwrap())
+}
+
+fn dji(sn: &str, data: Value) -> CommandRequest {
+    CommandRequest {
+        profile: "dji".into(),
+        ..CommandRequest::new(
+            format!("thing/product/{sn}/services"),
+            json!({"method": "takeoff", "data": data}).to_string(),
+        )
+    }
+}
+
+fn echo(record: &mqstore_core::commands::Record) -> Value {
+    let answer = record.answer.as_ref().expect("an answer");
+    serde_json::from_slice::<Value>(&answer.payload).unwrap()["data"]["echo"].clone()
+}
+
+/// Keys of the command registry in Redis.
+fn registry_keys(redis: &Redis) -> Vec<String> {
+    redis
+        .cli(&["--scan", "--pattern", "mqstore:cmd*"])
+        .lines()
+        .map(str::to_owned)
+        .filter(|l| !l.is_empty())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registry_mode_over_three_nodes_on_redis_answers_each_caller_exactly_once() {
+    let broker = Broker::start();
+    let redis = Redis::start();
+    let runs = Runs::default();
+    let _devices = dji_devices(&broker, runs.clone()).await;
+    let a = commander(&broker, "a", redis_registry(&redis)).await;
+    let b = commander(&broker, "b", redis_registry(&redis)).await;
+    let c = commander(&broker, "c", redis_registry(&redis)).await;
+
+    // Sent through node A; mosquitto hands the answers round robin to A, B and C, and B and
+    // C forward theirs to A.
+    let mut calls = Vec::new();
+    for n in 0..30 {
+        let a = a.clone();
+        calls.push(tokio::spawn(async move {
+            (
+                n,
+                a.invoke(dji(&format!("SN{}", n % 3), json!({"n": n})))
+                    .await,
+            )
+        }));
+    }
+    for call in calls {
+        let (n, record) = call.await.unwrap();
+        let record = record.expect("answered");
+        assert_eq!(record.status, Status::Succeeded, "{record:?}");
+        assert_eq!(echo(&record), json!({"n": n}), "its own answer");
+        assert_eq!(record.node, "a");
+    }
+    let forwarded = b.metrics().commands(CommandCount::Forwarded)
+        + c.metrics().commands(CommandCount::Forwarded);
+    assert!(
+        forwarded > 0,
+        "B and C read some of A's answers and forwarded them"
+    );
+    assert_eq!(runs.lock().unwrap().len(), 30);
+    assert!(
+        runs.lock().unwrap().values().all(|&n| n == 1),
+        "each command ran once"
+    );
+    for node in [&a, &b, &c] {
+        assert_eq!(node.metrics().commands(CommandCount::Unknown), 0);
+        assert_eq!(node.metrics().commands(CommandCount::Duplicate), 0);
+        assert_eq!(node.waiting(), 0);
+    }
+
+    // Two in flight to one device, answered in the opposite order: each gets its own.
+    let slow = a.invoke(dji("SN9527", json!({"which": "slow", "delay": 600})));
+    let fast = b.invoke(dji("SN9527", json!({"which": "fast", "delay": 50})));
+    let (slow, fast) = tokio::join!(slow, fast);
+    assert_eq!(echo(&slow.unwrap())["which"], "slow");
+    assert_eq!(echo(&fast.unwrap())["which"], "fast");
+
+    // A device error is a FAILED record with the device's code.
+    let failed = c.invoke(dji("SN1", json!({"fail": true}))).await.unwrap();
+    assert_eq!(
+        (failed.status, failed.answer.unwrap().code),
+        (Status::Failed, Some(314))
+    );
+    // Status records are shared: any node reads any command's.
+    let status = b.status(&sent_through(&a).await).await.unwrap();
+    assert_eq!(status.status, Status::Succeeded);
+    for node in [a, b, c] {
+        node.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uncorrelated_commands_on_redis_take_the_next_answer_on_their_topic() {
+    let broker = Broker::start();
+    let redis = Redis::start();
+    // A device that answers on a fixed topic with nothing to correlate by.
+    let _device = device(&broker, "old-firmware", "old/+/in", |topic, payload, _| {
+        let out = topic.replace("/in", "/out");
+        vec![(out, payload.to_vec(), PublishProperties::default(), 100)]
+    })
+    .await;
+    let mut profiles = mqstore_core::commands::Profiles::built_in();
+    profiles
+        .add_json(r#"{"old": {"command": "old/{dev}/in", "answer": "old/{dev}/out", "correlation": "none"}}"#)
+        .unwrap();
+    let mut nodes = Vec::new();
+    for id in ["a", "b"] {
+        let config = CommanderConfig {
+            share_group: Some(GROUP.into()),
+            registry: redis_registry(&redis),
+            profiles: profiles.clone(),
+            ..CommanderConfig::new(broker_config(&broker), id)
+        };
+        nodes.push(Commander::start(config, None).await.unwrap());
+    }
+    let old = |dev: u32, body: &str| CommandRequest {
+        profile: "old".into(),
+        ..CommandRequest::new(format!("old/{dev}/in"), body.to_owned())
+    };
+    // One in flight per device (the legacy rule), on two devices at once, through both nodes;
+    // whichever node reads an answer, the waiting one gets it.
+    for round in 0..4 {
+        let (one, two) = tokio::join!(
+            nodes[round % 2].invoke(old(1, &format!("one-{round}"))),
+            nodes[(round + 1) % 2].invoke(old(2, &format!("two-{round}")))
+        );
+        for (record, want) in [
+            (one.unwrap(), format!("one-{round}")),
+            (two.unwrap(), format!("two-{round}")),
+        ] {
+            assert!(!record.correlated);
+            assert_eq!(record.status, Status::Succeeded, "{record:?}");
+            assert_eq!(&record.answer.unwrap().payload[..], want.as_bytes());
+        }
+    }
+    // Nothing waits on the answer topics any more.
+    for dev in [1, 2] {
+        let index = format!("mqstore:cmdtopic:old/{dev}/out");
+        assert_eq!(redis.cli(&["ZCARD", &index]).trim(), "0", "{index}");
+    }
+    // An answer nobody waits for is counted.
+    let before: u64 = nodes
+        .iter()
+        .map(|n| n.metrics().commands(CommandCount::Unknown))
+        .sum();
+    let mut options = MqttOptions::new("stray-publisher", "127.0.0.1", broker.port);
+    options.set_keep_alive(Duration::from_secs(5));
+    let (stray, mut eventloop) = AsyncClient::new(options, 16);
+    tokio::spawn(async move { while eventloop.poll().await.is_ok() {} });
+    stray
+        .publish("old/1/out", QoS::AtLeastOnce, false, "nobody asked")
+        .await
+        .unwrap();
+    wait_for(|| {
+        nodes
+            .iter()
+            .map(|n| n.metrics().commands(CommandCount::Unknown))
+            .sum::<u64>()
+            == before + 1
+    })
+    .await;
+    for node in nodes {
+        node.stop().await;
+    }
+}
+
+/// Sends a quick command through `node` and returns its id.
+async fn sent_through(node: &Commander) -> String {
+    node.invoke(dji("SN4", json!({}))).await.unwrap().id
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_answers_and_bad_requests_are_counted_and_change_nothing() {
+    let broker = Broker::start();
+    let runs = Runs::default();
+    let _devices = dji_devices(&broker, runs.clone()).await;
+    let node = commander(&broker, "solo", RegistryConfig::Memory).await;
+    let metrics = node.metrics().clone();
+
+    // A device that answers twice: the first settles the command, the second is counted.
+    let twice = node
+        .invoke(dji("SN1", json!({"twice": true})))
+        .await
+        .unwrap();
+    assert_eq!(twice.status, Status::Succeeded);
+    wait_for(|| metrics.commands(CommandCount::Duplicate) == 1).await;
+
+    // Answers nobody waits for, and answers the profile cannot read.
+    let mut options = MqttOptions::new("liar", "127.0.0.1", broker.port);
+    options.set_keep_alive(Duration::from_secs(5));
+    let (liar, mut eventloop) = AsyncClient::new(options, 16);
+    tokio::spawn(async move { while eventloop.poll().await.is_ok() {} });
+    for payload in [
+        json!({"tid": "00000000-0000-0000-0000-000000000000", "data": {"result": 0}}).to_string(),
+        "not json".to_owned(),
+        json!({"data": {"result": 0}}).to_string(),
+    ] {
+        liar.publish(
+            "thing/product/SN1/services_reply",
+            QoS::AtLeastOnce,
+            false,
+            payload,
+        )
+        .await
+        .unwrap();
+    }
+    wait_for(|| metrics.commands(CommandCount::Unknown) == 1).await;
+    wait_for(|| metrics.commands(CommandCount::Malformed) == 2).await;
+
+    // Requests that cannot be sent: nothing is published, nothing registered.
+    let before = runs.lock().unwrap().len();
+    let mut zero = dji("SN1", json!({}));
+    zero.timeout_ms = 0;
+    let mut hours = dji("SN1", json!({}));
+    hours.timeout_ms = 13 * 3_600_000;
+    let not_json = CommandRequest {
+        profile: "dji".into(),
+        ..CommandRequest::new("thing/product/SN1/services", "TAKE_OFF")
+    };
+    let unknown = CommandRequest {
+        profile: "carrier-pigeon".into(),
+        ..CommandRequest::new("a/b", "x")
+    };
+    for bad in [zero, hours, not_json, unknown] {
+        assert!(matches!(
+            node.invoke(bad).await,
+            Err(CommanderError::Command(_))
+        ));
+    }
+    assert_eq!(runs.lock().unwrap().len(), before);
+    assert_eq!(node.records(), Some(1));
+
+    // A large command and its answer go through whole.
+    let big = "x".repeat(1 << 20);
+    let answered = node
+        .invoke(dji("SN1", json!({ "big": big })))
+        .await
+        .unwrap();
+    assert_eq!(echo(&answered)["big"].as_str().map(str::len), Some(1 << 20));
+    node.stop().await;
+}
+
+async fn wait_for(done: impl Fn() -> bool) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !done() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not within {WAIT:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn server(broker: &Broker) -> ServerHandle {
+    spawn(ServerConfig::new(broker_config(broker), "serve-1"))
+        .await
+        .expect("the server starts")
+}
+
+async fn client(broker: &Broker, id: &str) -> Client {
+    Client::connect(ClientOptions::new(id, "127.0.0.1", broker.port))
+        .await
+        .expect("the client connects")
+}
+
+/// A command to the MQTT 5 device `dev/7` ([`mqtt5_devices`]), which answers with its payload.
+async fn echoed_by_an_mqtt5_device(caller: &Client) -> mqstore_core::commands::wire::CommandReply {
+    let reply = caller
+        .command(CommandRequest::new("dev/7/cmd", r#"{"go":1}"#))
+        .await
+        .unwrap();
+    assert_eq!(
+        (reply.status, &reply.payload[..]),
+        (Status::Succeeded, &br#"{"go":1}"#[..])
+    );
+    reply
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callers_send_commands_through_mqstore_serve() {
+    let broker = Broker::start();
+    let runs = Runs::default();
+    let _dji = dji_devices(&broker, runs.clone()).await;
+    let _mqtt5 = mqtt5_devices(&broker).await;
+    let server = server(&broker).await;
+    let caller = client(&broker, "caller").await;
+    let mut watch = caller.watch_commands().await.unwrap();
+
+    // Direct mode: an MQTT 5 device answers on the node's own response topic.
+    let reply = echoed_by_an_mqtt5_device(&caller).await;
+    assert_eq!(reply.device_status, Some(200));
+    // Its status changes were published: SENT, then SUCCEEDED.
+    let mut seen = Vec::new();
+    while seen.last() != Some(&Status::Succeeded) {
+        let record = tokio::time::timeout(WAIT, watch.next())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(record.id, reply.id);
+        seen.push(record.status);
+    }
+    assert_eq!(seen, [Status::Sent, Status::Succeeded]);
+
+    // Registry mode (memory) with a DJI device; a device error is a typed error.
+    let ok = caller.command(dji("SN9", json!({"n": 1}))).await.unwrap();
+    assert_eq!(
+        serde_json::from_slice::<Value>(&ok.payload).unwrap()["data"]["echo"],
+        json!({"n": 1})
+    );
+    match caller.command(dji("SN9", json!({"fail": true}))).await {
+        Err(ClientError::CommandFailed { answer, .. }) => assert_eq!(answer.code, Some(314)),
+        other => panic!("{other:?}"),
+    }
+
+    // No answer in time: a timeout error; the late answer lands in the status record.
+    let mut late = dji("SN9", json!({"delay": 1500}));
+    late.timeout_ms = 500;
+    let id = match caller.command(late).await {
+        Err(ClientError::CommandTimedOut { id }) => id,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        caller.command_status(&id).await.unwrap().status,
+        Status::TimedOut
+    );
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let record = loop {
+        let record = caller.command_status(&id).await.unwrap();
+        if record.late {
+            break record;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the late answer was not recorded"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(record.status, Status::Succeeded);
+    assert_eq!(server.metrics.commands(CommandCount::Late), 1);
+
+    // One-way: done when the broker took it. Detached: the id at once, the answer later.
+    let mut oneway = CommandRequest::new("dev/1/cmd", "{}");
+    oneway.mode = Mode::OneWay;
+    assert_eq!(
+        caller.command(oneway).await.unwrap().status,
+        Status::Delivered
+    );
+    let mut detached = dji("SN2", json!({"delay": 300}));
+    detached.mode = Mode::Detached;
+    let sent = caller.command(detached).await.unwrap();
+    assert_eq!(sent.status, Status::Sent);
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while caller.command_status(&sent.id).await.unwrap().status != Status::Succeeded {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the detached command was not answered"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // One command to many devices: each device's result as it comes, then the summary.
+    let mut fleet = caller.command_many(vec![
+        dji("SN21", json!({})),
+        dji("SN22", json!({"fail": true})),
+        CommandRequest::new("dev/23/cmd", "{}"),
+    ]);
+    let mut topics = Vec::new();
+    while let Some((topic, _)) = tokio::time::timeout(WAIT, fleet.next()).await.unwrap() {
+        topics.push(topic);
+    }
+    topics.sort();
+    assert_eq!(
+        topics,
+        [
+            "dev/23/cmd",
+            "thing/product/SN21/services",
+            "thing/product/SN22/services"
+        ]
+    );
+    let summary = fleet.summary();
+    assert_eq!(
+        (
+            summary.succeeded,
+            summary.failed,
+            summary.rejected,
+            summary.timed_out,
+            summary.errors
+        ),
+        (2, 1, 0, 0, 0)
+    );
+
+    // What the service cannot do is refused with a clear status.
+    let unknown = CommandRequest {
+        profile: "carrier-pigeon".into(),
+        ..CommandRequest::new("a/b", "x")
+    };
+    match caller.command(unknown).await {
+        Err(ClientError::Status {
+            status: 400,
+            message,
+        }) => assert!(message.contains("carrier-pigeon"), "{message}"),
+        other => panic!("{other:?}"),
+    }
+    match caller.command_status("no-such-command").await {
+        Err(ClientError::Status { status: 404, .. }) => {}
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        server
+            .metrics
+            .render()
+            .contains("mqstore_commands_total{event=\"succeeded\"}")
+    );
+    caller.close().await;
+    server.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_killed_while_waiting_leaves_an_orphaned_answer_and_nothing_in_redis() {
+    let broker = Broker::start();
+    let redis = Redis::start();
+    let runs = Runs::default();
+    let _devices = dji_devices(&broker, runs.clone()).await;
+    // Node A: `mqstore serve` in a process of its own, the only node when the command comes.
+    let mut a = Command::new(env!("CARGO_BIN_EXE_mqstore"))
+        .args(["--port", &broker.port.to_string(), "serve"])
+        .args([
+            "--store",
+            &redis.url(),
+            "--node-id",
+            "a",
+            "--share-group",
+            GROUP,
+        ])
+        .env("MQSTORE_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("mqstore serve starts");
+    let caller = client(&broker, "caller").await;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    // Ready once A answers the command service.
+    while let Err(ClientError::Timeout(_) | ClientError::Disconnected) =
+        caller.command_status("x").await
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "node A did not start"
+        );
+    }
+    // The device answers after 4 s: time enough, on a loaded machine too, for node B to start
+    // and node A to be killed first (with 1.5 s, A sometimes still took the answer itself).
+    let mut slow = dji("SN1", json!({"delay": 4000}));
+    slow.timeout_ms = 5_000;
+    let waiting = tokio::spawn({
+        let caller = caller.clone();
+        async move { caller.command(slow).await }
+    });
+    wait_for(|| runs.lock().unwrap().len() == 1).await;
+    // Node B reads the answer; A is gone (kill -9) before it comes.
+    let b = commander(&broker, "b", redis_registry(&redis)).await;
+    a.kill().unwrap();
+    a.wait().unwrap();
+    let id = runs.lock().unwrap().keys().next().unwrap().clone();
+    wait_for(|| b.metrics().commands(CommandCount::Orphaned) == 1).await;
+    let record = b.status(&id).await.unwrap();
+    assert!(
+        record.orphaned && record.status == Status::Succeeded,
+        "{record:?}"
+    );
+    // The caller, whose node died, gets a clear error (no answer from the service).
+    match waiting.await.unwrap() {
+        Err(ClientError::Timeout(_)) => {}
+        other => panic!("{other:?}"),
+    }
+    // Three timeouts after it was sent, Redis holds nothing of it.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !registry_keys(&redis).is_empty() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "left in Redis: {:?}",
+            registry_keys(&redis)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    b.stop().await;
+    caller.close().await;
+}
+
+/// `commands` concurrent commands spread over `nodes`, each to one of 16 devices; every caller
+/// gets exactly its own answer.
+async fn many(nodes: &[Commander], commands: usize, request: impl Fn(usize) -> CommandRequest) {
+    let mut calls = tokio::task::JoinSet::new();
+    for n in 0..commands {
+        let node = nodes[n % nodes.len()].clone();
+        let request = request(n);
+        calls.spawn(async move { (n, node.invoke(request).await) });
+    }
+    let mut answered = vec![false; commands];
+    while let Some(done) = calls.join_next().await {
+        let (n, record) = done.unwrap();
+        let record = record.unwrap_or_else(|e| panic!("command {n}: {e}"));
+        assert_eq!(record.status, Status::Succeeded, "command {n}: {record:?}");
+        let payload: Value = serde_json::from_slice(&record.answer.unwrap().payload).unwrap();
+        let got = payload["data"]["echo"]["n"]
+            .as_u64()
+            .or(payload["n"].as_u64());
+        assert_eq!(got, Some(n as u64), "command {n} got another's answer");
+        assert!(!answered[n], "command {n} answered twice");
+        answered[n] = true;
+    }
+    assert!(answered.iter().all(|a| *a));
+    for node in nodes {
+        assert_eq!(node.waiting(), 0);
+        assert_eq!(node.metrics().commands(CommandCount::Unknown), 0);
+        assert_eq!(node.metrics().commands(CommandCount::Duplicate), 0);
+        assert_eq!(node.metrics().commands(CommandCount::TimedOut), 0);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_commands_over_three_nodes_each_get_their_own_answer() {
+    const COMMANDS: usize = 10_000;
+    // mosquitto queues at most 1000 messages per client by default and drops the rest; the
+    // device pool here is one connection with thousands of commands queued for it.
+    let broker = Broker::start_config("max_queued_messages 100000\n");
+    let redis = Redis::start();
+    let runs = Runs::default();
+    let _dji = dji_devices(&broker, runs.clone()).await;
+    let _mqtt5 = mqtt5_devices(&broker).await;
+
+    // Registry mode on Redis: answers read by any node, forwarded to the one that waits.
+    let mut nodes = Vec::new();
+    for id in ["a", "b", "c"] {
+        nodes.push(commander(&broker, id, redis_registry(&redis)).await);
+    }
+    many(&nodes, COMMANDS, |n| {
+        let mut request = dji(&format!("SN{}", n % 16), json!({"n": n}));
+        request.timeout_ms = 60_000;
+        request
+    })
+    .await;
+    assert_eq!(runs.lock().unwrap().len(), COMMANDS);
+    assert!(runs.lock().unwrap().values().all(|&n| n == 1));
+    // Nothing waits in Redis: every record there is settled.
+    for key in registry_keys(&redis) {
+        let json = redis.cli(&["HGET", &key, "d"]);
+        assert!(json.contains("\"status\":\"SUCCEEDED\""), "{key}: {json}");
+    }
+    for node in nodes.drain(..) {
+        node.stop().await;
+    }
+
+    // Direct mode, memory registries: each node's answers come back to it.
+    for id in ["d", "e", "f"] {
+        nodes.push(commander(&broker, id, RegistryConfig::Memory).await);
+    }
+    many(&nodes, COMMANDS, |n| {
+        let mut request =
+            CommandRequest::new(format!("dev/{}/cmd", n % 16), json!({"n": n}).to_string());
+        request.profile = MQTT5.into();
+        request.timeout_ms = 60_000;
+        request
+    })
+    .await;
+    let kept: usize = nodes.iter().map(|n| n.records().unwrap()).sum();
+    assert_eq!(
+        kept, COMMANDS,
+        "settled records are kept for status queries"
+    );
+    for node in nodes {
+        node.stop().await;
+    }
+}
+
+/// `mqstore serve --no-state-store` beside mosquitto with the state store plugin: the plugin
+/// answers the state store, the server jobs and commands — each request by the one of them
+/// that serves it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_and_commands_beside_the_plugin() {
+    use mqstore_core::jobs::{JobSpec, Status as JobStatus};
+    use mqstore_net::client::SetOptions;
+    use mqstore_net::jobs::StartNext;
+
+    let broker = Broker::start_config(&format!(
+        "plugin {}\nplugin_opt_node_id inside\n",
+        broker::plugin_path().display()
+    ));
+    let _mqtt5 = mqtt5_devices(&broker).await;
+    let config = ServerConfig {
+        state_store: false,
+        ..ServerConfig::new(broker_config(&broker), "beside")
+    };
+    let server = spawn(config).await.expect("the server starts");
+    let mut options = ClientOptions::new("operator", "127.0.0.1", broker.port);
+    options.timeout = Duration::from_secs(1);
+    let operator = Client::connect(options).await.unwrap();
+    // Once the server has subscribed, the operator API answers.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while let Err(ClientError::Timeout(_)) = operator.list_jobs().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "jobs never answered"
+        );
+    }
+
+    // The state store is the plugin's: its node id in the version.
+    let set = operator.set("k", "v", SetOptions::default()).await.unwrap();
+    assert_eq!(&*set.version.unwrap().node, "inside");
+    assert_eq!(operator.get("k").await.unwrap().unwrap().value, "v");
+
+    // Jobs, from both sides.
+    let device = client(&broker, "T1").await;
+    let jobs = device.jobs("T1").await.unwrap();
+    let spec = JobSpec {
+        job_id: "fw-1".into(),
+        document: json!({ "firmware": 2 }),
+        targets: vec!["T1".into()],
+        in_progress_timeout_minutes: None,
+        max_retries: 0,
+    };
+    operator.create_job(spec).await.unwrap();
+    let started = jobs
+        .start_next(StartNext::default())
+        .await
+        .unwrap()
+        .expect("fw-1 is queued for T1");
+    assert_eq!(
+        (started.job_id.as_str(), started.status),
+        ("fw-1", JobStatus::InProgress)
+    );
+
+    // Commands to an MQTT 5 device.
+    echoed_by_an_mqtt5_device(&operator).await;
+    // The server took the state store's requests from the broker before the jobs' that came
+    // after them, had it served them: it served none.
+    assert_eq!(server.metrics.requests("SET", "ok"), 0);
+    assert_eq!(server.metrics.requests("GET", "ok"), 0);
+    // And the plugin, which warns of a server that serves the state store beside it, did not.
+    assert!(
+        !broker.log().contains("serves the state store beside"),
+        "{}",
+        broker.log()
+    );
+    server.stop().await.unwrap();
+}

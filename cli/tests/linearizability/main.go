@@ -1,0 +1,150 @@
+// Checks a history of state store operations for linearizability, key by key, with
+// porcupine (a Wing–Gong search with P-compositionality). The history comes from
+// cli/tests/linearizability.rs: one JSON object per line,
+//
+//	{"client":3,"key":"k1","op":"set","value":"a","call":1,"ret":9,"out":"ok"}
+//
+// op: set | setnx | get | del | vdel; out: ok | notapplied | absent | 0 | 1 | a value (get) |
+// unknown (no answer: the operation may have taken effect any time after its call, or never;
+// such operations end at the end of the history). Prints a summary; exits 1 on a violation.
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+)
+
+type record struct {
+	Client int    `json:"client"`
+	Key    string `json:"key"`
+	Op     string `json:"op"`
+	Value  string `json:"value"`
+	Call   int64  `json:"call"`
+	Ret    int64  `json:"ret"`
+	Out    string `json:"out"`
+}
+
+type input struct{ op, key, value string }
+
+// state: the key's value, or absent.
+type state struct {
+	present bool
+	value   string
+}
+
+func step(s interface{}, in interface{}, out interface{}) (bool, interface{}) {
+	st, i, o := s.(state), in.(input), out.(string)
+	unknown := o == "unknown"
+	switch i.op {
+	case "set":
+		return unknown || o == "ok", state{true, i.value}
+	case "setnx":
+		if st.present {
+			return unknown || o == "notapplied", st
+		}
+		return unknown || o == "ok", state{true, i.value}
+	case "get":
+		if unknown {
+			return true, st
+		}
+		if !st.present {
+			return o == "absent", st
+		}
+		return o == "value:"+st.value, st
+	case "del":
+		if st.present {
+			return unknown || o == "1", state{}
+		}
+		return unknown || o == "0", st
+	case "vdel":
+		if st.present && st.value == i.value {
+			return unknown || o == "1", state{}
+		}
+		if st.present {
+			return unknown || o == "notapplied", st
+		}
+		return unknown || o == "0", st
+	}
+	return false, st
+}
+
+func main() {
+	if len(os.Args) != 2 {
+		fmt.Fprintln(os.Stderr, "usage: linearizability HISTORY.jsonl")
+		os.Exit(2)
+	}
+	file, err := os.Open(os.Args[1])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	var history []porcupine.Operation
+	var end int64
+	var unknown int
+	scanner := bufio.NewScanner(file)
+	scanner.Buffer(make([]byte, 1<<20), 1<<20)
+	var records []record
+	for scanner.Scan() {
+		var r record
+		if err := json.Unmarshal(scanner.Bytes(), &r); err != nil {
+			fmt.Fprintln(os.Stderr, "bad history line:", err)
+			os.Exit(2)
+		}
+		records = append(records, r)
+		if r.Ret > end {
+			end = r.Ret
+		}
+	}
+	for _, r := range records {
+		ret := r.Ret
+		if r.Out == "unknown" {
+			unknown++
+			ret = end + 1
+		}
+		history = append(history, porcupine.Operation{
+			ClientId: r.Client,
+			Input:    input{r.Op, r.Key, r.Value},
+			Call:     r.Call,
+			Output:   r.Out,
+			Return:   ret,
+		})
+	}
+	model := porcupine.Model{
+		Partition: func(h []porcupine.Operation) [][]porcupine.Operation {
+			byKey := map[string][]porcupine.Operation{}
+			var keys []string
+			for _, op := range h {
+				k := op.Input.(input).key
+				if _, seen := byKey[k]; !seen {
+					keys = append(keys, k)
+				}
+				byKey[k] = append(byKey[k], op)
+			}
+			var parts [][]porcupine.Operation
+			for _, k := range keys {
+				parts = append(parts, byKey[k])
+			}
+			return parts
+		},
+		Init: func() interface{} { return state{} },
+		Step: step,
+	}
+	result := porcupine.CheckOperationsTimeout(model, history, 120*time.Second)
+	fmt.Printf("%d operations (%d without an answer) on %d clients: %v\n", len(history), unknown, countClients(records), result)
+	if result != porcupine.Ok {
+		os.Exit(1)
+	}
+}
+
+func countClients(records []record) int {
+	clients := map[int]bool{}
+	for _, r := range records {
+		clients[r.Client] = true
+	}
+	return len(clients)
+}

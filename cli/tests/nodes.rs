@@ -1,0 +1,875 @@
+//! Many nodes on one Redis (or a Redis Cluster) behind one `$share` group, over a real
+//! mosquitto and real redis-servers started on free ports.
+
+mod broker;
+mod calls;
+#[path = "redis/mod.rs"]
+mod redis;
+
+use std::collections::HashMap;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use broker::Broker;
+use bytes::Bytes;
+use mqstore_core::client::ClientError;
+use mqstore_core::hlc::Hlc;
+use mqstore_net::BrokerConfig;
+use mqstore_net::client::{Client, SetOptions};
+use mqstore_net::metrics::Metrics;
+use mqstore_net::redis_store::RedisConfig;
+use mqstore_net::server::{ServerConfig, ServerHandle, StoreConfig, spawn};
+use redis::{Cluster, Redis};
+
+use calls::{WAIT, next_change};
+const GROUP: &str = "nodes";
+const JOBS_MINUTE: Duration = Duration::from_millis(300);
+
+/// A node in this process, on the store at `url`, its clock `offset_ms` off.
+/// A client once a node answers (calls time out after 3 s: the nodes share a Redis).
+async fn client(port: u16, id: &str) -> Client {
+    calls::ready_client_timing_out(port, id, Duration::from_secs(3)).await
+}
+
+async fn node(broker: &Broker, url: &str, id: &str, offset_ms: i64) -> ServerHandle {
+    let config = ServerConfig {
+        share_group: Some(GROUP.into()),
+        store: StoreConfig::Redis(RedisConfig::parse(url).unwrap()),
+        clock_offset_ms: offset_ms,
+        // Jobs timers run out within the tests.
+        jobs_minute: JOBS_MINUTE,
+        ..ServerConfig::new(
+            BrokerConfig {
+                port: broker.port,
+                ..BrokerConfig::default()
+            },
+            id,
+        )
+    };
+    spawn(config).await.expect("the node starts")
+}
+
+/// How many state store requests a node answered (any command, any outcome).
+fn answered(metrics: &Metrics) -> u64 {
+    metrics
+        .render()
+        .lines()
+        .filter(|l| l.starts_with("mqstore_requests_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// The scenario every shared store must pass: reads see writes answered by other nodes,
+/// versions of a key increase although the nodes' clocks disagree by seconds, watchers
+/// registered through one node hear of changes applied by the others, and an expiry is
+/// notified exactly once.
+async fn three_nodes_share_one_state(url: &str) -> (Broker, Vec<ServerHandle>) {
+    let broker = Broker::start();
+    let mut nodes = Vec::new();
+    for (id, offset) in [("n1", 0), ("n2", 4_000), ("n3", -4_000)] {
+        nodes.push(node(&broker, url, id, offset).await);
+    }
+    let writer = client(broker.port, "writer").await;
+    let reader = client(broker.port, "reader").await;
+    let watcher = client(broker.port, "watcher").await;
+    let mut observed = watcher.observe("shared").await.unwrap();
+
+    let mut last: Option<Hlc> = None;
+    for i in 0..30 {
+        let value = format!("v{i}");
+        let set = writer
+            .set("shared", value.clone(), SetOptions::default())
+            .await
+            .unwrap();
+        let version = set.version.expect("a version");
+        if let Some(last) = &last {
+            assert!(version > *last, "version {version} after {last}: not newer");
+        }
+        // Whichever node answers the read has the write.
+        let got = reader.get("shared").await.unwrap().expect("the key");
+        assert_eq!(got.value, value);
+        assert_eq!(got.version.as_ref(), Some(&version));
+        let change = next_change(&mut observed).await;
+        assert_eq!(change.value.as_deref(), Some(value.as_bytes()));
+        assert_eq!(change.version.as_ref(), Some(&version));
+        last = Some(version);
+    }
+    // Every node answered some of them (mosquitto deals shared messages round robin).
+    for handle in &nodes {
+        assert!(answered(&handle.metrics) > 0, "a node answered nothing");
+    }
+
+    // An expiry: one DELETE, whichever node sweeps first.
+    let mut expiring = watcher.observe("expiring").await.unwrap();
+    let options = SetOptions {
+        expires: Some(Duration::from_millis(300)),
+        ..SetOptions::default()
+    };
+    writer.set("expiring", "soon", options).await.unwrap();
+    assert_eq!(
+        next_change(&mut expiring).await.value.as_deref(),
+        Some(&b"soon"[..])
+    );
+    let deleted = next_change(&mut expiring).await;
+    assert_eq!(deleted.value, None, "{deleted:?}");
+    // Every node swept many times since: no second DELETE.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(expiring.try_next(), None, "a second notification");
+    assert_eq!(reader.get("expiring").await.unwrap(), None);
+    (broker, nodes)
+}
+
+/// The jobs service on nodes that share one store: a rollout hands each target to one node,
+/// concurrent updates of one execution through different nodes lose none, concurrent
+/// start-next requests start an execution once, a timeout happens once although every node
+/// watches the timers, and every node answers from the same jobs.
+async fn three_nodes_share_jobs(broker: &Broker) {
+    use mqstore_core::jobs::{JobNotification, JobSpec, Status, Update};
+    use mqstore_net::jobs::StartNext;
+    use serde_json::json;
+
+    let operator = client(broker.port, "operator").await;
+    let device = client(broker.port, "fleet").await;
+    let first = device.jobs("d000").await.unwrap();
+    let things: Vec<String> = (0..200).map(|i| format!("d{i:03}")).collect();
+    operator
+        .create_job(JobSpec {
+            job_id: "fw".into(),
+            document: json!({ "url": "https://example.com/fw.bin" }),
+            targets: things.clone(),
+            in_progress_timeout_minutes: None,
+            max_retries: 0,
+        })
+        .await
+        .unwrap();
+    // The rollout goes on in batches, on whichever nodes claim them.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let job = operator.describe_job("fw").await.unwrap();
+        if job.executions.get(&Status::Queued) == Some(&200) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "rollout stuck: {job:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let listed = operator
+        .list_job_executions(mqstore_net::jobs::ExecutionFilter {
+            job_id: Some("fw".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(listed.len(), 200, "one execution per target");
+    assert!(listed.iter().all(|e| e.execution_number == 1));
+    // Each target was handed out once: one notify and one notify-next, nothing more.
+    let notify = tokio::time::timeout(WAIT, first.next_notification())
+        .await
+        .unwrap();
+    assert!(
+        matches!(notify, Some(JobNotification::Notify { .. })),
+        "{notify:?}"
+    );
+    let next = tokio::time::timeout(WAIT, first.next_notification())
+        .await
+        .unwrap();
+    assert!(
+        matches!(next, Some(JobNotification::NotifyNext { .. })),
+        "{next:?}"
+    );
+
+    // Thirty updates of one execution at once (each engine call on a thread of its own,
+    // against the shared record): none lost.
+    let d001 = device.jobs("d001").await.unwrap();
+    let started = d001
+        .start_next(StartNext::default())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (started.status, started.version_number),
+        (Status::InProgress, 2)
+    );
+    let updates = (0..30).map(|i| {
+        let update = Update {
+            job_id: "fw".into(),
+            status: Some(Status::InProgress),
+            status_details: [("step".to_owned(), format!("{i}"))].into(),
+            ..Update::default()
+        };
+        d001.update(update)
+    });
+    for result in futures::future::join_all(updates).await {
+        result.expect("every update is accepted");
+    }
+    let after = d001.describe("fw").await.unwrap();
+    assert_eq!(after.version_number, 32, "2 + 30 updates, none lost");
+
+    // Twenty start-next requests at once for one thing: it starts once.
+    let d002 = device.jobs("d002").await.unwrap();
+    let starts = (0..20).map(|_| d002.start_next(StartNext::default()));
+    let executions: Vec<_> = futures::future::join_all(starts)
+        .await
+        .into_iter()
+        .map(|r| r.unwrap().expect("an execution"))
+        .collect();
+    for execution in &executions {
+        assert_eq!(execution.status, Status::InProgress);
+        assert_eq!(execution.version_number, 2, "started once: {execution:?}");
+        assert_eq!(execution.started_at, executions[0].started_at);
+    }
+    assert_eq!(d002.describe("fw").await.unwrap().version_number, 2);
+
+    // A timeout, watched by three nodes' timers, happens once.
+    operator
+        .create_job(JobSpec {
+            job_id: "slow".into(),
+            document: json!({}),
+            targets: vec!["late".into()],
+            in_progress_timeout_minutes: Some(1),
+            max_retries: 0,
+        })
+        .await
+        .unwrap();
+    let late = device.jobs("late").await.unwrap();
+    let started = late
+        .start_next(StartNext::default())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(started.job_id, "slow");
+    while late.try_next_notification().is_some() {} // the create's, if they were quicker
+    let mut seen = Vec::new();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while late.describe("slow").await.unwrap().status != Status::TimedOut {
+        assert!(tokio::time::Instant::now() < deadline, "never timed out");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Every node ticked many times since (every 100 ms).
+    tokio::time::sleep(JOBS_MINUTE * 2).await;
+    while let Some(n) = late.try_next_notification() {
+        seen.push(n);
+    }
+    let kinds: Vec<&str> = seen
+        .iter()
+        .map(|n| match n {
+            JobNotification::Notify { .. } => "notify",
+            JobNotification::NotifyNext { .. } => "notify-next",
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        ["notify", "notify-next"],
+        "one timeout, told once: {seen:?}"
+    );
+    assert_eq!(late.describe("slow").await.unwrap().version_number, 3);
+
+    // d000's target was handed out once: nothing came after its notify and notify-next
+    // (every node's rollout ticks ran many times since).
+    assert_eq!(first.try_next_notification(), None);
+
+    // Any node answers from the same jobs.
+    for _ in 0..6 {
+        let jobs = operator.list_jobs().await.unwrap();
+        let ids: Vec<&str> = jobs.iter().map(|j| j.job_id.as_str()).collect();
+        assert_eq!(ids, ["fw", "slow"]);
+    }
+    operator.close().await;
+    device.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_nodes_on_one_redis() {
+    let redis = Redis::start();
+    let (broker, nodes) = three_nodes_share_one_state(&redis.url()).await;
+    three_nodes_share_jobs(&broker).await;
+    for node in nodes {
+        let _ = tokio::time::timeout(WAIT, node.stop()).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_nodes_on_a_redis_cluster_spread_keys_over_every_primary() {
+    let cluster = Cluster::start();
+    let (broker, nodes) = three_nodes_share_one_state(&cluster.url()).await;
+    three_nodes_share_jobs(&broker).await;
+    let c = client(broker.port, "many").await;
+    for i in 0..100 {
+        c.set(format!("spread/{i}"), "x", SetOptions::default())
+            .await
+            .unwrap();
+    }
+    assert_eq!(c.scan("spread/*").await.unwrap().len(), 100);
+    for primary in &cluster.nodes {
+        let keys: u64 = primary.cli(&["dbsize"]).trim().parse().unwrap();
+        assert!(keys > 0, "a primary holds no keys");
+    }
+    for node in nodes {
+        let _ = tokio::time::timeout(WAIT, node.stop()).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_away_means_status_503_with_a_reason_and_the_node_recovers() {
+    let mut redis = Redis::start();
+    let broker = Broker::start();
+    let node = node(&broker, &redis.url(), "n1", 0).await;
+    let c = client(broker.port, "dev").await;
+    c.set("k", "before", SetOptions::default()).await.unwrap();
+    redis.kill();
+    match c.set("k", "during", SetOptions::default()).await {
+        Err(ClientError::Status { status, message }) => {
+            assert_eq!(status, 503);
+            assert!(message.contains("the store failed"), "{message}");
+        }
+        other => panic!("expected status 503, got {other:?}"),
+    }
+    let render = node.metrics.render();
+    assert!(render.contains("mqstore_store_up 0\n"), "{render}");
+    assert!(
+        !render.contains("mqstore_store_errors_total 0\n"),
+        "{render}"
+    );
+    redis.restart();
+    // The node reconnects by itself.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        match c.set("k", "after", SetOptions::default()).await {
+            Ok(set) if set.applied => break,
+            other => assert!(
+                tokio::time::Instant::now() < deadline,
+                "never recovered: {other:?}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(c.get("k").await.unwrap().unwrap().value, "after");
+    assert!(node.metrics.render().contains("mqstore_store_up 1\n"));
+    let _ = tokio::time::timeout(WAIT, node.stop()).await;
+}
+
+/// `mqstore serve` as a process of its own (to kill -9 it).
+fn serve_process(broker: &Broker, store: &str, id: &str) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_mqstore"))
+        .args(["--port", &broker.port.to_string(), "serve"])
+        .args(["--store", store, "--node-id", id, "--share-group", GROUP])
+        .env("MQSTORE_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("mqstore serve starts")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_a_node_under_load_loses_no_acknowledged_write() {
+    let redis = Redis::start();
+    let broker = Broker::start();
+    let mut nodes: Vec<Child> = ["k1", "k2", "k3"]
+        .iter()
+        .map(|id| serve_process(&broker, &redis.url(), id))
+        .collect();
+    let watcher = client(broker.port, "watcher").await;
+    let mut observed = watcher.observe("load/0").await.unwrap();
+    let acknowledged = Arc::new(std::sync::Mutex::new(HashMap::new()));
+    let mut writers = Vec::new();
+    for w in 0..4 {
+        let c = client(broker.port, &format!("writer-{w}")).await;
+        let acknowledged = acknowledged.clone();
+        writers.push(tokio::spawn(async move {
+            let (mut ok, mut timed_out) = (0, 0);
+            for i in 0..150 {
+                let key = format!("load/{w}");
+                match c
+                    .set(key.clone(), format!("{i}"), SetOptions::default())
+                    .await
+                {
+                    Ok(set) => {
+                        ok += 1;
+                        acknowledged
+                            .lock()
+                            .unwrap()
+                            .insert(key, (format!("{i}"), set.version.unwrap()));
+                    }
+                    // Sent to the node that died: never answered.
+                    Err(ClientError::Timeout(_)) => timed_out += 1,
+                    Err(e) => panic!("{e}"),
+                }
+            }
+            (ok, timed_out)
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut victim = nodes.remove(1);
+    victim.kill().unwrap(); // SIGKILL
+    victim.wait().unwrap();
+    let mut total_ok = 0;
+    for writer in writers {
+        let (ok, _timed_out) = writer.await.unwrap();
+        assert!(
+            ok > 100,
+            "the surviving nodes kept answering ({ok} answered)"
+        );
+        total_ok += ok;
+    }
+    assert!(total_ok > 400);
+    // Every last acknowledged write is there, with its version.
+    let reader = client(broker.port, "reader").await;
+    let acknowledged = acknowledged.lock().unwrap().clone();
+    for (key, (value, version)) in acknowledged {
+        let got = reader.get(key.clone()).await.unwrap().expect("the key");
+        assert_eq!(
+            (got.value, got.version),
+            (Bytes::from(value), Some(version)),
+            "{key}"
+        );
+    }
+    // The observation goes on: a change applied now reaches the watcher.
+    while let Ok(Some(_)) = tokio::time::timeout(Duration::from_millis(300), observed.next()).await
+    {
+    }
+    reader
+        .set("load/0", "after", SetOptions::default())
+        .await
+        .unwrap();
+    let change = next_change(&mut observed).await;
+    assert_eq!(change.value.as_deref(), Some(&b"after"[..]));
+    // The node comes back and serves again.
+    nodes.push(serve_process(&broker, &redis.url(), "k2"));
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let mut by_node = std::collections::HashSet::new();
+    while by_node.len() < 3 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "served by {by_node:?} only"
+        );
+        let set = reader
+            .set("again", "x", SetOptions::default())
+            .await
+            .unwrap();
+        by_node.insert(set.version.unwrap().node.to_string());
+    }
+    for mut node in nodes {
+        let _ = node.kill();
+        let _ = node.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quotas_hold_across_nodes_and_a_client_that_leaves_is_cleaned_up_everywhere() {
+    use mqstore_core::store::Quotas;
+    let redis = Redis::start();
+    let broker = Broker::start();
+    let mut nodes = Vec::new();
+    for id in ["q1", "q2", "q3"] {
+        let config = ServerConfig {
+            share_group: Some(GROUP.into()),
+            store: StoreConfig::Redis(RedisConfig::parse(&redis.url()).unwrap()),
+            quotas: Quotas {
+                max_keys: Some(5),
+                ..Quotas::default()
+            },
+            ..ServerConfig::new(
+                BrokerConfig {
+                    port: broker.port,
+                    ..BrokerConfig::default()
+                },
+                id,
+            )
+        };
+        nodes.push(spawn(config).await.expect("the node starts"));
+    }
+    let writer = client(broker.port, "writer").await;
+    let (mut applied, mut refused) = (0, 0);
+    for i in 0..12 {
+        match writer
+            .set(format!("q/{i}"), "x", SetOptions::default())
+            .await
+        {
+            Ok(set) if set.applied => applied += 1,
+            Err(ClientError::Service(mqstore_core::ServiceError::QuotaExceeded)) => refused += 1,
+            other => panic!("{other:?}"),
+        }
+    }
+    // One count in Redis, whichever node answered each SET.
+    assert_eq!((applied, refused), (5, 7));
+    for node in &nodes {
+        assert!(answered(&node.metrics) > 0, "a node answered nothing");
+    }
+
+    // A watcher registered through some node; it leaves, and its registrations go.
+    let watches = || redis.cli(&["hget", "mqstore:{b0}:stats", "watches"]);
+    let watcher = client(broker.port, "watcher").await;
+    let _observed = watcher.observe("q/0").await.unwrap();
+    assert_eq!(watches().trim(), "1");
+    watcher.close().await;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while watches().trim() != "0" {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "registrations left behind"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(redis.cli(&["exists", "mqstore:{b0}:w:q/0"]).trim(), "0");
+    for node in nodes {
+        let _ = tokio::time::timeout(WAIT, node.stop()).await;
+    }
+}
+
+/// Which node holds the jobs device API listener's lease (`None`: nobody).
+fn listener(redis: &Redis) -> Option<String> {
+    let holder = redis.cli(&["get", "mqstore:{jobs}:listener"]);
+    let node = holder.trim().split('/').next().unwrap_or_default();
+    (!node.is_empty()).then(|| node.to_owned())
+}
+
+/// Waits until a device API request is answered; how long it took.
+async fn device_api_answers(jobs: &mqstore_net::jobs::Jobs, within: Duration) -> Duration {
+    let start = tokio::time::Instant::now();
+    loop {
+        match jobs.pending().await {
+            Ok(_) => return start.elapsed(),
+            Err(ClientError::Timeout(_)) => {}
+            Err(e) => panic!("{e}"),
+        }
+        assert!(start.elapsed() < within, "no node took the device API over");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_device_api_moves_to_another_node_when_its_listener_dies_or_stops() {
+    // Brokers such as mosquitto deliver no `$aws/...` message to a shared subscription, so
+    // one node listens to the device API for all, elected through a lease in Redis.
+    let redis = Redis::start();
+    let broker = Broker::start();
+    let mut nodes: HashMap<String, Child> = ["j1", "j2", "j3"]
+        .iter()
+        .map(|id| (id.to_string(), serve_process(&broker, &redis.url(), id)))
+        .collect();
+    let device = client(broker.port, "device").await;
+    let jobs = device.jobs("T").await.unwrap();
+    device_api_answers(&jobs, WAIT).await;
+    let first = listener(&redis).expect("a listener");
+    // kill -9: its lease runs out (3 s) and another node takes over.
+    let mut victim = nodes.remove(&first).unwrap();
+    victim.kill().unwrap();
+    victim.wait().unwrap();
+    device_api_answers(&jobs, Duration::from_secs(15)).await;
+    let second = listener(&redis).expect("a listener");
+    assert_ne!(first, second);
+    // A clean stop gives the lease up: the next node takes over without waiting for it.
+    let stopping = nodes.remove(&second).unwrap();
+    let status = Command::new("kill")
+        .args(["-TERM", &stopping.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let mut stopping = stopping;
+    assert!(stopping.wait().unwrap().success());
+    assert_ne!(
+        listener(&redis),
+        Some(second.clone()),
+        "the lease was given up"
+    );
+    device_api_answers(&jobs, WAIT).await;
+    let third = listener(&redis).expect("a listener");
+    assert!(third != first && third != second, "{third}");
+    device.close().await;
+    for (_, mut node) in nodes {
+        let _ = node.kill();
+        let _ = node.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_away_means_jobs_requests_are_rejected_with_internal_error() {
+    use mqstore_core::jobs::{JobSpec, Status};
+    let mut redis = Redis::start();
+    let broker = Broker::start();
+    // One node, no share group: it listens to the device API itself.
+    let config = ServerConfig {
+        store: StoreConfig::Redis(RedisConfig::parse(&redis.url()).unwrap()),
+        ..ServerConfig::new(
+            BrokerConfig {
+                port: broker.port,
+                ..BrokerConfig::default()
+            },
+            "solo",
+        )
+    };
+    let node = spawn(config).await.expect("the node starts");
+    let operator = client(broker.port, "operator").await;
+    let jobs = operator.jobs("T").await.unwrap();
+    let spec = |id: &str| JobSpec {
+        job_id: id.into(),
+        document: serde_json::json!({}),
+        targets: vec!["T".into()],
+        in_progress_timeout_minutes: None,
+        max_retries: 0,
+    };
+    operator.create_job(spec("before")).await.unwrap();
+    redis.kill();
+    match jobs.pending().await {
+        Err(ClientError::Jobs { code, message, .. }) => {
+            assert_eq!(code, "InternalError");
+            assert!(message.contains("the jobs store failed"), "{message}");
+        }
+        other => panic!("expected InternalError, got {other:?}"),
+    }
+    match operator.create_job(spec("during")).await {
+        Err(ClientError::Jobs { code, .. }) => assert_eq!(code, "InternalError"),
+        other => panic!("expected InternalError, got {other:?}"),
+    }
+    redis.restart();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let pending = loop {
+        match jobs.pending().await {
+            Ok(pending) => break pending,
+            other => assert!(
+                tokio::time::Instant::now() < deadline,
+                "never recovered: {other:?}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    // Redis here runs without persistence: what it held before the kill is gone, and what
+    // was refused during the outage was never written.
+    assert!(pending.queued_jobs.is_empty(), "{pending:?}");
+    operator.create_job(spec("after")).await.unwrap();
+    let started = jobs.start_next(Default::default()).await.unwrap().unwrap();
+    assert_eq!(
+        (started.job_id.as_str(), started.status),
+        ("after", Status::InProgress)
+    );
+    operator.close().await;
+    let _ = tokio::time::timeout(WAIT, node.stop()).await;
+}
+
+#[test]
+fn bad_store_configuration_fails_at_start_with_a_clear_message() {
+    let broker = Broker::start();
+    let locked = Redis::start_with_password("right");
+    let nobody = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let cases = [
+        (
+            format!("redis://127.0.0.1:{nobody}"),
+            "cannot use the Redis store",
+        ),
+        (
+            format!("redis://:wrong@127.0.0.1:{}", locked.port),
+            "authentication failed",
+        ),
+        (format!("redis://127.0.0.1:{}", locked.port), "NOAUTH"),
+        (
+            format!("redis-cluster://127.0.0.1:{nobody}"),
+            "cannot use the Redis store",
+        ),
+        ("memcached://127.0.0.1:1".to_owned(), "unknown store scheme"),
+    ];
+    for (url, expected) in cases {
+        let started = std::time::Instant::now();
+        let out = Command::new(env!("CARGO_BIN_EXE_mqstore"))
+            .args(["--port", &broker.port.to_string(), "serve", "--store", &url])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{url}: started");
+        assert!(stderr.contains(expected), "{url}: {stderr}");
+        assert!(
+            !stderr.contains(":wrong@"),
+            "the password is shown: {stderr}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(15), "{url}: hung");
+    }
+}
+
+/// One operation of the linearizability history, as the checker reads it.
+fn history_line(
+    client: usize,
+    key: &str,
+    op: &str,
+    value: &str,
+    call: u128,
+    ret: u128,
+    out: &str,
+) -> String {
+    serde_json::json!({
+        "client": client, "key": key, "op": op, "value": value,
+        "call": call as u64, "ret": ret as u64, "out": out,
+    })
+    .to_string()
+}
+
+/// Concurrent clients on three nodes (one killed with SIGKILL and started again mid-run)
+/// record every SET, SET NX, GET, DEL and VDEL on three keys with its invocation and
+/// completion; porcupine (Go, `tests/linearizability`) checks the history key by key.
+/// Requests the dead node took never complete: they may have happened or not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn histories_on_three_nodes_are_linearizable_across_a_node_crash() {
+    let redis = Redis::start();
+    let broker = Broker::start();
+    let mut nodes: Vec<Child> = ["l1", "l2", "l3"]
+        .iter()
+        .map(|id| serve_process(&broker, &redis.url(), id))
+        .collect();
+    let mut clients = Vec::new();
+    for c in 0..6 {
+        clients.push(client(broker.port, &format!("lin-{c}")).await);
+    }
+    let start = std::time::Instant::now();
+    let mut tasks = Vec::new();
+    for (c, client) in clients.into_iter().enumerate() {
+        tasks.push(tokio::spawn(async move {
+            let mut lines = Vec::new();
+            let mut seed = 0x9e37_79b9_7f4a_7c15u64 ^ (c as u64 + 1);
+            let mut i = 0;
+            while start.elapsed() < Duration::from_millis(3_000) {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                let key = format!("k{}", seed % 3);
+                let value = format!("{c}-{i}");
+                i += 1;
+                let call = start.elapsed().as_nanos();
+                let (op, value, out) = match (seed >> 8) % 5 {
+                    0 | 1 => {
+                        let nx = (seed >> 16).is_multiple_of(2);
+                        let options = SetOptions {
+                            condition: if nx {
+                                mqstore_core::codec::Condition::NotExists
+                            } else {
+                                mqstore_core::codec::Condition::Always
+                            },
+                            ..SetOptions::default()
+                        };
+                        let out = client
+                            .set(key.clone(), value.clone(), options)
+                            .await
+                            .map(|s| {
+                                if s.applied {
+                                    "ok".to_owned()
+                                } else {
+                                    "notapplied".to_owned()
+                                }
+                            });
+                        (if nx { "setnx" } else { "set" }, value, out)
+                    }
+                    2 => {
+                        let out = client.get(key.clone()).await.map(|got| match got {
+                            Some(v) => format!("value:{}", String::from_utf8_lossy(&v.value)),
+                            None => "absent".to_owned(),
+                        });
+                        ("get", String::new(), out)
+                    }
+                    3 => {
+                        let out = client
+                            .del(key.clone(), None)
+                            .await
+                            .map(|d| deleted(d.outcome));
+                        ("del", String::new(), out)
+                    }
+                    _ => {
+                        // A value some client wrote earlier, so that some VDELs match.
+                        let target =
+                            format!("{}-{}", (seed >> 20) % 6, (seed >> 24) % (i as u64 + 1));
+                        let out = client
+                            .vdel(key.clone(), target.clone(), None)
+                            .await
+                            .map(|d| deleted(d.outcome));
+                        ("vdel", target, out)
+                    }
+                };
+                let ret = start.elapsed().as_nanos();
+                let out = match out {
+                    Ok(out) => out,
+                    Err(ClientError::Timeout(_)) => "unknown".to_owned(),
+                    Err(e) => panic!("{op} {key}: {e}"),
+                };
+                lines.push(history_line(c, &key, op, &value, call, ret, &out));
+            }
+            lines
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    let mut victim = nodes.remove(2);
+    victim.kill().unwrap();
+    victim.wait().unwrap();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    nodes.push(serve_process(&broker, &redis.url(), "l3"));
+    let mut history = Vec::new();
+    for task in tasks {
+        history.extend(task.await.unwrap());
+    }
+    for mut node in nodes {
+        let _ = node.kill();
+        let _ = node.wait();
+    }
+    assert!(history.len() > 300, "only {} operations", history.len());
+    let file = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("history.jsonl");
+    std::fs::write(&file, history.join("\n") + "\n").unwrap();
+    let checker = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/linearizability");
+    let out = Command::new(broker::go_binary())
+        .args(["run", ".", file.to_str().unwrap()])
+        .current_dir(&checker)
+        .output()
+        .expect("go runs (bash scripts/test installs it)");
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && report.contains(": Ok"),
+        "not linearizable (history in {}): {report}{}",
+        file.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn deleted(outcome: mqstore_core::client::Deleted) -> String {
+    match outcome {
+        mqstore_core::client::Deleted::Deleted => "1",
+        mqstore_core::client::Deleted::Absent => "0",
+        mqstore_core::client::Deleted::ValueMismatch => "notapplied",
+    }
+    .to_owned()
+}
+
+/// With Redis's append-only file fsynced at every write (`appendfsync always`, as the README
+/// asks), every write a node acknowledged is there after Redis is killed and restarted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledged_writes_survive_a_redis_crash_with_appendfsync_always() {
+    let mut redis = Redis::start_durable();
+    let broker = Broker::start();
+    let node = node(&broker, &redis.url(), "d1", 0).await;
+    let c = client(broker.port, "durable").await;
+    let mut written = Vec::new();
+    for i in 0..50 {
+        let set = c
+            .set(
+                format!("durable/{i}"),
+                format!("{i}"),
+                SetOptions::default(),
+            )
+            .await
+            .unwrap();
+        written.push((format!("durable/{i}"), set.version.unwrap()));
+    }
+    redis.restart(); // SIGKILL, then start on the same files
+    let deadline = tokio::time::Instant::now() + WAIT;
+    for (key, version) in written {
+        loop {
+            match c.get(key.clone()).await {
+                Ok(got) => {
+                    assert_eq!(got.expect("the key").version, Some(version), "{key}");
+                    break;
+                }
+                Err(e) => assert!(tokio::time::Instant::now() < deadline, "{key}: {e}"),
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    let _ = tokio::time::timeout(WAIT, node.stop()).await;
+}

@@ -1,0 +1,147 @@
+//! Commands from the client's side: [`Client::command`] asks a node (`mqstore serve`) to send
+//! a command to a device and await its answer; [`Client::command_many`] fans one out to many
+//! devices; [`Client::command_status`] and [`Client::watch_commands`] follow the records.
+//! The node's side, which talks to the devices, is [`crate::commander`].
+
+use tokio::sync::{mpsc, oneshot};
+
+use crate::client::{Client, Command as ClientCommand};
+use mqstore_core::client::ClientError;
+use mqstore_core::commands::CommandRequest;
+use mqstore_core::commands::Record;
+use mqstore_core::commands::wire::CommandReply;
+use mqstore_core::session::Completion;
+
+/// A command service call for the client's task.
+pub(super) enum CommandsCall {
+    Invoke(CommandRequest),
+    Status(String, u64),
+}
+
+impl CommandsCall {
+    pub(super) fn start(
+        self,
+        session: &mut mqstore_core::session::Session,
+        now_ms: u64,
+    ) -> mqstore_core::client::CallId {
+        match self {
+            CommandsCall::Invoke(request) => session.command(&request, now_ms),
+            CommandsCall::Status(id, timeout_ms) => session.command_status(&id, timeout_ms, now_ms),
+        }
+    }
+}
+
+/// A stream of command status changes ([`Client::watch_commands`]).
+pub struct CommandWatch {
+    records: mpsc::UnboundedReceiver<Record>,
+}
+
+impl CommandWatch {
+    /// The next change; `None` once the client is closed.
+    pub async fn next(&mut self) -> Option<Record> {
+        self.records.recv().await
+    }
+}
+
+/// How a fan-out ended ([`FanOut::summary`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FanOutSummary {
+    pub succeeded: usize,
+    pub failed: usize,
+    pub rejected: usize,
+    pub timed_out: usize,
+    /// Not sent, or no answer from the service (see each result's error).
+    pub errors: usize,
+}
+
+impl FanOutSummary {
+    fn count(&mut self, result: &Result<CommandReply, ClientError>) {
+        match result {
+            Ok(_) => self.succeeded += 1,
+            Err(ClientError::CommandFailed { .. }) => self.failed += 1,
+            Err(ClientError::CommandRejected { .. }) => self.rejected += 1,
+            Err(ClientError::CommandTimedOut { .. }) => self.timed_out += 1,
+            Err(_) => self.errors += 1,
+        }
+    }
+}
+
+/// One command sent to many devices: the results as they come ([`FanOut::next`]), then the
+/// [`FanOut::summary`].
+pub struct FanOut {
+    results: mpsc::UnboundedReceiver<(String, Result<CommandReply, ClientError>)>,
+    summary: FanOutSummary,
+}
+
+impl FanOut {
+    /// The next device's result (its command topic and result); `None` when all are in.
+    pub async fn next(&mut self) -> Option<(String, Result<CommandReply, ClientError>)> {
+        let next = self.results.recv().await?;
+        self.summary.count(&next.1);
+        Some(next)
+    }
+
+    /// The results so far, counted.
+    pub fn summary(&self) -> &FanOutSummary {
+        &self.summary
+    }
+}
+
+impl Client {
+    async fn commands_call(&self, call: CommandsCall) -> Result<Completion, ClientError> {
+        let (reply, result) = oneshot::channel();
+        self.send(ClientCommand::Commands { call, reply }).await?;
+        result.await.map_err(|_| ClientError::Disconnected)?
+    }
+
+    /// Asks `mqstore serve` to send `request` to a device. Awaited: the answer, or
+    /// [`ClientError::CommandFailed`], [`ClientError::CommandRejected`],
+    /// [`ClientError::CommandTimedOut`]; one-way: DELIVERED once the broker took it; detached:
+    /// SENT with the command id at once (follow it with [`Client::command_status`] or
+    /// [`Client::watch_commands`]).
+    pub async fn command(&self, request: CommandRequest) -> Result<CommandReply, ClientError> {
+        match self.commands_call(CommandsCall::Invoke(request)).await? {
+            Completion::Command(reply) => Ok(reply),
+            _ => Err(ClientError::Malformed(
+                "a status record in answer to a command".into(),
+            )),
+        }
+    }
+
+    /// Command `id`'s status record (kept three timeouts after it was sent).
+    pub async fn command_status(&self, id: &str) -> Result<Record, ClientError> {
+        let call = CommandsCall::Status(id.to_owned(), mqstore_core::commands::DEFAULT_TIMEOUT_MS);
+        match self.commands_call(call).await? {
+            Completion::CommandStatus(record) => Ok(record),
+            _ => Err(ClientError::Malformed(
+                "a command reply in answer to a status query".into(),
+            )),
+        }
+    }
+
+    /// Every command's status changes from now on (any node's, any caller's).
+    pub async fn watch_commands(&self) -> Result<CommandWatch, ClientError> {
+        let (records, rx) = mpsc::unbounded_channel();
+        let (reply, subscribed) = oneshot::channel();
+        self.send(ClientCommand::WatchCommands { records, reply })
+            .await?;
+        subscribed.await.map_err(|_| ClientError::Disconnected)??;
+        Ok(CommandWatch { records: rx })
+    }
+
+    /// Sends each of `requests` (one command to many devices), all in flight at once.
+    pub fn command_many(&self, requests: Vec<CommandRequest>) -> FanOut {
+        let (tx, results) = mpsc::unbounded_channel();
+        for request in requests {
+            let (client, tx) = (self.clone(), tx.clone());
+            tokio::spawn(async move {
+                let topic = request.topic.clone();
+                let _ = tx.send((topic, client.command(request).await));
+            });
+        }
+        FanOut {
+            results,
+            summary: FanOutSummary::default(),
+        }
+    }
+}

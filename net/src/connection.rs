@@ -1,0 +1,213 @@
+//! One task drives an MQTT connection and the state machine beside it (the server's engine,
+//! the client's [`ClientCore`](mqstore_core::client::ClientCore)).
+//!
+//! rumqttc's `EventLoop::poll` is not cancellation safe: a poll that loses a `select!` race
+//! can lose a request half-written. Handing every event to another task through a channel
+//! avoids that but costs a wake-up and a move per event. Instead, [`Connection::next`] keeps the
+//! poll future alive across its `select!` and serves, meanwhile, the owner's other wake-ups
+//! (commands, shutdown), the state machine's next deadline, and the reconnect backoff. Nothing
+//! awaits while a poll is pending: what handlers publish goes to an [`Outbox`], which hands it
+//! to rumqttc without waiting and keeps, in order, what does not fit yet.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use rumqttc::v5::mqttbytes::v5::Packet;
+use rumqttc::v5::{AsyncClient, Event, EventLoop};
+use tokio::time::{Instant, Sleep};
+use tracing::warn;
+
+use crate::{Polled, Queued, backoff, now_ms, try_publish};
+use mqstore_core::envelope::Publish;
+
+/// What the owner of a connection does besides handling its events.
+pub(crate) trait Driver {
+    /// Something other than the connection that wants attention.
+    type Wake;
+    /// The state machine's next deadline, in ms since the epoch.
+    fn deadline(&self) -> Option<u64>;
+    /// The deadline has passed.
+    fn on_deadline(&mut self, now_ms: u64);
+    /// Handles a wake-up; `false` stops the connection.
+    fn on_wake(&mut self, wake: Self::Wake) -> bool;
+    /// Handles what a poll of the connection gave; `false` stops the connection.
+    fn on_polled(&mut self, polled: Polled) -> bool;
+}
+
+/// A source of wake-ups other than the connection: commands from handles, a shutdown signal.
+pub(crate) trait Wakes {
+    type Wake;
+    /// The next wake-up. Must be cancellation safe: it loses races against the connection.
+    fn next(&mut self) -> impl Future<Output = Self::Wake>;
+}
+
+/// An MQTT connection, with the timers of the task that drives it.
+pub(crate) struct Connection {
+    eventloop: EventLoop,
+    /// Fires at the driver's deadline, when `armed`.
+    deadline: Pin<Box<Sleep>>,
+    armed: Option<u64>,
+    /// Fires when the next connection attempt is due, while `backing_off`.
+    retry: Pin<Box<Sleep>>,
+    backing_off: bool,
+    /// Failed attempts in a row (connections that dropped within [`STABLE`] included).
+    failures: u32,
+    /// When the current connection's CONNACK arrived.
+    connected_at: Option<Instant>,
+}
+
+/// A connection that lasted this long resets the backoff: one that drops sooner (a broker
+/// that refuses what we send at once) counts as a failed attempt, so there is no tight loop,
+/// while a broker that restarts after a good connection is tried again at once.
+const STABLE: Duration = Duration::from_secs(2);
+
+impl Connection {
+    pub(crate) fn new(eventloop: EventLoop) -> Self {
+        Self {
+            eventloop,
+            deadline: Box::pin(tokio::time::sleep(Duration::ZERO)),
+            armed: None,
+            retry: Box::pin(tokio::time::sleep(Duration::ZERO)),
+            backing_off: false,
+            failures: 0,
+            connected_at: None,
+        }
+    }
+
+    /// Drives the connection and `driver` until the driver stops.
+    pub(crate) async fn run<D: Driver>(
+        mut self,
+        wakes: &mut impl Wakes<Wake = D::Wake>,
+        driver: &mut D,
+    ) {
+        while let Some(polled) = self.next(wakes, driver).await {
+            if !driver.on_polled(polled) {
+                return;
+            }
+        }
+    }
+
+    /// The connection's next event, serving `wakes` and the driver's deadline meanwhile; `None`
+    /// once the driver asks to stop. After a failed poll (rumqttc reconnects on the next one)
+    /// the next attempt waits: 100 ms, doubling, at most 5 s, until a connection lasts 2 s.
+    async fn next<D: Driver>(
+        &mut self,
+        wakes: &mut impl Wakes<Wake = D::Wake>,
+        driver: &mut D,
+    ) -> Option<Polled> {
+        let Self {
+            eventloop,
+            deadline,
+            armed,
+            retry,
+            backing_off,
+            failures,
+            connected_at,
+        } = self;
+        // Created once and kept until it completes: never dropped half-way.
+        let poll = eventloop.poll();
+        tokio::pin!(poll);
+        loop {
+            let due = driver.deadline();
+            if due != *armed {
+                *armed = due;
+                if let Some(due) = due {
+                    let wait = Duration::from_millis(due.saturating_sub(now_ms()));
+                    deadline.as_mut().reset(Instant::now() + wait);
+                }
+            }
+            tokio::select! {
+                biased;
+                polled = &mut poll, if !*backing_off => {
+                    match &polled {
+                        Ok(Event::Incoming(Packet::ConnAck(_))) => *connected_at = Some(Instant::now()),
+                        Ok(_) => {}
+                        Err(_) => {
+                            // A connection that dropped soon after it came up (a broker that
+                            // refuses what we send) counts as a failure too: no tight loop.
+                            if connected_at.take().is_some_and(|at| at.elapsed() >= STABLE) {
+                                *failures = 0;
+                            }
+                            retry.as_mut().reset(Instant::now() + backoff(*failures));
+                            *backing_off = true;
+                            *failures = failures.saturating_add(1);
+                        }
+                    }
+                    return Some(polled);
+                }
+                _ = retry.as_mut(), if *backing_off => *backing_off = false,
+                _ = deadline.as_mut(), if armed.is_some() => {
+                    *armed = None;
+                    driver.on_deadline(now_ms());
+                }
+                wake = wakes.next() => {
+                    if !driver.on_wake(wake) {
+                        return None;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Publishes on their way to the broker, in order. Each carries a tag the owner gets back
+/// once rumqttc has taken the publish (the server notes which client a notification is for).
+pub(crate) struct Outbox<T = ()> {
+    client: AsyncClient,
+    /// Each publish, its tag, and whether it is retained.
+    backlog: VecDeque<(Publish, T, bool)>,
+}
+
+impl<T> Outbox<T> {
+    pub(crate) fn new(client: AsyncClient) -> Self {
+        Self {
+            client,
+            backlog: VecDeque::new(),
+        }
+    }
+
+    /// The connection's handle, for subscribing and disconnecting.
+    pub(crate) fn client(&self) -> &AsyncClient {
+        &self.client
+    }
+
+    /// Publishes waiting for room in rumqttc's request queue.
+    #[cfg(feature = "server")]
+    pub(crate) fn len(&self) -> usize {
+        self.backlog.len()
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.backlog.is_empty()
+    }
+
+    /// Queues `message` behind everything queued before it, and hands over what fits.
+    pub(crate) fn push(&mut self, message: Publish, tag: T, taken: impl FnMut(T)) {
+        self.backlog.push_back((message, tag, false));
+        self.flush(taken);
+    }
+
+    /// [`Outbox::push`] for a retained message (the node's presence).
+    #[cfg(feature = "server")]
+    pub(crate) fn push_retained(&mut self, message: Publish, tag: T, taken: impl FnMut(T)) {
+        self.backlog.push_back((message, tag, true));
+        self.flush(taken);
+    }
+
+    /// Hands publishes to rumqttc, in order, until its queue is full; `taken` gets the tag of
+    /// each one it took.
+    pub(crate) fn flush(&mut self, mut taken: impl FnMut(T)) {
+        while let Some((message, tag, retain)) = self.backlog.pop_front() {
+            match try_publish(&self.client, message, retain) {
+                Queued::Yes => taken(tag),
+                Queued::Full(message) => {
+                    self.backlog.push_front((message, tag, retain));
+                    return;
+                }
+                Queued::Refused => warn!("dropped a publish to a topic with a wildcard"),
+            }
+        }
+    }
+}

@@ -1,0 +1,233 @@
+//! Jobs from the async Rust client: operator calls on [`Client`], and the device side as a
+//! [`Jobs`] handle for one thing. The protocol is [`mqstore_core::jobs::JobsClient`]'s; this file
+//! only sends calls to the client's task and converts answers.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::client::{Client, Command};
+use mqstore_core::client::{CallId, ClientError};
+use mqstore_core::jobs::{
+    DeviceRequest, ExecutionListing, ExecutionRef, JobDescription, JobExecution, JobListing,
+    JobNotification, JobSpec, OperatorRequest, PendingJobs, Status, Update, UpdateAccepted, parse,
+    read_execution,
+};
+use mqstore_core::session::Session;
+
+/// A jobs call for the client's task.
+pub(super) enum JobsCall {
+    Operator(OperatorRequest),
+    Device(String, DeviceRequest),
+}
+
+impl JobsCall {
+    pub(super) fn start(self, session: &mut Session, now_ms: u64) -> Result<CallId, ClientError> {
+        match self {
+            JobsCall::Operator(request) => Ok(session.jobs_operate(&request, None, now_ms)),
+            JobsCall::Device(thing, request) => session.jobs_device(&thing, &request, None, now_ms),
+        }
+    }
+}
+
+/// What `list_job_executions` narrows to (all `None`: every latest execution).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ExecutionFilter {
+    pub thing: Option<String>,
+    pub job_id: Option<String>,
+    pub status: Option<Status>,
+}
+
+impl Client {
+    async fn jobs_call(&self, call: JobsCall) -> Result<Value, ClientError> {
+        let (reply, result) = oneshot::channel();
+        self.send(Command::Jobs { call, reply }).await?;
+        result.await.map_err(|_| ClientError::Disconnected)?
+    }
+
+    async fn operate(&self, request: OperatorRequest) -> Result<Value, ClientError> {
+        self.jobs_call(JobsCall::Operator(request)).await
+    }
+
+    /// Creates a job and queues an execution of it on every target (operator API).
+    pub async fn create_job(&self, spec: JobSpec) -> Result<(), ClientError> {
+        self.operate(OperatorRequest::CreateJob(spec)).await?;
+        Ok(())
+    }
+
+    /// Cancels a job: QUEUED executions become CANCELED, IN_PROGRESS ones too with `force`.
+    pub async fn cancel_job(&self, job_id: &str, force: bool) -> Result<(), ClientError> {
+        let job_id = job_id.to_owned();
+        self.operate(OperatorRequest::CancelJob { job_id, force })
+            .await?;
+        Ok(())
+    }
+
+    /// Deletes the execution of `job_id` on `thing` (`force` for an IN_PROGRESS one).
+    pub async fn delete_job_execution(
+        &self,
+        job_id: &str,
+        thing: &str,
+        force: bool,
+    ) -> Result<(), ClientError> {
+        let (job_id, thing) = (job_id.to_owned(), thing.to_owned());
+        let request = OperatorRequest::DeleteExecution {
+            job_id,
+            thing,
+            force,
+        };
+        self.operate(request).await?;
+        Ok(())
+    }
+
+    /// A job: its document, targets, settings and how many executions are in each status.
+    pub async fn describe_job(&self, job_id: &str) -> Result<JobDescription, ClientError> {
+        let job_id = job_id.to_owned();
+        parse(
+            self.operate(OperatorRequest::DescribeJob { job_id })
+                .await?,
+        )
+    }
+
+    /// The latest execution of `job_id` on `thing`.
+    pub async fn describe_job_execution(
+        &self,
+        job_id: &str,
+        thing: &str,
+    ) -> Result<JobExecution, ClientError> {
+        let (job_id, thing) = (job_id.to_owned(), thing.to_owned());
+        let request = OperatorRequest::DescribeExecution { job_id, thing };
+        parse(self.operate(request).await?)
+    }
+
+    /// Every job.
+    pub async fn list_jobs(&self) -> Result<Vec<JobListing>, ClientError> {
+        parse(self.operate(OperatorRequest::ListJobs).await?)
+    }
+
+    /// The latest executions, narrowed by `filter`.
+    pub async fn list_job_executions(
+        &self,
+        filter: ExecutionFilter,
+    ) -> Result<Vec<ExecutionListing>, ClientError> {
+        let request = OperatorRequest::ListExecutions {
+            thing: filter.thing,
+            job_id: filter.job_id,
+            status: filter.status,
+        };
+        parse(self.operate(request).await?)
+    }
+
+    /// Acts as `thing` in the AWS IoT Jobs device API: subscribes to its replies and
+    /// notifications (and again after every reconnect) and returns once subscribed.
+    pub async fn jobs(&self, thing: &str) -> Result<Jobs, ClientError> {
+        let (notifications, notifications_rx) = mpsc::unbounded_channel();
+        let (reply, result) = oneshot::channel();
+        self.send(Command::Thing {
+            thing: thing.to_owned(),
+            notifications,
+            reply,
+        })
+        .await?;
+        result.await.map_err(|_| ClientError::Disconnected)??;
+        Ok(Jobs {
+            client: self.clone(),
+            thing: thing.to_owned(),
+            notifications: tokio::sync::Mutex::new(notifications_rx),
+        })
+    }
+}
+
+/// One thing's side of jobs: its pending list, start-next, describe, update, and its
+/// `notify` / `notify-next` notifications in the order they came.
+pub struct Jobs {
+    client: Client,
+    thing: String,
+    /// Behind a lock so that one handle, shared, can make calls while another task waits for
+    /// notifications (the Python and C bindings share it between threads).
+    notifications: tokio::sync::Mutex<mpsc::UnboundedReceiver<JobNotification>>,
+}
+
+/// Options of [`Jobs::start_next`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StartNext {
+    pub status_details: BTreeMap<String, String>,
+    /// The execution times out unless updated within this (a step timer).
+    pub step_timeout: Option<Duration>,
+}
+
+impl Jobs {
+    /// The thing this handle acts for.
+    pub fn thing(&self) -> &str {
+        &self.thing
+    }
+
+    async fn call(&self, request: DeviceRequest) -> Result<Value, ClientError> {
+        let call = JobsCall::Device(self.thing.clone(), request);
+        self.client.jobs_call(call).await
+    }
+
+    /// The pending list: IN_PROGRESS and QUEUED executions.
+    pub async fn pending(&self) -> Result<PendingJobs, ClientError> {
+        parse(self.call(DeviceRequest::GetPending).await?)
+    }
+
+    /// Starts the first QUEUED execution (or returns the IN_PROGRESS one); `None` when
+    /// nothing is pending.
+    pub async fn start_next(
+        &self,
+        options: StartNext,
+    ) -> Result<Option<JobExecution>, ClientError> {
+        let request = DeviceRequest::StartNext {
+            status_details: options.status_details,
+            step_timeout_minutes: options.step_timeout.map(minutes),
+        };
+        read_execution(self.call(request).await?)
+    }
+
+    /// The latest execution of `job_id` on this thing, with its document.
+    pub async fn describe(&self, job_id: &str) -> Result<JobExecution, ClientError> {
+        let request = DeviceRequest::Describe {
+            execution: ExecutionRef::Job(job_id.to_owned()),
+            execution_number: None,
+            include_document: true,
+        };
+        read_execution(self.call(request).await?)?.ok_or_else(|| {
+            ClientError::Malformed("describe was accepted without an execution".into())
+        })
+    }
+
+    /// The first pending execution, with its document; `None` when nothing is pending.
+    pub async fn describe_next(&self) -> Result<Option<JobExecution>, ClientError> {
+        let request = DeviceRequest::Describe {
+            execution: ExecutionRef::Next,
+            execution_number: None,
+            include_document: true,
+        };
+        read_execution(self.call(request).await?)
+    }
+
+    /// Updates an execution (its status, details, step timer); rejected with
+    /// `VersionMismatch` when `expected_version` is set and differs.
+    pub async fn update(&self, update: Update) -> Result<UpdateAccepted, ClientError> {
+        parse(self.call(DeviceRequest::Update(update)).await?)
+    }
+
+    /// The next `notify` or `notify-next` for this thing; `None` once the client is closed.
+    pub async fn next_notification(&self) -> Option<JobNotification> {
+        self.notifications.lock().await.recv().await
+    }
+
+    /// A notification that has arrived already, without waiting.
+    /// (`None` too while another task is waiting for the next one.)
+    pub fn try_next_notification(&self) -> Option<JobNotification> {
+        self.notifications.try_lock().ok()?.try_recv().ok()
+    }
+}
+
+/// Whole minutes, rounded up (AWS takes minutes).
+fn minutes(d: Duration) -> u64 {
+    d.as_secs().div_ceil(60).max(1)
+}

@@ -1,0 +1,505 @@
+//! The server's Prometheus metrics and the small HTTP endpoint that serves them.
+
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+use mqstore_core::codec::Command;
+use mqstore_core::engine::Outcome;
+use mqstore_core::envelope::{DropReason, EnvelopeError};
+use mqstore_core::store::StoreStats;
+
+/// Upper bounds of the latency histogram, in seconds.
+const BUCKETS: [f64; 12] = [
+    0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 1.0,
+];
+
+/// The `command` label: the state store's verbs, then what is not a command.
+const COMMANDS: [&str; Command::ALL.len() + 2] = [
+    "SET",
+    "GET",
+    "DEL",
+    "VDEL",
+    "KEYNOTIFY",
+    "SCAN",
+    "MALFORMED",
+    "ENVELOPE",
+];
+const MALFORMED: usize = Command::ALL.len();
+const ENVELOPE: usize = MALFORMED + 1;
+
+/// The `outcome` label.
+const OUTCOMES: [&str; 5] = ["ok", "error", "rejected", "dropped", "overloaded"];
+
+/// Counters and gauges of one server. Recording is a few relaxed atomic increments: no lock
+/// and no allocation on the request path.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    /// [command][outcome] → count.
+    requests: [[AtomicU64; OUTCOMES.len()]; COMMANDS.len()],
+    /// Requests per latency bucket (not cumulative: [`Metrics::render`] adds them up).
+    latency_buckets: [AtomicU64; BUCKETS.len()],
+    latency_count: AtomicU64,
+    latency_sum_ns: AtomicU64,
+    keys: AtomicU64,
+    bytes: AtomicU64,
+    watches: AtomicU64,
+    clients_dropped: AtomicU64,
+    notifications: AtomicU64,
+    publishes_dropped: AtomicU64,
+    connections: AtomicU64,
+    /// Jobs requests (device and operator API), [rejected, accepted].
+    jobs_requests: [AtomicU64; 2],
+    /// `notify` and `notify-next` published.
+    jobs_notifications: AtomicU64,
+    /// Redis calls that failed or timed out.
+    store_errors: AtomicU64,
+    /// Requests waiting for Redis.
+    store_in_flight: AtomicU64,
+    /// Whether the last Redis call succeeded (1) or not (0); the memory store is always up.
+    store_up: AtomicU64,
+    /// Whether the broker's PUBACKs say "no matching subscribers" (0x10): 0 not known yet,
+    /// 1 no, 2 yes.
+    broker_reports_no_subscribers: AtomicU64,
+    /// Commands to devices, by [`CommandCount`].
+    commands: [AtomicU64; COMMAND_COUNTS.len()],
+}
+
+/// What happened to a command to a device, or to an answer (the `event` label of
+/// `mqstore_commands_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommandCount {
+    /// Published to a device.
+    Sent,
+    /// Settled by an answer in time, by status.
+    Succeeded,
+    Failed,
+    Rejected,
+    /// No answer within the timeout.
+    TimedOut,
+    /// An answer after the timeout (recorded in the status).
+    Late,
+    /// An answer forwarded to a node that was gone (recorded in the status).
+    Orphaned,
+    /// A second answer to one command (dropped).
+    Duplicate,
+    /// An answer with an id nobody knows, or on a topic nobody waits on (dropped).
+    Unknown,
+    /// An answer the profile cannot read, or a request the service cannot answer (dropped).
+    Malformed,
+    /// An answer handed to the node waiting for it, over Redis.
+    Forwarded,
+}
+
+const COMMAND_COUNTS: [&str; 11] = [
+    "sent",
+    "succeeded",
+    "failed",
+    "rejected",
+    "timed_out",
+    "late",
+    "orphaned",
+    "duplicate",
+    "unknown",
+    "malformed",
+    "forwarded",
+];
+
+impl Metrics {
+    /// Counts one handled request and how long it took (from arrival to its answer queued).
+    pub fn record(&self, outcome: &Outcome, latency: Duration) {
+        let (command, result) = match outcome {
+            Outcome::Answered { command, error } => (
+                command.map_or(MALFORMED, |c| c as usize),
+                usize::from(error.is_some()),
+            ),
+            Outcome::Rejected(EnvelopeError::Unavailable | EnvelopeError::StoreFailed(_)) => {
+                (ENVELOPE, 4)
+            }
+            Outcome::Rejected(_) => (ENVELOPE, 2),
+            Outcome::Dropped(DropReason::Overloaded) => (ENVELOPE, 4),
+            Outcome::Dropped(_) => (ENVELOPE, 3),
+        };
+        self.requests[command][result].fetch_add(1, Ordering::Relaxed);
+        let seconds = latency.as_secs_f64();
+        if let Some(bucket) = BUCKETS.iter().position(|&bound| seconds <= bound) {
+            self.latency_buckets[bucket].fetch_add(1, Ordering::Relaxed);
+        }
+        self.latency_count.fetch_add(1, Ordering::Relaxed);
+        self.latency_sum_ns
+            .fetch_add(latency.as_nanos() as u64, Ordering::Relaxed);
+    }
+
+    /// Updates the store gauges.
+    pub fn set_store(&self, stats: StoreStats) {
+        self.keys.store(stats.keys, Ordering::Relaxed);
+        self.bytes.store(stats.bytes, Ordering::Relaxed);
+        self.watches.store(stats.watches, Ordering::Relaxed);
+    }
+
+    /// Records a Redis call's result (`ok`), and how many requests wait for Redis.
+    pub fn store_call(&self, ok: bool, in_flight: usize) {
+        if !ok {
+            self.store_errors.fetch_add(1, Ordering::Relaxed);
+        }
+        self.store_up.store(u64::from(ok), Ordering::Relaxed);
+        self.store_in_flight
+            .store(in_flight as u64, Ordering::Relaxed);
+    }
+
+    /// Counts notifications published.
+    pub fn notified(&self, n: u64) {
+        self.notifications.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Counts one jobs request (device or operator API) and the notifications it caused.
+    pub fn jobs_handled(&self, accepted: bool, notifications: usize) {
+        self.jobs_requests[usize::from(accepted)].fetch_add(1, Ordering::Relaxed);
+        self.jobs_notified(notifications as u64);
+    }
+
+    /// Counts `notify` / `notify-next` published.
+    pub fn jobs_notified(&self, n: u64) {
+        self.jobs_notifications.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Counts clients whose registrations were dropped because they are gone.
+    pub fn client_dropped(&self) {
+        self.clients_dropped.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a connection to the broker made (every CONNACK).
+    pub fn connected(&self) {
+        self.connections.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts an answer or notification not published because the broker would refuse it.
+    pub fn publish_dropped(&self) {
+        self.publishes_dropped.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Records whether the broker's PUBACKs report "no matching subscribers".
+    pub fn set_broker_reports_no_subscribers(&self, reports: bool) {
+        self.broker_reports_no_subscribers
+            .store(1 + u64::from(reports), Ordering::Relaxed);
+    }
+
+    /// Counts a command or answer event.
+    pub fn command(&self, what: CommandCount) {
+        self.commands[what as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// How many command events of kind `what` were counted.
+    pub fn commands(&self, what: CommandCount) -> u64 {
+        self.commands[what as usize].load(Ordering::Relaxed)
+    }
+
+    /// How many requests ended with `(command, outcome)`.
+    pub fn requests(&self, command: &str, outcome: &str) -> u64 {
+        let command = COMMANDS.iter().position(|&c| c == command);
+        let outcome = OUTCOMES.iter().position(|&o| o == outcome);
+        command
+            .zip(outcome)
+            .map_or(0, |(c, o)| self.requests[c][o].load(Ordering::Relaxed))
+    }
+
+    /// The Prometheus text exposition format.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "# HELP mqstore_requests_total State store requests handled, by command and outcome."
+        );
+        let _ = writeln!(out, "# TYPE mqstore_requests_total counter");
+        for (command, counts) in COMMANDS.iter().zip(&self.requests) {
+            for (outcome, n) in OUTCOMES.iter().zip(counts) {
+                // Only what happened, as before any request every series would be 0.
+                match n.load(Ordering::Relaxed) {
+                    0 => {}
+                    n => {
+                        let _ = writeln!(
+                            out,
+                            "mqstore_requests_total{{command=\"{command}\",outcome=\"{outcome}\"}} {n}"
+                        );
+                    }
+                }
+            }
+        }
+        let _ = writeln!(
+            out,
+            "# HELP mqstore_request_duration_seconds Time from a request's arrival to its answer being queued."
+        );
+        let _ = writeln!(out, "# TYPE mqstore_request_duration_seconds histogram");
+        let mut cumulative = 0;
+        for (bucket, bound) in self.latency_buckets.iter().zip(BUCKETS) {
+            cumulative += bucket.load(Ordering::Relaxed);
+            let _ = writeln!(
+                out,
+                "mqstore_request_duration_seconds_bucket{{le=\"{bound}\"}} {cumulative}"
+            );
+        }
+        let count = self.latency_count.load(Ordering::Relaxed);
+        let _ = writeln!(
+            out,
+            "mqstore_request_duration_seconds_bucket{{le=\"+Inf\"}} {count}"
+        );
+        let _ = writeln!(
+            out,
+            "mqstore_request_duration_seconds_sum {}",
+            self.latency_sum_ns.load(Ordering::Relaxed) as f64 / 1e9
+        );
+        let _ = writeln!(out, "mqstore_request_duration_seconds_count {count}");
+        for (name, help, kind, value) in [
+            ("mqstore_keys", "Keys in the store.", "gauge", &self.keys),
+            (
+                "mqstore_bytes",
+                "Bytes of keys and values in the store.",
+                "gauge",
+                &self.bytes,
+            ),
+            (
+                "mqstore_watches",
+                "KEYNOTIFY registrations.",
+                "gauge",
+                &self.watches,
+            ),
+            (
+                "mqstore_store_up",
+                "Whether the store answers: 1, or 0 after a Redis call failed (until one succeeds).",
+                "gauge",
+                &self.store_up,
+            ),
+            (
+                "mqstore_store_errors_total",
+                "Redis calls that failed or timed out (their requests were answered with status 503).",
+                "counter",
+                &self.store_errors,
+            ),
+            (
+                "mqstore_store_in_flight",
+                "Requests waiting for Redis.",
+                "gauge",
+                &self.store_in_flight,
+            ),
+            (
+                "mqstore_notifications_total",
+                "Change notifications published.",
+                "counter",
+                &self.notifications,
+            ),
+            (
+                "mqstore_broker_connections_total",
+                "Connections made to the broker (more than one: it went away, or disconnected this server).",
+                "counter",
+                &self.connections,
+            ),
+            (
+                "mqstore_publishes_dropped_total",
+                "Answers and notifications not published because the broker would refuse them (larger than its maximum packet size).",
+                "counter",
+                &self.publishes_dropped,
+            ),
+            (
+                "mqstore_clients_dropped_total",
+                "Clients whose registrations were dropped because they are gone.",
+                "counter",
+                &self.clients_dropped,
+            ),
+            (
+                "mqstore_jobs_notifications_total",
+                "Jobs notify and notify-next messages published.",
+                "counter",
+                &self.jobs_notifications,
+            ),
+        ] {
+            let _ = writeln!(out, "# HELP {name} {help}");
+            let _ = writeln!(out, "# TYPE {name} {kind}");
+            let _ = writeln!(out, "{name} {}", value.load(Ordering::Relaxed));
+        }
+        let _ = writeln!(
+            out,
+            "# HELP mqstore_jobs_requests_total Jobs requests (device and operator API) by outcome.\n# TYPE mqstore_jobs_requests_total counter"
+        );
+        for (outcome, count) in ["rejected", "accepted"].iter().zip(&self.jobs_requests) {
+            let _ = writeln!(
+                out,
+                "mqstore_jobs_requests_total{{outcome=\"{outcome}\"}} {}",
+                count.load(Ordering::Relaxed)
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP mqstore_commands_total Commands to devices and their answers, by event.\n# TYPE mqstore_commands_total counter"
+        );
+        for (event, count) in COMMAND_COUNTS.iter().zip(&self.commands) {
+            let _ = writeln!(
+                out,
+                "mqstore_commands_total{{event=\"{event}\"}} {}",
+                count.load(Ordering::Relaxed)
+            );
+        }
+        if let Some(reports) = match self.broker_reports_no_subscribers.load(Ordering::Relaxed) {
+            0 => None,
+            n => Some(n - 1),
+        } {
+            let _ = writeln!(
+                out,
+                "# HELP mqstore_broker_reports_no_subscribers Whether the broker's PUBACKs say \"no matching subscribers\" (0x10), which lets the server drop registrations of clients that stopped listening.\n# TYPE mqstore_broker_reports_no_subscribers gauge\nmqstore_broker_reports_no_subscribers {reports}"
+            );
+        }
+        out
+    }
+}
+
+/// Serves `GET /metrics` (and `HEAD`) on `listener` until the task is dropped: `404` for other
+/// paths, `405` for other methods, `400` for what is not an HTTP request.
+pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>) {
+    loop {
+        let Ok((mut stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let metrics = metrics.clone();
+        tokio::spawn(async move {
+            // The request line is all we read: it arrives in the first segment.
+            let mut head = [0u8; 2048];
+            let read = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut head)).await;
+            let length = match read {
+                Ok(Ok(n)) => n,
+                _ => return,
+            };
+            let response = http_response(&head[..length], &metrics);
+            let _ = stream.write_all(response.as_bytes()).await;
+            let _ = stream.shutdown().await;
+        });
+    }
+}
+
+/// The HTTP response to a request whose head starts with `head`.
+fn http_response(head: &[u8], metrics: &Metrics) -> String {
+    let line = head
+        .split(|&b| b == b'\r' || b == b'\n')
+        .next()
+        .unwrap_or(&[]);
+    let mut parts = line.split(|&b| b == b' ');
+    let (method, target) = (parts.next().unwrap_or(&[]), parts.next());
+    let reply = |status: &str, extra: &str, body: &str, send_body: bool| {
+        format!(
+            "HTTP/1.1 {status}\r\n{extra}Content-Length: {}\r\nConnection: close\r\n\r\n{}",
+            body.len(),
+            if send_body { body } else { "" }
+        )
+    };
+    let Some(target) = target else {
+        return reply("400 Bad Request", "", "not an HTTP request\n", true);
+    };
+    let path = target.split(|&b| b == b'?').next().unwrap_or(&[]);
+    if path != b"/metrics" {
+        return reply(
+            "404 Not Found",
+            "",
+            "metrics are served at /metrics\n",
+            true,
+        );
+    }
+    match method {
+        b"GET" | b"HEAD" => reply(
+            "200 OK",
+            "Content-Type: text/plain; version=0.0.4\r\n",
+            &metrics.render(),
+            method == b"GET",
+        ),
+        _ => reply(
+            "405 Method Not Allowed",
+            "Allow: GET, HEAD\r\n",
+            "use GET\n",
+            true,
+        ),
+    }
+}
+
+/// Binds the metrics endpoint.
+pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    TcpListener::bind(addr).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_get_and_head_of_metrics_are_served() {
+        let metrics = Metrics::default();
+        let status = |head: &str| {
+            let response = http_response(head.as_bytes(), &metrics);
+            response.lines().next().unwrap_or_default().to_owned()
+        };
+        assert_eq!(
+            status("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"),
+            "HTTP/1.1 200 OK"
+        );
+        assert_eq!(
+            status("GET /metrics?x=1 HTTP/1.1\r\n\r\n"),
+            "HTTP/1.1 200 OK"
+        );
+        assert_eq!(status("GET / HTTP/1.1\r\n\r\n"), "HTTP/1.1 404 Not Found");
+        assert_eq!(
+            status("GET /metricsx HTTP/1.1\r\n\r\n"),
+            "HTTP/1.1 404 Not Found"
+        );
+        assert_eq!(
+            status("POST /metrics HTTP/1.1\r\n\r\n"),
+            "HTTP/1.1 405 Method Not Allowed"
+        );
+        assert_eq!(status("garbage"), "HTTP/1.1 400 Bad Request");
+        let head = http_response(b"HEAD /metrics HTTP/1.1\r\n\r\n", &metrics);
+        assert!(head.ends_with("\r\n\r\n"), "HEAD has no body: {head}");
+        assert!(
+            http_response(b"POST /metrics HTTP/1.1\r\n\r\n", &metrics).contains("Allow: GET, HEAD")
+        );
+    }
+
+    #[test]
+    fn every_command_has_its_own_label() {
+        for command in Command::ALL {
+            assert_eq!(COMMANDS[command as usize], command.as_str());
+        }
+    }
+
+    #[test]
+    fn requests_are_counted_by_command_and_outcome_and_the_histogram_is_cumulative() {
+        let metrics = Metrics::default();
+        let get = Outcome::Answered {
+            command: Some(Command::Get),
+            error: None,
+        };
+        metrics.record(&get, Duration::from_micros(30));
+        metrics.record(&get, Duration::from_millis(3));
+        metrics.record(
+            &Outcome::Dropped(DropReason::NoResponseTopic),
+            Duration::from_secs(5),
+        );
+        assert_eq!(metrics.requests("GET", "ok"), 2);
+        assert_eq!(metrics.requests("ENVELOPE", "dropped"), 1);
+        assert_eq!(metrics.requests("SET", "ok"), 0);
+        assert_eq!(metrics.requests("NOPE", "ok"), 0);
+        let text = metrics.render();
+        for line in [
+            "mqstore_requests_total{command=\"GET\",outcome=\"ok\"} 2",
+            "mqstore_requests_total{command=\"ENVELOPE\",outcome=\"dropped\"} 1",
+            "mqstore_request_duration_seconds_bucket{le=\"0.00005\"} 1",
+            "mqstore_request_duration_seconds_bucket{le=\"0.0025\"} 1",
+            "mqstore_request_duration_seconds_bucket{le=\"0.005\"} 2",
+            "mqstore_request_duration_seconds_bucket{le=\"1\"} 2",
+            "mqstore_request_duration_seconds_bucket{le=\"+Inf\"} 3",
+            "mqstore_request_duration_seconds_count 3",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line}\n{text}");
+        }
+        assert!(!text.contains("command=\"SET\""), "{text}");
+    }
+}

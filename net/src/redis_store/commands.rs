@@ -1,0 +1,310 @@
+//! The command registry in Redis, shared by every node: the records of [`mqstore_core::commands`]
+//! and the forwarding of answers to the node that waits (the seed's design, keyed by id).
+//!
+//! * `{P}cmd:<id>`: a command's record (a hash: `r` revision, `d` the record as JSON), kept
+//!   [`KEEP_TIMEOUTS`](mqstore_core::commands::KEEP_TIMEOUTS) timeouts after it was sent (its TTL).
+//!   Every change is a compare-and-set on `r` (one script), the change itself computed by the
+//!   core's [`Record`] methods, so two nodes never both settle a command.
+//! * `{P}cmdtopic:<answer filter>`: uncorrelated (legacy) commands waiting on an answer topic,
+//!   scored by deadline; ids past their deadline are dropped whenever it is written or read.
+//! * `{P}node:<node>`: the pub/sub channel where a node hears the answers other nodes read for
+//!   it. PUBLISH says how many heard one: 0 means the node is gone, and the record says so
+//!   (`orphaned`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use redis::{Script, Value};
+use tracing::{info, warn};
+
+use super::{RedisStore, RedisStoreError, Result};
+use mqstore_core::commands::{Answer, AnswerKey, CommandError, Matched, Record};
+
+/// How often one change is retried when another node changed the record in between.
+const MAX_TRIES: usize = 16;
+
+/// The command registry in Redis. Cheap to clone.
+#[derive(Clone)]
+pub struct RedisRegistry {
+    store: RedisStore,
+    put: Arc<Script>,
+    index: Arc<Script>,
+}
+
+impl std::fmt::Debug for RedisRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisRegistry")
+            .field("store", &self.store)
+            .finish()
+    }
+}
+
+/// Why a registration failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RegisterError {
+    #[error(transparent)]
+    Command(#[from] CommandError),
+    #[error(transparent)]
+    Redis(#[from] RedisStoreError),
+}
+
+impl RedisRegistry {
+    /// The registry next to `store`'s keys, on its connection.
+    pub fn new(store: RedisStore) -> Self {
+        Self {
+            store,
+            put: Arc::new(Script::new(include_str!("commands_put.lua"))),
+            index: Arc::new(Script::new(include_str!("commands_index.lua"))),
+        }
+    }
+
+    fn name(&self, kind: &str, suffix: &str) -> Vec<u8> {
+        let mut name = self.store.prefix.to_vec();
+        name.extend_from_slice(kind.as_bytes());
+        name.extend_from_slice(suffix.as_bytes());
+        name
+    }
+
+    /// The pub/sub channel of `node`.
+    pub fn channel(&self, node: &str) -> Vec<u8> {
+        self.name("node:", node)
+    }
+
+    /// Writes `record` if it is at `revision` (0: if it does not exist).
+    async fn put(&self, record: &Record, revision: u64, now_ms: u64) -> Result<bool> {
+        let mut call = self.put.prepare_invoke();
+        call.key(self.name("cmd:", &record.id))
+            .arg(revision)
+            .arg(record.to_json())
+            .arg(record.keep_ms(now_ms));
+        Ok(matches!(self.store.eval(&call).await?, Value::Int(1)))
+    }
+
+    /// A record and its revision.
+    async fn read(&self, id: &str) -> Result<Option<(u64, Record)>> {
+        let (revision, json): (Option<u64>, Option<Vec<u8>>) = self
+            .store
+            .query(
+                redis::cmd("HMGET")
+                    .arg(self.name("cmd:", id))
+                    .arg("r")
+                    .arg("d"),
+            )
+            .await?;
+        match (revision, json) {
+            (Some(revision), Some(json)) => Record::from_json(&json)
+                .map(|record| Some((revision, record)))
+                .map_err(|e| RedisStoreError::Reply(format!("command record {id}: {e}"))),
+            _ => Ok(None),
+        }
+    }
+
+    /// Registers a command before it is published.
+    pub async fn register(
+        &self,
+        record: &Record,
+        now_ms: u64,
+    ) -> std::result::Result<(), RegisterError> {
+        if !self.put(record, 0, now_ms).await? {
+            return Err(CommandError::Duplicate(record.id.clone()).into());
+        }
+        if !record.correlated {
+            let mut call = self.index.prepare_invoke();
+            call.key(self.name("cmdtopic:", &record.answer_filter))
+                .arg(record.deadline_ms)
+                .arg(&record.id)
+                .arg(record.keep_ms(now_ms))
+                .arg(now_ms);
+            self.store.eval(&call).await?;
+        }
+        Ok(())
+    }
+
+    /// Changes record `id` with `change` (which says whether it changed it), retrying when
+    /// another node wrote in between: what `change` returned and the record afterwards.
+    async fn update<T>(
+        &self,
+        id: &str,
+        now_ms: u64,
+        mut change: impl FnMut(&mut Record) -> (T, bool),
+    ) -> Result<Option<(T, Record)>> {
+        for _ in 0..MAX_TRIES {
+            let Some((revision, mut record)) = self.read(id).await? else {
+                return Ok(None);
+            };
+            let (out, changed) = change(&mut record);
+            if !changed || self.put(&record, revision, now_ms).await? {
+                return Ok(Some((out, record)));
+            }
+        }
+        Err(RedisStoreError::Reply(format!(
+            "command record {id} kept changing under {MAX_TRIES} tries"
+        )))
+    }
+
+    /// Applies an answer (see [`mqstore_core::commands::Registry::answer`]).
+    pub async fn answer(
+        &self,
+        key: &AnswerKey,
+        answer: Answer,
+        now_ms: u64,
+    ) -> Result<Vec<(Matched, Record)>> {
+        let ids = match &key.id {
+            Some(id) => vec![id.clone()],
+            None => {
+                let index = self.name("cmdtopic:", &key.filter);
+                let ids: Vec<String> = self
+                    .store
+                    .query(
+                        redis::cmd("ZRANGEBYSCORE")
+                            .arg(&index)
+                            .arg(now_ms)
+                            .arg("+inf"),
+                    )
+                    .await?;
+                if !ids.is_empty() {
+                    let _: i64 = self
+                        .store
+                        .query(redis::cmd("ZREM").arg(&index).arg(&ids))
+                        .await?;
+                }
+                let _: i64 = self
+                    .store
+                    .query(
+                        redis::cmd("ZREMRANGEBYSCORE")
+                            .arg(&index)
+                            .arg("-inf")
+                            .arg(format!("({now_ms}")),
+                    )
+                    .await?;
+                ids
+            }
+        };
+        let mut matched = Vec::with_capacity(ids.len());
+        for id in ids {
+            let applied = self
+                .update(&id, now_ms, |record| {
+                    let fits = record.answer_filter == key.filter
+                        && record.correlated == key.id.is_some()
+                        && (record.correlated || record.status.is_waiting());
+                    match fits {
+                        true => (Some(record.answer(answer.clone(), now_ms)), true),
+                        false => (None, false),
+                    }
+                })
+                .await?;
+            if let Some((Some(how), record)) = applied {
+                matched.push((how, record));
+            }
+        }
+        Ok(matched)
+    }
+
+    /// The broker acknowledged the command's publish: the record if that changed it.
+    pub async fn delivered(&self, id: &str, now_ms: u64) -> Result<Option<Record>> {
+        let changed = self.update(id, now_ms, |r| {
+            let changed = r.delivered(now_ms);
+            (changed, changed)
+        });
+        Ok(changed.await?.and_then(|(changed, r)| changed.then_some(r)))
+    }
+
+    /// The command's timeout passed: its record afterwards.
+    pub async fn time_out(&self, id: &str, now_ms: u64) -> Result<Option<Record>> {
+        let updated = self
+            .update(id, now_ms, |r| ((), r.time_out(now_ms)))
+            .await?;
+        if let Some((_, record)) = &updated
+            && !record.correlated
+        {
+            let index = self.name("cmdtopic:", &record.answer_filter);
+            let _: i64 = self
+                .store
+                .query(redis::cmd("ZREM").arg(index).arg(id))
+                .await?;
+        }
+        Ok(updated.map(|(_, record)| record))
+    }
+
+    /// The answer was forwarded to a node that is gone.
+    pub async fn orphan(&self, id: &str, now_ms: u64) -> Result<Option<Record>> {
+        let updated = self
+            .update(id, now_ms, |r| {
+                r.orphan(now_ms);
+                ((), true)
+            })
+            .await?;
+        Ok(updated.map(|(_, record)| record))
+    }
+
+    pub async fn get(&self, id: &str) -> Result<Option<Record>> {
+        Ok(self.read(id).await?.map(|(_, record)| record))
+    }
+
+    /// Hands `record` (just answered) to `node`: whether a subscriber heard it. On a Cluster
+    /// PUBLISH counts only the subscribers of the node it reached, so there a 0 is not taken
+    /// as proof that the node is gone.
+    pub async fn forward(&self, node: &str, record: &Record) -> Result<bool> {
+        let heard: i64 = self
+            .store
+            .query(
+                redis::cmd("PUBLISH")
+                    .arg(self.channel(node))
+                    .arg(record.to_json()),
+            )
+            .await?;
+        Ok(heard > 0 || self.store.cluster)
+    }
+
+    /// Hears the answers forwarded to `node` until the returned task is aborted, handing each
+    /// to `deliver`; reconnects (every second) while Redis is away. `ready` hears when the
+    /// first subscription is in place.
+    pub fn listen(
+        &self,
+        node: &str,
+        mut deliver: impl FnMut(Record) + Send + 'static,
+        ready: tokio::sync::oneshot::Sender<Result<()>>,
+    ) -> tokio::task::JoinHandle<()> {
+        let url = self.store.pubsub_url.clone();
+        let channel = self.channel(node);
+        let mut ready = Some(ready);
+        tokio::spawn(async move {
+            loop {
+                let subscribed = async {
+                    let client = redis::Client::open(&*url)?;
+                    let mut pubsub = client.get_async_pubsub().await?;
+                    pubsub.subscribe(&channel).await?;
+                    Ok::<_, redis::RedisError>(pubsub)
+                };
+                match subscribed.await {
+                    Ok(pubsub) => {
+                        if let Some(ready) = ready.take() {
+                            let _ = ready.send(Ok(()));
+                        }
+                        let mut messages = pubsub.into_on_message();
+                        while let Some(message) = messages.next().await {
+                            match Record::from_json(message.get_payload_bytes()) {
+                                Ok(record) => deliver(record),
+                                Err(e) => {
+                                    warn!(error = %e, "dropped a forwarded answer that is not a record")
+                                }
+                            }
+                        }
+                        info!(
+                            "the Redis pub/sub connection for forwarded answers closed; reconnecting"
+                        );
+                    }
+                    Err(e) => {
+                        if let Some(ready) = ready.take() {
+                            let _ = ready.send(Err(e.into()));
+                            return;
+                        }
+                        warn!(error = %e, "cannot subscribe to forwarded answers in Redis; retrying in 1 s");
+                    }
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        })
+    }
+}

@@ -1,0 +1,869 @@
+//! The Redis store: the state store's keys, versions, fencing tokens, deadlines and KEYNOTIFY
+//! registrations in Redis (one primary, or a Redis Cluster), so that every node of a
+//! deployment serves any request from one shared state.
+//!
+//! Every [`StoreOp`] is **one Lua script** over one *bucket*: a key's data, its watchers and
+//! the bucket's indexes (SCAN order, deadlines, leases, counts) share a `{…}` hash tag, so a
+//! script is atomic across nodes and runs on a Cluster. The rules are the store's
+//! ([`mqstore_core::store`]); the scripts in this folder apply them inside Redis (see
+//! `prelude.lua` for the key layout). On one primary there is one bucket: quotas, SCAN and
+//! expiry sweeps are exact and one round trip. A Cluster gets [`CLUSTER_BUCKETS`] buckets,
+//! spread over its primaries; quotas then hold per bucket (a share of each limit), which is
+//! what keeps every op one atomic script.
+//!
+//! Expiry: a key whose deadline has passed is absent to every script from then on; the first
+//! script that meets it (a request's, or a node's periodic [`RedisStore::sweep`]) removes it
+//! and returns its watchers, so each expiry notifies once whichever node finds it.
+
+use std::io::Write as _;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster_async::ClusterConnection;
+use redis::{Script, ScriptInvocation, Value};
+
+mod commands;
+mod jobs;
+
+pub use commands::{RedisRegistry, RegisterError};
+pub use jobs::RedisJobs;
+
+use mqstore_core::ServiceError;
+use mqstore_core::codec::{Bulk, Condition};
+use mqstore_core::engine::Pattern;
+use mqstore_core::hlc::Hlc;
+use mqstore_core::store::{
+    ClientId, DelOutcome, Expired, Quotas, SetOutcome, StoreOp, StoreReply, StoreStats,
+};
+
+/// Buckets of a store on a Redis Cluster: enough to spread keys over every primary of a
+/// typical cluster, few enough that a periodic sweep of all of them stays cheap.
+pub const CLUSTER_BUCKETS: u32 = 64;
+
+/// How long start-up waits for Redis before giving up with an error.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long one Redis call may take before the request that needed it is answered with an
+/// error (the node keeps reconnecting meanwhile).
+const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Where the shared state is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedisConfig {
+    /// `redis://` or `rediss://` URLs: one for a single primary, the seed nodes of a Cluster.
+    pub urls: Vec<String>,
+    pub cluster: bool,
+    /// Prepended to every Redis key mqstore writes.
+    pub prefix: String,
+}
+
+/// The prefix of every Redis key unless configured otherwise.
+pub const DEFAULT_PREFIX: &str = "mqstore:";
+
+impl RedisConfig {
+    /// Parses `redis://[user:pass@]host:port[/db]`, `rediss://…` (TLS), or a Cluster as
+    /// `redis-cluster://[user:pass@]host:port,host:port,…` (`rediss-cluster://` for TLS).
+    pub fn parse(text: &str) -> std::result::Result<Self, String> {
+        let (scheme, rest) = text
+            .split_once("://")
+            .ok_or_else(|| format!("{text:?} is not a Redis URL (redis://host:port)"))?;
+        let (base, cluster) = match scheme {
+            "redis" | "rediss" => (scheme, false),
+            "redis-cluster" => ("redis", true),
+            "rediss-cluster" => ("rediss", true),
+            _ => {
+                return Err(format!(
+                    "unknown store scheme {scheme:?}: use redis://, rediss://, redis-cluster:// or rediss-cluster://"
+                ));
+            }
+        };
+        let urls = if cluster {
+            let (credentials, hosts) = match rest.rsplit_once('@') {
+                Some((credentials, hosts)) => (format!("{credentials}@"), hosts),
+                None => (String::new(), rest),
+            };
+            hosts
+                .split(',')
+                .map(|host| format!("{base}://{credentials}{}", host.trim()))
+                .collect()
+        } else {
+            vec![text.to_owned()]
+        };
+        for url in &urls {
+            redis::IntoConnectionInfo::into_connection_info(url.as_str())
+                .map_err(|e| format!("bad Redis URL {}: {e}", redact(url)))?;
+        }
+        Ok(Self {
+            urls,
+            cluster,
+            prefix: DEFAULT_PREFIX.to_owned(),
+        })
+    }
+
+    /// The URLs with passwords hidden, for logs and errors.
+    pub fn display(&self) -> String {
+        self.urls
+            .iter()
+            .map(|u| redact(u))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+}
+
+/// `url` without its password.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(start), Some(at)) if at > start => {
+            let credentials = &url[start + 3..at];
+            let user = credentials.split(':').next().unwrap_or_default();
+            format!("{}{user}:***{}", &url[..start + 3], &url[at..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
+/// Why a Redis call failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum RedisStoreError {
+    #[error("Redis: {0}")]
+    Redis(String),
+    #[error("Redis did not answer within {0:?}")]
+    Timeout(Duration),
+    #[error("Redis answered something unexpected: {0}")]
+    Reply(String),
+}
+
+impl From<redis::RedisError> for RedisStoreError {
+    fn from(e: redis::RedisError) -> Self {
+        Self::Redis(e.to_string())
+    }
+}
+
+type Result<T> = std::result::Result<T, RedisStoreError>;
+
+/// What one op did: its reply, and the key it found expired on the way (whose watchers get a
+/// DELETE notification before the op's own).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Applied {
+    pub expired: Option<Expired>,
+    pub reply: StoreReply,
+}
+
+#[derive(Clone)]
+enum Connection {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+/// The scripts, loaded once per process (Redis caches them by SHA-1; a Redis that forgot them
+/// gets them again on the first NOSCRIPT).
+struct Scripts {
+    get: Script,
+    set: Script,
+    del: Script,
+    watch: Script,
+    unwatch: Script,
+    drop: Script,
+    leases: Script,
+    sweep: Script,
+    scan: Script,
+}
+
+macro_rules! script {
+    ($file:literal) => {
+        Script::new(concat!(include_str!("prelude.lua"), include_str!($file)))
+    };
+}
+
+impl Scripts {
+    fn new() -> Self {
+        Self {
+            get: script!("get.lua"),
+            set: script!("set.lua"),
+            del: script!("del.lua"),
+            watch: script!("watch.lua"),
+            unwatch: script!("unwatch.lua"),
+            drop: script!("drop.lua"),
+            leases: script!("leases.lua"),
+            sweep: script!("sweep.lua"),
+            scan: script!("scan.lua"),
+        }
+    }
+}
+
+/// A store in Redis. Cheap to clone: clones share the connection, which multiplexes every
+/// request in flight and reconnects by itself.
+#[derive(Clone)]
+pub struct RedisStore {
+    connection: Connection,
+    scripts: Arc<Scripts>,
+    prefix: Arc<[u8]>,
+    buckets: u32,
+    quotas: Quotas,
+    /// Where a node subscribes to its forwarded command answers (Redis pub/sub; on a Cluster
+    /// PUBLISH reaches every node, so any seed node will do).
+    pubsub_url: Arc<str>,
+    cluster: bool,
+}
+
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("prefix", &String::from_utf8_lossy(&self.prefix))
+            .field("buckets", &self.buckets)
+            .finish()
+    }
+}
+
+/// Most keys or clients one sweep script handles (a sweep goes on while it finds this many).
+pub const SWEEP_BATCH: usize = 256;
+
+impl RedisStore {
+    /// Connects and checks that Redis answers (a wrong address, a refused password or a
+    /// Cluster that is down fail here, within a few seconds, with Redis's own message).
+    pub async fn connect(config: &RedisConfig, quotas: Quotas) -> Result<Self> {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let connect = async {
+            if config.cluster {
+                let client = redis::cluster::ClusterClient::builder(config.urls.clone())
+                    .connection_timeout(CONNECT_TIMEOUT)
+                    .response_timeout(RESPONSE_TIMEOUT)
+                    .build()?;
+                Ok::<_, redis::RedisError>(Connection::Cluster(
+                    client.get_async_connection().await?,
+                ))
+            } else {
+                let url = config.urls.first().map(String::as_str).unwrap_or_default();
+                let client = redis::Client::open(url)?;
+                let manager_config = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(CONNECT_TIMEOUT))
+                    .set_response_timeout(Some(RESPONSE_TIMEOUT))
+                    .set_number_of_retries(1)
+                    .set_max_delay(Duration::from_secs(1));
+                Ok(Connection::Single(
+                    ConnectionManager::new_with_config(client, manager_config).await?,
+                ))
+            }
+        };
+        let connection = tokio::time::timeout(CONNECT_TIMEOUT, connect)
+            .await
+            .map_err(|_| RedisStoreError::Timeout(CONNECT_TIMEOUT))??;
+        let store = Self {
+            connection,
+            scripts: Arc::new(Scripts::new()),
+            prefix: Arc::from(config.prefix.as_bytes()),
+            buckets: if config.cluster { CLUSTER_BUCKETS } else { 1 },
+            quotas,
+            pubsub_url: Arc::from(config.urls.first().map(String::as_str).unwrap_or_default()),
+            cluster: config.cluster,
+        };
+        // A round trip that needs the keyspace: a Cluster without its slots covered fails.
+        store.stats().await?;
+        Ok(store)
+    }
+
+    /// The secret every node on this store seals SCAN continuation tokens with, so that any
+    /// node continues a scan another began: the first node to ask stores `candidate`; the rest
+    /// read it.
+    pub async fn shared_secret(&self, candidate: [u8; 32]) -> Result<[u8; 32]> {
+        let mut name = self.prefix.to_vec();
+        name.extend_from_slice(b"scan-token-key");
+        let _: Value = self
+            .query(redis::cmd("SET").arg(&name).arg(&candidate[..]).arg("NX"))
+            .await?;
+        let stored: Vec<u8> = self.query(redis::cmd("GET").arg(&name)).await?;
+        stored
+            .try_into()
+            .map_err(|_| RedisStoreError::Reply("a scan token key that is not 32 bytes".into()))
+    }
+
+    /// How many buckets the keys are spread over.
+    pub fn buckets(&self) -> u32 {
+        self.buckets
+    }
+
+    /// Runs one op at `now_ms`: one script (one round trip), plus on a Cluster the lease
+    /// renewal of a KEYNOTIFY in the client's other buckets.
+    pub async fn apply(&self, op: &StoreOp, now_ms: u64) -> Result<Applied> {
+        match op {
+            StoreOp::Get { key } => {
+                let reply = self
+                    .eval(&self.key_script(&self.scripts.get, key, now_ms))
+                    .await?;
+                let (expired, rest) = split_expired(key, reply)?;
+                let mut rest = rest.into_iter();
+                // The value moves out of the reply: no second copy.
+                let found = match (rest.next(), rest.next()) {
+                    (Some(Value::BulkString(value)), Some(Value::BulkString(version))) => {
+                        Some((Bulk::new(value), hlc(&version)?))
+                    }
+                    _ => None,
+                };
+                Ok(Applied {
+                    expired,
+                    reply: StoreReply::Get(found),
+                })
+            }
+            StoreOp::Set {
+                key,
+                value,
+                condition,
+                expires_at,
+                fencing_token,
+                version,
+                persist: _, // Redis's own persistence settings decide (see the README)
+            } => {
+                let mut call = self.key_script(&self.scripts.set, key, now_ms);
+                call.arg(value.as_slice())
+                    .arg(match condition {
+                        Condition::Always => "A",
+                        Condition::NotExists => "N",
+                        Condition::NotExistsOrEqual => "E",
+                    })
+                    .arg(expires_at.map(|at| at.to_string()).unwrap_or_default())
+                    .arg(token_arg(fencing_token.as_ref()))
+                    .arg(version.wall_ms)
+                    .arg(version.counter)
+                    .arg(&*version.node)
+                    .arg(self.bucket_share(self.quotas.max_keys))
+                    .arg(self.bucket_share(self.quotas.max_bytes));
+                let (expired, rest) = split_expired(key, self.eval(&call).await?)?;
+                let outcome = match rest.split_first() {
+                    Some((Value::BulkString(tag), rest)) if tag == b"A" => {
+                        let (version, watchers) = version_and_clients(rest)?;
+                        Ok(SetOutcome::Applied { watchers, version })
+                    }
+                    Some((Value::BulkString(tag), [Value::BulkString(version)])) if tag == b"N" => {
+                        Ok(SetOutcome::NotApplied {
+                            version: hlc(version)?,
+                        })
+                    }
+                    Some((Value::BulkString(tag), [Value::BulkString(error)])) if tag == b"E" => {
+                        Err(service_error(error)?)
+                    }
+                    _ => return Err(unexpected("SET", &rest)),
+                };
+                Ok(Applied {
+                    expired,
+                    reply: StoreReply::Set(outcome),
+                })
+            }
+            StoreOp::Delete {
+                key,
+                if_value,
+                fencing_token,
+            } => {
+                let mut call = self.key_script(&self.scripts.del, key, now_ms);
+                call.arg(if if_value.is_some() { "V" } else { "D" })
+                    .arg(if_value.as_deref().unwrap_or_default())
+                    .arg(token_arg(fencing_token.as_ref()));
+                let (expired, rest) = split_expired(key, self.eval(&call).await?)?;
+                let outcome = match rest.split_first() {
+                    Some((Value::BulkString(tag), rest)) if tag == b"D" => {
+                        let (version, watchers) = version_and_clients(rest)?;
+                        Ok(DelOutcome::Deleted { watchers, version })
+                    }
+                    Some((Value::BulkString(tag), [])) if tag == b"absent" => {
+                        Ok(DelOutcome::Absent)
+                    }
+                    Some((Value::BulkString(tag), [])) if tag == b"M" => {
+                        Ok(DelOutcome::ValueMismatch)
+                    }
+                    Some((Value::BulkString(tag), [Value::BulkString(error)])) if tag == b"E" => {
+                        Err(service_error(error)?)
+                    }
+                    _ => return Err(unexpected("DEL", &rest)),
+                };
+                Ok(Applied {
+                    expired,
+                    reply: StoreReply::Delete(outcome),
+                })
+            }
+            StoreOp::Watch {
+                client,
+                key,
+                lease_until,
+            } => {
+                let bucket = self.bucket_of(key);
+                let mut call = self.scripts.watch.prepare_invoke();
+                call.key(self.name(bucket, b"w:", key))
+                    .key(self.name(bucket, b"c:", client.as_bytes()))
+                    .key(self.name(bucket, b"leases", b""))
+                    .key(self.name(bucket, b"stats", b""))
+                    .arg(key.as_ref())
+                    .arg(client.as_bytes())
+                    .arg(lease_until.map(|at| at.to_string()).unwrap_or_default())
+                    .arg(self.bucket_share(self.quotas.max_watches))
+                    .arg(self.bucket_share(self.quotas.max_watches_per_client));
+                let outcome = match self.eval(&call).await? {
+                    Value::Okay => Ok(()),
+                    Value::SimpleString(s) if s == "OK" => Ok(()),
+                    Value::BulkString(s) if s == b"OK" => Ok(()),
+                    Value::BulkString(s) if s == b"QuotaExceeded" => {
+                        Err(ServiceError::QuotaExceeded)
+                    }
+                    other => return Err(unexpected("KEYNOTIFY", &[other])),
+                };
+                if outcome.is_ok() && self.buckets > 1 {
+                    self.note_bucket(client, bucket, *lease_until).await?;
+                }
+                Ok(Applied {
+                    expired: None,
+                    reply: StoreReply::Watch(outcome),
+                })
+            }
+            StoreOp::Unwatch { client, key } => {
+                let bucket = self.bucket_of(key);
+                let mut call = self.scripts.unwatch.prepare_invoke();
+                call.key(self.name(bucket, b"w:", key))
+                    .key(self.name(bucket, b"c:", client.as_bytes()))
+                    .key(self.name(bucket, b"leases", b""))
+                    .key(self.name(bucket, b"stats", b""))
+                    .arg(key.as_ref())
+                    .arg(client.as_bytes());
+                let removed = match self.eval(&call).await? {
+                    Value::Int(n) => n == 1,
+                    other => return Err(unexpected("KEYNOTIFY STOP", &[other])),
+                };
+                Ok(Applied {
+                    expired: None,
+                    reply: StoreReply::Unwatch(removed),
+                })
+            }
+            StoreOp::Scan {
+                pattern,
+                after,
+                limit,
+                budget,
+            } => {
+                let (keys, last) = self
+                    .scan(pattern, after.as_deref(), *limit, *budget, now_ms)
+                    .await?;
+                Ok(Applied {
+                    expired: None,
+                    reply: StoreReply::Scan { keys, last },
+                })
+            }
+        }
+    }
+
+    /// One SCAN page, in the order (bucket, key): batches of keys from each bucket in turn,
+    /// matched here against the pattern (the engine's own matcher: the rules stay in one
+    /// place), until the page is full or `budget` keys were examined.
+    async fn scan(
+        &self,
+        pattern: &Pattern,
+        after: Option<&[u8]>,
+        limit: usize,
+        budget: usize,
+        now_ms: u64,
+    ) -> Result<(Vec<Bytes>, Option<Bytes>)> {
+        let (limit, budget) = (limit.max(1), budget.max(1));
+        let prefix = pattern.literal_prefix();
+        let mut from = match after {
+            Some(after) if after >= prefix.as_slice() => lex_bound(b'(', after),
+            _ => lex_bound(b'[', &prefix),
+        };
+        let first_bucket = after.map_or(0, |after| self.bucket_of(after));
+        let (mut keys, mut examined) = (Vec::new(), 0usize);
+        let mut last: Option<Bytes> = None;
+        for bucket in first_bucket..self.buckets {
+            if bucket != first_bucket {
+                from = lex_bound(b'[', &prefix);
+            }
+            loop {
+                let batch = (limit - keys.len()).max(16).min(budget - examined);
+                let mut call = self.scripts.scan.prepare_invoke();
+                call.key(self.name(bucket, b"keys", b""))
+                    .key(self.name(bucket, b"exp", b""))
+                    .arg(&from)
+                    .arg("+")
+                    .arg(batch)
+                    .arg(now_ms);
+                let reply = self.eval(&call).await?;
+                let Value::Array(items) = reply else {
+                    return Err(unexpected("SCAN", &[reply]));
+                };
+                let (count, batch_last, live) = match items.as_slice() {
+                    [Value::Int(count), batch_last, live @ ..] => {
+                        (*count as usize, batch_last, live)
+                    }
+                    _ => return Err(unexpected("SCAN", &items)),
+                };
+                let mut past_prefix = false;
+                let mut live = live.iter();
+                while let Some(Value::BulkString(key)) = live.next() {
+                    if !key.starts_with(&prefix) {
+                        past_prefix = true;
+                        break;
+                    }
+                    if pattern.matches(key) {
+                        keys.push(Bytes::copy_from_slice(key));
+                    }
+                    if keys.len() == limit {
+                        // Full: go on after this key next time (unless nothing follows).
+                        let more = live.len() > 0 || count == batch || bucket + 1 < self.buckets;
+                        return Ok((keys, more.then(|| Bytes::copy_from_slice(key))));
+                    }
+                }
+                examined += count;
+                if let Value::BulkString(key) = batch_last {
+                    last = Some(Bytes::copy_from_slice(key));
+                    from = lex_bound(b'(', key);
+                }
+                if past_prefix || count < batch {
+                    break; // this bucket is done
+                }
+                if examined >= budget {
+                    return Ok((keys, last));
+                }
+            }
+        }
+        Ok((keys, None))
+    }
+
+    /// Removes keys whose deadline passed by `now_ms` (up to [`SWEEP_BATCH`] per bucket) and
+    /// returns them with their watchers: each removed by exactly one sweep or script.
+    pub async fn sweep(&self, now_ms: u64) -> Result<Vec<Expired>> {
+        let mut expired = Vec::new();
+        for bucket in 0..self.buckets {
+            let mut call = self.scripts.sweep.prepare_invoke();
+            call.key(self.name(bucket, b"keys", b""))
+                .key(self.name(bucket, b"exp", b""))
+                .key(self.name(bucket, b"stats", b""))
+                .arg(now_ms)
+                .arg(SWEEP_BATCH)
+                .arg(self.name(bucket, b"k:", b""))
+                .arg(self.name(bucket, b"w:", b""));
+            let reply = self.eval(&call).await?;
+            let Value::Array(items) = reply else {
+                return Err(unexpected("sweep", &[reply]));
+            };
+            for item in items {
+                let Value::Array(parts) = item else {
+                    return Err(unexpected("sweep", &[item]));
+                };
+                match parts.split_first() {
+                    Some((Value::BulkString(key), rest)) => {
+                        let (version, watchers) = version_and_clients(rest)?;
+                        expired.push(Expired {
+                            key: Bytes::from(key.clone()),
+                            watchers,
+                            version,
+                        });
+                    }
+                    _ => return Err(unexpected("sweep", &parts)),
+                }
+            }
+        }
+        Ok(expired)
+    }
+
+    /// Drops the registrations of clients whose lease ended by `now_ms`; returns each with
+    /// how many it had (a client with registrations in several buckets is listed once per
+    /// bucket).
+    pub async fn expire_leases(&self, now_ms: u64) -> Result<Vec<(ClientId, usize)>> {
+        let mut dropped = Vec::new();
+        for bucket in 0..self.buckets {
+            let mut call = self.scripts.leases.prepare_invoke();
+            call.key(self.name(bucket, b"leases", b""))
+                .key(self.name(bucket, b"stats", b""))
+                .arg(now_ms)
+                .arg(SWEEP_BATCH)
+                .arg(self.name(bucket, b"c:", b""))
+                .arg(self.name(bucket, b"w:", b""));
+            let reply = self.eval(&call).await?;
+            let Value::Array(items) = reply else {
+                return Err(unexpected("lease sweep", &[reply]));
+            };
+            for pair in items.chunks(2) {
+                match pair {
+                    [Value::BulkString(client), Value::Int(count)] => dropped.push((
+                        ClientId::from(String::from_utf8_lossy(client).as_ref()),
+                        *count as usize,
+                    )),
+                    _ => return Err(unexpected("lease sweep", pair)),
+                }
+            }
+        }
+        Ok(dropped)
+    }
+
+    /// Drops every registration of `client` (it is gone); how many there were.
+    pub async fn drop_client(&self, client: &str) -> Result<usize> {
+        let buckets: Vec<u32> = if self.buckets == 1 {
+            vec![0]
+        } else {
+            let members: Vec<u32> = self
+                .query(redis::cmd("SMEMBERS").arg(self.directory(client)))
+                .await?;
+            members
+        };
+        let mut dropped = 0;
+        for bucket in buckets {
+            let mut call = self.scripts.drop.prepare_invoke();
+            call.key(self.name(bucket, b"c:", client.as_bytes()))
+                .key(self.name(bucket, b"leases", b""))
+                .key(self.name(bucket, b"stats", b""))
+                .arg(client.as_bytes())
+                .arg(self.name(bucket, b"w:", b""));
+            match self.eval(&call).await? {
+                Value::Int(n) => dropped += n as usize,
+                other => return Err(unexpected("drop", &[other])),
+            }
+        }
+        if self.buckets > 1 {
+            let _: i64 = self
+                .query(redis::cmd("DEL").arg(self.directory(client)))
+                .await?;
+        }
+        Ok(dropped)
+    }
+
+    /// The earliest deadline of any key or registration lease.
+    pub async fn next_deadline(&self) -> Result<Option<u64>> {
+        let mut earliest: Option<u64> = None;
+        for bucket in 0..self.buckets {
+            for index in [&b"exp"[..], b"leases"] {
+                let first: Vec<(Vec<u8>, f64)> = self
+                    .query(
+                        redis::cmd("ZRANGE")
+                            .arg(self.name(bucket, index, b""))
+                            .arg(0)
+                            .arg(0)
+                            .arg("WITHSCORES"),
+                    )
+                    .await?;
+                if let Some((_, score)) = first.first() {
+                    let at = *score as u64;
+                    earliest = Some(earliest.map_or(at, |e| e.min(at)));
+                }
+            }
+        }
+        Ok(earliest)
+    }
+
+    /// How much the store holds, summed over buckets.
+    pub async fn stats(&self) -> Result<StoreStats> {
+        let mut stats = StoreStats::default();
+        for bucket in 0..self.buckets {
+            let counts: Vec<Option<i64>> = self
+                .query(
+                    redis::cmd("HMGET")
+                        .arg(self.name(bucket, b"stats", b""))
+                        .arg("keys")
+                        .arg("bytes")
+                        .arg("watches"),
+                )
+                .await?;
+            let count = |i: usize| counts.get(i).copied().flatten().unwrap_or(0).max(0) as u64;
+            stats.keys += count(0);
+            stats.bytes += count(1);
+            stats.watches += count(2);
+        }
+        Ok(stats)
+    }
+
+    /// On a Cluster: records that `client` has registrations in `bucket`, and extends its
+    /// lease in every bucket where it has some (one KEYNOTIFY renews them all).
+    async fn note_bucket(&self, client: &str, bucket: u32, lease_until: Option<u64>) -> Result<()> {
+        let directory = self.directory(client);
+        let _: i64 = self
+            .query(redis::cmd("SADD").arg(&directory).arg(bucket))
+            .await?;
+        if let Some(until) = lease_until {
+            let buckets: Vec<u32> = self.query(redis::cmd("SMEMBERS").arg(&directory)).await?;
+            for other in buckets.into_iter().filter(|b| *b != bucket) {
+                let _: i64 = self
+                    .query(
+                        redis::cmd("ZADD")
+                            .arg(self.name(other, b"leases", b""))
+                            .arg("XX")
+                            .arg("GT")
+                            .arg(until)
+                            .arg(client.as_bytes()),
+                    )
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A bucket's share of a quota, as the scripts take it (-1: none): the whole quota on one
+    /// primary, an even share of it per bucket on a Cluster.
+    fn bucket_share(&self, limit: Option<u64>) -> i64 {
+        limit.map_or(-1, |l| {
+            i64::try_from(l.div_ceil(u64::from(self.buckets))).unwrap_or(i64::MAX)
+        })
+    }
+
+    /// The script call for an op on one key, with the key script's KEYS and first ARGVs.
+    fn key_script<'a>(&self, script: &'a Script, key: &[u8], now_ms: u64) -> ScriptInvocation<'a> {
+        let bucket = self.bucket_of(key);
+        let mut call = script.prepare_invoke();
+        call.key(self.name(bucket, b"k:", key))
+            .key(self.name(bucket, b"w:", key))
+            .key(self.name(bucket, b"keys", b""))
+            .key(self.name(bucket, b"exp", b""))
+            .key(self.name(bucket, b"stats", b""))
+            .arg(key)
+            .arg(now_ms);
+        call
+    }
+
+    /// `{prefix}{b<bucket>}:<kind><suffix>`: every name of a bucket shares its hash tag.
+    fn name(&self, bucket: u32, kind: &[u8], suffix: &[u8]) -> Vec<u8> {
+        let mut name = Vec::with_capacity(self.prefix.len() + 16 + kind.len() + suffix.len());
+        name.extend_from_slice(&self.prefix);
+        // Written straight into the name (a Vec never fails to take bytes).
+        let _ = write!(name, "{{b{bucket}}}:");
+        name.extend_from_slice(kind);
+        name.extend_from_slice(suffix);
+        name
+    }
+
+    /// On a Cluster, the set of buckets a client has registrations in (its own slot).
+    fn directory(&self, client: &str) -> Vec<u8> {
+        let mut name = self.prefix.to_vec();
+        name.extend_from_slice(b"{c:");
+        name.extend_from_slice(client.replace('}', "_").as_bytes());
+        name.extend_from_slice(b"}:buckets");
+        name
+    }
+
+    /// The bucket a key lives in: FNV-1a, stable across versions and nodes.
+    fn bucket_of(&self, key: &[u8]) -> u32 {
+        if self.buckets == 1 {
+            return 0;
+        }
+        let hash = key.iter().fold(0xcbf2_9ce4_8422_2325u64, |hash, byte| {
+            (hash ^ u64::from(*byte)).wrapping_mul(0x0000_0100_0000_01b3)
+        });
+        (hash % u64::from(self.buckets)) as u32
+    }
+
+    /// Runs a script call (EVALSHA, loading the script on NOSCRIPT).
+    async fn eval(&self, call: &ScriptInvocation<'_>) -> Result<Value> {
+        let mut connection = self.connection.clone();
+        Ok(match &mut connection {
+            Connection::Single(c) => call.invoke_async(c).await?,
+            Connection::Cluster(c) => call.invoke_async(c).await?,
+        })
+    }
+
+    async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T> {
+        let mut connection = self.connection.clone();
+        Ok(match &mut connection {
+            Connection::Single(c) => cmd.query_async(c).await?,
+            Connection::Cluster(c) => cmd.query_async(c).await?,
+        })
+    }
+}
+
+/// A ZRANGEBYLEX bound: `(` exclusive or `[` inclusive, then the key.
+fn lex_bound(kind: u8, key: &[u8]) -> Vec<u8> {
+    let mut bound = Vec::with_capacity(key.len() + 1);
+    bound.push(kind);
+    bound.extend_from_slice(key);
+    bound
+}
+
+/// The fencing token argument ('' for none), in the padded form the scripts compare.
+fn token_arg(token: Option<&Hlc>) -> String {
+    token.map(Hlc::to_string).unwrap_or_default()
+}
+
+/// Splits a key script's reply into the key it found expired (first element) and the rest.
+fn split_expired(key: &Bytes, reply: Value) -> Result<(Option<Expired>, Vec<Value>)> {
+    let Value::Array(mut items) = reply else {
+        return Err(unexpected("a key script", &[reply]));
+    };
+    if items.is_empty() {
+        return Err(RedisStoreError::Reply("an empty reply".into()));
+    }
+    let rest = items.split_off(1);
+    let expired = match items.pop() {
+        Some(Value::Array(parts)) => {
+            let (version, watchers) = version_and_clients(&parts)?;
+            Some(Expired {
+                key: key.clone(),
+                watchers,
+                version,
+            })
+        }
+        _ => None,
+    };
+    Ok((expired, rest))
+}
+
+/// `[version, client, client, …]`.
+fn version_and_clients(items: &[Value]) -> Result<(Hlc, Vec<ClientId>)> {
+    let Some((Value::BulkString(version), clients)) = items.split_first() else {
+        return Err(unexpected("a version and clients", items));
+    };
+    let clients = clients
+        .iter()
+        .map(|c| match c {
+            Value::BulkString(c) => Ok(ClientId::from(String::from_utf8_lossy(c).as_ref())),
+            other => Err(unexpected("a client id", std::slice::from_ref(other))),
+        })
+        .collect::<Result<_>>()?;
+    Ok((hlc(version)?, clients))
+}
+
+fn hlc(text: &[u8]) -> Result<Hlc> {
+    std::str::from_utf8(text)
+        .ok()
+        .and_then(|t| Hlc::parse(t).ok())
+        .ok_or_else(|| {
+            RedisStoreError::Reply(format!(
+                "a malformed version {:?}",
+                String::from_utf8_lossy(text)
+            ))
+        })
+}
+
+fn service_error(name: &[u8]) -> Result<ServiceError> {
+    Ok(match name {
+        b"FencingTokenRequired" => ServiceError::FencingTokenRequired,
+        b"FencingTokenLowerVersion" => ServiceError::FencingTokenLowerVersion,
+        b"QuotaExceeded" => ServiceError::QuotaExceeded,
+        other => {
+            return Err(RedisStoreError::Reply(format!(
+                "an unknown error {:?}",
+                String::from_utf8_lossy(other)
+            )));
+        }
+    })
+}
+
+fn unexpected(what: &str, values: &[Value]) -> RedisStoreError {
+    RedisStoreError::Reply(format!("{what}: {values:?}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_parse_and_passwords_stay_hidden() {
+        let single = RedisConfig::parse("redis://:secret@127.0.0.1:6379/2").unwrap();
+        assert_eq!(single.urls, ["redis://:secret@127.0.0.1:6379/2"]);
+        assert!(!single.cluster);
+        assert_eq!(single.display(), "redis://:***@127.0.0.1:6379/2");
+        let cluster = RedisConfig::parse("redis-cluster://u:p@h1:7000,h2:7001").unwrap();
+        assert!(cluster.cluster);
+        assert_eq!(cluster.urls, ["redis://u:p@h1:7000", "redis://u:p@h2:7001"]);
+        assert_eq!(
+            cluster.display(),
+            "redis://u:***@h1:7000,redis://u:***@h2:7001"
+        );
+        let tls = RedisConfig::parse("rediss-cluster://h1:7000").unwrap();
+        assert_eq!(tls.urls, ["rediss://h1:7000"]);
+        for bad in ["memcached://x", "localhost:6379", "redis://"] {
+            assert!(RedisConfig::parse(bad).is_err(), "{bad}");
+        }
+    }
+}
