@@ -6,10 +6,11 @@
 
 use std::ffi::{CString, c_char, c_int};
 
+use ::mqstore_core::client::jobs::DeviceRequest;
 use ::mqstore_core::client::{CallId, CallOptions, ClientConfig};
 use ::mqstore_core::codec::{Bulk, Request, SetRequest};
 use ::mqstore_core::envelope::{Properties, Publish};
-use ::mqstore_core::jobs::{DeviceBody, DeviceRequest, OperatorRequest};
+use ::mqstore_core::jobs::{DeviceBody, OperatorRequest};
 use ::mqstore_core::session::Session;
 use bytes::Bytes;
 

@@ -7,7 +7,8 @@ use std::ffi::{CString, c_char, c_int};
 use std::time::Duration;
 
 use bytes::Bytes;
-use mqstore_core::jobs::{JobSpec, Status, Update};
+use mqstore_core::client::jobs::Update;
+use mqstore_core::jobs::{JobSpec, Status};
 use mqstore_net::jobs::{Jobs, StartNext};
 
 use crate::client::mqstore_client;

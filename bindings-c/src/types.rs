@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use mqstore_core::client::Deleted;
+use mqstore_core::client::jobs::JobNotification;
 use mqstore_core::codec::{Command, Condition, Response};
 use mqstore_core::commands::{CommandRequest, Mode};
 use mqstore_core::hlc::Hlc;
-use mqstore_core::jobs::JobNotification;
 use mqstore_core::session::{Completion, SessionEvent};
 
 use crate::error::{Error, Result};

@@ -29,11 +29,11 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr;
 
 use bytes::Bytes;
+use mqstore_core::disk::{self, Disk, Durability, Fsync};
 use mqstore_core::engine::{Engine, EngineConfig};
 use mqstore_core::envelope::{Properties, Publish};
 use mqstore_core::jobs::DurableJobs;
 use mqstore_core::presence::ServerPresence;
-use mqstore_core::store::disk::{self, Disk, Durability, Fsync};
 use mqstore_core::store::{DurableStore, Quotas};
 use mqstore_core::topics;
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use mqstore_core::client::ClientError;
-use mqstore_core::commands::wire::CommandReply as CoreReply;
+use mqstore_core::client::commands::CommandReply as CoreReply;
 use mqstore_core::commands::{CommandRequest, Mode};
 use mqstore_net::commands::{CommandWatch as CoreWatch, FanOut as CoreFanOut};
 use pyo3::exceptions::PyValueError;

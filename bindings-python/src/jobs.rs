@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mqstore_core::client::ClientError;
-use mqstore_core::jobs::{JobSpec, Status, Update};
+use mqstore_core::client::jobs::Update;
+use mqstore_core::jobs::{JobSpec, Status};
 use mqstore_net::jobs::{ExecutionFilter, Jobs as CoreJobs, StartNext};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;

@@ -5,9 +5,10 @@
 use std::collections::BTreeMap;
 
 use js_sys::{Array, Object};
-use mqstore_core::commands::wire::CommandReply;
+use mqstore_core::client::commands::CommandReply;
+use mqstore_core::client::jobs::{DeviceRequest, Update};
 use mqstore_core::commands::{CommandRequest, Mode, Record};
-use mqstore_core::jobs::{DeviceRequest, ExecutionRef, JobSpec, OperatorRequest, Status, Update};
+use mqstore_core::jobs::{ExecutionRef, JobSpec, OperatorRequest, Status};
 use serde_json::Value;
 use wasm_bindgen::prelude::*;
 

@@ -18,7 +18,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use mqstore_core::jobs::{JobSpec, Status, Update};
+use mqstore_core::jobs::{JobSpec, Status};
+
+use mqstore_core::client::jobs::Update;
 use mqstore_net::client::{Client, ClientOptions, SetOptions};
 use mqstore_net::jobs::{Jobs, StartNext};
 use tokio::sync::Semaphore;

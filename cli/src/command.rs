@@ -7,7 +7,7 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use clap::Subcommand;
 use mqstore_core::client::ClientError;
-use mqstore_core::commands::wire::CommandReply;
+use mqstore_core::client::commands::CommandReply;
 use mqstore_core::commands::{CommandRequest, DEFAULT_TIMEOUT_MS, Mode, Record};
 use mqstore_net::client::Client;
 use serde_json::{Value, json};

@@ -6,7 +6,8 @@ use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
 use mqstore_core::client::ClientError;
-use mqstore_core::jobs::{JobNotification, JobSpec, Status};
+use mqstore_core::client::jobs::JobNotification;
+use mqstore_core::jobs::{JobSpec, Status};
 use mqstore_net::client::Client;
 use mqstore_net::jobs::ExecutionFilter;
 use serde::Serialize;

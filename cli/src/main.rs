@@ -16,10 +16,10 @@ use command::{CommandCall, CommandCommand};
 use jobs::{JobsCall, JobsCommand};
 use mqstore_core::client::ClientError;
 use mqstore_core::codec::Condition;
+use mqstore_core::disk::Durability;
 use mqstore_core::engine::{AccessRule, AccessRules};
 use mqstore_core::hlc::Hlc;
 use mqstore_core::store::Quotas;
-use mqstore_core::store::disk::Durability;
 use mqstore_net::bench::{self, BenchConfig};
 use mqstore_net::client::{Client, ClientOptions, Deleted, KeyChange, SetOptions};
 use mqstore_net::lease::Lease;
@@ -361,7 +361,7 @@ struct ServeArgs {
     /// flight share one fsync) or `everysec` (synced about once a second: a power loss loses
     /// at most about the last second; a crash of mqstore alone loses nothing).
     #[arg(long, default_value = "everysec", requires = "data_dir")]
-    fsync: mqstore_core::store::disk::Fsync,
+    fsync: mqstore_core::disk::Fsync,
 }
 
 fn main() -> ExitCode {

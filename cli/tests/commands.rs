@@ -431,7 +431,9 @@ async fn client(broker: &Broker, id: &str) -> Client {
 }
 
 /// A command to the MQTT 5 device `dev/7` ([`mqtt5_devices`]), which answers with its payload.
-async fn echoed_by_an_mqtt5_device(caller: &Client) -> mqstore_core::commands::wire::CommandReply {
+async fn echoed_by_an_mqtt5_device(
+    caller: &Client,
+) -> mqstore_core::client::commands::CommandReply {
     let reply = caller
         .command(CommandRequest::new("dev/7/cmd", r#"{"go":1}"#))
         .await

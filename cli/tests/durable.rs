@@ -432,7 +432,8 @@ async fn a_full_disk_stops_the_server_before_it_acknowledges_what_is_not_on_disk
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_and_their_executions_survive_kill_9() {
-    use mqstore_core::jobs::{JobSpec, Status, Update};
+    use mqstore_core::client::jobs::Update;
+    use mqstore_core::jobs::{JobSpec, Status};
     use mqstore_net::jobs::StartNext;
     let broker = Broker::start();
     let dir = TempDir::new("jobs");

@@ -125,7 +125,8 @@ async fn three_nodes_share_one_state(url: &str) -> (Broker, Vec<ServerHandle>) {
 /// start-next requests start an execution once, a timeout happens once although every node
 /// watches the timers, and every node answers from the same jobs.
 async fn three_nodes_share_jobs(broker: &Broker) {
-    use mqstore_core::jobs::{JobNotification, JobSpec, Status, Update};
+    use mqstore_core::client::jobs::{JobNotification, Update};
+    use mqstore_core::jobs::{JobSpec, Status};
     use mqstore_net::jobs::StartNext;
     use serde_json::json;
 

@@ -2396,7 +2396,9 @@ on_both_brokers! {
 }
 
 /// The next jobs notification, within the wait.
-async fn notification(jobs: &mut mqstore_net::jobs::Jobs) -> mqstore_core::jobs::JobNotification {
+async fn notification(
+    jobs: &mut mqstore_net::jobs::Jobs,
+) -> mqstore_core::client::jobs::JobNotification {
     tokio::time::timeout(WAIT, jobs.next_notification())
         .await
         .expect("a notification within 10 s")
@@ -2404,8 +2406,8 @@ async fn notification(jobs: &mut mqstore_net::jobs::Jobs) -> mqstore_core::jobs:
 }
 
 /// The job ids of a `notify`, in list order, and the job of a `notify-next`.
-fn notified(n: &mqstore_core::jobs::JobNotification) -> (String, Vec<String>) {
-    use mqstore_core::jobs::JobNotification::{Notify, NotifyNext};
+fn notified(n: &mqstore_core::client::jobs::JobNotification) -> (String, Vec<String>) {
+    use mqstore_core::client::jobs::JobNotification::{Notify, NotifyNext};
     match n {
         Notify {
             in_progress,
@@ -2431,7 +2433,8 @@ on_both_brokers! {
     /// describes, cancels and deletes; a device (a `Jobs` handle) sees its notifications,
     /// starts, describes and updates; refusals arrive as typed errors.
     async fn the_rust_client_drives_jobs_from_both_sides(kind: Kind) {
-        use mqstore_core::jobs::{JobSpec, Status, Update};
+        use mqstore_core::jobs::{JobSpec, Status};
+        use mqstore_core::client::jobs::Update;
         use mqstore_net::jobs::{ExecutionFilter, StartNext};
         use serde_json::json;
         let broker = Broker::start_kind(kind);
@@ -2567,7 +2570,8 @@ on_both_brokers! {
     /// Issue 10 over the wire: a step timeout and an in-progress timeout end executions
     /// TIMED_OUT with notifications, and a retry queues executionNumber + 1, once.
     async fn jobs_time_out_and_retry_over_the_wire(kind: Kind) {
-        use mqstore_core::jobs::{JobNotification, JobSpec, Status};
+        use mqstore_core::jobs::{JobSpec, Status};
+        use mqstore_core::client::jobs::JobNotification;
         use mqstore_net::jobs::StartNext;
         use serde_json::json;
         let broker = Broker::start_kind(kind);

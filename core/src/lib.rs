@@ -36,6 +36,7 @@
 pub mod client;
 pub mod codec;
 pub mod commands;
+pub mod disk;
 pub mod engine;
 pub mod envelope;
 mod error;

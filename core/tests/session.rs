@@ -2,15 +2,14 @@
 //! between: the state store engine, the jobs service, and the command service's refusals.
 
 use bytes::Bytes;
+use mqstore_core::client::jobs::{DeviceRequest, JobNotification};
 use mqstore_core::client::{CallId, CallOptions, ClientConfig, ClientError};
 use mqstore_core::codec::{Notification, Request, Response, SetRequest};
 use mqstore_core::commands::CommandRequest;
 use mqstore_core::commands::wire::{Refusal, reply_refusal};
 use mqstore_core::engine::Engine;
 use mqstore_core::envelope::{Properties, Publish};
-use mqstore_core::jobs::{
-    DeviceRequest, JobNotification, JobSpec, Jobs, OPERATOR_TOPIC, OperatorRequest,
-};
+use mqstore_core::jobs::{JobSpec, Jobs, OPERATOR_TOPIC, OperatorRequest};
 use mqstore_core::session::{Completion, Session, SessionEvent};
 use serde_json::json;
 

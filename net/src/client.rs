@@ -23,13 +23,15 @@ use tracing::{debug, warn};
 
 use crate::connection::{Connection, Driver, Outbox, Wakes};
 use crate::{BrokerConfig, Polled, from_mqtt, now_ms, random_u64};
+use mqstore_core::client::jobs::{DeviceRequest, JobNotification};
 use mqstore_core::client::{Answer, CallId, CallOptions, ClientConfig, ClientError};
 pub use mqstore_core::client::{Deleted, Deletion, SetResult, Versioned};
 use mqstore_core::codec::{Bulk, Condition, Request, SetRequest};
+use mqstore_core::commands::CommandRequest;
 use mqstore_core::commands::Record as CommandRecord;
 use mqstore_core::envelope::Publish;
 use mqstore_core::hlc::Hlc;
-use mqstore_core::jobs::JobNotification;
+use mqstore_core::jobs::OperatorRequest;
 use mqstore_core::session::{Completion, Session, SessionEvent};
 use mqstore_core::topics;
 
@@ -107,7 +109,7 @@ pub(super) enum Command {
     },
     /// A jobs call (operator or device API).
     Jobs {
-        call: crate::jobs::JobsCall,
+        call: JobsCall,
         reply: oneshot::Sender<Result<serde_json::Value, ClientError>>,
     },
     /// Act as a thing of the jobs device API: subscribe to its replies and notifications.
@@ -118,7 +120,7 @@ pub(super) enum Command {
     },
     /// A call of the command service.
     Commands {
-        call: crate::commands::CommandsCall,
+        call: CommandsCall,
         reply: oneshot::Sender<Result<Completion, ClientError>>,
     },
     /// Hear every command's status changes.
@@ -143,6 +145,36 @@ pub(super) enum Command {
     ForgetLease { lease: CallId },
     /// Disconnect; `done` hears when the connection is closed.
     Close { done: oneshot::Sender<()> },
+}
+
+/// A jobs call for the client's task.
+pub(crate) enum JobsCall {
+    Operator(OperatorRequest),
+    Device(String, DeviceRequest),
+}
+
+impl JobsCall {
+    fn start(self, session: &mut Session, now_ms: u64) -> Result<CallId, ClientError> {
+        match self {
+            JobsCall::Operator(request) => Ok(session.jobs_operate(&request, None, now_ms)),
+            JobsCall::Device(thing, request) => session.jobs_device(&thing, &request, None, now_ms),
+        }
+    }
+}
+
+/// A command service call for the client's task.
+pub(crate) enum CommandsCall {
+    Invoke(CommandRequest),
+    Status(String, u64),
+}
+
+impl CommandsCall {
+    fn start(self, session: &mut Session, now_ms: u64) -> CallId {
+        match self {
+            CommandsCall::Invoke(request) => session.command(&request, now_ms),
+            CommandsCall::Status(id, timeout_ms) => session.command_status(&id, timeout_ms, now_ms),
+        }
+    }
 }
 
 /// A connected state store client. Cheap to clone; the connection closes when the last clone

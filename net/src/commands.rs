@@ -5,31 +5,12 @@
 
 use tokio::sync::{mpsc, oneshot};
 
-use crate::client::{Client, Command as ClientCommand};
+use crate::client::{Client, Command as ClientCommand, CommandsCall};
 use mqstore_core::client::ClientError;
+use mqstore_core::client::commands::CommandReply;
 use mqstore_core::commands::CommandRequest;
 use mqstore_core::commands::Record;
-use mqstore_core::commands::wire::CommandReply;
 use mqstore_core::session::Completion;
-
-/// A command service call for the client's task.
-pub(super) enum CommandsCall {
-    Invoke(CommandRequest),
-    Status(String, u64),
-}
-
-impl CommandsCall {
-    pub(super) fn start(
-        self,
-        session: &mut mqstore_core::session::Session,
-        now_ms: u64,
-    ) -> mqstore_core::client::CallId {
-        match self {
-            CommandsCall::Invoke(request) => session.command(&request, now_ms),
-            CommandsCall::Status(id, timeout_ms) => session.command_status(&id, timeout_ms, now_ms),
-        }
-    }
-}
 
 /// A stream of command status changes ([`Client::watch_commands`]).
 pub struct CommandWatch {

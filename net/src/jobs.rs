@@ -1,5 +1,5 @@
 //! Jobs from the async Rust client: operator calls on [`Client`], and the device side as a
-//! [`Jobs`] handle for one thing. The protocol is [`mqstore_core::jobs::JobsClient`]'s; this file
+//! [`Jobs`] handle for one thing. The protocol is [`mqstore_core::client::jobs::JobsClient`]'s; this file
 //! only sends calls to the client's task and converts answers.
 
 use std::collections::BTreeMap;
@@ -8,29 +8,13 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::client::{Client, Command};
-use mqstore_core::client::{CallId, ClientError};
+use crate::client::{Client, Command, JobsCall};
+use mqstore_core::client::ClientError;
+use mqstore_core::client::jobs::{DeviceRequest, JobNotification, Update, parse, read_execution};
 use mqstore_core::jobs::{
-    DeviceRequest, ExecutionListing, ExecutionRef, JobDescription, JobExecution, JobListing,
-    JobNotification, JobSpec, OperatorRequest, PendingJobs, Status, Update, UpdateAccepted, parse,
-    read_execution,
+    ExecutionListing, ExecutionRef, JobDescription, JobExecution, JobListing, JobSpec,
+    OperatorRequest, PendingJobs, Status, UpdateAccepted,
 };
-use mqstore_core::session::Session;
-
-/// A jobs call for the client's task.
-pub(super) enum JobsCall {
-    Operator(OperatorRequest),
-    Device(String, DeviceRequest),
-}
-
-impl JobsCall {
-    pub(super) fn start(self, session: &mut Session, now_ms: u64) -> Result<CallId, ClientError> {
-        match self {
-            JobsCall::Operator(request) => Ok(session.jobs_operate(&request, None, now_ms)),
-            JobsCall::Device(thing, request) => session.jobs_device(&thing, &request, None, now_ms),
-        }
-    }
-}
 
 /// What `list_job_executions` narrows to (all `None`: every latest execution).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

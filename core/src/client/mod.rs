@@ -9,6 +9,8 @@
 //! dropped them) and, once subscribed again, [`ClientCore::resume`], which re-registers every
 //! observed key and reads it back so that a change missed while away is reported.
 
+pub mod commands;
+pub mod jobs;
 mod pending;
 
 use std::collections::HashMap;

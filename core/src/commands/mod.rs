@@ -12,7 +12,8 @@
 //! * [`Registry`] keeps records in memory (the default backend; the Redis backend keeps the
 //!   same records in Redis and applies the same transitions).
 //! * [`wire`] is the service's own API (`mqstore/commands/v1/...`): how callers ask
-//!   `mqstore serve` to send a command, and [`CommandsClient`], the caller's state machine.
+//!   `mqstore serve` to send a command. The caller's state machine is
+//!   [`crate::client::commands::CommandsClient`] (the client layer sits above this one).
 //!
 //! The id of a command is also its correlation id: 16 random bytes (from the driver), written
 //! as a UUID. It is the MQTT 5 correlation data, DJI's `tid`, IoT Hub's `$rid`.
@@ -31,7 +32,6 @@ pub use profile::{
 };
 pub use profile::{MQTT5, Prepared, Sender};
 pub use registry::{Matched, Registry};
-pub use wire::{CommandsClient, CommandsEvent};
 
 /// Where an awaited command stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

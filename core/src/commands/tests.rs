@@ -1,8 +1,9 @@
 use bytes::Bytes;
 
-use super::wire::{self, CommandsClient, CommandsEvent};
+use super::wire;
 use super::*;
 use crate::client::ClientError;
+use crate::client::commands::{CALLER_MARGIN_MS, CommandsClient, CommandsEvent};
 use crate::envelope::{Properties, Publish};
 
 const NOW: u64 = 1_700_000_000_000;
@@ -466,9 +467,9 @@ fn the_caller_reads_the_service_replies_as_typed_results() {
     let (call, _) = client.invoke(&request("a/b", "", MQTT5), NOW);
     assert_eq!(
         client.next_deadline(),
-        Some(NOW + 10_000 + wire::CALLER_MARGIN_MS)
+        Some(NOW + 10_000 + CALLER_MARGIN_MS)
     );
-    let expired = client.expire(NOW + 10_000 + wire::CALLER_MARGIN_MS);
+    let expired = client.expire(NOW + 10_000 + CALLER_MARGIN_MS);
     assert!(
         matches!(&expired[..], [CommandsEvent::Invoked { call: c, result: Err(ClientError::Timeout(_)) }] if *c == call)
     );

@@ -1,6 +1,6 @@
 //! Which client may read or write which keys (the `not authorized` error).
 
-use super::Pattern;
+use crate::store::Pattern;
 
 /// What a command does to a key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

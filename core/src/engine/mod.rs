@@ -4,13 +4,11 @@
 //! [`Engine::next_deadline`] to call [`Engine::expire`].
 
 mod access;
-mod pattern;
 mod scan_token;
 
 use bytes::Bytes;
 
 pub use access::{Access, AccessRule, AccessRules};
-pub use pattern::Pattern;
 
 use crate::ServiceError;
 use crate::codec::{Command, Notification, Request, Response, decode_request};
@@ -19,7 +17,8 @@ use crate::envelope::{
 };
 use crate::hlc::{Hlc, HlcClock, HlcError, MAX_SKEW_MS};
 use crate::store::{
-    ClientId, DelOutcome, Expired, MemoryStore, SetOutcome, Store, StoreOp, StoreReply, StoreStats,
+    ClientId, DelOutcome, Expired, MemoryStore, Pattern, SetOutcome, Store, StoreOp, StoreReply,
+    StoreStats,
 };
 use crate::topics;
 

@@ -12,8 +12,10 @@
 //! thing reads its record, computes the new one, and writes it back only if nobody wrote in
 //! between. Notifications follow from comparing the thing's pending list before and after:
 //! `notify` when its membership changed, `notify-next` when its first entry changed.
+//!
+//! The clients of both APIs (device and operator) are [`crate::client::jobs`]: the client
+//! layer sits above this one and this module never refers to it.
 
-mod client;
 mod model;
 mod operator;
 mod store;
@@ -26,11 +28,8 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-pub use client::{
-    DeviceRequest, JobNotification, JobsClient, JobsEvent, Update, parse, read_execution,
-};
 pub use model::{Execution, ExecutionRef, Job, JobSpec, JobsError, RejectCode, Status};
-use model::{THING_NAME_RULE, valid_job_id, valid_thing_name};
+pub(crate) use model::{THING_NAME_RULE, valid_job_id, valid_thing_name};
 pub use store::{DurableJobs, JobsStore, MemoryJobs, StoreError, Stored, ThingRecord};
 pub use topics::OPERATOR as OPERATOR_TOPIC;
 use wire::{Accepted, ExecutionAccepted, Notify, NotifyJobs, NotifyNext, Rejected, Reply};

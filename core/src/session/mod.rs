@@ -28,17 +28,17 @@ use bytes::Bytes;
 use serde_json::Value;
 
 use self::leases::{Lease, Step};
+use crate::client::commands::{CommandReply, CommandsClient, CommandsEvent};
+use crate::client::jobs::{DeviceRequest, JobNotification, JobsClient, JobsEvent};
 use crate::client::{
     Answer, CallId, CallOptions, ClientConfig, ClientCore, ClientError, Deleted, Event,
 };
 use crate::codec::{Notification, Request};
-use crate::commands::wire::{
-    CommandReply, CommandsClient, CommandsEvent, EVENTS_FILTER, EVENTS_PREFIX,
-};
+use crate::commands::wire::{EVENTS_FILTER, EVENTS_PREFIX};
 use crate::commands::{CommandRequest, Record};
 use crate::envelope::Publish;
 use crate::hlc::{Hlc, HlcError};
-use crate::jobs::{DeviceRequest, JobNotification, JobsClient, JobsEvent, OperatorRequest};
+use crate::jobs::OperatorRequest;
 use crate::lease::LeaseTerms;
 
 /// A publish to send, with the call it belongs to (`None`: the session's own, such as the

@@ -7,6 +7,7 @@ use std::ops::Bound;
 
 use bytes::Bytes;
 
+use super::Pattern;
 use super::{
     ClientId, DelOutcome, Expired, Quotas, SetOutcome, Store, StoreOp, StoreReply, StoreStats,
     check_fencing, condition_holds, fencing_token_after_set, footprint, version_after,
@@ -14,7 +15,6 @@ use super::{
 };
 use crate::ServiceError;
 use crate::codec::{Bulk, Condition};
-use crate::engine::Pattern;
 use crate::hlc::Hlc;
 
 /// A stored key, kept small: the table holds a million of them side by side.

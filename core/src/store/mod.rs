@@ -9,10 +9,10 @@
 //! rules as one script per op over a key and its metadata, so that conditional writes stay
 //! atomic across nodes, and answers when Redis does. Both run the same test suite.
 
-pub mod disk;
 mod durable;
 pub mod log;
 mod memory;
+mod pattern;
 
 use std::sync::Arc;
 
@@ -20,10 +20,10 @@ use bytes::Bytes;
 
 pub use durable::{DurableStore, Recovered};
 pub use memory::MemoryStore;
+pub use pattern::Pattern;
 
 use crate::ServiceError;
 use crate::codec::{Bulk, Condition};
-use crate::engine::Pattern;
 use crate::hlc::Hlc;
 
 /// A client's id, as the engine resolved it from `__srcId` or its response topic.

@@ -32,8 +32,8 @@ pub use jobs::RedisJobs;
 
 use mqstore_core::ServiceError;
 use mqstore_core::codec::{Bulk, Condition};
-use mqstore_core::engine::Pattern;
 use mqstore_core::hlc::Hlc;
+use mqstore_core::store::Pattern;
 use mqstore_core::store::{
     ClientId, DelOutcome, Expired, Quotas, SetOutcome, StoreOp, StoreReply, StoreStats,
 };

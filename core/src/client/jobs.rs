@@ -14,15 +14,15 @@ use bytes::Bytes;
 use serde::Serialize;
 use serde_json::Value;
 
-#[cfg(doc)]
-use super::wire::OperatorAnswer;
-use super::wire::{
-    DeviceBody, JobExecution, JobSummary, Notify, NotifyNext, OperatorRequest, Rejected,
-};
-use super::{ExecutionRef, OPERATOR_TOPIC, Status};
-use crate::client::{CallId, ClientError, Pending};
+use super::{CallId, ClientError, Pending};
 use crate::commands::expiry_seconds;
 use crate::envelope::{PROTOCOL_VERSION, Properties, Publish, property};
+#[cfg(doc)]
+use crate::jobs::wire::OperatorAnswer;
+use crate::jobs::wire::{
+    DeviceBody, JobExecution, JobSummary, Notify, NotifyNext, OperatorRequest, Rejected,
+};
+use crate::jobs::{ExecutionRef, OPERATOR_TOPIC, Status};
 
 /// A notification about one thing's pending list.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -85,7 +85,7 @@ impl DeviceRequest {
     /// For drivers whose callers speak the wire form (the C library); the message says what
     /// does not fit.
     pub fn from_wire(api: &str, body: DeviceBody) -> Result<Self, String> {
-        let api = super::parse_api(api).ok_or_else(|| {
+        let api = crate::jobs::parse_api(api).ok_or_else(|| {
             format!(
                 "{api:?} is not a jobs device API: get, start-next, {{jobId}}/get, $next/get or {{jobId}}/update"
             )
@@ -93,17 +93,17 @@ impl DeviceRequest {
         body.validate()?;
         let details = body.status_details.unwrap_or_default();
         Ok(match api {
-            super::Api::GetPending => Self::GetPending,
-            super::Api::StartNext => Self::StartNext {
+            crate::jobs::Api::GetPending => Self::GetPending,
+            crate::jobs::Api::StartNext => Self::StartNext {
                 status_details: details,
                 step_timeout_minutes: body.step_timeout_in_minutes,
             },
-            super::Api::Describe(execution) => Self::Describe {
+            crate::jobs::Api::Describe(execution) => Self::Describe {
                 execution,
                 execution_number: body.execution_number,
                 include_document: body.include_job_document.unwrap_or(true),
             },
-            super::Api::Update(job_id) => Self::Update(Update {
+            crate::jobs::Api::Update(job_id) => Self::Update(Update {
                 job_id,
                 status: body.status,
                 status_details: details,
@@ -235,7 +235,7 @@ impl JobsClient {
     pub fn new(client_id: impl Into<String>, seed: u64, default_timeout_ms: u64) -> Self {
         let client_id = client_id.into();
         Self {
-            response_topic: super::topics::operator_response(&client_id),
+            response_topic: crate::jobs::topics::operator_response(&client_id),
             client_id,
             default_timeout_ms,
             waiting: Pending::new(seed),
@@ -250,17 +250,17 @@ impl JobsClient {
     /// What to subscribe to before acting as `thing`: its replies and notifications. (AWS
     /// delivers replies without a subscription; a standard broker needs one.)
     pub fn device_subscriptions(thing: &str) -> Vec<String> {
-        super::topics::device_subscriptions(thing)
+        crate::jobs::topics::device_subscriptions(thing)
     }
 
     /// Whether `thing` is a thing name (1-128 of `a-zA-Z0-9:_-`): anything else would make
     /// wrong topics and filters.
     pub fn check_thing(thing: &str) -> Result<(), ClientError> {
-        match super::model::valid_thing_name(thing) {
+        match crate::jobs::valid_thing_name(thing) {
             true => Ok(()),
             false => Err(ClientError::Jobs {
                 code: "InvalidRequest".into(),
-                message: format!("thing name {thing:?}: {}", super::model::THING_NAME_RULE),
+                message: format!("thing name {thing:?}: {}", crate::jobs::THING_NAME_RULE),
                 execution_state: None,
             }),
         }
@@ -318,7 +318,7 @@ impl JobsClient {
             DeviceRequest::Update(update) => Some(&update.job_id),
             _ => None,
         };
-        if let Some(job_id) = job_id.filter(|id| !super::model::valid_job_id(id)) {
+        if let Some(job_id) = job_id.filter(|id| !crate::jobs::valid_job_id(id)) {
             return Err(ClientError::Jobs {
                 code: "InvalidRequest".into(),
                 message: format!(
@@ -333,7 +333,7 @@ impl JobsClient {
             ..request.body()
         };
         let publish = Publish {
-            topic: super::topics::device(thing, &request.api()),
+            topic: crate::jobs::topics::device(thing, &request.api()),
             payload: Bytes::from(serde_json::to_vec(&body).unwrap_or_default()),
             qos: 1,
             properties: Properties {
@@ -373,7 +373,7 @@ impl JobsClient {
                 result: operator_answer(publish).map(|answer| select(answer, field)),
             });
         }
-        let (thing, api) = super::topics::parse_device(&publish.topic)?;
+        let (thing, api) = crate::jobs::topics::parse_device(&publish.topic)?;
         match api {
             "notify" => {
                 let payload: Notify = serde_json::from_slice(&publish.payload).ok()?;

@@ -1,17 +1,8 @@
-//! `mqstore serve`: the engine next to an MQTT 5 broker.
-//!
-//! One task owns the [`Engine`] and the broker connection (see `connection.rs` for how it
-//! polls without ever dropping a poll half-way) and handles each event as the connection
-//! reports it: it re-subscribes on every CONNACK, answers requests (publishing what the engine
-//! returns in that order: notifications before responses), drops the registrations of clients
-//! that are gone (a presence Will, or a notification's PUBACK saying "no matching
-//! subscribers"), wakes at the engine's next expiry deadline, and reconnects with backoff when
-//! the broker is away. On shutdown it unsubscribes, answers what still arrives, waits for the
-//! broker's acknowledgements, and disconnects.
+//! One node's loop: the engine, the stores and what is queued for the broker, driven by the
+//! connection's events ([`Driver`]).
 
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
-use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -19,554 +10,47 @@ use std::time::{Duration, Instant};
 use rumqttc::Outgoing;
 use rumqttc::v5::Event;
 use rumqttc::v5::mqttbytes::QoS;
-use rumqttc::v5::mqttbytes::v5::{LastWill, Packet, PubAckReason};
+use rumqttc::v5::mqttbytes::v5::{Packet, PubAckReason};
 use tracing::{debug, error, info, warn};
 
-use crate::commander::{Commander, CommanderConfig, CommanderError, RegistryConfig};
-use crate::connection::{Connection, Driver, Outbox, Wakes};
-use crate::metrics::{self, Metrics};
-use crate::redis_store::{Applied, RedisConfig, RedisJobs, RedisStore, RedisStoreError};
-use crate::{BrokerConfig, Polled, connection_error, from_mqtt, now_ms, protocol_hint};
-use mqstore_core::engine::{
-    Accepted, AccessRules, Call, Engine, EngineConfig, Fit, Outcome, fit_for_broker,
+use super::ServerError;
+use super::jobs::{
+    JOBS_TICK_MS, JobsHandled, JobsService, LISTENER_LEASE_MS, LISTENER_RENEW_MS, Listener,
+    SharedJobs, jobs_tick, run_jobs,
 };
+use crate::connection::{Driver, Outbox, Wakes};
+use crate::metrics::Metrics;
+use crate::redis_store::{Applied, RedisStore, RedisStoreError};
+use crate::{Polled, connection_error, from_mqtt, now_ms, protocol_hint};
+use mqstore_core::disk::{Disk, DiskError};
+use mqstore_core::engine::{Accepted, Call, Engine, Fit, Outcome, fit_for_broker};
 use mqstore_core::envelope::{self, DropReason, EnvelopeError, Publish};
-use mqstore_core::jobs::wire::OperatorAnswer;
-use mqstore_core::jobs::{
-    DurableJobs, Jobs, JobsStore, OPERATOR_TOPIC, Stored, topics as jobs_topics,
-};
-use mqstore_core::presence::ServerPresence;
-use mqstore_core::store::disk::{self as durable, Disk, DiskError, Durability};
-use mqstore_core::store::{ClientId, DurableStore, Expired, Quotas, StoreStats};
+use mqstore_core::jobs::{DurableJobs, Stored, topics as jobs_topics};
+use mqstore_core::store::{ClientId, DurableStore, Expired, StoreStats};
 use mqstore_core::topics;
-
-/// Server settings.
-#[derive(Debug, Clone)]
-pub struct ServerConfig {
-    pub broker: BrokerConfig,
-    /// The MQTT client id of the server's connection.
-    pub client_id: String,
-    /// The engine's node id (the node part of every version).
-    pub node_id: String,
-    /// Subscribe through `$share/{group}/…` so that several nodes split the requests.
-    pub share_group: Option<String>,
-    pub quotas: Quotas,
-    /// Which client may read or write which keys (none: everyone everything).
-    pub access: AccessRules,
-    /// Serve Prometheus metrics here.
-    pub metrics_addr: Option<SocketAddr>,
-    /// Take only identified requests (published in each client's own `clients/{clientId}/`
-    /// tree, which the broker's ACL guards): access rules then hold against clients that lie
-    /// about who they are. The standard request topic (the Azure SDK clients') is not served.
-    pub require_identity: bool,
-    /// Response topics a request that is not identified may name (empty: any).
-    pub response_topic_prefixes: Vec<String>,
-    /// The secret SCAN continuation tokens are sealed with. `None`: on Redis, one the nodes
-    /// share through Redis (any node continues another's scan); in memory, a random one per
-    /// process.
-    pub scan_token_key: Option<[u8; 32]>,
-    /// How long an identified client's registrations outlive its last KEYNOTIFY (mqstore
-    /// clients renew every third of it, as the server's presence tells them).
-    pub registration_lease: Option<Duration>,
-    /// The same for clients on the standard topics (which do not renew): `None` by default.
-    pub standard_registration_lease: Option<Duration>,
-    /// Serve the state store (the standard and identified request topics, the clients'
-    /// presence, this node's presence). Off beside a broker whose plugin serves it: the node
-    /// then serves jobs and commands only.
-    pub state_store: bool,
-    /// Serve the jobs service (the AWS IoT Jobs device API and the operator API).
-    pub jobs: bool,
-    /// How long a minute of the jobs timers lasts (timeouts are given in minutes): 60 s;
-    /// shorter only for tests that must see executions time out.
-    pub jobs_minute: Duration,
-    /// Serve commands to devices (`mqstore/commands/v1/...`) on a connection of their own.
-    pub commands: bool,
-    /// The device profiles commands can use (the built-in ones unless told).
-    pub command_profiles: mqstore_core::commands::Profiles,
-    /// Requests that arrive while this many answers wait for the broker to take them are
-    /// dropped unapplied (their callers time out): memory stays bounded when the broker
-    /// accepts publishes more slowly than requests come in (0: drop every request).
-    pub max_pending_answers: usize,
-    /// Where the state store's state lives: this process (the default), or Redis, shared by
-    /// every node of a deployment.
-    pub store: StoreConfig,
-    /// Added to the system clock (tests of nodes whose clocks disagree).
-    pub clock_offset_ms: i64,
-    /// Keep the state store on local disk (`--data-dir`, `--fsync`); memory store only.
-    pub durability: Option<Durability>,
-}
-
-/// Where the state store's state lives.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub enum StoreConfig {
-    /// In this process: nothing to install; one node.
-    #[default]
-    Memory,
-    /// In Redis (one primary or a Cluster): every node serves any request.
-    Redis(RedisConfig),
-}
-
-impl std::str::FromStr for StoreConfig {
-    type Err = String;
-
-    /// `memory`, or a Redis URL (see [`RedisConfig::parse`]).
-    fn from_str(text: &str) -> Result<Self, String> {
-        match text {
-            "memory" => Ok(Self::Memory),
-            _ => RedisConfig::parse(text).map(Self::Redis),
-        }
-    }
-}
-
-impl ServerConfig {
-    /// A node called `node_id` on `broker`: client id `mqstore-server-{node_id}`, no shared
-    /// subscription, no key quotas (registrations: [`Quotas::SERVER_DEFAULT`]), no access
-    /// rules, no metrics endpoint.
-    pub fn new(broker: BrokerConfig, node_id: impl Into<String>) -> Self {
-        let node_id = node_id.into();
-        Self {
-            broker,
-            client_id: format!("mqstore-server-{node_id}"),
-            node_id,
-            share_group: None,
-            quotas: Quotas::SERVER_DEFAULT,
-            access: AccessRules::default(),
-            metrics_addr: None,
-            require_identity: false,
-            response_topic_prefixes: Vec::new(),
-            scan_token_key: None,
-            registration_lease: Some(DEFAULT_REGISTRATION_LEASE),
-            standard_registration_lease: None,
-            state_store: true,
-            jobs: true,
-            jobs_minute: Duration::from_secs(60),
-            commands: true,
-            command_profiles: mqstore_core::commands::Profiles::built_in(),
-            max_pending_answers: DEFAULT_MAX_PENDING_ANSWERS,
-            store: StoreConfig::Memory,
-            clock_offset_ms: 0,
-            durability: None,
-        }
-    }
-}
-
-/// Why the server stopped.
-#[derive(Debug, thiserror::Error)]
-pub enum ServerError {
-    #[error("invalid node id {0:?}: it must not contain ':'")]
-    NodeId(String),
-    #[error("the server task stopped before it started")]
-    Stopped,
-    #[error("cannot serve metrics on {addr}: {source}")]
-    Metrics {
-        addr: SocketAddr,
-        source: std::io::Error,
-    },
-    #[error(
-        "cannot use the Redis store at {url}: {source} (is Redis running there, and are the address and password right?)"
-    )]
-    Store {
-        url: String,
-        source: RedisStoreError,
-    },
-    #[error("cannot start the command service: {0}")]
-    Commands(#[from] CommanderError),
-    #[error("{0}")]
-    Disk(#[from] DiskError),
-    #[error(
-        "--data-dir keeps the memory store on disk; with --store redis://… the state is in Redis \
-         (use Redis's own persistence, appendonly yes)"
-    )]
-    DiskWithRedis,
-    #[error("--no-state-store with --no-jobs and --no-commands leaves nothing to serve")]
-    NothingToServe,
-}
-
-/// A running server's handles, for tests and embedding.
-pub struct Running {
-    pub metrics: Arc<Metrics>,
-    /// The bound metrics address, when serving metrics.
-    pub metrics_addr: Option<SocketAddr>,
-}
-
-/// A server running in a task of its own (for embedding and tests).
-pub struct ServerHandle {
-    pub metrics: Arc<Metrics>,
-    /// The bound metrics address, when serving metrics.
-    pub metrics_addr: Option<SocketAddr>,
-    stop: tokio::sync::oneshot::Sender<()>,
-    task: tokio::task::JoinHandle<Result<(), ServerError>>,
-}
-
-impl ServerHandle {
-    /// Stops the server the way SIGTERM does, and waits until it has.
-    pub async fn stop(self) -> Result<(), ServerError> {
-        let _ = self.stop.send(());
-        self.task.await.unwrap_or(Ok(()))
-    }
-}
-
-/// Starts [`serve`] in a task; returns once the metrics endpoint (if any) is bound, or the
-/// error that kept the server from starting.
-pub async fn spawn(config: ServerConfig) -> Result<ServerHandle, ServerError> {
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let (running_tx, running_rx) = tokio::sync::oneshot::channel();
-    let mut task = tokio::spawn(serve(
-        config,
-        async {
-            let _ = stopped.await;
-        },
-        |running| {
-            let _ = running_tx.send(running);
-        },
-    ));
-    match running_rx.await {
-        Ok(running) => Ok(ServerHandle {
-            metrics: running.metrics,
-            metrics_addr: running.metrics_addr,
-            stop,
-            task,
-        }),
-        // It stopped before starting: report why.
-        Err(_) => match (&mut task).await {
-            Ok(Err(e)) => Err(e),
-            _ => Err(ServerError::Stopped),
-        },
-    }
-}
-
-/// Runs the server until `shutdown` completes; then stops taking requests, answers the ones
-/// already received, and disconnects. `started` is called once the metrics endpoint (if any)
-/// is bound.
-pub async fn serve(
-    config: ServerConfig,
-    shutdown: impl Future<Output = ()>,
-    started: impl FnOnce(Running),
-) -> Result<(), ServerError> {
-    let node_id_error = |_| ServerError::NodeId(config.node_id.clone());
-    // Nodes on one Redis share the SCAN token secret (unless one is configured), so that any
-    // node continues a scan another began.
-    let redis = match &config.store {
-        StoreConfig::Memory => None,
-        StoreConfig::Redis(redis) => {
-            let store_error = |source| ServerError::Store {
-                url: redis.display(),
-                source,
-            };
-            let store = RedisStore::connect(redis, config.quotas)
-                .await
-                .map_err(store_error)?;
-            let secret = match config.scan_token_key {
-                Some(key) => key,
-                None => store
-                    .shared_secret(crate::random_bytes::<32>())
-                    .await
-                    .map_err(store_error)?,
-            };
-            info!(redis = %redis.display(), buckets = store.buckets(), "state in Redis");
-            Some((store, secret))
-        }
-    };
-    let engine_config = EngineConfig {
-        access: config.access.clone(),
-        response_topic_prefixes: config.response_topic_prefixes.clone(),
-        scan_token_key: match (&redis, config.scan_token_key) {
-            (Some((_, shared)), _) => *shared,
-            (None, key) => key.unwrap_or_else(crate::random_bytes::<32>),
-        },
-        scan_token_seed: crate::random_bytes::<16>(),
-        registration_lease_ms: config.registration_lease.map(|d| d.as_millis() as u64),
-        standard_registration_lease_ms: config
-            .standard_registration_lease
-            .map(|d| d.as_millis() as u64),
-        ..EngineConfig::new(config.node_id.clone())
-    };
-    let (done_tx, done_rx) = tokio::sync::mpsc::unbounded_channel();
-    let done_tx_disk = done_tx.clone();
-    let minute_ms = config.jobs_minute.as_millis() as u64;
-    let mut jobs = config.jobs.then(|| match &redis {
-        None => JobsService::Local(
-            Jobs::with_store(DurableJobs::default(), minute_ms).with_rollout_batch(ROLLOUT_BATCH),
-        ),
-        Some((store, _)) => JobsService::Shared(SharedJobs {
-            store: RedisJobs::new(store.clone(), tokio::runtime::Handle::current()),
-            done: done_tx.clone(),
-            minute_ms,
-            in_flight: 0,
-            ticking: false,
-            next_tick: 0,
-            // Brokers such as mosquitto deliver no `$aws/...` message to a shared
-            // subscription: with a share group, one node at a time listens to the device API.
-            listener: config.share_group.is_some().then(|| Listener {
-                token: format!("{}/{:016x}", config.node_id, crate::random_u64()),
-                leader: false,
-                claiming: false,
-                next_claim: 0,
-                held_until: 0,
-                releasing: false,
-            }),
-        }),
-    });
-    if matches!(jobs, Some(JobsService::Local(_))) && config.share_group.is_some() {
-        warn!(
-            "jobs on the memory store with --share-group: each node keeps jobs of its own, and \
-             brokers such as mosquitto deliver no device API message ($aws/...) to a shared \
-             subscription; share jobs between nodes with --store redis://…"
-        );
-    }
-    let command_registry = match &redis {
-        Some((store, _)) => RegistryConfig::Store(store.clone()),
-        None => RegistryConfig::Memory,
-    };
-    if redis.is_some() && config.durability.is_some() {
-        return Err(ServerError::DiskWithRedis);
-    }
-    if !(config.state_store || config.jobs || config.commands) {
-        return Err(ServerError::NothingToServe);
-    }
-    let mut disk = None;
-    let mut kept_jobs = DurableJobs::default();
-    let state = match redis {
-        None => {
-            let store = DurableStore::with_quotas(config.quotas);
-            let mut engine = Engine::new(engine_config, store).map_err(node_id_error)?;
-            if let Some(durability) = &config.durability {
-                let now = now_ms().saturating_add_signed(config.clock_offset_ms);
-                let opening = Instant::now();
-                let (store, durable_jobs, recovered, opened) =
-                    durable::open(durability, config.quotas, now, |recovered| {
-                        if let Some(newest) = &recovered.newest {
-                            engine.witness(newest);
-                        }
-                        engine.clock_now(now)
-                    })?;
-                *engine.store_mut() = store;
-                match &mut jobs {
-                    Some(JobsService::Local(jobs)) => *jobs.store_mut() = durable_jobs,
-                    // Jobs off (--no-jobs): the jobs on disk are kept as they are.
-                    _ => kept_jobs = durable_jobs,
-                }
-                if let Some(offset) = recovered.torn_at {
-                    warn!(
-                        path = %opened.path().display(),
-                        offset,
-                        "the data file ended in a record cut off by a crash (never acknowledged): \
-                         recovered up to the last complete record"
-                    );
-                }
-                info!(
-                    path = %opened.path().display(),
-                    fsync = ?durability.fsync,
-                    keys = recovered.keys,
-                    records = recovered.records,
-                    expired_while_down = recovered.expired,
-                    took_ms = opening.elapsed().as_millis() as u64,
-                    "state store on disk"
-                );
-                disk = Some(opened);
-            }
-            State::Memory(engine)
-        }
-        Some((store, _)) => State::Redis(
-            Engine::new(engine_config, ()).map_err(node_id_error)?,
-            Remote {
-                store,
-                done: done_tx,
-                in_flight: 0,
-                sweeping: false,
-                next_sweep: 0,
-                up: true,
-            },
-        ),
-    };
-    let metrics = Arc::new(Metrics::default());
-    metrics.store_call(true, 0);
-    let mut metrics_addr = None;
-    let metrics_task = match config.metrics_addr {
-        Some(addr) => {
-            let listener = metrics::bind(addr)
-                .await
-                .map_err(|source| ServerError::Metrics { addr, source })?;
-            metrics_addr = listener.local_addr().ok();
-            info!(addr = ?metrics_addr, "serving Prometheus metrics at /metrics");
-            Some(tokio::spawn(metrics::serve(listener, metrics.clone())))
-        }
-        None => None,
-    };
-    let commander = match config.commands {
-        false => None,
-        true => {
-            if matches!(command_registry, RegistryConfig::Memory) && config.share_group.is_some() {
-                warn!(
-                    "commands on the memory store with --share-group: an answer read on the topic of a \
-                     topic profile (DJI-style devices) reaches only the node that sent the command if \
-                     that node read it; share the registry with --store redis://…"
-                );
-            }
-            let commands = CommanderConfig {
-                client_id: format!("{}-commands", config.client_id),
-                share_group: config.share_group.clone(),
-                profiles: config.command_profiles.clone(),
-                registry: command_registry,
-                serve: true,
-                events: true,
-                ..CommanderConfig::new(config.broker.clone(), config.node_id.clone())
-            };
-            Some(Commander::start(commands, Some(metrics.clone())).await?)
-        }
-    };
-    started(Running {
-        metrics: metrics.clone(),
-        metrics_addr,
-    });
-
-    // A new epoch at every start: clients that see it change register again (see
-    // `mqstore_core::presence`). The Will says "offline" if the node vanishes.
-    let epoch = format!("{:016x}", crate::random_u64());
-    let presence_topic = topics::server_presence_topic(&config.node_id);
-    let presence = |online| ServerPresence {
-        epoch: epoch.clone(),
-        online,
-        max_packet_size: Some(config.broker.max_packet_size),
-        registration_lease_ms: config.registration_lease.map(|d| d.as_millis() as u64),
-    };
-    let mut options = config.broker.options(&config.client_id);
-    if config.state_store {
-        options.set_last_will(LastWill::new(
-            presence_topic.clone(),
-            presence(false).to_bytes(),
-            QoS::AtLeastOnce,
-            true,
-            None,
-        ));
-    }
-    let (client, eventloop) = rumqttc::v5::AsyncClient::new(options, REQUEST_QUEUE);
-    // Identified requests (in each client's own tree) always; the standard, shared request
-    // topic (what the Azure SDK clients use: they name themselves in `__srcId`, which nothing
-    // checks) unless identities are required.
-    let mut invoke_filters = Vec::new();
-    let mut presence_filters = Vec::new();
-    if config.state_store {
-        invoke_filters.push(topics::IDENTIFIED_INVOKE_FILTER);
-        presence_filters.push(topics::IDENTIFIED_PRESENCE_FILTER);
-        if !config.require_identity {
-            invoke_filters.push(topics::INVOKE);
-            presence_filters.push(topics::PRESENCE_FILTER);
-        }
-    }
-    if let Some(jobs) = &jobs {
-        // The AWS IoT Jobs device API (`#` alone does not match `$aws/...`) unless one node
-        // listens to it for all, and ours.
-        if !matches!(
-            jobs,
-            JobsService::Shared(SharedJobs {
-                listener: Some(_),
-                ..
-            })
-        ) {
-            invoke_filters.push(jobs_topics::DEVICE_FILTER);
-        }
-        invoke_filters.push(OPERATOR_TOPIC);
-    }
-    let invoke_filters: Vec<String> = invoke_filters
-        .into_iter()
-        .map(|filter| match &config.share_group {
-            Some(group) => format!("$share/{group}/{filter}"),
-            None => filter.to_owned(),
-        })
-        .collect();
-    info!(
-        broker = %format!("{}:{}", config.broker.host, config.broker.port),
-        node_id = %config.node_id,
-        topics = ?invoke_filters,
-        state_store = config.state_store,
-        require_identity = config.require_identity,
-        "mqstore serve starting"
-    );
-    let mut node = Node {
-        jobs,
-        probe_topic: topics::probe_topic(&config.client_id),
-        presence: config.state_store.then(|| Publish {
-            topic: presence_topic,
-            payload: presence(true).to_bytes(),
-            qos: 1,
-            properties: Default::default(),
-        }),
-        protocol_errors: 0,
-        reports_no_subscribers: None,
-        max_packet_size: config.broker.max_packet_size,
-        own_max_packet_size: config.broker.max_packet_size,
-        state,
-        clock_offset_ms: config.clock_offset_ms,
-        outbox: Outbox::new(client),
-        metrics: metrics.clone(),
-        invoke_filters,
-        presence_filters,
-        unsubacks: 0,
-        subacks: 0,
-        out: Vec::new(),
-        sent: VecDeque::new(),
-        notified: HashMap::new(),
-        unacked: 0,
-        max_pending_answers: config.max_pending_answers,
-        stop: Stop::Running,
-        disk,
-        kept_jobs,
-        disk_done: done_tx_disk,
-        fatal: None,
-    };
-    let mut signals = Signals {
-        shutdown: Box::pin(shutdown),
-        fired: false,
-        grace: Box::pin(tokio::time::sleep(Duration::ZERO)),
-        store_done: done_rx,
-    };
-    Connection::new(eventloop)
-        .run(&mut signals, &mut node)
-        .await;
-    let closed = node.disk.as_mut().map(Disk::close).transpose();
-    if let Some(commander) = commander {
-        commander.stop().await;
-    }
-    if let Some(task) = metrics_task {
-        task.abort();
-    }
-    if let Some(fatal) = node.fatal {
-        return Err(fatal);
-    }
-    closed?;
-    info!("stopped");
-    Ok(())
-}
 
 /// Targets of a new job queued per turn of the server's loop: each makes up to two
 /// notifications, and an answer to another request waits behind at most one batch's.
-const ROLLOUT_BATCH: usize = 64;
+pub(super) const ROLLOUT_BATCH: usize = 64;
 
 /// A job's rollout pauses while this many publishes are on their way to the broker (waiting
 /// in the outbox or in rumqttc's queue, or sent and not yet acknowledged): an answer to
 /// another request queues behind no more than these and one batch.
-const ROLLOUT_MAX_PENDING: usize = 128;
-
-/// The default of [`ServerConfig::registration_lease`].
-pub const DEFAULT_REGISTRATION_LEASE: Duration = Duration::from_secs(60);
-
-/// The default of [`ServerConfig::max_pending_answers`].
-pub const DEFAULT_MAX_PENDING_ANSWERS: usize = 10_000;
+pub(super) const ROLLOUT_MAX_PENDING: usize = 128;
 
 /// How many 503 answers to overloaded requests may wait beyond `max_pending_answers`.
-const OVERLOAD_REPLIES: usize = 1_000;
+pub(super) const OVERLOAD_REPLIES: usize = 1_000;
 
 /// Requests (publishes, subscribes) queued for the connection. Answers that do not fit wait in
 /// the node's own backlog, in order.
-const REQUEST_QUEUE: usize = 1024;
+pub(super) const REQUEST_QUEUE: usize = 1024;
 
 /// How long shutdown waits for the answers still queued to be written.
-const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+pub(super) const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
 /// Where shutdown is, in order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-enum Stop {
+pub(super) enum Stop {
     Running,
     /// The UNSUBSCRIBE of the invoke topic is on its way; requests still arriving are answered.
     Unsubscribing,
@@ -583,15 +67,15 @@ enum Stop {
 
 /// The server's wake-ups besides its connection: the shutdown signal, then the end of the
 /// grace period shutdown may take.
-struct Signals<F> {
-    shutdown: Pin<Box<F>>,
-    fired: bool,
-    grace: Pin<Box<tokio::time::Sleep>>,
+pub(super) struct Signals<F> {
+    pub(super) shutdown: Pin<Box<F>>,
+    pub(super) fired: bool,
+    pub(super) grace: Pin<Box<tokio::time::Sleep>>,
     /// What Redis answered (requests, sweeps and jobs calls run off the loop).
-    store_done: tokio::sync::mpsc::UnboundedReceiver<Done>,
+    pub(super) store_done: tokio::sync::mpsc::UnboundedReceiver<Done>,
 }
 
-enum Signal {
+pub(super) enum Signal {
     Shutdown,
     GraceOver,
     Done(Done),
@@ -628,7 +112,7 @@ impl<F: Future<Output = ()>> Wakes for Signals<F> {
 }
 
 /// A Redis call that ended, back in the server's loop.
-enum StoreDone {
+pub(super) enum StoreDone {
     /// A request's op.
     Call {
         call: Box<Call>,
@@ -642,7 +126,7 @@ enum StoreDone {
 }
 
 /// A jobs call on Redis that ended, back in the server's loop.
-enum JobsDone {
+pub(super) enum JobsDone {
     /// A request ran: what it published (its notifications, then its reply).
     Request(Vec<Publish>, Option<JobsHandled>),
     /// A timer tick ran: what it published, and whether rollouts remain.
@@ -654,155 +138,26 @@ enum JobsDone {
 }
 
 /// Work that ran off the server's loop and came back to it.
-enum Done {
+pub(super) enum Done {
     State(StoreDone),
     Jobs(JobsDone),
     /// A sync of the data file ended.
     Synced(std::io::Result<()>),
 }
 
-/// What a jobs request was, for the metrics.
-struct JobsHandled {
-    accepted: bool,
-    notifications: usize,
-}
-
-/// The jobs service of a node.
-enum JobsService {
-    /// In this process's memory: answered at once.
-    Local(Jobs<DurableJobs>),
-    /// In Redis, shared by every node: the engine waits for Redis, so each request (and each
-    /// timer tick) runs on a blocking thread of its own, many at once, and comes back as a
-    /// [`JobsDone`]. Compare-and-set keeps them atomic (see [`mqstore_core::jobs`]).
-    Shared(SharedJobs),
-}
-
-struct SharedJobs {
-    store: RedisJobs,
-    done: tokio::sync::mpsc::UnboundedSender<Done>,
-    minute_ms: u64,
-    /// Requests running.
-    in_flight: usize,
-    /// A tick (timeouts, the next rollout batch) is running.
-    ticking: bool,
-    /// When the next tick is due.
-    next_tick: u64,
-    /// With a share group: the election of the node that listens to the device API.
-    listener: Option<Listener>,
-}
-
-/// This node's part in electing the one node that subscribes to the device API (a lease in
-/// Redis, renewed every [`LISTENER_RENEW_MS`]; another node takes over within
-/// [`LISTENER_LEASE_MS`] of the listener's death, and at once when it stops cleanly).
-struct Listener {
-    /// Who this node is in the lease (node id and a random part: a restarted node is new).
-    token: String,
-    /// Whether this node holds the lease and is subscribed.
-    leader: bool,
-    /// A claim is running.
-    claiming: bool,
-    next_claim: u64,
-    /// Until when this node may listen after its last successful claim, by its own clock: a
-    /// renewal short of the lease's end, so that it has unsubscribed before another node can
-    /// claim the lease.
-    held_until: u64,
-    /// Giving the lease up (the node stops once it is done).
-    releasing: bool,
-}
-
-/// How long the device API listener's lease lasts without renewal.
-const LISTENER_LEASE_MS: u64 = 3_000;
-
-/// How often the listener renews its lease, and the others try to take it.
-const LISTENER_RENEW_MS: u64 = 1_000;
-
-impl SharedJobs {
-    /// The engine over the shared state (cheap: it holds a handle on the connection).
-    fn engine(&self) -> Jobs<RedisJobs> {
-        Jobs::with_store(self.store.clone(), self.minute_ms).with_rollout_batch(ROLLOUT_BATCH)
-    }
-}
-
-/// A jobs timer tick: times out what ran out, and (while the broker keeps up) queues the next
-/// batch of a rollout; whether rollouts remain.
-fn jobs_tick<S: JobsStore>(
-    jobs: &mut Jobs<S>,
-    now_ms: u64,
-    rollout_room: bool,
-    out: &mut Vec<Publish>,
-) -> Stored<bool> {
-    jobs.expire(now_ms, out)?;
-    if rollout_room && jobs.rolling_out()? {
-        jobs.roll_out(now_ms, out)?;
-    }
-    jobs.rolling_out()
-}
-
-/// How often each node on Redis looks for jobs timers that ran out and for rollouts to go on
-/// with (any node's tick may take any of them; each is done once).
-const JOBS_TICK_MS: u64 = 100;
-
-/// Runs one jobs request on `jobs`: a device request (`$aws/things/T/jobs/...`) or an operator
-/// request, pushing the notifications it causes and then its reply onto `out`. `None` for the
-/// service's own replies and notifications coming back (not requests).
-fn run_jobs<S: JobsStore>(
-    jobs: &mut Jobs<S>,
-    message: Publish,
-    node: &str,
-    now: u64,
-    out: &mut Vec<Publish>,
-) -> Option<JobsHandled> {
-    let before = out.len();
-    if message.topic != OPERATOR_TOPIC {
-        jobs.handle(&message.topic, &message.payload, now, out)?;
-        let (reply, notifications) = out[before..].split_last()?;
-        return Some(JobsHandled {
-            accepted: reply.topic.ends_with("/accepted"),
-            notifications: notifications.len(),
-        });
-    }
-    match envelope::check_request(message.qos, message.properties, node) {
-        envelope::Checked::Accept(invocation) => {
-            let answer = jobs.operate(&message.payload, now, out);
-            let handled = JobsHandled {
-                accepted: matches!(answer, OperatorAnswer::Ok(_)),
-                notifications: out.len() - before,
-            };
-            let mut properties = envelope::response_properties(&invocation, 200, None, node);
-            properties.content_type = Some("application/json".into());
-            out.push(Publish {
-                topic: invocation.response_topic,
-                // Our own type: it always serializes.
-                payload: bytes::Bytes::from(serde_json::to_vec(&answer).unwrap_or_default()),
-                qos: 1,
-                properties,
-            });
-            Some(handled)
-        }
-        envelope::Checked::Reject(reply, _) => {
-            out.push(*reply);
-            None
-        }
-        envelope::Checked::Drop(reason) => {
-            debug!(%reason, "operator request dropped");
-            None
-        }
-    }
-}
-
-struct Swept {
-    expired: Vec<Expired>,
-    leases: Vec<(ClientId, usize)>,
-    stats: StoreStats,
+pub(super) struct Swept {
+    pub(super) expired: Vec<Expired>,
+    pub(super) leases: Vec<(ClientId, usize)>,
+    pub(super) stats: StoreStats,
 }
 
 /// How often a node on Redis sweeps expired keys and ended leases (any node's sweep finds
 /// any key; each expiry is notified once).
-const SWEEP_INTERVAL_MS: u64 = 100;
+pub(super) const SWEEP_INTERVAL_MS: u64 = 100;
 
 /// Where the state lives, and the engine that drives it.
 #[allow(clippy::large_enum_variant)] // one per node, made once and never moved after
-enum State {
+pub(super) enum State {
     /// The engine owns its memory store (recording its writes for the disk with
     /// `--data-dir`) and answers at once.
     Memory(Engine<DurableStore>),
@@ -812,17 +167,17 @@ enum State {
 }
 
 /// The Redis side of a node.
-struct Remote {
-    store: RedisStore,
-    done: tokio::sync::mpsc::UnboundedSender<Done>,
+pub(super) struct Remote {
+    pub(super) store: RedisStore,
+    pub(super) done: tokio::sync::mpsc::UnboundedSender<Done>,
     /// Requests waiting for Redis.
-    in_flight: usize,
+    pub(super) in_flight: usize,
     /// A sweep is running.
-    sweeping: bool,
+    pub(super) sweeping: bool,
     /// When the next sweep is due.
-    next_sweep: u64,
+    pub(super) next_sweep: u64,
     /// Whether the last Redis call succeeded.
-    up: bool,
+    pub(super) up: bool,
 }
 
 impl Remote {
@@ -869,7 +224,7 @@ impl State {
 
 /// What a publish handed to the broker was: what its PUBACK means depends on it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Sent {
+pub(super) enum Sent {
     Answer,
     /// A notification for this client: "no matching subscribers" means it stopped listening.
     Notification(String),
@@ -880,54 +235,54 @@ enum Sent {
 }
 
 /// One server node: the engine and what it has queued for the broker.
-struct Node {
-    state: State,
+pub(super) struct Node {
+    pub(super) state: State,
     /// Added to the system clock (tests of skewed nodes).
-    clock_offset_ms: i64,
+    pub(super) clock_offset_ms: i64,
     /// The jobs service, unless switched off.
-    jobs: Option<JobsService>,
+    pub(super) jobs: Option<JobsService>,
     /// Answers and notifications, tagged with what they are.
-    outbox: Outbox<Sent>,
-    metrics: Arc<Metrics>,
+    pub(super) outbox: Outbox<Sent>,
+    pub(super) metrics: Arc<Metrics>,
     /// What requests arrive on (shared subscriptions with a share group).
-    invoke_filters: Vec<String>,
+    pub(super) invoke_filters: Vec<String>,
     /// Where clients' presence messages arrive.
-    presence_filters: Vec<&'static str>,
+    pub(super) presence_filters: Vec<&'static str>,
     /// UNSUBACKs still expected while shutting down.
-    unsubacks: usize,
+    pub(super) unsubacks: usize,
     /// SUBACKs still expected after a connection: requests are served once they are in.
-    subacks: usize,
+    pub(super) subacks: usize,
     /// What the engine returned for the current request or expiry sweep.
-    out: Vec<Publish>,
+    pub(super) out: Vec<Publish>,
     /// The tags of the publishes rumqttc took, in order, until it reports their packet ids.
-    sent: VecDeque<Sent>,
+    pub(super) sent: VecDeque<Sent>,
     /// Packet id → what a notification or probe in flight is (answers are not kept).
-    notified: HashMap<u16, Sent>,
+    pub(super) notified: HashMap<u16, Sent>,
     /// Where this node's probe goes (see [`topics::probe_topic`]).
-    probe_topic: String,
+    pub(super) probe_topic: String,
     /// This node's retained presence ("online", its epoch and limit), published at every
     /// connection (none without the state store).
-    presence: Option<Publish>,
+    pub(super) presence: Option<Publish>,
     /// Connections in a row that the broker broke the protocol on.
-    protocol_errors: u32,
+    pub(super) protocol_errors: u32,
     /// What the probe found (`None` until its PUBACK came).
-    reports_no_subscribers: Option<bool>,
+    pub(super) reports_no_subscribers: Option<bool>,
     /// The largest packet this node sends: its own limit, lowered by the broker's CONNACK.
-    max_packet_size: u32,
+    pub(super) max_packet_size: u32,
     /// This node's own limit ([`BrokerConfig::max_packet_size`]).
-    own_max_packet_size: u32,
+    pub(super) own_max_packet_size: u32,
     /// Publishes sent and not yet acknowledged by the broker.
-    unacked: usize,
-    max_pending_answers: usize,
-    stop: Stop,
+    pub(super) unacked: usize,
+    pub(super) max_pending_answers: usize,
+    pub(super) stop: Stop,
     /// The data directory's log (`--data-dir`), and what waits for it.
-    disk: Option<Disk<(Publish, Sent)>>,
+    pub(super) disk: Option<Disk<(Publish, Sent)>>,
     /// The jobs on disk while the jobs service is off: written back when the log is compacted.
-    kept_jobs: DurableJobs,
+    pub(super) kept_jobs: DurableJobs,
     /// Where a finished sync reports.
-    disk_done: tokio::sync::mpsc::UnboundedSender<Done>,
+    pub(super) disk_done: tokio::sync::mpsc::UnboundedSender<Done>,
     /// Why the node stopped on its own (the disk failed).
-    fatal: Option<ServerError>,
+    pub(super) fatal: Option<ServerError>,
 }
 
 impl Node {
@@ -1711,7 +1066,7 @@ impl Node {
 /// tree, which only it may publish to) end both its identified registrations and those made
 /// in its name on the standard topic; a standard presence (which anyone could publish) only
 /// the latter.
-fn presence_of(topic: &str) -> Option<Vec<String>> {
+pub(super) fn presence_of(topic: &str) -> Option<Vec<String>> {
     if let Some(client) = topics::client_of_identified_presence(topic) {
         return Some(vec![topics::identified(&client), client]);
     }
@@ -1720,7 +1075,7 @@ fn presence_of(topic: &str) -> Option<Vec<String>> {
 
 /// `message` if the broker takes it (at most `max` bytes), as [`fit_for_broker`] decides;
 /// logs what it changed and counts what it dropped.
-fn fit(message: Publish, tag: &Sent, max: u32, metrics: &Metrics) -> Option<Publish> {
+pub(super) fn fit(message: Publish, tag: &Sent, max: u32, metrics: &Metrics) -> Option<Publish> {
     match fit_for_broker(message, *tag == Sent::Answer, max as usize) {
         Fit::Fits(message) => Some(message),
         Fit::Replaced { message, size } => {
@@ -1736,7 +1091,7 @@ fn fit(message: Publish, tag: &Sent, max: u32, metrics: &Metrics) -> Option<Publ
 }
 
 /// rumqttc took a publish: remember what it was until its packet id is reported.
-fn note_sent(sent: &mut VecDeque<Sent>, metrics: &Metrics, tag: Sent) {
+pub(super) fn note_sent(sent: &mut VecDeque<Sent>, metrics: &Metrics, tag: Sent) {
     if matches!(tag, Sent::Notification(_)) {
         metrics.notified(1);
     }

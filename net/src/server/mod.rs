@@ -1,0 +1,400 @@
+//! `mqstore serve`: the engine next to an MQTT 5 broker.
+//!
+//! One task owns the [`Engine`] and the broker connection (see `connection.rs` for how it
+//! polls without ever dropping a poll half-way) and handles each event as the connection
+//! reports it: it re-subscribes on every CONNACK, answers requests (publishing what the engine
+//! returns in that order: notifications before responses), drops the registrations of clients
+//! that are gone (a presence Will, or a notification's PUBACK saying "no matching
+//! subscribers"), wakes at the engine's next expiry deadline, and reconnects with backoff when
+//! the broker is away. On shutdown it unsubscribes, answers what still arrives, waits for the
+//! broker's acknowledgements, and disconnects.
+
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rumqttc::v5::mqttbytes::QoS;
+use rumqttc::v5::mqttbytes::v5::LastWill;
+use tracing::{info, warn};
+
+use crate::commander::{Commander, CommanderConfig, RegistryConfig};
+use crate::connection::{Connection, Outbox};
+use crate::metrics::{self, Metrics};
+use crate::now_ms;
+use crate::redis_store::{RedisJobs, RedisStore};
+use jobs::{JobsService, Listener, SharedJobs};
+use mqstore_core::disk::{self as durable, Disk};
+use mqstore_core::engine::{Engine, EngineConfig};
+use mqstore_core::envelope::Publish;
+use mqstore_core::jobs::{DurableJobs, Jobs, OPERATOR_TOPIC, topics as jobs_topics};
+use mqstore_core::presence::ServerPresence;
+use mqstore_core::store::DurableStore;
+use mqstore_core::topics;
+use node::{Node, REQUEST_QUEUE, ROLLOUT_BATCH, Remote, Signals, State, Stop};
+
+mod config;
+mod jobs;
+mod node;
+
+pub use config::{
+    DEFAULT_MAX_PENDING_ANSWERS, DEFAULT_REGISTRATION_LEASE, ServerConfig, ServerError, StoreConfig,
+};
+
+/// A running server's handles, for tests and embedding.
+pub struct Running {
+    pub metrics: Arc<Metrics>,
+    /// The bound metrics address, when serving metrics.
+    pub metrics_addr: Option<SocketAddr>,
+}
+
+/// A server running in a task of its own (for embedding and tests).
+pub struct ServerHandle {
+    pub metrics: Arc<Metrics>,
+    /// The bound metrics address, when serving metrics.
+    pub metrics_addr: Option<SocketAddr>,
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<Result<(), ServerError>>,
+}
+
+impl ServerHandle {
+    /// Stops the server the way SIGTERM does, and waits until it has.
+    pub async fn stop(self) -> Result<(), ServerError> {
+        let _ = self.stop.send(());
+        self.task.await.unwrap_or(Ok(()))
+    }
+}
+
+/// Starts [`serve`] in a task; returns once the metrics endpoint (if any) is bound, or the
+/// error that kept the server from starting.
+pub async fn spawn(config: ServerConfig) -> Result<ServerHandle, ServerError> {
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let (running_tx, running_rx) = tokio::sync::oneshot::channel();
+    let mut task = tokio::spawn(serve(
+        config,
+        async {
+            let _ = stopped.await;
+        },
+        |running| {
+            let _ = running_tx.send(running);
+        },
+    ));
+    match running_rx.await {
+        Ok(running) => Ok(ServerHandle {
+            metrics: running.metrics,
+            metrics_addr: running.metrics_addr,
+            stop,
+            task,
+        }),
+        // It stopped before starting: report why.
+        Err(_) => match (&mut task).await {
+            Ok(Err(e)) => Err(e),
+            _ => Err(ServerError::Stopped),
+        },
+    }
+}
+
+/// Runs the server until `shutdown` completes; then stops taking requests, answers the ones
+/// already received, and disconnects. `started` is called once the metrics endpoint (if any)
+/// is bound.
+pub async fn serve(
+    config: ServerConfig,
+    shutdown: impl Future<Output = ()>,
+    started: impl FnOnce(Running),
+) -> Result<(), ServerError> {
+    let node_id_error = |_| ServerError::NodeId(config.node_id.clone());
+    // Nodes on one Redis share the SCAN token secret (unless one is configured), so that any
+    // node continues a scan another began.
+    let redis = match &config.store {
+        StoreConfig::Memory => None,
+        StoreConfig::Redis(redis) => {
+            let store_error = |source| ServerError::Store {
+                url: redis.display(),
+                source,
+            };
+            let store = RedisStore::connect(redis, config.quotas)
+                .await
+                .map_err(store_error)?;
+            let secret = match config.scan_token_key {
+                Some(key) => key,
+                None => store
+                    .shared_secret(crate::random_bytes::<32>())
+                    .await
+                    .map_err(store_error)?,
+            };
+            info!(redis = %redis.display(), buckets = store.buckets(), "state in Redis");
+            Some((store, secret))
+        }
+    };
+    let engine_config = EngineConfig {
+        access: config.access.clone(),
+        response_topic_prefixes: config.response_topic_prefixes.clone(),
+        scan_token_key: match (&redis, config.scan_token_key) {
+            (Some((_, shared)), _) => *shared,
+            (None, key) => key.unwrap_or_else(crate::random_bytes::<32>),
+        },
+        scan_token_seed: crate::random_bytes::<16>(),
+        registration_lease_ms: config.registration_lease.map(|d| d.as_millis() as u64),
+        standard_registration_lease_ms: config
+            .standard_registration_lease
+            .map(|d| d.as_millis() as u64),
+        ..EngineConfig::new(config.node_id.clone())
+    };
+    let (done_tx, done_rx) = tokio::sync::mpsc::unbounded_channel();
+    let done_tx_disk = done_tx.clone();
+    let minute_ms = config.jobs_minute.as_millis() as u64;
+    let mut jobs = config.jobs.then(|| match &redis {
+        None => JobsService::Local(
+            Jobs::with_store(DurableJobs::default(), minute_ms).with_rollout_batch(ROLLOUT_BATCH),
+        ),
+        Some((store, _)) => JobsService::Shared(SharedJobs {
+            store: RedisJobs::new(store.clone(), tokio::runtime::Handle::current()),
+            done: done_tx.clone(),
+            minute_ms,
+            in_flight: 0,
+            ticking: false,
+            next_tick: 0,
+            // Brokers such as mosquitto deliver no `$aws/...` message to a shared
+            // subscription: with a share group, one node at a time listens to the device API.
+            listener: config.share_group.is_some().then(|| Listener {
+                token: format!("{}/{:016x}", config.node_id, crate::random_u64()),
+                leader: false,
+                claiming: false,
+                next_claim: 0,
+                held_until: 0,
+                releasing: false,
+            }),
+        }),
+    });
+    if matches!(jobs, Some(JobsService::Local(_))) && config.share_group.is_some() {
+        warn!(
+            "jobs on the memory store with --share-group: each node keeps jobs of its own, and \
+             brokers such as mosquitto deliver no device API message ($aws/...) to a shared \
+             subscription; share jobs between nodes with --store redis://…"
+        );
+    }
+    let command_registry = match &redis {
+        Some((store, _)) => RegistryConfig::Store(store.clone()),
+        None => RegistryConfig::Memory,
+    };
+    if redis.is_some() && config.durability.is_some() {
+        return Err(ServerError::DiskWithRedis);
+    }
+    if !(config.state_store || config.jobs || config.commands) {
+        return Err(ServerError::NothingToServe);
+    }
+    let mut disk = None;
+    let mut kept_jobs = DurableJobs::default();
+    let state = match redis {
+        None => {
+            let store = DurableStore::with_quotas(config.quotas);
+            let mut engine = Engine::new(engine_config, store).map_err(node_id_error)?;
+            if let Some(durability) = &config.durability {
+                let now = now_ms().saturating_add_signed(config.clock_offset_ms);
+                let opening = Instant::now();
+                let (store, durable_jobs, recovered, opened) =
+                    durable::open(durability, config.quotas, now, |recovered| {
+                        if let Some(newest) = &recovered.newest {
+                            engine.witness(newest);
+                        }
+                        engine.clock_now(now)
+                    })?;
+                *engine.store_mut() = store;
+                match &mut jobs {
+                    Some(JobsService::Local(jobs)) => *jobs.store_mut() = durable_jobs,
+                    // Jobs off (--no-jobs): the jobs on disk are kept as they are.
+                    _ => kept_jobs = durable_jobs,
+                }
+                if let Some(offset) = recovered.torn_at {
+                    warn!(
+                        path = %opened.path().display(),
+                        offset,
+                        "the data file ended in a record cut off by a crash (never acknowledged): \
+                         recovered up to the last complete record"
+                    );
+                }
+                info!(
+                    path = %opened.path().display(),
+                    fsync = ?durability.fsync,
+                    keys = recovered.keys,
+                    records = recovered.records,
+                    expired_while_down = recovered.expired,
+                    took_ms = opening.elapsed().as_millis() as u64,
+                    "state store on disk"
+                );
+                disk = Some(opened);
+            }
+            State::Memory(engine)
+        }
+        Some((store, _)) => State::Redis(
+            Engine::new(engine_config, ()).map_err(node_id_error)?,
+            Remote {
+                store,
+                done: done_tx,
+                in_flight: 0,
+                sweeping: false,
+                next_sweep: 0,
+                up: true,
+            },
+        ),
+    };
+    let metrics = Arc::new(Metrics::default());
+    metrics.store_call(true, 0);
+    let mut metrics_addr = None;
+    let metrics_task = match config.metrics_addr {
+        Some(addr) => {
+            let listener = metrics::bind(addr)
+                .await
+                .map_err(|source| ServerError::Metrics { addr, source })?;
+            metrics_addr = listener.local_addr().ok();
+            info!(addr = ?metrics_addr, "serving Prometheus metrics at /metrics");
+            Some(tokio::spawn(metrics::serve(listener, metrics.clone())))
+        }
+        None => None,
+    };
+    let commander = match config.commands {
+        false => None,
+        true => {
+            if matches!(command_registry, RegistryConfig::Memory) && config.share_group.is_some() {
+                warn!(
+                    "commands on the memory store with --share-group: an answer read on the topic of a \
+                     topic profile (DJI-style devices) reaches only the node that sent the command if \
+                     that node read it; share the registry with --store redis://…"
+                );
+            }
+            let commands = CommanderConfig {
+                client_id: format!("{}-commands", config.client_id),
+                share_group: config.share_group.clone(),
+                profiles: config.command_profiles.clone(),
+                registry: command_registry,
+                serve: true,
+                events: true,
+                ..CommanderConfig::new(config.broker.clone(), config.node_id.clone())
+            };
+            Some(Commander::start(commands, Some(metrics.clone())).await?)
+        }
+    };
+    started(Running {
+        metrics: metrics.clone(),
+        metrics_addr,
+    });
+
+    // A new epoch at every start: clients that see it change register again (see
+    // `mqstore_core::presence`). The Will says "offline" if the node vanishes.
+    let epoch = format!("{:016x}", crate::random_u64());
+    let presence_topic = topics::server_presence_topic(&config.node_id);
+    let presence = |online| ServerPresence {
+        epoch: epoch.clone(),
+        online,
+        max_packet_size: Some(config.broker.max_packet_size),
+        registration_lease_ms: config.registration_lease.map(|d| d.as_millis() as u64),
+    };
+    let mut options = config.broker.options(&config.client_id);
+    if config.state_store {
+        options.set_last_will(LastWill::new(
+            presence_topic.clone(),
+            presence(false).to_bytes(),
+            QoS::AtLeastOnce,
+            true,
+            None,
+        ));
+    }
+    let (client, eventloop) = rumqttc::v5::AsyncClient::new(options, REQUEST_QUEUE);
+    // Identified requests (in each client's own tree) always; the standard, shared request
+    // topic (what the Azure SDK clients use: they name themselves in `__srcId`, which nothing
+    // checks) unless identities are required.
+    let mut invoke_filters = Vec::new();
+    let mut presence_filters = Vec::new();
+    if config.state_store {
+        invoke_filters.push(topics::IDENTIFIED_INVOKE_FILTER);
+        presence_filters.push(topics::IDENTIFIED_PRESENCE_FILTER);
+        if !config.require_identity {
+            invoke_filters.push(topics::INVOKE);
+            presence_filters.push(topics::PRESENCE_FILTER);
+        }
+    }
+    if let Some(jobs) = &jobs {
+        // The AWS IoT Jobs device API (`#` alone does not match `$aws/...`) unless one node
+        // listens to it for all, and ours.
+        if !matches!(
+            jobs,
+            JobsService::Shared(SharedJobs {
+                listener: Some(_),
+                ..
+            })
+        ) {
+            invoke_filters.push(jobs_topics::DEVICE_FILTER);
+        }
+        invoke_filters.push(OPERATOR_TOPIC);
+    }
+    let invoke_filters: Vec<String> = invoke_filters
+        .into_iter()
+        .map(|filter| match &config.share_group {
+            Some(group) => format!("$share/{group}/{filter}"),
+            None => filter.to_owned(),
+        })
+        .collect();
+    info!(
+        broker = %format!("{}:{}", config.broker.host, config.broker.port),
+        node_id = %config.node_id,
+        topics = ?invoke_filters,
+        state_store = config.state_store,
+        require_identity = config.require_identity,
+        "mqstore serve starting"
+    );
+    let mut node = Node {
+        jobs,
+        probe_topic: topics::probe_topic(&config.client_id),
+        presence: config.state_store.then(|| Publish {
+            topic: presence_topic,
+            payload: presence(true).to_bytes(),
+            qos: 1,
+            properties: Default::default(),
+        }),
+        protocol_errors: 0,
+        reports_no_subscribers: None,
+        max_packet_size: config.broker.max_packet_size,
+        own_max_packet_size: config.broker.max_packet_size,
+        state,
+        clock_offset_ms: config.clock_offset_ms,
+        outbox: Outbox::new(client),
+        metrics: metrics.clone(),
+        invoke_filters,
+        presence_filters,
+        unsubacks: 0,
+        subacks: 0,
+        out: Vec::new(),
+        sent: VecDeque::new(),
+        notified: HashMap::new(),
+        unacked: 0,
+        max_pending_answers: config.max_pending_answers,
+        stop: Stop::Running,
+        disk,
+        kept_jobs,
+        disk_done: done_tx_disk,
+        fatal: None,
+    };
+    let mut signals = Signals {
+        shutdown: Box::pin(shutdown),
+        fired: false,
+        grace: Box::pin(tokio::time::sleep(Duration::ZERO)),
+        store_done: done_rx,
+    };
+    Connection::new(eventloop)
+        .run(&mut signals, &mut node)
+        .await;
+    let closed = node.disk.as_mut().map(Disk::close).transpose();
+    if let Some(commander) = commander {
+        commander.stop().await;
+    }
+    if let Some(task) = metrics_task {
+        task.abort();
+    }
+    if let Some(fatal) = node.fatal {
+        return Err(fatal);
+    }
+    closed?;
+    info!("stopped");
+    Ok(())
+}
