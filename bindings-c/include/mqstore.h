@@ -974,7 +974,8 @@ int mqstore_core_jobs_operate(struct mqstore_core *core,
                               uint64_t *call);
 
 /**
- * A jobs device call as `thing` (see `mqstore_core_act_as`), as the AWS IoT Jobs MQTT API
+ * A jobs device call as `thing`, which the core must act as (`mqstore_core_act_as`; else
+ * MQSTORE_ERR_JOBS and nothing is sent: the reply would never arrive), as the AWS IoT Jobs MQTT API
  * writes it: `api` is the topic's end after `$aws/things/{thing}/jobs/` (`get`,
  * `start-next`, `{jobId}/get`, `$next/get`, `{jobId}/update`) and `request_json` its payload
  * (NULL: `{}`), e.g. `{"status": "IN_PROGRESS", "statusDetails": {"step": "2/3"}}`; the

@@ -164,6 +164,12 @@ static mqstore_event *jobs_ok(uint64_t call, const char *expected) {
 static void jobs_both_sides_over_libmosquitto(void) {
   const char *thing = "c-byo-pump";
   size_t before = mqstore_core_subscription_count(s.core);
+  /* Not acting as the thing yet: refused, nothing sent (its reply would never arrive). */
+  uint64_t refused = 0;
+  CHECK_STATUS(mqstore_core_jobs_device(s.core, thing, "get", NULL, now_ms(), &refused), MQSTORE_ERR_JOBS);
+  mqstore_publish *nothing = NULL;
+  CHECK_OK(mqstore_core_next_publish(s.core, &nothing));
+  CHECK(nothing == NULL);
   CHECK_OK(mqstore_core_act_as(s.core, thing));
   CHECK(mqstore_core_subscription_count(s.core) > before);
   size_t after = mqstore_core_subscription_count(s.core);

@@ -346,7 +346,8 @@ impl Session {
         self.sent(Service::Jobs, call, "jobs", [publish])
     }
 
-    /// Starts a jobs device call as `thing` (see [`Session::act_as`]).
+    /// Starts a jobs device call as `thing`, which it must act as ([`Session::act_as`]):
+    /// without the thing's subscriptions the reply would never arrive.
     pub fn jobs_device(
         &mut self,
         thing: &str,
@@ -354,6 +355,17 @@ impl Session {
         timeout_ms: Option<u64>,
         now_ms: u64,
     ) -> Result<CallId, ClientError> {
+        if !self.acts_as(thing) {
+            JobsClient::check_thing(thing)?;
+            return Err(ClientError::Jobs {
+                code: "InvalidRequest".into(),
+                message: format!(
+                    "not acting as thing {thing:?}: act as it (and subscribe to what that \
+                     returns) first, or its replies never arrive"
+                ),
+                execution_state: None,
+            });
+        }
         let (call, publish) = self.jobs.device(thing, request, timeout_ms, now_ms)?;
         Ok(self.sent(Service::Jobs, call, "jobs", [publish]))
     }
