@@ -846,6 +846,26 @@ int mqstore_core_act_as(struct mqstore_core *core, const char *thing);
 int mqstore_core_watch_commands(struct mqstore_core *core);
 
 /**
+ * Stops acting as `thing` (and reporting its notifications): takes its filters off the
+ * subscription list and puts them in `filters` (room for `capacity`; 6 is enough), `*count`
+ * getting how many: unsubscribe from them. Nothing when it did not act as `thing`. The
+ * strings are owned by `core` (valid until it is freed). MQSTORE_ERR_BUFFER_TOO_SMALL (and
+ * nothing changes) when they do not fit; `*count` then says how many there are.
+ */
+int mqstore_core_leave(struct mqstore_core *core,
+                       const char *thing,
+                       const char **filters,
+                       size_t capacity,
+                       size_t *count);
+
+/**
+ * Stops reporting command status changes: takes the command events' filter off the
+ * subscription list and puts it in `*filter` (NULL when it was not watching): unsubscribe
+ * from it. Owned by `core` (valid until it is freed).
+ */
+int mqstore_core_unwatch_commands(struct mqstore_core *core, const char **filter);
+
+/**
  * The topic of this client's presence: its Will (payload `gone`). Owned by `core`; NULL for
  * a bad handle.
  */

@@ -6,7 +6,7 @@
 
 use std::ffi::{CString, c_char, c_int};
 
-use ::mqstore_core::client::jobs::DeviceRequest;
+use ::mqstore_core::client::jobs::{DeviceRequest, JobsClient};
 use ::mqstore_core::client::{CallId, CallOptions, ClientConfig};
 use ::mqstore_core::codec::{Bulk, Request, SetRequest};
 use ::mqstore_core::envelope::{Properties, Publish};
@@ -14,7 +14,7 @@ use ::mqstore_core::jobs::{DeviceBody, OperatorRequest};
 use ::mqstore_core::session::Session;
 use bytes::Bytes;
 
-use crate::error::{Error, Result, ffi, ffi_void};
+use crate::error::{Error, Result, ffi, ffi_void, mqstore_status};
 use crate::handles::{handle, handle_mut, new_handle, take_handle};
 use crate::types::{
     Event, MQSTORE_NO_CALL, MQSTORE_NO_DEADLINE, MQSTORE_WAIT_FOREVER, SetOptions, bytes_arg,
@@ -26,9 +26,11 @@ use crate::types::{
 /// Not thread-safe: one call at a time (guard it with your MQTT loop's lock).
 pub struct mqstore_core {
     session: Session,
-    /// Every filter handed out, in order: only ever appended to, so that each pointer
-    /// `mqstore_core_subscription` gave stays valid until the handle is freed.
-    subscriptions: Vec<CString>,
+    /// Every filter handed out: only ever appended to, so that each pointer the library gave
+    /// stays valid until the handle is freed.
+    filters: Vec<CString>,
+    /// The subscription list: indexes into `filters`, in the order they were added.
+    subscriptions: Vec<usize>,
     presence: CString,
 }
 
@@ -38,9 +40,24 @@ impl mqstore_core {
         for filter in filters {
             let filter =
                 CString::new(filter).map_err(|_| Error::invalid("a topic filter holds a NUL"))?;
-            self.subscriptions.push(filter);
+            self.subscriptions.push(self.filters.len());
+            self.filters.push(filter);
         }
         Ok(())
+    }
+
+    /// Takes filters off the subscription list: their pointers, still owned by the handle.
+    fn unsubscribe(&mut self, filters: &[String]) -> Vec<*const c_char> {
+        let mut gone = Vec::new();
+        self.subscriptions.retain(|&i| {
+            let filter = &self.filters[i];
+            let keep = !filters.iter().any(|f| f.as_bytes() == filter.as_bytes());
+            if !keep {
+                gone.push(filter.as_ptr());
+            }
+            keep
+        });
+        gone
     }
 }
 
@@ -82,6 +99,7 @@ pub unsafe extern "C" fn mqstore_core_new(
         let presence = CString::new(session.presence_topic())
             .map_err(|_| Error::invalid("client_id holds a NUL"))?;
         let mut core = mqstore_core {
+            filters: Vec::new(),
             subscriptions: Vec::new(),
             presence,
             session,
@@ -116,8 +134,8 @@ pub unsafe extern "C" fn mqstore_core_subscription(
     ffi(|| {
         // SAFETY: a handle, checked.
         let core = unsafe { handle(core, "core") }?;
-        if let Some(t) = core.subscriptions.get(index) {
-            topic = t.as_ptr();
+        if let Some(&i) = core.subscriptions.get(index) {
+            topic = core.filters[i].as_ptr();
         }
         Ok(())
     });
@@ -166,6 +184,71 @@ pub unsafe extern "C" fn mqstore_core_watch_commands(core: *mut mqstore_core) ->
         let core = unsafe { handle_mut(core, "core") }?;
         let filter = core.session.watch_commands().map(str::to_owned);
         core.subscribe(filter)
+    })
+}
+
+/// Stops acting as `thing` (and reporting its notifications): takes its filters off the
+/// subscription list and puts them in `filters` (room for `capacity`; 6 is enough), `*count`
+/// getting how many: unsubscribe from them. Nothing when it did not act as `thing`. The
+/// strings are owned by `core` (valid until it is freed). MQSTORE_ERR_BUFFER_TOO_SMALL (and
+/// nothing changes) when they do not fit; `*count` then says how many there are.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mqstore_core_leave(
+    core: *mut mqstore_core,
+    thing: *const c_char,
+    filters: *mut *const c_char,
+    capacity: usize,
+    count: *mut usize,
+) -> c_int {
+    ffi(|| {
+        // SAFETY: the caller's pointers, checked by the helpers.
+        let core = unsafe { handle_mut(core, "core") }?;
+        let thing = unsafe { str_arg(thing, "thing") }?;
+        let count = unsafe { out_arg(count, "count") }?;
+        let leaving = JobsClient::device_subscriptions(thing);
+        let acting = core.session.subscriptions();
+        let needed = leaving.iter().filter(|f| acting.contains(f)).count();
+        *count = needed;
+        if needed > capacity {
+            return Err(Error::new(
+                mqstore_status::MQSTORE_ERR_BUFFER_TOO_SMALL,
+                format!(
+                    "leaving {thing:?} gives {needed} filters and `filters` has room for {capacity}; the number was written to `count`"
+                ),
+            ));
+        }
+        if needed > 0 && filters.is_null() {
+            return Err(Error::invalid("filters is NULL"));
+        }
+        let left = core.session.leave(thing);
+        for (i, filter) in core.unsubscribe(&left).into_iter().enumerate() {
+            // SAFETY: `filters` holds `capacity` ≥ `needed` pointers (checked above).
+            unsafe { *filters.add(i) = filter };
+        }
+        Ok(())
+    })
+}
+
+/// Stops reporting command status changes: takes the command events' filter off the
+/// subscription list and puts it in `*filter` (NULL when it was not watching): unsubscribe
+/// from it. Owned by `core` (valid until it is freed).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mqstore_core_unwatch_commands(
+    core: *mut mqstore_core,
+    filter: *mut *const c_char,
+) -> c_int {
+    ffi(|| {
+        // SAFETY: the caller's pointers, checked by the helpers.
+        let core = unsafe { handle_mut(core, "core") }?;
+        let filter = unsafe { out_arg(filter, "filter") }?;
+        *filter = std::ptr::null();
+        if let Some(gone) = core.session.unwatch_commands() {
+            *filter = core
+                .unsubscribe(&[gone.to_owned()])
+                .pop()
+                .unwrap_or(std::ptr::null());
+        }
+        Ok(())
     })
 }
 

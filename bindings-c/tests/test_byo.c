@@ -246,6 +246,24 @@ static void jobs_both_sides_over_libmosquitto(void) {
   mqstore_publish *p = (mqstore_publish *)1;
   CHECK_OK(mqstore_core_next_publish(s.core, &p));
   CHECK(p == NULL);
+
+  /* Leaving the thing gives back its filters (unsubscribe from them); they are off the list,
+   * and device calls are refused again. Too little room: refused, nothing changes. */
+  size_t count = 0, listed = mqstore_core_subscription_count(s.core);
+  const char *filters[6] = {0};
+  CHECK_STATUS(mqstore_core_leave(s.core, thing, filters, 2, &count), MQSTORE_ERR_BUFFER_TOO_SMALL);
+  CHECK(count == 6);
+  CHECK(mqstore_core_subscription_count(s.core) == listed);
+  CHECK_OK(mqstore_core_leave(s.core, thing, filters, 6, &count));
+  CHECK(count == 6);
+  CHECK(mqstore_core_subscription_count(s.core) == listed - 6);
+  for (size_t i = 0; i < count; i++) {
+    CHECK(strstr(filters[i], "$aws/things/c-byo-pump/jobs/") == filters[i]);
+    CHECK(mosquitto_unsubscribe(mosq, NULL, filters[i]) == MOSQ_ERR_SUCCESS);
+  }
+  CHECK_STATUS(mqstore_core_jobs_device(s.core, thing, "get", NULL, now_ms(), &call), MQSTORE_ERR_JOBS);
+  CHECK_OK(mqstore_core_leave(s.core, thing, NULL, 0, &count));
+  CHECK(count == 0);
 }
 
 /* Runs the loop until an event of `kind` for `call` (completion or lease event). */
@@ -362,6 +380,16 @@ static void a_command_is_answered_by_the_device(void) {
   CHECK_STATUS(mqstore_core_command(s.core, DEVICE_TOPIC, (const uint8_t *)"x", 1, &options, now_ms(), &call),
                MQSTORE_ERR_INVALID_ARGUMENT);
   CHECK_STATUS(mqstore_core_command_status(s.core, "", now_ms(), &call), MQSTORE_ERR_INVALID_ARGUMENT);
+
+  /* Stop watching: the filter comes back (unsubscribe from it) and is off the list; again:
+   * nothing. */
+  const char *filter = NULL;
+  CHECK_OK(mqstore_core_unwatch_commands(s.core, &filter));
+  CHECK(filter != NULL && strcmp(filter, "mqstore/commands/v1/events/+") == 0);
+  CHECK(mqstore_core_subscription_count(s.core) == before);
+  CHECK(mosquitto_unsubscribe(mosq, NULL, filter) == MOSQ_ERR_SUCCESS);
+  CHECK_OK(mqstore_core_unwatch_commands(s.core, &filter));
+  CHECK(filter == NULL);
 }
 
 static void a_call_becomes_a_publish_with_every_property(void) {
