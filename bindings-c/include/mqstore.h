@@ -444,6 +444,14 @@ typedef struct mqstore_set_options {
 } mqstore_set_options;
 
 /**
+ * An MQTT 5 user property, two NUL-terminated UTF-8 strings.
+ */
+typedef struct mqstore_user_property {
+  const char *name;
+  const char *value;
+} mqstore_user_property;
+
+/**
  * Options of a command; zero-initialise for an awaited MQTT 5 request/response command with
  * the default timeout.
  */
@@ -464,15 +472,13 @@ typedef struct mqstore_command_options {
    * A `mqstore_command_mode`.
    */
   int mode;
+  /**
+   * User properties for the device (`header_count` of them; NULL when none), e.g. a
+   * reason or a trace id. Borrowed for the call.
+   */
+  const struct mqstore_user_property *headers;
+  size_t header_count;
 } mqstore_command_options;
-
-/**
- * An MQTT 5 user property, two NUL-terminated UTF-8 strings.
- */
-typedef struct mqstore_user_property {
-  const char *name;
-  const char *value;
-} mqstore_user_property;
 
 /**
  * An MQTT 5 PUBLISH: what `mqstore_core_next_publish` gives to send (owned by the library,

@@ -19,7 +19,7 @@ use crate::handles::{handle, handle_mut, new_handle, take_handle};
 use crate::types::{
     Event, MQSTORE_NO_CALL, MQSTORE_NO_DEADLINE, MQSTORE_WAIT_FOREVER, SetOptions, bytes_arg,
     command_request, hlc_arg, key_arg, mqstore_command_options, mqstore_event, mqstore_hlc,
-    mqstore_set_options, opt_str_arg, out_arg, str_arg, write_opt,
+    mqstore_set_options, mqstore_user_property, opt_str_arg, out_arg, str_arg, write_opt,
 };
 
 /// A client state machine (layer 2). Made by `mqstore_core_new`, freed by `mqstore_core_free`.
@@ -618,13 +618,6 @@ pub unsafe extern "C" fn mqstore_core_command_status(
         started(core.session.command_status(id, timeout, now_ms), call);
         Ok(())
     })
-}
-
-/// An MQTT 5 user property, two NUL-terminated UTF-8 strings.
-#[repr(C)]
-pub struct mqstore_user_property {
-    pub name: *const c_char,
-    pub value: *const c_char,
 }
 
 /// An MQTT 5 PUBLISH: what `mqstore_core_next_publish` gives to send (owned by the library,

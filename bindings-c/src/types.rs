@@ -722,6 +722,13 @@ pub enum mqstore_command_mode {
     MQSTORE_COMMAND_DETACHED = 2,
 }
 
+/// An MQTT 5 user property, two NUL-terminated UTF-8 strings.
+#[repr(C)]
+pub struct mqstore_user_property {
+    pub name: *const c_char,
+    pub value: *const c_char,
+}
+
 /// Options of a command; zero-initialise for an awaited MQTT 5 request/response command with
 /// the default timeout.
 #[repr(C)]
@@ -734,6 +741,10 @@ pub struct mqstore_command_options {
     pub timeout_ms: u32,
     /// A `mqstore_command_mode`.
     pub mode: c_int,
+    /// User properties for the device (`header_count` of them; NULL when none), e.g. a
+    /// reason or a trace id. Borrowed for the call.
+    pub headers: *const mqstore_user_property,
+    pub header_count: usize,
 }
 
 /// A command to send to the device topic `topic` with `payload`, as `options` (NULL: the
@@ -771,6 +782,20 @@ pub(crate) unsafe fn command_request(
                 )));
             }
         };
+        if o.header_count > 0 {
+            if o.headers.is_null() {
+                return Err(Error::invalid(
+                    "options.headers is NULL with a header_count",
+                ));
+            }
+            // SAFETY: the caller's array of `header_count` properties.
+            let headers = unsafe { std::slice::from_raw_parts(o.headers, o.header_count) };
+            for header in headers {
+                let name = unsafe { str_arg(header.name, "options.headers[].name") }?;
+                let value = unsafe { str_arg(header.value, "options.headers[].value") }?;
+                request.headers.push((name.to_owned(), value.to_owned()));
+            }
+        }
     }
     Ok(request)
 }

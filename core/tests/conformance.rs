@@ -687,3 +687,16 @@ fn a_trace_that_expects_other_events_fails() {
     std::fs::remove_dir_all(&dir).unwrap();
     assert!(outcome.is_err(), "a wrong expectation must fail the trace");
 }
+
+/// `testdata/error-kinds.json` is every error kind's code and name, for runners in languages
+/// that have no other way to name a kind (the C library's statuses are the codes).
+#[test]
+fn the_error_kinds_table_is_the_cores() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/error-kinds.json");
+    let table: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    let expected: Vec<Value> = mqstore_core::ErrorKind::ALL
+        .iter()
+        .map(|k| json!({"code": k.code(), "name": k.name()}))
+        .collect();
+    assert_eq!(table, json!(expected), "regenerate it from ErrorKind::ALL");
+}
