@@ -18,14 +18,10 @@ import json
 import sys
 from pathlib import Path
 
-T0 = 1_700_000_000_000
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "testdata" / "session"))
+from traces import KINDS, T0, device_call, matches, operator_call, traces
+
 NO_CALL = NO_DEADLINE = WAIT_FOREVER = 2**64 - 1
-ROOT = Path(__file__).resolve().parents[2]
-TRACES = ROOT / "testdata" / "session"
-KINDS = {
-    k["code"]: k["name"]
-    for k in json.loads((ROOT / "testdata" / "error-kinds.json").read_text())
-}
 
 u8p = C.POINTER(C.c_uint8)
 
@@ -140,75 +136,9 @@ def text(data, length):
         return {"hex": raw.hex()}
 
 
-def matches(expected, actual):
-    """The Rust runner's rule: objects field by field, lists item by item, else exactly."""
-    if isinstance(expected, dict):
-        return isinstance(actual, dict) and all(
-            k in actual and matches(v, actual[k]) for k, v in expected.items()
-        )
-    if isinstance(expected, list):
-        return (
-            isinstance(actual, list)
-            and len(expected) == len(actual)
-            and all(matches(e, a) for e, a in zip(expected, actual, strict=True))
-        )
-    return expected == actual and type(expected) is type(actual)
-
-
 def without_details(error):
     """An expected error as C can state it: its kind (and code)."""
     return {k: v for k, v in error.items() if k in ("kind", "code")}
-
-
-def device_call(arg):
-    """The trace's device call as AWS's wire: the topic's end and its JSON payload."""
-    api = arg["api"]
-    body = {}
-    if arg.get("statusDetails"):
-        body["statusDetails"] = arg["statusDetails"]
-    if "stepTimeoutMinutes" in arg:
-        body["stepTimeoutInMinutes"] = arg["stepTimeoutMinutes"]
-    if "executionNumber" in arg:
-        body["executionNumber"] = arg["executionNumber"]
-    if api == "getPending":
-        return "get", {}
-    if api == "startNext":
-        return "start-next", body
-    if api == "describe":
-        body["includeJobDocument"] = arg.get("includeDocument", True)
-        return f"{arg.get('jobId', '$next')}/get", body
-    if api == "update":
-        for field in ("status", "expectedVersion"):
-            if field in arg:
-                body[field] = arg[field]
-        if arg.get("includeState"):
-            body["includeJobExecutionState"] = True
-        if arg.get("includeDocument"):
-            body["includeJobDocument"] = True
-        return f"{arg['jobId']}/update", body
-    raise Failure(f"unknown device call {api}")
-
-
-def operator_call(arg):
-    """The trace's operator call as mqstore's operator API takes it (AWS's field names)."""
-    body = {
-        k: v
-        for k, v in arg.items()
-        if k not in ("thing", "inProgressTimeoutMinutes", "maxRetries")
-    }
-    if "thing" in arg:
-        body["thingName"] = arg["thing"]
-    if "inProgressTimeoutMinutes" in arg:
-        body["timeoutConfig"] = {
-            "inProgressTimeoutInMinutes": arg["inProgressTimeoutMinutes"]
-        }
-    if "maxRetries" in arg:
-        body["jobExecutionsRetryConfig"] = {
-            "criteriaList": [
-                {"failureType": "ALL", "numberOfRetries": arg["maxRetries"]}
-            ]
-        }
-    return body
 
 
 class Run:
@@ -678,7 +608,7 @@ def run_trace(lib, name, trace):
                 ("events", [expected_event(e) for e in step.get("events", [])], events),
             ):
                 if len(expected) != len(actual) or not all(
-                    matches(e, a) for e, a in zip(expected, actual, strict=False)
+                    matches(e, a) for e, a in zip(expected, actual)
                 ):
                     raise Failure(
                         f"{where}: {what}\n  expected {json.dumps(expected)}\n  actual   {json.dumps(actual)}"
@@ -803,12 +733,12 @@ def declare(lib):
 def main():
     lib = C.CDLL(sys.argv[1])
     declare(lib)
-    traces = sorted(TRACES.glob("*.json"))
+    found = traces()
     passed = failed = 0
-    for path in traces:
-        name = f"session trace {path.name}"
+    for file, trace in found:
+        name = f"session trace {file}"
         try:
-            run_trace(lib, path.name, json.loads(path.read_text()))
+            run_trace(lib, file, trace)
         except Failure as e:
             failed += 1
             print(f"test {name} ... FAILED\n{e}")
@@ -832,11 +762,9 @@ def main():
     except Failure:
         passed += 1
         print("test a trace that expects other publishes fails ... ok")
-    if len(traces) < 8:
+    if len(found) < 8:
         failed += 1
-        print(
-            f"test the session traces are there ... FAILED: {len(traces)} in {TRACES}"
-        )
+        print(f"test the session traces are there ... FAILED: only {len(found)}")
     print(
         f"test result: {'ok' if failed == 0 else 'FAILED'}. {passed} passed; {failed} failed; 0 ignored"
     )

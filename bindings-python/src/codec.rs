@@ -36,7 +36,7 @@ fn required(dict: &Bound<'_, PyDict>, name: &str) -> PyResult<Bytes> {
 /// The request a dict describes (`{"op": "SET", "key": b"k", "value": b"v", "condition":
 /// "NX", "px_ms": 10}`, and `GET`, `DEL`, `VDEL`, `KEYNOTIFY` with `stop`, `SCAN` with
 /// `pattern` and `token`).
-fn request_of(command: &Bound<'_, PyDict>) -> PyResult<Request> {
+pub(crate) fn request_of(command: &Bound<'_, PyDict>) -> PyResult<Request> {
     let op: String = command
         .get_item("op")?
         .ok_or_else(|| PyValueError::new_err("the request needs \"op\""))?
@@ -206,6 +206,11 @@ fn malformed(e: codec::DecodeError) -> PyErr {
 #[pyo3(name = "decode_response")]
 fn decode_response_<'py>(py: Python<'py>, data: &[u8]) -> PyResult<Bound<'py, PyDict>> {
     let response = decode_response(&Bytes::copy_from_slice(data)).map_err(malformed)?;
+    response_dict(py, response)
+}
+
+/// A response as the dict `decode_response` gives.
+pub(crate) fn response_dict(py: Python<'_>, response: Response) -> PyResult<Bound<'_, PyDict>> {
     let dict = PyDict::new(py);
     match response {
         Response::Ok => dict.set_item("kind", "ok")?,

@@ -42,6 +42,7 @@ pub fn client_error(py: Python<'_>, error: &ClientError) -> PyErr {
         ClientError::CommandFailed { id, .. }
         | ClientError::CommandRejected { id, .. }
         | ClientError::CommandTimedOut { id } => Some(id.clone()),
+        ClientError::PublishRefused { code } => Some(code.to_string()),
         _ => None,
     };
     exception(py, error.code(), &error.to_string(), detail)

@@ -1,10 +1,12 @@
 //! `mqstore._native`: the Python binding's native module. It converts types, maps errors and
-//! waits; the protocol and the client are the core's (`mqstore_net::client`, `net::lease`).
+//! waits; the protocol and the client are the core's (`mqstore_net::client`, `net::lease`,
+//! and the session itself as `ClientCore` for programs with their own MQTT client).
 //! The public, typed API is the Python package around it (`python/mqstore/`).
 
 mod client;
 mod codec;
 mod commands;
+mod core;
 mod errors;
 mod jobs;
 mod runtime;
@@ -16,6 +18,7 @@ use pyo3::prelude::*;
 fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add("__version__", env!("CARGO_PKG_VERSION"))?;
     module.add_class::<client::Client>()?;
+    module.add_class::<core::ClientCore>()?;
     module.add_class::<client::Scan>()?;
     module.add_class::<client::Observation>()?;
     module.add_class::<client::Lease>()?;

@@ -29,3 +29,22 @@ def test_the_inventory_example_leads_observes_and_summarizes(server: Server) -> 
         assert set(written["inventory"]) == {"sim-0", "sim-1"}
         # The leader released its lease on the way out.
         assert client.get("inventory/leader") is None
+
+
+def test_the_paho_example_drives_the_client_session(server: Server) -> None:
+    example = REPO / "examples" / "python" / "paho_core.py"
+    run = subprocess.run(
+        [sys.executable, str(example), "--port", str(server.broker.port)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[0].startswith("SET applied=True version="), run.stdout
+    assert lines[1].startswith("GET 'hello from paho' version="), run.stdout
+    assert lines[2].startswith("lease fencing token: "), run.stdout
+    assert lines[3] == "released: True", run.stdout
+    with mqstore.Client("127.0.0.1", server.broker.port) as client:
+        greeting = client.get("greeting")
+        assert greeting is not None and greeting.value == b"hello from paho"

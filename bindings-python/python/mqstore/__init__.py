@@ -9,8 +9,10 @@ jobs service (AWS IoT Jobs) and of its command service, built on mqstore's Rust 
         client.set("greeting", "hello")
         print(client.get("greeting").value)      # b'hello'
 
-:class:`AsyncClient` offers the same calls as coroutines. Errors are :class:`MqstoreError`
-subclasses (``mqstore.errors``); the codec and HLC are in ``mqstore.codec``.
+:class:`AsyncClient` offers the same calls as coroutines; :class:`ClientCore` is the same
+client as a state machine with no I/O, for programs that bring their own MQTT client. Errors
+are :class:`MqstoreError` subclasses (``mqstore.errors``); the codec and HLC are in
+``mqstore.codec``.
 """
 
 from . import codec, errors
@@ -19,6 +21,7 @@ from ._client import Client, Lease, Observation
 from ._jobs import AsyncCommandWatch, AsyncFanOut, AsyncJobs, CommandWatch, FanOut, Jobs
 from ._native import (
     Change,
+    ClientCore,
     CommandReply,
     DeleteResult,
     Hlc,
@@ -42,6 +45,7 @@ __all__ = [
     "AsyncObservation",
     "Change",
     "Client",
+    "ClientCore",
     "CommandReply",
     "CommandWatch",
     "ConnectionLostError",

@@ -268,9 +268,14 @@ class CommandTimeoutError(_CommandError, TimeoutError):
 
 class PublishRefusedError(MqstoreError):
     """The broker refused the request's publish (a PUBACK reason code of 0x80 or more: packet
-    too large, not authorized, quota exceeded): it was not applied."""
+    too large, not authorized, quota exceeded): it was not applied. ``reason_code`` is the
+    PUBACK's."""
 
     code = 216
+
+    def __init__(self, message: str, reason_code: Optional[int] = None) -> None:
+        super().__init__(message)
+        self.reason_code = reason_code
 
 
 class ClientForkedError(MqstoreError, RuntimeError):
@@ -331,4 +336,6 @@ def _error_for(code: int, message: str, detail: Optional[str]) -> MqstoreError:
         return cls(message, detail)
     if issubclass(cls, _CommandError):
         return cls(message, detail)
+    if issubclass(cls, PublishRefusedError):
+        return cls(message, int(detail) if detail is not None else None)
     return cls(message)
