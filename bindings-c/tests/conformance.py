@@ -19,7 +19,16 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "testdata" / "session"))
-from traces import KINDS, T0, device_call, matches, operator_call, traces
+from traces import (
+    KINDS,
+    T0,
+    device_call,
+    matches,
+    named,
+    operator_call,
+    traces,
+    with_json,
+)
 
 NO_CALL = NO_DEADLINE = WAIT_FOREVER = 2**64 - 1
 
@@ -427,32 +436,12 @@ class Run:
             out["contentType"] = p.content_type.decode()
         if p.message_expiry_interval:
             out["messageExpiryInterval"] = p.message_expiry_interval
-        try:
-            body = json.loads(C.string_at(p.payload, p.payload_len))
-        except ValueError:
-            body = None
-        if isinstance(body, dict):
-            if isinstance(body.get("clientToken"), str):
-                token = body.pop("clientToken")
-                name = expected.get("clientToken")
-                if name is None:
-                    out["clientToken"] = "(unnamed)"
-                else:
-                    self.tokens.setdefault(name, token)
-                    out["clientToken"] = (
-                        name if self.tokens[name] == token else "(another)"
-                    )
-            out["json"] = body
+        with_json(out, C.string_at(p.payload, p.payload_len), expected, self.tokens)
         if p.correlation_data_len:
             data = C.string_at(p.correlation_data, p.correlation_data_len)
-            name = expected.get("correlation")
-            if name is None:
-                out["correlation"] = "(unnamed)"
-            else:
-                self.correlations.setdefault(name, data)
-                out["correlation"] = (
-                    name if self.correlations[name] == data else "(another)"
-                )
+            out["correlation"] = named(
+                self.correlations, expected.get("correlation"), data
+            )
         return out
 
     def event(self, e):

@@ -4,6 +4,7 @@ library give (each runs the same files). The format is in testdata/session/READM
 
 from __future__ import annotations
 
+import json
 import sys
 from typing import Any
 
@@ -13,7 +14,16 @@ from harness import REPO
 from mqstore import errors
 
 sys.path.insert(0, str(REPO / "testdata" / "session"))
-from traces import KINDS, T0, device_call, matches, operator_call, traces  # type: ignore[import-not-found]
+from traces import (  # type: ignore[import-not-found]
+    KINDS,
+    T0,
+    device_call,
+    matches,
+    named,
+    operator_call,
+    traces,
+    with_json,
+)
 
 TRACES = traces()
 
@@ -101,28 +111,10 @@ class Run:
         ):
             if publish[snake] is not None:
                 out[camel] = publish[snake]
-        try:
-            body = __import__("json").loads(publish["payload"])
-        except ValueError:
-            body = None
-        if isinstance(body, dict):
-            if isinstance(body.get("clientToken"), str):
-                token = body.pop("clientToken")
-                name = expected.get("clientToken")
-                if name is None:
-                    out["clientToken"] = "(unnamed)"
-                else:
-                    self.tokens.setdefault(name, token)
-                    out["clientToken"] = name if self.tokens[name] == token else "(another)"
-            out["json"] = body
+        with_json(out, publish["payload"], expected, self.tokens)
         if publish["correlation_data"] is not None:
             name = expected.get("correlation")
-            if name is None:
-                out["correlation"] = "(unnamed)"
-            else:
-                self.correlations.setdefault(name, publish["correlation_data"])
-                same = self.correlations[name] == publish["correlation_data"]
-                out["correlation"] = name if same else "(another)"
+            out["correlation"] = named(self.correlations, name, publish["correlation_data"])
         return out
 
     def incoming(self, value: dict[str, Any]) -> dict[str, Any]:
@@ -130,7 +122,7 @@ class Run:
             body = dict(value["json"])
             if "clientToken" in value:
                 body["clientToken"] = self.tokens[value["clientToken"]]
-            payload = __import__("json").dumps(body).encode()
+            payload = json.dumps(body).encode()
         else:
             payload = value.get("payload", "").encode()
         message: dict[str, Any] = {

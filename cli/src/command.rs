@@ -12,7 +12,8 @@ use mqstore_core::commands::{CommandRequest, DEFAULT_TIMEOUT_MS, Mode, Record};
 use mqstore_net::client::Client;
 use serde_json::{Value, json};
 
-use crate::{CallArgs, ValueArgs, shutdown_signal};
+use crate::args::{CallArgs, ValueArgs};
+use crate::shutdown_signal;
 
 #[derive(Subcommand)]
 pub enum CommandCommand {
@@ -188,7 +189,7 @@ fn print_reply(call: CallArgs, reply: &CommandReply) {
     }
     match reply.status {
         mqstore_core::commands::Status::Succeeded => {
-            crate::write_stdout(&[&reply.payload[..], b"\n"].concat())
+            crate::store::write_stdout(&[&reply.payload[..], b"\n"].concat())
         }
         status => println!("{} {status}", reply.id),
     }

@@ -13,7 +13,8 @@ use mqstore_net::jobs::ExecutionFilter;
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::{CallArgs, shutdown_signal};
+use crate::args::CallArgs;
+use crate::shutdown_signal;
 
 #[derive(Subcommand)]
 pub enum JobsCommand {

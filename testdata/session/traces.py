@@ -87,3 +87,27 @@ def operator_call(arg):
             ]
         }
     return body
+
+
+def named(bindings, name, value):
+    """How a trace names `value` (correlation data, a clientToken): `name` is bound to it the
+    first time; after that, `name` if it is the same value, "(another)" if not, and
+    "(unnamed)" when the trace gave no name."""
+    if name is None:
+        return "(unnamed)"
+    bindings.setdefault(name, value)
+    return name if bindings[name] == value else "(another)"
+
+
+def with_json(out, payload, expected, tokens):
+    """Adds a JSON object payload to `out` as `json`, its clientToken as `clientToken` (by
+    the name the expected publish gives it)."""
+    try:
+        body = json.loads(payload)
+    except ValueError:
+        return
+    if isinstance(body, dict):
+        if isinstance(body.get("clientToken"), str):
+            token = body.pop("clientToken")
+            out["clientToken"] = named(tokens, expected.get("clientToken"), token)
+        out["json"] = body
