@@ -17,11 +17,12 @@
  *   calls mqstore_core_expire at mqstore_core_next_deadline.
  *   libmqstore built without layer 1 (cargo build --no-default-features) has only these.
  *
- * Status codes. Every call that can fail returns an int: 0 (MQSTORE_OK) or a mqstore_status.
- *   1-99 are this library's own (bad arguments: nothing was sent, nothing changed), 101-199
- *   the state store's refusals, 201-299 client errors (timeouts, connection). The numbers are
- *   stable and the same in every mqstore binding. mqstore_last_error() gives the message of the
- *   last failure on the calling thread.
+ * Status codes. Every call that can fail returns an int: 0 (MQSTORE_OK), a mqstore_status
+ *   (1-99: this library's own, bad arguments and the like: nothing was sent, nothing changed)
+ *   or a mqstore_err (101-199 the state store's refusals, 201-299 client errors: timeouts,
+ *   the connection), whose names and numbers are those of every mqstore binding
+ *   (MQSTORE_ERR_REQUEST_TIMEOUT is Python's RequestTimeoutError, code 202).
+ *   mqstore_last_error() gives the message of the last failure on the calling thread.
  *
  * Ownership.
  *   - Arguments are borrowed for the call: the library copies what it keeps.
@@ -216,10 +217,111 @@ typedef enum mqstore_response_kind {
 } mqstore_response_kind;
 
 /**
- * What a call returns: 0 on success, else why it failed. 1–99 are this library's own (bad
- * arguments and the like: nothing was sent, nothing changed); 101–199 are the state store's
- * refusals and 201–299 the client's errors, with the same numbers in every mqstore binding
- * (Python's `MqstoreError.code`, JavaScript's `error.code`). `mqstore_last_error()` says more.
+ * Every kind of error an mqstore client reports, with its stable number and its name: the
+ * contract every binding keeps. Python's `mqstore.errors.{name}Error` and JavaScript's
+ * `{name}Error` have `code` = [`ErrorKind::code`] (their tests walk [`ErrorKind::ALL`]), and
+ * the C header's `mqstore_err` is generated from this enum by cbindgen (the two lines below
+ * say how it names the variants: `RequestTimeout` is `MQSTORE_ERR_REQUEST_TIMEOUT`).
+ * 101..=199 are the state store's refusals ([`ServiceError`]), 201..=299 the client's own.
+ *
+ */
+enum mqstore_err
+#ifdef __cplusplus
+  : uint16_t
+#endif // __cplusplus
+ {
+  MQSTORE_ERR_TIMESTAMP_SKEW = 101,
+  MQSTORE_ERR_FENCING_TOKEN_REQUIRED = 102,
+  MQSTORE_ERR_FENCING_TOKEN_SKEW = 103,
+  MQSTORE_ERR_FENCING_TOKEN_LOWER_VERSION = 104,
+  MQSTORE_ERR_QUOTA_EXCEEDED = 105,
+  MQSTORE_ERR_REQUEST_SYNTAX = 106,
+  MQSTORE_ERR_NOT_AUTHORIZED = 107,
+  MQSTORE_ERR_UNKNOWN_COMMAND = 108,
+  MQSTORE_ERR_WRONG_NUMBER_OF_ARGUMENTS = 109,
+  MQSTORE_ERR_MISSING_TIMESTAMP = 110,
+  MQSTORE_ERR_MALFORMED_TIMESTAMP = 111,
+  MQSTORE_ERR_KEY_LENGTH_ZERO = 112,
+  MQSTORE_ERR_NOTIFICATION_TOPIC_TOO_LONG = 113,
+  MQSTORE_ERR_RESPONSE_TOO_LARGE = 114,
+  /**
+   * An `-ERR` text this version does not know (a newer server).
+   */
+  MQSTORE_ERR_UNKNOWN_SERVICE = 199,
+  /**
+   * The answer's RPC status was not 200 (503: overloaded).
+   */
+  MQSTORE_ERR_STATUS = 201,
+  /**
+   * No answer within the call's timeout; a write may still be applied.
+   */
+  MQSTORE_ERR_REQUEST_TIMEOUT = 202,
+  /**
+   * The connection dropped with the call in flight; it may or may not have been applied.
+   */
+  MQSTORE_ERR_CONNECTION_LOST = 203,
+  /**
+   * The answer could not be read.
+   */
+  MQSTORE_ERR_MALFORMED_ANSWER = 204,
+  /**
+   * The answer does not fit the request.
+   */
+  MQSTORE_ERR_UNEXPECTED_ANSWER = 205,
+  /**
+   * The client's clock could not make a timestamp.
+   */
+  MQSTORE_ERR_CLOCK = 206,
+  /**
+   * The broker cannot be reached.
+   */
+  MQSTORE_ERR_BROKER_UNREACHABLE = 207,
+  /**
+   * The broker refused the connection (CONNACK).
+   */
+  MQSTORE_ERR_BROKER_REFUSED = 208,
+  /**
+   * The broker broke the MQTT 5 protocol.
+   */
+  MQSTORE_ERR_BROKER_PROTOCOL = 209,
+  /**
+   * The request is larger than the broker's maximum packet size: not sent.
+   */
+  MQSTORE_ERR_REQUEST_TOO_LARGE = 210,
+  /**
+   * The broker closed the connection (DISCONNECT).
+   */
+  MQSTORE_ERR_BROKER_DISCONNECTED = 211,
+  /**
+   * The jobs service refused the call.
+   */
+  MQSTORE_ERR_JOBS = 212,
+  /**
+   * The device answered the command with an error.
+   */
+  MQSTORE_ERR_COMMAND_FAILED = 213,
+  /**
+   * The device refused the command.
+   */
+  MQSTORE_ERR_COMMAND_REJECTED = 214,
+  /**
+   * No answer to the command within its timeout.
+   */
+  MQSTORE_ERR_COMMAND_TIMEOUT = 215,
+  /**
+   * The broker refused the request's publish (PUBACK): not applied.
+   */
+  MQSTORE_ERR_PUBLISH_REFUSED = 216,
+};
+#ifndef __cplusplus
+typedef uint16_t mqstore_err;
+#endif // __cplusplus
+
+/**
+ * What a call returns: 0 on success, else why it failed. 1–99 are this library's own, here
+ * (bad arguments and the like: nothing was sent, nothing changed); 101–299 are the kinds of
+ * error every mqstore binding shares, `mqstore_err` (generated from the core's `ErrorKind`:
+ * Python's `MqstoreError.code`, JavaScript's `error.code`). `mqstore_last_error()` says more.
  */
 typedef enum mqstore_status {
   /**
@@ -250,92 +352,6 @@ typedef enum mqstore_status {
    * This library was built without layer 1 (`mqstore_has_client()` is 0).
    */
   MQSTORE_ERR_UNSUPPORTED = 5,
-  /**
-   * The state store's `-ERR` answers (spec §3).
-   */
-  MQSTORE_ERR_TIMESTAMP_SKEW = 101,
-  MQSTORE_ERR_FENCING_TOKEN_REQUIRED = 102,
-  MQSTORE_ERR_FENCING_TOKEN_SKEW = 103,
-  MQSTORE_ERR_FENCING_TOKEN_LOWER_VERSION = 104,
-  MQSTORE_ERR_QUOTA_EXCEEDED = 105,
-  MQSTORE_ERR_SYNTAX = 106,
-  MQSTORE_ERR_NOT_AUTHORIZED = 107,
-  MQSTORE_ERR_UNKNOWN_COMMAND = 108,
-  MQSTORE_ERR_WRONG_NUMBER_OF_ARGUMENTS = 109,
-  MQSTORE_ERR_MISSING_TIMESTAMP = 110,
-  MQSTORE_ERR_MALFORMED_TIMESTAMP = 111,
-  MQSTORE_ERR_KEY_LENGTH_ZERO = 112,
-  MQSTORE_ERR_NOTIFICATION_TOPIC_TOO_LONG = 113,
-  MQSTORE_ERR_RESPONSE_TOO_LARGE = 114,
-  /**
-   * An `-ERR` text this version does not know (a newer server).
-   */
-  MQSTORE_ERR_SERVICE_OTHER = 199,
-  /**
-   * The answer carried an RPC status other than 200.
-   */
-  MQSTORE_ERR_STATUS = 201,
-  /**
-   * No answer within the timeout; a write may still be applied.
-   */
-  MQSTORE_ERR_TIMEOUT = 202,
-  /**
-   * The connection dropped with the call in flight; it may or may not have been applied.
-   */
-  MQSTORE_ERR_DISCONNECTED = 203,
-  /**
-   * The answer could not be read.
-   */
-  MQSTORE_ERR_MALFORMED = 204,
-  /**
-   * The answer does not fit the request.
-   */
-  MQSTORE_ERR_UNEXPECTED = 205,
-  /**
-   * The client's clock could not produce a timestamp.
-   */
-  MQSTORE_ERR_CLOCK = 206,
-  /**
-   * The broker cannot be reached (nothing listens, no such host, TLS failed).
-   */
-  MQSTORE_ERR_UNREACHABLE = 207,
-  /**
-   * The broker refused the connection (bad user name or password, not authorized).
-   */
-  MQSTORE_ERR_REFUSED = 208,
-  /**
-   * The broker broke the MQTT 5 protocol.
-   */
-  MQSTORE_ERR_PROTOCOL = 209,
-  /**
-   * The request is larger than the broker's maximum packet size: not sent.
-   */
-  MQSTORE_ERR_TOO_LARGE = 210,
-  /**
-   * The broker closed the connection (with a DISCONNECT reason code).
-   */
-  MQSTORE_ERR_BROKER_DISCONNECTED = 211,
-  /**
-   * The jobs service refused the call.
-   */
-  MQSTORE_ERR_JOBS = 212,
-  /**
-   * The device answered the command with an error.
-   */
-  MQSTORE_ERR_COMMAND_FAILED = 213,
-  /**
-   * The device refused the command as malformed or unsupported.
-   */
-  MQSTORE_ERR_COMMAND_REJECTED = 214,
-  /**
-   * No answer to the command within its timeout.
-   */
-  MQSTORE_ERR_COMMAND_TIMED_OUT = 215,
-  /**
-   * The broker refused the request's publish (a PUBACK reason code of 0x80 or more: packet
-   * too large, not authorized, quota exceeded): it was not applied.
-   */
-  MQSTORE_ERR_PUBLISH_REFUSED = 216,
 } mqstore_status;
 
 /**
@@ -374,6 +390,11 @@ typedef enum mqstore_command_mode {
    */
   MQSTORE_COMMAND_DETACHED = 2,
 } mqstore_command_mode;
+
+/**
+ * Limits on what a store holds. `None` is unlimited.
+ */
+typedef struct Quotas Quotas;
 
 /**
  * A connected client (layer 1). Made by `mqstore_connect`, freed by `mqstore_client_free`.
@@ -652,7 +673,7 @@ typedef struct mqstore_response {
   const uint8_t *value;
   size_t value_len;
   /**
-   * ERROR: the `mqstore_status` of the text (MQSTORE_ERR_SERVICE_OTHER for unknown texts).
+   * ERROR: the `mqstore_status` of the text (MQSTORE_ERR_UNKNOWN_SERVICE for unknown texts).
    */
   int error_status;
   /**
@@ -784,6 +805,8 @@ typedef struct mqstore_command_reply {
   int64_t device_status;
 } mqstore_command_reply;
 
+
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -879,7 +902,7 @@ const char *mqstore_core_presence_topic(const struct mqstore_core *core);
 
 /**
  * The broker's Maximum Packet Size from its CONNACK (0: none). A call whose publish would be
- * larger fails with MQSTORE_ERR_TOO_LARGE before anything is queued.
+ * larger fails with MQSTORE_ERR_REQUEST_TOO_LARGE before anything is queued.
  */
 int mqstore_core_set_max_packet_size(struct mqstore_core *core, uint32_t max);
 
@@ -1021,7 +1044,7 @@ int mqstore_core_jobs_device(struct mqstore_core *core,
  * becomes the command's id), as `options` say (NULL: awaited, MQTT 5 request/response, the
  * default timeout). The event's `value` is the device's answer and its `json`
  * `{"id", "status", "contentType"?, "deviceStatus"?}`; a device's error answer is
- * MQSTORE_ERR_COMMAND_FAILED or _REJECTED, no answer in time MQSTORE_ERR_COMMAND_TIMED_OUT.
+ * MQSTORE_ERR_COMMAND_FAILED or _REJECTED, no answer in time MQSTORE_ERR_COMMAND_TIMEOUT.
  * The call's own timeout is the command's plus 5 s, for the service's verdict.
  */
 int mqstore_core_command(struct mqstore_core *core,
@@ -1070,10 +1093,11 @@ int mqstore_core_handle(struct mqstore_core *core,
 int mqstore_core_publish_refused(struct mqstore_core *core, uint64_t call, uint8_t reason_code);
 
 /**
- * Fails the calls whose timeout has passed (MQSTORE_ERR_TIMEOUT events) and renews what needs
+ * Fails the calls whose timeout has passed (MQSTORE_ERR_REQUEST_TIMEOUT events) and renews what needs
  * renewing. Call it at `mqstore_core_next_deadline`.
  */
-int mqstore_core_expire(struct mqstore_core *core, uint64_t now_ms);
+int mqstore_core_expire(struct mqstore_core *core,
+                        uint64_t now_ms);
 
 /**
  * When to call `mqstore_core_expire` next, in the clock of `now_ms`: `*deadline_ms` gets it,
@@ -1082,7 +1106,7 @@ int mqstore_core_expire(struct mqstore_core *core, uint64_t now_ms);
 int mqstore_core_next_deadline(const struct mqstore_core *core, uint64_t *deadline_ms);
 
 /**
- * The connection dropped: every call in flight fails (MQSTORE_ERR_DISCONNECTED events). Once
+ * The connection dropped: every call in flight fails (MQSTORE_ERR_CONNECTION_LOST events). Once
  * connected and subscribed again, call `mqstore_core_resume`.
  */
 int mqstore_core_connection_lost(struct mqstore_core *core);
@@ -1111,7 +1135,7 @@ int mqstore_encode_request(const struct mqstore_request *request,
 
 /**
  * Decodes a request as the state store would (verbs in any case). A malformed request fails
- * with the state store's own status and text (MQSTORE_ERR_SYNTAX "syntax error", ...). On
+ * with the state store's own status and text (MQSTORE_ERR_REQUEST_SYNTAX "syntax error", ...). On
  * success `*out` is owned by the caller: free it with `mqstore_request_free`.
  */
 int mqstore_decode_request(const uint8_t *bytes, size_t len, struct mqstore_request **out);
@@ -1123,7 +1147,7 @@ void mqstore_request_free(struct mqstore_request *request);
 
 /**
  * Decodes a response payload. On success `*out` is the caller's: free it with
- * `mqstore_response_free`. Malformed bytes fail with MQSTORE_ERR_MALFORMED.
+ * `mqstore_response_free`. Malformed bytes fail with MQSTORE_ERR_MALFORMED_ANSWER.
  */
 int mqstore_decode_response(const uint8_t *bytes, size_t len, struct mqstore_response **out);
 
@@ -1134,7 +1158,7 @@ void mqstore_response_free(struct mqstore_response *response);
 
 /**
  * Decodes a change notification's payload into `*out`. Malformed bytes fail with
- * MQSTORE_ERR_MALFORMED.
+ * MQSTORE_ERR_MALFORMED_ANSWER.
  */
 int mqstore_decode_notification(const uint8_t *bytes, size_t len, struct mqstore_notification *out);
 
@@ -1168,7 +1192,8 @@ const char *mqstore_last_error(void);
 int mqstore_last_error_code(void);
 
 /**
- * A short static name for a status ("MQSTORE_ERR_TIMEOUT"), or "unknown status". Never NULL.
+ * A short static name for a status ("MQSTORE_ERR_REQUEST_TIMEOUT": its name in this header),
+ * or "unknown status". Never NULL.
  */
 const char *mqstore_status_name(int status);
 
@@ -1204,9 +1229,10 @@ struct mqstore_options mqstore_options_default(void);
 /**
  * Connects to the broker (`options`: NULL for the defaults) and returns once the client can
  * make calls. On success `*out` is the caller's: free it with `mqstore_client_free`.
- * Fails with MQSTORE_ERR_UNREACHABLE, MQSTORE_ERR_REFUSED, MQSTORE_ERR_TIMEOUT, ...
+ * Fails with MQSTORE_ERR_BROKER_UNREACHABLE, MQSTORE_ERR_BROKER_REFUSED, MQSTORE_ERR_REQUEST_TIMEOUT, ...
  */
-int mqstore_connect(const struct mqstore_options *options, struct mqstore_client **out);
+int mqstore_connect(const struct mqstore_options *options,
+                    struct mqstore_client **out);
 
 /**
  * Closes the connection politely and frees the client (NULL is ignored). Stops the callback
@@ -1436,7 +1462,7 @@ int mqstore_jobs_next_notification(const struct mqstore_jobs *jobs,
  * Sends `payload` to the device's command topic `topic` (`{id}` in it becomes the command's
  * id) and, by default, waits for its answer. `options`: NULL for the defaults. On success
  * `*out` is the caller's: free it with `mqstore_command_reply_free`. A device's error answer
- * is MQSTORE_ERR_COMMAND_FAILED or _REJECTED, no answer in time MQSTORE_ERR_COMMAND_TIMED_OUT
+ * is MQSTORE_ERR_COMMAND_FAILED or _REJECTED, no answer in time MQSTORE_ERR_COMMAND_TIMEOUT
  * (the message names the command's id).
  */
 int mqstore_command(const struct mqstore_client *client,

@@ -266,7 +266,7 @@ pub unsafe extern "C" fn mqstore_core_presence_topic(core: *const mqstore_core) 
 }
 
 /// The broker's Maximum Packet Size from its CONNACK (0: none). A call whose publish would be
-/// larger fails with MQSTORE_ERR_TOO_LARGE before anything is queued.
+/// larger fails with MQSTORE_ERR_REQUEST_TOO_LARGE before anything is queued.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mqstore_core_set_max_packet_size(
     core: *mut mqstore_core,
@@ -578,7 +578,7 @@ pub unsafe extern "C" fn mqstore_core_jobs_device(
 /// becomes the command's id), as `options` say (NULL: awaited, MQTT 5 request/response, the
 /// default timeout). The event's `value` is the device's answer and its `json`
 /// `{"id", "status", "contentType"?, "deviceStatus"?}`; a device's error answer is
-/// MQSTORE_ERR_COMMAND_FAILED or _REJECTED, no answer in time MQSTORE_ERR_COMMAND_TIMED_OUT.
+/// MQSTORE_ERR_COMMAND_FAILED or _REJECTED, no answer in time MQSTORE_ERR_COMMAND_TIMEOUT.
 /// The call's own timeout is the command's plus 5 s, for the service's verdict.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mqstore_core_command(
@@ -822,7 +822,7 @@ pub unsafe extern "C" fn mqstore_core_publish_refused(
     })
 }
 
-/// Fails the calls whose timeout has passed (MQSTORE_ERR_TIMEOUT events) and renews what needs
+/// Fails the calls whose timeout has passed (MQSTORE_ERR_REQUEST_TIMEOUT events) and renews what needs
 /// renewing. Call it at `mqstore_core_next_deadline`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mqstore_core_expire(core: *mut mqstore_core, now_ms: u64) -> c_int {
@@ -850,7 +850,7 @@ pub unsafe extern "C" fn mqstore_core_next_deadline(
     })
 }
 
-/// The connection dropped: every call in flight fails (MQSTORE_ERR_DISCONNECTED events). Once
+/// The connection dropped: every call in flight fails (MQSTORE_ERR_CONNECTION_LOST events). Once
 /// connected and subscribed again, call `mqstore_core_resume`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mqstore_core_connection_lost(core: *mut mqstore_core) -> c_int {

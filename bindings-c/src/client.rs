@@ -269,7 +269,7 @@ unsafe fn client_options(options: *const mqstore_options) -> Result<ClientOption
 
 /// Connects to the broker (`options`: NULL for the defaults) and returns once the client can
 /// make calls. On success `*out` is the caller's: free it with `mqstore_client_free`.
-/// Fails with MQSTORE_ERR_UNREACHABLE, MQSTORE_ERR_REFUSED, MQSTORE_ERR_TIMEOUT, ...
+/// Fails with MQSTORE_ERR_BROKER_UNREACHABLE, MQSTORE_ERR_BROKER_REFUSED, MQSTORE_ERR_REQUEST_TIMEOUT, ...
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mqstore_connect(
     options: *const mqstore_options,

@@ -119,7 +119,7 @@ struct DecodedRequest {
 }
 
 /// Decodes a request as the state store would (verbs in any case). A malformed request fails
-/// with the state store's own status and text (MQSTORE_ERR_SYNTAX "syntax error", ...). On
+/// with the state store's own status and text (MQSTORE_ERR_REQUEST_SYNTAX "syntax error", ...). On
 /// success `*out` is owned by the caller: free it with `mqstore_request_free`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mqstore_decode_request(
@@ -221,7 +221,7 @@ pub struct mqstore_response {
     pub count: u64,
     pub value: *const u8,
     pub value_len: usize,
-    /// ERROR: the `mqstore_status` of the text (MQSTORE_ERR_SERVICE_OTHER for unknown texts).
+    /// ERROR: the `mqstore_status` of the text (MQSTORE_ERR_UNKNOWN_SERVICE for unknown texts).
     pub error_status: c_int,
     /// ERROR: the text after `-ERR `, NUL-terminated.
     pub error_text: *const c_char,
@@ -241,7 +241,7 @@ struct DecodedResponse {
 }
 
 /// Decodes a response payload. On success `*out` is the caller's: free it with
-/// `mqstore_response_free`. Malformed bytes fail with MQSTORE_ERR_MALFORMED.
+/// `mqstore_response_free`. Malformed bytes fail with MQSTORE_ERR_MALFORMED_ANSWER.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mqstore_decode_response(
     bytes: *const u8,
@@ -254,8 +254,8 @@ pub unsafe extern "C" fn mqstore_decode_response(
         *out = std::ptr::null_mut();
         let input = Bytes::copy_from_slice(unsafe { bytes_arg(bytes, len, "bytes") }?);
         let response = decode_response(&input).map_err(|e| {
-            Error::new(
-                crate::mqstore_status::MQSTORE_ERR_MALFORMED,
+            Error::of_kind(
+                mqstore_core::ErrorKind::MalformedAnswer,
                 format!("not a state store response: {e}"),
             )
         })?;
@@ -338,7 +338,7 @@ pub struct mqstore_notification {
 }
 
 /// Decodes a change notification's payload into `*out`. Malformed bytes fail with
-/// MQSTORE_ERR_MALFORMED.
+/// MQSTORE_ERR_MALFORMED_ANSWER.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mqstore_decode_notification(
     bytes: *const u8,
@@ -351,8 +351,8 @@ pub unsafe extern "C" fn mqstore_decode_notification(
         let input = unsafe { bytes_arg(bytes, len, "bytes") }?;
         let copy = Bytes::copy_from_slice(input);
         let notification = decode_notification(&copy).map_err(|e| {
-            Error::new(
-                crate::mqstore_status::MQSTORE_ERR_MALFORMED,
+            Error::of_kind(
+                mqstore_core::ErrorKind::MalformedAnswer,
                 format!("not a state store notification: {e}"),
             )
         })?;

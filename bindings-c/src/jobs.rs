@@ -318,7 +318,7 @@ struct CommandReply {
 /// Sends `payload` to the device's command topic `topic` (`{id}` in it becomes the command's
 /// id) and, by default, waits for its answer. `options`: NULL for the defaults. On success
 /// `*out` is the caller's: free it with `mqstore_command_reply_free`. A device's error answer
-/// is MQSTORE_ERR_COMMAND_FAILED or _REJECTED, no answer in time MQSTORE_ERR_COMMAND_TIMED_OUT
+/// is MQSTORE_ERR_COMMAND_FAILED or _REJECTED, no answer in time MQSTORE_ERR_COMMAND_TIMEOUT
 /// (the message names the command's id).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mqstore_command(

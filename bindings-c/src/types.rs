@@ -45,8 +45,8 @@ impl mqstore_hlc {
     pub(crate) fn from_hlc(hlc: &Hlc) -> Result<Self> {
         let node = hlc.node.as_bytes();
         if node.len() >= MQSTORE_HLC_NODE_SIZE || node.contains(&0) {
-            return Err(Error::new(
-                crate::mqstore_status::MQSTORE_ERR_MALFORMED,
+            return Err(Error::of_kind(
+                mqstore_core::ErrorKind::MalformedAnswer,
                 format!(
                     "the version {hlc} has a node id longer than {} bytes",
                     MQSTORE_HLC_NODE_SIZE - 1

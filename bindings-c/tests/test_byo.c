@@ -528,7 +528,7 @@ static void a_lost_answer_times_out_through_expire(void) {
   CHECK(event == NULL);
   event = next_event(mosq, &s);
   CHECK(event->call == call);
-  CHECK(event->status == MQSTORE_ERR_TIMEOUT);
+  CHECK(event->status == MQSTORE_ERR_REQUEST_TIMEOUT);
   CHECK(strstr(event->error, "no answer") != NULL);
   CHECK(now_ms() >= deadline);
   mqstore_event_free(event);
@@ -547,7 +547,7 @@ static void a_lost_connection_fails_calls_in_flight(void) {
   CHECK_OK(mqstore_core_next_event(s.core, &event));
   CHECK(event != NULL);
   CHECK(event->call == call);
-  CHECK(event->status == MQSTORE_ERR_DISCONNECTED);
+  CHECK(event->status == MQSTORE_ERR_CONNECTION_LOST);
   mqstore_event_free(event);
 }
 
@@ -578,7 +578,7 @@ static void a_publish_the_broker_refuses_fails_its_call(void) {
   CHECK(event == NULL);
   CHECK_OK(mqstore_core_connection_lost(s.core));
   CHECK_OK(mqstore_core_next_event(s.core, &event));
-  CHECK(event != NULL && event->call == other && event->status == MQSTORE_ERR_DISCONNECTED);
+  CHECK(event != NULL && event->call == other && event->status == MQSTORE_ERR_CONNECTION_LOST);
   mqstore_event_free(event);
 }
 
@@ -586,7 +586,7 @@ static void too_large_and_bad_arguments_queue_nothing(void) {
   CHECK_OK(mqstore_core_set_max_packet_size(s.core, 200));
   static uint8_t big[300];
   uint64_t call = 0;
-  CHECK_STATUS(mqstore_core_set(s.core, S("byo/big"), big, sizeof big, NULL, now_ms(), &call), MQSTORE_ERR_TOO_LARGE);
+  CHECK_STATUS(mqstore_core_set(s.core, S("byo/big"), big, sizeof big, NULL, now_ms(), &call), MQSTORE_ERR_REQUEST_TOO_LARGE);
   CHECK_OK(mqstore_core_set_max_packet_size(s.core, 0));
   CHECK_STATUS(mqstore_core_get(s.core, NULL, 2, now_ms(), &call), MQSTORE_ERR_INVALID_ARGUMENT);
   CHECK_STATUS(mqstore_core_get(NULL, S("k"), now_ms(), &call), MQSTORE_ERR_INVALID_ARGUMENT);

@@ -458,7 +458,7 @@ static void commands_reach_a_device_and_bring_its_answer(void) {
   CHECK(reply == NULL);
   mqstore_command_options quick = {0};
   quick.timeout_ms = 300;
-  CHECK_STATUS(mqstore_command(c, "devices/c-dev/commands", S("ignore"), &quick, &reply), MQSTORE_ERR_COMMAND_TIMED_OUT);
+  CHECK_STATUS(mqstore_command(c, "devices/c-dev/commands", S("ignore"), &quick, &reply), MQSTORE_ERR_COMMAND_TIMEOUT);
 
   mqstore_command_options one_way = {0};
   one_way.mode = MQSTORE_COMMAND_ONE_WAY;
@@ -525,14 +525,14 @@ static void errors_have_their_codes_and_change_nothing(void) {
   CHECK_OK(mqstore_connect(&options, &bare));
   bool found = true;
   size_t len = 0;
-  CHECK_STATUS(mqstore_get(bare, S("k"), NULL, 0, &len, &found, NULL), MQSTORE_ERR_TIMEOUT);
+  CHECK_STATUS(mqstore_get(bare, S("k"), NULL, 0, &len, &found, NULL), MQSTORE_ERR_REQUEST_TIMEOUT);
   CHECK(!found);
   CHECK_ERROR_SAYS("is `mqstore serve` running");
   mqstore_set_options quick = {0};
   quick.timeout_ms = 100;
-  CHECK_STATUS(mqstore_set(bare, S("k"), S("v"), &quick, NULL), MQSTORE_ERR_TIMEOUT);
+  CHECK_STATUS(mqstore_set(bare, S("k"), S("v"), &quick, NULL), MQSTORE_ERR_REQUEST_TIMEOUT);
   static uint8_t big[5000];
-  CHECK_STATUS(mqstore_set(bare, S("k"), big, sizeof big, NULL, NULL), MQSTORE_ERR_TOO_LARGE);
+  CHECK_STATUS(mqstore_set(bare, S("k"), big, sizeof big, NULL, NULL), MQSTORE_ERR_REQUEST_TOO_LARGE);
   CHECK_ERROR_SAYS("not sent");
   mqstore_client_free(bare);
 
@@ -541,7 +541,7 @@ static void errors_have_their_codes_and_change_nothing(void) {
   options.port = port_from("MQSTORE_TEST_CLOSED_PORT");
   options.timeout_ms = 2000;
   mqstore_client *none = (mqstore_client *)1;
-  CHECK_STATUS(mqstore_connect(&options, &none), MQSTORE_ERR_UNREACHABLE);
+  CHECK_STATUS(mqstore_connect(&options, &none), MQSTORE_ERR_BROKER_UNREACHABLE);
   CHECK(none == NULL);
   CHECK_ERROR_SAYS("cannot reach the MQTT broker");
 }
@@ -553,11 +553,11 @@ static void credentials_and_tls_to_the_broker(void) {
   options.username = "fleet";
   options.password = "wrong";
   mqstore_client *c = NULL;
-  CHECK_STATUS(mqstore_connect(&options, &c), MQSTORE_ERR_REFUSED);
+  CHECK_STATUS(mqstore_connect(&options, &c), MQSTORE_ERR_BROKER_REFUSED);
   CHECK_ERROR_SAYS("refused the connection");
   CHECK(c == NULL);
   options.password = NULL;
-  CHECK_STATUS(mqstore_connect(&options, &c), MQSTORE_ERR_REFUSED);
+  CHECK_STATUS(mqstore_connect(&options, &c), MQSTORE_ERR_BROKER_REFUSED);
   options.password = "s3cret";
   CHECK_OK(mqstore_connect(&options, &c));
   mqstore_client_free(c);
@@ -569,7 +569,7 @@ static void credentials_and_tls_to_the_broker(void) {
   CHECK_OK(mqstore_connect(&options, &c));
   mqstore_client_free(c);
   options.ca_file = getenv("MQSTORE_TEST_WRONG_CA_FILE"); /* did not sign it */
-  CHECK_STATUS(mqstore_connect(&options, &c), MQSTORE_ERR_UNREACHABLE);
+  CHECK_STATUS(mqstore_connect(&options, &c), MQSTORE_ERR_BROKER_UNREACHABLE);
   CHECK_ERROR_SAYS("cannot reach the MQTT broker");
   options.ca_file = NULL; /* plain MQTT to a TLS listener */
   options.timeout_ms = 2000;

@@ -131,8 +131,12 @@ impl ServiceError {
 /// Every kind of error an mqstore client reports, with its stable number and its name: the
 /// contract every binding keeps. Python's `mqstore.errors.{name}Error` and JavaScript's
 /// `{name}Error` have `code` = [`ErrorKind::code`] (their tests walk [`ErrorKind::ALL`]), and
-/// C's `mqstore_status` has the same numbers (checked when the C library compiles).
+/// the C header's `mqstore_err` is generated from this enum by cbindgen (the two lines below
+/// say how it names the variants: `RequestTimeout` is `MQSTORE_ERR_REQUEST_TIMEOUT`).
 /// 101..=199 are the state store's refusals ([`ServiceError`]), 201..=299 the client's own.
+///
+/// cbindgen:prefix-with-name
+/// cbindgen:rename-all=ScreamingSnakeCase
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u16)]
 pub enum ErrorKind {
