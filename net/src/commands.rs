@@ -1,7 +1,7 @@
 //! Commands from the client's side: [`Client::command`] asks a node (`mqstore serve`) to send
 //! a command to a device and await its answer; [`Client::command_many`] fans one out to many
 //! devices; [`Client::command_status`] and [`Client::watch_commands`] follow the records.
-//! The node's side, which talks to the devices, is [`crate::commander`].
+//! The node's side, which talks to the devices, is the `commander` (feature `server`).
 
 use tokio::sync::{mpsc, oneshot};
 

@@ -5,7 +5,7 @@
 //! [`mqstore_core::envelope::Publish`] and moves them; every decision is the core's.
 //!
 //! * Always: the async [`client`] (the state store, [`lease`]s, [`jobs`] and [`commands`]).
-//! * With the `server` feature: the node `mqstore serve` runs ([`server`], the [`commander`]
+//! * With the `server` feature: the node `mqstore serve` runs (`server`, the `commander`
 //!   that talks to devices, the Redis store, metrics and the load generator). Clients leave it
 //!   off and carry no Redis client and no server.
 
