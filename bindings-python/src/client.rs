@@ -24,7 +24,7 @@ use crate::runtime::{ToPy, client, run};
 use crate::types::{Hlc, Keys, py_bytes};
 
 /// Bytes that Python owns, shared with Rust without a copy.
-fn shared(bytes: PyBackedBytes) -> Bytes {
+pub(crate) fn shared(bytes: PyBackedBytes) -> Bytes {
     Bytes::from_owner(bytes)
 }
 

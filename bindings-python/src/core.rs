@@ -15,8 +15,10 @@ use mqstore_core::jobs::{DeviceBody, OperatorRequest};
 use mqstore_core::session::{Completion, Session, SessionEvent};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::{PyBytes, PyDict, PyList};
 
+use crate::client::shared;
 use crate::codec::{request_of, response_dict};
 use crate::errors::client_error;
 use crate::types::{Hlc, Json};
@@ -55,7 +57,8 @@ fn publish_of(message: &Bound<'_, PyDict>) -> PyResult<Publish> {
         .extract()?;
     let bytes = |name: &str| -> PyResult<Option<Bytes>> {
         match message.get_item(name)? {
-            Some(v) if !v.is_none() => Ok(Some(Bytes::from(v.extract::<Vec<u8>>()?))),
+            // Python's bytes, shared without a copy.
+            Some(v) if !v.is_none() => Ok(Some(shared(v.extract::<PyBackedBytes>()?))),
             _ => Ok(None),
         }
     };
@@ -281,15 +284,25 @@ impl ClientCore {
 
     /// Starts observing `key`; changes come as `changed` events, across reconnects.
     #[pyo3(signature = (key, *, now_ms=None))]
-    fn observe(&mut self, py: Python<'_>, key: Vec<u8>, now_ms: Option<u64>) -> PyResult<u64> {
-        let call = self.session.observe(Bytes::from(key), now(now_ms));
+    fn observe(
+        &mut self,
+        py: Python<'_>,
+        key: PyBackedBytes,
+        now_ms: Option<u64>,
+    ) -> PyResult<u64> {
+        let call = self.session.observe(shared(key), now(now_ms));
         Ok(call.map_err(|e| client_error(py, &e))?.0)
     }
 
     /// Stops observing `key`.
     #[pyo3(signature = (key, *, now_ms=None))]
-    fn unobserve(&mut self, py: Python<'_>, key: Vec<u8>, now_ms: Option<u64>) -> PyResult<u64> {
-        let call = self.session.unobserve(Bytes::from(key), now(now_ms));
+    fn unobserve(
+        &mut self,
+        py: Python<'_>,
+        key: PyBackedBytes,
+        now_ms: Option<u64>,
+    ) -> PyResult<u64> {
+        let call = self.session.unobserve(shared(key), now(now_ms));
         Ok(call.map_err(|e| client_error(py, &e))?.0)
     }
 
@@ -300,7 +313,7 @@ impl ClientCore {
     fn lease(
         &mut self,
         py: Python<'_>,
-        key: Vec<u8>,
+        key: PyBackedBytes,
         ttl_ms: u64,
         wait_ms: Option<u64>,
         now_ms: Option<u64>,
@@ -310,7 +323,7 @@ impl ClientCore {
         }
         let call = self
             .session
-            .lease(Bytes::from(key), ttl_ms, wait_ms, now(now_ms));
+            .lease(shared(key), ttl_ms, wait_ms, now(now_ms));
         Ok(call.map_err(|e| client_error(py, &e))?.0)
     }
 
@@ -363,7 +376,7 @@ impl ClientCore {
     fn command(
         &mut self,
         topic: &str,
-        payload: Vec<u8>,
+        payload: PyBackedBytes,
         profile: Option<String>,
         timeout_ms: Option<u64>,
         mode: &str,
@@ -374,7 +387,7 @@ impl ClientCore {
         if topic.is_empty() {
             return Err(PyValueError::new_err("the command topic is empty"));
         }
-        let mut request = CommandRequest::new(topic, Bytes::from(payload));
+        let mut request = CommandRequest::new(topic, shared(payload));
         if let Some(profile) = profile {
             request.profile = profile;
         }
