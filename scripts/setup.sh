@@ -42,6 +42,17 @@ system_packages() {
     chromium fonts-dejavu-core
 }
 
+# What scripts/test-dist needs beyond system_packages: musl-gcc (a CPython built against musl
+# for the musllinux wheel), file, curl; and Debian's arm64 package lists (arm64 CPython is
+# downloaded and unpacked for qemu-user, not installed).
+dist_packages() {
+  apt_install musl-tools file curl ca-certificates
+  if ! dpkg --print-foreign-architectures | grep -qx arm64; then
+    as_root dpkg --add-architecture arm64
+    as_root apt-get update -qq
+  fi
+}
+
 # What `bash scripts/run` needs: the broker.
 run_packages() {
   apt_install mosquitto
