@@ -8,12 +8,14 @@ dependencies (not dev-dependencies: tests are not shipped) for the target it shi
 the features it is built with, from `cargo tree` (Cargo.lock and the crates' manifests; no
 online service). With --notices, writes
 DIR/THIRD-PARTY-<artifact>.txt: each crate, its version, its licence and where it comes from.
-Exits 1 naming every crate that breaks the policy.
+The npm package's JavaScript dependencies are checked too, from bindings-wasm/package-lock.json.
+Exits 1 naming every crate or package that breaks the policy.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import subprocess
 import sys
@@ -174,6 +176,31 @@ def main() -> int:
                 if not p["own"]
             ]
             (args.notices / f"THIRD-PARTY-{name}.txt").write_text("\n".join(lines) + "\n")
+    # The npm package's JavaScript dependencies (what `npm install` of it brings), from its
+    # lockfile, which records each package's declared licence.
+    lock = json.loads((ROOT / "bindings-wasm/package-lock.json").read_text())
+    npm = {
+        path.rsplit("node_modules/", 1)[-1]: entry
+        for path, entry in lock["packages"].items()
+        if path and not entry.get("dev")
+    }
+    for name, entry in sorted(npm.items()):
+        label = f"{name} {entry.get('version')}"
+        if name in bans["everywhere"]:
+            problems.append(f"the npm package depends on {label}: banned")
+        if not entry.get("license"):
+            problems.append(f"npm: {label} declares no licence")
+        elif not satisfied(entry["license"], allowed):
+            problems.append(f"npm: {label} is {entry['license']}, not allowed by licenses.toml")
+    print(f"npm package's dependencies: {len(npm)} packages, licences allowed")
+    if args.notices:
+        lines = [
+            "JavaScript packages the mqstore npm package depends on, with their licences as",
+            "their package.json declares them.",
+            "",
+        ]
+        lines += [f"{n} {e.get('version')}: {e.get('license')}" for n, e in sorted(npm.items())]
+        (args.notices / "THIRD-PARTY-npm.txt").write_text("\n".join(lines) + "\n")
     for problem in problems:
         print(f"licence policy: {problem}", file=sys.stderr)
     return 1 if problems else 0
