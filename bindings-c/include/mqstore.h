@@ -89,6 +89,11 @@
 #define MQSTORE_WAIT_FOREVER 18446744073709551615ull
 
 /**
+ * The largest `maxResults` (AWS's).
+ */
+#define PageRequest_MAX_RESULTS 250
+
+/**
  * What an event is.
  */
 typedef enum mqstore_event_kind {
@@ -1408,6 +1413,20 @@ int mqstore_job_cancel(const struct mqstore_client *client, const char *job_id, 
  * A job and its executions' counts, as JSON in `*json` (free with `mqstore_string_free`).
  */
 int mqstore_job_describe(const struct mqstore_client *client, const char *job_id, char **json);
+
+/**
+ * Any operator call of the jobs service: `request_json` is `{"op": ..., ...}` with AWS's
+ * field names (`updateJob`, `deleteJob`, `cancelJobExecution`, `listJobs` with `maxResults`
+ * and `nextToken`, a `createJob` with `jobExecutionsRolloutConfig` and `abortConfig`, ...;
+ * docs/protocol/jobs.md). The answer goes to `*json` as JSON (for describe calls and
+ * unpaged lists, the record or the list alone; free it with `mqstore_string_free`); `json`
+ * may be NULL when the answer is not wanted. A request that fits no call is
+ * MQSTORE_ERR_INVALID_ARGUMENT and nothing is sent; a refusal is the service's code (see
+ * `mqstore_last_error`).
+ */
+int mqstore_jobs_operate(const struct mqstore_client *client,
+                         const char *request_json,
+                         char **json);
 
 /**
  * Acts as `thing`: subscribes to its jobs replies and notifications. `*out` is the caller's:

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use mqstore_core::client::jobs::Update;
-use mqstore_core::jobs::{JobSpec, Status};
+use mqstore_core::jobs::{JobSpec, OperatorRequest, Status};
 use mqstore_net::jobs::{Jobs, StartNext};
 
 use crate::client::mqstore_client;
@@ -76,14 +76,11 @@ pub unsafe extern "C" fn mqstore_job_create(
         let document = unsafe { str_arg(document_json, "document_json") }?;
         let document = serde_json::from_str(document)
             .map_err(|e| Error::invalid(format!("document_json is not JSON: {e}")))?;
-        let spec = JobSpec {
-            job_id,
-            document,
-            targets,
-            in_progress_timeout_minutes: (in_progress_timeout_minutes > 0)
-                .then_some(in_progress_timeout_minutes),
-            max_retries,
-        };
+        let spec = JobSpec::new(job_id, targets, document)
+            .in_progress_timeout(
+                (in_progress_timeout_minutes > 0).then_some(in_progress_timeout_minutes),
+            )
+            .retries(max_retries);
         client.wait(None, client.client().create_job(spec))
     })
 }
@@ -118,6 +115,42 @@ pub unsafe extern "C" fn mqstore_job_describe(
         let job_id = unsafe { str_arg(job_id, "job_id") }?;
         let job = client.wait(None, client.client().describe_job(job_id))?;
         json_out(out, &job)
+    })
+}
+
+/// Any operator call of the jobs service: `request_json` is `{"op": ..., ...}` with AWS's
+/// field names (`updateJob`, `deleteJob`, `cancelJobExecution`, `listJobs` with `maxResults`
+/// and `nextToken`, a `createJob` with `jobExecutionsRolloutConfig` and `abortConfig`, ...;
+/// docs/protocol/jobs.md). The answer goes to `*json` as JSON (for describe calls and
+/// unpaged lists, the record or the list alone; free it with `mqstore_string_free`); `json`
+/// may be NULL when the answer is not wanted. A request that fits no call is
+/// MQSTORE_ERR_INVALID_ARGUMENT and nothing is sent; a refusal is the service's code (see
+/// `mqstore_last_error`).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mqstore_jobs_operate(
+    client: *const mqstore_client,
+    request_json: *const c_char,
+    json: *mut *mut c_char,
+) -> c_int {
+    ffi(|| {
+        let mut out = match json.is_null() {
+            true => None,
+            // SAFETY: the caller's pointer, checked by the helper.
+            false => Some(unsafe { out_arg(json, "json") }?),
+        };
+        if let Some(out) = out.as_mut() {
+            **out = std::ptr::null_mut();
+        }
+        // SAFETY: the caller's pointers, checked by the helpers.
+        let client = unsafe { handle(client, "client") }?;
+        let request = unsafe { str_arg(request_json, "request_json") }?;
+        let request: OperatorRequest = serde_json::from_str(request)
+            .map_err(|e| Error::invalid(format!("request_json fits no jobs operator call: {e}")))?;
+        let answer = client.wait(None, client.client().operate(request))?;
+        match out {
+            Some(out) => json_out(out, &answer),
+            None => Ok(()),
+        }
     })
 }
 

@@ -393,6 +393,34 @@ static void jobs_flow_from_creation_to_success(void) {
   CHECK_OK(mqstore_job_describe(c, job_id, &json));
   CHECK(strstr(json, job_id) != NULL);
   mqstore_string_free(json);
+
+  /* Every other operator call, as AWS's JSON: a job with a rate and an abort, changed,
+   * listed a page at a time, canceled with a reason and deleted. */
+  CHECK_OK(mqstore_jobs_operate(c,
+                                "{\"op\": \"createJob\", \"jobId\": \"c-rollout\", \"targets\": [\"c-r1\", \"c-r2\"], "
+                                "\"document\": {}, \"jobExecutionsRolloutConfig\": {\"maximumPerMinute\": 100}, "
+                                "\"abortConfig\": {\"criteriaList\": [{\"failureType\": \"ALL\", \"action\": \"CANCEL\", "
+                                "\"thresholdPercentage\": 50, \"minNumberOfExecutedThings\": 1}]}}",
+                                NULL));
+  CHECK_OK(mqstore_jobs_operate(c, "{\"op\": \"updateJob\", \"jobId\": \"c-rollout\", \"description\": \"gateway\"}", NULL));
+  CHECK_OK(mqstore_jobs_operate(c, "{\"op\": \"describeJob\", \"jobId\": \"c-rollout\"}", &json));
+  CHECK(strstr(json, "\"description\":\"gateway\"") != NULL);
+  CHECK(strstr(json, "\"maximumPerMinute\":100") != NULL);
+  mqstore_string_free(json);
+  CHECK_OK(mqstore_jobs_operate(c, "{\"op\": \"listJobs\", \"maxResults\": 1}", &json));
+  CHECK(strstr(json, "\"nextToken\"") != NULL); /* two jobs, one a page */
+  mqstore_string_free(json);
+  CHECK_STATUS(mqstore_jobs_operate(c, "{\"op\": \"updateJob\", \"jobId\": \"c-rollout\", "
+                                       "\"jobExecutionsRolloutConfig\": {\"maximumPerMinute\": 5000}}", NULL),
+               MQSTORE_ERR_JOBS);
+  CHECK_ERROR_SAYS("maximumPerMinute");
+  CHECK_STATUS(mqstore_jobs_operate(c, "{\"op\": \"dropTables\"}", &json), MQSTORE_ERR_INVALID_ARGUMENT);
+  CHECK(json == NULL);
+  CHECK_OK(mqstore_jobs_operate(c, "{\"op\": \"cancelJob\", \"jobId\": \"c-rollout\", \"reasonCode\": \"C_TEST\"}", NULL));
+  CHECK_OK(mqstore_jobs_operate(c, "{\"op\": \"deleteJob\", \"jobId\": \"c-rollout\"}", NULL));
+  CHECK_STATUS(mqstore_jobs_operate(c, "{\"op\": \"describeJob\", \"jobId\": \"c-rollout\"}", &json), MQSTORE_ERR_JOBS);
+  CHECK_ERROR_SAYS("ResourceNotFound");
+
   CHECK_STATUS(mqstore_jobs_open(c, NULL, &jobs), MQSTORE_ERR_INVALID_ARGUMENT);
   CHECK(jobs == NULL);
   mqstore_jobs_free(jobs);

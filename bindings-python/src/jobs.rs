@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use mqstore_core::client::ClientError;
 use mqstore_core::client::jobs::Update;
-use mqstore_core::jobs::{JobSpec, Status};
+use mqstore_core::jobs::{OperatorRequest, Status};
 use mqstore_net::jobs::{ExecutionFilter, Jobs as CoreJobs, StartNext};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -32,46 +32,15 @@ fn status(text: Option<&str>) -> PyResult<Option<Status>> {
 
 #[pymethods]
 impl Client {
-    /// Creates a job for `targets` with `document` (JSON text of an object).
-    #[pyo3(signature = (job_id, targets, document, in_progress_timeout_minutes, max_retries, aio))]
-    #[allow(clippy::too_many_arguments)]
-    fn create_job(
-        &self,
-        py: Python<'_>,
-        job_id: String,
-        targets: Vec<String>,
-        document: &str,
-        in_progress_timeout_minutes: Option<u32>,
-        max_retries: u32,
-        aio: bool,
-    ) -> PyResult<Py<PyAny>> {
+    /// Any operator call: `request` is its JSON text (`{"op": ..., ...}` with AWS's
+    /// fields); the answer as Python values.
+    fn jobs_operate(&self, py: Python<'_>, request: &str, aio: bool) -> PyResult<Py<PyAny>> {
         let client_ = self.live()?;
-        let document = serde_json::from_str(document)
-            .map_err(|e| PyValueError::new_err(format!("the job document is not JSON: {e}")))?;
-        let spec = JobSpec {
-            job_id,
-            document,
-            targets,
-            in_progress_timeout_minutes,
-            max_retries,
-        };
-        run(
-            py,
-            aio,
-            async move { client(client_.create_job(spec).await) },
-        )
-    }
-
-    fn cancel_job(
-        &self,
-        py: Python<'_>,
-        job_id: String,
-        force: bool,
-        aio: bool,
-    ) -> PyResult<Py<PyAny>> {
-        let client_ = self.live()?;
+        let request: OperatorRequest = serde_json::from_str(request).map_err(|e| {
+            PyValueError::new_err(format!("the request fits no jobs operator call: {e}"))
+        })?;
         run(py, aio, async move {
-            client(client_.cancel_job(&job_id, force).await)
+            Json::of(&client(client_.operate(request).await)?)
         })
     }
 

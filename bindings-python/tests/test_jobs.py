@@ -4,6 +4,7 @@ side, from both clients."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import mqstore
 import pytest
@@ -91,3 +92,73 @@ def test_jobs_from_asyncio(server: Server, key: str) -> None:
             assert (await c.describe_job(job + "-2"))["executions"] == {"CANCELED": 1}
 
     asyncio.run(main())
+
+
+def test_a_rollout_its_abort_and_the_job_s_lifecycle(client: mqstore.Client, key: str) -> None:
+    tag = key.rsplit("_", 1)[-1]
+    things = [f"py-roll-{tag}-{i}" for i in range(4)]
+    job = "py-roll-" + tag
+    abort = {
+        "failureType": "FAILED",
+        "action": "CANCEL",
+        "thresholdPercentage": 50,
+        "minNumberOfExecutedThings": 2,
+    }
+    client.create_job(job, things, {"v": 1}, max_per_minute=500, abort=[abort], description="canary")
+    described = client.describe_job(job)
+    assert described["description"] == "canary"
+    assert described["jobExecutionsRolloutConfig"] == {"maximumPerMinute": 500}
+    assert described["rollout"]["totalThings"] == 4
+    client.update_job(job, description="wider", max_per_minute=1000)
+    assert client.describe_job(job)["jobExecutionsRolloutConfig"]["maximumPerMinute"] == 1000
+
+    # One thing's execution canceled; expectedVersion is checked.
+    with pytest.raises(errors.JobsError) as conflict:
+        client.cancel_job_execution(job, things[0], expected_version=9)
+    assert conflict.value.jobs_code == "VersionConflict"
+    client.cancel_job_execution(job, things[0], status_details={"why": "bench"})
+    assert client.describe_job_execution(job, things[0])["status"] == "CANCELED"
+
+    # Wait for the rate to reach the rest (500 a minute: within a second).
+    for _ in range(100):
+        if client.describe_job(job)["rollout"]["notifiedThings"] == 4:
+            break
+        time.sleep(0.05)
+    # Two of two executed things failed: 100 % ≥ 50 %, the job is aborted.
+    for thing in things[1:3]:
+        client.jobs(thing).update(job, status="FAILED")
+    described = client.describe_job(job)
+    assert described["status"] == "CANCELED"
+    assert described["reasonCode"] == "ABORT_CRITERIA_MET"
+    assert described["jobProcessDetails"]["numberOfFailedThings"] == 2
+    assert client.describe_job_execution(job, things[3])["status"] == "CANCELED"
+
+    page = client.list_jobs_page(status="CANCELED", max_results=250)
+    assert job in [j["jobId"] for j in page["jobs"]]
+    executions = client.list_job_executions_page(job_id=job, max_results=3)
+    assert len(executions["executions"]) == 3 and executions["nextToken"] is not None
+    rest = client.list_job_executions_page(job_id=job, next_token=executions["nextToken"])
+    assert [e["thingName"] for e in rest["executions"]] == [things[3]]
+
+    with pytest.raises(errors.JobsError) as refused:
+        client.jobs_operate({"op": "updateJob", "jobId": job, "description": "late"})
+    assert refused.value.jobs_code == "InvalidStateTransition"
+    client.delete_job(job)
+    with pytest.raises(errors.JobsError) as gone:
+        client.describe_job(job)
+    assert gone.value.jobs_code == "ResourceNotFound"
+
+
+def test_bad_rollout_settings_change_nothing(client: mqstore.Client) -> None:
+    with pytest.raises(errors.JobsError) as bad:
+        client.create_job("py-bad-rate", ["t"], {}, max_per_minute=5000)
+    assert bad.value.jobs_code == "InvalidRequest" and "maximumPerMinute" in str(bad.value)
+    with pytest.raises(ValueError, match="fits no jobs operator call"):
+        client.create_job("py-bad-abort", ["t"], {}, abort=[{"failureType": "SOMETIMES"}])
+    with pytest.raises(ValueError, match="not both"):
+        client.create_job("j", ["t"], {}, max_per_minute=1, rollout={"maximumPerMinute": 1})
+    with pytest.raises(ValueError, match='needs "op"'):
+        client.jobs_operate({"jobId": "x"})
+    with pytest.raises(errors.JobsError) as gone:
+        client.describe_job("py-bad-rate")
+    assert gone.value.jobs_code == "ResourceNotFound"

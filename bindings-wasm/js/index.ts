@@ -624,9 +624,34 @@ export class Client {
     await this.#operate("createJob", spec);
   }
 
-  /** Cancels a job: QUEUED executions become CANCELED, IN_PROGRESS ones too with `force`. */
-  async cancelJob(jobId: string, options: { force?: boolean } = {}): Promise<void> {
-    await this.#operate("cancelJob", { jobId, force: options.force });
+  /**
+   * Cancels a job: QUEUED executions become CANCELED, IN_PROGRESS ones too with `force`;
+   * `reasonCode` (`[A-Z0-9_]+`) and `comment` are kept with it.
+   */
+  async cancelJob(jobId: string, options: { force?: boolean; reasonCode?: string; comment?: string } = {}): Promise<void> {
+    await this.#operate("cancelJob", { jobId, ...options });
+  }
+
+  /** Changes a job's description, timeout, retry, rollout or abort settings (absent: unchanged). */
+  async updateJob(update: JobUpdate): Promise<void> {
+    await this.#operate("updateJob", update);
+  }
+
+  /** Deletes a job and its executions: a COMPLETED or CANCELED one, any with `force`. */
+  async deleteJob(jobId: string, options: { force?: boolean } = {}): Promise<void> {
+    await this.#operate("deleteJob", { jobId, force: options.force ?? false });
+  }
+
+  /**
+   * Cancels one thing's execution of a job (`force` for an IN_PROGRESS one), only if it is at
+   * `expectedVersion` when one is given.
+   */
+  async cancelJobExecution(
+    jobId: string,
+    thing: string,
+    options: { force?: boolean; expectedVersion?: number; statusDetails?: Record<string, string> } = {},
+  ): Promise<void> {
+    await this.#operate("cancelJobExecution", { ...options, jobId, thingName: thing, force: options.force ?? false });
   }
 
   /** Deletes the execution of `jobId` on `thing` (`force` for an IN_PROGRESS one). */
@@ -645,8 +670,31 @@ export class Client {
   }
 
   /** Every job. */
-  async listJobs(): Promise<{ jobId: string; targets: number }[]> {
+  async listJobs(): Promise<JobListing[]> {
     return await this.#operate("listJobs");
+  }
+
+  /** A page of jobs in id order (pass `nextToken` for the next), narrowed by status. */
+  async listJobsPage(
+    page: { status?: JobLifecycle; maxResults?: number; nextToken?: string } = {},
+  ): Promise<{ jobs: JobListing[]; nextToken?: string }> {
+    return await this.#operate("listJobs", { maxResults: 250, ...page });
+  }
+
+  /** A page of the latest executions, narrowed by thing, job and status. */
+  async listJobExecutionsPage(
+    page: { thing?: string; jobId?: string; status?: JobStatus; maxResults?: number; nextToken?: string } = {},
+  ): Promise<{ executions: ExecutionListing[]; nextToken?: string }> {
+    return await this.#operate("listJobExecutions", { maxResults: 250, ...page });
+  }
+
+  /**
+   * Any operator call with AWS's request fields (`jobsOperate("updateJob", { jobId, ... })`;
+   * docs/protocol/jobs.md): its answer (for describe calls and unpaged lists, the record or
+   * the list alone).
+   */
+  async jobsOperate(op: string, args: object = {}): Promise<any> {
+    return await this.#operate(op, args);
   }
 
   /** The latest executions, narrowed by thing, job and status. */
@@ -797,17 +845,83 @@ export interface JobSpec {
   inProgressTimeoutMinutes?: number;
   /** Executions that end FAILED or TIMED_OUT are queued again this many times (0–10). */
   maxRetries?: number;
+  description?: string;
+  /** How fast things are notified. */
+  jobExecutionsRolloutConfig?: RolloutConfig;
+  /** When the job is canceled by its failures. */
+  abortConfig?: { criteriaList: AbortCriteria[] };
+  /** Retries per failure type (instead of `maxRetries`). */
+  jobExecutionsRetryConfig?: { criteriaList: { failureType: "FAILED" | "TIMED_OUT" | "ALL"; numberOfRetries: number }[] };
 }
 
-/** A job as `describeJob` answers (AWS's field names). */
+/** `jobExecutionsRolloutConfig` (AWS's). */
+export interface RolloutConfig {
+  /** Things notified per minute at most (1–1000). */
+  maximumPerMinute?: number;
+  exponentialRate?: {
+    baseRatePerMinute: number;
+    /** 1.1–5. */
+    incrementFactor: number;
+    /** One of the two. */
+    rateIncreaseCriteria: { numberOfNotifiedThings?: number; numberOfSucceededThings?: number };
+  };
+}
+
+/** One criterion of `abortConfig` (AWS's). */
+export interface AbortCriteria {
+  failureType: "FAILED" | "REJECTED" | "TIMED_OUT" | "ALL";
+  action: "CANCEL";
+  /** 0–100. */
+  thresholdPercentage: number;
+  minNumberOfExecutedThings: number;
+}
+
+/** What `updateJob` changes (absent: unchanged). */
+export interface JobUpdate {
+  jobId: string;
+  description?: string;
+  timeoutConfig?: { inProgressTimeoutInMinutes?: number };
+  jobExecutionsRetryConfig?: JobSpec["jobExecutionsRetryConfig"];
+  jobExecutionsRolloutConfig?: RolloutConfig;
+  abortConfig?: JobSpec["abortConfig"];
+}
+
+/** A job's status. */
+export type JobLifecycle = "SCHEDULED" | "IN_PROGRESS" | "CANCELED" | "COMPLETED" | "DELETION_IN_PROGRESS";
+
+/** An entry of `listJobs` (times in epoch seconds). */
+export interface JobListing {
+  jobId: string;
+  targets: number;
+  status: JobLifecycle;
+  createdAt: number;
+  lastUpdatedAt: number;
+  completedAt?: number;
+}
+
+/** A job as `describeJob` answers (AWS's `Job`, with mqstore's counts and rollout progress). */
 export interface JobDescription {
   jobId: string;
+  status: JobLifecycle;
   document: object;
   targets: string[];
-  timeoutConfig: { inProgressTimeoutInMinutes?: number | null };
-  maxRetries: number;
+  description?: string;
+  forceCanceled?: boolean;
+  reasonCode?: string;
+  comment?: string;
+  timeoutConfig?: { inProgressTimeoutInMinutes?: number | null };
+  jobExecutionsRetryConfig?: JobSpec["jobExecutionsRetryConfig"];
+  jobExecutionsRolloutConfig?: RolloutConfig;
+  abortConfig?: JobSpec["abortConfig"];
+  createdAt: number;
+  lastUpdatedAt: number;
+  completedAt?: number;
+  /** Things by the status of their latest execution (AWS's). */
+  jobProcessDetails: Record<string, number>;
   /** How many of its latest executions are in each status. */
   executions: Partial<Record<JobStatus, number>>;
+  /** How far its rollout got, and its rate now. */
+  rollout: { notifiedThings: number; totalThings: number; ratePerMinute?: number };
 }
 
 /** An execution (`JobExecution` of the AWS IoT Jobs API; times in epoch seconds). */

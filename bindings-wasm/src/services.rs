@@ -8,7 +8,7 @@ use js_sys::{Array, Object};
 use mqstore_core::client::commands::CommandReply;
 use mqstore_core::client::jobs::{DeviceRequest, Update};
 use mqstore_core::commands::{CommandRequest, Mode, Record};
-use mqstore_core::jobs::{ExecutionRef, JobSpec, OperatorRequest, Status};
+use mqstore_core::jobs::{ExecutionRef, JobSpec, OperatorRequest, PageRequest, Status};
 use serde_json::Value;
 use wasm_bindgen::prelude::*;
 
@@ -86,23 +86,34 @@ pub(crate) fn operator_request(op: &str, args: &JsValue) -> Result<OperatorReque
             let targets = json_of(&get(args, "targets"), "targets")?;
             let targets: Vec<String> = serde_json::from_value(targets)
                 .map_err(|_| invalid("targets must be an array of thing names"))?;
-            OperatorRequest::CreateJob(JobSpec {
-                job_id: text(args, "jobId")?,
-                document,
-                targets,
-                in_progress_timeout_minutes: optional_u64(
-                    &get(args, "inProgressTimeoutMinutes"),
-                    "inProgressTimeoutMinutes",
-                )?
-                .map(|m| m.min(u64::from(u32::MAX)) as u32),
-                max_retries: optional_u64(&get(args, "maxRetries"), "maxRetries")?
-                    .unwrap_or(0)
-                    .min(u64::from(u32::MAX)) as u32,
-            })
+            let mut spec = JobSpec::new(text(args, "jobId")?, targets, document)
+                .in_progress_timeout(
+                    optional_u64(
+                        &get(args, "inProgressTimeoutMinutes"),
+                        "inProgressTimeoutMinutes",
+                    )?
+                    .map(|m| m.min(u64::from(u32::MAX)) as u32),
+                )
+                .retries(
+                    optional_u64(&get(args, "maxRetries"), "maxRetries")?
+                        .unwrap_or(0)
+                        .min(u64::from(u32::MAX)) as u32,
+                );
+            // AWS's settings, as they are.
+            let config = &mut spec.config;
+            config.description = optional_text(args, "description")?;
+            config.job_executions_rollout_config = aws_field(args, "jobExecutionsRolloutConfig")?;
+            config.abort_config = aws_field(args, "abortConfig")?;
+            if let Some(retry) = aws_field(args, "jobExecutionsRetryConfig")? {
+                config.job_executions_retry_config = Some(retry);
+            }
+            OperatorRequest::CreateJob(Box::new(spec))
         }
         "cancelJob" => OperatorRequest::CancelJob {
             job_id: text(args, "jobId")?,
             force,
+            reason_code: optional_text(args, "reasonCode")?,
+            comment: optional_text(args, "comment")?,
         },
         "deleteJobExecution" => OperatorRequest::DeleteExecution {
             job_id: text(args, "jobId")?,
@@ -116,14 +127,56 @@ pub(crate) fn operator_request(op: &str, args: &JsValue) -> Result<OperatorReque
             job_id: text(args, "jobId")?,
             thing: text(args, "thing")?,
         },
-        "listJobs" => OperatorRequest::ListJobs,
+        "listJobs" => OperatorRequest::ListJobs {
+            status: match optional_text(args, "status")? {
+                Some(status) => Some(aws_json(Value::String(status), "status")?),
+                None => None,
+            },
+            page: page(args)?,
+        },
         "listJobExecutions" => OperatorRequest::ListExecutions {
             thing: optional_text(args, "thing")?,
             job_id: optional_text(args, "jobId")?,
             status: status(args)?,
+            page: page(args)?,
         },
-        _ => return Err(invalid(format!("unknown jobs operator call {op:?}"))),
+        // The others (updateJob, deleteJob, cancelJobExecution, ...) take AWS's request
+        // fields as they are.
+        _ => {
+            let mut request = match json_of(args, "args")? {
+                Value::Null => Value::Object(Default::default()),
+                value @ Value::Object(_) => value,
+                _ => return Err(invalid("args must be an object")),
+            };
+            request["op"] = Value::String(op.to_owned());
+            aws_json(request, op)?
+        }
     })
+}
+
+/// `maxResults` and `nextToken`.
+fn page(args: &JsValue) -> Result<PageRequest, JsValue> {
+    Ok(PageRequest {
+        max_results: optional_u64(&get(args, "maxResults"), "maxResults")?
+            .map(|n| n.min(u64::from(u32::MAX)) as u32),
+        next_token: optional_text(args, "nextToken")?,
+    })
+}
+
+/// An optional field of `args` in AWS's shape.
+fn aws_field<T: serde::de::DeserializeOwned>(
+    args: &JsValue,
+    name: &str,
+) -> Result<Option<T>, JsValue> {
+    match json_of(&get(args, name), name)? {
+        Value::Null => Ok(None),
+        value => aws_json(value, name).map(Some),
+    }
+}
+
+/// A value in AWS's shape, or an error that says what does not fit.
+fn aws_json<T: serde::de::DeserializeOwned>(value: Value, what: &str) -> Result<T, JsValue> {
+    serde_json::from_value(value).map_err(|e| invalid(format!("{what}: {e}")))
 }
 
 /// A device API call as one thing: `api` is `getPending`, `startNext`, `describe` or `update`.

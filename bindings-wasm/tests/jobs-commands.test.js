@@ -23,6 +23,56 @@ after(async () => {
   await servers?.stop();
 });
 
+test("a rollout's settings, an abort, one execution canceled, pages and the job's deletion", async () => {
+  const things = ["js-roll-0", "js-roll-1", "js-roll-2", "js-roll-3"];
+  await client.createJob({
+    jobId: "js-roll",
+    targets: things,
+    document: {},
+    description: "canary",
+    jobExecutionsRolloutConfig: { maximumPerMinute: 1000 },
+    abortConfig: { criteriaList: [{ failureType: "FAILED", action: "CANCEL", thresholdPercentage: 50, minNumberOfExecutedThings: 2 }] },
+  });
+  let job = await client.describeJob("js-roll");
+  assert.equal(job.description, "canary");
+  assert.equal(job.jobExecutionsRolloutConfig.maximumPerMinute, 1000);
+  await client.updateJob({ jobId: "js-roll", description: "wider" });
+  assert.equal((await client.describeJob("js-roll")).description, "wider");
+  await assert.rejects(
+    client.cancelJobExecution("js-roll", things[0], { expectedVersion: 9 }),
+    (e) => e instanceof JobsError && e.jobsCode === "VersionConflict",
+  );
+  await client.cancelJobExecution("js-roll", things[0]);
+  assert.equal((await client.describeJobExecution("js-roll", things[0])).status, "CANCELED");
+  for (let i = 0; i < 100 && (await client.describeJob("js-roll")).rollout.notifiedThings < 4; i++) {
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  for (const thing of things.slice(1, 3)) {
+    const device = await client.jobs(thing);
+    await device.update({ jobId: "js-roll", status: "FAILED" });
+  }
+  job = await client.describeJob("js-roll");
+  assert.equal(job.status, "CANCELED");
+  assert.equal(job.reasonCode, "ABORT_CRITERIA_MET");
+  assert.equal(job.jobProcessDetails.numberOfFailedThings, 2);
+  const page = await client.listJobExecutionsPage({ jobId: "js-roll", maxResults: 3 });
+  assert.equal(page.executions.length, 3);
+  const rest = await client.listJobExecutionsPage({ jobId: "js-roll", nextToken: page.nextToken });
+  assert.deepEqual(rest.executions.map((e) => e.thingName), [things[3]]);
+  const jobs = await client.listJobsPage({ status: "CANCELED" });
+  assert.ok(jobs.jobs.some((j) => j.jobId === "js-roll"));
+  await assert.rejects(
+    client.createJob({ jobId: "js-bad", targets: ["t"], document: {}, jobExecutionsRolloutConfig: { maximumPerMinute: 5000 } }),
+    (e) => e instanceof JobsError && e.jobsCode === "InvalidRequest" && /maximumPerMinute/.test(e.message),
+  );
+  await assert.rejects(
+    client.jobsOperate("updateJob", { jobId: "js-roll", abortConfig: { criteriaList: [{ failureType: "SOMETIMES" }] } }),
+    (e) => e instanceof InvalidArgumentError,
+  );
+  await client.deleteJob("js-roll");
+  await assert.rejects(client.describeJob("js-roll"), (e) => e instanceof JobsError && e.jobsCode === "ResourceNotFound");
+});
+
 test("a job from creation to success, with the thing's notifications", async () => {
   const thing = "js-thing-1";
   const device = await client.jobs(thing);

@@ -160,13 +160,11 @@ async fn main() {
     for j in 0..jobs {
         let one = Instant::now();
         operator
-            .create_job(JobSpec {
-                job_id: format!("job-{j:02}"),
-                document: serde_json::json!({ "firmware": format!("v{j}") }),
-                targets: names.clone(),
-                in_progress_timeout_minutes: None,
-                max_retries: 0,
-            })
+            .create_job(JobSpec::new(
+                format!("job-{j:02}"),
+                names.clone(),
+                serde_json::json!({ "firmware": format!("v{j}") }),
+            ))
             .await
             .expect("createJob");
         creations.push(one.elapsed());

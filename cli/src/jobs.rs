@@ -7,7 +7,10 @@ use std::process::ExitCode;
 use clap::{Args, Subcommand};
 use mqstore_core::client::ClientError;
 use mqstore_core::client::jobs::JobNotification;
-use mqstore_core::jobs::{JobSpec, Status};
+use mqstore_core::jobs::{
+    AbortAction, AbortConfig, AbortCriteria, JobConfig, JobSpec, JobUpdate, OperatorRequest,
+    PageRequest, RolloutConfig, Status,
+};
 use mqstore_net::client::Client;
 use mqstore_net::jobs::ExecutionFilter;
 use serde::Serialize;
@@ -33,11 +36,54 @@ pub enum JobsCommand {
         /// (0-10).
         #[arg(long, default_value_t = 0)]
         max_retries: u32,
+        /// Notify at most this many things per minute (1-1000).
+        #[arg(long)]
+        max_per_minute: Option<u32>,
+        /// Cancel the job once PERCENT % of at least MIN executed things ended with TYPE
+        /// (FAILED, REJECTED, TIMED_OUT or ALL): TYPE:PERCENT:MIN, repeatable.
+        #[arg(long, value_parser = parse_abort)]
+        abort: Vec<AbortCriteria>,
+        /// A description of the job.
+        #[arg(long)]
+        description: Option<String>,
+    },
+    /// Change a job's description or rate (for every other setting: `jobs call`).
+    Update {
+        job_id: String,
+        #[arg(long)]
+        description: Option<String>,
+        /// Notify at most this many things per minute from now on (1-1000).
+        #[arg(long)]
+        max_per_minute: Option<u32>,
     },
     /// Cancel a job: its QUEUED executions become CANCELED.
     Cancel {
         job_id: String,
         /// Cancel IN_PROGRESS executions too.
+        #[arg(long)]
+        force: bool,
+        /// Why, for the record: [A-Z0-9_]+.
+        #[arg(long)]
+        reason_code: Option<String>,
+        /// A comment, for the record.
+        #[arg(long)]
+        comment: Option<String>,
+    },
+    /// Cancel one thing's execution of a job.
+    CancelExecution {
+        job_id: String,
+        #[arg(long, required = true)]
+        thing: String,
+        /// Cancel it even when IN_PROGRESS.
+        #[arg(long)]
+        force: bool,
+        /// Only if the execution is at this version.
+        #[arg(long)]
+        expected_version: Option<u64>,
+    },
+    /// Delete a job and its executions (a COMPLETED or CANCELED one; any with --force).
+    DeleteJob {
+        job_id: String,
         #[arg(long)]
         force: bool,
     },
@@ -60,6 +106,12 @@ pub enum JobsCommand {
         /// TIMED_OUT, CANCELED, REMOVED).
         #[arg(long, value_parser = parse_status)]
         status: Option<Status>,
+        /// At most this many (1-250); the next page's token is printed after them.
+        #[arg(long)]
+        max_results: Option<u32>,
+        /// Go on from this token (printed by the page before).
+        #[arg(long)]
+        next_token: Option<String>,
     },
     /// Describe a job; with --thing, its execution on that thing.
     Describe {
@@ -67,6 +119,12 @@ pub enum JobsCommand {
         /// The thing whose execution to describe.
         #[arg(long)]
         thing: Option<String>,
+    },
+    /// Send any operator call as AWS's JSON (`{"op": "updateJob", "jobId": ..., ...}`: see
+    /// docs/protocol/jobs.md) and print the answer.
+    Call {
+        /// The request: a JSON object with "op".
+        request: String,
     },
     /// Print a thing's notify and notify-next notifications as they arrive, until Ctrl-C.
     Watch {
@@ -86,6 +144,25 @@ pub struct DocumentArgs {
     /// Read the job document (a JSON object) from this file.
     #[arg(long)]
     document_file: Option<PathBuf>,
+}
+
+/// `TYPE:PERCENT:MIN`.
+fn parse_abort(text: &str) -> Result<AbortCriteria, String> {
+    let usage = || format!("{text:?}: TYPE:PERCENT:MIN, as FAILED:10:100");
+    let mut parts = text.split(':');
+    let (Some(kind), Some(percent), Some(min), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(usage());
+    };
+    let failure_type = serde_json::from_value(json!(kind.to_ascii_uppercase()))
+        .map_err(|_| format!("{kind:?}: FAILED, REJECTED, TIMED_OUT or ALL"))?;
+    Ok(AbortCriteria {
+        failure_type,
+        action: AbortAction::Cancel,
+        threshold_percentage: percent.parse().map_err(|_| usage())?,
+        min_number_of_executed_things: min.parse().map_err(|_| usage())?,
+    })
 }
 
 fn parse_status(text: &str) -> Result<Status, String> {
@@ -134,16 +211,21 @@ impl JobsCall {
                 targets,
                 in_progress_timeout_minutes,
                 max_retries,
+                max_per_minute,
+                abort,
+                description,
                 ..
             } => {
                 let count = targets.len();
-                let spec = JobSpec {
-                    job_id: job_id.clone(),
-                    document: self.document.unwrap_or_default(),
-                    targets,
-                    in_progress_timeout_minutes,
-                    max_retries,
-                };
+                let mut spec =
+                    JobSpec::new(job_id.clone(), targets, self.document.unwrap_or_default())
+                        .in_progress_timeout(in_progress_timeout_minutes)
+                        .retries(max_retries);
+                spec.config.description = description;
+                spec.config.job_executions_rollout_config = rate(max_per_minute);
+                spec.config.abort_config = (!abort.is_empty()).then_some(AbortConfig {
+                    criteria_list: abort,
+                });
                 client.create_job(spec).await?;
                 print(
                     call,
@@ -151,13 +233,74 @@ impl JobsCall {
                     format!("created {job_id} on {count} thing(s)"),
                 );
             }
-            JobsCommand::Cancel { job_id, force } => {
-                client.cancel_job(&job_id, force).await?;
+            JobsCommand::Update {
+                job_id,
+                description,
+                max_per_minute,
+            } => {
+                let update = JobUpdate {
+                    job_id: job_id.clone(),
+                    changes: JobConfig {
+                        description,
+                        job_executions_rollout_config: rate(max_per_minute),
+                        ..JobConfig::default()
+                    },
+                };
+                client.update_job(update).await?;
+                print(
+                    call,
+                    &json!({ "jobId": job_id, "updated": true }),
+                    format!("updated {job_id}"),
+                );
+            }
+            JobsCommand::Cancel {
+                job_id,
+                force,
+                reason_code,
+                comment,
+            } => {
+                client
+                    .cancel_job_with(&job_id, force, reason_code, comment)
+                    .await?;
                 print(
                     call,
                     &json!({ "jobId": job_id, "canceled": true }),
                     format!("canceled {job_id}"),
                 );
+            }
+            JobsCommand::CancelExecution {
+                job_id,
+                thing,
+                force,
+                expected_version,
+            } => {
+                client
+                    .cancel_job_execution(&job_id, &thing, force, expected_version)
+                    .await?;
+                print(
+                    call,
+                    &json!({ "jobId": job_id, "thingName": thing, "canceled": true }),
+                    format!("canceled the execution of {job_id} on {thing}"),
+                );
+            }
+            JobsCommand::DeleteJob { job_id, force } => {
+                client.delete_job(&job_id, force).await?;
+                print(
+                    call,
+                    &json!({ "jobId": job_id, "deleted": true }),
+                    format!("deleted {job_id}"),
+                );
+            }
+            JobsCommand::Call { request } => {
+                let request: OperatorRequest =
+                    serde_json::from_str(&request).map_err(|e| ClientError::Jobs {
+                        code: "InvalidRequest".into(),
+                        message: format!("the request fits no operator call: {e}"),
+                        execution_state: None,
+                    })?;
+                let answer = client.operate(request).await?;
+                let plain = serde_json::to_string_pretty(&answer).unwrap_or_default();
+                print(call, &answer, plain);
             }
             JobsCommand::Delete {
                 job_id,
@@ -174,15 +317,35 @@ impl JobsCall {
             JobsCommand::List {
                 thing: None,
                 status: None,
+                max_results,
+                next_token,
             } => {
-                let jobs = client.list_jobs().await?;
-                let lines: Vec<String> = jobs
+                let page = PageRequest {
+                    max_results,
+                    next_token,
+                };
+                let paged = page != PageRequest::default();
+                let jobs = client.list_jobs_page(None, page).await?;
+                let mut lines: Vec<String> = jobs
+                    .items
                     .iter()
-                    .map(|j| format!("{}\t{} thing(s)", j.job_id, j.targets))
+                    .map(|j| {
+                        let status = serde_json::to_value(j.status).unwrap_or_default();
+                        let status = status.as_str().unwrap_or_default().to_owned();
+                        format!("{}\t{status}\t{} thing(s)", j.job_id, j.targets)
+                    })
                     .collect();
-                print(call, &jobs, lines.join("\n"));
+                lines.extend(jobs.next_token.iter().map(|t| format!("next token: {t}")));
+                match paged {
+                    true => print(
+                        call,
+                        &json!({ "jobs": jobs.items, "nextToken": jobs.next_token }),
+                        lines.join("\n"),
+                    ),
+                    false => print(call, &jobs.items, lines.join("\n")),
+                }
             }
-            JobsCommand::List { thing, status } => {
+            JobsCommand::List { thing, status, .. } => {
                 let filter = ExecutionFilter {
                     thing,
                     job_id: None,
@@ -220,10 +383,18 @@ impl JobsCall {
                     .iter()
                     .map(|(status, n)| format!("{} {n}", status.as_str()))
                     .collect();
+                let status = serde_json::to_value(job.status).unwrap_or_default();
+                let rate = job
+                    .rollout
+                    .rate_per_minute
+                    .map_or(String::new(), |r| format!(" at {r} a minute"));
                 let plain = format!(
-                    "job {}\ntargets: {}\nexecutions: {}\ndocument: {}",
+                    "job {} ({})\ntargets: {}\nrollout: {} of {} things notified{rate}\nexecutions: {}\ndocument: {}",
                     job.job_id,
+                    status.as_str().unwrap_or_default(),
                     job.targets.join(","),
+                    job.rollout.notified_things,
+                    job.rollout.total_things,
                     counts.join(", "),
                     job.document
                 );
@@ -248,6 +419,14 @@ impl JobsCall {
         }
         Ok(ExitCode::SUCCESS)
     }
+}
+
+/// `jobExecutionsRolloutConfig` of a fixed rate.
+fn rate(max_per_minute: Option<u32>) -> Option<RolloutConfig> {
+    max_per_minute.map(|max| RolloutConfig {
+        maximum_per_minute: Some(max),
+        exponential_rate: None,
+    })
 }
 
 /// Prints `value` as JSON with `--json`, else `plain`.

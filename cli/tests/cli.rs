@@ -606,7 +606,7 @@ on_both_brokers! {
         let created: serde_json::Value = serde_json::from_str(&create.out()).unwrap();
         assert_eq!(created, serde_json::json!({ "jobId": "job2", "targets": 1 }));
 
-        assert_eq!(s.cli(&["jobs", "list"]).out(), "job1\t2 thing(s)\njob2\t1 thing(s)");
+        assert_eq!(s.cli(&["jobs", "list"]).out(), "job1\tIN_PROGRESS\t2 thing(s)\njob2\tIN_PROGRESS\t1 thing(s)");
         let listed: serde_json::Value = serde_json::from_str(&s.cli(&["jobs", "list", "--json"]).out()).unwrap();
         assert_eq!(listed[1]["jobId"], "job2");
         assert_eq!(
@@ -637,6 +637,48 @@ on_both_brokers! {
         );
         assert_eq!(s.cli(&["jobs", "delete", "job2", "--thing", "T1"]).code, Some(0));
         assert_eq!(s.cli(&["jobs", "delete", "job2", "--thing", "T1"]).code, Some(1));
+
+        // A rollout's settings, their changes, and the job's end (on T3, T4: the watcher's T1
+        // sees none of it).
+        let create = s.cli(&[
+            "jobs", "create", "job3", "--targets", "T3,T4", "--document", "{}", "--max-per-minute", "100",
+            "--abort", "FAILED:10:5", "--description", "canary",
+        ]);
+        assert_eq!(create.code, Some(0), "{}", create.stderr);
+        let bad = s.cli(&["jobs", "create", "job4", "--targets", "T3", "--document", "{}", "--abort", "FAILED:10"]);
+        assert_eq!(bad.code, Some(2), "{}", bad.stderr);
+        assert!(bad.stderr.contains("TYPE:PERCENT:MIN"), "{}", bad.stderr);
+        let bad = s.cli(&["jobs", "create", "job4", "--targets", "T3", "--document", "{}", "--max-per-minute", "5000"]);
+        assert_eq!(bad.code, Some(3), "{}", bad.stderr);
+        assert!(bad.stderr.contains("maximumPerMinute"), "{}", bad.stderr);
+        assert_eq!(s.cli(&["jobs", "update", "job3", "--max-per-minute", "200", "--description", "wider"]).out(), "updated job3");
+        let job: serde_json::Value = serde_json::from_str(&s.cli(&["jobs", "describe", "job3", "--json"]).out()).unwrap();
+        assert_eq!(job["description"], "wider");
+        assert_eq!(job["jobExecutionsRolloutConfig"]["maximumPerMinute"], 200);
+        assert_eq!(job["abortConfig"]["criteriaList"][0]["thresholdPercentage"], 10.0);
+        let plain = s.cli(&["jobs", "describe", "job3"]).out();
+        assert!(plain.contains("job job3 (IN_PROGRESS)") && plain.contains("rollout: 2 of 2 things notified"), "{plain}");
+        let cancel = s.cli(&["jobs", "cancel-execution", "job3", "--thing", "T3", "--expected-version", "9"]);
+        assert_eq!(cancel.code, Some(3), "{}", cancel.stderr);
+        assert!(cancel.stderr.contains("VersionConflict"), "{}", cancel.stderr);
+        assert_eq!(
+            s.cli(&["jobs", "cancel-execution", "job3", "--thing", "T3"]).out(),
+            "canceled the execution of job3 on T3"
+        );
+        assert_eq!(s.cli(&["jobs", "cancel", "job3", "--reason-code", "BAD_BATCH", "--comment", "halt"]).out(), "canceled job3");
+        let answer = s.cli(&["jobs", "call", r#"{"op": "describeJob", "jobId": "job3"}"#, "--json"]);
+        let answer: serde_json::Value = serde_json::from_str(&answer.out()).unwrap();
+        assert_eq!((answer["status"].as_str(), answer["reasonCode"].as_str()), (Some("CANCELED"), Some("BAD_BATCH")));
+        let page = s.cli(&["jobs", "list", "--max-results", "1"]).out();
+        assert_eq!(page, "job1\tCANCELED\t2 thing(s)\nnext token: job1", "{page}");
+        let page = s.cli(&["jobs", "list", "--max-results", "5", "--next-token", "job1", "--json"]).out();
+        let page: serde_json::Value = serde_json::from_str(&page).unwrap();
+        assert_eq!(page["jobs"].as_array().unwrap().len(), 2, "{page}");
+        assert_eq!(page["nextToken"], serde_json::Value::Null);
+        assert_eq!(s.cli(&["jobs", "delete-job", "job3"]).out(), "deleted job3");
+        assert_eq!(s.cli(&["jobs", "describe", "job3"]).code, Some(1));
+        let bad = s.cli(&["jobs", "call", r#"{"op": "dropTables"}"#]);
+        assert_eq!(bad.code, Some(3), "{}", bad.stderr);
 
         // What the watcher printed: job2 joined (notify only: job1 stays first); job1's
         // cancel left job2 alone and first; job2's deletion emptied the list.

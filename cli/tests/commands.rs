@@ -781,13 +781,7 @@ async fn jobs_and_commands_beside_the_plugin() {
     // Jobs, from both sides.
     let device = client(&broker, "T1").await;
     let jobs = device.jobs("T1").await.unwrap();
-    let spec = JobSpec {
-        job_id: "fw-1".into(),
-        document: json!({ "firmware": 2 }),
-        targets: vec!["T1".into()],
-        in_progress_timeout_minutes: None,
-        max_retries: 0,
-    };
+    let spec = JobSpec::new("fw-1", vec!["T1".into()], json!({ "firmware": 2 }));
     operator.create_job(spec).await.unwrap();
     let started = jobs
         .start_next(StartNext::default())

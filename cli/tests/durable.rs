@@ -439,13 +439,11 @@ async fn jobs_and_their_executions_survive_kill_9() {
     let dir = TempDir::new("jobs");
     let server = serve(&broker, &dir.0, "always");
     let operator = ready_client(broker.port, "operator").await;
-    let spec = JobSpec {
-        job_id: "fw-7".into(),
-        document: serde_json::json!({ "version": "7" }),
-        targets: vec!["pump-1".into(), "pump-2".into()],
-        in_progress_timeout_minutes: None,
-        max_retries: 0,
-    };
+    let spec = JobSpec::new(
+        "fw-7",
+        vec!["pump-1".into(), "pump-2".into()],
+        serde_json::json!({ "version": "7" }),
+    );
     operator.create_job(spec).await.unwrap();
     let pump = operator.jobs("pump-1").await.unwrap();
     let started = pump

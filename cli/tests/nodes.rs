@@ -135,13 +135,11 @@ async fn three_nodes_share_jobs(broker: &Broker) {
     let first = device.jobs("d000").await.unwrap();
     let things: Vec<String> = (0..200).map(|i| format!("d{i:03}")).collect();
     operator
-        .create_job(JobSpec {
-            job_id: "fw".into(),
-            document: json!({ "url": "https://example.com/fw.bin" }),
-            targets: things.clone(),
-            in_progress_timeout_minutes: None,
-            max_retries: 0,
-        })
+        .create_job(JobSpec::new(
+            "fw",
+            things.clone(),
+            json!({ "url": "https://example.com/fw.bin" }),
+        ))
         .await
         .unwrap();
     // The rollout goes on in batches, on whichever nodes claim them.
@@ -225,24 +223,26 @@ async fn three_nodes_share_jobs(broker: &Broker) {
     assert_eq!(d002.describe("fw").await.unwrap().version_number, 2);
 
     // A timeout, watched by three nodes' timers, happens once.
+    let late = device.jobs("late").await.unwrap();
     operator
-        .create_job(JobSpec {
-            job_id: "slow".into(),
-            document: json!({}),
-            targets: vec!["late".into()],
-            in_progress_timeout_minutes: Some(1),
-            max_retries: 0,
-        })
+        .create_job(
+            JobSpec::new("slow", vec!["late".into()], json!({})).in_progress_timeout(Some(1)),
+        )
         .await
         .unwrap();
-    let late = device.jobs("late").await.unwrap();
+    // The create's notify and notify-next (whichever node queued the execution).
+    for _ in 0..2 {
+        tokio::time::timeout(WAIT, late.next_notification())
+            .await
+            .expect("the create's notifications")
+            .unwrap();
+    }
     let started = late
         .start_next(StartNext::default())
         .await
         .unwrap()
         .unwrap();
     assert_eq!(started.job_id, "slow");
-    while late.try_next_notification().is_some() {} // the create's, if they were quicker
     let mut seen = Vec::new();
     let deadline = tokio::time::Instant::now() + WAIT;
     while late.describe("slow").await.unwrap().status != Status::TimedOut {
@@ -604,13 +604,7 @@ async fn redis_away_means_jobs_requests_are_rejected_with_internal_error() {
     let node = spawn(config).await.expect("the node starts");
     let operator = client(broker.port, "operator").await;
     let jobs = operator.jobs("T").await.unwrap();
-    let spec = |id: &str| JobSpec {
-        job_id: id.into(),
-        document: serde_json::json!({}),
-        targets: vec!["T".into()],
-        in_progress_timeout_minutes: None,
-        max_retries: 0,
-    };
+    let spec = |id: &str| JobSpec::new(id, vec!["T".into()], serde_json::json!({}));
     operator.create_job(spec("before")).await.unwrap();
     redis.kill();
     match jobs.pending().await {

@@ -1862,13 +1862,8 @@ async fn the_shipped_mosquitto_acl_makes_identities_real() {
     options.broker.password = Some("operator-secret".into());
     options.timeout = Duration::from_secs(2);
     let operator = Client::connect(options).await.unwrap();
-    let spec = |id: &str| mqstore_core::jobs::JobSpec {
-        job_id: id.into(),
-        document: serde_json::json!({}),
-        targets: vec!["T1".into()],
-        in_progress_timeout_minutes: None,
-        max_retries: 0,
-    };
+    let spec =
+        |id: &str| mqstore_core::jobs::JobSpec::new(id, vec!["T1".into()], serde_json::json!({}));
     operator.create_job(spec("acl-job")).await.unwrap();
     let device = client(broker.port, "T1").await;
     let jobs = device.jobs("T1").await.unwrap();
@@ -2444,13 +2439,7 @@ on_both_brokers! {
         let mut jobs = device.jobs("T1").await.unwrap();
         assert_eq!(jobs.pending().await.unwrap(), Default::default());
 
-        let spec = |id: &str| JobSpec {
-            job_id: id.into(),
-            document: json!({ "firmware": id }),
-            targets: vec!["T1".into(), "T2".into()],
-            in_progress_timeout_minutes: Some(30),
-            max_retries: 1,
-        };
+        let spec = |id: &str| JobSpec::new(id, vec!["T1".into(), "T2".into()], json!({ "firmware": id })).in_progress_timeout(Some(30)).retries(1);
         operator.create_job(spec("fw-1")).await.unwrap();
         assert_eq!(notified(&notification(&mut jobs).await), ("notify".into(), vec!["fw-1".into()]));
         assert_eq!(notified(&notification(&mut jobs).await), ("notify-next".into(), vec!["fw-1".into()]));
@@ -2511,7 +2500,9 @@ on_both_brokers! {
         // The operator's view.
         let job = operator.describe_job("fw-1").await.unwrap();
         assert_eq!(job.targets, ["T1", "T2"]);
-        assert_eq!(job.timeout_config.in_progress_timeout_in_minutes, Some(30));
+        let timeout = job.config.timeout_config.as_ref().and_then(|t| t.in_progress_timeout_in_minutes);
+        assert_eq!(timeout, Some(30));
+        assert_eq!(job.job_process_details.number_of_succeeded_things, 1);
         assert_eq!(job.executions[&Status::Succeeded], 1);
         assert_eq!(job.executions[&Status::Queued], 1);
         let listed = operator.list_jobs().await.unwrap();
@@ -2585,13 +2576,7 @@ on_both_brokers! {
         let device = client(broker.port, "device-T").await;
         let mut jobs = device.jobs("T").await.unwrap();
         operator
-            .create_job(JobSpec {
-                job_id: "slow".into(),
-                document: json!({}),
-                targets: vec!["T".into()],
-                in_progress_timeout_minutes: Some(2),
-                max_retries: 1,
-            })
+            .create_job(JobSpec::new("slow", vec!["T".into()], json!({})).in_progress_timeout(Some(2)).retries(1))
             .await
             .unwrap();
         notification(&mut jobs).await;

@@ -118,17 +118,21 @@ fn request(value: &Value) -> Request {
 fn operator_request(value: &Value) -> OperatorRequest {
     let force = flag(value, "force");
     match text(value, "op").as_str() {
-        "createJob" => OperatorRequest::CreateJob(JobSpec {
-            job_id: text(value, "jobId"),
-            document: value["document"].clone(),
-            targets: serde_json::from_value(value["targets"].clone()).expect("targets"),
-            in_progress_timeout_minutes: optional_u64(value, "inProgressTimeoutMinutes")
-                .map(|m| m as u32),
-            max_retries: optional_u64(value, "maxRetries").unwrap_or(0) as u32,
-        }),
+        "createJob" => OperatorRequest::CreateJob(
+            JobSpec::new(
+                text(value, "jobId"),
+                serde_json::from_value(value["targets"].clone()).expect("targets"),
+                value["document"].clone(),
+            )
+            .in_progress_timeout(optional_u64(value, "inProgressTimeoutMinutes").map(|m| m as u32))
+            .retries(optional_u64(value, "maxRetries").unwrap_or(0) as u32)
+            .into(),
+        ),
         "cancelJob" => OperatorRequest::CancelJob {
             job_id: text(value, "jobId"),
             force,
+            reason_code: None,
+            comment: None,
         },
         "deleteJobExecution" => OperatorRequest::DeleteExecution {
             job_id: text(value, "jobId"),
@@ -142,11 +146,15 @@ fn operator_request(value: &Value) -> OperatorRequest {
             job_id: text(value, "jobId"),
             thing: text(value, "thing"),
         },
-        "listJobs" => OperatorRequest::ListJobs,
+        "listJobs" => OperatorRequest::ListJobs {
+            status: None,
+            page: Default::default(),
+        },
         "listJobExecutions" => OperatorRequest::ListExecutions {
             thing: optional_text(value, "thing"),
             job_id: optional_text(value, "jobId"),
             status: status(value),
+            page: Default::default(),
         },
         other => panic!("unknown operator call {other:?}"),
     }

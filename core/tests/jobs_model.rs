@@ -149,13 +149,11 @@ fn run(jobs: &mut Jobs, op: &Op) -> Vec<Publish> {
         };
     match op {
         Op::Create { job, targets } => {
-            let spec = JobSpec {
-                job_id: job_id(*job),
-                document: json!({}),
-                targets: targets.iter().map(|t| THINGS[*t].to_owned()).collect(),
-                in_progress_timeout_minutes: None,
-                max_retries: 0,
-            };
+            let spec = JobSpec::new(
+                job_id(*job),
+                targets.iter().map(|t| THINGS[*t].to_owned()).collect(),
+                json!({}),
+            );
             let _ = jobs.create_job(spec, T0, &mut out);
         }
         Op::StartNext { thing } => device(jobs, *thing, "start-next".into(), json!({}), &mut out),
@@ -167,7 +165,7 @@ fn run(jobs: &mut Jobs, op: &Op) -> Vec<Publish> {
             let _ = jobs.delete_execution(&job_id(*job), THINGS[*thing], *force, T0, &mut out);
         }
         Op::Cancel { job, force } => {
-            let _ = jobs.cancel_job(&job_id(*job), *force, T0, &mut out);
+            let _ = jobs.cancel_job(&job_id(*job), *force, None, None, T0, &mut out);
         }
     }
     out

@@ -81,13 +81,7 @@ fn set(key: &'static str, value: &'static str) -> Request {
 }
 
 fn spec(job_id: &str, thing: &str) -> JobSpec {
-    JobSpec {
-        job_id: job_id.into(),
-        document: json!({ "op": "reboot" }),
-        targets: vec![thing.into()],
-        in_progress_timeout_minutes: None,
-        max_retries: 0,
-    }
+    JobSpec::new(job_id, vec![thing.into()], json!({ "op": "reboot" }))
 }
 
 #[test]
@@ -97,7 +91,11 @@ fn calls_of_every_client_share_one_id_space_and_complete_under_it() {
     let stored = session
         .call(&set("k", "v"), &CallOptions::default(), T0)
         .unwrap();
-    let created = session.jobs_operate(&OperatorRequest::CreateJob(spec("j1", "t1")), None, T0);
+    let created = session.jobs_operate(
+        &OperatorRequest::CreateJob(spec("j1", "t1").into()),
+        None,
+        T0,
+    );
     let commanded = session.command(&CommandRequest::new("devices/d1/cmd", "go"), T0);
     assert_eq!(
         [stored, created, commanded],
@@ -152,7 +150,11 @@ fn a_thing_gets_its_subscriptions_notifications_and_device_calls() {
     assert!(session.leave("pump-1").is_empty());
     assert_eq!(session.act_as("pump-1").unwrap(), filters);
 
-    session.jobs_operate(&OperatorRequest::CreateJob(spec("j1", "pump-1")), None, T0);
+    session.jobs_operate(
+        &OperatorRequest::CreateJob(spec("j1", "pump-1").into()),
+        None,
+        T0,
+    );
     services.run(&mut session);
     let notified = events(&mut session).into_iter().any(|e| {
         matches!(e, SessionEvent::Jobs(JobNotification::NotifyNext { ref thing, execution: Some(ref x) })
@@ -194,7 +196,7 @@ fn losing_the_connection_fails_every_call_of_every_client() {
         session
             .call(&set("k", "v"), &CallOptions::default(), T0)
             .unwrap(),
-        session.jobs_operate(&OperatorRequest::ListJobs, None, T0),
+        session.jobs_operate(&OperatorRequest::list_jobs(), None, T0),
         session.command_status("c1", 10_000, T0),
     ];
     session.connection_lost();
@@ -221,7 +223,7 @@ fn a_refused_publish_fails_its_own_call_only() {
     let stored = session
         .call(&set("k", "v"), &CallOptions::default(), T0)
         .unwrap();
-    let listed = session.jobs_operate(&OperatorRequest::ListJobs, None, T0);
+    let listed = session.jobs_operate(&OperatorRequest::list_jobs(), None, T0);
     let outgoing: Vec<_> = std::iter::from_fn(|| session.poll_publish()).collect();
     assert_eq!(
         outgoing.iter().map(|o| o.call).collect::<Vec<_>>(),
@@ -250,7 +252,7 @@ fn calls_time_out_at_the_earliest_deadline() {
         ..CallOptions::default()
     };
     let quick = session.call(&set("k", "v"), &options, T0).unwrap();
-    let slow = session.jobs_operate(&OperatorRequest::ListJobs, Some(5_000), T0);
+    let slow = session.jobs_operate(&OperatorRequest::list_jobs(), Some(5_000), T0);
     assert_eq!(session.next_deadline(), Some(T0 + 1_000));
     session.expire(T0 + 1_000);
     let timed_out: Vec<CallId> = events(&mut session)

@@ -12,8 +12,9 @@ use crate::client::{Client, Command, JobsCall};
 use mqstore_core::client::ClientError;
 use mqstore_core::client::jobs::{DeviceRequest, JobNotification, Update, parse, read_execution};
 use mqstore_core::jobs::{
-    ExecutionListing, ExecutionRef, JobDescription, JobExecution, JobListing, JobSpec,
-    OperatorRequest, PendingJobs, Status, UpdateAccepted,
+    ExecutionCancel, ExecutionListing, ExecutionRef, JobDescription, JobExecution, JobListing,
+    JobSpec, JobStatus, JobUpdate, OperatorRequest, PageRequest, PendingJobs, Status,
+    UpdateAccepted,
 };
 
 /// What `list_job_executions` narrows to (all `None`: every latest execution).
@@ -24,6 +25,34 @@ pub struct ExecutionFilter {
     pub status: Option<Status>,
 }
 
+/// One page of a list call: its entries, and the token of the next page (`None`: the last).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Page<T> {
+    pub items: Vec<T>,
+    pub next_token: Option<String>,
+}
+
+impl<T: serde::de::DeserializeOwned> Page<T> {
+    /// The answer of a list call: the whole answer for a page, the list alone when no page
+    /// was asked for (see `ResultField`).
+    fn read(mut answer: Value, field: &str) -> Result<Self, ClientError> {
+        if answer.is_array() {
+            return Ok(Self {
+                items: parse(answer)?,
+                next_token: None,
+            });
+        }
+        let next_token = answer
+            .get("nextToken")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        Ok(Self {
+            items: parse(answer[field].take())?,
+            next_token,
+        })
+    }
+}
+
 impl Client {
     async fn jobs_call(&self, call: JobsCall) -> Result<Value, ClientError> {
         let (reply, result) = oneshot::channel();
@@ -31,21 +60,77 @@ impl Client {
         result.await.map_err(|_| ClientError::Disconnected)?
     }
 
-    async fn operate(&self, request: OperatorRequest) -> Result<Value, ClientError> {
+    /// Any operator call (AWS's field names: docs/protocol/jobs.md §5), answered with the
+    /// answer's JSON (for list calls without a page and describe calls, the list or record
+    /// alone).
+    pub async fn operate(&self, request: OperatorRequest) -> Result<Value, ClientError> {
         self.jobs_call(JobsCall::Operator(request)).await
     }
 
     /// Creates a job and queues an execution of it on every target (operator API).
     pub async fn create_job(&self, spec: JobSpec) -> Result<(), ClientError> {
-        self.operate(OperatorRequest::CreateJob(spec)).await?;
+        self.operate(OperatorRequest::CreateJob(Box::new(spec)))
+            .await?;
         Ok(())
     }
 
     /// Cancels a job: QUEUED executions become CANCELED, IN_PROGRESS ones too with `force`.
     pub async fn cancel_job(&self, job_id: &str, force: bool) -> Result<(), ClientError> {
+        self.cancel_job_with(job_id, force, None, None).await
+    }
+
+    /// [`Client::cancel_job`] with AWS's `reasonCode` (`[A-Z0-9_]+`) and `comment`, which
+    /// `describe_job` shows afterwards.
+    pub async fn cancel_job_with(
+        &self,
+        job_id: &str,
+        force: bool,
+        reason_code: Option<String>,
+        comment: Option<String>,
+    ) -> Result<(), ClientError> {
         let job_id = job_id.to_owned();
-        self.operate(OperatorRequest::CancelJob { job_id, force })
+        let request = OperatorRequest::CancelJob {
+            job_id,
+            force,
+            reason_code,
+            comment,
+        };
+        self.operate(request).await?;
+        Ok(())
+    }
+
+    /// Changes a job's description and its timeout, retry, rollout and abort configurations
+    /// (fields left `None` stay as they are).
+    pub async fn update_job(&self, update: JobUpdate) -> Result<(), ClientError> {
+        self.operate(OperatorRequest::UpdateJob(update)).await?;
+        Ok(())
+    }
+
+    /// Deletes a job and its executions: a COMPLETED or CANCELED one, or any with `force`.
+    pub async fn delete_job(&self, job_id: &str, force: bool) -> Result<(), ClientError> {
+        let job_id = job_id.to_owned();
+        self.operate(OperatorRequest::DeleteJob { job_id, force })
             .await?;
+        Ok(())
+    }
+
+    /// Cancels the execution of `job_id` on `thing`: a QUEUED one, or an IN_PROGRESS one with
+    /// `force`; refused unless it is at `expected_version` when one is given.
+    pub async fn cancel_job_execution(
+        &self,
+        job_id: &str,
+        thing: &str,
+        force: bool,
+        expected_version: Option<u64>,
+    ) -> Result<(), ClientError> {
+        let request = OperatorRequest::CancelJobExecution(ExecutionCancel {
+            job_id: job_id.to_owned(),
+            thing: thing.to_owned(),
+            force,
+            expected_version,
+            status_details: None,
+        });
+        self.operate(request).await?;
         Ok(())
     }
 
@@ -88,7 +173,20 @@ impl Client {
 
     /// Every job.
     pub async fn list_jobs(&self) -> Result<Vec<JobListing>, ClientError> {
-        parse(self.operate(OperatorRequest::ListJobs).await?)
+        parse(self.operate(OperatorRequest::list_jobs()).await?)
+    }
+
+    /// A page of jobs (in id order), narrowed by status: pass the page's `next_token` for the
+    /// next page.
+    pub async fn list_jobs_page(
+        &self,
+        status: Option<JobStatus>,
+        page: PageRequest,
+    ) -> Result<Page<JobListing>, ClientError> {
+        let answer = self
+            .operate(OperatorRequest::ListJobs { status, page })
+            .await?;
+        Page::read(answer, "jobs")
     }
 
     /// The latest executions, narrowed by `filter`.
@@ -100,8 +198,24 @@ impl Client {
             thing: filter.thing,
             job_id: filter.job_id,
             status: filter.status,
+            page: PageRequest::default(),
         };
         parse(self.operate(request).await?)
+    }
+
+    /// A page of the latest executions, narrowed by `filter`.
+    pub async fn list_job_executions_page(
+        &self,
+        filter: ExecutionFilter,
+        page: PageRequest,
+    ) -> Result<Page<ExecutionListing>, ClientError> {
+        let request = OperatorRequest::ListExecutions {
+            thing: filter.thing,
+            job_id: filter.job_id,
+            status: filter.status,
+            page,
+        };
+        Page::read(self.operate(request).await?, "executions")
     }
 
     /// Acts as `thing` in the AWS IoT Jobs device API: subscribes to its replies and

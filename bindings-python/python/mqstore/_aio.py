@@ -148,31 +148,147 @@ class AsyncClient:
         *,
         in_progress_timeout_minutes: Optional[int] = None,
         max_retries: int = 0,
+        description: Optional[str] = None,
+        max_per_minute: Optional[int] = None,
+        rollout: Optional[Mapping[str, Any]] = None,
+        abort: Optional[Sequence[Mapping[str, Any]]] = None,
+        retry: Optional[Sequence[Mapping[str, Any]]] = None,
     ) -> None:
-        """See :meth:`mqstore.Client.create_job`."""
-        await self._native.create_job(
-            *_args.create_job(job_id, targets, document, in_progress_timeout_minutes, max_retries),
-            True,
+        """Creates job ``job_id`` for the things in ``targets``, with ``document`` (a dict,
+        at most 32 KiB as JSON). ``max_per_minute`` notifies at most that many things a
+        minute; ``rollout`` is AWS's ``jobExecutionsRolloutConfig`` (for an exponential rate),
+        ``abort`` AWS's ``abortConfig.criteriaList`` (``{"failureType": "FAILED", "action":
+        "CANCEL", "thresholdPercentage": 10, "minNumberOfExecutedThings": 100}``), ``retry``
+        AWS's ``jobExecutionsRetryConfig.criteriaList`` (instead of ``max_retries``).
+        Refusals raise :class:`~mqstore.errors.JobsError`."""
+        request = _args.create_job(
+            job_id, targets, document, in_progress_timeout_minutes, max_retries,
+            description, max_per_minute, rollout, abort, retry,
         )
+        await self._native.jobs_operate(request, True)
 
-    async def cancel_job(self, job_id: str, *, force: bool = False) -> None:
-        await self._native.cancel_job(_args.text(job_id, "job_id"), bool(force), True)
+    async def update_job(
+        self,
+        job_id: str,
+        *,
+        description: Optional[str] = None,
+        in_progress_timeout_minutes: Optional[int] = None,
+        max_per_minute: Optional[int] = None,
+        rollout: Optional[Mapping[str, Any]] = None,
+        abort: Optional[Sequence[Mapping[str, Any]]] = None,
+        retry: Optional[Sequence[Mapping[str, Any]]] = None,
+    ) -> None:
+        """Changes a job's description, timeout, rate, abort or retry criteria (as in
+        :meth:`create_job`; what is not given stays)."""
+        request = _args.job_settings(
+            "updateJob", job_id, description, in_progress_timeout_minutes, max_per_minute,
+            rollout, abort, retry,
+        )
+        await self._native.jobs_operate(_args.operator_request(request), True)
+
+    async def cancel_job(
+        self,
+        job_id: str,
+        *,
+        force: bool = False,
+        reason_code: Optional[str] = None,
+        comment: Optional[str] = None,
+    ) -> None:
+        """Cancels a job: its QUEUED executions (``force``: also those in progress);
+        ``reason_code`` (``[A-Z0-9_]+``) and ``comment`` are kept with it."""
+        request = _args.drop_none(
+            op="cancelJob",
+            jobId=_args.text(job_id, "job_id"),
+            force=bool(force),
+            reasonCode=_args.optional_text(reason_code, "reason_code"),
+            comment=_args.optional_text(comment, "comment"),
+        )
+        await self._native.jobs_operate(_args.operator_request(request), True)
+
+    async def delete_job(self, job_id: str, *, force: bool = False) -> None:
+        """Deletes a job and its executions: a completed or canceled one, any with ``force``."""
+        request = {"op": "deleteJob", "jobId": _args.text(job_id, "job_id"), "force": bool(force)}
+        await self._native.jobs_operate(_args.operator_request(request), True)
+
+    async def cancel_job_execution(
+        self,
+        job_id: str,
+        thing: str,
+        *,
+        force: bool = False,
+        expected_version: Optional[int] = None,
+        status_details: Optional[Mapping[str, str]] = None,
+    ) -> None:
+        """Cancels one thing's execution of a job (``force``: one in progress), only if it is
+        at ``expected_version`` when given."""
+        request = _args.drop_none(
+            op="cancelJobExecution",
+            jobId=_args.text(job_id, "job_id"),
+            thingName=_args.text(thing, "thing"),
+            force=bool(force),
+            expectedVersion=_args.count(expected_version, "expected_version", True),
+            statusDetails=None
+            if status_details is None
+            else _args.string_map(status_details, "status_details"),
+        )
+        await self._native.jobs_operate(_args.operator_request(request), True)
 
     async def delete_job_execution(self, job_id: str, thing: str, *, force: bool = False) -> None:
+        """Deletes one thing's execution of a job."""
         await self._native.delete_job_execution(
             _args.text(job_id, "job_id"), _args.text(thing, "thing"), bool(force), True
         )
 
     async def describe_job(self, job_id: str) -> Record:
+        """The job (AWS's ``Job``): its document, status, settings, ``jobProcessDetails``,
+        counts per execution status and its rollout's progress."""
         return await self._native.describe_job(_args.text(job_id, "job_id"), True)
 
     async def describe_job_execution(self, job_id: str, thing: str) -> Record:
+        """One thing's execution of a job."""
         return await self._native.describe_job_execution(
             _args.text(job_id, "job_id"), _args.text(thing, "thing"), True
         )
 
     async def list_jobs(self) -> list[Record]:
+        """Every job, in short."""
         return await self._native.list_jobs(True)
+
+    async def list_jobs_page(
+        self,
+        *,
+        status: Optional[str] = None,
+        max_results: Optional[int] = None,
+        next_token: Optional[str] = None,
+    ) -> Record:
+        """A page of jobs in id order (``{"jobs": [...], "nextToken": ...}``; pass the
+        token for the next page), narrowed by job status."""
+        request = _args.drop_none(op="listJobs", status=_args.optional_text(status, "status"))
+        return await self._native.jobs_operate(_args.page(request, max_results, next_token), True)
+
+    async def list_job_executions_page(
+        self,
+        *,
+        thing: Optional[str] = None,
+        job_id: Optional[str] = None,
+        status: Optional[str] = None,
+        max_results: Optional[int] = None,
+        next_token: Optional[str] = None,
+    ) -> Record:
+        """A page of latest executions (``{"executions": [...], "nextToken": ...}``)."""
+        request = _args.drop_none(
+            op="listJobExecutions",
+            thingName=_args.optional_text(thing, "thing"),
+            jobId=_args.optional_text(job_id, "job_id"),
+            status=_args.optional_text(status, "status"),
+        )
+        return await self._native.jobs_operate(_args.page(request, max_results, next_token), True)
+
+    async def jobs_operate(self, request: Mapping[str, Any]) -> Any:
+        """Any operator call as AWS's JSON (``{"op": "updateJob", "jobId": ..., ...}``; see
+        docs/protocol/jobs.md): its answer (for describe calls and unpaged lists, the record
+        or the list alone)."""
+        return await self._native.jobs_operate(_args.operator_request(request), True)
 
     async def list_job_executions(
         self,

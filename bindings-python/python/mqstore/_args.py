@@ -275,15 +275,92 @@ def create_job(
     document: Mapping[str, Any],
     in_progress_timeout_minutes: Optional[int],
     max_retries: int,
-) -> tuple[str, list[str], str, Optional[int], int]:
-    """The arguments of a job's creation, checked, in the native call's order."""
-    timeout = count(in_progress_timeout_minutes, "in_progress_timeout_minutes", True)
+    description: Optional[str] = None,
+    max_per_minute: Optional[int] = None,
+    rollout: Optional[Mapping[str, Any]] = None,
+    abort: Optional[Sequence[Mapping[str, Any]]] = None,
+    retry: Optional[Sequence[Mapping[str, Any]]] = None,
+) -> str:
+    """A ``createJob`` request (AWS's fields) as JSON text, its arguments checked."""
     retries = count(max_retries, "max_retries")
     assert retries is not None
-    return (
-        text(job_id, "job_id"),
-        texts(targets, "targets"),
-        job_document(document),
-        timeout,
-        retries,
+    if not isinstance(document, Mapping):
+        raise TypeError(f"the job document must be a dict, not {type(document).__name__}")
+    request = job_settings(
+        "createJob",
+        job_id,
+        description,
+        in_progress_timeout_minutes,
+        max_per_minute,
+        rollout,
+        abort,
+        retry if retry is not None else ([{"failureType": "ALL", "numberOfRetries": retries}] if retries else None),
     )
+    request["targets"] = texts(targets, "targets")
+    request["document"] = dict(document)
+    return operator_request(request)
+
+
+def job_settings(
+    op: str,
+    job_id: str,
+    description: Optional[str],
+    in_progress_timeout_minutes: Optional[int],
+    max_per_minute: Optional[int],
+    rollout: Optional[Mapping[str, Any]],
+    abort: Optional[Sequence[Mapping[str, Any]]],
+    retry: Optional[Sequence[Mapping[str, Any]]],
+) -> dict[str, Any]:
+    """The settings ``createJob`` and ``updateJob`` share, in AWS's fields (absent: unset)."""
+    request: dict[str, Any] = {"op": op, "jobId": text(job_id, "job_id")}
+    if description is not None:
+        request["description"] = text(description, "description")
+    timeout = count(in_progress_timeout_minutes, "in_progress_timeout_minutes", True)
+    if timeout is not None:
+        request["timeoutConfig"] = {"inProgressTimeoutInMinutes": timeout}
+    if rollout is not None and max_per_minute is not None:
+        raise ValueError("give max_per_minute or rollout, not both")
+    if max_per_minute is not None:
+        request["jobExecutionsRolloutConfig"] = {
+            "maximumPerMinute": count(max_per_minute, "max_per_minute")
+        }
+    elif rollout is not None:
+        request["jobExecutionsRolloutConfig"] = dict(mapping(rollout, "rollout"))
+    if abort is not None:
+        request["abortConfig"] = {"criteriaList": [dict(mapping(c, "abort")) for c in abort]}
+    if retry is not None:
+        request["jobExecutionsRetryConfig"] = {
+            "criteriaList": [dict(mapping(c, "retry")) for c in retry]
+        }
+    return request
+
+
+def mapping(value: object, what: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{what} must be a dict (AWS's fields), not {type(value).__name__}")
+    return value
+
+
+def operator_request(request: Mapping[str, Any]) -> str:
+    """Any operator call (a dict with ``op`` and AWS's fields) as JSON text."""
+    request = mapping(request, "the request")
+    if not isinstance(request.get("op"), str):
+        raise ValueError('the request needs "op": the call\'s name, as "updateJob"')
+    try:
+        return json.dumps(request)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"the request must be JSON-serializable: {e}") from None
+
+
+def page(request: dict[str, Any], max_results: Optional[int], next_token: Optional[str]) -> str:
+    """A list call's request with its page."""
+    if max_results is not None:
+        request["maxResults"] = count(max_results, "max_results")
+    if next_token is not None:
+        request["nextToken"] = text(next_token, "next_token")
+    return operator_request(request)
+
+
+def drop_none(**fields: Any) -> dict[str, Any]:
+    """The fields that are not None."""
+    return {name: value for name, value in fields.items() if value is not None}

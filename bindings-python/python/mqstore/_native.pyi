@@ -205,29 +205,9 @@ class Client:
     @overload
     def close(self, aio: Literal[True]) -> Awaitable[None]: ...
     @overload
-    def create_job(
-        self,
-        job_id: str,
-        targets: list[str],
-        document: str,
-        in_progress_timeout_minutes: Optional[int],
-        max_retries: int,
-        aio: Literal[False],
-    ) -> None: ...
+    def jobs_operate(self, request: str, aio: Literal[False]) -> Any: ...
     @overload
-    def create_job(
-        self,
-        job_id: str,
-        targets: list[str],
-        document: str,
-        in_progress_timeout_minutes: Optional[int],
-        max_retries: int,
-        aio: Literal[True],
-    ) -> Awaitable[None]: ...
-    @overload
-    def cancel_job(self, job_id: str, force: bool, aio: Literal[False]) -> None: ...
-    @overload
-    def cancel_job(self, job_id: str, force: bool, aio: Literal[True]) -> Awaitable[None]: ...
+    def jobs_operate(self, request: str, aio: Literal[True]) -> Awaitable[Any]: ...
     @overload
     def delete_job_execution(
         self, job_id: str, thing: str, force: bool, aio: Literal[False]

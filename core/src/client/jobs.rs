@@ -20,7 +20,8 @@ use crate::envelope::{PROTOCOL_VERSION, Properties, Publish, property};
 #[cfg(doc)]
 use crate::jobs::wire::OperatorAnswer;
 use crate::jobs::wire::{
-    DeviceBody, JobExecution, JobSummary, Notify, NotifyNext, OperatorRequest, Rejected,
+    DeviceBody, JobExecution, JobSummary, Notify, NotifyNext, OperatorRequest, PageRequest,
+    Rejected,
 };
 use crate::jobs::{ExecutionRef, OPERATOR_TOPIC, Status};
 
@@ -182,9 +183,20 @@ impl ResultField for OperatorRequest {
         match self {
             Self::DescribeJob { .. } => Some("job"),
             Self::DescribeExecution { .. } => Some("execution"),
-            Self::ListJobs => Some("jobs"),
+            // A page asked for: the whole answer (the entries and `nextToken`).
+            Self::ListJobs { page, .. } | Self::ListExecutions { page, .. }
+                if *page != PageRequest::default() =>
+            {
+                None
+            }
+            Self::ListJobs { .. } => Some("jobs"),
             Self::ListExecutions { .. } => Some("executions"),
-            Self::CreateJob(_) | Self::CancelJob { .. } | Self::DeleteExecution { .. } => None,
+            Self::CreateJob(_)
+            | Self::UpdateJob(_)
+            | Self::CancelJob { .. }
+            | Self::DeleteJob { .. }
+            | Self::CancelJobExecution { .. }
+            | Self::DeleteExecution { .. } => None,
         }
     }
 }
@@ -482,7 +494,7 @@ mod tests {
 
     use super::*;
     use crate::jobs::wire::{JobDescription, JobListing, PendingJobs, UpdateAccepted};
-    use crate::jobs::{JobSpec, Jobs};
+    use crate::jobs::{JobSpec, Jobs, RetryConfig};
 
     const NOW: u64 = 1_700_000_000_000;
 
@@ -561,28 +573,34 @@ mod tests {
     }
 
     fn spec(job_id: &str, targets: &[&str]) -> JobSpec {
-        JobSpec {
-            job_id: job_id.into(),
-            document: json!({ "op": "reboot" }),
-            targets: targets.iter().map(|t| t.to_string()).collect(),
-            in_progress_timeout_minutes: Some(5),
-            max_retries: 2,
-        }
+        JobSpec::new(
+            job_id,
+            targets.iter().map(|t| t.to_string()).collect(),
+            json!({ "op": "reboot" }),
+        )
+        .in_progress_timeout(Some(5))
+        .retries(2)
     }
 
     #[test]
     fn operator_and_device_round_trip_through_the_service() {
         let mut jobs = Jobs::new();
         let mut client = JobsClient::new("ops", 7, 1000);
-        let (call, request) =
-            client.operate(&OperatorRequest::CreateJob(spec("j1", &["t1"])), None, NOW);
+        let (call, request) = client.operate(
+            &OperatorRequest::CreateJob(spec("j1", &["t1"]).into()),
+            None,
+            NOW,
+        );
         assert_eq!(request.topic, OPERATOR_TOPIC);
         let replies = serve(&mut jobs, &request);
         let created = completed(&mut client, &replies, call);
         assert_eq!(created, json!({ "jobId": "j1", "targets": 1 }));
         let job = jobs.job("j1").unwrap().unwrap();
-        assert_eq!(job.in_progress_timeout_minutes, Some(5));
-        assert_eq!(job.max_retries, 2);
+        assert_eq!(job.in_progress_timeout_minutes(), Some(5));
+        assert_eq!(
+            job.config.job_executions_retry_config,
+            Some(RetryConfig::all(2))
+        );
 
         let (call, request) = client
             .device("t1", &DeviceRequest::GetPending, None, NOW)
@@ -641,16 +659,12 @@ mod tests {
             (job.job_id.as_str(), job.executions[&Status::Succeeded]),
             ("j1", 1)
         );
-        let (call, request) = client.operate(&OperatorRequest::ListJobs, None, NOW);
+        let (call, request) = client.operate(&OperatorRequest::list_jobs(), None, NOW);
         let listed: Vec<JobListing> =
             parse(completed(&mut client, &serve(&mut jobs, &request), call)).unwrap();
-        assert_eq!(
-            listed,
-            [JobListing {
-                job_id: "j1".into(),
-                targets: 1
-            }]
-        );
+        assert_eq!(listed.len(), 1);
+        assert_eq!((listed[0].job_id.as_str(), listed[0].targets), ("j1", 1));
+        assert_eq!(listed[0].status, crate::jobs::JobStatus::Completed);
         assert_eq!(client.in_flight(), 0);
     }
 
@@ -658,8 +672,11 @@ mod tests {
     fn rejections_and_operator_errors_become_jobs_errors() {
         let mut jobs = Jobs::new();
         let mut client = JobsClient::new("ops", 7, 1000);
-        let (_, request) =
-            client.operate(&OperatorRequest::CreateJob(spec("j1", &["t1"])), None, NOW);
+        let (_, request) = client.operate(
+            &OperatorRequest::CreateJob(spec("j1", &["t1"]).into()),
+            None,
+            NOW,
+        );
         for reply in serve(&mut jobs, &request) {
             client.handle(&reply);
         }
@@ -727,7 +744,7 @@ mod tests {
     #[test]
     fn an_envelope_refusal_of_an_operator_call_is_a_status_error() {
         let mut client = JobsClient::new("ops", 7, 1000);
-        let (call, request) = client.operate(&OperatorRequest::ListJobs, None, NOW);
+        let (call, request) = client.operate(&OperatorRequest::list_jobs(), None, NOW);
         let refusal = Publish {
             topic: request.properties.response_topic.clone().unwrap(),
             payload: Bytes::new(),
@@ -753,7 +770,7 @@ mod tests {
             })
         );
         // An answer that is not JSON is malformed, not a panic.
-        let (call, request) = client.operate(&OperatorRequest::ListJobs, None, NOW);
+        let (call, request) = client.operate(&OperatorRequest::list_jobs(), None, NOW);
         let garbage = Publish {
             payload: Bytes::from_static(b"\x00not json"),
             properties: Properties {

@@ -16,8 +16,10 @@
 //! The clients of both APIs (device and operator) are [`crate::client::jobs`]: the client
 //! layer sits above this one and this module never refers to it.
 
+mod lifecycle;
 mod model;
 mod operator;
+mod rollout;
 mod store;
 pub mod topics;
 pub mod wire;
@@ -28,15 +30,22 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-pub use model::{Execution, ExecutionRef, Job, JobSpec, JobsError, RejectCode, Status};
+pub use model::{Execution, ExecutionRef, Job, JobSpec, JobsError, Pace, RejectCode, Status};
 pub(crate) use model::{THING_NAME_RULE, valid_job_id, valid_thing_name};
-pub use store::{DurableJobs, JobsStore, MemoryJobs, StoreError, Stored, ThingRecord};
-pub use topics::OPERATOR as OPERATOR_TOPIC;
-use wire::{Accepted, ExecutionAccepted, Notify, NotifyJobs, NotifyNext, Rejected, Reply};
-pub use wire::{
-    DeviceBody, ExecutionListing, ExecutionState, JobDescription, JobExecution, JobListing,
-    JobSummary, OperatorRequest, PendingJobs, TimeoutConfig, UpdateAccepted,
+pub use rollout::ABORTED;
+pub use store::{
+    Counts, DurableJobs, JobsStore, MemoryJobs, Rollout, StoreError, Stored, Tally, ThingRecord,
+    tally_change,
 };
+pub use topics::OPERATOR as OPERATOR_TOPIC;
+pub use wire::{
+    AbortAction, AbortConfig, AbortCriteria, DeviceBody, ExecutionCancel, ExecutionListing,
+    ExecutionState, ExponentialRate, FailureType, JobConfig, JobDescription, JobExecution,
+    JobListing, JobProcessDetails, JobStatus, JobSummary, JobUpdate, OperatorRequest, PageRequest,
+    PendingJobs, RateIncreaseCriteria, RetryConfig, RetryCriteria, RolloutConfig, RolloutProgress,
+    TimeoutConfig, UpdateAccepted,
+};
+use wire::{Accepted, ExecutionAccepted, Notify, NotifyJobs, NotifyNext, Rejected, Reply};
 
 use crate::envelope::{Properties, Publish};
 
@@ -108,52 +117,13 @@ impl<S: JobsStore> Jobs<S> {
         &mut self.store
     }
 
-    /// Whether created jobs still have targets to queue: call [`Jobs::roll_out`].
-    pub fn rolling_out(&self) -> Stored<bool> {
-        self.store.rolling_out()
-    }
-
-    /// Queues the next batch of targets of the jobs being rolled out, oldest job first,
-    /// pushing the notifications onto `out`. Returns how many were queued.
-    ///
-    /// A store that fails midway leaves the batch's remaining targets without an execution
-    /// (they were handed out; see [`JobsStore::take_rollout`]); the error says so.
-    pub fn roll_out(&mut self, now_ms: u64, out: &mut Vec<Publish>) -> Stored<usize> {
-        let batch = self.store.take_rollout(self.rollout_batch)?;
-        for (done, (job_id, thing)) in batch.iter().enumerate() {
-            let queued = self.store.job(job_id).and_then(|job| {
-                let Some(job) = job else { return Ok(()) };
-                self.change(thing, now_ms, out, |record| {
-                    // A thing listed twice gets one execution.
-                    if record.latest(job_id).is_none() {
-                        queue(record, &job, thing, 1, now_ms);
-                    }
-                    Ok::<_, StoreError>(())
-                })
-            });
-            if let Err(StoreError(reason)) = queued {
-                return Err(StoreError(format!(
-                    "{reason} (rolling out {job_id}: {} of a batch of {} targets queued)",
-                    done,
-                    batch.len()
-                )));
-            }
-        }
-        Ok(batch.len())
-    }
-
     /// A job, by id.
     pub fn job(&self, job_id: &str) -> Stored<Option<Arc<Job>>> {
         self.store.job(job_id)
     }
 
-    /// The latest execution of `job_id` on `thing`.
-    pub fn execution(&self, thing: &str, job_id: &str) -> Stored<Option<Execution>> {
-        Ok(self.store.thing(thing)?.latest(job_id).cloned())
-    }
-
-    /// Creates a job and queues an execution of it on every target (the first batch now, the
-    /// rest by [`Jobs::roll_out`]).
+    /// Creates a job and queues an execution of it on every target: the first batch now (as
+    /// far as its rate allows), the rest by [`Jobs::roll_out`].
     pub fn create_job(
         &mut self,
         spec: JobSpec,
@@ -161,12 +131,11 @@ impl<S: JobsStore> Jobs<S> {
         out: &mut Vec<Publish>,
     ) -> Result<(), JobsError> {
         spec.validate()?;
-        let job = Job::from(spec);
-        let job_id = job.id.clone();
-        if !self.store.insert_job(job)? {
+        let job = Job::new(spec, now_ms);
+        let (job_id, things) = (job.id.clone(), job.targets.clone());
+        if !self.store.insert_job(job, &things)? {
             return Err(JobsError::JobExists(job_id));
         }
-        self.store.start_rollout(&job_id)?;
         self.roll_out(now_ms, out)?;
         Ok(())
     }
@@ -190,36 +159,6 @@ impl<S: JobsStore> Jobs<S> {
             record.executions.remove(job_id);
             Ok(())
         })
-    }
-
-    /// Cancels a job: its QUEUED executions become CANCELED, and with `force` its IN_PROGRESS
-    /// ones too; targets its rollout has not reached get none.
-    pub fn cancel_job(
-        &mut self,
-        job_id: &str,
-        force: bool,
-        now_ms: u64,
-        out: &mut Vec<Publish>,
-    ) -> Result<(), JobsError> {
-        let job = self
-            .store
-            .job(job_id)?
-            .ok_or_else(|| JobsError::NotFound(job_id.to_owned()))?;
-        self.store.stop_rollout(job_id)?;
-        for thing in &job.targets {
-            self.change(thing, now_ms, out, |record| {
-                let cancel = match record.latest(job_id).map(|e| e.status) {
-                    Some(Status::Queued) => true,
-                    Some(Status::InProgress) => force,
-                    _ => false,
-                };
-                if cancel {
-                    finish(record, &job, thing, Status::Canceled, now_ms);
-                }
-                Ok::<_, StoreError>(())
-            })?;
-        }
-        Ok(())
     }
 
     /// Handles a message from `$aws/things/+/jobs/#`. `None` when it is no request (the
@@ -494,13 +433,22 @@ impl<S: JobsStore> Jobs<S> {
             }
             let before: Vec<(String, u64)> = read.pending().iter().map(|e| e.key()).collect();
             let published = out.len();
+            let tally = store::tally_change(&read, &record);
             let written = self
                 .notify(thing, &before, &record, now_ms, out)
-                .and_then(|()| self.store.put_thing(thing, record));
+                .and_then(|()| self.store.put_thing(thing, record, &tally));
             if written != Ok(true) {
                 out.truncate(published); // Not written: not told either.
             }
             if written? {
+                // An execution ended: its job may have to be aborted. A store that fails
+                // here fails no request (the change was made); the rollout's next step
+                // looks again.
+                for (job_id, status, change) in &tally {
+                    if *change > 0 && ENDED.contains(status) {
+                        let _ = self.settle(job_id, now_ms, out);
+                    }
+                }
                 return Ok(result);
             }
         }
@@ -552,16 +500,6 @@ impl<S: JobsStore> Jobs<S> {
         }
         Ok(())
     }
-
-    /// Every thing's record, for the operator's listings.
-    fn records(&self) -> Stored<Vec<(String, ThingRecord)>> {
-        let mut records = Vec::new();
-        for thing in self.store.things()? {
-            let record = self.store.thing(&thing)?;
-            records.push((thing, record));
-        }
-        Ok(records)
-    }
 }
 
 impl ThingRecord {
@@ -607,6 +545,14 @@ fn numbered<'a>(
     }
 }
 
+/// The statuses an execution ends with that count towards an abort.
+const ENDED: [Status; 4] = [
+    Status::Succeeded,
+    Status::Failed,
+    Status::Rejected,
+    Status::TimedOut,
+];
+
 /// Queues execution `number` of `job` on the thing of `record`.
 fn queue(record: &mut ThingRecord, job: &Job, thing: &str, number: u64, now_ms: u64) {
     let seq = record.queued;
@@ -619,21 +565,24 @@ fn queue(record: &mut ThingRecord, job: &Job, thing: &str, number: u64, now_ms: 
             &job.id,
             thing,
             number,
-            job.in_progress_timeout_minutes,
+            job.in_progress_timeout_minutes(),
             seq,
             now_ms,
         ));
 }
 
-/// Ends the latest execution of `job` with `status`, and queues a retry when the job's policy
-/// allows one.
+/// Ends the latest execution of `job` with `status`, and queues a retry when the job's retry
+/// configuration allows one.
 fn finish(record: &mut ThingRecord, job: &Job, thing: &str, status: Status, now_ms: u64) {
-    let Some(execution) = record.latest_mut(&job.id) else {
+    let Some(list) = record.executions.get_mut(&job.id) else {
+        return;
+    };
+    let Some((execution, earlier)) = list.split_last_mut() else {
         return;
     };
     execution.end(status, now_ms);
     let number = execution.execution_number;
-    if matches!(status, Status::Failed | Status::TimedOut) && number <= u64::from(job.max_retries) {
+    if job.retries(status, earlier.iter().map(|e| e.status)) {
         queue(record, job, thing, number + 1, now_ms);
     }
 }

@@ -4,7 +4,10 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::wire::{CreateJob, ExecutionState, JobExecution, JobSummary};
+use super::wire::{
+    ExecutionState, FailureType, JobConfig, JobExecution, JobStatus, JobSummary, RetryConfig,
+    RolloutConfig, TimeoutConfig,
+};
 
 /// A job execution's status.
 #[derive(
@@ -96,6 +99,10 @@ pub enum JobsError {
     NotFound(String),
     #[error("{0} is IN_PROGRESS: use force")]
     InProgress(String),
+    #[error("{0}")]
+    InvalidState(String),
+    #[error("version conflict: {0}")]
+    VersionConflict(String),
     #[error(transparent)]
     Store(#[from] super::store::StoreError),
 }
@@ -103,28 +110,87 @@ pub enum JobsError {
 /// The largest job document, as JSON text (AWS IoT Jobs' limit).
 pub const MAX_DOCUMENT_BYTES: usize = 32 * 1024;
 
-/// What an operator asks for when creating a job (on the wire with AWS's `createJob` field
-/// names: `timeoutConfig`, `jobExecutionsRetryConfig`).
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-#[serde(from = "CreateJob", into = "CreateJob")]
+/// What an operator asks for when creating a job: AWS's `CreateJob` fields.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct JobSpec {
     pub job_id: String,
-    /// A JSON object.
-    pub document: Value,
+    /// The things it runs on.
     pub targets: Vec<String>,
-    /// `timeoutConfig.inProgressTimeoutInMinutes` (1–10080).
-    pub in_progress_timeout_minutes: Option<u32>,
-    /// Executions that end FAILED or TIMED_OUT are queued again this many times (0–10).
-    pub max_retries: u32,
+    /// A JSON object.
+    #[serde(default)]
+    pub document: Value,
+    /// The description, timeout, retry, rollout and abort configurations.
+    #[serde(flatten)]
+    pub config: JobConfig,
+    /// AWS's fields mqstore does not take yet: a request that sets one is refused (rather
+    /// than run without it).
+    #[serde(flatten, skip_serializing)]
+    pub unsupported: Unsupported,
+}
+
+/// `createJob` fields that mqstore refuses for now (docs/protocol/jobs.md §8).
+#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Unsupported {
+    target_selection: Option<Value>,
+    scheduling_config: Option<Value>,
+    job_template_arn: Option<Value>,
+    document_parameters: Option<Value>,
+    document_source: Option<Value>,
+}
+
+impl Unsupported {
+    fn first(&self) -> Option<&'static str> {
+        [
+            ("targetSelection", &self.target_selection),
+            ("schedulingConfig", &self.scheduling_config),
+            ("jobTemplateArn", &self.job_template_arn),
+            ("documentParameters", &self.document_parameters),
+            ("documentSource", &self.document_source),
+        ]
+        .into_iter()
+        .find(|(_, value)| value.as_ref().is_some_and(|v| !v.is_null()))
+        .map(|(name, _)| name)
+    }
 }
 
 impl JobSpec {
+    /// A job running `document` on `targets`, with no timeout, retries, rate or abort.
+    pub fn new(job_id: impl Into<String>, targets: Vec<String>, document: Value) -> Self {
+        Self {
+            job_id: job_id.into(),
+            targets,
+            document,
+            ..Self::default()
+        }
+    }
+
+    /// With `timeoutConfig.inProgressTimeoutInMinutes`.
+    pub fn in_progress_timeout(mut self, minutes: Option<u32>) -> Self {
+        self.config.timeout_config = minutes.map(|minutes| TimeoutConfig {
+            in_progress_timeout_in_minutes: Some(minutes),
+        });
+        self
+    }
+
+    /// With up to `retries` retries of every failure (none when 0).
+    pub fn retries(mut self, retries: u32) -> Self {
+        self.config.job_executions_retry_config = (retries > 0).then(|| RetryConfig::all(retries));
+        self
+    }
+
     pub(crate) fn validate(&self) -> Result<(), JobsError> {
         let invalid = |m: String| Err(JobsError::Invalid(m));
         if !valid_job_id(&self.job_id) {
             return invalid(format!(
                 "job id {:?}: 1-64 characters of a-z, A-Z, 0-9, '_' and '-'",
                 self.job_id
+            ));
+        }
+        if let Some(field) = self.unsupported.first() {
+            return invalid(format!(
+                "{field} is not supported by mqstore yet (see docs/protocol/jobs.md)"
             ));
         }
         if !self.document.is_object() {
@@ -142,40 +208,229 @@ impl JobSpec {
         if let Some(thing) = self.targets.iter().find(|t| !valid_thing_name(t)) {
             return invalid(format!("target {thing:?}: {THING_NAME_RULE}"));
         }
-        if self
-            .in_progress_timeout_minutes
-            .is_some_and(|m| !TIMEOUT_MINUTES.contains(&u64::from(m)))
+        self.config.validate().map_err(JobsError::Invalid)
+    }
+}
+
+impl JobConfig {
+    /// AWS's ranges for each setting.
+    pub(crate) fn validate(&self) -> Result<(), String> {
+        if let Some(description) = &self.description
+            && description.chars().count() > 2028
         {
-            return invalid("inProgressTimeoutInMinutes is 1-10080".into());
+            return Err("description: at most 2028 characters".into());
         }
-        if self.max_retries > 10 {
-            return invalid("at most 10 retries".into());
+        if let Some(minutes) = self
+            .timeout_config
+            .as_ref()
+            .and_then(|t| t.in_progress_timeout_in_minutes)
+            && !TIMEOUT_MINUTES.contains(&u64::from(minutes))
+        {
+            return Err("inProgressTimeoutInMinutes is 1-10080".into());
+        }
+        if let Some(retry) = &self.job_executions_retry_config {
+            let mut seen = Vec::new();
+            for criteria in &retry.criteria_list {
+                if criteria.failure_type == FailureType::Rejected {
+                    return Err(
+                        "jobExecutionsRetryConfig: failureType is FAILED, TIMED_OUT or ALL \
+                         (REJECTED executions are never retried)"
+                            .into(),
+                    );
+                }
+                if seen.contains(&criteria.failure_type) {
+                    return Err(format!(
+                        "jobExecutionsRetryConfig: {:?} is given twice",
+                        criteria.failure_type
+                    ));
+                }
+                seen.push(criteria.failure_type);
+            }
+            let total: u32 = retry
+                .criteria_list
+                .iter()
+                .map(|c| c.number_of_retries)
+                .sum();
+            if total > 10 {
+                return Err(format!(
+                    "jobExecutionsRetryConfig: {total} retries in all; at most 10"
+                ));
+            }
+        }
+        if let Some(rollout) = &self.job_executions_rollout_config {
+            rollout.validate()?;
+        }
+        if let Some(abort) = &self.abort_config {
+            for criteria in &abort.criteria_list {
+                let t = criteria.threshold_percentage;
+                if !(0.0..=100.0).contains(&t) || ((t * 100.0).round() - t * 100.0).abs() > 1e-9 {
+                    return Err(format!(
+                        "abortConfig: thresholdPercentage {t} is 0-100 with at most two decimals"
+                    ));
+                }
+                if criteria.min_number_of_executed_things == 0 {
+                    return Err("abortConfig: minNumberOfExecutedThings is at least 1".into());
+                }
+            }
         }
         Ok(())
     }
 }
 
-/// A job.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+impl RolloutConfig {
+    fn validate(&self) -> Result<(), String> {
+        let rate = 1..=1000;
+        if let Some(max) = self.maximum_per_minute
+            && !rate.contains(&max)
+        {
+            return Err(format!("maximumPerMinute {max}: 1-1000"));
+        }
+        if let Some(exponential) = &self.exponential_rate {
+            let base = exponential.base_rate_per_minute;
+            if !rate.contains(&base) {
+                return Err(format!("exponentialRate.baseRatePerMinute {base}: 1-1000"));
+            }
+            let factor = exponential.increment_factor;
+            if !(1.1..=5.0).contains(&factor)
+                || ((factor * 10.0).round() - factor * 10.0).abs() > 1e-9
+            {
+                return Err(format!(
+                    "exponentialRate.incrementFactor {factor}: 1.1-5 with at most one decimal"
+                ));
+            }
+            let criteria = &exponential.rate_increase_criteria;
+            match (
+                criteria.number_of_notified_things,
+                criteria.number_of_succeeded_things,
+            ) {
+                (Some(n), None) | (None, Some(n)) if n >= 1 => {}
+                _ => {
+                    return Err("exponentialRate.rateIncreaseCriteria: one of \
+                                numberOfNotifiedThings and numberOfSucceededThings, at least 1"
+                        .into());
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A job, as stored: what was created, what `updateJob` changed, and its state.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct Job {
     pub id: String,
     pub document: Value,
     pub targets: Vec<String>,
-    pub in_progress_timeout_minutes: Option<u32>,
-    pub max_retries: u32,
+    pub config: JobConfig,
+    pub status: JobStatus,
+    pub force_canceled: bool,
+    pub reason_code: Option<String>,
+    pub comment: Option<String>,
+    /// Epoch ms.
+    pub created_at: u64,
+    pub last_updated_at: u64,
+    pub completed_at: Option<u64>,
+    /// The rollout's pace (docs/protocol/jobs.md §5, "Rollout rate").
+    pub pace: Pace,
+    /// Increases with every write; [`super::JobsStore::put_job`] compares it.
+    #[serde(skip)]
+    pub revision: u64,
+    // Written by mqstore before 0.x's rollouts: read, then folded into `config`.
+    #[serde(skip_serializing)]
+    pub(crate) in_progress_timeout_minutes: Option<u32>,
+    #[serde(skip_serializing)]
+    pub(crate) max_retries: u32,
 }
 
-impl From<JobSpec> for Job {
-    fn from(spec: JobSpec) -> Self {
+/// Where a rate-limited rollout counts from: `count` things had been notified at `at_ms`, and
+/// the rate since is `rate` per minute. Moved on when the rate changes or the rollout lagged.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct Pace {
+    pub at_ms: u64,
+    pub count: u64,
+    /// The exponential rate now (per minute); `None` until the rollout starts.
+    pub rate: Option<f64>,
+    /// The criteria count (notified or succeeded things) when the rate last went up.
+    pub raised_at: u64,
+    /// Things claimed in each of the last 61 sixtieths of a minute (the index of the
+    /// sixtieth since the epoch, how many): no 60 s window ever holds more than the rate.
+    pub recent: Vec<(u64, u64)>,
+}
+
+impl Job {
+    pub(crate) fn new(spec: JobSpec, now_ms: u64) -> Self {
         let mut targets = spec.targets;
         targets.dedup();
         Self {
             id: spec.job_id,
             document: spec.document,
             targets,
-            in_progress_timeout_minutes: spec.in_progress_timeout_minutes,
-            max_retries: spec.max_retries,
+            config: spec.config,
+            created_at: now_ms,
+            last_updated_at: now_ms,
+            pace: Pace {
+                at_ms: now_ms,
+                ..Pace::default()
+            },
+            ..Self::default()
         }
+    }
+
+    /// A job as an older mqstore wrote it, in today's form.
+    pub fn upgraded(mut self) -> Self {
+        if let Some(minutes) = self.in_progress_timeout_minutes.take() {
+            self.config.timeout_config = Some(TimeoutConfig {
+                in_progress_timeout_in_minutes: Some(minutes),
+            });
+        }
+        if self.max_retries > 0 {
+            self.config.job_executions_retry_config = Some(RetryConfig::all(self.max_retries));
+            self.max_retries = 0;
+        }
+        self
+    }
+
+    /// `timeoutConfig.inProgressTimeoutInMinutes`.
+    pub fn in_progress_timeout_minutes(&self) -> Option<u32> {
+        self.config
+            .timeout_config
+            .as_ref()
+            .and_then(|t| t.in_progress_timeout_in_minutes)
+    }
+
+    /// Whether an execution that ended with `status` gets another one, given the statuses its
+    /// thing's earlier executions of this job ended with (AWS counts retries per failure
+    /// type: a FAILED one against FAILED's criteria, or ALL's when FAILED has none).
+    pub(crate) fn retries(&self, status: Status, earlier: impl Iterator<Item = Status>) -> bool {
+        let Some(retry) = &self.config.job_executions_retry_config else {
+            return false;
+        };
+        let kind = match status {
+            Status::Failed => FailureType::Failed,
+            Status::TimedOut => FailureType::TimedOut,
+            _ => return false,
+        };
+        let criteria = retry
+            .criteria_list
+            .iter()
+            .find(|c| c.failure_type == kind)
+            .or_else(|| {
+                retry
+                    .criteria_list
+                    .iter()
+                    .find(|c| c.failure_type == FailureType::All)
+            });
+        let Some(criteria) = criteria else {
+            return false;
+        };
+        // This failure included: how many failures of the criteria's kind so far.
+        let failures = earlier
+            .chain([status])
+            .filter(|s| criteria.failure_type.counts(*s) && *s != Status::Rejected)
+            .count();
+        failures <= criteria.number_of_retries as usize
     }
 }
 

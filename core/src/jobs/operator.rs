@@ -3,11 +3,11 @@
 //! data, `__stat`). A request is `{"op": ..., ...}` with AWS's field names; the answer is
 //! `{"ok": {...}}` or `{"error": {"code", "message"}}`.
 
-use std::collections::BTreeMap;
-
+use super::model::{Execution, Job, Status};
+use super::rollout;
 use super::wire::{
-    ExecutionListing, JobCreated, JobDescription, JobListing, OperatorAnswer, OperatorError,
-    OperatorOk, OperatorRequest, TimeoutConfig,
+    ExecutionListing, JobCreated, JobDescription, JobListing, JobProcessDetails, OperatorAnswer,
+    OperatorError, OperatorOk, OperatorRequest, PageRequest, RolloutProgress,
 };
 use super::{Jobs, JobsError, JobsStore, StoreError};
 use crate::envelope::Publish;
@@ -44,48 +44,40 @@ impl<S: JobsStore> Jobs<S> {
         now_ms: u64,
         out: &mut Vec<Publish>,
     ) -> Result<OperatorOk, OperatorError> {
+        let done =
+            |result: Result<(), JobsError>| result.map(|()| OperatorOk::Done {}).map_err(error);
         match request {
             OperatorRequest::CreateJob(spec) => {
                 let (job_id, targets) = (spec.job_id.clone(), spec.targets.len());
-                self.create_job(spec, now_ms, out).map_err(error)?;
+                self.create_job(*spec, now_ms, out).map_err(error)?;
                 Ok(OperatorOk::Created(JobCreated { job_id, targets }))
             }
-            OperatorRequest::CancelJob { job_id, force } => {
-                self.cancel_job(&job_id, force, now_ms, out)
-                    .map_err(error)?;
-                Ok(OperatorOk::Done {})
+            OperatorRequest::UpdateJob(update) => done(self.update_job(update, now_ms)),
+            OperatorRequest::CancelJob {
+                job_id,
+                force,
+                reason_code,
+                comment,
+            } => done(self.cancel_job(&job_id, force, reason_code, comment, now_ms, out)),
+            OperatorRequest::DeleteJob { job_id, force } => {
+                done(self.delete_job(&job_id, force, now_ms, out))
+            }
+            OperatorRequest::CancelJobExecution(cancel) => {
+                done(self.cancel_execution(&cancel, now_ms, out))
             }
             OperatorRequest::DeleteExecution {
                 job_id,
                 thing,
                 force,
-            } => {
-                self.delete_execution(&job_id, &thing, force, now_ms, out)
-                    .map_err(error)?;
-                Ok(OperatorOk::Done {})
-            }
+            } => done(self.delete_execution(&job_id, &thing, force, now_ms, out)),
             OperatorRequest::DescribeJob { job_id } => {
                 let job = self
                     .job(&job_id)
                     .map_err(stored)?
                     .ok_or_else(|| error(JobsError::NotFound(job_id.clone())))?;
-                let mut executions = BTreeMap::new();
-                for thing in &job.targets {
-                    if let Some(execution) = self.execution(thing, &job_id).map_err(stored)? {
-                        *executions.entry(execution.status).or_insert(0) += 1;
-                    }
-                }
+                let job = self.current(job, now_ms).map_err(stored)?;
                 Ok(OperatorOk::Job {
-                    job: JobDescription {
-                        job_id: job.id.clone(),
-                        document: job.document.clone(),
-                        targets: job.targets.clone(),
-                        timeout_config: TimeoutConfig {
-                            in_progress_timeout_in_minutes: job.in_progress_timeout_minutes,
-                        },
-                        max_retries: job.max_retries,
-                        executions,
-                    },
+                    job: Box::new(self.description(&job).map_err(stored)?),
                 })
             }
             OperatorRequest::DescribeExecution { job_id, thing } => {
@@ -101,57 +93,183 @@ impl<S: JobsStore> Jobs<S> {
                     execution: execution.describe(document, now_ms),
                 })
             }
-            OperatorRequest::ListJobs => {
-                let jobs = self
-                    .store
-                    .jobs()
-                    .map_err(stored)?
-                    .iter()
-                    .map(|job| JobListing {
+            OperatorRequest::ListJobs { status, page } => {
+                let limit = page_size(&page)?;
+                let mut jobs = Vec::new();
+                let mut next_token = None;
+                for id in self.store.job_ids().map_err(stored)? {
+                    if page.next_token.as_ref().is_some_and(|after| id <= *after) {
+                        continue;
+                    }
+                    let Some(job) = self.job(&id).map_err(stored)? else {
+                        continue;
+                    };
+                    let job = self.current(job, now_ms).map_err(stored)?;
+                    if status.is_some_and(|s| s != job.status) {
+                        continue;
+                    }
+                    if jobs.len() == limit {
+                        next_token = jobs.last().map(|j: &JobListing| j.job_id.clone());
+                        break;
+                    }
+                    jobs.push(JobListing {
                         job_id: job.id.clone(),
                         targets: job.targets.len(),
-                    })
-                    .collect();
-                Ok(OperatorOk::Jobs { jobs })
+                        status: job.status,
+                        created_at: job.created_at / 1000,
+                        last_updated_at: job.last_updated_at / 1000,
+                        completed_at: job.completed_at.map(|at| at / 1000),
+                    });
+                }
+                Ok(OperatorOk::Jobs { jobs, next_token })
             }
             OperatorRequest::ListExecutions {
                 thing,
                 job_id,
                 status,
+                page,
             } => {
-                let records: Vec<_> = match thing {
-                    Some(thing) => {
-                        let record = self.store.thing(&thing).map_err(stored)?;
-                        vec![(thing, record)]
-                    }
-                    None => self.records().map_err(stored)?,
-                };
-                let mut executions = Vec::new();
-                for (thing_name, record) in records {
-                    for (id, list) in &record.executions {
-                        let Some(execution) = list.last() else {
-                            continue;
-                        };
-                        if job_id.as_ref().is_some_and(|j| j != id)
-                            || status.is_some_and(|s| s != execution.status)
-                        {
-                            continue;
-                        }
-                        executions.push(ExecutionListing {
-                            thing_name: thing_name.clone(),
-                            job_id: execution.job_id.clone(),
-                            status: execution.status,
-                            queued_at: execution.queued_at,
-                            started_at: execution.started_at,
-                            last_updated_at: execution.last_updated_at,
-                            execution_number: execution.execution_number,
-                            version_number: execution.version_number,
-                        });
-                    }
-                }
-                Ok(OperatorOk::Executions { executions })
+                let limit = page_size(&page)?;
+                let (executions, next_token) = self
+                    .list_executions(thing, job_id, status, page.next_token, limit)
+                    .map_err(stored)?;
+                Ok(OperatorOk::Executions {
+                    executions,
+                    next_token,
+                })
             }
         }
+    }
+
+    /// A job as `describeJob` answers.
+    fn description(&self, job: &Job) -> Result<JobDescription, StoreError> {
+        let executions = self.store.counts(&job.id)?;
+        let rollout = self
+            .store
+            .rollouts()?
+            .into_iter()
+            .find(|r| r.job_id == job.id);
+        let notified: u64 = executions.values().sum();
+        let total = match &rollout {
+            Some(rollout) => rollout.total,
+            None => notified.max(job.targets.len() as u64),
+        };
+        let rate = match &rollout {
+            Some(rollout) => {
+                let succeeded = executions.get(&Status::Succeeded).copied().unwrap_or(0);
+                rollout::rate(job, rollout.next, succeeded).0
+            }
+            None => None,
+        };
+        Ok(JobDescription {
+            job_id: job.id.clone(),
+            status: job.status,
+            document: job.document.clone(),
+            targets: job.targets.clone(),
+            force_canceled: job.force_canceled,
+            reason_code: job.reason_code.clone(),
+            comment: job.comment.clone(),
+            config: job.config.clone(),
+            created_at: job.created_at / 1000,
+            last_updated_at: job.last_updated_at / 1000,
+            completed_at: job.completed_at.map(|at| at / 1000),
+            job_process_details: JobProcessDetails::from_counts(&executions),
+            rollout: RolloutProgress {
+                notified_things: rollout.as_ref().map_or(notified, |r| r.next),
+                total_things: total,
+                rate_per_minute: rate,
+            },
+            executions,
+        })
+    }
+
+    /// A page of latest executions: of one job (in its things' order; the token is an index),
+    /// or of one thing or every thing (in (thing, job id) order; the token is `thing/job`).
+    fn list_executions(
+        &self,
+        thing: Option<String>,
+        job_id: Option<String>,
+        status: Option<Status>,
+        token: Option<String>,
+        limit: usize,
+    ) -> Result<(Vec<ExecutionListing>, Option<String>), StoreError> {
+        let mut executions = Vec::new();
+        let keep = |execution: &Execution| status.is_none_or(|s| s == execution.status);
+        if let (Some(job_id), None) = (&job_id, &thing) {
+            // Every thing the job runs on, from the token's index.
+            let mut at: u64 = token.and_then(|t| t.parse().ok()).unwrap_or(0);
+            loop {
+                let things = self.store.job_things(job_id, at, 256)?;
+                if things.is_empty() {
+                    return Ok((executions, None));
+                }
+                for thing in things {
+                    if executions.len() == limit {
+                        return Ok((executions, Some(at.to_string())));
+                    }
+                    at += 1;
+                    let record = self.store.thing(&thing)?;
+                    if let Some(execution) = record.latest(job_id).filter(|e| keep(e)) {
+                        executions.push(listing(&thing, execution));
+                    }
+                }
+            }
+        }
+        let mut things = match thing {
+            Some(thing) => vec![thing],
+            None => self.store.things()?,
+        };
+        things.sort();
+        let after = token.as_deref().and_then(|t| t.split_once('/'));
+        for thing in things {
+            if after.is_some_and(|(t, _)| thing.as_str() < t) {
+                continue;
+            }
+            let record = self.store.thing(&thing)?;
+            for (id, list) in &record.executions {
+                let Some(execution) = list.last() else {
+                    continue;
+                };
+                if after.is_some_and(|(t, j)| (thing.as_str(), id.as_str()) <= (t, j))
+                    || job_id.as_ref().is_some_and(|j| j != id)
+                    || !keep(execution)
+                {
+                    continue;
+                }
+                if executions.len() == limit {
+                    let last: &ExecutionListing = &executions[limit - 1];
+                    let token = format!("{}/{}", last.thing_name, last.job_id);
+                    return Ok((executions, Some(token)));
+                }
+                executions.push(listing(&thing, execution));
+            }
+        }
+        Ok((executions, None))
+    }
+}
+
+fn listing(thing: &str, execution: &Execution) -> ExecutionListing {
+    ExecutionListing {
+        thing_name: thing.to_owned(),
+        job_id: execution.job_id.clone(),
+        status: execution.status,
+        queued_at: execution.queued_at,
+        started_at: execution.started_at,
+        last_updated_at: execution.last_updated_at,
+        execution_number: execution.execution_number,
+        version_number: execution.version_number,
+    }
+}
+
+/// A list call's page size: `maxResults` (1–250), every entry when absent.
+fn page_size(page: &PageRequest) -> Result<usize, OperatorError> {
+    match page.max_results {
+        None => Ok(usize::MAX),
+        Some(n) if (1..=PageRequest::MAX_RESULTS).contains(&n) => Ok(n as usize),
+        Some(n) => Err(OperatorError {
+            code: "InvalidRequest".into(),
+            message: format!("maxResults {n}: 1-{}", PageRequest::MAX_RESULTS),
+        }),
     }
 }
 
@@ -164,7 +282,8 @@ fn error(e: JobsError) -> OperatorError {
         JobsError::Invalid(_) => "InvalidRequest",
         JobsError::JobExists(_) => "Conflict",
         JobsError::NotFound(_) => "ResourceNotFound",
-        JobsError::InProgress(_) => "InvalidStateTransition",
+        JobsError::InProgress(_) | JobsError::InvalidState(_) => "InvalidStateTransition",
+        JobsError::VersionConflict(_) => "VersionConflict",
         JobsError::Store(_) => "InternalError",
     };
     OperatorError {

@@ -1,20 +1,22 @@
-//! Where the jobs service's state lives: jobs, each thing's executions, the timers, and the
-//! rollouts of new jobs.
+//! Where the jobs service's state lives: jobs, the things each job runs on, each thing's
+//! executions, the counts of executions per job and status, the timers, and the rollouts.
 //!
 //! As with the state store ([`crate::store`]), the engine ([`super::Jobs`]) decides
 //! everything and the store only keeps data: each method is one atomic step with no rules of
-//! the jobs protocol in it. A thing's executions are one record with a revision; the engine
-//! reads the record, computes the transition, and writes it back only if the revision is still
-//! the one it read ([`JobsStore::put_thing`], compare-and-set), reading and computing again if
-//! not. That is what keeps transitions atomic when several nodes share a store (an execution
-//! is never started twice, a version never skipped): a Redis store runs each method as one
-//! script (the record as one value under a `{thing}` hash tag, the timers as a sorted set, the
-//! rollout cursor as a counter), and the memory store ([`MemoryJobs`]) runs them in-process.
+//! the jobs protocol in it. A thing's executions are one record with a revision, and so is a
+//! job; the engine reads the record, computes the transition, and writes it back only if the
+//! revision is still the one it read ([`JobsStore::put_thing`], [`JobsStore::put_job`],
+//! compare-and-set), reading and computing again if not. That is what keeps transitions atomic
+//! when several nodes share a store (an execution is never started twice, a version never
+//! skipped, a job never aborted twice): a Redis store runs each method as one script (a thing's
+//! record as one value under its bucket's hash tag, with the timers and the counts of that
+//! bucket; the jobs, their things and the rollout cursors under one tag), and the memory store
+//! ([`MemoryJobs`]) runs them in-process.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
-use super::model::{Execution, Job};
+use super::model::{Execution, Job, Status};
 
 /// A jobs store that could not do what was asked (a shared store that is unreachable): the
 /// request that needed it is answered with an error, and nothing was changed by it.
@@ -24,6 +26,13 @@ pub struct StoreError(pub String);
 
 /// What a [`JobsStore`] method returns.
 pub type Stored<T> = Result<T, StoreError>;
+
+/// How a write changes the counts of latest executions by job and status: (job id, status,
+/// change), from [`tally_change`].
+pub type Tally = Vec<(String, Status, i64)>;
+
+/// Counts of a job's latest executions (one per thing) by status.
+pub type Counts = BTreeMap<Status, u64>;
 
 /// One thing's executions: job id → its executions, oldest first (a retry appends one).
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -52,27 +61,75 @@ impl ThingRecord {
             .iter()
             .filter_map(|(job_id, list)| Some((list.last()?.deadline()?, job_id)))
     }
+
+    /// The status of each job's latest execution.
+    fn latest_statuses(&self) -> impl Iterator<Item = (&String, Status)> {
+        self.executions
+            .iter()
+            .filter_map(|(job_id, list)| Some((job_id, list.last()?.status)))
+    }
+}
+
+/// How the counts change when a thing's record goes from `before` to `after`.
+pub fn tally_change(before: &ThingRecord, after: &ThingRecord) -> Tally {
+    let old: BTreeMap<&String, Status> = before.latest_statuses().collect();
+    let new: BTreeMap<&String, Status> = after.latest_statuses().collect();
+    let mut tally = Tally::new();
+    for (job_id, status) in &old {
+        if new.get(job_id) != Some(status) {
+            tally.push(((*job_id).clone(), *status, -1));
+        }
+    }
+    for (job_id, status) in &new {
+        if old.get(job_id) != Some(status) {
+            tally.push(((*job_id).clone(), *status, 1));
+        }
+    }
+    tally
+}
+
+/// A rollout under way: the job, the index of its next thing, and how many things it has.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rollout {
+    pub job_id: String,
+    pub next: u64,
+    pub total: u64,
 }
 
 /// The state of a jobs service, one atomic step per method (see the module's documentation).
 /// A method that fails ([`StoreError`]) changed nothing.
 pub trait JobsStore {
-    /// A job, by id.
+    /// A job, by id, with its revision.
     fn job(&self, job_id: &str) -> Stored<Option<Arc<Job>>>;
 
-    /// Adds a job; `false` (and nothing changed) when one with its id exists.
-    fn insert_job(&mut self, job: Job) -> Stored<bool>;
+    /// Adds a job that runs on `things` (in rollout order) and starts its rollout; `false`
+    /// (and nothing changed) when one with its id exists.
+    fn insert_job(&mut self, job: Job, things: &[String]) -> Stored<bool>;
 
-    /// Every job, by id.
-    fn jobs(&self) -> Stored<Vec<Arc<Job>>>;
+    /// Writes a job if its revision is still `job.revision` (it then gets the next one);
+    /// `false` when another write came first.
+    fn put_job(&mut self, job: Job) -> Stored<bool>;
+
+    /// Removes a job, its things, its rollout and its counts (not its executions).
+    fn delete_job(&mut self, job_id: &str) -> Stored<()>;
+
+    /// Every job's id, in id order.
+    fn job_ids(&self) -> Stored<Vec<String>>;
+
+    /// Up to `count` of the things a job runs on, from the `from`th.
+    fn job_things(&self, job_id: &str, from: u64, count: u64) -> Stored<Vec<String>>;
+
+    /// The counts of a job's latest executions by status.
+    fn counts(&self, job_id: &str) -> Stored<Counts>;
 
     /// A thing's record (empty, revision 0, for a thing never seen).
     fn thing(&self, thing: &str) -> Stored<ThingRecord>;
 
     /// Writes a thing's record if its revision is still `record.revision` (the record then
-    /// gets the next revision), and keeps the timers of its executions; `false` when another
-    /// write came first (read again and retry).
-    fn put_thing(&mut self, thing: &str, record: ThingRecord) -> Stored<bool>;
+    /// gets the next revision), keeps the timers of its executions and applies `tally` (see
+    /// [`tally_change`]) to the counts; `false` when another write came first (read again and
+    /// retry).
+    fn put_thing(&mut self, thing: &str, record: ThingRecord, tally: &Tally) -> Stored<bool>;
 
     /// Every thing that has a record.
     fn things(&self) -> Stored<Vec<String>>;
@@ -83,29 +140,49 @@ pub trait JobsStore {
     /// The earliest timer.
     fn next_deadline(&self) -> Stored<Option<u64>>;
 
-    /// Starts rolling out a new job: its targets are handed out by [`JobsStore::take_rollout`].
-    fn start_rollout(&mut self, job_id: &str) -> Stored<()>;
+    /// The rollouts under way, oldest job first.
+    fn rollouts(&self) -> Stored<Vec<Rollout>>;
 
-    /// Claims up to `budget` targets not yet handed out, of the oldest job being rolled out
-    /// first: (job id, thing). Each target is handed out once.
-    fn take_rollout(&mut self, budget: usize) -> Stored<Vec<(String, String)>>;
+    /// Claims a job's things `from..from + count` if its rollout's next thing is still
+    /// `from`, and, with `job`, writes the job in the same step if its revision is still
+    /// `job.revision` (a rollout's pace records each claim): all or nothing, `None` when
+    /// another node came first. Each thing is handed out once; a rollout that hands out its
+    /// last thing ends.
+    fn take_rollout(
+        &mut self,
+        job_id: &str,
+        from: u64,
+        count: u64,
+        job: Option<Job>,
+    ) -> Stored<Option<Vec<String>>>;
 
-    /// Stops a job's rollout: its remaining targets are never handed out.
+    /// Stops a job's rollout: its remaining things are never handed out.
     fn stop_rollout(&mut self, job_id: &str) -> Stored<()>;
-
-    /// Whether some job has targets not yet handed out.
-    fn rolling_out(&self) -> Stored<bool>;
 }
 
 /// The jobs state in this process's memory.
 #[derive(Debug, Default)]
 pub struct MemoryJobs {
     jobs: BTreeMap<String, Arc<Job>>,
+    job_things: HashMap<String, Arc<[String]>>,
+    counts: HashMap<String, Counts>,
     things: HashMap<String, ThingRecord>,
     /// (deadline, thing, job id), earliest first.
     timers: BTreeSet<(u64, String, String)>,
-    /// Jobs being rolled out, oldest first, with the index of their next target.
-    rollouts: VecDeque<(String, usize)>,
+    /// Jobs being rolled out, oldest first, with the index of their next thing.
+    rollouts: VecDeque<(String, u64)>,
+}
+
+/// Applies `tally` to `counts`.
+fn apply(counts: &mut HashMap<String, Counts>, tally: &Tally) {
+    for (job_id, status, change) in tally {
+        let count = counts
+            .entry(job_id.clone())
+            .or_default()
+            .entry(*status)
+            .or_default();
+        *count = count.saturating_add_signed(*change);
+    }
 }
 
 impl JobsStore for MemoryJobs {
@@ -113,23 +190,58 @@ impl JobsStore for MemoryJobs {
         Ok(self.jobs.get(job_id).cloned())
     }
 
-    fn insert_job(&mut self, job: Job) -> Stored<bool> {
+    fn insert_job(&mut self, job: Job, things: &[String]) -> Stored<bool> {
         if self.jobs.contains_key(&job.id) {
             return Ok(false);
         }
+        self.job_things.insert(job.id.clone(), things.into());
+        self.rollouts.push_back((job.id.clone(), 0));
         self.jobs.insert(job.id.clone(), Arc::new(job));
         Ok(true)
     }
 
-    fn jobs(&self) -> Stored<Vec<Arc<Job>>> {
-        Ok(self.jobs.values().cloned().collect())
+    fn put_job(&mut self, mut job: Job) -> Stored<bool> {
+        let Some(stored) = self.jobs.get_mut(&job.id) else {
+            return Ok(false);
+        };
+        if stored.revision != job.revision {
+            return Ok(false);
+        }
+        job.revision += 1;
+        *stored = Arc::new(job);
+        Ok(true)
+    }
+
+    fn delete_job(&mut self, job_id: &str) -> Stored<()> {
+        self.jobs.remove(job_id);
+        self.job_things.remove(job_id);
+        self.counts.remove(job_id);
+        self.rollouts.retain(|(id, _)| id != job_id);
+        Ok(())
+    }
+
+    fn job_ids(&self) -> Stored<Vec<String>> {
+        Ok(self.jobs.keys().cloned().collect())
+    }
+
+    fn job_things(&self, job_id: &str, from: u64, count: u64) -> Stored<Vec<String>> {
+        let things = self.job_things.get(job_id).map_or(&[][..], |t| &t[..]);
+        let from = (from as usize).min(things.len());
+        let to = from.saturating_add(count as usize).min(things.len());
+        Ok(things[from..to].to_vec())
+    }
+
+    fn counts(&self, job_id: &str) -> Stored<Counts> {
+        let mut counts = self.counts.get(job_id).cloned().unwrap_or_default();
+        counts.retain(|_, n| *n > 0);
+        Ok(counts)
     }
 
     fn thing(&self, thing: &str) -> Stored<ThingRecord> {
         Ok(self.things.get(thing).cloned().unwrap_or_default())
     }
 
-    fn put_thing(&mut self, thing: &str, mut record: ThingRecord) -> Stored<bool> {
+    fn put_thing(&mut self, thing: &str, mut record: ThingRecord, tally: &Tally) -> Stored<bool> {
         let stored = self.things.entry(thing.to_owned()).or_default();
         if stored.revision != record.revision {
             return Ok(false);
@@ -144,6 +256,7 @@ impl JobsStore for MemoryJobs {
         }
         record.revision += 1;
         *stored = record;
+        apply(&mut self.counts, tally);
         Ok(true)
     }
 
@@ -164,39 +277,54 @@ impl JobsStore for MemoryJobs {
         Ok(self.timers.first().map(|(deadline, _, _)| *deadline))
     }
 
-    fn start_rollout(&mut self, job_id: &str) -> Stored<()> {
-        self.rollouts.push_back((job_id.to_owned(), 0));
-        Ok(())
+    fn rollouts(&self) -> Stored<Vec<Rollout>> {
+        Ok(self
+            .rollouts
+            .iter()
+            .map(|(job_id, next)| Rollout {
+                job_id: job_id.clone(),
+                next: *next,
+                total: self.job_things.get(job_id).map_or(0, |t| t.len() as u64),
+            })
+            .collect())
     }
 
-    fn take_rollout(&mut self, budget: usize) -> Stored<Vec<(String, String)>> {
-        let mut batch = Vec::new();
-        while batch.len() < budget
-            && let Some((job_id, next)) = self.rollouts.front_mut()
-        {
-            let targets = self
-                .jobs
-                .get(job_id.as_str())
-                .map_or(&[][..], |j| &j.targets);
-            let end = next.saturating_add(budget - batch.len()).min(targets.len());
-            for thing in targets.get(*next..end).unwrap_or_default() {
-                batch.push((job_id.clone(), thing.clone()));
-            }
-            *next = end;
-            if end >= targets.len() {
-                self.rollouts.pop_front();
-            }
+    fn take_rollout(
+        &mut self,
+        job_id: &str,
+        from: u64,
+        count: u64,
+        job: Option<Job>,
+    ) -> Stored<Option<Vec<String>>> {
+        let Some(at) = self.rollouts.iter().position(|(id, _)| id == job_id) else {
+            return Ok(None);
+        };
+        let stale_job = job.as_ref().is_some_and(|job| {
+            self.jobs
+                .get(&job.id)
+                .is_none_or(|stored| stored.revision != job.revision)
+        });
+        if self.rollouts[at].1 != from || stale_job {
+            return Ok(None);
         }
-        Ok(batch)
+        if let Some(job) = job {
+            self.put_job(job)?;
+        }
+        let things = self.job_things.get(job_id).map_or(&[][..], |t| &t[..]);
+        let total = things.len() as u64;
+        let end = from.saturating_add(count).min(total).max(from);
+        let claimed = things[from as usize..end as usize].to_vec();
+        if end >= total {
+            self.rollouts.remove(at);
+        } else {
+            self.rollouts[at].1 = end;
+        }
+        Ok(Some(claimed))
     }
 
     fn stop_rollout(&mut self, job_id: &str) -> Stored<()> {
         self.rollouts.retain(|(id, _)| id != job_id);
         Ok(())
-    }
-
-    fn rolling_out(&self) -> Stored<bool> {
-        Ok(!self.rollouts.is_empty())
     }
 }
 
@@ -205,17 +333,29 @@ impl<S: JobsStore + ?Sized> JobsStore for &mut S {
     fn job(&self, job_id: &str) -> Stored<Option<Arc<Job>>> {
         (**self).job(job_id)
     }
-    fn insert_job(&mut self, job: Job) -> Stored<bool> {
-        (**self).insert_job(job)
+    fn insert_job(&mut self, job: Job, things: &[String]) -> Stored<bool> {
+        (**self).insert_job(job, things)
     }
-    fn jobs(&self) -> Stored<Vec<Arc<Job>>> {
-        (**self).jobs()
+    fn put_job(&mut self, job: Job) -> Stored<bool> {
+        (**self).put_job(job)
+    }
+    fn delete_job(&mut self, job_id: &str) -> Stored<()> {
+        (**self).delete_job(job_id)
+    }
+    fn job_ids(&self) -> Stored<Vec<String>> {
+        (**self).job_ids()
+    }
+    fn job_things(&self, job_id: &str, from: u64, count: u64) -> Stored<Vec<String>> {
+        (**self).job_things(job_id, from, count)
+    }
+    fn counts(&self, job_id: &str) -> Stored<Counts> {
+        (**self).counts(job_id)
     }
     fn thing(&self, thing: &str) -> Stored<ThingRecord> {
         (**self).thing(thing)
     }
-    fn put_thing(&mut self, thing: &str, record: ThingRecord) -> Stored<bool> {
-        (**self).put_thing(thing, record)
+    fn put_thing(&mut self, thing: &str, record: ThingRecord, tally: &Tally) -> Stored<bool> {
+        (**self).put_thing(thing, record, tally)
     }
     fn things(&self) -> Stored<Vec<String>> {
         (**self).things()
@@ -226,17 +366,20 @@ impl<S: JobsStore + ?Sized> JobsStore for &mut S {
     fn next_deadline(&self) -> Stored<Option<u64>> {
         (**self).next_deadline()
     }
-    fn start_rollout(&mut self, job_id: &str) -> Stored<()> {
-        (**self).start_rollout(job_id)
+    fn rollouts(&self) -> Stored<Vec<Rollout>> {
+        (**self).rollouts()
     }
-    fn take_rollout(&mut self, budget: usize) -> Stored<Vec<(String, String)>> {
-        (**self).take_rollout(budget)
+    fn take_rollout(
+        &mut self,
+        job_id: &str,
+        from: u64,
+        count: u64,
+        job: Option<Job>,
+    ) -> Stored<Option<Vec<String>>> {
+        (**self).take_rollout(job_id, from, count, job)
     }
     fn stop_rollout(&mut self, job_id: &str) -> Stored<()> {
         (**self).stop_rollout(job_id)
-    }
-    fn rolling_out(&self) -> Stored<bool> {
-        (**self).rolling_out()
     }
 }
 
@@ -249,6 +392,16 @@ pub struct DurableJobs {
     inner: MemoryJobs,
     recording: bool,
     pending: Vec<u8>,
+}
+
+/// A job as the log keeps it: the job and the things it runs on.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct LoggedJob {
+    #[serde(flatten)]
+    job: Job,
+    /// Absent when the job's `targets` are its things (as every job before groups).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    things: Option<Vec<String>>,
 }
 
 impl DurableJobs {
@@ -266,20 +419,38 @@ impl DurableJobs {
         let store = &mut self.inner;
         match record {
             Record::Job(json) => {
-                let job: Job = serde_json::from_slice(&json).map_err(|e| format!("a job: {e}"))?;
-                store.jobs.insert(job.id.clone(), Arc::new(job));
+                let logged: LoggedJob =
+                    serde_json::from_slice(&json).map_err(|e| format!("a job: {e}"))?;
+                let mut job = logged.job.upgraded();
+                let things = logged.things.unwrap_or_else(|| job.targets.clone());
+                match store.jobs.get(&job.id) {
+                    // A later state of a job: it keeps its things and rollout.
+                    Some(stored) => {
+                        job.revision = stored.revision + 1;
+                        store.jobs.insert(job.id.clone(), Arc::new(job));
+                    }
+                    None => {
+                        store.job_things.insert(job.id.clone(), things.into());
+                        store.jobs.insert(job.id.clone(), Arc::new(job));
+                    }
+                }
+            }
+            Record::JobDeleted(job_id) => {
+                store.delete_job(&job_id).map_err(|e| e.to_string())?;
             }
             Record::Thing { thing, json } => {
                 let mut record: ThingRecord =
                     serde_json::from_slice(&json).map_err(|e| format!("thing {thing}: {e}"))?;
                 // The revision is the store's own counter: continue from the stored one.
-                record.revision = store.thing(&thing).map_or(0, |r| r.revision);
-                let _ = store.put_thing(&thing, record);
+                let before = store.thing(&thing).unwrap_or_default();
+                record.revision = before.revision;
+                let tally = tally_change(&before, &record);
+                let _ = store.put_thing(&thing, record, &tally);
             }
             Record::Rollout { job_id, next } => {
                 store.rollouts.retain(|(id, _)| *id != job_id);
                 if let Some(next) = next {
-                    store.rollouts.push_back((job_id, next as usize));
+                    store.rollouts.push_back((job_id, next));
                 }
             }
             _ => {}
@@ -296,22 +467,35 @@ impl DurableJobs {
     pub fn snapshot(&self, out: &mut Vec<u8>) {
         use crate::store::log;
         for job in self.inner.jobs.values() {
-            log::job(out, &serde_json::to_vec(&**job).unwrap_or_default());
+            log::job(out, &self.logged(job, true));
         }
         for (thing, record) in &self.inner.things {
             log::thing(out, thing, &serde_json::to_vec(record).unwrap_or_default());
         }
         for (job_id, next) in &self.inner.rollouts {
-            log::rollout(out, job_id, Some(*next as u64));
+            log::rollout(out, job_id, Some(*next));
         }
     }
 
-    fn record_rollouts(&mut self, before: &[(String, usize)]) {
-        for (job_id, _) in before {
-            let next = self.inner.rollouts.iter().find(|(id, _)| id == job_id);
-            let next = next.map(|(_, next)| *next as u64);
-            crate::store::log::rollout(&mut self.pending, job_id, next);
-        }
+    /// A job's record: with its things when they are not its targets (and `with_things`).
+    fn logged(&self, job: &Job, with_things: bool) -> Vec<u8> {
+        let things = self
+            .inner
+            .job_things
+            .get(&job.id)
+            .filter(|things| with_things && things[..] != job.targets[..])
+            .map(|things| things.to_vec());
+        let logged = LoggedJob {
+            job: job.clone(),
+            things,
+        };
+        serde_json::to_vec(&logged).unwrap_or_default()
+    }
+
+    fn record_rollout(&mut self, job_id: &str) {
+        let next = self.inner.rollouts.iter().find(|(id, _)| id == job_id);
+        let next = next.map(|(_, next)| *next);
+        crate::store::log::rollout(&mut self.pending, job_id, next);
     }
 }
 
@@ -320,26 +504,55 @@ impl JobsStore for DurableJobs {
         self.inner.job(job_id)
     }
 
-    fn insert_job(&mut self, job: Job) -> Stored<bool> {
-        let json = self.recording.then(|| serde_json::to_vec(&job));
-        let inserted = self.inner.insert_job(job)?;
-        if let (true, Some(Ok(json))) = (inserted, json) {
-            crate::store::log::job(&mut self.pending, &json);
+    fn insert_job(&mut self, job: Job, things: &[String]) -> Stored<bool> {
+        let id = job.id.clone();
+        let inserted = self.inner.insert_job(job, things)?;
+        if inserted && self.recording {
+            if let Some(job) = self.inner.jobs.get(&id).cloned() {
+                let json = self.logged(&job, true);
+                crate::store::log::job(&mut self.pending, &json);
+            }
+            crate::store::log::rollout(&mut self.pending, &id, Some(0));
         }
         Ok(inserted)
     }
 
-    fn jobs(&self) -> Stored<Vec<Arc<Job>>> {
-        self.inner.jobs()
+    fn put_job(&mut self, job: Job) -> Stored<bool> {
+        let json = self.recording.then(|| self.logged(&job, false));
+        let written = self.inner.put_job(job)?;
+        if let (true, Some(json)) = (written, json) {
+            crate::store::log::job(&mut self.pending, &json);
+        }
+        Ok(written)
+    }
+
+    fn delete_job(&mut self, job_id: &str) -> Stored<()> {
+        self.inner.delete_job(job_id)?;
+        if self.recording {
+            crate::store::log::job_deleted(&mut self.pending, job_id);
+        }
+        Ok(())
+    }
+
+    fn job_ids(&self) -> Stored<Vec<String>> {
+        self.inner.job_ids()
+    }
+
+    fn job_things(&self, job_id: &str, from: u64, count: u64) -> Stored<Vec<String>> {
+        self.inner.job_things(job_id, from, count)
+    }
+
+    fn counts(&self, job_id: &str) -> Stored<Counts> {
+        self.inner.counts(job_id)
     }
 
     fn thing(&self, thing: &str) -> Stored<ThingRecord> {
         self.inner.thing(thing)
     }
 
-    fn put_thing(&mut self, thing: &str, record: ThingRecord) -> Stored<bool> {
+    fn put_thing(&mut self, thing: &str, record: ThingRecord, tally: &Tally) -> Stored<bool> {
         let json = self.recording.then(|| serde_json::to_vec(&record));
-        let written = self.inner.put_thing(thing, record)?;
+        let written = self.inner.put_thing(thing, record, tally)?;
         if let (true, Some(Ok(json))) = (written, json) {
             crate::store::log::thing(&mut self.pending, thing, &json);
         }
@@ -358,24 +571,29 @@ impl JobsStore for DurableJobs {
         self.inner.next_deadline()
     }
 
-    fn start_rollout(&mut self, job_id: &str) -> Stored<()> {
-        self.inner.start_rollout(job_id)?;
-        if self.recording {
-            crate::store::log::rollout(&mut self.pending, job_id, Some(0));
-        }
-        Ok(())
+    fn rollouts(&self) -> Stored<Vec<Rollout>> {
+        self.inner.rollouts()
     }
 
-    fn take_rollout(&mut self, budget: usize) -> Stored<Vec<(String, String)>> {
-        let before: Vec<_> = match self.recording {
-            true => self.inner.rollouts.iter().cloned().collect(),
-            false => Vec::new(),
+    fn take_rollout(
+        &mut self,
+        job_id: &str,
+        from: u64,
+        count: u64,
+        job: Option<Job>,
+    ) -> Stored<Option<Vec<String>>> {
+        let json = match (&job, self.recording) {
+            (Some(job), true) => Some(self.logged(job, false)),
+            _ => None,
         };
-        let batch = self.inner.take_rollout(budget)?;
-        if !batch.is_empty() {
-            self.record_rollouts(&before);
+        let claimed = self.inner.take_rollout(job_id, from, count, job)?;
+        if claimed.is_some() && self.recording {
+            if let Some(json) = json {
+                crate::store::log::job(&mut self.pending, &json);
+            }
+            self.record_rollout(job_id);
         }
-        Ok(batch)
+        Ok(claimed)
     }
 
     fn stop_rollout(&mut self, job_id: &str) -> Stored<()> {
@@ -384,10 +602,6 @@ impl JobsStore for DurableJobs {
             crate::store::log::rollout(&mut self.pending, job_id, None);
         }
         Ok(())
-    }
-
-    fn rolling_out(&self) -> Stored<bool> {
-        self.inner.rolling_out()
     }
 }
 
@@ -409,40 +623,72 @@ mod tests {
     #[test]
     fn jobs_things_and_a_rollout_midway_come_back_from_the_records() {
         let mut jobs = Jobs::with_store(DurableJobs::recording(), 60_000).with_rollout_batch(1);
-        let spec = JobSpec {
-            job_id: "j".into(),
-            document: serde_json::json!({}),
-            targets: vec!["a".into(), "b".into(), "c".into()],
-            in_progress_timeout_minutes: None,
-            max_retries: 0,
-        };
+        let targets = vec!["a".into(), "b".into(), "c".into()];
+        let spec = JobSpec::new("j", targets, serde_json::json!({}));
         let mut out = Vec::new();
+        // A deleted job comes back deleted.
+        let gone = JobSpec::new("gone", vec!["a".into()], serde_json::json!({}));
+        jobs.create_job(gone, 500, &mut out).unwrap();
+        jobs.delete_job("gone", true, 600, &mut out).unwrap();
         jobs.create_job(spec, 1_000, &mut out).unwrap();
         // One target queued by create_job, one by a rollout step; one left.
         jobs.roll_out(2_000, &mut out).unwrap();
+        // A later state of the job (updateJob) comes back as well.
+        let update = crate::jobs::JobUpdate {
+            job_id: "j".into(),
+            changes: crate::jobs::JobConfig {
+                description: Some("second".into()),
+                ..Default::default()
+            },
+        };
+        jobs.update_job(update, 2_500).unwrap();
         let records = jobs.store_mut().take_pending();
         let mut back = replayed(&records);
-        assert_eq!(back.jobs().unwrap().len(), 1);
+        assert_eq!(back.job_ids().unwrap(), ["j"]);
+        let job = back.job("j").unwrap().unwrap();
+        assert_eq!(job.config.description.as_deref(), Some("second"));
         let queued =
             |store: &DurableJobs, thing: &str| store.thing(thing).unwrap().latest("j").is_some();
         assert!(queued(&back, "a") && queued(&back, "b") && !queued(&back, "c"));
-        assert!(back.rolling_out().unwrap());
+        assert!(back.thing("a").unwrap().latest("gone").is_none());
         assert_eq!(
-            back.take_rollout(10).unwrap(),
-            vec![("j".into(), "c".into())]
+            back.counts("j").unwrap(),
+            Counts::from([(Status::Queued, 2)])
         );
+        assert_eq!(back.take_rollout("j", 2, 10, None).unwrap().unwrap(), ["c"]);
 
         // A snapshot gives the same.
         let mut snapshot = Vec::new();
         jobs.store().snapshot(&mut snapshot);
         let mut again = replayed(&snapshot);
         assert_eq!(
-            again.take_rollout(10).unwrap(),
-            vec![("j".into(), "c".into())]
+            again.take_rollout("j", 1, 10, None).unwrap(),
+            None,
+            "not at 1"
+        );
+        assert_eq!(
+            again.take_rollout("j", 2, 10, None).unwrap().unwrap(),
+            ["c"]
         );
         assert_eq!(
             again.thing("a").unwrap().latest("j"),
             jobs.store().thing("a").unwrap().latest("j")
         );
+        assert_eq!(again.counts("j").unwrap(), back.counts("j").unwrap());
+    }
+
+    #[test]
+    fn a_job_written_by_an_older_mqstore_reads_as_today_s() {
+        let old = br#"{"id":"j","document":{},"targets":["a"],"in_progress_timeout_minutes":5,"max_retries":2}"#;
+        let mut log = Vec::new();
+        log::job(&mut log, old);
+        let back = replayed(&log);
+        let job = back.job("j").unwrap().unwrap();
+        assert_eq!(job.in_progress_timeout_minutes(), Some(5));
+        assert_eq!(
+            job.config.job_executions_retry_config,
+            Some(crate::jobs::RetryConfig::all(2))
+        );
+        assert_eq!(back.job_things("j", 0, 10).unwrap(), ["a"]);
     }
 }

@@ -8,13 +8,11 @@ const T0: u64 = 1_700_000_000_000;
 const S0: u64 = T0 / 1000;
 
 fn spec(job_id: &str, targets: &[&str]) -> JobSpec {
-    JobSpec {
-        job_id: job_id.into(),
-        document: json!({ "operation": job_id }),
-        targets: targets.iter().map(|t| t.to_string()).collect(),
-        in_progress_timeout_minutes: None,
-        max_retries: 0,
-    }
+    JobSpec::new(
+        job_id,
+        targets.iter().map(|t| t.to_string()).collect(),
+        json!({ "operation": job_id }),
+    )
 }
 
 /// What was published: topic suffix after `$aws/things/T/jobs/`, and the JSON.
@@ -308,9 +306,9 @@ fn own_replies_and_notifications_are_not_requests_and_empty_payloads_are_objects
 fn timeouts_end_executions_and_retries_queue_the_next_number() {
     let mut jobs = Jobs::new();
     let mut out = Vec::new();
-    let mut job = spec("job1", &["T"]);
-    job.in_progress_timeout_minutes = Some(10);
-    job.max_retries = 1;
+    let job = spec("job1", &["T"])
+        .in_progress_timeout(Some(10))
+        .retries(1);
     jobs.create_job(job, T0, &mut out).unwrap();
     device(
         &mut jobs,
@@ -355,8 +353,7 @@ fn timeouts_end_executions_and_retries_queue_the_next_number() {
         2
     );
     // REJECTED is never retried.
-    let mut job = spec("job2", &["T"]);
-    job.max_retries = 3;
+    let job = spec("job2", &["T"]).retries(3);
     jobs.create_job(job, T0, &mut out).unwrap();
     device(
         &mut jobs,
@@ -381,7 +378,8 @@ fn cancel_leaves_in_progress_executions_unless_forced() {
     jobs.create_job(spec("job1", &["A", "B"]), T0, &mut out)
         .unwrap();
     device(&mut jobs, "A", "start-next", json!({}), &mut out);
-    jobs.cancel_job("job1", false, T0, &mut out).unwrap();
+    jobs.cancel_job("job1", false, None, None, T0, &mut out)
+        .unwrap();
     assert_eq!(
         jobs.execution("A", "job1").unwrap().unwrap().status,
         Status::InProgress
@@ -390,13 +388,14 @@ fn cancel_leaves_in_progress_executions_unless_forced() {
         jobs.execution("B", "job1").unwrap().unwrap().status,
         Status::Canceled
     );
-    jobs.cancel_job("job1", true, T0, &mut out).unwrap();
+    jobs.cancel_job("job1", true, None, None, T0, &mut out)
+        .unwrap();
     assert_eq!(
         jobs.execution("A", "job1").unwrap().unwrap().status,
         Status::Canceled
     );
     assert_eq!(
-        jobs.cancel_job("nope", false, T0, &mut out),
+        jobs.cancel_job("nope", false, None, None, T0, &mut out),
         Err(JobsError::NotFound("nope".into()))
     );
     assert!(matches!(
@@ -446,7 +445,8 @@ fn a_large_job_is_rolled_out_in_batches_and_a_cancel_stops_the_rest() {
     // Canceled while rolling out: the targets not reached get no execution.
     jobs.create_job(spec("stopped", &targets), T0, &mut out)
         .unwrap();
-    jobs.cancel_job("stopped", false, T0, &mut out).unwrap();
+    jobs.cancel_job("stopped", false, None, None, T0, &mut out)
+        .unwrap();
     assert!(!jobs.rolling_out().unwrap());
     assert_eq!(
         jobs.execution("a", "stopped").unwrap().unwrap().status,
@@ -469,20 +469,32 @@ impl JobsStore for Raced<'_> {
     fn job(&self, job_id: &str) -> Stored<Option<Arc<Job>>> {
         self.inner.job(job_id)
     }
-    fn insert_job(&mut self, job: Job) -> Stored<bool> {
-        self.inner.insert_job(job)
+    fn insert_job(&mut self, job: Job, things: &[String]) -> Stored<bool> {
+        self.inner.insert_job(job, things)
     }
-    fn jobs(&self) -> Stored<Vec<Arc<Job>>> {
-        self.inner.jobs()
+    fn put_job(&mut self, job: Job) -> Stored<bool> {
+        self.inner.put_job(job)
+    }
+    fn delete_job(&mut self, job_id: &str) -> Stored<()> {
+        self.inner.delete_job(job_id)
+    }
+    fn job_ids(&self) -> Stored<Vec<String>> {
+        self.inner.job_ids()
+    }
+    fn job_things(&self, job_id: &str, from: u64, count: u64) -> Stored<Vec<String>> {
+        self.inner.job_things(job_id, from, count)
+    }
+    fn counts(&self, job_id: &str) -> Stored<Counts> {
+        self.inner.counts(job_id)
     }
     fn thing(&self, thing: &str) -> Stored<ThingRecord> {
         self.inner.thing(thing)
     }
-    fn put_thing(&mut self, thing: &str, record: ThingRecord) -> Stored<bool> {
+    fn put_thing(&mut self, thing: &str, record: ThingRecord, tally: &Tally) -> Stored<bool> {
         if let Some(other_node) = self.other_node.take() {
             other_node(self.inner);
         }
-        self.inner.put_thing(thing, record)
+        self.inner.put_thing(thing, record, tally)
     }
     fn things(&self) -> Stored<Vec<String>> {
         self.inner.things()
@@ -493,17 +505,20 @@ impl JobsStore for Raced<'_> {
     fn next_deadline(&self) -> Stored<Option<u64>> {
         self.inner.next_deadline()
     }
-    fn start_rollout(&mut self, job_id: &str) -> Stored<()> {
-        self.inner.start_rollout(job_id)
+    fn rollouts(&self) -> Stored<Vec<Rollout>> {
+        self.inner.rollouts()
     }
-    fn take_rollout(&mut self, budget: usize) -> Stored<Vec<(String, String)>> {
-        self.inner.take_rollout(budget)
+    fn take_rollout(
+        &mut self,
+        job_id: &str,
+        from: u64,
+        count: u64,
+        job: Option<Job>,
+    ) -> Stored<Option<Vec<String>>> {
+        self.inner.take_rollout(job_id, from, count, job)
     }
     fn stop_rollout(&mut self, job_id: &str) -> Stored<()> {
         self.inner.stop_rollout(job_id)
-    }
-    fn rolling_out(&self) -> Stored<bool> {
-        self.inner.rolling_out()
     }
 }
 
@@ -548,9 +563,9 @@ fn two_nodes_starting_the_same_execution_start_it_once() {
 fn a_stale_write_is_refused_and_changes_nothing() {
     let mut store = MemoryJobs::default();
     let first = store.thing("T").unwrap();
-    assert_eq!(store.put_thing("T", first.clone()), Ok(true));
+    assert_eq!(store.put_thing("T", first.clone(), &Tally::new()), Ok(true));
     // The same revision again: someone wrote since.
-    assert_eq!(store.put_thing("T", first), Ok(false));
+    assert_eq!(store.put_thing("T", first, &Tally::new()), Ok(false));
     assert_eq!(store.thing("T").unwrap().revision, 1);
 }
 
@@ -596,42 +611,61 @@ fn a_write_that_lost_the_race_publishes_nothing_of_its_first_attempt() {
 /// A shared store that has become unreachable: every call fails.
 struct Unreachable;
 
+fn down<T>() -> Stored<T> {
+    Err(StoreError("Redis is down".into()))
+}
+
 impl JobsStore for Unreachable {
     fn job(&self, _: &str) -> Stored<Option<Arc<Job>>> {
-        Err(StoreError("Redis is down".into()))
+        down()
     }
-    fn insert_job(&mut self, _: Job) -> Stored<bool> {
-        Err(StoreError("Redis is down".into()))
+    fn insert_job(&mut self, _: Job, _: &[String]) -> Stored<bool> {
+        down()
     }
-    fn jobs(&self) -> Stored<Vec<Arc<Job>>> {
-        Err(StoreError("Redis is down".into()))
+    fn put_job(&mut self, _: Job) -> Stored<bool> {
+        down()
+    }
+    fn delete_job(&mut self, _: &str) -> Stored<()> {
+        down()
+    }
+    fn job_ids(&self) -> Stored<Vec<String>> {
+        down()
+    }
+    fn job_things(&self, _: &str, _: u64, _: u64) -> Stored<Vec<String>> {
+        down()
+    }
+    fn counts(&self, _: &str) -> Stored<Counts> {
+        down()
     }
     fn thing(&self, _: &str) -> Stored<ThingRecord> {
-        Err(StoreError("Redis is down".into()))
+        down()
     }
-    fn put_thing(&mut self, _: &str, _: ThingRecord) -> Stored<bool> {
-        Err(StoreError("Redis is down".into()))
+    fn put_thing(&mut self, _: &str, _: ThingRecord, _: &Tally) -> Stored<bool> {
+        down()
     }
     fn things(&self) -> Stored<Vec<String>> {
-        Err(StoreError("Redis is down".into()))
+        down()
     }
     fn due(&self, _: u64) -> Stored<Vec<(String, String)>> {
-        Err(StoreError("Redis is down".into()))
+        down()
     }
     fn next_deadline(&self) -> Stored<Option<u64>> {
-        Err(StoreError("Redis is down".into()))
+        down()
     }
-    fn start_rollout(&mut self, _: &str) -> Stored<()> {
-        Err(StoreError("Redis is down".into()))
+    fn rollouts(&self) -> Stored<Vec<Rollout>> {
+        down()
     }
-    fn take_rollout(&mut self, _: usize) -> Stored<Vec<(String, String)>> {
-        Err(StoreError("Redis is down".into()))
+    fn take_rollout(
+        &mut self,
+        _: &str,
+        _: u64,
+        _: u64,
+        _: Option<Job>,
+    ) -> Stored<Option<Vec<String>>> {
+        down()
     }
     fn stop_rollout(&mut self, _: &str) -> Stored<()> {
-        Err(StoreError("Redis is down".into()))
-    }
-    fn rolling_out(&self) -> Stored<bool> {
-        Err(StoreError("Redis is down".into()))
+        down()
     }
 }
 

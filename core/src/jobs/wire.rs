@@ -237,13 +237,30 @@ pub struct NotifyNext {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "camelCase", rename_all_fields = "camelCase")]
 pub enum OperatorRequest {
-    CreateJob(JobSpec),
-    /// QUEUED executions become CANCELED; IN_PROGRESS ones too with `force`.
+    CreateJob(Box<JobSpec>),
+    /// Changes what AWS's `UpdateJob` changes: the description and the timeout, retry,
+    /// rollout and abort configurations (absent fields stay as they are).
+    UpdateJob(JobUpdate),
+    /// The job becomes CANCELED: QUEUED executions become CANCELED; IN_PROGRESS ones too with
+    /// `force`.
     CancelJob {
         job_id: String,
         #[serde(default)]
         force: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason_code: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        comment: Option<String>,
     },
+    /// Deletes a job and its executions (`force` when some are IN_PROGRESS).
+    DeleteJob {
+        job_id: String,
+        #[serde(default)]
+        force: bool,
+    },
+    /// One thing's execution becomes CANCELED (`force` for an IN_PROGRESS one;
+    /// `expectedVersion` as in the device API).
+    CancelJobExecution(ExecutionCancel),
     /// Removes one execution (`force` for an IN_PROGRESS one).
     #[serde(rename = "deleteJobExecution")]
     DeleteExecution {
@@ -262,8 +279,15 @@ pub enum OperatorRequest {
         #[serde(rename = "thingName")]
         thing: String,
     },
-    ListJobs,
-    /// Every latest execution, narrowed by thing, job and status.
+    /// Jobs in id order, narrowed by status, a page at a time.
+    ListJobs {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        status: Option<JobStatus>,
+        #[serde(flatten)]
+        page: PageRequest,
+    },
+    /// Every latest execution, narrowed by thing, job and status, in (thing, job) order, a page
+    /// at a time.
     #[serde(rename = "listJobExecutions")]
     ListExecutions {
         #[serde(default, rename = "thingName", skip_serializing_if = "Option::is_none")]
@@ -272,77 +296,214 @@ pub enum OperatorRequest {
         job_id: Option<String>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         status: Option<Status>,
+        #[serde(flatten)]
+        page: PageRequest,
     },
 }
 
-/// `createJob`'s fields as AWS names them: what [`JobSpec`] reads and writes.
+/// What `cancelJobExecution` takes.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExecutionCancel {
+    pub job_id: String,
+    #[serde(rename = "thingName")]
+    pub thing: String,
+    #[serde(default)]
+    pub force: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_version: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status_details: Option<BTreeMap<String, String>>,
+}
+
+/// `maxResults` and `nextToken` of a list call: a page starts after the token's entry (the
+/// last of the page before), so pages stay in order while jobs change.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PageRequest {
+    /// 1–250 (AWS's range); every entry when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_results: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_token: Option<String>,
+}
+
+impl OperatorRequest {
+    /// `listJobs` of every job.
+    pub fn list_jobs() -> Self {
+        Self::ListJobs {
+            status: None,
+            page: PageRequest::default(),
+        }
+    }
+}
+
+impl PageRequest {
+    /// The largest `maxResults` (AWS's).
+    pub const MAX_RESULTS: u32 = 250;
+}
+
+/// A job's status.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, Deserialize,
+)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum JobStatus {
+    /// Waiting for `schedulingConfig.startTime`.
+    Scheduled,
+    #[default]
+    InProgress,
+    Canceled,
+    /// Every execution ended and its rollout is done.
+    Completed,
+    /// Being deleted.
+    DeletionInProgress,
+}
+
+/// The execution failures a retry or an abort criterion counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum FailureType {
+    Failed,
+    Rejected,
+    TimedOut,
+    All,
+}
+
+impl FailureType {
+    /// Whether an execution that ended with `status` is such a failure.
+    pub fn counts(self, status: Status) -> bool {
+        match self {
+            Self::Failed => status == Status::Failed,
+            Self::Rejected => status == Status::Rejected,
+            Self::TimedOut => status == Status::TimedOut,
+            Self::All => matches!(status, Status::Failed | Status::Rejected | Status::TimedOut),
+        }
+    }
+}
+
+/// `timeoutConfig` of a job.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TimeoutConfig {
+    pub in_progress_timeout_in_minutes: Option<u32>,
+}
+
+/// `jobExecutionsRetryConfig`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RetryConfig {
+    pub criteria_list: Vec<RetryCriteria>,
+}
+
+/// How often executions that end with one type of failure are queued again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RetryCriteria {
+    /// FAILED, TIMED_OUT or ALL (either).
+    pub failure_type: FailureType,
+    /// 0–10; the criteria's sum at most 10.
+    pub number_of_retries: u32,
+}
+
+impl RetryConfig {
+    /// Up to `retries` retries of every failure (`ALL`).
+    pub fn all(retries: u32) -> Self {
+        Self {
+            criteria_list: vec![RetryCriteria {
+                failure_type: FailureType::All,
+                number_of_retries: retries,
+            }],
+        }
+    }
+}
+
+/// `jobExecutionsRolloutConfig`: how fast executions are queued.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutConfig {
+    /// Things notified per minute at most (1–1000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maximum_per_minute: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exponential_rate: Option<ExponentialRate>,
+}
+
+/// A rate that starts at `baseRatePerMinute` and is multiplied by `incrementFactor` each time
+/// the criteria's count of things is reached (never above `maximumPerMinute`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub(crate) struct CreateJob {
-    job_id: String,
-    targets: Vec<String>,
-    document: Value,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    timeout_config: Option<TimeoutConfig>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    job_executions_retry_config: Option<RetryConfig>,
+pub struct ExponentialRate {
+    /// 1–1000.
+    pub base_rate_per_minute: u32,
+    /// 1.1–5, at most one decimal.
+    pub increment_factor: f64,
+    pub rate_increase_criteria: RateIncreaseCriteria,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// When an exponential rate goes up: each time this many more things were notified, or
+/// succeeded (one of the two).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct RetryConfig {
-    criteria_list: Vec<RetryCriteria>,
+pub struct RateIncreaseCriteria {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub number_of_notified_things: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub number_of_succeeded_things: Option<u32>,
 }
 
-/// mqstore retries FAILED and TIMED_OUT alike: the largest `numberOfRetries` applies.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// `abortConfig`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct RetryCriteria {
-    #[serde(default = "all_failures")]
-    failure_type: String,
-    number_of_retries: u32,
+pub struct AbortConfig {
+    pub criteria_list: Vec<AbortCriteria>,
 }
 
-fn all_failures() -> String {
-    "ALL".into()
+/// When a job is aborted (canceled): once at least `minNumberOfExecutedThings` things ended
+/// their execution and `thresholdPercentage` % of them or more ended with `failureType`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AbortCriteria {
+    pub failure_type: FailureType,
+    /// CANCEL (AWS's only action).
+    pub action: AbortAction,
+    /// 0–100, at most two decimals.
+    pub threshold_percentage: f64,
+    /// At least 1.
+    pub min_number_of_executed_things: u32,
 }
 
-impl From<CreateJob> for JobSpec {
-    fn from(wire: CreateJob) -> Self {
-        Self {
-            job_id: wire.job_id,
-            document: wire.document,
-            targets: wire.targets,
-            in_progress_timeout_minutes: wire
-                .timeout_config
-                .and_then(|t| t.in_progress_timeout_in_minutes),
-            max_retries: wire
-                .job_executions_retry_config
-                .and_then(|c| c.criteria_list.iter().map(|c| c.number_of_retries).max())
-                .unwrap_or(0),
-        }
-    }
+/// What an abort does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum AbortAction {
+    Cancel,
 }
 
-impl From<JobSpec> for CreateJob {
-    fn from(spec: JobSpec) -> Self {
-        Self {
-            job_id: spec.job_id,
-            targets: spec.targets,
-            document: spec.document,
-            timeout_config: spec
-                .in_progress_timeout_minutes
-                .map(|minutes| TimeoutConfig {
-                    in_progress_timeout_in_minutes: Some(minutes),
-                }),
-            job_executions_retry_config: (spec.max_retries > 0).then(|| RetryConfig {
-                criteria_list: vec![RetryCriteria {
-                    failure_type: all_failures(),
-                    number_of_retries: spec.max_retries,
-                }],
-            }),
-        }
-    }
+/// What `updateJob` changes: the settings given (absent: unchanged).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JobUpdate {
+    pub job_id: String,
+    #[serde(flatten)]
+    pub changes: JobConfig,
+}
+
+/// A job's settings that `updateJob` may change, with AWS's field names (part of `createJob`
+/// and of `describeJob`'s answer).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JobConfig {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_config: Option<TimeoutConfig>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_executions_retry_config: Option<RetryConfig>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_executions_rollout_config: Option<RolloutConfig>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub abort_config: Option<AbortConfig>,
 }
 
 /// An operator answer: `{"ok": ...}` or `{"error": {"code", "message"}}`.
@@ -365,19 +526,25 @@ pub struct OperatorError {
 #[serde(untagged)]
 pub enum OperatorOk {
     Created(JobCreated),
-    /// cancelJob, deleteJobExecution: `{}`.
+    /// updateJob, cancelJob, deleteJob, cancelJobExecution, deleteJobExecution: `{}`.
     Done {},
     Job {
-        job: JobDescription,
+        job: Box<JobDescription>,
     },
     Execution {
         execution: JobExecution,
     },
+    #[serde(rename_all = "camelCase")]
     Jobs {
         jobs: Vec<JobListing>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        next_token: Option<String>,
     },
+    #[serde(rename_all = "camelCase")]
     Executions {
         executions: Vec<ExecutionListing>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        next_token: Option<String>,
     },
 }
 
@@ -390,36 +557,93 @@ pub struct JobCreated {
     pub targets: usize,
 }
 
-/// A job as `describeJob` answers.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// A job as `describeJob` answers: AWS's `Job` (its document inside), with the counts of its
+/// latest executions by status (`executions`) and its rollout's progress (`rollout`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct JobDescription {
     pub job_id: String,
+    pub status: JobStatus,
     pub document: Value,
     pub targets: Vec<String>,
-    #[serde(default)]
-    pub timeout_config: TimeoutConfig,
-    #[serde(default)]
-    pub max_retries: u32,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub force_canceled: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason_code: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comment: Option<String>,
+    #[serde(flatten)]
+    pub config: JobConfig,
+    /// Epoch seconds.
+    pub created_at: u64,
+    pub last_updated_at: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completed_at: Option<u64>,
+    pub job_process_details: JobProcessDetails,
     /// How many of its latest executions are in each status.
     #[serde(default)]
     pub executions: BTreeMap<Status, u64>,
+    #[serde(default)]
+    pub rollout: RolloutProgress,
 }
 
-/// `timeoutConfig` of a job.
+/// AWS's `jobProcessDetails`: things per status of their latest execution.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct TimeoutConfig {
-    pub in_progress_timeout_in_minutes: Option<u32>,
+pub struct JobProcessDetails {
+    pub number_of_queued_things: u64,
+    pub number_of_in_progress_things: u64,
+    pub number_of_succeeded_things: u64,
+    pub number_of_failed_things: u64,
+    pub number_of_rejected_things: u64,
+    pub number_of_timed_out_things: u64,
+    pub number_of_canceled_things: u64,
+    pub number_of_removed_things: u64,
 }
 
-/// One entry of `listJobs`.
+impl JobProcessDetails {
+    /// From counts by status.
+    pub fn from_counts(counts: &BTreeMap<Status, u64>) -> Self {
+        let n = |status| counts.get(&status).copied().unwrap_or(0);
+        Self {
+            number_of_queued_things: n(Status::Queued),
+            number_of_in_progress_things: n(Status::InProgress),
+            number_of_succeeded_things: n(Status::Succeeded),
+            number_of_failed_things: n(Status::Failed),
+            number_of_rejected_things: n(Status::Rejected),
+            number_of_timed_out_things: n(Status::TimedOut),
+            number_of_canceled_things: n(Status::Canceled),
+            number_of_removed_things: n(Status::Removed),
+        }
+    }
+}
+
+/// How far a job's rollout got (mqstore's, beside AWS's fields): things notified of the
+/// total, and the rate it is rolled out at now (absent: as fast as the broker takes it).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutProgress {
+    pub notified_things: u64,
+    pub total_things: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_per_minute: Option<f64>,
+}
+
+/// One entry of `listJobs` (AWS's `JobSummary`, with the number of things).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct JobListing {
     pub job_id: String,
     /// How many things it targets.
     pub targets: usize,
+    #[serde(default)]
+    pub status: JobStatus,
+    #[serde(default)]
+    pub created_at: u64,
+    #[serde(default)]
+    pub last_updated_at: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completed_at: Option<u64>,
 }
 
 /// One entry of `listJobExecutions`: a thing's latest execution of a job.
@@ -460,13 +684,11 @@ mod tests {
         let OperatorRequest::CreateJob(spec) = &parsed else {
             panic!("not a createJob: {parsed:?}");
         };
-        assert_eq!(spec.in_progress_timeout_minutes, Some(5));
-        assert_eq!(spec.max_retries, 3, "the largest numberOfRetries applies");
+        let retry = spec.config.job_executions_retry_config.as_ref().unwrap();
+        assert_eq!(retry.criteria_list[1].failure_type, FailureType::TimedOut);
+        assert_eq!(retry.criteria_list[1].number_of_retries, 3);
         let written = serde_json::to_value(&parsed).unwrap();
-        assert_eq!(
-            written["jobExecutionsRetryConfig"]["criteriaList"][0]["numberOfRetries"],
-            3
-        );
+        assert_eq!(written["timeoutConfig"]["inProgressTimeoutInMinutes"], 5);
         assert_eq!(
             serde_json::from_value::<OperatorRequest>(written).unwrap(),
             parsed
@@ -489,10 +711,21 @@ mod tests {
                     thing: None,
                     job_id: Some("j".into()),
                     status: Some(Status::InProgress),
+                    page: PageRequest::default(),
                 },
                 json!({ "op": "listJobExecutions", "jobId": "j", "status": "IN_PROGRESS" }),
             ),
-            (OperatorRequest::ListJobs, json!({ "op": "listJobs" })),
+            (OperatorRequest::list_jobs(), json!({ "op": "listJobs" })),
+            (
+                OperatorRequest::ListJobs {
+                    status: Some(JobStatus::Canceled),
+                    page: PageRequest {
+                        max_results: Some(2),
+                        next_token: Some("j1".into()),
+                    },
+                },
+                json!({ "op": "listJobs", "status": "CANCELED", "maxResults": 2, "nextToken": "j1" }),
+            ),
         ];
         for (call, wire) in calls {
             assert_eq!(serde_json::to_value(&call).unwrap(), wire);
@@ -507,7 +740,9 @@ mod tests {
             forced,
             OperatorRequest::CancelJob {
                 job_id: "j".into(),
-                force: false
+                force: false,
+                reason_code: None,
+                comment: None,
             },
             "force defaults to false"
         );

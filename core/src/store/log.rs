@@ -31,6 +31,7 @@ const CLOCK: u8 = 3;
 const JOB: u8 = 4;
 const THING: u8 = 5;
 const ROLLOUT: u8 = 6;
+const JOB_DELETED: u8 = 7;
 
 /// One record, as read back.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,6 +55,8 @@ pub enum Record {
     Thing { thing: String, json: Bytes },
     /// How far a job's rollout has got: the index of its next target, `None` once done.
     Rollout { job_id: String, next: Option<u64> },
+    /// A job was deleted (with its rollout and its counts).
+    JobDeleted(String),
 }
 
 /// Appends a PUT record to `out`.
@@ -115,6 +118,14 @@ pub fn rollout(out: &mut Vec<u8>, job_id: &str, next: Option<u64>) {
         body.push(ROLLOUT);
         long(body, job_id.as_bytes());
         body.extend_from_slice(&next.unwrap_or(u64::MAX).to_le_bytes());
+    });
+}
+
+/// Appends a JOB_DELETED record to `out`.
+pub fn job_deleted(out: &mut Vec<u8>, job_id: &str) {
+    frame(out, |body| {
+        body.push(JOB_DELETED);
+        long(body, job_id.as_bytes());
     });
 }
 
@@ -259,6 +270,7 @@ fn decode(body: &[u8], node: &mut Option<std::sync::Arc<str>>) -> Result<Record,
                 next: (next != u64::MAX).then_some(next),
             }
         }
+        JOB_DELETED => Record::JobDeleted(reader.text()?),
         _ => return Err("a record of an unknown kind"),
     };
     match reader.rest.is_empty() {
@@ -314,7 +326,7 @@ mod tests {
         Hlc::parse(text).unwrap()
     }
 
-    /// A log of eight records, the records, and where some start.
+    /// A log of nine records, the records, and where some start.
     fn sample() -> (Vec<u8>, Vec<Record>, Vec<usize>) {
         let mut file = MAGIC.to_vec();
         let mut starts = vec![file.len()];
@@ -335,6 +347,7 @@ mod tests {
         thing(&mut file, "t", br#"{"executions":{}}"#);
         rollout(&mut file, "j", Some(3));
         rollout(&mut file, "j", None);
+        job_deleted(&mut file, "j");
         starts.push(file.len());
         clock(&mut file, &hlc("12:0:n"));
         let records = vec![
@@ -368,6 +381,7 @@ mod tests {
                 job_id: "j".into(),
                 next: None,
             },
+            Record::JobDeleted("j".into()),
             Record::Clock(hlc("12:0:n")),
         ];
         (file, records, starts)
@@ -384,7 +398,7 @@ mod tests {
         let (file, written, _) = sample();
         let (records, replayed) = read(&file).unwrap();
         assert_eq!(records, written);
-        assert_eq!(replayed.records, 8);
+        assert_eq!(replayed.records, 9);
         assert_eq!(replayed.valid_len, file.len());
     }
 
@@ -394,7 +408,7 @@ mod tests {
         let last_start = starts[4];
         for cut in last_start + 1..file.len() {
             let (records, replayed) = read(&file[..cut]).unwrap();
-            assert_eq!(records, written[..7], "cut at {cut}");
+            assert_eq!(records, written[..8], "cut at {cut}");
             assert_eq!(replayed.valid_len, last_start);
         }
         // A damaged checksum on the last record: the same.

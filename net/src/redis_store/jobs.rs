@@ -3,20 +3,24 @@
 //!
 //! Each method is one atomic step in Redis (a script where it writes more than one thing):
 //!
-//! * `{P}{jobs}:job:<id>` a job (JSON), `{P}{jobs}:ids` the job ids in creation order,
-//!   `{P}{jobs}:targets:<id>` its targets, `{P}{jobs}:rollouts` the jobs being rolled out
-//!   (oldest first) and `{P}{jobs}:cursors` how far each got: one hash slot, so a claim of the
-//!   next targets is one script and hands each target to one node.
+//! * `{P}{jobs}:jr:<id>` a job (a hash: `r` revision, `d` JSON), `{P}{jobs}:index` the job
+//!   ids (a sorted set, by id), `{P}{jobs}:targets:<id>` the things it runs on,
+//!   `{P}{jobs}:rollouts` the jobs being rolled out (oldest first) and `{P}{jobs}:cursors` how
+//!   far each got: one hash slot, so a claim of the next things is one script and hands each
+//!   thing to one node, and writing a job is a compare-and-set on `r` (a job is aborted, or
+//!   its pace moved, once).
 //! * Per bucket of the state store (`{P}{bN}:`, by the thing's name): `jt:<thing>` the
 //!   thing's record (a hash: `r` revision, `d` the executions as JSON, `t` the jobs with a
 //!   timer), `jthings` the things, `jtimers` the timers (`"<thing> <job id>"` scored by
-//!   deadline). Writing a record is a compare-and-set on `r` that moves its timers in the same
-//!   script, so two nodes never both start an execution or both time it out.
+//!   deadline), `jcount:<job id>` the counts of that bucket's latest executions of a job by
+//!   status. Writing a record is a compare-and-set on `r` that moves its timers and its
+//!   counts in the same script, so two nodes never both start an execution or both time it
+//!   out, and the counts (summed over the buckets) are exact.
 //!
 //! The engine ([`mqstore_core::jobs::Jobs`]) is synchronous: a [`RedisJobs`] waits for Redis on the
 //! calling thread, so it is used from blocking threads (`tokio::task::spawn_blocking`), never
-//! from a task of the runtime whose handle it holds. Jobs never change once created, so each
-//! node keeps the ones it has read.
+//! from a task of the runtime whose handle it holds. Each node keeps the jobs it has read, and
+//! reads one again only when its revision changed (one round trip either way).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -25,13 +29,19 @@ use std::sync::{Arc, Mutex};
 use redis::{Script, Value};
 
 use super::{RedisStore, RedisStoreError};
-use mqstore_core::jobs::{Job, JobsStore, StoreError, Stored, ThingRecord};
+use mqstore_core::jobs::{
+    Counts, Job, JobsStore, Rollout, Status, StoreError, Stored, Tally, ThingRecord,
+};
 
 /// The scripts of the jobs store.
 struct JobScripts {
     insert: Script,
+    update: Script,
+    read: Script,
+    delete: Script,
     put: Script,
     take: Script,
+    rollouts: Script,
     stop: Script,
     claim: Script,
     release: Script,
@@ -47,7 +57,7 @@ pub struct RedisJobs {
     store: RedisStore,
     runtime: tokio::runtime::Handle,
     scripts: Arc<JobScripts>,
-    /// Jobs read or written by this node (they never change).
+    /// Jobs read by this node, with their revision.
     known: Arc<Mutex<HashMap<String, Arc<Job>>>>,
 }
 
@@ -67,8 +77,12 @@ impl RedisJobs {
             runtime,
             scripts: Arc::new(JobScripts {
                 insert: Script::new(include_str!("jobs_insert.lua")),
+                update: Script::new(include_str!("jobs_update.lua")),
+                read: Script::new(include_str!("jobs_read.lua")),
+                delete: Script::new(include_str!("jobs_delete.lua")),
                 put: Script::new(include_str!("jobs_put.lua")),
                 take: Script::new(include_str!("jobs_take.lua")),
+                rollouts: Script::new(include_str!("jobs_rollouts.lua")),
                 stop: Script::new(include_str!("jobs_stop.lua")),
                 claim: Script::new(CLAIM),
                 release: Script::new(RELEASE),
@@ -100,6 +114,21 @@ impl RedisJobs {
         }
         job
     }
+
+    fn forget(&self, job_id: &str) {
+        if let Ok(mut known) = self.known.lock() {
+            known.remove(job_id);
+        }
+    }
+
+    /// Runs `call` on every bucket at once, in bucket order.
+    fn each_bucket<T, F>(&self, call: impl Fn(u32) -> F) -> Stored<Vec<T>>
+    where
+        F: Future<Output = Result<T, RedisStoreError>>,
+    {
+        let calls = (0..self.store.buckets).map(call);
+        self.wait(async { futures_util::future::try_join_all(calls).await })
+    }
 }
 
 fn decode<T: serde::de::DeserializeOwned>(what: &str, json: &[u8]) -> Stored<T> {
@@ -113,56 +142,149 @@ fn unexpected(what: &str, value: &Value) -> StoreError {
     ))
 }
 
+/// A bulk string of a script's answer, as text.
+fn text(what: &str, item: Value) -> Stored<String> {
+    match item {
+        Value::BulkString(text) => {
+            String::from_utf8(text).map_err(|_| StoreError(format!("{what} that is not UTF-8")))
+        }
+        other => Err(unexpected(what, &other)),
+    }
+}
+
+fn number(what: &str, item: &Value) -> Stored<u64> {
+    match item {
+        Value::Int(n) => Ok(*n as u64),
+        Value::BulkString(text) => std::str::from_utf8(text)
+            .ok()
+            .and_then(|t| t.parse().ok())
+            .ok_or_else(|| unexpected(what, item)),
+        other => Err(unexpected(what, other)),
+    }
+}
+
 impl JobsStore for RedisJobs {
     fn job(&self, job_id: &str) -> Stored<Option<Arc<Job>>> {
-        if let Some(job) = self.known.lock().ok().and_then(|k| k.get(job_id).cloned()) {
-            return Ok(Some(job));
-        }
-        let json: Option<Vec<u8>> = self.wait(
-            self.store
-                .query(redis::cmd("GET").arg(self.global("job:", job_id))),
-        )?;
-        match json {
-            Some(json) => Ok(Some(self.remember(decode("job", &json)?))),
-            None => Ok(None),
+        let cached = self.known.lock().ok().and_then(|k| k.get(job_id).cloned());
+        let mut call = self.scripts.read.prepare_invoke();
+        call.key(self.global("jr:", job_id))
+            .arg(cached.as_ref().map_or(-1, |job| job.revision as i64));
+        let Value::Array(answer) = self.wait(self.store.eval(&call))? else {
+            return Err(StoreError(
+                "Redis answered a job's read with no list".into(),
+            ));
+        };
+        let mut answer = answer.into_iter();
+        let (Some(revision), json) = (answer.next(), answer.next()) else {
+            self.forget(job_id);
+            return Ok(None);
+        };
+        let revision = number("a job's revision", &revision)?;
+        match (json, cached) {
+            (None, Some(cached)) if cached.revision == revision => Ok(Some(cached)),
+            (Some(json), _) => {
+                let json = match json {
+                    Value::BulkString(json) => json,
+                    other => return Err(unexpected("a job", &other)),
+                };
+                let mut job = decode::<Job>("job", &json)?.upgraded();
+                job.revision = revision;
+                Ok(Some(self.remember(job)))
+            }
+            (None, _) => Err(StoreError(
+                "Redis answered a job's read without the job".into(),
+            )),
         }
     }
 
-    fn insert_job(&mut self, job: Job) -> Stored<bool> {
+    fn insert_job(&mut self, job: Job, things: &[String]) -> Stored<bool> {
         let json = serde_json::to_vec(&job).map_err(|e| StoreError(e.to_string()))?;
         let mut call = self.scripts.insert.prepare_invoke();
-        call.key(self.global("job:", &job.id))
-            .key(self.global("ids", ""))
+        call.key(self.global("jr:", &job.id))
+            .key(self.global("index", ""))
             .key(self.global("targets:", &job.id))
+            .key(self.global("rollouts", ""))
             .arg(&job.id)
             .arg(json);
-        for thing in &job.targets {
+        for thing in things {
             call.arg(thing);
         }
         match self.wait(self.store.eval(&call))? {
-            Value::Int(1) => {
-                self.remember(job);
-                Ok(true)
-            }
+            Value::Int(1) => Ok(true),
             Value::Int(0) => Ok(false),
             other => Err(unexpected("adding a job", &other)),
         }
     }
 
-    fn jobs(&self) -> Stored<Vec<Arc<Job>>> {
-        let ids: Vec<String> = self.wait(
+    fn put_job(&mut self, job: Job) -> Stored<bool> {
+        let json = serde_json::to_vec(&job).map_err(|e| StoreError(e.to_string()))?;
+        let mut call = self.scripts.update.prepare_invoke();
+        call.key(self.global("jr:", &job.id))
+            .arg(job.revision)
+            .arg(json);
+        match self.wait(self.store.eval(&call))? {
+            Value::Int(1) => Ok(true),
+            Value::Int(0) => Ok(false),
+            other => Err(unexpected("writing a job", &other)),
+        }
+    }
+
+    fn delete_job(&mut self, job_id: &str) -> Stored<()> {
+        let mut call = self.scripts.delete.prepare_invoke();
+        call.key(self.global("jr:", job_id))
+            .key(self.global("index", ""))
+            .key(self.global("targets:", job_id))
+            .key(self.global("rollouts", ""))
+            .key(self.global("cursors", ""))
+            .arg(job_id);
+        self.wait(self.store.eval(&call))?;
+        self.forget(job_id);
+        let store = &self.store;
+        self.each_bucket(|bucket| {
+            let name = store.name(bucket, b"jcount:", job_id.as_bytes());
+            async move { store.query::<i64>(redis::cmd("DEL").arg(name)).await }
+        })?;
+        Ok(())
+    }
+
+    fn job_ids(&self) -> Stored<Vec<String>> {
+        self.wait(
             self.store.query(
-                redis::cmd("LRANGE")
-                    .arg(self.global("ids", ""))
+                redis::cmd("ZRANGE")
+                    .arg(self.global("index", ""))
                     .arg(0)
                     .arg(-1),
             ),
-        )?;
-        let mut jobs = Vec::with_capacity(ids.len());
-        for id in ids {
-            jobs.extend(self.job(&id)?);
+        )
+    }
+
+    fn job_things(&self, job_id: &str, from: u64, count: u64) -> Stored<Vec<String>> {
+        if count == 0 {
+            return Ok(Vec::new());
         }
-        Ok(jobs)
+        self.wait(
+            self.store.query(
+                redis::cmd("LRANGE")
+                    .arg(self.global("targets:", job_id))
+                    .arg(from)
+                    .arg(from.saturating_add(count - 1).min(i64::MAX as u64)),
+            ),
+        )
+    }
+
+    fn counts(&self, job_id: &str) -> Stored<Counts> {
+        let buckets: Vec<HashMap<String, i64>> = self.each_bucket(|bucket| {
+            let name = self.store.name(bucket, b"jcount:", job_id.as_bytes());
+            async move { self.store.query(redis::cmd("HGETALL").arg(name)).await }
+        })?;
+        let mut counts = Counts::new();
+        for (status, n) in buckets.into_iter().flatten() {
+            let status = Status::parse(&status)
+                .ok_or_else(|| StoreError(format!("a count of an unknown status {status:?}")))?;
+            *counts.entry(status).or_default() += n.max(0) as u64;
+        }
+        counts.retain(|_, n| *n > 0);
+        Ok(counts)
     }
 
     fn thing(&self, thing: &str) -> Stored<ThingRecord> {
@@ -180,18 +302,25 @@ impl JobsStore for RedisJobs {
         Ok(record)
     }
 
-    fn put_thing(&mut self, thing: &str, record: ThingRecord) -> Stored<bool> {
+    fn put_thing(&mut self, thing: &str, record: ThingRecord, tally: &Tally) -> Stored<bool> {
         let json = serde_json::to_vec(&record).map_err(|e| StoreError(e.to_string()))?;
         let bucket = self.store.bucket_of(thing.as_bytes());
         let mut call = self.scripts.put.prepare_invoke();
         call.key(self.store.name(bucket, b"jt:", thing.as_bytes()))
             .key(self.store.name(bucket, b"jthings", b""))
-            .key(self.store.name(bucket, b"jtimers", b""))
-            .arg(record.revision)
+            .key(self.store.name(bucket, b"jtimers", b""));
+        for (job_id, _, _) in tally {
+            call.key(self.store.name(bucket, b"jcount:", job_id.as_bytes()));
+        }
+        call.arg(record.revision)
             .arg(json)
-            .arg(thing);
+            .arg(thing)
+            .arg(record.timers().count());
         for (deadline, job_id) in record.timers() {
             call.arg(deadline).arg(job_id);
+        }
+        for (_, status, change) in tally {
+            call.arg(status.as_str()).arg(*change);
         }
         match self.wait(self.store.eval(&call))? {
             Value::Int(1) => Ok(true),
@@ -214,27 +343,31 @@ impl JobsStore for RedisJobs {
     }
 
     fn due(&self, now_ms: u64) -> Stored<Vec<(String, String)>> {
-        let mut due: Vec<(u64, String, String)> = Vec::new();
-        for bucket in 0..self.store.buckets {
-            let timers: Vec<(String, f64)> = self.wait(
-                self.store.query(
-                    redis::cmd("ZRANGE")
-                        .arg(self.store.name(bucket, b"jtimers", b""))
-                        .arg("-inf")
-                        .arg(now_ms)
-                        .arg("BYSCORE")
-                        .arg("LIMIT")
-                        .arg(0)
-                        .arg(DUE_BATCH)
-                        .arg("WITHSCORES"),
-                ),
-            )?;
-            for (member, deadline) in timers {
-                let Some((thing, job_id)) = member.split_once(' ') else {
-                    return Err(StoreError(format!("a malformed timer {member:?} in Redis")));
-                };
-                due.push((deadline as u64, thing.to_owned(), job_id.to_owned()));
+        let store = &self.store;
+        let buckets: Vec<Vec<(String, f64)>> = self.each_bucket(|bucket| {
+            let name = store.name(bucket, b"jtimers", b"");
+            async move {
+                store
+                    .query(
+                        redis::cmd("ZRANGE")
+                            .arg(name)
+                            .arg("-inf")
+                            .arg(now_ms)
+                            .arg("BYSCORE")
+                            .arg("LIMIT")
+                            .arg(0)
+                            .arg(DUE_BATCH)
+                            .arg("WITHSCORES"),
+                    )
+                    .await
             }
+        })?;
+        let mut due: Vec<(u64, String, String)> = Vec::new();
+        for (member, deadline) in buckets.into_iter().flatten() {
+            let Some((thing, job_id)) = member.split_once(' ') else {
+                return Err(StoreError(format!("a malformed timer {member:?} in Redis")));
+            };
+            due.push((deadline as u64, thing.to_owned(), job_id.to_owned()));
         }
         due.sort();
         Ok(due
@@ -244,59 +377,83 @@ impl JobsStore for RedisJobs {
     }
 
     fn next_deadline(&self) -> Stored<Option<u64>> {
-        let mut earliest: Option<u64> = None;
-        for bucket in 0..self.store.buckets {
-            let first: Vec<(String, f64)> = self.wait(
-                self.store.query(
-                    redis::cmd("ZRANGE")
-                        .arg(self.store.name(bucket, b"jtimers", b""))
-                        .arg(0)
-                        .arg(0)
-                        .arg("WITHSCORES"),
-                ),
-            )?;
-            if let Some((_, deadline)) = first.first() {
-                let at = *deadline as u64;
-                earliest = Some(earliest.map_or(at, |e| e.min(at)));
+        let store = &self.store;
+        let firsts: Vec<Vec<(String, f64)>> = self.each_bucket(|bucket| {
+            let name = store.name(bucket, b"jtimers", b"");
+            async move {
+                store
+                    .query(
+                        redis::cmd("ZRANGE")
+                            .arg(name)
+                            .arg(0)
+                            .arg(0)
+                            .arg("WITHSCORES"),
+                    )
+                    .await
             }
+        })?;
+        Ok(firsts
+            .iter()
+            .filter_map(|first| first.first().map(|(_, deadline)| *deadline as u64))
+            .min())
+    }
+
+    fn rollouts(&self) -> Stored<Vec<Rollout>> {
+        let mut call = self.scripts.rollouts.prepare_invoke();
+        call.key(self.global("rollouts", ""))
+            .key(self.global("cursors", ""))
+            .arg(self.global("targets:", ""));
+        let Value::Array(items) = self.wait(self.store.eval(&call))? else {
+            return Err(StoreError(
+                "Redis answered the rollouts with no list".into(),
+            ));
+        };
+        let mut items = items.into_iter();
+        let mut rollouts = Vec::with_capacity(items.len() / 3);
+        while let (Some(job_id), Some(next), Some(total)) =
+            (items.next(), items.next(), items.next())
+        {
+            rollouts.push(Rollout {
+                job_id: text("a rollout", job_id)?,
+                next: number("a rollout's cursor", &next)?,
+                total: number("a rollout's length", &total)?,
+            });
         }
-        Ok(earliest)
+        Ok(rollouts)
     }
 
-    fn start_rollout(&mut self, job_id: &str) -> Stored<()> {
-        let _: i64 = self.wait(
-            self.store.query(
-                redis::cmd("RPUSH")
-                    .arg(self.global("rollouts", ""))
-                    .arg(job_id),
-            ),
-        )?;
-        Ok(())
-    }
-
-    fn take_rollout(&mut self, budget: usize) -> Stored<Vec<(String, String)>> {
+    fn take_rollout(
+        &mut self,
+        job_id: &str,
+        from: u64,
+        count: u64,
+        job: Option<Job>,
+    ) -> Stored<Option<Vec<String>>> {
         let mut call = self.scripts.take.prepare_invoke();
         call.key(self.global("rollouts", ""))
             .key(self.global("cursors", ""))
-            .arg(budget)
-            .arg(self.global("targets:", ""));
+            .key(self.global("targets:", job_id))
+            .key(self.global("jr:", job_id))
+            .arg(job_id)
+            .arg(from)
+            .arg(count.min(1 << 53));
+        if let Some(job) = &job {
+            let json = serde_json::to_vec(job).map_err(|e| StoreError(e.to_string()))?;
+            call.arg(job.revision).arg(json);
+        }
         let Value::Array(items) = self.wait(self.store.eval(&call))? else {
             return Err(StoreError(
                 "Redis answered a rollout claim with no list".into(),
             ));
         };
-        // (job id, thing) pairs, moved out of the reply.
-        let text = |item: Value| match item {
-            Value::BulkString(text) => String::from_utf8(text)
-                .map_err(|_| StoreError("a rollout claim that is not UTF-8".into())),
-            other => Err(unexpected("a rollout claim", &other)),
-        };
         let mut items = items.into_iter();
-        let mut claimed = Vec::with_capacity(items.len() / 2);
-        while let (Some(job_id), Some(thing)) = (items.next(), items.next()) {
-            claimed.push((text(job_id)?, text(thing)?));
+        if items.next().is_none() {
+            return Ok(None);
         }
-        Ok(claimed)
+        items
+            .map(|item| text("a rollout claim", item))
+            .collect::<Stored<Vec<_>>>()
+            .map(Some)
     }
 
     fn stop_rollout(&mut self, job_id: &str) -> Stored<()> {
@@ -306,14 +463,6 @@ impl JobsStore for RedisJobs {
             .arg(job_id);
         self.wait(self.store.eval(&call))?;
         Ok(())
-    }
-
-    fn rolling_out(&self) -> Stored<bool> {
-        let length: u64 = self.wait(
-            self.store
-                .query(redis::cmd("LLEN").arg(self.global("rollouts", ""))),
-        )?;
-        Ok(length > 0)
     }
 }
 

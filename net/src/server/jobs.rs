@@ -73,18 +73,18 @@ impl SharedJobs {
 }
 
 /// A jobs timer tick: times out what ran out, and (while the broker keeps up) queues the next
-/// batch of a rollout; whether rollouts remain.
+/// things of the rollouts their rates allow; when the engine next has something to do.
 pub(super) fn jobs_tick<S: JobsStore>(
     jobs: &mut Jobs<S>,
     now_ms: u64,
     rollout_room: bool,
     out: &mut Vec<Publish>,
-) -> Stored<bool> {
+) -> Stored<Option<u64>> {
     jobs.expire(now_ms, out)?;
     if rollout_room && jobs.rolling_out()? {
         jobs.roll_out(now_ms, out)?;
     }
-    jobs.rolling_out()
+    jobs.next_wake(now_ms)
 }
 
 /// How often each node on Redis looks for jobs timers that ran out and for rollouts to go on

@@ -129,8 +129,8 @@ pub(super) enum StoreDone {
 pub(super) enum JobsDone {
     /// A request ran: what it published (its notifications, then its reply).
     Request(Vec<Publish>, Option<JobsHandled>),
-    /// A timer tick ran: what it published, and whether rollouts remain.
-    Tick(Vec<Publish>, Stored<bool>),
+    /// A timer tick ran: what it published, and when the engine next has work.
+    Tick(Vec<Publish>, Stored<Option<u64>>),
     /// A claim of the listener lease ran (started at the time given): whether it holds.
     Claim(u64, Result<bool, RedisStoreError>),
     /// The listener lease was given up.
@@ -309,10 +309,13 @@ impl Driver for Node {
                     // that arrive meanwhile come first: see `Connection::next`). The memory
                     // store does not fail.
                     JobsService::Local(jobs) => {
-                        if jobs.rolling_out() == Ok(true) && self.rollout_has_room() {
-                            Some(0)
-                        } else {
-                            jobs.next_deadline().ok().flatten()
+                        let now = self.now();
+                        match jobs.next_wake(now).ok().flatten() {
+                            // Queued notifications first: the tick after the broker took them.
+                            Some(at) if at <= now && !self.rollout_has_room() => {
+                                jobs.next_deadline().ok().flatten()
+                            }
+                            wake => wake,
                         }
                     }
                     JobsService::Shared(shared) => {
@@ -760,8 +763,10 @@ impl Node {
                 shared.ticking = false;
                 // Rollouts go on at the next turn of the loop; timers are looked for again
                 // after a tick's pause.
-                let pause = if ticked == Ok(true) { 0 } else { JOBS_TICK_MS };
-                shared.next_tick = now + pause;
+                // Timers and rollouts other nodes started are looked for every tick.
+                let wake = ticked.as_ref().ok().copied().flatten();
+                shared.next_tick =
+                    wake.map_or(now + JOBS_TICK_MS, |at| at.clamp(now, now + JOBS_TICK_MS));
                 if let Err(error) = ticked {
                     debug!(%error, "Redis failed during a jobs tick; retrying");
                 }

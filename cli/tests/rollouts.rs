@@ -1,0 +1,713 @@
+//! Job rollouts on every jobs store (memory, the durable store's, Redis, Redis Cluster), on a
+//! simulated clock: the engine is driven with the times the test gives it, so an hour of
+//! rollout runs in seconds. The same scenarios run over each store; on Redis, several engines
+//! (nodes) also run at once over one store.
+
+mod redis;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Barrier, Mutex};
+
+use mqstore_core::envelope::Publish;
+use mqstore_core::jobs::{ABORTED, DurableJobs, Jobs, JobsStore, MemoryJobs};
+use mqstore_core::store::Quotas;
+use mqstore_net::redis_store::{RedisConfig, RedisJobs, RedisStore};
+use serde_json::{Value, json};
+
+const T0: u64 = 1_800_000_000_000;
+const MINUTE: u64 = 60_000;
+/// How often the simulated nodes tick (as `mqstore serve` on Redis does).
+const TICK: u64 = 100;
+
+fn engine<S: JobsStore>(store: &mut S) -> Jobs<&mut S> {
+    Jobs::with_store(store, MINUTE).with_rollout_batch(64)
+}
+
+/// An operator call: its `ok` answer, or its error's (code, message).
+fn op<S: JobsStore>(store: &mut S, request: Value, now: u64) -> Result<Value, (String, String)> {
+    op_publishing(store, request, now, &mut Vec::new())
+}
+
+/// [`op`], with what the call published pushed onto `out`.
+fn op_publishing<S: JobsStore>(
+    store: &mut S,
+    request: Value,
+    now: u64,
+    out: &mut Vec<Publish>,
+) -> Result<Value, (String, String)> {
+    let answer = engine(store).operate(request.to_string().as_bytes(), now, out);
+    let answer = serde_json::to_value(answer).unwrap();
+    match answer.get("ok") {
+        Some(ok) => Ok(ok.clone()),
+        None => Err((
+            answer["error"]["code"].as_str().unwrap().to_owned(),
+            answer["error"]["message"].as_str().unwrap().to_owned(),
+        )),
+    }
+}
+
+/// A device request's reply: (accepted, payload).
+fn device<S: JobsStore>(
+    store: &mut S,
+    thing: &str,
+    api: &str,
+    body: Value,
+    now: u64,
+) -> (bool, Value) {
+    let mut out = Vec::new();
+    let topic = format!("$aws/things/{thing}/jobs/{api}");
+    engine(store)
+        .handle(&topic, body.to_string().as_bytes(), now, &mut out)
+        .expect("a request");
+    let reply = out.pop().unwrap();
+    (
+        reply.topic.ends_with("/accepted"),
+        serde_json::from_slice(&reply.payload).unwrap(),
+    )
+}
+
+/// Things whose pending list got an execution of `job_id` first queued (notify-next naming it
+/// with executionNumber 1 on a thing with nothing else pending).
+fn notified(out: &[Publish], job_id: &str) -> Vec<String> {
+    out.iter()
+        .filter(|p| p.topic.ends_with("/notify-next"))
+        .filter_map(|p| {
+            let v: Value = serde_json::from_slice(&p.payload).ok()?;
+            (v["execution"]["jobId"] == job_id && v["execution"]["status"] == "QUEUED")
+                .then(|| p.topic.split('/').nth(2).unwrap().to_owned())
+        })
+        .collect()
+}
+
+fn tick<S: JobsStore>(store: &mut S, now: u64, out: &mut Vec<Publish>) {
+    let mut jobs = engine(store);
+    jobs.expire(now, out).unwrap();
+    jobs.roll_out(now, out).unwrap();
+}
+
+/// Rolls out at T0 batch after batch while there is something to roll out (the jobs without
+/// a rate: all their things).
+fn roll_out_all<S: JobsStore>(store: &mut S) {
+    while engine(store).roll_out(T0, &mut Vec::new()).unwrap() > 0 {}
+}
+
+fn describe<S: JobsStore>(store: &mut S, job_id: &str, now: u64) -> Value {
+    op(store, json!({ "op": "describeJob", "jobId": job_id }), now).unwrap()["job"].clone()
+}
+
+fn things(tag: &str, n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("{tag}-{i:05}")).collect()
+}
+
+/// The largest number of notifications in any 60 s window of `times`.
+fn busiest_minute(times: &[u64]) -> usize {
+    let mut most = 0;
+    let mut start = 0;
+    for end in 0..times.len() {
+        while times[end] - times[start] >= MINUTE {
+            start += 1;
+        }
+        most = most.max(end - start + 1);
+    }
+    most
+}
+
+/// A 10,000-thing job at `maximumPerMinute` 1,000 notifies at most 1,000 things in any minute
+/// of simulated time, and all of them in about ten minutes.
+fn a_fixed_rate_holds_in_every_minute<S: JobsStore>(store: &mut S, tag: &str) {
+    let job_id = format!("{tag}-rate");
+    let targets = things(tag, 10_000);
+    let mut out = Vec::new();
+    let create = json!({ "op": "createJob", "jobId": job_id, "targets": targets,
+        "document": {}, "jobExecutionsRolloutConfig": { "maximumPerMinute": 1000 } });
+    op_publishing(store, create, T0, &mut out).unwrap();
+    let mut times = Vec::new();
+    let mut now = T0;
+    let mut seen = BTreeMap::new();
+    while now <= T0 + 11 * MINUTE {
+        tick(store, now, &mut out);
+        for thing in notified(&out, &job_id) {
+            *seen.entry(thing).or_insert(0) += 1;
+            times.push(now);
+        }
+        out.clear();
+        now += TICK;
+    }
+    assert_eq!(seen.len(), 10_000, "{tag}: every thing got the job");
+    assert!(
+        seen.values().all(|n| *n == 1),
+        "{tag}: each thing notified once"
+    );
+    assert!(
+        busiest_minute(&times) <= 1000,
+        "{tag}: {} in one minute",
+        busiest_minute(&times)
+    );
+    let last = *times.last().unwrap() - T0;
+    assert!(
+        (9 * MINUTE..=11 * MINUTE).contains(&last),
+        "{tag}: done after {last} ms"
+    );
+    let job = describe(store, &job_id, now);
+    assert_eq!(job["rollout"]["notifiedThings"], 10_000);
+    assert_eq!(job["jobProcessDetails"]["numberOfQueuedThings"], 10_000);
+}
+
+/// An exponential rate starts at its base and goes up by its factor each time its criteria's
+/// count is reached: by notified things, and by succeeded things (no successes, no increase).
+fn an_exponential_rate_follows_its_criteria<S: JobsStore>(store: &mut S, tag: &str) {
+    let job_id = format!("{tag}-exp");
+    let targets = things(&format!("{tag}e"), 300);
+    let mut out = Vec::new();
+    op_publishing(
+        store,
+        json!({ "op": "createJob", "jobId": job_id, "targets": targets, "document": {},
+        "jobExecutionsRolloutConfig": { "maximumPerMinute": 80, "exponentialRate": {
+            "baseRatePerMinute": 10, "incrementFactor": 2.0,
+            "rateIncreaseCriteria": { "numberOfNotifiedThings": 20 } } } }),
+        T0,
+        &mut out,
+    )
+    .unwrap();
+    let mut now = T0;
+    let mut per_minute = vec![0usize; 8];
+    while now < T0 + 8 * MINUTE {
+        tick(store, now, &mut out);
+        let n = notified(&out, &job_id).len();
+        per_minute[((now - T0) / MINUTE) as usize] += n;
+        out.clear();
+        if n == 0 {
+            now += TICK;
+            continue;
+        }
+        let job = describe(store, &job_id, now);
+        let notified = job["rollout"]["notifiedThings"].as_u64().unwrap();
+        if notified < 300 {
+            let expected = (10.0 * 2f64.powi((notified / 20) as i32)).min(80.0);
+            assert_eq!(
+                job["rollout"]["ratePerMinute"],
+                json!(expected),
+                "{tag} after {notified}"
+            );
+        }
+        now += TICK;
+    }
+    // 10 a minute until 20 are notified, then 20, 40, 80 (the maximum).
+    assert_eq!(per_minute[0], 10, "{tag}: {per_minute:?}");
+    assert!(
+        per_minute[1] <= 20 && per_minute[1] >= 10,
+        "{tag}: {per_minute:?}"
+    );
+    assert!(per_minute.iter().all(|n| *n <= 80), "{tag}: {per_minute:?}");
+    assert_eq!(
+        per_minute.iter().sum::<usize>(),
+        300,
+        "{tag}: {per_minute:?}"
+    );
+
+    // By succeeded things: without successes the rate stays at its base.
+    let job_id = format!("{tag}-exps");
+    let targets = things(&format!("{tag}s"), 100);
+    op_publishing(
+        store,
+        json!({ "op": "createJob", "jobId": job_id, "targets": targets, "document": {},
+        "jobExecutionsRolloutConfig": { "exponentialRate": {
+            "baseRatePerMinute": 5, "incrementFactor": 3.0,
+            "rateIncreaseCriteria": { "numberOfSucceededThings": 5 } } } }),
+        T0,
+        &mut out,
+    )
+    .unwrap();
+    let mut now = T0;
+    let mut reached = Vec::new();
+    while now < T0 + 3 * MINUTE {
+        tick(store, now, &mut out);
+        reached.extend(notified(&out, &job_id));
+        out.clear();
+        now += TICK;
+    }
+    assert_eq!(
+        reached.len(),
+        15,
+        "{tag}: 5 a minute for 3 minutes without successes"
+    );
+    for thing in &reached[..5] {
+        let (ok, _) = device(
+            store,
+            thing,
+            &format!("{job_id}/update"),
+            json!({ "status": "SUCCEEDED" }),
+            now,
+        );
+        assert!(ok);
+    }
+    let job = describe(store, &job_id, now);
+    tick(store, now, &mut out);
+    let job_after = describe(store, &job_id, now);
+    assert_eq!(job["jobProcessDetails"]["numberOfSucceededThings"], 5);
+    assert_eq!(
+        job_after["rollout"]["ratePerMinute"],
+        json!(15.0),
+        "{tag}: 5 successes, rate × 3"
+    );
+}
+
+/// An abort at 10 % FAILED after 100 executed things: the job goes on at 9 failures in 99,
+/// and is canceled by the failure that makes 10 in 100 — its QUEUED executions CANCELED, its
+/// IN_PROGRESS ones left to finish (AWS's CANCEL without force), its rollout stopped.
+fn an_abort_stops_the_job_exactly_at_its_threshold<S: JobsStore>(store: &mut S, tag: &str) {
+    let job_id = format!("{tag}-abort");
+    let targets = things(&format!("{tag}a"), 150);
+    op(
+        store,
+        json!({ "op": "createJob", "jobId": job_id, "targets": targets, "document": {},
+        "abortConfig": { "criteriaList": [{ "failureType": "FAILED", "action": "CANCEL",
+            "thresholdPercentage": 10, "minNumberOfExecutedThings": 100 }] } }),
+        T0,
+    )
+    .unwrap();
+    roll_out_all(store);
+    let update = |store: &mut S, thing: &str, status: &str| {
+        let (ok, reply) = device(
+            store,
+            thing,
+            &format!("{job_id}/update"),
+            json!({ "status": status }),
+            T0,
+        );
+        assert!(ok, "{tag} {thing}: {reply}");
+    };
+    // Two things start and stay IN_PROGRESS.
+    for thing in &targets[140..142] {
+        let (ok, _) = device(store, thing, "start-next", json!({}), T0);
+        assert!(ok);
+    }
+    for thing in &targets[..90] {
+        update(store, thing, "SUCCEEDED");
+    }
+    for thing in &targets[90..99] {
+        update(store, thing, "FAILED");
+    }
+    assert_eq!(
+        describe(store, &job_id, T0)["status"],
+        "IN_PROGRESS",
+        "{tag}: 9 of 99"
+    );
+    update(store, &targets[99], "FAILED");
+    let job = describe(store, &job_id, T0);
+    assert_eq!(job["status"], "CANCELED", "{tag}: 10 of 100");
+    assert_eq!(job["reasonCode"], ABORTED);
+    assert!(
+        job["comment"].as_str().unwrap().contains("10 %"),
+        "{tag}: {}",
+        job["comment"]
+    );
+    let details = &job["jobProcessDetails"];
+    assert_eq!(details["numberOfCanceledThings"], 48, "{tag}: {details}");
+    assert_eq!(details["numberOfInProgressThings"], 2, "{tag}: {details}");
+    // The device that was still working may finish; nothing new is queued.
+    let (ok, _) = device(
+        store,
+        &targets[140],
+        &format!("{job_id}/update"),
+        json!({ "status": "SUCCEEDED" }),
+        T0,
+    );
+    assert!(ok);
+    let (ok, reply) = device(store, &targets[120], "start-next", json!({}), T0);
+    assert!(ok && reply.get("execution").is_none(), "{tag}: {reply}");
+}
+
+/// Retries are counted per failure type: FAILED once, TIMED_OUT twice.
+fn retries_are_counted_per_failure_type<S: JobsStore>(store: &mut S, tag: &str) {
+    let job_id = format!("{tag}-retry");
+    let thing = format!("{tag}-r1");
+    op(
+        store,
+        json!({ "op": "createJob", "jobId": job_id, "targets": [thing], "document": {},
+        "timeoutConfig": { "inProgressTimeoutInMinutes": 1 },
+        "jobExecutionsRetryConfig": { "criteriaList": [
+            { "failureType": "FAILED", "numberOfRetries": 1 },
+            { "failureType": "TIMED_OUT", "numberOfRetries": 2 } ] } }),
+        T0,
+    )
+    .unwrap();
+    let mut now = T0;
+    let mut out = Vec::new();
+    let number = |store: &mut S, now| {
+        let (_, reply) = device(store, &thing, &format!("{job_id}/get"), json!({}), now);
+        (
+            reply["execution"]["executionNumber"].as_u64().unwrap(),
+            reply["execution"]["status"].as_str().unwrap().to_owned(),
+        )
+    };
+    // Two timeouts: each retried.
+    for expected in [2, 3] {
+        device(store, &thing, "start-next", json!({}), now);
+        now += MINUTE + 1;
+        tick(store, now, &mut out);
+        assert_eq!(number(store, now), (expected, "QUEUED".into()), "{tag}");
+    }
+    // A failure: retried once.
+    device(
+        store,
+        &thing,
+        &format!("{job_id}/update"),
+        json!({ "status": "FAILED" }),
+        now,
+    );
+    assert_eq!(number(store, now), (4, "QUEUED".into()), "{tag}");
+    // A second failure: no more.
+    device(
+        store,
+        &thing,
+        &format!("{job_id}/update"),
+        json!({ "status": "FAILED" }),
+        now,
+    );
+    assert_eq!(number(store, now), (4, "FAILED".into()), "{tag}");
+}
+
+/// cancelJobExecution, updateJob, deleteJob, COMPLETED, and paging.
+fn the_lifecycle_of_a_job<S: JobsStore>(store: &mut S, tag: &str) {
+    let job_id = format!("{tag}-life");
+    let targets = things(&format!("{tag}l"), 5);
+    op(
+        store,
+        json!({ "op": "createJob", "jobId": job_id, "targets": targets, "document": {},
+        "description": "first" }),
+        T0,
+    )
+    .unwrap();
+    let cancel = |thing: &str, extra: Value| {
+        let mut request =
+            json!({ "op": "cancelJobExecution", "jobId": job_id, "thingName": thing });
+        request
+            .as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        request
+    };
+    // expectedVersion must match.
+    let e = op(
+        store,
+        cancel(&targets[0], json!({ "expectedVersion": 7 })),
+        T0,
+    )
+    .unwrap_err();
+    assert_eq!(e.0, "VersionConflict", "{tag}: {e:?}");
+    op(
+        store,
+        cancel(
+            &targets[0],
+            json!({ "expectedVersion": 1, "statusDetails": { "why": "bench" } }),
+        ),
+        T0,
+    )
+    .unwrap();
+    let (_, reply) = device(store, &targets[0], &format!("{job_id}/get"), json!({}), T0);
+    assert_eq!(reply["execution"]["status"], "CANCELED");
+    assert_eq!(reply["execution"]["statusDetails"]["why"], "bench");
+    // IN_PROGRESS: only with force.
+    device(store, &targets[1], "start-next", json!({}), T0);
+    let e = op(store, cancel(&targets[1], json!({})), T0).unwrap_err();
+    assert_eq!(e.0, "InvalidStateTransition", "{tag}: {e:?}");
+    op(store, cancel(&targets[1], json!({ "force": true })), T0).unwrap();
+    // A canceled execution cannot be canceled again.
+    let e = op(store, cancel(&targets[1], json!({ "force": true })), T0).unwrap_err();
+    assert_eq!(e.0, "InvalidStateTransition", "{tag}: {e:?}");
+
+    // updateJob: the description and a rate.
+    op(
+        store,
+        json!({ "op": "updateJob", "jobId": job_id, "description": "second",
+        "jobExecutionsRolloutConfig": { "maximumPerMinute": 5 } }),
+        T0,
+    )
+    .unwrap();
+    let job = describe(store, &job_id, T0);
+    assert_eq!(job["description"], "second");
+    assert_eq!(job["jobExecutionsRolloutConfig"]["maximumPerMinute"], 5);
+    let e = op(
+        store,
+        json!({ "op": "updateJob", "jobId": job_id,
+        "jobExecutionsRolloutConfig": { "maximumPerMinute": 5000 } }),
+        T0,
+    )
+    .unwrap_err();
+    assert_eq!(e.0, "InvalidRequest", "{tag}: {e:?}");
+    assert!(e.1.contains("maximumPerMinute"), "{tag}: {e:?}");
+
+    // The rest succeed: COMPLETED.
+    for thing in &targets[2..] {
+        device(
+            store,
+            thing,
+            &format!("{job_id}/update"),
+            json!({ "status": "SUCCEEDED" }),
+            T0,
+        );
+    }
+    let job = describe(store, &job_id, T0 + 1000);
+    assert_eq!(job["status"], "COMPLETED", "{tag}: {job}");
+    assert_eq!(job["completedAt"], (T0 + 1000) / 1000);
+    let e = op(store, json!({ "op": "cancelJob", "jobId": job_id }), T0).unwrap_err();
+    assert_eq!(e.0, "InvalidStateTransition", "{tag}: {e:?}");
+
+    // deleteJob: an IN_PROGRESS job only with force; its executions go with it.
+    let other = format!("{tag}-life2");
+    op(
+        store,
+        json!({ "op": "createJob", "jobId": other, "targets": [targets[0]], "document": {} }),
+        T0,
+    )
+    .unwrap();
+    let e = op(store, json!({ "op": "deleteJob", "jobId": other }), T0).unwrap_err();
+    assert_eq!(e.0, "InvalidStateTransition", "{tag}: {e:?}");
+    op(
+        store,
+        json!({ "op": "deleteJob", "jobId": other, "force": true }),
+        T0,
+    )
+    .unwrap();
+    let e = op(store, json!({ "op": "describeJob", "jobId": other }), T0).unwrap_err();
+    assert_eq!(e.0, "ResourceNotFound");
+    let (_, pending) = device(store, &targets[0], "get", json!({}), T0);
+    assert_eq!(pending["queuedJobs"], json!([]), "{tag}: {pending}");
+    op(store, json!({ "op": "deleteJob", "jobId": job_id }), T0).unwrap();
+}
+
+/// maxResults and nextToken: pages in order, and stable while jobs are created meanwhile.
+fn lists_come_in_pages<S: JobsStore>(store: &mut S, tag: &str) {
+    let thing = format!("{tag}-p");
+    for i in [1, 3, 5, 7, 9] {
+        op(store, json!({ "op": "createJob", "jobId": format!("{tag}-page{i}"), "targets": [thing], "document": {} }), T0).unwrap();
+    }
+    let page = |store: &mut S, token: Option<&str>| {
+        let mut request = json!({ "op": "listJobExecutions", "thingName": thing, "maxResults": 2 });
+        if let Some(token) = token {
+            request["nextToken"] = json!(token);
+        }
+        let answer = op(store, request, T0).unwrap();
+        let ids: Vec<String> = answer["executions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["jobId"].as_str().unwrap().to_owned())
+            .collect();
+        (ids, answer["nextToken"].as_str().map(str::to_owned))
+    };
+    let (first, token) = page(store, None);
+    assert_eq!(first, [format!("{tag}-page1"), format!("{tag}-page3")]);
+    // Jobs created between pages: one before the token (not seen), one after (seen).
+    for i in [2, 6] {
+        op(store, json!({ "op": "createJob", "jobId": format!("{tag}-page{i}"), "targets": [thing], "document": {} }), T0).unwrap();
+    }
+    let (second, token) = page(store, token.as_deref());
+    assert_eq!(second, [format!("{tag}-page5"), format!("{tag}-page6")]);
+    let (third, token) = page(store, token.as_deref());
+    assert_eq!(third, [format!("{tag}-page7"), format!("{tag}-page9")]);
+    assert_eq!(token, None, "{tag}: the last page has no next");
+    let e = op(store, json!({ "op": "listJobs", "maxResults": 0 }), T0).unwrap_err();
+    assert_eq!(e.0, "InvalidRequest");
+}
+
+/// Bad operator requests get AWS's codes with a message and change nothing.
+fn bad_requests_change_nothing<S: JobsStore>(store: &mut S, tag: &str) {
+    let job_id = format!("{tag}-bad");
+    let base = json!({ "op": "createJob", "jobId": job_id, "targets": ["t"], "document": {} });
+    let with = |field: &str, value: Value| {
+        let mut request = base.clone();
+        request[field] = value;
+        request
+    };
+    for (request, says) in [
+        (
+            with(
+                "abortConfig",
+                json!({ "criteriaList": [{ "failureType": "FAILED", "action": "CANCEL", "thresholdPercentage": 120, "minNumberOfExecutedThings": 1 }] }),
+            ),
+            "thresholdPercentage",
+        ),
+        (
+            with(
+                "abortConfig",
+                json!({ "criteriaList": [{ "failureType": "SOMETIMES", "action": "CANCEL", "thresholdPercentage": 10, "minNumberOfExecutedThings": 1 }] }),
+            ),
+            "SOMETIMES",
+        ),
+        (
+            with(
+                "jobExecutionsRolloutConfig",
+                json!({ "exponentialRate": { "baseRatePerMinute": 10, "incrementFactor": 9, "rateIncreaseCriteria": { "numberOfNotifiedThings": 1 } } }),
+            ),
+            "incrementFactor",
+        ),
+        (
+            with(
+                "jobExecutionsRetryConfig",
+                json!({ "criteriaList": [{ "failureType": "FAILED", "numberOfRetries": 11 }] }),
+            ),
+            "10",
+        ),
+        (
+            with("targetSelection", json!("CONTINUOUS")),
+            "targetSelection",
+        ),
+        (
+            with(
+                "schedulingConfig",
+                json!({ "startTime": "2030-01-01T00:00" }),
+            ),
+            "schedulingConfig",
+        ),
+    ] {
+        let e = op(store, request.clone(), T0).unwrap_err();
+        assert_eq!(e.0, "InvalidRequest", "{tag} {request}: {e:?}");
+        assert!(e.1.contains(says), "{tag}: {e:?} should name {says}");
+    }
+    let e = op(store, json!({ "op": "describeJob", "jobId": job_id }), T0).unwrap_err();
+    assert_eq!(e.0, "ResourceNotFound", "{tag}: no job was created");
+}
+
+fn every_scenario<S: JobsStore>(store: &mut S, tag: &str) {
+    a_fixed_rate_holds_in_every_minute(store, tag);
+    an_exponential_rate_follows_its_criteria(store, tag);
+    an_abort_stops_the_job_exactly_at_its_threshold(store, tag);
+    retries_are_counted_per_failure_type(store, tag);
+    the_lifecycle_of_a_job(store, tag);
+    lists_come_in_pages(store, tag);
+    bad_requests_change_nothing(store, tag);
+}
+
+#[test]
+fn rollouts_in_memory() {
+    every_scenario(&mut MemoryJobs::default(), "m");
+}
+
+#[test]
+fn rollouts_in_the_durable_store_come_back_after_a_restart() {
+    let mut store = DurableJobs::recording();
+    every_scenario(&mut store, "d");
+    // The log replayed: the same jobs and counts.
+    let mut log = mqstore_core::store::log::MAGIC.to_vec();
+    log.extend(store.take_pending());
+    let mut back = DurableJobs::recording();
+    mqstore_core::store::log::replay(&log, |record| back.replay(record).unwrap()).unwrap();
+    for job_id in store.job_ids().unwrap() {
+        assert_eq!(
+            back.counts(&job_id).unwrap(),
+            store.counts(&job_id).unwrap(),
+            "{job_id}"
+        );
+        assert_eq!(
+            back.job(&job_id).unwrap().unwrap().status,
+            store.job(&job_id).unwrap().unwrap().status
+        );
+    }
+}
+
+fn redis_jobs(runtime: &tokio::runtime::Runtime, url: &str, prefix: &str) -> RedisJobs {
+    let mut config = RedisConfig::parse(url).unwrap();
+    config.prefix = prefix.into();
+    let store = runtime
+        .block_on(RedisStore::connect(&config, Quotas::default()))
+        .unwrap();
+    RedisJobs::new(store, runtime.handle().clone())
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn rollouts_on_redis() {
+    let redis = redis::Redis::start();
+    let runtime = runtime();
+    every_scenario(&mut redis_jobs(&runtime, &redis.url(), "r:"), "r");
+    three_nodes_roll_out_one_job_together(&runtime, &redis.url());
+}
+
+#[test]
+fn rollouts_on_a_redis_cluster() {
+    let cluster = redis::Cluster::start();
+    let runtime = runtime();
+    every_scenario(&mut redis_jobs(&runtime, &cluster.url(), "c:"), "c");
+    three_nodes_roll_out_one_job_together(&runtime, &cluster.url());
+}
+
+/// Three nodes (threads, each its engine) tick one rate-limited job at once: every thing is
+/// notified once, and no minute sees more than the rate; an abort happens once.
+fn three_nodes_roll_out_one_job_together(runtime: &tokio::runtime::Runtime, url: &str) {
+    let prefix = "three:";
+    let mut store = redis_jobs(runtime, url, prefix);
+    let targets = things("n", 600);
+    let mut created = Vec::new();
+    op_publishing(
+        &mut store,
+        json!({ "op": "createJob", "jobId": "shared", "targets": targets, "document": {},
+        "jobExecutionsRolloutConfig": { "maximumPerMinute": 200 } }),
+        T0,
+        &mut created,
+    )
+    .unwrap();
+    let clock = Arc::new(AtomicU64::new(T0));
+    let times = Arc::new(Mutex::new(Vec::new()));
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    for thing in notified(&created, "shared") {
+        seen.insert(thing, 1);
+        times.lock().unwrap().push(T0);
+    }
+    // Each step of the simulated clock, the three nodes tick at once, then wait for the next.
+    let step = Arc::new(Barrier::new(4));
+    let end = T0 + 4 * MINUTE;
+    let nodes: Vec<_> = (0..3)
+        .map(|_| {
+            let (clock, times, step) = (clock.clone(), times.clone(), step.clone());
+            let mut store = redis_jobs(runtime, url, prefix);
+            std::thread::spawn(move || {
+                let mut mine = Vec::new();
+                loop {
+                    step.wait();
+                    let now = clock.load(Ordering::SeqCst);
+                    if now > end {
+                        return mine;
+                    }
+                    let mut out = Vec::new();
+                    tick(&mut store, now, &mut out);
+                    let n = notified(&out, "shared");
+                    times.lock().unwrap().extend(n.iter().map(|_| now));
+                    mine.extend(n);
+                    step.wait();
+                }
+            })
+        })
+        .collect();
+    loop {
+        step.wait(); // The nodes tick at `clock`.
+        if clock.load(Ordering::SeqCst) > end {
+            break;
+        }
+        step.wait(); // They are done.
+        clock.fetch_add(TICK, Ordering::SeqCst);
+    }
+    for node in nodes {
+        for thing in node.join().unwrap() {
+            *seen.entry(thing).or_default() += 1;
+        }
+    }
+    assert_eq!(seen.len(), 600, "every thing reached");
+    assert!(seen.values().all(|n| *n == 1), "no thing notified twice");
+    let mut times = times.lock().unwrap().clone();
+    times.sort();
+    assert!(
+        busiest_minute(&times) <= 200,
+        "{} in a minute",
+        busiest_minute(&times)
+    );
+}

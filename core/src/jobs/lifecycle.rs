@@ -1,0 +1,462 @@
+//! A job's life after `createJob`: its rollout (at its rate), its abort, cancellation of the
+//! job or of one execution, `updateJob` and `deleteJob` — the operator's side of the engine,
+//! over the same [`JobsStore`] steps as the device API.
+
+use std::sync::Arc;
+
+use super::model::{Execution, Job, JobsError, Status, valid_thing_name};
+use super::rollout::{self, Allowance};
+use super::store::{JobsStore, Stored};
+use super::wire::{ExecutionCancel, JobStatus, JobUpdate};
+use super::{Jobs, finish, queue};
+use crate::envelope::Publish;
+
+/// Things read at a time when a job's things are gone through (cancel, delete).
+const THINGS_PAGE: u64 = 1024;
+
+impl<S: JobsStore> Jobs<S> {
+    /// Whether some job's rollout is under way (see [`Jobs::next_wake`] for when it goes on).
+    pub fn rolling_out(&self) -> Stored<bool> {
+        Ok(!self.store.rollouts()?.is_empty())
+    }
+
+    /// Queues the next things of the jobs being rolled out, oldest job first, as far as each
+    /// job's rate allows by `now_ms` and up to the engine's batch in all, pushing the
+    /// notifications onto `out`. Returns how many were queued.
+    ///
+    /// A store that fails midway leaves the batch's remaining things without an execution
+    /// (they were handed out; see [`JobsStore::take_rollout`]); the error says so.
+    pub fn roll_out(&mut self, now_ms: u64, out: &mut Vec<Publish>) -> Stored<usize> {
+        let mut budget = self.rollout_batch as u64;
+        let mut queued = 0;
+        for rollout in self.store.rollouts()? {
+            if budget == 0 {
+                break;
+            }
+            let Some(job) = self.store.job(&rollout.job_id)? else {
+                self.store.stop_rollout(&rollout.job_id)?;
+                continue;
+            };
+            match job.status {
+                JobStatus::InProgress => {}
+                JobStatus::Scheduled => continue,
+                _ => {
+                    self.store.stop_rollout(&job.id)?;
+                    continue;
+                }
+            }
+            // A job whose abort a failed store missed is looked at again here.
+            if job.config.abort_config.is_some() && self.settle(&job.id, now_ms, out)? {
+                continue;
+            }
+            let span = (rollout.next, rollout.total);
+            let allowance = self.allowance(&job, span, budget, now_ms)?;
+            let paced = allowance.new_pace.map(|pace| Job {
+                pace,
+                ..(*job).clone()
+            });
+            if allowance.count == 0 {
+                // Nothing to claim yet; a new anchor or rate is kept for the next time.
+                if let Some(paced) = paced {
+                    self.store.put_job(paced)?;
+                }
+                continue;
+            }
+            let Some(claimed) =
+                self.store
+                    .take_rollout(&job.id, rollout.next, allowance.count, paced)?
+            else {
+                continue; // Another node claimed first: next time.
+            };
+            for (done, thing) in claimed.iter().enumerate() {
+                let queued_one = self.change(thing, now_ms, out, |record| {
+                    // A thing listed twice gets one execution.
+                    if record.latest(&job.id).is_none() {
+                        queue(record, &job, thing, 1, now_ms);
+                    }
+                    Ok::<_, super::StoreError>(())
+                });
+                if let Err(super::StoreError(reason)) = queued_one {
+                    return Err(super::StoreError(format!(
+                        "{reason} (rolling out {}: {done} of a batch of {} things queued)",
+                        job.id,
+                        claimed.len()
+                    )));
+                }
+            }
+            budget -= claimed.len() as u64;
+            queued += claimed.len();
+        }
+        Ok(queued)
+    }
+
+    fn allowance(
+        &self,
+        job: &Job,
+        span: (u64, u64),
+        budget: u64,
+        now_ms: u64,
+    ) -> Stored<Allowance> {
+        let by_success = job
+            .config
+            .job_executions_rollout_config
+            .as_ref()
+            .and_then(|r| r.exponential_rate.as_ref())
+            .is_some_and(|e| {
+                e.rate_increase_criteria
+                    .number_of_succeeded_things
+                    .is_some()
+            });
+        let succeeded = match by_success {
+            true => self.succeeded(&job.id)?,
+            false => 0,
+        };
+        Ok(rollout::allowance(
+            job,
+            span,
+            succeeded,
+            budget,
+            now_ms,
+            self.minute_ms,
+        ))
+    }
+
+    fn succeeded(&self, job_id: &str) -> Stored<u64> {
+        let counts = self.store.counts(job_id)?;
+        Ok(counts.get(&Status::Succeeded).copied().unwrap_or(0))
+    }
+
+    /// When the engine next has something to do (an execution's timer, a rollout's next
+    /// thing): `now_ms` when it has now, `None` when nothing waits.
+    pub fn next_wake(&self, now_ms: u64) -> Stored<Option<u64>> {
+        let mut wake = self.store.next_deadline()?;
+        for rollout in self.store.rollouts()? {
+            let Some(job) = self.store.job(&rollout.job_id)? else {
+                return Ok(Some(now_ms));
+            };
+            let at = match job.status {
+                JobStatus::InProgress => {
+                    let span = (rollout.next, rollout.total);
+                    let allowance = self.allowance(&job, span, 1, now_ms)?;
+                    match allowance.next_at {
+                        Some(at) if allowance.new_pace.is_none() => at,
+                        _ => now_ms,
+                    }
+                }
+                JobStatus::Scheduled => continue,
+                _ => now_ms,
+            };
+            wake = Some(wake.map_or(at, |w| w.min(at)));
+        }
+        Ok(wake)
+    }
+
+    /// Looks at a job after one of its executions ended: cancels it when its abort
+    /// configuration says so (once, whichever node gets there first). Whether it did.
+    pub(crate) fn settle(
+        &mut self,
+        job_id: &str,
+        now_ms: u64,
+        out: &mut Vec<Publish>,
+    ) -> Stored<bool> {
+        loop {
+            let Some(job) = self.store.job(job_id)? else {
+                return Ok(false);
+            };
+            if job.config.abort_config.is_none() || job.status != JobStatus::InProgress {
+                return Ok(false);
+            }
+            let counts = self.store.counts(job_id)?;
+            let Some((reason_code, comment)) = rollout::abort(&job, &counts) else {
+                return Ok(false);
+            };
+            let mut canceled = (*job).clone();
+            canceled.status = JobStatus::Canceled;
+            canceled.reason_code = Some(reason_code.into());
+            canceled.comment = Some(comment);
+            canceled.last_updated_at = now_ms;
+            canceled.completed_at = Some(now_ms);
+            if self.store.put_job(canceled)? {
+                self.store.stop_rollout(job_id)?;
+                self.cancel_executions(&job, false, now_ms, out)?;
+                return Ok(true);
+            }
+        }
+    }
+
+    /// A job with its status brought up to date: an IN_PROGRESS job whose rollout is done
+    /// and whose executions all ended is COMPLETED (noted when first seen so).
+    pub(crate) fn current(&mut self, job: Arc<Job>, now_ms: u64) -> Stored<Arc<Job>> {
+        if job.status != JobStatus::InProgress {
+            return Ok(job);
+        }
+        let counts = self.store.counts(&job.id)?;
+        let pending = counts.get(&Status::Queued).copied().unwrap_or(0)
+            + counts.get(&Status::InProgress).copied().unwrap_or(0);
+        if pending > 0 || self.store.rollouts()?.iter().any(|r| r.job_id == job.id) {
+            return Ok(job);
+        }
+        let mut completed = (*job).clone();
+        completed.status = JobStatus::Completed;
+        completed.completed_at = Some(now_ms);
+        completed.last_updated_at = now_ms;
+        let id = job.id.clone();
+        self.store.put_job(completed)?;
+        Ok(self.store.job(&id)?.unwrap_or(job))
+    }
+
+    /// Cancels a job (AWS's `CancelJob`): it becomes CANCELED, its rollout stops (things it
+    /// had not reached get no execution), its QUEUED executions become CANCELED, and with
+    /// `force` its IN_PROGRESS ones too.
+    pub fn cancel_job(
+        &mut self,
+        job_id: &str,
+        force: bool,
+        reason_code: Option<String>,
+        comment: Option<String>,
+        now_ms: u64,
+        out: &mut Vec<Publish>,
+    ) -> Result<(), JobsError> {
+        if let Some(code) = &reason_code
+            && (code.is_empty()
+                || code.len() > 128
+                || !code
+                    .bytes()
+                    .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_'))
+        {
+            return Err(JobsError::Invalid(format!(
+                "reasonCode {code:?}: 1-128 characters of A-Z, 0-9 and '_'"
+            )));
+        }
+        if comment.as_ref().is_some_and(|c| c.chars().count() > 2028) {
+            return Err(JobsError::Invalid(
+                "comment: at most 2028 characters".into(),
+            ));
+        }
+        let job = loop {
+            let job = self.existing(job_id)?;
+            match job.status {
+                JobStatus::Completed | JobStatus::DeletionInProgress => {
+                    return Err(JobsError::InvalidState(format!(
+                        "job {job_id} is {:?}: only a scheduled or in-progress job can be canceled",
+                        job.status
+                    )));
+                }
+                JobStatus::Canceled if !force || job.force_canceled => {
+                    return Err(JobsError::InvalidState(format!(
+                        "job {job_id} is canceled already{}",
+                        if job.force_canceled {
+                            " (with force)"
+                        } else {
+                            ": use force to cancel its in-progress executions"
+                        }
+                    )));
+                }
+                _ => {}
+            }
+            let mut canceled = (*job).clone();
+            canceled.status = JobStatus::Canceled;
+            canceled.force_canceled = force;
+            canceled.reason_code = reason_code.clone().or(canceled.reason_code);
+            canceled.comment = comment.clone().or(canceled.comment);
+            canceled.last_updated_at = now_ms;
+            canceled.completed_at = Some(now_ms);
+            if self.store.put_job(canceled)? {
+                break job;
+            }
+        };
+        self.store.stop_rollout(job_id)?;
+        self.cancel_executions(&job, force, now_ms, out)?;
+        Ok(())
+    }
+
+    /// Ends `job`'s QUEUED executions (and with `force` its IN_PROGRESS ones) as CANCELED,
+    /// thing by thing.
+    fn cancel_executions(
+        &mut self,
+        job: &Job,
+        force: bool,
+        now_ms: u64,
+        out: &mut Vec<Publish>,
+    ) -> Stored<()> {
+        let mut from = 0;
+        loop {
+            let things = self.store.job_things(&job.id, from, THINGS_PAGE)?;
+            for thing in &things {
+                self.change(thing, now_ms, out, |record| {
+                    let cancel = match record.latest(&job.id).map(|e| e.status) {
+                        Some(Status::Queued) => true,
+                        Some(Status::InProgress) => force,
+                        _ => false,
+                    };
+                    if cancel {
+                        finish(record, job, thing, Status::Canceled, now_ms);
+                    }
+                    Ok::<_, super::StoreError>(())
+                })?;
+            }
+            if (things.len() as u64) < THINGS_PAGE {
+                return Ok(());
+            }
+            from += THINGS_PAGE;
+        }
+    }
+
+    /// Cancels one thing's execution (AWS's `CancelJobExecution`): a QUEUED one, or with
+    /// `force` an IN_PROGRESS one, becomes CANCELED (no retry follows), with `statusDetails`
+    /// when given; `expectedVersion` must match as in the device API.
+    pub fn cancel_execution(
+        &mut self,
+        cancel: &ExecutionCancel,
+        now_ms: u64,
+        out: &mut Vec<Publish>,
+    ) -> Result<(), JobsError> {
+        let ExecutionCancel {
+            job_id,
+            thing,
+            force,
+            expected_version,
+            status_details,
+        } = cancel;
+        let (job_id, thing, force) = (job_id.as_str(), thing.as_str(), *force);
+        if !valid_thing_name(thing) {
+            return Err(JobsError::Invalid(format!(
+                "thing name {thing:?}: {}",
+                super::THING_NAME_RULE
+            )));
+        }
+        let body = super::DeviceBody {
+            status_details: status_details.clone(),
+            ..Default::default()
+        };
+        body.validate().map_err(JobsError::Invalid)?;
+        let job = self.existing(job_id)?;
+        self.change(thing, now_ms, out, |record| {
+            let execution = record
+                .latest(job_id)
+                .ok_or_else(|| JobsError::NotFound(format!("{job_id} on {thing}")))?;
+            if let Some(expected) = *expected_version
+                && expected != execution.version_number
+            {
+                return Err(JobsError::VersionConflict(format!(
+                    "expected version {expected} but found version {}",
+                    execution.version_number
+                )));
+            }
+            match execution.status {
+                Status::Queued => {}
+                Status::InProgress if force => {}
+                Status::InProgress => {
+                    return Err(JobsError::InProgress(format!("{job_id} on {thing}")));
+                }
+                other => {
+                    return Err(JobsError::InvalidState(format!(
+                        "the execution of {job_id} on {thing} is {} already",
+                        other.as_str()
+                    )));
+                }
+            }
+            if let (Some(details), Some(execution)) = (status_details, record.latest_mut(job_id)) {
+                execution.status_details = details.clone();
+            }
+            finish(record, &job, thing, Status::Canceled, now_ms);
+            Ok(())
+        })
+    }
+
+    /// Changes a job's description and its timeout, retry, rollout and abort configurations
+    /// (AWS's `UpdateJob`; absent fields stay). A new timeout applies to executions started
+    /// afterwards; a new rate from now on.
+    pub fn update_job(&mut self, update: JobUpdate, now_ms: u64) -> Result<(), JobsError> {
+        loop {
+            let job = self.existing(&update.job_id)?;
+            if !matches!(job.status, JobStatus::InProgress | JobStatus::Scheduled) {
+                return Err(JobsError::InvalidState(format!(
+                    "job {} is {:?}: only a scheduled or in-progress job can be updated",
+                    job.id, job.status
+                )));
+            }
+            let mut updated = (*job).clone();
+            let config = &mut updated.config;
+            let changes = update.changes.clone();
+            config.description = changes.description.or(config.description.take());
+            config.timeout_config = changes.timeout_config.or(config.timeout_config.take());
+            config.job_executions_retry_config = changes
+                .job_executions_retry_config
+                .or(config.job_executions_retry_config.take());
+            if let Some(rollout) = changes.job_executions_rollout_config {
+                config.job_executions_rollout_config = Some(rollout);
+                // The rate starts again from the new settings (from here, not in a burst).
+                updated.pace.rate = None;
+            }
+            let config = &mut updated.config;
+            config.abort_config = changes.abort_config.or(config.abort_config.take());
+            config.validate().map_err(JobsError::Invalid)?;
+            updated.last_updated_at = now_ms;
+            if self.store.put_job(updated)? {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Deletes a job and its executions (AWS's `DeleteJob`): a COMPLETED or CANCELED job, or
+    /// any with `force`. It is DELETION_IN_PROGRESS while its things' executions are removed
+    /// (each thing is notified as when an execution is deleted).
+    pub fn delete_job(
+        &mut self,
+        job_id: &str,
+        force: bool,
+        now_ms: u64,
+        out: &mut Vec<Publish>,
+    ) -> Result<(), JobsError> {
+        let job = loop {
+            let job = self.existing(job_id)?;
+            let job = self.current(job, now_ms)?;
+            match job.status {
+                JobStatus::InProgress | JobStatus::Scheduled if !force => {
+                    return Err(JobsError::InvalidState(format!(
+                        "job {job_id} is {:?}: cancel it first, or delete it with force",
+                        job.status
+                    )));
+                }
+                JobStatus::DeletionInProgress => break job,
+                _ => {}
+            }
+            let mut deleting = (*job).clone();
+            deleting.status = JobStatus::DeletionInProgress;
+            deleting.last_updated_at = now_ms;
+            if self.store.put_job(deleting)? {
+                break job;
+            }
+        };
+        self.store.stop_rollout(job_id)?;
+        let mut from = 0;
+        loop {
+            let things = self.store.job_things(&job.id, from, THINGS_PAGE)?;
+            for thing in &things {
+                self.change(thing, now_ms, out, |record| {
+                    record.executions.remove(job_id);
+                    Ok::<_, super::StoreError>(())
+                })?;
+            }
+            if (things.len() as u64) < THINGS_PAGE {
+                break;
+            }
+            from += THINGS_PAGE;
+        }
+        self.store.delete_job(job_id)?;
+        Ok(())
+    }
+
+    /// A job that exists.
+    fn existing(&self, job_id: &str) -> Result<Arc<Job>, JobsError> {
+        self.store
+            .job(job_id)?
+            .ok_or_else(|| JobsError::NotFound(job_id.to_owned()))
+    }
+
+    /// The latest execution of `job_id` on `thing`.
+    pub fn execution(&self, thing: &str, job_id: &str) -> Stored<Option<Execution>> {
+        Ok(self.store.thing(thing)?.latest(job_id).cloned())
+    }
+}
