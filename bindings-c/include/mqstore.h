@@ -1420,9 +1420,10 @@ int mqstore_job_describe(const struct mqstore_client *client, const char *job_id
  * and `nextToken`, a `createJob` with `jobExecutionsRolloutConfig` and `abortConfig`, ...;
  * docs/protocol/jobs.md). The answer goes to `*json` as JSON (for describe calls and
  * unpaged lists, the record or the list alone; free it with `mqstore_string_free`); `json`
- * may be NULL when the answer is not wanted. A request that fits no call is
- * MQSTORE_ERR_INVALID_ARGUMENT and nothing is sent; a refusal is the service's code (see
- * `mqstore_last_error`).
+ * may be NULL when the answer is not wanted. A request that is not a JSON object naming a
+ * call in "op" is MQSTORE_ERR_INVALID_ARGUMENT and nothing is sent; the service checks the
+ * fields, and a refusal (a field out of range: `InvalidRequest`; `ResourceNotFound`, ...)
+ * is MQSTORE_ERR_JOBS with AWS's code in `mqstore_last_error`.
  */
 int mqstore_jobs_operate(const struct mqstore_client *client,
                          const char *request_json,

@@ -10,7 +10,7 @@ use ::mqstore_core::client::jobs::{DeviceRequest, JobsClient};
 use ::mqstore_core::client::{CallId, CallOptions, ClientConfig};
 use ::mqstore_core::codec::{Bulk, Request, SetRequest};
 use ::mqstore_core::envelope::{Properties, Publish};
-use ::mqstore_core::jobs::{DeviceBody, OperatorRequest};
+use ::mqstore_core::jobs::{DeviceBody, check_operator_call};
 use ::mqstore_core::session::Session;
 use bytes::Bytes;
 
@@ -528,9 +528,10 @@ pub unsafe extern "C" fn mqstore_core_jobs_operate(
         // SAFETY: the caller's pointers, checked by the helpers.
         let core = unsafe { handle_mut(core, "core") }?;
         let json = unsafe { str_arg(request_json, "request_json") }?;
-        let request: OperatorRequest = serde_json::from_str(json)
-            .map_err(|e| Error::invalid(format!("request_json fits no operator call: {e}")))?;
-        started(core.session.jobs_operate(&request, None, now_ms), call);
+        let request: serde_json::Value = serde_json::from_str(json)
+            .map_err(|e| Error::invalid(format!("request_json is not JSON: {e}")))?;
+        check_operator_call(&request).map_err(Error::invalid)?;
+        started(core.session.jobs_operate_json(&request, None, now_ms), call);
         Ok(())
     })
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use mqstore_core::client::jobs::Update;
-use mqstore_core::jobs::{JobSpec, OperatorRequest, Status};
+use mqstore_core::jobs::{JobSpec, Status, check_operator_call};
 use mqstore_net::jobs::{Jobs, StartNext};
 
 use crate::client::mqstore_client;
@@ -123,9 +123,10 @@ pub unsafe extern "C" fn mqstore_job_describe(
 /// and `nextToken`, a `createJob` with `jobExecutionsRolloutConfig` and `abortConfig`, ...;
 /// docs/protocol/jobs.md). The answer goes to `*json` as JSON (for describe calls and
 /// unpaged lists, the record or the list alone; free it with `mqstore_string_free`); `json`
-/// may be NULL when the answer is not wanted. A request that fits no call is
-/// MQSTORE_ERR_INVALID_ARGUMENT and nothing is sent; a refusal is the service's code (see
-/// `mqstore_last_error`).
+/// may be NULL when the answer is not wanted. A request that is not a JSON object naming a
+/// call in "op" is MQSTORE_ERR_INVALID_ARGUMENT and nothing is sent; the service checks the
+/// fields, and a refusal (a field out of range: `InvalidRequest`; `ResourceNotFound`, ...)
+/// is MQSTORE_ERR_JOBS with AWS's code in `mqstore_last_error`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mqstore_jobs_operate(
     client: *const mqstore_client,
@@ -144,9 +145,10 @@ pub unsafe extern "C" fn mqstore_jobs_operate(
         // SAFETY: the caller's pointers, checked by the helpers.
         let client = unsafe { handle(client, "client") }?;
         let request = unsafe { str_arg(request_json, "request_json") }?;
-        let request: OperatorRequest = serde_json::from_str(request)
-            .map_err(|e| Error::invalid(format!("request_json fits no jobs operator call: {e}")))?;
-        let answer = client.wait(None, client.client().operate(request))?;
+        let request: serde_json::Value = serde_json::from_str(request)
+            .map_err(|e| Error::invalid(format!("request_json is not JSON: {e}")))?;
+        check_operator_call(&request).map_err(Error::invalid)?;
+        let answer = client.wait(None, client.client().operate_json(request))?;
         match out {
             Some(out) => json_out(out, &answer),
             None => Ok(()),

@@ -11,7 +11,7 @@ use mqstore_core::client::jobs::DeviceRequest;
 use mqstore_core::client::{CallId, CallOptions, ClientConfig, Deleted};
 use mqstore_core::commands::{CommandRequest, DEFAULT_TIMEOUT_MS, Mode};
 use mqstore_core::envelope::{Properties, Publish};
-use mqstore_core::jobs::{DeviceBody, OperatorRequest};
+use mqstore_core::jobs::{DeviceBody, check_operator_call};
 use mqstore_core::session::{Completion, Session, SessionEvent};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -343,9 +343,12 @@ impl ClientCore {
         request: &Bound<'_, PyAny>,
         now_ms: Option<u64>,
     ) -> PyResult<u64> {
-        let request: OperatorRequest = serde_json::from_value(json_of(py, request, "request")?)
-            .map_err(|e| PyValueError::new_err(format!("not a jobs operator request: {e}")))?;
-        Ok(self.session.jobs_operate(&request, None, now(now_ms)).0)
+        let request = json_of(py, request, "request")?;
+        check_operator_call(&request).map_err(PyValueError::new_err)?;
+        Ok(self
+            .session
+            .jobs_operate_json(&request, None, now(now_ms))
+            .0)
     }
 
     /// A jobs device call as `thing` (see `act_as`), as the AWS IoT Jobs MQTT API writes it:

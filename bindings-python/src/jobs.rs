@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use mqstore_core::client::ClientError;
 use mqstore_core::client::jobs::Update;
-use mqstore_core::jobs::{OperatorRequest, Status};
+use mqstore_core::jobs::{Status, check_operator_call};
 use mqstore_net::jobs::{ExecutionFilter, Jobs as CoreJobs, StartNext};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -36,11 +36,11 @@ impl Client {
     /// fields); the answer as Python values.
     fn jobs_operate(&self, py: Python<'_>, request: &str, aio: bool) -> PyResult<Py<PyAny>> {
         let client_ = self.live()?;
-        let request: OperatorRequest = serde_json::from_str(request).map_err(|e| {
-            PyValueError::new_err(format!("the request fits no jobs operator call: {e}"))
-        })?;
+        let request: serde_json::Value = serde_json::from_str(request)
+            .map_err(|e| PyValueError::new_err(format!("the request is not JSON: {e}")))?;
+        check_operator_call(&request).map_err(PyValueError::new_err)?;
         run(py, aio, async move {
-            Json::of(&client(client_.operate(request).await)?)
+            Json::of(&client(client_.operate_json(request).await)?)
         })
     }
 

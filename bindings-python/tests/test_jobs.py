@@ -104,7 +104,9 @@ def test_a_rollout_its_abort_and_the_job_s_lifecycle(client: mqstore.Client, key
         "thresholdPercentage": 50,
         "minNumberOfExecutedThings": 2,
     }
-    client.create_job(job, things, {"v": 1}, max_per_minute=500, abort=[abort], description="canary")
+    client.create_job(
+        job, things, {"v": 1}, max_per_minute=500, abort=[abort], description="canary"
+    )
     described = client.describe_job(job)
     assert described["description"] == "canary"
     assert described["jobExecutionsRolloutConfig"] == {"maximumPerMinute": 500}
@@ -153,8 +155,11 @@ def test_bad_rollout_settings_change_nothing(client: mqstore.Client) -> None:
     with pytest.raises(errors.JobsError) as bad:
         client.create_job("py-bad-rate", ["t"], {}, max_per_minute=5000)
     assert bad.value.jobs_code == "InvalidRequest" and "maximumPerMinute" in str(bad.value)
-    with pytest.raises(ValueError, match="fits no jobs operator call"):
+    with pytest.raises(errors.JobsError) as unknown:
         client.create_job("py-bad-abort", ["t"], {}, abort=[{"failureType": "SOMETIMES"}])
+    assert unknown.value.jobs_code == "InvalidRequest" and "SOMETIMES" in str(unknown.value)
+    with pytest.raises(ValueError, match="fits no operator call"):
+        client.jobs_operate({"op": "dropTables"})
     with pytest.raises(ValueError, match="not both"):
         client.create_job("j", ["t"], {}, max_per_minute=1, rollout={"maximumPerMinute": 1})
     with pytest.raises(ValueError, match='needs "op"'):

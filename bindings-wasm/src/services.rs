@@ -8,7 +8,9 @@ use js_sys::{Array, Object};
 use mqstore_core::client::commands::CommandReply;
 use mqstore_core::client::jobs::{DeviceRequest, Update};
 use mqstore_core::commands::{CommandRequest, Mode, Record};
-use mqstore_core::jobs::{ExecutionRef, JobSpec, OperatorRequest, PageRequest, Status};
+use mqstore_core::jobs::{
+    ExecutionRef, JobSpec, OperatorRequest, PageRequest, Status, check_operator_call,
+};
 use serde_json::Value;
 use wasm_bindgen::prelude::*;
 
@@ -73,11 +75,15 @@ fn details(args: &JsValue) -> Result<BTreeMap<String, String>, JsValue> {
     }
 }
 
-/// An operator call: `op` is the Rust client's method name in camelCase, `args` its
-/// arguments as an object.
-pub(crate) fn operator_request(op: &str, args: &JsValue) -> Result<OperatorRequest, JsValue> {
+/// An operator call as the wire's JSON: `op` is the Rust client's method name in camelCase,
+/// `args` its arguments as an object. The calls the client has always had are checked here;
+/// AWS's other fields and calls (`updateJob`, `deleteJob`, `cancelJobExecution`, a rollout's
+/// and an abort's settings) go as they are, and the service checks them (this keeps the
+/// typed requests' parsers out of the `.wasm`).
+pub(crate) fn operator_request(op: &str, args: &JsValue) -> Result<Value, JsValue> {
     let force = flag(args, "force");
-    Ok(match op {
+    let typed = |request: OperatorRequest| serde_json::to_value(request).unwrap_or_default();
+    let mut request = match op {
         "createJob" => {
             let document = json_of(&get(args, "document"), "document")?;
             if !document.is_object() {
@@ -86,7 +92,7 @@ pub(crate) fn operator_request(op: &str, args: &JsValue) -> Result<OperatorReque
             let targets = json_of(&get(args, "targets"), "targets")?;
             let targets: Vec<String> = serde_json::from_value(targets)
                 .map_err(|_| invalid("targets must be an array of thing names"))?;
-            let mut spec = JobSpec::new(text(args, "jobId")?, targets, document)
+            let spec = JobSpec::new(text(args, "jobId")?, targets, document)
                 .in_progress_timeout(
                     optional_u64(
                         &get(args, "inProgressTimeoutMinutes"),
@@ -99,59 +105,63 @@ pub(crate) fn operator_request(op: &str, args: &JsValue) -> Result<OperatorReque
                         .unwrap_or(0)
                         .min(u64::from(u32::MAX)) as u32,
                 );
-            // AWS's settings, as they are.
-            let config = &mut spec.config;
-            config.description = optional_text(args, "description")?;
-            config.job_executions_rollout_config = aws_field(args, "jobExecutionsRolloutConfig")?;
-            config.abort_config = aws_field(args, "abortConfig")?;
-            if let Some(retry) = aws_field(args, "jobExecutionsRetryConfig")? {
-                config.job_executions_retry_config = Some(retry);
+            let mut request = typed(OperatorRequest::CreateJob(Box::new(spec)));
+            for name in [
+                "description",
+                "jobExecutionsRolloutConfig",
+                "abortConfig",
+                "jobExecutionsRetryConfig",
+            ] {
+                let value = json_of(&get(args, name), name)?;
+                if !value.is_null() {
+                    request[name] = value;
+                }
             }
-            OperatorRequest::CreateJob(Box::new(spec))
+            request
         }
-        "cancelJob" => OperatorRequest::CancelJob {
+        "cancelJob" => typed(OperatorRequest::CancelJob {
             job_id: text(args, "jobId")?,
             force,
             reason_code: optional_text(args, "reasonCode")?,
             comment: optional_text(args, "comment")?,
-        },
-        "deleteJobExecution" => OperatorRequest::DeleteExecution {
+        }),
+        "deleteJobExecution" => typed(OperatorRequest::DeleteExecution {
             job_id: text(args, "jobId")?,
             thing: text(args, "thing")?,
             force,
-        },
-        "describeJob" => OperatorRequest::DescribeJob {
+        }),
+        "describeJob" => typed(OperatorRequest::DescribeJob {
             job_id: text(args, "jobId")?,
-        },
-        "describeJobExecution" => OperatorRequest::DescribeExecution {
+        }),
+        "describeJobExecution" => typed(OperatorRequest::DescribeExecution {
             job_id: text(args, "jobId")?,
             thing: text(args, "thing")?,
-        },
-        "listJobs" => OperatorRequest::ListJobs {
-            status: match optional_text(args, "status")? {
-                Some(status) => Some(aws_json(Value::String(status), "status")?),
-                None => None,
-            },
-            page: page(args)?,
-        },
-        "listJobExecutions" => OperatorRequest::ListExecutions {
+        }),
+        "listJobs" => {
+            let mut request = typed(OperatorRequest::ListJobs {
+                status: None,
+                page: page(args)?,
+            });
+            if let Some(status) = optional_text(args, "status")? {
+                request["status"] = Value::String(status);
+            }
+            request
+        }
+        "listJobExecutions" => typed(OperatorRequest::ListExecutions {
             thing: optional_text(args, "thing")?,
             job_id: optional_text(args, "jobId")?,
             status: status(args)?,
             page: page(args)?,
+        }),
+        _ => match json_of(args, "args")? {
+            Value::Null => Value::Object(Default::default()),
+            value @ Value::Object(_) => value,
+            _ => return Err(invalid("args must be an object")),
         },
-        // The others (updateJob, deleteJob, cancelJobExecution, ...) take AWS's request
-        // fields as they are.
-        _ => {
-            let mut request = match json_of(args, "args")? {
-                Value::Null => Value::Object(Default::default()),
-                value @ Value::Object(_) => value,
-                _ => return Err(invalid("args must be an object")),
-            };
-            request["op"] = Value::String(op.to_owned());
-            aws_json(request, op)?
-        }
-    })
+    };
+    request["op"] = Value::String(op.to_owned());
+    check_operator_call(&request).map_err(invalid)?;
+    Ok(request)
 }
 
 /// `maxResults` and `nextToken`.
@@ -161,22 +171,6 @@ fn page(args: &JsValue) -> Result<PageRequest, JsValue> {
             .map(|n| n.min(u64::from(u32::MAX)) as u32),
         next_token: optional_text(args, "nextToken")?,
     })
-}
-
-/// An optional field of `args` in AWS's shape.
-fn aws_field<T: serde::de::DeserializeOwned>(
-    args: &JsValue,
-    name: &str,
-) -> Result<Option<T>, JsValue> {
-    match json_of(&get(args, name), name)? {
-        Value::Null => Ok(None),
-        value => aws_json(value, name).map(Some),
-    }
-}
-
-/// A value in AWS's shape, or an error that says what does not fit.
-fn aws_json<T: serde::de::DeserializeOwned>(value: Value, what: &str) -> Result<T, JsValue> {
-    serde_json::from_value(value).map_err(|e| invalid(format!("{what}: {e}")))
 }
 
 /// A device API call as one thing: `api` is `getPending`, `startNext`, `describe` or `update`.

@@ -148,14 +148,19 @@ impl ClientCore {
         self.session.unwatch_commands().map(str::to_owned)
     }
 
-    /// Starts a jobs operator call: `op` (`createJob`, `cancelJob`, `deleteJobExecution`,
-    /// `describeJob`, `describeJobExecution`, `listJobs`, `listJobExecutions`) with its
-    /// arguments as an object. Completes with what the call asks for as `result`: the job,
+    /// Starts a jobs operator call: `op` (`createJob`, `updateJob`, `cancelJob`, `deleteJob`,
+    /// `cancelJobExecution`, `deleteJobExecution`, `describeJob`, `describeJobExecution`,
+    /// `listJobs`, `listJobExecutions`; docs/protocol/jobs.md §5) with its arguments as an
+    /// object. Completes with what the call asks for as `result`: the job,
     /// execution or list of a describe or list call, the answer's JSON otherwise.
     #[wasm_bindgen(js_name = jobsOperate)]
     pub fn jobs_operate(&mut self, op: &str, args: JsValue, now_ms: f64) -> Result<f64, JsValue> {
         let request = services::operator_request(op, &args)?;
-        Ok(id(self.session.jobs_operate(&request, None, now_ms as u64)))
+        Ok(id(self.session.jobs_operate_json(
+            &request,
+            None,
+            now_ms as u64,
+        )))
     }
 
     /// Starts a jobs device API call as `thing` (see `actAs`): `api` is `getPending`,

@@ -67,7 +67,7 @@ test("a rollout's settings, an abort, one execution canceled, pages and the job'
   );
   await assert.rejects(
     client.jobsOperate("updateJob", { jobId: "js-roll", abortConfig: { criteriaList: [{ failureType: "SOMETIMES" }] } }),
-    (e) => e instanceof InvalidArgumentError,
+    (e) => e instanceof JobsError && e.jobsCode === "InvalidRequest" && /SOMETIMES/.test(e.message),
   );
   await client.deleteJob("js-roll");
   await assert.rejects(client.describeJob("js-roll"), (e) => e instanceof JobsError && e.jobsCode === "ResourceNotFound");

@@ -64,6 +64,14 @@ impl Client {
     /// answer's JSON (for list calls without a page and describe calls, the list or record
     /// alone).
     pub async fn operate(&self, request: OperatorRequest) -> Result<Value, ClientError> {
+        // Our own type: it always serializes.
+        let request = serde_json::to_value(request).unwrap_or_default();
+        self.operate_json(request).await
+    }
+
+    /// Any operator call given as its JSON (`{"op": ..., ...}`), sent as it is: the service
+    /// checks it (`ClientError::Jobs` with `InvalidRequest` naming what does not fit).
+    pub async fn operate_json(&self, request: Value) -> Result<Value, ClientError> {
         self.jobs_call(JobsCall::Operator(request)).await
     }
 

@@ -162,8 +162,16 @@ class AsyncClient:
         AWS's ``jobExecutionsRetryConfig.criteriaList`` (instead of ``max_retries``).
         Refusals raise :class:`~mqstore.errors.JobsError`."""
         request = _args.create_job(
-            job_id, targets, document, in_progress_timeout_minutes, max_retries,
-            description, max_per_minute, rollout, abort, retry,
+            job_id,
+            targets,
+            document,
+            in_progress_timeout_minutes,
+            max_retries,
+            description,
+            max_per_minute,
+            rollout,
+            abort,
+            retry,
         )
         await self._native.jobs_operate(request, True)
 
@@ -181,8 +189,14 @@ class AsyncClient:
         """Changes a job's description, timeout, rate, abort or retry criteria (as in
         :meth:`create_job`; what is not given stays)."""
         request = _args.job_settings(
-            "updateJob", job_id, description, in_progress_timeout_minutes, max_per_minute,
-            rollout, abort, retry,
+            "updateJob",
+            job_id,
+            description,
+            in_progress_timeout_minutes,
+            max_per_minute,
+            rollout,
+            abort,
+            retry,
         )
         await self._native.jobs_operate(_args.operator_request(request), True)
 
@@ -264,7 +278,10 @@ class AsyncClient:
         """A page of jobs in id order (``{"jobs": [...], "nextToken": ...}``; pass the
         token for the next page), narrowed by job status."""
         request = _args.drop_none(op="listJobs", status=_args.optional_text(status, "status"))
-        return await self._native.jobs_operate(_args.page(request, max_results, next_token), True)
+        page: Record = await self._native.jobs_operate(
+            _args.page(request, max_results, next_token), True
+        )
+        return page
 
     async def list_job_executions_page(
         self,
@@ -282,7 +299,10 @@ class AsyncClient:
             jobId=_args.optional_text(job_id, "job_id"),
             status=_args.optional_text(status, "status"),
         )
-        return await self._native.jobs_operate(_args.page(request, max_results, next_token), True)
+        page: Record = await self._native.jobs_operate(
+            _args.page(request, max_results, next_token), True
+        )
+        return page
 
     async def jobs_operate(self, request: Mapping[str, Any]) -> Any:
         """Any operator call as AWS's JSON (``{"op": "updateJob", "jobId": ..., ...}``; see

@@ -286,6 +286,8 @@ def create_job(
     assert retries is not None
     if not isinstance(document, Mapping):
         raise TypeError(f"the job document must be a dict, not {type(document).__name__}")
+    if retry is None and retries:
+        retry = [{"failureType": "ALL", "numberOfRetries": retries}]
     request = job_settings(
         "createJob",
         job_id,
@@ -294,7 +296,7 @@ def create_job(
         max_per_minute,
         rollout,
         abort,
-        retry if retry is not None else ([{"failureType": "ALL", "numberOfRetries": retries}] if retries else None),
+        retry,
     )
     request["targets"] = texts(targets, "targets")
     request["document"] = dict(document)

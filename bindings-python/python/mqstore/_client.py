@@ -160,8 +160,16 @@ class Client:
         AWS's ``jobExecutionsRetryConfig.criteriaList`` (instead of ``max_retries``).
         Refusals raise :class:`~mqstore.errors.JobsError`."""
         request = _args.create_job(
-            job_id, targets, document, in_progress_timeout_minutes, max_retries,
-            description, max_per_minute, rollout, abort, retry,
+            job_id,
+            targets,
+            document,
+            in_progress_timeout_minutes,
+            max_retries,
+            description,
+            max_per_minute,
+            rollout,
+            abort,
+            retry,
         )
         self._native.jobs_operate(request, False)
 
@@ -179,8 +187,14 @@ class Client:
         """Changes a job's description, timeout, rate, abort or retry criteria (as in
         :meth:`create_job`; what is not given stays)."""
         request = _args.job_settings(
-            "updateJob", job_id, description, in_progress_timeout_minutes, max_per_minute,
-            rollout, abort, retry,
+            "updateJob",
+            job_id,
+            description,
+            in_progress_timeout_minutes,
+            max_per_minute,
+            rollout,
+            abort,
+            retry,
         )
         self._native.jobs_operate(_args.operator_request(request), False)
 
@@ -262,7 +276,10 @@ class Client:
         """A page of jobs in id order (``{"jobs": [...], "nextToken": ...}``; pass the
         token for the next page), narrowed by job status."""
         request = _args.drop_none(op="listJobs", status=_args.optional_text(status, "status"))
-        return self._native.jobs_operate(_args.page(request, max_results, next_token), False)
+        page: Record = self._native.jobs_operate(
+            _args.page(request, max_results, next_token), False
+        )
+        return page
 
     def list_job_executions_page(
         self,
@@ -280,7 +297,10 @@ class Client:
             jobId=_args.optional_text(job_id, "job_id"),
             status=_args.optional_text(status, "status"),
         )
-        return self._native.jobs_operate(_args.page(request, max_results, next_token), False)
+        page: Record = self._native.jobs_operate(
+            _args.page(request, max_results, next_token), False
+        )
+        return page
 
     def jobs_operate(self, request: Mapping[str, Any]) -> Any:
         """Any operator call as AWS's JSON (``{"op": "updateJob", "jobId": ..., ...}``; see

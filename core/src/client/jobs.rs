@@ -20,8 +20,7 @@ use crate::envelope::{PROTOCOL_VERSION, Properties, Publish, property};
 #[cfg(doc)]
 use crate::jobs::wire::OperatorAnswer;
 use crate::jobs::wire::{
-    DeviceBody, JobExecution, JobSummary, Notify, NotifyNext, OperatorRequest, PageRequest,
-    Rejected,
+    DeviceBody, JobExecution, JobSummary, Notify, NotifyNext, OperatorRequest, Rejected,
 };
 use crate::jobs::{ExecutionRef, OPERATOR_TOPIC, Status};
 
@@ -171,33 +170,17 @@ impl DeviceRequest {
     }
 }
 
-/// What the client wants of each operator call's answer.
-trait ResultField {
-    fn result_field(&self) -> Option<&'static str>;
-}
-
-impl ResultField for OperatorRequest {
-    /// The field of the answer a caller wants (see [`JobsEvent::Completed`]): the record a
-    /// describe or list call asks for; `None` for the calls that only acknowledge.
-    fn result_field(&self) -> Option<&'static str> {
-        match self {
-            Self::DescribeJob { .. } => Some("job"),
-            Self::DescribeExecution { .. } => Some("execution"),
-            // A page asked for: the whole answer (the entries and `nextToken`).
-            Self::ListJobs { page, .. } | Self::ListExecutions { page, .. }
-                if *page != PageRequest::default() =>
-            {
-                None
-            }
-            Self::ListJobs { .. } => Some("jobs"),
-            Self::ListExecutions { .. } => Some("executions"),
-            Self::CreateJob(_)
-            | Self::UpdateJob(_)
-            | Self::CancelJob { .. }
-            | Self::DeleteJob { .. }
-            | Self::CancelJobExecution { .. }
-            | Self::DeleteExecution { .. } => None,
-        }
+/// The field of an operator call's answer a caller wants (see [`JobsEvent::Completed`]): the
+/// record a describe call or a list without a page asks for; `None` (the whole answer) for a
+/// page (its entries and `nextToken`) and for the calls that only acknowledge.
+fn result_field(request: &Value) -> Option<&'static str> {
+    let paged = request.get("maxResults").is_some() || request.get("nextToken").is_some();
+    match request.get("op").and_then(Value::as_str)? {
+        "describeJob" => Some("job"),
+        "describeJobExecution" => Some("execution"),
+        "listJobs" if !paged => Some("jobs"),
+        "listJobExecutions" if !paged => Some("executions"),
+        _ => None,
     }
 }
 
@@ -290,12 +273,25 @@ impl JobsClient {
         timeout_ms: Option<u64>,
         now_ms: u64,
     ) -> (CallId, Publish) {
+        // Our own type: it always serializes.
+        let request = serde_json::to_value(request).unwrap_or_default();
+        self.operate_json(&request, timeout_ms, now_ms)
+    }
+
+    /// Starts an operator call given as its JSON (`{"op": ..., ...}` with AWS's fields), sent
+    /// as it is: the service checks it (a request that fits no call is answered
+    /// `InvalidRequest`). For bindings that take the wire's JSON and need no typed request.
+    pub fn operate_json(
+        &mut self,
+        request: &Value,
+        timeout_ms: Option<u64>,
+        now_ms: u64,
+    ) -> (CallId, Publish) {
         let (call, token, timeout_ms) = self.begin(timeout_ms, now_ms);
         let pair = |n: &str, v: &str| (n.to_owned(), v.to_owned());
         let publish = Publish {
             topic: OPERATOR_TOPIC.to_owned(),
-            // Our own type: it always serializes.
-            payload: Bytes::from(serde_json::to_vec(request).unwrap_or_default()),
+            payload: Bytes::from(request.to_string().into_bytes()),
             qos: 1,
             properties: Properties {
                 payload_format_indicator: Some(1),
@@ -309,7 +305,7 @@ impl JobsClient {
                 ],
             },
         };
-        self.wait(token, call, request.result_field(), timeout_ms, now_ms);
+        self.wait(token, call, result_field(request), timeout_ms, now_ms);
         (call, publish)
     }
 

@@ -41,9 +41,9 @@ pub use topics::OPERATOR as OPERATOR_TOPIC;
 pub use wire::{
     AbortAction, AbortConfig, AbortCriteria, DeviceBody, ExecutionCancel, ExecutionListing,
     ExecutionState, ExponentialRate, FailureType, JobConfig, JobDescription, JobExecution,
-    JobListing, JobProcessDetails, JobStatus, JobSummary, JobUpdate, OperatorRequest, PageRequest,
-    PendingJobs, RateIncreaseCriteria, RetryConfig, RetryCriteria, RolloutConfig, RolloutProgress,
-    TimeoutConfig, UpdateAccepted,
+    JobListing, JobProcessDetails, JobStatus, JobSummary, JobUpdate, OPERATOR_CALLS,
+    OperatorRequest, PageRequest, PendingJobs, RateIncreaseCriteria, RetryConfig, RetryCriteria,
+    RolloutConfig, RolloutProgress, TimeoutConfig, UpdateAccepted, check_operator_call,
 };
 use wire::{Accepted, ExecutionAccepted, Notify, NotifyJobs, NotifyNext, Rejected, Reply};
 

@@ -328,6 +328,37 @@ pub struct PageRequest {
     pub next_token: Option<String>,
 }
 
+/// The names of the operator calls (`op`), as [`OperatorRequest`] reads them.
+pub const OPERATOR_CALLS: [&str; 10] = [
+    "createJob",
+    "updateJob",
+    "cancelJob",
+    "deleteJob",
+    "cancelJobExecution",
+    "deleteJobExecution",
+    "describeJob",
+    "describeJobExecution",
+    "listJobs",
+    "listJobExecutions",
+];
+
+/// Whether `request` can be an operator call: a JSON object whose `op` names one. Bindings
+/// that pass the wire's JSON through check this much and leave the fields to the service
+/// (which answers `InvalidRequest` naming what does not fit), so that the typed request's
+/// parser stays out of small builds.
+pub fn check_operator_call(request: &Value) -> Result<(), String> {
+    let op = request
+        .get("op")
+        .ok_or("a jobs operator request is a JSON object with \"op\"")?;
+    match op.as_str() {
+        Some(op) if OPERATOR_CALLS.contains(&op) => Ok(()),
+        _ => Err(format!(
+            "{op} fits no operator call: one of {}",
+            OPERATOR_CALLS.join(", ")
+        )),
+    }
+}
+
 impl OperatorRequest {
     /// `listJobs` of every job.
     pub fn list_jobs() -> Self {
@@ -747,6 +778,24 @@ mod tests {
             "force defaults to false"
         );
         assert!(serde_json::from_value::<OperatorRequest>(json!({ "op": "dropTables" })).is_err());
+    }
+
+    #[test]
+    fn the_operator_calls_named_are_those_the_request_reads() {
+        for op in OPERATOR_CALLS {
+            let error = serde_json::from_value::<OperatorRequest>(json!({ "op": op }))
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert!(!error.contains("unknown variant"), "{op}: {error}");
+            assert!(check_operator_call(&json!({ "op": op, "jobId": "j" })).is_ok());
+        }
+        let unknown = serde_json::from_value::<OperatorRequest>(json!({ "op": "dropTables" }));
+        assert!(unknown.unwrap_err().to_string().contains("unknown variant"));
+        let refused = check_operator_call(&json!({ "op": "dropTables" })).unwrap_err();
+        assert!(refused.contains("fits no operator call"), "{refused}");
+        assert!(check_operator_call(&json!([1])).is_err());
+        assert!(check_operator_call(&json!({ "op": 7 })).is_err());
     }
 
     #[test]

@@ -346,6 +346,18 @@ impl Session {
         self.sent(Service::Jobs, call, "jobs", [publish])
     }
 
+    /// Starts a jobs operator call given as its JSON (`{"op": ..., ...}`), sent as it is (see
+    /// [`JobsClient::operate_json`]).
+    pub fn jobs_operate_json(
+        &mut self,
+        request: &serde_json::Value,
+        timeout_ms: Option<u64>,
+        now_ms: u64,
+    ) -> CallId {
+        let (call, publish) = self.jobs.operate_json(request, timeout_ms, now_ms);
+        self.sent(Service::Jobs, call, "jobs", [publish])
+    }
+
     /// Starts a jobs device call as `thing`, which it must act as ([`Session::act_as`]):
     /// without the thing's subscriptions the reply would never arrive.
     pub fn jobs_device(

@@ -26,7 +26,6 @@ use mqstore_core::codec::{Bulk, Condition, Request, SetRequest};
 use mqstore_core::commands::CommandRequest;
 use mqstore_core::commands::Record as CommandRecord;
 use mqstore_core::hlc::Hlc;
-use mqstore_core::jobs::OperatorRequest;
 use mqstore_core::session::{Completion, Session};
 use mqstore_core::topics;
 
@@ -146,14 +145,15 @@ pub(super) enum Command {
 
 /// A jobs call for the client's task.
 pub(crate) enum JobsCall {
-    Operator(OperatorRequest),
+    /// An operator call's JSON.
+    Operator(serde_json::Value),
     Device(String, DeviceRequest),
 }
 
 impl JobsCall {
     fn start(self, session: &mut Session, now_ms: u64) -> Result<CallId, ClientError> {
         match self {
-            JobsCall::Operator(request) => Ok(session.jobs_operate(&request, None, now_ms)),
+            JobsCall::Operator(request) => Ok(session.jobs_operate_json(&request, None, now_ms)),
             JobsCall::Device(thing, request) => session.jobs_device(&thing, &request, None, now_ms),
         }
     }
