@@ -8,7 +8,7 @@ use super::model::{Execution, Job, JobsError, Status, valid_thing_name};
 use super::rollout::{self, Allowance};
 use super::store::{JobsStore, Stored};
 use super::wire::{ExecutionCancel, JobStatus, JobUpdate};
-use super::{Jobs, finish, queue};
+use super::{Jobs, events, finish, queue};
 use crate::envelope::Publish;
 
 /// Things read at a time when a job's things are gone through (cancel, delete).
@@ -152,7 +152,8 @@ impl<S: JobsStore> Jobs<S> {
     }
 
     /// Looks at a job after one of its executions ended: cancels it when its abort
-    /// configuration says so (once, whichever node gets there first). Whether it did.
+    /// configuration says so (once, whichever node gets there first), or notes it COMPLETED
+    /// when that was its last. Whether it aborted it.
     pub(crate) fn settle(
         &mut self,
         job_id: &str,
@@ -163,11 +164,12 @@ impl<S: JobsStore> Jobs<S> {
             let Some(job) = self.store.job(job_id)? else {
                 return Ok(false);
             };
-            if job.config.abort_config.is_none() || job.status != JobStatus::InProgress {
+            if job.status != JobStatus::InProgress {
                 return Ok(false);
             }
             let counts = self.store.counts(job_id)?;
             let Some((reason_code, comment)) = rollout::abort(&job, &counts) else {
+                self.current(job, now_ms, out)?;
                 return Ok(false);
             };
             let mut canceled = (*job).clone();
@@ -176,17 +178,37 @@ impl<S: JobsStore> Jobs<S> {
             canceled.comment = Some(comment);
             canceled.last_updated_at = now_ms;
             canceled.completed_at = Some(now_ms);
+            let event = canceled.clone();
             if self.store.put_job(canceled)? {
                 self.store.stop_rollout(job_id)?;
                 self.cancel_executions(&job, false, now_ms, out)?;
+                self.job_event(&event, "canceled", now_ms, out)?;
                 return Ok(true);
             }
         }
     }
 
+    /// Publishes a job's event, with its counts now.
+    fn job_event(
+        &self,
+        job: &Job,
+        operation: &str,
+        now_ms: u64,
+        out: &mut Vec<Publish>,
+    ) -> Stored<()> {
+        let counts = self.store.counts(&job.id)?;
+        out.push(events::job(job, operation, &counts, now_ms));
+        Ok(())
+    }
+
     /// A job with its status brought up to date: an IN_PROGRESS job whose rollout is done
     /// and whose executions all ended is COMPLETED (noted when first seen so).
-    pub(crate) fn current(&mut self, job: Arc<Job>, now_ms: u64) -> Stored<Arc<Job>> {
+    pub(crate) fn current(
+        &mut self,
+        job: Arc<Job>,
+        now_ms: u64,
+        out: &mut Vec<Publish>,
+    ) -> Stored<Arc<Job>> {
         if job.status != JobStatus::InProgress {
             return Ok(job);
         }
@@ -201,7 +223,10 @@ impl<S: JobsStore> Jobs<S> {
         completed.completed_at = Some(now_ms);
         completed.last_updated_at = now_ms;
         let id = job.id.clone();
-        self.store.put_job(completed)?;
+        let event = completed.clone();
+        if self.store.put_job(completed)? {
+            out.push(events::job(&event, "completed", &counts, now_ms));
+        }
         Ok(self.store.job(&id)?.unwrap_or(job))
     }
 
@@ -261,12 +286,16 @@ impl<S: JobsStore> Jobs<S> {
             canceled.comment = comment.clone().or(canceled.comment);
             canceled.last_updated_at = now_ms;
             canceled.completed_at = Some(now_ms);
+            let event = canceled.clone();
             if self.store.put_job(canceled)? {
-                break job;
+                break (job, event);
             }
         };
+        let (job, event) = job;
+        self.job_event(&event, "cancellation_in_progress", now_ms, out)?;
         self.store.stop_rollout(job_id)?;
         self.cancel_executions(&job, force, now_ms, out)?;
+        self.job_event(&event, "canceled", now_ms, out)?;
         Ok(())
     }
 
@@ -411,7 +440,7 @@ impl<S: JobsStore> Jobs<S> {
     ) -> Result<(), JobsError> {
         let job = loop {
             let job = self.existing(job_id)?;
-            let job = self.current(job, now_ms)?;
+            let job = self.current(job, now_ms, out)?;
             match job.status {
                 JobStatus::InProgress | JobStatus::Scheduled if !force => {
                     return Err(JobsError::InvalidState(format!(
@@ -425,7 +454,9 @@ impl<S: JobsStore> Jobs<S> {
             let mut deleting = (*job).clone();
             deleting.status = JobStatus::DeletionInProgress;
             deleting.last_updated_at = now_ms;
+            let event = deleting.clone();
             if self.store.put_job(deleting)? {
+                self.job_event(&event, "deletion_in_progress", now_ms, out)?;
                 break job;
             }
         };
@@ -444,7 +475,12 @@ impl<S: JobsStore> Jobs<S> {
             }
             from += THINGS_PAGE;
         }
+        let counts = self.store.counts(job_id)?;
         self.store.delete_job(job_id)?;
+        let mut deleted = (*job).clone();
+        deleted.status = JobStatus::DeletionInProgress;
+        deleted.last_updated_at = now_ms;
+        out.push(events::job(&deleted, "deleted", &counts, now_ms));
         Ok(())
     }
 

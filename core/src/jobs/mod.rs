@@ -16,6 +16,7 @@
 //! The clients of both APIs (device and operator) are [`crate::client::jobs`]: the client
 //! layer sits above this one and this module never refers to it.
 
+mod events;
 mod lifecycle;
 mod model;
 mod operator;
@@ -24,6 +25,7 @@ mod store;
 pub mod topics;
 pub mod wire;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -434,6 +436,7 @@ impl<S: JobsStore> Jobs<S> {
             let before: Vec<(String, u64)> = read.pending().iter().map(|e| e.key()).collect();
             let published = out.len();
             let tally = store::tally_change(&read, &record);
+            ended_events(thing, &read, &record, now_ms, out);
             let written = self
                 .notify(thing, &before, &record, now_ms, out)
                 .and_then(|()| self.store.put_thing(thing, record, &tally));
@@ -445,7 +448,7 @@ impl<S: JobsStore> Jobs<S> {
                 // here fails no request (the change was made); the rollout's next step
                 // looks again.
                 for (job_id, status, change) in &tally {
-                    if *change > 0 && ENDED.contains(status) {
+                    if *change > 0 && !status.is_pending() {
                         let _ = self.settle(job_id, now_ms, out);
                     }
                 }
@@ -516,6 +519,50 @@ impl ThingRecord {
     }
 }
 
+/// The events of the executions a change of a thing's record ended (or deleted).
+fn ended_events(
+    thing: &str,
+    before: &ThingRecord,
+    after: &ThingRecord,
+    now_ms: u64,
+    out: &mut Vec<Publish>,
+) {
+    for (job_id, list) in &after.executions {
+        let earlier = before.executions.get(job_id);
+        for execution in list.iter().filter(|e| !e.status.is_pending()) {
+            let was = earlier
+                .and_then(|l| {
+                    l.iter()
+                        .find(|e| e.execution_number == execution.execution_number)
+                })
+                .map(|e| e.status);
+            if was != Some(execution.status) {
+                out.push(events::execution(
+                    job_id,
+                    thing,
+                    execution.execution_number,
+                    Some(execution.status),
+                    &execution.status_details,
+                    now_ms,
+                ));
+            }
+        }
+    }
+    for (job_id, list) in &before.executions {
+        if let (false, Some(latest)) = (after.executions.contains_key(job_id), list.last()) {
+            let details = BTreeMap::new();
+            out.push(events::execution(
+                job_id,
+                thing,
+                latest.execution_number,
+                None,
+                &details,
+                now_ms,
+            ));
+        }
+    }
+}
+
 /// `get`: both lists, always present.
 fn pending_lists(record: &ThingRecord) -> PendingJobs {
     let pending = record.pending();
@@ -544,14 +591,6 @@ fn numbered<'a>(
         Some(n) => list.iter().find(|e| e.execution_number == n),
     }
 }
-
-/// The statuses an execution ends with that count towards an abort.
-const ENDED: [Status; 4] = [
-    Status::Succeeded,
-    Status::Failed,
-    Status::Rejected,
-    Status::TimedOut,
-];
 
 /// Queues execution `number` of `job` on the thing of `record`.
 fn queue(record: &mut ThingRecord, job: &Job, thing: &str, number: u64, now_ms: u64) {

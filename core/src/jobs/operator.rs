@@ -75,7 +75,7 @@ impl<S: JobsStore> Jobs<S> {
                     .job(&job_id)
                     .map_err(stored)?
                     .ok_or_else(|| error(JobsError::NotFound(job_id.clone())))?;
-                let job = self.current(job, now_ms).map_err(stored)?;
+                let job = self.current(job, now_ms, out).map_err(stored)?;
                 Ok(OperatorOk::Job {
                     job: Box::new(self.description(&job).map_err(stored)?),
                 })
@@ -104,7 +104,7 @@ impl<S: JobsStore> Jobs<S> {
                     let Some(job) = self.job(&id).map_err(stored)? else {
                         continue;
                     };
-                    let job = self.current(job, now_ms).map_err(stored)?;
+                    let job = self.current(job, now_ms, out).map_err(stored)?;
                     if status.is_some_and(|s| s != job.status) {
                         continue;
                     }

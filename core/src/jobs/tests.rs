@@ -15,9 +15,11 @@ fn spec(job_id: &str, targets: &[&str]) -> JobSpec {
     )
 }
 
-/// What was published: topic suffix after `$aws/things/T/jobs/`, and the JSON.
+/// What was published to the things: topic suffix after `$aws/things/T/jobs/`, and the JSON
+/// (the `$aws/events/...` events left out: see `events_follow_each_execution_and_the_job`).
 fn seen(out: &mut Vec<Publish>) -> Vec<(String, Value)> {
     out.drain(..)
+        .filter(|p| !p.topic.starts_with("$aws/events/"))
         .map(|p| {
             let suffix = p
                 .topic
@@ -700,4 +702,90 @@ fn a_store_that_fails_gets_every_request_a_clear_error_and_publishes_nothing() {
     assert!(jobs.expire(T0, &mut out).is_err());
     assert!(jobs.roll_out(T0, &mut out).is_err());
     assert!(out.is_empty());
+}
+
+/// The events published (topic after `$aws/events/`, and the JSON), the rest dropped.
+fn events(out: &mut Vec<Publish>) -> Vec<(String, Value)> {
+    out.drain(..)
+        .filter_map(|p| {
+            let topic = p.topic.strip_prefix("$aws/events/")?.to_owned();
+            assert_eq!(p.qos, 0, "events go at most once, as AWS's");
+            Some((topic, serde_json::from_slice(&p.payload).unwrap()))
+        })
+        .collect()
+}
+
+#[test]
+fn events_follow_each_execution_and_the_job() {
+    let mut jobs = Jobs::new();
+    let mut out = Vec::new();
+    jobs.create_job(spec("job1", &["A", "B"]), T0, &mut out)
+        .unwrap();
+    assert_eq!(events(&mut out), vec![], "queueing is no event");
+    device(
+        &mut jobs,
+        "A",
+        "job1/update",
+        json!({ "status": "SUCCEEDED", "statusDetails": { "v": "2" } }),
+        &mut out,
+    );
+    let seen = events(&mut out);
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    let (topic, event) = &seen[0];
+    assert_eq!(topic, "jobExecution/job1/succeeded");
+    assert_eq!(event["eventType"], "JOB_EXECUTION");
+    assert_eq!(event["operation"], "succeeded");
+    assert_eq!(event["status"], "SUCCEEDED");
+    assert_eq!(event["thingArn"], "thing/A");
+    assert_eq!(event["statusDetails"], json!({ "v": "2" }));
+    assert_eq!(event["timestamp"], S0);
+
+    // The last execution ends: its event, then the job's `completed` with its counts.
+    device(
+        &mut jobs,
+        "B",
+        "job1/update",
+        json!({ "status": "REJECTED" }),
+        &mut out,
+    );
+    let seen = events(&mut out);
+    let topics: Vec<&str> = seen.iter().map(|(t, _)| t.as_str()).collect();
+    assert_eq!(topics, ["jobExecution/job1/rejected", "job/job1/completed"]);
+    let job = &seen[1].1;
+    assert_eq!(
+        (job["eventType"].as_str(), job["status"].as_str()),
+        (Some("JOB"), Some("COMPLETED"))
+    );
+    assert_eq!(job["jobProcessDetails"]["numberOfSucceededThings"], 1);
+    assert_eq!(job["jobProcessDetails"]["numberOfRejectedThings"], 1);
+    assert_eq!(job["targets"], json!(["A", "B"]));
+
+    // A cancel: its start, each execution canceled, its end; a delete likewise.
+    jobs.create_job(spec("job2", &["A"]), T0, &mut out).unwrap();
+    out.clear();
+    jobs.cancel_job("job2", false, Some("RECALLED".into()), None, T0, &mut out)
+        .unwrap();
+    let seen = events(&mut out);
+    let topics: Vec<&str> = seen.iter().map(|(t, _)| t.as_str()).collect();
+    assert_eq!(
+        topics,
+        [
+            "job/job2/cancellation_in_progress",
+            "jobExecution/job2/canceled",
+            "job/job2/canceled"
+        ]
+    );
+    assert_eq!(seen[2].1["reasonCode"], "RECALLED");
+    assert_eq!(seen[2].1["jobProcessDetails"]["numberOfCanceledThings"], 1);
+    jobs.delete_job("job2", false, T0, &mut out).unwrap();
+    let seen = events(&mut out);
+    let topics: Vec<&str> = seen.iter().map(|(t, _)| t.as_str()).collect();
+    assert_eq!(
+        topics,
+        [
+            "job/job2/deletion_in_progress",
+            "jobExecution/job2/deleted",
+            "job/job2/deleted"
+        ]
+    );
 }
