@@ -11,6 +11,7 @@ use serde::Serialize;
 
 use super::model::{Job, Status};
 use super::store::Counts;
+use super::topics::EVENTS;
 use super::wire::{JobProcessDetails, JobStatus};
 use crate::envelope::{Properties, Publish};
 
@@ -56,7 +57,7 @@ pub(crate) fn job(job: &Job, operation: &str, counts: &Counts, now_ms: u64) -> P
         completed_at: job.completed_at.map(|at| at / 1000),
         job_process_details: JobProcessDetails::from_counts(counts),
     };
-    publish(format!("$aws/events/job/{}/{operation}", job.id), &event)
+    publish(format!("{EVENTS}job/{}/{operation}", job.id), &event)
 }
 
 /// An execution's event when it ended with `status` (or was deleted: `None`).
@@ -95,10 +96,7 @@ pub(crate) fn execution(
         status,
         status_details,
     };
-    publish(
-        format!("$aws/events/jobExecution/{job_id}/{operation}"),
-        &event,
-    )
+    publish(format!("{EVENTS}jobExecution/{job_id}/{operation}"), &event)
 }
 
 /// What every event starts with.

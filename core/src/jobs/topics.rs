@@ -9,6 +9,14 @@ pub const OPERATOR: &str = "mqstore/jobs/v1/command/invoke";
 /// replies and notifications come back too, and are ignored).
 pub const DEVICE_FILTER: &str = "$aws/things/+/jobs/#";
 
+/// Where the jobs events go (`$aws/events/job/…`, `$aws/events/jobExecution/…`).
+pub const EVENTS: &str = "$aws/events/";
+
+/// Whether a publish of the service is an event (not a reply or a thing's notification).
+pub fn is_event(topic: &str) -> bool {
+    topic.starts_with(EVENTS)
+}
+
 const THINGS: &str = "$aws/things/";
 const JOBS: &str = "/jobs/";
 

@@ -7,6 +7,7 @@ use tracing::debug;
 use super::node::{Done, ROLLOUT_BATCH};
 use crate::redis_store::RedisJobs;
 use mqstore_core::envelope::{self, Publish};
+use mqstore_core::jobs::topics as jobs_topics;
 use mqstore_core::jobs::wire::OperatorAnswer;
 use mqstore_core::jobs::{DurableJobs, Jobs, JobsStore, OPERATOR_TOPIC, Stored};
 
@@ -87,6 +88,14 @@ pub(super) fn jobs_tick<S: JobsStore>(
     jobs.next_wake(now_ms)
 }
 
+/// The things' notifications among a jobs call's publishes (its events are not counted).
+pub(super) fn notifications_in(published: &[Publish]) -> usize {
+    published
+        .iter()
+        .filter(|p| !jobs_topics::is_event(&p.topic))
+        .count()
+}
+
 /// How often each node on Redis looks for jobs timers that ran out and for rollouts to go on
 /// with (any node's tick may take any of them; each is done once).
 pub(super) const JOBS_TICK_MS: u64 = 100;
@@ -107,7 +116,7 @@ pub(super) fn run_jobs<S: JobsStore>(
         let (reply, notifications) = out[before..].split_last()?;
         return Some(JobsHandled {
             accepted: reply.topic.ends_with("/accepted"),
-            notifications: notifications.len(),
+            notifications: notifications_in(notifications),
         });
     }
     match envelope::check_request(message.qos, message.properties, node) {
@@ -115,7 +124,7 @@ pub(super) fn run_jobs<S: JobsStore>(
             let answer = jobs.operate(&message.payload, now, out);
             let handled = JobsHandled {
                 accepted: matches!(answer, OperatorAnswer::Ok(_)),
-                notifications: out.len() - before,
+                notifications: notifications_in(&out[before..]),
             };
             let mut properties = envelope::response_properties(&invocation, 200, None, node);
             properties.content_type = Some("application/json".into());

@@ -16,7 +16,7 @@ use tracing::{debug, error, info, warn};
 use super::ServerError;
 use super::jobs::{
     JOBS_TICK_MS, JobsHandled, JobsService, LISTENER_LEASE_MS, LISTENER_RENEW_MS, Listener,
-    SharedJobs, jobs_tick, run_jobs,
+    SharedJobs, jobs_tick, notifications_in, run_jobs,
 };
 use crate::connection::{Driver, Outbox, Wakes};
 use crate::metrics::Metrics;
@@ -356,7 +356,8 @@ impl Driver for Node {
                 if let Err(error) = ticked {
                     warn!(%error, "jobs timers");
                 }
-                self.metrics.jobs_notified((self.out.len() - before) as u64);
+                self.metrics
+                    .jobs_notified(notifications_in(&self.out[before..]) as u64);
             }
             Some(JobsService::Shared(shared)) if !shared.ticking && shared.next_tick <= now_ms => {
                 shared.ticking = true;
@@ -770,7 +771,7 @@ impl Node {
                 if let Err(error) = ticked {
                     debug!(%error, "Redis failed during a jobs tick; retrying");
                 }
-                self.metrics.jobs_notified(out.len() as u64);
+                self.metrics.jobs_notified(notifications_in(&out) as u64);
                 self.out.extend(out);
                 self.queue_out();
             }
