@@ -406,19 +406,20 @@ impl<S: JobsStore> Jobs<S> {
                 )));
             }
             let mut updated = (*job).clone();
-            let config = &mut updated.config;
             let changes = update.changes.clone();
+            // A new rate starts from the new settings, from here (not in a burst).
+            if changes.job_executions_rollout_config.is_some() {
+                updated.pace.rate = None;
+            }
+            let config = &mut updated.config;
             config.description = changes.description.or(config.description.take());
             config.timeout_config = changes.timeout_config.or(config.timeout_config.take());
             config.job_executions_retry_config = changes
                 .job_executions_retry_config
                 .or(config.job_executions_retry_config.take());
-            if let Some(rollout) = changes.job_executions_rollout_config {
-                config.job_executions_rollout_config = Some(rollout);
-                // The rate starts again from the new settings (from here, not in a burst).
-                updated.pace.rate = None;
-            }
-            let config = &mut updated.config;
+            config.job_executions_rollout_config = changes
+                .job_executions_rollout_config
+                .or(config.job_executions_rollout_config.take());
             config.abort_config = changes.abort_config.or(config.abort_config.take());
             config.validate().map_err(JobsError::Invalid)?;
             updated.last_updated_at = now_ms;
