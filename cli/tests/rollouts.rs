@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 
 use mqstore_core::envelope::Publish;
-use mqstore_core::jobs::{ABORTED, DurableJobs, Jobs, JobsStore, MemoryJobs};
+use mqstore_core::jobs::{ABORTED, DurableJobs, Jobs, JobsStore, MemoryJobs, tables};
 use mqstore_core::store::Quotas;
 use mqstore_net::redis_store::{RedisConfig, RedisJobs, RedisStore};
 use serde_json::{Value, json};
@@ -113,13 +113,29 @@ fn busiest_minute(times: &[u64]) -> usize {
     most
 }
 
-/// A 10,000-thing job at `maximumPerMinute` 1,000 notifies at most 1,000 things in any minute
-/// of simulated time, and all of them in about ten minutes.
+/// A thing group of `things`.
+fn group<S: JobsStore>(store: &mut S, name: &str, things: &[String]) {
+    op(
+        store,
+        json!({ "op": "createThingGroup", "thingGroupName": name }),
+        T0,
+    )
+    .unwrap();
+    for thing in things {
+        let add =
+            json!({ "op": "addThingToThingGroup", "thingGroupName": name, "thingName": thing });
+        op(store, add, T0).unwrap();
+    }
+}
+
+/// A job on a 10,000-thing group at `maximumPerMinute` 1,000 notifies at most 1,000 things in
+/// any minute of simulated time, and all of them in about ten minutes.
 fn a_fixed_rate_holds_in_every_minute<S: JobsStore>(store: &mut S, tag: &str) {
     let job_id = format!("{tag}-rate");
-    let targets = things(tag, 10_000);
+    group(store, &format!("{tag}-fleet"), &things(tag, 10_000));
     let mut out = Vec::new();
-    let create = json!({ "op": "createJob", "jobId": job_id, "targets": targets,
+    let create = json!({ "op": "createJob", "jobId": job_id,
+        "targets": [format!("arn:aws:iot:eu-west-1:123456789012:thinggroup/{tag}-fleet")],
         "document": {}, "jobExecutionsRolloutConfig": { "maximumPerMinute": 1000 } });
     op_publishing(store, create, T0, &mut out).unwrap();
     let mut times = Vec::new();
@@ -555,24 +571,419 @@ fn bad_requests_change_nothing<S: JobsStore>(store: &mut S, tag: &str) {
             ),
             "10",
         ),
+        (with("targetSelection", json!("SOMETIMES")), "SOMETIMES"),
         (
-            with("targetSelection", json!("CONTINUOUS")),
-            "targetSelection",
+            with("schedulingConfig", json!({ "startTime": "next tuesday" })),
+            "startTime",
         ),
         (
             with(
                 "schedulingConfig",
-                json!({ "startTime": "2030-01-01T00:00" }),
+                json!({ "startTime": "2027-01-15T09:00", "endTime": "2027-01-15T08:59" }),
             ),
-            "schedulingConfig",
+            "endTime",
+        ),
+        (
+            with(
+                "schedulingConfig",
+                json!({ "maintenanceWindows": [{ "startTime": "cron(0 0 30 2 ? *)", "durationInMinutes": 30 }] }),
+            ),
+            "never fires",
+        ),
+        (
+            with(
+                "schedulingConfig",
+                json!({ "maintenanceWindows": [{ "startTime": "cron(0 0 * * * *)", "durationInMinutes": 30 }] }),
+            ),
+            "'?'",
+        ),
+        (with("targets", json!(["thinggroup/a/b"])), "target"),
+        (
+            with("documentParameters", json!({ "version": "2" })),
+            "documentParameters",
         ),
     ] {
         let e = op(store, request.clone(), T0).unwrap_err();
         assert_eq!(e.0, "InvalidRequest", "{tag} {request}: {e:?}");
         assert!(e.1.contains(says), "{tag}: {e:?} should name {says}");
     }
+    let e = op(store, with("targets", json!(["thinggroup/nowhere"])), T0).unwrap_err();
+    assert_eq!(e.0, "ResourceNotFound", "{tag}: {e:?}");
     let e = op(store, json!({ "op": "describeJob", "jobId": job_id }), T0).unwrap_err();
     assert_eq!(e.0, "ResourceNotFound", "{tag}: no job was created");
+}
+
+/// The execution of `job_id` on `thing`: (status, executionNumber).
+fn execution<S: JobsStore>(store: &mut S, job_id: &str, thing: &str) -> Option<(String, u64)> {
+    let describe = json!({ "op": "describeJobExecution", "jobId": job_id, "thingName": thing });
+    let execution = op(store, describe, T0).ok()?["execution"].clone();
+    Some((
+        execution["status"].as_str()?.to_owned(),
+        execution["executionNumber"].as_u64()?,
+    ))
+}
+
+/// Groups: members listed in pages; a CONTINUOUS job reaches a thing added later and a
+/// SNAPSHOT job does not; a thing removed has its QUEUED execution REMOVED (and a rollout not
+/// there yet passes it by); added again, it gets a new execution.
+fn groups_and_continuous_jobs<S: JobsStore>(store: &mut S, tag: &str) {
+    let g = format!("{tag}-g");
+    let members = things(&format!("{tag}g"), 3);
+    group(store, &g, &members);
+    let e = op(
+        store,
+        json!({ "op": "createThingGroup", "thingGroupName": g }),
+        T0,
+    )
+    .unwrap_err();
+    assert_eq!(e.0, "ResourceAlreadyExists", "{e:?}");
+    let described = op(
+        store,
+        json!({ "op": "describeThingGroup", "thingGroupName": g }),
+        T0,
+    );
+    assert_eq!(
+        described.unwrap()["thingGroupArn"],
+        format!("arn:aws:iot:mqstore:000000000000:thinggroup/{g}")
+    );
+    let page = json!({ "op": "listThingsInThingGroup", "thingGroupName": g, "maxResults": 2 });
+    let first = op(store, page, T0).unwrap();
+    assert_eq!(first["things"], json!(members[..2]));
+    let token = first["nextToken"].clone();
+    let rest = json!({ "op": "listThingsInThingGroup", "thingGroupName": g, "nextToken": token });
+    assert_eq!(op(store, rest, T0).unwrap()["things"], json!(members[2..]));
+    let groups = op(store, json!({ "op": "listThingGroups" }), T0).unwrap();
+    assert!(
+        groups["thingGroups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|g2| g2["groupName"] == g.as_str()),
+        "{groups}"
+    );
+
+    let (continuous, snapshot) = (format!("{tag}-cont"), format!("{tag}-snap"));
+    let create = |id: &str, selection: &str, rate: Value| {
+        json!({ "op": "createJob", "jobId": id, "targets": [format!("thinggroup/{g}")],
+            "targetSelection": selection, "document": {}, "jobExecutionsRolloutConfig": rate })
+    };
+    let mut out = Vec::new();
+    op_publishing(
+        store,
+        create(&continuous, "CONTINUOUS", json!({})),
+        T0,
+        &mut out,
+    )
+    .unwrap();
+    op_publishing(
+        store,
+        create(&snapshot, "SNAPSHOT", json!({})),
+        T0,
+        &mut out,
+    )
+    .unwrap();
+    roll_out_all(store);
+    for thing in &members {
+        assert_eq!(
+            execution(store, &continuous, thing),
+            Some(("QUEUED".into(), 1))
+        );
+    }
+    // Added later: the continuous job reaches it, the snapshot job does not.
+    let late = format!("{tag}g-late");
+    let add = json!({ "op": "addThingToThingGroup", "thingGroupName": g, "thingName": late });
+    let mut out = Vec::new();
+    op_publishing(store, add, T0 + 1000, &mut out).unwrap();
+    assert_eq!(notified(&out, &continuous), [late.as_str()]);
+    assert_eq!(execution(store, &snapshot, &late), None);
+    // Removed: its QUEUED execution of the continuous job is REMOVED; the snapshot job's stays.
+    let gone = &members[1];
+    let remove = json!({ "op": "removeThingFromThingGroup",
+        "thingGroupArn": format!("arn:aws:iot:mqstore:000000000000:thinggroup/{g}"),
+        "thingName": gone });
+    let mut out = Vec::new();
+    op_publishing(store, remove.clone(), T0 + 2000, &mut out).unwrap();
+    assert_eq!(
+        execution(store, &continuous, gone),
+        Some(("REMOVED".into(), 1))
+    );
+    assert_eq!(
+        execution(store, &snapshot, gone),
+        Some(("QUEUED".into(), 1))
+    );
+    let event = format!("$aws/events/jobExecution/{continuous}/removed");
+    assert!(out.iter().any(|p| p.topic == event), "the REMOVED event");
+    let e = op(store, remove, T0 + 2000).unwrap_err();
+    assert_eq!(e.0, "ResourceNotFound", "not a member any more: {e:?}");
+    // Added again: a new execution.
+    let add = json!({ "op": "addThingToThingGroup", "thingGroupName": g, "thingName": gone });
+    op(store, add, T0 + 3000).unwrap();
+    assert_eq!(
+        execution(store, &continuous, gone),
+        Some(("QUEUED".into(), 2))
+    );
+    // Every execution ends: the continuous job stays IN_PROGRESS (its group may grow); the
+    // snapshot job completes.
+    for thing in members.iter().chain([&late]) {
+        for job_id in [&continuous, &snapshot] {
+            let update = format!("{job_id}/update");
+            device(
+                store,
+                thing,
+                &update,
+                json!({ "status": "SUCCEEDED" }),
+                T0 + 4000,
+            );
+        }
+    }
+    assert_eq!(
+        describe(store, &continuous, T0 + 5000)["status"],
+        "IN_PROGRESS"
+    );
+    assert_eq!(describe(store, &snapshot, T0 + 5000)["status"], "COMPLETED");
+
+    // A rollout that has not reached a thing removed meanwhile passes it by.
+    let slow = format!("{tag}-slow");
+    let rate = json!({ "maximumPerMinute": 1 });
+    let mut out = Vec::new();
+    op_publishing(
+        store,
+        create(&slow, "CONTINUOUS", rate),
+        T0 + 6000,
+        &mut out,
+    )
+    .unwrap();
+    let first = notified(&out, &slow);
+    assert_eq!(first.len(), 1, "one a minute: {first:?}");
+    let unreached = members.iter().find(|t| !first.contains(t)).unwrap().clone();
+    let remove = json!({ "op": "removeThingFromThingGroup", "thingGroupName": g,
+        "thingName": unreached });
+    op(store, remove, T0 + 7000).unwrap();
+    let later = things_notified_between(store, &slow, T0 + 7000, T0 + 10 * MINUTE);
+    assert!(!later.contains(&unreached), "{later:?}");
+    assert_eq!(
+        execution(store, &slow, &unreached),
+        Some(("REMOVED".into(), 1))
+    );
+    op(
+        store,
+        json!({ "op": "cancelJob", "jobId": slow }),
+        T0 + 10 * MINUTE,
+    )
+    .unwrap();
+    op(
+        store,
+        json!({ "op": "cancelJob", "jobId": continuous }),
+        T0 + 10 * MINUTE,
+    )
+    .unwrap();
+
+    // A deleted group is gone with its membership.
+    op(
+        store,
+        json!({ "op": "deleteThingGroup", "thingGroupName": g }),
+        T0,
+    )
+    .unwrap();
+    let e = op(
+        store,
+        json!({ "op": "describeThingGroup", "thingGroupName": g }),
+        T0,
+    );
+    assert_eq!(e.unwrap_err().0, "ResourceNotFound");
+}
+
+/// Ticks from `from` to `to` (every second) and returns the things first notified of
+/// `job_id` meanwhile.
+fn things_notified_between<S: JobsStore>(
+    store: &mut S,
+    job_id: &str,
+    from: u64,
+    to: u64,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut seen = Vec::new();
+    let mut now = from;
+    while now <= to {
+        tick(store, now, &mut out);
+        seen.extend(notified(&out, job_id));
+        out.clear();
+        now += 1000;
+    }
+    seen
+}
+
+/// Templates: a job made from one takes its document (parameters filled in) and settings;
+/// a parameter left unfilled is refused.
+fn jobs_from_templates<S: JobsStore>(store: &mut S, tag: &str) {
+    let id = format!("{tag}-tpl");
+    let template = json!({ "op": "createJobTemplate", "jobTemplateId": id,
+        "description": "firmware update",
+        "document": { "url": "https://fw.example/${aws:iot:parameter:version}.bin",
+                      "steps": ["flash ${aws:iot:parameter:version}"] },
+        "jobExecutionsRolloutConfig": { "maximumPerMinute": 100 },
+        "timeoutConfig": { "inProgressTimeoutInMinutes": 30 } });
+    let created = op(store, template.clone(), T0).unwrap();
+    assert_eq!(
+        created["jobTemplateArn"],
+        format!("arn:aws:iot:mqstore:000000000000:jobtemplate/{id}")
+    );
+    let e = op(store, template, T0).unwrap_err();
+    assert_eq!(e.0, "ResourceAlreadyExists", "{e:?}");
+    let job_id = format!("{tag}-from-tpl");
+    let create = |params: Value| {
+        json!({ "op": "createJob", "jobId": job_id, "targets": ["t1"],
+            "jobTemplateArn": format!("arn:aws:iot:us-east-1:123456789012:jobtemplate/{id}"),
+            "documentParameters": params,
+            "timeoutConfig": { "inProgressTimeoutInMinutes": 5 } })
+    };
+    let e = op(store, create(json!({ "other": "1" })), T0).unwrap_err();
+    assert_eq!(e.0, "InvalidRequest");
+    assert!(e.1.contains("\"version\""), "names the parameter: {e:?}");
+    op(store, create(json!({ "version": "2.1.0" })), T0).unwrap();
+    let job = describe(store, &job_id, T0);
+    assert_eq!(job["document"]["url"], "https://fw.example/2.1.0.bin");
+    assert_eq!(job["document"]["steps"][0], "flash 2.1.0");
+    assert_eq!(job["description"], "firmware update");
+    assert_eq!(job["jobExecutionsRolloutConfig"]["maximumPerMinute"], 100);
+    assert_eq!(
+        job["timeoutConfig"]["inProgressTimeoutInMinutes"], 5,
+        "the request's own setting wins"
+    );
+    let listed = op(store, json!({ "op": "listJobTemplates" }), T0).unwrap();
+    assert!(
+        listed["jobTemplates"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["jobTemplateId"] == id.as_str()),
+        "{listed}"
+    );
+    let described = op(
+        store,
+        json!({ "op": "describeJobTemplate", "jobTemplateId": id }),
+        T0,
+    );
+    assert_eq!(described.unwrap()["description"], "firmware update");
+    op(
+        store,
+        json!({ "op": "deleteJobTemplate", "jobTemplateId": id }),
+        T0,
+    )
+    .unwrap();
+    let e = op(
+        store,
+        json!({ "op": "describeJobTemplate", "jobTemplateId": id }),
+        T0,
+    );
+    assert_eq!(e.unwrap_err().0, "ResourceNotFound");
+}
+
+/// T0 is 2027-01-15T08:00Z. A job whose only maintenance window is 09:00-09:30 each day
+/// notifies things only inside it (300 at 10 a minute on the first day, the rest on the
+/// next), and the engine sleeps until the window opens.
+fn a_maintenance_window_holds_the_rollout<S: JobsStore>(store: &mut S, tag: &str) {
+    let job_id = format!("{tag}-window");
+    let create = json!({ "op": "createJob", "jobId": job_id, "targets": things(&format!("{tag}w"), 400),
+        "document": {}, "jobExecutionsRolloutConfig": { "maximumPerMinute": 10 },
+        "schedulingConfig": { "maintenanceWindows": [
+            { "startTime": "cron(0 9 ? * * *)", "durationInMinutes": 30 }] } });
+    let mut out = Vec::new();
+    op_publishing(store, create, T0, &mut out).unwrap();
+    assert!(notified(&out, &job_id).is_empty(), "not before the window");
+    let hour = 60 * MINUTE;
+    assert_eq!(
+        engine(store).next_wake(T0).unwrap(),
+        Some(T0 + hour),
+        "the engine sleeps until the window opens"
+    );
+    let mut by_day = [0usize; 2];
+    let mut now = T0;
+    while now < T0 + 26 * hour {
+        tick(store, now, &mut out);
+        let n = notified(&out, &job_id).len();
+        out.clear();
+        if n > 0 {
+            let since_midnight = (now - T0 + 8 * hour) % (24 * hour);
+            assert!(
+                (9 * hour..9 * hour + 30 * MINUTE).contains(&since_midnight),
+                "{tag}: {n} notified at {} min past midnight, outside the window",
+                since_midnight / MINUTE
+            );
+            by_day[((now - T0 + 8 * hour) / (24 * hour)) as usize] += n;
+        }
+        // As a server does: sleep until the engine's next wake.
+        let Some(wake) = engine(store).next_wake(now).unwrap() else {
+            break;
+        };
+        now = wake.max(now + TICK);
+    }
+    assert!(
+        (290..=300).contains(&by_day[0]) && by_day[0] + by_day[1] == 400,
+        "{tag}: at most 30 minutes at 10 a minute, then the rest: {by_day:?}"
+    );
+}
+
+/// A job scheduled for 08:30 is SCHEDULED and notifies nobody until then; at its end time
+/// (09:00) it does what its endBehavior says.
+fn a_scheduled_job_starts_and_ends_on_time<S: JobsStore>(store: &mut S, tag: &str) {
+    let minute = MINUTE;
+    for (behavior, job_status, queued_after) in [
+        ("STOP_ROLLOUT", "IN_PROGRESS", "QUEUED"),
+        ("CANCEL", "CANCELED", "CANCELED"),
+        ("FORCE_CANCEL", "CANCELED", "CANCELED"),
+    ] {
+        let job_id = format!("{tag}-sched-{}", behavior.to_lowercase());
+        let targets = things(&format!("{tag}s{}", behavior.len()), 400);
+        let create = json!({ "op": "createJob", "jobId": job_id, "targets": targets,
+            "document": {}, "jobExecutionsRolloutConfig": { "maximumPerMinute": 10 },
+            "schedulingConfig": { "startTime": "2027-01-15T08:30", "endTime": "2027-01-15T09:00",
+                                  "endBehavior": behavior } });
+        op(store, create, T0).unwrap();
+        assert_eq!(describe(store, &job_id, T0)["status"], "SCHEDULED");
+        assert_eq!(engine(store).next_wake(T0).unwrap(), Some(T0 + 30 * minute));
+        let before = things_notified_between(store, &job_id, T0, T0 + 30 * minute - 1000);
+        assert!(before.is_empty(), "{tag} {behavior}: {before:?}");
+        // The first thing is started by its device, so FORCE_CANCEL has one IN_PROGRESS.
+        let first = things_notified_between(store, &job_id, T0 + 30 * minute, T0 + 30 * minute);
+        assert_eq!(first.len(), 1);
+        assert_eq!(
+            describe(store, &job_id, T0 + 30 * minute)["status"],
+            "IN_PROGRESS"
+        );
+        let (accepted, _) = device(store, &first[0], "start-next", json!({}), T0 + 30 * minute);
+        assert!(accepted);
+        let during =
+            things_notified_between(store, &job_id, T0 + 30 * minute + 1000, T0 + 60 * minute);
+        assert!(
+            (290..=300).contains(&(during.len() + 1)),
+            "{tag} {behavior}: about 300 in 30 minutes at 10 a minute: {}",
+            during.len() + 1
+        );
+        let after = things_notified_between(store, &job_id, T0 + 60 * minute, T0 + 70 * minute);
+        assert!(
+            after.is_empty(),
+            "{tag} {behavior}: nothing after the end: {after:?}"
+        );
+        let job = describe(store, &job_id, T0 + 70 * minute);
+        assert_eq!(job["status"], job_status, "{tag} {behavior}: {job}");
+        let queued = &during[during.len() - 1];
+        assert_eq!(execution(store, &job_id, queued).unwrap().0, queued_after);
+        let started = execution(store, &job_id, &first[0]).unwrap().0;
+        let expected = match behavior {
+            "FORCE_CANCEL" => "CANCELED",
+            _ => "IN_PROGRESS",
+        };
+        assert_eq!(started, expected, "{tag} {behavior}");
+        if job_status == "IN_PROGRESS" {
+            op(
+                store,
+                json!({ "op": "cancelJob", "jobId": job_id, "force": true }),
+                T0,
+            )
+            .unwrap();
+        }
+    }
 }
 
 fn every_scenario<S: JobsStore>(store: &mut S, tag: &str) {
@@ -583,6 +994,10 @@ fn every_scenario<S: JobsStore>(store: &mut S, tag: &str) {
     the_lifecycle_of_a_job(store, tag);
     lists_come_in_pages(store, tag);
     bad_requests_change_nothing(store, tag);
+    groups_and_continuous_jobs(store, tag);
+    jobs_from_templates(store, tag);
+    a_maintenance_window_holds_the_rollout(store, tag);
+    a_scheduled_job_starts_and_ends_on_time(store, tag);
 }
 
 #[test]
@@ -599,7 +1014,20 @@ fn rollouts_in_the_durable_store_come_back_after_a_restart() {
     log.extend(store.take_pending());
     let mut back = DurableJobs::recording();
     mqstore_core::store::log::replay(&log, |record| back.replay(record).unwrap()).unwrap();
+    let groups = |s: &DurableJobs| s.entries(tables::GROUPS, None, 1000).unwrap();
+    assert!(!groups(&store).is_empty());
+    assert_eq!(groups(&back), groups(&store), "thing groups come back");
+    let members = |s: &DurableJobs| {
+        s.entries(&tables::members("d-fleet"), None, 20_000)
+            .unwrap()
+    };
+    assert_eq!(members(&back).len(), 10_000, "and their things");
     for job_id in store.job_ids().unwrap() {
+        assert_eq!(
+            back.job_things(&job_id, 0, u64::MAX).unwrap(),
+            store.job_things(&job_id, 0, u64::MAX).unwrap(),
+            "{job_id}'s things (a continuous job's grew)"
+        );
         assert_eq!(
             back.counts(&job_id).unwrap(),
             store.counts(&job_id).unwrap(),

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use super::model::{Execution, Job, JobsError, Status, valid_thing_name};
 use super::rollout::{self, Allowance};
 use super::store::{JobsStore, Stored};
-use super::wire::{ExecutionCancel, JobStatus, JobUpdate};
-use super::{Jobs, events, finish, queue};
+use super::wire::{ExecutionCancel, JobStatus, JobUpdate, TargetSelection};
+use super::{Jobs, events, finish, queue, schedule};
 use crate::envelope::Publish;
 
 /// Things read at a time when a job's things are gone through (cancel, delete).
@@ -27,6 +27,7 @@ impl<S: JobsStore> Jobs<S> {
     /// A store that fails midway leaves the batch's remaining things without an execution
     /// (they were handed out; see [`JobsStore::take_rollout`]); the error says so.
     pub fn roll_out(&mut self, now_ms: u64, out: &mut Vec<Publish>) -> Stored<usize> {
+        self.schedule(now_ms, out)?;
         let mut budget = self.rollout_batch as u64;
         let mut queued = 0;
         for rollout in self.store.rollouts()? {
@@ -49,6 +50,9 @@ impl<S: JobsStore> Jobs<S> {
             if job.config.abort_config.is_some() && self.settle(&job.id, now_ms, out)? {
                 continue;
             }
+            if schedule::window(job.maintenance_windows(), now_ms).is_err() {
+                continue; // Outside its maintenance windows: at the next one.
+            }
             let span = (rollout.next, rollout.total);
             let allowance = self.allowance(&job, span, budget, now_ms)?;
             let paced = allowance.new_pace.map(|pace| Job {
@@ -68,11 +72,21 @@ impl<S: JobsStore> Jobs<S> {
             else {
                 continue; // Another node claimed first: next time.
             };
+            let continuous = job.target_selection == TargetSelection::Continuous;
             for (done, thing) in claimed.iter().enumerate() {
+                // A thing removed from the job's group and added again gets a new execution.
+                let again = match continuous {
+                    true => self.readded(&job, thing)?,
+                    false => None,
+                };
                 let queued_one = self.change(thing, now_ms, out, |record| {
                     // A thing listed twice gets one execution.
-                    if record.latest(&job.id).is_none() {
-                        queue(record, &job, thing, 1, now_ms);
+                    match (record.latest(&job.id).map(|e| e.execution_number), again) {
+                        (None, _) => queue(record, &job, thing, 1, now_ms),
+                        (Some(number), Some(removed)) if number == removed => {
+                            queue(record, &job, thing, number + 1, now_ms);
+                        }
+                        _ => {}
                     }
                     Ok::<_, super::StoreError>(())
                 });
@@ -88,6 +102,18 @@ impl<S: JobsStore> Jobs<S> {
             queued += claimed.len();
         }
         Ok(queued)
+    }
+
+    /// The number of `thing`'s latest execution of a continuous job when it was REMOVED (the
+    /// thing left the job's group) and the thing is in one of the job's groups again.
+    fn readded(&self, job: &Job, thing: &str) -> Stored<Option<u64>> {
+        let record = self.store.thing(thing)?;
+        match record.latest(&job.id) {
+            Some(e) if e.status == Status::Removed && self.targets_thing(job, thing)? => {
+                Ok(Some(e.execution_number))
+            }
+            _ => Ok(None),
+        }
     }
 
     fn allowance(
@@ -130,17 +156,26 @@ impl<S: JobsStore> Jobs<S> {
     /// thing): `now_ms` when it has now, `None` when nothing waits.
     pub fn next_wake(&self, now_ms: u64) -> Stored<Option<u64>> {
         let mut wake = self.store.next_deadline()?;
+        if let Some(at) = self.next_schedule()? {
+            wake = Some(wake.map_or(at, |w| w.min(at)));
+        }
         for rollout in self.store.rollouts()? {
             let Some(job) = self.store.job(&rollout.job_id)? else {
                 return Ok(Some(now_ms));
             };
             let at = match job.status {
                 JobStatus::InProgress => {
-                    let span = (rollout.next, rollout.total);
-                    let allowance = self.allowance(&job, span, 1, now_ms)?;
-                    match allowance.next_at {
-                        Some(at) if allowance.new_pace.is_none() => at,
-                        _ => now_ms,
+                    match schedule::window(job.maintenance_windows(), now_ms) {
+                        Err(None) => continue,
+                        Err(Some(opens)) => opens,
+                        Ok(()) => {
+                            let span = (rollout.next, rollout.total);
+                            let allowance = self.allowance(&job, span, 1, now_ms)?;
+                            match allowance.next_at {
+                                Some(at) if allowance.new_pace.is_none() => at,
+                                _ => now_ms,
+                            }
+                        }
                     }
                 }
                 JobStatus::Scheduled => continue,
@@ -209,7 +244,10 @@ impl<S: JobsStore> Jobs<S> {
         now_ms: u64,
         out: &mut Vec<Publish>,
     ) -> Stored<Arc<Job>> {
-        if job.status != JobStatus::InProgress {
+        // A continuous job goes on while its groups may grow: it ends only when canceled.
+        if job.status != JobStatus::InProgress
+            || job.target_selection == TargetSelection::Continuous
+        {
             return Ok(job);
         }
         let counts = self.store.counts(&job.id)?;

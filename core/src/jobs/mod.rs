@@ -17,10 +17,12 @@
 //! layer sits above this one and this module never refers to it.
 
 mod events;
+mod groups;
 mod lifecycle;
 mod model;
 mod operator;
 mod rollout;
+mod schedule;
 mod store;
 pub mod topics;
 pub mod wire;
@@ -32,20 +34,24 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub use groups::{GroupRecord, arn, tables};
 pub use model::{Execution, ExecutionRef, Job, JobSpec, JobsError, Pace, RejectCode, Status};
 pub(crate) use model::{THING_NAME_RULE, valid_job_id, valid_thing_name};
 pub use rollout::ABORTED;
+pub use schedule::{Cron, parse_time};
 pub use store::{
-    Counts, DurableJobs, JobsStore, MemoryJobs, Rollout, StoreError, Stored, Tally, ThingRecord,
-    tally_change,
+    Counts, DurableJobs, Entries, JobsStore, MemoryJobs, Rollout, StoreError, Stored, Tally,
+    ThingRecord, tally_change,
 };
 pub use topics::OPERATOR as OPERATOR_TOPIC;
 pub use wire::{
-    AbortAction, AbortConfig, AbortCriteria, DeviceBody, ExecutionCancel, ExecutionListing,
-    ExecutionState, ExponentialRate, FailureType, JobConfig, JobDescription, JobExecution,
-    JobListing, JobProcessDetails, JobStatus, JobSummary, JobUpdate, OPERATOR_CALLS,
-    OperatorRequest, PageRequest, PendingJobs, RateIncreaseCriteria, RetryConfig, RetryCriteria,
-    RolloutConfig, RolloutProgress, TimeoutConfig, UpdateAccepted, check_operator_call,
+    AbortAction, AbortConfig, AbortCriteria, DeviceBody, EndBehavior, ExecutionCancel,
+    ExecutionListing, ExecutionState, ExponentialRate, FailureType, GroupListing, JobConfig,
+    JobDescription, JobExecution, JobListing, JobProcessDetails, JobStatus, JobSummary,
+    JobTemplate, JobUpdate, MaintenanceWindow, Membership, OPERATOR_CALLS, OperatorRequest,
+    PageRequest, PendingJobs, RateIncreaseCriteria, RetryConfig, RetryCriteria, RolloutConfig,
+    RolloutProgress, SchedulingConfig, TargetSelection, TemplateListing, ThingGroupDescription,
+    ThingGroupMetadata, ThingGroupProperties, TimeoutConfig, UpdateAccepted, check_operator_call,
 };
 use wire::{Accepted, ExecutionAccepted, Notify, NotifyJobs, NotifyNext, Rejected, Reply};
 
@@ -124,22 +130,32 @@ impl<S: JobsStore> Jobs<S> {
         self.store.job(job_id)
     }
 
-    /// Creates a job and queues an execution of it on every target: the first batch now (as
-    /// far as its rate allows), the rest by [`Jobs::roll_out`].
+    /// Creates a job (from its template, if it names one) and queues an execution of it on
+    /// every thing it targets: the first batch now (as far as its rate and schedule allow),
+    /// the rest by [`Jobs::roll_out`]. Returns how many things it runs on.
     pub fn create_job(
         &mut self,
-        spec: JobSpec,
+        mut spec: JobSpec,
         now_ms: u64,
         out: &mut Vec<Publish>,
-    ) -> Result<(), JobsError> {
-        spec.validate()?;
+    ) -> Result<usize, JobsError> {
+        self.apply_template(&mut spec)?;
+        spec.validate(now_ms)?;
+        if self.store.job(&spec.job_id)?.is_some() {
+            return Err(JobsError::JobExists(spec.job_id));
+        }
+        let things = self.job_things_of(&spec)?;
         let job = Job::new(spec, now_ms);
-        let (job_id, things) = (job.id.clone(), job.targets.clone());
+        let (job_id, scheduled) = (job.id.clone(), job.scheduling_config.is_some());
         if !self.store.insert_job(job, &things)? {
             return Err(JobsError::JobExists(job_id));
         }
+        if scheduled {
+            self.store
+                .put_entry(tables::SCHEDULES, &job_id, Some(b""), false)?;
+        }
         self.roll_out(now_ms, out)?;
-        Ok(())
+        Ok(things.len())
     }
 
     /// Removes one execution (`force` for one IN_PROGRESS).

@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use super::wire::{
     ExecutionState, FailureType, JobConfig, JobExecution, JobStatus, JobSummary, RetryConfig,
-    RolloutConfig, TimeoutConfig,
+    RolloutConfig, SchedulingConfig, TargetSelection, TimeoutConfig,
 };
 
 /// A job execution's status.
@@ -95,6 +95,8 @@ pub enum JobsError {
     Invalid(String),
     #[error("a job {0} exists already")]
     JobExists(String),
+    #[error("{0} exists already")]
+    Exists(String),
     #[error("no such job or execution: {0}")]
     NotFound(String),
     #[error("{0} is IN_PROGRESS: use force")]
@@ -115,14 +117,26 @@ pub const MAX_DOCUMENT_BYTES: usize = 32 * 1024;
 #[serde(rename_all = "camelCase")]
 pub struct JobSpec {
     pub job_id: String,
-    /// The things it runs on.
+    /// The things and thing groups it runs on: names (a thing), `thing/NAME`,
+    /// `thinggroup/NAME`, or AWS's ARNs of either.
     pub targets: Vec<String>,
-    /// A JSON object.
-    #[serde(default)]
+    /// A JSON object (absent when it comes from the template).
+    #[serde(default, skip_serializing_if = "Value::is_null")]
     pub document: Value,
     /// The description, timeout, retry, rollout and abort configurations.
     #[serde(flatten)]
     pub config: JobConfig,
+    /// SNAPSHOT (the default) or CONTINUOUS: whether things added to its groups later get it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_selection: Option<TargetSelection>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduling_config: Option<SchedulingConfig>,
+    /// The template it starts from (its id, `jobtemplate/ID` or AWS's ARN).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_template_arn: Option<String>,
+    /// Values for the document's `${aws:iot:parameter:NAME}` placeholders.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub document_parameters: BTreeMap<String, String>,
     /// AWS's fields mqstore does not take yet: a request that sets one is refused (rather
     /// than run without it).
     #[serde(flatten, skip_serializing)]
@@ -133,25 +147,15 @@ pub struct JobSpec {
 #[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Unsupported {
-    target_selection: Option<Value>,
-    scheduling_config: Option<Value>,
-    job_template_arn: Option<Value>,
-    document_parameters: Option<Value>,
     document_source: Option<Value>,
 }
 
 impl Unsupported {
     fn first(&self) -> Option<&'static str> {
-        [
-            ("targetSelection", &self.target_selection),
-            ("schedulingConfig", &self.scheduling_config),
-            ("jobTemplateArn", &self.job_template_arn),
-            ("documentParameters", &self.document_parameters),
-            ("documentSource", &self.document_source),
-        ]
-        .into_iter()
-        .find(|(_, value)| value.as_ref().is_some_and(|v| !v.is_null()))
-        .map(|(name, _)| name)
+        [("documentSource", &self.document_source)]
+            .into_iter()
+            .find(|(_, value)| value.as_ref().is_some_and(|v| !v.is_null()))
+            .map(|(name, _)| name)
     }
 }
 
@@ -180,7 +184,7 @@ impl JobSpec {
         self
     }
 
-    pub(crate) fn validate(&self) -> Result<(), JobsError> {
+    pub(crate) fn validate(&self, now_ms: u64) -> Result<(), JobsError> {
         let invalid = |m: String| Err(JobsError::Invalid(m));
         if !valid_job_id(&self.job_id) {
             return invalid(format!(
@@ -193,20 +197,15 @@ impl JobSpec {
                 "{field} is not supported by mqstore yet (see docs/protocol/jobs.md)"
             ));
         }
-        if !self.document.is_object() {
-            return invalid("the document must be a JSON object".into());
-        }
-        let size = self.document.to_string().len();
-        if size > MAX_DOCUMENT_BYTES {
-            return invalid(format!(
-                "the document is {size} bytes; at most {MAX_DOCUMENT_BYTES} (as AWS IoT Jobs)"
-            ));
-        }
+        super::groups::check_document(&self.document)?;
         if self.targets.is_empty() {
             return invalid("a job needs at least one target".into());
         }
-        if let Some(thing) = self.targets.iter().find(|t| !valid_thing_name(t)) {
-            return invalid(format!("target {thing:?}: {THING_NAME_RULE}"));
+        for target in &self.targets {
+            super::groups::Target::parse(target).map_err(JobsError::Invalid)?;
+        }
+        if let Some(scheduling) = &self.scheduling_config {
+            scheduling.validate(now_ms).map_err(JobsError::Invalid)?;
         }
         self.config.validate().map_err(JobsError::Invalid)
     }
@@ -321,8 +320,13 @@ impl RolloutConfig {
 pub struct Job {
     pub id: String,
     pub document: Value,
+    /// As given: things and groups (see [`JobSpec::targets`]).
     pub targets: Vec<String>,
     pub config: JobConfig,
+    pub target_selection: TargetSelection,
+    pub scheduling_config: Option<SchedulingConfig>,
+    pub job_template_arn: Option<String>,
+    pub document_parameters: BTreeMap<String, String>,
     pub status: JobStatus,
     pub force_canceled: bool,
     pub reason_code: Option<String>,
@@ -363,11 +367,24 @@ impl Job {
     pub(crate) fn new(spec: JobSpec, now_ms: u64) -> Self {
         let mut targets = spec.targets;
         targets.dedup();
+        let scheduled = spec
+            .scheduling_config
+            .as_ref()
+            .and_then(SchedulingConfig::start_ms)
+            .is_some_and(|start| start > now_ms);
         Self {
             id: spec.job_id,
             document: spec.document,
             targets,
             config: spec.config,
+            target_selection: spec.target_selection.unwrap_or_default(),
+            scheduling_config: spec.scheduling_config,
+            job_template_arn: spec.job_template_arn,
+            document_parameters: spec.document_parameters,
+            status: match scheduled {
+                true => JobStatus::Scheduled,
+                false => JobStatus::InProgress,
+            },
             created_at: now_ms,
             last_updated_at: now_ms,
             pace: Pace {
@@ -390,6 +407,13 @@ impl Job {
             self.max_retries = 0;
         }
         self
+    }
+
+    /// `schedulingConfig.maintenanceWindows`: when its rollout may go on (any time if none).
+    pub fn maintenance_windows(&self) -> &[super::wire::MaintenanceWindow] {
+        self.scheduling_config
+            .as_ref()
+            .map_or(&[], |s| &s.maintenance_windows[..])
     }
 
     /// `timeoutConfig.inProgressTimeoutInMinutes`.

@@ -6,8 +6,8 @@
 use super::model::{Execution, Job, Status};
 use super::rollout;
 use super::wire::{
-    ExecutionListing, JobCreated, JobDescription, JobListing, JobProcessDetails, OperatorAnswer,
-    OperatorError, OperatorOk, OperatorRequest, PageRequest, RolloutProgress,
+    ExecutionListing, JobCreated, JobDescription, JobListing, JobProcessDetails, JobTemplate,
+    OperatorAnswer, OperatorError, OperatorOk, OperatorRequest, PageRequest, RolloutProgress,
 };
 use super::{Jobs, JobsError, JobsStore, StoreError};
 use crate::envelope::Publish;
@@ -48,8 +48,8 @@ impl<S: JobsStore> Jobs<S> {
             |result: Result<(), JobsError>| result.map(|()| OperatorOk::Done {}).map_err(error);
         match request {
             OperatorRequest::CreateJob(spec) => {
-                let (job_id, targets) = (spec.job_id.clone(), spec.targets.len());
-                self.create_job(*spec, now_ms, out).map_err(error)?;
+                let job_id = spec.job_id.clone();
+                let targets = self.create_job(*spec, now_ms, out).map_err(error)?;
                 Ok(OperatorOk::Created(JobCreated { job_id, targets }))
             }
             OperatorRequest::UpdateJob(update) => done(self.update_job(update, now_ms)),
@@ -122,6 +122,69 @@ impl<S: JobsStore> Jobs<S> {
                     });
                 }
                 Ok(OperatorOk::Jobs { jobs, next_token })
+            }
+            OperatorRequest::CreateThingGroup {
+                thing_group_name,
+                thing_group_properties,
+            } => {
+                let group = self
+                    .create_group(&thing_group_name, thing_group_properties, now_ms)
+                    .map_err(error)?;
+                Ok(OperatorOk::Group(Box::new(group)))
+            }
+            OperatorRequest::DeleteThingGroup { thing_group_name } => {
+                done(self.delete_group(&thing_group_name))
+            }
+            OperatorRequest::DescribeThingGroup { thing_group_name } => Ok(OperatorOk::Group(
+                Box::new(self.group(&thing_group_name).map_err(error)?),
+            )),
+            OperatorRequest::ListThingGroups { page } => {
+                let limit = page_size(&page)?;
+                let (thing_groups, next_token) = self.list_groups(&page, limit).map_err(stored)?;
+                Ok(OperatorOk::Groups {
+                    thing_groups,
+                    next_token,
+                })
+            }
+            OperatorRequest::AddThingToThingGroup(membership) => {
+                done(self.add_to_group(&membership, now_ms, out))
+            }
+            OperatorRequest::RemoveThingFromThingGroup(membership) => {
+                done(self.remove_from_group(&membership, now_ms, out))
+            }
+            OperatorRequest::ListThingsInThingGroup {
+                thing_group_name,
+                page,
+            } => {
+                let limit = page_size(&page)?;
+                let (things, next_token) = self
+                    .group_things(&thing_group_name, &page, limit)
+                    .map_err(error)?;
+                Ok(OperatorOk::Things { things, next_token })
+            }
+            OperatorRequest::CreateJobTemplate(template) => {
+                let (arn, id) = self.create_template(*template, now_ms).map_err(error)?;
+                Ok(OperatorOk::Template(Box::new(JobTemplate {
+                    job_template_id: id,
+                    job_template_arn: Some(arn),
+                    document: serde_json::Value::Null,
+                    ..JobTemplate::default()
+                })))
+            }
+            OperatorRequest::DescribeJobTemplate { job_template_id } => Ok(OperatorOk::Template(
+                Box::new(self.template(&job_template_id).map_err(error)?),
+            )),
+            OperatorRequest::ListJobTemplates { page } => {
+                let limit = page_size(&page)?;
+                let (job_templates, next_token) =
+                    self.list_templates(&page, limit).map_err(error)?;
+                Ok(OperatorOk::Templates {
+                    job_templates,
+                    next_token,
+                })
+            }
+            OperatorRequest::DeleteJobTemplate { job_template_id } => {
+                done(self.delete_template(&job_template_id))
             }
             OperatorRequest::ListExecutions {
                 thing,
@@ -281,6 +344,7 @@ fn error(e: JobsError) -> OperatorError {
     let code = match &e {
         JobsError::Invalid(_) => "InvalidRequest",
         JobsError::JobExists(_) => "Conflict",
+        JobsError::Exists(_) => "ResourceAlreadyExists",
         JobsError::NotFound(_) => "ResourceNotFound",
         JobsError::InProgress(_) | JobsError::InvalidState(_) => "InvalidStateTransition",
         JobsError::VersionConflict(_) => "VersionConflict",

@@ -158,19 +158,47 @@ pub trait JobsStore {
 
     /// Stops a job's rollout: its remaining things are never handed out.
     fn stop_rollout(&mut self, job_id: &str) -> Stored<()>;
+
+    /// Appends things to a job's things (a continuous job's group grew); its rollout goes
+    /// on to them, started again if it had handed out every thing.
+    fn add_job_things(&mut self, job_id: &str, things: &[String]) -> Stored<()>;
+
+    /// An entry of one of the named tables the operator API keeps beside the jobs (thing
+    /// groups, their members, job templates, schedules; see [`super::tables`]).
+    fn entry(&self, table: &str, name: &str) -> Stored<Option<Vec<u8>>>;
+
+    /// Writes an entry (`Some`) or removes it (`None`); with `create`, only when there is
+    /// none. Whether anything changed.
+    fn put_entry(
+        &mut self,
+        table: &str,
+        name: &str,
+        value: Option<&[u8]>,
+        create: bool,
+    ) -> Stored<bool>;
+
+    /// Up to `count` entries of a table in name order, after `after`.
+    fn entries(&self, table: &str, after: Option<&str>, count: u64) -> Stored<Entries>;
+
+    /// Removes a table and every entry in it.
+    fn drop_table(&mut self, table: &str) -> Stored<()>;
 }
+
+/// Entries of a table: (name, value), in name order.
+pub type Entries = Vec<(String, Vec<u8>)>;
 
 /// The jobs state in this process's memory.
 #[derive(Debug, Default)]
 pub struct MemoryJobs {
     jobs: BTreeMap<String, Arc<Job>>,
-    job_things: HashMap<String, Arc<[String]>>,
+    job_things: HashMap<String, Vec<String>>,
     counts: HashMap<String, Counts>,
     things: HashMap<String, ThingRecord>,
     /// (deadline, thing, job id), earliest first.
     timers: BTreeSet<(u64, String, String)>,
     /// Jobs being rolled out, oldest first, with the index of their next thing.
     rollouts: VecDeque<(String, u64)>,
+    tables: HashMap<String, BTreeMap<String, Vec<u8>>>,
 }
 
 /// Applies `tally` to `counts`.
@@ -194,7 +222,7 @@ impl JobsStore for MemoryJobs {
         if self.jobs.contains_key(&job.id) {
             return Ok(false);
         }
-        self.job_things.insert(job.id.clone(), things.into());
+        self.job_things.insert(job.id.clone(), things.to_vec());
         self.rollouts.push_back((job.id.clone(), 0));
         self.jobs.insert(job.id.clone(), Arc::new(job));
         Ok(true)
@@ -326,6 +354,67 @@ impl JobsStore for MemoryJobs {
         self.rollouts.retain(|(id, _)| id != job_id);
         Ok(())
     }
+
+    fn add_job_things(&mut self, job_id: &str, things: &[String]) -> Stored<()> {
+        let Some(list) = self.job_things.get_mut(job_id) else {
+            return Ok(());
+        };
+        let end = list.len() as u64;
+        list.extend_from_slice(things);
+        if !self.rollouts.iter().any(|(id, _)| id == job_id) {
+            self.rollouts.push_back((job_id.to_owned(), end));
+        }
+        Ok(())
+    }
+
+    fn entry(&self, table: &str, name: &str) -> Stored<Option<Vec<u8>>> {
+        Ok(self.tables.get(table).and_then(|t| t.get(name)).cloned())
+    }
+
+    fn put_entry(
+        &mut self,
+        table: &str,
+        name: &str,
+        value: Option<&[u8]>,
+        create: bool,
+    ) -> Stored<bool> {
+        let Some(value) = value else {
+            let Some(entries) = self.tables.get_mut(table) else {
+                return Ok(false);
+            };
+            let removed = entries.remove(name).is_some();
+            if entries.is_empty() {
+                self.tables.remove(table);
+            }
+            return Ok(removed);
+        };
+        let entries = self.tables.entry(table.to_owned()).or_default();
+        if create && entries.contains_key(name) {
+            return Ok(false);
+        }
+        entries.insert(name.to_owned(), value.to_vec());
+        Ok(true)
+    }
+
+    fn entries(&self, table: &str, after: Option<&str>, count: u64) -> Stored<Entries> {
+        let Some(entries) = self.tables.get(table) else {
+            return Ok(Vec::new());
+        };
+        let range = match after {
+            Some(after) => entries
+                .range::<str, _>((std::ops::Bound::Excluded(after), std::ops::Bound::Unbounded)),
+            None => entries.range::<str, _>(..),
+        };
+        Ok(range
+            .take(count.min(usize::MAX as u64) as usize)
+            .map(|(name, value)| (name.clone(), value.clone()))
+            .collect())
+    }
+
+    fn drop_table(&mut self, table: &str) -> Stored<()> {
+        self.tables.remove(table);
+        Ok(())
+    }
 }
 
 /// A store borrowed: several engines can take turns over one store (as nodes share one).
@@ -381,6 +470,27 @@ impl<S: JobsStore + ?Sized> JobsStore for &mut S {
     fn stop_rollout(&mut self, job_id: &str) -> Stored<()> {
         (**self).stop_rollout(job_id)
     }
+    fn add_job_things(&mut self, job_id: &str, things: &[String]) -> Stored<()> {
+        (**self).add_job_things(job_id, things)
+    }
+    fn entry(&self, table: &str, name: &str) -> Stored<Option<Vec<u8>>> {
+        (**self).entry(table, name)
+    }
+    fn put_entry(
+        &mut self,
+        table: &str,
+        name: &str,
+        value: Option<&[u8]>,
+        create: bool,
+    ) -> Stored<bool> {
+        (**self).put_entry(table, name, value, create)
+    }
+    fn entries(&self, table: &str, after: Option<&str>, count: u64) -> Stored<Entries> {
+        (**self).entries(table, after, count)
+    }
+    fn drop_table(&mut self, table: &str) -> Stored<()> {
+        (**self).drop_table(table)
+    }
 }
 
 /// The memory jobs store with every change recorded for the durable store's log
@@ -430,13 +540,26 @@ impl DurableJobs {
                         store.jobs.insert(job.id.clone(), Arc::new(job));
                     }
                     None => {
-                        store.job_things.insert(job.id.clone(), things.into());
+                        store.job_things.insert(job.id.clone(), things);
                         store.jobs.insert(job.id.clone(), Arc::new(job));
                     }
                 }
             }
             Record::JobDeleted(job_id) => {
                 store.delete_job(&job_id).map_err(|e| e.to_string())?;
+            }
+            Record::JobThings { job_id, things } => {
+                if let Some(list) = store.job_things.get_mut(&job_id) {
+                    list.extend(things);
+                }
+            }
+            Record::Entry { table, name, value } => {
+                store
+                    .put_entry(&table, &name, value.as_deref(), false)
+                    .map_err(|e| e.to_string())?;
+            }
+            Record::TableDropped(table) => {
+                store.tables.remove(&table);
             }
             Record::Thing { thing, json } => {
                 let mut record: ThingRecord =
@@ -474,6 +597,11 @@ impl DurableJobs {
         }
         for (job_id, next) in &self.inner.rollouts {
             log::rollout(out, job_id, Some(*next));
+        }
+        for (table, entries) in &self.inner.tables {
+            for (name, value) in entries {
+                log::entry(out, table, name, Some(value));
+            }
         }
     }
 
@@ -600,6 +728,45 @@ impl JobsStore for DurableJobs {
         self.inner.stop_rollout(job_id)?;
         if self.recording {
             crate::store::log::rollout(&mut self.pending, job_id, None);
+        }
+        Ok(())
+    }
+
+    fn add_job_things(&mut self, job_id: &str, things: &[String]) -> Stored<()> {
+        self.inner.add_job_things(job_id, things)?;
+        if self.recording && self.inner.job_things.contains_key(job_id) {
+            crate::store::log::job_things(&mut self.pending, job_id, things);
+            self.record_rollout(job_id);
+        }
+        Ok(())
+    }
+
+    fn entry(&self, table: &str, name: &str) -> Stored<Option<Vec<u8>>> {
+        self.inner.entry(table, name)
+    }
+
+    fn put_entry(
+        &mut self,
+        table: &str,
+        name: &str,
+        value: Option<&[u8]>,
+        create: bool,
+    ) -> Stored<bool> {
+        let changed = self.inner.put_entry(table, name, value, create)?;
+        if changed && self.recording {
+            crate::store::log::entry(&mut self.pending, table, name, value);
+        }
+        Ok(changed)
+    }
+
+    fn entries(&self, table: &str, after: Option<&str>, count: u64) -> Stored<Entries> {
+        self.inner.entries(table, after, count)
+    }
+
+    fn drop_table(&mut self, table: &str) -> Stored<()> {
+        self.inner.drop_table(table)?;
+        if self.recording {
+            crate::store::log::table_dropped(&mut self.pending, table);
         }
         Ok(())
     }

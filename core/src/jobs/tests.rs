@@ -522,6 +522,27 @@ impl JobsStore for Raced<'_> {
     fn stop_rollout(&mut self, job_id: &str) -> Stored<()> {
         self.inner.stop_rollout(job_id)
     }
+    fn add_job_things(&mut self, job_id: &str, things: &[String]) -> Stored<()> {
+        self.inner.add_job_things(job_id, things)
+    }
+    fn entry(&self, table: &str, name: &str) -> Stored<Option<Vec<u8>>> {
+        self.inner.entry(table, name)
+    }
+    fn put_entry(
+        &mut self,
+        table: &str,
+        name: &str,
+        value: Option<&[u8]>,
+        create: bool,
+    ) -> Stored<bool> {
+        self.inner.put_entry(table, name, value, create)
+    }
+    fn entries(&self, table: &str, after: Option<&str>, count: u64) -> Stored<Entries> {
+        self.inner.entries(table, after, count)
+    }
+    fn drop_table(&mut self, table: &str) -> Stored<()> {
+        self.inner.drop_table(table)
+    }
 }
 
 #[test]
@@ -667,6 +688,21 @@ impl JobsStore for Unreachable {
         down()
     }
     fn stop_rollout(&mut self, _: &str) -> Stored<()> {
+        down()
+    }
+    fn add_job_things(&mut self, _: &str, _: &[String]) -> Stored<()> {
+        down()
+    }
+    fn entry(&self, _: &str, _: &str) -> Stored<Option<Vec<u8>>> {
+        down()
+    }
+    fn put_entry(&mut self, _: &str, _: &str, _: Option<&[u8]>, _: bool) -> Stored<bool> {
+        down()
+    }
+    fn entries(&self, _: &str, _: Option<&str>, _: u64) -> Stored<Entries> {
+        down()
+    }
+    fn drop_table(&mut self, _: &str) -> Stored<()> {
         down()
     }
 }

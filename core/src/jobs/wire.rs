@@ -299,6 +299,181 @@ pub enum OperatorRequest {
         #[serde(flatten)]
         page: PageRequest,
     },
+    /// A static thing group (AWS's `CreateThingGroup`).
+    CreateThingGroup {
+        thing_group_name: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        thing_group_properties: Option<ThingGroupProperties>,
+    },
+    /// Removes a group and its membership (jobs that targeted it keep their things).
+    DeleteThingGroup {
+        thing_group_name: String,
+    },
+    DescribeThingGroup {
+        thing_group_name: String,
+    },
+    /// Groups in name order, a page at a time.
+    ListThingGroups {
+        #[serde(flatten)]
+        page: PageRequest,
+    },
+    /// Adds a thing to a group (the group and the thing by name or ARN); continuous jobs
+    /// on the group get an execution on it.
+    AddThingToThingGroup(Membership),
+    /// Removes a thing from a group; its QUEUED executions of continuous jobs on the group
+    /// become REMOVED.
+    RemoveThingFromThingGroup(Membership),
+    /// A group's things in name order, a page at a time.
+    ListThingsInThingGroup {
+        thing_group_name: String,
+        #[serde(flatten)]
+        page: PageRequest,
+    },
+    /// A job template (AWS's `CreateJobTemplate`): a document and configurations that
+    /// `createJob` with `jobTemplateArn` starts from.
+    CreateJobTemplate(Box<JobTemplate>),
+    DescribeJobTemplate {
+        job_template_id: String,
+    },
+    /// Templates in id order, a page at a time.
+    ListJobTemplates {
+        #[serde(flatten)]
+        page: PageRequest,
+    },
+    DeleteJobTemplate {
+        job_template_id: String,
+    },
+}
+
+/// Which group and which thing an `addThingToThingGroup` or `removeThingFromThingGroup`
+/// names: each by name or by ARN, as AWS takes them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Membership {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thing_group_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thing_group_arn: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thing_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thing_arn: Option<String>,
+}
+
+/// A group's properties (AWS's; mqstore keeps the description).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ThingGroupProperties {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thing_group_description: Option<String>,
+}
+
+/// A thing group as `describeThingGroup` answers (AWS's fields).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ThingGroupDescription {
+    pub thing_group_name: String,
+    pub thing_group_id: String,
+    pub thing_group_arn: String,
+    #[serde(default)]
+    pub thing_group_properties: ThingGroupProperties,
+    #[serde(default)]
+    pub thing_group_metadata: ThingGroupMetadata,
+}
+
+/// When a group was made (epoch seconds).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ThingGroupMetadata {
+    pub creation_date: u64,
+}
+
+/// One entry of `listThingGroups` (AWS's `GroupNameAndArn`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GroupListing {
+    pub group_name: String,
+    pub group_arn: String,
+}
+
+/// A job template: what `createJobTemplate` takes and `describeJobTemplate` answers.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JobTemplate {
+    pub job_template_id: String,
+    /// A JSON object; may hold `${aws:iot:parameter:NAME}` placeholders that a job's
+    /// `documentParameters` fill.
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    pub document: Value,
+    /// The description, timeout, retry, rollout and abort configurations.
+    #[serde(flatten)]
+    pub config: JobConfig,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub maintenance_windows: Vec<MaintenanceWindow>,
+    /// Answered by `describeJobTemplate`: `arn:aws:iot:…:jobtemplate/{id}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_template_arn: Option<String>,
+    /// Answered by `describeJobTemplate` (epoch seconds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_at: Option<u64>,
+}
+
+/// One entry of `listJobTemplates` (AWS's `JobTemplateSummary`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TemplateListing {
+    pub job_template_id: String,
+    pub job_template_arn: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    pub created_at: u64,
+}
+
+/// `targetSelection`: the things of a job's groups when it is created, or also those added
+/// later.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum TargetSelection {
+    #[default]
+    Snapshot,
+    Continuous,
+}
+
+/// `schedulingConfig`: when a job starts and ends, and the windows it rolls out in. Times
+/// are UTC, `YYYY-MM-DDTHH:MM` (seconds and a `Z` allowed).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SchedulingConfig {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_time: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_behavior: Option<EndBehavior>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub maintenance_windows: Vec<MaintenanceWindow>,
+}
+
+/// What happens at a job's `endTime`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum EndBehavior {
+    /// No new executions; those queued go on.
+    #[default]
+    StopRollout,
+    /// The job is canceled (QUEUED executions CANCELED).
+    Cancel,
+    /// The job is canceled with force (IN_PROGRESS executions CANCELED too).
+    ForceCancel,
+}
+
+/// A recurring window the rollout runs in: from each time its cron fires
+/// (`cron(min hour day-of-month month day-of-week year)`, AWS's form) for its duration.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MaintenanceWindow {
+    pub start_time: String,
+    pub duration_in_minutes: u32,
 }
 
 /// What `cancelJobExecution` takes.
@@ -329,7 +504,7 @@ pub struct PageRequest {
 }
 
 /// The names of the operator calls (`op`), as [`OperatorRequest`] reads them.
-pub const OPERATOR_CALLS: [&str; 10] = [
+pub const OPERATOR_CALLS: [&str; 21] = [
     "createJob",
     "updateJob",
     "cancelJob",
@@ -340,6 +515,17 @@ pub const OPERATOR_CALLS: [&str; 10] = [
     "describeJobExecution",
     "listJobs",
     "listJobExecutions",
+    "createThingGroup",
+    "deleteThingGroup",
+    "describeThingGroup",
+    "listThingGroups",
+    "addThingToThingGroup",
+    "removeThingFromThingGroup",
+    "listThingsInThingGroup",
+    "createJobTemplate",
+    "describeJobTemplate",
+    "listJobTemplates",
+    "deleteJobTemplate",
 ];
 
 /// Whether `request` can be an operator call: a JSON object whose `op` names one. Bindings
@@ -574,6 +760,26 @@ pub enum OperatorOk {
     #[serde(rename_all = "camelCase")]
     Executions {
         executions: Vec<ExecutionListing>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        next_token: Option<String>,
+    },
+    Group(Box<ThingGroupDescription>),
+    #[serde(rename_all = "camelCase")]
+    Groups {
+        thing_groups: Vec<GroupListing>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        next_token: Option<String>,
+    },
+    #[serde(rename_all = "camelCase")]
+    Things {
+        things: Vec<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        next_token: Option<String>,
+    },
+    Template(Box<JobTemplate>),
+    #[serde(rename_all = "camelCase")]
+    Templates {
+        job_templates: Vec<TemplateListing>,
         #[serde(skip_serializing_if = "Option::is_none")]
         next_token: Option<String>,
     },

@@ -11,6 +11,10 @@
 //!         | 4 json_len: u32 LE, json                                      (JOB: a job, as JSON)
 //!         | 5 thing_len: u32 LE, thing, json_len: u32 LE, json           (THING: its executions)
 //!         | 6 job_len: u32 LE, job id, next: u64 LE (u64::MAX: done)      (ROLLOUT: its progress)
+//!         | 7 job_len: u32 LE, job id                                     (JOB_DELETED)
+//!         | 8 job_len: u32 LE, job id, n: u32 LE, (len: u32 LE, thing){n}  (JOB_THINGS: appended)
+//!         | 9 table, name (each len: u32 LE, bytes), has_value: u8, value if 1 (ENTRY)
+//!         | 10 table_len: u32 LE, table                                   (TABLE_DROPPED)
 //! hlc    := wall_ms: u64 LE, counter: u32 LE, node_len: u16 LE, node
 //! ```
 //!
@@ -32,6 +36,9 @@ const JOB: u8 = 4;
 const THING: u8 = 5;
 const ROLLOUT: u8 = 6;
 const JOB_DELETED: u8 = 7;
+const JOB_THINGS: u8 = 8;
+const ENTRY: u8 = 9;
+const TABLE_DROPPED: u8 = 10;
 
 /// One record, as read back.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,6 +64,16 @@ pub enum Record {
     Rollout { job_id: String, next: Option<u64> },
     /// A job was deleted (with its rollout and its counts).
     JobDeleted(String),
+    /// Things appended to a job's things (a continuous job's group grew).
+    JobThings { job_id: String, things: Vec<String> },
+    /// An entry of the jobs' tables (groups, templates) written, or removed (`None`).
+    Entry {
+        table: String,
+        name: String,
+        value: Option<Bytes>,
+    },
+    /// A whole table of the jobs' tables removed.
+    TableDropped(String),
 }
 
 /// Appends a PUT record to `out`.
@@ -126,6 +143,35 @@ pub fn job_deleted(out: &mut Vec<u8>, job_id: &str) {
     frame(out, |body| {
         body.push(JOB_DELETED);
         long(body, job_id.as_bytes());
+    });
+}
+
+/// Appends a JOB_THINGS record to `out`.
+pub fn job_things(out: &mut Vec<u8>, job_id: &str, things: &[String]) {
+    frame(out, |body| {
+        body.push(JOB_THINGS);
+        long(body, job_id.as_bytes());
+        body.extend_from_slice(&(things.len() as u32).to_le_bytes());
+        things.iter().for_each(|thing| long(body, thing.as_bytes()));
+    });
+}
+
+/// Appends an ENTRY record to `out`.
+pub fn entry(out: &mut Vec<u8>, table: &str, name: &str, value: Option<&[u8]>) {
+    frame(out, |body| {
+        body.push(ENTRY);
+        long(body, table.as_bytes());
+        long(body, name.as_bytes());
+        body.push(u8::from(value.is_some()));
+        value.iter().for_each(|value| long(body, value));
+    });
+}
+
+/// Appends a TABLE_DROPPED record to `out`.
+pub fn table_dropped(out: &mut Vec<u8>, table: &str) {
+    frame(out, |body| {
+        body.push(TABLE_DROPPED);
+        long(body, table.as_bytes());
     });
 }
 
@@ -271,6 +317,26 @@ fn decode(body: &[u8], node: &mut Option<std::sync::Arc<str>>) -> Result<Record,
             }
         }
         JOB_DELETED => Record::JobDeleted(reader.text()?),
+        JOB_THINGS => {
+            let job_id = reader.text()?;
+            let n = u32::from_le_bytes(reader.take(4)?.try_into().unwrap_or_default());
+            // Each thing takes at least its length's 4 bytes: a count past that is damage.
+            if n as usize > reader.rest.len() / 4 {
+                return Err("a list of things longer than its record");
+            }
+            let things = (0..n).map(|_| reader.text()).collect::<Result<_, _>>()?;
+            Record::JobThings { job_id, things }
+        }
+        ENTRY => {
+            let table = reader.text()?;
+            let name = reader.text()?;
+            let value = match reader.take(1)?[0] {
+                0 => None,
+                _ => Some(Bytes::copy_from_slice(reader.long()?)),
+            };
+            Record::Entry { table, name, value }
+        }
+        TABLE_DROPPED => Record::TableDropped(reader.text()?),
         _ => return Err("a record of an unknown kind"),
     };
     match reader.rest.is_empty() {
@@ -348,6 +414,10 @@ mod tests {
         rollout(&mut file, "j", Some(3));
         rollout(&mut file, "j", None);
         job_deleted(&mut file, "j");
+        job_things(&mut file, "j", &["a".into(), "b".into()]);
+        entry(&mut file, "groups", "g", Some(b"{}"));
+        entry(&mut file, "groups", "g", None);
+        table_dropped(&mut file, "members/g");
         starts.push(file.len());
         clock(&mut file, &hlc("12:0:n"));
         let records = vec![
@@ -382,6 +452,21 @@ mod tests {
                 next: None,
             },
             Record::JobDeleted("j".into()),
+            Record::JobThings {
+                job_id: "j".into(),
+                things: vec!["a".into(), "b".into()],
+            },
+            Record::Entry {
+                table: "groups".into(),
+                name: "g".into(),
+                value: Some(Bytes::from_static(b"{}")),
+            },
+            Record::Entry {
+                table: "groups".into(),
+                name: "g".into(),
+                value: None,
+            },
+            Record::TableDropped("members/g".into()),
             Record::Clock(hlc("12:0:n")),
         ];
         (file, records, starts)
@@ -398,7 +483,7 @@ mod tests {
         let (file, written, _) = sample();
         let (records, replayed) = read(&file).unwrap();
         assert_eq!(records, written);
-        assert_eq!(replayed.records, 9);
+        assert_eq!(replayed.records, 13);
         assert_eq!(replayed.valid_len, file.len());
     }
 
@@ -408,7 +493,7 @@ mod tests {
         let last_start = starts[4];
         for cut in last_start + 1..file.len() {
             let (records, replayed) = read(&file[..cut]).unwrap();
-            assert_eq!(records, written[..8], "cut at {cut}");
+            assert_eq!(records, written[..12], "cut at {cut}");
             assert_eq!(replayed.valid_len, last_start);
         }
         // A damaged checksum on the last record: the same.

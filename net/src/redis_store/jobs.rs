@@ -9,6 +9,9 @@
 //!   far each got: one hash slot, so a claim of the next things is one script and hands each
 //!   thing to one node, and writing a job is a compare-and-set on `r` (a job is aborted, or
 //!   its pace moved, once).
+//! * `{P}{jobs}:tab:<table>` and `{P}{jobs}:tabx:<table>` the operator API's tables (thing
+//!   groups, each group's members and continuous jobs, job templates, schedules): a hash of
+//!   the entries and a sorted set of their names, for pages in name order.
 //! * Per bucket of the state store (`{P}{bN}:`, by the thing's name): `jt:<thing>` the
 //!   thing's record (a hash: `r` revision, `d` the executions as JSON, `t` the jobs with a
 //!   timer), `jthings` the things, `jtimers` the timers (`"<thing> <job id>"` scored by
@@ -30,7 +33,7 @@ use redis::{Script, Value};
 
 use super::{RedisStore, RedisStoreError};
 use mqstore_core::jobs::{
-    Counts, Job, JobsStore, Rollout, Status, StoreError, Stored, Tally, ThingRecord,
+    Counts, Entries, Job, JobsStore, Rollout, Status, StoreError, Stored, Tally, ThingRecord,
 };
 
 /// The scripts of the jobs store.
@@ -43,6 +46,9 @@ struct JobScripts {
     take: Script,
     rollouts: Script,
     stop: Script,
+    more: Script,
+    entry: Script,
+    entries: Script,
     claim: Script,
     release: Script,
 }
@@ -84,6 +90,9 @@ impl RedisJobs {
                 take: Script::new(include_str!("jobs_take.lua")),
                 rollouts: Script::new(include_str!("jobs_rollouts.lua")),
                 stop: Script::new(include_str!("jobs_stop.lua")),
+                more: Script::new(include_str!("jobs_more.lua")),
+                entry: Script::new(include_str!("jobs_entry.lua")),
+                entries: Script::new(include_str!("jobs_entries.lua")),
                 claim: Script::new(CLAIM),
                 release: Script::new(RELEASE),
             }),
@@ -462,6 +471,79 @@ impl JobsStore for RedisJobs {
             .key(self.global("cursors", ""))
             .arg(job_id);
         self.wait(self.store.eval(&call))?;
+        Ok(())
+    }
+
+    fn add_job_things(&mut self, job_id: &str, things: &[String]) -> Stored<()> {
+        let mut call = self.scripts.more.prepare_invoke();
+        call.key(self.global("jr:", job_id))
+            .key(self.global("targets:", job_id))
+            .key(self.global("rollouts", ""))
+            .key(self.global("cursors", ""))
+            .arg(job_id);
+        for thing in things {
+            call.arg(thing);
+        }
+        self.wait(self.store.eval(&call))?;
+        Ok(())
+    }
+
+    fn entry(&self, table: &str, name: &str) -> Stored<Option<Vec<u8>>> {
+        self.wait(
+            self.store
+                .query(redis::cmd("HGET").arg(self.global("tab:", table)).arg(name)),
+        )
+    }
+
+    fn put_entry(
+        &mut self,
+        table: &str,
+        name: &str,
+        value: Option<&[u8]>,
+        create: bool,
+    ) -> Stored<bool> {
+        let mut call = self.scripts.entry.prepare_invoke();
+        call.key(self.global("tab:", table))
+            .key(self.global("tabx:", table))
+            .arg(name)
+            .arg(u8::from(value.is_some()))
+            .arg(value.unwrap_or_default())
+            .arg(u8::from(create));
+        match self.wait(self.store.eval(&call))? {
+            Value::Int(n) => Ok(n > 0),
+            other => Err(unexpected("writing an entry", &other)),
+        }
+    }
+
+    fn entries(&self, table: &str, after: Option<&str>, count: u64) -> Stored<Entries> {
+        let mut call = self.scripts.entries.prepare_invoke();
+        call.key(self.global("tab:", table))
+            .key(self.global("tabx:", table))
+            .arg(after.unwrap_or_default())
+            .arg(count.min(i64::MAX as u64));
+        let Value::Array(items) = self.wait(self.store.eval(&call))? else {
+            return Err(StoreError("Redis answered entries with no list".into()));
+        };
+        let mut items = items.into_iter();
+        let mut entries = Vec::with_capacity(items.len() / 2);
+        while let (Some(name), Some(value)) = (items.next(), items.next()) {
+            let value = match value {
+                Value::BulkString(value) => value,
+                other => return Err(unexpected("an entry", &other)),
+            };
+            entries.push((text("an entry's name", name)?, value));
+        }
+        Ok(entries)
+    }
+
+    fn drop_table(&mut self, table: &str) -> Stored<()> {
+        self.wait(
+            self.store.query::<i64>(
+                redis::cmd("DEL")
+                    .arg(self.global("tab:", table))
+                    .arg(self.global("tabx:", table)),
+            ),
+        )?;
         Ok(())
     }
 }
