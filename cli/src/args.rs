@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::command::CommandCommand;
-use crate::jobs::JobsCommand;
+use crate::jobs::{GroupsCommand, JobsCommand, TemplatesCommand};
 use bytes::Bytes;
 use clap::{Args, Parser, Subcommand};
 use mqstore_core::engine::AccessRule;
@@ -72,7 +72,7 @@ pub(crate) struct BrokerArgs {
 /// How client commands wait and print: before or after the command's name.
 #[derive(Args, Clone, Copy)]
 #[command(
-    next_help_heading = "Client commands (get, set, del, vdel, scan, watch, lock, jobs, command)"
+    next_help_heading = "Client commands (get, set, del, vdel, scan, watch, lock, jobs, groups, templates, command)"
 )]
 pub(crate) struct CallArgs {
     /// Print JSON instead of text.
@@ -245,6 +245,17 @@ pub(crate) enum Command {
     Jobs {
         #[command(subcommand)]
         command: JobsCommand,
+    },
+    /// Thing groups, which jobs target as thinggroup/NAME: create, delete, describe, list,
+    /// add and remove things, list a group's things.
+    Groups {
+        #[command(subcommand)]
+        command: GroupsCommand,
+    },
+    /// Job templates, which `jobs create --template` starts from.
+    Templates {
+        #[command(subcommand)]
+        command: TemplatesCommand,
     },
     /// Commands to devices: send one and await the answer, read a command's status, watch
     /// every command's status changes.

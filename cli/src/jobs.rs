@@ -8,8 +8,9 @@ use clap::{Args, Subcommand};
 use mqstore_core::client::ClientError;
 use mqstore_core::client::jobs::JobNotification;
 use mqstore_core::jobs::{
-    AbortAction, AbortConfig, AbortCriteria, JobConfig, JobSpec, JobUpdate, OperatorRequest,
-    PageRequest, RolloutConfig, Status,
+    AbortAction, AbortConfig, AbortCriteria, EndBehavior, JobConfig, JobSpec, JobTemplate,
+    JobUpdate, MaintenanceWindow, OperatorRequest, PageRequest, RolloutConfig, SchedulingConfig,
+    Status, TargetSelection,
 };
 use mqstore_net::client::Client;
 use mqstore_net::jobs::ExecutionFilter;
@@ -21,14 +22,39 @@ use crate::shutdown_signal;
 
 #[derive(Subcommand)]
 pub enum JobsCommand {
-    /// Create a job: queue an execution of it on every target.
+    /// Create a job: queue an execution of it on every thing it targets.
     Create {
         job_id: String,
-        /// The things to run it on, comma separated.
+        /// What to run it on, comma separated: thing names, thinggroup/NAME (a group's
+        /// things), or AWS ARNs of either.
         #[arg(long, value_delimiter = ',', required = true)]
         targets: Vec<String>,
         #[command(flatten)]
         document: DocumentArgs,
+        /// Start from this job template (its document and settings; the options given here
+        /// win).
+        #[arg(long)]
+        template: Option<String>,
+        /// A value for the template document's ${aws:iot:parameter:NAME}: NAME=VALUE,
+        /// repeatable.
+        #[arg(long, value_parser = parse_param)]
+        param: Vec<(String, String)>,
+        /// Things added to its groups later get the job too (targetSelection CONTINUOUS).
+        #[arg(long)]
+        continuous: bool,
+        /// Start the rollout at this UTC time (YYYY-MM-DDTHH:MM); SCHEDULED until then.
+        #[arg(long)]
+        start_time: Option<String>,
+        /// End it at this UTC time (YYYY-MM-DDTHH:MM), as --end-behavior says.
+        #[arg(long)]
+        end_time: Option<String>,
+        /// At --end-time: STOP_ROLLOUT (the default), CANCEL or FORCE_CANCEL.
+        #[arg(long, value_parser = parse_end_behavior)]
+        end_behavior: Option<EndBehavior>,
+        /// Roll out only in this maintenance window: 'cron(MIN HOUR DOM MONTH DOW YEAR)=MINUTES'
+        /// (AWS's cron, UTC), repeatable.
+        #[arg(long, value_parser = parse_window)]
+        window: Vec<MaintenanceWindow>,
         /// An IN_PROGRESS execution times out after this many minutes (1-10080).
         #[arg(long)]
         in_progress_timeout_minutes: Option<u32>,
@@ -136,7 +162,7 @@ pub enum JobsCommand {
 
 /// The job document, inline or from a file.
 #[derive(Args)]
-#[group(required = true, multiple = false)]
+#[group(required = false, multiple = false)]
 pub struct DocumentArgs {
     /// The job document: a JSON object.
     #[arg(long)]
@@ -144,6 +170,26 @@ pub struct DocumentArgs {
     /// Read the job document (a JSON object) from this file.
     #[arg(long)]
     document_file: Option<PathBuf>,
+}
+
+impl DocumentArgs {
+    /// The document given, as a JSON object (`None` when none is).
+    fn read(&mut self) -> Result<Option<Value>, String> {
+        let (text, from) = match (self.document.take(), &self.document_file) {
+            (Some(text), _) => (text, "--document".to_owned()),
+            (None, Some(path)) => (
+                std::fs::read_to_string(path)
+                    .map_err(|e| format!("--document-file {}: {e}", path.display()))?,
+                format!("--document-file {}", path.display()),
+            ),
+            (None, None) => return Ok(None),
+        };
+        match serde_json::from_str::<Value>(&text) {
+            Ok(value @ Value::Object(_)) => Ok(Some(value)),
+            Ok(_) => Err(format!("{from}: the job document must be a JSON object")),
+            Err(e) => Err(format!("{from}: not JSON: {e}")),
+        }
+    }
 }
 
 /// `TYPE:PERCENT:MIN`.
@@ -165,6 +211,28 @@ fn parse_abort(text: &str) -> Result<AbortCriteria, String> {
     })
 }
 
+/// `NAME=VALUE`.
+fn parse_param(text: &str) -> Result<(String, String), String> {
+    text.split_once('=')
+        .map(|(name, value)| (name.to_owned(), value.to_owned()))
+        .ok_or_else(|| format!("{text:?}: NAME=VALUE"))
+}
+
+fn parse_end_behavior(text: &str) -> Result<EndBehavior, String> {
+    serde_json::from_value(json!(text.to_ascii_uppercase()))
+        .map_err(|_| format!("{text:?}: STOP_ROLLOUT, CANCEL or FORCE_CANCEL"))
+}
+
+/// `cron(...)=MINUTES`.
+fn parse_window(text: &str) -> Result<MaintenanceWindow, String> {
+    let usage = || format!("{text:?}: 'cron(MIN HOUR DOM MONTH DOW YEAR)=MINUTES'");
+    let (cron, minutes) = text.rsplit_once('=').ok_or_else(usage)?;
+    Ok(MaintenanceWindow {
+        start_time: cron.trim().to_owned(),
+        duration_in_minutes: minutes.trim().parse().map_err(|_| usage())?,
+    })
+}
+
 fn parse_status(text: &str) -> Result<Status, String> {
     Status::parse(&text.to_ascii_uppercase()).ok_or_else(|| {
         "one of QUEUED, IN_PROGRESS, SUCCEEDED, FAILED, REJECTED, TIMED_OUT, CANCELED, REMOVED"
@@ -182,22 +250,14 @@ pub struct JobsCall {
 impl JobsCall {
     pub fn read(mut command: JobsCommand) -> Result<Self, String> {
         let document = match &mut command {
-            JobsCommand::Create { document, .. } => {
-                let (text, from) = match (document.document.take(), &document.document_file) {
-                    (Some(text), _) => (text, "--document".to_owned()),
-                    (None, Some(path)) => (
-                        std::fs::read_to_string(path)
-                            .map_err(|e| format!("--document-file {}: {e}", path.display()))?,
-                        format!("--document-file {}", path.display()),
-                    ),
-                    (None, None) => return Err("give --document or --document-file".into()),
-                };
-                match serde_json::from_str::<Value>(&text) {
-                    Ok(value @ Value::Object(_)) => Some(value),
-                    Ok(_) => return Err(format!("{from}: the job document must be a JSON object")),
-                    Err(e) => return Err(format!("{from}: not JSON: {e}")),
+            JobsCommand::Create {
+                document, template, ..
+            } => match (document.read()?, template) {
+                (None, None) => {
+                    return Err("give --document, --document-file or --template".into());
                 }
-            }
+                (document, _) => document,
+            },
             _ => None,
         };
         Ok(Self { command, document })
@@ -214,9 +274,15 @@ impl JobsCall {
                 max_per_minute,
                 abort,
                 description,
+                template,
+                param,
+                continuous,
+                start_time,
+                end_time,
+                end_behavior,
+                window,
                 ..
             } => {
-                let count = targets.len();
                 let mut spec =
                     JobSpec::new(job_id.clone(), targets, self.document.unwrap_or_default())
                         .in_progress_timeout(in_progress_timeout_minutes)
@@ -226,7 +292,21 @@ impl JobsCall {
                 spec.config.abort_config = (!abort.is_empty()).then_some(AbortConfig {
                     criteria_list: abort,
                 });
-                client.create_job(spec).await?;
+                spec.job_template_arn = template;
+                spec.document_parameters = param.into_iter().collect();
+                spec.target_selection = continuous.then_some(TargetSelection::Continuous);
+                let scheduling = SchedulingConfig {
+                    start_time,
+                    end_time,
+                    end_behavior,
+                    maintenance_windows: window,
+                };
+                spec.scheduling_config =
+                    (scheduling != SchedulingConfig::default()).then_some(scheduling);
+                let answer = client
+                    .operate(OperatorRequest::CreateJob(Box::new(spec)))
+                    .await?;
+                let count = answer["targets"].as_u64().unwrap_or_default();
                 print(
                     call,
                     &json!({ "jobId": job_id, "targets": count }),
@@ -470,4 +550,225 @@ pub fn refusal_exit_code(code: &str) -> ExitCode {
         "ResourceNotFound" => ExitCode::from(1),
         _ => ExitCode::from(3),
     }
+}
+
+/// `mqstore groups ...`: static thing groups, which jobs target as `thinggroup/NAME`.
+#[derive(Subcommand)]
+pub enum GroupsCommand {
+    /// Make a thing group.
+    Create {
+        name: String,
+        #[arg(long)]
+        description: Option<String>,
+    },
+    /// Remove a group and its membership (jobs keep the things they have).
+    Delete { name: String },
+    /// Print a group.
+    Describe { name: String },
+    /// List groups, in name order.
+    List {
+        #[command(flatten)]
+        page: PageArgs,
+    },
+    /// Add things to a group (CONTINUOUS jobs on it reach them).
+    Add {
+        name: String,
+        #[arg(required = true)]
+        things: Vec<String>,
+    },
+    /// Remove things from a group (their QUEUED executions of CONTINUOUS jobs on it become
+    /// REMOVED).
+    Remove {
+        name: String,
+        #[arg(required = true)]
+        things: Vec<String>,
+    },
+    /// List a group's things, in name order.
+    Things {
+        name: String,
+        #[command(flatten)]
+        page: PageArgs,
+    },
+}
+
+/// `--max-results` and `--next-token` of a list command.
+#[derive(Args)]
+pub struct PageArgs {
+    /// At most this many (1-250); the next page's token is printed after them.
+    #[arg(long)]
+    max_results: Option<u32>,
+    /// Go on from this token (printed by the page before).
+    #[arg(long)]
+    next_token: Option<String>,
+}
+
+impl From<PageArgs> for PageRequest {
+    fn from(page: PageArgs) -> Self {
+        Self {
+            max_results: page.max_results,
+            next_token: page.next_token,
+        }
+    }
+}
+
+/// Prints a page: its entries one per line (and the next token), or its JSON.
+fn print_page(call: CallArgs, answer: &Value, field: &str, line: impl Fn(&Value) -> String) {
+    let mut lines: Vec<String> = answer[field]
+        .as_array()
+        .map(|items| items.iter().map(line).collect())
+        .unwrap_or_default();
+    if let Some(token) = answer["nextToken"].as_str() {
+        lines.push(format!("next token: {token}"));
+    }
+    print(call, answer, lines.join("\n"));
+}
+
+impl GroupsCommand {
+    pub async fn run(self, client: &Client, call: CallArgs) -> Result<ExitCode, ClientError> {
+        match self {
+            Self::Create { name, description } => {
+                let group = client.create_thing_group(&name, description).await?;
+                let plain = format!("created {name} ({})", group.thing_group_arn);
+                print(call, &group, plain);
+            }
+            Self::Delete { name } => {
+                client.delete_thing_group(&name).await?;
+                let answer = json!({ "thingGroupName": name, "deleted": true });
+                print(call, &answer, format!("deleted {name}"));
+            }
+            Self::Describe { name } => {
+                let group = client.describe_thing_group(&name).await?;
+                let plain = serde_json::to_string_pretty(&group).unwrap_or_default();
+                print(call, &group, plain);
+            }
+            Self::List { page } => {
+                let request = OperatorRequest::ListThingGroups { page: page.into() };
+                let answer = client.operate(request).await?;
+                print_page(call, &answer, "thingGroups", |g| {
+                    g["groupName"].as_str().unwrap_or_default().to_owned()
+                });
+            }
+            Self::Add { name, things } => {
+                for thing in &things {
+                    client.add_thing_to_thing_group(&name, thing).await?;
+                }
+                let answer = json!({ "thingGroupName": name, "added": things });
+                print(
+                    call,
+                    &answer,
+                    format!("added {} thing(s) to {name}", things.len()),
+                );
+            }
+            Self::Remove { name, things } => {
+                for thing in &things {
+                    client.remove_thing_from_thing_group(&name, thing).await?;
+                }
+                let answer = json!({ "thingGroupName": name, "removed": things });
+                let plain = format!("removed {} thing(s) from {name}", things.len());
+                print(call, &answer, plain);
+            }
+            Self::Things { name, page } => {
+                let request = OperatorRequest::ListThingsInThingGroup {
+                    thing_group_name: name,
+                    page: page.into(),
+                };
+                let answer = client.operate(request).await?;
+                print_page(call, &answer, "things", |t| {
+                    t.as_str().unwrap_or_default().to_owned()
+                });
+            }
+        }
+        Ok(ExitCode::SUCCESS)
+    }
+}
+
+/// `mqstore templates ...`: job templates, which `jobs create --template` starts from.
+#[derive(Subcommand)]
+pub enum TemplatesCommand {
+    /// Store a job template: a document (which may hold ${aws:iot:parameter:NAME}
+    /// placeholders) and settings.
+    Create {
+        template_id: String,
+        #[command(flatten)]
+        document: DocumentArgs,
+        #[arg(long)]
+        description: Option<String>,
+        /// Notify at most this many things per minute (1-1000).
+        #[arg(long)]
+        max_per_minute: Option<u32>,
+        /// An IN_PROGRESS execution times out after this many minutes (1-10080).
+        #[arg(long)]
+        in_progress_timeout_minutes: Option<u32>,
+    },
+    /// Print a template.
+    Describe { template_id: String },
+    /// List templates, in id order.
+    List {
+        #[command(flatten)]
+        page: PageArgs,
+    },
+    /// Remove a template (jobs made from it stay).
+    Delete { template_id: String },
+}
+
+impl TemplatesCommand {
+    pub async fn run(mut self, client: &Client, call: CallArgs) -> Result<ExitCode, ClientError> {
+        let document = match &mut self {
+            Self::Create { document, .. } => match document.read() {
+                Ok(Some(document)) => document,
+                Ok(None) => return usage("give --document or --document-file"),
+                Err(e) => return usage(&e),
+            },
+            _ => Value::Null,
+        };
+        match self {
+            Self::Create {
+                template_id,
+                description,
+                max_per_minute,
+                in_progress_timeout_minutes,
+                ..
+            } => {
+                let template = JobTemplate {
+                    job_template_id: template_id.clone(),
+                    document,
+                    config: JobConfig {
+                        description,
+                        job_executions_rollout_config: rate(max_per_minute),
+                        ..JobSpec::default()
+                            .in_progress_timeout(in_progress_timeout_minutes)
+                            .config
+                    },
+                    ..JobTemplate::default()
+                };
+                let arn = client.create_job_template(template).await?;
+                let answer = json!({ "jobTemplateId": template_id, "jobTemplateArn": arn });
+                print(call, &answer, format!("created {template_id} ({arn})"));
+            }
+            Self::Describe { template_id } => {
+                let template = client.describe_job_template(&template_id).await?;
+                let plain = serde_json::to_string_pretty(&template).unwrap_or_default();
+                print(call, &template, plain);
+            }
+            Self::List { page } => {
+                let request = OperatorRequest::ListJobTemplates { page: page.into() };
+                let answer = client.operate(request).await?;
+                print_page(call, &answer, "jobTemplates", |t| {
+                    t["jobTemplateId"].as_str().unwrap_or_default().to_owned()
+                });
+            }
+            Self::Delete { template_id } => {
+                client.delete_job_template(&template_id).await?;
+                let answer = json!({ "jobTemplateId": template_id, "deleted": true });
+                print(call, &answer, format!("deleted {template_id}"));
+            }
+        }
+        Ok(ExitCode::SUCCESS)
+    }
+}
+
+/// A usage error found after parsing (exit code 2, as clap's).
+fn usage(message: &str) -> Result<ExitCode, ClientError> {
+    eprintln!("error: {message}");
+    Ok(ExitCode::from(2))
 }

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use crate::command::CommandCall;
-use crate::jobs::JobsCall;
+use crate::jobs::{GroupsCommand, JobsCall, TemplatesCommand};
 use bytes::Bytes;
 use mqstore_core::client::ClientError;
 use mqstore_core::codec::Condition;
@@ -155,6 +155,8 @@ pub(crate) enum ClientCommand {
         keys: Vec<String>,
     },
     Jobs(JobsCall),
+    Groups(GroupsCommand),
+    Templates(TemplatesCommand),
     Command(CommandCall),
 }
 
@@ -211,6 +213,8 @@ impl ClientCommand {
             },
             Command::Watch { keys } => Self::Watch { keys },
             Command::Jobs { command } => Self::Jobs(JobsCall::read(command)?),
+            Command::Groups { command } => Self::Groups(command),
+            Command::Templates { command } => Self::Templates(command),
             Command::Devices { command } => Self::Command(CommandCall::read(command)?),
             // `run` handles these without a client.
             Command::Serve(_) | Command::Bench { .. } => {
@@ -294,6 +298,8 @@ impl ClientCommand {
             } => lock(client, call, key, ttl, wait, command).await,
             Self::Watch { keys } => watch(client, call, keys).await,
             Self::Jobs(jobs) => Ok(jobs.run(client, call).await?),
+            Self::Groups(groups) => Ok(groups.run(client, call).await?),
+            Self::Templates(templates) => Ok(templates.run(client, call).await?),
             Self::Command(command) => Ok(command.run(client, call).await?),
         }
     }

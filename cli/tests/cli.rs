@@ -705,6 +705,156 @@ on_both_brokers! {
     }
 }
 
+/// Issue 33: `mqstore groups`, `mqstore templates` and the create options that use them, as
+/// scripts and people use them.
+#[test]
+fn groups_templates_and_scheduled_jobs_from_the_cli() {
+    let s = Setup::start(Kind::Mosquitto, "node-groups-cli");
+    let created = s.cli(&["groups", "create", "fleet", "--description", "the lab"]);
+    assert_eq!(created.code, Some(0), "{}", created.stderr);
+    assert!(
+        created.out().starts_with("created fleet (arn:aws:iot:"),
+        "{}",
+        created.out()
+    );
+    let again = s.cli(&["groups", "create", "fleet"]);
+    assert_eq!(again.code, Some(3), "{}", again.stderr);
+    assert!(
+        again.stderr.contains("ResourceAlreadyExists"),
+        "{}",
+        again.stderr
+    );
+    assert_eq!(
+        s.cli(&["groups", "add", "fleet", "G1", "G2", "G3"]).out(),
+        "added 3 thing(s) to fleet"
+    );
+    assert_eq!(
+        s.cli(&["groups", "things", "fleet", "--max-results", "2"])
+            .out(),
+        "G1\nG2\nnext token: G2"
+    );
+    assert_eq!(
+        s.cli(&["groups", "things", "fleet", "--next-token", "G2"])
+            .out(),
+        "G3"
+    );
+    assert_eq!(s.cli(&["groups", "list"]).out(), "fleet");
+    let group: serde_json::Value =
+        serde_json::from_str(&s.cli(&["groups", "describe", "fleet", "--json"]).out()).unwrap();
+    assert_eq!(
+        group["thingGroupProperties"]["thingGroupDescription"],
+        "the lab"
+    );
+    assert_eq!(s.cli(&["groups", "describe", "nowhere"]).code, Some(1));
+
+    let template = s.cli(&[
+        "templates",
+        "create",
+        "fw",
+        "--document",
+        r#"{"url": "https://fw/${aws:iot:parameter:v}.bin"}"#,
+        "--description",
+        "firmware",
+        "--max-per-minute",
+        "50",
+    ]);
+    assert_eq!(template.code, Some(0), "{}", template.stderr);
+    assert_eq!(s.cli(&["templates", "list"]).out(), "fw");
+    let no_document = s.cli(&["templates", "create", "empty"]);
+    assert_eq!(no_document.code, Some(2), "{}", no_document.stderr);
+    // A continuous job from the template on the group, in a weekly window.
+    let create = s.cli(&[
+        "jobs",
+        "create",
+        "upgrade",
+        "--targets",
+        "thinggroup/fleet",
+        "--template",
+        "fw",
+        "--param",
+        "v=2.0",
+        "--continuous",
+        "--window",
+        "cron(0 2 ? * SAT *)=120",
+    ]);
+    assert_eq!(
+        create.out(),
+        "created upgrade on 3 thing(s)",
+        "{}",
+        create.stderr
+    );
+    let unfilled = s.cli(&[
+        "jobs",
+        "create",
+        "up2",
+        "--targets",
+        "G1",
+        "--template",
+        "fw",
+    ]);
+    assert_eq!(unfilled.code, Some(3), "{}", unfilled.stderr);
+    assert!(unfilled.stderr.contains("\"v\""), "{}", unfilled.stderr);
+    let job: serde_json::Value =
+        serde_json::from_str(&s.cli(&["jobs", "describe", "upgrade", "--json"]).out()).unwrap();
+    assert_eq!(job["document"]["url"], "https://fw/2.0.bin");
+    assert_eq!(job["targetSelection"], "CONTINUOUS");
+    assert_eq!(job["jobExecutionsRolloutConfig"]["maximumPerMinute"], 50);
+    assert_eq!(
+        job["schedulingConfig"]["maintenanceWindows"][0]["durationInMinutes"],
+        120
+    );
+    let bad = s.cli(&[
+        "jobs",
+        "create",
+        "up3",
+        "--targets",
+        "G1",
+        "--document",
+        "{}",
+        "--window",
+        "cron(0 0 30 2 ? *)=30",
+    ]);
+    assert_eq!(bad.code, Some(3), "{}", bad.stderr);
+    assert!(bad.stderr.contains("never fires"), "{}", bad.stderr);
+    // Scheduled for later: SCHEDULED, nobody notified.
+    let later = s.cli(&[
+        "jobs",
+        "create",
+        "later",
+        "--targets",
+        "G1",
+        "--document",
+        "{}",
+        "--start-time",
+        "2099-01-01T00:00",
+        "--end-time",
+        "2099-01-02T00:00",
+        "--end-behavior",
+        "cancel",
+    ]);
+    assert_eq!(later.code, Some(0), "{}", later.stderr);
+    assert!(
+        s.cli(&["jobs", "describe", "later"])
+            .out()
+            .contains("job later (SCHEDULED)")
+    );
+    assert_eq!(
+        s.cli(&["jobs", "describe", "later", "--thing", "G1"]).code,
+        Some(1)
+    );
+    // A thing that leaves the group: REMOVED (outside the window it was never notified).
+    assert_eq!(
+        s.cli(&["groups", "remove", "fleet", "G2"]).out(),
+        "removed 1 thing(s) from fleet"
+    );
+    let removed = s
+        .cli(&["jobs", "describe", "upgrade", "--thing", "G2"])
+        .out();
+    assert!(removed.contains("REMOVED"), "{removed}");
+    assert_eq!(s.cli(&["templates", "delete", "fw"]).out(), "deleted fw");
+    assert_eq!(s.cli(&["groups", "delete", "fleet"]).out(), "deleted fleet");
+}
+
 #[test]
 fn command_send_status_and_their_exit_codes() {
     let s = Setup::start(Kind::Mosquitto, "node-commands");

@@ -12,8 +12,9 @@ use crate::client::{Client, Command, JobsCall};
 use mqstore_core::client::ClientError;
 use mqstore_core::client::jobs::{DeviceRequest, JobNotification, Update, parse, read_execution};
 use mqstore_core::jobs::{
-    ExecutionCancel, ExecutionListing, ExecutionRef, JobDescription, JobExecution, JobListing,
-    JobSpec, JobStatus, JobUpdate, OperatorRequest, PageRequest, PendingJobs, Status,
+    ExecutionCancel, ExecutionListing, ExecutionRef, GroupListing, JobDescription, JobExecution,
+    JobListing, JobSpec, JobStatus, JobTemplate, JobUpdate, Membership, OperatorRequest,
+    PageRequest, PendingJobs, Status, TemplateListing, ThingGroupDescription, ThingGroupProperties,
     UpdateAccepted,
 };
 
@@ -50,6 +51,14 @@ impl<T: serde::de::DeserializeOwned> Page<T> {
             items: parse(answer[field].take())?,
             next_token,
         })
+    }
+}
+
+fn membership(group: &str, thing: &str) -> Membership {
+    Membership {
+        thing_group_name: Some(group.to_owned()),
+        thing_name: Some(thing.to_owned()),
+        ..Membership::default()
     }
 }
 
@@ -224,6 +233,127 @@ impl Client {
             page,
         };
         Page::read(self.operate(request).await?, "executions")
+    }
+
+    /// Makes a static thing group (`description` optional); jobs target it as
+    /// `thinggroup/NAME`.
+    pub async fn create_thing_group(
+        &self,
+        name: &str,
+        description: Option<String>,
+    ) -> Result<ThingGroupDescription, ClientError> {
+        let request = OperatorRequest::CreateThingGroup {
+            thing_group_name: name.to_owned(),
+            thing_group_properties: description.map(|d| ThingGroupProperties {
+                thing_group_description: Some(d),
+            }),
+        };
+        parse(self.operate(request).await?)
+    }
+
+    /// Removes a thing group and its membership (jobs keep the things they have).
+    pub async fn delete_thing_group(&self, name: &str) -> Result<(), ClientError> {
+        let thing_group_name = name.to_owned();
+        self.operate(OperatorRequest::DeleteThingGroup { thing_group_name })
+            .await?;
+        Ok(())
+    }
+
+    /// A thing group.
+    pub async fn describe_thing_group(
+        &self,
+        name: &str,
+    ) -> Result<ThingGroupDescription, ClientError> {
+        let thing_group_name = name.to_owned();
+        parse(
+            self.operate(OperatorRequest::DescribeThingGroup { thing_group_name })
+                .await?,
+        )
+    }
+
+    /// A page of thing groups, in name order.
+    pub async fn list_thing_groups(
+        &self,
+        page: PageRequest,
+    ) -> Result<Page<GroupListing>, ClientError> {
+        let answer = self
+            .operate(OperatorRequest::ListThingGroups { page })
+            .await?;
+        Page::read(answer, "thingGroups")
+    }
+
+    /// Adds `thing` to a group: each CONTINUOUS job on the group gets an execution on it.
+    pub async fn add_thing_to_thing_group(
+        &self,
+        group: &str,
+        thing: &str,
+    ) -> Result<(), ClientError> {
+        let request = OperatorRequest::AddThingToThingGroup(membership(group, thing));
+        self.operate(request).await?;
+        Ok(())
+    }
+
+    /// Removes `thing` from a group: its QUEUED executions of CONTINUOUS jobs on the group
+    /// become REMOVED.
+    pub async fn remove_thing_from_thing_group(
+        &self,
+        group: &str,
+        thing: &str,
+    ) -> Result<(), ClientError> {
+        let request = OperatorRequest::RemoveThingFromThingGroup(membership(group, thing));
+        self.operate(request).await?;
+        Ok(())
+    }
+
+    /// A page of a group's things, in name order.
+    pub async fn list_things_in_thing_group(
+        &self,
+        group: &str,
+        page: PageRequest,
+    ) -> Result<Page<String>, ClientError> {
+        let request = OperatorRequest::ListThingsInThingGroup {
+            thing_group_name: group.to_owned(),
+            page,
+        };
+        Page::read(self.operate(request).await?, "things")
+    }
+
+    /// Stores a job template; `createJob` with `job_template_arn` set to its id starts from
+    /// it (its `${aws:iot:parameter:NAME}` placeholders filled from `documentParameters`).
+    /// Returns its ARN.
+    pub async fn create_job_template(&self, template: JobTemplate) -> Result<String, ClientError> {
+        let answer = self
+            .operate(OperatorRequest::CreateJobTemplate(Box::new(template)))
+            .await?;
+        parse(answer["jobTemplateArn"].clone())
+    }
+
+    /// A job template.
+    pub async fn describe_job_template(&self, id: &str) -> Result<JobTemplate, ClientError> {
+        let job_template_id = id.to_owned();
+        parse(
+            self.operate(OperatorRequest::DescribeJobTemplate { job_template_id })
+                .await?,
+        )
+    }
+
+    /// A page of job templates, in id order.
+    pub async fn list_job_templates(
+        &self,
+        page: PageRequest,
+    ) -> Result<Page<TemplateListing>, ClientError> {
+        let answer = self
+            .operate(OperatorRequest::ListJobTemplates { page })
+            .await?;
+        Page::read(answer, "jobTemplates")
+    }
+
+    /// Removes a job template (jobs made from it stay).
+    pub async fn delete_job_template(&self, id: &str) -> Result<(), ClientError> {
+        let job_template_id = id.to_owned();
+        self.operate(OperatorRequest::DeleteJobTemplate { job_template_id })
+            .await?;
+        Ok(())
     }
 
     /// Acts as `thing` in the AWS IoT Jobs device API: subscribes to its replies and

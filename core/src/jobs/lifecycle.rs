@@ -15,13 +15,19 @@ use crate::envelope::Publish;
 const THINGS_PAGE: u64 = 1024;
 
 impl<S: JobsStore> Jobs<S> {
-    /// Whether some job's rollout is under way (see [`Jobs::next_wake`] for when it goes on).
+    /// Whether some job's rollout is under way, or a job's start or end time is still to
+    /// come (see [`Jobs::next_wake`] for when it goes on): [`Jobs::roll_out`] has work.
     pub fn rolling_out(&self) -> Stored<bool> {
-        Ok(!self.store.rollouts()?.is_empty())
+        Ok(!self.store.rollouts()?.is_empty()
+            || !self
+                .store
+                .entries(super::tables::SCHEDULES, None, 1)?
+                .is_empty())
     }
 
-    /// Queues the next things of the jobs being rolled out, oldest job first, as far as each
-    /// job's rate allows by `now_ms` and up to the engine's batch in all, pushing the
+    /// Starts and ends the scheduled jobs whose time came, then queues the next things of the
+    /// jobs being rolled out, oldest job first, as far as each job's rate and maintenance
+    /// windows allow by `now_ms` and up to the engine's batch in all, pushing the
     /// notifications onto `out`. Returns how many were queued.
     ///
     /// A store that fails midway leaves the batch's remaining things without an execution
@@ -202,6 +208,10 @@ impl<S: JobsStore> Jobs<S> {
             if job.status != JobStatus::InProgress {
                 return Ok(false);
             }
+            if job.config.abort_config.is_none() {
+                self.current(job, now_ms, out)?;
+                return Ok(false);
+            }
             let counts = self.store.counts(job_id)?;
             let Some((reason_code, comment)) = rollout::abort(&job, &counts) else {
                 self.current(job, now_ms, out)?;
@@ -250,10 +260,15 @@ impl<S: JobsStore> Jobs<S> {
         {
             return Ok(job);
         }
+        // The rollout first: while it goes on, the counts (a read of every bucket of a
+        // shared store) need not be read.
+        if self.store.rollouts()?.iter().any(|r| r.job_id == job.id) {
+            return Ok(job);
+        }
         let counts = self.store.counts(&job.id)?;
         let pending = counts.get(&Status::Queued).copied().unwrap_or(0)
             + counts.get(&Status::InProgress).copied().unwrap_or(0);
-        if pending > 0 || self.store.rollouts()?.iter().any(|r| r.job_id == job.id) {
+        if pending > 0 {
             return Ok(job);
         }
         let mut completed = (*job).clone();

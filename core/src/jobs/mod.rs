@@ -460,9 +460,10 @@ impl<S: JobsStore> Jobs<S> {
                 out.truncate(published); // Not written: not told either.
             }
             if written? {
-                // An execution ended: its job may have to be aborted. A store that fails
-                // here fails no request (the change was made); the rollout's next step
-                // looks again.
+                // An execution ended: its job may have to be aborted, or be complete. A
+                // store that fails here fails no request (the change was made): an abort is
+                // looked at again by the rollout's next step, a completion when the job is
+                // next described or listed.
                 for (job_id, status, change) in &tally {
                     if *change > 0 && !status.is_pending() {
                         let _ = self.settle(job_id, now_ms, out);

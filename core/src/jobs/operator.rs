@@ -9,7 +9,7 @@ use super::wire::{
     ExecutionListing, JobCreated, JobDescription, JobListing, JobProcessDetails, JobTemplate,
     OperatorAnswer, OperatorError, OperatorOk, OperatorRequest, PageRequest, RolloutProgress,
 };
-use super::{Jobs, JobsError, JobsStore, StoreError};
+use super::{Jobs, JobsError, JobsStore, StoreError, schedule};
 use crate::envelope::Publish;
 
 impl<S: JobsStore> Jobs<S> {
@@ -77,7 +77,7 @@ impl<S: JobsStore> Jobs<S> {
                     .ok_or_else(|| error(JobsError::NotFound(job_id.clone())))?;
                 let job = self.current(job, now_ms, out).map_err(stored)?;
                 Ok(OperatorOk::Job {
-                    job: Box::new(self.description(&job).map_err(stored)?),
+                    job: Box::new(self.description(&job, now_ms).map_err(stored)?),
                 })
             }
             OperatorRequest::DescribeExecution { job_id, thing } => {
@@ -204,8 +204,9 @@ impl<S: JobsStore> Jobs<S> {
         }
     }
 
-    /// A job as `describeJob` answers.
-    fn description(&self, job: &Job) -> Result<JobDescription, StoreError> {
+    /// A job as `describeJob` answers at `now_ms`.
+    fn description(&self, job: &Job, now_ms: u64) -> Result<JobDescription, StoreError> {
+        let windows = job.maintenance_windows();
         let executions = self.store.counts(&job.id)?;
         let rollout = self
             .store
@@ -233,6 +234,10 @@ impl<S: JobsStore> Jobs<S> {
             reason_code: job.reason_code.clone(),
             comment: job.comment.clone(),
             config: job.config.clone(),
+            target_selection: job.target_selection,
+            scheduling_config: job.scheduling_config.clone(),
+            job_template_arn: job.job_template_arn.clone(),
+            document_parameters: job.document_parameters.clone(),
             created_at: job.created_at / 1000,
             last_updated_at: job.last_updated_at / 1000,
             completed_at: job.completed_at.map(|at| at / 1000),
@@ -241,6 +246,15 @@ impl<S: JobsStore> Jobs<S> {
                 notified_things: rollout.as_ref().map_or(notified, |r| r.next),
                 total_things: total,
                 rate_per_minute: rate,
+                window_closes_at: windows
+                    .iter()
+                    .filter_map(|w| w.open_until(now_ms))
+                    .max()
+                    .map(|at| at / 1000),
+                next_window_at: match schedule::window(windows, now_ms) {
+                    Err(Some(at)) => Some(at / 1000),
+                    _ => None,
+                },
             },
             executions,
         })

@@ -825,3 +825,60 @@ fn events_follow_each_execution_and_the_job() {
         ]
     );
 }
+
+#[test]
+fn a_job_s_end_time_keeps_the_engine_awake_after_its_rollout() {
+    let mut jobs = Jobs::new();
+    let mut out = Vec::new();
+    let mut spec = spec("ends", &["A"]);
+    let start = T0 - T0 % 60_000;
+    let end = start + 60 * 60_000;
+    spec.scheduling_config = Some(SchedulingConfig {
+        end_time: Some(format_time(end)),
+        end_behavior: Some(EndBehavior::Cancel),
+        ..SchedulingConfig::default()
+    });
+    jobs.create_job(spec, T0, &mut out).unwrap();
+    // Rolled out at once, but its end is still to come: the server keeps ticking for it.
+    assert!(jobs.store().rollouts().unwrap().is_empty());
+    assert!(jobs.rolling_out().unwrap());
+    assert_eq!(jobs.next_wake(T0).unwrap(), Some(end));
+    jobs.roll_out(end, &mut out).unwrap();
+    let job = jobs.job("ends").unwrap().unwrap();
+    assert_eq!(job.status, JobStatus::Canceled);
+    assert_eq!(
+        jobs.execution("A", "ends").unwrap().unwrap().status,
+        Status::Canceled
+    );
+    assert!(!jobs.rolling_out().unwrap(), "nothing left to do");
+    assert_eq!(jobs.next_wake(end).unwrap(), None);
+}
+
+/// `YYYY-MM-DDTHH:MM` of a whole minute, by search (the tests' own, not the engine's).
+fn format_time(ms: u64) -> String {
+    let days = ms / 86_400_000;
+    let mut date = (1970u64, 1u64, 1u64);
+    let month_days = |y: u64, m: u64| match m {
+        2 if (y % 4 == 0 && y % 100 != 0) || y % 400 == 0 => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    };
+    for _ in 0..days {
+        date.2 += 1;
+        if date.2 > month_days(date.0, date.1) {
+            date = (date.0 + (date.1 == 12) as u64, date.1 % 12 + 1, 1);
+        }
+    }
+    let minutes = (ms % 86_400_000) / 60_000;
+    let text = format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}",
+        date.0,
+        date.1,
+        date.2,
+        minutes / 60,
+        minutes % 60
+    );
+    assert_eq!(parse_time(&text).unwrap(), ms);
+    text
+}

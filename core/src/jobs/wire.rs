@@ -811,6 +811,14 @@ pub struct JobDescription {
     pub comment: Option<String>,
     #[serde(flatten)]
     pub config: JobConfig,
+    #[serde(default)]
+    pub target_selection: TargetSelection,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduling_config: Option<SchedulingConfig>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_template_arn: Option<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub document_parameters: BTreeMap<String, String>,
     /// Epoch seconds.
     pub created_at: u64,
     pub last_updated_at: u64,
@@ -864,6 +872,12 @@ pub struct RolloutProgress {
     pub total_things: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate_per_minute: Option<f64>,
+    /// With maintenance windows: when the open one closes (epoch seconds)…
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window_closes_at: Option<u64>,
+    /// …or, outside them, when the next one opens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_window_at: Option<u64>,
 }
 
 /// One entry of `listJobs` (AWS's `JobSummary`, with the number of things).
