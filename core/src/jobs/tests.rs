@@ -859,7 +859,7 @@ fn format_time(ms: u64) -> String {
     let days = ms / 86_400_000;
     let mut date = (1970u64, 1u64, 1u64);
     let month_days = |y: u64, m: u64| match m {
-        2 if (y % 4 == 0 && y % 100 != 0) || y % 400 == 0 => 29,
+        2 if (y.is_multiple_of(4) && !y.is_multiple_of(100)) || y.is_multiple_of(400) => 29,
         2 => 28,
         4 | 6 | 9 | 11 => 30,
         _ => 31,
