@@ -21,6 +21,7 @@ use crate::args::CallArgs;
 use crate::shutdown_signal;
 
 #[derive(Subcommand)]
+#[allow(clippy::large_enum_variant, reason = "parsed once per process")]
 pub enum JobsCommand {
     /// Create a job: queue an execution of it on every thing it targets.
     Create {
