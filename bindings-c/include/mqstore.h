@@ -126,6 +126,12 @@ typedef enum mqstore_event_kind {
    * none was confirmed before it would lapse. Stop what it guarded.
    */
   MQSTORE_EVENT_LEASE_LOST = 6,
+  /**
+   * Layer 2: a key was made (`applied` true) or is gone (deleted or expired; `applied`
+   * false), after `mqstore_core_watch_keyspace` (`key`). QoS 0: scan again after a
+   * reconnect.
+   */
+  MQSTORE_EVENT_KEYSPACE = 7,
 } mqstore_event_kind;
 
 /**
@@ -880,6 +886,13 @@ int mqstore_core_act_as(struct mqstore_core *core, const char *thing);
 int mqstore_core_watch_commands(struct mqstore_core *core);
 
 /**
+ * Reports every key made or deleted (the server's keyspace events) as an
+ * MQSTORE_EVENT_KEYSPACE event from now on: adds their filter to the end of the subscription
+ * list (subscribe to it as for `mqstore_core_act_as`). Again: nothing.
+ */
+int mqstore_core_watch_keyspace(struct mqstore_core *core);
+
+/**
  * Stops acting as `thing` (and reporting its notifications): takes its filters off the
  * subscription list and puts them in `filters` (room for `capacity`; 6 is enough), `*count`
  * getting how many: unsubscribe from them. Nothing when it did not act as `thing`. The
@@ -898,6 +911,13 @@ int mqstore_core_leave(struct mqstore_core *core,
  * from it. Owned by `core` (valid until it is freed).
  */
 int mqstore_core_unwatch_commands(struct mqstore_core *core, const char **filter);
+
+/**
+ * Stops reporting keyspace events: takes their filter off the subscription list and puts it
+ * in `*filter` (NULL when it was not watching): unsubscribe from it. Owned by `core` (valid
+ * until it is freed).
+ */
+int mqstore_core_unwatch_keyspace(struct mqstore_core *core, const char **filter);
 
 /**
  * The topic of this client's presence: its Will (payload `gone`). Owned by `core`; NULL for
@@ -1417,8 +1437,10 @@ int mqstore_job_describe(const struct mqstore_client *client, const char *job_id
 /**
  * Any operator call of the jobs service: `request_json` is `{"op": ..., ...}` with AWS's
  * field names (`updateJob`, `deleteJob`, `cancelJobExecution`, `listJobs` with `maxResults`
- * and `nextToken`, a `createJob` with `jobExecutionsRolloutConfig` and `abortConfig`, ...;
- * docs/protocol/jobs.md). The answer goes to `*json` as JSON (for describe calls and
+ * and `nextToken`, a `createJob` with `jobExecutionsRolloutConfig`, `abortConfig`,
+ * `schedulingConfig` or `jobTemplateArn`, the thing group calls (`createThingGroup`,
+ * `addThingToThingGroup`, `listThingsInThingGroup`, ...) and the job template calls
+ * (`createJobTemplate`, ...); docs/protocol/jobs.md). The answer goes to `*json` as JSON (for describe calls and
  * unpaged lists, the record or the list alone; free it with `mqstore_string_free`); `json`
  * may be NULL when the answer is not wanted. A request that is not a JSON object naming a
  * call in "op" is MQSTORE_ERR_INVALID_ARGUMENT and nothing is sent; the service checks the

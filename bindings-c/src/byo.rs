@@ -59,6 +59,18 @@ impl mqstore_core {
         });
         gone
     }
+
+    /// The filter of events the session stopped watching (`None`: it was not), taken off the
+    /// subscription list: its pointer, or NULL.
+    fn unwatched(&mut self, filter: Option<&str>) -> *const c_char {
+        match filter {
+            Some(filter) => self
+                .unsubscribe(&[filter.to_owned()])
+                .pop()
+                .unwrap_or(std::ptr::null()),
+            None => std::ptr::null(),
+        }
+    }
 }
 
 /// The id of a call just started, to C.
@@ -187,6 +199,19 @@ pub unsafe extern "C" fn mqstore_core_watch_commands(core: *mut mqstore_core) ->
     })
 }
 
+/// Reports every key made or deleted (the server's keyspace events) as an
+/// MQSTORE_EVENT_KEYSPACE event from now on: adds their filter to the end of the subscription
+/// list (subscribe to it as for `mqstore_core_act_as`). Again: nothing.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mqstore_core_watch_keyspace(core: *mut mqstore_core) -> c_int {
+    ffi(|| {
+        // SAFETY: a handle, checked.
+        let core = unsafe { handle_mut(core, "core") }?;
+        let filter = core.session.watch_keyspace().map(str::to_owned);
+        core.subscribe(filter)
+    })
+}
+
 /// Stops acting as `thing` (and reporting its notifications): takes its filters off the
 /// subscription list and puts them in `filters` (room for `capacity`; 6 is enough), `*count`
 /// getting how many: unsubscribe from them. Nothing when it did not act as `thing`. The
@@ -241,13 +266,26 @@ pub unsafe extern "C" fn mqstore_core_unwatch_commands(
         // SAFETY: the caller's pointers, checked by the helpers.
         let core = unsafe { handle_mut(core, "core") }?;
         let filter = unsafe { out_arg(filter, "filter") }?;
-        *filter = std::ptr::null();
-        if let Some(gone) = core.session.unwatch_commands() {
-            *filter = core
-                .unsubscribe(&[gone.to_owned()])
-                .pop()
-                .unwrap_or(std::ptr::null());
-        }
+        let gone = core.session.unwatch_commands();
+        *filter = core.unwatched(gone);
+        Ok(())
+    })
+}
+
+/// Stops reporting keyspace events: takes their filter off the subscription list and puts it
+/// in `*filter` (NULL when it was not watching): unsubscribe from it. Owned by `core` (valid
+/// until it is freed).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mqstore_core_unwatch_keyspace(
+    core: *mut mqstore_core,
+    filter: *mut *const c_char,
+) -> c_int {
+    ffi(|| {
+        // SAFETY: the caller's pointers, checked by the helpers.
+        let core = unsafe { handle_mut(core, "core") }?;
+        let filter = unsafe { out_arg(filter, "filter") }?;
+        let gone = core.session.unwatch_keyspace();
+        *filter = core.unwatched(gone);
         Ok(())
     })
 }

@@ -120,8 +120,10 @@ pub unsafe extern "C" fn mqstore_job_describe(
 
 /// Any operator call of the jobs service: `request_json` is `{"op": ..., ...}` with AWS's
 /// field names (`updateJob`, `deleteJob`, `cancelJobExecution`, `listJobs` with `maxResults`
-/// and `nextToken`, a `createJob` with `jobExecutionsRolloutConfig` and `abortConfig`, ...;
-/// docs/protocol/jobs.md). The answer goes to `*json` as JSON (for describe calls and
+/// and `nextToken`, a `createJob` with `jobExecutionsRolloutConfig`, `abortConfig`,
+/// `schedulingConfig` or `jobTemplateArn`, the thing group calls (`createThingGroup`,
+/// `addThingToThingGroup`, `listThingsInThingGroup`, ...) and the job template calls
+/// (`createJobTemplate`, ...); docs/protocol/jobs.md). The answer goes to `*json` as JSON (for describe calls and
 /// unpaged lists, the record or the list alone; free it with `mqstore_string_free`); `json`
 /// may be NULL when the answer is not wanted. A request that is not a JSON object naming a
 /// call in "op" is MQSTORE_ERR_INVALID_ARGUMENT and nothing is sent; the service checks the

@@ -311,6 +311,10 @@ pub enum mqstore_event_kind {
     /// Layer 2: held lease `call` is lost (`key`): a renewal found someone else holding it, or
     /// none was confirmed before it would lapse. Stop what it guarded.
     MQSTORE_EVENT_LEASE_LOST = 6,
+    /// Layer 2: a key was made (`applied` true) or is gone (deleted or expired; `applied`
+    /// false), after `mqstore_core_watch_keyspace` (`key`). QoS 0: scan again after a
+    /// reconnect.
+    MQSTORE_EVENT_KEYSPACE = 7,
 }
 
 /// An event: a change of an observed key (both layers), or a finished call (layer 2). Owned
@@ -532,6 +536,15 @@ impl Event {
                 let kind = mqstore_event_kind::MQSTORE_EVENT_COMMAND_RECORD;
                 let mut event = Self::of(Self::empty(kind));
                 event.set_json(&record);
+                event
+            }
+            SessionEvent::Keyspace { key, created } => {
+                let mut c = Self::empty(mqstore_event_kind::MQSTORE_EVENT_KEYSPACE);
+                c.key = key.as_ptr();
+                c.key_len = key.len();
+                c.applied = created;
+                let mut event = Self::of(c);
+                event._data.push(key);
                 event
             }
         }

@@ -421,6 +421,31 @@ static void jobs_flow_from_creation_to_success(void) {
   CHECK_STATUS(mqstore_jobs_operate(c, "{\"op\": \"describeJob\", \"jobId\": \"c-rollout\"}", &json), MQSTORE_ERR_JOBS);
   CHECK_ERROR_SAYS("ResourceNotFound");
 
+  /* Thing groups and templates are operator calls like the others: a continuous job from a
+   * template on a group reaches a thing added later. */
+  CHECK_OK(mqstore_jobs_operate(c, "{\"op\": \"createThingGroup\", \"thingGroupName\": \"c-fleet\"}", NULL));
+  CHECK_OK(mqstore_jobs_operate(c, "{\"op\": \"addThingToThingGroup\", \"thingGroupName\": \"c-fleet\", "
+                                   "\"thingName\": \"c-g1\"}", NULL));
+  CHECK_OK(mqstore_jobs_operate(c, "{\"op\": \"createJobTemplate\", \"jobTemplateId\": \"c-fw\", "
+                                   "\"document\": {\"v\": \"${aws:iot:parameter:v}\"}}", NULL));
+  CHECK_OK(mqstore_jobs_operate(c, "{\"op\": \"createJob\", \"jobId\": \"c-cont\", \"targets\": [\"thinggroup/c-fleet\"], "
+                                   "\"targetSelection\": \"CONTINUOUS\", \"jobTemplateArn\": \"c-fw\", "
+                                   "\"documentParameters\": {\"v\": \"7\"}}", NULL));
+  CHECK_OK(mqstore_jobs_operate(c, "{\"op\": \"addThingToThingGroup\", \"thingGroupName\": \"c-fleet\", "
+                                   "\"thingName\": \"c-g2\"}", NULL));
+  CHECK_OK(mqstore_jobs_operate(c, "{\"op\": \"describeJobExecution\", \"jobId\": \"c-cont\", \"thingName\": \"c-g2\"}", &json));
+  CHECK(strstr(json, "\"status\":\"QUEUED\"") != NULL);
+  CHECK(strstr(json, "\"v\":\"7\"") != NULL);
+  mqstore_string_free(json);
+  CHECK_OK(mqstore_jobs_operate(c, "{\"op\": \"listThingsInThingGroup\", \"thingGroupName\": \"c-fleet\"}", &json));
+  CHECK(strstr(json, "\"things\":[\"c-g1\",\"c-g2\"]") != NULL);
+  mqstore_string_free(json);
+  CHECK_STATUS(mqstore_jobs_operate(c, "{\"op\": \"createThingGroup\", \"thingGroupName\": \"c-fleet\"}", NULL),
+               MQSTORE_ERR_JOBS);
+  CHECK_ERROR_SAYS("ResourceAlreadyExists");
+  CHECK_OK(mqstore_jobs_operate(c, "{\"op\": \"cancelJob\", \"jobId\": \"c-cont\"}", NULL));
+  CHECK_OK(mqstore_jobs_operate(c, "{\"op\": \"deleteThingGroup\", \"thingGroupName\": \"c-fleet\"}", NULL));
+
   CHECK_STATUS(mqstore_jobs_open(c, NULL, &jobs), MQSTORE_ERR_INVALID_ARGUMENT);
   CHECK(jobs == NULL);
   mqstore_jobs_free(jobs);

@@ -99,6 +99,7 @@ struct Options {
     response_topic_prefixes: Vec<String>,
     durability: Option<Durability>,
     fsync: Fsync,
+    keyspace_events: bool,
 }
 
 fn options(opts: *mut sys::mosquitto_opt, count: c_int) -> Result<Options, String> {
@@ -109,6 +110,7 @@ fn options(opts: *mut sys::mosquitto_opt, count: c_int) -> Result<Options, Strin
         response_topic_prefixes: Vec::new(),
         durability: None,
         fsync: Fsync::default(),
+        keyspace_events: true,
     };
     for i in 0..count.max(0) as usize {
         // SAFETY: mosquitto passes `count` options with NUL-terminated strings.
@@ -141,6 +143,14 @@ fn options(opts: *mut sys::mosquitto_opt, count: c_int) -> Result<Options, Strin
                 })
             }
             "fsync" => options.fsync = value.parse()?,
+            // As serve's --no-keyspace-events: `plugin_opt_keyspace_events false`.
+            "keyspace_events" => {
+                options.keyspace_events = match value.as_str() {
+                    "true" => true,
+                    "false" => false,
+                    _ => return Err(format!("plugin_opt_keyspace_events {value:?}: true or false")),
+                }
+            }
             _ => return Err(format!("unknown option plugin_opt_{key}")),
         }
     }
@@ -205,6 +215,7 @@ pub unsafe extern "C" fn mosquitto_plugin_init(
                 &mut options.access_rules,
             )),
             response_topic_prefixes: std::mem::take(&mut options.response_topic_prefixes),
+            keyspace_events: options.keyspace_events,
             ..EngineConfig::new(options.node_id.clone())
         };
         let mut engine = Engine::new(config, DurableStore::with_quotas(options.quotas))

@@ -171,6 +171,11 @@ fn event_dict(py: Python<'_>, event: SessionEvent) -> PyResult<Bound<'_, PyDict>
             let json = serde_json::to_value(&notification).unwrap_or_default();
             dict.set_item("notification", crate::runtime::ToPy::to_py(Json(json), py)?)?;
         }
+        SessionEvent::Keyspace { key, created } => {
+            dict.set_item("kind", "keyspace")?;
+            dict.set_item("key", PyBytes::new(py, &key))?;
+            dict.set_item("created", created)?;
+        }
         SessionEvent::CommandRecord(record) => {
             dict.set_item("kind", "command-record")?;
             let json = serde_json::from_slice(&record.to_json()).unwrap_or_default();
@@ -253,6 +258,17 @@ impl ClientCore {
     /// Stops reporting command status changes: the filter to unsubscribe from (or None).
     fn unwatch_commands(&mut self) -> Option<String> {
         self.session.unwatch_commands().map(str::to_owned)
+    }
+
+    /// Reports every key made or deleted as `keyspace` events: the filter to subscribe to
+    /// now (None when it already does).
+    fn watch_keyspace(&mut self) -> Option<String> {
+        self.session.watch_keyspace().map(str::to_owned)
+    }
+
+    /// Stops reporting keyspace events: the filter to unsubscribe from (or None).
+    fn unwatch_keyspace(&mut self) -> Option<String> {
+        self.session.unwatch_keyspace().map(str::to_owned)
     }
 
     /// The broker's Maximum Packet Size from its CONNACK (0: none).

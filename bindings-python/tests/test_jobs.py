@@ -167,3 +167,106 @@ def test_bad_rollout_settings_change_nothing(client: mqstore.Client) -> None:
     with pytest.raises(errors.JobsError) as gone:
         client.describe_job("py-bad-rate")
     assert gone.value.jobs_code == "ResourceNotFound"
+
+
+def test_groups_templates_and_schedules(client: mqstore.Client, key: str) -> None:
+    suffix = key.rsplit("_", 1)[-1]
+    group, template = "py-group-" + suffix, "py-tpl-" + suffix
+    things = [f"py-member-{suffix}-{i}" for i in range(3)]
+    created = client.create_thing_group(group, description="the lab")
+    assert created["thingGroupArn"].endswith(":thinggroup/" + group)
+    with pytest.raises(errors.JobsError) as exists:
+        client.create_thing_group(group)
+    assert exists.value.jobs_code == "ResourceAlreadyExists"
+    for thing in things:
+        client.add_thing_to_thing_group(group, thing)
+    first = client.list_things_in_thing_group(group, max_results=2)
+    assert first["things"] == things[:2]
+    rest = client.list_things_in_thing_group(group, next_token=first["nextToken"])
+    assert rest["things"] == things[2:] and "nextToken" not in rest
+    assert client.describe_thing_group(group)["thingGroupProperties"] == {
+        "thingGroupDescription": "the lab"
+    }
+    assert group in [g["groupName"] for g in client.list_thing_groups()["thingGroups"]]
+
+    arn = client.create_job_template(
+        template,
+        {"url": "https://fw.example/${aws:iot:parameter:version}.bin"},
+        description="firmware",
+        in_progress_timeout_minutes=30,
+    )
+    assert arn.endswith(":jobtemplate/" + template)
+    assert client.describe_job_template(template)["description"] == "firmware"
+    listed = client.list_job_templates()["jobTemplates"]
+    assert template in [t["jobTemplateId"] for t in listed]
+
+    job = "py-cont-" + suffix
+    client.create_job(
+        job,
+        ["thinggroup/" + group],
+        template=template,
+        parameters={"version": "3.1"},
+        continuous=True,
+    )
+    described = client.describe_job(job)
+    assert described["document"] == {"url": "https://fw.example/3.1.bin"}
+    assert described["targetSelection"] == "CONTINUOUS"
+    assert described["timeoutConfig"] == {"inProgressTimeoutInMinutes": 30}
+    late = f"py-member-{suffix}-late"
+    client.add_thing_to_thing_group(group, late)
+    assert client.describe_job_execution(job, late)["status"] == "QUEUED"
+    client.remove_thing_from_thing_group(group, things[0])
+    assert client.describe_job_execution(job, things[0])["status"] == "REMOVED"
+    with pytest.raises(errors.JobsError) as unfilled:
+        client.create_job(job + "-x", ["t"], template=template)
+    assert unfilled.value.jobs_code == "InvalidRequest" and '"version"' in str(unfilled.value)
+    with pytest.raises(ValueError, match="a template"):
+        client.create_job(job + "-y", ["t"])
+
+    scheduled = "py-sched-" + suffix
+    client.create_job(
+        scheduled,
+        [things[1]],
+        {},
+        scheduling={
+            "startTime": "2099-01-01T00:00",
+            "maintenanceWindows": [{"startTime": "cron(0 2 ? * SAT *)", "durationInMinutes": 60}],
+        },
+    )
+    assert client.describe_job(scheduled)["status"] == "SCHEDULED"
+    with pytest.raises(errors.JobsError) as never:
+        client.create_job(
+            scheduled + "-never",
+            ["t"],
+            {},
+            scheduling={
+                "maintenanceWindows": [{"startTime": "cron(0 0 30 2 ? *)", "durationInMinutes": 30}]
+            },
+        )
+    assert never.value.jobs_code == "InvalidRequest" and "never fires" in str(never.value)
+    client.cancel_job(job)
+    client.cancel_job(scheduled)
+    client.delete_job_template(template)
+    client.delete_thing_group(group)
+    with pytest.raises(errors.JobsError) as gone:
+        client.describe_thing_group(group)
+    assert gone.value.jobs_code == "ResourceNotFound"
+
+
+def test_groups_from_asyncio(server: Server, key: str) -> None:
+    suffix = key.rsplit("_", 1)[-1]
+
+    async def main() -> None:
+        async with mqstore.AsyncClient("127.0.0.1", server.broker.port) as c:
+            group = "py-agroup-" + suffix
+            await c.create_thing_group(group)
+            await c.add_thing_to_thing_group(group, "py-athing-" + suffix)
+            page = await c.list_things_in_thing_group(group)
+            assert page["things"] == ["py-athing-" + suffix]
+            await c.create_job_template("py-atpl-" + suffix, {"v": 1})
+            assert (await c.list_job_templates(max_results=250))["jobTemplates"]
+            await c.remove_thing_from_thing_group(group, "py-athing-" + suffix)
+            await c.delete_job_template("py-atpl-" + suffix)
+            await c.delete_thing_group(group)
+
+    asyncio.run(main())

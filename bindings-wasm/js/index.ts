@@ -210,7 +210,8 @@ type JobsNotified = { kind: "jobs-notification"; notification: JobNotification }
 type CommandChanged = { kind: "command-record"; record: CommandRecord };
 type LeaseRenewed = { kind: "lease-renewed"; lease: number; version: wasm.Hlc };
 type LeaseLost = { kind: "lease-lost"; lease: number; key: Uint8Array };
-type CoreEvent = Completed | Changed | JobsNotified | CommandChanged | LeaseRenewed | LeaseLost;
+type KeyspaceChanged = { kind: "keyspace"; key: Uint8Array; created: boolean };
+type CoreEvent = Completed | Changed | JobsNotified | CommandChanged | KeyspaceChanged | LeaseRenewed | LeaseLost;
 
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
@@ -296,6 +297,7 @@ export class Client {
   #leases = new Map<number, Lease>();
   #jobsListeners = new Map<string, Set<(n: JobNotification) => void>>();
   #commandListeners = new Set<(record: CommandRecord) => void>();
+  #keyspaceListeners = new Set<{ onEvent: (event: KeyspaceEvent) => void; onResumed?: () => void }>();
 
   private constructor(mqttClient: MqttClient, core: wasm.ClientCore, clientId: string) {
     this.#mqtt = mqttClient;
@@ -392,6 +394,8 @@ export class Client {
       }
       this.#core.resume(Date.now());
       this.#pump();
+      // Keyspace events missed while away: their listeners look again.
+      for (const listener of this.#keyspaceListeners) listener.onResumed?.();
     } catch {
       // The connection dropped again: the next reconnect resumes.
     }
@@ -440,6 +444,9 @@ export class Client {
         for (const listener of this.#jobsListeners.get(event.notification.thing) ?? []) listener(event.notification);
       } else if (event.kind === "command-record") {
         for (const listener of this.#commandListeners) listener(event.record);
+      } else if (event.kind === "keyspace") {
+        const keyspaceEvent: KeyspaceEvent = { key: event.key, created: event.created };
+        for (const listener of this.#keyspaceListeners) listener.onEvent(keyspaceEvent);
       } else if (event.kind === "lease-lost") {
         this.#leases.get(event.lease)?.stopRenewing();
         this.#leases.delete(event.lease);
@@ -697,6 +704,71 @@ export class Client {
     return await this.#operate(op, args);
   }
 
+  // ---- thing groups and job templates ----------------------------------------------------
+
+  /** Makes a static thing group; jobs target it as `thinggroup/NAME`. */
+  async createThingGroup(name: string, options: { description?: string } = {}): Promise<ThingGroup> {
+    const properties = options.description === undefined ? undefined : { thingGroupDescription: options.description };
+    return await this.#operate("createThingGroup", { thingGroupName: name, thingGroupProperties: properties });
+  }
+
+  /** Removes a thing group and its membership (jobs keep the things they have). */
+  async deleteThingGroup(name: string): Promise<void> {
+    await this.#operate("deleteThingGroup", { thingGroupName: name });
+  }
+
+  /** A thing group. */
+  async describeThingGroup(name: string): Promise<ThingGroup> {
+    return await this.#operate("describeThingGroup", { thingGroupName: name });
+  }
+
+  /** A page of thing groups in name order. */
+  async listThingGroups(
+    page: { maxResults?: number; nextToken?: string } = {},
+  ): Promise<{ thingGroups: { groupName: string; groupArn: string }[]; nextToken?: string }> {
+    return await this.#operate("listThingGroups", page);
+  }
+
+  /** Adds `thing` to a group: CONTINUOUS jobs on the group reach it (at their rate). */
+  async addThingToThingGroup(group: string, thing: string): Promise<void> {
+    await this.#operate("addThingToThingGroup", { thingGroupName: group, thingName: thing });
+  }
+
+  /** Removes `thing` from a group: its QUEUED executions of CONTINUOUS jobs on it become REMOVED. */
+  async removeThingFromThingGroup(group: string, thing: string): Promise<void> {
+    await this.#operate("removeThingFromThingGroup", { thingGroupName: group, thingName: thing });
+  }
+
+  /** A page of a group's things in name order. */
+  async listThingsInThingGroup(
+    group: string,
+    page: { maxResults?: number; nextToken?: string } = {},
+  ): Promise<{ things: string[]; nextToken?: string }> {
+    return await this.#operate("listThingsInThingGroup", { thingGroupName: group, ...page });
+  }
+
+  /** Stores a job template (`createJob` with `jobTemplateArn` starts from it); resolves to its ARN. */
+  async createJobTemplate(template: JobTemplate): Promise<string> {
+    return (await this.#operate("createJobTemplate", template)).jobTemplateArn;
+  }
+
+  /** A job template. */
+  async describeJobTemplate(id: string): Promise<JobTemplate> {
+    return await this.#operate("describeJobTemplate", { jobTemplateId: id });
+  }
+
+  /** A page of job templates in id order. */
+  async listJobTemplates(
+    page: { maxResults?: number; nextToken?: string } = {},
+  ): Promise<{ jobTemplates: { jobTemplateId: string; jobTemplateArn: string; description?: string; createdAt: number }[]; nextToken?: string }> {
+    return await this.#operate("listJobTemplates", page);
+  }
+
+  /** Removes a job template (jobs made from it stay). */
+  async deleteJobTemplate(id: string): Promise<void> {
+    await this.#operate("deleteJobTemplate", { jobTemplateId: id });
+  }
+
   /** The latest executions, narrowed by thing, job and status. */
   async listJobExecutions(filter: { thing?: string; jobId?: string; status?: JobStatus } = {}): Promise<ExecutionListing[]> {
     return await this.#operate("listJobExecutions", filter);
@@ -758,6 +830,25 @@ export class Client {
     }
     this.#commandListeners.add(onRecord);
     return () => void this.#commandListeners.delete(onRecord);
+  }
+
+  /**
+   * Calls `onEvent` for every key made or deleted from now on (the server's keyspace events;
+   * `mqstore serve --no-keyspace-events` turns them off), and `onResumed` after each
+   * reconnect (events meanwhile were missed: scan again); resolves once subscribed, to a
+   * function that stops. Events are QoS 0 and may come out of order across nodes.
+   */
+  async watchKeyspace(onEvent: (event: KeyspaceEvent) => void, onResumed?: () => void): Promise<() => void> {
+    const filter = this.#core.watchKeyspace();
+    try {
+      if (filter) await this.#subscribe([filter]);
+    } catch (e) {
+      this.#core.unwatchKeyspace(); // not subscribed: the next watchKeyspace tries again
+      throw e;
+    }
+    const listener = { onEvent, onResumed };
+    this.#keyspaceListeners.add(listener);
+    return () => void this.#keyspaceListeners.delete(listener);
   }
 
   /** Disconnects (the broker does not publish the Will); calls in flight fail. */
@@ -837,10 +928,18 @@ export type JobStatus = "QUEUED" | "IN_PROGRESS" | "SUCCEEDED" | "FAILED" | "REJ
 export interface JobSpec {
   /** 1–64 of a-z, A-Z, 0-9, `_`, `-`. */
   jobId: string;
-  /** The things to run it on. */
+  /** What to run it on: thing names, `thinggroup/NAME`, or AWS ARNs of either. */
   targets: string[];
-  /** The job document (a JSON object) the devices get. */
-  document: object;
+  /** The job document (a JSON object) the devices get; absent with `jobTemplateArn`. */
+  document?: object;
+  /** `CONTINUOUS`: things added to its groups later get the job too. */
+  targetSelection?: "SNAPSHOT" | "CONTINUOUS";
+  /** When it starts and ends, and the windows it rolls out in. */
+  schedulingConfig?: SchedulingConfig;
+  /** Start from this job template (its id or ARN): its document and settings. */
+  jobTemplateArn?: string;
+  /** Values for the template document's `${aws:iot:parameter:NAME}` placeholders. */
+  documentParameters?: Record<string, string>;
   /** An IN_PROGRESS execution times out after this (1–10080). */
   inProgressTimeoutMinutes?: number;
   /** Executions that end FAILED or TIMED_OUT are queued again this many times (0–10). */
@@ -852,6 +951,53 @@ export interface JobSpec {
   abortConfig?: { criteriaList: AbortCriteria[] };
   /** Retries per failure type (instead of `maxRetries`). */
   jobExecutionsRetryConfig?: { criteriaList: { failureType: "FAILED" | "TIMED_OUT" | "ALL"; numberOfRetries: number }[] };
+}
+
+/** A key made (`created`) or gone (deleted or expired): `watchKeyspace`. */
+export interface KeyspaceEvent {
+  key: Uint8Array;
+  created: boolean;
+}
+
+/** `schedulingConfig` (AWS's): UTC times `YYYY-MM-DDTHH:MM`. */
+export interface SchedulingConfig {
+  startTime?: string;
+  endTime?: string;
+  endBehavior?: "STOP_ROLLOUT" | "CANCEL" | "FORCE_CANCEL";
+  maintenanceWindows?: MaintenanceWindow[];
+}
+
+/** A recurring window: from each time AWS's cron (`cron(min hour dom month dow year)`, UTC) fires, for its duration. */
+export interface MaintenanceWindow {
+  startTime: string;
+  /** 1–1430. */
+  durationInMinutes: number;
+}
+
+/** A thing group as `describeThingGroup` answers. */
+export interface ThingGroup {
+  thingGroupName: string;
+  thingGroupId: string;
+  thingGroupArn: string;
+  thingGroupProperties: { thingGroupDescription?: string };
+  thingGroupMetadata: { creationDate: number };
+}
+
+/** A job template: what `createJobTemplate` takes and `describeJobTemplate` answers. */
+export interface JobTemplate {
+  jobTemplateId: string;
+  /** May hold `${aws:iot:parameter:NAME}` placeholders. */
+  document: object;
+  description?: string;
+  timeoutConfig?: { inProgressTimeoutInMinutes?: number };
+  jobExecutionsRetryConfig?: JobSpec["jobExecutionsRetryConfig"];
+  jobExecutionsRolloutConfig?: RolloutConfig;
+  abortConfig?: JobSpec["abortConfig"];
+  maintenanceWindows?: MaintenanceWindow[];
+  /** Answered by `describeJobTemplate`. */
+  jobTemplateArn?: string;
+  /** Answered by `describeJobTemplate` (epoch seconds). */
+  createdAt?: number;
 }
 
 /** `jobExecutionsRolloutConfig` (AWS's). */
@@ -920,8 +1066,21 @@ export interface JobDescription {
   jobProcessDetails: Record<string, number>;
   /** How many of its latest executions are in each status. */
   executions: Partial<Record<JobStatus, number>>;
-  /** How far its rollout got, and its rate now. */
-  rollout: { notifiedThings: number; totalThings: number; ratePerMinute?: number };
+  targetSelection: "SNAPSHOT" | "CONTINUOUS";
+  schedulingConfig?: SchedulingConfig;
+  jobTemplateArn?: string;
+  documentParameters?: Record<string, string>;
+  /**
+   * How far its rollout got, its rate now, and (with maintenance windows) when the open one
+   * closes or the next opens (epoch seconds).
+   */
+  rollout: {
+    notifiedThings: number;
+    totalThings: number;
+    ratePerMinute?: number;
+    windowClosesAt?: number;
+    nextWindowAt?: number;
+  };
 }
 
 /** An execution (`JobExecution` of the AWS IoT Jobs API; times in epoch seconds). */

@@ -86,8 +86,11 @@ pub(crate) fn operator_request(op: &str, args: &JsValue) -> Result<Value, JsValu
     let mut request = match op {
         "createJob" => {
             let document = json_of(&get(args, "document"), "document")?;
-            if !document.is_object() {
-                return Err(invalid("document must be an object (the job document)"));
+            let from_template = !get(args, "jobTemplateArn").is_undefined();
+            if !(document.is_object() || document.is_null() && from_template) {
+                return Err(invalid(
+                    "document must be an object (the job document), or absent with jobTemplateArn",
+                ));
             }
             let targets = json_of(&get(args, "targets"), "targets")?;
             let targets: Vec<String> = serde_json::from_value(targets)
@@ -111,6 +114,10 @@ pub(crate) fn operator_request(op: &str, args: &JsValue) -> Result<Value, JsValu
                 "jobExecutionsRolloutConfig",
                 "abortConfig",
                 "jobExecutionsRetryConfig",
+                "targetSelection",
+                "schedulingConfig",
+                "jobTemplateArn",
+                "documentParameters",
             ] {
                 let value = json_of(&get(args, name), name)?;
                 if !value.is_null() {

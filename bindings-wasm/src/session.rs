@@ -148,9 +148,22 @@ impl ClientCore {
         self.session.unwatch_commands().map(str::to_owned)
     }
 
-    /// Starts a jobs operator call: `op` (`createJob`, `updateJob`, `cancelJob`, `deleteJob`,
-    /// `cancelJobExecution`, `deleteJobExecution`, `describeJob`, `describeJobExecution`,
-    /// `listJobs`, `listJobExecutions`; docs/protocol/jobs.md §5) with its arguments as an
+    /// Turns every key made or deleted (the server's keyspace events) into `keyspace` events
+    /// from now on: the filter to subscribe to now, or `null` when it already does.
+    #[wasm_bindgen(js_name = watchKeyspace)]
+    pub fn watch_keyspace(&mut self) -> Option<String> {
+        self.session.watch_keyspace().map(str::to_owned)
+    }
+
+    /// Stops turning keyspace events into events: the filter to unsubscribe from, or `null`
+    /// when it did not.
+    #[wasm_bindgen(js_name = unwatchKeyspace)]
+    pub fn unwatch_keyspace(&mut self) -> Option<String> {
+        self.session.unwatch_keyspace().map(str::to_owned)
+    }
+
+    /// Starts a jobs operator call: `op` (one of `OPERATOR_CALLS`: jobs, executions, thing
+    /// groups, job templates; docs/protocol/jobs.md §5) with its arguments as an
     /// object. Completes with what the call asks for as `result`: the job,
     /// execution or list of a describe or list call, the answer's JSON otherwise.
     #[wasm_bindgen(js_name = jobsOperate)]
@@ -433,6 +446,11 @@ fn event_to_js(event: SessionEvent) -> Object {
         SessionEvent::CommandRecord(record) => {
             set(&out, "kind", "command-record");
             set(&out, "record", services::record_to_js(&record));
+        }
+        SessionEvent::Keyspace { key, created } => {
+            set(&out, "kind", "keyspace");
+            set(&out, "key", bytes_to_js(&key));
+            set(&out, "created", created);
         }
         SessionEvent::LeaseRenewed { lease, version } => {
             set(&out, "kind", "lease-renewed");

@@ -73,6 +73,71 @@ test("a rollout's settings, an abort, one execution canceled, pages and the job'
   await assert.rejects(client.describeJob("js-roll"), (e) => e instanceof JobsError && e.jobsCode === "ResourceNotFound");
 });
 
+test("thing groups, a continuous job from a template, and a scheduled job", async () => {
+  const group = await client.createThingGroup("js-fleet", { description: "the lab" });
+  assert.match(group.thingGroupArn, /:thinggroup\/js-fleet$/);
+  await assert.rejects(client.createThingGroup("js-fleet"), (e) => e instanceof JobsError && e.jobsCode === "ResourceAlreadyExists");
+  for (const thing of ["js-g1", "js-g2", "js-g3"]) await client.addThingToThingGroup("js-fleet", thing);
+  const first = await client.listThingsInThingGroup("js-fleet", { maxResults: 2 });
+  assert.deepEqual(first.things, ["js-g1", "js-g2"]);
+  const rest = await client.listThingsInThingGroup("js-fleet", { nextToken: first.nextToken });
+  assert.deepEqual(rest.things, ["js-g3"]);
+  assert.equal((await client.describeThingGroup("js-fleet")).thingGroupProperties.thingGroupDescription, "the lab");
+  assert.ok((await client.listThingGroups()).thingGroups.some((g) => g.groupName === "js-fleet"));
+
+  const arn = await client.createJobTemplate({
+    jobTemplateId: "js-fw",
+    document: { url: "https://fw.example/${aws:iot:parameter:version}.bin" },
+    timeoutConfig: { inProgressTimeoutInMinutes: 30 },
+  });
+  assert.match(arn, /:jobtemplate\/js-fw$/);
+  assert.ok((await client.listJobTemplates()).jobTemplates.some((t) => t.jobTemplateId === "js-fw"));
+  await client.createJob({
+    jobId: "js-cont",
+    targets: ["thinggroup/js-fleet"],
+    targetSelection: "CONTINUOUS",
+    jobTemplateArn: "js-fw",
+    documentParameters: { version: "4.0" },
+  });
+  const job = await client.describeJob("js-cont");
+  assert.deepEqual(job.document, { url: "https://fw.example/4.0.bin" });
+  assert.equal(job.targetSelection, "CONTINUOUS");
+  assert.equal(job.timeoutConfig.inProgressTimeoutInMinutes, 30);
+  await client.addThingToThingGroup("js-fleet", "js-g4");
+  assert.equal((await client.describeJobExecution("js-cont", "js-g4")).status, "QUEUED");
+  await client.removeThingFromThingGroup("js-fleet", "js-g1");
+  assert.equal((await client.describeJobExecution("js-cont", "js-g1")).status, "REMOVED");
+  await assert.rejects(
+    client.createJob({ jobId: "js-unfilled", targets: ["t"], jobTemplateArn: "js-fw" }),
+    (e) => e instanceof JobsError && e.jobsCode === "InvalidRequest" && /"version"/.test(e.message),
+  );
+
+  await client.createJob({
+    jobId: "js-later",
+    targets: ["js-g2"],
+    document: {},
+    schedulingConfig: {
+      startTime: "2099-01-01T00:00",
+      maintenanceWindows: [{ startTime: "cron(0 2 ? * SAT *)", durationInMinutes: 60 }],
+    },
+  });
+  assert.equal((await client.describeJob("js-later")).status, "SCHEDULED");
+  await assert.rejects(
+    client.createJob({
+      jobId: "js-never",
+      targets: ["t"],
+      document: {},
+      schedulingConfig: { maintenanceWindows: [{ startTime: "cron(0 0 30 2 ? *)", durationInMinutes: 30 }] },
+    }),
+    (e) => e instanceof JobsError && /never fires/.test(e.message),
+  );
+  await client.cancelJob("js-cont");
+  await client.cancelJob("js-later");
+  await client.deleteJobTemplate("js-fw");
+  await client.deleteThingGroup("js-fleet");
+  await assert.rejects(client.describeThingGroup("js-fleet"), (e) => e instanceof JobsError && e.jobsCode === "ResourceNotFound");
+});
+
 test("a job from creation to success, with the thing's notifications", async () => {
   const thing = "js-thing-1";
   const device = await client.jobs(thing);

@@ -303,6 +303,11 @@ pub(crate) struct ServeArgs {
     /// No command service (mqstore/commands/v1/...).
     #[arg(long)]
     pub(crate) no_commands: bool,
+    /// Do not publish keyspace events (mqstore/statestore/v1/keyspace/created and /deleted,
+    /// QoS 0, the key as payload: how the dashboard learns of new keys). They name every
+    /// key made or deleted: restrict who may subscribe in the broker's ACL, or turn them off.
+    #[arg(long)]
+    pub(crate) no_keyspace_events: bool,
     /// Device profiles for commands (JSON, see the README), besides the built-in mqtt5, dji
     /// and iothub.
     #[arg(long)]

@@ -171,6 +171,7 @@ async fn run(cli: Cli) -> ExitCode {
         standard_registration_lease: args.standard_registration_lease.map(Duration::from_secs),
         state_store: !args.no_state_store,
         jobs: !args.no_jobs,
+        keyspace_events: !args.no_keyspace_events,
         jobs_minute: Duration::from_secs(60),
         commands: !args.no_commands,
         command_profiles,

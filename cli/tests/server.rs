@@ -2619,3 +2619,64 @@ on_both_brokers! {
         server.stop().await;
     }
 }
+
+on_both_brokers! {
+    /// Keyspace events: a key made, overwritten, deleted and expired is announced as made and
+    /// gone (an overwrite not at all). And QoS 0 publishes (these events, jobs events), which
+    /// the broker never acknowledges, do not count against the rollout's room for
+    /// unacknowledged publishes: after hundreds of them a job's rollout still goes on. (Named
+    /// with "jobs": the test command runs it on Redis too.)
+    async fn keyspace_events_and_a_jobs_rollout_after_many_qos0_publishes(kind: Kind) {
+        use mqstore_core::jobs::{JobSpec, Status};
+        let broker = Broker::start_kind(kind);
+        let server = Server::start(broker.port, "node-keyspace").await;
+        let client = ready_client(broker.port, "keyspace").await;
+        let mut watch = client.watch_keyspace().await.unwrap();
+        client.set("ks/a", "1", SetOptions::default()).await.unwrap();
+        client.set("ks/a", "2", SetOptions::default()).await.unwrap();
+        client.del("ks/a", None).await.unwrap();
+        let expiring = SetOptions {
+            expires: Some(Duration::from_millis(200)),
+            ..SetOptions::default()
+        };
+        client.set("ks/b", "1", expiring).await.unwrap();
+        let mut seen = Vec::new();
+        while seen.len() < 4 {
+            let event = tokio::time::timeout(WAIT, watch.next()).await.unwrap().unwrap();
+            seen.push((String::from_utf8(event.key.to_vec()).unwrap(), event.created));
+        }
+        assert_eq!(
+            seen,
+            [
+                ("ks/a".to_owned(), true),
+                ("ks/a".to_owned(), false),
+                ("ks/b".to_owned(), true),
+                ("ks/b".to_owned(), false),
+            ]
+        );
+
+        for i in 0..300 {
+            client.set(format!("ks/many/{i}"), "x", SetOptions::default()).await.unwrap();
+        }
+        let things: Vec<String> = (0..200).map(|i| format!("ks-thing-{i:03}")).collect();
+        client
+            .create_job(JobSpec::new("ks-job", things, serde_json::json!({})))
+            .await
+            .unwrap();
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let job = client.describe_job("ks-job").await.unwrap();
+            if job.executions.get(&Status::Queued) == Some(&200) {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the rollout stalled: {:?}",
+                job.rollout
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        client.close().await;
+        server.stop().await;
+    }
+}

@@ -216,6 +216,13 @@ pub fn is_forbidden_response_topic(topic: &str) -> bool {
 }
 
 /// The longest topic MQTT can carry (a two-byte length prefix).
+/// mqstore's keyspace events (an extension of the protocol): a key was made…
+pub const KEYSPACE_CREATED: &str = "mqstore/statestore/v1/keyspace/created";
+/// …or is gone (deleted or expired). The payload is the key; QoS 0.
+pub const KEYSPACE_DELETED: &str = "mqstore/statestore/v1/keyspace/deleted";
+/// Both keyspace events.
+pub const KEYSPACE_FILTER: &str = "mqstore/statestore/v1/keyspace/+";
+
 pub const MAX_TOPIC_LEN: usize = 65_535;
 
 /// Whether `topic` is a topic name a broker accepts in a PUBLISH (MQTT 5 §4.7): not empty,

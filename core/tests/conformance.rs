@@ -544,6 +544,9 @@ impl Run {
             SessionEvent::CommandRecord(record) => {
                 json!({"kind": "command-record", "record": record_json(&record)})
             }
+            SessionEvent::Keyspace { key, created } => {
+                json!({"kind": "keyspace", "key": bytes_json(&key), "created": created})
+            }
             SessionEvent::LeaseRenewed { lease, version } => json!({
                 "kind": "lease-renewed",
                 "lease": self.call_name(lease),

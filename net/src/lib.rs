@@ -167,9 +167,14 @@ pub(crate) enum Queued {
 /// Queues one of the core's messages at QoS 1 without waiting (retained when `retain`).
 pub(crate) fn try_publish(client: &AsyncClient, publish: Publish, retain: bool) -> Queued {
     use rumqttc::v5::{ClientError, Request};
+    // QoS 1 but for what asks for 0 (events nobody need acknowledge).
+    let qos = match publish.qos {
+        0 => QoS::AtMostOnce,
+        _ => QoS::AtLeastOnce,
+    };
     match client.try_publish_with_properties(
         publish.topic,
-        QoS::AtLeastOnce,
+        qos,
         retain,
         publish.payload,
         to_mqtt_properties(publish.properties),

@@ -272,7 +272,7 @@ def command(
 def create_job(
     job_id: str,
     targets: Sequence[str],
-    document: Mapping[str, Any],
+    document: Optional[Mapping[str, Any]],
     in_progress_timeout_minutes: Optional[int],
     max_retries: int,
     description: Optional[str] = None,
@@ -280,11 +280,17 @@ def create_job(
     rollout: Optional[Mapping[str, Any]] = None,
     abort: Optional[Sequence[Mapping[str, Any]]] = None,
     retry: Optional[Sequence[Mapping[str, Any]]] = None,
+    continuous: bool = False,
+    scheduling: Optional[Mapping[str, Any]] = None,
+    template: Optional[str] = None,
+    parameters: Optional[Mapping[str, str]] = None,
 ) -> str:
     """A ``createJob`` request (AWS's fields) as JSON text, its arguments checked."""
     retries = count(max_retries, "max_retries")
     assert retries is not None
-    if not isinstance(document, Mapping):
+    if document is None and template is None:
+        raise ValueError("give a document, or a template to take it from")
+    if document is not None and not isinstance(document, Mapping):
         raise TypeError(f"the job document must be a dict, not {type(document).__name__}")
     if retry is None and retries:
         retry = [{"failureType": "ALL", "numberOfRetries": retries}]
@@ -299,8 +305,72 @@ def create_job(
         retry,
     )
     request["targets"] = texts(targets, "targets")
-    request["document"] = dict(document)
+    if document is not None:
+        request["document"] = dict(document)
+    if continuous:
+        request["targetSelection"] = "CONTINUOUS"
+    if scheduling is not None:
+        request["schedulingConfig"] = dict(mapping(scheduling, "scheduling"))
+    if template is not None:
+        request["jobTemplateArn"] = text(template, "template")
+    if parameters is not None:
+        request["documentParameters"] = string_map(parameters, "parameters")
     return operator_request(request)
+
+
+def membership(op: str, group: str, thing: str) -> str:
+    """An ``addThingToThingGroup`` or ``removeThingFromThingGroup`` request."""
+    return operator_request(
+        {"op": op, "thingGroupName": text(group, "group"), "thingName": text(thing, "thing")}
+    )
+
+
+def create_group(name: str, description: Optional[str]) -> str:
+    """A ``createThingGroup`` request."""
+    request: dict[str, Any] = {"op": "createThingGroup", "thingGroupName": text(name, "name")}
+    if description is not None:
+        request["thingGroupProperties"] = {
+            "thingGroupDescription": text(description, "description")
+        }
+    return operator_request(request)
+
+
+def create_template(
+    template_id: str,
+    document: Mapping[str, Any],
+    description: Optional[str],
+    in_progress_timeout_minutes: Optional[int],
+    max_per_minute: Optional[int],
+    rollout: Optional[Mapping[str, Any]],
+    abort: Optional[Sequence[Mapping[str, Any]]],
+    retry: Optional[Sequence[Mapping[str, Any]]],
+    maintenance_windows: Optional[Sequence[Mapping[str, Any]]],
+) -> str:
+    """A ``createJobTemplate`` request: the settings of :func:`job_settings`."""
+    if not isinstance(document, Mapping):
+        raise TypeError(f"the template's document must be a dict, not {type(document).__name__}")
+    request = job_settings(
+        "createJobTemplate",
+        template_id,
+        description,
+        in_progress_timeout_minutes,
+        max_per_minute,
+        rollout,
+        abort,
+        retry,
+    )
+    request["jobTemplateId"] = request.pop("jobId")
+    request["document"] = dict(document)
+    if maintenance_windows is not None:
+        request["maintenanceWindows"] = [
+            dict(mapping(w, "maintenance_windows")) for w in maintenance_windows
+        ]
+    return operator_request(request)
+
+
+def named(op: str, field: str, name: str) -> str:
+    """A call on one named resource (``{"op": op, field: name}``)."""
+    return operator_request({"op": op, field: text(name, field)})
 
 
 def job_settings(

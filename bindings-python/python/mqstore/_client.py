@@ -142,7 +142,7 @@ class Client:
         self,
         job_id: str,
         targets: Sequence[str],
-        document: Mapping[str, Any],
+        document: Optional[Mapping[str, Any]] = None,
         *,
         in_progress_timeout_minutes: Optional[int] = None,
         max_retries: int = 0,
@@ -151,6 +151,10 @@ class Client:
         rollout: Optional[Mapping[str, Any]] = None,
         abort: Optional[Sequence[Mapping[str, Any]]] = None,
         retry: Optional[Sequence[Mapping[str, Any]]] = None,
+        continuous: bool = False,
+        scheduling: Optional[Mapping[str, Any]] = None,
+        template: Optional[str] = None,
+        parameters: Optional[Mapping[str, str]] = None,
     ) -> None:
         """Creates job ``job_id`` for the things in ``targets``, with ``document`` (a dict,
         at most 32 KiB as JSON). ``max_per_minute`` notifies at most that many things a
@@ -158,7 +162,12 @@ class Client:
         ``abort`` AWS's ``abortConfig.criteriaList`` (``{"failureType": "FAILED", "action":
         "CANCEL", "thresholdPercentage": 10, "minNumberOfExecutedThings": 100}``), ``retry``
         AWS's ``jobExecutionsRetryConfig.criteriaList`` (instead of ``max_retries``).
-        Refusals raise :class:`~mqstore.errors.JobsError`."""
+        ``targets`` name things or groups (``"thinggroup/NAME"``; ``continuous``: things
+        added to the group later get the job too); ``scheduling`` is AWS's
+        ``schedulingConfig`` (``startTime``, ``endTime``, ``endBehavior``,
+        ``maintenanceWindows``); ``template`` starts from a job template (its document and
+        settings), whose placeholders ``parameters`` fill. Refusals raise
+        :class:`~mqstore.errors.JobsError`."""
         request = _args.create_job(
             job_id,
             targets,
@@ -170,6 +179,10 @@ class Client:
             rollout,
             abort,
             retry,
+            bool(continuous),
+            scheduling,
+            template,
+            parameters,
         )
         self._native.jobs_operate(request, False)
 
@@ -323,6 +336,105 @@ class Client:
             _args.optional_text(status, "status"),
             False,
         )
+
+    # --- thing groups and job templates --------------------------------------------------
+
+    def create_thing_group(self, name: str, *, description: Optional[str] = None) -> Record:
+        """Makes a static thing group (jobs target it as ``"thinggroup/NAME"``): its
+        ``thingGroupName``, ``thingGroupArn`` and ``thingGroupId``."""
+        request = _args.create_group(name, description)
+        group: Record = self._native.jobs_operate(request, False)
+        return group
+
+    def delete_thing_group(self, name: str) -> None:
+        """Removes a thing group and its membership (jobs keep the things they have)."""
+        request = _args.named("deleteThingGroup", "thingGroupName", name)
+        self._native.jobs_operate(request, False)
+
+    def describe_thing_group(self, name: str) -> Record:
+        """A thing group: ``thingGroupName``, ``thingGroupArn``, ``thingGroupProperties``,
+        ``thingGroupMetadata``."""
+        request = _args.named("describeThingGroup", "thingGroupName", name)
+        group: Record = self._native.jobs_operate(request, False)
+        return group
+
+    def list_thing_groups(
+        self, *, max_results: Optional[int] = None, next_token: Optional[str] = None
+    ) -> Record:
+        """A page of thing groups in name order (``{"thingGroups": [...], "nextToken": ...}``)."""
+        request = _args.page({"op": "listThingGroups"}, max_results, next_token)
+        page: Record = self._native.jobs_operate(request, False)
+        return page
+
+    def add_thing_to_thing_group(self, group: str, thing: str) -> None:
+        """Adds ``thing`` to ``group``: continuous jobs on the group reach it (at their rate)."""
+        request = _args.membership("addThingToThingGroup", group, thing)
+        self._native.jobs_operate(request, False)
+
+    def remove_thing_from_thing_group(self, group: str, thing: str) -> None:
+        """Removes ``thing`` from ``group``: its QUEUED executions of continuous jobs on the
+        group become REMOVED."""
+        request = _args.membership("removeThingFromThingGroup", group, thing)
+        self._native.jobs_operate(request, False)
+
+    def list_things_in_thing_group(
+        self, group: str, *, max_results: Optional[int] = None, next_token: Optional[str] = None
+    ) -> Record:
+        """A page of a group's things in name order (``{"things": [...], "nextToken": ...}``)."""
+        request = {"op": "listThingsInThingGroup", "thingGroupName": _args.text(group, "group")}
+        page: Record = self._native.jobs_operate(
+            _args.page(request, max_results, next_token), False
+        )
+        return page
+
+    def create_job_template(
+        self,
+        template_id: str,
+        document: Mapping[str, Any],
+        *,
+        description: Optional[str] = None,
+        in_progress_timeout_minutes: Optional[int] = None,
+        max_per_minute: Optional[int] = None,
+        rollout: Optional[Mapping[str, Any]] = None,
+        abort: Optional[Sequence[Mapping[str, Any]]] = None,
+        retry: Optional[Sequence[Mapping[str, Any]]] = None,
+        maintenance_windows: Optional[Sequence[Mapping[str, Any]]] = None,
+    ) -> str:
+        """Stores a job template (settings as in :meth:`create_job`; ``document`` may hold
+        ``${aws:iot:parameter:NAME}`` placeholders that ``create_job(parameters=...)``
+        fills). Returns its ARN."""
+        request = _args.create_template(
+            template_id,
+            document,
+            description,
+            in_progress_timeout_minutes,
+            max_per_minute,
+            rollout,
+            abort,
+            retry,
+            maintenance_windows,
+        )
+        answer: Record = self._native.jobs_operate(request, False)
+        return str(answer["jobTemplateArn"])
+
+    def describe_job_template(self, template_id: str) -> Record:
+        """A job template: its document, settings, ``jobTemplateArn`` and ``createdAt``."""
+        request = _args.named("describeJobTemplate", "jobTemplateId", template_id)
+        template: Record = self._native.jobs_operate(request, False)
+        return template
+
+    def list_job_templates(
+        self, *, max_results: Optional[int] = None, next_token: Optional[str] = None
+    ) -> Record:
+        """A page of job templates in id order (``{"jobTemplates": [...], "nextToken": ...}``)."""
+        request = _args.page({"op": "listJobTemplates"}, max_results, next_token)
+        page: Record = self._native.jobs_operate(request, False)
+        return page
+
+    def delete_job_template(self, template_id: str) -> None:
+        """Removes a job template (jobs made from it stay)."""
+        request = _args.named("deleteJobTemplate", "jobTemplateId", template_id)
+        self._native.jobs_operate(request, False)
 
     def jobs(self, thing: str) -> Jobs:
         """Acts as ``thing`` on the jobs device API (as a device SDK would): its pending

@@ -50,6 +50,10 @@ pub struct EngineConfig {
     /// clients): `None` (the default) keeps their registrations until they are known to be
     /// gone.
     pub standard_registration_lease_ms: Option<u64>,
+    /// Publish a keyspace event ([`topics::KEYSPACE_CREATED`], [`topics::KEYSPACE_DELETED`])
+    /// when a key is made or goes, so that a key browser learns of new keys without scanning
+    /// again: on by default.
+    pub keyspace_events: bool,
 }
 
 impl EngineConfig {
@@ -65,6 +69,7 @@ impl EngineConfig {
             scan_token_seed: [0; 16],
             registration_lease_ms: None,
             standard_registration_lease_ms: None,
+            keyspace_events: true,
         }
     }
 }
@@ -264,10 +269,17 @@ impl<S> Engine<S> {
                 },
             },
             (StoreOp::Set { key, value, .. }, StoreReply::Set(outcome)) => match outcome {
-                Ok(SetOutcome::Applied { watchers, version }) => {
+                Ok(SetOutcome::Applied {
+                    watchers,
+                    version,
+                    created,
+                }) => {
                     // The store may have moved the version past the key's (written by a node
                     // whose clock is ahead): later versions of this node follow it.
                     let _ = self.clock.receive(&version, now_ms);
+                    if created {
+                        self.keyspace_event(topics::KEYSPACE_CREATED, &key, notifications);
+                    }
                     let change = Notification::Set(value);
                     notify(watchers, &key, &change, &version, notifications);
                     Reply {
@@ -284,6 +296,7 @@ impl<S> Engine<S> {
             (StoreOp::Delete { key, .. }, StoreReply::Delete(outcome)) => match outcome {
                 Ok(DelOutcome::Deleted { watchers, version }) => {
                     let version = self.after_stored(&version, now_ms);
+                    self.keyspace_event(topics::KEYSPACE_DELETED, &key, notifications);
                     notify(
                         watchers,
                         &key,
@@ -479,6 +492,7 @@ impl<S> Engine<S> {
     /// Pushes a DELETE notification to each watcher of a key that expired, with a version
     /// newer than the key's last (for drivers of stores that find expired keys themselves).
     pub fn expired(&mut self, expired: Expired, now_ms: u64, out: &mut Vec<Publish>) {
+        self.keyspace_event(topics::KEYSPACE_DELETED, &expired.key, out);
         if !expired.watchers.is_empty() {
             let version = self.after_stored(&expired.version, now_ms);
             notify(
@@ -488,6 +502,18 @@ impl<S> Engine<S> {
                 &version,
                 out,
             );
+        }
+    }
+
+    /// A keyspace event about `key` (when they are on).
+    fn keyspace_event(&self, topic: &str, key: &Bytes, out: &mut Vec<Publish>) {
+        if self.config.keyspace_events {
+            out.push(Publish {
+                topic: topic.to_owned(),
+                payload: key.clone(),
+                qos: 0,
+                properties: crate::envelope::Properties::default(),
+            });
         }
     }
 

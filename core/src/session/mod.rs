@@ -40,6 +40,7 @@ use crate::envelope::Publish;
 use crate::hlc::{Hlc, HlcError};
 use crate::jobs::OperatorRequest;
 use crate::lease::LeaseTerms;
+use crate::topics;
 
 /// A publish to send, with the call it belongs to (`None`: the session's own, such as the
 /// renewal of its registrations).
@@ -88,6 +89,10 @@ pub enum SessionEvent {
     Jobs(JobNotification),
     /// A command's status changed (after [`Session::watch_commands`]).
     CommandRecord(Record),
+    /// A key was made (`created`) or is gone, from the server's keyspace events (after
+    /// [`Session::watch_keyspace`]). Events are QoS 0 and may come out of order across
+    /// nodes: a key browser scans again after a reconnect.
+    Keyspace { key: Bytes, created: bool },
     /// Held lease `lease` was renewed (`version`: the renewing SET's; the fencing token stays
     /// the one it was acquired with).
     LeaseRenewed { lease: CallId, version: Hlc },
@@ -127,6 +132,7 @@ pub struct Session {
     /// few per session: a list, rather than a set's code in the wasm binding).
     things: Vec<String>,
     watching_commands: bool,
+    watching_keyspace: bool,
     outgoing: VecDeque<Outgoing>,
     events: VecDeque<SessionEvent>,
 }
@@ -155,6 +161,7 @@ impl Session {
             now_ms: 0,
             things: Vec::new(),
             watching_commands: false,
+            watching_keyspace: false,
             outgoing: VecDeque::new(),
             events: VecDeque::new(),
         })
@@ -177,6 +184,9 @@ impl Session {
         }
         if self.watching_commands {
             filters.push(EVENTS_FILTER.to_owned());
+        }
+        if self.watching_keyspace {
+            filters.push(topics::KEYSPACE_FILTER.to_owned());
         }
         filters
     }
@@ -228,6 +238,18 @@ impl Session {
     /// it did not watch them).
     pub fn unwatch_commands(&mut self) -> Option<&'static str> {
         std::mem::replace(&mut self.watching_commands, false).then_some(EVENTS_FILTER)
+    }
+
+    /// Reports every key made or deleted as [`SessionEvent::Keyspace`] from now on: the
+    /// filter to subscribe to now (`None` when it already does).
+    pub fn watch_keyspace(&mut self) -> Option<&'static str> {
+        (!std::mem::replace(&mut self.watching_keyspace, true)).then_some(topics::KEYSPACE_FILTER)
+    }
+
+    /// Stops reporting keyspace events: the filter to unsubscribe from (`None` when it did
+    /// not watch them).
+    pub fn unwatch_keyspace(&mut self) -> Option<&'static str> {
+        std::mem::replace(&mut self.watching_keyspace, false).then_some(topics::KEYSPACE_FILTER)
     }
 
     /// Calls waiting for an answer (lease acquisitions included).
@@ -411,6 +433,17 @@ impl Session {
             && let Ok(record) = Record::from_json(&publish.payload)
         {
             self.events.push_back(SessionEvent::CommandRecord(record));
+        } else if self.watching_keyspace {
+            let created = match publish.topic.as_str() {
+                topics::KEYSPACE_CREATED => Some(true),
+                topics::KEYSPACE_DELETED => Some(false),
+                _ => None,
+            };
+            if let Some(created) = created {
+                let key = publish.payload.clone();
+                self.events
+                    .push_back(SessionEvent::Keyspace { key, created });
+            }
         }
         self.own_publishes();
     }

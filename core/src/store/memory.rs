@@ -218,6 +218,7 @@ impl MemoryStore {
             expires_at: expires_at.and_then(NonZeroU64::new),
         };
         let deadline_moved = old_deadline != expires_at;
+        let created = matches!(slot, Slot::Vacant(_));
         let moved_key = match slot {
             Slot::Occupied(mut o) => {
                 *o.get_mut() = entry;
@@ -246,6 +247,7 @@ impl MemoryStore {
         Ok(SetOutcome::Applied {
             watchers: self.watchers_of(key),
             version,
+            created,
         })
     }
 

@@ -99,10 +99,12 @@ pub enum StoreReply {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SetOutcome {
     /// Applied with `version` ([`version_after`] the key's stored version); the clients
-    /// watching the key.
+    /// watching the key; whether it made the key.
     Applied {
         watchers: Vec<ClientId>,
         version: Hlc,
+        /// The key did not exist before (for the keyspace events).
+        created: bool,
     },
     /// NX/NEX did not hold; the key's current version.
     NotApplied { version: Hlc },

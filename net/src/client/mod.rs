@@ -124,6 +124,11 @@ pub(super) enum Command {
         records: mpsc::UnboundedSender<CommandRecord>,
         reply: oneshot::Sender<Result<(), ClientError>>,
     },
+    /// Hear every key made or deleted.
+    WatchKeyspace {
+        events: mpsc::UnboundedSender<KeyspaceEvent>,
+        reply: oneshot::Sender<Result<(), ClientError>>,
+    },
     /// Take a lease (the session's lease machine keeps it: `held` turns false when lost).
     Lease {
         key: Bytes,
@@ -384,6 +389,17 @@ impl Client {
         Ok(self.call(request, options).await?.into_deletion())
     }
 
+    /// Every key made or deleted from now on, from the server's keyspace events (`mqstore
+    /// serve` publishes them unless started with `--no-keyspace-events`). They are QoS 0 and
+    /// may come out of order across nodes: a browser of keys scans again after a reconnect.
+    pub async fn watch_keyspace(&self) -> Result<KeyspaceWatch, ClientError> {
+        let (events, rx) = mpsc::unbounded_channel();
+        let (reply, subscribed) = oneshot::channel();
+        self.send(Command::WatchKeyspace { events, reply }).await?;
+        subscribed.await.map_err(|_| ClientError::Disconnected)??;
+        Ok(KeyspaceWatch { events: rx })
+    }
+
     /// Every key matching `pattern` (the SCAN dialect), all pages collected.
     pub async fn scan(&self, pattern: impl Into<Bytes>) -> Result<Vec<Bytes>, ClientError> {
         let mut pages = self.scan_pages(pattern);
@@ -440,5 +456,24 @@ impl Client {
         if self.commands.send(Command::Close { done }).await.is_ok() {
             let _ = closed.await;
         }
+    }
+}
+
+/// A key made (`created`) or gone (deleted or expired): [`Client::watch_keyspace`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyspaceEvent {
+    pub key: Bytes,
+    pub created: bool,
+}
+
+/// A stream of keyspace events ([`Client::watch_keyspace`]).
+pub struct KeyspaceWatch {
+    events: mpsc::UnboundedReceiver<KeyspaceEvent>,
+}
+
+impl KeyspaceWatch {
+    /// The next event; `None` once the client is closed.
+    pub async fn next(&mut self) -> Option<KeyspaceEvent> {
+        self.events.recv().await
     }
 }

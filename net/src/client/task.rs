@@ -45,6 +45,7 @@ pub(super) async fn run(
         broker_disconnect: None,
         session,
         command_watchers: Vec::new(),
+        keyspace_watchers: Vec::new(),
         things: BTreeMap::new(),
         outbox: Outbox::new(client),
         unacked: Unacked::default(),
@@ -198,6 +199,7 @@ struct Task {
     things: BTreeMap<String, Vec<mpsc::UnboundedSender<JobNotification>>>,
     /// Who hears command status changes (subscribed while there is one).
     command_watchers: Vec<mpsc::UnboundedSender<CommandRecord>>,
+    keyspace_watchers: Vec<mpsc::UnboundedSender<super::KeyspaceEvent>>,
     outbox: Outbox<Option<Origin>>,
     unacked: Unacked,
     waiting: HashMap<CallId, Waiter>,
@@ -273,7 +275,14 @@ impl Driver for Task {
                 self.start(Ok(started), Waiter::Commands(reply));
             }
             Wake::Command(Command::WatchCommands { records, reply }) => {
-                self.watch_commands(records, reply)
+                self.command_watchers.push(records);
+                let filter = self.session.watch_commands();
+                self.subscribe_events(filter, reply);
+            }
+            Wake::Command(Command::WatchKeyspace { events, reply }) => {
+                self.keyspace_watchers.push(events);
+                let filter = self.session.watch_keyspace();
+                self.subscribe_events(filter, reply);
             }
             Wake::Command(Command::Lease {
                 key,
@@ -501,10 +510,10 @@ impl Task {
         }
     }
 
-    /// Subscribes to the command events (unless done already), and answers once it is.
-    fn watch_commands(&mut self, records: mpsc::UnboundedSender<CommandRecord>, reply: Subscribed) {
-        self.command_watchers.push(records);
-        let Some(filter) = self.session.watch_commands() else {
+    /// Subscribes to the filter of the events the session began to watch (`None`: it did
+    /// already), and answers once it is.
+    fn subscribe_events(&mut self, filter: Option<&'static str>, reply: Subscribed) {
+        let Some(filter) = filter else {
             let _ = reply.send(Ok(()));
             return;
         };
@@ -582,6 +591,11 @@ impl Task {
                 SessionEvent::CommandRecord(record) => self
                     .command_watchers
                     .retain(|tx| tx.send(record.clone()).is_ok()),
+                SessionEvent::Keyspace { key, created } => {
+                    let event = super::KeyspaceEvent { key, created };
+                    self.keyspace_watchers
+                        .retain(|tx| tx.send(event.clone()).is_ok());
+                }
                 SessionEvent::LeaseRenewed { lease, .. } => {
                     debug!(lease = %lease, "lease renewed");
                 }

@@ -331,9 +331,14 @@ impl RedisStore {
                     .arg(self.bucket_share(self.quotas.max_bytes));
                 let (expired, rest) = split_expired(key, self.eval(&call).await?)?;
                 let outcome = match rest.split_first() {
-                    Some((Value::BulkString(tag), rest)) if tag == b"A" => {
+                    Some((Value::BulkString(tag), rest)) if tag == b"A" || tag == b"C" => {
                         let (version, watchers) = version_and_clients(rest)?;
-                        Ok(SetOutcome::Applied { watchers, version })
+                        let created = tag == b"C";
+                        Ok(SetOutcome::Applied {
+                            watchers,
+                            version,
+                            created,
+                        })
                     }
                     Some((Value::BulkString(tag), [Value::BulkString(version)])) if tag == b"N" => {
                         Ok(SetOutcome::NotApplied {

@@ -1,8 +1,8 @@
 -- SET. ARGV[3] value, [4] condition (A always, N not exists, E not exists or equal),
 -- [5] deadline or '', [6] fencing token or '', [7] [8] [9] the engine's candidate version
 -- (wall, counter, node), [10] max keys, [11] max bytes (-1: none).
--- Returns {expired, 'A', version, watchers...} | {expired, 'N', current version}
---       | {expired, 'E', error}.
+-- Returns {expired, 'A' (or 'C' when it made the key), version, watchers...}
+--       | {expired, 'N', current version} | {expired, 'E', error}.
 local expired = expire_if_due()
 local key, value, presented = ARGV[1], ARGV[3], ARGV[6]
 local found = redis.call('HMGET', KEYS[1], 'v', 's', 'f')
@@ -56,4 +56,4 @@ if not current then
 end
 redis.call('HINCRBY', KEYS[5], 'keys', added_keys)
 redis.call('HINCRBY', KEYS[5], 'bytes', added_bytes)
-return append_members({expired, 'A', version}, KEYS[2])
+return append_members({expired, current and 'A' or 'C', version}, KEYS[2])

@@ -47,6 +47,9 @@ pub struct ServerConfig {
     pub state_store: bool,
     /// Serve the jobs service (the AWS IoT Jobs device API and the operator API).
     pub jobs: bool,
+    /// Publish the state store's keyspace events (a key made or gone; see
+    /// [`mqstore_core::topics::KEYSPACE_FILTER`]).
+    pub keyspace_events: bool,
     /// How long a minute of the jobs timers lasts (timeouts are given in minutes): 60 s;
     /// shorter only for tests that must see executions time out.
     pub jobs_minute: Duration,
@@ -109,6 +112,7 @@ impl ServerConfig {
             registration_lease: Some(DEFAULT_REGISTRATION_LEASE),
             standard_registration_lease: None,
             state_store: true,
+            keyspace_events: true,
             jobs: true,
             jobs_minute: Duration::from_secs(60),
             commands: true,

@@ -139,6 +139,7 @@ pub async fn serve(
         standard_registration_lease_ms: config
             .standard_registration_lease
             .map(|d| d.as_millis() as u64),
+        keyspace_events: config.keyspace_events,
         ..EngineConfig::new(config.node_id.clone())
     };
     let (done_tx, done_rx) = tokio::sync::mpsc::unbounded_channel();

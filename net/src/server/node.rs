@@ -608,7 +608,10 @@ impl Node {
                 }
             }
             Event::Outgoing(Outgoing::Publish(pkid)) => {
-                self.unacked += 1;
+                // Packet id 0: a QoS 0 publish (jobs and keyspace events), never acknowledged.
+                if pkid != 0 {
+                    self.unacked += 1;
+                }
                 match self.sent.pop_front() {
                     Some(Sent::Answer) | None => {}
                     Some(tag) => {
