@@ -148,7 +148,11 @@ fn options(opts: *mut sys::mosquitto_opt, count: c_int) -> Result<Options, Strin
                 options.keyspace_events = match value.as_str() {
                     "true" => true,
                     "false" => false,
-                    _ => return Err(format!("plugin_opt_keyspace_events {value:?}: true or false")),
+                    _ => {
+                        return Err(format!(
+                            "plugin_opt_keyspace_events {value:?}: true or false"
+                        ));
+                    }
                 }
             }
             _ => return Err(format!("unknown option plugin_opt_{key}")),

@@ -1,8 +1,9 @@
 // The dashboard (examples/dashboard) in a real headless Chromium (Debian's `chromium`, driven by
 // playwright-core), against mosquitto's WebSocket listener + mqstore serve: a key set with the
-// CLI appears, an edit on the page reads back with the CLI, a deletion disappears, jobs show
-// per thing; no console errors. The screenshot is kept in $MQSTORE_ARTIFACTS (default
-// target/artifacts/).
+// CLI appears, an edit on the page reads back with the CLI, a deletion disappears, a job's
+// rollout shows its counts, rate, abort threshold and maintenance window, jobs show per thing;
+// 100,000 keys load without re-scanning and with only the rows on screen in the page; no
+// console errors. The screenshots are kept in $MQSTORE_ARTIFACTS (default target/artifacts/).
 import assert from "node:assert/strict";
 import { execFile, spawn } from "node:child_process";
 import { existsSync } from "node:fs";
@@ -15,6 +16,8 @@ import { promisify } from "node:util";
 import { chromium } from "playwright-core";
 
 import { freePort, mqstoreBin, repo, start } from "./harness.js";
+
+const { Client } = await import(process.env.MQSTORE_PACKAGE ?? "../dist/index.js");
 
 const run = promisify(execFile);
 const chromiumPath = process.env.CHROMIUM ?? "/usr/bin/chromium";
@@ -37,7 +40,7 @@ async function cli(...args) {
 
 before(async () => {
   assert.ok(existsSync(chromiumPath), `no Chromium at ${chromiumPath}: apt-get install chromium (scripts/test-wasm does)`);
-  servers = await start();
+  servers = await start({ metrics: true });
   const port = await freePort();
   server = spawn(
     process.execPath,
@@ -132,8 +135,97 @@ test("the dashboard shows lease holders with their fencing tokens, and jobs per 
   await thing.locator(".job", { hasText: "web-job-1" }).waitFor({ timeout: 10_000 });
   assert.match(await thing.textContent(), /QUEUED/);
 
-  const artifacts = process.env.MQSTORE_ARTIFACTS ?? join(repo, "target/artifacts");
-  await mkdir(artifacts, { recursive: true });
-  await page.screenshot({ path: join(artifacts, "dashboard.png"), fullPage: true });
+  await page.screenshot({ path: join(await artifacts(), "dashboard.png"), fullPage: true });
+  assert.deepEqual(problems, []);
+});
+
+async function artifacts() {
+  const dir = process.env.MQSTORE_ARTIFACTS ?? join(repo, "target/artifacts");
+  await mkdir(dir, { recursive: true });
+  return dir;
+}
+
+test("the dashboard shows each rollout: counts, rate, abort threshold and maintenance window", async () => {
+  const things = Array.from({ length: 10 }, (_, i) => `web-roll-${i}`);
+  await cli(
+    "jobs", "create", "web-rollout", "--targets", things.join(","), "--document", "{}",
+    "--max-per-minute", "1000", "--abort", "FAILED:50:4",
+  );
+  // One execution canceled by the operator, one failed by its device, one succeeded: the panel
+  // shows the counts and the failures' share of what was executed.
+  const card = page.locator('#rollouts .rollout[data-job="web-rollout"]');
+  await card.waitFor({ timeout: 10_000 });
+  await card.locator("p", { hasText: "10 of 10 things notified" }).waitFor({ timeout: 10_000 });
+  await card.locator("p", { hasText: "1000 a minute" }).waitFor({ timeout: 10_000 });
+  await cli("jobs", "cancel-execution", "web-rollout", "--thing", things[0]);
+  const devices = await Client.connect(servers.url, { clientId: "dashboard-devices" });
+  await (await devices.jobs(things[1])).update({ jobId: "web-rollout", status: "FAILED" });
+  await (await devices.jobs(things[2])).update({ jobId: "web-rollout", status: "SUCCEEDED" });
+  await card.locator("p", { hasText: "CANCELED 1" }).waitFor({ timeout: 10_000 });
+  await card.locator("p.abort", { hasText: "abort: FAILED 50.0 % of 2 executed (cancels at 50 % after 4)" }).waitFor({ timeout: 10_000 });
+  assert.equal(await card.locator(".bar span").count(), 4, "SUCCEEDED, QUEUED, FAILED and CANCELED");
+  await devices.close();
+
+  // A job that waits for its maintenance window says when it opens.
+  await cli(
+    "jobs", "create", "web-window", "--targets", "web-win-1", "--document", "{}",
+    "--window", `cron(0 ${(new Date().getUTCHours() + 3) % 24} ? * * *)=30`,
+  );
+  const windowed = page.locator('#rollouts .rollout[data-job="web-window"]');
+  await windowed.locator("p", { hasText: /next maintenance window in (2h|3h)/ }).waitFor({ timeout: 10_000 });
+  await page.screenshot({ path: join(await artifacts(), "dashboard-rollouts.png"), fullPage: true });
+  await cli("jobs", "cancel", "web-window");
+  await cli("jobs", "cancel", "web-rollout");
+  assert.deepEqual(problems, []);
+});
+
+/** SCAN requests the server has answered so far. */
+async function scans() {
+  const found = /mqstore_requests_total\{command="SCAN",outcome="ok"\} (\d+)/.exec(await servers.metrics());
+  return found ? Number(found[1]) : 0;
+}
+
+test("100,000 keys: one scan, then keyspace events; only the rows on screen are in the page", { timeout: 300_000 }, async () => {
+  // The keys, written from Node with many SETs in flight while no page is open (the page
+  // under test loads them afterwards).
+  const url = page.url();
+  await page.goto("about:blank");
+  const writer = await Client.connect(servers.url, { clientId: "dashboard-filler", timeoutMs: 60_000 });
+  const n = 100_000;
+  const name = (i) => `big/${String(i).padStart(6, "0")}`;
+  for (let start = 0; start < n; start += 1000) {
+    await Promise.all(Array.from({ length: Math.min(1000, n - start) }, (_, i) => writer.set(name(start + i), "v")));
+  }
+  await page.goto(url);
+  await page.locator("#status.connected").waitFor({ timeout: 60_000 });
+  await page.locator("#filter").fill("big/*");
+  await page.locator("#key-count", { hasText: /^100000$/ }).waitFor({ timeout: 30_000 });
+  const rendered = await page.locator("#rows tr[data-key]").count();
+  assert.ok(rendered > 0 && rendered <= 100, `only the rows on screen are in the page: ${rendered}`);
+
+  // The end of the list is reachable (End), and its rows show their values.
+  await page.locator("#key-scroller").click({ position: { x: 5, y: 40 } });
+  await page.keyboard.press("Escape");
+  await page.keyboard.press("End");
+  await row(name(n - 1)).locator("td", { hasText: "v" }).waitFor({ timeout: 10_000 });
+  assert.ok((await page.locator("#rows tr[data-key]").count()) <= 100);
+
+  // New and deleted keys arrive as events: no SCAN meanwhile.
+  const before = await scans();
+  await cli("set", "big/zzz-new", "made later");
+  await page.locator("#key-count", { hasText: /^100001$/ }).waitFor({ timeout: 10_000 });
+  await page.keyboard.press("End");
+  await row("big/zzz-new").waitFor({ timeout: 10_000 });
+  await cli("del", name(0));
+  await page.locator("#key-count", { hasText: /^100000$/ }).waitFor({ timeout: 10_000 });
+  // Over more than one of the old refresh periods (2 s), the page scanned nothing.
+  await new Promise((r) => setTimeout(r, 2500));
+  assert.equal(await scans(), before, "the page learned of the keys without scanning");
+
+  // The page still answers at once: a filter over the 100,000 names narrows the list.
+  await page.locator("#filter").fill("big/09999?");
+  await page.locator("#key-count", { hasText: /^10$/ }).waitFor({ timeout: 10_000 });
+  await page.screenshot({ path: join(await artifacts(), "dashboard-100k.png") });
+  await writer.close();
   assert.deepEqual(problems, []);
 });

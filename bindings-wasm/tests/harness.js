@@ -47,7 +47,7 @@ function waitFor(process, pattern, what, lines) {
  * password}) the broker takes only that user, and the server logs in as it; `config` adds
  * lines to mosquitto's configuration.
  */
-export async function start({ login, config: extra = "" } = {}) {
+export async function start({ login, config: extra = "", metrics = false } = {}) {
   const dir = await mkdtemp(join(tmpdir(), "mqstore-js-broker-"));
   const tcpPort = await freePort();
   const wsPort = await freePort();
@@ -82,15 +82,29 @@ export async function start({ login, config: extra = "" } = {}) {
   };
   let broker = await startBroker();
   const serverLog = [];
+  const metricsPort = metrics ? await freePort() : undefined;
   const server = spawn(
     mqstoreBin,
-    ["--port", String(tcpPort), ...(login ? ["--username", login.username] : []), "serve", "--node-id", "js-node"],
+    [
+      "--port",
+      String(tcpPort),
+      ...(login ? ["--username", login.username] : []),
+      "serve",
+      "--node-id",
+      "js-node",
+      ...(metricsPort ? ["--metrics", `127.0.0.1:${metricsPort}`] : []),
+    ],
     { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, NO_COLOR: "1", ...(login ? { MQSTORE_PASSWORD: login.password } : {}) } },
   );
   await waitFor(server, /connected to the broker; subscribed/, "mqstore serve", serverLog);
   return {
     url: `ws://127.0.0.1:${wsPort}`,
     tcpPort,
+    /** The server's Prometheus metrics as text (with `metrics: true`). */
+    async metrics() {
+      const response = await fetch(`http://127.0.0.1:${metricsPort}/metrics`);
+      return await response.text();
+    },
     logs: () => `--- mqstore serve\n${serverLog.join("")}--- mosquitto\n${brokerLogs.flat().join("")}`,
     /** Stops mosquitto (every connection drops) and starts it again on the same ports. */
     async restartBroker() {

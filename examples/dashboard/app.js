@@ -1,12 +1,21 @@
-// The mqstore dashboard: keys (SCAN, live over KEYNOTIFY), leases and jobs, straight from the
-// browser to the broker over MQTT on WebSocket with the npm package. No framework.
+// The mqstore dashboard: keys (one SCAN, then the server's keyspace events; the rows on screen
+// live over KEYNOTIFY), leases, job rollouts and jobs by thing, straight from the browser to
+// the broker over MQTT on WebSocket with the npm package. No framework.
+//
+// It holds a fleet's worth of keys: the list of names is scanned once (and again only after a
+// reconnect), new and deleted keys come as keyspace events, and only the rows on screen exist
+// in the page (and are observed), so 100,000 keys cost the page a sorted array of names.
 import { Client } from "mqstore";
 
 const params = new URLSearchParams(location.search);
 const brokerUrl = params.get("broker") ?? `ws://${location.hostname || "127.0.0.1"}:9001`;
-/** Rows shown at most (each is observed: the server bounds registrations per client). */
-const MAX_ROWS = 500;
+/** Each row's height in pixels (style.css gives rows exactly this). */
+const ROW_HEIGHT = 28;
+/** Rows rendered beyond the visible ones, above and below (smooth scrolling). */
+const OVERSCAN = 8;
 const REFRESH_MS = 2000;
+/** Jobs shown in the rollout panel at most. */
+const MAX_ROLLOUTS = 20;
 
 const $ = (id) => document.getElementById(id);
 const utf8 = new TextDecoder("utf-8", { fatal: true });
@@ -26,6 +35,15 @@ function ago(wallMs) {
   return s < 60 ? `${s}s ago` : s < 3600 ? `${Math.floor(s / 60)}m ago` : `${Math.floor(s / 3600)}h ago`;
 }
 
+/** How long until epoch second `at`, in words. */
+function until(at) {
+  const s = Math.max(0, Math.round(at - Date.now() / 1000));
+  if (s < 60) return `${s}s`;
+  if (s < 3600) return `${Math.floor(s / 60)}m`;
+  if (s < 86400) return `${Math.floor(s / 3600)}h ${Math.floor((s % 3600) / 60)}m`;
+  return `${Math.floor(s / 86400)}d ${Math.floor((s % 86400) / 3600)}h`;
+}
+
 function setStatus(text, kind) {
   const status = $("status");
   status.textContent = text;
@@ -38,12 +56,158 @@ function message(text, kind = "") {
   element.className = `message ${kind}`;
 }
 
-/** key text -> { key, value, version, tr, stop } */
+/** The SCAN dialect (`*`, `?`, `[a-z]`, `[!a-z]`, `\*`) as a regular expression. */
+function globRegExp(pattern) {
+  let out = "";
+  for (let i = 0; i < pattern.length; i++) {
+    const c = pattern[i];
+    if (c === "*") out += "[\\s\\S]*";
+    else if (c === "?") out += "[\\s\\S]";
+    else if (c === "\\" && i + 1 < pattern.length) out += escape(pattern[++i]);
+    else if (c === "[" && pattern.indexOf("]", i + 2) > i) {
+      const end = pattern.indexOf("]", i + 2);
+      let set = pattern.slice(i + 1, end);
+      const negated = set.startsWith("!");
+      if (negated) set = set.slice(1);
+      out += `[${negated ? "^" : ""}${set.replace(/[\\\]^]/g, "\\$&")}]`;
+      i = end;
+    } else out += escape(c);
+  }
+  return new RegExp(`^${out}$`);
+}
+const escape = (c) => c.replace(/[.*+?^${}()|[\]\\/]/g, "\\$&");
+
+// ---- the key list: every name, sorted; the rows on screen ----------------------------------
+
+/** Every key's name, sorted, and its bytes by name. */
+let names = [];
+const keyBytes = new Map();
+/** The names the filter lets through, sorted. */
+let view = [];
+let matches = () => true;
+/** The rows on screen: name -> { key, name, value, version, tr, stop } */
 const rows = new Map();
 let client;
 let selected;
 
-// ---- the key table ------------------------------------------------------------------------
+/** Where `name` is (or would go) in the sorted `list`. */
+function place(list, name) {
+  let low = 0;
+  let high = list.length;
+  while (low < high) {
+    const mid = (low + high) >>> 1;
+    if (list[mid] < name) low = mid + 1;
+    else high = mid;
+  }
+  return low;
+}
+
+function insertName(list, name) {
+  const at = place(list, name);
+  if (list[at] !== name) list.splice(at, 0, name);
+}
+
+/** Names made and gone since the last frame: applied together (a burst of thousands of
+ * events costs one merge per frame, not a splice of the whole list per event). */
+const made = new Set();
+const gone = new Set();
+
+/** A key made (a keyspace event, or a write from this page). */
+function keyMade(key) {
+  const name = keyText(key);
+  gone.delete(name);
+  if (keyBytes.has(name)) return;
+  keyBytes.set(name, key);
+  made.add(name);
+  schedule();
+}
+
+/** A key gone. */
+function keyGone(name) {
+  made.delete(name);
+  if (!keyBytes.delete(name)) return;
+  gone.add(name);
+  if (selected === name) selected = undefined;
+  schedule();
+}
+
+/** Merges the names made and gone since the last frame into the sorted lists. */
+function applyChanges() {
+  if (made.size === 0 && gone.size === 0) return;
+  const merge = (list, added) => {
+    const kept = gone.size ? list.filter((name) => !gone.has(name)) : list;
+    if (added.length === 0) return kept;
+    if (added.length < 16) {
+      for (const name of added) insertName(kept, name);
+      return kept;
+    }
+    const out = [];
+    let i = 0;
+    for (const name of added) {
+      while (i < kept.length && kept[i] < name) out.push(kept[i++]);
+      if (kept[i] !== name) out.push(name);
+    }
+    while (i < kept.length) out.push(kept[i++]);
+    return out;
+  };
+  const added = [...made].sort(byName);
+  names = merge(names, added);
+  view = merge(view, added.filter(matches));
+  made.clear();
+  gone.clear();
+}
+
+const byName = (a, b) => (a < b ? -1 : a > b ? 1 : 0);
+
+/** Scans every key (once at the start, and after each reconnect: events were missed). */
+async function loadKeys() {
+  setStatus("loading keys…", "connecting");
+  const keys = await client.scan("*");
+  keyBytes.clear();
+  for (const key of keys) keyBytes.set(keyText(key), key);
+  names = [...keyBytes.keys()].sort(byName);
+  made.clear();
+  gone.clear();
+  applyFilter();
+  setStatus(`connected to ${brokerUrl}`, "connected");
+}
+
+function applyFilter() {
+  applyChanges();
+  const pattern = $("filter").value || "*";
+  let regexp;
+  try {
+    regexp = globRegExp(pattern);
+  } catch {
+    regexp = /^$/;
+  }
+  matches = (name) => regexp.test(name);
+  view = pattern === "*" ? names.slice() : names.filter(matches);
+  schedule();
+}
+
+let frame = 0;
+/** Renders the visible rows at the next frame (once, however many changes came). */
+function schedule() {
+  if (!frame) frame = requestAnimationFrame(renderWindow);
+}
+
+function renderWindow() {
+  frame = 0;
+  applyChanges();
+  const scroller = $("key-scroller");
+  const first = Math.max(0, Math.floor(scroller.scrollTop / ROW_HEIGHT) - OVERSCAN);
+  const count = Math.ceil(scroller.clientHeight / ROW_HEIGHT) + 2 * OVERSCAN;
+  const shown = view.slice(first, first + count);
+  const wanted = new Set(shown);
+  for (const name of [...rows.keys()]) if (!wanted.has(name)) dropRow(name);
+  const trs = shown.map((name) => (rows.get(name) ?? addRow(name)).tr);
+  $("spacer-top").style.height = `${first * ROW_HEIGHT}px`;
+  $("spacer-bottom").style.height = `${Math.max(0, view.length - first - shown.length) * ROW_HEIGHT}px`;
+  $("rows").replaceChildren($("spacer-top"), ...trs, $("spacer-bottom"));
+  $("key-count").textContent = `${view.length}`;
+  $("empty").hidden = view.length > 0;
+}
 
 function render(row) {
   const value = row.value ? readable(row.value) : { text: "", binary: false };
@@ -58,52 +222,45 @@ function render(row) {
   cells[3].textContent = row.version ? ago(row.version.wallMs) : "";
 }
 
-async function addRow(key) {
-  const name = keyText(key);
+/** A row for `name` (on screen now): its value read and its changes observed. */
+function addRow(name) {
+  const key = keyBytes.get(name);
   const tr = document.createElement("tr");
   tr.dataset.key = name;
   tr.tabIndex = -1;
   tr.innerHTML = "<td></td><td></td><td></td><td></td>";
   tr.addEventListener("click", () => select(name, { edit: true }));
-  const row = { key, name, value: null, version: null, tr, stop: null };
+  if (selected === name) tr.classList.add("selected");
+  const row = { key, name, value: null, version: null, tr, stop: null, gone: false };
   rows.set(name, row);
-  placeRow(row);
-  row.stop = await client.onChange(key, (change) => {
-    if (change.value === null) return removeRow(name);
-    row.value = change.value;
-    row.version = change.version;
-    render(row);
-    flash(tr);
-    if (selected === name && document.activeElement !== $("edit-value")) fillEditor(row);
-  });
-  const found = await client.get(key);
-  if (!found) return removeRow(name);
-  row.value = found.value;
-  row.version = found.version;
   render(row);
+  (async () => {
+    const stop = await client.onChange(key, (change) => {
+      if (change.value === null) return keyGone(name);
+      row.value = change.value;
+      row.version = change.version;
+      render(row);
+      flash(tr);
+      if (selected === name && document.activeElement !== $("edit-value")) fillEditor(row);
+    });
+    if (row.gone) return stop(); // scrolled away meanwhile
+    row.stop = stop;
+    const found = await client.get(key);
+    if (!found) return keyGone(name);
+    row.value = found.value;
+    row.version = found.version;
+    render(row);
+  })().catch(() => {});
+  return row;
 }
 
-/** Keeps the table sorted by key. */
-function placeRow(row) {
-  const body = $("rows");
-  const after = [...body.children].find((tr) => tr.dataset.key > row.name);
-  body.insertBefore(row.tr, after ?? null);
-  updateCount();
-}
-
-function removeRow(name) {
+/** A row off screen: no longer observed. */
+function dropRow(name) {
   const row = rows.get(name);
   if (!row) return;
   rows.delete(name);
-  row.tr.remove();
+  row.gone = true;
   row.stop?.().catch(() => {});
-  if (selected === name) selected = undefined;
-  updateCount();
-}
-
-function updateCount() {
-  $("key-count").textContent = `${rows.size}${rows.size >= MAX_ROWS ? "+" : ""}`;
-  $("empty").hidden = rows.size > 0;
 }
 
 function flash(tr) {
@@ -112,24 +269,30 @@ function flash(tr) {
   tr.classList.add("flash");
 }
 
-let pattern = "*";
-async function refreshKeys() {
-  const keys = (await client.scan(pattern || "*")).slice(0, MAX_ROWS);
-  const names = new Set(keys.map(keyText));
-  for (const name of [...rows.keys()]) if (!names.has(name)) removeRow(name);
-  await Promise.all(keys.filter((k) => !rows.has(keyText(k))).map(addRow));
-  for (const row of rows.values()) if (row.version) row.tr.children[3].textContent = ago(row.version.wallMs);
-}
-
 // ---- selection and the editor ---------------------------------------------------------------
+
+/** Scrolls so that `name` is on screen. */
+function reveal(name) {
+  applyChanges();
+  const at = place(view, name);
+  if (view[at] !== name) return;
+  const scroller = $("key-scroller");
+  const top = at * ROW_HEIGHT;
+  if (top < scroller.scrollTop) scroller.scrollTop = top;
+  else if (top + ROW_HEIGHT > scroller.scrollTop + scroller.clientHeight) {
+    scroller.scrollTop = top + ROW_HEIGHT - scroller.clientHeight;
+  }
+  renderWindow();
+}
 
 function select(name, { edit = false } = {}) {
   for (const tr of $("rows").querySelectorAll("tr.selected")) tr.classList.remove("selected");
+  selected = name !== undefined && keyBytes.has(name) ? name : undefined;
+  if (selected === undefined) return;
+  reveal(name);
   const row = rows.get(name);
-  selected = row ? name : undefined;
   if (!row) return;
   row.tr.classList.add("selected");
-  row.tr.scrollIntoView({ block: "nearest" });
   fillEditor(row);
   message("");
   if (edit) $("edit-value").focus();
@@ -158,6 +321,7 @@ async function save() {
   message(`saved: version ${version}`, "ok");
   $("edit-version").textContent = `version ${version}`;
   selected = key;
+  keyMade(new TextEncoder().encode(key));
 }
 
 let armedDelete = 0;
@@ -172,28 +336,29 @@ async function remove() {
   armedDelete = 0;
   const { outcome } = await client.del(key);
   message(outcome === "deleted" ? `deleted ${key}` : `${key} was already gone`, "ok");
+  keyGone(key);
 }
 
 function move(step) {
-  const names = [...$("rows").children].map((tr) => tr.dataset.key);
-  if (names.length === 0) return;
-  const at = names.indexOf(selected);
-  select(names[Math.min(names.length - 1, Math.max(0, at < 0 ? 0 : at + step))]);
+  applyChanges();
+  if (view.length === 0) return;
+  const at = selected === undefined ? -1 : place(view, selected);
+  const next = at < 0 || view[at] !== selected ? 0 : Math.min(view.length - 1, Math.max(0, at + step));
+  select(view[next]);
 }
 
-// ---- leases and jobs ----------------------------------------------------------------------
+// ---- leases -------------------------------------------------------------------------------
 
 async function refreshLeases() {
-  const body = $("leases");
-  const keys = (await client.scan($("lease-filter").value || "*lock*")).slice(0, 50);
-  const leases = await Promise.all(keys.map(async (key) => ({ key, found: await client.get(key) })));
-  body.replaceChildren(
+  const pattern = globRegExp($("lease-filter").value || "*lock*");
+  const candidates = names.filter((name) => pattern.test(name)).slice(0, 50);
+  const leases = await Promise.all(candidates.map(async (name) => ({ name, found: await client.get(keyBytes.get(name)) })));
+  $("leases").replaceChildren(
     ...leases
       .filter(({ found }) => found)
-      .sort((a, b) => keyText(a.key).localeCompare(keyText(b.key)))
-      .map(({ key, found }) => {
+      .map(({ name, found }) => {
         const tr = document.createElement("tr");
-        for (const text of [keyText(key), readable(found.value).text, found.version?.toString() ?? ""]) {
+        for (const text of [name, readable(found.value).text, found.version?.toString() ?? ""]) {
           const td = document.createElement("td");
           td.textContent = text;
           td.title = text;
@@ -204,8 +369,85 @@ async function refreshLeases() {
   );
 }
 
+// ---- job rollouts and jobs by thing ---------------------------------------------------------
+
+const STATUSES = ["SUCCEEDED", "IN_PROGRESS", "QUEUED", "FAILED", "REJECTED", "TIMED_OUT", "CANCELED", "REMOVED"];
+const FAILURES = { FAILED: ["FAILED"], REJECTED: ["REJECTED"], TIMED_OUT: ["TIMED_OUT"], ALL: ["FAILED", "REJECTED", "TIMED_OUT"] };
+
+/** How close a job is to each abort criterion: the failed share of executed things. */
+function abortLines(job) {
+  const counts = job.executions ?? {};
+  const n = (status) => counts[status] ?? 0;
+  const executed = n("SUCCEEDED") + n("FAILED") + n("REJECTED") + n("TIMED_OUT");
+  return (job.abortConfig?.criteriaList ?? []).map((c) => {
+    const failed = FAILURES[c.failureType].reduce((sum, s) => sum + n(s), 0);
+    const share = executed ? (100 * failed) / executed : 0;
+    const armed = executed >= c.minNumberOfExecutedThings;
+    return {
+      text:
+        `abort: ${c.failureType} ${share.toFixed(1)} % of ${executed} executed ` +
+        `(cancels at ${c.thresholdPercentage} % after ${c.minNumberOfExecutedThings})`,
+      near: armed && share >= c.thresholdPercentage * 0.8,
+    };
+  });
+}
+
+function rolloutCard(job) {
+  const card = document.createElement("div");
+  card.className = "rollout";
+  card.dataset.job = job.jobId;
+  const title = document.createElement("h3");
+  title.textContent = job.jobId;
+  const status = document.createElement("span");
+  status.className = `job-status s-${job.status}`;
+  status.textContent = job.status;
+  title.append(" ", status);
+  const bar = document.createElement("div");
+  bar.className = "bar";
+  const total = Math.max(1, job.rollout.totalThings);
+  for (const s of STATUSES) {
+    const count = job.executions?.[s] ?? 0;
+    if (!count) continue;
+    const part = document.createElement("span");
+    part.className = `s-${s}`;
+    part.style.width = `${(100 * count) / total}%`;
+    part.title = `${s} ${count}`;
+    bar.append(part);
+  }
+  const facts = [`${job.rollout.notifiedThings} of ${job.rollout.totalThings} things notified`];
+  const maximum = job.jobExecutionsRolloutConfig?.maximumPerMinute;
+  if (job.rollout.ratePerMinute) facts.push(`${Math.round(job.rollout.ratePerMinute)} a minute now`);
+  else if (maximum) facts.push(`at most ${maximum} a minute`);
+  if (job.targetSelection === "CONTINUOUS") facts.push("continuous");
+  const counts = STATUSES.filter((s) => job.executions?.[s]).map((s) => `${s} ${job.executions[s]}`);
+  const lines = [facts.join(" · "), counts.join(" · ") || "no executions yet"];
+  if (job.rollout.windowClosesAt) lines.push(`maintenance window open: closes in ${until(job.rollout.windowClosesAt)}`);
+  if (job.rollout.nextWindowAt) lines.push(`next maintenance window in ${until(job.rollout.nextWindowAt)}`);
+  if (job.status === "SCHEDULED" && job.schedulingConfig?.startTime) lines.push(`starts ${job.schedulingConfig.startTime} UTC`);
+  card.append(title, bar);
+  for (const line of lines) card.append(Object.assign(document.createElement("p"), { textContent: line }));
+  for (const { text, near } of abortLines(job)) {
+    card.append(Object.assign(document.createElement("p"), { className: near ? "abort near" : "abort", textContent: text }));
+  }
+  return card;
+}
+
+async function refreshRollouts() {
+  const pages = await Promise.all(
+    ["IN_PROGRESS", "SCHEDULED"].map((status) => client.listJobsPage({ status, maxResults: MAX_ROLLOUTS })),
+  );
+  const ids = pages.flatMap((page) => page.jobs.map((j) => j.jobId)).slice(0, MAX_ROLLOUTS);
+  const jobs = await Promise.all(ids.map((id) => client.describeJob(id).catch(() => null)));
+  const shown = jobs.filter(Boolean);
+  $("rollouts").replaceChildren(
+    ...(shown.length === 0 ? [Object.assign(document.createElement("p"), { className: "muted", textContent: "No rollouts under way." })] : []),
+    ...shown.map(rolloutCard),
+  );
+}
+
 async function refreshJobs() {
-  const executions = await client.listJobExecutions();
+  // A page, not the fleet: the latest executions, most recently changed first.
+  const { executions } = await client.listJobExecutionsPage({ maxResults: 100 });
   const byThing = new Map();
   for (const e of executions) byThing.set(e.thingName, [...(byThing.get(e.thingName) ?? []), e]);
   const things = [...byThing.keys()].sort();
@@ -274,6 +516,8 @@ document.addEventListener("keydown", (event) => {
     j: () => move(1),
     ArrowUp: () => move(-1),
     k: () => move(-1),
+    Home: () => (applyChanges(), view.length && select(view[0])),
+    End: () => (applyChanges(), view.length && select(view[view.length - 1])),
     Enter: () => selected && select(selected, { edit: true }),
     Delete: guarded(remove),
   };
@@ -290,10 +534,9 @@ $("edit-form").addEventListener("submit", (event) => {
 });
 $("delete").addEventListener("click", guarded(remove));
 $("new-key").addEventListener("click", newKey);
-$("filter").addEventListener("input", () => {
-  pattern = $("filter").value;
-  guarded(refreshKeys)();
-});
+$("filter").addEventListener("input", applyFilter);
+$("key-scroller").addEventListener("scroll", schedule, { passive: true });
+addEventListener("resize", schedule);
 
 async function main() {
   setStatus(`connecting to ${brokerUrl}…`, "connecting");
@@ -306,13 +549,18 @@ async function main() {
       await new Promise((r) => setTimeout(r, 3000));
     }
   }
-  setStatus(`connected to ${brokerUrl}`, "connected");
   addEventListener("pagehide", () => client.close());
+  // Events first, then the scan: a key made meanwhile is in one or the other (or both).
+  await client.watchKeyspace(
+    (event) => (event.created ? keyMade(event.key) : keyGone(keyText(event.key))),
+    () => guarded(loadKeys)(),
+  );
+  await loadKeys();
   every(REFRESH_MS, async () => {
-    await refreshKeys();
-    setStatus(`connected to ${brokerUrl}`, "connected");
+    for (const row of rows.values()) if (row.version) row.tr.children[3].textContent = ago(row.version.wallMs);
+    await refreshLeases();
   });
-  every(REFRESH_MS, refreshLeases);
+  every(REFRESH_MS, refreshRollouts);
   every(3000, refreshJobs);
 }
 

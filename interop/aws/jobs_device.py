@@ -6,7 +6,10 @@
 Steps: open the notify and notify-next streams; get pending (empty); create a job through
 mqstore's operator API (any MQTT 5 client can: here awscrt's own); see the notifications;
 start-next; describe; update to SUCCEEDED; see the list empty; a second update is rejected
-with InvalidStateTransition. Prints one line per step; exits 1 on the first failure.
+with InvalidStateTransition. Then a rollout's abort (another thing's failure crosses the job's
+threshold: this device's QUEUED execution is CANCELED, and the SDK sees its list empty), and
+a forced cancellation of an IN_PROGRESS execution (the SDK's next update is rejected). Prints
+one line per step; exits 1 on the first failure.
 """
 
 import argparse
@@ -45,7 +48,13 @@ def connect(host: str, port: int, client_id: str, on_publish=None) -> mqtt5.Clie
 
 
 def create_job(host: str, port: int, thing: str, job_id: str, document: dict) -> dict:
-    """Creates a job through mqstore's operator API: MQTT 5 request/response, JSON."""
+    """Creates a job on `thing` through mqstore's operator API."""
+    request = {"op": "createJob", "jobId": job_id, "targets": [thing], "document": document}
+    return operate(host, port, thing, request)
+
+
+def operate(host: str, port: int, thing: str, request: dict) -> dict:
+    """Any operator call through mqstore's operator API: MQTT 5 request/response, JSON."""
     answers: queue.Queue = queue.Queue()
     operator = connect(
         host, port, f"operator-{uuid.uuid4().hex[:8]}", lambda d: answers.put(d.publish_packet)
@@ -56,7 +65,6 @@ def create_job(host: str, port: int, thing: str, job_id: str, document: dict) ->
     )
     operator.subscribe(subscribe).result(TIMEOUT)
     correlation = uuid.uuid4().bytes
-    request = {"op": "createJob", "jobId": job_id, "targets": [thing], "document": document}
     operator.publish(
         mqtt5.PublishPacket(
             topic="mqstore/jobs/v1/command/invoke",
@@ -186,6 +194,95 @@ def main() -> int:
         assert e.modeled_error.code == "InvalidStateTransition", e.modeled_error
         assert e.modeled_error.execution_state.status == "SUCCEEDED", e.modeled_error
     print("a second update: rejected with InvalidStateTransition")
+
+    # An abort: a job on another thing and this one, canceled once 50 % of at least one
+    # executed thing failed. The other thing (plain MQTT: any client may speak the device
+    # API) fails first: this device's QUEUED execution is CANCELED by the abort.
+    other = f"{thing}-other"
+    abort = {
+        "criteriaList": [
+            {
+                "failureType": "FAILED",
+                "action": "CANCEL",
+                "thresholdPercentage": 50,
+                "minNumberOfExecutedThings": 1,
+            }
+        ]
+    }
+    created = operate(
+        args.host,
+        args.port,
+        thing,
+        {
+            "op": "createJob",
+            "jobId": "sdk-job-2",
+            "targets": [other, thing],
+            "document": {"action": "flash"},
+            "abortConfig": abort,
+        },
+    )
+    assert created == {"ok": {"jobId": "sdk-job-2", "targets": 2}}, created
+    event = changed.get(timeout=TIMEOUT)
+    assert [s.job_id for s in event.jobs["QUEUED"]] == ["sdk-job-2"], event.jobs
+    assert next_changed.get(timeout=TIMEOUT).execution.job_id == "sdk-job-2"
+    print("notify and notify-next: sdk-job-2 queued")
+    failer = connect(args.host, args.port, other)
+    failer.publish(
+        mqtt5.PublishPacket(
+            topic=f"$aws/things/{other}/jobs/sdk-job-2/update",
+            payload=json.dumps({"status": "FAILED"}).encode(),
+            qos=mqtt5.QoS.AT_LEAST_ONCE,
+        )
+    ).result(TIMEOUT)
+    failer.stop()
+    event = changed.get(timeout=TIMEOUT)
+    assert not event.jobs, event.jobs
+    assert next_changed.get(timeout=TIMEOUT).execution is None
+    described = jobs.describe_job_execution(
+        iotjobs.DescribeJobExecutionRequest(thing_name=thing, job_id="sdk-job-2")
+    ).result(TIMEOUT)
+    assert described.execution.status == "CANCELED", described.execution
+    job = operate(args.host, args.port, thing, {"op": "describeJob", "jobId": "sdk-job-2"})["ok"][
+        "job"
+    ]
+    assert (job["status"], job["reasonCode"]) == ("CANCELED", "ABORT_CRITERIA_MET"), job
+    print("abort: the job CANCELED (ABORT_CRITERIA_MET), this device's execution CANCELED")
+
+    # A forced cancellation of an execution the device has started: its next update is
+    # rejected, and its list is empty.
+    create_job(args.host, args.port, thing, "sdk-job-3", {"action": "calibrate"})
+    changed.get(timeout=TIMEOUT)
+    next_changed.get(timeout=TIMEOUT)
+    started = jobs.start_next_pending_job_execution(
+        iotjobs.StartNextPendingJobExecutionRequest(thing_name=thing)
+    ).result(TIMEOUT)
+    assert started.execution.job_id == "sdk-job-3", started.execution
+    canceled = operate(
+        args.host,
+        args.port,
+        thing,
+        {
+            "op": "cancelJob",
+            "jobId": "sdk-job-3",
+            "force": True,
+            "reasonCode": "RECALLED",
+        },
+    )
+    assert canceled == {"ok": {}}, canceled
+    event = changed.get(timeout=TIMEOUT)
+    assert not event.jobs, event.jobs
+    assert next_changed.get(timeout=TIMEOUT).execution is None
+    try:
+        jobs.update_job_execution(
+            iotjobs.UpdateJobExecutionRequest(
+                thing_name=thing, job_id="sdk-job-3", status="SUCCEEDED"
+            )
+        ).result(TIMEOUT)
+        raise AssertionError("an update of a canceled execution was accepted")
+    except V2ServiceException as e:
+        assert e.modeled_error is not None and e.modeled_error.code == "InvalidStateTransition", e
+        assert e.modeled_error.execution_state.status == "CANCELED", e.modeled_error
+    print("forced cancel: the device's update rejected, its execution CANCELED")
 
     # The streams and the request-response client go before the MQTT client they use.
     del streams, jobs

@@ -59,8 +59,13 @@ async function connect(host, port, clientId) {
   return client;
 }
 
-/** Creates a job through mqstore's operator API: MQTT 5 request/response, JSON. */
-async function createJob(host, port, thing, jobId, document) {
+/** Creates a job on `thing` through mqstore's operator API. */
+function createJob(host, port, thing, jobId, document) {
+  return operate(host, port, thing, { op: "createJob", jobId, targets: [thing], document });
+}
+
+/** Any operator call through mqstore's operator API: MQTT 5 request/response, JSON. */
+async function operate(host, port, thing, request) {
   const operator = await connect(host, port, `operator-${randomUUID().slice(0, 8)}`);
   const answers = queue();
   operator.on("messageReceived", (e) => answers.push(e.message));
@@ -71,7 +76,7 @@ async function createJob(host, port, thing, jobId, document) {
   const correlation = randomBytes(16);
   await operator.publish({
     topicName: "mqstore/jobs/v1/command/invoke",
-    payload: JSON.stringify({ op: "createJob", jobId, targets: [thing], document }),
+    payload: JSON.stringify(request),
     qos: mqtt5.QoS.AtLeastOnce,
     responseTopic,
     correlationData: correlation,
@@ -178,6 +183,65 @@ async function main() {
     assert(e.modeledError?.code === "InvalidStateTransition", `${e}: ${JSON.stringify(e.modeledError)}`);
   }
   console.log("a second update: rejected with InvalidStateTransition");
+
+  // An abort: a job on another thing and this one, canceled once 50 % of at least one executed
+  // thing failed. The other thing (plain MQTT) fails first: this device's QUEUED execution is
+  // CANCELED by the abort.
+  const other = `${thing}-other`;
+  const abortConfig = {
+    criteriaList: [{ failureType: "FAILED", action: "CANCEL", thresholdPercentage: 50, minNumberOfExecutedThings: 1 }],
+  };
+  let answer = await operate(host, port, thing, {
+    op: "createJob",
+    jobId: "js-sdk-job-2",
+    targets: [other, thing],
+    document: { action: "flash" },
+    abortConfig,
+  });
+  assert(answer.ok?.targets === 2, JSON.stringify(answer));
+  event = await nextOf(changed, "notify");
+  assert(event.jobs.QUEUED.map((s) => s.jobId).join() === "js-sdk-job-2", JSON.stringify(event));
+  await nextOf(nextChanged, "notify-next");
+  console.log("notify and notify-next: js-sdk-job-2 queued");
+  const failer = await connect(host, port, other);
+  await failer.publish({
+    topicName: `$aws/things/${other}/jobs/js-sdk-job-2/update`,
+    payload: JSON.stringify({ status: "FAILED" }),
+    qos: mqtt5.QoS.AtLeastOnce,
+  });
+  failer.stop();
+  failer.close();
+  event = await nextOf(changed, "notify");
+  assert(Object.keys(event.jobs ?? {}).length === 0, JSON.stringify(event));
+  event = await nextOf(nextChanged, "notify-next");
+  assert(event.execution === undefined, JSON.stringify(event));
+  const aborted = await jobs.describeJobExecution({ thingName: thing, jobId: "js-sdk-job-2" });
+  assert(aborted.execution.status === "CANCELED", JSON.stringify(aborted));
+  answer = await operate(host, port, thing, { op: "describeJob", jobId: "js-sdk-job-2" });
+  assert(answer.ok.job.status === "CANCELED" && answer.ok.job.reasonCode === "ABORT_CRITERIA_MET", JSON.stringify(answer));
+  console.log("abort: the job CANCELED (ABORT_CRITERIA_MET), this device's execution CANCELED");
+
+  // A forced cancellation of an execution the device has started: its next update is
+  // rejected, and its list is empty.
+  await createJob(host, port, thing, "js-sdk-job-3", { action: "calibrate" });
+  await nextOf(changed, "notify");
+  await nextOf(nextChanged, "notify-next");
+  const running = await jobs.startNextPendingJobExecution({ thingName: thing });
+  assert(running.execution.jobId === "js-sdk-job-3", JSON.stringify(running));
+  answer = await operate(host, port, thing, { op: "cancelJob", jobId: "js-sdk-job-3", force: true, reasonCode: "RECALLED" });
+  assert(JSON.stringify(answer) === '{"ok":{}}', JSON.stringify(answer));
+  event = await nextOf(changed, "notify");
+  assert(Object.keys(event.jobs ?? {}).length === 0, JSON.stringify(event));
+  event = await nextOf(nextChanged, "notify-next");
+  assert(event.execution === undefined, JSON.stringify(event));
+  try {
+    await jobs.updateJobExecution({ thingName: thing, jobId: "js-sdk-job-3", status: "SUCCEEDED" });
+    throw new Error("an update of a canceled execution was accepted");
+  } catch (e) {
+    assert(e.modeledError?.code === "InvalidStateTransition", `${e}: ${JSON.stringify(e.modeledError)}`);
+    assert(e.modeledError.executionState?.status === "CANCELED", JSON.stringify(e.modeledError));
+  }
+  console.log("forced cancel: the device's update rejected, its execution CANCELED");
 
   for (const stream of streams) stream.close();
   jobs.close();
