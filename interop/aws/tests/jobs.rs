@@ -111,13 +111,17 @@ async fn run_device(broker: &Broker, program: PathBuf, script: PathBuf) {
         "the SDK script failed ({}):\n{stdout}\n{stderr}",
         output.status
     );
+    for step in ["abort: the job CANCELED", "forced cancel: the device's update rejected"] {
+        assert!(stdout.contains(step), "the SDK script saw no {step:?}:\n{stdout}");
+    }
     server.stop().await.unwrap();
 }
 
 on_both_brokers! {
     /// Issue 10: get pending, a job created through the operator API, start-next, describe,
     /// update to SUCCEEDED, the notifications on the SDK's streams, and a rejection, all
-    /// through the SDK's own client.
+    /// through the SDK's own client; issue 33: an abort and a forced cancellation of its
+    /// executions as the SDK sees them.
     async fn the_aws_iot_device_sdk_runs_a_job_against_mqstore(kind: Kind) {
         let broker = Broker::start_kind(kind);
         let python = tokio::task::spawn_blocking(python).await.unwrap();
