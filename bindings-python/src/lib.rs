@@ -9,6 +9,7 @@ mod commands;
 mod core;
 mod errors;
 mod jobs;
+mod keyspace;
 mod runtime;
 mod types;
 
@@ -26,6 +27,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<commands::CommandReply>()?;
     module.add_class::<commands::CommandWatch>()?;
     module.add_class::<commands::FanOut>()?;
+    module.add_class::<keyspace::KeyspaceWatch>()?;
     module.add_class::<types::Hlc>()?;
     module.add_class::<types::SetResult>()?;
     module.add_class::<types::Versioned>()?;

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from datetime import timedelta
@@ -286,3 +287,23 @@ def test_a_key_too_long_to_notify_is_refused_on_observe(client: mqstore.Client) 
     with pytest.raises(errors.NotificationTopicTooLongError) as raised:
         client.observe("k" * 33_000)
     assert "use a shorter key or client id" in raised.value.text
+
+
+def test_keyspace_events_name_keys_made_and_deleted(client: mqstore.Client, key: str) -> None:
+    watch = client.watch_keyspace()
+    client.set(key, "1")
+    client.set(key, "2")  # an overwrite: no event
+    client.delete(key)
+    events = [watch.next_event(timeout=10), watch.next_event(timeout=10)]
+    assert events == [(key.encode(), True), (key.encode(), False)]
+    assert watch.next_event(timeout=0.2) is None
+
+
+def test_keyspace_events_from_asyncio(server: Server, key: str) -> None:
+    async def main() -> None:
+        async with mqstore.AsyncClient("127.0.0.1", server.broker.port) as c:
+            watch = await c.watch_keyspace()
+            await c.set(key, "v")
+            assert await watch.next_event(timeout=10) == (key.encode(), True)
+
+    asyncio.run(main())

@@ -18,7 +18,16 @@ are :class:`MqstoreError` subclasses (``mqstore.errors``); the codec and HLC are
 from . import codec, errors
 from ._aio import AsyncClient, AsyncLease, AsyncObservation
 from ._client import Client, Lease, Observation
-from ._jobs import AsyncCommandWatch, AsyncFanOut, AsyncJobs, CommandWatch, FanOut, Jobs
+from ._jobs import (
+    AsyncCommandWatch,
+    AsyncFanOut,
+    AsyncJobs,
+    AsyncKeyspaceWatch,
+    CommandWatch,
+    FanOut,
+    Jobs,
+    KeyspaceWatch,
+)
 from ._native import (
     Change,
     ClientCore,
@@ -41,6 +50,7 @@ __all__ = [
     "AsyncCommandWatch",
     "AsyncFanOut",
     "AsyncJobs",
+    "AsyncKeyspaceWatch",
     "AsyncLease",
     "AsyncObservation",
     "Change",
@@ -53,6 +63,7 @@ __all__ = [
     "FanOut",
     "Hlc",
     "Jobs",
+    "KeyspaceWatch",
     "Lease",
     "MqstoreError",
     "Observation",

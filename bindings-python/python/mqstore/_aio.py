@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 from . import _args, _native
 from ._args import BytesLike, FencingToken, PathLike, Seconds
-from ._jobs import AsyncCommandWatch, AsyncFanOut, AsyncJobs, Record
+from ._jobs import AsyncCommandWatch, AsyncFanOut, AsyncJobs, AsyncKeyspaceWatch, Record
 from ._native import Change, CommandReply, DeleteResult, Hlc, SetResult, Versioned
 
 
@@ -465,6 +465,10 @@ class AsyncClient:
 
     async def watch_commands(self) -> AsyncCommandWatch:
         return AsyncCommandWatch(await self._native.watch_commands(True))
+
+    async def watch_keyspace(self) -> AsyncKeyspaceWatch:
+        """See :meth:`mqstore.Client.watch_keyspace`."""
+        return AsyncKeyspaceWatch(await self._native.watch_keyspace(True))
 
     def command_many(
         self,

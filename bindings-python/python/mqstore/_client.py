@@ -9,7 +9,7 @@ from typing import Any, Optional
 
 from . import _args, _native
 from ._args import BytesLike, FencingToken, PathLike, Seconds
-from ._jobs import CommandWatch, FanOut, Jobs, Record
+from ._jobs import CommandWatch, FanOut, Jobs, KeyspaceWatch, Record
 from ._native import Change, CommandReply, DeleteResult, Hlc, SetResult, Versioned
 
 
@@ -472,6 +472,11 @@ class Client:
     def watch_commands(self) -> CommandWatch:
         """Every command's status changes from now on (any node's, any caller's)."""
         return CommandWatch(self._native.watch_commands(False))
+
+    def watch_keyspace(self) -> KeyspaceWatch:
+        """Every key made or deleted from now on, as ``(key, created)`` (the server's keyspace
+        events; ``mqstore serve --no-keyspace-events`` turns them off)."""
+        return KeyspaceWatch(self._native.watch_keyspace(False))
 
     def command_many(
         self,

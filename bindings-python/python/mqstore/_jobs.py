@@ -223,6 +223,43 @@ class AsyncCommandWatch:
             yield record
 
 
+class KeyspaceWatch:
+    """Every key made or deleted from now on (the server's keyspace events): an iterator of
+    ``(key, created)``. Events are best effort (QoS 0): scan again after a reconnect."""
+
+    def __init__(self, native: _native.KeyspaceWatch) -> None:
+        self._native = native
+
+    def next_event(self, timeout: Optional[Seconds] = None) -> Optional[tuple[bytes, bool]]:
+        """The next ``(key, created)``, waiting at most ``timeout`` seconds; ``None`` when the
+        time ran out or the client closed."""
+        return self._native.next(_args.optional_millis(timeout, "timeout"), False)
+
+    def __iter__(self) -> Iterator[tuple[bytes, bool]]:
+        while True:
+            event = self._native.next(None, False)
+            if event is None:
+                return
+            yield event
+
+
+class AsyncKeyspaceWatch:
+    """The asyncio twin of :class:`KeyspaceWatch`."""
+
+    def __init__(self, native: _native.KeyspaceWatch) -> None:
+        self._native = native
+
+    async def next_event(self, timeout: Optional[Seconds] = None) -> Optional[tuple[bytes, bool]]:
+        return await self._native.next(_args.optional_millis(timeout, "timeout"), True)
+
+    async def __aiter__(self) -> AsyncIterator[tuple[bytes, bool]]:
+        while True:
+            event = await self._native.next(None, True)
+            if event is None:
+                return
+            yield event
+
+
 class FanOut:
     """One command sent to many devices: iterate for ``(topic, CommandReply or the
     MqstoreError)`` as results come; :attr:`summary` counts them."""

@@ -15,6 +15,7 @@ __all__ = [
     "FanOut",
     "Hlc",
     "Jobs",
+    "KeyspaceWatch",
     "Lease",
     "Observation",
     "Scan",
@@ -284,6 +285,10 @@ class Client:
     def watch_commands(self, aio: Literal[False]) -> CommandWatch: ...
     @overload
     def watch_commands(self, aio: Literal[True]) -> Awaitable[CommandWatch]: ...
+    @overload
+    def watch_keyspace(self, aio: Literal[False]) -> KeyspaceWatch: ...
+    @overload
+    def watch_keyspace(self, aio: Literal[True]) -> Awaitable[KeyspaceWatch]: ...
     def command_many(
         self,
         topics: list[str],
@@ -484,6 +489,17 @@ class CommandWatch:
     def next(
         self, timeout_ms: Optional[int], aio: Literal[True]
     ) -> Awaitable[Optional[dict[str, Any]]]: ...
+
+@final
+class KeyspaceWatch:
+    @overload
+    def next(
+        self, timeout_ms: Optional[int], aio: Literal[False]
+    ) -> Optional[tuple[bytes, bool]]: ...
+    @overload
+    def next(
+        self, timeout_ms: Optional[int], aio: Literal[True]
+    ) -> Awaitable[Optional[tuple[bytes, bool]]]: ...
 
 @final
 class FanOut:

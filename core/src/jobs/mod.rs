@@ -115,6 +115,20 @@ impl<S: JobsStore> Jobs<S> {
         self
     }
 
+    /// The engine over its store as a trait object, with the same settings. A driver that
+    /// serves several kinds of store (memory and Redis) calls the engine through this, so the
+    /// engine's code is compiled once rather than once per store.
+    pub fn as_dyn(&mut self) -> Jobs<&mut dyn JobsStore>
+    where
+        S: Sized,
+    {
+        Jobs {
+            store: &mut self.store,
+            minute_ms: self.minute_ms,
+            rollout_batch: self.rollout_batch,
+        }
+    }
+
     /// The store.
     pub fn store(&self) -> &S {
         &self.store

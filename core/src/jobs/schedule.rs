@@ -207,8 +207,8 @@ impl Cron {
             }
     }
 
-    /// The first time at or after `from_ms` that it fires (whole minutes), within
-    /// [`SEARCH_DAYS`].
+    /// The first time at or after `from_ms` that it fires (whole minutes), within five
+    /// years.
     pub fn next(&self, from_ms: u64) -> Option<u64> {
         let from = from_ms.div_ceil(MINUTE_MS) * MINUTE_MS;
         let first_day = (from / DAY_MS) as i64;

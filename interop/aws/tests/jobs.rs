@@ -111,8 +111,14 @@ async fn run_device(broker: &Broker, program: PathBuf, script: PathBuf) {
         "the SDK script failed ({}):\n{stdout}\n{stderr}",
         output.status
     );
-    for step in ["abort: the job CANCELED", "forced cancel: the device's update rejected"] {
-        assert!(stdout.contains(step), "the SDK script saw no {step:?}:\n{stdout}");
+    for step in [
+        "abort: the job CANCELED",
+        "forced cancel: the device's update rejected",
+    ] {
+        assert!(
+            stdout.contains(step),
+            "the SDK script saw no {step:?}:\n{stdout}"
+        );
     }
     server.stop().await.unwrap();
 }

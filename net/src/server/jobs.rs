@@ -75,8 +75,8 @@ impl SharedJobs {
 
 /// A jobs timer tick: times out what ran out, and (while the broker keeps up) queues the next
 /// things of the rollouts their rates allow; when the engine next has something to do.
-pub(super) fn jobs_tick<S: JobsStore>(
-    jobs: &mut Jobs<S>,
+pub(super) fn jobs_tick(
+    jobs: &mut Jobs<&mut dyn JobsStore>,
     now_ms: u64,
     rollout_room: bool,
     out: &mut Vec<Publish>,
@@ -103,8 +103,8 @@ pub(super) const JOBS_TICK_MS: u64 = 100;
 /// Runs one jobs request on `jobs`: a device request (`$aws/things/T/jobs/...`) or an operator
 /// request, pushing the notifications it causes and then its reply onto `out`. `None` for the
 /// service's own replies and notifications coming back (not requests).
-pub(super) fn run_jobs<S: JobsStore>(
-    jobs: &mut Jobs<S>,
+pub(super) fn run_jobs(
+    jobs: &mut Jobs<&mut dyn JobsStore>,
     message: Publish,
     node: &str,
     now: u64,

@@ -352,7 +352,7 @@ impl Driver for Node {
         match &mut self.jobs {
             Some(JobsService::Local(jobs)) => {
                 let before = self.out.len();
-                let ticked = jobs_tick(jobs, now_ms, rollout_room, &mut self.out);
+                let ticked = jobs_tick(&mut jobs.as_dyn(), now_ms, rollout_room, &mut self.out);
                 if let Err(error) = ticked {
                     warn!(%error, "jobs timers");
                 }
@@ -364,7 +364,7 @@ impl Driver for Node {
                 let (mut jobs, done) = (shared.engine(), shared.done.clone());
                 tokio::task::spawn_blocking(move || {
                     let mut out = Vec::new();
-                    let ticked = jobs_tick(&mut jobs, now_ms, rollout_room, &mut out);
+                    let ticked = jobs_tick(&mut jobs.as_dyn(), now_ms, rollout_room, &mut out);
                     let _ = done.send(Done::Jobs(JobsDone::Tick(out, ticked)));
                 });
             }
@@ -1014,7 +1014,7 @@ impl Node {
         let node = self.state.node_id();
         match &mut self.jobs {
             Some(JobsService::Local(jobs)) => {
-                let handled = run_jobs(jobs, message, node, now, &mut self.out);
+                let handled = run_jobs(&mut jobs.as_dyn(), message, node, now, &mut self.out);
                 self.jobs_handled(handled);
             }
             Some(JobsService::Shared(shared)) => {
@@ -1023,7 +1023,7 @@ impl Node {
                     (shared.engine(), shared.done.clone(), node.to_owned());
                 tokio::task::spawn_blocking(move || {
                     let mut out = Vec::new();
-                    let handled = run_jobs(&mut jobs, message, &node, now, &mut out);
+                    let handled = run_jobs(&mut jobs.as_dyn(), message, &node, now, &mut out);
                     let _ = done.send(Done::Jobs(JobsDone::Request(out, handled)));
                 });
             }
