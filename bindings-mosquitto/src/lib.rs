@@ -78,7 +78,9 @@ struct Plugin {
 
 /// The data directory of a plugin with `plugin_opt_data_dir`.
 struct Durable {
-    disk: Disk<(Publish, String)>,
+    /// What waits for a sync: each publish and its one recipient (`None`: the topic's
+    /// subscribers).
+    disk: Disk<(Publish, Option<String>)>,
     /// The jobs in the data directory (the plugin serves no jobs): written back as they are.
     jobs: DurableJobs,
     /// Syncs run on a thread of their own (nothing may block mosquitto's); they report here,
@@ -601,18 +603,24 @@ impl Plugin {
     /// Publishes what the engine returned, each to one client directly: a notification to
     /// the client it is for, an answer to the requester (`sender`) on its response topic —
     /// never to whoever else subscribes there, since a plugin's publishes skip the broker's
-    /// write ACL and a requester could otherwise make it publish where it may not.
+    /// write ACL and a requester could otherwise make it publish where it may not. Keyspace
+    /// events go to their topic's subscribers (a topic of the plugin's own, not a requester's).
     fn send(&mut self, sender: Option<&str>) {
         let hold_until = self.persist();
         for message in self.out.drain(..) {
-            let Some(client) =
-                topics::recipient_of_notify_topic(&message.topic).or(sender.map(str::to_owned))
-            else {
-                continue;
+            let client = if topics::is_keyspace_event(&message.topic) {
+                None
+            } else {
+                match topics::recipient_of_notify_topic(&message.topic)
+                    .or(sender.map(str::to_owned))
+                {
+                    Some(client) => Some(client),
+                    None => continue,
+                }
             };
             match (hold_until, &mut self.disk) {
                 (Some(batch), Some(durable)) => durable.disk.hold(batch, (message, client)),
-                _ => publish(&message, Some(&client), false),
+                _ => publish(&message, client.as_deref(), false),
             }
         }
     }
@@ -660,7 +668,7 @@ impl Plugin {
             return;
         }
         for (message, client) in released {
-            publish(&message, Some(&client), false);
+            publish(&message, client.as_deref(), false);
         }
         if let Err(error) = durable
             .disk

@@ -82,6 +82,39 @@ async fn notifications_and_expiry_reach_an_observer() {
     assert_eq!((gone.value, gone.synthetic), (None, false));
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keyspace_events_reach_their_subscribers_from_inside_mosquitto() {
+    let broker = broker_with_plugin();
+    let writer = client(&broker, "ks-writer").await;
+    let browser = client(&broker, "ks-browser").await;
+    let mut events = browser.watch_keyspace().await.unwrap();
+    let brief = SetOptions {
+        expires: Some(Duration::from_millis(300)),
+        ..SetOptions::default()
+    };
+    writer.set("made", "v", SetOptions::default()).await.unwrap();
+    writer.del("made", None).await.unwrap();
+    writer.set("brief", "v", brief).await.unwrap();
+    let mut seen = Vec::new();
+    while seen.len() < 4 {
+        let event = tokio::time::timeout(WAIT, events.next())
+            .await
+            .unwrap()
+            .unwrap();
+        seen.push((event.key, event.created));
+    }
+    let key = |k: &'static str| Bytes::from_static(k.as_bytes());
+    assert_eq!(
+        seen,
+        [
+            (key("made"), true),
+            (key("made"), false),
+            (key("brief"), true),
+            (key("brief"), false), // expired by the plugin
+        ]
+    );
+}
+
 /// A raw MQTT 5 connection that subscribes to its response topic only.
 async fn raw(port: u16, id: &str) -> (AsyncClient, EventLoop) {
     let mut options = MqttOptions::new(id, "127.0.0.1", port);

@@ -943,8 +943,13 @@ fn a_store_that_answers_later_drives_the_same_engine() {
     use mqstore_core::engine::{Engine, RequestContext, Step};
     use mqstore_core::store::{MemoryStore, Store, StoreOp};
 
-    // The engine owns no store; the driver ships each op and brings the reply back.
-    let mut engine = Engine::new(EngineConfig::new(NODE), ()).unwrap();
+    // The engine owns no store; the driver ships each op and brings the reply back. (Keyspace
+    // events off: the notifications are what this test follows.)
+    let config = EngineConfig {
+        keyspace_events: false,
+        ..EngineConfig::new(NODE)
+    };
+    let mut engine = Engine::new(config, ()).unwrap();
     let mut remote = MemoryStore::new();
     let ts = client_ts(T0, "c");
     let context = RequestContext {
@@ -1127,4 +1132,57 @@ fn response_topic_prefixes_hold_whoever_names_the_sender() {
         assert!(!matches!(outcome, Outcome::Dropped(_)), "{outcome:?}");
         assert_eq!(out.len(), 1);
     }
+}
+
+#[test]
+fn keyspace_events_name_keys_made_and_gone_and_can_be_turned_off() {
+    let names = |events: &[mqstore_core::envelope::Publish]| -> Vec<(String, Bytes)> {
+        events
+            .iter()
+            .map(|p| {
+                (
+                    p.topic.rsplit('/').next().unwrap().to_owned(),
+                    p.payload.clone(),
+                )
+            })
+            .collect()
+    };
+    let mut h = Harness::new();
+    let made = h.call("c", &set("k", "v"), &[]);
+    assert_eq!(names(&made.keyspace), [("created".to_owned(), b("k"))]);
+    assert!(
+        h.call("c", &set("k", "w"), &[]).keyspace.is_empty(),
+        "an overwrite makes nothing"
+    );
+    assert!(h.call("c", &get("k"), &[]).keyspace.is_empty());
+    assert!(
+        h.call("c", &vdel("k", "other"), &[]).keyspace.is_empty(),
+        "a VDEL that deletes nothing"
+    );
+    let gone = h.call("c", &del("k"), &[]);
+    assert_eq!(names(&gone.keyspace), [("deleted".to_owned(), b("k"))]);
+    assert!(
+        h.call("c", &del("k"), &[]).keyspace.is_empty(),
+        "nothing to delete"
+    );
+
+    // An expiry is a key gone too.
+    let expiring = set_with("e", "v", Condition::Always, Some(100));
+    assert_eq!(
+        names(&h.call("c", &expiring, &[]).keyspace),
+        [("created".to_owned(), b("e"))]
+    );
+    h.now += 1_000;
+    let mut out = Vec::new();
+    h.engine.expire(h.now, &mut out);
+    assert_eq!(names(&out), [("deleted".to_owned(), b("e"))]);
+
+    // Off: none.
+    let config = EngineConfig {
+        keyspace_events: false,
+        ..EngineConfig::new(NODE)
+    };
+    let mut off = Harness::with(config, Quotas::default());
+    assert!(off.call("c", &set("k", "v"), &[]).keyspace.is_empty());
+    assert!(off.call("c", &del("k"), &[]).keyspace.is_empty());
 }

@@ -223,6 +223,11 @@ pub const KEYSPACE_DELETED: &str = "mqstore/statestore/v1/keyspace/deleted";
 /// Both keyspace events.
 pub const KEYSPACE_FILTER: &str = "mqstore/statestore/v1/keyspace/+";
 
+/// Whether `topic` is a keyspace event's.
+pub fn is_keyspace_event(topic: &str) -> bool {
+    topic == KEYSPACE_CREATED || topic == KEYSPACE_DELETED
+}
+
 pub const MAX_TOPIC_LEN: usize = 65_535;
 
 /// Whether `topic` is a topic name a broker accepts in a PUBLISH (MQTT 5 §4.7): not empty,

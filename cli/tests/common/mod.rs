@@ -152,8 +152,19 @@ pub struct Answer {
     pub outcome: Outcome,
     /// The response publish (None when dropped).
     pub response: Option<Publish>,
-    /// Everything published before the response, in order.
+    /// The notifications published before the response, in order.
     pub notifications: Vec<Publish>,
+    /// The keyspace events the request caused (a key made or gone), in order.
+    pub keyspace: Vec<Publish>,
+}
+
+/// Whether `publish` is a keyspace event (checked to be QoS 0).
+pub fn is_keyspace_event(publish: &Publish) -> bool {
+    let event = topics::is_keyspace_event(&publish.topic);
+    if event {
+        assert_eq!(publish.qos, 0, "keyspace events are QoS 0");
+    }
+    event
 }
 
 impl Answer {
@@ -248,10 +259,11 @@ impl Harness {
                 Some(response)
             }
         };
+        let (keyspace, out): (Vec<_>, Vec<_>) = out.into_iter().partition(is_keyspace_event);
         for n in &out {
             assert!(
                 n.topic.starts_with(topics::CLIENTS_PREFIX),
-                "only notifications precede a response: {}",
+                "only notifications and keyspace events precede a response: {}",
                 n.topic
             );
             assert_eq!(n.qos, 1);
@@ -260,6 +272,7 @@ impl Harness {
             outcome,
             response,
             notifications: out,
+            keyspace,
         }
     }
 
@@ -284,7 +297,10 @@ impl Harness {
     pub fn expire(&mut self) -> Vec<Seen> {
         let mut out = Vec::new();
         self.engine.expire(self.now, &mut out);
-        out.iter().map(seen).collect()
+        out.iter()
+            .filter(|p| !is_keyspace_event(p))
+            .map(seen)
+            .collect()
     }
 }
 
