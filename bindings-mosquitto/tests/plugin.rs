@@ -92,7 +92,10 @@ async fn keyspace_events_reach_their_subscribers_from_inside_mosquitto() {
         expires: Some(Duration::from_millis(300)),
         ..SetOptions::default()
     };
-    writer.set("made", "v", SetOptions::default()).await.unwrap();
+    writer
+        .set("made", "v", SetOptions::default())
+        .await
+        .unwrap();
     writer.del("made", None).await.unwrap();
     writer.set("brief", "v", brief).await.unwrap();
     let mut seen = Vec::new();
