@@ -339,7 +339,9 @@ pub(crate) struct ServeArgs {
     pub(crate) metrics: Option<SocketAddr>,
     /// Where the state store's data lives: `memory` (this process; nothing survives a
     /// restart), or Redis shared by every node: redis://[user:pass@]host:port[/db],
-    /// rediss://… (TLS), redis-cluster://host:port,host:port,… (a Redis Cluster's seed nodes).
+    /// rediss://… (TLS), redis-cluster://host:port,host:port,… (a Redis Cluster's seed nodes),
+    /// redis-sentinel://host:port,host:port,…/PRIMARY[/db] (the sentinels of a primary they
+    /// fail over; rediss-sentinel:// for TLS).
     #[arg(
         long,
         env = "MQSTORE_STORE",
@@ -347,6 +349,14 @@ pub(crate) struct ServeArgs {
         hide_env_values = true
     )]
     pub(crate) store: StoreConfig,
+    /// On Redis: answer a write only once this many replicas have it (Redis WAIT); a write
+    /// not confirmed within --redis-wait-timeout is answered with an error (status 503), never
+    /// OK. 0: answer once the primary applied it (a failover may lose it).
+    #[arg(long, env = "MQSTORE_REDIS_WAIT_REPLICAS", default_value_t = 0)]
+    pub(crate) redis_wait_replicas: u32,
+    /// Milliseconds a write waits for --redis-wait-replicas.
+    #[arg(long, env = "MQSTORE_REDIS_WAIT_TIMEOUT", default_value_t = mqstore_net::redis_store::DEFAULT_WAIT_TIMEOUT.as_millis() as u64)]
+    pub(crate) redis_wait_timeout: u64,
     /// Drop requests (unapplied; callers time out) while this many answers wait for the
     /// broker: bounds memory when the broker takes publishes more slowly than requests arrive.
     #[arg(long, default_value_t = mqstore_net::server::DEFAULT_MAX_PENDING_ANSWERS)]

@@ -12,7 +12,7 @@ use mqstore_core::disk::Durability;
 use mqstore_core::engine::AccessRules;
 use mqstore_core::store::Quotas;
 use mqstore_net::bench::{self, BenchConfig};
-use mqstore_net::server::{ServerConfig, serve};
+use mqstore_net::server::{ServerConfig, StoreConfig, serve};
 use mqstore_net::{BrokerConfig, TlsConfig};
 
 use args::{BrokerArgs, Cli, Command};
@@ -146,6 +146,20 @@ async fn run(cli: Cli) -> ExitCode {
             return ExitCode::from(2);
         }
     }
+    let mut store = args.store.clone();
+    match &mut store {
+        StoreConfig::Redis(redis) => {
+            redis.wait_replicas = args.redis_wait_replicas;
+            redis.wait_timeout = Duration::from_millis(args.redis_wait_timeout);
+        }
+        StoreConfig::Memory if args.redis_wait_replicas > 0 => {
+            eprintln!(
+                "error: --redis-wait-replicas needs --store redis://… (the memory store has no replicas)"
+            );
+            return ExitCode::from(2);
+        }
+        StoreConfig::Memory => {}
+    }
     let config = ServerConfig {
         broker: broker_config.clone(),
         client_id: cli
@@ -176,7 +190,7 @@ async fn run(cli: Cli) -> ExitCode {
         commands: !args.no_commands,
         command_profiles,
         max_pending_answers: args.max_pending_answers,
-        store: args.store.clone(),
+        store,
         clock_offset_ms: 0,
         durability: args.data_dir.clone().map(|data_dir| Durability {
             data_dir,

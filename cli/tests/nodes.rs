@@ -3,6 +3,7 @@
 
 mod broker;
 mod calls;
+mod history;
 #[path = "redis/mod.rs"]
 mod redis;
 
@@ -684,27 +685,10 @@ fn bad_store_configuration_fails_at_start_with_a_clear_message() {
     }
 }
 
-/// One operation of the linearizability history, as the checker reads it.
-fn history_line(
-    client: usize,
-    key: &str,
-    op: &str,
-    value: &str,
-    call: u128,
-    ret: u128,
-    out: &str,
-) -> String {
-    serde_json::json!({
-        "client": client, "key": key, "op": op, "value": value,
-        "call": call as u64, "ret": ret as u64, "out": out,
-    })
-    .to_string()
-}
-
 /// Concurrent clients on three nodes (one killed with SIGKILL and started again mid-run)
 /// record every SET, SET NX, GET, DEL and VDEL on three keys with its invocation and
-/// completion; porcupine (Go, `tests/linearizability`) checks the history key by key.
-/// Requests the dead node took never complete: they may have happened or not.
+/// completion; porcupine checks the history key by key. Requests the dead node took never
+/// complete: they may have happened or not.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn histories_on_three_nodes_are_linearizable_across_a_node_crash() {
     let redis = Redis::start();
@@ -713,83 +697,17 @@ async fn histories_on_three_nodes_are_linearizable_across_a_node_crash() {
         .iter()
         .map(|id| serve_process(&broker, &redis.url(), id))
         .collect();
-    let mut clients = Vec::new();
-    for c in 0..6 {
-        clients.push(client(broker.port, &format!("lin-{c}")).await);
-    }
     let start = std::time::Instant::now();
     let mut tasks = Vec::new();
-    for (c, client) in clients.into_iter().enumerate() {
-        tasks.push(tokio::spawn(async move {
-            let mut lines = Vec::new();
-            let mut seed = 0x9e37_79b9_7f4a_7c15u64 ^ (c as u64 + 1);
-            let mut i = 0;
-            while start.elapsed() < Duration::from_millis(3_000) {
-                seed ^= seed << 13;
-                seed ^= seed >> 7;
-                seed ^= seed << 17;
-                let key = format!("k{}", seed % 3);
-                let value = format!("{c}-{i}");
-                i += 1;
-                let call = start.elapsed().as_nanos();
-                let (op, value, out) = match (seed >> 8) % 5 {
-                    0 | 1 => {
-                        let nx = (seed >> 16).is_multiple_of(2);
-                        let options = SetOptions {
-                            condition: if nx {
-                                mqstore_core::codec::Condition::NotExists
-                            } else {
-                                mqstore_core::codec::Condition::Always
-                            },
-                            ..SetOptions::default()
-                        };
-                        let out = client
-                            .set(key.clone(), value.clone(), options)
-                            .await
-                            .map(|s| {
-                                if s.applied {
-                                    "ok".to_owned()
-                                } else {
-                                    "notapplied".to_owned()
-                                }
-                            });
-                        (if nx { "setnx" } else { "set" }, value, out)
-                    }
-                    2 => {
-                        let out = client.get(key.clone()).await.map(|got| match got {
-                            Some(v) => format!("value:{}", String::from_utf8_lossy(&v.value)),
-                            None => "absent".to_owned(),
-                        });
-                        ("get", String::new(), out)
-                    }
-                    3 => {
-                        let out = client
-                            .del(key.clone(), None)
-                            .await
-                            .map(|d| deleted(d.outcome));
-                        ("del", String::new(), out)
-                    }
-                    _ => {
-                        // A value some client wrote earlier, so that some VDELs match.
-                        let target =
-                            format!("{}-{}", (seed >> 20) % 6, (seed >> 24) % (i as u64 + 1));
-                        let out = client
-                            .vdel(key.clone(), target.clone(), None)
-                            .await
-                            .map(|d| deleted(d.outcome));
-                        ("vdel", target, out)
-                    }
-                };
-                let ret = start.elapsed().as_nanos();
-                let out = match out {
-                    Ok(out) => out,
-                    Err(ClientError::Timeout(_)) => "unknown".to_owned(),
-                    Err(e) => panic!("{op} {key}: {e}"),
-                };
-                lines.push(history_line(c, &key, op, &value, call, ret, &out));
-            }
-            lines
-        }));
+    for c in 0..6 {
+        let client = client(broker.port, &format!("lin-{c}")).await;
+        tasks.push(tokio::spawn(history::run(
+            client,
+            c,
+            3,
+            start,
+            Duration::from_millis(3_000),
+        )));
     }
     tokio::time::sleep(Duration::from_millis(1_000)).await;
     let mut victim = nodes.remove(2);
@@ -806,30 +724,8 @@ async fn histories_on_three_nodes_are_linearizable_across_a_node_crash() {
         let _ = node.wait();
     }
     assert!(history.len() > 300, "only {} operations", history.len());
-    let file = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("history.jsonl");
-    std::fs::write(&file, history.join("\n") + "\n").unwrap();
-    let checker = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/linearizability");
-    let out = Command::new(broker::go_binary())
-        .args(["run", ".", file.to_str().unwrap()])
-        .current_dir(&checker)
-        .output()
-        .expect("go runs (bash scripts/test installs it)");
-    let report = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && report.contains(": Ok"),
-        "not linearizable (history in {}): {report}{}",
-        file.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-fn deleted(outcome: mqstore_core::client::Deleted) -> String {
-    match outcome {
-        mqstore_core::client::Deleted::Deleted => "1",
-        mqstore_core::client::Deleted::Absent => "0",
-        mqstore_core::client::Deleted::ValueMismatch => "notapplied",
-    }
-    .to_owned()
+    let (linearizable, report) = history::check(&history, "history.jsonl");
+    assert!(linearizable, "not linearizable: {report}");
 }
 
 /// With Redis's append-only file fsynced at every write (`appendfsync always`, as the README

@@ -14,6 +14,8 @@ use mqstore_core::engine::Outcome;
 use mqstore_core::envelope::{DropReason, EnvelopeError};
 use mqstore_core::store::StoreStats;
 
+use crate::redis_store::Replication;
+
 /// Upper bounds of the latency histogram, in seconds.
 const BUCKETS: [f64; 12] = [
     0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 1.0,
@@ -68,6 +70,8 @@ pub struct Metrics {
     broker_reports_no_subscribers: AtomicU64,
     /// Commands to devices, by [`CommandCount`].
     commands: [AtomicU64; COMMAND_COUNTS.len()],
+    /// Replication and failovers, on Redis.
+    replication: std::sync::OnceLock<Arc<Replication>>,
 }
 
 /// What happened to a command to a device, or to an answer (the `event` label of
@@ -150,6 +154,11 @@ impl Metrics {
         self.store_up.store(u64::from(ok), Ordering::Relaxed);
         self.store_in_flight
             .store(in_flight as u64, Ordering::Relaxed);
+    }
+
+    /// Reports what the Redis store saw of replication and failovers from now on.
+    pub fn watch_replication(&self, replication: Arc<Replication>) {
+        let _ = self.replication.set(replication);
     }
 
     /// Counts notifications published.
@@ -320,6 +329,37 @@ impl Metrics {
             let _ = writeln!(out, "# HELP {name} {help}");
             let _ = writeln!(out, "# TYPE {name} {kind}");
             let _ = writeln!(out, "{name} {}", value.load(Ordering::Relaxed));
+        }
+        if let Some(replication) = self.replication.get() {
+            for (name, help, kind, value) in [
+                (
+                    "mqstore_redis_replication_confirmed_total",
+                    "Writes whose replication to the replicas asked for (--redis-wait-replicas) was confirmed.",
+                    "counter",
+                    &replication.confirmed,
+                ),
+                (
+                    "mqstore_redis_replication_unconfirmed_total",
+                    "Writes whose replication was not confirmed in time (answered with status 503; they may still be applied).",
+                    "counter",
+                    &replication.unconfirmed,
+                ),
+                (
+                    "mqstore_redis_failovers_total",
+                    "Times this node moved to a new primary the sentinels named.",
+                    "counter",
+                    &replication.failovers,
+                ),
+            ] {
+                let _ = writeln!(out, "# HELP {name} {help}");
+                let _ = writeln!(out, "# TYPE {name} {kind}");
+                let _ = writeln!(out, "{name} {}", value.load(Ordering::Relaxed));
+            }
+            let _ = writeln!(
+                out,
+                "# HELP mqstore_redis_last_outage_seconds How long Redis last failed this node's calls (a failover as this node saw it: the first failed call to the next that succeeded).\n# TYPE mqstore_redis_last_outage_seconds gauge\nmqstore_redis_last_outage_seconds {:.3}",
+                replication.last_outage_ms.load(Ordering::Relaxed) as f64 / 1000.0
+            );
         }
         let _ = writeln!(
             out,

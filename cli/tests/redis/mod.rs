@@ -1,5 +1,6 @@
 //! Real Redis servers for the tests (Debian's redis-server), on free loopback ports, stopped
-//! when dropped: one primary, or a Redis Cluster of three primaries created with
+//! when dropped: one primary (with replicas and sentinels, `redis-server --sentinel`), or a
+//! Redis Cluster of three primaries (with or without a replica each) created with
 //! `redis-cli --cluster create`.
 
 #![allow(dead_code)]
@@ -56,6 +57,33 @@ impl Redis {
                 "always".into(),
             ],
         )
+    }
+
+    /// A replica of `primary`, without persistence.
+    pub fn replica_of(primary: &Redis) -> Self {
+        Self::replica_of_port(primary.port)
+    }
+
+    /// A replica of the primary reached at `port` (a [`Proxy`] in front of it, say).
+    pub fn replica_of_port(port: u16) -> Self {
+        let replica = Self::launch(
+            free_port(),
+            vec!["--replicaof".into(), "127.0.0.1".into(), port.to_string()],
+        );
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !replica
+            .cli(&["info", "replication"])
+            .contains("master_link_status:up")
+        {
+            assert!(Instant::now() < deadline, "the replica did not sync");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        replica
+    }
+
+    /// Whether it answers as a primary now.
+    pub fn is_primary(&self) -> bool {
+        self.cli(&["role"]).starts_with("master")
     }
 
     fn launch(port: u16, extra: Vec<String>) -> Self {
@@ -139,14 +167,119 @@ fn wait_for_port(port: u16) {
     }
 }
 
-/// A Redis Cluster of three primaries (no replicas), every slot assigned.
+/// The name the sentinels monitor the primary under.
+pub const PRIMARY_NAME: &str = "fleet";
+
+/// Sentinels watching a primary (quorum: a majority of them), which they fail over a second
+/// after it stops answering.
+pub struct Sentinels {
+    pub nodes: Vec<Redis>,
+}
+
+impl Sentinels {
+    pub fn start(primary: &Redis, count: usize) -> Self {
+        let nodes: Vec<Redis> = (0..count)
+            .map(|_| {
+                let port = free_port();
+                let dir = std::env::temp_dir()
+                    .join(format!("mqstore-test-redis-{port}-{}", std::process::id()));
+                std::fs::create_dir_all(&dir).unwrap();
+                let config = dir.join("sentinel.conf");
+                std::fs::write(
+                    &config,
+                    format!(
+                        "port {port}\nbind 127.0.0.1\n\
+                         sentinel monitor {PRIMARY_NAME} 127.0.0.1 {} {}\n\
+                         sentinel down-after-milliseconds {PRIMARY_NAME} 1000\n\
+                         sentinel failover-timeout {PRIMARY_NAME} 4000\n\
+                         sentinel parallel-syncs {PRIMARY_NAME} 2\n",
+                        primary.port,
+                        count / 2 + 1
+                    ),
+                )
+                .unwrap();
+                let mut sentinel = Redis {
+                    port,
+                    child: None,
+                    dir,
+                    extra: Vec::new(),
+                };
+                let child = Command::new(binary("redis-server"))
+                    .arg(&config)
+                    .arg("--sentinel")
+                    .current_dir(&sentinel.dir)
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .expect("redis-server --sentinel starts");
+                sentinel.child = Some(child);
+                wait_for_port(port);
+                sentinel
+            })
+            .collect();
+        let sentinels = Self { nodes };
+        // Every sentinel knows the replicas and the other sentinels before a test kills anything.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        for node in &sentinels.nodes {
+            loop {
+                let master = node.cli(&["sentinel", "master", PRIMARY_NAME]);
+                let field = |name: &str| {
+                    let lines: Vec<&str> = master.lines().collect();
+                    lines
+                        .iter()
+                        .position(|l| *l == name)
+                        .and_then(|i| lines.get(i + 1))
+                        .and_then(|v| v.parse::<usize>().ok())
+                        .unwrap_or(0)
+                };
+                if field("num-slaves") >= 1 && field("num-other-sentinels") + 1 >= count {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "the sentinels did not discover each other: {master}"
+                );
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        sentinels
+    }
+
+    /// `redis-sentinel://` with every sentinel.
+    pub fn url(&self) -> String {
+        let hosts: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        format!("redis-sentinel://{}/{PRIMARY_NAME}", hosts.join(","))
+    }
+
+    /// The port of the primary the sentinels name now.
+    pub fn primary_port(&self) -> u16 {
+        let answer = self.nodes[0].cli(&["sentinel", "get-master-addr-by-name", PRIMARY_NAME]);
+        answer
+            .lines()
+            .nth(1)
+            .and_then(|p| p.trim().parse().ok())
+            .expect("the sentinels name a primary")
+    }
+}
+
+/// A Redis Cluster of three primaries (and a replica each, when asked), every slot assigned.
 pub struct Cluster {
     pub nodes: Vec<Redis>,
 }
 
 impl Cluster {
     pub fn start() -> Self {
-        let nodes: Vec<Redis> = (0..3)
+        Self::start_with_replicas(0)
+    }
+
+    /// Three primaries with `replicas` replicas each (the first three nodes are the
+    /// primaries); a replica takes over a primary that stops answering for a second.
+    pub fn start_with_replicas(replicas: usize) -> Self {
+        let nodes: Vec<Redis> = (0..3 * (1 + replicas))
             .map(|_| {
                 let port = free_port();
                 Redis::launch(
@@ -157,7 +290,7 @@ impl Cluster {
                         "--cluster-config-file".into(),
                         format!("nodes-{port}.conf"),
                         "--cluster-node-timeout".into(),
-                        "2000".into(),
+                        if replicas > 0 { "1000" } else { "2000" }.into(),
                     ],
                 )
             })
@@ -168,7 +301,8 @@ impl Cluster {
             .collect();
         let mut args = vec!["--cluster", "create"];
         args.extend(addresses.iter().map(String::as_str));
-        args.extend(["--cluster-replicas", "0", "--cluster-yes"]);
+        let replicas = replicas.to_string();
+        args.extend(["--cluster-replicas", &replicas, "--cluster-yes"]);
         let out = Command::new(binary("redis-cli"))
             .args(&args)
             .output()
@@ -196,5 +330,71 @@ impl Cluster {
             .map(|n| format!("127.0.0.1:{}", n.port))
             .collect();
         format!("redis-cluster://{}", hosts.join(","))
+    }
+}
+
+/// A TCP proxy in front of a Redis: [`Proxy::cut`] closes every connection through it and
+/// refuses new ones (a network cut that loses what was in flight), [`Proxy::restore`] lets
+/// connections through again.
+pub struct Proxy {
+    pub port: u16,
+    cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    open: std::sync::Arc<std::sync::Mutex<Vec<TcpStream>>>,
+}
+
+impl Proxy {
+    pub fn to(target: u16) -> Self {
+        use std::sync::atomic::Ordering;
+        let listener = TcpListener::bind("127.0.0.1:0").expect("a free port");
+        let port = listener.local_addr().unwrap().port();
+        let proxy = Self {
+            port,
+            cut: Default::default(),
+            open: Default::default(),
+        };
+        let (cut, open) = (proxy.cut.clone(), proxy.open.clone());
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { continue };
+                if cut.load(Ordering::SeqCst) {
+                    drop(client);
+                    continue;
+                }
+                let Ok(server) = TcpStream::connect(("127.0.0.1", target)) else {
+                    continue;
+                };
+                let mut open = open.lock().unwrap();
+                for (from, to) in [(&client, &server), (&server, &client)] {
+                    let (Ok(mut from), Ok(mut to)) = (from.try_clone(), to.try_clone()) else {
+                        continue;
+                    };
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut from, &mut to);
+                        let _ = to.shutdown(std::net::Shutdown::Both);
+                    });
+                }
+                open.extend([client, server]);
+            }
+        });
+        proxy
+    }
+
+    /// Closes every connection and refuses new ones.
+    pub fn cut(&self) {
+        self.cut.store(true, std::sync::atomic::Ordering::SeqCst);
+        for stream in self.open.lock().unwrap().drain(..) {
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
+    /// Lets connections through again.
+    pub fn restore(&self) {
+        self.cut.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.cut();
     }
 }

@@ -15,10 +15,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use redis::{Script, Value};
+use redis::Value;
 use tracing::{info, warn};
 
-use super::{RedisStore, RedisStoreError, Result};
+use super::{Lua, RedisStore, RedisStoreError, Result};
 use mqstore_core::commands::{Answer, AnswerKey, CommandError, Matched, Record};
 
 /// How often one change is retried when another node changed the record in between.
@@ -28,8 +28,8 @@ const MAX_TRIES: usize = 16;
 #[derive(Clone)]
 pub struct RedisRegistry {
     store: RedisStore,
-    put: Arc<Script>,
-    index: Arc<Script>,
+    put: Arc<Lua>,
+    index: Arc<Lua>,
 }
 
 impl std::fmt::Debug for RedisRegistry {
@@ -54,8 +54,8 @@ impl RedisRegistry {
     pub fn new(store: RedisStore) -> Self {
         Self {
             store,
-            put: Arc::new(Script::new(include_str!("commands_put.lua"))),
-            index: Arc::new(Script::new(include_str!("commands_index.lua"))),
+            put: Arc::new(Lua::new(include_str!("commands_put.lua"))),
+            index: Arc::new(Lua::new(include_str!("commands_index.lua"))),
         }
     }
 
@@ -73,7 +73,7 @@ impl RedisRegistry {
 
     /// Writes `record` if it is at `revision` (0: if it does not exist).
     async fn put(&self, record: &Record, revision: u64, now_ms: u64) -> Result<bool> {
-        let mut call = self.put.prepare_invoke();
+        let mut call = self.put.call();
         call.key(self.name("cmd:", &record.id))
             .arg(revision)
             .arg(record.to_json())
@@ -110,7 +110,7 @@ impl RedisRegistry {
             return Err(CommandError::Duplicate(record.id.clone()).into());
         }
         if !record.correlated {
-            let mut call = self.index.prepare_invoke();
+            let mut call = self.index.call();
             call.key(self.name("cmdtopic:", &record.answer_filter))
                 .arg(record.deadline_ms)
                 .arg(&record.id)
@@ -166,12 +166,12 @@ impl RedisRegistry {
                 if !ids.is_empty() {
                     let _: i64 = self
                         .store
-                        .query(redis::cmd("ZREM").arg(&index).arg(&ids))
+                        .write(redis::cmd("ZREM").arg(&index).arg(&ids))
                         .await?;
                 }
                 let _: i64 = self
                     .store
-                    .query(
+                    .write(
                         redis::cmd("ZREMRANGEBYSCORE")
                             .arg(&index)
                             .arg("-inf")
@@ -221,7 +221,7 @@ impl RedisRegistry {
             let index = self.name("cmdtopic:", &record.answer_filter);
             let _: i64 = self
                 .store
-                .query(redis::cmd("ZREM").arg(index).arg(id))
+                .write(redis::cmd("ZREM").arg(index).arg(id))
                 .await?;
         }
         Ok(updated.map(|(_, record)| record))
@@ -266,13 +266,13 @@ impl RedisRegistry {
         mut deliver: impl FnMut(Record) + Send + 'static,
         ready: tokio::sync::oneshot::Sender<Result<()>>,
     ) -> tokio::task::JoinHandle<()> {
-        let url = self.store.pubsub_url.clone();
+        let store = self.store.clone();
         let channel = self.channel(node);
         let mut ready = Some(ready);
         tokio::spawn(async move {
             loop {
                 let subscribed = async {
-                    let client = redis::Client::open(&*url)?;
+                    let client = redis::Client::open(store.pubsub_url())?;
                     let mut pubsub = client.get_async_pubsub().await?;
                     pubsub.subscribe(&channel).await?;
                     Ok::<_, redis::RedisError>(pubsub)

@@ -29,28 +29,28 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 
-use redis::{Script, Value};
+use redis::Value;
 
-use super::{RedisStore, RedisStoreError};
+use super::{Lua, RedisStore, RedisStoreError};
 use mqstore_core::jobs::{
     Counts, Entries, Job, JobsStore, Rollout, Status, StoreError, Stored, Tally, ThingRecord,
 };
 
 /// The scripts of the jobs store.
 struct JobScripts {
-    insert: Script,
-    update: Script,
-    read: Script,
-    delete: Script,
-    put: Script,
-    take: Script,
-    rollouts: Script,
-    stop: Script,
-    more: Script,
-    entry: Script,
-    entries: Script,
-    claim: Script,
-    release: Script,
+    insert: Lua,
+    update: Lua,
+    read: Lua,
+    delete: Lua,
+    put: Lua,
+    take: Lua,
+    rollouts: Lua,
+    stop: Lua,
+    more: Lua,
+    entry: Lua,
+    entries: Lua,
+    claim: Lua,
+    release: Lua,
 }
 
 /// Most timers one [`JobsStore::due`] call returns per bucket (the rest come next time).
@@ -82,19 +82,19 @@ impl RedisJobs {
             store,
             runtime,
             scripts: Arc::new(JobScripts {
-                insert: Script::new(include_str!("jobs_insert.lua")),
-                update: Script::new(include_str!("jobs_update.lua")),
-                read: Script::new(include_str!("jobs_read.lua")),
-                delete: Script::new(include_str!("jobs_delete.lua")),
-                put: Script::new(include_str!("jobs_put.lua")),
-                take: Script::new(include_str!("jobs_take.lua")),
-                rollouts: Script::new(include_str!("jobs_rollouts.lua")),
-                stop: Script::new(include_str!("jobs_stop.lua")),
-                more: Script::new(include_str!("jobs_more.lua")),
-                entry: Script::new(include_str!("jobs_entry.lua")),
-                entries: Script::new(include_str!("jobs_entries.lua")),
-                claim: Script::new(CLAIM),
-                release: Script::new(RELEASE),
+                insert: Lua::new(include_str!("jobs_insert.lua")),
+                update: Lua::new(include_str!("jobs_update.lua")),
+                read: Lua::new(include_str!("jobs_read.lua")),
+                delete: Lua::new(include_str!("jobs_delete.lua")),
+                put: Lua::new(include_str!("jobs_put.lua")),
+                take: Lua::new(include_str!("jobs_take.lua")),
+                rollouts: Lua::new(include_str!("jobs_rollouts.lua")),
+                stop: Lua::new(include_str!("jobs_stop.lua")),
+                more: Lua::new(include_str!("jobs_more.lua")),
+                entry: Lua::new(include_str!("jobs_entry.lua")),
+                entries: Lua::new(include_str!("jobs_entries.lua")),
+                claim: Lua::new(CLAIM),
+                release: Lua::new(RELEASE),
             }),
             known: Arc::default(),
         }
@@ -175,7 +175,7 @@ fn number(what: &str, item: &Value) -> Stored<u64> {
 impl JobsStore for RedisJobs {
     fn job(&self, job_id: &str) -> Stored<Option<Arc<Job>>> {
         let cached = self.known.lock().ok().and_then(|k| k.get(job_id).cloned());
-        let mut call = self.scripts.read.prepare_invoke();
+        let mut call = self.scripts.read.call();
         call.key(self.global("jr:", job_id))
             .arg(cached.as_ref().map_or(-1, |job| job.revision as i64));
         let Value::Array(answer) = self.wait(self.store.eval(&call))? else {
@@ -208,7 +208,7 @@ impl JobsStore for RedisJobs {
 
     fn insert_job(&mut self, job: Job, things: &[String]) -> Stored<bool> {
         let json = serde_json::to_vec(&job).map_err(|e| StoreError(e.to_string()))?;
-        let mut call = self.scripts.insert.prepare_invoke();
+        let mut call = self.scripts.insert.call();
         call.key(self.global("jr:", &job.id))
             .key(self.global("index", ""))
             .key(self.global("targets:", &job.id))
@@ -227,7 +227,7 @@ impl JobsStore for RedisJobs {
 
     fn put_job(&mut self, job: Job) -> Stored<bool> {
         let json = serde_json::to_vec(&job).map_err(|e| StoreError(e.to_string()))?;
-        let mut call = self.scripts.update.prepare_invoke();
+        let mut call = self.scripts.update.call();
         call.key(self.global("jr:", &job.id))
             .arg(job.revision)
             .arg(json);
@@ -239,7 +239,7 @@ impl JobsStore for RedisJobs {
     }
 
     fn delete_job(&mut self, job_id: &str) -> Stored<()> {
-        let mut call = self.scripts.delete.prepare_invoke();
+        let mut call = self.scripts.delete.call();
         call.key(self.global("jr:", job_id))
             .key(self.global("index", ""))
             .key(self.global("targets:", job_id))
@@ -251,7 +251,7 @@ impl JobsStore for RedisJobs {
         let store = &self.store;
         self.each_bucket(|bucket| {
             let name = store.name(bucket, b"jcount:", job_id.as_bytes());
-            async move { store.query::<i64>(redis::cmd("DEL").arg(name)).await }
+            async move { store.write::<i64>(redis::cmd("DEL").arg(name)).await }
         })?;
         Ok(())
     }
@@ -314,7 +314,7 @@ impl JobsStore for RedisJobs {
     fn put_thing(&mut self, thing: &str, record: ThingRecord, tally: &Tally) -> Stored<bool> {
         let json = serde_json::to_vec(&record).map_err(|e| StoreError(e.to_string()))?;
         let bucket = self.store.bucket_of(thing.as_bytes());
-        let mut call = self.scripts.put.prepare_invoke();
+        let mut call = self.scripts.put.call();
         call.key(self.store.name(bucket, b"jt:", thing.as_bytes()))
             .key(self.store.name(bucket, b"jthings", b""))
             .key(self.store.name(bucket, b"jtimers", b""));
@@ -408,7 +408,7 @@ impl JobsStore for RedisJobs {
     }
 
     fn rollouts(&self) -> Stored<Vec<Rollout>> {
-        let mut call = self.scripts.rollouts.prepare_invoke();
+        let mut call = self.scripts.rollouts.call();
         call.key(self.global("rollouts", ""))
             .key(self.global("cursors", ""))
             .arg(self.global("targets:", ""));
@@ -438,7 +438,7 @@ impl JobsStore for RedisJobs {
         count: u64,
         job: Option<Job>,
     ) -> Stored<Option<Vec<String>>> {
-        let mut call = self.scripts.take.prepare_invoke();
+        let mut call = self.scripts.take.call();
         call.key(self.global("rollouts", ""))
             .key(self.global("cursors", ""))
             .key(self.global("targets:", job_id))
@@ -466,7 +466,7 @@ impl JobsStore for RedisJobs {
     }
 
     fn stop_rollout(&mut self, job_id: &str) -> Stored<()> {
-        let mut call = self.scripts.stop.prepare_invoke();
+        let mut call = self.scripts.stop.call();
         call.key(self.global("rollouts", ""))
             .key(self.global("cursors", ""))
             .arg(job_id);
@@ -475,7 +475,7 @@ impl JobsStore for RedisJobs {
     }
 
     fn add_job_things(&mut self, job_id: &str, things: &[String]) -> Stored<()> {
-        let mut call = self.scripts.more.prepare_invoke();
+        let mut call = self.scripts.more.call();
         call.key(self.global("jr:", job_id))
             .key(self.global("targets:", job_id))
             .key(self.global("rollouts", ""))
@@ -502,7 +502,7 @@ impl JobsStore for RedisJobs {
         value: Option<&[u8]>,
         create: bool,
     ) -> Stored<bool> {
-        let mut call = self.scripts.entry.prepare_invoke();
+        let mut call = self.scripts.entry.call();
         call.key(self.global("tab:", table))
             .key(self.global("tabx:", table))
             .arg(name)
@@ -516,7 +516,7 @@ impl JobsStore for RedisJobs {
     }
 
     fn entries(&self, table: &str, after: Option<&str>, count: u64) -> Stored<Entries> {
-        let mut call = self.scripts.entries.prepare_invoke();
+        let mut call = self.scripts.entries.call();
         call.key(self.global("tab:", table))
             .key(self.global("tabx:", table))
             .arg(after.unwrap_or_default())
@@ -538,7 +538,7 @@ impl JobsStore for RedisJobs {
 
     fn drop_table(&mut self, table: &str) -> Stored<()> {
         self.wait(
-            self.store.query::<i64>(
+            self.store.write::<i64>(
                 redis::cmd("DEL")
                     .arg(self.global("tab:", table))
                     .arg(self.global("tabx:", table)),
@@ -569,14 +569,14 @@ impl RedisJobs {
     /// one node subscribes to them plainly): whether the node with `token` holds it for the
     /// next `ttl_ms`. Runs on the runtime (not a blocking call).
     pub async fn claim_listener(&self, token: &str, ttl_ms: u64) -> Result<bool, RedisStoreError> {
-        let mut call = self.scripts.claim.prepare_invoke();
+        let mut call = self.scripts.claim.call();
         call.key(self.global("listener", "")).arg(token).arg(ttl_ms);
         Ok(matches!(self.store.eval(&call).await?, Value::Int(1)))
     }
 
     /// Gives the listener lease up (a node that stops), so another node takes over at once.
     pub async fn release_listener(&self, token: &str) -> Result<(), RedisStoreError> {
-        let mut call = self.scripts.release.prepare_invoke();
+        let mut call = self.scripts.release.call();
         call.key(self.global("listener", "")).arg(token);
         self.store.eval(&call).await?;
         Ok(())

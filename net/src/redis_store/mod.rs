@@ -17,17 +17,21 @@
 
 use std::io::Write as _;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::Bytes;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
-use redis::{Script, ScriptInvocation, Value};
+use redis::{ToRedisArgs, Value};
 
 mod commands;
+mod failover;
 mod jobs;
 
 pub use commands::{RedisRegistry, RegisterError};
+pub use failover::Replication;
+use failover::Sentinel;
 pub use jobs::RedisJobs;
 
 use mqstore_core::ServiceError;
@@ -49,44 +53,113 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// error (the node keeps reconnecting meanwhile).
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// How often a call on a Redis Cluster is retried (MOVED, ASK, TRYAGAIN, CLUSTERDOWN, a lost
+/// connection) before it fails: with waits of 0.1 s growing to 1 s, about seven seconds, what a
+/// failover with a node timeout of a few seconds needs.
+const CLUSTER_RETRIES: u32 = 10;
+
 /// Where the shared state is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RedisConfig {
-    /// `redis://` or `rediss://` URLs: one for a single primary, the seed nodes of a Cluster.
+    /// `redis://` or `rediss://` URLs: one for a single primary, the seed nodes of a Cluster,
+    /// or the sentinels of a Sentinel deployment.
     pub urls: Vec<String>,
     pub cluster: bool,
+    /// A primary that Redis Sentinel watches and fails over: the sentinels are `urls`.
+    pub sentinel: Option<SentinelConfig>,
     /// Prepended to every Redis key mqstore writes.
     pub prefix: String,
+    /// Every write waits until this many replicas have it (Redis `WAIT`) before its answer
+    /// goes out; 0: answered once the primary applied it (replication is asynchronous).
+    pub wait_replicas: u32,
+    /// How long a write waits for [`RedisConfig::wait_replicas`]; a write not confirmed in
+    /// time is answered with an error (it may still be applied), never OK.
+    pub wait_timeout: Duration,
 }
+
+/// The primary of a Sentinel deployment: its name, and how to reach it once the sentinels
+/// say where it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SentinelConfig {
+    /// The name the sentinels monitor it under (`sentinel monitor NAME …`).
+    pub primary: String,
+    /// `redis` or `rediss` (TLS, for the sentinels and the primary alike).
+    pub scheme: String,
+    /// `user:password@` for the primary (empty: none).
+    pub credentials: String,
+    /// `/db` (empty: database 0).
+    pub database: String,
+}
+
+impl SentinelConfig {
+    /// The URL of the primary at `host:port`.
+    fn url(&self, host: &str, port: u16) -> String {
+        format!(
+            "{}://{}{host}:{port}{}",
+            self.scheme, self.credentials, self.database
+        )
+    }
+}
+
+/// How long a write waits for its replicas unless told ([`RedisConfig::wait_timeout`]).
+pub const DEFAULT_WAIT_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// The prefix of every Redis key unless configured otherwise.
 pub const DEFAULT_PREFIX: &str = "mqstore:";
 
 impl RedisConfig {
-    /// Parses `redis://[user:pass@]host:port[/db]`, `rediss://…` (TLS), or a Cluster as
-    /// `redis-cluster://[user:pass@]host:port,host:port,…` (`rediss-cluster://` for TLS).
+    /// Parses `redis://[user:pass@]host:port[/db]`, `rediss://…` (TLS), a Cluster as
+    /// `redis-cluster://[user:pass@]host:port,host:port,…` (`rediss-cluster://` for TLS), or a
+    /// Sentinel deployment as `redis-sentinel://[user:pass@]host:port,host:port,…/PRIMARY[/db]`
+    /// (`rediss-sentinel://` for TLS; the sentinels' addresses, the name they monitor the
+    /// primary under; the credentials are the primary's).
     pub fn parse(text: &str) -> std::result::Result<Self, String> {
         let (scheme, rest) = text
             .split_once("://")
             .ok_or_else(|| format!("{text:?} is not a Redis URL (redis://host:port)"))?;
-        let (base, cluster) = match scheme {
-            "redis" | "rediss" => (scheme, false),
-            "redis-cluster" => ("redis", true),
-            "rediss-cluster" => ("rediss", true),
+        let (base, cluster, sentinel) = match scheme {
+            "redis" | "rediss" => (scheme, false, false),
+            "redis-cluster" => ("redis", true, false),
+            "rediss-cluster" => ("rediss", true, false),
+            "redis-sentinel" => ("redis", false, true),
+            "rediss-sentinel" => ("rediss", false, true),
             _ => {
                 return Err(format!(
-                    "unknown store scheme {scheme:?}: use redis://, rediss://, redis-cluster:// or rediss-cluster://"
+                    "unknown store scheme {scheme:?}: use redis://, rediss://, redis-cluster://, \
+                     rediss-cluster://, redis-sentinel:// or rediss-sentinel://"
                 ));
             }
         };
+        let (credentials, hosts) = match rest.rsplit_once('@') {
+            Some((credentials, hosts)) => (format!("{credentials}@"), hosts),
+            None => (String::new(), rest),
+        };
+        let mut sentinel_config = None;
         let urls = if cluster {
-            let (credentials, hosts) = match rest.rsplit_once('@') {
-                Some((credentials, hosts)) => (format!("{credentials}@"), hosts),
-                None => (String::new(), rest),
-            };
             hosts
                 .split(',')
                 .map(|host| format!("{base}://{credentials}{}", host.trim()))
+                .collect()
+        } else if sentinel {
+            let mut parts = hosts.split('/');
+            let hosts = parts.next().unwrap_or_default();
+            let primary = parts.next().unwrap_or_default();
+            let database = parts.next().map(|db| format!("/{db}")).unwrap_or_default();
+            if primary.is_empty() || parts.next().is_some() || hosts.is_empty() {
+                return Err(format!(
+                    "{:?} is not a Sentinel URL: redis-sentinel://host:port,host:port/PRIMARY[/db]",
+                    redact(text)
+                ));
+            }
+            sentinel_config = Some(SentinelConfig {
+                primary: primary.to_owned(),
+                scheme: base.to_owned(),
+                credentials,
+                database,
+            });
+            hosts
+                .split(',')
+                .map(|host| format!("{base}://{}", host.trim()))
                 .collect()
         } else {
             vec![text.to_owned()]
@@ -98,17 +171,25 @@ impl RedisConfig {
         Ok(Self {
             urls,
             cluster,
+            sentinel: sentinel_config,
             prefix: DEFAULT_PREFIX.to_owned(),
+            wait_replicas: 0,
+            wait_timeout: DEFAULT_WAIT_TIMEOUT,
         })
     }
 
     /// The URLs with passwords hidden, for logs and errors.
     pub fn display(&self) -> String {
-        self.urls
+        let urls = self
+            .urls
             .iter()
             .map(|u| redact(u))
             .collect::<Vec<_>>()
-            .join(",")
+            .join(",");
+        match &self.sentinel {
+            Some(sentinel) => format!("sentinels {urls}, primary {:?}", sentinel.primary),
+            None => urls,
+        }
     }
 }
 
@@ -133,6 +214,15 @@ pub enum RedisStoreError {
     Timeout(Duration),
     #[error("Redis answered something unexpected: {0}")]
     Reply(String),
+    #[error(
+        "not confirmed on {wanted} replica(s) within {timeout:?} (only {confirmed}); it may \
+         still be applied"
+    )]
+    NotReplicated {
+        wanted: u32,
+        confirmed: u32,
+        timeout: Duration,
+    },
 }
 
 impl From<redis::RedisError> for RedisStoreError {
@@ -155,25 +245,96 @@ pub struct Applied {
 enum Connection {
     Single(ConnectionManager),
     Cluster(ClusterConnection),
+    /// The primary the sentinels name, followed across failovers.
+    Sentinel(Arc<Sentinel>),
 }
 
-/// The scripts, loaded once per process (Redis caches them by SHA-1; a Redis that forgot them
-/// gets them again on the first NOSCRIPT).
+/// A Lua script and its SHA-1 (Redis caches scripts by it; a Redis that forgot the script, a
+/// new primary for one, gets it again on the first NOSCRIPT).
+pub(crate) struct Lua {
+    code: &'static str,
+    sha: String,
+}
+
+impl Lua {
+    pub(crate) fn new(code: &'static str) -> Self {
+        let sha = redis::Script::new(code).get_hash().to_owned();
+        Self { code, sha }
+    }
+
+    /// A call of the script, to be given its keys and arguments.
+    pub(crate) fn call(&self) -> Call<'_> {
+        Call {
+            lua: self,
+            keys: Vec::new(),
+            args: Vec::new(),
+            reads: None,
+        }
+    }
+}
+
+/// One call of a [`Lua`] script.
+pub(crate) struct Call<'a> {
+    lua: &'a Lua,
+    keys: Vec<Vec<u8>>,
+    args: Vec<Vec<u8>>,
+    /// A script that only reads: with replicas to wait for, this key of its slot gets a tiny
+    /// write first, so that `WAIT` covers every write the read saw (it waits for the offset of
+    /// the connection's last write).
+    reads: Option<Vec<u8>>,
+}
+
+impl Call<'_> {
+    /// `KEYS[n]`.
+    pub(crate) fn key(&mut self, key: impl ToRedisArgs) -> &mut Self {
+        key.write_redis_args(&mut self.keys);
+        self
+    }
+
+    /// `ARGV[n]`.
+    pub(crate) fn arg(&mut self, arg: impl ToRedisArgs) -> &mut Self {
+        arg.write_redis_args(&mut self.args);
+        self
+    }
+
+    /// Marks a script that only reads; `key` is a key of its slot it may count in.
+    fn reads(&mut self, key: Vec<u8>) -> &mut Self {
+        self.reads = Some(key);
+        self
+    }
+
+    /// `EVALSHA sha …`, or `EVAL code …` for a Redis that does not have the script yet.
+    fn command(&self, with_code: bool) -> redis::Cmd {
+        let mut cmd = if with_code {
+            let mut cmd = redis::cmd("EVAL");
+            cmd.arg(self.lua.code);
+            cmd
+        } else {
+            let mut cmd = redis::cmd("EVALSHA");
+            cmd.arg(&self.lua.sha);
+            cmd
+        };
+        cmd.arg(self.keys.len()).arg(&self.keys).arg(&self.args);
+        cmd
+    }
+}
+
+/// The scripts, loaded once per process.
 struct Scripts {
-    get: Script,
-    set: Script,
-    del: Script,
-    watch: Script,
-    unwatch: Script,
-    drop: Script,
-    leases: Script,
-    sweep: Script,
-    scan: Script,
+    get: Lua,
+    set: Lua,
+    del: Lua,
+    watch: Lua,
+    unwatch: Lua,
+    drop: Lua,
+    leases: Lua,
+    sweep: Lua,
+    scan: Lua,
 }
 
 macro_rules! script {
     ($file:literal) => {
-        Script::new(concat!(include_str!("prelude.lua"), include_str!($file)))
+        Lua::new(concat!(include_str!("prelude.lua"), include_str!($file)))
     };
 }
 
@@ -203,9 +364,13 @@ pub struct RedisStore {
     buckets: u32,
     quotas: Quotas,
     /// Where a node subscribes to its forwarded command answers (Redis pub/sub; on a Cluster
-    /// PUBLISH reaches every node, so any seed node will do).
+    /// PUBLISH reaches every node, so any seed node will do; with Sentinel, the primary now).
     pubsub_url: Arc<str>,
     cluster: bool,
+    /// Replicas every write waits for (0: none), and for how long.
+    wait_replicas: u32,
+    wait_timeout: Duration,
+    replication: Arc<Replication>,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -225,23 +390,41 @@ impl RedisStore {
     /// Cluster that is down fail here, within a few seconds, with Redis's own message).
     pub async fn connect(config: &RedisConfig, quotas: Quotas) -> Result<Self> {
         let _ = rustls::crypto::ring::default_provider().install_default();
+        let replication = Arc::new(Replication::default());
+        // A write that waits for its replicas may take that much longer to be answered.
+        let response_timeout =
+            RESPONSE_TIMEOUT + config.wait_timeout * u32::from(config.wait_replicas > 0);
+        let manager_config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(CONNECT_TIMEOUT))
+            .set_response_timeout(Some(response_timeout))
+            .set_number_of_retries(1)
+            .set_max_delay(Duration::from_secs(1));
         let connect = async {
-            if config.cluster {
+            if let Some(sentinel) = &config.sentinel {
+                Ok(Connection::Sentinel(
+                    Sentinel::connect(
+                        config.urls.clone(),
+                        sentinel.clone(),
+                        manager_config,
+                        replication.clone(),
+                    )
+                    .await?,
+                ))
+            } else if config.cluster {
+                // A primary's failover takes the cluster's node timeout and an election:
+                // MOVED, ASK, TRYAGAIN and CLUSTERDOWN are retried (with the slots read
+                // again) for a few seconds before a request fails.
                 let client = redis::cluster::ClusterClient::builder(config.urls.clone())
                     .connection_timeout(CONNECT_TIMEOUT)
-                    .response_timeout(RESPONSE_TIMEOUT)
+                    .response_timeout(response_timeout)
+                    .retries(CLUSTER_RETRIES)
+                    .min_retry_wait(100)
+                    .max_retry_wait(1_000)
                     .build()?;
-                Ok::<_, redis::RedisError>(Connection::Cluster(
-                    client.get_async_connection().await?,
-                ))
+                Ok::<_, RedisStoreError>(Connection::Cluster(client.get_async_connection().await?))
             } else {
                 let url = config.urls.first().map(String::as_str).unwrap_or_default();
                 let client = redis::Client::open(url)?;
-                let manager_config = ConnectionManagerConfig::new()
-                    .set_connection_timeout(Some(CONNECT_TIMEOUT))
-                    .set_response_timeout(Some(RESPONSE_TIMEOUT))
-                    .set_number_of_retries(1)
-                    .set_max_delay(Duration::from_secs(1));
                 Ok(Connection::Single(
                     ConnectionManager::new_with_config(client, manager_config).await?,
                 ))
@@ -258,6 +441,9 @@ impl RedisStore {
             quotas,
             pubsub_url: Arc::from(config.urls.first().map(String::as_str).unwrap_or_default()),
             cluster: config.cluster,
+            wait_replicas: config.wait_replicas,
+            wait_timeout: config.wait_timeout,
+            replication,
         };
         // A round trip that needs the keyspace: a Cluster without its slots covered fails.
         store.stats().await?;
@@ -271,7 +457,7 @@ impl RedisStore {
         let mut name = self.prefix.to_vec();
         name.extend_from_slice(b"scan-token-key");
         let _: Value = self
-            .query(redis::cmd("SET").arg(&name).arg(&candidate[..]).arg("NX"))
+            .write(redis::cmd("SET").arg(&name).arg(&candidate[..]).arg("NX"))
             .await?;
         let stored: Vec<u8> = self.query(redis::cmd("GET").arg(&name)).await?;
         stored
@@ -284,14 +470,27 @@ impl RedisStore {
         self.buckets
     }
 
+    /// What this node saw of replication and outages (its metrics).
+    pub fn replication(&self) -> &Arc<Replication> {
+        &self.replication
+    }
+
+    /// Where to subscribe to Redis pub/sub: the primary as far as this node knows.
+    pub(crate) fn pubsub_url(&self) -> String {
+        match &self.connection {
+            Connection::Sentinel(sentinel) => sentinel.url(),
+            _ => self.pubsub_url.to_string(),
+        }
+    }
+
     /// Runs one op at `now_ms`: one script (one round trip), plus on a Cluster the lease
     /// renewal of a KEYNOTIFY in the client's other buckets.
     pub async fn apply(&self, op: &StoreOp, now_ms: u64) -> Result<Applied> {
         match op {
             StoreOp::Get { key } => {
-                let reply = self
-                    .eval(&self.key_script(&self.scripts.get, key, now_ms))
-                    .await?;
+                let mut call = self.key_script(&self.scripts.get, key, now_ms);
+                call.reads(self.name(self.bucket_of(key), b"stats", b""));
+                let reply = self.eval(&call).await?;
                 let (expired, rest) = split_expired(key, reply)?;
                 let mut rest = rest.into_iter();
                 // The value moves out of the reply: no second copy.
@@ -392,7 +591,7 @@ impl RedisStore {
                 lease_until,
             } => {
                 let bucket = self.bucket_of(key);
-                let mut call = self.scripts.watch.prepare_invoke();
+                let mut call = self.scripts.watch.call();
                 call.key(self.name(bucket, b"w:", key))
                     .key(self.name(bucket, b"c:", client.as_bytes()))
                     .key(self.name(bucket, b"leases", b""))
@@ -421,7 +620,7 @@ impl RedisStore {
             }
             StoreOp::Unwatch { client, key } => {
                 let bucket = self.bucket_of(key);
-                let mut call = self.scripts.unwatch.prepare_invoke();
+                let mut call = self.scripts.unwatch.call();
                 call.key(self.name(bucket, b"w:", key))
                     .key(self.name(bucket, b"c:", client.as_bytes()))
                     .key(self.name(bucket, b"leases", b""))
@@ -480,13 +679,14 @@ impl RedisStore {
             }
             loop {
                 let batch = (limit - keys.len()).max(16).min(budget - examined);
-                let mut call = self.scripts.scan.prepare_invoke();
+                let mut call = self.scripts.scan.call();
                 call.key(self.name(bucket, b"keys", b""))
                     .key(self.name(bucket, b"exp", b""))
                     .arg(&from)
                     .arg("+")
                     .arg(batch)
-                    .arg(now_ms);
+                    .arg(now_ms)
+                    .reads(self.name(bucket, b"stats", b""));
                 let reply = self.eval(&call).await?;
                 let Value::Array(items) = reply else {
                     return Err(unexpected("SCAN", &[reply]));
@@ -534,7 +734,7 @@ impl RedisStore {
     pub async fn sweep(&self, now_ms: u64) -> Result<Vec<Expired>> {
         let mut expired = Vec::new();
         for bucket in 0..self.buckets {
-            let mut call = self.scripts.sweep.prepare_invoke();
+            let mut call = self.scripts.sweep.call();
             call.key(self.name(bucket, b"keys", b""))
                 .key(self.name(bucket, b"exp", b""))
                 .key(self.name(bucket, b"stats", b""))
@@ -542,7 +742,10 @@ impl RedisStore {
                 .arg(SWEEP_BATCH)
                 .arg(self.name(bucket, b"k:", b""))
                 .arg(self.name(bucket, b"w:", b""));
-            let reply = self.eval(&call).await?;
+            // The keys are gone once the script ran: their watchers hear of it even when the
+            // removal's replication is not confirmed (else a removal that did replicate would
+            // notify nobody). A failover that loses it expires them again: two DELETEs.
+            let (reply, _confirmed) = self.eval_unconfirmed(&call).await?;
             let Value::Array(items) = reply else {
                 return Err(unexpected("sweep", &[reply]));
             };
@@ -572,7 +775,7 @@ impl RedisStore {
     pub async fn expire_leases(&self, now_ms: u64) -> Result<Vec<(ClientId, usize)>> {
         let mut dropped = Vec::new();
         for bucket in 0..self.buckets {
-            let mut call = self.scripts.leases.prepare_invoke();
+            let mut call = self.scripts.leases.call();
             call.key(self.name(bucket, b"leases", b""))
                 .key(self.name(bucket, b"stats", b""))
                 .arg(now_ms)
@@ -608,7 +811,7 @@ impl RedisStore {
         };
         let mut dropped = 0;
         for bucket in buckets {
-            let mut call = self.scripts.drop.prepare_invoke();
+            let mut call = self.scripts.drop.call();
             call.key(self.name(bucket, b"c:", client.as_bytes()))
                 .key(self.name(bucket, b"leases", b""))
                 .key(self.name(bucket, b"stats", b""))
@@ -621,7 +824,7 @@ impl RedisStore {
         }
         if self.buckets > 1 {
             let _: i64 = self
-                .query(redis::cmd("DEL").arg(self.directory(client)))
+                .write(redis::cmd("DEL").arg(self.directory(client)))
                 .await?;
         }
         Ok(dropped)
@@ -676,13 +879,13 @@ impl RedisStore {
     async fn note_bucket(&self, client: &str, bucket: u32, lease_until: Option<u64>) -> Result<()> {
         let directory = self.directory(client);
         let _: i64 = self
-            .query(redis::cmd("SADD").arg(&directory).arg(bucket))
+            .write(redis::cmd("SADD").arg(&directory).arg(bucket))
             .await?;
         if let Some(until) = lease_until {
             let buckets: Vec<u32> = self.query(redis::cmd("SMEMBERS").arg(&directory)).await?;
             for other in buckets.into_iter().filter(|b| *b != bucket) {
                 let _: i64 = self
-                    .query(
+                    .write(
                         redis::cmd("ZADD")
                             .arg(self.name(other, b"leases", b""))
                             .arg("XX")
@@ -705,9 +908,9 @@ impl RedisStore {
     }
 
     /// The script call for an op on one key, with the key script's KEYS and first ARGVs.
-    fn key_script<'a>(&self, script: &'a Script, key: &[u8], now_ms: u64) -> ScriptInvocation<'a> {
+    fn key_script<'a>(&self, script: &'a Lua, key: &[u8], now_ms: u64) -> Call<'a> {
         let bucket = self.bucket_of(key);
-        let mut call = script.prepare_invoke();
+        let mut call = script.call();
         call.key(self.name(bucket, b"k:", key))
             .key(self.name(bucket, b"w:", key))
             .key(self.name(bucket, b"keys", b""))
@@ -749,21 +952,109 @@ impl RedisStore {
         (hash % u64::from(self.buckets)) as u32
     }
 
-    /// Runs a script call (EVALSHA, loading the script on NOSCRIPT).
-    async fn eval(&self, call: &ScriptInvocation<'_>) -> Result<Value> {
-        let mut connection = self.connection.clone();
-        Ok(match &mut connection {
-            Connection::Single(c) => call.invoke_async(c).await?,
-            Connection::Cluster(c) => call.invoke_async(c).await?,
-        })
+    /// Runs a script call: `EVALSHA` (`EVAL` with the code on NOSCRIPT), followed on the same
+    /// connection by `WAIT` when writes wait for replicas. A write whose replication is not
+    /// confirmed in time is an error, although the primary applied it.
+    pub(crate) async fn eval(&self, call: &Call<'_>) -> Result<Value> {
+        let (value, confirmed) = self.eval_unconfirmed(call).await?;
+        confirmed.map(|()| value)
     }
 
+    /// [`RedisStore::eval`], but the script's answer also when its replication was not
+    /// confirmed (the second part says whether it was).
+    async fn eval_unconfirmed(&self, call: &Call<'_>) -> Result<(Value, Result<()>)> {
+        match self.eval_once(call, false).await {
+            Err(e) if e.code() == Some("NOSCRIPT") => self.eval_once(call, true).await,
+            other => other,
+        }
+        .map_err(RedisStoreError::from)
+    }
+
+    async fn eval_once(
+        &self,
+        call: &Call<'_>,
+        with_code: bool,
+    ) -> redis::RedisResult<(Value, Result<()>)> {
+        let command = call.command(with_code);
+        if self.wait_replicas == 0 {
+            return Ok((self.run(&command).await?, Ok(())));
+        }
+        let mut pipe = redis::pipe();
+        pipe.add_command(command);
+        if let Some(key) = &call.reads {
+            pipe.cmd("HINCRBY").arg(key).arg("syncs").arg(1).ignore();
+        }
+        pipe.cmd("WAIT")
+            .arg(self.wait_replicas)
+            .arg(self.wait_timeout.as_millis() as u64);
+        let (value, replicas): (Value, u32) = self.run_pipeline(&pipe).await?;
+        Ok((value, self.confirmed(replicas)))
+    }
+
+    /// A `WAIT`'s answer: whether enough replicas have the write (counted for the metrics).
+    fn confirmed(&self, replicas: u32) -> Result<()> {
+        if replicas >= self.wait_replicas {
+            self.replication.confirmed.fetch_add(1, Ordering::Relaxed);
+            Ok(())
+        } else {
+            self.replication.unconfirmed.fetch_add(1, Ordering::Relaxed);
+            Err(RedisStoreError::NotReplicated {
+                wanted: self.wait_replicas,
+                confirmed: replicas,
+                timeout: self.wait_timeout,
+            })
+        }
+    }
+
+    /// A command that only reads.
     async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T> {
-        let mut connection = self.connection.clone();
-        Ok(match &mut connection {
-            Connection::Single(c) => cmd.query_async(c).await?,
-            Connection::Cluster(c) => cmd.query_async(c).await?,
-        })
+        Ok(self.run(cmd).await?)
+    }
+
+    /// A command that writes: followed by `WAIT` when writes wait for replicas.
+    async fn write<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T> {
+        if self.wait_replicas == 0 {
+            return self.query(cmd).await;
+        }
+        let mut pipe = redis::pipe();
+        pipe.add_command(cmd.clone())
+            .cmd("WAIT")
+            .arg(self.wait_replicas)
+            .arg(self.wait_timeout.as_millis() as u64);
+        let (value, replicas): (T, u32) = self.run_pipeline(&pipe).await?;
+        self.confirmed(replicas).map(|()| value)
+    }
+
+    async fn run<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> redis::RedisResult<T> {
+        let result = match &self.connection {
+            Connection::Single(c) => cmd.query_async(&mut c.clone()).await,
+            Connection::Cluster(c) => cmd.query_async(&mut c.clone()).await,
+            Connection::Sentinel(s) => cmd.query_async(&mut s.connection()).await,
+        };
+        self.noted(result)
+    }
+
+    /// A pipeline, on one connection (its commands reach one node, in order).
+    async fn run_pipeline<T: redis::FromRedisValue>(
+        &self,
+        pipe: &redis::Pipeline,
+    ) -> redis::RedisResult<T> {
+        let result = match &self.connection {
+            Connection::Single(c) => pipe.query_async(&mut c.clone()).await,
+            Connection::Cluster(c) => pipe.query_async(&mut c.clone()).await,
+            Connection::Sentinel(s) => pipe.query_async(&mut s.connection()).await,
+        };
+        self.noted(result)
+    }
+
+    /// Records a call's result; a failed one makes a Sentinel store ask where the primary is.
+    fn noted<T>(&self, result: redis::RedisResult<T>) -> redis::RedisResult<T> {
+        let failed = result.as_ref().is_err_and(|e| e.code() != Some("NOSCRIPT"));
+        self.replication.note(!failed);
+        if let (true, Connection::Sentinel(sentinel)) = (failed, &self.connection) {
+            sentinel.failed();
+        }
+        result
     }
 }
 

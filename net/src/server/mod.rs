@@ -242,6 +242,9 @@ pub async fn serve(
     };
     let metrics = Arc::new(Metrics::default());
     metrics.store_call(true, 0);
+    if let State::Redis(_, remote) = &state {
+        metrics.watch_replication(remote.store.replication().clone());
+    }
     let mut metrics_addr = None;
     let metrics_task = match config.metrics_addr {
         Some(addr) => {

@@ -1,0 +1,490 @@
+//! Redis failing over under three `mqstore serve` nodes (real redis-server primaries, replicas
+//! and sentinels, a real mosquitto, on free ports): what an acknowledged write survives with
+//! `--redis-wait-replicas` and without it, histories checked for linearizability across the
+//! failover, expiry notifications, the jobs listener, a Redis Cluster losing a primary, and a
+//! node cut off from Redis.
+
+mod broker;
+mod calls;
+mod history;
+#[path = "redis/mod.rs"]
+mod redis;
+
+use std::collections::{BTreeMap, HashSet};
+use std::io::{Read as _, Write as _};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use broker::Broker;
+use mqstore_core::client::ClientError;
+use mqstore_net::BrokerConfig;
+use mqstore_net::client::{Client, SetOptions};
+use mqstore_net::redis_store::RedisConfig;
+use mqstore_net::server::{ServerConfig, StoreConfig, spawn};
+use redis::{Cluster, Proxy, Redis, Sentinels};
+
+use calls::WAIT;
+
+const GROUP: &str = "failover";
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap()
+}
+
+/// A client whose calls time out after 3 s, once a node answers.
+async fn client(port: u16, id: &str) -> Client {
+    calls::ready_client_timing_out(port, id, Duration::from_secs(3)).await
+}
+
+/// `mqstore serve` as a process of its own, its metrics on `metrics`.
+fn serve_process(broker: &Broker, store: &str, id: &str, wait: u32, metrics: u16) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_mqstore"))
+        .args(["--port", &broker.port.to_string(), "serve"])
+        .args(["--store", store, "--node-id", id, "--share-group", GROUP])
+        .args(["--redis-wait-replicas", &wait.to_string()])
+        .args(["--metrics", &format!("127.0.0.1:{metrics}")])
+        .env("MQSTORE_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("mqstore serve starts")
+}
+
+/// A node's Prometheus metrics.
+fn metrics(port: u16) -> String {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("the metrics endpoint");
+    stream
+        .write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
+        .unwrap();
+    let mut text = String::new();
+    stream.read_to_string(&mut text).unwrap();
+    text
+}
+
+/// A metric's value in a Prometheus text.
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in {text}"))
+}
+
+/// What a run under load across a failover saw.
+struct Run {
+    /// Writes acknowledged OK, and those of them missing afterwards.
+    acknowledged: usize,
+    lost: Vec<String>,
+    /// The porcupine check of the whole history.
+    linearizable: bool,
+    report: String,
+    /// Operations answered that began well after the failover.
+    answered_after: usize,
+    /// DELETE notifications per key that expired across the failover.
+    deletes: BTreeMap<String, usize>,
+    /// Each node's metrics at the end.
+    metrics: Vec<String>,
+}
+
+/// Three nodes on `store`, behind one share group, under load from six clients of random
+/// operations (their history checked by porcupine), three writers of fresh keys (each OK
+/// remembered), and keys that expire around the failover, which `fail` causes 1.5 s in.
+async fn under_load_across(store: &str, wait: u32, fail: impl FnOnce() + Send) -> Run {
+    let broker = Broker::start();
+    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let mut nodes: Vec<Child> = ports
+        .iter()
+        .enumerate()
+        .map(|(i, port)| serve_process(&broker, store, &format!("f{i}"), wait, *port))
+        .collect();
+    let mut clients = Vec::new();
+    for c in 0..9 {
+        clients.push(client(broker.port, &format!("load-{c}")).await);
+    }
+    let watcher = client(broker.port, "watcher").await;
+    let setter = client(broker.port, "setter").await;
+    let start = Instant::now();
+    let load = Duration::from_millis(8_000);
+    let mut tasks = Vec::new();
+    for c in 0..6 {
+        let client = clients.pop().unwrap();
+        tasks.push(tokio::spawn(history::run(client, c, 12, start, load)));
+    }
+    let acknowledged = Arc::new(Mutex::new(Vec::new()));
+    let mut writers = Vec::new();
+    for (w, client) in clients.into_iter().enumerate() {
+        let acknowledged = acknowledged.clone();
+        writers.push(tokio::spawn(async move {
+            let mut i = 0;
+            while start.elapsed() < load {
+                let key = format!("acked/{w}/{i}");
+                i += 1;
+                match client.set(key.clone(), "x", SetOptions::default()).await {
+                    Ok(set) if set.applied => acknowledged.lock().unwrap().push(key),
+                    Ok(set) => panic!("{key}: not applied {set:?}"),
+                    Err(ClientError::Timeout(_) | ClientError::Status { status: 503, .. }) => {}
+                    Err(e) => panic!("{key}: {e}"),
+                }
+            }
+        }));
+    }
+    // Keys that expire from half a second before the failover to three seconds after it.
+    let mut observations = Vec::new();
+    for i in 0..12 {
+        let key = format!("expiring/{i}");
+        let observation = watcher.observe(key.clone()).await.unwrap();
+        let expires = (1_000 + 300 * i as u64).saturating_sub(start.elapsed().as_millis() as u64);
+        let options = SetOptions {
+            expires: Some(Duration::from_millis(expires.max(100))),
+            ..SetOptions::default()
+        };
+        setter.set(key.clone(), "soon", options).await.unwrap();
+        observations.push((key, observation));
+    }
+    tokio::time::sleep(Duration::from_millis(1_500).saturating_sub(start.elapsed())).await;
+    let failed_at = start.elapsed();
+    fail();
+    let mut history = Vec::new();
+    for task in tasks {
+        history.extend(task.await.unwrap());
+    }
+    for writer in writers {
+        writer.await.unwrap();
+    }
+    // Every key has expired by now; the sweeps have run many times since.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let mut deletes = BTreeMap::new();
+    for (key, mut observation) in observations {
+        let mut count = 0;
+        while let Ok(Some(change)) =
+            tokio::time::timeout(Duration::from_millis(100), observation.next()).await
+        {
+            if change.value.is_none() {
+                count += 1;
+            }
+        }
+        deletes.insert(key, count);
+    }
+    let reader = client(broker.port, "reader").await;
+    let present: HashSet<String> = reader
+        .scan("acked/*")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|k| String::from_utf8_lossy(&k).into_owned())
+        .collect();
+    let acknowledged = acknowledged.lock().unwrap().clone();
+    let lost: Vec<String> = acknowledged
+        .iter()
+        .filter(|k| !present.contains(*k))
+        .cloned()
+        .collect();
+    let metrics = ports.iter().map(|port| metrics(*port)).collect();
+    for node in &mut nodes {
+        let _ = node.kill();
+        let _ = node.wait();
+    }
+    let (linearizable, report) = history::check(&history, &format!("failover-{wait}.jsonl"));
+    Run {
+        acknowledged: acknowledged.len(),
+        lost,
+        linearizable,
+        report,
+        answered_after: history::answered_after(
+            &history,
+            (failed_at + Duration::from_secs(5)).as_nanos(),
+        ),
+        deletes,
+        metrics,
+    }
+}
+
+/// One primary, two replicas (which replicate through a proxy, to cut them off), three
+/// sentinels.
+fn sentinel_deployment() -> (Redis, Proxy, Vec<Redis>, Sentinels) {
+    let primary = Redis::start();
+    let link = Proxy::to(primary.port);
+    let replicas = vec![
+        Redis::replica_of_port(link.port),
+        Redis::replica_of_port(link.port),
+    ];
+    let sentinels = Sentinels::start(&primary, 3);
+    (primary, link, replicas, sentinels)
+}
+
+/// The failure Redis's asynchronous replication loses writes to: the primary goes on
+/// accepting writes its replicas no longer receive (a partition, a lagging link) for a
+/// second, then dies (SIGKILL), and the sentinels promote a replica.
+fn partition_then_kill(mut primary: Redis, link: Proxy) -> impl FnOnce() + Send {
+    move || {
+        link.cut();
+        std::thread::sleep(Duration::from_millis(1_000));
+        primary.kill();
+    }
+}
+
+/// The promise of `--redis-wait-replicas 1`: across that failure, every write answered OK is
+/// there afterwards, the whole history is linearizable, each key expiring meanwhile is
+/// notified once (twice at most, when a sweep's removal was not confirmed), the nodes serve
+/// again, and each counted the failover.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_failover_with_wait_1_loses_no_acknowledged_write() {
+    let (primary, link, _replicas, sentinels) = sentinel_deployment();
+    let old = primary.port;
+    let run = under_load_across(&sentinels.url(), 1, partition_then_kill(primary, link)).await;
+    assert_ne!(
+        sentinels.primary_port(),
+        old,
+        "the sentinels promoted a replica"
+    );
+    println!(
+        "with --redis-wait-replicas 1: {} writes acknowledged, {} lost; {}",
+        run.acknowledged,
+        run.lost.len(),
+        run.report
+    );
+    assert!(run.acknowledged > 100, "{} acknowledged", run.acknowledged);
+    assert!(run.lost.is_empty(), "acknowledged and lost: {:?}", run.lost);
+    assert!(run.linearizable, "not linearizable: {}", run.report);
+    assert!(
+        run.answered_after > 50,
+        "the load did not go on after the failover"
+    );
+    for (key, count) in &run.deletes {
+        assert!(
+            (1..=2).contains(count),
+            "{key}: {count} DELETE notifications"
+        );
+    }
+    for text in &run.metrics {
+        assert_eq!(metric(text, "mqstore_redis_failovers_total"), 1.0, "{text}");
+        assert!(metric(text, "mqstore_redis_replication_confirmed_total") > 0.0);
+        assert!(metric(text, "mqstore_redis_last_outage_seconds") > 0.0);
+    }
+    // The writes made while the replicas were cut off were not confirmed.
+    let unconfirmed: Vec<f64> = run
+        .metrics
+        .iter()
+        .map(|text| metric(text, "mqstore_redis_replication_unconfirmed_total"))
+        .collect();
+    println!("unconfirmed per node: {unconfirmed:?}");
+    assert!(unconfirmed.iter().sum::<f64>() > 0.0, "{unconfirmed:?}");
+}
+
+/// Without waiting for replicas the same failure loses writes already answered OK (Redis
+/// replicates asynchronously): this run measures how many, for the documentation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_failover_without_wait_measures_what_it_loses() {
+    let (primary, link, _replicas, sentinels) = sentinel_deployment();
+    let old = primary.port;
+    let run = under_load_across(&sentinels.url(), 0, partition_then_kill(primary, link)).await;
+    assert_ne!(
+        sentinels.primary_port(),
+        old,
+        "the sentinels promoted a replica"
+    );
+    println!(
+        "without --redis-wait-replicas: {} writes acknowledged, {} of them lost; \
+         linearizable: {}; DELETEs per expiring key: {:?}",
+        run.acknowledged,
+        run.lost.len(),
+        run.linearizable,
+        run.deletes
+    );
+    assert!(run.acknowledged > 100, "{} acknowledged", run.acknowledged);
+    // A second of writes went to a primary whose replicas no longer heard it.
+    assert!(
+        !run.lost.is_empty(),
+        "nothing lost: the failure was not reproduced"
+    );
+    assert!(
+        run.answered_after > 50,
+        "the load did not go on after the failover"
+    );
+    for text in &run.metrics {
+        assert_eq!(metric(text, "mqstore_redis_failovers_total"), 1.0, "{text}");
+        assert_eq!(
+            metric(text, "mqstore_redis_replication_confirmed_total"),
+            0.0
+        );
+    }
+}
+
+/// A Redis Cluster of three primaries with a replica each loses a primary (SIGKILL): its
+/// replica takes over, the nodes keep serving (MOVED and CLUSTERDOWN retried), and with
+/// `--redis-wait-replicas 1` nothing acknowledged is lost and the history is linearizable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_failover_with_wait_1_loses_no_acknowledged_write() {
+    let mut cluster = Cluster::start_with_replicas(1);
+    let url = cluster.url();
+    let victim = cluster
+        .nodes
+        .iter()
+        .position(Redis::is_primary)
+        .expect("a primary");
+    let mut killed = cluster.nodes.remove(victim);
+    let run = under_load_across(&url, 1, move || killed.kill()).await;
+    println!(
+        "Redis Cluster, --redis-wait-replicas 1: {} acknowledged, {} lost; {}",
+        run.acknowledged,
+        run.lost.len(),
+        run.report
+    );
+    assert_eq!(
+        cluster.nodes.iter().filter(|n| n.is_primary()).count(),
+        3,
+        "a replica took the killed primary's slots"
+    );
+    assert!(run.acknowledged > 100, "{} acknowledged", run.acknowledged);
+    assert!(run.lost.is_empty(), "acknowledged and lost: {:?}", run.lost);
+    assert!(run.linearizable, "not linearizable: {}", run.report);
+    assert!(
+        run.answered_after > 50,
+        "the load did not go on after the failover"
+    );
+    for (key, count) in &run.deletes {
+        assert!(
+            (1..=2).contains(count),
+            "{key}: {count} DELETE notifications"
+        );
+    }
+}
+
+/// A write whose replication cannot be confirmed (the only replica is gone) is answered with
+/// status 503 and the reason, never OK; the same for the jobs service; once a replica is
+/// back, writes are answered OK again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_not_confirmed_on_its_replicas_is_an_error_never_ok() {
+    use mqstore_core::jobs::JobSpec;
+    let primary = Redis::start();
+    let mut replica = Redis::replica_of(&primary);
+    let broker = Broker::start();
+    let mut redis_config = RedisConfig::parse(&primary.url()).unwrap();
+    redis_config.wait_replicas = 1;
+    redis_config.wait_timeout = Duration::from_millis(200);
+    let config = ServerConfig {
+        store: StoreConfig::Redis(redis_config),
+        ..ServerConfig::new(
+            BrokerConfig {
+                port: broker.port,
+                ..BrokerConfig::default()
+            },
+            "w1",
+        )
+    };
+    let node = spawn(config).await.expect("the node starts");
+    let c = client(broker.port, "dev").await;
+    assert!(
+        c.set("k", "confirmed", SetOptions::default())
+            .await
+            .unwrap()
+            .applied
+    );
+    assert_eq!(
+        replica.cli(&["dbsize"]).trim().parse::<u64>().unwrap() > 0,
+        true
+    );
+    replica.kill();
+    match c.set("k", "unconfirmed", SetOptions::default()).await {
+        Err(ClientError::Status {
+            status: 503,
+            message,
+        }) => assert!(
+            message.contains("not confirmed on 1 replica(s)")
+                && message.contains("may still be applied"),
+            "{message}"
+        ),
+        other => panic!("expected status 503, got {other:?}"),
+    }
+    match c
+        .create_job(JobSpec::new("fw", vec!["t1".into()], serde_json::json!({})))
+        .await
+    {
+        Err(ClientError::Jobs { code, message, .. }) => {
+            assert_eq!(code, "InternalError", "{message}");
+            assert!(message.contains("not confirmed"), "{message}");
+        }
+        other => panic!("expected InternalError, got {other:?}"),
+    }
+    let render = node.metrics.render();
+    assert!(
+        !render.contains("mqstore_redis_replication_unconfirmed_total 0\n"),
+        "{render}"
+    );
+    replica.restart(); // an empty replica again, which syncs from the primary
+    let deadline = Instant::now() + WAIT;
+    loop {
+        match c.set("k", "again", SetOptions::default()).await {
+            Ok(set) if set.applied => break,
+            other => assert!(
+                Instant::now() < deadline,
+                "never confirmed again: {other:?}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(c.get("k").await.unwrap().unwrap().value, "again");
+    let _ = tokio::time::timeout(WAIT, node.stop()).await;
+}
+
+/// A node cut off from Redis but not from the broker answers 503 and applies nothing; once
+/// Redis is reachable again it serves again by itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_cut_off_from_redis_answers_503_applies_nothing_and_recovers() {
+    let redis = Redis::start();
+    let proxy = Proxy::to(redis.port);
+    let broker = Broker::start();
+    let config = ServerConfig {
+        store: StoreConfig::Redis(
+            RedisConfig::parse(&format!("redis://127.0.0.1:{}", proxy.port)).unwrap(),
+        ),
+        ..ServerConfig::new(
+            BrokerConfig {
+                port: broker.port,
+                ..BrokerConfig::default()
+            },
+            "cut",
+        )
+    };
+    let node = spawn(config).await.expect("the node starts");
+    let c = client(broker.port, "dev").await;
+    c.set("k", "before", SetOptions::default()).await.unwrap();
+    proxy.cut();
+    for value in ["during-1", "during-2", "during-3"] {
+        match c.set("k", value, SetOptions::default()).await {
+            Err(ClientError::Status {
+                status: 503,
+                message,
+            }) => {
+                assert!(message.contains("the store failed"), "{message}")
+            }
+            other => panic!("expected status 503, got {other:?}"),
+        }
+    }
+    assert!(node.metrics.render().contains("mqstore_store_up 0\n"));
+    proxy.restore();
+    let deadline = Instant::now() + WAIT;
+    let got = loop {
+        match c.get("k").await {
+            Ok(got) => break got,
+            Err(e) => assert!(Instant::now() < deadline, "never recovered: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(
+        got.unwrap().value,
+        "before",
+        "a write made while cut off was applied"
+    );
+    assert!(
+        c.set("k", "after", SetOptions::default())
+            .await
+            .unwrap()
+            .applied
+    );
+    assert!(node.metrics.render().contains("mqstore_store_up 1\n"));
+    let _ = tokio::time::timeout(WAIT, node.stop()).await;
+}

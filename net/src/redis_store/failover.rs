@@ -1,0 +1,218 @@
+//! Following Redis across failovers: the primary a Sentinel deployment names now
+//! ([`Sentinel`]), and what a node saw of replication and outages ([`Replication`], its
+//! metrics).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use tracing::{info, warn};
+
+use super::{RedisStoreError, SentinelConfig};
+
+/// How long asking one sentinel may take.
+const SENTINEL_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// How often a node asks the sentinels where the primary is, failed calls or not: a node that
+/// is idle, or still reaches a primary the others deposed, moves within this time.
+const SENTINEL_POLL: Duration = Duration::from_secs(1);
+
+/// What a node saw of Redis replication and outages, for its metrics.
+#[derive(Debug)]
+pub struct Replication {
+    /// Writes whose replication to the replicas asked for was confirmed.
+    pub confirmed: AtomicU64,
+    /// Writes whose replication was not confirmed in time (answered with an error).
+    pub unconfirmed: AtomicU64,
+    /// Times the node moved to a new primary.
+    pub failovers: AtomicU64,
+    /// How long the last outage lasted, from the first failed call to the next one that
+    /// succeeded (a failover's length as this node saw it), in milliseconds.
+    pub last_outage_ms: AtomicU64,
+    base: Instant,
+    /// Since when calls fail (ms after `base`, plus one; 0: they do not).
+    down_since: AtomicU64,
+}
+
+impl Default for Replication {
+    fn default() -> Self {
+        Self {
+            confirmed: AtomicU64::new(0),
+            unconfirmed: AtomicU64::new(0),
+            failovers: AtomicU64::new(0),
+            last_outage_ms: AtomicU64::new(0),
+            base: Instant::now(),
+            down_since: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Replication {
+    /// Records a call's result: an outage begins with the first failure and ends with the
+    /// next success.
+    pub(super) fn note(&self, ok: bool) {
+        if ok {
+            if self.down_since.load(Ordering::Relaxed) != 0 {
+                let since = self.down_since.swap(0, Ordering::Relaxed);
+                if since != 0 {
+                    let now = self.base.elapsed().as_millis() as u64 + 1;
+                    self.last_outage_ms
+                        .store(now.saturating_sub(since), Ordering::Relaxed);
+                }
+            }
+        } else if self.down_since.load(Ordering::Relaxed) == 0 {
+            let now = self.base.elapsed().as_millis() as u64 + 1;
+            let _ = self
+                .down_since
+                .compare_exchange(0, now, Ordering::Relaxed, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The primary of a Sentinel deployment: a connection to the one the sentinels name, replaced
+/// when they name another.
+pub(crate) struct Sentinel {
+    sentinels: Vec<String>,
+    config: SentinelConfig,
+    manager_config: ConnectionManagerConfig,
+    /// The primary's URL and the connection to it.
+    primary: RwLock<(String, ConnectionManager)>,
+    /// Held while the sentinels are asked (one question at a time).
+    following: tokio::sync::Mutex<()>,
+    replication: Arc<Replication>,
+}
+
+impl Sentinel {
+    /// Asks the sentinels where the primary is and connects to it; then keeps asking (every
+    /// [`SENTINEL_POLL`], and after any failed call) for as long as the connection is used.
+    pub(super) async fn connect(
+        sentinels: Vec<String>,
+        config: SentinelConfig,
+        manager_config: ConnectionManagerConfig,
+        replication: Arc<Replication>,
+    ) -> Result<Arc<Self>, RedisStoreError> {
+        let url = locate(&sentinels, &config).await?;
+        let manager = open_primary(&url, &manager_config).await?;
+        let sentinel = Arc::new(Self {
+            sentinels,
+            config,
+            manager_config,
+            primary: RwLock::new((url, manager)),
+            following: tokio::sync::Mutex::new(()),
+            replication,
+        });
+        let watched = Arc::downgrade(&sentinel);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(SENTINEL_POLL).await;
+                let Some(sentinel) = watched.upgrade() else {
+                    return; // the store is gone
+                };
+                sentinel.follow().await;
+            }
+        });
+        Ok(sentinel)
+    }
+
+    /// The connection to the primary as far as this node knows.
+    pub(super) fn connection(&self) -> ConnectionManager {
+        self.primary
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .1
+            .clone()
+    }
+
+    /// The primary's URL as far as this node knows.
+    pub(super) fn url(&self) -> String {
+        self.primary
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .0
+            .clone()
+    }
+
+    /// After a failed call: asks the sentinels again, in the background.
+    pub(super) fn failed(self: &Arc<Self>) {
+        let sentinel = self.clone();
+        tokio::spawn(async move { sentinel.follow().await });
+    }
+
+    /// Moves to the primary the sentinels name, if it is another one and answers as a
+    /// primary (during a promotion the sentinels may name it a moment early).
+    async fn follow(&self) {
+        let Ok(_asking) = self.following.try_lock() else {
+            return; // another call is asking already
+        };
+        let url = match locate(&self.sentinels, &self.config).await {
+            Ok(url) => url,
+            Err(e) => {
+                warn!(error = %e, "cannot ask the sentinels where the primary is");
+                return;
+            }
+        };
+        if url == self.url() {
+            return;
+        }
+        match open_primary(&url, &self.manager_config).await {
+            Ok(manager) => {
+                *self
+                    .primary
+                    .write()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner()) = (url.clone(), manager);
+                self.replication.failovers.fetch_add(1, Ordering::Relaxed);
+                info!(primary = %super::redact(&url), "the sentinels named a new primary: following it");
+            }
+            Err(e) => {
+                warn!(primary = %super::redact(&url), error = %e, "the new primary does not answer as one yet")
+            }
+        }
+    }
+}
+
+/// The URL of the primary the sentinels name (the first sentinel that answers).
+async fn locate(sentinels: &[String], config: &SentinelConfig) -> Result<String, RedisStoreError> {
+    let mut failures = Vec::new();
+    for url in sentinels {
+        let asked = async {
+            let client = redis::Client::open(url.as_str())?;
+            let mut connection = client.get_multiplexed_async_connection().await?;
+            redis::cmd("SENTINEL")
+                .arg("get-master-addr-by-name")
+                .arg(&config.primary)
+                .query_async::<Option<(String, u16)>>(&mut connection)
+                .await
+        };
+        match tokio::time::timeout(SENTINEL_TIMEOUT, asked).await {
+            Ok(Ok(Some((host, port)))) => return Ok(config.url(&host, port)),
+            Ok(Ok(None)) => failures.push(format!(
+                "{url} monitors no primary called {:?}",
+                config.primary
+            )),
+            Ok(Err(e)) => failures.push(format!("{url}: {e}")),
+            Err(_) => failures.push(format!("{url}: no answer within {SENTINEL_TIMEOUT:?}")),
+        }
+    }
+    Err(RedisStoreError::Redis(format!(
+        "no sentinel named the primary: {}",
+        failures.join("; ")
+    )))
+}
+
+/// A connection to `url`, once it answers `ROLE` as a primary.
+async fn open_primary(
+    url: &str,
+    config: &ConnectionManagerConfig,
+) -> Result<ConnectionManager, RedisStoreError> {
+    let client = redis::Client::open(url)?;
+    let mut manager = ConnectionManager::new_with_config(client, config.clone()).await?;
+    let role: Vec<redis::Value> = redis::cmd("ROLE").query_async(&mut manager).await?;
+    match role.first() {
+        Some(redis::Value::BulkString(role)) if role == b"master" => Ok(manager),
+        other => Err(RedisStoreError::Reply(format!(
+            "{} is not a primary (ROLE {other:?})",
+            super::redact(url)
+        ))),
+    }
+}
