@@ -318,6 +318,15 @@ impl Cluster {
                 assert!(Instant::now() < deadline, "the cluster did not become ok");
                 std::thread::sleep(Duration::from_millis(50));
             }
+            // A replica has what its primary had before a test counts on it.
+            while !node.is_primary()
+                && !node
+                    .cli(&["info", "replication"])
+                    .contains("master_link_status:up")
+            {
+                assert!(Instant::now() < deadline, "a replica did not sync");
+                std::thread::sleep(Duration::from_millis(50));
+            }
         }
         Self { nodes }
     }

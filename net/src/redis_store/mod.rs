@@ -58,6 +58,10 @@ const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
 /// failover with a node timeout of a few seconds needs.
 const CLUSTER_RETRIES: u32 = 10;
 
+/// How long connecting to one node of a Cluster may take: short, because requests wait while
+/// the client reads the slots again, which tries every node (a dead one too).
+const CLUSTER_CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
+
 /// Where the shared state is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RedisConfig {
@@ -415,7 +419,7 @@ impl RedisStore {
                 // MOVED, ASK, TRYAGAIN and CLUSTERDOWN are retried (with the slots read
                 // again) for a few seconds before a request fails.
                 let client = redis::cluster::ClusterClient::builder(config.urls.clone())
-                    .connection_timeout(CONNECT_TIMEOUT)
+                    .connection_timeout(CLUSTER_CONNECT_TIMEOUT)
                     .response_timeout(response_timeout)
                     .retries(CLUSTER_RETRIES)
                     .min_retry_wait(100)
@@ -730,43 +734,58 @@ impl RedisStore {
     }
 
     /// Removes keys whose deadline passed by `now_ms` (up to [`SWEEP_BATCH`] per bucket) and
-    /// returns them with their watchers: each removed by exactly one sweep or script.
-    pub async fn sweep(&self, now_ms: u64) -> Result<Vec<Expired>> {
+    /// returns them with their watchers: each removed by exactly one sweep or script. A
+    /// bucket that fails (its primary is away) does not keep the others' keys from their
+    /// watchers: they come back with the first error.
+    pub async fn sweep(&self, now_ms: u64) -> (Vec<Expired>, Option<RedisStoreError>) {
         let mut expired = Vec::new();
+        let mut failed = None;
         for bucket in 0..self.buckets {
-            let mut call = self.scripts.sweep.call();
-            call.key(self.name(bucket, b"keys", b""))
-                .key(self.name(bucket, b"exp", b""))
-                .key(self.name(bucket, b"stats", b""))
-                .arg(now_ms)
-                .arg(SWEEP_BATCH)
-                .arg(self.name(bucket, b"k:", b""))
-                .arg(self.name(bucket, b"w:", b""));
-            // The keys are gone once the script ran: their watchers hear of it even when the
-            // removal's replication is not confirmed (else a removal that did replicate would
-            // notify nobody). A failover that loses it expires them again: two DELETEs.
-            let (reply, _confirmed) = self.eval_unconfirmed(&call).await?;
-            let Value::Array(items) = reply else {
-                return Err(unexpected("sweep", &[reply]));
-            };
-            for item in items {
-                let Value::Array(parts) = item else {
-                    return Err(unexpected("sweep", &[item]));
-                };
-                match parts.split_first() {
-                    Some((Value::BulkString(key), rest)) => {
-                        let (version, watchers) = version_and_clients(rest)?;
-                        expired.push(Expired {
-                            key: Bytes::from(key.clone()),
-                            watchers,
-                            version,
-                        });
-                    }
-                    _ => return Err(unexpected("sweep", &parts)),
-                }
+            if let Err(e) = self.sweep_bucket(bucket, now_ms, &mut expired).await {
+                failed.get_or_insert(e);
             }
         }
-        Ok(expired)
+        (expired, failed)
+    }
+
+    async fn sweep_bucket(
+        &self,
+        bucket: u32,
+        now_ms: u64,
+        expired: &mut Vec<Expired>,
+    ) -> Result<()> {
+        let mut call = self.scripts.sweep.call();
+        call.key(self.name(bucket, b"keys", b""))
+            .key(self.name(bucket, b"exp", b""))
+            .key(self.name(bucket, b"stats", b""))
+            .arg(now_ms)
+            .arg(SWEEP_BATCH)
+            .arg(self.name(bucket, b"k:", b""))
+            .arg(self.name(bucket, b"w:", b""));
+        // The keys are gone once the script ran: their watchers hear of it even when the
+        // removal's replication is not confirmed (else a removal that did replicate would
+        // notify nobody). A failover that loses it expires them again: two DELETEs.
+        let (reply, _confirmed) = self.eval_unconfirmed(&call).await?;
+        let Value::Array(items) = reply else {
+            return Err(unexpected("sweep", &[reply]));
+        };
+        for item in items {
+            let Value::Array(parts) = item else {
+                return Err(unexpected("sweep", &[item]));
+            };
+            match parts.split_first() {
+                Some((Value::BulkString(key), rest)) => {
+                    let (version, watchers) = version_and_clients(rest)?;
+                    expired.push(Expired {
+                        key: Bytes::from(key.clone()),
+                        watchers,
+                        version,
+                    });
+                }
+                _ => return Err(unexpected("sweep", &parts)),
+            }
+        }
+        Ok(())
     }
 
     /// Drops the registrations of clients whose lease ended by `now_ms`; returns each with

@@ -120,7 +120,9 @@ pub(super) enum StoreDone {
         received: Instant,
     },
     /// A periodic sweep: expired keys, clients whose lease ended, and what the store holds.
-    Sweep(Result<Swept, RedisStoreError>),
+    /// The keys a sweep removed (whatever else failed: their watchers must hear of them),
+    /// and the rest of it.
+    Sweep(Vec<Expired>, Result<Swept, RedisStoreError>),
     /// Registrations of clients that are gone were dropped.
     Dropped(Vec<String>, Result<usize, RedisStoreError>),
 }
@@ -146,7 +148,6 @@ pub(super) enum Done {
 }
 
 pub(super) struct Swept {
-    pub(super) expired: Vec<Expired>,
     pub(super) leases: Vec<(ClientId, usize)>,
     pub(super) stats: StoreStats,
 }
@@ -710,14 +711,17 @@ impl Node {
                 remote.sweeping = true;
                 let (store, done) = (remote.store.clone(), remote.done.clone());
                 tokio::spawn(async move {
+                    let (expired, failed) = store.sweep(now_ms).await;
                     let swept = async {
+                        if let Some(error) = failed {
+                            return Err(error);
+                        }
                         Ok(Swept {
-                            expired: store.sweep(now_ms).await?,
                             leases: store.expire_leases(now_ms).await?,
                             stats: store.stats().await?,
                         })
                     };
-                    let _ = done.send(Done::State(StoreDone::Sweep(swept.await)));
+                    let _ = done.send(Done::State(StoreDone::Sweep(expired, swept.await)));
                 });
             }
             State::Redis(..) => {}
@@ -875,15 +879,19 @@ impl Node {
                 };
                 self.answered(outcome, received);
             }
-            StoreDone::Sweep(swept) => {
+            StoreDone::Sweep(expired, swept) => {
                 remote.sweeping = false;
                 remote.next_sweep = now + SWEEP_INTERVAL_MS;
                 remote.note(swept.as_ref().err(), &self.metrics);
+                let notified = !expired.is_empty();
+                for expired in expired {
+                    engine.expired(expired, now, &mut self.out);
+                }
+                if notified {
+                    self.queue_out();
+                }
                 match swept {
                     Ok(swept) => {
-                        for expired in swept.expired {
-                            engine.expired(expired, now, &mut self.out);
-                        }
                         for (client, registrations) in swept.leases {
                             debug!(?client, registrations, "registration lease ended: dropped");
                             self.metrics.client_dropped();
