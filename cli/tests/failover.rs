@@ -535,3 +535,156 @@ async fn a_node_cut_off_from_redis_answers_503_applies_nothing_and_recovers() {
     assert!(node.metrics.render().contains("mqstore_store_up 1\n"));
     let _ = tokio::time::timeout(WAIT, node.stop()).await;
 }
+
+/// Which node holds the jobs device API listener's lease on the primary at `port` (`None`:
+/// nobody, or no answer).
+fn listener(port: u16) -> Option<String> {
+    let holder = redis::cli(port, &["get", "mqstore:{jobs}:listener"]);
+    let node = holder.trim().split('/').next().unwrap_or_default();
+    (!node.is_empty()).then(|| node.to_owned())
+}
+
+/// Jobs across the same failover, with `--redis-wait-replicas 1`: forty devices start their
+/// execution and report SUCCEEDED while the primary is cut off and killed. No execution is
+/// started twice (every start a device saw acknowledged carries the details of one start
+/// request), no acknowledged update is lost (each execution ends SUCCEEDED), and the device
+/// API's listener moves at most once, one holder at a time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_across_a_sentinel_failover_start_once_and_lose_no_update() {
+    use mqstore_core::client::jobs::Update;
+    use mqstore_core::jobs::{JobSpec, Status};
+    use mqstore_net::jobs::StartNext;
+
+    let (primary, link, _replicas, sentinels) = sentinel_deployment();
+    let old = primary.port;
+    let broker = Broker::start();
+    let mut nodes: Vec<Child> = (0..3)
+        .map(|i| serve_process(&broker, &sentinels.url(), &format!("j{i}"), 1, free_port()))
+        .collect();
+    let operator = client(broker.port, "operator").await;
+    let things: Vec<String> = (0..40).map(|i| format!("dev{i:02}")).collect();
+    operator
+        .create_job(JobSpec::new(
+            "fw",
+            things.clone(),
+            serde_json::json!({"v": 2}),
+        ))
+        .await
+        .unwrap();
+    let fleet = client(broker.port, "fleet").await;
+    // Who holds the listener lease, sampled every 50 ms on the primary of the moment.
+    let sampling = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let holders = {
+        let sampling = sampling.clone();
+        let sentinels_port = sentinels.nodes[0].port;
+        std::thread::spawn(move || {
+            let mut seen: Vec<String> = Vec::new();
+            while sampling.load(std::sync::atomic::Ordering::SeqCst) {
+                let answer = redis::cli(
+                    sentinels_port,
+                    &["sentinel", "get-master-addr-by-name", redis::PRIMARY_NAME],
+                );
+                if let Some(port) = answer.lines().nth(1).and_then(|p| p.trim().parse().ok())
+                    && let Some(holder) = listener(port)
+                    && seen.last() != Some(&holder)
+                {
+                    seen.push(holder);
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            seen
+        })
+    };
+    let start = Instant::now();
+    let mut devices = Vec::new();
+    for (i, thing) in things.iter().enumerate() {
+        let jobs = fleet.jobs(thing).await.unwrap();
+        devices.push(tokio::spawn(async move {
+            // Devices begin over three seconds: some before the failure, some during it.
+            tokio::time::sleep(Duration::from_millis(75 * i as u64)).await;
+            let mut starts = Vec::new();
+            let mut attempt = 0;
+            let deadline = Instant::now() + Duration::from_secs(40);
+            let started = loop {
+                attempt += 1;
+                let request = StartNext {
+                    status_details: [("start".to_owned(), format!("{attempt}"))].into(),
+                    ..StartNext::default()
+                };
+                match jobs.start_next(request).await {
+                    Ok(Some(execution)) => {
+                        starts.push(execution.status_details["start"].clone());
+                        break execution;
+                    }
+                    Ok(None) => panic!("{}: no execution", jobs.thing()),
+                    Err(e) => assert!(Instant::now() < deadline, "{}: {e}", jobs.thing()),
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            };
+            assert_eq!(started.status, Status::InProgress);
+            loop {
+                let update = Update {
+                    job_id: "fw".into(),
+                    status: Some(Status::Succeeded),
+                    ..Update::default()
+                };
+                match jobs.update(update).await {
+                    Ok(_) => break,
+                    Err(e) => assert!(Instant::now() < deadline, "{}: {e}", jobs.thing()),
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                // Before trying again: the execution as the store has it now (the update may
+                // have been applied; a start acknowledged and then lost shows as QUEUED).
+                if let Ok(execution) = jobs.describe("fw").await {
+                    match execution.status {
+                        Status::Succeeded => break,
+                        Status::InProgress => {
+                            starts.push(execution.status_details["start"].clone())
+                        }
+                        other => starts.push(format!("{other:?}")),
+                    }
+                }
+            }
+            (jobs.thing().to_owned(), starts)
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(1_500).saturating_sub(start.elapsed())).await;
+    let fail = partition_then_kill(primary, link);
+    fail();
+    for device in devices {
+        let (thing, starts) = device.await.unwrap();
+        let first = &starts[0];
+        assert!(
+            starts.iter().all(|s| s == first),
+            "{thing} was started more than once: {starts:?}"
+        );
+    }
+    sampling.store(false, std::sync::atomic::Ordering::SeqCst);
+    let holders = holders.join().unwrap();
+    assert_ne!(
+        sentinels.primary_port(),
+        old,
+        "the sentinels promoted a replica"
+    );
+    let deadline = Instant::now() + WAIT;
+    loop {
+        match operator.describe_job("fw").await {
+            Ok(job) if job.executions.get(&Status::Succeeded) == Some(&40) => break,
+            other => assert!(Instant::now() < deadline, "updates lost: {other:?}"),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    for thing in &things {
+        let execution = operator.describe_job_execution("fw", thing).await.unwrap();
+        assert_eq!(execution.status, Status::Succeeded, "{thing}");
+    }
+    println!("the device API listener's holders, in turn: {holders:?}");
+    assert!(
+        (1..=2).contains(&holders.len()),
+        "the listener moved more than once: {holders:?}"
+    );
+    for node in &mut nodes {
+        let _ = node.kill();
+        let _ = node.wait();
+    }
+}
