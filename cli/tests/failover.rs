@@ -688,3 +688,79 @@ async fn jobs_across_a_sentinel_failover_start_once_and_lose_no_update() {
         let _ = node.wait();
     }
 }
+
+/// Fencing tokens only grow, whatever the nodes' clocks: a lock taken through a node whose
+/// clock runs four seconds ahead, then (once it is released) by another client through a node
+/// four seconds behind, gets a higher token the second time (Redis keeps the newest version it
+/// issued beside the keys, replicated with them), so the first holder's late writes are
+/// refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fencing_tokens_only_grow_whatever_the_nodes_clocks_say() {
+    use mqstore_core::ServiceError;
+    use mqstore_net::lease::Lease;
+    let redis = Redis::start();
+    let broker = Broker::start();
+    let node = |id: &'static str, offset_ms: i64| {
+        let config = ServerConfig {
+            store: StoreConfig::Redis(RedisConfig::parse(&redis.url()).unwrap()),
+            clock_offset_ms: offset_ms,
+            ..ServerConfig::new(
+                BrokerConfig {
+                    port: broker.port,
+                    ..BrokerConfig::default()
+                },
+                id,
+            )
+        };
+        spawn(config)
+    };
+    let ahead = node("ahead", 4_000).await.unwrap();
+    let first = client(broker.port, "first-holder").await;
+    let lease = Lease::try_acquire(&first, "lock", Duration::from_secs(5))
+        .await
+        .unwrap()
+        .expect("the lock is free");
+    let first_token = lease.fencing_token().clone();
+    let fenced = |token: &mqstore_core::hlc::Hlc| SetOptions {
+        fencing_token: Some(token.clone()),
+        ..SetOptions::default()
+    };
+    assert!(
+        first
+            .set("resource", "first", fenced(&first_token))
+            .await
+            .unwrap()
+            .applied
+    );
+    assert!(lease.release().await.unwrap());
+    let _ = tokio::time::timeout(WAIT, ahead.stop()).await;
+
+    let behind = node("behind", -4_000).await.unwrap();
+    let second = client(broker.port, "second-holder").await;
+    let lease = Lease::try_acquire(&second, "lock", Duration::from_secs(5))
+        .await
+        .unwrap()
+        .expect("the lock is free");
+    let second_token = lease.fencing_token().clone();
+    assert!(
+        second_token > first_token,
+        "{second_token} is not newer than {first_token}"
+    );
+    assert!(
+        second
+            .set("resource", "second", fenced(&second_token))
+            .await
+            .unwrap()
+            .applied
+    );
+    match first.set("resource", "late", fenced(&first_token)).await {
+        Err(ClientError::Service(ServiceError::FencingTokenLowerVersion)) => {}
+        other => panic!("the first holder's late write: {other:?}"),
+    }
+    assert_eq!(
+        second.get("resource").await.unwrap().unwrap().value,
+        "second"
+    );
+    drop(lease);
+    let _ = tokio::time::timeout(WAIT, behind.stop()).await;
+}

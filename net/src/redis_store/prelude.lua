@@ -6,7 +6,8 @@
 --   keys        sorted set of the bucket's keys, all scored 0 (SCAN's lexical order)
 --   exp         sorted set: key -> deadline
 --   leases      sorted set: client -> end of its registrations' lease
---   stats       hash: keys, bytes (keys and values), watches
+--   stats       hash: keys, bytes (keys and values), watches, newest (the newest version a
+--               SET issued here: versions only grow), syncs (reads made to wait for replicas)
 -- The rules are the store's (mqstore::store): fencing, NX/NEX, quotas, the version rule.
 
 local MAX_COUNTER = 2147483647

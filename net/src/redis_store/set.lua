@@ -15,7 +15,7 @@ if current and (condition == 'N' or (condition == 'E' and current ~= value)) the
 end
 local added_keys = current and 0 or 1
 local added_bytes = #key + #value - (current and (#key + #current) or 0)
-local counts = redis.call('HMGET', KEYS[5], 'keys', 'bytes')
+local counts = redis.call('HMGET', KEYS[5], 'keys', 'bytes', 'newest')
 local keys, bytes = tonumber(counts[1] or 0), tonumber(counts[2] or 0)
 -- a write that does not grow a measure never fails on it
 local function fits(limit, old, new)
@@ -25,16 +25,20 @@ if not (fits(tonumber(ARGV[10]), keys, keys + added_keys)
     and fits(tonumber(ARGV[11]), bytes, bytes + added_bytes)) then
   return {expired, 'E', 'QuotaExceeded'}
 end
--- the version: the candidate, unless the stored version is not older (another node's clock
--- ran ahead); then the logical time right after the stored one
+-- the version: the candidate, unless the key's stored version or the newest version this
+-- bucket ever issued is not older (another node's clock ran ahead); then the logical time
+-- right after it. So versions issued in a bucket only grow, whatever the nodes' clocks say:
+-- a lock taken after another holder's (its key expired or deleted) gets a higher fencing token.
 local wall, counter = tonumber(ARGV[7]), tonumber(ARGV[8])
-if stored then
-  local stored_wall, stored_counter = hlc_split(stored)
-  if stored_wall > wall or (stored_wall == wall and stored_counter >= counter) then
-    if stored_counter < MAX_COUNTER then
-      wall, counter = stored_wall, stored_counter + 1
-    else
-      wall, counter = stored_wall + 1, 0
+for _, seen in ipairs({stored or false, counts[3] or false}) do
+  if seen then
+    local seen_wall, seen_counter = hlc_split(seen)
+    if seen_wall > wall or (seen_wall == wall and seen_counter >= counter) then
+      if seen_counter < MAX_COUNTER then
+        wall, counter = seen_wall, seen_counter + 1
+      else
+        wall, counter = seen_wall + 1, 0
+      end
     end
   end
 end
@@ -56,4 +60,5 @@ if not current then
 end
 redis.call('HINCRBY', KEYS[5], 'keys', added_keys)
 redis.call('HINCRBY', KEYS[5], 'bytes', added_bytes)
+redis.call('HSET', KEYS[5], 'newest', version)
 return append_members({expired, current and 'A' or 'C', version}, KEYS[2])
