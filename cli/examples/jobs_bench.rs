@@ -14,6 +14,9 @@
 
 mod common;
 
+/// How long a call may wait for the server.
+const TIMEOUT: Duration = Duration::from_secs(60);
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -24,36 +27,6 @@ use mqstore_core::client::jobs::Update;
 use mqstore_net::client::{Client, ClientOptions, SetOptions};
 use mqstore_net::jobs::{Jobs, StartNext};
 use tokio::sync::Semaphore;
-
-async fn connect(port: u16, id: String) -> Client {
-    let mut options = ClientOptions::new(id, "127.0.0.1", port);
-    options.timeout = Duration::from_secs(60);
-    Client::connect(options).await.expect("connect")
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
-}
-
-/// GETs one after another until `stop`: their latencies.
-async fn probe(client: Client, stop: Arc<tokio::sync::Notify>) -> Vec<Duration> {
-    let mut latencies = Vec::new();
-    let stopped = stop.notified();
-    tokio::pin!(stopped);
-    loop {
-        let started = Instant::now();
-        tokio::select! {
-            _ = &mut stopped => break,
-            r = client.get("probe") => { r.expect("GET"); }
-        }
-        latencies.push(started.elapsed());
-    }
-    latencies.sort();
-    latencies
-}
 
 /// SET/GET at `in_flight` across `clients` for `duration`: operations per second.
 async fn state_store_baseline(clients: &[Client], in_flight: usize, duration: Duration) -> f64 {
@@ -118,9 +91,11 @@ async fn main() {
     let ready = Client::connect(options).await.expect("connect");
     while ready.get("ready").await.is_err() {}
     ready.close().await;
-    let operator = connect(port, "bench-operator".into()).await;
-    let clients: Vec<Client> =
-        futures_join((0..connections).map(|i| connect(port, format!("bench-device-{i}")))).await;
+    let operator = common::connect(port, "bench-operator", TIMEOUT).await;
+    let clients: Vec<Client> = futures_join((0..connections).map(|i| async move {
+        common::connect(port, &format!("bench-device-{i}"), TIMEOUT).await
+    }))
+    .await;
     let rss_start = common::rss_kib(&pid.to_string());
     println!(
         "{things} things x {jobs} jobs, {connections} connections, {in_flight} calls in flight"
@@ -147,14 +122,14 @@ async fn main() {
     // Baselines: state store SET/GET at the same concurrency, and GET latency alone.
     let baseline = state_store_baseline(&clients, in_flight, Duration::from_secs(5)).await;
     let stop = Arc::new(tokio::sync::Notify::new());
-    let prober = tokio::spawn(probe(operator.clone(), stop.clone()));
+    let prober = tokio::spawn(common::probe(operator.clone(), stop.clone()));
     tokio::time::sleep(Duration::from_secs(3)).await;
     stop.notify_one();
     let quiet = prober.await.unwrap();
 
     // Create the jobs (each targets every thing) while a client GETs.
     let stop = Arc::new(tokio::sync::Notify::new());
-    let prober = tokio::spawn(probe(operator.clone(), stop.clone()));
+    let prober = tokio::spawn(common::probe(operator.clone(), stop.clone()));
     let started = Instant::now();
     let mut creations = Vec::new();
     for j in 0..jobs {
@@ -231,7 +206,7 @@ async fn main() {
     let device_ops = completed * 2 + things; // each execution: start-next + update; one empty start-next per thing
     let rss_done = common::rss_kib(&pid.to_string());
 
-    let p = |v: &[Duration], q| percentile(v, q).as_secs_f64() * 1000.0;
+    let p = common::percentile_ms;
     creations.sort();
     println!();
     println!("| measure | value |");

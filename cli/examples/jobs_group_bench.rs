@@ -15,41 +15,14 @@
 
 mod common;
 
+/// How long a call may wait for the server.
+const TIMEOUT: Duration = Duration::from_secs(120);
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mqstore_net::client::{Client, ClientOptions};
 use tokio::sync::Semaphore;
-
-async fn connect(port: u16, id: &str) -> Client {
-    let mut options = ClientOptions::new(id, "127.0.0.1", port);
-    options.timeout = Duration::from_secs(120);
-    Client::connect(options).await.expect("connect")
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    sorted[((sorted.len() - 1) as f64 * p).round() as usize].as_secs_f64() * 1000.0
-}
-
-/// GETs one after another until `stop`: their latencies, sorted.
-async fn probe(client: Client, stop: Arc<tokio::sync::Notify>) -> Vec<Duration> {
-    let mut latencies = Vec::new();
-    let stopped = stop.notified();
-    tokio::pin!(stopped);
-    loop {
-        let started = Instant::now();
-        tokio::select! {
-            _ = &mut stopped => break,
-            r = client.get("probe") => { r.expect("GET"); }
-        }
-        latencies.push(started.elapsed());
-    }
-    latencies.sort();
-    latencies
-}
 
 /// Redis' `used_memory` in MiB (`redis-cli`), or 0.
 fn redis_memory_mib(url: &str) -> f64 {
@@ -104,8 +77,8 @@ async fn main() {
     let ready = Client::connect(options).await.expect("connect");
     while ready.get("ready").await.is_err() {}
     ready.close().await;
-    let operator = connect(port, "bench-operator").await;
-    let prober_client = connect(port, "bench-prober").await;
+    let operator = common::connect(port, "bench-operator", TIMEOUT).await;
+    let prober_client = common::connect(port, "bench-prober", TIMEOUT).await;
     let store_name = store.as_deref().unwrap_or("memory");
     println!("{things} things in one group, store {store_name}");
     let rss_start = common::rss_kib(&pid);
@@ -146,13 +119,13 @@ async fn main() {
 
     // GETs on the idle server, then during the rollout.
     let stop = Arc::new(tokio::sync::Notify::new());
-    let prober = tokio::spawn(probe(prober_client.clone(), stop.clone()));
+    let prober = tokio::spawn(common::probe(prober_client.clone(), stop.clone()));
     tokio::time::sleep(Duration::from_secs(3)).await;
     stop.notify_one();
     let quiet = prober.await.unwrap();
 
     let stop = Arc::new(tokio::sync::Notify::new());
-    let prober = tokio::spawn(probe(prober_client.clone(), stop.clone()));
+    let prober = tokio::spawn(common::probe(prober_client.clone(), stop.clone()));
     let started = Instant::now();
     let spec = mqstore_core::jobs::JobSpec::new(
         "bench-job",
@@ -206,16 +179,16 @@ async fn main() {
     );
     println!(
         "| state store GET p50 / p99, server idle (baseline) | {:.2} / {:.2} ms ({} GETs) |",
-        percentile(&quiet, 0.5),
-        percentile(&quiet, 0.99),
+        common::percentile_ms(&quiet, 0.5),
+        common::percentile_ms(&quiet, 0.99),
         quiet.len()
     );
     println!(
         "| state store GET p50 / p99 while the job rolls out | {:.2} / {:.2} ms ({} GETs; p99 {:.1}x the baseline) |",
-        percentile(&busy, 0.5),
-        percentile(&busy, 0.99),
+        common::percentile_ms(&busy, 0.5),
+        common::percentile_ms(&busy, 0.99),
         busy.len(),
-        percentile(&busy, 0.99) / percentile(&quiet, 0.99).max(0.001)
+        common::percentile_ms(&busy, 0.99) / common::percentile_ms(&quiet, 0.99).max(0.001)
     );
     println!(
         "| server RSS: start / group made / every execution queued | {} / {} / {} MiB |",

@@ -697,10 +697,13 @@ async fn histories_on_three_nodes_are_linearizable_across_a_node_crash() {
         .iter()
         .map(|id| serve_process(&broker, &redis.url(), id))
         .collect();
+    let mut clients = Vec::new();
+    for c in 0..6 {
+        clients.push(client(broker.port, &format!("lin-{c}")).await);
+    }
     let start = std::time::Instant::now();
     let mut tasks = Vec::new();
-    for c in 0..6 {
-        let client = client(broker.port, &format!("lin-{c}")).await;
+    for (c, client) in clients.into_iter().enumerate() {
         tasks.push(tokio::spawn(history::run(
             client,
             c,
