@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use mqstore_core::jobs::{JobSpec, Status};
 
 use mqstore_core::client::jobs::Update;
-use mqstore_net::client::{Client, ClientOptions, SetOptions};
+use mqstore_net::client::{Client, SetOptions};
 use mqstore_net::jobs::{Jobs, StartNext};
 use tokio::sync::Semaphore;
 
@@ -85,12 +85,7 @@ async fn main() {
             )
         });
     let pid = server.id();
-    // Until the server has subscribed, requests go unanswered: ask with short timeouts.
-    let mut options = ClientOptions::new("bench-ready", "127.0.0.1", port);
-    options.timeout = Duration::from_millis(300);
-    let ready = Client::connect(options).await.expect("connect");
-    while ready.get("ready").await.is_err() {}
-    ready.close().await;
+    common::wait_for_server(port).await;
     let operator = common::connect(port, "bench-operator", TIMEOUT).await;
     let clients: Vec<Client> = futures_join((0..connections).map(|i| async move {
         common::connect(port, &format!("bench-device-{i}"), TIMEOUT).await

@@ -21,7 +21,6 @@ const TIMEOUT: Duration = Duration::from_secs(120);
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mqstore_net::client::{Client, ClientOptions};
 use tokio::sync::Semaphore;
 
 /// Redis' `used_memory` in MiB (`redis-cli`), or 0.
@@ -72,11 +71,7 @@ async fn main() {
             )
         });
     let pid = server.id().to_string();
-    let mut options = ClientOptions::new("bench-ready", "127.0.0.1", port);
-    options.timeout = Duration::from_millis(300);
-    let ready = Client::connect(options).await.expect("connect");
-    while ready.get("ready").await.is_err() {}
-    ready.close().await;
+    common::wait_for_server(port).await;
     let operator = common::connect(port, "bench-operator", TIMEOUT).await;
     let prober_client = common::connect(port, "bench-prober", TIMEOUT).await;
     let store_name = store.as_deref().unwrap_or("memory");

@@ -100,11 +100,8 @@ async fn main() {
                     mqstore.display()
                 )
             });
+        common::wait_for_server(port).await;
         let client = common::connect(port, "bench-replication", TIMEOUT).await;
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while client.get("ready").await.is_err() {
-            assert!(Instant::now() < deadline, "the server never answered");
-        }
         let duration = Duration::from_secs(seconds);
         let (sets, set_latencies) = measure(&client, in_flight, duration, true).await;
         let (gets, get_latencies) = measure(&client, in_flight, duration, false).await;

@@ -430,9 +430,9 @@ async fn a_write_not_confirmed_on_its_replicas_is_an_error_never_ok() {
             .unwrap()
             .applied
     );
-    assert_eq!(
+    assert!(
         replica.cli(&["dbsize"]).trim().parse::<u64>().unwrap() > 0,
-        true
+        "the replica has the confirmed write"
     );
     replica.kill();
     match c.set("k", "unconfirmed", SetOptions::default()).await {

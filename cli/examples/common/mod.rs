@@ -14,6 +14,14 @@ pub async fn connect(port: u16, id: &str, timeout: Duration) -> Client {
     Client::connect(options).await.expect("connect")
 }
 
+/// Returns once the server answers on the broker at 127.0.0.1:`port` (until it has
+/// subscribed, requests go unanswered: asks with short timeouts).
+pub async fn wait_for_server(port: u16) {
+    let ready = connect(port, "bench-ready", Duration::from_millis(300)).await;
+    while ready.get("ready").await.is_err() {}
+    ready.close().await;
+}
+
 /// The `p` quantile (0–1) of sorted latencies, in milliseconds.
 pub fn percentile_ms(sorted: &[Duration], p: f64) -> f64 {
     if sorted.is_empty() {

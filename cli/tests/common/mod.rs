@@ -94,7 +94,10 @@ impl Store for TestStore {
             Self::Memory(store) => store.pop_expired(now_ms),
             Self::Redis(r) => {
                 if r.expired.is_empty() {
-                    let swept = r.runtime.block_on(r.store.sweep(now_ms)).expect("Redis");
+                    let (swept, failed) = r.runtime.block_on(r.store.sweep(now_ms));
+                    if let Some(e) = failed {
+                        panic!("Redis: {e}");
+                    }
                     r.expired.extend(swept);
                 }
                 r.expired.pop_front()

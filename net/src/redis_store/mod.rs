@@ -1181,4 +1181,36 @@ mod tests {
             assert!(RedisConfig::parse(bad).is_err(), "{bad}");
         }
     }
+
+    #[test]
+    fn sentinel_urls_name_the_sentinels_and_the_primary() {
+        let config =
+            RedisConfig::parse("redis-sentinel://u:secret@h1:26379,h2:26380/fleet/2").unwrap();
+        assert_eq!(config.urls, ["redis://h1:26379", "redis://h2:26380"]);
+        assert!(!config.cluster);
+        let sentinel = config.sentinel.clone().unwrap();
+        assert_eq!(sentinel.primary, "fleet");
+        assert_eq!(
+            sentinel.url("10.0.0.7", 6380),
+            "redis://u:secret@10.0.0.7:6380/2"
+        );
+        assert_eq!(
+            config.display(),
+            "sentinels redis://h1:26379,redis://h2:26380, primary \"fleet\""
+        );
+        assert!(!config.display().contains("secret"));
+        let tls = RedisConfig::parse("rediss-sentinel://h1:26379/fleet").unwrap();
+        assert_eq!(tls.urls, ["rediss://h1:26379"]);
+        assert_eq!(tls.sentinel.unwrap().url("h", 1), "rediss://h:1");
+        for bad in [
+            "redis-sentinel://h1:26379",
+            "redis-sentinel://h1:26379/",
+            "redis-sentinel:///fleet",
+            "redis-sentinel://h1:26379/fleet/0/extra",
+        ] {
+            let error = RedisConfig::parse(bad).unwrap_err();
+            assert!(error.contains("PRIMARY"), "{bad}: {error}");
+        }
+        assert_eq!(config.wait_replicas, 0, "no waiting unless asked");
+    }
 }
