@@ -185,7 +185,7 @@ impl DocumentArgs {
             ),
             (None, None) => return Ok(None),
         };
-        match serde_json::from_str::<Value>(&text) {
+        match serde_json::from_slice::<Value>(text.as_bytes()) {
             Ok(value @ Value::Object(_)) => Ok(Some(value)),
             Ok(_) => Err(format!("{from}: the job document must be a JSON object")),
             Err(e) => Err(format!("{from}: not JSON: {e}")),
@@ -374,7 +374,7 @@ impl JobsCall {
             }
             JobsCommand::Call { request } => {
                 let request: OperatorRequest =
-                    serde_json::from_str(&request).map_err(|e| ClientError::Jobs {
+                    serde_json::from_slice(request.as_bytes()).map_err(|e| ClientError::Jobs {
                         code: "InvalidRequest".into(),
                         message: format!("the request fits no operator call: {e}"),
                         execution_state: None,

@@ -510,8 +510,8 @@ impl Profiles {
     /// `{"command": TEMPLATE, "answer": TEMPLATE, "correlation": {"json": "path"} | "topic" |
     /// "none", "status": {"json": "path", "ok": [codes]}}`, or `{"kind": "mqtt5"}`.
     pub fn add_json(&mut self, json: &str) -> Result<(), ProfileError> {
-        let specs: BTreeMap<String, ProfileSpec> =
-            serde_json::from_str(json).map_err(|e| ProfileError {
+        let specs: BTreeMap<String, ProfileSpec> = serde_json::from_slice(json.as_bytes())
+            .map_err(|e| ProfileError {
                 profile: "(file)".into(),
                 reason: format!("not a JSON object of profiles: {e}"),
             })?;

@@ -92,7 +92,7 @@ impl Sentinel {
         manager_config: ConnectionManagerConfig,
         replication: Arc<Replication>,
     ) -> Result<Arc<Self>, RedisStoreError> {
-        let url = locate(&sentinels, &config).await?;
+        let url = locate(&sentinels, &config, &manager_config).await?;
         let manager = open_primary(&url, &manager_config).await?;
         let sentinel = Arc::new(Self {
             sentinels,
@@ -145,7 +145,7 @@ impl Sentinel {
         let Ok(_asking) = self.following.try_lock() else {
             return; // another call is asking already
         };
-        let url = match locate(&self.sentinels, &self.config).await {
+        let url = match locate(&self.sentinels, &self.config, &self.manager_config).await {
             Ok(url) => url,
             Err(e) => {
                 warn!(error = %e, "cannot ask the sentinels where the primary is");
@@ -172,21 +172,29 @@ impl Sentinel {
 }
 
 /// The URL of the primary the sentinels name (the first sentinel that answers).
-async fn locate(sentinels: &[String], config: &SentinelConfig) -> Result<String, RedisStoreError> {
+async fn locate(
+    sentinels: &[String],
+    config: &SentinelConfig,
+    manager_config: &ConnectionManagerConfig,
+) -> Result<String, RedisStoreError> {
     let mut failures = Vec::new();
     for url in sentinels {
         let asked = async {
             let client = redis::Client::open(url.as_str())?;
-            let mut connection = client.get_multiplexed_async_connection().await?;
-            redis::cmd("SENTINEL")
+            // The primary's kind of connection (one copy of its code in the binary).
+            let mut connection =
+                ConnectionManager::new_with_config(client, manager_config.clone()).await?;
+            let answer: redis::Value = redis::cmd("SENTINEL")
                 .arg("get-master-addr-by-name")
                 .arg(&config.primary)
-                .query_async::<Option<(String, u16)>>(&mut connection)
-                .await
+                .query_async(&mut connection)
+                .await?;
+            Ok::<_, redis::RedisError>(redis::from_redis_value::<Option<(String, u16)>>(answer))
         };
         match tokio::time::timeout(SENTINEL_TIMEOUT, asked).await {
-            Ok(Ok(Some((host, port)))) => return Ok(config.url(&host, port)),
-            Ok(Ok(None)) => failures.push(format!(
+            Ok(Ok(Ok(Some((host, port))))) => return Ok(config.url(&host, port)),
+            Ok(Ok(Err(e))) => failures.push(format!("{url}: {e}")),
+            Ok(Ok(Ok(None))) => failures.push(format!(
                 "{url} monitors no primary called {:?}",
                 config.primary
             )),
@@ -207,8 +215,12 @@ async fn open_primary(
 ) -> Result<ConnectionManager, RedisStoreError> {
     let client = redis::Client::open(url)?;
     let mut manager = ConnectionManager::new_with_config(client, config.clone()).await?;
-    let role: Vec<redis::Value> = redis::cmd("ROLE").query_async(&mut manager).await?;
-    match role.first() {
+    let role: redis::Value = redis::cmd("ROLE").query_async(&mut manager).await?;
+    let first = match &role {
+        redis::Value::Array(items) => items.first(),
+        _ => None,
+    };
+    match first {
         Some(redis::Value::BulkString(role)) if role == b"master" => Ok(manager),
         other => Err(RedisStoreError::Reply(format!(
             "{} is not a primary (ROLE {other:?})",

@@ -1006,7 +1006,7 @@ impl RedisStore {
         pipe.cmd("WAIT")
             .arg(self.wait_replicas)
             .arg(self.wait_timeout.as_millis() as u64);
-        let (value, replicas): (Value, u32) = self.run_pipeline(&pipe).await?;
+        let (value, replicas) = self.run_with_wait(&pipe).await?;
         Ok((value, self.confirmed(replicas)))
     }
 
@@ -1027,7 +1027,7 @@ impl RedisStore {
 
     /// A command that only reads.
     async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T> {
-        Ok(self.run(cmd).await?)
+        parsed(self.run(cmd).await?)
     }
 
     /// A command that writes: followed by `WAIT` when writes wait for replicas.
@@ -1040,11 +1040,14 @@ impl RedisStore {
             .cmd("WAIT")
             .arg(self.wait_replicas)
             .arg(self.wait_timeout.as_millis() as u64);
-        let (value, replicas): (T, u32) = self.run_pipeline(&pipe).await?;
-        self.confirmed(replicas).map(|()| value)
+        let (value, replicas) = self.run_with_wait(&pipe).await?;
+        self.confirmed(replicas).and_then(|()| parsed(value))
     }
 
-    async fn run<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> redis::RedisResult<T> {
+    // `run` and `run_pipeline` take and give plain `Value`s: one copy of each connection's
+    // (large) async call code in the binary, not one per result type.
+
+    async fn run(&self, cmd: &redis::Cmd) -> redis::RedisResult<Value> {
         let result = match &self.connection {
             Connection::Single(c) => cmd.query_async(&mut c.clone()).await,
             Connection::Cluster(c) => cmd.query_async(&mut c.clone()).await,
@@ -1053,17 +1056,23 @@ impl RedisStore {
         self.noted(result)
     }
 
-    /// A pipeline, on one connection (its commands reach one node, in order).
-    async fn run_pipeline<T: redis::FromRedisValue>(
-        &self,
-        pipe: &redis::Pipeline,
-    ) -> redis::RedisResult<T> {
-        let result = match &self.connection {
+    /// A pipeline ending in `WAIT`, on one connection (its commands reach one node, in
+    /// order): the first command's answer and the number of replicas `WAIT` counted.
+    async fn run_with_wait(&self, pipe: &redis::Pipeline) -> redis::RedisResult<(Value, u32)> {
+        let result: redis::RedisResult<Vec<Value>> = match &self.connection {
             Connection::Single(c) => pipe.query_async(&mut c.clone()).await,
             Connection::Cluster(c) => pipe.query_async(&mut c.clone()).await,
             Connection::Sentinel(s) => pipe.query_async(&mut s.connection()).await,
         };
-        self.noted(result)
+        let mut values = self.noted(result)?.into_iter();
+        match (values.next(), values.next_back()) {
+            (Some(value), Some(Value::Int(replicas))) => Ok((value, replicas.max(0) as u32)),
+            other => Err(redis::RedisError::from((
+                redis::ErrorKind::UnexpectedReturnType,
+                "a pipeline ending in WAIT",
+                format!("{other:?}"),
+            ))),
+        }
     }
 
     /// Records a call's result; a failed one makes a Sentinel store ask where the primary is.
@@ -1075,6 +1084,11 @@ impl RedisStore {
         }
         result
     }
+}
+
+/// A reply as the type a caller expects.
+fn parsed<T: redis::FromRedisValue>(value: Value) -> Result<T> {
+    redis::from_redis_value(value).map_err(|e| RedisStoreError::Reply(e.to_string()))
 }
 
 /// A ZRANGEBYLEX bound: `(` exclusive or `[` inclusive, then the key.
