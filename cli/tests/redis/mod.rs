@@ -81,6 +81,22 @@ impl Redis {
         replica
     }
 
+    /// Waits (up to 30 s) until it is a replica in sync with its primary.
+    pub fn wait_synced_replica(&self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !self
+            .cli(&["info", "replication"])
+            .contains("master_link_status:up")
+        {
+            assert!(
+                Instant::now() < deadline,
+                "not a synced replica: {}",
+                self.cli(&["info", "replication"])
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// Whether it answers as a primary now.
     pub fn is_primary(&self) -> bool {
         self.cli(&["role"]).starts_with("master")
@@ -247,23 +263,30 @@ impl Sentinels {
 
     /// `redis-sentinel://` with every sentinel.
     pub fn url(&self) -> String {
-        let hosts: Vec<String> = self
-            .nodes
-            .iter()
-            .map(|n| format!("127.0.0.1:{}", n.port))
-            .collect();
-        format!("redis-sentinel://{}/{PRIMARY_NAME}", hosts.join(","))
+        format!("redis-sentinel://{}/{PRIMARY_NAME}", hosts(&self.nodes))
     }
 
     /// The port of the primary the sentinels name now.
     pub fn primary_port(&self) -> u16 {
-        let answer = self.nodes[0].cli(&["sentinel", "get-master-addr-by-name", PRIMARY_NAME]);
-        answer
-            .lines()
-            .nth(1)
-            .and_then(|p| p.trim().parse().ok())
-            .expect("the sentinels name a primary")
+        named_primary(self.nodes[0].port).expect("the sentinels name a primary")
     }
+}
+
+/// The port of the primary the sentinel on `port` names now (`None`: no answer).
+pub fn named_primary(port: u16) -> Option<u16> {
+    cli(port, &["sentinel", "get-master-addr-by-name", PRIMARY_NAME])
+        .lines()
+        .nth(1)
+        .and_then(|p| p.trim().parse().ok())
+}
+
+/// `127.0.0.1:port,…` for every one of `nodes`.
+fn hosts(nodes: &[Redis]) -> String {
+    nodes
+        .iter()
+        .map(|n| format!("127.0.0.1:{}", n.port))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// A Redis Cluster of three primaries (and a replica each, when asked), every slot assigned.
@@ -333,12 +356,7 @@ impl Cluster {
 
     /// `redis-cluster://` with every node as a seed.
     pub fn url(&self) -> String {
-        let hosts: Vec<String> = self
-            .nodes
-            .iter()
-            .map(|n| format!("127.0.0.1:{}", n.port))
-            .collect();
-        format!("redis-cluster://{}", hosts.join(","))
+        format!("redis-cluster://{}", hosts(&self.nodes))
     }
 }
 

@@ -49,23 +49,35 @@ impl Default for Replication {
 }
 
 impl Replication {
-    /// Records a call's result: an outage begins with the first failure and ends with the
-    /// next success.
-    pub(super) fn note(&self, ok: bool) {
+    /// Now, as the outage clock counts it (ms after `base`, plus one: never 0).
+    pub(super) fn now(&self) -> u64 {
+        self.base.elapsed().as_millis() as u64 + 1
+    }
+
+    /// Records the result of a call that began at `started` ([`Replication::now`]): an outage
+    /// begins with the first failure and ends with the first success of a call that began
+    /// after it (a call already under way when Redis went may still succeed, which says
+    /// nothing about Redis now).
+    pub(super) fn note(&self, ok: bool, started: u64) {
+        let since = self.down_since.load(Ordering::Relaxed);
         if ok {
-            if self.down_since.load(Ordering::Relaxed) != 0 {
-                let since = self.down_since.swap(0, Ordering::Relaxed);
-                if since != 0 {
-                    let now = self.base.elapsed().as_millis() as u64 + 1;
-                    self.last_outage_ms
-                        .store(now.saturating_sub(since), Ordering::Relaxed);
-                }
+            if since != 0
+                && started >= since
+                && self
+                    .down_since
+                    .compare_exchange(since, 0, Ordering::Relaxed, Ordering::Relaxed)
+                    .is_ok()
+            {
+                self.last_outage_ms
+                    .store(self.now().saturating_sub(since), Ordering::Relaxed);
             }
-        } else if self.down_since.load(Ordering::Relaxed) == 0 {
-            let now = self.base.elapsed().as_millis() as u64 + 1;
-            let _ = self
-                .down_since
-                .compare_exchange(0, now, Ordering::Relaxed, Ordering::Relaxed);
+        } else if since == 0 {
+            let _ = self.down_since.compare_exchange(
+                0,
+                self.now(),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
         }
     }
 }
@@ -226,5 +238,24 @@ async fn open_primary(
             "{} is not a primary (ROLE {other:?})",
             super::redact(url)
         ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_outage_ends_with_a_call_begun_after_it_not_one_already_under_way() {
+        let replication = Replication::default();
+        std::thread::sleep(Duration::from_millis(5));
+        let under_way = replication.now();
+        std::thread::sleep(Duration::from_millis(5));
+        replication.note(false, replication.now());
+        std::thread::sleep(Duration::from_millis(20));
+        replication.note(true, under_way);
+        assert_eq!(replication.last_outage_ms.load(Ordering::Relaxed), 0);
+        replication.note(true, replication.now());
+        assert!(replication.last_outage_ms.load(Ordering::Relaxed) >= 20);
     }
 }

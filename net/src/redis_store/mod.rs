@@ -1048,23 +1048,25 @@ impl RedisStore {
     // (large) async call code in the binary, not one per result type.
 
     async fn run(&self, cmd: &redis::Cmd) -> redis::RedisResult<Value> {
+        let started = self.replication.now();
         let result = match &self.connection {
             Connection::Single(c) => cmd.query_async(&mut c.clone()).await,
             Connection::Cluster(c) => cmd.query_async(&mut c.clone()).await,
             Connection::Sentinel(s) => cmd.query_async(&mut s.connection()).await,
         };
-        self.noted(result)
+        self.noted(result, started)
     }
 
     /// A pipeline ending in `WAIT`, on one connection (its commands reach one node, in
     /// order): the first command's answer and the number of replicas `WAIT` counted.
     async fn run_with_wait(&self, pipe: &redis::Pipeline) -> redis::RedisResult<(Value, u32)> {
+        let started = self.replication.now();
         let result: redis::RedisResult<Vec<Value>> = match &self.connection {
             Connection::Single(c) => pipe.query_async(&mut c.clone()).await,
             Connection::Cluster(c) => pipe.query_async(&mut c.clone()).await,
             Connection::Sentinel(s) => pipe.query_async(&mut s.connection()).await,
         };
-        let mut values = self.noted(result)?.into_iter();
+        let mut values = self.noted(result, started)?.into_iter();
         match (values.next(), values.next_back()) {
             (Some(value), Some(Value::Int(replicas))) => Ok((value, replicas.max(0) as u32)),
             other => Err(redis::RedisError::from((
@@ -1076,9 +1078,9 @@ impl RedisStore {
     }
 
     /// Records a call's result; a failed one makes a Sentinel store ask where the primary is.
-    fn noted<T>(&self, result: redis::RedisResult<T>) -> redis::RedisResult<T> {
+    fn noted<T>(&self, result: redis::RedisResult<T>, started: u64) -> redis::RedisResult<T> {
         let failed = result.as_ref().is_err_and(|e| e.code() != Some("NOSCRIPT"));
-        self.replication.note(!failed);
+        self.replication.note(!failed, started);
         if let (true, Connection::Sentinel(sentinel)) = (failed, &self.connection) {
             sentinel.failed();
         }
