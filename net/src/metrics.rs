@@ -59,6 +59,8 @@ pub struct Metrics {
     jobs_requests: [AtomicU64; 2],
     /// `notify` and `notify-next` published.
     jobs_notifications: AtomicU64,
+    /// Whether this node is the one elected to listen to the jobs device API (0 or 1).
+    jobs_listener: AtomicU64,
     /// Redis calls that failed or timed out.
     store_errors: AtomicU64,
     /// Requests waiting for Redis.
@@ -180,6 +182,12 @@ impl Metrics {
     /// Counts clients whose registrations were dropped because they are gone.
     pub fn client_dropped(&self) {
         self.clients_dropped.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Records whether this node listens to the jobs device API for all nodes.
+    pub fn set_jobs_listener(&self, listens: bool) {
+        self.jobs_listener
+            .store(u64::from(listens), Ordering::Relaxed);
     }
 
     /// Counts a connection to the broker made (every CONNACK).
@@ -324,6 +332,12 @@ impl Metrics {
                 "Jobs notify and notify-next messages published.",
                 "counter",
                 &self.jobs_notifications,
+            ),
+            (
+                "mqstore_jobs_device_api_listener",
+                "Whether this node is the one that listens to the jobs device API for all nodes (1), elected through a lease in Redis.",
+                "gauge",
+                &self.jobs_listener,
             ),
         ] {
             let _ = writeln!(out, "# HELP {name} {help}");

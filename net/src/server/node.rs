@@ -817,6 +817,7 @@ impl Node {
                         warn!(error = %e, "subscribe failed");
                     }
                     listener.leader = true;
+                    self.metrics.set_jobs_listener(true);
                     info!("this node now listens to the jobs device API for all nodes");
                 } else if !leads {
                     self.stop_listening();
@@ -836,6 +837,7 @@ impl Node {
                 .client()
                 .try_unsubscribe(jobs_topics::DEVICE_FILTER);
             listener.leader = false;
+            self.metrics.set_jobs_listener(false);
             info!("this node no longer listens to the jobs device API");
         }
     }
