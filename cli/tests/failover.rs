@@ -42,17 +42,29 @@ async fn client(port: u16, id: &str) -> Client {
 }
 
 /// `mqstore serve` as a process of its own, its metrics on `metrics`.
-fn serve_process(broker: &Broker, store: &str, id: &str, wait: u32, metrics: u16) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_mqstore"))
-        .args(["--port", &broker.port.to_string(), "serve"])
-        .args(["--store", store, "--node-id", id, "--share-group", GROUP])
-        .args(["--redis-wait-replicas", &wait.to_string()])
-        .args(["--metrics", &format!("127.0.0.1:{metrics}")])
-        .env("MQSTORE_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("mqstore serve starts")
+fn serve_process(broker: &Broker, store: &str, id: &str, wait: u32, metrics: u16) -> Node {
+    Node(
+        Command::new(env!("CARGO_BIN_EXE_mqstore"))
+            .args(["--port", &broker.port.to_string(), "serve"])
+            .args(["--store", store, "--node-id", id, "--share-group", GROUP])
+            .args(["--redis-wait-replicas", &wait.to_string()])
+            .args(["--metrics", &format!("127.0.0.1:{metrics}")])
+            .env("MQSTORE_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("mqstore serve starts"),
+    )
+}
+
+/// A node process, killed when dropped (also when a test fails: none outlives its test).
+struct Node(Child);
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 /// A node's Prometheus metrics.
@@ -105,7 +117,7 @@ async fn under_load_across(
 ) -> Run {
     let broker = Broker::start();
     let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
-    let mut nodes: Vec<Child> = ports
+    let nodes: Vec<Node> = ports
         .iter()
         .enumerate()
         .map(|(i, port)| serve_process(&broker, store, &format!("f{i}"), wait, *port))
@@ -198,10 +210,7 @@ async fn under_load_across(
         .cloned()
         .collect();
     let metrics = ports.iter().map(|port| metrics(*port)).collect();
-    for node in &mut nodes {
-        let _ = node.kill();
-        let _ = node.wait();
-    }
+    drop(nodes);
     let (linearizable, report) = history::check(&history, &format!("failover-{wait}.jsonl"));
     Run {
         acknowledged: acknowledged.len(),
@@ -357,8 +366,6 @@ async fn sentinel_failover_without_wait_measures_what_it_loses() {
 /// it waits out `WAIT`'s timeout on its connection (too slow a recovery for a test on two
 /// cores to bound; the README says so).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "issue 34, open: after a Cluster primary dies, some runs time out on its shard for \
-            over 30 s (the Redis client's slot map); passes in others"]
 async fn cluster_failover_with_wait_1_loses_no_acknowledged_write() {
     let mut cluster = Cluster::start_with_replicas(2);
     let url = cluster.url();
@@ -553,7 +560,7 @@ async fn jobs_across_a_sentinel_failover_start_once_and_lose_no_update() {
     let old = primary.port;
     let broker = Broker::start();
     let metrics_ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
-    let mut nodes: Vec<Child> = metrics_ports
+    let _nodes: Vec<Node> = metrics_ports
         .iter()
         .enumerate()
         .map(|(i, &port)| serve_process(&broker, &sentinels.url(), &format!("j{i}"), 1, port))
@@ -680,10 +687,6 @@ async fn jobs_across_a_sentinel_failover_start_once_and_lose_no_update() {
         Some(1),
         "one node listens after the failover: {listening:?}"
     );
-    for node in &mut nodes {
-        let _ = node.kill();
-        let _ = node.wait();
-    }
 }
 
 /// Fencing tokens only grow, whatever the nodes' clocks: a lock taken through a node whose

@@ -270,9 +270,11 @@ impl RedisRegistry {
         let channel = self.channel(node);
         let mut ready = Some(ready);
         tokio::spawn(async move {
+            // Failed or closed subscriptions so far (on a Cluster, the next seed node is tried).
+            let mut attempt = 0;
             loop {
                 let subscribed = async {
-                    let client = redis::Client::open(store.pubsub_url())?;
+                    let client = redis::Client::open(store.pubsub_url(attempt))?;
                     let mut pubsub = client.get_async_pubsub().await?;
                     pubsub.subscribe(&channel).await?;
                     Ok::<_, redis::RedisError>(pubsub)
@@ -303,6 +305,7 @@ impl RedisRegistry {
                         warn!(error = %e, "cannot subscribe to forwarded answers in Redis; retrying in 1 s");
                     }
                 }
+                attempt += 1;
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
         })

@@ -1,12 +1,14 @@
 //! Following Redis across failovers: the primary a Sentinel deployment names now
-//! ([`Sentinel`]), and what a node saw of replication and outages ([`Replication`], its
-//! metrics).
+//! ([`Sentinel`]), a Redis Cluster's slots after a replica took a shard over ([`Cluster`]),
+//! and what a node saw of replication and outages ([`Replication`], its metrics).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
 use tracing::{info, warn};
 
 use super::{RedisStoreError, SentinelConfig};
@@ -17,6 +19,9 @@ const SENTINEL_TIMEOUT: Duration = Duration::from_secs(1);
 /// How often a node asks the sentinels where the primary is, failed calls or not: a node that
 /// is idle, or still reaches a primary the others deposed, moves within this time.
 const SENTINEL_POLL: Duration = Duration::from_secs(1);
+
+/// How long a Cluster connection is used before a failed call makes a new one.
+const CLUSTER_RENEW_AFTER: Duration = Duration::from_secs(3);
 
 /// What a node saw of Redis replication and outages, for its metrics.
 #[derive(Debug)]
@@ -180,6 +185,82 @@ impl Sentinel {
                 warn!(primary = %super::redact(&url), error = %e, "the new primary does not answer as one yet")
             }
         }
+    }
+}
+
+/// A Redis Cluster connection, made anew (in the background, at most every
+/// [`CLUSTER_RENEW_AFTER`]) after a failed call. Why: once a shard's primary died and a
+/// replica took over, the Redis client's own recovery sometimes never reads the new slots —
+/// measured with redis 1.8: every call to that shard timed out for over 30 s after the
+/// takeover, with no slot refresh in its log — while a new connection, which reads the slots
+/// from whichever seed node answers, served at once.
+pub(crate) struct Cluster {
+    client: ClusterClient,
+    connection: RwLock<ClusterConnection>,
+    /// When the connection was made, on [`Replication::now`]'s clock.
+    made: AtomicU64,
+    /// Held while a new connection is made (one at a time).
+    renewing: tokio::sync::Mutex<()>,
+    replication: Arc<Replication>,
+}
+
+impl Cluster {
+    /// Connects to the Cluster `client` describes (reading its slots from a seed node).
+    pub(super) async fn connect(
+        client: ClusterClient,
+        replication: Arc<Replication>,
+    ) -> Result<Arc<Self>, RedisStoreError> {
+        let connection = client.get_async_connection().await?;
+        Ok(Arc::new(Self {
+            client,
+            connection: RwLock::new(connection),
+            made: AtomicU64::new(replication.now()),
+            renewing: tokio::sync::Mutex::new(()),
+            replication,
+        }))
+    }
+
+    /// The connection in use.
+    pub(super) fn connection(&self) -> ClusterConnection {
+        self.connection
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    /// After a failed call: a new connection, in the background, unless the one in use is
+    /// younger than [`CLUSTER_RENEW_AFTER`]. (Calls under way finish on the old one.)
+    pub(super) fn failed(self: &Arc<Self>) {
+        let age = self.replication.now() - self.made.load(Ordering::Relaxed);
+        if age < CLUSTER_RENEW_AFTER.as_millis() as u64 {
+            return;
+        }
+        let cluster = self.clone();
+        tokio::spawn(async move {
+            let Ok(_renewing) = cluster.renewing.try_lock() else {
+                return; // another failed call is at it
+            };
+            let age = cluster.replication.now() - cluster.made.load(Ordering::Relaxed);
+            if age < CLUSTER_RENEW_AFTER.as_millis() as u64 {
+                return;
+            }
+            // Whatever comes of it, the next attempt waits its turn.
+            cluster
+                .made
+                .store(cluster.replication.now(), Ordering::Relaxed);
+            match cluster.client.get_async_connection().await {
+                Ok(connection) => {
+                    *cluster
+                        .connection
+                        .write()
+                        .unwrap_or_else(|poisoned| poisoned.into_inner()) = connection;
+                    info!("Redis Cluster calls failed: connected anew (the slots read again)");
+                }
+                Err(e) => {
+                    warn!(error = %e, "Redis Cluster calls failed, and connecting anew failed too")
+                }
+            }
+        });
     }
 }
 

@@ -22,7 +22,6 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::cluster_async::ClusterConnection;
 use redis::{ToRedisArgs, Value};
 
 mod commands;
@@ -31,7 +30,7 @@ mod jobs;
 
 pub use commands::{RedisRegistry, RegisterError};
 pub use failover::Replication;
-use failover::Sentinel;
+use failover::{Cluster, Sentinel};
 pub use jobs::RedisJobs;
 
 use mqstore_core::ServiceError;
@@ -60,6 +59,8 @@ const CLUSTER_RETRIES: u32 = 10;
 
 /// How long connecting to one node of a Cluster may take: short, because requests wait while
 /// the client reads the slots again, which tries every node (a dead one too).
+const CLUSTER_CONNECT_ATTEMPTS: std::num::NonZeroUsize = std::num::NonZeroUsize::new(3).unwrap();
+
 const CLUSTER_CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// Where the shared state is.
@@ -248,7 +249,8 @@ pub struct Applied {
 #[derive(Clone)]
 enum Connection {
     Single(ConnectionManager),
-    Cluster(ClusterConnection),
+    /// Made anew when calls keep failing.
+    Cluster(Arc<Cluster>),
     /// The primary the sentinels name, followed across failovers.
     Sentinel(Arc<Sentinel>),
 }
@@ -367,9 +369,10 @@ pub struct RedisStore {
     prefix: Arc<[u8]>,
     buckets: u32,
     quotas: Quotas,
-    /// Where a node subscribes to its forwarded command answers (Redis pub/sub; on a Cluster
-    /// PUBLISH reaches every node, so any seed node will do; with Sentinel, the primary now).
-    pubsub_url: Arc<str>,
+    /// The Redis URLs given (a Cluster's seed nodes): where a node subscribes to its forwarded
+    /// command answers (Redis pub/sub; on a Cluster PUBLISH reaches every node, so any seed
+    /// node will do; with Sentinel, the primary now).
+    urls: Arc<[String]>,
     cluster: bool,
     /// Replicas every write waits for (0: none), and for how long.
     wait_replicas: u32,
@@ -424,8 +427,11 @@ impl RedisStore {
                     .retries(CLUSTER_RETRIES)
                     .min_retry_wait(100)
                     .max_retry_wait(1_000)
+                    .max_connection_attempts(CLUSTER_CONNECT_ATTEMPTS)
                     .build()?;
-                Ok::<_, RedisStoreError>(Connection::Cluster(client.get_async_connection().await?))
+                Ok::<_, RedisStoreError>(Connection::Cluster(
+                    Cluster::connect(client, replication.clone()).await?,
+                ))
             } else {
                 let url = config.urls.first().map(String::as_str).unwrap_or_default();
                 let client = redis::Client::open(url)?;
@@ -443,7 +449,7 @@ impl RedisStore {
             prefix: Arc::from(config.prefix.as_bytes()),
             buckets: if config.cluster { CLUSTER_BUCKETS } else { 1 },
             quotas,
-            pubsub_url: Arc::from(config.urls.first().map(String::as_str).unwrap_or_default()),
+            urls: Arc::from(config.urls.as_slice()),
             cluster: config.cluster,
             wait_replicas: config.wait_replicas,
             wait_timeout: config.wait_timeout,
@@ -479,11 +485,16 @@ impl RedisStore {
         &self.replication
     }
 
-    /// Where to subscribe to Redis pub/sub: the primary as far as this node knows.
-    pub(crate) fn pubsub_url(&self) -> String {
+    /// Where to subscribe to Redis pub/sub on the `attempt`th try: the primary as far as this
+    /// node knows; on a Cluster each seed node in turn (a dead one is passed over).
+    pub(crate) fn pubsub_url(&self, attempt: usize) -> String {
         match &self.connection {
             Connection::Sentinel(sentinel) => sentinel.url(),
-            _ => self.pubsub_url.to_string(),
+            _ => self
+                .urls
+                .get(attempt % self.urls.len().max(1))
+                .cloned()
+                .unwrap_or_default(),
         }
     }
 
@@ -1051,7 +1062,7 @@ impl RedisStore {
         let started = self.replication.now();
         let result = match &self.connection {
             Connection::Single(c) => cmd.query_async(&mut c.clone()).await,
-            Connection::Cluster(c) => cmd.query_async(&mut c.clone()).await,
+            Connection::Cluster(c) => cmd.query_async(&mut c.connection()).await,
             Connection::Sentinel(s) => cmd.query_async(&mut s.connection()).await,
         };
         self.noted(result, started)
@@ -1063,7 +1074,7 @@ impl RedisStore {
         let started = self.replication.now();
         let result: redis::RedisResult<Vec<Value>> = match &self.connection {
             Connection::Single(c) => pipe.query_async(&mut c.clone()).await,
-            Connection::Cluster(c) => pipe.query_async(&mut c.clone()).await,
+            Connection::Cluster(c) => pipe.query_async(&mut c.connection()).await,
             Connection::Sentinel(s) => pipe.query_async(&mut s.connection()).await,
         };
         let mut values = self.noted(result, started)?.into_iter();
@@ -1077,12 +1088,15 @@ impl RedisStore {
         }
     }
 
-    /// Records a call's result; a failed one makes a Sentinel store ask where the primary is.
+    /// Records a call's result; a failed one makes a Sentinel store ask where the primary is,
+    /// and a Cluster store connect anew.
     fn noted<T>(&self, result: redis::RedisResult<T>, started: u64) -> redis::RedisResult<T> {
         let failed = result.as_ref().is_err_and(|e| e.code() != Some("NOSCRIPT"));
         self.replication.note(!failed, started);
-        if let (true, Connection::Sentinel(sentinel)) = (failed, &self.connection) {
-            sentinel.failed();
+        match (failed, &self.connection) {
+            (true, Connection::Sentinel(sentinel)) => sentinel.failed(),
+            (true, Connection::Cluster(cluster)) => cluster.failed(),
+            _ => {}
         }
         result
     }
