@@ -77,6 +77,8 @@ pub fn error_examples() -> Vec<(u16, String)> {
             message: None,
             app_error_code: None,
             app_error_payload: None,
+            reason_code: None,
+            result: None,
         })
     };
     let mut examples: Vec<ClientError> = ServiceError::KNOWN

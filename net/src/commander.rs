@@ -17,6 +17,7 @@
 //! [`Metrics`] and logged with the command id.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -33,8 +34,8 @@ use crate::{BrokerConfig, backoff, connection_error, from_mqtt, now_ms, random_b
 use mqstore_core::client::ClientError;
 use mqstore_core::commands::wire::{self, Refusal};
 use mqstore_core::commands::{
-    Answer, AnswerKey, CommandError, CommandRequest, Matched, Mode, Profile, Profiles, Record,
-    Registry, Sender, Status,
+    Acknowledgement, Answer, AnswerKey, CommandError, CommandRequest, Matched, Mode, Profile,
+    Profiles, Record, Registry, Sender, Status,
 };
 use mqstore_core::envelope::Publish;
 use mqstore_core::store::Quotas;
@@ -67,6 +68,11 @@ pub struct CommanderConfig {
     pub serve: bool,
     /// Publish every status change on `mqstore/commands/v1/events/{id}`.
     pub events: bool,
+    /// Read answers on `$…` topics (AWS IoT commands, IoT Hub) only while
+    /// [`Commander::answer_for_all`] says so: brokers such as mosquitto deliver no `$…` topic
+    /// to a shared subscription, so one elected node reads them for all (each update then
+    /// acknowledged, and each progress event published, once).
+    pub elected_dollar_answers: bool,
 }
 
 impl CommanderConfig {
@@ -83,6 +89,7 @@ impl CommanderConfig {
             registry: RegistryConfig::Memory,
             serve: false,
             events: false,
+            elected_dollar_answers: false,
         }
     }
 }
@@ -230,6 +237,10 @@ struct Shared {
     publishing: tokio::sync::Mutex<()>,
     /// The direct answers' topic prefix: `clients/{client_id}/`.
     direct_prefix: String,
+    /// The answer filters on `$…` topics read only while this node is elected
+    /// ([`CommanderConfig::elected_dollar_answers`]), and whether it is.
+    elected_filters: Vec<String>,
+    elected: AtomicBool,
 }
 
 /// Sends commands to devices and waits for their answers. Cheap to clone; [`Commander::stop`]
@@ -275,6 +286,16 @@ impl Commander {
         let (client, eventloop) = AsyncClient::new(options, 1024);
         let shared = Arc::new(Shared {
             direct_prefix: format!("clients/{}/", config.client_id),
+            elected_filters: match config.elected_dollar_answers {
+                true => config
+                    .profiles
+                    .answer_filters()
+                    .into_iter()
+                    .filter(|f| f.starts_with('$'))
+                    .collect(),
+                false => Vec::new(),
+            },
+            elected: AtomicBool::new(false),
             node: config.node_id,
             client_id: config.client_id,
             profiles: config.profiles,
@@ -293,11 +314,14 @@ impl Commander {
         }
         for filter in shared_filters {
             // mosquitto delivers no `$…` topic to a shared subscription: every node reads
-            // those, and the registry settles each command once.
-            filters.push(match &config.share_group {
-                Some(group) if !filter.starts_with('$') => format!("$share/{group}/{filter}"),
-                _ => filter,
-            });
+            // those (the registry settles each command once), or the elected one.
+            match &config.share_group {
+                _ if filter.starts_with('$') && config.elected_dollar_answers => {}
+                Some(group) if !filter.starts_with('$') => {
+                    filters.push(format!("$share/{group}/{filter}"))
+                }
+                _ => filters.push(filter),
+            }
         }
         let mut tasks = Vec::new();
         if let Backend::Redis(redis) = &shared.backend {
@@ -342,6 +366,26 @@ impl Commander {
 
     pub fn node_id(&self) -> &str {
         &self.shared.node
+    }
+
+    /// Whether this node reads the answers on `$…` topics for all nodes (with
+    /// [`CommanderConfig::elected_dollar_answers`]; the server's elected listener does).
+    pub fn answer_for_all(&self, elected: bool) {
+        let shared = &self.shared;
+        if shared.elected.swap(elected, Ordering::SeqCst) == elected {
+            return;
+        }
+        for filter in &shared.elected_filters {
+            let done = match elected {
+                true => shared
+                    .client
+                    .try_subscribe(filter.clone(), QoS::AtLeastOnce),
+                false => shared.client.try_unsubscribe(filter.clone()),
+            };
+            if let Err(e) = done {
+                warn!(error = %e, %filter, "could not change the subscription to answers");
+            }
+        }
     }
 
     pub fn metrics(&self) -> &Arc<Metrics> {
@@ -543,37 +587,75 @@ impl Shared {
         };
         let (key, answer) = match profile.read_answer(&publish) {
             Ok(read) => read,
-            Err(reason) => {
+            Err(unreadable) => {
                 self.metrics.command(CommandCount::Malformed);
-                info!(topic = %publish.topic, %reason, "dropped an answer");
-                return;
+                info!(topic = %publish.topic, reason = %unreadable, "dropped an answer");
+                let ack = Acknowledgement::Rejected {
+                    code: unreadable.code,
+                    message: unreadable.reason,
+                };
+                return self.acknowledge(profile, &publish, &ack).await;
             }
         };
         let now = now_ms();
+        let id = key.id.clone().unwrap_or_default();
         let matched = match self.backend.answer(&key, answer, now).await {
             Ok(matched) => matched,
             Err(e) => {
                 warn!(topic = %publish.topic, id = ?key.id, error = %e, "could not look up an answer in the registry; it is lost");
-                return;
+                let ack = Acknowledgement::Rejected {
+                    code: "InternalError",
+                    message: e.to_string(),
+                };
+                return self.acknowledge(profile, &publish, &ack).await;
             }
         };
         if matched.is_empty() {
             self.metrics.command(CommandCount::Unknown);
             info!(topic = %publish.topic, id = ?key.id, "dropped an answer nobody waits for (unknown id, or forgotten)");
+            let ack = Acknowledgement::Rejected {
+                code: "ResourceNotFound",
+                message: format!("no command execution {id} (unknown, or forgotten)"),
+            };
+            return self.acknowledge(profile, &publish, &ack).await;
         }
+        let mut ack = Acknowledgement::Accepted;
         for (how, record) in matched {
-            self.event(&record);
+            if how != Matched::Duplicate {
+                self.event(&record);
+            }
             match how {
                 Matched::Live => self.settled(record, now).await,
+                Matched::Progress => {
+                    self.metrics.command(CommandCount::Progress);
+                    debug!(id = %record.id, "progress reported");
+                }
                 Matched::Late => {
                     self.metrics.command(CommandCount::Late);
                     info!(id = %record.id, status = %record.status, "late answer recorded");
                 }
                 Matched::Duplicate => {
                     self.metrics.command(CommandCount::Duplicate);
-                    info!(id = %record.id, "dropped a second answer to a command");
+                    info!(id = %record.id, "dropped an answer to a command already settled");
+                    ack = Acknowledgement::Rejected {
+                        code: "TerminalStateReached",
+                        message: format!(
+                            "command execution {} is {} already",
+                            record.id, record.status
+                        ),
+                    };
                 }
             }
+        }
+        self.acknowledge(profile, &publish, &ack).await;
+    }
+
+    /// Acknowledges a device's update, for the profiles that do (AWS IoT commands).
+    async fn acknowledge(&self, profile: &Profile, update: &Publish, ack: &Acknowledgement) {
+        if let Some(reply) = profile.acknowledge(update, ack)
+            && let Err(e) = self.publish(reply, None).await
+        {
+            debug!(error = %e, "could not acknowledge a device's update");
         }
     }
 
@@ -688,8 +770,13 @@ async fn drive(
         match eventloop.poll().await {
             Ok(Event::Incoming(Packet::ConnAck(_))) => {
                 failures = 0;
+                let elected = match shared.elected.load(Ordering::SeqCst) {
+                    true => &shared.elected_filters[..],
+                    false => &[],
+                };
                 let subscriptions = filters
                     .iter()
+                    .chain(elected)
                     .map(|f| Filter::new(f.clone(), QoS::AtLeastOnce));
                 let _ = shared.client.try_subscribe_many(subscriptions);
             }

@@ -100,9 +100,11 @@ pub enum CommandCount {
     Malformed,
     /// An answer handed to the node waiting for it, over Redis.
     Forwarded,
+    /// A progress report (IN_PROGRESS) of a command still open.
+    Progress,
 }
 
-const COMMAND_COUNTS: [&str; 11] = [
+const COMMAND_COUNTS: [&str; 12] = [
     "sent",
     "succeeded",
     "failed",
@@ -114,6 +116,7 @@ const COMMAND_COUNTS: [&str; 11] = [
     "unknown",
     "malformed",
     "forwarded",
+    "progress",
 ];
 
 impl Metrics {

@@ -226,6 +226,8 @@ fn read_reply(publish: &Publish) -> Result<CommandReply, ClientError> {
         message: text(name::MESSAGE),
         app_error_code: text(name::APP_ERROR_CODE),
         app_error_payload: text(name::APP_ERROR_PAYLOAD),
+        reason_code: text(name::REASON_CODE),
+        result: None,
     };
     match status {
         Status::Failed => Err(ClientError::CommandFailed {

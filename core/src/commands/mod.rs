@@ -27,8 +27,8 @@ use serde::{Deserialize, Serialize};
 
 pub(crate) use profile::expiry_seconds;
 pub use profile::{
-    AnswerKey, BUILT_IN_PROFILES, Correlation, Profile, ProfileError, Profiles, StatusRule,
-    Template, TopicProfile,
+    AWS_ANSWER, AWS_COMMAND, Acknowledgement, AnswerKey, BUILT_IN_PROFILES, Code, Correlation,
+    Profile, ProfileError, Profiles, StatusRule, Template, TopicProfile, Unreadable,
 };
 pub use profile::{MQTT5, Prepared, Sender};
 pub use registry::{Matched, Registry};
@@ -41,6 +41,9 @@ pub enum Status {
     Sent,
     /// The broker acknowledged the publish (PUBACK): the end of a one-way command.
     Delivered,
+    /// The device reported that it is working on it (not final: the command stays open until
+    /// a final status or its timeout; each report is a progress event).
+    InProgress,
     /// The device answered with success.
     Succeeded,
     /// The device answered with an error of its own (an application error, a failure code).
@@ -58,15 +61,16 @@ impl Status {
         matches!(self, Status::Succeeded | Status::Failed | Status::Rejected)
     }
 
-    /// Whether the command still waits for its answer.
+    /// Whether the command still waits for its answer (it may have reported progress).
     pub fn is_waiting(self) -> bool {
-        matches!(self, Status::Sent | Status::Delivered)
+        matches!(self, Status::Sent | Status::Delivered | Status::InProgress)
     }
 
     pub fn as_str(self) -> &'static str {
         match self {
             Status::Sent => "SENT",
             Status::Delivered => "DELIVERED",
+            Status::InProgress => "IN_PROGRESS",
             Status::Succeeded => "SUCCEEDED",
             Status::Failed => "FAILED",
             Status::Rejected => "REJECTED",
@@ -78,6 +82,7 @@ impl Status {
         [
             Status::Sent,
             Status::Delivered,
+            Status::InProgress,
             Status::Succeeded,
             Status::Failed,
             Status::Rejected,
@@ -98,7 +103,8 @@ impl std::fmt::Display for Status {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Answer {
-    /// SUCCEEDED, FAILED or REJECTED.
+    /// SUCCEEDED, FAILED or REJECTED; IN_PROGRESS for a progress report; TIMED_OUT when the
+    /// device itself says so (final, unlike the service's own timeout).
     pub status: Status,
     #[serde(with = "base64_bytes")]
     pub payload: Bytes,
@@ -115,6 +121,14 @@ pub struct Answer {
     pub app_error_code: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub app_error_payload: Option<String>,
+    /// The device's reason code (AWS IoT commands' `statusReason.reasonCode`; its
+    /// `reasonDescription` is [`Answer::message`]), or the status word a topic profile read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason_code: Option<String>,
+    /// Typed results (AWS IoT commands' `result`: name → `{"s": …}`, `{"b": …}` or
+    /// `{"bin": base64}`), as the device sent them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<serde_json::Value>,
 }
 
 /// A command's status record: the registry's entry while it waits, and what a status query
@@ -136,8 +150,9 @@ pub struct Record {
     pub sent_ms: u64,
     pub deadline_ms: u64,
     pub status: Status,
+    /// The device's last report (boxed: a record waiting for it stays small).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub answer: Option<Answer>,
+    pub answer: Option<Box<Answer>>,
     /// The answer came after the timeout.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub late: bool,
@@ -174,16 +189,39 @@ impl Record {
         self.forget_at().saturating_sub(now_ms).max(1)
     }
 
-    /// Applies a device's answer.
+    /// Whether the command is settled for good: answered, or timed out by the device's own
+    /// word (a timeout of the service's may still be replaced by the device's final status).
+    pub fn is_final(&self) -> bool {
+        self.status.is_answered()
+            || (self.status == Status::TimedOut
+                && self
+                    .answer
+                    .as_ref()
+                    .is_some_and(|a| a.status == Status::TimedOut))
+    }
+
+    /// Applies a device's answer: a final one settles the command; a progress report
+    /// (IN_PROGRESS) updates the record while the command stays open.
     pub fn answer(&mut self, answer: Answer, now_ms: u64) -> Matched {
         self.updated_ms = now_ms;
-        if self.status.is_answered() {
+        if self.is_final() {
             self.duplicates = self.duplicates.saturating_add(1);
             return Matched::Duplicate;
         }
         let late = self.status == Status::TimedOut || now_ms >= self.deadline_ms;
+        if answer.status == Status::InProgress {
+            // After the timeout a report of progress is kept (its reason), not the status.
+            if !late {
+                self.status = Status::InProgress;
+            }
+            self.answer = Some(Box::new(answer));
+            return match late {
+                true => Matched::Late,
+                false => Matched::Progress,
+            };
+        }
         self.status = answer.status;
-        self.answer = Some(answer);
+        self.answer = Some(Box::new(answer));
         self.late = late;
         match late {
             true => Matched::Late,

@@ -25,8 +25,14 @@ pub const BUILT_IN_PROFILES: &str = r#"{
     "command": "$iothub/methods/POST/{method}/?$rid={id}",
     "answer": "$iothub/methods/res/{status}/?$rid={id}",
     "correlation": "topic"
-  }
+  },
+  "aws": {"kind": "aws"}
 }"#;
+
+/// The AWS IoT commands device topics (`{kind}`: `things` or `clients`; `{id}`: the
+/// execution id, which is the command id).
+pub const AWS_COMMAND: &str = "$aws/commands/{kind}/{device}/executions/{id}/request/{format}";
+pub const AWS_ANSWER: &str = "$aws/commands/{kind}/{device}/executions/{id}/response/json";
 
 /// Why a profile (or a profile file) cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -192,20 +198,38 @@ pub enum Correlation {
     None,
 }
 
-/// How a topic profile tells success from failure.
+/// A device's status code: a number, or a word (`"DONE"`, `"IN_PROGRESS"`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum Code {
+    Number(i64),
+    Text(String),
+}
+
+/// How a topic profile tells success from failure, and progress from either.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StatusRule {
-    /// A JSON field of the answer holding a number; `None`: the answer topic's `{status}`.
+    /// A JSON field of the answer holding the code; `None`: the answer topic's `{status}`.
     pub json: Option<String>,
     /// The codes meaning success (empty: 200-299).
-    pub ok: Vec<i64>,
+    pub ok: Vec<Code>,
+    /// The codes of a progress report: not final, the command stays open.
+    pub progress: Vec<Code>,
 }
 
 impl StatusRule {
-    fn is_ok(&self, code: i64) -> bool {
-        match self.ok.is_empty() {
-            true => (200..300).contains(&code),
-            false => self.ok.contains(&code),
+    fn status_of(&self, code: &Code) -> Status {
+        if self.progress.contains(code) {
+            return Status::InProgress;
+        }
+        let ok = match (self.ok.is_empty(), code) {
+            (true, Code::Number(n)) => (200..300).contains(n),
+            (true, Code::Text(_)) => false,
+            (false, code) => self.ok.contains(code),
+        };
+        match ok {
+            true => Status::Succeeded,
+            false => Status::Failed,
         }
     }
 }
@@ -221,6 +245,7 @@ pub struct TopicProfile {
 
 /// How a kind of device is commanded.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(clippy::large_enum_variant)] // a handful per server
 pub enum Profile {
     /// MQTT 5 request/response as Azure IoT Operations RPC executors expect it: QoS 1,
     /// Response Topic (this node's own), 16-byte Correlation Data, Message Expiry = timeout;
@@ -228,6 +253,55 @@ pub enum Profile {
     /// `AppErrCode`, `AppErrPayload`).
     Mqtt5,
     Topic(TopicProfile),
+    /// AWS IoT commands ([`AWS_COMMAND`], [`AWS_ANSWER`]): JSON updates with a `status`
+    /// (IN_PROGRESS, SUCCEEDED, FAILED, REJECTED, TIMED_OUT), `statusReason` and `result`,
+    /// each acknowledged on `…/response/accepted/json` or `…/response/rejected/json`.
+    Aws(TopicProfile),
+}
+
+/// Why a publish on an answer topic is not an answer: AWS's error code for it (what a
+/// rejection says) and the reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unreadable {
+    /// `InvalidJson`, `InvalidRequest` (AWS's `RejectedErrorCode`s).
+    pub code: &'static str,
+    pub reason: String,
+}
+
+impl std::fmt::Display for Unreadable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.reason)
+    }
+}
+
+impl From<&str> for Unreadable {
+    fn from(reason: &str) -> Self {
+        Self {
+            code: "InvalidRequest",
+            reason: reason.to_owned(),
+        }
+    }
+}
+
+impl From<String> for Unreadable {
+    fn from(reason: String) -> Self {
+        Self {
+            code: "InvalidRequest",
+            reason,
+        }
+    }
+}
+
+/// What became of a device's update, for a profile that acknowledges updates (AWS).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Acknowledgement {
+    Accepted,
+    /// AWS's error code (`TerminalStateReached`, `ResourceNotFound`, `InvalidRequest`, …) and
+    /// a message.
+    Rejected {
+        code: &'static str,
+        message: String,
+    },
 }
 
 /// What an answer is looked up by.
@@ -299,7 +373,7 @@ impl Profile {
                     }
                     (response_topic, true)
                 }
-                Profile::Topic(profile) => {
+                Profile::Topic(profile) | Profile::Aws(profile) => {
                     let mut vars = profile.command.bind(&topic).ok_or_else(|| {
                         CommandError::TopicMismatch {
                             topic: request.topic.clone(),
@@ -307,7 +381,9 @@ impl Profile {
                             template: profile.command.text.clone(),
                         }
                     })?;
-                    vars.retain(|(name, _)| name != "id");
+                    // AWS devices answer in JSON whatever the request's format.
+                    let aws = matches!(self, Profile::Aws(_));
+                    vars.retain(|(name, _)| name != "id" && !(aws && name == "format"));
                     if let Correlation::Json(field) = &profile.correlation {
                         payload = with_field(&payload, field, &id_text).map_err(|reason| {
                             CommandError::Payload {
@@ -353,8 +429,19 @@ impl Profile {
     /// Reads a device's answer (a publish on one of [`Profiles::answer_filters`] or on this
     /// node's own response topics): what to look it up by, and what it says. `Err`: it is
     /// not an answer this profile can read (counted and dropped by the caller).
-    pub fn read_answer(&self, publish: &Publish) -> Result<(AnswerKey, Answer), String> {
+    pub fn read_answer(&self, publish: &Publish) -> Result<(AnswerKey, Answer), Unreadable> {
         match self {
+            Profile::Aws(profile) => {
+                let vars = profile
+                    .answer
+                    .bind(&publish.topic)
+                    .ok_or("the topic does not fit an AWS IoT commands response topic")?;
+                let key = AnswerKey {
+                    filter: profile.answer.fill(&vars),
+                    id: var(&vars, "id").map(str::to_owned),
+                };
+                Ok((key, aws_answer(publish)?))
+            }
             Profile::Mqtt5 => {
                 let id = publish
                     .properties
@@ -376,9 +463,12 @@ impl Profile {
                 let json = match (&profile.correlation, &profile.status) {
                     (Correlation::Json(_), _) | (_, Some(StatusRule { json: Some(_), .. })) => Some(
                         serde_json::from_slice::<Value>(&publish.payload).map_err(|e| {
-                            format!(
-                                "the answer is not JSON ({e}), and the profile reads fields of it"
-                            )
+                            Unreadable {
+                                code: "InvalidJson",
+                                reason: format!(
+                                    "the answer is not JSON ({e}), and the profile reads fields of it"
+                                ),
+                            }
                         })?,
                     ),
                     _ => None,
@@ -399,35 +489,45 @@ impl Profile {
                     None => None,
                     Some(StatusRule {
                         json: Some(field), ..
-                    }) => Some(
-                        json.as_ref()
-                            .and_then(|json| lookup(json, field))
-                            .and_then(Value::as_i64)
-                            .ok_or_else(|| format!("the answer has no number field {field:?}"))?,
-                    ),
+                    }) => Some(match json.as_ref().and_then(|json| lookup(json, field)) {
+                        Some(Value::Number(n)) if n.is_i64() => {
+                            Code::Number(n.as_i64().unwrap_or_default())
+                        }
+                        Some(Value::String(text)) => Code::Text(text.clone()),
+                        _ => {
+                            return Err(format!(
+                                "the answer has no number or string field {field:?}"
+                            )
+                            .into());
+                        }
+                    }),
                     Some(StatusRule { json: None, .. }) => Some(
                         var(&vars, "status")
                             .and_then(|s| s.parse().ok())
+                            .map(Code::Number)
                             .ok_or("the answer topic's status is not a number")?,
                     ),
                 };
                 vars.retain(|(name, _)| name != "status");
-                let ok = match (&profile.status, code) {
-                    (Some(rule), Some(code)) => rule.is_ok(code),
-                    _ => true,
+                let status = match (&profile.status, &code) {
+                    (Some(rule), Some(code)) => rule.status_of(code),
+                    _ => Status::Succeeded,
+                };
+                let (code, status_text) = match code {
+                    Some(Code::Number(n)) => (Some(n), None),
+                    Some(Code::Text(text)) => (None, Some(text)),
+                    None => (None, None),
                 };
                 let answer = Answer {
-                    status: if ok {
-                        Status::Succeeded
-                    } else {
-                        Status::Failed
-                    },
+                    status,
                     payload: publish.payload.clone(),
                     content_type: publish.properties.content_type.clone(),
                     code,
                     message: None,
                     app_error_code: None,
                     app_error_payload: None,
+                    reason_code: status_text,
+                    result: None,
                 };
                 let key = AnswerKey {
                     filter: profile.answer.fill(&vars),
@@ -480,6 +580,153 @@ fn rpc_answer(publish: &Publish) -> Answer {
         message,
         app_error_code,
         app_error_payload: text("AppErrPayload"),
+        reason_code: None,
+        result: None,
+    }
+}
+
+/// Reads an AWS IoT commands execution update: `{"status": …, "statusReason": {"reasonCode":
+/// "[A-Z0-9_-]{1,64}", "reasonDescription": "≤ 1024 characters"}, "result": {"name": {"s":
+/// …} | {"b": …} | {"bin": base64}}}`, checked as AWS checks it.
+fn aws_answer(publish: &Publish) -> Result<Answer, Unreadable> {
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields, rename_all = "camelCase")]
+    struct Update {
+        status: String,
+        #[serde(default)]
+        status_reason: Option<Reason>,
+        #[serde(default)]
+        result: Option<serde_json::Map<String, Value>>,
+    }
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields, rename_all = "camelCase")]
+    struct Reason {
+        reason_code: String,
+        #[serde(default)]
+        reason_description: Option<String>,
+    }
+    let update: Update = serde_json::from_slice(&publish.payload).map_err(|e| Unreadable {
+        code: if serde_json::from_slice::<Value>(&publish.payload).is_ok() {
+            "InvalidRequest"
+        } else {
+            "InvalidJson"
+        },
+        reason: format!("not an execution update: {e}"),
+    })?;
+    let status = match update.status.as_str() {
+        "IN_PROGRESS" => Status::InProgress,
+        "SUCCEEDED" => Status::Succeeded,
+        "FAILED" => Status::Failed,
+        "REJECTED" => Status::Rejected,
+        "TIMED_OUT" => Status::TimedOut,
+        other => {
+            return Err(format!(
+                "status {other:?}: IN_PROGRESS, SUCCEEDED, FAILED, REJECTED or TIMED_OUT"
+            )
+            .into());
+        }
+    };
+    let is_word = |text: &str, max: usize, also: fn(char) -> bool| {
+        (1..=max).contains(&text.len())
+            && text
+                .chars()
+                .all(|c| c.is_ascii_digit() || c == '_' || c == '-' || also(c))
+    };
+    let (reason_code, message) = match update.status_reason {
+        None => (None, None),
+        Some(reason) => {
+            if !is_word(&reason.reason_code, 64, |c| c.is_ascii_uppercase()) {
+                return Err(format!(
+                    "reasonCode {:?}: 1 to 64 of A-Z, 0-9, '_' and '-'",
+                    reason.reason_code
+                )
+                .into());
+            }
+            if reason
+                .reason_description
+                .as_ref()
+                .is_some_and(|d| d.chars().count() > 1024)
+            {
+                return Err("reasonDescription: at most 1024 characters".into());
+            }
+            (Some(reason.reason_code), reason.reason_description)
+        }
+    };
+    if let Some(result) = &update.result {
+        if result.is_empty() {
+            return Err("At least 1 command execution result is required".into());
+        }
+        for (name, value) in result {
+            if !is_word(name, 32, |c| c.is_ascii_alphabetic()) {
+                return Err(
+                    format!("result name {name:?}: 1 to 32 of a-z, A-Z, 0-9, '_' and '-'").into(),
+                );
+            }
+            let typed = value.as_object().filter(|o| o.len() == 1).and_then(|o| {
+                o.iter().next().filter(|(kind, v)| match kind.as_str() {
+                    "s" => v.is_string(),
+                    "b" => v.is_boolean(),
+                    "bin" => v.as_str().is_some_and(|b| {
+                        use base64::Engine;
+                        base64::engine::general_purpose::STANDARD.decode(b).is_ok()
+                    }),
+                    _ => false,
+                })
+            });
+            if typed.is_none() {
+                return Err(format!(
+                    "result {name:?}: one of {{\"s\": string}}, {{\"b\": bool}}, {{\"bin\": base64}}"
+                )
+                .into());
+            }
+        }
+    }
+    Ok(Answer {
+        status,
+        payload: publish.payload.clone(),
+        content_type: Some("application/json".into()),
+        code: None,
+        message,
+        app_error_code: None,
+        app_error_payload: None,
+        reason_code,
+        result: update.result.map(Value::Object),
+    })
+}
+
+impl Profile {
+    /// A profile's acknowledgement of a device's update (AWS IoT commands answer each on
+    /// `…/response/accepted/json` or `…/response/rejected/json`); `None` for the others.
+    pub fn acknowledge(&self, update: &Publish, ack: &Acknowledgement) -> Option<Publish> {
+        let Profile::Aws(_) = self else {
+            return None;
+        };
+        let base = update.topic.strip_suffix("/json")?;
+        let id = base
+            .strip_suffix("/response")?
+            .rsplit('/')
+            .next()
+            .unwrap_or_default();
+        let (topic, body) = match ack {
+            Acknowledgement::Accepted => (
+                format!("{base}/accepted/json"),
+                serde_json::json!({"executionId": id}),
+            ),
+            Acknowledgement::Rejected { code, message } => (
+                format!("{base}/rejected/json"),
+                serde_json::json!({"error": code, "errorMessage": message, "executionId": id}),
+            ),
+        };
+        Some(Publish {
+            topic,
+            payload: Bytes::from(body.to_string()),
+            qos: 1,
+            properties: Properties {
+                content_type: Some("application/json".into()),
+                payload_format_indicator: Some(1),
+                ..Properties::default()
+            },
+        })
     }
 }
 
@@ -544,7 +791,7 @@ impl Profiles {
             .profiles
             .values()
             .filter_map(|profile| match profile {
-                Profile::Topic(topic) => Some(topic.answer.filter()),
+                Profile::Topic(topic) | Profile::Aws(topic) => Some(topic.answer.filter()),
                 Profile::Mqtt5 => None,
             })
             .collect();
@@ -558,7 +805,7 @@ impl Profiles {
         self.profiles
             .iter()
             .find_map(|(name, profile)| match profile {
-                Profile::Topic(p) if p.answer.bind(topic).is_some() => {
+                Profile::Topic(p) | Profile::Aws(p) if p.answer.bind(topic).is_some() => {
                     Some((name.as_str(), profile))
                 }
                 _ => None,
@@ -589,15 +836,25 @@ enum CorrelationSpec {
 struct StatusSpec {
     json: Option<String>,
     #[serde(default)]
-    ok: Vec<i64>,
+    ok: Vec<Code>,
+    #[serde(default)]
+    progress: Vec<Code>,
 }
 
 impl ProfileSpec {
     fn into_profile(self) -> Result<Profile, String> {
         match self.kind.as_deref() {
             Some("mqtt5") => return Ok(Profile::Mqtt5),
+            Some("aws") => {
+                return Ok(Profile::Aws(TopicProfile {
+                    command: Template::parse(AWS_COMMAND)?,
+                    answer: Template::parse(AWS_ANSWER)?,
+                    correlation: Correlation::Topic,
+                    status: None,
+                }));
+            }
             Some("topic") | None => {}
-            Some(other) => return Err(format!("unknown kind {other:?}: mqtt5 or topic")),
+            Some(other) => return Err(format!("unknown kind {other:?}: mqtt5, topic or aws")),
         }
         let command = Template::parse(&self.command.ok_or("no \"command\" topic")?)?;
         let answer = Template::parse(&self.answer.ok_or("no \"answer\" topic")?)?;
@@ -632,16 +889,29 @@ impl ProfileSpec {
             Some(StatusSpec {
                 json: Some(field),
                 ok,
+                progress,
             }) => Some(StatusRule {
                 json: Some(field),
-                ok: if ok.is_empty() { vec![0] } else { ok },
+                ok: if ok.is_empty() {
+                    vec![Code::Number(0)]
+                } else {
+                    ok
+                },
+                progress,
             }),
-            Some(StatusSpec { json: None, ok }) if answer.has("status") => {
-                Some(StatusRule { json: None, ok })
-            }
+            Some(StatusSpec {
+                json: None,
+                ok,
+                progress,
+            }) if answer.has("status") => Some(StatusRule {
+                json: None,
+                ok,
+                progress,
+            }),
             None if answer.has("status") => Some(StatusRule {
                 json: None,
                 ok: Vec::new(),
+                progress: Vec::new(),
             }),
             None => None,
             Some(_) => {

@@ -10,6 +10,9 @@ use super::{Answer, AnswerKey, CommandError, Record};
 pub enum Matched {
     /// It settled a command whose caller waits: hand it over.
     Live,
+    /// A progress report (IN_PROGRESS) of a command whose caller waits: hand it over; the
+    /// command stays open.
+    Progress,
     /// It came after the timeout: recorded in the status, counted, logged.
     Late,
     /// The command was answered already: counted and dropped.

@@ -40,10 +40,14 @@ fn profiles() -> Profiles {
 fn the_built_in_profiles_parse() {
     let profiles = profiles();
     let names: Vec<&str> = profiles.names().collect();
-    assert_eq!(names, ["dji", "iothub", "mqtt5"]);
+    assert_eq!(names, ["aws", "dji", "iothub", "mqtt5"]);
     assert_eq!(
         profiles.answer_filters(),
-        ["$iothub/methods/res/+/+", "thing/product/+/services_reply"]
+        [
+            "$aws/commands/+/+/executions/+/response/json",
+            "$iothub/methods/res/+/+",
+            "thing/product/+/services_reply"
+        ]
     );
 }
 
@@ -296,6 +300,8 @@ fn answer(status: Status) -> Answer {
         message: None,
         app_error_code: None,
         app_error_payload: None,
+        reason_code: None,
+        result: None,
     }
 }
 
@@ -544,4 +550,299 @@ fn a_command_whose_publish_the_broker_refuses_fails_with_the_reason_code() {
     assert_eq!(client.in_flight(), 1);
     let lost = client.connection_failed(ClientError::Disconnected);
     assert!(matches!(&lost[..], [CommandsEvent::Status { call: c, .. }] if *c == other));
+}
+
+/// A command to `robot1` over the `aws` profile, registered in `registry`.
+fn aws_command(registry: &mut Registry, n: u8, timeout_ms: u64) -> (Profile, Record) {
+    let aws = Profiles::built_in().get("aws").unwrap().clone();
+    let r = CommandRequest {
+        timeout_ms,
+        content_type: Some("application/json".into()),
+        ..request(
+            "$aws/commands/things/robot1/executions/{id}/request/json",
+            r#"{"calibrate":true}"#,
+            "aws",
+        )
+    };
+    let prepared = aws.prepare(&r, SENDER, id(n), NOW).unwrap();
+    registry.register(prepared.record.clone(), NOW).unwrap();
+    (aws, prepared.record)
+}
+
+fn aws_update(record: &Record, body: &str) -> Publish {
+    publish(
+        &format!(
+            "$aws/commands/things/robot1/executions/{}/response/json",
+            record.id
+        ),
+        body,
+    )
+}
+
+#[test]
+fn aws_commands_go_where_aws_devices_listen_and_report_progress_before_their_result() {
+    let mut registry = Registry::new();
+    let (aws, record) = aws_command(&mut registry, 1, 60_000);
+    assert_eq!(
+        record.topic,
+        format!(
+            "$aws/commands/things/robot1/executions/{}/request/json",
+            record.id
+        )
+    );
+    assert_eq!(
+        record.answer_filter,
+        format!(
+            "$aws/commands/things/robot1/executions/{}/response/json",
+            record.id
+        )
+    );
+    // Two progress reports, then the result: the command stays open until the last.
+    for (n, description) in [(1, "heating"), (2, "measuring")] {
+        let body = format!(
+            r#"{{"status":"IN_PROGRESS","statusReason":{{"reasonCode":"STEP_{n}","reasonDescription":"{description}"}}}}"#
+        );
+        let (key, answer) = aws.read_answer(&aws_update(&record, &body)).unwrap();
+        let [(how, now)] = &registry.answer(&key, answer, NOW + n)[..] else {
+            panic!("one record matched");
+        };
+        assert_eq!(*how, Matched::Progress);
+        assert_eq!(now.status, Status::InProgress);
+        let reported = now.answer.as_ref().unwrap();
+        assert_eq!(
+            reported.reason_code.as_deref(),
+            Some(format!("STEP_{n}").as_str())
+        );
+        assert_eq!(reported.message.as_deref(), Some(description));
+        assert!(now.status.is_waiting() && !now.is_final());
+    }
+    let done = r#"{"status":"SUCCEEDED","statusReason":{"reasonCode":"DONE"},"result":{"offset":{"s":"0.25"},"ok":{"b":true},"raw":{"bin":"AAE="}}}"#;
+    let (key, answer) = aws.read_answer(&aws_update(&record, done)).unwrap();
+    let [(how, settled)] = &registry.answer(&key, answer, NOW + 3)[..] else {
+        panic!("one record matched");
+    };
+    assert_eq!((*how, settled.status), (Matched::Live, Status::Succeeded));
+    let result = settled.answer.as_ref().unwrap().result.clone().unwrap();
+    assert_eq!(result["offset"]["s"], "0.25");
+    assert_eq!(result["raw"]["bin"], "AAE=");
+    // The record keeps the reason and the result through JSON (Redis, status queries).
+    let again = Record::from_json(&settled.to_json()).unwrap();
+    assert_eq!(&again, settled);
+    // After a final status, any update is refused (the commander answers TerminalStateReached).
+    let (key, answer) = aws
+        .read_answer(&aws_update(&record, r#"{"status":"IN_PROGRESS"}"#))
+        .unwrap();
+    let [(how, after)] = &registry.answer(&key, answer, NOW + 4)[..] else {
+        panic!("one record matched");
+    };
+    assert_eq!(
+        (*how, after.status),
+        (Matched::Duplicate, Status::Succeeded)
+    );
+}
+
+#[test]
+fn an_aws_command_silent_after_progress_times_out_and_a_late_final_status_replaces_it() {
+    let mut registry = Registry::new();
+    let (aws, record) = aws_command(&mut registry, 2, 1_000);
+    let (key, answer) = aws
+        .read_answer(&aws_update(&record, r#"{"status":"IN_PROGRESS"}"#))
+        .unwrap();
+    assert_eq!(
+        registry.answer(&key, answer, NOW + 10)[0].0,
+        Matched::Progress
+    );
+    let timed_out = registry.time_out(&record.id, NOW + 1_000).unwrap();
+    assert_eq!(timed_out.status, Status::TimedOut);
+    assert!(!timed_out.is_final(), "the service's timeout is not final");
+    let (key, answer) = aws
+        .read_answer(&aws_update(
+            &record,
+            r#"{"status":"FAILED","statusReason":{"reasonCode":"JAMMED"}}"#,
+        ))
+        .unwrap();
+    let [(how, late)] = &registry.answer(&key, answer, NOW + 1_500)[..] else {
+        panic!("one record matched");
+    };
+    assert_eq!(
+        (*how, late.status, late.late),
+        (Matched::Late, Status::Failed, true)
+    );
+    // The device's own TIMED_OUT is final.
+    let (_, record) = aws_command(&mut registry, 3, 1_000);
+    let (key, answer) = aws
+        .read_answer(&aws_update(&record, r#"{"status":"TIMED_OUT"}"#))
+        .unwrap();
+    registry.answer(&key, answer, NOW + 10);
+    let (key, answer) = aws
+        .read_answer(&aws_update(&record, r#"{"status":"SUCCEEDED"}"#))
+        .unwrap();
+    assert_eq!(
+        registry.answer(&key, answer, NOW + 20)[0].0,
+        Matched::Duplicate
+    );
+}
+
+#[test]
+fn a_malformed_aws_update_is_refused_with_a_reason_and_changes_nothing() {
+    let mut registry = Registry::new();
+    let (aws, record) = aws_command(&mut registry, 4, 60_000);
+    for (body, code, why) in [
+        ("{not json", "InvalidJson", "not an execution update"),
+        (r#"{"status":"DONE"}"#, "InvalidRequest", "status \"DONE\""),
+        (
+            r#"{"status":"CREATED"}"#,
+            "InvalidRequest",
+            "status \"CREATED\"",
+        ),
+        (
+            r#"{"reason":"x"}"#,
+            "InvalidRequest",
+            "not an execution update",
+        ),
+        (
+            r#"{"status":"FAILED","statusReason":{"reasonCode":"bad code"}}"#,
+            "InvalidRequest",
+            "reasonCode",
+        ),
+        (
+            r#"{"status":"FAILED","statusReason":{"reasonCode":""}}"#,
+            "InvalidRequest",
+            "reasonCode",
+        ),
+        (
+            &format!(
+                r#"{{"status":"FAILED","statusReason":{{"reasonCode":"{}"}}}}"#,
+                "A".repeat(65)
+            ),
+            "InvalidRequest",
+            "reasonCode",
+        ),
+        (
+            r#"{"status":"SUCCEEDED","result":{}}"#,
+            "InvalidRequest",
+            "At least 1",
+        ),
+        (
+            r#"{"status":"SUCCEEDED","result":{"x":{"n":1}}}"#,
+            "InvalidRequest",
+            "result \"x\"",
+        ),
+        (
+            r#"{"status":"SUCCEEDED","result":{"x":{"bin":"%%"}}}"#,
+            "InvalidRequest",
+            "result \"x\"",
+        ),
+        (
+            r#"{"status":"SUCCEEDED","result":{"bad name":{"s":"1"}}}"#,
+            "InvalidRequest",
+            "result name",
+        ),
+    ] {
+        let error = aws.read_answer(&aws_update(&record, body)).unwrap_err();
+        assert_eq!(error.code, code, "{body}");
+        assert!(error.reason.contains(why), "{body}: {}", error.reason);
+    }
+    assert_eq!(
+        registry.get(&record.id).unwrap(),
+        &record,
+        "nothing changed"
+    );
+    // A topic that is not a response topic is not an update.
+    assert!(
+        aws.read_answer(&publish("$aws/commands/things/robot1/executions", "{}"))
+            .is_err()
+    );
+}
+
+#[test]
+fn aws_updates_are_acknowledged_on_the_topics_aws_devices_subscribe_to() {
+    let mut registry = Registry::new();
+    let (aws, record) = aws_command(&mut registry, 5, 60_000);
+    let update = aws_update(&record, r#"{"status":"IN_PROGRESS"}"#);
+    let accepted = aws
+        .acknowledge(&update, &Acknowledgement::Accepted)
+        .unwrap();
+    let base = format!(
+        "$aws/commands/things/robot1/executions/{}/response",
+        record.id
+    );
+    assert_eq!(accepted.topic, format!("{base}/accepted/json"));
+    let body: serde_json::Value = serde_json::from_slice(&accepted.payload).unwrap();
+    assert_eq!(body, serde_json::json!({"executionId": record.id}));
+    let rejected = aws
+        .acknowledge(
+            &update,
+            &Acknowledgement::Rejected {
+                code: "TerminalStateReached",
+                message: "SUCCEEDED already".into(),
+            },
+        )
+        .unwrap();
+    assert_eq!(rejected.topic, format!("{base}/rejected/json"));
+    let body: serde_json::Value = serde_json::from_slice(&rejected.payload).unwrap();
+    assert_eq!(
+        body,
+        serde_json::json!({"error": "TerminalStateReached", "errorMessage": "SUCCEEDED already", "executionId": record.id})
+    );
+    // Other profiles acknowledge nothing.
+    assert!(
+        Profile::Mqtt5
+            .acknowledge(&update, &Acknowledgement::Accepted)
+            .is_none()
+    );
+}
+
+#[test]
+fn a_profile_reads_string_statuses_and_names_progress() {
+    let mut profiles = Profiles::built_in();
+    profiles
+        .add_json(
+            r#"{"flasher": {
+                "command": "flash/{dev}/cmd",
+                "answer": "flash/{dev}/reply",
+                "correlation": {"json": "rid"},
+                "status": {"json": "state", "ok": ["DONE", 0], "progress": ["FLASHING", 102]}
+            }}"#,
+        )
+        .unwrap();
+    let flasher = profiles.get("flasher").unwrap();
+    let prepared = flasher
+        .prepare(
+            &request("flash/d1/cmd", "{}", "flasher"),
+            SENDER,
+            id(6),
+            NOW,
+        )
+        .unwrap();
+    let rid = &prepared.record.id;
+    for (state, status) in [
+        ("\"FLASHING\"", Status::InProgress),
+        ("102", Status::InProgress),
+        ("\"DONE\"", Status::Succeeded),
+        ("0", Status::Succeeded),
+        ("\"BRICKED\"", Status::Failed),
+        ("7", Status::Failed),
+    ] {
+        let body = format!(r#"{{"rid":"{rid}","state":{state}}}"#);
+        let (_, answer) = flasher
+            .read_answer(&publish("flash/d1/reply", &body))
+            .unwrap();
+        assert_eq!(answer.status, status, "{state}");
+    }
+    let (_, answer) = flasher
+        .read_answer(&publish(
+            "flash/d1/reply",
+            &format!(r#"{{"rid":"{rid}","state":"DONE"}}"#),
+        ))
+        .unwrap();
+    assert_eq!(answer.reason_code.as_deref(), Some("DONE"));
+    assert!(
+        flasher
+            .read_answer(&publish(
+                "flash/d1/reply",
+                &format!(r#"{{"rid":"{rid}","state":[1]}}"#)
+            ))
+            .is_err()
+    );
 }

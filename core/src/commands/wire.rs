@@ -46,6 +46,8 @@ pub mod name {
     pub const MESSAGE: &str = "message";
     pub const APP_ERROR_CODE: &str = "appErrCode";
     pub const APP_ERROR_PAYLOAD: &str = "appErrPayload";
+    /// The device's reason code (AWS IoT commands' `statusReason.reasonCode`).
+    pub const REASON_CODE: &str = "reasonCode";
     pub const LATE: &str = "late";
     pub const ORPHANED: &str = "orphaned";
 }
@@ -141,6 +143,7 @@ pub fn reply_record(to: &Publish, record: &Record, as_json: bool) -> Publish {
                 (name::MESSAGE, &answer.message),
                 (name::APP_ERROR_CODE, &answer.app_error_code),
                 (name::APP_ERROR_PAYLOAD, &answer.app_error_payload),
+                (name::REASON_CODE, &answer.reason_code),
             ] {
                 if let Some(v) = v {
                     user.push(pair(n, v.clone()));

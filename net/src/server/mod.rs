@@ -268,6 +268,14 @@ pub async fn serve(
                 );
             }
             let commands = CommanderConfig {
+                // The jobs listener's election covers the `$…` answer topics too.
+                elected_dollar_answers: matches!(
+                    &jobs,
+                    Some(JobsService::Shared(SharedJobs {
+                        listener: Some(_),
+                        ..
+                    }))
+                ),
                 client_id: format!("{}-commands", config.client_id),
                 share_group: config.share_group.clone(),
                 profiles: config.command_profiles.clone(),
@@ -349,6 +357,7 @@ pub async fn serve(
     );
     let mut node = Node {
         jobs,
+        commander: commander.clone(),
         probe_topic: topics::probe_topic(&config.client_id),
         presence: config.state_store.then(|| Publish {
             topic: presence_topic,

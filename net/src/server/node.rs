@@ -242,6 +242,9 @@ pub(super) struct Node {
     pub(super) clock_offset_ms: i64,
     /// The jobs service, unless switched off.
     pub(super) jobs: Option<JobsService>,
+    /// The command service, unless switched off (the elected listener reads its `$…` answer
+    /// topics for all nodes).
+    pub(super) commander: Option<crate::commander::Commander>,
     /// Answers and notifications, tagged with what they are.
     pub(super) outbox: Outbox<Sent>,
     pub(super) metrics: Arc<Metrics>,
@@ -818,6 +821,9 @@ impl Node {
                     }
                     listener.leader = true;
                     self.metrics.set_jobs_listener(true);
+                    if let Some(commander) = &self.commander {
+                        commander.answer_for_all(true);
+                    }
                     info!("this node now listens to the jobs device API for all nodes");
                 } else if !leads {
                     self.stop_listening();
@@ -838,6 +844,9 @@ impl Node {
                 .try_unsubscribe(jobs_topics::DEVICE_FILTER);
             listener.leader = false;
             self.metrics.set_jobs_listener(false);
+            if let Some(commander) = &self.commander {
+                commander.answer_for_all(false);
+            }
             info!("this node no longer listens to the jobs device API");
         }
     }
