@@ -807,3 +807,298 @@ async fn jobs_and_commands_beside_the_plugin() {
     );
     server.stop().await.unwrap();
 }
+
+/// What an AWS IoT commands device received on its acknowledgement topics: `accepted` or
+/// `rejected`, and the body.
+type Acks = Arc<Mutex<Vec<(String, Value)>>>;
+
+/// A device written for AWS IoT commands (as the AWS v2 SDKs' `IotCommandsV2Client` speaks
+/// it): thing `thing` subscribes to its executions' requests and to the acknowledgements of its
+/// updates, and sends, for each command, the updates its payload lists (`{"updates": [[delay
+/// ms, update JSON, execution id or null], …]}`), one at a time.
+async fn aws_device(broker: &Broker, thing: &str) -> (tokio::task::JoinHandle<()>, Acks) {
+    let acks = Acks::default();
+    let base = format!("$aws/commands/things/{thing}/executions");
+    let mut options = MqttOptions::new(format!("aws-{thing}"), "127.0.0.1", broker.port);
+    options.set_max_packet_size(Some(1024 * 1024));
+    let (client, mut eventloop) = AsyncClient::new(options, 64);
+    let (subscribed_tx, subscribed) = tokio::sync::oneshot::channel();
+    let seen = acks.clone();
+    let task = tokio::spawn(async move {
+        let mut subscribed_tx = Some(subscribed_tx);
+        let mut subacks = 0;
+        loop {
+            match eventloop.poll().await {
+                Ok(Event::Incoming(Packet::ConnAck(_))) => {
+                    for filter in [
+                        format!("{base}/+/request/json"),
+                        format!("{base}/+/response/accepted/json"),
+                        format!("{base}/+/response/rejected/json"),
+                    ] {
+                        client.subscribe(filter, QoS::AtLeastOnce).await.unwrap();
+                    }
+                }
+                Ok(Event::Incoming(Packet::SubAck(_))) => {
+                    subacks += 1;
+                    if subacks == 3
+                        && let Some(tx) = subscribed_tx.take()
+                    {
+                        let _ = tx.send(());
+                    }
+                }
+                Ok(Event::Incoming(Packet::Publish(p))) => {
+                    let topic = String::from_utf8_lossy(&p.topic).into_owned();
+                    let body: Value = serde_json::from_slice(&p.payload).unwrap_or(Value::Null);
+                    if let Some(kind) = ["accepted", "rejected"]
+                        .into_iter()
+                        .find(|kind| topic.ends_with(&format!("/response/{kind}/json")))
+                    {
+                        seen.lock().unwrap().push((kind.to_owned(), body));
+                        continue;
+                    }
+                    // A request: `$aws/commands/things/T/executions/{id}/request/json`.
+                    let id = topic.split('/').nth(5).unwrap_or_default().to_owned();
+                    let (client, base) = (client.clone(), base.clone());
+                    tokio::spawn(async move {
+                        let updates = body["updates"].as_array().cloned().unwrap_or_default();
+                        for update in updates {
+                            tokio::time::sleep(Duration::from_millis(
+                                update[0].as_u64().unwrap_or(0),
+                            ))
+                            .await;
+                            let execution = update[2].as_str().unwrap_or(&id).to_owned();
+                            let payload = match &update[1] {
+                                Value::String(raw) => raw.clone().into_bytes(),
+                                json => json.to_string().into_bytes(),
+                            };
+                            let _ = client
+                                .publish(
+                                    format!("{base}/{execution}/response/json"),
+                                    QoS::AtLeastOnce,
+                                    false,
+                                    payload,
+                                )
+                                .await;
+                        }
+                    });
+                }
+                Ok(_) => {}
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+    });
+    tokio::time::timeout(WAIT, subscribed)
+        .await
+        .expect("the AWS device subscribes")
+        .unwrap();
+    (task, acks)
+}
+
+/// A command for the AWS device `robot1` that makes it send `updates` (see [`aws_device`]).
+fn aws_command(updates: Value, timeout_ms: u64) -> CommandRequest {
+    CommandRequest {
+        profile: "aws".into(),
+        timeout_ms,
+        content_type: Some("application/json".into()),
+        ..CommandRequest::new(
+            "$aws/commands/things/robot1/executions/{id}/request/json",
+            json!({ "updates": updates }).to_string(),
+        )
+    }
+}
+
+/// The statuses (and reason codes) of command `id`'s records seen on `watch` until `last`.
+async fn statuses_until(
+    watch: &mut mqstore_net::commands::CommandWatch,
+    id: &str,
+    last: Status,
+) -> Vec<(Status, Option<String>)> {
+    let mut seen = Vec::new();
+    while seen.last().map(|(s, _)| *s) != Some(last) {
+        let record = tokio::time::timeout(WAIT, watch.next())
+            .await
+            .expect("a status change")
+            .unwrap();
+        if record.id == id {
+            let reason = record.answer.and_then(|a| a.reason_code);
+            seen.push((record.status, reason));
+        }
+    }
+    seen
+}
+
+/// The acknowledgements `acks` holds once it holds `n`.
+async fn acks_when(acks: &Acks, n: usize) -> Vec<(String, Value)> {
+    wait_for(|| acks.lock().unwrap().len() >= n).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    acks.lock().unwrap().clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_aws_iot_commands_device_reports_progress_then_its_result() {
+    let broker = Broker::start();
+    let (_device, acks) = aws_device(&broker, "robot1").await;
+    let server = server(&broker).await;
+    let caller = client(&broker, "caller").await;
+    let mut watch = caller.watch_commands().await.unwrap();
+    let result = json!({"offset": {"s": "0.25"}, "level": {"b": true}, "raw": {"bin": "AAE="}});
+    let updates = json!([
+        [0, {"status": "IN_PROGRESS", "statusReason": {"reasonCode": "HEATING", "reasonDescription": "to 80 C"}}],
+        [150, {"status": "IN_PROGRESS", "statusReason": {"reasonCode": "MEASURING"}}],
+        [150, {"status": "DONE"}],
+        [150, {"status": "SUCCEEDED", "statusReason": {"reasonCode": "OK"}, "result": result}],
+        [150, {"status": "IN_PROGRESS"}],
+        [150, {"status": "SUCCEEDED"}, "00000000-0000-0000-0000-000000000000"],
+        [150, "not json"],
+    ]);
+    let reply = caller
+        .command(aws_command(updates, 10_000))
+        .await
+        .expect("the command succeeds");
+    assert_eq!(reply.status, Status::Succeeded);
+    let answered: Value = serde_json::from_slice(&reply.payload).unwrap();
+    assert_eq!(answered["result"], result, "the caller gets the result");
+    // The caller saw two progress events, then the result.
+    let seen = statuses_until(&mut watch, &reply.id, Status::Succeeded).await;
+    let progress: Vec<_> = seen
+        .iter()
+        .filter(|(s, _)| *s == Status::InProgress)
+        .map(|(_, reason)| reason.as_deref().unwrap_or_default())
+        .collect();
+    assert_eq!(progress, ["HEATING", "MEASURING"], "{seen:?}");
+    assert_eq!(seen.last().unwrap().1.as_deref(), Some("OK"));
+    // The record holds the reason and the result.
+    let record = caller.command_status(&reply.id).await.unwrap();
+    let answer = record.answer.unwrap();
+    assert_eq!(answer.reason_code.as_deref(), Some("OK"));
+    assert_eq!(answer.result, Some(result));
+    // Every update was acknowledged as AWS does.
+    let acks = acks_when(&acks, 7).await;
+    let said: Vec<(&str, &str)> = acks
+        .iter()
+        .map(|(kind, body)| (kind.as_str(), body["error"].as_str().unwrap_or("")))
+        .collect();
+    assert_eq!(
+        said,
+        [
+            ("accepted", ""),
+            ("accepted", ""),
+            ("rejected", "InvalidRequest"),
+            ("accepted", ""),
+            ("rejected", "TerminalStateReached"),
+            ("rejected", "ResourceNotFound"),
+            ("rejected", "InvalidJson"),
+        ]
+    );
+    assert_eq!(acks[0].1, json!({"executionId": reply.id}));
+    assert!(
+        acks[2].1["errorMessage"].as_str().unwrap().contains("DONE"),
+        "{acks:?}"
+    );
+    // The malformed update changed nothing: the record went from MEASURING to OK.
+    assert!(!seen.iter().any(|(_, r)| r.as_deref() == Some("DONE")));
+    server.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_aws_command_that_falls_silent_times_out_and_a_late_result_replaces_the_timeout() {
+    let broker = Broker::start();
+    let (_device, _acks) = aws_device(&broker, "robot1").await;
+    let server = server(&broker).await;
+    let caller = client(&broker, "caller").await;
+    let mut watch = caller.watch_commands().await.unwrap();
+    let updates = json!([
+        [0, {"status": "IN_PROGRESS"}],
+        [2_500, {"status": "FAILED", "statusReason": {"reasonCode": "JAMMED"}}],
+    ]);
+    let error = caller
+        .command(aws_command(updates, 1_000))
+        .await
+        .unwrap_err();
+    let ClientError::CommandTimedOut { id } = error else {
+        panic!("timed out, not {error:?}");
+    };
+    let seen = statuses_until(&mut watch, &id, Status::Failed).await;
+    let statuses: Vec<Status> = seen.iter().map(|(s, _)| *s).collect();
+    assert!(
+        statuses.ends_with(&[Status::InProgress, Status::TimedOut, Status::Failed]),
+        "{seen:?}"
+    );
+    let record = caller.command_status(&id).await.unwrap();
+    assert_eq!((record.status, record.late), (Status::Failed, true));
+    server.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aws_commands_across_three_nodes_on_redis_publish_each_transition_once() {
+    use mqstore_net::server::StoreConfig;
+    let broker = Broker::start();
+    let redis = Redis::start();
+    let (_device, acks) = aws_device(&broker, "robot1").await;
+    let mut nodes = Vec::new();
+    for n in 0..3 {
+        let config = ServerConfig {
+            store: StoreConfig::Redis(RedisConfig::parse(&redis.url()).unwrap()),
+            share_group: Some(GROUP.into()),
+            ..ServerConfig::new(broker_config(&broker), &format!("aws-{n}"))
+        };
+        nodes.push(spawn(config).await.expect("the node starts"));
+    }
+    // One node is elected to read the `$aws/...` updates for all.
+    wait_for(|| {
+        nodes.iter().any(|node| {
+            node.metrics
+                .render()
+                .contains("\nmqstore_jobs_device_api_listener 1\n")
+        })
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let caller = client(&broker, "caller").await;
+    let mut watch = caller.watch_commands().await.unwrap();
+    let updates = json!([
+        [0, {"status": "IN_PROGRESS", "statusReason": {"reasonCode": "ONE"}}],
+        [100, {"status": "IN_PROGRESS", "statusReason": {"reasonCode": "TWO"}}],
+        [100, {"status": "SUCCEEDED", "result": {"n": {"s": "3"}}}],
+    ]);
+    let mut ids = Vec::new();
+    for _ in 0..6 {
+        // Through the share group: the caller's node is any of the three.
+        let reply = caller
+            .command(aws_command(updates.clone(), 10_000))
+            .await
+            .expect("the answer reaches the node the caller waits on");
+        assert_eq!(reply.status, Status::Succeeded);
+        ids.push(reply.id);
+    }
+    // Each transition was published once: per command, SENT, two IN_PROGRESS, one SUCCEEDED
+    // (DELIVERED is not published for awaited commands).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut events: HashMap<String, Vec<Status>> = HashMap::new();
+    while let Ok(Some(record)) =
+        tokio::time::timeout(Duration::from_millis(300), watch.next()).await
+    {
+        events.entry(record.id).or_default().push(record.status);
+    }
+    for id in &ids {
+        assert_eq!(
+            events.get(id).map(Vec::as_slice),
+            Some(
+                &[
+                    Status::Sent,
+                    Status::InProgress,
+                    Status::InProgress,
+                    Status::Succeeded
+                ][..]
+            ),
+            "{id}"
+        );
+    }
+    // And each update acknowledged once.
+    let acks = acks_when(&acks, 18).await;
+    assert_eq!(acks.len(), 18, "{acks:?}");
+    assert!(acks.iter().all(|(kind, _)| kind == "accepted"), "{acks:?}");
+    for node in nodes {
+        node.stop().await.unwrap();
+    }
+}

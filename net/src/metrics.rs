@@ -338,7 +338,7 @@ impl Metrics {
             ),
             (
                 "mqstore_jobs_device_api_listener",
-                "Whether this node is the one that listens to the jobs device API for all nodes (1), elected through a lease in Redis.",
+                "Whether this node is the one that listens to the jobs device API and the $-topic command answers (AWS IoT commands, IoT Hub) for all nodes (1), elected through a lease in Redis.",
                 "gauge",
                 &self.jobs_listener,
             ),
