@@ -1040,7 +1040,7 @@ async fn aws_commands_across_three_nodes_on_redis_publish_each_transition_once()
         let config = ServerConfig {
             store: StoreConfig::Redis(RedisConfig::parse(&redis.url()).unwrap()),
             share_group: Some(GROUP.into()),
-            ..ServerConfig::new(broker_config(&broker), &format!("aws-{n}"))
+            ..ServerConfig::new(broker_config(&broker), format!("aws-{n}"))
         };
         nodes.push(spawn(config).await.expect("the node starts"));
     }
