@@ -493,7 +493,7 @@ typedef struct mqstore_command_options {
    */
   const char *content_type;
   /**
-   * The device profile ("mqtt5" when NULL; "dji", "iothub", or one of the server's).
+   * The device profile ("mqtt5" when NULL; "dji", "iothub", "aws", or one of the server's).
    */
   const char *profile;
   /**

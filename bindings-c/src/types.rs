@@ -748,7 +748,7 @@ pub struct mqstore_user_property {
 pub struct mqstore_command_options {
     /// The payload's content type, or NULL.
     pub content_type: *const c_char,
-    /// The device profile ("mqtt5" when NULL; "dji", "iothub", or one of the server's).
+    /// The device profile ("mqtt5" when NULL; "dji", "iothub", "aws", or one of the server's).
     pub profile: *const c_char,
     /// Milliseconds to wait for the answer; 0: the service's default.
     pub timeout_ms: u32,

@@ -1191,7 +1191,7 @@ export class Jobs {
 
 /** Options of `Client.command`. */
 export interface CommandOptions {
-  /** The device profile (`mqtt5` unless told; `dji`, `iothub`, or one `mqstore serve` was given). */
+  /** The device profile (`mqtt5` unless told; `dji`, `iothub`, `aws`, or one `mqstore serve` was given). */
   profile?: string;
   /** How long to wait for the device's answer (10 000 ms). */
   timeoutMs?: number;
@@ -1220,9 +1220,21 @@ export interface CommandRecord {
   node: string;
   topic: string;
   profile: string;
-  status: "SENT" | "DELIVERED" | "SUCCEEDED" | "FAILED" | "REJECTED" | "TIMED_OUT";
+  /** IN_PROGRESS: the device reported progress (`answer` holds its latest report); the command
+   * stays open until a final status or its timeout. */
+  status: "SENT" | "DELIVERED" | "IN_PROGRESS" | "SUCCEEDED" | "FAILED" | "REJECTED" | "TIMED_OUT";
   sentMs: number;
   deadlineMs: number;
-  answer?: { status: string; payload: string; contentType?: string; code?: number; message?: string };
+  answer?: {
+    status: string;
+    payload: string;
+    contentType?: string;
+    code?: number;
+    message?: string;
+    /** The device's reason code (AWS IoT commands' `statusReason.reasonCode`). */
+    reasonCode?: string;
+    /** Typed results (AWS IoT commands' `result`: name → `{s}`, `{b}` or `{bin}`). */
+    result?: Record<string, { s?: string; b?: boolean; bin?: string }>;
+  };
   [field: string]: unknown;
 }

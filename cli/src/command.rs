@@ -25,7 +25,8 @@ pub enum CommandCommand {
         #[command(flatten)]
         payload: ValueArgs,
         /// How the device is spoken to: mqtt5 (MQTT 5 request/response, the default), dji,
-        /// iothub, or a profile of the server's --command-profiles file.
+        /// iothub, aws (AWS IoT commands devices), or a profile of the server's
+        /// --command-profiles file.
         #[arg(long, default_value = "mqtt5")]
         profile: String,
         /// The payload's content type (default: application/json when it is JSON).

@@ -458,7 +458,10 @@ class Client:
         (``mode="await"``), the broker's acknowledgement (``"oneway"``) or only its id
         (``"detached"``). A device's error answer raises
         :class:`~mqstore.errors.CommandFailedError` or ``CommandRejectedError``; no answer in
-        time, :class:`~mqstore.errors.CommandTimeoutError`."""
+        time, :class:`~mqstore.errors.CommandTimeoutError`. ``profile``: ``"mqtt5"``,
+        ``"dji"``, ``"iothub"``, ``"aws"`` (AWS IoT commands devices) or one of the server's;
+        a device's progress reports show in :meth:`watch_commands` as records with status
+        ``"IN_PROGRESS"``."""
         return self._native.command(
             _args.text(topic, "topic"),
             *_args.command(payload, content_type, profile, timeout, mode, headers),
