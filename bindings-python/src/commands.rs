@@ -82,6 +82,7 @@ fn request(
             ))
         })?,
         headers,
+        ..CommandRequest::new(String::new(), Bytes::new())
     })
 }
 

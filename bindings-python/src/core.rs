@@ -133,7 +133,7 @@ fn event_dict(py: Python<'_>, event: SessionEvent) -> PyResult<Bound<'_, PyDict>
                         },
                     )?;
                 }
-                Ok(Completion::Jobs(value)) => {
+                Ok(Completion::Jobs(value) | Completion::CommandDefinitions(value)) => {
                     dict.set_item("result", crate::runtime::ToPy::to_py(Json(value), py)?)?
                 }
                 Ok(Completion::Command(reply)) => {

@@ -411,7 +411,9 @@ fn event_to_js(event: SessionEvent) -> Object {
                     };
                     set(&out, "deleted", deleted);
                 }
-                Ok(Completion::Jobs(value)) => set(&out, "result", services::js_of(&value)),
+                Ok(Completion::Jobs(value) | Completion::CommandDefinitions(value)) => {
+                    set(&out, "result", services::js_of(&value))
+                }
                 Ok(Completion::Command(reply)) => {
                     set(&out, "result", services::reply_to_js(&reply))
                 }

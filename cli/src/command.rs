@@ -42,6 +42,33 @@ pub enum CommandCommand {
         #[arg(long)]
         detach: bool,
     },
+    /// Start a stored command (see `command define`) on a device written for AWS IoT
+    /// commands, and print its answer (exit codes as `send`), as AWS's StartCommandExecution.
+    Start {
+        /// The stored command's id.
+        command_id: String,
+        /// The device: a thing name, thing/NAME, clients/CLIENT_ID, or a thing's ARN.
+        target: String,
+        /// A parameter of the command's payload template, NAME=VALUE (repeatable; a VALUE
+        /// that is JSON, such as 42 or true, is taken as that).
+        #[arg(long = "param", value_parser = parse_header)]
+        parameters: Vec<(String, String)>,
+        /// Print the execution id at once; follow it with `command status` or `command watch`.
+        #[arg(long)]
+        detach: bool,
+    },
+    /// Store a command that `command start` sends by its id (AWS's CreateCommand): JSON
+    /// `{"commandId": …, "payload": {"content": …, "contentType": …}}` or `{"commandId": …,
+    /// "payloadTemplate": "…${aws:iot:commandexecution::parameter:NAME}…",
+    /// "mandatoryParameters": [{"name": …, "defaultValue": {"S": …}}]}`.
+    Define {
+        #[command(flatten)]
+        definition: ValueArgs,
+    },
+    /// Print the stored commands, or the one with this id.
+    Definitions { command_id: Option<String> },
+    /// Delete a stored command.
+    Undefine { command_id: String },
     /// Print a command's status record (kept three timeouts after it was sent).
     Status { id: String },
     /// Print every command's status changes as they happen, until Ctrl-C.
@@ -57,7 +84,10 @@ pub struct CommandCall {
 impl CommandCall {
     pub fn read(mut command: CommandCommand) -> Result<Self, String> {
         let payload = match &mut command {
-            CommandCommand::Send { payload, .. } => Some(
+            CommandCommand::Send { payload, .. }
+            | CommandCommand::Define {
+                definition: payload,
+            } => Some(
                 std::mem::replace(
                     payload,
                     ValueArgs {
@@ -103,28 +133,58 @@ impl CommandCall {
                         _ => Mode::Await,
                     },
                     headers,
+                    command: None,
+                    parameters: Default::default(),
                 };
-                match client.command(request).await {
-                    Ok(reply) => {
-                        print_reply(call, &reply);
-                        Ok(ExitCode::SUCCESS)
-                    }
-                    Err(e) => {
-                        if let (
-                            true,
-                            ClientError::CommandFailed { id, answer }
-                            | ClientError::CommandRejected { id, answer },
-                        ) = (call.json, &e)
-                        {
-                            println!(
-                                "{}",
-                                json!({"id": id, "status": answer.status, "deviceStatus": answer.code,
-                                       "message": answer.message, "appErrCode": answer.app_error_code,
-                                       "payload": payload_json(&answer.payload)})
-                            );
-                        }
-                        Err(e)
-                    }
+                send(client, call, request).await
+            }
+            CommandCommand::Start {
+                command_id,
+                target,
+                parameters,
+                detach,
+            } => {
+                let request = CommandRequest {
+                    timeout_ms: call
+                        .timeout
+                        .map_or(DEFAULT_TIMEOUT_MS, |t| t.as_millis() as u64),
+                    mode: if detach { Mode::Detached } else { Mode::Await },
+                    parameters: parameters
+                        .into_iter()
+                        .map(|(name, value)| {
+                            let value =
+                                serde_json::from_str(&value).unwrap_or(Value::String(value));
+                            (name, value)
+                        })
+                        .collect(),
+                    ..CommandRequest::start(command_id, target)
+                };
+                send(client, call, request).await
+            }
+            CommandCommand::Define { .. } => {
+                let definition = self.payload.unwrap_or_default();
+                let definition = serde_json::from_slice(&definition).map_err(|e| {
+                    ClientError::Malformed(format!("the definition is not a stored command: {e}"))
+                })?;
+                let stored = client.define_command(&definition).await?;
+                println!("{}", serde_json::to_string(&stored).unwrap_or_default());
+                Ok(ExitCode::SUCCESS)
+            }
+            CommandCommand::Definitions { command_id } => {
+                let answer = match command_id {
+                    Some(id) => serde_json::to_value(client.command_definition(&id).await?),
+                    None => serde_json::to_value(client.command_definition_list().await?),
+                };
+                println!("{}", answer.unwrap_or_default());
+                Ok(ExitCode::SUCCESS)
+            }
+            CommandCommand::Undefine { command_id } => {
+                match client.delete_command_definition(&command_id).await? {
+                    true => Ok(ExitCode::SUCCESS),
+                    false => Err(ClientError::Status {
+                        status: 404,
+                        message: format!("no stored command {command_id:?}"),
+                    }),
                 }
             }
             CommandCommand::Status { id } => {
@@ -155,6 +215,36 @@ impl CommandCall {
                     }
                 }
             }
+        }
+    }
+}
+
+/// Sends `request` and prints its answer (a device's error answer too, with `--json`).
+async fn send(
+    client: &Client,
+    call: CallArgs,
+    request: CommandRequest,
+) -> Result<ExitCode, ClientError> {
+    match client.command(request).await {
+        Ok(reply) => {
+            print_reply(call, &reply);
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            if let (
+                true,
+                ClientError::CommandFailed { id, answer }
+                | ClientError::CommandRejected { id, answer },
+            ) = (call.json, &e)
+            {
+                println!(
+                    "{}",
+                    json!({"id": id, "status": answer.status, "deviceStatus": answer.code,
+                           "message": answer.message, "appErrCode": answer.app_error_code,
+                           "payload": payload_json(&answer.payload)})
+                );
+            }
+            Err(e)
         }
     }
 }

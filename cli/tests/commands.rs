@@ -894,6 +894,46 @@ async fn aws_device(broker: &Broker, thing: &str) -> (tokio::task::JoinHandle<()
     (task, acks)
 }
 
+/// Everything published on `filter` from now on: topic and JSON body.
+async fn listen(broker: &Broker, filter: &str) -> Acks {
+    static LISTENERS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let seen = Acks::default();
+    let n = LISTENERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mut options = MqttOptions::new(format!("listener-{n}"), "127.0.0.1", broker.port);
+    options.set_clean_start(true);
+    let (client, mut eventloop) = AsyncClient::new(options, 64);
+    client.subscribe(filter, QoS::AtLeastOnce).await.unwrap();
+    let (subscribed_tx, subscribed) = tokio::sync::oneshot::channel();
+    let heard = seen.clone();
+    tokio::spawn(async move {
+        let _client = client;
+        let mut subscribed_tx = Some(subscribed_tx);
+        loop {
+            match eventloop.poll().await {
+                Ok(Event::Incoming(Packet::SubAck(_))) => {
+                    if let Some(tx) = subscribed_tx.take() {
+                        let _ = tx.send(());
+                    }
+                }
+                Ok(Event::Incoming(Packet::Publish(p))) => {
+                    let body = serde_json::from_slice(&p.payload).unwrap_or(Value::Null);
+                    heard
+                        .lock()
+                        .unwrap()
+                        .push((String::from_utf8_lossy(&p.topic).into_owned(), body));
+                }
+                Ok(_) => {}
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+    });
+    tokio::time::timeout(WAIT, subscribed)
+        .await
+        .unwrap()
+        .unwrap();
+    seen
+}
+
 /// A command for the AWS device `robot1` that makes it send `updates` (see [`aws_device`]).
 fn aws_command(updates: Value, timeout_ms: u64) -> CommandRequest {
     CommandRequest {
@@ -1061,11 +1101,23 @@ async fn aws_commands_across_three_nodes_on_redis_publish_each_transition_once()
         [100, {"status": "IN_PROGRESS", "statusReason": {"reasonCode": "TWO"}}],
         [100, {"status": "SUCCEEDED", "result": {"n": {"s": "3"}}}],
     ]);
+    // A stored command, kept in Redis: every node starts it by id.
+    let stored: mqstore_core::commands::definitions::Definition = serde_json::from_value(json!({
+        "commandId": "count",
+        "payload": {"content": json!({ "updates": updates }).to_string(), "contentType": "application/json"}
+    }))
+    .unwrap();
+    caller.define_command(&stored).await.unwrap();
+    let aws_events = listen(&broker, "$aws/events/commandExecution/+/#").await;
     let mut ids = Vec::new();
-    for _ in 0..6 {
+    for n in 0..6 {
         // Through the share group: the caller's node is any of the three.
+        let request = match n % 2 {
+            0 => aws_command(updates.clone(), 10_000),
+            _ => CommandRequest::start("count", "robot1"),
+        };
         let reply = caller
-            .command(aws_command(updates.clone(), 10_000))
+            .command(request)
             .await
             .expect("the answer reaches the node the caller waits on");
         assert_eq!(reply.status, Status::Succeeded);
@@ -1094,6 +1146,20 @@ async fn aws_commands_across_three_nodes_on_redis_publish_each_transition_once()
             "{id}"
         );
     }
+    // The stored command's executions: AWS's events, each once.
+    let aws_events = aws_events.lock().unwrap().clone();
+    for id in ids.iter().skip(1).step_by(2) {
+        let seen: Vec<&str> = aws_events
+            .iter()
+            .filter(|(_, body)| body["executionId"] == id.as_str())
+            .map(|(topic, _)| topic.rsplit('/').next().unwrap_or_default())
+            .collect();
+        assert_eq!(
+            seen,
+            ["CREATED", "IN_PROGRESS", "IN_PROGRESS", "SUCCEEDED"],
+            "{id}"
+        );
+    }
     // And each update acknowledged once.
     let acks = acks_when(&acks, 18).await;
     assert_eq!(acks.len(), 18, "{acks:?}");
@@ -1101,4 +1167,133 @@ async fn aws_commands_across_three_nodes_on_redis_publish_each_transition_once()
     for node in nodes {
         node.stop().await.unwrap();
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stored_commands_are_started_by_id_and_followed_through_aws_events() {
+    use mqstore_core::commands::definitions::Definition;
+    let broker = Broker::start();
+    let (_device, _acks) = aws_device(&broker, "robot1").await;
+    let server = server(&broker).await;
+    let events = listen(&broker, "$aws/events/commandExecution/+/#").await;
+    let caller = client(&broker, "operator").await;
+    // A template whose parameter the device echoes in its result.
+    let heat: Definition = serde_json::from_value(json!({
+        "commandId": "heat",
+        "description": "heat up, report progress, then the temperature reached",
+        "payloadTemplate": r#"{"updates": [[0, {"status": "IN_PROGRESS"}], [100, {"status": "SUCCEEDED", "result": {"reached": {"s": "${aws:iot:commandexecution::parameter:temp}"}}}]]}"#,
+        "mandatoryParameters": [{"name": "temp", "defaultValue": {"S": "20"}}]
+    }))
+    .unwrap();
+    let stored = caller.define_command(&heat).await.unwrap();
+    assert!(stored.created_ms > 0);
+    assert_eq!(
+        caller
+            .command_definition("heat")
+            .await
+            .unwrap()
+            .payload_template,
+        heat.payload_template
+    );
+    let ids: Vec<String> = caller
+        .command_definition_list()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|d| d.command_id)
+        .collect();
+    assert_eq!(ids, ["heat"]);
+    // The id is taken; a bad definition is refused with its reason.
+    match caller.define_command(&heat).await {
+        Err(ClientError::Status { status: 409, .. }) => {}
+        other => panic!("409, not {other:?}"),
+    }
+    let bad = Definition {
+        command_id: "bad id".into(),
+        ..heat.clone()
+    };
+    match caller.define_command(&bad).await {
+        Err(ClientError::Status {
+            status: 400,
+            message,
+        }) => assert!(message.contains("commandId"), "{message}"),
+        other => panic!("400, not {other:?}"),
+    }
+    // Started by id for a target, with a parameter (and with its default).
+    for (temp, reached) in [(Some("80"), "80"), (None, "20")] {
+        let mut start = CommandRequest::start("heat", "thing/robot1");
+        if let Some(temp) = temp {
+            start.parameters.insert("temp".into(), json!({"S": temp}));
+        }
+        let reply = caller
+            .command(start)
+            .await
+            .expect("the stored command runs");
+        let answered: Value = serde_json::from_slice(&reply.payload).unwrap();
+        assert_eq!(answered["result"]["reached"]["s"], reached);
+        let record = caller.command_status(&reply.id).await.unwrap();
+        assert_eq!(record.command.as_deref(), Some("heat"));
+        // AWS's events for each transition: CREATED, IN_PROGRESS, SUCCEEDED.
+        wait_for(|| {
+            events
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|(t, b)| t.ends_with("/SUCCEEDED") && b["executionId"] == reply.id.as_str())
+        })
+        .await;
+        let seen: Vec<String> = events
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, b)| b["executionId"] == reply.id.as_str())
+            .map(|(topic, body)| {
+                assert_eq!(body["eventType"], "COMMAND_EXECUTION");
+                assert_eq!(
+                    body["commandArn"],
+                    "arn:aws:iot:mqstore:000000000000:command/heat"
+                );
+                assert_eq!(
+                    body["targetArn"],
+                    "arn:aws:iot:mqstore:000000000000:thing/robot1"
+                );
+                topic.clone()
+            })
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                "$aws/events/commandExecution/heat/CREATED",
+                "$aws/events/commandExecution/heat/IN_PROGRESS",
+                "$aws/events/commandExecution/heat/SUCCEEDED"
+            ]
+        );
+    }
+    // Starting what cannot start sends nothing: an unknown id (404), a bad parameter (400).
+    match caller
+        .command(CommandRequest::start("cool", "robot1"))
+        .await
+    {
+        Err(ClientError::Status {
+            status: 404,
+            message,
+        }) => assert!(message.contains("cool"), "{message}"),
+        other => panic!("404, not {other:?}"),
+    }
+    let mut unknown_parameter = CommandRequest::start("heat", "robot1");
+    unknown_parameter.parameters.insert("fan".into(), json!(1));
+    match caller.command(unknown_parameter).await {
+        Err(ClientError::Status {
+            status: 400,
+            message,
+        }) => assert!(message.contains("fan"), "{message}"),
+        other => panic!("400, not {other:?}"),
+    }
+    assert!(caller.delete_command_definition("heat").await.unwrap());
+    assert!(!caller.delete_command_definition("heat").await.unwrap());
+    match caller.command_definition("heat").await {
+        Err(ClientError::Status { status: 404, .. }) => {}
+        other => panic!("404, not {other:?}"),
+    }
+    server.stop().await.unwrap();
 }

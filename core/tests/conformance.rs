@@ -503,7 +503,9 @@ impl Run {
                             Deleted::ValueMismatch => "value_mismatch",
                         });
                     }
-                    Ok(Completion::Jobs(value)) => out["result"] = value,
+                    Ok(Completion::Jobs(value) | Completion::CommandDefinitions(value)) => {
+                        out["result"] = value
+                    }
                     Ok(Completion::Command(reply)) => {
                         let mut result = json!({
                             "id": reply.id,

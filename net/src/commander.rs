@@ -32,10 +32,11 @@ use crate::metrics::{CommandCount, Metrics};
 use crate::redis_store::{RedisConfig, RedisRegistry, RedisStore, RedisStoreError, RegisterError};
 use crate::{BrokerConfig, backoff, connection_error, from_mqtt, now_ms, random_bytes};
 use mqstore_core::client::ClientError;
+use mqstore_core::commands::definitions::{DEFINITIONS_TOPIC, Definition, DefinitionsRequest};
 use mqstore_core::commands::wire::{self, Refusal};
 use mqstore_core::commands::{
     Acknowledgement, Answer, AnswerKey, CommandError, CommandRequest, Matched, Mode, Profile,
-    Profiles, Record, Registry, Sender, Status,
+    Profiles, Record, Registry, Sender, Status, aws_event,
 };
 use mqstore_core::envelope::Publish;
 use mqstore_core::store::Quotas;
@@ -120,6 +121,7 @@ impl CommanderError {
     /// The `__stat` the command service answers this error with.
     pub fn status(&self) -> u16 {
         match self {
+            CommanderError::Command(CommandError::NoDefinition(_)) => 404,
             CommanderError::Command(_) => 400,
             CommanderError::NotFound(_) => 404,
             _ => 503,
@@ -196,6 +198,35 @@ impl Backend {
         match self {
             Backend::Memory(_) => Ok(self.memory().and_then(|mut r| r.orphan(id, now))),
             Backend::Redis(redis) => Ok(redis.orphan(id, now).await?),
+        }
+    }
+
+    /// Stores `definition` unless its id is taken: whether it was stored.
+    async fn define(&self, definition: &Definition) -> Result<bool, CommanderError> {
+        match self {
+            Backend::Memory(registry) => Ok(lock(registry).define(definition.clone())),
+            Backend::Redis(redis) => Ok(redis.define(definition).await?),
+        }
+    }
+
+    async fn definition(&self, id: &str) -> Result<Option<Definition>, CommanderError> {
+        match self {
+            Backend::Memory(registry) => Ok(lock(registry).definition(id).cloned()),
+            Backend::Redis(redis) => Ok(redis.definition(id).await?),
+        }
+    }
+
+    async fn definitions(&self) -> Result<Vec<Definition>, CommanderError> {
+        match self {
+            Backend::Memory(registry) => Ok(lock(registry).definitions().cloned().collect()),
+            Backend::Redis(redis) => Ok(redis.definitions().await?),
+        }
+    }
+
+    async fn undefine(&self, id: &str) -> Result<bool, CommanderError> {
+        match self {
+            Backend::Memory(registry) => Ok(lock(registry).undefine(id)),
+            Backend::Redis(redis) => Ok(redis.undefine(id).await?),
         }
     }
 
@@ -310,7 +341,11 @@ impl Commander {
         let mut filters = vec![format!("{}#", shared.direct_prefix)];
         let mut shared_filters = shared.profiles.answer_filters();
         if config.serve {
-            shared_filters.extend([wire::INVOKE_TOPIC.into(), wire::STATUS_TOPIC.into()]);
+            shared_filters.extend([
+                wire::INVOKE_TOPIC.into(),
+                wire::STATUS_TOPIC.into(),
+                DEFINITIONS_TOPIC.into(),
+            ]);
         }
         for filter in shared_filters {
             // mosquitto delivers no `$…` topic to a shared subscription: every node reads
@@ -443,6 +478,19 @@ impl Commander {
 
 impl Shared {
     async fn invoke(self: Arc<Self>, request: CommandRequest) -> Result<Record, CommanderError> {
+        // A stored command: its payload, for the target the topic names.
+        let request = match &request.command {
+            None => request,
+            Some(id) => {
+                let definition = self
+                    .backend
+                    .definition(id)
+                    .await?
+                    .ok_or_else(|| CommandError::NoDefinition(id.clone()))?;
+                let (target, parameters) = (request.topic.clone(), request.parameters.clone());
+                definition.start(&target, &parameters, request)?
+            }
+        };
         let profile = self.profiles.get(&request.profile)?;
         let sender = Sender {
             node: &self.node,
@@ -560,8 +608,11 @@ impl Shared {
 
     /// Publishes a status change, if events are on (best effort, QoS 0).
     fn event(&self, record: &Record) {
-        if self.events {
-            let event = wire::event(record);
+        if !self.events {
+            return;
+        }
+        // Ours, and AWS IoT commands' own for an execution of a stored command.
+        for event in std::iter::once(wire::event(record)).chain(aws_event(record)) {
             let _ = self.client.try_publish_with_properties(
                 event.topic,
                 QoS::AtMostOnce,
@@ -704,7 +755,16 @@ impl Shared {
 
     /// A caller's request to the service (serve mode).
     async fn on_request(self: Arc<Self>, publish: Publish) {
-        let reply = if publish.topic == wire::STATUS_TOPIC {
+        let reply = if publish.topic == DEFINITIONS_TOPIC {
+            if publish.properties.response_topic.is_none() {
+                self.metrics.command(CommandCount::Malformed);
+                return;
+            }
+            match self.definitions_request(&publish.payload).await {
+                Ok(answer) => wire::reply_json(&publish, &answer),
+                Err(refusal) => wire::reply_refusal(&publish, &refusal),
+            }
+        } else if publish.topic == wire::STATUS_TOPIC {
             if publish.properties.response_topic.is_none() {
                 self.metrics.command(CommandCount::Malformed);
                 return;
@@ -734,9 +794,55 @@ impl Shared {
         }
     }
 
+    /// Answers a request on [`DEFINITIONS_TOPIC`]: its JSON answer, or why not (400 a bad
+    /// request, 404 no such command, 409 the id is taken, 503 the registry failed).
+    async fn definitions_request(&self, payload: &[u8]) -> Result<serde_json::Value, Refusal> {
+        let refusal = |status, message: String| Refusal { status, message };
+        let unavailable = |e: CommanderError| refusal(e.status(), e.to_string());
+        match DefinitionsRequest::read(payload).map_err(Refusal::bad_request)? {
+            DefinitionsRequest::Create { mut command } => {
+                command.check().map_err(Refusal::bad_request)?;
+                command.created_ms = now_ms();
+                match self.backend.define(&command).await.map_err(unavailable)? {
+                    true => Ok(serde_json::json!({ "command": command })),
+                    false => Err(refusal(
+                        409,
+                        format!("a command {:?} exists: delete it first", command.command_id),
+                    )),
+                }
+            }
+            DefinitionsRequest::Get { command_id } => {
+                match self
+                    .backend
+                    .definition(&command_id)
+                    .await
+                    .map_err(unavailable)?
+                {
+                    Some(command) => Ok(serde_json::json!({ "command": command })),
+                    None => Err(refusal(404, format!("no stored command {command_id:?}"))),
+                }
+            }
+            DefinitionsRequest::List => {
+                let commands = self.backend.definitions().await.map_err(unavailable)?;
+                Ok(serde_json::json!({ "commands": commands }))
+            }
+            DefinitionsRequest::Delete { command_id } => {
+                let deleted = self
+                    .backend
+                    .undefine(&command_id)
+                    .await
+                    .map_err(unavailable)?;
+                Ok(serde_json::json!({ "deleted": deleted }))
+            }
+        }
+    }
+
     /// Routes a message from the broker.
     fn on_message(self: &Arc<Self>, publish: Publish) {
-        if publish.topic == wire::INVOKE_TOPIC || publish.topic == wire::STATUS_TOPIC {
+        if publish.topic == wire::INVOKE_TOPIC
+            || publish.topic == wire::STATUS_TOPIC
+            || publish.topic == DEFINITIONS_TOPIC
+        {
             tokio::spawn(self.clone().on_request(publish));
         } else {
             let direct = publish.topic.starts_with(&self.direct_prefix);

@@ -10,7 +10,9 @@ use mqstore_core::client::ClientError;
 use mqstore_core::client::commands::CommandReply;
 use mqstore_core::commands::CommandRequest;
 use mqstore_core::commands::Record;
+use mqstore_core::commands::definitions::Definition;
 use mqstore_core::session::Completion;
+use serde_json::Value;
 
 /// A stream of command status changes ([`Client::watch_commands`]).
 pub struct CommandWatch {
@@ -100,6 +102,53 @@ impl Client {
         }
     }
 
+    /// A stored-commands call, as its JSON (`{"op": "create", "command": {…}}`, `{"op":
+    /// "get" | "delete", "commandId": …}`, `{"op": "list"}`): the service's JSON answer.
+    pub async fn command_definitions(&self, request: Value) -> Result<Value, ClientError> {
+        let call = CommandsCall::Definitions(request, DEFINITIONS_TIMEOUT_MS);
+        match self.commands_call(call).await? {
+            Completion::CommandDefinitions(answer) => Ok(answer),
+            _ => Err(ClientError::Malformed(
+                "another kind of answer to a stored-commands call".into(),
+            )),
+        }
+    }
+
+    /// Stores a command (AWS's `CreateCommand`): `{"commandId", "payload": {"content",
+    /// "contentType"}}` or `{"commandId", "payloadTemplate", "mandatoryParameters": [{"name",
+    /// "defaultValue"}]}`; 409 when the id is taken.
+    pub async fn define_command(&self, command: &Definition) -> Result<Definition, ClientError> {
+        let answer = self
+            .command_definitions(serde_json::json!({"op": "create", "command": command}))
+            .await?;
+        definition_in(answer)
+    }
+
+    /// The stored command `command_id` (404 when there is none).
+    pub async fn command_definition(&self, command_id: &str) -> Result<Definition, ClientError> {
+        let answer = self
+            .command_definitions(serde_json::json!({"op": "get", "commandId": command_id}))
+            .await?;
+        definition_in(answer)
+    }
+
+    /// Every stored command, by id.
+    pub async fn command_definition_list(&self) -> Result<Vec<Definition>, ClientError> {
+        let mut answer = self
+            .command_definitions(serde_json::json!({"op": "list"}))
+            .await?;
+        serde_json::from_value(answer["commands"].take())
+            .map_err(|e| ClientError::Malformed(format!("not a list of stored commands: {e}")))
+    }
+
+    /// Deletes stored command `command_id`: whether there was one.
+    pub async fn delete_command_definition(&self, command_id: &str) -> Result<bool, ClientError> {
+        let answer = self
+            .command_definitions(serde_json::json!({"op": "delete", "commandId": command_id}))
+            .await?;
+        Ok(answer["deleted"].as_bool().unwrap_or(false))
+    }
+
     /// Every command's status changes from now on (any node's, any caller's).
     pub async fn watch_commands(&self) -> Result<CommandWatch, ClientError> {
         let (records, rx) = mpsc::unbounded_channel();
@@ -125,4 +174,12 @@ impl Client {
             summary: FanOutSummary::default(),
         }
     }
+}
+
+/// How long a stored-commands call waits for the service.
+const DEFINITIONS_TIMEOUT_MS: u64 = 10_000;
+
+fn definition_in(mut answer: Value) -> Result<Definition, ClientError> {
+    serde_json::from_value(answer["command"].take())
+        .map_err(|e| ClientError::Malformed(format!("not a stored command: {e}")))
 }

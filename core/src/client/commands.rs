@@ -5,6 +5,7 @@
 use bytes::Bytes;
 
 use super::{CallId, ClientError, Pending};
+use crate::commands::definitions::DEFINITIONS_TOPIC;
 use crate::commands::wire::{INVOKE_TOPIC, STATUS_TOPIC, name};
 use crate::commands::{Answer, CommandRequest, Record, Status, expiry_seconds};
 use crate::envelope::{PROTOCOL_VERSION, Properties, Publish, property};
@@ -34,12 +35,18 @@ pub enum CommandsEvent {
         call: CallId,
         result: Result<Record, ClientError>,
     },
+    /// A stored-commands call ([`CommandsClient::definitions`]): its JSON answer.
+    Definitions {
+        call: CallId,
+        result: Result<serde_json::Value, ClientError>,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
     Invoke,
     Status,
+    Definitions,
 }
 
 /// How much longer than the command's timeout a caller waits for the service's answer: the
@@ -96,6 +103,17 @@ impl CommandsClient {
             pair(name::TIMEOUT_MS, command.timeout_ms.to_string()),
             pair(name::MODE, command.mode.as_str().to_owned()),
         ]);
+        if let Some(stored) = &command.command {
+            props
+                .user_properties
+                .push(pair(name::COMMAND, stored.clone()));
+            if !command.parameters.is_empty() {
+                let parameters = serde_json::Value::Object(command.parameters.clone());
+                props
+                    .user_properties
+                    .push(pair(name::PARAMETERS, parameters.to_string()));
+            }
+        }
         props.user_properties.extend(
             command
                 .headers
@@ -109,6 +127,26 @@ impl CommandsClient {
     pub fn status(&mut self, id: &str, timeout_ms: u64, now_ms: u64) -> (CallId, Publish) {
         let payload = Bytes::from(id.to_owned());
         self.request(STATUS_TOPIC, payload, Kind::Status, timeout_ms, now_ms)
+    }
+
+    /// A stored-commands call ([`crate::commands::definitions`]): `{"op": "create", "command":
+    /// {…}}`, `{"op": "get" | "delete", "commandId": …}` or `{"op": "list"}`.
+    pub fn definitions(
+        &mut self,
+        request: &serde_json::Value,
+        timeout_ms: u64,
+        now_ms: u64,
+    ) -> (CallId, Publish) {
+        let payload = Bytes::from(request.to_string());
+        let (call, mut publish) = self.request(
+            DEFINITIONS_TOPIC,
+            payload,
+            Kind::Definitions,
+            timeout_ms,
+            now_ms,
+        );
+        publish.properties.content_type = Some("application/json".into());
+        (call, publish)
     }
 
     /// A request to the service, and the call that waits for its answer.
@@ -160,6 +198,14 @@ impl CommandsClient {
                     })
                 }),
             },
+            Kind::Definitions => CommandsEvent::Definitions {
+                call,
+                result: crate::client::status_error(&publish.properties).and_then(|()| {
+                    serde_json::from_slice(&publish.payload).map_err(|e| {
+                        ClientError::Malformed(format!("the definitions answer is not JSON: {e}"))
+                    })
+                }),
+            },
         })
     }
 
@@ -194,6 +240,10 @@ fn failed(calls: Vec<(CallId, Kind, ClientError)>) -> Vec<CommandsEvent> {
                 result: Err(error),
             },
             Kind::Status => CommandsEvent::Status {
+                call,
+                result: Err(error),
+            },
+            Kind::Definitions => CommandsEvent::Definitions {
                 call,
                 result: Err(error),
             },

@@ -18,6 +18,7 @@
 //! The id of a command is also its correlation id: 16 random bytes (from the driver), written
 //! as a UUID. It is the MQTT 5 correlation data, DJI's `tid`, IoT Hub's `$rid`.
 
+pub mod definitions;
 mod profile;
 mod registry;
 pub mod wire;
@@ -30,7 +31,7 @@ pub use profile::{
     AWS_ANSWER, AWS_COMMAND, Acknowledgement, AnswerKey, BUILT_IN_PROFILES, Code, Correlation,
     Profile, ProfileError, Profiles, StatusRule, Template, TopicProfile, Unreadable,
 };
-pub use profile::{MQTT5, Prepared, Sender};
+pub use profile::{MQTT5, Prepared, Sender, aws_event};
 pub use registry::{Matched, Registry};
 
 /// Where an awaited command stands.
@@ -143,6 +144,9 @@ pub struct Record {
     pub topic: String,
     /// The profile's name.
     pub profile: String,
+    /// The stored command it was started from ([`definitions`]), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
     /// What the answer's topic must look like (an MQTT filter: `+` where a status goes).
     pub answer_filter: String,
     /// Answers are matched by id (false: by topic only, the legacy mode).
@@ -311,6 +315,12 @@ pub struct CommandRequest {
     /// User properties for the device (Azure IoT Operations "custom user data"; `__protVer`
     /// here replaces the one the `mqtt5` profile sends).
     pub headers: Vec<(String, String)>,
+    /// Start the stored command with this id ([`definitions`]): `topic` is then its target
+    /// (a thing name, `thing/NAME`, `clients/ID` or an ARN), the payload the command's (with
+    /// [`CommandRequest::parameters`] filled into its template), the profile `aws`.
+    pub command: Option<String>,
+    /// The stored command's parameters (name → value), with [`CommandRequest::command`].
+    pub parameters: serde_json::Map<String, serde_json::Value>,
 }
 
 impl CommandRequest {
@@ -324,6 +334,18 @@ impl CommandRequest {
             timeout_ms: DEFAULT_TIMEOUT_MS,
             mode: Mode::Await,
             headers: Vec::new(),
+            command: None,
+            parameters: serde_json::Map::new(),
+        }
+    }
+
+    /// Starts stored command `command_id` on `target` (a thing name, `thing/NAME`,
+    /// `clients/ID` or an ARN), as AWS's `StartCommandExecution` does.
+    pub fn start(command_id: impl Into<String>, target: impl Into<String>) -> Self {
+        Self {
+            command: Some(command_id.into()),
+            profile: "aws".into(),
+            ..Self::new(target, Bytes::new())
         }
     }
 }
@@ -356,6 +378,10 @@ pub enum CommandError {
     },
     #[error("a command with id {0} is already registered")]
     Duplicate(String),
+    #[error("no stored command {0:?}")]
+    NoDefinition(String),
+    #[error("cannot start stored command {command:?}: {reason}")]
+    Start { command: String, reason: String },
 }
 
 /// A command id: 16 random bytes as a UUID (8-4-4-4-12 lowercase hex).

@@ -412,6 +412,7 @@ impl Profile {
                 node: sender.node.to_owned(),
                 topic,
                 profile: request.profile.clone(),
+                command: request.command.clone(),
                 answer_filter,
                 correlated,
                 sent_ms: now_ms,
@@ -691,6 +692,57 @@ fn aws_answer(publish: &Publish) -> Result<Answer, Unreadable> {
         app_error_payload: None,
         reason_code,
         result: update.result.map(Value::Object),
+    })
+}
+
+/// AWS IoT commands' event for a status change of an execution started from a stored
+/// command: `$aws/events/commandExecution/{commandId}/{status}` with AWS's payload (`None`
+/// for other records, and for DELIVERED, which AWS does not have).
+pub fn aws_event(record: &Record) -> Option<Publish> {
+    let command = record.command.as_deref()?;
+    let status = match record.status {
+        Status::Sent => "CREATED",
+        Status::Delivered => return None,
+        other => other.as_str(),
+    };
+    // `$aws/commands/{things|clients}/{device}/executions/…`
+    let mut levels = record.topic.split('/').skip(2);
+    let target = match (levels.next(), levels.next()) {
+        (Some("clients"), Some(client)) => crate::jobs::arn("client", client),
+        (_, Some(thing)) => crate::jobs::arn("thing", thing),
+        _ => return None,
+    };
+    let mut body = serde_json::json!({
+        "executionId": record.id,
+        "status": status,
+        "eventType": "COMMAND_EXECUTION",
+        "commandArn": crate::jobs::arn("command", command),
+        "targetArn": target,
+        "timestamp": record.updated_ms,
+    });
+    if let Some(answer) = &record.answer
+        && let Some(code) = &answer.reason_code
+    {
+        body["statusReason"] = serde_json::json!({
+            "reasonCode": code,
+            "reasonDescription": answer.message.clone().unwrap_or_default(),
+        });
+    }
+    if record.status == Status::TimedOut && !record.is_final() {
+        body["statusReason"] = serde_json::json!({
+            "reasonCode": "$NO_RESPONSE_FROM_DEVICE",
+            "reasonDescription": "",
+        });
+    }
+    Some(Publish {
+        topic: format!("$aws/events/commandExecution/{command}/{status}"),
+        payload: Bytes::from(body.to_string()),
+        qos: 0,
+        properties: Properties {
+            content_type: Some("application/json".into()),
+            payload_format_indicator: Some(1),
+            ..Properties::default()
+        },
     })
 }
 

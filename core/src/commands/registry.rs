@@ -1,8 +1,9 @@
 //! The command registry in memory: records by id, and the legacy index of uncorrelated
 //! commands by answer topic.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use super::definitions::Definition;
 use super::{Answer, AnswerKey, CommandError, Record};
 
 /// What an answer did to the record it matched.
@@ -27,6 +28,8 @@ pub struct Registry {
     by_filter: HashMap<String, Vec<String>>,
     /// When each record is forgotten.
     forget: BTreeSet<(u64, String)>,
+    /// Stored commands, by id.
+    definitions: BTreeMap<String, Definition>,
 }
 
 impl Registry {
@@ -108,6 +111,31 @@ impl Registry {
         let record = self.records.get_mut(id)?;
         record.orphan(now_ms);
         Some(record.clone())
+    }
+
+    /// Stores `definition` unless its id is taken: whether it was stored.
+    pub fn define(&mut self, definition: Definition) -> bool {
+        match self.definitions.entry(definition.command_id.clone()) {
+            std::collections::btree_map::Entry::Occupied(_) => false,
+            std::collections::btree_map::Entry::Vacant(slot) => {
+                slot.insert(definition);
+                true
+            }
+        }
+    }
+
+    pub fn definition(&self, id: &str) -> Option<&Definition> {
+        self.definitions.get(id)
+    }
+
+    /// Stored commands, by id.
+    pub fn definitions(&self) -> impl Iterator<Item = &Definition> {
+        self.definitions.values()
+    }
+
+    /// Deletes stored command `id`: whether there was one.
+    pub fn undefine(&mut self, id: &str) -> bool {
+        self.definitions.remove(id).is_some()
     }
 
     pub fn get(&self, id: &str) -> Option<&Record> {

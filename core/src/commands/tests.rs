@@ -846,3 +846,182 @@ fn a_profile_reads_string_statuses_and_names_progress() {
             .is_err()
     );
 }
+
+fn definition(json: serde_json::Value) -> definitions::Definition {
+    serde_json::from_value(json).unwrap()
+}
+
+#[test]
+fn stored_commands_are_checked_as_aws_create_command_checks_them() {
+    let template = "{\"t\": \"${aws:iot:commandexecution::parameter:temp}\"}";
+    let good = [
+        serde_json::json!({"commandId": "reboot", "payload": {"content": "{}", "contentType": "application/json"}}),
+        serde_json::json!({"commandId": "blob_1", "payload": {"content": "AAE=", "contentType": "application/octet-stream"}}),
+        serde_json::json!({"commandId": "heat", "payloadTemplate": template,
+            "mandatoryParameters": [{"name": "temp", "defaultValue": {"S": "20"}}]}),
+    ];
+    for json in good {
+        assert_eq!(definition(json.clone()).check(), Ok(()), "{json}");
+    }
+    for (json, why) in [
+        (
+            serde_json::json!({"commandId": "bad id", "payload": {"content": "{}"}}),
+            "commandId",
+        ),
+        (
+            serde_json::json!({"commandId": "x".repeat(65), "payload": {"content": "{}"}}),
+            "commandId",
+        ),
+        (
+            serde_json::json!({"commandId": "none"}),
+            "give payload or payloadTemplate",
+        ),
+        (
+            serde_json::json!({"commandId": "both", "payload": {"content": "{}"}, "payloadTemplate": "{}"}),
+            "not both",
+        ),
+        (
+            serde_json::json!({"commandId": "blob", "payload": {"content": "%%", "contentType": "application/octet-stream"}}),
+            "base64",
+        ),
+        (
+            serde_json::json!({"commandId": "heat", "payloadTemplate": template}),
+            "does not list",
+        ),
+        (
+            serde_json::json!({"commandId": "heat", "payloadTemplate": "{", "mandatoryParameters": [{"name": "bad name"}]}),
+            "parameter name",
+        ),
+        (
+            serde_json::json!({"commandId": "heat", "payloadTemplate": template,
+            "mandatoryParameters": [{"name": "temp", "defaultValue": {"X": 1}}]}),
+            "parameter \"temp\"",
+        ),
+        (
+            serde_json::json!({"commandId": "big", "payloadTemplate": "x".repeat(32_769)}),
+            "at most 32768",
+        ),
+    ] {
+        let error = definition(json.clone()).check().unwrap_err();
+        assert!(error.contains(why), "{json}: {error}");
+    }
+    // Unknown fields are refused when read.
+    assert!(
+        definitions::DefinitionsRequest::read(
+            br#"{"op": "create", "command": {"commandId": "x", "colour": 1}}"#
+        )
+        .is_err()
+    );
+    assert!(definitions::DefinitionsRequest::read(br#"{"op": "explode"}"#).is_err());
+    assert_eq!(
+        definitions::DefinitionsRequest::read(br#"{"op": "get", "commandId": "x"}"#),
+        Ok(definitions::DefinitionsRequest::Get {
+            command_id: "x".into()
+        })
+    );
+}
+
+#[test]
+fn a_stored_command_starts_as_an_aws_command_with_its_template_filled_in() {
+    let heat = definition(serde_json::json!({
+        "commandId": "heat",
+        "payloadTemplate": "{\"to\": ${aws:iot:commandexecution::parameter:temp}, \"unit\": \"${aws:iot:commandexecution::parameter:unit}\"}",
+        "mandatoryParameters": [{"name": "temp"}, {"name": "unit", "defaultValue": {"S": "C"}}]
+    }));
+    let mut parameters = serde_json::Map::new();
+    parameters.insert("temp".into(), serde_json::json!({"I": 80}));
+    for (target, topic) in [
+        (
+            "robot1",
+            "$aws/commands/things/robot1/executions/{id}/request/json",
+        ),
+        (
+            "thing/robot1",
+            "$aws/commands/things/robot1/executions/{id}/request/json",
+        ),
+        (
+            "arn:aws:iot:eu-west-1:123456789012:thing/robot1",
+            "$aws/commands/things/robot1/executions/{id}/request/json",
+        ),
+        (
+            "clients/cam-7",
+            "$aws/commands/clients/cam-7/executions/{id}/request/json",
+        ),
+    ] {
+        let request = heat
+            .start(target, &parameters, CommandRequest::start("heat", target))
+            .unwrap();
+        assert_eq!(request.topic, topic);
+        assert_eq!(
+            (request.profile.as_str(), request.command.as_deref()),
+            ("aws", Some("heat"))
+        );
+        assert_eq!(&request.payload[..], br#"{"to": 80, "unit": "C"}"#);
+    }
+    // The record remembers the stored command, and its events are AWS's.
+    let request = heat
+        .start(
+            "robot1",
+            &parameters,
+            CommandRequest::start("heat", "robot1"),
+        )
+        .unwrap();
+    let aws = Profiles::built_in().get("aws").unwrap().clone();
+    let mut record = aws.prepare(&request, SENDER, id(7), NOW).unwrap().record;
+    assert_eq!(record.command.as_deref(), Some("heat"));
+    let created = aws_event(&record).unwrap();
+    assert_eq!(created.topic, "$aws/events/commandExecution/heat/CREATED");
+    let body: serde_json::Value = serde_json::from_slice(&created.payload).unwrap();
+    assert_eq!(body["executionId"], record.id.as_str());
+    assert_eq!(body["eventType"], "COMMAND_EXECUTION");
+    assert_eq!(
+        body["commandArn"],
+        "arn:aws:iot:mqstore:000000000000:command/heat"
+    );
+    assert_eq!(
+        body["targetArn"],
+        "arn:aws:iot:mqstore:000000000000:thing/robot1"
+    );
+    record.time_out(NOW + 20_000);
+    let timed_out: serde_json::Value =
+        serde_json::from_slice(&aws_event(&record).unwrap().payload).unwrap();
+    assert_eq!(
+        timed_out["statusReason"]["reasonCode"],
+        "$NO_RESPONSE_FROM_DEVICE"
+    );
+    // A command sent without a stored one has no AWS event.
+    record.command = None;
+    assert!(aws_event(&record).is_none());
+    // What cannot start: a missing parameter, an unknown one, a bad value, a bad target.
+    let start = |target: &str, parameters: serde_json::Value| {
+        let parameters = parameters.as_object().cloned().unwrap_or_default();
+        heat.start(target, &parameters, CommandRequest::start("heat", target))
+    };
+    for (target, parameters, why) in [
+        (
+            "robot1",
+            serde_json::json!({}),
+            "parameter \"temp\" has no default",
+        ),
+        (
+            "robot1",
+            serde_json::json!({"temp": 1, "fan": 2}),
+            "no parameter \"fan\"",
+        ),
+        (
+            "robot1",
+            serde_json::json!({"temp": [1]}),
+            "parameter \"temp\"",
+        ),
+        (
+            "robot1",
+            serde_json::json!({"temp": {"I": "x"}}),
+            "parameter \"temp\"",
+        ),
+        ("a/b", serde_json::json!({"temp": 1}), "target"),
+        ("", serde_json::json!({"temp": 1}), "target"),
+    ] {
+        let error = start(target, parameters.clone()).unwrap_err().to_string();
+        assert!(error.contains(why), "{target} {parameters}: {error}");
+    }
+}

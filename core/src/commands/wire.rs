@@ -6,6 +6,8 @@
 //! An invoke request's payload is the command's payload, its content type the command's; the
 //! rest are user properties: `topic` (the device's command topic, required), `profile`
 //! (default `mqtt5`), `timeoutMs` (default 10000), `mode` (`await`, `oneway`, `detached`).
+//! A stored command ([`super::definitions`]) is started with the user property `command` (its
+//! id), `topic` its target and `parameters` a JSON object of its parameters.
 //! The answer's payload is the device's answer (when there is one), with user properties
 //! `commandId`, `status` and, from the device, `deviceStatus`, `message`, `appErrCode`,
 //! `appErrPayload`, and `late`/`orphaned` when so. `header:NAME` properties go to the device
@@ -38,6 +40,10 @@ pub mod name {
     pub const PROFILE: &str = "profile";
     pub const TIMEOUT_MS: &str = "timeoutMs";
     pub const MODE: &str = "mode";
+    /// Start this stored command (`topic` is then its target).
+    pub const COMMAND: &str = "command";
+    /// The stored command's parameters: a JSON object.
+    pub const PARAMETERS: &str = "parameters";
     /// `header:NAME`: a user property `NAME` for the device.
     pub const HEADER_PREFIX: &str = "header:";
     pub const COMMAND_ID: &str = "commandId";
@@ -92,7 +98,15 @@ pub fn read_invoke(publish: &Publish) -> Option<Result<CommandRequest, Refusal>>
                 Refusal::bad_request(format!("mode {text:?}: await, oneway or detached"))
             })?,
         };
+        let parameters = match props.user_property(name::PARAMETERS) {
+            None => serde_json::Map::new(),
+            Some(text) => serde_json::from_slice(text.as_bytes()).map_err(|e| {
+                Refusal::bad_request(format!("parameters: not a JSON object ({e})"))
+            })?,
+        };
         let request = CommandRequest {
+            command: props.user_property(name::COMMAND).map(str::to_owned),
+            parameters,
             topic: topic.to_owned(),
             payload: publish.payload.clone(),
             content_type: props.content_type.clone(),
@@ -157,6 +171,19 @@ pub fn reply_record(to: &Publish, record: &Record, as_json: bool) -> Publish {
     Publish {
         topic: props.response_topic.take().unwrap_or_default(),
         payload,
+        qos: 1,
+        properties: props,
+    }
+}
+
+/// A JSON reply (`__stat` 200).
+pub fn reply_json(to: &Publish, body: &serde_json::Value) -> Publish {
+    let mut props = reply_properties(to, 200);
+    props.content_type = Some("application/json".into());
+    props.payload_format_indicator = Some(1);
+    Publish {
+        topic: props.response_topic.take().unwrap_or_default(),
+        payload: Bytes::from(body.to_string()),
         qos: 1,
         properties: props,
     }

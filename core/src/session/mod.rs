@@ -61,6 +61,8 @@ pub enum Completion {
     Command(CommandReply),
     /// A command's status record.
     CommandStatus(Record),
+    /// A stored-commands call's JSON answer (see [`Session::command_definitions`]).
+    CommandDefinitions(Value),
     /// A lease acquisition: the fencing token when held (the lease's id is the call's), `None`
     /// when someone else still holds it after the wait.
     Lease(Option<Hlc>),
@@ -414,6 +416,13 @@ impl Session {
     pub fn command_status(&mut self, id: &str, timeout_ms: u64, now_ms: u64) -> CallId {
         let (call, publish) = self.commands.status(id, timeout_ms, now_ms);
         self.sent(Service::Commands, call, "commandStatus", [publish])
+    }
+
+    /// A stored-commands call (create, get, list, delete; see
+    /// [`crate::commands::definitions`]): its answer is [`Completion::CommandDefinitions`].
+    pub fn command_definitions(&mut self, request: &Value, timeout_ms: u64, now_ms: u64) -> CallId {
+        let (call, publish) = self.commands.definitions(request, timeout_ms, now_ms);
+        self.sent(Service::Commands, call, "commandDefinitions", [publish])
     }
 
     // ---- what happened ----
@@ -802,6 +811,13 @@ impl Session {
                     Service::Commands,
                     call,
                     result.map(Completion::CommandStatus),
+                );
+            }
+            CommandsEvent::Definitions { call, result } => {
+                self.finished(
+                    Service::Commands,
+                    call,
+                    result.map(Completion::CommandDefinitions),
                 );
             }
         }

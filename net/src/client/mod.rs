@@ -168,12 +168,16 @@ impl JobsCall {
 pub(crate) enum CommandsCall {
     Invoke(CommandRequest),
     Status(String, u64),
+    Definitions(serde_json::Value, u64),
 }
 
 impl CommandsCall {
     fn start(self, session: &mut Session, now_ms: u64) -> CallId {
         match self {
             CommandsCall::Invoke(request) => session.command(&request, now_ms),
+            CommandsCall::Definitions(request, timeout_ms) => {
+                session.command_definitions(&request, timeout_ms, now_ms)
+            }
             CommandsCall::Status(id, timeout_ms) => session.command_status(&id, timeout_ms, now_ms),
         }
     }

@@ -19,6 +19,7 @@ use redis::Value;
 use tracing::{info, warn};
 
 use super::{Lua, RedisStore, RedisStoreError, Result};
+use mqstore_core::commands::definitions::Definition;
 use mqstore_core::commands::{Answer, AnswerKey, CommandError, Matched, Record};
 
 /// How often one change is retried when another node changed the record in between.
@@ -64,6 +65,53 @@ impl RedisRegistry {
         name.extend_from_slice(kind.as_bytes());
         name.extend_from_slice(suffix.as_bytes());
         name
+    }
+
+    /// Stores a command definition unless one with its id exists: whether it was stored.
+    pub async fn define(&self, definition: &Definition) -> Result<bool> {
+        let json = serde_json::to_vec(definition).unwrap_or_default();
+        let made: i64 = self
+            .store
+            .write(
+                redis::cmd("HSETNX")
+                    .arg(self.name("cmddefs", ""))
+                    .arg(&definition.command_id)
+                    .arg(json),
+            )
+            .await?;
+        Ok(made == 1)
+    }
+
+    /// The command definition with id `id`.
+    pub async fn definition(&self, id: &str) -> Result<Option<Definition>> {
+        let json: Option<Vec<u8>> = self
+            .store
+            .query(redis::cmd("HGET").arg(self.name("cmddefs", "")).arg(id))
+            .await?;
+        json.map(|json| parse_definition(&json)).transpose()
+    }
+
+    /// Every command definition, by id.
+    pub async fn definitions(&self) -> Result<Vec<Definition>> {
+        let all: Vec<Vec<u8>> = self
+            .store
+            .query(redis::cmd("HVALS").arg(self.name("cmddefs", "")))
+            .await?;
+        let mut definitions = all
+            .iter()
+            .map(|json| parse_definition(json))
+            .collect::<Result<Vec<_>>>()?;
+        definitions.sort_by(|a, b| a.command_id.cmp(&b.command_id));
+        Ok(definitions)
+    }
+
+    /// Deletes command definition `id`: whether there was one.
+    pub async fn undefine(&self, id: &str) -> Result<bool> {
+        let gone: i64 = self
+            .store
+            .write(redis::cmd("HDEL").arg(self.name("cmddefs", "")).arg(id))
+            .await?;
+        Ok(gone == 1)
     }
 
     /// The pub/sub channel of `node`.
@@ -310,4 +358,9 @@ impl RedisRegistry {
             }
         })
     }
+}
+
+fn parse_definition(json: &[u8]) -> Result<Definition> {
+    serde_json::from_slice(json)
+        .map_err(|e| RedisStoreError::Reply(format!("a stored command that is not one: {e}")))
 }
