@@ -173,6 +173,10 @@ typedef enum mqstore_op {
    * A lease release (`applied`: it was still held).
    */
   MQSTORE_OP_LEASE_RELEASE = 11,
+  /**
+   * A stored-commands call (`json` holds the service's answer).
+   */
+  MQSTORE_OP_COMMAND_DEFINITIONS = 12,
 } mqstore_op;
 
 /**
@@ -1081,6 +1085,28 @@ int mqstore_core_command(struct mqstore_core *core,
                          uint64_t *call);
 
 /**
+ * Asks `mqstore serve` to start stored command `command_id` on `target` with
+ * `parameters_json` (NULL: none), as `mqstore_command_start` does; the event as
+ * `mqstore_core_command`'s.
+ */
+int mqstore_core_command_start(struct mqstore_core *core,
+                               const char *command_id,
+                               const char *target,
+                               const char *parameters_json,
+                               const struct mqstore_command_options *options,
+                               uint64_t now_ms,
+                               uint64_t *call);
+
+/**
+ * A stored-commands call given as its JSON (see `mqstore_command_definitions`): the event's
+ * `json` is the service's answer.
+ */
+int mqstore_core_command_definitions(struct mqstore_core *core,
+                                     const char *request_json,
+                                     uint64_t now_ms,
+                                     uint64_t *call);
+
+/**
  * Asks for command `id`'s status record: the event's `json`.
  */
 int mqstore_core_command_status(struct mqstore_core *core,
@@ -1513,6 +1539,33 @@ int mqstore_command(const struct mqstore_client *client,
                     size_t payload_len,
                     const struct mqstore_command_options *options,
                     struct mqstore_command_reply **out);
+
+/**
+ * Starts stored command `command_id` (see `mqstore_command_definitions`) on `target` — a
+ * thing name, "thing/NAME", "clients/CLIENT_ID" or a thing's ARN — with `parameters_json`
+ * (a JSON object filling its payload template, or NULL), as AWS's StartCommandExecution does;
+ * `options`: NULL, or its `timeout_ms` and `mode`. Answers and errors as `mqstore_command`; an
+ * unknown command id is MQSTORE_ERR_STATUS (404), a missing or unknown parameter
+ * MQSTORE_ERR_STATUS (400).
+ */
+int mqstore_command_start(const struct mqstore_client *client,
+                          const char *command_id,
+                          const char *target,
+                          const char *parameters_json,
+                          const struct mqstore_command_options *options,
+                          struct mqstore_command_reply **out);
+
+/**
+ * A stored-commands call given as its JSON: `{"op": "create", "command": {"commandId": ...,
+ * "payload": {"content": ..., "contentType": ...}}}` (or with `"payloadTemplate"` and
+ * `"mandatoryParameters"`), `{"op": "get" | "delete", "commandId": ...}` or `{"op":
+ * "list"}`. `*answer_json` gets the service's answer (`{"command": ...}`, `{"commands":
+ * [...]}`, `{"deleted": true}`; free with `mqstore_string_free`); a refusal is
+ * MQSTORE_ERR_STATUS (400 a bad definition, 404 none, 409 the id is taken).
+ */
+int mqstore_command_definitions(const struct mqstore_client *client,
+                                const char *request_json,
+                                char **answer_json);
 
 /**
  * Frees a command reply (NULL is ignored).

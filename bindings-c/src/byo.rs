@@ -18,7 +18,8 @@ use crate::error::{Error, Result, ffi, ffi_void, mqstore_status};
 use crate::handles::{handle, handle_mut, new_handle, take_handle};
 use crate::types::{
     Event, MQSTORE_NO_CALL, MQSTORE_NO_DEADLINE, MQSTORE_WAIT_FOREVER, SetOptions, bytes_arg,
-    command_request, hlc_arg, key_arg, mqstore_command_options, mqstore_event, mqstore_hlc,
+    command_request, command_start_request, hlc_arg, key_arg, mqstore_command_options,
+    mqstore_event, mqstore_hlc,
     mqstore_set_options, mqstore_user_property, opt_str_arg, out_arg, str_arg, write_opt,
 };
 
@@ -634,6 +635,50 @@ pub unsafe extern "C" fn mqstore_core_command(
         let core = unsafe { handle_mut(core, "core") }?;
         let request = unsafe { command_request(topic, payload, payload_len, options) }?;
         started(core.session.command(&request, now_ms), call);
+        Ok(())
+    })
+}
+
+/// Asks `mqstore serve` to start stored command `command_id` on `target` with
+/// `parameters_json` (NULL: none), as `mqstore_command_start` does; the event as
+/// `mqstore_core_command`'s.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mqstore_core_command_start(
+    core: *mut mqstore_core,
+    command_id: *const c_char,
+    target: *const c_char,
+    parameters_json: *const c_char,
+    options: *const mqstore_command_options,
+    now_ms: u64,
+    call: *mut u64,
+) -> c_int {
+    ffi(|| {
+        // SAFETY: the caller's pointers, checked by the helpers.
+        let core = unsafe { handle_mut(core, "core") }?;
+        let request =
+            unsafe { command_start_request(command_id, target, parameters_json, options) }?;
+        started(core.session.command(&request, now_ms), call);
+        Ok(())
+    })
+}
+
+/// A stored-commands call given as its JSON (see `mqstore_command_definitions`): the event's
+/// `json` is the service's answer.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mqstore_core_command_definitions(
+    core: *mut mqstore_core,
+    request_json: *const c_char,
+    now_ms: u64,
+    call: *mut u64,
+) -> c_int {
+    ffi(|| {
+        // SAFETY: the caller's pointers, checked by the helpers.
+        let core = unsafe { handle_mut(core, "core") }?;
+        let request = unsafe { str_arg(request_json, "request_json") }?;
+        let request: serde_json::Value = serde_json::from_str(request)
+            .map_err(|e| Error::invalid(format!("request_json is not JSON: {e}")))?;
+        let timeout = ::mqstore_core::commands::DEFAULT_TIMEOUT_MS;
+        started(core.session.command_definitions(&request, timeout, now_ms), call);
         Ok(())
     })
 }

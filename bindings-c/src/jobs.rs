@@ -15,7 +15,8 @@ use crate::client::mqstore_client;
 use crate::error::{Error, Result, ffi, ffi_void};
 use crate::handles::{handle, new_handle, take_handle};
 use crate::types::{
-    command_request, mqstore_command_options, opt_str_arg, out_arg, str_arg, write_opt,
+    command_request, command_start_request, mqstore_command_options, opt_str_arg, out_arg,
+    str_arg, write_opt,
 };
 
 /// A JSON string for C: `*out` gets it (the caller's, freed with `mqstore_string_free`).
@@ -372,33 +373,93 @@ pub unsafe extern "C" fn mqstore_command(
         *out = std::ptr::null_mut();
         let client = unsafe { handle(client, "client") }?;
         let request = unsafe { command_request(topic, payload, payload_len, options) }?;
-        // The command's own timeout decides; the call waits a little longer for its verdict.
-        let limit = Duration::from_millis(request.timeout_ms) + client.default_timeout();
-        let reply = client.wait(Some(limit), client.client().command(request))?;
-        let status = serde_json::to_value(reply.status)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_owned))
-            .unwrap_or_default();
-        let cstring = |s: &str| CString::new(s).map_err(|_| Error::invalid("a NUL in the reply"));
-        let mut strings = vec![cstring(&reply.id)?, cstring(&status)?];
-        if let Some(content_type) = &reply.content_type {
-            strings.push(cstring(content_type)?);
-        }
-        *out = new_handle(CommandReply {
-            c: mqstore_command_reply {
-                id: strings[0].as_ptr(),
-                status: strings[1].as_ptr(),
-                payload: reply.payload.as_ptr(),
-                payload_len: reply.payload.len(),
-                content_type: strings.get(2).map_or(std::ptr::null(), |s| s.as_ptr()),
-                has_device_status: reply.device_status.is_some(),
-                device_status: reply.device_status.unwrap_or(0),
-            },
-            _strings: strings,
-            _payload: reply.payload,
-        })
-        .cast();
-        Ok(())
+        command_out(client, request, out)
+    })
+}
+
+/// Starts stored command `command_id` (see `mqstore_command_definitions`) on `target` — a
+/// thing name, "thing/NAME", "clients/CLIENT_ID" or a thing's ARN — with `parameters_json`
+/// (a JSON object filling its payload template, or NULL), as AWS's StartCommandExecution does;
+/// `options`: NULL, or its `timeout_ms` and `mode`. Answers and errors as `mqstore_command`; an
+/// unknown command id is MQSTORE_ERR_STATUS (404), a missing or unknown parameter
+/// MQSTORE_ERR_STATUS (400).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mqstore_command_start(
+    client: *const mqstore_client,
+    command_id: *const c_char,
+    target: *const c_char,
+    parameters_json: *const c_char,
+    options: *const mqstore_command_options,
+    out: *mut *mut mqstore_command_reply,
+) -> c_int {
+    ffi(|| {
+        // SAFETY: the caller's pointers, checked by the helpers.
+        let out = unsafe { out_arg(out, "out") }?;
+        *out = std::ptr::null_mut();
+        let client = unsafe { handle(client, "client") }?;
+        let request =
+            unsafe { command_start_request(command_id, target, parameters_json, options) }?;
+        command_out(client, request, out)
+    })
+}
+
+/// Sends `request`, waits for its verdict, and hands the reply out in `*out`.
+fn command_out(
+    client: &mqstore_client,
+    request: mqstore_core::commands::CommandRequest,
+    out: &mut *mut mqstore_command_reply,
+) -> Result<()> {
+    // The command's own timeout decides; the call waits a little longer for its verdict.
+    let limit = Duration::from_millis(request.timeout_ms) + client.default_timeout();
+    let reply = client.wait(Some(limit), client.client().command(request))?;
+    let status = serde_json::to_value(reply.status)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default();
+    let cstring = |s: &str| CString::new(s).map_err(|_| Error::invalid("a NUL in the reply"));
+    let mut strings = vec![cstring(&reply.id)?, cstring(&status)?];
+    if let Some(content_type) = &reply.content_type {
+        strings.push(cstring(content_type)?);
+    }
+    *out = new_handle(CommandReply {
+        c: mqstore_command_reply {
+            id: strings[0].as_ptr(),
+            status: strings[1].as_ptr(),
+            payload: reply.payload.as_ptr(),
+            payload_len: reply.payload.len(),
+            content_type: strings.get(2).map_or(std::ptr::null(), |s| s.as_ptr()),
+            has_device_status: reply.device_status.is_some(),
+            device_status: reply.device_status.unwrap_or(0),
+        },
+        _strings: strings,
+        _payload: reply.payload,
+    })
+    .cast();
+    Ok(())
+}
+
+/// A stored-commands call given as its JSON: `{"op": "create", "command": {"commandId": ...,
+/// "payload": {"content": ..., "contentType": ...}}}` (or with `"payloadTemplate"` and
+/// `"mandatoryParameters"`), `{"op": "get" | "delete", "commandId": ...}` or `{"op":
+/// "list"}`. `*answer_json` gets the service's answer (`{"command": ...}`, `{"commands":
+/// [...]}`, `{"deleted": true}`; free with `mqstore_string_free`); a refusal is
+/// MQSTORE_ERR_STATUS (400 a bad definition, 404 none, 409 the id is taken).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mqstore_command_definitions(
+    client: *const mqstore_client,
+    request_json: *const c_char,
+    answer_json: *mut *mut c_char,
+) -> c_int {
+    ffi(|| {
+        // SAFETY: the caller's pointers, checked by the helpers.
+        let out = unsafe { out_arg(answer_json, "answer_json") }?;
+        *out = std::ptr::null_mut();
+        let client = unsafe { handle(client, "client") }?;
+        let request = unsafe { str_arg(request_json, "request_json") }?;
+        let request: serde_json::Value = serde_json::from_str(request)
+            .map_err(|e| Error::invalid(format!("request_json is not JSON: {e}")))?;
+        let answer = client.wait(None, client.client().command_definitions(request))?;
+        json_out(out, &answer)
     })
 }
 

@@ -258,6 +258,8 @@ pub enum mqstore_op {
     MQSTORE_OP_LEASE = 10,
     /// A lease release (`applied`: it was still held).
     MQSTORE_OP_LEASE_RELEASE = 11,
+    /// A stored-commands call (`json` holds the service's answer).
+    MQSTORE_OP_COMMAND_DEFINITIONS = 12,
 }
 
 impl mqstore_op {
@@ -267,6 +269,7 @@ impl mqstore_op {
             "jobs" => Self::MQSTORE_OP_JOBS,
             "command" => Self::MQSTORE_OP_COMMAND,
             "commandStatus" => Self::MQSTORE_OP_COMMAND_STATUS,
+            "commandDefinitions" => Self::MQSTORE_OP_COMMAND_DEFINITIONS,
             "lease" => Self::MQSTORE_OP_LEASE,
             "releaseLease" => Self::MQSTORE_OP_LEASE_RELEASE,
             command => Command::ALL
@@ -787,16 +790,7 @@ pub(crate) unsafe fn command_request(
         if o.timeout_ms > 0 {
             request.timeout_ms = u64::from(o.timeout_ms);
         }
-        request.mode = match o.mode {
-            0 => Mode::Await,
-            1 => Mode::OneWay,
-            2 => Mode::Detached,
-            other => {
-                return Err(Error::invalid(format!(
-                    "options.mode is MQSTORE_COMMAND_AWAIT, _ONE_WAY or _DETACHED, not {other}"
-                )));
-            }
-        };
+        request.mode = command_mode(o.mode)?;
         if o.header_count > 0 {
             if o.headers.is_null() {
                 return Err(Error::invalid(
@@ -813,4 +807,46 @@ pub(crate) unsafe fn command_request(
         }
     }
     Ok(request)
+}
+
+/// The start of stored command `command_id` on `target` (a thing name, `thing/NAME`,
+/// `clients/ID` or an ARN) with `parameters` (a JSON object, or NULL), as `options` (NULL:
+/// the defaults; its profile and headers are not used) say.
+pub(crate) unsafe fn command_start_request(
+    command_id: *const c_char,
+    target: *const c_char,
+    parameters: *const c_char,
+    options: *const mqstore_command_options,
+) -> Result<CommandRequest> {
+    // SAFETY: the caller's pointers, checked by the helpers.
+    let command_id = unsafe { str_arg(command_id, "command_id") }?;
+    let target = unsafe { str_arg(target, "target") }?;
+    if command_id.is_empty() || target.is_empty() {
+        return Err(Error::invalid("the command id and the target must not be empty"));
+    }
+    let mut request = CommandRequest::start(command_id, target);
+    if let Some(parameters) = unsafe { opt_str_arg(parameters, "parameters") }? {
+        request.parameters = serde_json::from_str(parameters).map_err(|e| {
+            Error::invalid(format!("parameters: not a JSON object ({e})"))
+        })?;
+    }
+    // SAFETY: NULL or the caller's struct.
+    if let Some(o) = unsafe { options.as_ref() } {
+        if o.timeout_ms > 0 {
+            request.timeout_ms = u64::from(o.timeout_ms);
+        }
+        request.mode = command_mode(o.mode)?;
+    }
+    Ok(request)
+}
+
+fn command_mode(mode: c_int) -> Result<Mode> {
+    match mode {
+        0 => Ok(Mode::Await),
+        1 => Ok(Mode::OneWay),
+        2 => Ok(Mode::Detached),
+        other => Err(Error::invalid(format!(
+            "options.mode is MQSTORE_COMMAND_AWAIT, _ONE_WAY or _DETACHED, not {other}"
+        ))),
+    }
 }

@@ -381,6 +381,34 @@ static void a_command_is_answered_by_the_device(void) {
                MQSTORE_ERR_INVALID_ARGUMENT);
   CHECK_STATUS(mqstore_core_command_status(s.core, "", now_ms(), &call), MQSTORE_ERR_INVALID_ARGUMENT);
 
+  /* Stored commands: one defined, then listed; a start of an unknown one is refused (404). */
+  n = 0;
+  CHECK_OK(mqstore_core_command_definitions(
+      s.core, "{\"op\": \"create\", \"command\": {\"commandId\": \"byo-ping\", \"payload\": {\"content\": \"{}\"}}}",
+      now_ms(), &call));
+  event = finish(call, seen, &n);
+  free_all(seen, n);
+  n = 0;
+  if (event->status != 0) FAIL("define failed: %d %s", event->status, event->error);
+  CHECK(event->op == MQSTORE_OP_COMMAND_DEFINITIONS && strstr(event->json, "\"byo-ping\"") != NULL);
+  mqstore_event_free(event);
+  CHECK_OK(mqstore_core_command_definitions(s.core, "{\"op\": \"list\"}", now_ms(), &call));
+  event = finish(call, seen, &n);
+  free_all(seen, n);
+  n = 0;
+  CHECK(event->status == 0 && strstr(event->json, "\"commands\"") != NULL && strstr(event->json, "byo-ping") != NULL);
+  mqstore_event_free(event);
+  CHECK_OK(mqstore_core_command_start(s.core, "byo-none", "c-byo-thing", NULL, NULL, now_ms(), &call));
+  event = finish(call, seen, &n);
+  free_all(seen, n);
+  n = 0;
+  CHECK(event->status == MQSTORE_ERR_STATUS && strstr(event->error, "byo-none") != NULL);
+  mqstore_event_free(event);
+  CHECK_STATUS(mqstore_core_command_start(s.core, "", "x", NULL, NULL, now_ms(), &call), MQSTORE_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(mqstore_core_command_start(s.core, "byo-ping", "x", "[1]", NULL, now_ms(), &call),
+               MQSTORE_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(mqstore_core_command_definitions(s.core, "not json", now_ms(), &call), MQSTORE_ERR_INVALID_ARGUMENT);
+
   /* Stop watching: the filter comes back (unsubscribe from it) and is off the list; again:
    * nothing. */
   const char *filter = NULL;

@@ -544,6 +544,100 @@ static void commands_reach_a_device_and_bring_its_answer(void) {
   mosquitto_lib_cleanup();
 }
 
+/* Whether `bytes` holds `text`. */
+static int holds(const uint8_t *bytes, size_t len, const char *text) {
+  size_t n = strlen(text);
+  for (size_t i = 0; i + n <= len; i++)
+    if (memcmp(bytes + i, text, n) == 0) return 1;
+  return 0;
+}
+
+/* A device written for AWS IoT commands: thing c-robot answers each execution's request with
+ * SUCCEEDED and the request's payload as its result. */
+static void aws_device_answer(struct mosquitto *mosq, void *obj, const struct mosquitto_message *m,
+                              const mosquitto_property *props) {
+  (void)obj, (void)props;
+  /* $aws/commands/things/c-robot/executions/{id}/request/json */
+  const char *prefix = "$aws/commands/things/c-robot/executions/";
+  size_t prefix_len = strlen(prefix);
+  if (strncmp(m->topic, prefix, prefix_len) != 0) return;
+  const char *id = m->topic + prefix_len;
+  const char *end = strchr(id, '/');
+  if (end == NULL || strcmp(end, "/request/json") != 0) return;
+  char topic[256], update[256];
+  snprintf(topic, sizeof topic, "%s%.*s/response/json", prefix, (int)(end - id), id);
+  /* The payload is {"to": N}: the result is N's digits. */
+  char digits[32];
+  size_t n = 0;
+  for (int i = 0; i < m->payloadlen && n + 1 < sizeof digits; i++) {
+    char ch = ((const char *)m->payload)[i];
+    if (ch >= '0' && ch <= '9') digits[n++] = ch;
+  }
+  digits[n] = '\0';
+  int len = snprintf(update, sizeof update, "{\"status\":\"SUCCEEDED\",\"result\":{\"sent\":{\"s\":\"%s\"}}}", digits);
+  mosquitto_publish_v5(mosq, NULL, topic, len, update, 1, false, NULL);
+}
+
+static void stored_commands_start_by_id_on_an_aws_device(void) {
+  mosquitto_lib_init();
+  struct mosquitto *device = mosquitto_new("c-robot", true, NULL);
+  CHECK(device != NULL);
+  mosquitto_int_option(device, MOSQ_OPT_PROTOCOL_VERSION, MQTT_PROTOCOL_V5);
+  mosquitto_message_v5_callback_set(device, aws_device_answer);
+  __atomic_store_n(&device_subscribed, 0, __ATOMIC_SEQ_CST);
+  mosquitto_subscribe_v5_callback_set(device, device_on_subscribe);
+  CHECK(mosquitto_connect_bind_v5(device, "127.0.0.1", port_from("MQSTORE_TEST_PORT"), 30, NULL, NULL) == MOSQ_ERR_SUCCESS);
+  CHECK(mosquitto_subscribe_v5(device, NULL, "$aws/commands/things/c-robot/executions/+/request/json", 1, 0, NULL) == MOSQ_ERR_SUCCESS);
+  CHECK(mosquitto_loop_start(device) == MOSQ_ERR_SUCCESS);
+  for (int i = 0; i < 200 && !__atomic_load_n(&device_subscribed, __ATOMIC_SEQ_CST); i++) sleep_ms(50);
+  CHECK(__atomic_load_n(&device_subscribed, __ATOMIC_SEQ_CST));
+
+  mqstore_client *c = connect_main();
+  const char *define =
+      "{\"op\": \"create\", \"command\": {\"commandId\": \"c-heat\", "
+      "\"payloadTemplate\": \"{\\\"to\\\": ${aws:iot:commandexecution::parameter:temp}}\", "
+      "\"mandatoryParameters\": [{\"name\": \"temp\", \"defaultValue\": {\"I\": 20}}]}}";
+  char *json = NULL;
+  CHECK_OK(mqstore_command_definitions(c, define, &json));
+  CHECK(strstr(json, "\"c-heat\"") != NULL && strstr(json, "\"createdMs\"") != NULL);
+  mqstore_string_free(json);
+  CHECK_STATUS(mqstore_command_definitions(c, define, &json), MQSTORE_ERR_STATUS);
+  CHECK_ERROR_SAYS("exists");
+  CHECK(json == NULL);
+  CHECK_OK(mqstore_command_definitions(c, "{\"op\": \"list\"}", &json));
+  CHECK(strstr(json, "\"commands\"") != NULL && strstr(json, "\"c-heat\"") != NULL);
+  mqstore_string_free(json);
+
+  mqstore_command_reply *reply = NULL;
+  CHECK_OK(mqstore_command_start(c, "c-heat", "thing/c-robot", "{\"temp\": 80}", NULL, &reply));
+  CHECK(strcmp(reply->status, "SUCCEEDED") == 0);
+  CHECK(reply->payload_len > 0 && holds(reply->payload, reply->payload_len, "\"80\""));
+  CHECK_OK(mqstore_command_status(c, reply->id, &json));
+  CHECK(strstr(json, "\"command\":\"c-heat\"") != NULL);
+  mqstore_string_free(json);
+  mqstore_command_reply_free(reply);
+  /* The default fills the template when no parameter is given. */
+  CHECK_OK(mqstore_command_start(c, "c-heat", "c-robot", NULL, NULL, &reply));
+  CHECK(holds(reply->payload, reply->payload_len, "\"20\""));
+  mqstore_command_reply_free(reply);
+  /* What cannot start sends nothing. */
+  CHECK_STATUS(mqstore_command_start(c, "c-cool", "c-robot", NULL, NULL, &reply), MQSTORE_ERR_STATUS);
+  CHECK_ERROR_SAYS("c-cool");
+  CHECK(reply == NULL);
+  CHECK_STATUS(mqstore_command_start(c, "c-heat", "c-robot", "[1]", NULL, &reply), MQSTORE_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(mqstore_command_start(c, "c-heat", "c-robot", "{\"fan\": 1}", NULL, &reply), MQSTORE_ERR_STATUS);
+  CHECK_STATUS(mqstore_command_definitions(c, "not json", &json), MQSTORE_ERR_INVALID_ARGUMENT);
+  CHECK_OK(mqstore_command_definitions(c, "{\"op\": \"delete\", \"commandId\": \"c-heat\"}", &json));
+  CHECK(strstr(json, "true") != NULL);
+  mqstore_string_free(json);
+  mqstore_client_free(c);
+
+  mosquitto_disconnect(device);
+  mosquitto_loop_stop(device, false);
+  mosquitto_destroy(device);
+  mosquitto_lib_cleanup();
+}
+
 static void errors_have_their_codes_and_change_nothing(void) {
   mqstore_client *c = connect_main();
   /* A notification topic longer than MQTT allows: refused by the server. */
@@ -704,6 +798,7 @@ int main(int argc, char **argv) {
   RUN(a_lease_held_by_one_process_is_refused_to_another);
   RUN(jobs_flow_from_creation_to_success);
   RUN(commands_reach_a_device_and_bring_its_answer);
+  RUN(stored_commands_start_by_id_on_an_aws_device);
   RUN(errors_have_their_codes_and_change_nothing);
   RUN(credentials_and_tls_to_the_broker);
   RUN(bad_arguments_and_freed_handles_are_errors_not_crashes);

@@ -119,6 +119,51 @@ impl Client {
         )
     }
 
+    /// Starts stored command `command_id` on `target` with `parameters` (a JSON object).
+    #[pyo3(signature = (command_id, target, parameters, timeout_ms, mode, aio))]
+    #[allow(clippy::too_many_arguments)]
+    fn start_command(
+        &self,
+        py: Python<'_>,
+        command_id: String,
+        target: String,
+        parameters: &str,
+        timeout_ms: u64,
+        mode: &str,
+        aio: bool,
+    ) -> PyResult<Py<PyAny>> {
+        let client_ = self.live()?;
+        let parameters = serde_json::from_str(parameters).map_err(|e| {
+            PyValueError::new_err(format!("parameters: not a JSON object ({e})"))
+        })?;
+        let request = CommandRequest {
+            timeout_ms,
+            mode: Mode::parse(mode).ok_or_else(|| {
+                PyValueError::new_err(format!(
+                    "mode is \"await\", \"oneway\" or \"detached\", not {mode:?}"
+                ))
+            })?,
+            parameters,
+            ..CommandRequest::start(command_id, target)
+        };
+        run(
+            py,
+            aio,
+            async move { client(client_.command(request).await) },
+        )
+    }
+
+    /// A stored-commands call given as its JSON (`{"op": "create" | "get" | "list" |
+    /// "delete", ...}`): the service's JSON answer.
+    fn command_definitions(&self, py: Python<'_>, request: &str, aio: bool) -> PyResult<Py<PyAny>> {
+        let client_ = self.live()?;
+        let request: serde_json::Value = serde_json::from_str(request)
+            .map_err(|e| PyValueError::new_err(format!("the request is not JSON: {e}")))?;
+        run(py, aio, async move {
+            Json::of(&client(client_.command_definitions(request).await)?)
+        })
+    }
+
     fn command_status(&self, py: Python<'_>, id: String, aio: bool) -> PyResult<Py<PyAny>> {
         let client_ = self.live()?;
         run(py, aio, async move {

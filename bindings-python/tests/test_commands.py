@@ -4,6 +4,7 @@ devices (paho-mqtt, request/response with correlation data: the `mqtt5` profile)
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from collections.abc import Iterator
 
@@ -149,3 +150,106 @@ def test_bad_command_arguments_send_nothing(client: mqstore.Client) -> None:
         client.command("devices/x", "p", headers={"n": 1})  # type: ignore[dict-item]
     with pytest.raises(errors.MqstoreError, match="profile"):
         client.command("devices/x", "p", profile="no-such-profile")
+
+
+class AwsDevice:
+    """A device written for AWS IoT commands: thing `name` takes its executions' requests on
+    `$aws/commands/things/{name}/executions/+/request/json`, reports IN_PROGRESS, then
+    SUCCEEDED with the request's `to` as its result; it records the acknowledgements."""
+
+    def __init__(self, port: int, name: str) -> None:
+        self.base = f"$aws/commands/things/{name}/executions"
+        self.client = paho.Client(
+            CallbackAPIVersion.VERSION2, client_id=f"aws-{name}", protocol=paho.MQTTv5
+        )
+        self.client.on_message = self.on_message
+        self.acks: list[tuple[str, dict[str, object]]] = []
+        subscribed = threading.Semaphore(0)
+        self.client.on_subscribe = lambda *_: subscribed.release()
+        self.client.connect("127.0.0.1", port)
+        self.client.loop_start()
+        for suffix in ("request/json", "response/accepted/json", "response/rejected/json"):
+            self.client.subscribe(f"{self.base}/+/{suffix}", qos=1)
+        for _ in range(3):
+            assert subscribed.acquire(timeout=10), "no SUBACK"
+
+    def on_message(self, _client: object, _userdata: object, message: paho.MQTTMessage) -> None:
+        body = json.loads(message.payload)
+        kind = message.topic.rsplit("/", 2)[-2]
+        if kind in ("accepted", "rejected"):
+            self.acks.append((kind, body))
+            return
+        execution = message.topic.split("/")[5]
+        topic = f"{self.base}/{execution}/response/json"
+        self.client.publish(topic, json.dumps({"status": "IN_PROGRESS"}), qos=1)
+        done = {"status": "SUCCEEDED", "result": {"to": {"s": str(body["to"])}}}
+        self.client.publish(topic, json.dumps(done), qos=1)
+
+    def stop(self) -> None:
+        self.client.disconnect()
+        self.client.loop_stop()
+        self.client._reset_sockets(sockpair_only=True)
+
+
+HEAT = {
+    "commandId": "heat",
+    "payloadTemplate": '{"to": ${aws:iot:commandexecution::parameter:temp}}',
+    "mandatoryParameters": [{"name": "temp", "defaultValue": {"I": 20}}],
+}
+
+
+def test_stored_commands_start_by_id_on_aws_devices(server: Server, client: mqstore.Client) -> None:
+    device = AwsDevice(server.broker.port, "py-robot")
+    try:
+        stored = client.define_command(HEAT)
+        assert stored["commandId"] == "heat" and stored["createdMs"] > 0
+        assert [c["commandId"] for c in client.command_definitions()] == ["heat"]
+        assert client.command_definition("heat")["mandatoryParameters"][0]["name"] == "temp"
+        with pytest.raises(errors.StatusError, match="exists"):
+            client.define_command(HEAT)
+        with pytest.raises(errors.StatusError, match="commandId"):
+            client.define_command({**HEAT, "commandId": "bad id"})
+        watch = client.watch_commands()
+        reply = client.start_command("heat", "py-robot", parameters={"temp": 80})
+        assert reply.status == "SUCCEEDED"
+        assert json.loads(reply.payload)["result"] == {"to": {"s": "80"}}
+        seen: list[str] = []
+        while not seen or seen[-1] != "SUCCEEDED":
+            record = watch.next_record(timeout=10)
+            assert record is not None, f"no SUCCEEDED record: {seen}"
+            if record["id"] == reply.id:
+                seen.append(record["status"])
+        assert seen == ["SENT", "IN_PROGRESS", "SUCCEEDED"]
+        assert client.command_status(reply.id)["command"] == "heat"
+        default = client.start_command("heat", "thing/py-robot")
+        assert json.loads(default.payload)["result"] == {"to": {"s": "20"}}
+        with pytest.raises(errors.StatusError, match="cool"):
+            client.start_command("cool", "py-robot")
+        with pytest.raises(errors.StatusError, match="fan"):
+            client.start_command("heat", "py-robot", parameters={"fan": 1})
+        with pytest.raises(TypeError, match="parameters must be a dict"):
+            client.start_command("heat", "py-robot", parameters=[1])  # type: ignore[arg-type]
+        assert client.delete_command_definition("heat")
+        assert not client.delete_command_definition("heat")
+        with pytest.raises(errors.StatusError, match="no stored command"):
+            client.command_definition("heat")
+        assert [kind for kind, _ in device.acks] == ["accepted"] * 4
+    finally:
+        device.stop()
+
+
+def test_stored_commands_from_asyncio(server: Server) -> None:
+    async def main() -> None:
+        device = AwsDevice(server.broker.port, "py-robot-2")
+        try:
+            async with mqstore.AsyncClient("127.0.0.1", server.broker.port) as c:
+                await c.define_command({**HEAT, "commandId": "heat2"})
+                assert [d["commandId"] for d in await c.command_definitions()] == ["heat2"]
+                assert (await c.command_definition("heat2"))["commandId"] == "heat2"
+                reply = await c.start_command("heat2", "py-robot-2", parameters={"temp": {"I": 5}})
+                assert json.loads(reply.payload)["result"] == {"to": {"s": "5"}}
+                assert await c.delete_command_definition("heat2")
+        finally:
+            device.stop()
+
+    asyncio.run(main())

@@ -811,6 +811,51 @@ export class Client {
     return (await this.#call(() => this.#core.command(topic, payload, options, Date.now()))).result;
   }
 
+  /**
+   * Starts stored command `commandId` (see `defineCommand`) on `target` — a thing name,
+   * `thing/NAME`, `clients/CLIENT_ID` or a thing's ARN — as AWS's StartCommandExecution does:
+   * `parameters` fill its payload template (a string, number or boolean, or AWS's typed
+   * `{S}`, `{I}`, `{B}`, …). Resolves as `command`; an unknown command rejects with a
+   * StatusError 404, a missing or unknown parameter 400.
+   */
+  async startCommand(
+    commandId: string,
+    target: string,
+    parameters: Record<string, unknown> = {},
+    options: { timeoutMs?: number; mode?: "await" | "oneway" | "detached" } = {},
+  ): Promise<CommandReply> {
+    return (
+      await this.#call(() => this.#core.startCommand(commandId, target, parameters, options, Date.now()))
+    ).result;
+  }
+
+  /**
+   * Stores a command that `startCommand` sends by id (AWS's CreateCommand); resolves to it as
+   * stored. A taken id rejects with a StatusError 409, a bad definition 400.
+   */
+  async defineCommand(command: CommandDefinition): Promise<CommandDefinition> {
+    return (await this.#definitions("create", { command })).command;
+  }
+
+  /** Stored command `commandId` (a StatusError 404 when there is none). */
+  async commandDefinition(commandId: string): Promise<CommandDefinition> {
+    return (await this.#definitions("get", { commandId })).command;
+  }
+
+  /** Every stored command, by id. */
+  async commandDefinitions(): Promise<CommandDefinition[]> {
+    return (await this.#definitions("list", {})).commands;
+  }
+
+  /** Deletes stored command `commandId`: whether there was one. */
+  async deleteCommandDefinition(commandId: string): Promise<boolean> {
+    return (await this.#definitions("delete", { commandId })).deleted;
+  }
+
+  async #definitions(op: string, args: object): Promise<any> {
+    return (await this.#call(() => this.#core.commandDefinitions(op, args, Date.now()))).result;
+  }
+
   /** Command `id`'s status record (kept three timeouts after it was sent). */
   async commandStatus(id: string): Promise<CommandRecord> {
     return (await this.#call(() => this.#core.commandStatus(id, Date.now()))).result;
@@ -1214,6 +1259,20 @@ export interface CommandReply {
   deviceStatus?: number;
 }
 
+/** A stored command (AWS's command resource): a fixed payload, or a template and its parameters. */
+export interface CommandDefinition {
+  /** `[a-zA-Z0-9_-]{1,64}`. */
+  commandId: string;
+  description?: string;
+  /** `content` as text for JSON and text content types, base64 for others. */
+  payload?: { content: string; contentType?: string };
+  /** JSON text with `${aws:iot:commandexecution::parameter:NAME}` where each parameter goes. */
+  payloadTemplate?: string;
+  mandatoryParameters?: { name: string; defaultValue?: unknown }[];
+  /** When it was stored (set by the service). */
+  createdMs?: number;
+}
+
 /** A command's status record (as `mqstore command status` prints it; the answer's payload in base64). */
 export interface CommandRecord {
   id: string;
@@ -1223,6 +1282,8 @@ export interface CommandRecord {
   /** IN_PROGRESS: the device reported progress (`answer` holds its latest report); the command
    * stays open until a final status or its timeout. */
   status: "SENT" | "DELIVERED" | "IN_PROGRESS" | "SUCCEEDED" | "FAILED" | "REJECTED" | "TIMED_OUT";
+  /** The stored command it was started from, if any. */
+  command?: string;
   sentMs: number;
   deadlineMs: number;
   answer?: {

@@ -249,6 +249,35 @@ pub(crate) fn command_request(
     Ok(request)
 }
 
+/// The start of stored command `command_id` on `target` with `parameters` (an object, or
+/// undefined) and options `{timeoutMs, mode}`.
+pub(crate) fn start_request(
+    command_id: &str,
+    target: &str,
+    parameters: &JsValue,
+    options: &JsValue,
+) -> Result<CommandRequest, JsValue> {
+    if command_id.is_empty() || target.is_empty() {
+        return Err(invalid("the command id and the target must not be empty"));
+    }
+    let mut request = CommandRequest::start(command_id, target);
+    request.parameters = match json_of(parameters, "parameters")? {
+        Value::Object(parameters) => parameters,
+        Value::Null => serde_json::Map::new(),
+        _ => return Err(invalid("parameters must be an object")),
+    };
+    if options.is_object() {
+        if let Some(timeout_ms) = optional_u64(&get(options, "timeoutMs"), "timeoutMs")? {
+            request.timeout_ms = timeout_ms;
+        }
+        if let Some(mode) = optional_text(options, "mode")? {
+            request.mode = Mode::parse(&mode)
+                .ok_or_else(|| invalid(format!("mode {mode:?}: await, oneway or detached")))?;
+        }
+    }
+    Ok(request)
+}
+
 /// A command's reply: `{id, status, payload, contentType?, deviceStatus?}`.
 pub(crate) fn reply_to_js(reply: &CommandReply) -> Object {
     let out = Object::new();

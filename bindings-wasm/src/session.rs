@@ -208,6 +208,46 @@ impl ClientCore {
         Ok(id(self.session.command(&request, now_ms as u64)))
     }
 
+    /// Asks the command service to start stored command `command_id` on `target` (a thing
+    /// name, `thing/NAME`, `clients/ID` or an ARN) with `parameters` (an object, or undefined)
+    /// and options `{timeoutMs, mode}`. Completes as `command` does.
+    #[wasm_bindgen(js_name = startCommand)]
+    pub fn start_command(
+        &mut self,
+        command_id: &str,
+        target: &str,
+        parameters: JsValue,
+        options: JsValue,
+        now_ms: f64,
+    ) -> Result<f64, JsValue> {
+        let request = services::start_request(command_id, target, &parameters, &options)?;
+        Ok(id(self.session.command(&request, now_ms as u64)))
+    }
+
+    /// A stored-commands call: `op` (`create`, `get`, `list`, `delete`) with its fields
+    /// (`{command}` or `{commandId}`). Completes with the service's answer as `result`.
+    #[wasm_bindgen(js_name = commandDefinitions)]
+    pub fn command_definitions(
+        &mut self,
+        op: &str,
+        args: JsValue,
+        now_ms: f64,
+    ) -> Result<f64, JsValue> {
+        let mut request = match services::json_of(&args, "args")? {
+            serde_json::Value::Object(fields) => fields,
+            serde_json::Value::Null => serde_json::Map::new(),
+            _ => return Err(invalid("args must be an object")),
+        };
+        request.insert("op".into(), op.into());
+        let timeout = mqstore_core::commands::DEFAULT_TIMEOUT_MS;
+        let call = self.session.command_definitions(
+            &serde_json::Value::Object(request),
+            timeout,
+            now_ms as u64,
+        );
+        Ok(id(call))
+    }
+
     /// Asks for command `id`'s status record. Completes with the record as `result`.
     #[wasm_bindgen(js_name = commandStatus)]
     pub fn command_status(&mut self, id: &str, now_ms: f64) -> Result<f64, JsValue> {

@@ -8,7 +8,7 @@ import mqtt from "mqtt";
 
 import { start } from "./harness.js";
 
-const { Client, JobsError, CommandFailedError, CommandRejectedError, CommandTimeoutError, InvalidArgumentError, MqstoreError } =
+const { Client, JobsError, CommandFailedError, CommandRejectedError, CommandTimeoutError, InvalidArgumentError, MqstoreError, StatusError } =
   await import(process.env.MQSTORE_PACKAGE ?? "../dist/index.js");
 const text = (bytes) => new TextDecoder().decode(bytes);
 
@@ -259,6 +259,67 @@ test("one-way and detached commands; the watch sees the detached one succeed", a
     assert.equal((await client.commandStatus(detached.id)).status, "SUCCEEDED");
   } finally {
     stop();
+    await d.stop();
+  }
+});
+
+/** A device written for AWS IoT commands: thing `name` reports IN_PROGRESS, then SUCCEEDED with
+ * the request's `to` as its result, and records the acknowledgements. */
+async function awsDevice(name) {
+  const base = `$aws/commands/things/${name}/executions`;
+  const connection = await mqtt.connectAsync(servers.url, { protocolVersion: 5, clientId: `aws-${name}` });
+  const acks = [];
+  connection.on("message", (topic, payload) => {
+    const body = JSON.parse(payload.toString());
+    if (topic.endsWith("/accepted/json") || topic.endsWith("/rejected/json")) {
+      acks.push(topic.split("/").at(-2));
+      return;
+    }
+    const update = `${base}/${topic.split("/")[5]}/response/json`;
+    connection.publish(update, JSON.stringify({ status: "IN_PROGRESS" }), { qos: 1 });
+    const done = { status: "SUCCEEDED", result: { to: { s: String(body.to) } } };
+    connection.publish(update, JSON.stringify(done), { qos: 1 });
+  });
+  for (const suffix of ["request/json", "response/accepted/json", "response/rejected/json"]) {
+    await connection.subscribeAsync(`${base}/+/${suffix}`, { qos: 1 });
+  }
+  return { acks, stop: () => connection.endAsync() };
+}
+
+test("stored commands: defined, started by id on an AWS IoT commands device, deleted", async () => {
+  const d = await awsDevice("js-robot");
+  try {
+    const heat = {
+      commandId: "js-heat",
+      payloadTemplate: '{"to": ${aws:iot:commandexecution::parameter:temp}}',
+      mandatoryParameters: [{ name: "temp", defaultValue: { I: 20 } }],
+    };
+    const stored = await client.defineCommand(heat);
+    assert.equal(stored.commandId, "js-heat");
+    assert.ok(stored.createdMs > 0);
+    assert.ok((await client.commandDefinitions()).some((c) => c.commandId === "js-heat"));
+    assert.equal((await client.commandDefinition("js-heat")).payloadTemplate, heat.payloadTemplate);
+    await assert.rejects(client.defineCommand(heat), (e) => e instanceof StatusError && /exists/.test(e.message));
+    await assert.rejects(client.defineCommand({ ...heat, commandId: "bad id" }), (e) => e instanceof StatusError && /commandId/.test(e.message));
+    const records = [];
+    const stop = await client.watchCommands((record) => records.push(record));
+    const reply = await client.startCommand("js-heat", "js-robot", { temp: 80 });
+    assert.equal(reply.status, "SUCCEEDED");
+    assert.deepEqual(JSON.parse(text(reply.payload)).result, { to: { s: "80" } });
+    const started = await client.startCommand("js-heat", "thing/js-robot");
+    assert.deepEqual(JSON.parse(text(started.payload)).result, { to: { s: "20" } });
+    assert.equal((await client.commandStatus(reply.id)).command, "js-heat");
+    while (!records.some((r) => r.id === reply.id && r.status === "SUCCEEDED")) await new Promise((r) => setTimeout(r, 20));
+    assert.deepEqual(records.filter((r) => r.id === reply.id).map((r) => r.status), ["SENT", "IN_PROGRESS", "SUCCEEDED"]);
+    stop();
+    await assert.rejects(client.startCommand("js-cool", "js-robot"), (e) => e instanceof StatusError && /js-cool/.test(e.message));
+    await assert.rejects(client.startCommand("js-heat", "js-robot", { fan: 1 }), (e) => e instanceof StatusError && /fan/.test(e.message));
+    await assert.rejects(client.startCommand("js-heat", "js-robot", [1]), (e) => e instanceof InvalidArgumentError);
+    assert.equal(await client.deleteCommandDefinition("js-heat"), true);
+    assert.equal(await client.deleteCommandDefinition("js-heat"), false);
+    await assert.rejects(client.commandDefinition("js-heat"), (e) => e instanceof StatusError);
+    assert.deepEqual(d.acks, ["accepted", "accepted", "accepted", "accepted"]);
+  } finally {
     await d.stop();
   }
 });

@@ -463,6 +463,44 @@ class AsyncClient:
     async def command_status(self, command_id: str) -> Record:
         return await self._native.command_status(_args.text(command_id, "command_id"), True)
 
+    async def start_command(
+        self,
+        command_id: str,
+        target: str,
+        *,
+        parameters: Optional[Mapping[str, Any]] = None,
+        timeout: Seconds = 10.0,
+        mode: str = "await",
+    ) -> CommandReply:
+        """See :meth:`mqstore.Client.start_command`."""
+        return await self._native.start_command(
+            *_args.start_command(command_id, target, parameters, timeout, mode), True
+        )
+
+    async def define_command(self, command: Mapping[str, Any]) -> dict[str, Any]:
+        """See :meth:`mqstore.Client.define_command`."""
+        answer = await self._native.command_definitions(
+            _args.definitions_request("create", command=command), True
+        )
+        return dict(answer["command"])
+
+    async def command_definition(self, command_id: str) -> dict[str, Any]:
+        """See :meth:`mqstore.Client.command_definition`."""
+        request = _args.definitions_request("get", commandId=_args.text(command_id, "command_id"))
+        return dict((await self._native.command_definitions(request, True))["command"])
+
+    async def command_definitions(self) -> list[dict[str, Any]]:
+        """See :meth:`mqstore.Client.command_definitions`."""
+        answer = await self._native.command_definitions(_args.definitions_request("list"), True)
+        return list(answer["commands"])
+
+    async def delete_command_definition(self, command_id: str) -> bool:
+        """See :meth:`mqstore.Client.delete_command_definition`."""
+        request = _args.definitions_request(
+            "delete", commandId=_args.text(command_id, "command_id")
+        )
+        return bool((await self._native.command_definitions(request, True))["deleted"])
+
     async def watch_commands(self) -> AsyncCommandWatch:
         return AsyncCommandWatch(await self._native.watch_commands(True))
 

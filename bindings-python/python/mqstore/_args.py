@@ -269,6 +269,39 @@ def command(
     )
 
 
+def start_command(
+    command_id: object,
+    target: object,
+    parameters: object,
+    timeout: object,
+    command_mode: object,
+) -> tuple[str, str, str, int, str]:
+    """The arguments of a stored command's start, checked, in the native call's order."""
+    if parameters is None:
+        parameters = {}
+    if not isinstance(parameters, Mapping):
+        raise TypeError(f"parameters must be a dict, not {type(parameters).__name__}")
+    try:
+        parameters_json = json.dumps(dict(parameters))
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"parameters must be JSON-serializable: {e}") from None
+    return (
+        text(command_id, "command_id"),
+        text(target, "target"),
+        parameters_json,
+        millis(timeout, "timeout"),
+        mode(command_mode),
+    )
+
+
+def definitions_request(op: str, **fields: object) -> str:
+    """A stored-commands request as JSON text."""
+    try:
+        return json.dumps({"op": op, **fields})
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"the command must be JSON-serializable: {e}") from None
+
+
 def create_job(
     job_id: str,
     targets: Sequence[str],

@@ -472,6 +472,54 @@ class Client:
         """A command's status record (kept three timeouts after it was sent)."""
         return self._native.command_status(_args.text(command_id, "command_id"), False)
 
+    def start_command(
+        self,
+        command_id: str,
+        target: str,
+        *,
+        parameters: Optional[Mapping[str, Any]] = None,
+        timeout: Seconds = 10.0,
+        mode: str = "await",
+    ) -> CommandReply:
+        """Starts stored command ``command_id`` (see :meth:`define_command`) on ``target`` — a
+        thing name, ``"thing/NAME"``, ``"clients/CLIENT_ID"`` or a thing's ARN — as AWS's
+        ``StartCommandExecution`` does: ``parameters`` fill its payload template (a string,
+        number or boolean, or AWS's typed ``{"S": ...}``, ``{"I": ...}``, ...). Answers and
+        errors as :meth:`command`; an unknown command is :class:`~mqstore.errors.StatusError`
+        404, a missing or unknown parameter 400."""
+        return self._native.start_command(
+            *_args.start_command(command_id, target, parameters, timeout, mode), False
+        )
+
+    def define_command(self, command: Mapping[str, Any]) -> dict[str, Any]:
+        """Stores a command (AWS's ``CreateCommand``): ``{"commandId": ..., "payload":
+        {"content": ..., "contentType": ...}}`` or ``{"commandId": ..., "payloadTemplate":
+        "...${aws:iot:commandexecution::parameter:NAME}...", "mandatoryParameters": [{"name":
+        ..., "defaultValue": {"S": ...}}]}``; returns it as stored. A taken id is
+        :class:`~mqstore.errors.StatusError` 409, a bad definition 400."""
+        answer = self._native.command_definitions(
+            _args.definitions_request("create", command=command), False
+        )
+        return dict(answer["command"])
+
+    def command_definition(self, command_id: str) -> dict[str, Any]:
+        """The stored command ``command_id`` (:class:`~mqstore.errors.StatusError` 404 when
+        there is none)."""
+        request = _args.definitions_request("get", commandId=_args.text(command_id, "command_id"))
+        return dict(self._native.command_definitions(request, False)["command"])
+
+    def command_definitions(self) -> list[dict[str, Any]]:
+        """Every stored command, by id."""
+        answer = self._native.command_definitions(_args.definitions_request("list"), False)
+        return list(answer["commands"])
+
+    def delete_command_definition(self, command_id: str) -> bool:
+        """Deletes stored command ``command_id``: whether there was one."""
+        request = _args.definitions_request(
+            "delete", commandId=_args.text(command_id, "command_id")
+        )
+        return bool(self._native.command_definitions(request, False)["deleted"])
+
     def watch_commands(self) -> CommandWatch:
         """Every command's status changes from now on (any node's, any caller's)."""
         return CommandWatch(self._native.watch_commands(False))

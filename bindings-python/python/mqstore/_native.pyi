@@ -278,6 +278,32 @@ class Client:
         aio: Literal[True],
     ) -> Awaitable[CommandReply]: ...
     @overload
+    def start_command(
+        self,
+        command_id: str,
+        target: str,
+        parameters: str,
+        timeout_ms: int,
+        mode: str,
+        aio: Literal[False],
+    ) -> CommandReply: ...
+    @overload
+    def start_command(
+        self,
+        command_id: str,
+        target: str,
+        parameters: str,
+        timeout_ms: int,
+        mode: str,
+        aio: Literal[True],
+    ) -> Awaitable[CommandReply]: ...
+    @overload
+    def command_definitions(self, request: str, aio: Literal[False]) -> dict[str, Any]: ...
+    @overload
+    def command_definitions(
+        self, request: str, aio: Literal[True]
+    ) -> Awaitable[dict[str, Any]]: ...
+    @overload
     def command_status(self, id: str, aio: Literal[False]) -> dict[str, Any]: ...
     @overload
     def command_status(self, id: str, aio: Literal[True]) -> Awaitable[dict[str, Any]]: ...
