@@ -19,8 +19,8 @@ use crate::handles::{handle, handle_mut, new_handle, take_handle};
 use crate::types::{
     Event, MQSTORE_NO_CALL, MQSTORE_NO_DEADLINE, MQSTORE_WAIT_FOREVER, SetOptions, bytes_arg,
     command_request, command_start_request, hlc_arg, key_arg, mqstore_command_options,
-    mqstore_event, mqstore_hlc,
-    mqstore_set_options, mqstore_user_property, opt_str_arg, out_arg, str_arg, write_opt,
+    mqstore_event, mqstore_hlc, mqstore_set_options, mqstore_user_property, opt_str_arg, out_arg,
+    str_arg, write_opt,
 };
 
 /// A client state machine (layer 2). Made by `mqstore_core_new`, freed by `mqstore_core_free`.
@@ -678,7 +678,10 @@ pub unsafe extern "C" fn mqstore_core_command_definitions(
         let request: serde_json::Value = serde_json::from_str(request)
             .map_err(|e| Error::invalid(format!("request_json is not JSON: {e}")))?;
         let timeout = ::mqstore_core::commands::DEFAULT_TIMEOUT_MS;
-        started(core.session.command_definitions(&request, timeout, now_ms), call);
+        started(
+            core.session.command_definitions(&request, timeout, now_ms),
+            call,
+        );
         Ok(())
     })
 }

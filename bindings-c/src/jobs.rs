@@ -15,8 +15,8 @@ use crate::client::mqstore_client;
 use crate::error::{Error, Result, ffi, ffi_void};
 use crate::handles::{handle, new_handle, take_handle};
 use crate::types::{
-    command_request, command_start_request, mqstore_command_options, opt_str_arg, out_arg,
-    str_arg, write_opt,
+    command_request, command_start_request, mqstore_command_options, opt_str_arg, out_arg, str_arg,
+    write_opt,
 };
 
 /// A JSON string for C: `*out` gets it (the caller's, freed with `mqstore_string_free`).

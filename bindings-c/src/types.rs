@@ -822,13 +822,14 @@ pub(crate) unsafe fn command_start_request(
     let command_id = unsafe { str_arg(command_id, "command_id") }?;
     let target = unsafe { str_arg(target, "target") }?;
     if command_id.is_empty() || target.is_empty() {
-        return Err(Error::invalid("the command id and the target must not be empty"));
+        return Err(Error::invalid(
+            "the command id and the target must not be empty",
+        ));
     }
     let mut request = CommandRequest::start(command_id, target);
     if let Some(parameters) = unsafe { opt_str_arg(parameters, "parameters") }? {
-        request.parameters = serde_json::from_str(parameters).map_err(|e| {
-            Error::invalid(format!("parameters: not a JSON object ({e})"))
-        })?;
+        request.parameters = serde_json::from_str(parameters)
+            .map_err(|e| Error::invalid(format!("parameters: not a JSON object ({e})")))?;
     }
     // SAFETY: NULL or the caller's struct.
     if let Some(o) = unsafe { options.as_ref() } {

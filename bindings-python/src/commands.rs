@@ -133,9 +133,8 @@ impl Client {
         aio: bool,
     ) -> PyResult<Py<PyAny>> {
         let client_ = self.live()?;
-        let parameters = serde_json::from_str(parameters).map_err(|e| {
-            PyValueError::new_err(format!("parameters: not a JSON object ({e})"))
-        })?;
+        let parameters = serde_json::from_str(parameters)
+            .map_err(|e| PyValueError::new_err(format!("parameters: not a JSON object ({e})")))?;
         let request = CommandRequest {
             timeout_ms,
             mode: Mode::parse(mode).ok_or_else(|| {

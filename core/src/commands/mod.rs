@@ -18,6 +18,7 @@
 //! The id of a command is also its correlation id: 16 random bytes (from the driver), written
 //! as a UUID. It is the MQTT 5 correlation data, DJI's `tid`, IoT Hub's `$rid`.
 
+mod cbor;
 pub mod definitions;
 mod profile;
 mod registry;

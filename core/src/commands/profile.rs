@@ -32,7 +32,8 @@ pub const BUILT_IN_PROFILES: &str = r#"{
 /// The AWS IoT commands device topics (`{kind}`: `things` or `clients`; `{id}`: the
 /// execution id, which is the command id).
 pub const AWS_COMMAND: &str = "$aws/commands/{kind}/{device}/executions/{id}/request/{format}";
-pub const AWS_ANSWER: &str = "$aws/commands/{kind}/{device}/executions/{id}/response/json";
+/// `{format}`: `json` or `cbor` (the update's encoding, and its acknowledgement's).
+pub const AWS_ANSWER: &str = "$aws/commands/{kind}/{device}/executions/{id}/response/{format}";
 
 /// Why a profile (or a profile file) cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -433,15 +434,26 @@ impl Profile {
     pub fn read_answer(&self, publish: &Publish) -> Result<(AnswerKey, Answer), Unreadable> {
         match self {
             Profile::Aws(profile) => {
-                let vars = profile
+                let mut vars = profile
                     .answer
                     .bind(&publish.topic)
                     .ok_or("the topic does not fit an AWS IoT commands response topic")?;
+                let cbor = match var(&vars, "format") {
+                    Some("json") => false,
+                    Some("cbor") => true,
+                    other => {
+                        return Err(Unreadable {
+                            code: "InvalidTopic",
+                            reason: format!("payload format {other:?}: json or cbor"),
+                        });
+                    }
+                };
+                vars.retain(|(name, _)| name != "format");
                 let key = AnswerKey {
                     filter: profile.answer.fill(&vars),
                     id: var(&vars, "id").map(str::to_owned),
                 };
-                Ok((key, aws_answer(publish)?))
+                Ok((key, aws_answer(publish, cbor)?))
             }
             Profile::Mqtt5 => {
                 let id = publish
@@ -586,10 +598,11 @@ fn rpc_answer(publish: &Publish) -> Answer {
     }
 }
 
-/// Reads an AWS IoT commands execution update: `{"status": …, "statusReason": {"reasonCode":
-/// "[A-Z0-9_-]{1,64}", "reasonDescription": "≤ 1024 characters"}, "result": {"name": {"s":
-/// …} | {"b": …} | {"bin": base64}}}`, checked as AWS checks it.
-fn aws_answer(publish: &Publish) -> Result<Answer, Unreadable> {
+/// Reads an AWS IoT commands execution update (JSON, or `cbor` the same in CBOR): `{"status":
+/// …, "statusReason": {"reasonCode": "[A-Z0-9_-]{1,64}", "reasonDescription": "≤ 1024
+/// characters"}, "result": {"name": {"s": …} | {"b": …} | {"bin": base64 or CBOR bytes}}}`,
+/// checked as AWS checks it.
+fn aws_answer(publish: &Publish, cbor: bool) -> Result<Answer, Unreadable> {
     #[derive(Deserialize)]
     #[serde(deny_unknown_fields, rename_all = "camelCase")]
     struct Update {
@@ -606,14 +619,26 @@ fn aws_answer(publish: &Publish) -> Result<Answer, Unreadable> {
         #[serde(default)]
         reason_description: Option<String>,
     }
-    let update: Update = serde_json::from_slice(&publish.payload).map_err(|e| Unreadable {
-        code: if serde_json::from_slice::<Value>(&publish.payload).is_ok() {
-            "InvalidRequest"
-        } else {
-            "InvalidJson"
-        },
-        reason: format!("not an execution update: {e}"),
-    })?;
+    let update: Update = match cbor {
+        false => serde_json::from_slice(&publish.payload).map_err(|e| Unreadable {
+            code: if serde_json::from_slice::<Value>(&publish.payload).is_ok() {
+                "InvalidRequest"
+            } else {
+                "InvalidJson"
+            },
+            reason: format!("not an execution update: {e}"),
+        })?,
+        true => {
+            let value = super::cbor::to_json(&publish.payload).map_err(|e| Unreadable {
+                code: "InvalidRequest",
+                reason: format!("not CBOR: {e}"),
+            })?;
+            serde_json::from_value(value).map_err(|e| Unreadable {
+                code: "InvalidRequest",
+                reason: format!("not an execution update: {e}"),
+            })?
+        }
+    };
     let status = match update.status.as_str() {
         "IN_PROGRESS" => Status::InProgress,
         "SUCCEEDED" => Status::Succeeded,
@@ -685,7 +710,14 @@ fn aws_answer(publish: &Publish) -> Result<Answer, Unreadable> {
     Ok(Answer {
         status,
         payload: publish.payload.clone(),
-        content_type: Some("application/json".into()),
+        content_type: Some(
+            if cbor {
+                "application/cbor"
+            } else {
+                "application/json"
+            }
+            .into(),
+        ),
         code: None,
         message,
         app_error_code: None,
@@ -753,29 +785,50 @@ impl Profile {
         let Profile::Aws(_) = self else {
             return None;
         };
-        let base = update.topic.strip_suffix("/json")?;
+        // `…/executions/{id}/response/{format}`
+        let (base, format) = update.topic.rsplit_once('/')?;
         let id = base
             .strip_suffix("/response")?
             .rsplit('/')
             .next()
             .unwrap_or_default();
-        let (topic, body) = match ack {
+        let (topic, fields) = match ack {
             Acknowledgement::Accepted => (
-                format!("{base}/accepted/json"),
-                serde_json::json!({"executionId": id}),
+                format!("{base}/accepted/{format}"),
+                vec![("executionId", id)],
             ),
             Acknowledgement::Rejected { code, message } => (
-                format!("{base}/rejected/json"),
-                serde_json::json!({"error": code, "errorMessage": message, "executionId": id}),
+                format!("{base}/rejected/{format}"),
+                vec![
+                    ("error", *code),
+                    ("errorMessage", message),
+                    ("executionId", id),
+                ],
             ),
+        };
+        let (payload, content_type) = match format {
+            "cbor" => (
+                Bytes::from(super::cbor::text_map(&fields)),
+                "application/cbor",
+            ),
+            _ => {
+                let body: serde_json::Map<String, Value> = fields
+                    .into_iter()
+                    .map(|(name, value)| (name.to_owned(), Value::from(value)))
+                    .collect();
+                (
+                    Bytes::from(Value::Object(body).to_string()),
+                    "application/json",
+                )
+            }
         };
         Some(Publish {
             topic,
-            payload: Bytes::from(body.to_string()),
+            payload,
             qos: 1,
             properties: Properties {
-                content_type: Some("application/json".into()),
-                payload_format_indicator: Some(1),
+                payload_format_indicator: Some(u8::from(format != "cbor")),
+                content_type: Some(content_type.into()),
                 ..Properties::default()
             },
         })

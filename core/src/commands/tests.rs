@@ -44,7 +44,7 @@ fn the_built_in_profiles_parse() {
     assert_eq!(
         profiles.answer_filters(),
         [
-            "$aws/commands/+/+/executions/+/response/json",
+            "$aws/commands/+/+/executions/+/response/+",
             "$iothub/methods/res/+/+",
             "thing/product/+/services_reply"
         ]
@@ -593,7 +593,7 @@ fn aws_commands_go_where_aws_devices_listen_and_report_progress_before_their_res
     assert_eq!(
         record.answer_filter,
         format!(
-            "$aws/commands/things/robot1/executions/{}/response/json",
+            "$aws/commands/things/robot1/executions/{}/response/+",
             record.id
         )
     );
@@ -1024,4 +1024,54 @@ fn a_stored_command_starts_as_an_aws_command_with_its_template_filled_in() {
         let error = start(target, parameters.clone()).unwrap_err().to_string();
         assert!(error.contains(why), "{target} {parameters}: {error}");
     }
+}
+
+#[test]
+fn aws_updates_in_cbor_are_read_and_acknowledged_in_cbor() {
+    let mut registry = Registry::new();
+    let (aws, record) = aws_command(&mut registry, 8, 60_000);
+    let topic = format!(
+        "$aws/commands/things/robot1/executions/{}/response/cbor",
+        record.id
+    );
+    // {"status": "SUCCEEDED", "result": {"raw": {"bin": h'0001'}}}
+    let mut update = vec![0xa2, 0x66];
+    update.extend_from_slice(b"status");
+    update.push(0x69);
+    update.extend_from_slice(b"SUCCEEDED");
+    update.push(0x66);
+    update.extend_from_slice(b"result");
+    update.extend_from_slice(&[0xa1, 0x63]);
+    update.extend_from_slice(b"raw");
+    update.extend_from_slice(&[0xa1, 0x63]);
+    update.extend_from_slice(b"bin");
+    update.extend_from_slice(&[0x42, 0x00, 0x01]);
+    let cbor = Publish {
+        payload: Bytes::from(update),
+        ..publish(&topic, "")
+    };
+    let (key, answer) = aws.read_answer(&cbor).unwrap();
+    assert_eq!(key.filter, record.answer_filter);
+    assert_eq!(answer.status, Status::Succeeded);
+    assert_eq!(answer.content_type.as_deref(), Some("application/cbor"));
+    assert_eq!(answer.result.unwrap()["raw"]["bin"], "AAE=");
+    let accepted = aws.acknowledge(&cbor, &Acknowledgement::Accepted).unwrap();
+    assert!(
+        accepted.topic.ends_with("/response/accepted/cbor"),
+        "{}",
+        accepted.topic
+    );
+    let mut expected = vec![0xa1, 0x6b];
+    expected.extend_from_slice(b"executionId");
+    expected.extend_from_slice(&[0x78, 0x24]);
+    expected.extend_from_slice(record.id.as_bytes());
+    assert_eq!(&accepted.payload[..], &expected[..]);
+    // Not CBOR, or another format: refused with a reason.
+    let bad = Publish {
+        payload: Bytes::from_static(&[0x62, b'a']),
+        ..publish(&topic, "")
+    };
+    assert_eq!(aws.read_answer(&bad).unwrap_err().code, "InvalidRequest");
+    let xml = publish(&topic.replace("/cbor", "/xml"), "<x/>");
+    assert_eq!(aws.read_answer(&xml).unwrap_err().code, "InvalidTopic");
 }
