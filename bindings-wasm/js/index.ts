@@ -824,9 +824,9 @@ export class Client {
     parameters: Record<string, unknown> = {},
     options: { timeoutMs?: number; mode?: "await" | "oneway" | "detached" } = {},
   ): Promise<CommandReply> {
-    return (
-      await this.#call(() => this.#core.startCommand(commandId, target, parameters, options, Date.now()))
-    ).result;
+    if (!commandId) throw new InvalidArgumentError("the command id must not be empty");
+    const start = { ...options, command: commandId, parameters };
+    return (await this.#call(() => this.#core.command(target, new Uint8Array(), start, Date.now()))).result;
   }
 
   /**

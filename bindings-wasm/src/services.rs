@@ -214,7 +214,8 @@ pub(crate) fn device_request(api: &str, args: &JsValue) -> Result<DeviceRequest,
 }
 
 /// A command to send: `topic`, `payload`, and options `{profile, timeoutMs, mode ("await",
-/// "oneway", "detached"), contentType, headers: {name: value}}`.
+/// "oneway", "detached"), contentType, headers: {name: value}}`; or, with options `{command,
+/// parameters}`, the start of that stored command on the target `topic` names.
 pub(crate) fn command_request(
     topic: &str,
     payload: &JsValue,
@@ -238,41 +239,21 @@ pub(crate) fn command_request(
             .ok_or_else(|| invalid(format!("mode {mode:?}: await, oneway or detached")))?;
     }
     request.content_type = optional_text(options, "contentType")?;
+    if let Some(command) = optional_text(options, "command")? {
+        request.command = Some(command);
+        request.profile = "aws".into();
+        request.parameters = match json_of(&get(options, "parameters"), "parameters")? {
+            Value::Object(parameters) => parameters,
+            Value::Null => serde_json::Map::new(),
+            _ => return Err(invalid("parameters must be an object")),
+        };
+    }
     if let Value::Object(headers) = json_of(&get(options, "headers"), "headers")? {
         for (name, value) in headers {
             let Value::String(value) = value else {
                 return Err(invalid(format!("headers.{name} must be a string")));
             };
             request.headers.push((name, value));
-        }
-    }
-    Ok(request)
-}
-
-/// The start of stored command `command_id` on `target` with `parameters` (an object, or
-/// undefined) and options `{timeoutMs, mode}`.
-pub(crate) fn start_request(
-    command_id: &str,
-    target: &str,
-    parameters: &JsValue,
-    options: &JsValue,
-) -> Result<CommandRequest, JsValue> {
-    if command_id.is_empty() || target.is_empty() {
-        return Err(invalid("the command id and the target must not be empty"));
-    }
-    let mut request = CommandRequest::start(command_id, target);
-    request.parameters = match json_of(parameters, "parameters")? {
-        Value::Object(parameters) => parameters,
-        Value::Null => serde_json::Map::new(),
-        _ => return Err(invalid("parameters must be an object")),
-    };
-    if options.is_object() {
-        if let Some(timeout_ms) = optional_u64(&get(options, "timeoutMs"), "timeoutMs")? {
-            request.timeout_ms = timeout_ms;
-        }
-        if let Some(mode) = optional_text(options, "mode")? {
-            request.mode = Mode::parse(&mode)
-                .ok_or_else(|| invalid(format!("mode {mode:?}: await, oneway or detached")))?;
         }
     }
     Ok(request)

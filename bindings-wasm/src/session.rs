@@ -208,22 +208,6 @@ impl ClientCore {
         Ok(id(self.session.command(&request, now_ms as u64)))
     }
 
-    /// Asks the command service to start stored command `command_id` on `target` (a thing
-    /// name, `thing/NAME`, `clients/ID` or an ARN) with `parameters` (an object, or undefined)
-    /// and options `{timeoutMs, mode}`. Completes as `command` does.
-    #[wasm_bindgen(js_name = startCommand)]
-    pub fn start_command(
-        &mut self,
-        command_id: &str,
-        target: &str,
-        parameters: JsValue,
-        options: JsValue,
-        now_ms: f64,
-    ) -> Result<f64, JsValue> {
-        let request = services::start_request(command_id, target, &parameters, &options)?;
-        Ok(id(self.session.command(&request, now_ms as u64)))
-    }
-
     /// A stored-commands call: `op` (`create`, `get`, `list`, `delete`) with its fields
     /// (`{command}` or `{commandId}`). Completes with the service's answer as `result`.
     #[wasm_bindgen(js_name = commandDefinitions)]
