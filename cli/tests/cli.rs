@@ -927,6 +927,69 @@ fn command_send_status_and_their_exit_codes() {
 }
 
 #[test]
+fn stored_commands_from_the_cli() {
+    let s = Setup::start(Kind::Mosquitto, "node-stored");
+    let heat = r#"{"commandId": "heat", "payloadTemplate": "{\"to\": ${aws:iot:commandexecution::parameter:temp}}", "mandatoryParameters": [{"name": "temp", "defaultValue": {"I": 20}}]}"#;
+    let defined = s.cli(&["command", "define", heat]);
+    assert_eq!(defined.code, Some(0), "{}", defined.stderr);
+    let stored: serde_json::Value = serde_json::from_str(&defined.out()).unwrap();
+    assert_eq!(stored["commandId"], "heat");
+    // The id is taken now; a bad definition says what is wrong. Both exit 3, nothing stored.
+    let again = s.cli(&["command", "define", heat]);
+    assert_eq!(again.code, Some(3), "{}", again.stderr);
+    assert!(again.stderr.contains("exists"), "{}", again.stderr);
+    let bad = s.cli(&[
+        "command",
+        "define",
+        r#"{"commandId": "x y", "payload": {"content": "{}"}}"#,
+    ]);
+    assert_eq!(bad.code, Some(3), "{}", bad.stderr);
+    assert!(bad.stderr.contains("commandId"), "{}", bad.stderr);
+    let list = s.cli(&["command", "definitions"]);
+    let list: serde_json::Value = serde_json::from_str(&list.out()).unwrap();
+    assert_eq!(list.as_array().map(Vec::len), Some(1), "{list}");
+    let one = s.cli(&["command", "definitions", "heat"]);
+    let one: serde_json::Value = serde_json::from_str(&one.out()).unwrap();
+    assert_eq!(one["mandatoryParameters"][0]["name"], "temp");
+    // Started detached (no device here): its record names the stored command and the
+    // AWS IoT commands topic of the target.
+    let started = s.cli(&[
+        "command",
+        "start",
+        "heat",
+        "thing/robot1",
+        "--param",
+        "temp=80",
+        "--detach",
+        "--json",
+    ]);
+    assert_eq!(started.code, Some(0), "{}", started.stderr);
+    let sent: serde_json::Value = serde_json::from_str(&started.out()).unwrap();
+    let id = sent["id"].as_str().unwrap();
+    let record = s.cli(&["command", "status", id]);
+    let record: serde_json::Value = serde_json::from_str(&record.out()).unwrap();
+    assert_eq!(record["command"], "heat");
+    assert_eq!(
+        record["topic"].as_str(),
+        Some(format!("$aws/commands/things/robot1/executions/{id}/request/json").as_str())
+    );
+    // What cannot start: exit 3, with the reason.
+    let unknown = s.cli(&["command", "start", "cool", "robot1"]);
+    assert_eq!(unknown.code, Some(3), "{}", unknown.stderr);
+    assert!(
+        unknown.stderr.contains("no stored command \"cool\""),
+        "{}",
+        unknown.stderr
+    );
+    let parameter = s.cli(&["command", "start", "heat", "robot1", "--param", "fan=1"]);
+    assert_eq!(parameter.code, Some(3), "{}", parameter.stderr);
+    assert!(parameter.stderr.contains("fan"), "{}", parameter.stderr);
+    assert_eq!(s.cli(&["command", "undefine", "heat"]).code, Some(0));
+    let gone = s.cli(&["command", "undefine", "heat"]);
+    assert_eq!(gone.code, Some(3), "{}", gone.stderr);
+}
+
+#[test]
 fn serve_with_nothing_to_serve_says_so_before_connecting() {
     // No broker anywhere: the configuration is refused first.
     let run = mqstore(&[

@@ -165,8 +165,9 @@ class UnknownServiceError(ServiceError):
 
 
 class StatusError(MqstoreError):
-    """The state store answered with an RPC status other than 200 (503: overloaded, or its
-    store is unreachable)."""
+    """The service (state store, jobs or commands) answered with an RPC status other than 200
+    (404: no such command; 409: a stored command's id is taken; 503: overloaded, or its store
+    is unreachable)."""
 
     code = 201
 

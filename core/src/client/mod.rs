@@ -48,8 +48,9 @@ pub enum ClientError {
     /// The state store answered `-ERR`.
     #[error("the state store refused the request: {0}")]
     Service(#[from] ServiceError),
-    /// The state store answered with an RPC status other than 200.
-    #[error("the state store answered status {status}: {message}")]
+    /// The service (state store, jobs or commands) answered with an RPC status other than
+    /// 200.
+    #[error("the service answered status {status}: {message}")]
     Status { status: u16, message: String },
     /// No answer within the call's timeout. The request may still have been applied.
     #[error(
