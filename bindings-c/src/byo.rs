@@ -18,7 +18,7 @@ use crate::error::{Error, Result, ffi, ffi_void, mqstore_status};
 use crate::handles::{handle, handle_mut, new_handle, take_handle};
 use crate::types::{
     Event, MQSTORE_NO_CALL, MQSTORE_NO_DEADLINE, MQSTORE_WAIT_FOREVER, SetOptions, bytes_arg,
-    command_request, command_start_request, hlc_arg, key_arg, mqstore_command_options,
+    command_request, command_start_request, hlc_arg, json_arg, key_arg, mqstore_command_options,
     mqstore_event, mqstore_hlc, mqstore_set_options, mqstore_user_property, opt_str_arg, out_arg,
     str_arg, write_opt,
 };
@@ -566,9 +566,7 @@ pub unsafe extern "C" fn mqstore_core_jobs_operate(
     ffi(|| {
         // SAFETY: the caller's pointers, checked by the helpers.
         let core = unsafe { handle_mut(core, "core") }?;
-        let json = unsafe { str_arg(request_json, "request_json") }?;
-        let request: serde_json::Value = serde_json::from_str(json)
-            .map_err(|e| Error::invalid(format!("request_json is not JSON: {e}")))?;
+        let request: serde_json::Value = unsafe { json_arg(request_json, "request_json") }?;
         check_operator_call(&request).map_err(Error::invalid)?;
         started(core.session.jobs_operate_json(&request, None, now_ms), call);
         Ok(())
@@ -674,9 +672,7 @@ pub unsafe extern "C" fn mqstore_core_command_definitions(
     ffi(|| {
         // SAFETY: the caller's pointers, checked by the helpers.
         let core = unsafe { handle_mut(core, "core") }?;
-        let request = unsafe { str_arg(request_json, "request_json") }?;
-        let request: serde_json::Value = serde_json::from_str(request)
-            .map_err(|e| Error::invalid(format!("request_json is not JSON: {e}")))?;
+        let request: serde_json::Value = unsafe { json_arg(request_json, "request_json") }?;
         let timeout = ::mqstore_core::commands::DEFAULT_TIMEOUT_MS;
         started(
             core.session.command_definitions(&request, timeout, now_ms),

@@ -15,8 +15,8 @@ use crate::client::mqstore_client;
 use crate::error::{Error, Result, ffi, ffi_void};
 use crate::handles::{handle, new_handle, take_handle};
 use crate::types::{
-    command_request, command_start_request, mqstore_command_options, opt_str_arg, out_arg, str_arg,
-    write_opt,
+    command_request, command_start_request, json_arg, mqstore_command_options, opt_str_arg,
+    out_arg, str_arg, write_opt,
 };
 
 /// A JSON string for C: `*out` gets it (the caller's, freed with `mqstore_string_free`).
@@ -74,9 +74,7 @@ pub unsafe extern "C" fn mqstore_job_create(
         let targets = (0..target_count)
             .map(|i| unsafe { str_arg(*targets.add(i), "a target") }.map(str::to_owned))
             .collect::<Result<Vec<_>>>()?;
-        let document = unsafe { str_arg(document_json, "document_json") }?;
-        let document = serde_json::from_str(document)
-            .map_err(|e| Error::invalid(format!("document_json is not JSON: {e}")))?;
+        let document = unsafe { json_arg(document_json, "document_json") }?;
         let spec = JobSpec::new(job_id, targets, document)
             .in_progress_timeout(
                 (in_progress_timeout_minutes > 0).then_some(in_progress_timeout_minutes),
@@ -147,9 +145,7 @@ pub unsafe extern "C" fn mqstore_jobs_operate(
         }
         // SAFETY: the caller's pointers, checked by the helpers.
         let client = unsafe { handle(client, "client") }?;
-        let request = unsafe { str_arg(request_json, "request_json") }?;
-        let request: serde_json::Value = serde_json::from_str(request)
-            .map_err(|e| Error::invalid(format!("request_json is not JSON: {e}")))?;
+        let request: serde_json::Value = unsafe { json_arg(request_json, "request_json") }?;
         check_operator_call(&request).map_err(Error::invalid)?;
         let answer = client.wait(None, client.client().operate_json(request))?;
         match out {
@@ -455,9 +451,7 @@ pub unsafe extern "C" fn mqstore_command_definitions(
         let out = unsafe { out_arg(answer_json, "answer_json") }?;
         *out = std::ptr::null_mut();
         let client = unsafe { handle(client, "client") }?;
-        let request = unsafe { str_arg(request_json, "request_json") }?;
-        let request: serde_json::Value = serde_json::from_str(request)
-            .map_err(|e| Error::invalid(format!("request_json is not JSON: {e}")))?;
+        let request: serde_json::Value = unsafe { json_arg(request_json, "request_json") }?;
         let answer = client.wait(None, client.client().command_definitions(request))?;
         json_out(out, &answer)
     })

@@ -851,3 +851,10 @@ fn command_mode(mode: c_int) -> Result<Mode> {
         ))),
     }
 }
+
+/// A NUL-terminated JSON text argument, parsed.
+pub(crate) unsafe fn json_arg(ptr: *const c_char, what: &str) -> Result<serde_json::Value> {
+    // SAFETY: the caller's pointer, checked by `str_arg`.
+    let text = unsafe { str_arg(ptr, what) }?;
+    serde_json::from_str(text).map_err(|e| Error::invalid(format!("{what} is not JSON: {e}")))
+}

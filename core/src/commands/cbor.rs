@@ -137,6 +137,17 @@ impl Reader<'_> {
         Ok(joined)
     }
 
+    /// Whether an array or map of `n` items (or of indefinite length: until its break) has
+    /// another, `left` counting the definite ones down.
+    fn another(&mut self, n: u64, left: &mut u64) -> Result<bool, String> {
+        if n == INDEFINITE {
+            return Ok(!self.at_break()?);
+        }
+        let more = *left > 0;
+        *left = left.saturating_sub(1);
+        Ok(more)
+    }
+
     fn item(&mut self, depth: usize) -> Result<Value, String> {
         if depth > MAX_DEPTH {
             return Err(format!("CBOR nested deeper than {MAX_DEPTH}"));
@@ -155,12 +166,7 @@ impl Reader<'_> {
             4 => {
                 let mut items = Vec::new();
                 let mut left = n;
-                while if n == INDEFINITE {
-                    !self.at_break()?
-                } else {
-                    left > 0
-                } {
-                    left = left.saturating_sub(1);
+                while self.another(n, &mut left)? {
                     items.push(self.item(depth + 1)?);
                 }
                 Value::Array(items)
@@ -168,12 +174,7 @@ impl Reader<'_> {
             5 => {
                 let mut map = Map::new();
                 let mut left = n;
-                while if n == INDEFINITE {
-                    !self.at_break()?
-                } else {
-                    left > 0
-                } {
-                    left = left.saturating_sub(1);
+                while self.another(n, &mut left)? {
                     let Value::String(key) = self.item(depth + 1)? else {
                         return Err("a CBOR map key that is not text".into());
                     };
