@@ -363,7 +363,7 @@ pub(crate) struct ServeArgs {
     pub(crate) max_pending_answers: usize,
     /// Keep the state store on disk in this directory (created if missing): every key
     /// survives restarts and crashes, with its version, fencing token and expiry (memory
-    /// store only). See docs/durability.md.
+    /// store only). See docs/guide/durability.md.
     #[arg(long, env = "MQSTORE_DATA_DIR")]
     pub(crate) data_dir: Option<std::path::PathBuf>,
     /// With --data-dir: `always` (an answer is sent once its write is on disk; writes in

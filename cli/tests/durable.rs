@@ -230,7 +230,7 @@ async fn kill_9_under_load_with_fsync_always_loses_no_acknowledged_write() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_with_fsync_everysec_loses_no_acknowledged_write_either() {
     // The process dies, the machine does not: what was written is in the page cache. (A power
-    // loss would lose at most about the last second: see docs/durability.md.)
+    // loss would lose at most about the last second: see docs/guide/durability.md.)
     let broker = Broker::start();
     let dir = TempDir::new("everysec");
     let server = serve(&broker, &dir.0, "everysec");

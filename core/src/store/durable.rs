@@ -3,7 +3,7 @@
 //! records ([`DurableStore::take_pending`]) and the driver (`mqstore serve --data-dir`)
 //! writes and syncs it, holding answers until then when asked to (`--fsync always`).
 //!
-//! Every key is durable, not only those SET with `aio-persistence`: see `docs/durability.md`.
+//! Every key is durable, not only those SET with `aio-persistence`: see `docs/guide/durability.md`.
 
 use super::log::{self, LogError, Record};
 use super::{

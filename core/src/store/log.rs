@@ -20,7 +20,7 @@
 //!
 //! A PUT holds a key's whole state
 //! after a write, so replaying keeps only the last record of each key. Why a log of our own and
-//! not an embedded database: see `docs/durability.md`.
+//! not an embedded database: see `docs/guide/durability.md`.
 
 use bytes::Bytes;
 
