@@ -143,14 +143,29 @@ typedef enum mqstore_op {
    * Not a call's event (a change).
    */
   MQSTORE_OP_NONE = 0,
+  /**
+   * SET.
+   */
   MQSTORE_OP_SET = 1,
+  /**
+   * GET.
+   */
   MQSTORE_OP_GET = 2,
+  /**
+   * DEL.
+   */
   MQSTORE_OP_DEL = 3,
+  /**
+   * VDEL.
+   */
   MQSTORE_OP_VDEL = 4,
   /**
    * `observe` and `unobserve` (KEYNOTIFY).
    */
   MQSTORE_OP_KEYNOTIFY = 5,
+  /**
+   * SCAN (one page).
+   */
   MQSTORE_OP_SCAN = 6,
   /**
    * A jobs call, operator or device (`json` holds its result).
@@ -407,11 +422,6 @@ typedef enum mqstore_command_mode {
 } mqstore_command_mode;
 
 /**
- * Limits on what a store holds. `None` is unlimited.
- */
-typedef struct Quotas Quotas;
-
-/**
  * A connected client (layer 1). Made by `mqstore_connect`, freed by `mqstore_client_free`.
  * Calls may come from any number of threads at once.
  */
@@ -446,6 +456,9 @@ typedef struct mqstore_hlc {
    * Milliseconds since the Unix epoch.
    */
   uint64_t wall_ms;
+  /**
+   * The logical counter: orders versions issued in the same millisecond.
+   */
   uint32_t counter;
   /**
    * The id of the node (server or client) that made it, NUL-terminated UTF-8.
@@ -483,7 +496,13 @@ typedef struct mqstore_set_options {
  * An MQTT 5 user property, two NUL-terminated UTF-8 strings.
  */
 typedef struct mqstore_user_property {
+  /**
+   * The property's name.
+   */
   const char *name;
+  /**
+   * Its value.
+   */
   const char *value;
 } mqstore_user_property;
 
@@ -513,6 +532,9 @@ typedef struct mqstore_command_options {
    * reason or a trace id. Borrowed for the call.
    */
   const struct mqstore_user_property *headers;
+  /**
+   * How many entries `headers` holds.
+   */
   size_t header_count;
 } mqstore_command_options;
 
@@ -522,8 +544,17 @@ typedef struct mqstore_command_options {
  * (the caller's, borrowed for the call). Strings are NUL-terminated UTF-8; NULL: absent.
  */
 typedef struct mqstore_publish {
+  /**
+   * The topic to publish to, NUL-terminated.
+   */
   const char *topic;
+  /**
+   * The payload (`payload_len` bytes).
+   */
   const uint8_t *payload;
+  /**
+   * The payload's length in bytes.
+   */
   size_t payload_len;
   /**
    * Publish at this QoS (1).
@@ -537,11 +568,29 @@ typedef struct mqstore_publish {
    * Message Expiry Interval in seconds; 0: absent (no expiry).
    */
   uint32_t message_expiry_interval;
+  /**
+   * The MQTT 5 content type, NUL-terminated, or NULL for none.
+   */
   const char *content_type;
+  /**
+   * The MQTT 5 response topic, NUL-terminated, or NULL for none.
+   */
   const char *response_topic;
+  /**
+   * The MQTT 5 correlation data (`correlation_data_len` bytes), or NULL for none.
+   */
   const uint8_t *correlation_data;
+  /**
+   * The correlation data's length in bytes.
+   */
   size_t correlation_data_len;
+  /**
+   * The MQTT 5 user properties to send, in order (`user_property_count` of them).
+   */
   const struct mqstore_user_property *user_properties;
+  /**
+   * How many user properties `user_properties` holds.
+   */
   size_t user_property_count;
   /**
    * The call this publish belongs to, for `mqstore_core_publish_refused`; MQSTORE_NO_CALL
@@ -554,7 +603,13 @@ typedef struct mqstore_publish {
  * A byte string the library owns, inside an object that says how long it lives.
  */
 typedef struct mqstore_bytes {
+  /**
+   * The bytes (`len` of them; not NUL-terminated).
+   */
   const uint8_t *data;
+  /**
+   * Their length.
+   */
   size_t len;
 } mqstore_bytes;
 
@@ -564,6 +619,9 @@ typedef struct mqstore_bytes {
  * until then. Fields that do not apply to the event are 0 / NULL.
  */
 typedef struct mqstore_event {
+  /**
+   * What happened: it says which of the other fields apply.
+   */
   enum mqstore_event_kind kind;
   /**
    * COMPLETED: the id the call returned.
@@ -597,17 +655,26 @@ typedef struct mqstore_event {
    * CHANGED: the key.
    */
   const uint8_t *key;
+  /**
+   * The key's length in bytes.
+   */
   size_t key_len;
   /**
    * CHANGED: the new value, NULL when the key was deleted or expired. GET: the value.
    */
   const uint8_t *value;
+  /**
+   * The value's length in bytes.
+   */
   size_t value_len;
   /**
    * CHANGED: found by reading the key back after a reconnect or a server restart; the
    * notification itself was missed.
    */
   bool synthetic;
+  /**
+   * Whether `version` holds a version.
+   */
   bool has_version;
   /**
    * The key's version (CHANGED, SET, GET found, DEL), else the server's clock.
@@ -617,11 +684,17 @@ typedef struct mqstore_event {
    * SCAN: this page's keys.
    */
   const struct mqstore_bytes *keys;
+  /**
+   * How many keys `keys` holds.
+   */
   size_t key_count;
   /**
    * SCAN: the token of the next page (pass it to `mqstore_core_scan`), NULL on the last.
    */
   const uint8_t *scan_token;
+  /**
+   * The token's length in bytes.
+   */
   size_t scan_token_len;
   /**
    * JOBS, COMMAND_RECORD, and COMPLETED jobs and command calls: NUL-terminated JSON. A jobs
@@ -650,11 +723,17 @@ typedef struct mqstore_request {
    * The key; SCAN: the pattern (`*` and `?` wildcards).
    */
   const uint8_t *key;
+  /**
+   * The key's length in bytes.
+   */
   size_t key_len;
   /**
    * SET: the value; VDEL: the value the key must hold.
    */
   const uint8_t *value;
+  /**
+   * The value's length in bytes.
+   */
   size_t value_len;
   /**
    * SET: a `mqstore_condition`.
@@ -672,6 +751,9 @@ typedef struct mqstore_request {
    * SCAN: the token of the page to read (from the previous page), NULL for the first.
    */
   const uint8_t *scan_token;
+  /**
+   * The token's length in bytes.
+   */
   size_t scan_token_len;
 } mqstore_request;
 
@@ -680,12 +762,21 @@ typedef struct mqstore_request {
  * that do not apply to its kind are 0 / NULL.
  */
 typedef struct mqstore_response {
+  /**
+   * What the answer is: it says which of the other fields apply.
+   */
   enum mqstore_response_kind kind;
   /**
    * DELETED: how many keys.
    */
   uint64_t count;
+  /**
+   * A value answer (GET): the bytes, `value_len` of them.
+   */
   const uint8_t *value;
+  /**
+   * The value's length in bytes.
+   */
   size_t value_len;
   /**
    * ERROR: the `mqstore_status` of the text (MQSTORE_ERR_UNKNOWN_SERVICE for unknown texts).
@@ -695,12 +786,21 @@ typedef struct mqstore_response {
    * ERROR: the text after `-ERR `, NUL-terminated.
    */
   const char *error_text;
+  /**
+   * A SCAN answer: this page's keys.
+   */
   const struct mqstore_bytes *keys;
+  /**
+   * How many keys `keys` holds.
+   */
   size_t key_count;
   /**
    * KEYS: the next page's token, NULL on the last page.
    */
   const uint8_t *scan_token;
+  /**
+   * The token's length in bytes.
+   */
   size_t scan_token_len;
 } mqstore_response;
 
@@ -717,6 +817,9 @@ typedef struct mqstore_notification {
    * The key's new value (inside the decoded bytes).
    */
   const uint8_t *value;
+  /**
+   * The value's length in bytes.
+   */
   size_t value_len;
 } mqstore_notification;
 
@@ -737,7 +840,13 @@ typedef struct mqstore_options {
    * The MQTT client id; NULL: a random `mqstore-c-xxxxxxxx`. It must not contain `:`.
    */
   const char *client_id;
+  /**
+   * The user name to log in with, NUL-terminated, or NULL for none.
+   */
   const char *username;
+  /**
+   * The password to log in with, NUL-terminated, or NULL for none.
+   */
   const char *password;
   /**
    * TLS: the PEM file of the authorities that sign the broker's certificate; NULL: plain TCP.
@@ -747,6 +856,9 @@ typedef struct mqstore_options {
    * TLS client authentication: PEM certificate chain and private key files (both or none).
    */
   const char *cert_file;
+  /**
+   * The client certificate's private key (a PEM file), with `cert_file`, or NULL.
+   */
   const char *key_file;
   /**
    * Every call's timeout, and the connection's, in milliseconds (10 000); 0: the default.
@@ -762,6 +874,9 @@ typedef struct mqstore_set_result {
    * False when the NX/NEX condition did not hold (nothing changed).
    */
   bool applied;
+  /**
+   * Whether `version` holds the key's version.
+   */
   bool has_version;
   /**
    * The key's version: the new one, or the current one when not applied.
@@ -773,8 +888,17 @@ typedef struct mqstore_set_result {
  * What a DEL or VDEL did, and the version (of the deletion, else the server's clock).
  */
 typedef struct mqstore_delete_result {
+  /**
+   * What happened: deleted, absent, or (VDEL) the value did not match.
+   */
   enum mqstore_deleted outcome;
+  /**
+   * Whether `version` holds a version.
+   */
   bool has_version;
+  /**
+   * The delete's version, when the key was deleted.
+   */
   struct mqstore_hlc version;
 } mqstore_delete_result;
 
@@ -782,7 +906,13 @@ typedef struct mqstore_delete_result {
  * Keys from `mqstore_scan`, owned by the library: free with `mqstore_keys_free`.
  */
 typedef struct mqstore_keys {
+  /**
+   * The keys, `count` of them (owned by this object).
+   */
   const struct mqstore_bytes *keys;
+  /**
+   * How many keys `keys` holds.
+   */
   size_t count;
 } mqstore_keys;
 
@@ -808,11 +938,17 @@ typedef struct mqstore_command_reply {
    * The device's answer (empty without one).
    */
   const uint8_t *payload;
+  /**
+   * The payload's length in bytes.
+   */
   size_t payload_len;
   /**
    * The answer's content type, or NULL.
    */
   const char *content_type;
+  /**
+   * Whether `device_status` holds the device's status code.
+   */
   bool has_device_status;
   /**
    * The device's status code, when its profile reads one.
@@ -1491,14 +1627,15 @@ int mqstore_jobs_open(const struct mqstore_client *client,
 void mqstore_jobs_free(struct mqstore_jobs *jobs);
 
 /**
- * The thing's pending executions (`{"inProgressJobs": [...], "queuedJobs": [...]}`) as JSON.
+ * The thing's pending executions (`{"inProgressJobs": [...], "queuedJobs": [...]}`) as JSON
+ * in `*json` (free it with `mqstore_string_free`).
  */
 int mqstore_jobs_pending(const struct mqstore_jobs *jobs, char **json);
 
 /**
  * Starts the next queued execution (IN_PROGRESS, with `status_details_json`: NULL or a JSON
- * object of strings). `*json` gets the execution (`{"jobId": ..., "jobDocument": ...}`), or
- * NULL when nothing is queued.
+ * object of strings). `*json` gets the execution (`{"jobId": ..., "jobDocument": ...}`; free it
+ * with `mqstore_string_free`), or NULL when nothing is queued.
  */
 int mqstore_jobs_start_next(const struct mqstore_jobs *jobs,
                             const char *status_details_json,
@@ -1508,7 +1645,8 @@ int mqstore_jobs_start_next(const struct mqstore_jobs *jobs,
  * Reports progress or the end of an execution: `status` is "IN_PROGRESS", "SUCCEEDED",
  * "FAILED" or "REJECTED"; `status_details_json` NULL or a JSON object of strings;
  * `expected_version` the execution's version (refused with VersionMismatch otherwise), or -1.
- * `*json` (NULL: not wanted) gets the answer (with the execution's state).
+ * `*json` (NULL: not wanted) gets the answer (with the execution's state; free it with
+ * `mqstore_string_free`).
  */
 int mqstore_jobs_update(const struct mqstore_jobs *jobs,
                         const char *job_id,
@@ -1520,7 +1658,7 @@ int mqstore_jobs_update(const struct mqstore_jobs *jobs,
 /**
  * Waits up to `timeout_ms` (0: do not wait; negative: as long as it takes) for the thing's
  * next jobs notification (`{"kind": "notify-next", "execution": ...}` or `{"kind": "notify",
- * ...}`). `*json` gets it, or NULL when none came in time.
+ * ...}`). `*json` gets it (free it with `mqstore_string_free`), or NULL when none came in time.
  */
 int mqstore_jobs_next_notification(const struct mqstore_jobs *jobs,
                                    int32_t timeout_ms,

@@ -708,8 +708,11 @@ pub unsafe extern "C" fn mqstore_core_command_status(
 /// (the caller's, borrowed for the call). Strings are NUL-terminated UTF-8; NULL: absent.
 #[repr(C)]
 pub struct mqstore_publish {
+    /// The topic to publish to, NUL-terminated.
     pub topic: *const c_char,
+    /// The payload (`payload_len` bytes).
     pub payload: *const u8,
+    /// The payload's length in bytes.
     pub payload_len: usize,
     /// Publish at this QoS (1).
     pub qos: u8,
@@ -717,11 +720,17 @@ pub struct mqstore_publish {
     pub payload_format_indicator: u8,
     /// Message Expiry Interval in seconds; 0: absent (no expiry).
     pub message_expiry_interval: u32,
+    /// The MQTT 5 content type, NUL-terminated, or NULL for none.
     pub content_type: *const c_char,
+    /// The MQTT 5 response topic, NUL-terminated, or NULL for none.
     pub response_topic: *const c_char,
+    /// The MQTT 5 correlation data (`correlation_data_len` bytes), or NULL for none.
     pub correlation_data: *const u8,
+    /// The correlation data's length in bytes.
     pub correlation_data_len: usize,
+    /// The MQTT 5 user properties to send, in order (`user_property_count` of them).
     pub user_properties: *const mqstore_user_property,
+    /// How many user properties `user_properties` holds.
     pub user_property_count: usize,
     /// The call this publish belongs to, for `mqstore_core_publish_refused`; MQSTORE_NO_CALL
     /// for the client's own publishes. Ignored in what is passed to `mqstore_core_handle`.

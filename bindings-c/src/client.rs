@@ -34,12 +34,15 @@ pub struct mqstore_options {
     pub port: u16,
     /// The MQTT client id; NULL: a random `mqstore-c-xxxxxxxx`. It must not contain `:`.
     pub client_id: *const c_char,
+    /// The user name to log in with, NUL-terminated, or NULL for none.
     pub username: *const c_char,
+    /// The password to log in with, NUL-terminated, or NULL for none.
     pub password: *const c_char,
     /// TLS: the PEM file of the authorities that sign the broker's certificate; NULL: plain TCP.
     pub ca_file: *const c_char,
     /// TLS client authentication: PEM certificate chain and private key files (both or none).
     pub cert_file: *const c_char,
+    /// The client certificate's private key (a PEM file), with `cert_file`, or NULL.
     pub key_file: *const c_char,
     /// Every call's timeout, and the connection's, in milliseconds (10 000); 0: the default.
     pub timeout_ms: u32,
@@ -486,7 +489,9 @@ pub unsafe extern "C" fn mqstore_vdel(
 /// Keys from `mqstore_scan`, owned by the library: free with `mqstore_keys_free`.
 #[repr(C)]
 pub struct mqstore_keys {
+    /// The keys, `count` of them (owned by this object).
     pub keys: *const mqstore_bytes,
+    /// How many keys `keys` holds.
     pub count: usize,
 }
 

@@ -26,9 +26,11 @@ pub struct mqstore_request {
     pub op: c_int,
     /// The key; SCAN: the pattern (`*` and `?` wildcards).
     pub key: *const u8,
+    /// The key's length in bytes.
     pub key_len: usize,
     /// SET: the value; VDEL: the value the key must hold.
     pub value: *const u8,
+    /// The value's length in bytes.
     pub value_len: usize,
     /// SET: a `mqstore_condition`.
     pub condition: c_int,
@@ -38,6 +40,7 @@ pub struct mqstore_request {
     pub stop: bool,
     /// SCAN: the token of the page to read (from the previous page), NULL for the first.
     pub scan_token: *const u8,
+    /// The token's length in bytes.
     pub scan_token_len: usize,
 }
 
@@ -216,19 +219,25 @@ pub enum mqstore_response_kind {
 /// that do not apply to its kind are 0 / NULL.
 #[repr(C)]
 pub struct mqstore_response {
+    /// What the answer is: it says which of the other fields apply.
     pub kind: mqstore_response_kind,
     /// DELETED: how many keys.
     pub count: u64,
+    /// A value answer (GET): the bytes, `value_len` of them.
     pub value: *const u8,
+    /// The value's length in bytes.
     pub value_len: usize,
     /// ERROR: the `mqstore_status` of the text (MQSTORE_ERR_UNKNOWN_SERVICE for unknown texts).
     pub error_status: c_int,
     /// ERROR: the text after `-ERR `, NUL-terminated.
     pub error_text: *const c_char,
+    /// A SCAN answer: this page's keys.
     pub keys: *const mqstore_bytes,
+    /// How many keys `keys` holds.
     pub key_count: usize,
     /// KEYS: the next page's token, NULL on the last page.
     pub scan_token: *const u8,
+    /// The token's length in bytes.
     pub scan_token_len: usize,
 }
 
@@ -334,6 +343,7 @@ pub struct mqstore_notification {
     pub deleted: bool,
     /// The key's new value (inside the decoded bytes).
     pub value: *const u8,
+    /// The value's length in bytes.
     pub value_len: usize,
 }
 

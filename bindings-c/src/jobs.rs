@@ -203,7 +203,8 @@ pub unsafe extern "C" fn mqstore_jobs_free(jobs: *mut mqstore_jobs) {
     });
 }
 
-/// The thing's pending executions (`{"inProgressJobs": [...], "queuedJobs": [...]}`) as JSON.
+/// The thing's pending executions (`{"inProgressJobs": [...], "queuedJobs": [...]}`) as JSON
+/// in `*json` (free it with `mqstore_string_free`).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mqstore_jobs_pending(
     jobs: *const mqstore_jobs,
@@ -220,8 +221,8 @@ pub unsafe extern "C" fn mqstore_jobs_pending(
 }
 
 /// Starts the next queued execution (IN_PROGRESS, with `status_details_json`: NULL or a JSON
-/// object of strings). `*json` gets the execution (`{"jobId": ..., "jobDocument": ...}`), or
-/// NULL when nothing is queued.
+/// object of strings). `*json` gets the execution (`{"jobId": ..., "jobDocument": ...}`; free it
+/// with `mqstore_string_free`), or NULL when nothing is queued.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mqstore_jobs_start_next(
     jobs: *const mqstore_jobs,
@@ -247,7 +248,8 @@ pub unsafe extern "C" fn mqstore_jobs_start_next(
 /// Reports progress or the end of an execution: `status` is "IN_PROGRESS", "SUCCEEDED",
 /// "FAILED" or "REJECTED"; `status_details_json` NULL or a JSON object of strings;
 /// `expected_version` the execution's version (refused with VersionMismatch otherwise), or -1.
-/// `*json` (NULL: not wanted) gets the answer (with the execution's state).
+/// `*json` (NULL: not wanted) gets the answer (with the execution's state; free it with
+/// `mqstore_string_free`).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mqstore_jobs_update(
     jobs: *const mqstore_jobs,
@@ -290,7 +292,7 @@ pub unsafe extern "C" fn mqstore_jobs_update(
 
 /// Waits up to `timeout_ms` (0: do not wait; negative: as long as it takes) for the thing's
 /// next jobs notification (`{"kind": "notify-next", "execution": ...}` or `{"kind": "notify",
-/// ...}`). `*json` gets it, or NULL when none came in time.
+/// ...}`). `*json` gets it (free it with `mqstore_string_free`), or NULL when none came in time.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mqstore_jobs_next_notification(
     jobs: *const mqstore_jobs,
@@ -334,9 +336,11 @@ pub struct mqstore_command_reply {
     pub status: *const c_char,
     /// The device's answer (empty without one).
     pub payload: *const u8,
+    /// The payload's length in bytes.
     pub payload_len: usize,
     /// The answer's content type, or NULL.
     pub content_type: *const c_char,
+    /// Whether `device_status` holds the device's status code.
     pub has_device_status: bool,
     /// The device's status code, when its profile reads one.
     pub device_status: i64,

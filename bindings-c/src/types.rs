@@ -36,6 +36,7 @@ pub const MQSTORE_WAIT_FOREVER: u64 = 0xFFFF_FFFF_FFFF_FFFF;
 pub struct mqstore_hlc {
     /// Milliseconds since the Unix epoch.
     pub wall_ms: u64,
+    /// The logical counter: orders versions issued in the same millisecond.
     pub counter: u32,
     /// The id of the node (server or client) that made it, NUL-terminated UTF-8.
     pub node: [c_char; MQSTORE_HLC_NODE_SIZE],
@@ -84,7 +85,9 @@ impl mqstore_hlc {
 /// A byte string the library owns, inside an object that says how long it lives.
 #[repr(C)]
 pub struct mqstore_bytes {
+    /// The bytes (`len` of them; not NUL-terminated).
     pub data: *const u8,
+    /// Their length.
     pub len: usize,
 }
 
@@ -184,6 +187,7 @@ pub(crate) unsafe fn hlc_arg(hlc: *const mqstore_hlc, what: &str) -> Result<Opti
 pub struct mqstore_set_result {
     /// False when the NX/NEX condition did not hold (nothing changed).
     pub applied: bool,
+    /// Whether `version` holds the key's version.
     pub has_version: bool,
     /// The key's version: the new one, or the current one when not applied.
     pub version: mqstore_hlc,
@@ -214,8 +218,11 @@ impl From<Deleted> for mqstore_deleted {
 /// What a DEL or VDEL did, and the version (of the deletion, else the server's clock).
 #[repr(C)]
 pub struct mqstore_delete_result {
+    /// What happened: deleted, absent, or (VDEL) the value did not match.
     pub outcome: mqstore_deleted,
+    /// Whether `version` holds a version.
     pub has_version: bool,
+    /// The delete's version, when the key was deleted.
     pub version: mqstore_hlc,
 }
 
@@ -240,12 +247,17 @@ pub(crate) const EMPTY_HLC: mqstore_hlc = mqstore_hlc {
 pub enum mqstore_op {
     /// Not a call's event (a change).
     MQSTORE_OP_NONE = 0,
+    /// SET.
     MQSTORE_OP_SET = 1,
+    /// GET.
     MQSTORE_OP_GET = 2,
+    /// DEL.
     MQSTORE_OP_DEL = 3,
+    /// VDEL.
     MQSTORE_OP_VDEL = 4,
     /// `observe` and `unobserve` (KEYNOTIFY).
     MQSTORE_OP_KEYNOTIFY = 5,
+    /// SCAN (one page).
     MQSTORE_OP_SCAN = 6,
     /// A jobs call, operator or device (`json` holds its result).
     MQSTORE_OP_JOBS = 7,
@@ -325,6 +337,7 @@ pub enum mqstore_event_kind {
 /// until then. Fields that do not apply to the event are 0 / NULL.
 #[repr(C)]
 pub struct mqstore_event {
+    /// What happened: it says which of the other fields apply.
     pub kind: mqstore_event_kind,
     /// COMPLETED: the id the call returned.
     pub call: u64,
@@ -342,21 +355,26 @@ pub struct mqstore_event {
     pub deleted: mqstore_deleted,
     /// CHANGED: the key.
     pub key: *const u8,
+    /// The key's length in bytes.
     pub key_len: usize,
     /// CHANGED: the new value, NULL when the key was deleted or expired. GET: the value.
     pub value: *const u8,
+    /// The value's length in bytes.
     pub value_len: usize,
     /// CHANGED: found by reading the key back after a reconnect or a server restart; the
     /// notification itself was missed.
     pub synthetic: bool,
+    /// Whether `version` holds a version.
     pub has_version: bool,
     /// The key's version (CHANGED, SET, GET found, DEL), else the server's clock.
     pub version: mqstore_hlc,
     /// SCAN: this page's keys.
     pub keys: *const mqstore_bytes,
+    /// How many keys `keys` holds.
     pub key_count: usize,
     /// SCAN: the token of the next page (pass it to `mqstore_core_scan`), NULL on the last.
     pub scan_token: *const u8,
+    /// The token's length in bytes.
     pub scan_token_len: usize,
     /// JOBS, COMMAND_RECORD, and COMPLETED jobs and command calls: NUL-terminated JSON. A jobs
     /// call's result: the execution of start-next and describe (`null` when none), the job,
@@ -743,7 +761,9 @@ pub enum mqstore_command_mode {
 /// An MQTT 5 user property, two NUL-terminated UTF-8 strings.
 #[repr(C)]
 pub struct mqstore_user_property {
+    /// The property's name.
     pub name: *const c_char,
+    /// Its value.
     pub value: *const c_char,
 }
 
@@ -762,6 +782,7 @@ pub struct mqstore_command_options {
     /// User properties for the device (`header_count` of them; NULL when none), e.g. a
     /// reason or a trace id. Borrowed for the call.
     pub headers: *const mqstore_user_property,
+    /// How many entries `headers` holds.
     pub header_count: usize,
 }
 

@@ -23,10 +23,15 @@ use crate::types::{Json, py_bytes};
 /// `DELIVERED` for a one-way one, `SENT` (and the id) for a detached one.
 #[pyclass(frozen, get_all, module = "mqstore._native")]
 pub struct CommandReply {
+    /// The command's id (a UUID): for `command_status` and in `watch_commands` records.
     id: String,
+    /// `SUCCEEDED`, `DELIVERED` (one-way) or `SENT` (detached).
     status: String,
+    /// The device's answer (empty unless `SUCCEEDED`).
     payload: Py<PyBytes>,
+    /// The answer's content type, when the device gave one.
     content_type: Option<String>,
+    /// The status code the device answered with, when its profile carries one.
     device_status: Option<i64>,
 }
 

@@ -36,16 +36,19 @@ impl Hlc {
             .map_err(|e| PyValueError::new_err(format!("{e} (got {text:?})")))
     }
 
+    /// Milliseconds since the Unix epoch of the clock that issued it.
     #[getter]
     fn wall_ms(&self) -> u64 {
         self.0.wall_ms
     }
 
+    /// The logical counter, ordering versions issued in the same millisecond.
     #[getter]
     fn counter(&self) -> u32 {
         self.0.counter
     }
 
+    /// The id of the node (or client) that issued it.
     #[getter]
     fn node(&self) -> &str {
         &self.0.node
@@ -78,7 +81,9 @@ pub fn py_bytes(py: Python<'_>, bytes: &[u8]) -> Py<PyBytes> {
 /// version (the new one, or the current one when not applied).
 #[pyclass(frozen, get_all, module = "mqstore._native")]
 pub struct SetResult {
+    /// False when NX or NEX did not hold: nothing was written.
     applied: bool,
+    /// The key's version: the new one, or the current one when not applied.
     version: Option<Py<Hlc>>,
 }
 
@@ -106,7 +111,9 @@ impl ToPy for CoreSetResult {
 /// A value and the version of the SET that wrote it.
 #[pyclass(frozen, get_all, module = "mqstore._native")]
 pub struct Versioned {
+    /// The value, as bytes.
     value: Py<PyBytes>,
+    /// The version of the SET that wrote it.
     version: Option<Py<Hlc>>,
 }
 
@@ -135,8 +142,11 @@ impl ToPy for CoreVersioned {
 /// (`"absent"`, or `"value_mismatch"` for a VDEL whose value did not match).
 #[pyclass(frozen, get_all, module = "mqstore._native")]
 pub struct DeleteResult {
+    /// True when the key was deleted.
     deleted: bool,
+    /// `"deleted"`, `"absent"`, or `"value_mismatch"` (a VDEL whose value did not match).
     outcome: &'static str,
+    /// The version of the delete, when the key was deleted.
     version: Option<Py<Hlc>>,
 }
 
@@ -171,9 +181,14 @@ impl ToPy for Deletion {
 /// itself was missed).
 #[pyclass(frozen, get_all, module = "mqstore._native")]
 pub struct Change {
+    /// The key that changed.
     key: Py<PyBytes>,
+    /// Its new value; `None` when it was deleted or expired.
     value: Option<Py<PyBytes>>,
+    /// The change's version.
     version: Option<Py<Hlc>>,
+    /// True when found by reading the key back after a reconnect or a server restart (the
+    /// notification itself was missed).
     synthetic: bool,
 }
 

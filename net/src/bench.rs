@@ -22,6 +22,7 @@ use mqstore_core::hlc::Hlc;
 /// What to measure.
 #[derive(Debug, Clone)]
 pub struct BenchConfig {
+    /// The broker both targets are reached through.
     pub broker: BrokerConfig,
     /// Requests in flight at once, one run each (e.g. 1, 16, 256).
     pub in_flight: Vec<usize>,
@@ -60,19 +61,28 @@ impl Default for BenchConfig {
 /// One run's figures.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Figures {
+    /// Requests answered.
     pub ops: u64,
+    /// Requests that failed or got no answer.
     pub errors: u64,
+    /// Requests answered per second.
     pub ops_per_sec: f64,
+    /// Median latency.
     pub p50: Duration,
+    /// 99th-percentile latency.
     pub p99: Duration,
+    /// 99.9th-percentile latency.
     pub p999: Duration,
 }
 
 /// The state store and the echo responder at one level of requests in flight.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Row {
+    /// Requests in flight at once.
     pub in_flight: usize,
+    /// The state store's figures.
     pub mqstore: Figures,
+    /// The echo responder's figures (the baseline).
     pub echo: Figures,
 }
 
@@ -95,17 +105,30 @@ const ECHO_TOPIC: &str = "mqstore/bench/echo/command/invoke";
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Progress {
     /// A level starts: `rounds` rounds with `in_flight` requests in flight.
-    Level { in_flight: usize, rounds: u32 },
+    Level {
+        /// Requests in flight at this level.
+        in_flight: usize,
+        /// Rounds at this level.
+        rounds: u32,
+    },
     /// A round of the level ended; the operations each target completed so far.
     Round {
+        /// Requests in flight at this level.
         in_flight: usize,
+        /// The round that ended (from 1).
         round: u32,
+        /// Rounds at this level.
         rounds: u32,
+        /// Requests the state store answered so far.
         mqstore_ops: usize,
+        /// Requests the echo responder answered so far.
         echo_ops: usize,
     },
     /// The level's rounds are over.
-    LevelDone { in_flight: usize },
+    LevelDone {
+        /// Requests in flight at the level that ended.
+        in_flight: usize,
+    },
 }
 
 /// Runs the benchmark, telling `progress` where it is. At each level both targets get their

@@ -55,6 +55,7 @@ pub enum RegistryConfig {
 /// Settings of a [`Commander`].
 #[derive(Debug, Clone)]
 pub struct CommanderConfig {
+    /// The broker the commander sends through (a connection of its own).
     pub broker: BrokerConfig,
     /// The MQTT client id of the commander's connection; MQTT 5 devices answer to
     /// `clients/{client_id}/…`.
@@ -63,7 +64,9 @@ pub struct CommanderConfig {
     pub node_id: String,
     /// Read the topic profiles' answers through `$share/{group}/…`.
     pub share_group: Option<String>,
+    /// How commands go out and answers are matched, by profile name.
     pub profiles: Profiles,
+    /// Where command records live: this process, or Redis for many nodes.
     pub registry: RegistryConfig,
     /// Serve the command API to callers (`mqstore/commands/v1/...`).
     pub serve: bool,
@@ -399,6 +402,7 @@ impl Commander {
         }
     }
 
+    /// The node id this commander records its commands under.
     pub fn node_id(&self) -> &str {
         &self.shared.node
     }
@@ -423,6 +427,7 @@ impl Commander {
         }
     }
 
+    /// The counters this commander reports to (`mqstore_commands_total`).
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.shared.metrics
     }

@@ -29,9 +29,13 @@ impl CommandWatch {
 /// How a fan-out ended ([`FanOut::summary`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FanOutSummary {
+    /// Devices that answered with success.
     pub succeeded: usize,
+    /// Devices that answered with an error of their own.
     pub failed: usize,
+    /// Devices (or the service) that refused the command.
     pub rejected: usize,
+    /// Devices that did not answer in time.
     pub timed_out: usize,
     /// Not sent, or no answer from the service (see each result's error).
     pub errors: usize,

@@ -21,15 +21,20 @@ use mqstore_core::jobs::{
 /// What `list_job_executions` narrows to (all `None`: every latest execution).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ExecutionFilter {
+    /// Only this thing's executions.
     pub thing: Option<String>,
+    /// Only this job's executions.
     pub job_id: Option<String>,
+    /// Only executions in this status.
     pub status: Option<Status>,
 }
 
 /// One page of a list call: its entries, and the token of the next page (`None`: the last).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Page<T> {
+    /// This page's entries.
     pub items: Vec<T>,
+    /// The token of the next page; None on the last.
     pub next_token: Option<String>,
 }
 
@@ -389,6 +394,7 @@ pub struct Jobs {
 /// Options of [`Jobs::start_next`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StartNext {
+    /// Details to record with the new status (AWS's `statusDetails`).
     pub status_details: BTreeMap<String, String>,
     /// The execution times out unless updated within this (a step timer).
     pub step_timeout: Option<Duration>,

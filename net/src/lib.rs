@@ -9,6 +9,8 @@
 //!   that talks to devices, the Redis store, metrics and the load generator). Clients leave it
 //!   off and carry no Redis client and no server.
 
+#![deny(missing_docs)]
+
 #[cfg(feature = "server")]
 pub mod bench;
 pub mod client;
@@ -36,13 +38,18 @@ use mqstore_core::envelope::{Properties, Publish};
 /// Where the broker is and how to log in.
 #[derive(Debug, Clone)]
 pub struct BrokerConfig {
+    /// The broker's host name or IP address.
     pub host: String,
+    /// The broker's port (1883 for MQTT, 8883 for MQTT over TLS by convention).
     pub port: u16,
+    /// The user name to log in with, if any.
     pub username: Option<String>,
+    /// The password to log in with, if any.
     pub password: Option<String>,
     /// The largest packet accepted and sent. rumqttc caps incoming packets at 10 KiB unless
     /// told otherwise, which would silently refuse larger values.
     pub max_packet_size: u32,
+    /// How often the connection is checked with PINGREQ when idle.
     pub keep_alive: Duration,
     /// Connect with TLS (`None`: plain TCP).
     pub tls: Option<TlsConfig>,

@@ -84,7 +84,9 @@ pub enum CommandCount {
     Sent,
     /// Settled by an answer in time, by status.
     Succeeded,
+    /// The device answered with an error.
     Failed,
+    /// The device refused the command.
     Rejected,
     /// No answer within the timeout.
     TimedOut,

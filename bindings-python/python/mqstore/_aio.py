@@ -330,6 +330,8 @@ class AsyncClient:
         job_id: Optional[str] = None,
         status: Optional[str] = None,
     ) -> list[Record]:
+        """Every execution matching the filters, page after page (see
+        :meth:`list_job_executions_page`)."""
         return await self._native.list_job_executions(
             _args.optional_text(thing, "thing"),
             _args.optional_text(job_id, "job_id"),
@@ -461,6 +463,7 @@ class AsyncClient:
         )
 
     async def command_status(self, command_id: str) -> Record:
+        """A command's status record by id (``status``, ``answer``, ``late``, ...)."""
         return await self._native.command_status(_args.text(command_id, "command_id"), True)
 
     async def start_command(
@@ -502,6 +505,7 @@ class AsyncClient:
         return bool((await self._native.command_definitions(request, True))["deleted"])
 
     async def watch_commands(self) -> AsyncCommandWatch:
+        """Every command's status changes from now on, as records (``async for``)."""
         return AsyncCommandWatch(await self._native.watch_commands(True))
 
     async def watch_keyspace(self) -> AsyncKeyspaceWatch:
@@ -575,6 +579,7 @@ class AsyncObservation:
 
     @property
     def key(self) -> bytes:
+        """The observed key."""
         return self._key
 
     @property
@@ -622,6 +627,7 @@ class AsyncLease:
 
     @property
     def key(self) -> bytes:
+        """The leased key."""
         return self._native.key
 
     @property

@@ -579,6 +579,7 @@ class Observation:
 
     @property
     def key(self) -> bytes:
+        """The observed key."""
         return self._native.key
 
     @property
@@ -627,6 +628,7 @@ class Lease:
 
     @property
     def key(self) -> bytes:
+        """The leased key."""
         return self._native.key
 
     @property

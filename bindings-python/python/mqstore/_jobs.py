@@ -48,6 +48,7 @@ class Jobs:
 
     @property
     def thing(self) -> str:
+        """The thing this handle acts as."""
         return self._native.thing
 
     def pending(self) -> Record:
@@ -127,9 +128,11 @@ class AsyncJobs:
 
     @property
     def thing(self) -> str:
+        """The thing this handle acts as."""
         return self._native.thing
 
     async def pending(self) -> Record:
+        """The pending list: ``{"inProgressJobs": [...], "queuedJobs": [...]}``."""
         return await self._native.pending(True)
 
     async def start_next(
@@ -138,6 +141,8 @@ class AsyncJobs:
         status_details: Optional[Mapping[str, str]] = None,
         step_timeout: Optional[Seconds] = None,
     ) -> Optional[Record]:
+        """Starts the next queued execution (IN_PROGRESS) and returns it with its document;
+        ``None`` when nothing is queued."""
         return await self._native.start_next(
             _args.string_map(status_details, "status_details"),
             _args.optional_millis(step_timeout, "step_timeout"),
@@ -145,9 +150,11 @@ class AsyncJobs:
         )
 
     async def describe(self, job_id: str) -> Record:
+        """The latest execution of ``job_id`` on this thing, with its document."""
         return await self._native.describe(_args.text(job_id, "job_id"), True)
 
     async def describe_next(self) -> Optional[Record]:
+        """The first pending execution with its document; ``None`` when nothing is pending."""
         return await self._native.describe_next(True)
 
     async def update(
@@ -162,6 +169,7 @@ class AsyncJobs:
         include_state: bool = False,
         include_document: bool = False,
     ) -> Record:
+        """Reports progress or the end of an execution (see :meth:`Jobs.update`)."""
         return await self._native.update(
             *_update_args(
                 job_id,
@@ -177,6 +185,8 @@ class AsyncJobs:
         )
 
     async def next_notification(self, timeout: Optional[Seconds] = None) -> Optional[Record]:
+        """The next notification, waiting at most ``timeout`` seconds; ``None`` when the time
+        ran out or the client closed."""
         return await self._native.next_notification(_args.optional_millis(timeout, "timeout"), True)
 
     async def __aiter__(self) -> AsyncIterator[Record]:
@@ -213,6 +223,8 @@ class AsyncCommandWatch:
         self._native = native
 
     async def next_record(self, timeout: Optional[Seconds] = None) -> Optional[Record]:
+        """The next record, waiting at most ``timeout`` seconds; ``None`` when the time ran out
+        or the client closed."""
         return await self._native.next(_args.optional_millis(timeout, "timeout"), True)
 
     async def __aiter__(self) -> AsyncIterator[Record]:
@@ -250,6 +262,8 @@ class AsyncKeyspaceWatch:
         self._native = native
 
     async def next_event(self, timeout: Optional[Seconds] = None) -> Optional[tuple[bytes, bool]]:
+        """The next ``(key, created)``, waiting at most ``timeout`` seconds; ``None`` when the
+        time ran out or the client closed."""
         return await self._native.next(_args.optional_millis(timeout, "timeout"), True)
 
     async def __aiter__(self) -> AsyncIterator[tuple[bytes, bool]]:
@@ -288,6 +302,7 @@ class AsyncFanOut:
 
     @property
     def summary(self) -> dict[str, int]:
+        """``succeeded``, ``failed``, ``rejected``, ``timed_out`` and ``errors`` so far."""
         return self._native.summary
 
     async def __aiter__(self) -> AsyncIterator[DeviceResult]:

@@ -34,6 +34,7 @@ mod task;
 /// How to connect.
 #[derive(Debug, Clone)]
 pub struct ClientOptions {
+    /// The broker to connect to.
     pub broker: BrokerConfig,
     /// The MQTT client id; also `__srcId` and the name of this client's notification topic.
     pub client_id: String,
@@ -69,20 +70,24 @@ impl ClientOptions {
 /// Options of a SET.
 #[derive(Debug, Clone, Default)]
 pub struct SetOptions {
+    /// When to apply: always, NX (only if absent) or NEX (if absent or equal).
     pub condition: Condition,
     /// The key expires this long after the SET.
     pub expires: Option<Duration>,
     /// Ask that the key be kept durably (`aio-persistence`).
     pub persist: bool,
+    /// The fencing token of the lease guarding the key, if it is protected.
     pub fencing_token: Option<Hlc>,
 }
 
 /// A change of an observed key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyChange {
+    /// The key that changed.
     pub key: Bytes,
     /// The new value, or `None` when the key was deleted (or expired).
     pub value: Option<Bytes>,
+    /// The change's version, when the notification carried one.
     pub version: Option<Hlc>,
     /// Found by reading the key back after a reconnect: the notification itself was missed.
     pub synthetic: bool,
@@ -466,7 +471,9 @@ impl Client {
 /// A key made (`created`) or gone (deleted or expired): [`Client::watch_keyspace`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyspaceEvent {
+    /// The key made or deleted.
     pub key: Bytes,
+    /// True when the key was made, false when it was deleted or expired.
     pub created: bool,
 }
 

@@ -45,8 +45,10 @@ impl std::fmt::Debug for RedisRegistry {
 #[derive(Debug, thiserror::Error)]
 pub enum RegisterError {
     #[error(transparent)]
+    /// The registry refused the change.
     Command(#[from] CommandError),
     #[error(transparent)]
+    /// Redis failed.
     Redis(#[from] RedisStoreError),
 }
 
@@ -286,6 +288,7 @@ impl RedisRegistry {
         Ok(updated.map(|(_, record)| record))
     }
 
+    /// The command's record by id; None when unknown or expired.
     pub async fn get(&self, id: &str) -> Result<Option<Record>> {
         Ok(self.read(id).await?.map(|(_, record)| record))
     }

@@ -69,6 +69,7 @@ pub struct RedisConfig {
     /// `redis://` or `rediss://` URLs: one for a single primary, the seed nodes of a Cluster,
     /// or the sentinels of a Sentinel deployment.
     pub urls: Vec<String>,
+    /// Whether the address names a Redis Cluster.
     pub cluster: bool,
     /// A primary that Redis Sentinel watches and fails over: the sentinels are `urls`.
     pub sentinel: Option<SentinelConfig>,
@@ -214,18 +215,25 @@ fn redact(url: &str) -> String {
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum RedisStoreError {
     #[error("Redis: {0}")]
+    /// Redis answered with an error, or the connection failed.
     Redis(String),
     #[error("Redis did not answer within {0:?}")]
+    /// Redis did not answer within this time.
     Timeout(Duration),
     #[error("Redis answered something unexpected: {0}")]
+    /// Redis answered something the store cannot read.
     Reply(String),
     #[error(
         "not confirmed on {wanted} replica(s) within {timeout:?} (only {confirmed}); it may \
          still be applied"
     )]
+    /// `WAIT` confirmed the write on fewer replicas than asked, in time.
     NotReplicated {
+        /// Replicas asked for (`--redis-wait-replicas`).
         wanted: u32,
+        /// Replicas that confirmed it.
         confirmed: u32,
+        /// How long `WAIT` waited.
         timeout: Duration,
     },
 }
@@ -242,7 +250,9 @@ type Result<T> = std::result::Result<T, RedisStoreError>;
 /// DELETE notification before the op's own).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Applied {
+    /// A key the op found expired on the way, whose watchers are notified first.
     pub expired: Option<Expired>,
+    /// The op's own reply.
     pub reply: StoreReply,
 }
 

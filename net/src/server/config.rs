@@ -14,6 +14,7 @@ use mqstore_core::store::Quotas;
 /// Server settings.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
+    /// The broker to serve through.
     pub broker: BrokerConfig,
     /// The MQTT client id of the server's connection.
     pub client_id: String,
@@ -21,6 +22,7 @@ pub struct ServerConfig {
     pub node_id: String,
     /// Subscribe through `$share/{group}/…` so that several nodes split the requests.
     pub share_group: Option<String>,
+    /// Limits on keys, bytes and registrations.
     pub quotas: Quotas,
     /// Which client may read or write which keys (none: everyone everything).
     pub access: AccessRules,
@@ -129,31 +131,43 @@ impl ServerConfig {
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
     #[error("invalid node id {0:?}: it must not contain ':'")]
+    /// The node id contains `:`.
     NodeId(String),
     #[error("the server task stopped before it started")]
+    /// The server task ended before it was ready.
     Stopped,
     #[error("cannot serve metrics on {addr}: {source}")]
+    /// The metrics address could not be bound.
     Metrics {
+        /// The address asked for.
         addr: SocketAddr,
+        /// Why it could not be bound.
         source: std::io::Error,
     },
     #[error(
         "cannot use the Redis store at {url}: {source} (is Redis running there, and are the address and password right?)"
     )]
+    /// The Redis store could not be used at start.
     Store {
+        /// The store's address (its password hidden).
         url: String,
+        /// What Redis said.
         source: RedisStoreError,
     },
     #[error("cannot start the command service: {0}")]
+    /// The command service could not start.
     Commands(#[from] CommanderError),
     #[error("{0}")]
+    /// The data directory could not be read or written.
     Disk(#[from] DiskError),
     #[error(
         "--data-dir keeps the memory store on disk; with --store redis://… the state is in Redis \
          (use Redis's own persistence, appendonly yes)"
     )]
+    /// `--data-dir` was given with a Redis store.
     DiskWithRedis,
     #[error("--no-state-store with --no-jobs and --no-commands leaves nothing to serve")]
+    /// Every service was switched off.
     NothingToServe,
 }
 

@@ -44,6 +44,7 @@ pub use config::{
 
 /// A running server's handles, for tests and embedding.
 pub struct Running {
+    /// The server's counters (what `/metrics` serves).
     pub metrics: Arc<Metrics>,
     /// The bound metrics address, when serving metrics.
     pub metrics_addr: Option<SocketAddr>,
@@ -51,6 +52,7 @@ pub struct Running {
 
 /// A server running in a task of its own (for embedding and tests).
 pub struct ServerHandle {
+    /// The server's counters (what `/metrics` serves).
     pub metrics: Arc<Metrics>,
     /// The bound metrics address, when serving metrics.
     pub metrics_addr: Option<SocketAddr>,

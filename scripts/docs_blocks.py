@@ -1,0 +1,279 @@
+#!/usr/bin/env python3
+"""Runs the command blocks of the READMEs and the guide, as a reader would paste them.
+
+    python3 scripts/docs_blocks.py [FILE.md ...]
+
+For each Markdown file, a fresh mosquitto and `mqstore serve` start on the defaults of
+`bash scripts/run` — MQTT on 127.0.0.1:1883, MQTT over WebSocket on 9001, metrics on 9464 — so
+that every block runs exactly as written (a port in use is an error that says so). Blocks run
+in order, in one scratch directory per file:
+
+* `sh`/`bash`: with `bash -e -o pipefail`; `mqstore` on `PATH` is `$MQSTORE_BIN`.
+* `python`: with `$DOCS_PYTHON` (a Python with the mqstore package installed).
+* `js`: as an ES module in `$DOCS_NODE_PROJECT` (a project with the npm package installed).
+* `c`: compiled with `pkg-config mqstore` (`$PKG_CONFIG_PATH`) and run.
+
+A block that cannot run (it installs packages, runs until stopped, is a sketch) has
+`<!-- docs-test: skip (reason) -->` on the line before it; each is listed with its reason.
+Rust blocks are not run here (they are fragments; the API reference's examples run as
+doctests), nor are blocks of other languages (JSON, TOML, HTML, text): both are counted.
+Exits 1 if any block fails, and prints what it printed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RUNNABLE = {"sh": "sh", "bash": "sh", "python": "python", "js": "js", "javascript": "js", "c": "c"}
+SKIP = re.compile(r"^<!--\s*docs-test:\s*skip\s*\((.+)\)\s*-->\s*$")
+BLOCK_TIMEOUT = 180
+
+
+@dataclass
+class Block:
+    path: Path
+    line: int
+    language: str
+    text: str
+    skip: str | None
+
+
+def blocks(path: Path) -> list[Block]:
+    found = []
+    lines = path.read_text(encoding="utf-8").splitlines()
+    i = 0
+    while i < len(lines):
+        fence = re.match(r"^(\s*)(```+|~~~+)\s*([\w+-]*)", lines[i])
+        if not fence:
+            i += 1
+            continue
+        indent, marker, language = fence.groups()
+        start = i
+        body = []
+        i += 1
+        while i < len(lines) and not lines[i].strip().startswith(marker):
+            body.append(lines[i][len(indent) :] if lines[i].startswith(indent) else lines[i])
+            i += 1
+        i += 1
+        skip = SKIP.match(lines[start - 1].strip()) if start > 0 else None
+        found.append(
+            Block(path, start + 1, language.lower(), "\n".join(body) + "\n", skip and skip.group(1))
+        )
+    return found
+
+
+def check_free(port: int) -> int:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError as e:
+            raise SystemExit(
+                f"port {port} is in use ({e}): the blocks run against scripts/run's defaults "
+                "(1883, 9001, 9464); stop what listens there"
+            ) from None
+    return port
+
+
+def wait_for_port(port: int, process: subprocess.Popen, what: str) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise SystemExit(f"{what} exited at start (code {process.returncode})")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise SystemExit(f"{what} did not listen on port {port} within 30 s")
+
+
+class Services:
+    """mosquitto and `mqstore serve` on scripts/run's ports, for one file's blocks."""
+
+    def __init__(self, scratch: Path, mqstore: str) -> None:
+        self.mqtt, self.ws, self.metrics = check_free(1883), check_free(9001), check_free(9464)
+        conf = scratch / ".mosquitto.conf"
+        conf.write_text(
+            f"listener {self.mqtt} 127.0.0.1\nlistener {self.ws} 127.0.0.1\nprotocol websockets\n"
+            "allow_anonymous true\nset_tcp_nodelay true\n"
+            + (f"user {os.environ.get('USER', 'root')}\n" if os.geteuid() == 0 else "")
+        )
+        broker = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
+        self.log = open(scratch / ".services.log", "w")
+        self.broker = subprocess.Popen([broker, "-c", str(conf)], stdout=self.log, stderr=self.log)
+        wait_for_port(self.mqtt, self.broker, "mosquitto")
+        self.server = subprocess.Popen(
+            [mqstore, "--port", str(self.mqtt), "serve", "--metrics", f"127.0.0.1:{self.metrics}"],
+            stdout=self.log,
+            stderr=self.log,
+        )
+        wait_for_port(self.metrics, self.server, "mqstore serve")
+        # The server answers once it has subscribed: wait for a GET to be answered.
+        deadline = time.monotonic() + 30
+        while subprocess.run(
+            [mqstore, "--port", str(self.mqtt), "--timeout", "1", "get", "docs-test-probe"],
+            capture_output=True,
+        ).returncode not in (0, 1):
+            if time.monotonic() > deadline:
+                raise SystemExit("mqstore serve did not answer within 30 s")
+
+    def stop(self) -> None:
+        for process in (self.server, self.broker):
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        self.log.close()
+
+
+def needed(name: str, what: str) -> str:
+    value = os.environ.get(name)
+    if not value:
+        raise SystemExit(f"{name} is not set: it names {what} (scripts/test-docs sets it)")
+    return value
+
+
+def command_for(block: Block, scratch: Path, number: int) -> list[str]:
+    kind = RUNNABLE[block.language]
+    if kind == "sh":
+        return ["bash", "-e", "-o", "pipefail", "-c", block.text]
+    if kind == "python":
+        script = scratch / f"block_{number}.py"
+        script.write_text(block.text)
+        return [needed("DOCS_PYTHON", "a Python with mqstore installed"), str(script)]
+    if kind == "js":
+        project = needed("DOCS_NODE_PROJECT", "a directory with the npm package installed")
+        script = Path(project) / f"block_{number}.mjs"
+        script.write_text(block.text)
+        return ["node", str(script)]
+    source = scratch / f"block_{number}.c"
+    source.write_text(block.text)
+    binary = scratch / f"block_{number}"
+    flags = subprocess.run(
+        ["pkg-config", "--cflags", "--libs", "mqstore"], check=True, capture_output=True, text=True
+    ).stdout.split()
+    libdir = subprocess.run(
+        ["pkg-config", "--variable=libdir", "mqstore"], check=True, capture_output=True, text=True
+    ).stdout.strip()
+    return [
+        "bash",
+        "-e",
+        "-c",
+        f"cc -Wall -Werror {source} {' '.join(flags)} -Wl,-rpath,{libdir} -o {binary} && {binary}",
+    ]
+
+
+def run_file(path: Path, mqstore: str, shim: Path) -> tuple[int, int, list[str], list[str]]:
+    """Runs one file's blocks: (run, not runnable here, skipped with reasons, failures)."""
+    found = blocks(path)
+    runnable = [b for b in found if b.language in RUNNABLE]
+    other = len(found) - len(runnable)
+    skipped = [f"{path.relative_to(ROOT)}:{b.line}: {b.skip}" for b in runnable if b.skip]
+    to_run = [b for b in runnable if not b.skip]
+    failures: list[str] = []
+    if not to_run:
+        return 0, other, skipped, failures
+    scratch = Path(tempfile.mkdtemp(prefix="docs-test-"))
+    services = Services(scratch, mqstore)
+    env = dict(os.environ)
+    env["PATH"] = f"{shim}:{env['PATH']}"
+    try:
+        for number, block in enumerate(to_run):
+            where = f"{path.relative_to(ROOT)}:{block.line} ({block.language})"
+            started = time.monotonic()
+            # A session of its own, so that what the block left running in the background
+            # is stopped with it.
+            process = subprocess.Popen(
+                command_for(block, scratch, number),
+                cwd=scratch,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                start_new_session=True,
+            )
+            try:
+                output, _ = process.communicate(timeout=BLOCK_TIMEOUT)
+                ok = process.returncode == 0
+                status = f"exit {process.returncode}"
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                output, _ = process.communicate()
+                ok = False
+                status = f"still running after {BLOCK_TIMEOUT} s"
+            finally:
+                try:
+                    os.killpg(process.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            print(f"  {where}: {'ok' if ok else 'FAILED'} in {time.monotonic() - started:.1f} s")
+            if os.environ.get("DOCS_VERBOSE"):
+                print(output)
+            if not ok:
+                failures.append(
+                    f"{where}: {status}\n--- block ---\n{block.text}--- output ---\n{output}"
+                )
+    finally:
+        services.stop()
+        shutil.rmtree(scratch, ignore_errors=True)
+    return len(to_run), other, skipped, failures
+
+
+def main() -> int:
+    mqstore = os.environ.get("MQSTORE_BIN", str(ROOT / "target/debug/mqstore"))
+    if not Path(mqstore).exists():
+        raise SystemExit(
+            f"{mqstore} does not exist: build it (cargo build -p mqstore) or set MQSTORE_BIN"
+        )
+    files = [Path(f).resolve() for f in sys.argv[1:]] or sorted(
+        [
+            ROOT / "README.md",
+            ROOT / "CONTRIBUTING.md",
+            *(ROOT / "docs/guide").glob("*.md"),
+            *ROOT.glob("bindings-*/README.md"),
+        ]
+    )
+    shim = Path(tempfile.mkdtemp(prefix="docs-test-bin-"))
+    (shim / "mqstore").symlink_to(Path(mqstore).resolve())
+    python = os.environ.get("DOCS_PYTHON")
+    if python:
+        (shim / "python").symlink_to(python)
+    total_run = total_other = 0
+    all_skipped: list[str] = []
+    all_failures: list[str] = []
+    for path in files:
+        print(f"{path.relative_to(ROOT)}")
+        ran, other, skipped, failures = run_file(path, mqstore, shim)
+        total_run += ran
+        total_other += other
+        all_skipped += skipped
+        all_failures += failures
+    shutil.rmtree(shim, ignore_errors=True)
+    print("\nnot run, each with its reason:")
+    for line in all_skipped:
+        print(f"  {line}")
+    for failure in all_failures:
+        print(f"\nFAILED {failure}")
+    print(
+        f"\ncommand blocks: {total_run} run, {len(all_failures)} failed, "
+        f"{len(all_skipped)} skipped with a reason, "
+        f"{total_other} not commands here (Rust fragments, JSON, TOML, HTML, text)"
+    )
+    return 1 if all_failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
