@@ -51,7 +51,9 @@ impl std::str::FromStr for Fsync {
 /// Where and how the state store is kept on disk.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Durability {
+    /// The directory the data file lives in.
     pub data_dir: PathBuf,
+    /// When writes are synced: always, or about every second.
     pub fsync: Fsync,
 }
 
@@ -59,27 +61,42 @@ pub struct Durability {
 #[derive(Debug, thiserror::Error)]
 pub enum DiskError {
     #[error("{what} {path}: {source}")]
+    /// An I/O call failed.
     Io {
+        /// What was being done.
         what: &'static str,
+        /// The file.
         path: PathBuf,
+        /// The operating system's error.
         source: io::Error,
     },
     #[error(
         "another process (an mqstore serve?) uses the data directory {0}: one server per data \
          directory"
     )]
+    /// Another process holds the data directory.
     Locked(PathBuf),
     #[error("the data file {path} holds a jobs record that cannot be read: {reason}")]
-    JobsRecord { path: PathBuf, reason: String },
+    /// A jobs record in the data file cannot be read.
+    JobsRecord {
+        /// The data file.
+        path: PathBuf,
+        /// What is wrong with the record.
+        reason: String,
+    },
     #[error(
         "the data file {path} is damaged at byte offset {offset}: {reason}. mqstore does not \
          start over it, so as not to drop acknowledged writes silently; to start from the \
          records before the damage, keep a copy of the file and cut it there: \
          truncate -s {offset} {path}"
     )]
+    /// The data file is damaged.
     Damaged {
+        /// The file.
         path: PathBuf,
+        /// Where, in bytes from the start.
         offset: usize,
+        /// What is wrong there.
         reason: String,
     },
 }
@@ -92,8 +109,11 @@ fn io_error(what: &'static str, path: &Path) -> impl FnOnce(io::Error) -> DiskEr
 /// What a compaction did (for the driver's log).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Compacted {
+    /// The file's size before, in bytes.
     pub before: u64,
+    /// Its size after, in bytes.
     pub after: u64,
+    /// How long it took.
     pub took: Duration,
 }
 
@@ -242,6 +262,7 @@ fn replace(path: &Path, bytes: &[u8]) -> Result<File, DiskError> {
 }
 
 impl<T> Disk<T> {
+    /// The data file's path.
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -276,6 +297,7 @@ impl<T> Disk<T> {
         }
     }
 
+    /// Keeps `item` until the writes of `batch` are synced.
     pub fn hold(&mut self, batch: u64, item: T) {
         self.held.push_back((batch, item));
     }
@@ -322,6 +344,7 @@ impl<T> Disk<T> {
         released
     }
 
+    /// The error for a failed sync (the node stops: nothing after it is acknowledged).
     pub fn sync_failed(&self, error: io::Error) -> DiskError {
         io_error("cannot write or sync the data file", &self.path)(error)
     }

@@ -45,12 +45,17 @@ pub mod property {
 /// The MQTT 5 properties of a PUBLISH that the state store uses.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Properties {
+    /// MQTT 5 payload format indicator (1: UTF-8).
     pub payload_format_indicator: Option<u8>,
     /// Seconds.
     pub message_expiry_interval: Option<u32>,
+    /// MQTT 5 content type.
     pub content_type: Option<String>,
+    /// MQTT 5 response topic.
     pub response_topic: Option<String>,
+    /// MQTT 5 correlation data.
     pub correlation_data: Option<Bytes>,
+    /// MQTT 5 user properties, in order.
     pub user_properties: Vec<(String, String)>,
 }
 
@@ -72,9 +77,13 @@ impl Properties {
 /// An MQTT PUBLISH, incoming or outgoing. The engine publishes everything at QoS 1.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Publish {
+    /// The topic.
     pub topic: String,
+    /// The payload.
     pub payload: Bytes,
+    /// The QoS (0, 1 or 2).
     pub qos: u8,
+    /// Its MQTT 5 properties.
     pub properties: Properties,
 }
 
@@ -119,7 +128,9 @@ fn variable_int_size(n: usize) -> usize {
 /// A request the engine will answer, with what its envelope said.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Invocation {
+    /// Where to answer.
     pub response_topic: String,
+    /// What to answer with, to match the request.
     pub correlation_data: Bytes,
     /// From `__srcId`, else from a `clients/{clientId}/…` response topic.
     pub client_id: Option<String>,
@@ -129,6 +140,7 @@ pub struct Invocation {
     pub fencing_token: Option<String>,
     /// `aio-persistence: true`.
     pub persist: bool,
+    /// The request's expiry in seconds, carried into the answer.
     pub message_expiry_interval: Option<u32>,
     /// The client id was taken from the request's topic, which the broker's ACL guards (see
     /// [`topics::identified_invoke`]), not from what the request claims.
@@ -139,19 +151,23 @@ pub struct Invocation {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum DropReason {
     #[error("the request has no response topic, so it cannot be answered")]
+    /// The request names no response topic.
     NoResponseTopic,
     #[error(
         "the request's response topic is not a topic name one can publish to (empty, a wildcard, NUL, or too long): not applied"
     )]
+    /// Its response topic is empty, too long or has wildcards.
     InvalidResponseTopic,
     #[error(
         "the request's response topic is forbidden (the invoke topic or under {})",
         topics::CLIENTS_PREFIX
     )]
+    /// Its response topic is in another client's tree.
     ForbiddenResponseTopic,
     #[error(
         "the request's response topic is not one this server answers on (an identified client's own clients/{{clientId}}/ tree, or the configured response topic prefixes): not applied"
     )]
+    /// Its response topic is outside `--response-topic-prefix`.
     ResponseTopicNotAllowed,
     /// Reported by servers, not by [`check_request`]: more answers than the server's limit
     /// wait for the broker to take them.
@@ -165,20 +181,26 @@ pub enum DropReason {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EnvelopeError {
     #[error("the request has no Correlation Data")]
+    /// No correlation data.
     MissingCorrelationData,
     #[error("requests must be sent with QoS 1, not QoS 0")]
+    /// Sent at QoS 0 (the protocol needs 1).
     QosZero,
     #[error(
         "KEYNOTIFY needs the client id: send __srcId, or use a response topic clients/{{clientId}}/..."
     )]
+    /// No `__srcId` where one is required.
     MissingClientId,
     #[error("__protVer '{0}' is not a version number")]
+    /// `__protVer` is not a version.
     MalformedVersion(String),
     #[error(
         "RPC protocol version {0} is not supported; this engine speaks major version {SUPPORTED_MAJOR_VERSION}"
     )]
+    /// `__protVer` is a major version this node does not speak.
     UnsupportedVersion(String),
     #[error("the engine is overloaded or shutting down; retry later")]
+    /// The node is overloaded or stopping.
     Unavailable,
     /// The store (Redis) failed or did not answer in time; the request may or may not have
     /// been applied (a write that timed out may have landed).

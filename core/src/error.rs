@@ -140,19 +140,33 @@ impl ServiceError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u16)]
 pub enum ErrorKind {
+    /// The request's timestamp is too far ahead.
     TimestampSkew = 101,
+    /// The key needs a fencing token.
     FencingTokenRequired = 102,
+    /// The fencing token's timestamp is too far ahead.
     FencingTokenSkew = 103,
+    /// The fencing token is older than the one protecting the key.
     FencingTokenLowerVersion = 104,
+    /// A quota is reached.
     QuotaExceeded = 105,
+    /// The request is malformed (`syntax error`).
     RequestSyntax = 106,
+    /// An access rule forbids it.
     NotAuthorized = 107,
+    /// The command is not one the state store knows.
     UnknownCommand = 108,
+    /// The command has too many or too few arguments.
     WrongNumberOfArguments = 109,
+    /// The request has no timestamp.
     MissingTimestamp = 110,
+    /// The request's timestamp cannot be read.
     MalformedTimestamp = 111,
+    /// The key is empty.
     KeyLengthZero = 112,
+    /// The notification topic would be longer than MQTT allows.
     NotificationTopicTooLong = 113,
+    /// The answer is larger than the broker accepts.
     ResponseTooLarge = 114,
     /// An `-ERR` text this version does not know (a newer server).
     UnknownService = 199,

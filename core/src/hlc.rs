@@ -19,12 +19,16 @@ pub const MAX_SKEW_MS: u64 = 60_000;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum HlcError {
     #[error("an HLC is `{{wall ms}}:{{counter}}:{{node id}}`: {0}")]
+    /// The text is not `wall:counter:node` (what is wrong).
     Malformed(&'static str),
     #[error("a node id must not contain ':'")]
+    /// The node id is empty or contains `:`.
     InvalidNodeId,
     #[error("the timestamp is more than {MAX_SKEW_MS} ms ahead of this clock")]
+    /// A received time is too far ahead of this clock.
     TooFarAhead,
     #[error("the HLC counter would pass {MAX_COUNTER}")]
+    /// The counter would pass its maximum within one millisecond.
     CounterOverflow,
 }
 
@@ -34,8 +38,11 @@ pub enum HlcError {
 /// shared).
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct Hlc {
+    /// Milliseconds since the epoch of the clock that issued it.
     pub wall_ms: u64,
+    /// The logical counter: orders versions of the same millisecond.
     pub counter: u32,
+    /// The node (or client) that issued it.
     pub node: Arc<str>,
 }
 
@@ -235,6 +242,7 @@ fn next(wall: u64, counter: u32) -> Result<(u64, u32), HlcError> {
 
 /// A source of wall-clock time in milliseconds since the Unix epoch.
 pub trait Clock {
+    /// Now, in milliseconds since the epoch.
     fn now_ms(&self) -> u64;
 }
 
@@ -258,14 +266,17 @@ impl Clock for SystemClock {
 pub struct ManualClock(AtomicU64);
 
 impl ManualClock {
+    /// A clock that reads `now_ms` until told otherwise.
     pub fn new(now_ms: u64) -> Self {
         Self(AtomicU64::new(now_ms))
     }
 
+    /// Sets the time.
     pub fn set(&self, now_ms: u64) {
         self.0.store(now_ms, AtomicOrdering::Relaxed);
     }
 
+    /// Moves the time forward by `ms`.
     pub fn advance(&self, ms: u64) {
         self.0.fetch_add(ms, AtomicOrdering::Relaxed);
     }

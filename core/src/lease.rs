@@ -17,6 +17,7 @@ use crate::hlc::Hlc;
 /// One holder's lease on one key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaseTerms {
+    /// The leased key.
     pub key: Bytes,
     /// Who holds it: the client's id, stored as the key's value.
     pub holder: Bytes,

@@ -33,6 +33,8 @@
 //! assert_eq!(reply.response.to_bytes(), Bytes::from_static(b"$5\r\nhello\r\n"));
 //! ```
 
+#![deny(missing_docs)]
+
 pub mod client;
 pub mod codec;
 pub mod commands;

@@ -228,6 +228,7 @@ pub fn is_keyspace_event(topic: &str) -> bool {
     topic == KEYSPACE_CREATED || topic == KEYSPACE_DELETED
 }
 
+/// MQTT's longest topic, in bytes.
 pub const MAX_TOPIC_LEN: usize = 65_535;
 
 /// Whether `topic` is a topic name a broker accepts in a PUBLISH (MQTT 5 §4.7): not empty,

@@ -13,12 +13,14 @@ use crate::envelope::{PROTOCOL_VERSION, Properties, Publish, property};
 /// What a command call returned to its caller.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CommandReply {
+    /// The command's id.
     pub id: String,
     /// SUCCEEDED for an awaited command (failures are errors); DELIVERED for a one-way one;
     /// SENT for a detached one.
     pub status: Status,
     /// The device's answer (empty without one).
     pub payload: Bytes,
+    /// The answer's content type, when the device gave one.
     pub content_type: Option<String>,
     /// The device's status code, when its profile reads one.
     pub device_status: Option<i64>,
@@ -27,17 +29,25 @@ pub struct CommandReply {
 /// A finished call of the commands client.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CommandsEvent {
+    /// A command call finished.
     Invoked {
+        /// The call it answers.
         call: CallId,
+        /// Its result.
         result: Result<CommandReply, ClientError>,
     },
+    /// A status call finished.
     Status {
+        /// The call it answers.
         call: CallId,
+        /// Its result.
         result: Result<Record, ClientError>,
     },
     /// A stored-commands call ([`CommandsClient::definitions`]): its JSON answer.
     Definitions {
+        /// The call it answers.
         call: CallId,
+        /// Its result.
         result: Result<serde_json::Value, ClientError>,
     },
 }
@@ -76,10 +86,12 @@ impl CommandsClient {
         }
     }
 
+    /// The filter to subscribe to for the service's answers.
     pub fn response_subscription(&self) -> &str {
         &self.response_topic
     }
 
+    /// Calls waiting for an answer.
     pub fn in_flight(&self) -> usize {
         self.waiting.len()
     }
@@ -209,6 +221,7 @@ impl CommandsClient {
         })
     }
 
+    /// When the next call times out (ms since the epoch); None when none waits.
     pub fn next_deadline(&self) -> Option<u64> {
         self.waiting.next_deadline()
     }

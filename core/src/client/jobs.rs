@@ -30,13 +30,18 @@ use crate::jobs::{ExecutionRef, OPERATOR_TOPIC, Status};
 pub enum JobNotification {
     /// `notify`: executions joined or left the pending list; the first ten of it.
     Notify {
+        /// The thing it is for.
         thing: String,
+        /// Its executions in progress.
         in_progress: Vec<JobSummary>,
+        /// Its queued executions.
         queued: Vec<JobSummary>,
     },
     /// `notify-next`: the first entry changed; `None` when the list became empty.
     NotifyNext {
+        /// The thing it is for.
         thing: String,
+        /// The next execution to run, or None when nothing is pending.
         execution: Option<JobExecution>,
     },
 }
@@ -48,13 +53,18 @@ pub enum DeviceRequest {
     GetPending,
     /// `start-next`: start the first QUEUED execution (or describe the IN_PROGRESS one).
     StartNext {
+        /// Details to record with the status (AWS's `statusDetails`).
         status_details: BTreeMap<String, String>,
+        /// A timeout for this step, in minutes (AWS's `stepTimeoutInMinutes`).
         step_timeout_minutes: Option<u64>,
     },
     /// `{jobId}/get`, or `$next/get` for the first pending execution.
     Describe {
+        /// Which execution: the next, or a job's.
         execution: ExecutionRef,
+        /// Only this execution of the job (AWS's `executionNumber`).
         execution_number: Option<u64>,
+        /// Whether the answer carries the job document (AWS's `includeJobDocument`).
         include_document: bool,
     },
     /// `{jobId}/update`.
@@ -64,13 +74,17 @@ pub enum DeviceRequest {
 /// An update of one execution (`{jobId}/update`).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Update {
+    /// The job whose execution to update.
     pub job_id: String,
     /// IN_PROGRESS, SUCCEEDED, FAILED or REJECTED.
     pub status: Option<Status>,
+    /// Details to record with the status (AWS's `statusDetails`).
     pub status_details: BTreeMap<String, String>,
     /// Rejected with VersionMismatch unless the execution is at this version.
     pub expected_version: Option<u64>,
+    /// Only this execution of the job (AWS's `executionNumber`).
     pub execution_number: Option<u64>,
+    /// A timeout for this step, in minutes (AWS's `stepTimeoutInMinutes`).
     pub step_timeout_minutes: Option<u64>,
     /// Ask for the execution's state in the reply.
     pub include_state: bool,
@@ -208,9 +222,12 @@ pub enum JobsEvent {
     /// found no execution), the whole answer otherwise (the operator's `ok` object, the device
     /// API's `/accepted` payload).
     Completed {
+        /// The call it answers.
         call: CallId,
+        /// Its result: the reply's JSON (AWS's fields).
         result: Result<Value, ClientError>,
     },
+    /// A thing's `notify` or `notify-next`.
     Notification(JobNotification),
 }
 

@@ -51,7 +51,12 @@ pub enum ClientError {
     /// The service (state store, jobs or commands) answered with an RPC status other than
     /// 200.
     #[error("the service answered status {status}: {message}")]
-    Status { status: u16, message: String },
+    Status {
+        /// The RPC status (`__stat`), e.g. 503.
+        status: u16,
+        /// The service's message (`__stMsg`).
+        message: String,
+    },
     /// No answer within the call's timeout. The request may still have been applied.
     #[error(
         "no answer from the state store within {0} ms (a write may still be applied later); is `mqstore serve` running and connected to this broker?"
@@ -68,7 +73,9 @@ pub enum ClientError {
     /// The answer does not fit the request (e.g. a value in answer to a SET).
     #[error("unexpected answer to {command}: {response:?}")]
     Unexpected {
+        /// The request's command.
         command: &'static str,
+        /// What came back.
         response: Response,
     },
     /// The client's own clock could not produce a timestamp.
@@ -110,7 +117,12 @@ pub enum ClientError {
     #[error(
         "the request is {size} bytes, more than the broker's maximum packet size of {max} bytes: not sent"
     )]
-    TooLarge { size: usize, max: u32 },
+    TooLarge {
+        /// The request's size in bytes.
+        size: usize,
+        /// The broker's (or the server's) maximum packet size.
+        max: u32,
+    },
     /// The broker refused the request's publish: its PUBACK carried a reason code of 0x80 or
     /// more (0x95 packet too large, 0x87 not authorized, 0x97 quota exceeded, ...). The
     /// request never reached the service: nothing changed.
@@ -134,22 +146,29 @@ pub enum ClientError {
     /// state. Nothing changed.
     #[error("the jobs service refused the request: {code}: {message}")]
     Jobs {
+        /// AWS's error code (`VersionMismatch`, `ResourceNotFound`, ...).
         code: String,
+        /// The service's message.
         message: String,
+        /// The execution's state, for `VersionMismatch` and `InvalidStateTransition`.
         execution_state: Option<crate::jobs::ExecutionState>,
     },
     /// The device answered the command with an error of its own (an application error, a
     /// failure code): the command ran, or tried to.
     #[error("the device answered command {id} with an error: {}", describe(answer))]
     CommandFailed {
+        /// The command's id.
         id: String,
+        /// The device's answer.
         answer: Box<crate::commands::Answer>,
     },
     /// The device (or its SDK) refused the command as malformed or unsupported: it did not
     /// run.
     #[error("the device refused command {id}: {}", describe(answer))]
     CommandRejected {
+        /// The command's id.
         id: String,
+        /// The device's answer.
         answer: Box<crate::commands::Answer>,
     },
     /// No answer within the command's timeout. The command may still have run: a late answer
@@ -157,7 +176,10 @@ pub enum ClientError {
     #[error(
         "no answer to command {id} within its timeout; it may still have run (a late answer shows in its status)"
     )]
-    CommandTimedOut { id: String },
+    CommandTimedOut {
+        /// The command's id.
+        id: String,
+    },
 }
 
 /// A device's error answer in a few words.
@@ -247,6 +269,7 @@ pub struct CallOptions {
 /// A successful answer: the response and the `__ts` it carried.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Answer {
+    /// The state store's answer.
     pub response: Response,
     /// The key's version (SET applied or not, GET found, DEL that deleted), else the engine's
     /// clock; `None` for GET of an absent key.
@@ -324,7 +347,9 @@ pub struct SetResult {
 /// A value and the version of the SET that wrote it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Versioned {
+    /// The value.
     pub value: Bytes,
+    /// The version of the SET that wrote it.
     pub version: Option<Hlc>,
 }
 
@@ -332,14 +357,18 @@ pub struct Versioned {
 /// engine's clock.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Deletion {
+    /// What happened.
     pub outcome: Deleted,
+    /// The delete's version, when the key was deleted.
     pub version: Option<Hlc>,
 }
 
 /// What a DEL or VDEL did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Deleted {
+    /// The key was deleted.
     Deleted,
+    /// There was no such key.
     Absent,
     /// VDEL: the value did not match.
     ValueMismatch,
@@ -350,15 +379,21 @@ pub enum Deleted {
 pub enum Event {
     /// A call finished.
     Completed {
+        /// The call it answers.
         call: CallId,
+        /// Its result.
         result: Result<Answer, ClientError>,
     },
     /// An observed key changed. `synthetic` when the change was found by reading the key back
     /// after a reconnect rather than notified: the client missed the notification.
     Changed {
+        /// The key that changed.
         key: Bytes,
+        /// How: a new value, or deleted.
         change: Notification,
+        /// The change's version, when the notification carried one.
         version: Option<Hlc>,
+        /// Found by reading the key back after a reconnect (the notification was missed).
         synthetic: bool,
     },
 }

@@ -11,11 +11,17 @@ use crate::ServiceError;
 /// The verbs of the state store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Command {
+    /// SET.
     Set,
+    /// GET.
     Get,
+    /// DEL.
     Del,
+    /// VDEL: delete if the value matches.
     VDel,
+    /// KEYNOTIFY: register for a key's changes, or stop.
     KeyNotify,
+    /// SCAN: a page of keys matching a pattern.
     Scan,
 }
 
@@ -76,8 +82,11 @@ pub enum Condition {
 /// `SET key value [NX | NEX] [PX ms]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SetRequest {
+    /// The key.
     pub key: Bytes,
+    /// The value.
     pub value: Bulk,
+    /// When to apply: always, NX or NEX.
     pub condition: Condition,
     /// `PX`: the key expires this many milliseconds after the SET. `None`: it never expires.
     pub expires_in_ms: Option<NonZeroU64>,
@@ -98,26 +107,37 @@ impl SetRequest {
 /// A state store request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Request {
+    /// SET.
     Set(SetRequest),
+    /// GET a key's value.
     Get {
+        /// The key.
         key: Bytes,
     },
+    /// DEL a key.
     Del {
+        /// The key.
         key: Bytes,
     },
     /// Delete only if the current value equals `value`.
     VDel {
+        /// The key.
         key: Bytes,
+        /// The value it must hold.
         value: Bytes,
     },
     /// Register (or with `stop`, remove) the sender for change notifications of `key`.
     KeyNotify {
+        /// The key.
         key: Bytes,
+        /// Stop the registration instead of making it.
         stop: bool,
     },
     /// A page of keys matching `pattern`, continuing after `token` when given.
     Scan {
+        /// The pattern keys must match (`*`, `?`, `[...]`).
         pattern: Bytes,
+        /// Where the previous page ended; None for the first.
         token: Option<Bytes>,
     },
 }

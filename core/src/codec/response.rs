@@ -22,7 +22,9 @@ pub enum Response {
     Absent,
     /// A SCAN page; `token` is present when more pages follow.
     Keys {
+        /// This page's keys.
         keys: Vec<Bytes>,
+        /// The next page's token; None on the last.
         token: Option<Bytes>,
     },
     /// `-ERR {text}`.

@@ -34,6 +34,7 @@ pub struct Definition {
     /// `[a-zA-Z0-9_-]{1,64}`.
     pub command_id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// What the command is for, for people.
     pub description: Option<String>,
     /// A fixed payload (exclusive with `payload_template`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -53,8 +54,10 @@ pub struct Definition {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct DefinitionPayload {
+    /// The payload, as text (base64 for binary content types).
     pub content: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Its content type.
     pub content_type: Option<String>,
 }
 
@@ -62,8 +65,10 @@ pub struct DefinitionPayload {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Parameter {
+    /// The parameter's name, as the template names it.
     pub name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Its value when a start gives none (`{"S": ...}`, `{"I": ...}`, ...).
     pub default_value: Option<Value>,
 }
 
@@ -274,16 +279,23 @@ fn aws_target(target: &str) -> Result<(&'static str, &str), String> {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(tag = "op", rename_all = "camelCase", deny_unknown_fields)]
 pub enum DefinitionsRequest {
+    /// Store a command.
     Create {
+        /// The command to store.
         command: Definition,
     },
     #[serde(rename_all = "camelCase")]
+    /// One stored command.
     Get {
+        /// The stored command's id.
         command_id: String,
     },
+    /// Every stored command.
     List,
     #[serde(rename_all = "camelCase")]
+    /// Delete a stored command.
     Delete {
+        /// The stored command's id.
         command_id: String,
     },
 }

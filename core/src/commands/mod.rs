@@ -68,6 +68,7 @@ impl Status {
         matches!(self, Status::Sent | Status::Delivered | Status::InProgress)
     }
 
+    /// The status as the wire spells it (`SUCCEEDED`, ...).
     pub fn as_str(self) -> &'static str {
         match self {
             Status::Sent => "SENT",
@@ -80,6 +81,7 @@ impl Status {
         }
     }
 
+    /// The status the wire spelling names; None for another word.
     pub fn parse(text: &str) -> Option<Self> {
         [
             Status::Sent,
@@ -109,8 +111,10 @@ pub struct Answer {
     /// device itself says so (final, unlike the service's own timeout).
     pub status: Status,
     #[serde(with = "base64_bytes")]
+    /// The device's answer, as it sent it.
     pub payload: Bytes,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The answer's content type, when the device gave one.
     pub content_type: Option<String>,
     /// The device's own status code: `__stat`, a `{status}` topic segment, a JSON field.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -122,6 +126,7 @@ pub struct Answer {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub app_error_code: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The application error's payload (`AppErrPayload`), when the device sent one.
     pub app_error_payload: Option<String>,
     /// The device's reason code (AWS IoT commands' `statusReason.reasonCode`; its
     /// `reasonDescription` is [`Answer::message`]), or the status word a topic profile read.
@@ -138,6 +143,7 @@ pub struct Answer {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Record {
+    /// The command's id (a UUID).
     pub id: String,
     /// The node whose caller waits for the answer.
     pub node: String,
@@ -152,8 +158,11 @@ pub struct Record {
     pub answer_filter: String,
     /// Answers are matched by id (false: by topic only, the legacy mode).
     pub correlated: bool,
+    /// When it was sent, in ms since the epoch.
     pub sent_ms: u64,
+    /// When it times out, in ms since the epoch.
     pub deadline_ms: u64,
+    /// Where it is: SENT, DELIVERED, IN_PROGRESS, SUCCEEDED, FAILED, ...
     pub status: Status,
     /// The device's last report (boxed: a record waiting for it stays small).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -167,6 +176,7 @@ pub struct Record {
     /// Answers after the first (dropped, counted).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub duplicates: u32,
+    /// When the record last changed, in ms since the epoch.
     pub updated_ms: u64,
 }
 
@@ -260,11 +270,13 @@ impl Record {
         self.updated_ms = now_ms;
     }
 
+    /// The record as JSON (what the status API answers and the registry stores).
     pub fn to_json(&self) -> Vec<u8> {
         // A record always serializes (no maps with non-string keys, no floats).
         serde_json::to_vec(self).unwrap_or_default()
     }
 
+    /// A record read back from its JSON.
     pub fn from_json(json: &[u8]) -> Result<Self, serde_json::Error> {
         serde_json::from_slice(json)
     }
@@ -283,6 +295,7 @@ pub enum Mode {
 }
 
 impl Mode {
+    /// The mode as the wire spells it (`await`, `oneway`, `detached`).
     pub fn as_str(self) -> &'static str {
         match self {
             Mode::Await => "await",
@@ -291,6 +304,7 @@ impl Mode {
         }
     }
 
+    /// The mode the wire spelling names; None for another word.
     pub fn parse(text: &str) -> Option<Self> {
         match text {
             "await" => Some(Mode::Await),
@@ -307,11 +321,15 @@ pub struct CommandRequest {
     /// The device's command topic; `{id}` in it becomes the command id (IoT Hub's `$rid`,
     /// ThingsBoard's request id).
     pub topic: String,
+    /// What the device gets.
     pub payload: Bytes,
+    /// The payload's content type, passed on to the device.
     pub content_type: Option<String>,
     /// The profile's name (`mqtt5` unless told).
     pub profile: String,
+    /// How long to wait for the answer, in ms (also the message's expiry).
     pub timeout_ms: u64,
+    /// Await the answer, end at delivery (one-way), or return the id at once (detached).
     pub mode: Mode,
     /// User properties for the device (Azure IoT Operations "custom user data"; `__protVer`
     /// here replaces the one the `mqtt5` profile sends).
@@ -360,29 +378,48 @@ pub const MAX_TIMEOUT_MS: u64 = 12 * 60 * 60 * 1000;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CommandError {
     #[error("no device profile called {0:?} (known: {1})")]
+    /// No profile of that name (the name, and the names there are).
     UnknownProfile(String, String),
     #[error("timeout of {0} ms: give 1 ms to 12 h")]
+    /// A timeout out of range (ms).
     BadTimeout(u64),
     #[error("{0:?} is not a topic to publish a command to (no wildcards, not empty)")]
+    /// A topic that cannot be published to (empty, or with wildcards).
     BadTopic(String),
     #[error("topic {topic:?} does not fit profile {profile:?}'s command topic {template:?}")]
+    /// The topic does not fit the profile's command template.
     TopicMismatch {
+        /// The topic given.
         topic: String,
+        /// The profile's name.
         profile: String,
+        /// The profile's command topic template.
         template: String,
     },
     #[error("profile {profile:?} puts the command id in the JSON field {field:?}: {reason}")]
+    /// The payload cannot carry what the profile writes into it.
     Payload {
+        /// The profile's name.
         profile: String,
+        /// The JSON field the profile writes.
         field: String,
+        /// Why it cannot.
         reason: String,
     },
     #[error("a command with id {0} is already registered")]
+    /// A stored command with this id exists.
     Duplicate(String),
     #[error("no stored command {0:?}")]
+    /// No stored command with this id.
     NoDefinition(String),
     #[error("cannot start stored command {command:?}: {reason}")]
-    Start { command: String, reason: String },
+    /// A stored command cannot be started as asked.
+    Start {
+        /// The stored command's id.
+        command: String,
+        /// What is wrong with the start (a missing or mistyped parameter, an unknown target).
+        reason: String,
+    },
 }
 
 /// A command id: 16 random bytes as a UUID (8-4-4-4-12 lowercase hex).

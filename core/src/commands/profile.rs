@@ -39,7 +39,9 @@ pub const AWS_ANSWER: &str = "$aws/commands/{kind}/{device}/executions/{id}/resp
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("device profile {profile:?}: {reason}")]
 pub struct ProfileError {
+    /// The profile's name.
     pub profile: String,
+    /// What is wrong with it.
     pub reason: String,
 }
 
@@ -72,6 +74,7 @@ fn var<'a>(vars: &'a Vars, name: &str) -> Option<&'a str> {
 }
 
 impl Template {
+    /// Reads a topic template (`{name}` levels); an error says what is wrong.
     pub fn parse(text: &str) -> Result<Self, String> {
         if text.is_empty() || text.contains(['#', '+']) {
             return Err(format!(
@@ -114,6 +117,7 @@ impl Template {
         })
     }
 
+    /// The template as written.
     pub fn as_str(&self) -> &str {
         &self.text
     }
@@ -125,6 +129,7 @@ impl Template {
         })
     }
 
+    /// Whether it has a `{name}` level.
     pub fn has(&self, name: &str) -> bool {
         self.names().any(|n| n == name)
     }
@@ -203,7 +208,9 @@ pub enum Correlation {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(untagged)]
 pub enum Code {
+    /// A numeric status.
     Number(i64),
+    /// A status word.
     Text(String),
 }
 
@@ -238,9 +245,13 @@ impl StatusRule {
 /// A device that publishes its answers on a topic of its own.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopicProfile {
+    /// The command topic's template.
     pub command: Template,
+    /// The answer topic's template.
     pub answer: Template,
+    /// How an answer is matched to its command.
     pub correlation: Correlation,
+    /// How the answer's status is read; None: every answer succeeds.
     pub status: Option<StatusRule>,
 }
 
@@ -253,6 +264,7 @@ pub enum Profile {
     /// answers carry `__stat` (and `__stMsg`, `__propName`, `__propVal`, `__apErr`,
     /// `AppErrCode`, `AppErrPayload`).
     Mqtt5,
+    /// A profile of topics (your own devices, DJI-style, IoT Hub-style).
     Topic(TopicProfile),
     /// AWS IoT commands ([`AWS_COMMAND`], [`AWS_ANSWER`]): JSON updates with a `status`
     /// (IN_PROGRESS, SUCCEEDED, FAILED, REJECTED, TIMED_OUT), `statusReason` and `result`,
@@ -266,6 +278,7 @@ pub enum Profile {
 pub struct Unreadable {
     /// `InvalidJson`, `InvalidRequest` (AWS's `RejectedErrorCode`s).
     pub code: &'static str,
+    /// Why the answer cannot be read.
     pub reason: String,
 }
 
@@ -296,11 +309,14 @@ impl From<String> for Unreadable {
 /// What became of a device's update, for a profile that acknowledges updates (AWS).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Acknowledgement {
+    /// The update was taken.
     Accepted,
     /// AWS's error code (`TerminalStateReached`, `ResourceNotFound`, `InvalidRequest`, …) and
     /// a message.
     Rejected {
+        /// AWS's error code (`InvalidRequest`, `TerminalStateReached`, ...).
         code: &'static str,
+        /// What is wrong, for the device's log.
         message: String,
     },
 }
@@ -317,7 +333,9 @@ pub struct AnswerKey {
 /// A command ready to go: the publish for the device, and the record to register before it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Prepared {
+    /// What to publish to the device.
     pub publish: Publish,
+    /// The command's record, to keep before publishing.
     pub record: Record,
 }
 
@@ -325,7 +343,9 @@ pub struct Prepared {
 /// `clients/{client_id}/...`).
 #[derive(Debug, Clone, Copy)]
 pub struct Sender<'a> {
+    /// The sending node's id.
     pub node: &'a str,
+    /// The sending connection's client id (answers come to its tree).
     pub client_id: &'a str,
 }
 
@@ -877,6 +897,7 @@ impl Profiles {
         Ok(())
     }
 
+    /// The profile of this name, or `UnknownProfile`.
     pub fn get(&self, name: &str) -> Result<&Profile, CommandError> {
         self.profiles.get(name).ok_or_else(|| {
             CommandError::UnknownProfile(
@@ -886,6 +907,7 @@ impl Profiles {
         })
     }
 
+    /// Every profile's name.
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.profiles.keys().map(String::as_str)
     }

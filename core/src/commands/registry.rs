@@ -33,6 +33,7 @@ pub struct Registry {
 }
 
 impl Registry {
+    /// An empty registry.
     pub fn new() -> Self {
         Self::default()
     }
@@ -124,6 +125,7 @@ impl Registry {
         }
     }
 
+    /// The stored command of this id.
     pub fn definition(&self, id: &str) -> Option<&Definition> {
         self.definitions.get(id)
     }
@@ -138,6 +140,7 @@ impl Registry {
         self.definitions.remove(id).is_some()
     }
 
+    /// The record of the command of this id.
     pub fn get(&self, id: &str) -> Option<&Record> {
         self.records.get(id)
     }
@@ -147,6 +150,7 @@ impl Registry {
         self.records.len()
     }
 
+    /// Whether no command is recorded.
     pub fn is_empty(&self) -> bool {
         self.records.is_empty()
     }

@@ -36,9 +36,13 @@ pub fn events_topic(id: &str) -> String {
 
 /// User property names of the API.
 pub mod name {
+    /// The command's topic.
     pub const TOPIC: &str = "topic";
+    /// The profile's name.
     pub const PROFILE: &str = "profile";
+    /// The timeout in ms.
     pub const TIMEOUT_MS: &str = "timeoutMs";
+    /// `await`, `oneway` or `detached`.
     pub const MODE: &str = "mode";
     /// Start this stored command (`topic` is then its target).
     pub const COMMAND: &str = "command";
@@ -46,26 +50,37 @@ pub mod name {
     pub const PARAMETERS: &str = "parameters";
     /// `header:NAME`: a user property `NAME` for the device.
     pub const HEADER_PREFIX: &str = "header:";
+    /// The command's id.
     pub const COMMAND_ID: &str = "commandId";
+    /// The command's status.
     pub const STATUS: &str = "status";
+    /// The status code the device answered with.
     pub const DEVICE_STATUS: &str = "deviceStatus";
+    /// The device's (or the service's) message.
     pub const MESSAGE: &str = "message";
+    /// The device's application error code.
     pub const APP_ERROR_CODE: &str = "appErrCode";
+    /// The device's application error payload.
     pub const APP_ERROR_PAYLOAD: &str = "appErrPayload";
     /// The device's reason code (AWS IoT commands' `statusReason.reasonCode`).
     pub const REASON_CODE: &str = "reasonCode";
+    /// Present when the answer came after the timeout.
     pub const LATE: &str = "late";
+    /// Present when the answer came for a node that is gone.
     pub const ORPHANED: &str = "orphaned";
 }
 
 /// Why a request to the service cannot be taken: its `__stat` and `__stMsg`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {
+    /// The RPC status (400, 404, 409, 503, ...).
     pub status: u16,
+    /// Why, for people.
     pub message: String,
 }
 
 impl Refusal {
+    /// A 400 refusal with this message.
     pub fn bad_request(message: impl Into<String>) -> Self {
         Self {
             status: 400,

@@ -14,9 +14,13 @@ pub enum Access {
 /// One rule: clients whose id matches `clients` may read and/or write keys matching `keys`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AccessRule {
+    /// Which client ids the rule applies to.
     pub clients: Pattern,
+    /// Which keys.
     pub keys: Pattern,
+    /// Whether they may read them.
     pub read: bool,
+    /// Whether they may write them.
     pub write: bool,
 }
 

@@ -33,6 +33,7 @@ pub struct EngineConfig {
     /// Most keys one SCAN request examines, so a rare pattern over many keys cannot stall the
     /// engine: a page may then hold fewer keys than asked, with a token to go on.
     pub scan_budget: usize,
+    /// Who may read and write which keys.
     pub access: AccessRules,
     /// Response topics a request that is not identified may name (empty: any). An identified
     /// request's answer always goes to its client's own `clients/{clientId}/` tree.
@@ -78,11 +79,13 @@ impl EngineConfig {
 /// keeps it (an [`Invocation`], or a binding's own types).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct RequestContext<'a> {
+    /// The requesting client's id, when known.
     pub client_id: Option<&'a str>,
     /// `__ts`, unparsed.
     pub timestamp: Option<&'a str>,
     /// `__ft`, unparsed.
     pub fencing_token: Option<&'a str>,
+    /// The request asked for the key to be kept durably (`aio-persistence`).
     pub persist: bool,
     /// `client_id` comes from the request topic (see [`Invocation::identified`]).
     pub identified: bool,
@@ -105,7 +108,9 @@ impl Invocation {
 /// of an absent key).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Reply {
+    /// The answer.
     pub response: Response,
+    /// The version the answer carries (`__ts`).
     pub version: Option<Hlc>,
 }
 
@@ -115,7 +120,9 @@ pub enum Outcome {
     /// Answered with status 200; `error` when the payload was `-ERR`. `command` is `None` when
     /// the payload could not be decoded.
     Answered {
+        /// The request's command, when it could be read.
         command: Option<Command>,
+        /// The state store error it was answered with, if any.
         error: Option<ServiceError>,
     },
     /// Answered with an envelope error status.
@@ -766,10 +773,20 @@ pub enum Fit {
     /// It fits as it is.
     Fits(Publish),
     /// An answer that did not fit (it was `size` bytes), now the `ResponseTooLarge` error.
-    Replaced { message: Publish, size: usize },
+    Replaced {
+        /// The error answer that replaces it.
+        message: Publish,
+        /// The size the original would have had.
+        size: usize,
+    },
     /// Nothing of it fits (a notification, or an answer whose topic alone is too long): drop
     /// it and count it.
-    TooLarge { topic: String, size: usize },
+    TooLarge {
+        /// The topic it was for.
+        topic: String,
+        /// Its size in bytes.
+        size: usize,
+    },
 }
 
 /// Makes `message` fit a broker that takes packets of at most `max` bytes: a broker

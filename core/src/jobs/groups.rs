@@ -90,6 +90,7 @@ impl Target {
 #[serde(rename_all = "camelCase")]
 pub struct GroupRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// What the group is for.
     pub description: Option<String>,
     /// Epoch ms.
     pub created_at: u64,

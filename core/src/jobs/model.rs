@@ -15,17 +15,26 @@ use super::wire::{
 )]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum Status {
+    /// Waiting for the device to start it.
     Queued,
+    /// The device started it.
     InProgress,
+    /// The device reported success.
     Succeeded,
+    /// The device reported failure.
     Failed,
+    /// The device refused it.
     Rejected,
+    /// In progress longer than its timeout.
     TimedOut,
+    /// Canceled by an operator (or an abort).
     Canceled,
+    /// Its thing left the targeted group.
     Removed,
 }
 
 impl Status {
+    /// The status as AWS spells it (`IN_PROGRESS`, ...).
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Queued => "QUEUED",
@@ -39,6 +48,7 @@ impl Status {
         }
     }
 
+    /// The status AWS's spelling names; None for another word.
     pub fn parse(text: &str) -> Option<Self> {
         [
             Self::Queued,
@@ -63,17 +73,26 @@ impl Status {
 /// Why a device request was rejected (the `code` of a `/rejected` reply).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RejectCode {
+    /// The request's topic is not one of the API's.
     InvalidTopic,
+    /// The request is not JSON.
     InvalidJson,
+    /// A field is missing or wrong.
     InvalidRequest,
+    /// The execution cannot go to that status from where it is.
     InvalidStateTransition,
+    /// No such job or execution.
     ResourceNotFound,
+    /// `expectedVersion` is not the execution's version.
     VersionMismatch,
+    /// The store failed; nothing changed.
     InternalError,
+    /// Too many requests (AWS's code; mqstore does not throttle).
     RequestThrottled,
 }
 
 impl RejectCode {
+    /// The code as AWS spells it.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::InvalidTopic => "InvalidTopic",
@@ -92,20 +111,28 @@ impl RejectCode {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum JobsError {
     #[error("invalid job: {0}")]
+    /// A request field is wrong (`InvalidRequest`).
     Invalid(String),
     #[error("a job {0} exists already")]
+    /// A job with this id exists (`Conflict`).
     JobExists(String),
     #[error("{0} exists already")]
+    /// Something else with this name exists (`Conflict`).
     Exists(String),
     #[error("no such job or execution: {0}")]
+    /// No such job, execution, group or template (`ResourceNotFound`).
     NotFound(String),
     #[error("{0} is IN_PROGRESS: use force")]
+    /// Refused while executions are in progress (`InvalidStateTransition`).
     InProgress(String),
     #[error("{0}")]
+    /// Refused in the current state (`InvalidStateTransition`).
     InvalidState(String),
     #[error("version conflict: {0}")]
+    /// The expected version is not the current one (`VersionMismatch`).
     VersionConflict(String),
     #[error(transparent)]
+    /// The store failed (`InternalError`); nothing changed.
     Store(#[from] super::store::StoreError),
 }
 
@@ -116,6 +143,7 @@ pub const MAX_DOCUMENT_BYTES: usize = 32 * 1024;
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct JobSpec {
+    /// The job's id (AWS's `jobId`).
     pub job_id: String,
     /// The things and thing groups it runs on: names (a thing), `thing/NAME`,
     /// `thinggroup/NAME`, or AWS's ARNs of either.
@@ -130,6 +158,7 @@ pub struct JobSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target_selection: Option<TargetSelection>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// When it starts, ends, and may roll out (AWS's `schedulingConfig`).
     pub scheduling_config: Option<SchedulingConfig>,
     /// The template it starts from (its id, `jobtemplate/ID` or AWS's ARN).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -318,22 +347,35 @@ impl RolloutConfig {
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(default)]
 pub struct Job {
+    /// The job's id.
     pub id: String,
+    /// The job document the devices get.
     pub document: Value,
     /// As given: things and groups (see [`JobSpec::targets`]).
     pub targets: Vec<String>,
+    /// Its settings: timeouts, retries, rollout, aborts.
     pub config: JobConfig,
+    /// Snapshot, or continuous (things added to its groups later).
     pub target_selection: TargetSelection,
+    /// When it starts, ends, and may roll out.
     pub scheduling_config: Option<SchedulingConfig>,
+    /// The template it was made from, if any.
     pub job_template_arn: Option<String>,
+    /// The values filled into the template's placeholders.
     pub document_parameters: BTreeMap<String, String>,
+    /// The job's status.
     pub status: JobStatus,
+    /// Canceled with `force`.
     pub force_canceled: bool,
+    /// Why it was canceled, for tooling.
     pub reason_code: Option<String>,
+    /// Why it was canceled, for people.
     pub comment: Option<String>,
     /// Epoch ms.
     pub created_at: u64,
+    /// When it last changed, in seconds since the epoch.
     pub last_updated_at: u64,
+    /// When it completed, in seconds since the epoch.
     pub completed_at: Option<u64>,
     /// The rollout's pace (docs/protocol/jobs.md §5, "Rollout rate").
     pub pace: Pace,
@@ -352,7 +394,9 @@ pub struct Job {
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(default)]
 pub struct Pace {
+    /// When the last batch was notified, in ms since the epoch.
     pub at_ms: u64,
+    /// Things notified in the current minute.
     pub count: u64,
     /// The exponential rate now (per minute); `None` until the rollout starts.
     pub rate: Option<f64>,
@@ -461,15 +505,23 @@ impl Job {
 /// One execution of a job on one thing.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Execution {
+    /// The job.
     pub job_id: String,
+    /// The thing it runs on.
     pub thing: String,
+    /// Where it is.
     pub status: Status,
+    /// The device's own key/value details of its status.
     pub status_details: BTreeMap<String, String>,
     /// Epoch seconds.
     pub queued_at: u64,
+    /// When the device started it, in seconds since the epoch.
     pub started_at: Option<u64>,
+    /// When it last changed, in seconds since the epoch.
     pub last_updated_at: u64,
+    /// Its version, raised by every update.
     pub version_number: u64,
+    /// Which execution of the job on this thing, from 1 (retries count up).
     pub execution_number: u64,
     /// When the step timer (from `stepTimeoutInMinutes`) runs out, in ms.
     pub step_deadline_ms: Option<u64>,

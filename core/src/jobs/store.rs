@@ -40,6 +40,7 @@ pub struct ThingRecord {
     /// Increases with every write; [`JobsStore::put_thing`] compares it.
     #[serde(skip)]
     pub revision: u64,
+    /// The thing's executions by job id, the latest last.
     pub executions: BTreeMap<String, Vec<Execution>>,
     /// Executions ever queued on this thing: orders executions queued in the same second.
     pub queued: u64,
@@ -91,8 +92,11 @@ pub fn tally_change(before: &ThingRecord, after: &ThingRecord) -> Tally {
 /// A rollout under way: the job, the index of its next thing, and how many things it has.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rollout {
+    /// The job being rolled out.
     pub job_id: String,
+    /// The index of the next target to notify.
     pub next: u64,
+    /// How many targets there are.
     pub total: u64,
 }
 

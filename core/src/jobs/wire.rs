@@ -16,13 +16,18 @@ use super::model::{JobSpec, Status, THING_NAME_RULE, TIMEOUT_MINUTES, valid_thin
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct JobSummary {
+    /// The job's id (AWS's `jobId`).
     pub job_id: String,
     /// Epoch seconds.
     pub queued_at: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// When the execution started, in seconds since the epoch (AWS's `startedAt`).
     pub started_at: Option<u64>,
+    /// When it last changed, in seconds since the epoch (AWS's `lastUpdatedAt`).
     pub last_updated_at: u64,
+    /// Which execution of the job on this thing this is, from 1 (AWS's `executionNumber`).
     pub execution_number: u64,
+    /// The execution's version, raised by every update (AWS's `versionNumber`).
     pub version_number: u64,
 }
 
@@ -30,18 +35,26 @@ pub struct JobSummary {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct JobExecution {
+    /// The job's id (AWS's `jobId`).
     pub job_id: String,
     /// Absent from notify-next.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub thing_name: Option<String>,
+    /// The execution's status.
     pub status: Status,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    /// The device's own key/value details of its status (AWS's `statusDetails`).
     pub status_details: BTreeMap<String, String>,
+    /// When the execution was queued, in seconds since the epoch (AWS's `queuedAt`).
     pub queued_at: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// When the execution started, in seconds since the epoch (AWS's `startedAt`).
     pub started_at: Option<u64>,
+    /// When it last changed, in seconds since the epoch (AWS's `lastUpdatedAt`).
     pub last_updated_at: u64,
+    /// The execution's version, raised by every update (AWS's `versionNumber`).
     pub version_number: u64,
+    /// Which execution of the job on this thing this is, from 1 (AWS's `executionNumber`).
     pub execution_number: u64,
     /// The job document, unless the request asked to leave it out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -55,7 +68,9 @@ pub struct JobExecution {
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PendingJobs {
+    /// Executions in progress (AWS's `inProgressJobs`).
     pub in_progress_jobs: Vec<JobSummary>,
+    /// Executions queued (AWS's `queuedJobs`).
     pub queued_jobs: Vec<JobSummary>,
 }
 
@@ -63,9 +78,12 @@ pub struct PendingJobs {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ExecutionState {
+    /// The execution's status.
     pub status: Status,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    /// The device's own key/value details of its status (AWS's `statusDetails`).
     pub status_details: BTreeMap<String, String>,
+    /// The execution's version, raised by every update (AWS's `versionNumber`).
     pub version_number: u64,
 }
 
@@ -75,6 +93,7 @@ pub struct ExecutionState {
 #[serde(rename_all = "camelCase")]
 pub struct ExecutionAccepted {
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The execution, or None when there is none.
     pub execution: Option<JobExecution>,
 }
 
@@ -94,8 +113,11 @@ pub struct UpdateAccepted {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(untagged)]
 pub enum Accepted {
+    /// The reply to `get`: the pending list.
     Pending(PendingJobs),
+    /// The reply to `start-next`, `{jobId}/get`: an execution.
     Execution(ExecutionAccepted),
+    /// The reply to `{jobId}/update`.
     Update(UpdateAccepted),
 }
 
@@ -105,6 +127,7 @@ pub enum Accepted {
 pub struct Rejected {
     /// AWS's error code (`InvalidRequest`, `VersionMismatch`, ...).
     pub code: String,
+    /// What went wrong, for people.
     pub message: String,
     /// The execution's state, for state errors.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -117,11 +140,13 @@ pub struct Rejected {
 #[serde(rename_all = "camelCase")]
 pub struct Reply<T> {
     #[serde(flatten)]
+    /// The reply's own fields.
     pub body: T,
     /// Epoch seconds.
     #[serde(default)]
     pub timestamp: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The token the request carried, echoed back (AWS's `clientToken`).
     pub client_token: Option<String>,
 }
 
@@ -208,8 +233,10 @@ fn number_or_numeric_text<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct Notify {
     #[serde(default)]
+    /// When it was published, in seconds since the epoch.
     pub timestamp: u64,
     #[serde(default)]
+    /// The thing's pending executions, by status.
     pub jobs: NotifyJobs,
 }
 
@@ -217,8 +244,10 @@ pub struct Notify {
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct NotifyJobs {
     #[serde(rename = "IN_PROGRESS", default, skip_serializing_if = "Vec::is_empty")]
+    /// Executions in progress (AWS's `IN_PROGRESS`).
     pub in_progress: Vec<JobSummary>,
     #[serde(rename = "QUEUED", default, skip_serializing_if = "Vec::is_empty")]
+    /// Executions queued (AWS's `QUEUED`).
     pub queued: Vec<JobSummary>,
 }
 
@@ -226,8 +255,10 @@ pub struct NotifyJobs {
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct NotifyNext {
     #[serde(default)]
+    /// When it was published, in seconds since the epoch.
     pub timestamp: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The next execution to run, or None when nothing is pending.
     pub execution: Option<JobExecution>,
 }
 
@@ -237,6 +268,7 @@ pub struct NotifyNext {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "camelCase", rename_all_fields = "camelCase")]
 pub enum OperatorRequest {
+    /// Create a job (`createJob`).
     CreateJob(Box<JobSpec>),
     /// Changes what AWS's `UpdateJob` changes: the description and the timeout, retry,
     /// rollout and abort configurations (absent fields stay as they are).
@@ -244,18 +276,24 @@ pub enum OperatorRequest {
     /// The job becomes CANCELED: QUEUED executions become CANCELED; IN_PROGRESS ones too with
     /// `force`.
     CancelJob {
+        /// The job's id.
         job_id: String,
         #[serde(default)]
+        /// Also what is in progress (AWS's `force`).
         force: bool,
         #[serde(default, skip_serializing_if = "Option::is_none")]
+        /// A code saying why, for tooling (AWS's `reasonCode`).
         reason_code: Option<String>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
+        /// Why, for people (AWS's `comment`).
         comment: Option<String>,
     },
     /// Deletes a job and its executions (`force` when some are IN_PROGRESS).
     DeleteJob {
+        /// The job's id.
         job_id: String,
         #[serde(default)]
+        /// Also what is in progress (AWS's `force`).
         force: bool,
     },
     /// One thing's execution becomes CANCELED (`force` for an IN_PROGRESS one;
@@ -264,26 +302,36 @@ pub enum OperatorRequest {
     /// Removes one execution (`force` for an IN_PROGRESS one).
     #[serde(rename = "deleteJobExecution")]
     DeleteExecution {
+        /// The job's id.
         job_id: String,
         #[serde(rename = "thingName")]
+        /// The thing's name.
         thing: String,
         #[serde(default)]
+        /// Also what is in progress (AWS's `force`).
         force: bool,
     },
+    /// A job (`describeJob`).
     DescribeJob {
+        /// The job's id.
         job_id: String,
     },
     #[serde(rename = "describeJobExecution")]
+    /// A thing's execution of a job (`describeJobExecution`).
     DescribeExecution {
+        /// The job's id.
         job_id: String,
         #[serde(rename = "thingName")]
+        /// The thing's name.
         thing: String,
     },
     /// Jobs in id order, narrowed by status, a page at a time.
     ListJobs {
         #[serde(default, skip_serializing_if = "Option::is_none")]
+        /// Only those in this status.
         status: Option<JobStatus>,
         #[serde(flatten)]
+        /// Which page, and how many per page.
         page: PageRequest,
     },
     /// Every latest execution, narrowed by thing, job and status, in (thing, job) order, a page
@@ -291,30 +339,40 @@ pub enum OperatorRequest {
     #[serde(rename = "listJobExecutions")]
     ListExecutions {
         #[serde(default, rename = "thingName", skip_serializing_if = "Option::is_none")]
+        /// The thing's name.
         thing: Option<String>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
+        /// The job's id.
         job_id: Option<String>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
+        /// Only those in this status.
         status: Option<Status>,
         #[serde(flatten)]
+        /// Which page, and how many per page.
         page: PageRequest,
     },
     /// A static thing group (AWS's `CreateThingGroup`).
     CreateThingGroup {
+        /// The group's name (AWS's `thingGroupName`).
         thing_group_name: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
+        /// The group's properties (AWS's `thingGroupProperties`).
         thing_group_properties: Option<ThingGroupProperties>,
     },
     /// Removes a group and its membership (jobs that targeted it keep their things).
     DeleteThingGroup {
+        /// The group's name (AWS's `thingGroupName`).
         thing_group_name: String,
     },
+    /// A thing group (`describeThingGroup`).
     DescribeThingGroup {
+        /// The group's name (AWS's `thingGroupName`).
         thing_group_name: String,
     },
     /// Groups in name order, a page at a time.
     ListThingGroups {
         #[serde(flatten)]
+        /// Which page, and how many per page.
         page: PageRequest,
     },
     /// Adds a thing to a group (the group and the thing by name or ARN); continuous jobs
@@ -325,22 +383,29 @@ pub enum OperatorRequest {
     RemoveThingFromThingGroup(Membership),
     /// A group's things in name order, a page at a time.
     ListThingsInThingGroup {
+        /// The group's name (AWS's `thingGroupName`).
         thing_group_name: String,
         #[serde(flatten)]
+        /// Which page, and how many per page.
         page: PageRequest,
     },
     /// A job template (AWS's `CreateJobTemplate`): a document and configurations that
     /// `createJob` with `jobTemplateArn` starts from.
     CreateJobTemplate(Box<JobTemplate>),
+    /// A job template (`describeJobTemplate`).
     DescribeJobTemplate {
+        /// The template's id (AWS's `jobTemplateId`).
         job_template_id: String,
     },
     /// Templates in id order, a page at a time.
     ListJobTemplates {
         #[serde(flatten)]
+        /// Which page, and how many per page.
         page: PageRequest,
     },
+    /// Delete a job template (`deleteJobTemplate`).
     DeleteJobTemplate {
+        /// The template's id (AWS's `jobTemplateId`).
         job_template_id: String,
     },
 }
@@ -351,12 +416,16 @@ pub enum OperatorRequest {
 #[serde(rename_all = "camelCase")]
 pub struct Membership {
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The group's name (AWS's `thingGroupName`).
     pub thing_group_name: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The group's ARN (AWS's `thingGroupArn`).
     pub thing_group_arn: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The thing's name (AWS's `thingName`).
     pub thing_name: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The thing's ARN (AWS's `thingArn`).
     pub thing_arn: Option<String>,
 }
 
@@ -365,6 +434,7 @@ pub struct Membership {
 #[serde(rename_all = "camelCase")]
 pub struct ThingGroupProperties {
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// What the group is for (AWS's `thingGroupDescription`).
     pub thing_group_description: Option<String>,
 }
 
@@ -372,12 +442,17 @@ pub struct ThingGroupProperties {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ThingGroupDescription {
+    /// The group's name (AWS's `thingGroupName`).
     pub thing_group_name: String,
+    /// The group's id (AWS's `thingGroupId`).
     pub thing_group_id: String,
+    /// The group's ARN (AWS's `thingGroupArn`).
     pub thing_group_arn: String,
     #[serde(default)]
+    /// The group's properties (AWS's `thingGroupProperties`).
     pub thing_group_properties: ThingGroupProperties,
     #[serde(default)]
+    /// When the group was made (AWS's `thingGroupMetadata`).
     pub thing_group_metadata: ThingGroupMetadata,
 }
 
@@ -385,6 +460,7 @@ pub struct ThingGroupDescription {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ThingGroupMetadata {
+    /// When it was made, in seconds since the epoch (AWS's `creationDate`).
     pub creation_date: u64,
 }
 
@@ -392,7 +468,9 @@ pub struct ThingGroupMetadata {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct GroupListing {
+    /// The group's name (AWS's `groupName`).
     pub group_name: String,
+    /// The group's ARN (AWS's `groupArn`).
     pub group_arn: String,
 }
 
@@ -400,6 +478,7 @@ pub struct GroupListing {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct JobTemplate {
+    /// The template's id (AWS's `jobTemplateId`).
     pub job_template_id: String,
     /// A JSON object; may hold `${aws:iot:parameter:NAME}` placeholders that a job's
     /// `documentParameters` fill.
@@ -409,6 +488,7 @@ pub struct JobTemplate {
     #[serde(flatten)]
     pub config: JobConfig,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    /// When the rollout may notify things (AWS's `maintenanceWindows`).
     pub maintenance_windows: Vec<MaintenanceWindow>,
     /// Answered by `describeJobTemplate`: `arn:aws:iot:…:jobtemplate/{id}`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -422,10 +502,14 @@ pub struct JobTemplate {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TemplateListing {
+    /// The template's id (AWS's `jobTemplateId`).
     pub job_template_id: String,
+    /// The template's ARN (AWS's `jobTemplateArn`).
     pub job_template_arn: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// What it is for, for people (AWS's `description`).
     pub description: Option<String>,
+    /// When it was made, in seconds since the epoch (AWS's `createdAt`).
     pub created_at: u64,
 }
 
@@ -435,7 +519,9 @@ pub struct TemplateListing {
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum TargetSelection {
     #[default]
+    /// The things targeted when the job was made.
     Snapshot,
+    /// Also things added to its groups later.
     Continuous,
 }
 
@@ -445,12 +531,16 @@ pub enum TargetSelection {
 #[serde(rename_all = "camelCase")]
 pub struct SchedulingConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// When the rollout starts (ISO 8601, UTC), or now.
     pub start_time: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// When it ends (AWS's `endTime`, ISO 8601).
     pub end_time: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// What happens at `end_time` (AWS's `endBehavior`).
     pub end_behavior: Option<EndBehavior>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    /// When the rollout may notify things (AWS's `maintenanceWindows`).
     pub maintenance_windows: Vec<MaintenanceWindow>,
 }
 
@@ -472,7 +562,9 @@ pub enum EndBehavior {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct MaintenanceWindow {
+    /// When the window opens: AWS's cron expression, UTC.
     pub start_time: String,
+    /// How long the window stays open (AWS's `durationInMinutes`).
     pub duration_in_minutes: u32,
 }
 
@@ -480,14 +572,19 @@ pub struct MaintenanceWindow {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ExecutionCancel {
+    /// The job's id (AWS's `jobId`).
     pub job_id: String,
     #[serde(rename = "thingName")]
+    /// The thing whose execution to cancel.
     pub thing: String,
     #[serde(default)]
+    /// Also what is in progress (AWS's `force`).
     pub force: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Refuse unless the execution still has this version (AWS's `expectedVersion`).
     pub expected_version: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The device's own key/value details of its status (AWS's `statusDetails`).
     pub status_details: Option<BTreeMap<String, String>>,
 }
 
@@ -500,6 +597,7 @@ pub struct PageRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_results: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The token of the next page; None on the last (AWS's `nextToken`).
     pub next_token: Option<String>,
 }
 
@@ -569,7 +667,9 @@ pub enum JobStatus {
     /// Waiting for `schedulingConfig.startTime`.
     Scheduled,
     #[default]
+    /// Rolling out, or executions still open.
     InProgress,
+    /// Canceled.
     Canceled,
     /// Every execution ended and its rollout is done.
     Completed,
@@ -581,9 +681,13 @@ pub enum JobStatus {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum FailureType {
+    /// The device reported FAILED.
     Failed,
+    /// The device reported REJECTED.
     Rejected,
+    /// The execution timed out.
     TimedOut,
+    /// Any of them.
     All,
 }
 
@@ -603,6 +707,7 @@ impl FailureType {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TimeoutConfig {
+    /// An execution in progress longer than this times out (AWS's `inProgressTimeoutInMinutes`).
     pub in_progress_timeout_in_minutes: Option<u32>,
 }
 
@@ -610,6 +715,7 @@ pub struct TimeoutConfig {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RetryConfig {
+    /// The criteria, each checked on its own (AWS's `criteriaList`).
     pub criteria_list: Vec<RetryCriteria>,
 }
 
@@ -643,6 +749,7 @@ pub struct RolloutConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub maximum_per_minute: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// A rate that grows as things succeed (AWS's `exponentialRate`).
     pub exponential_rate: Option<ExponentialRate>,
 }
 
@@ -655,6 +762,7 @@ pub struct ExponentialRate {
     pub base_rate_per_minute: u32,
     /// 1.1–5, at most one decimal.
     pub increment_factor: f64,
+    /// When the rate grows (AWS's `rateIncreaseCriteria`).
     pub rate_increase_criteria: RateIncreaseCriteria,
 }
 
@@ -664,8 +772,10 @@ pub struct ExponentialRate {
 #[serde(rename_all = "camelCase")]
 pub struct RateIncreaseCriteria {
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// After this many more things were notified (AWS's `numberOfNotifiedThings`).
     pub number_of_notified_things: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// After this many more things succeeded (AWS's `numberOfSucceededThings`).
     pub number_of_succeeded_things: Option<u32>,
 }
 
@@ -673,6 +783,7 @@ pub struct RateIncreaseCriteria {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AbortConfig {
+    /// The criteria, each checked on its own (AWS's `criteriaList`).
     pub criteria_list: Vec<AbortCriteria>,
 }
 
@@ -681,6 +792,7 @@ pub struct AbortConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AbortCriteria {
+    /// Which ending counts (AWS's `failureType`).
     pub failure_type: FailureType,
     /// CANCEL (AWS's only action).
     pub action: AbortAction,
@@ -694,6 +806,7 @@ pub struct AbortCriteria {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum AbortAction {
+    /// Cancel the job.
     Cancel,
 }
 
@@ -701,8 +814,10 @@ pub enum AbortAction {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct JobUpdate {
+    /// The job to change.
     pub job_id: String,
     #[serde(flatten)]
+    /// The settings to change; those left None stay.
     pub changes: JobConfig,
 }
 
@@ -712,14 +827,19 @@ pub struct JobUpdate {
 #[serde(rename_all = "camelCase")]
 pub struct JobConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// What it is for, for people (AWS's `description`).
     pub description: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// When executions in progress time out (AWS's `timeoutConfig`).
     pub timeout_config: Option<TimeoutConfig>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// How often failed executions are retried (AWS's `jobExecutionsRetryConfig`).
     pub job_executions_retry_config: Option<RetryConfig>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// How fast things are notified (AWS's `jobExecutionsRolloutConfig`).
     pub job_executions_rollout_config: Option<RolloutConfig>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// When the job is canceled for too many failures (AWS's `abortConfig`).
     pub abort_config: Option<AbortConfig>,
 }
 
@@ -727,14 +847,18 @@ pub struct JobConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum OperatorAnswer<T = Value> {
+    /// The call's result.
     Ok(T),
+    /// Why it was refused.
     Error(OperatorError),
 }
 
 /// Why an operator call failed: AWS's error code and a message.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OperatorError {
+    /// The error's code (AWS's: `ResourceNotFound`, `InvalidRequest`, ...).
     pub code: String,
+    /// What went wrong, for people.
     pub message: String,
 }
 
@@ -742,45 +866,67 @@ pub struct OperatorError {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum OperatorOk {
+    /// A job was created.
     Created(JobCreated),
     /// updateJob, cancelJob, deleteJob, cancelJobExecution, deleteJobExecution: `{}`.
     Done {},
+    /// A job (`describeJob`).
     Job {
+        /// The job.
         job: Box<JobDescription>,
     },
+    /// An execution (`describeJobExecution`).
     Execution {
+        /// The execution, or None when there is none (AWS's `execution`).
         execution: JobExecution,
     },
     #[serde(rename_all = "camelCase")]
+    /// A page of jobs (`listJobs`).
     Jobs {
+        /// This page's jobs.
         jobs: Vec<JobListing>,
         #[serde(skip_serializing_if = "Option::is_none")]
+        /// The token of the next page; None on the last (AWS's `nextToken`).
         next_token: Option<String>,
     },
     #[serde(rename_all = "camelCase")]
+    /// A page of executions (`listJobExecutions...`).
     Executions {
+        /// This page's executions.
         executions: Vec<ExecutionListing>,
         #[serde(skip_serializing_if = "Option::is_none")]
+        /// The token of the next page; None on the last (AWS's `nextToken`).
         next_token: Option<String>,
     },
+    /// A thing group (`describeThingGroup`).
     Group(Box<ThingGroupDescription>),
     #[serde(rename_all = "camelCase")]
+    /// A page of groups (`listThingGroups`).
     Groups {
+        /// This page's groups.
         thing_groups: Vec<GroupListing>,
         #[serde(skip_serializing_if = "Option::is_none")]
+        /// The token of the next page; None on the last (AWS's `nextToken`).
         next_token: Option<String>,
     },
     #[serde(rename_all = "camelCase")]
+    /// A page of a group's things (`listThingsInThingGroup`).
     Things {
+        /// This page's things.
         things: Vec<String>,
         #[serde(skip_serializing_if = "Option::is_none")]
+        /// The token of the next page; None on the last (AWS's `nextToken`).
         next_token: Option<String>,
     },
+    /// A job template (`describeJobTemplate`).
     Template(Box<JobTemplate>),
     #[serde(rename_all = "camelCase")]
+    /// A page of templates (`listJobTemplates`).
     Templates {
+        /// This page's templates.
         job_templates: Vec<TemplateListing>,
         #[serde(skip_serializing_if = "Option::is_none")]
+        /// The token of the next page; None on the last (AWS's `nextToken`).
         next_token: Option<String>,
     },
 }
@@ -789,6 +935,7 @@ pub enum OperatorOk {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct JobCreated {
+    /// The job's id (AWS's `jobId`).
     pub job_id: String,
     /// How many things it targets.
     pub targets: usize,
@@ -799,36 +946,52 @@ pub struct JobCreated {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct JobDescription {
+    /// The job's id (AWS's `jobId`).
     pub job_id: String,
+    /// The job's status.
     pub status: JobStatus,
+    /// The job document the devices get (AWS's `document`).
     pub document: Value,
+    /// The things and groups it targets (names or ARNs).
     pub targets: Vec<String>,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    /// Canceled with `force` (AWS's `forceCanceled`).
     pub force_canceled: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// A code saying why, for tooling (AWS's `reasonCode`).
     pub reason_code: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Why, for people (AWS's `comment`).
     pub comment: Option<String>,
     #[serde(flatten)]
+    /// Its settings: timeouts, retries, rollout, aborts.
     pub config: JobConfig,
     #[serde(default)]
+    /// `SNAPSHOT`, or `CONTINUOUS` for things added to its groups later (AWS's `targetSelection`).
     pub target_selection: TargetSelection,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// When it starts, ends, and may roll out (AWS's `schedulingConfig`).
     pub scheduling_config: Option<SchedulingConfig>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The template's ARN (AWS's `jobTemplateArn`).
     pub job_template_arn: Option<String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    /// The values filled into its template's placeholders (AWS's `documentParameters`).
     pub document_parameters: BTreeMap<String, String>,
     /// Epoch seconds.
     pub created_at: u64,
+    /// When it last changed, in seconds since the epoch (AWS's `lastUpdatedAt`).
     pub last_updated_at: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// When it completed, in seconds since the epoch (AWS's `completedAt`).
     pub completed_at: Option<u64>,
+    /// How many executions are in each status (AWS's `jobProcessDetails`).
     pub job_process_details: JobProcessDetails,
     /// How many of its latest executions are in each status.
     #[serde(default)]
     pub executions: BTreeMap<Status, u64>,
     #[serde(default)]
+    /// How far its rollout got.
     pub rollout: RolloutProgress,
 }
 
@@ -836,13 +999,21 @@ pub struct JobDescription {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct JobProcessDetails {
+    /// Executions queued.
     pub number_of_queued_things: u64,
+    /// Executions in progress.
     pub number_of_in_progress_things: u64,
+    /// After this many more things succeeded (AWS's `numberOfSucceededThings`).
     pub number_of_succeeded_things: u64,
+    /// Executions that failed.
     pub number_of_failed_things: u64,
+    /// Executions the device rejected.
     pub number_of_rejected_things: u64,
+    /// Executions that timed out.
     pub number_of_timed_out_things: u64,
+    /// Executions canceled.
     pub number_of_canceled_things: u64,
+    /// Executions removed (their thing left the group, or was deleted).
     pub number_of_removed_things: u64,
 }
 
@@ -868,9 +1039,12 @@ impl JobProcessDetails {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RolloutProgress {
+    /// Things notified so far.
     pub notified_things: u64,
+    /// Things the job targets in all.
     pub total_things: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Things notified per minute now; None when not limited.
     pub rate_per_minute: Option<f64>,
     /// With maintenance windows: when the open one closes (epoch seconds)…
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -884,16 +1058,21 @@ pub struct RolloutProgress {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct JobListing {
+    /// The job's id (AWS's `jobId`).
     pub job_id: String,
     /// How many things it targets.
     pub targets: usize,
     #[serde(default)]
+    /// The job's status.
     pub status: JobStatus,
     #[serde(default)]
+    /// When it was made, in seconds since the epoch (AWS's `createdAt`).
     pub created_at: u64,
     #[serde(default)]
+    /// When it last changed, in seconds since the epoch (AWS's `lastUpdatedAt`).
     pub last_updated_at: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// When it completed, in seconds since the epoch (AWS's `completedAt`).
     pub completed_at: Option<u64>,
 }
 
@@ -901,14 +1080,22 @@ pub struct JobListing {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ExecutionListing {
+    /// The thing's name (AWS's `thingName`).
     pub thing_name: String,
+    /// The job's id (AWS's `jobId`).
     pub job_id: String,
+    /// The execution's status.
     pub status: Status,
+    /// When the execution was queued, in seconds since the epoch (AWS's `queuedAt`).
     pub queued_at: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// When the execution started, in seconds since the epoch (AWS's `startedAt`).
     pub started_at: Option<u64>,
+    /// When it last changed, in seconds since the epoch (AWS's `lastUpdatedAt`).
     pub last_updated_at: u64,
+    /// Which execution of the job on this thing this is, from 1 (AWS's `executionNumber`).
     pub execution_number: u64,
+    /// The execution's version, raised by every update (AWS's `versionNumber`).
     pub version_number: u64,
 }
 

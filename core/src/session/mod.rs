@@ -46,7 +46,9 @@ use crate::topics;
 /// renewal of its registrations).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Outgoing {
+    /// What to publish.
     pub publish: Publish,
+    /// The call it belongs to, if any (a refused publish fails that call).
     pub call: Option<CallId>,
 }
 
@@ -76,15 +78,22 @@ pub enum SessionEvent {
     /// Call `call` finished. `op` names what it was: the state store command (`SET`, `GET`,
     /// ..., `KEYNOTIFY` for observe and unobserve), `jobs`, `command` or `commandStatus`.
     Completed {
+        /// The call it answers.
         call: CallId,
+        /// Which call it was (`SET`, `createJob`, ...).
         op: &'static str,
+        /// Its result.
         result: Result<Completion, ClientError>,
     },
     /// An observed key changed (see [`Event::Changed`]).
     Changed {
+        /// The key that changed.
         key: Bytes,
+        /// How: a new value, or deleted.
         change: Notification,
+        /// The change's version, when the notification carried one.
         version: Option<Hlc>,
+        /// Found by reading the key back after a reconnect (the notification was missed).
         synthetic: bool,
     },
     /// A jobs notification for a thing this session acts as.
@@ -94,13 +103,28 @@ pub enum SessionEvent {
     /// A key was made (`created`) or is gone, from the server's keyspace events (after
     /// [`Session::watch_keyspace`]). Events are QoS 0 and may come out of order across
     /// nodes: a key browser scans again after a reconnect.
-    Keyspace { key: Bytes, created: bool },
+    Keyspace {
+        /// The key.
+        key: Bytes,
+        /// True when it was made, false when it was deleted or expired.
+        created: bool,
+    },
     /// Held lease `lease` was renewed (`version`: the renewing SET's; the fencing token stays
     /// the one it was acquired with).
-    LeaseRenewed { lease: CallId, version: Hlc },
+    LeaseRenewed {
+        /// The lease (the id its acquisition returned).
+        lease: CallId,
+        /// The renewal's version.
+        version: Hlc,
+    },
     /// Held lease `lease` is lost: a renewal found someone else holding the key, or none was
     /// confirmed before it would lapse. Writes with its fencing token will be refused.
-    LeaseLost { lease: CallId, key: Bytes },
+    LeaseLost {
+        /// The lease (the id its acquisition returned).
+        lease: CallId,
+        /// Its key.
+        key: Bytes,
+    },
 }
 
 /// Which client a call belongs to.

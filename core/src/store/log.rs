@@ -45,31 +45,56 @@ const TABLE_DROPPED: u8 = 10;
 pub enum Record {
     /// A key's state after a write.
     Put {
+        /// The key.
         key: Bytes,
+        /// Its value.
         value: Bytes,
+        /// Its version.
         version: Hlc,
+        /// The fencing token protecting it, if any.
         fencing_token: Option<Hlc>,
         /// Milliseconds since the epoch at and after which the key is gone.
         expires_at: Option<u64>,
     },
     /// The key was deleted.
-    Del { key: Bytes },
+    Del {
+        /// The key.
+        key: Bytes,
+    },
     /// The node's clock when the log was written whole (versions after a restart follow it).
     Clock(Hlc),
     /// A job of the jobs service (its JSON).
     Job(Bytes),
     /// A thing's executions (their JSON) after a write.
-    Thing { thing: String, json: Bytes },
+    Thing {
+        /// The thing.
+        thing: String,
+        /// Its executions' record, as JSON.
+        json: Bytes,
+    },
     /// How far a job's rollout has got: the index of its next target, `None` once done.
-    Rollout { job_id: String, next: Option<u64> },
+    Rollout {
+        /// The job.
+        job_id: String,
+        /// The index of the next target to notify; None when the rollout is done.
+        next: Option<u64>,
+    },
     /// A job was deleted (with its rollout and its counts).
     JobDeleted(String),
     /// Things appended to a job's things (a continuous job's group grew).
-    JobThings { job_id: String, things: Vec<String> },
+    JobThings {
+        /// The job.
+        job_id: String,
+        /// The things it targets, in order.
+        things: Vec<String>,
+    },
     /// An entry of the jobs' tables (groups, templates) written, or removed (`None`).
     Entry {
+        /// The operator table (`groups`, `templates`, ...).
         table: String,
+        /// The entry's name.
         name: String,
+        /// Its value.
         value: Option<Bytes>,
     },
     /// A whole table of the jobs' tables removed.
@@ -203,13 +228,16 @@ fn hlc(out: &mut Vec<u8>, hlc: &Hlc) {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("at byte offset {offset}: {reason}")]
 pub struct LogError {
+    /// Where, in bytes from the start of the file.
     pub offset: usize,
+    /// What is wrong there.
     pub reason: String,
 }
 
 /// What reading a log found besides its records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Replayed {
+    /// How many records were read.
     pub records: usize,
     /// Where the last complete record ends; the bytes after it (if any) are a record whose
     /// write was cut off (a crash mid-append): never acknowledged, so safe to drop.

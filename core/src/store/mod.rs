@@ -36,15 +36,22 @@ pub type ClientId = Arc<str>;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StoreOp {
     /// The key's value and version.
-    Get { key: Bytes },
+    Get {
+        /// The key.
+        key: Bytes,
+    },
     /// A SET with everything the engine already decided; applied if fencing, the condition
     /// and the quotas allow.
     Set {
+        /// The key.
         key: Bytes,
+        /// The value to write.
         value: Bulk,
+        /// When to apply: always, NX or NEX.
         condition: Condition,
         /// Milliseconds since the epoch at and after which the key is gone.
         expires_at: Option<u64>,
+        /// The fencing token presented, if any.
         fencing_token: Option<Hlc>,
         /// The version the key gets if the SET applies.
         version: Hlc,
@@ -54,26 +61,41 @@ pub enum StoreOp {
     },
     /// A DEL, or with `if_value` a VDEL; applied if fencing (and the value) allow.
     Delete {
+        /// The key.
         key: Bytes,
+        /// Delete only if the key holds this value (VDEL).
         if_value: Option<Bytes>,
+        /// The fencing token presented, if any.
         fencing_token: Option<Hlc>,
     },
     /// Register `client` for changes of `key` (idempotent). With `lease_until`, every
     /// registration of the client lasts until then (or a later renewal): a client that stops
     /// renewing loses them, however it left.
     Watch {
+        /// The client.
         client: ClientId,
+        /// The key.
         key: Bytes,
+        /// When the registration's lease ends (ms since the epoch); None: no lease.
         lease_until: Option<u64>,
     },
     /// Remove that registration.
-    Unwatch { client: ClientId, key: Bytes },
+    Unwatch {
+        /// The client.
+        client: ClientId,
+        /// The key it stops watching.
+        key: Bytes,
+    },
     /// Up to `limit` keys after `after`, in the store's stable order, that match `pattern`,
     /// examining at most `budget` keys.
     Scan {
+        /// The pattern keys must match.
         pattern: Pattern,
+        /// Start after this key; None from the first.
         after: Option<Bytes>,
+        /// At most this many keys.
         limit: usize,
+        /// At most this many keys looked at (matching or not).
         budget: usize,
     },
 }
@@ -81,8 +103,11 @@ pub enum StoreOp {
 /// What a [`StoreOp`] did; each op has its own variant.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StoreReply {
+    /// The value and its version, or None.
     Get(Option<(Bulk, Hlc)>),
+    /// What the SET did, or why it was refused.
     Set(Result<SetOutcome, ServiceError>),
+    /// What the delete did, or why it was refused.
     Delete(Result<DelOutcome, ServiceError>),
     /// Registered, or refused by the registration limits.
     Watch(Result<(), ServiceError>),
@@ -90,7 +115,9 @@ pub enum StoreReply {
     Unwatch(bool),
     /// The keys found, and the last key examined when the scan stopped before the end.
     Scan {
+        /// The matching keys of this page.
         keys: Vec<Bytes>,
+        /// The last key looked at, where the next page starts; None at the end.
         last: Option<Bytes>,
     },
 }
@@ -101,13 +128,18 @@ pub enum SetOutcome {
     /// Applied with `version` ([`version_after`] the key's stored version); the clients
     /// watching the key; whether it made the key.
     Applied {
+        /// The clients to notify.
         watchers: Vec<ClientId>,
+        /// The new version.
         version: Hlc,
         /// The key did not exist before (for the keyspace events).
         created: bool,
     },
     /// NX/NEX did not hold; the key's current version.
-    NotApplied { version: Hlc },
+    NotApplied {
+        /// The key's current version.
+        version: Hlc,
+    },
 }
 
 /// What a DEL or VDEL did.
@@ -116,9 +148,12 @@ pub enum DelOutcome {
     /// Deleted; the clients watching the key, and the version the key had (the deletion's
     /// own version is newer: the engine's clock receives this one).
     Deleted {
+        /// The clients to notify.
         watchers: Vec<ClientId>,
+        /// The delete's version.
         version: Hlc,
     },
+    /// There was no such key (or the value did not match).
     Absent,
     /// VDEL: the value did not match.
     ValueMismatch,
@@ -127,6 +162,7 @@ pub enum DelOutcome {
 /// Limits on what a store holds. `None` is unlimited.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Quotas {
+    /// At most this many keys.
     pub max_keys: Option<u64>,
     /// Total bytes of keys and values.
     pub max_bytes: Option<u64>,
@@ -159,6 +195,7 @@ impl Quotas {
 /// How much a store holds.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct StoreStats {
+    /// Keys held.
     pub keys: u64,
     /// Total bytes of keys and values.
     pub bytes: u64,
@@ -170,8 +207,11 @@ pub struct StoreStats {
 /// newer than `version`, the key's last.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Expired {
+    /// The key that expired.
     pub key: Bytes,
+    /// The clients to notify.
     pub watchers: Vec<ClientId>,
+    /// The expiry's version.
     pub version: Hlc,
 }
 
