@@ -6,6 +6,7 @@
 
 /** Base class of every mqstore error; `code` is the error's stable number. */
 export class MqstoreError extends Error {
+  /** The error's stable number, the same in every mqstore binding. */
   readonly code: number;
   constructor(message: string, code: number) {
     super(message);
@@ -27,6 +28,7 @@ export class InvalidArgumentError extends MqstoreError {
  * other.
  */
 export class ServiceError extends MqstoreError {
+  /** The exact text the state store answered with (after `-ERR `). */
   readonly text: string;
   constructor(message: string, code = 199, text?: string) {
     super(message, code);
@@ -79,6 +81,7 @@ export class BrokerDisconnectedError extends ConnectionLostError { constructor(m
  * `VersionMismatch`, `InvalidStateTransition`...). Code 212.
  */
 export class JobsError extends MqstoreError {
+  /** The jobs service's code (AWS's: `ResourceNotFound`, `VersionMismatch`, ...). */
   readonly jobsCode: string;
   constructor(message: string, jobsCode = "") {
     super(message, 212);
@@ -88,6 +91,7 @@ export class JobsError extends MqstoreError {
 
 /** A command that did not succeed; `commandId` names it (for `commandStatus`). */
 export class CommandError extends MqstoreError {
+  /** The command's id (a UUID), for `commandStatus`. */
   readonly commandId: string;
   constructor(message: string, code: number, commandId = "") {
     super(message, code);
@@ -111,6 +115,7 @@ export class CommandRejectedError extends CommandError {
  * large, not authorized, quota exceeded); `reasonCode` is that code. It was not applied. Code 216.
  */
 export class PublishRefusedError extends MqstoreError {
+  /** The PUBACK's reason code (0x87 not authorized, 0x97 quota exceeded, ...), when known. */
   readonly reasonCode: number | undefined;
   constructor(message: string, reasonCode?: number) {
     super(message, 216);
@@ -139,9 +144,13 @@ const clients = [
 
 /** The fields the WebAssembly module puts on its errors beside `message` and `code`. */
 export interface ErrorDetails {
+  /** A state store refusal's exact text. */
   text?: string;
+  /** The jobs service's code. */
   jobsCode?: string;
+  /** The command's id. */
   commandId?: string;
+  /** The broker's PUBACK reason code. */
   reasonCode?: number;
 }
 

@@ -133,7 +133,9 @@ export function parseHlc(text: string): wasm.Hlc {
 export interface ConnectOptions {
   /** The MQTT client id (no `:`); default `mqstore-js-` and random hex. */
   clientId?: string;
+  /** The user name to log in with. */
   username?: string;
+  /** The password to log in with. */
   password?: string;
   /** Every call's timeout, and the connection's, in milliseconds (10 000). */
   timeoutMs?: number;
@@ -163,44 +165,58 @@ export interface SetOptions {
 export interface SetResult {
   /** False when NX/NEX did not hold (nothing changed). */
   applied: boolean;
+  /** The key's version. */
   version: wasm.Hlc | null;
 }
 
 /** A value and its version. */
 export interface Versioned {
+  /** The value. */
   value: Uint8Array;
   /** The value as UTF-8 text (bytes that are not UTF-8 become U+FFFD). */
   readonly text: string;
+  /** The key's version. */
   version: wasm.Hlc | null;
 }
 
 /** What a DEL or VDEL did. */
 export interface DeleteResult {
+  /** What happened: `deleted`, `absent`, or `value_mismatch` (VDEL). */
   outcome: "deleted" | "absent" | "value_mismatch";
+  /** The key's version. */
   version: wasm.Hlc | null;
 }
 
 /** A change of an observed key. */
 export interface Change {
+  /** The key. */
   key: Uint8Array;
   /** The new value; null when the key was deleted or expired. */
   value: Uint8Array | null;
   /** The new value as UTF-8 text; null when the key was deleted or expired. */
   readonly text: string | null;
+  /** The key's version. */
   version: wasm.Hlc | null;
   /** Found by reading the key back after a reconnect: the notification itself was missed. */
   synthetic: boolean;
 }
 
 type Completed = {
+  /** Which kind of event it is. */
   kind: "completed";
+  /** The call it answers. */
   call: number;
+  /** Which call it was. */
   op: string;
+  /** Why it failed, when it did. */
   error?: Error & { code: number };
+  /** The decoded answer. */
   response?: Response;
+  /** The key's version. */
   version?: wasm.Hlc | null;
   /** A state store call: the core's reading of its answer (SET applied; DEL/VDEL outcome). */
   applied?: boolean;
+  /** True when the key was deleted. */
   deleted?: DeleteResult["outcome"];
   /** A jobs or commands call's answer. */
   result?: any;
@@ -286,6 +302,7 @@ function connectWatched(url: string, options: IClientOptions): Promise<MqttClien
  * `set`, `get`, `del`, `vdel`, `scan`, `observe`; `close()` at the end.
  */
 export class Client {
+  /** The client id (generated when absent). */
   readonly clientId: string;
   #mqtt: MqttClient;
   #core: wasm.ClientCore;
@@ -564,10 +581,12 @@ export class Client {
     let done = false;
     const iterator: AsyncIterableIterator<Change> = {
       [Symbol.asyncIterator]: () => iterator,
+      /** Takes the next change. */
       next: async () => {
         while (!done && queue.length === 0) await new Promise<void>((r) => (wake = r));
         return done ? { done: true, value: undefined } : { done: false, value: queue.shift()! };
       },
+      /** Stops observing. */
       return: async () => {
         done = true;
         wake?.();
@@ -989,6 +1008,7 @@ export interface JobSpec {
   inProgressTimeoutMinutes?: number;
   /** Executions that end FAILED or TIMED_OUT are queued again this many times (0–10). */
   maxRetries?: number;
+  /** What it is for, for people. */
   description?: string;
   /** How fast things are notified. */
   jobExecutionsRolloutConfig?: RolloutConfig;
@@ -1000,20 +1020,27 @@ export interface JobSpec {
 
 /** A key made (`created`) or gone (deleted or expired): `watchKeyspace`. */
 export interface KeyspaceEvent {
+  /** The key. */
   key: Uint8Array;
+  /** True when the key was made, false when it was deleted or expired. */
   created: boolean;
 }
 
 /** `schedulingConfig` (AWS's): UTC times `YYYY-MM-DDTHH:MM`. */
 export interface SchedulingConfig {
+  /** When it starts (ISO 8601, UTC; for a window, AWS's cron expression). */
   startTime?: string;
+  /** When it ends (ISO 8601, UTC). */
   endTime?: string;
+  /** What happens at `endTime`: `STOP_ROLLOUT`, `CANCEL` or `FORCE_CANCEL`. */
   endBehavior?: "STOP_ROLLOUT" | "CANCEL" | "FORCE_CANCEL";
+  /** When the rollout may notify things (AWS's `maintenanceWindows`). */
   maintenanceWindows?: MaintenanceWindow[];
 }
 
 /** A recurring window: from each time AWS's cron (`cron(min hour dom month dow year)`, UTC) fires, for its duration. */
 export interface MaintenanceWindow {
+  /** When it starts (ISO 8601, UTC; for a window, AWS's cron expression). */
   startTime: string;
   /** 1–1430. */
   durationInMinutes: number;
@@ -1021,23 +1048,35 @@ export interface MaintenanceWindow {
 
 /** A thing group as `describeThingGroup` answers. */
 export interface ThingGroup {
+  /** The group's name. */
   thingGroupName: string;
+  /** The group's id. */
   thingGroupId: string;
+  /** The group's ARN. */
   thingGroupArn: string;
+  /** The group's properties (its description). */
   thingGroupProperties: { thingGroupDescription?: string };
+  /** When the group was made. */
   thingGroupMetadata: { creationDate: number };
 }
 
 /** A job template: what `createJobTemplate` takes and `describeJobTemplate` answers. */
 export interface JobTemplate {
+  /** The template's id. */
   jobTemplateId: string;
   /** May hold `${aws:iot:parameter:NAME}` placeholders. */
   document: object;
+  /** What it is for, for people. */
   description?: string;
+  /** When executions in progress time out (AWS's `timeoutConfig`). */
   timeoutConfig?: { inProgressTimeoutInMinutes?: number };
+  /** How often failed executions are retried (AWS's `jobExecutionsRetryConfig`). */
   jobExecutionsRetryConfig?: JobSpec["jobExecutionsRetryConfig"];
+  /** How fast things are notified (AWS's `jobExecutionsRolloutConfig`). */
   jobExecutionsRolloutConfig?: RolloutConfig;
+  /** When the job is canceled for too many failures (AWS's `abortConfig`). */
   abortConfig?: JobSpec["abortConfig"];
+  /** When the rollout may notify things (AWS's `maintenanceWindows`). */
   maintenanceWindows?: MaintenanceWindow[];
   /** Answered by `describeJobTemplate`. */
   jobTemplateArn?: string;
@@ -1049,7 +1088,9 @@ export interface JobTemplate {
 export interface RolloutConfig {
   /** Things notified per minute at most (1–1000). */
   maximumPerMinute?: number;
+  /** A rate that grows as things succeed (AWS's `exponentialRate`). */
   exponentialRate?: {
+    /** The rate to start at. */
     baseRatePerMinute: number;
     /** 1.1–5. */
     incrementFactor: number;
@@ -1060,20 +1101,29 @@ export interface RolloutConfig {
 
 /** One criterion of `abortConfig` (AWS's). */
 export interface AbortCriteria {
+  /** Which ending counts: `FAILED`, `REJECTED`, `TIMED_OUT` or `ALL`. */
   failureType: "FAILED" | "REJECTED" | "TIMED_OUT" | "ALL";
+  /** What to do: `CANCEL`. */
   action: "CANCEL";
   /** 0–100. */
   thresholdPercentage: number;
+  /** Only once this many things finished. */
   minNumberOfExecutedThings: number;
 }
 
 /** What `updateJob` changes (absent: unchanged). */
 export interface JobUpdate {
+  /** The job's id (AWS's `jobId`). */
   jobId: string;
+  /** What it is for, for people. */
   description?: string;
+  /** When executions in progress time out (AWS's `timeoutConfig`). */
   timeoutConfig?: { inProgressTimeoutInMinutes?: number };
+  /** How often failed executions are retried (AWS's `jobExecutionsRetryConfig`). */
   jobExecutionsRetryConfig?: JobSpec["jobExecutionsRetryConfig"];
+  /** How fast things are notified (AWS's `jobExecutionsRolloutConfig`). */
   jobExecutionsRolloutConfig?: RolloutConfig;
+  /** When the job is canceled for too many failures (AWS's `abortConfig`). */
   abortConfig?: JobSpec["abortConfig"];
 }
 
@@ -1082,86 +1132,141 @@ export type JobLifecycle = "SCHEDULED" | "IN_PROGRESS" | "CANCELED" | "COMPLETED
 
 /** An entry of `listJobs` (times in epoch seconds). */
 export interface JobListing {
+  /** The job's id (AWS's `jobId`). */
   jobId: string;
+  /** The things and groups it targets (names or ARNs). */
   targets: number;
+  /** The status. */
   status: JobLifecycle;
+  /** When it was made, in seconds since the epoch. */
   createdAt: number;
+  /** When it last changed, in seconds since the epoch. */
   lastUpdatedAt: number;
+  /** When it completed, in seconds since the epoch. */
   completedAt?: number;
 }
 
 /** A job as `describeJob` answers (AWS's `Job`, with mqstore's counts and rollout progress). */
 export interface JobDescription {
+  /** The job's id (AWS's `jobId`). */
   jobId: string;
+  /** The status. */
   status: JobLifecycle;
+  /** The job document the devices get. */
   document: object;
+  /** The things and groups it targets (names or ARNs). */
   targets: string[];
+  /** What it is for, for people. */
   description?: string;
+  /** Canceled with `force`. */
   forceCanceled?: boolean;
+  /** A code saying why, for tooling. */
   reasonCode?: string;
+  /** Why, for people. */
   comment?: string;
+  /** When executions in progress time out (AWS's `timeoutConfig`). */
   timeoutConfig?: { inProgressTimeoutInMinutes?: number | null };
+  /** How often failed executions are retried (AWS's `jobExecutionsRetryConfig`). */
   jobExecutionsRetryConfig?: JobSpec["jobExecutionsRetryConfig"];
+  /** How fast things are notified (AWS's `jobExecutionsRolloutConfig`). */
   jobExecutionsRolloutConfig?: RolloutConfig;
+  /** When the job is canceled for too many failures (AWS's `abortConfig`). */
   abortConfig?: JobSpec["abortConfig"];
+  /** When it was made, in seconds since the epoch. */
   createdAt: number;
+  /** When it last changed, in seconds since the epoch. */
   lastUpdatedAt: number;
+  /** When it completed, in seconds since the epoch. */
   completedAt?: number;
   /** Things by the status of their latest execution (AWS's). */
   jobProcessDetails: Record<string, number>;
   /** How many of its latest executions are in each status. */
   executions: Partial<Record<JobStatus, number>>;
+  /** `SNAPSHOT`, or `CONTINUOUS` for things added to its groups later. */
   targetSelection: "SNAPSHOT" | "CONTINUOUS";
+  /** When it starts, ends, and may roll out (AWS's `schedulingConfig`). */
   schedulingConfig?: SchedulingConfig;
+  /** The template it was made from. */
   jobTemplateArn?: string;
+  /** The values filled into the template's placeholders. */
   documentParameters?: Record<string, string>;
   /**
    * How far its rollout got, its rate now, and (with maintenance windows) when the open one
    * closes or the next opens (epoch seconds).
    */
   rollout: {
+    /** Things notified so far. */
     notifiedThings: number;
+    /** Things targeted in all. */
     totalThings: number;
+    /** Things notified per minute now; absent when not limited. */
     ratePerMinute?: number;
+    /** When the open maintenance window closes (ms since the epoch). */
     windowClosesAt?: number;
+    /** When the next maintenance window opens (ms since the epoch). */
     nextWindowAt?: number;
   };
 }
 
 /** An execution (`JobExecution` of the AWS IoT Jobs API; times in epoch seconds). */
 export interface JobExecution {
+  /** The job's id (AWS's `jobId`). */
   jobId: string;
+  /** The thing's name. */
   thingName?: string;
+  /** The status. */
   status: JobStatus;
+  /** The device's own key/value details of its status. */
   statusDetails?: Record<string, string>;
+  /** When it was queued, in seconds since the epoch. */
   queuedAt: number;
+  /** When the device started it, in seconds since the epoch. */
   startedAt?: number;
+  /** When it last changed, in seconds since the epoch. */
   lastUpdatedAt: number;
+  /** The execution's version, raised by every update. */
   versionNumber: number;
+  /** Which execution of the job on this thing, from 1. */
   executionNumber: number;
+  /** The job document. */
   jobDocument?: object;
+  /** Seconds left before the execution times out. */
   approximateSecondsBeforeTimedOut?: number;
 }
 
 /** An entry of a pending list (`JobExecutionSummary`). */
 export interface JobSummary {
+  /** The job's id (AWS's `jobId`). */
   jobId: string;
+  /** When it was queued, in seconds since the epoch. */
   queuedAt: number;
+  /** When the device started it, in seconds since the epoch. */
   startedAt?: number;
+  /** When it last changed, in seconds since the epoch. */
   lastUpdatedAt: number;
+  /** Which execution of the job on this thing, from 1. */
   executionNumber: number;
+  /** The execution's version, raised by every update. */
   versionNumber: number;
 }
 
 /** An entry of `listJobExecutions`: a thing's latest execution of a job. */
 export interface ExecutionListing {
+  /** The thing's name. */
   thingName: string;
+  /** The job's id (AWS's `jobId`). */
   jobId: string;
+  /** The status. */
   status: JobStatus;
+  /** When it was queued, in seconds since the epoch. */
   queuedAt: number;
+  /** When the device started it, in seconds since the epoch. */
   startedAt?: number | null;
+  /** When it last changed, in seconds since the epoch. */
   lastUpdatedAt: number;
+  /** Which execution of the job on this thing, from 1. */
   executionNumber: number;
+  /** The execution's version, raised by every update. */
   versionNumber: number;
 }
 
@@ -1171,15 +1276,22 @@ export type JobNotification =
   | { kind: "notify-next"; thing: string; execution: JobExecution | null };
 
 /** An update of one execution (`Jobs.update`). */
-export interface JobUpdate {
+export interface ExecutionUpdate {
+  /** The job's id (AWS's `jobId`). */
   jobId: string;
+  /** The status. */
   status?: "IN_PROGRESS" | "SUCCEEDED" | "FAILED" | "REJECTED";
+  /** The device's own key/value details of its status. */
   statusDetails?: Record<string, string>;
   /** Rejected with VersionMismatch unless the execution is at this version. */
   expectedVersion?: number;
+  /** Which execution of the job on this thing, from 1. */
   executionNumber?: number;
+  /** A timeout for this step, in minutes (AWS's `stepTimeoutInMinutes`). */
   stepTimeoutMinutes?: number;
+  /** Whether the answer carries the execution's state. */
   includeState?: boolean;
+  /** Whether the answer carries the job document. */
   includeDocument?: boolean;
 }
 
@@ -1188,6 +1300,7 @@ export interface JobUpdate {
  * update, and its notifications.
  */
 export class Jobs {
+  /** The thing's name. */
   readonly thing: string;
   #device: (api: string, args: object) => Promise<any>;
   #listen: (listener: (n: JobNotification) => void) => () => void;
@@ -1223,7 +1336,7 @@ export class Jobs {
   }
 
   /** Updates an execution; a JobsError (`jobsCode` VersionMismatch, InvalidStateTransition...) when refused. */
-  async update(update: JobUpdate): Promise<{ executionState?: { status: JobStatus; statusDetails?: Record<string, string>; versionNumber: number }; jobDocument?: object }> {
+  async update(update: ExecutionUpdate): Promise<{ executionState?: { status: JobStatus; statusDetails?: Record<string, string>; versionNumber: number }; jobDocument?: object }> {
     const { executionState, jobDocument } = await this.#device("update", update);
     return { executionState, jobDocument };
   }
@@ -1242,6 +1355,7 @@ export interface CommandOptions {
   timeoutMs?: number;
   /** `await` (the default), `oneway` or `detached`. */
   mode?: "await" | "oneway" | "detached";
+  /** The payload's content type, if given. */
   contentType?: string;
   /** User properties for the device. */
   headers?: Record<string, string>;
@@ -1249,11 +1363,13 @@ export interface CommandOptions {
 
 /** What a command call returned. */
 export interface CommandReply {
+  /** The id. */
   id: string;
   /** SUCCEEDED for an awaited command, DELIVERED for a one-way one, SENT for a detached one. */
   status: "SUCCEEDED" | "DELIVERED" | "SENT";
   /** The device's answer (empty without one). */
   payload: Uint8Array;
+  /** The payload's content type, if given. */
   contentType?: string;
   /** The device's status code, when its profile reads one. */
   deviceStatus?: number;
@@ -1263,11 +1379,13 @@ export interface CommandReply {
 export interface CommandDefinition {
   /** `[a-zA-Z0-9_-]{1,64}`. */
   commandId: string;
+  /** What it is for, for people. */
   description?: string;
   /** `content` as text for JSON and text content types, base64 for others. */
   payload?: { content: string; contentType?: string };
   /** JSON text with `${aws:iot:commandexecution::parameter:NAME}` where each parameter goes. */
   payloadTemplate?: string;
+  /** The parameters a start fills (with their defaults). */
   mandatoryParameters?: { name: string; defaultValue?: unknown }[];
   /** When it was stored (set by the service). */
   createdMs?: number;
@@ -1275,22 +1393,34 @@ export interface CommandDefinition {
 
 /** A command's status record (as `mqstore command status` prints it; the answer's payload in base64). */
 export interface CommandRecord {
+  /** The id. */
   id: string;
+  /** The node that sent it. */
   node: string;
+  /** The command's topic. */
   topic: string;
+  /** The profile it was sent with. */
   profile: string;
   /** IN_PROGRESS: the device reported progress (`answer` holds its latest report); the command
    * stays open until a final status or its timeout. */
   status: "SENT" | "DELIVERED" | "IN_PROGRESS" | "SUCCEEDED" | "FAILED" | "REJECTED" | "TIMED_OUT";
   /** The stored command it was started from, if any. */
   command?: string;
+  /** When it was sent, in ms since the epoch. */
   sentMs: number;
+  /** When it times out, in ms since the epoch. */
   deadlineMs: number;
+  /** The device's answer, once it came. */
   answer?: {
+    /** The status. */
     status: string;
+    /** The payload. */
     payload: string;
+    /** The payload's content type, if given. */
     contentType?: string;
+    /** The device's status code. */
     code?: number;
+    /** The device's (or the service's) message. */
     message?: string;
     /** The device's reason code (AWS IoT commands' `statusReason.reasonCode`). */
     reasonCode?: string;

@@ -293,16 +293,19 @@ impl Hlc {
             .map_err(|e| invalid(e.to_string()))
     }
 
+    /// Milliseconds since the epoch of the clock that issued it.
     #[wasm_bindgen(getter, js_name = wallMs)]
     pub fn wall_ms(&self) -> f64 {
         self.inner.wall_ms as f64
     }
 
+    /// The logical counter: orders versions of the same millisecond.
     #[wasm_bindgen(getter)]
     pub fn counter(&self) -> u32 {
         self.inner.counter
     }
 
+    /// The node (or client) that issued it.
     #[wasm_bindgen(getter)]
     pub fn node(&self) -> String {
         self.inner.node.to_string()
