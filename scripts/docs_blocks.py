@@ -15,9 +15,10 @@ in order, in one scratch directory per file:
 
 A block that cannot run (it installs packages, runs until stopped, is a sketch) has
 `<!-- docs-test: skip (reason) -->` on the line before it; each is listed with its reason.
-Rust blocks are not run here (they are fragments; the API reference's examples run as
-doctests), nor are blocks of other languages (JSON, TOML, HTML, text): both are counted.
-Exits 1 if any block fails, and prints what it printed.
+Rust blocks are fragments of a program (`client` is a connected `Client`): each is compiled
+(`cargo check`), as the body of an async function of its own, in one crate that depends on
+`mqstore-core` and `mqstore-net`; they are not run. Blocks of other languages (JSON, TOML,
+HTML, text) are counted, not run. Exits 1 if any block fails, and prints what it printed.
 """
 
 from __future__ import annotations
@@ -176,11 +177,84 @@ def command_for(block: Block, scratch: Path, number: int) -> list[str]:
     ]
 
 
+RUST_PRELUDE = """#![allow(unused, unreachable_code, clippy::all)]
+use std::time::Duration;
+
+use mqstore_net::client::Client;
+
+type BlockResult = Result<(), Box<dyn std::error::Error>>;
+
+fn main() {}
+"""
+
+
+def check_rust(found: list[Block]) -> list[str]:
+    """Compiles every Rust block as the body of an async function (`client` in scope);
+    returns the failures."""
+    crate = ROOT / "target" / "docs-blocks"
+    (crate / "src").mkdir(parents=True, exist_ok=True)
+    (crate / "Cargo.toml").write_text(
+        f"""[package]
+name = "docs-blocks"
+version = "0.0.0"
+edition = "2024"
+publish = false
+
+# Not a member of mqstore's workspace: a crate of its own, with the workspace's lock file.
+[workspace]
+
+[dependencies]
+mqstore-core = {{ path = "{ROOT / "core"}" }}
+mqstore-net = {{ path = "{ROOT / "net"}", features = ["server"] }}
+bytes = "1"
+serde_json = "1"
+tokio = {{ version = "1", features = ["macros", "rt-multi-thread"] }}
+"""
+    )
+    shutil.copy(ROOT / "Cargo.lock", crate / "Cargo.lock")
+    source = [RUST_PRELUDE]
+    spans = []  # (first line, last line, block)
+    for number, block in enumerate(found):
+        first = sum(part.count("\n") for part in source) + 2
+        body = "".join(f"    {line}\n" for line in block.text.splitlines())
+        source.append(
+            f"async fn block_{number}(client: Client) -> BlockResult {{\n{body}    Ok(())\n}}\n"
+        )
+        spans.append((first, first + block.text.count("\n"), block))
+    (crate / "src" / "main.rs").write_text("".join(source))
+    result = subprocess.run(
+        ["cargo", "check", "--quiet", "--message-format", "short"],
+        cwd=crate,
+        env={**os.environ, "CARGO_TARGET_DIR": str(ROOT / "target")},
+        capture_output=True,
+        text=True,
+    )
+    if result.returncode == 0:
+        return []
+    failures = []
+    errors = [line for line in result.stderr.splitlines() if "error" in line]
+    for first, last, block in spans:
+        mine = [
+            line
+            for line in errors
+            if (m := re.match(r"src/main\.rs:(\d+):", line)) and first <= int(m.group(1)) <= last
+        ]
+        if mine:
+            where = f"{block.path.relative_to(ROOT)}:{block.line} (rust)"
+            failures.append(
+                f"{where}: does not compile\n--- block ---\n{block.text}--- errors ---\n"
+                + "\n".join(mine)
+            )
+    if not failures:
+        failures.append(f"the Rust blocks' crate does not build:\n{result.stderr}")
+    return failures
+
+
 def run_file(path: Path, mqstore: str, shim: Path) -> tuple[int, int, list[str], list[str]]:
     """Runs one file's blocks: (run, not runnable here, skipped with reasons, failures)."""
     found = blocks(path)
     runnable = [b for b in found if b.language in RUNNABLE]
-    other = len(found) - len(runnable)
+    other = len([b for b in found if b.language not in RUNNABLE and b.language != "rust"])
     skipped = [f"{path.relative_to(ROOT)}:{b.line}: {b.skip}" for b in runnable if b.skip]
     to_run = [b for b in runnable if not b.skip]
     failures: list[str] = []
@@ -254,6 +328,10 @@ def main() -> int:
     total_run = total_other = 0
     all_skipped: list[str] = []
     all_failures: list[str] = []
+    rust = [b for path in files for b in blocks(path) if b.language == "rust" and not b.skip]
+    print(f"Rust blocks: compiling {len(rust)} (cargo check)")
+    all_failures += check_rust(rust)
+    total_run += len(rust)
     for path in files:
         print(f"{path.relative_to(ROOT)}")
         ran, other, skipped, failures = run_file(path, mqstore, shim)
@@ -268,9 +346,10 @@ def main() -> int:
     for failure in all_failures:
         print(f"\nFAILED {failure}")
     print(
-        f"\ncommand blocks: {total_run} run, {len(all_failures)} failed, "
+        f"\ncommand blocks: {total_run} run ({len(rust)} of them Rust, compiled), "
+        f"{len(all_failures)} failed, "
         f"{len(all_skipped)} skipped with a reason, "
-        f"{total_other} not commands here (Rust fragments, JSON, TOML, HTML, text)"
+        f"{total_other} not commands (JSON, TOML, HTML, text)"
     )
     return 1 if all_failures else 0
 

@@ -260,19 +260,61 @@ enum mqstore_err
   : uint16_t
 #endif // __cplusplus
  {
+  /**
+   * The request's timestamp is too far ahead.
+   */
   MQSTORE_ERR_TIMESTAMP_SKEW = 101,
+  /**
+   * The key needs a fencing token.
+   */
   MQSTORE_ERR_FENCING_TOKEN_REQUIRED = 102,
+  /**
+   * The fencing token's timestamp is too far ahead.
+   */
   MQSTORE_ERR_FENCING_TOKEN_SKEW = 103,
+  /**
+   * The fencing token is older than the one protecting the key.
+   */
   MQSTORE_ERR_FENCING_TOKEN_LOWER_VERSION = 104,
+  /**
+   * A quota is reached.
+   */
   MQSTORE_ERR_QUOTA_EXCEEDED = 105,
+  /**
+   * The request is malformed (`syntax error`).
+   */
   MQSTORE_ERR_REQUEST_SYNTAX = 106,
+  /**
+   * An access rule forbids it.
+   */
   MQSTORE_ERR_NOT_AUTHORIZED = 107,
+  /**
+   * The command is not one the state store knows.
+   */
   MQSTORE_ERR_UNKNOWN_COMMAND = 108,
+  /**
+   * The command has too many or too few arguments.
+   */
   MQSTORE_ERR_WRONG_NUMBER_OF_ARGUMENTS = 109,
+  /**
+   * The request has no timestamp.
+   */
   MQSTORE_ERR_MISSING_TIMESTAMP = 110,
+  /**
+   * The request's timestamp cannot be read.
+   */
   MQSTORE_ERR_MALFORMED_TIMESTAMP = 111,
+  /**
+   * The key is empty.
+   */
   MQSTORE_ERR_KEY_LENGTH_ZERO = 112,
+  /**
+   * The notification topic would be longer than MQTT allows.
+   */
   MQSTORE_ERR_NOTIFICATION_TOPIC_TOO_LONG = 113,
+  /**
+   * The answer is larger than the broker accepts.
+   */
   MQSTORE_ERR_RESPONSE_TOO_LARGE = 114,
   /**
    * An `-ERR` text this version does not know (a newer server).

@@ -308,7 +308,7 @@ pub(crate) struct ServeArgs {
     /// key made or deleted: restrict who may subscribe in the broker's ACL, or turn them off.
     #[arg(long)]
     pub(crate) no_keyspace_events: bool,
-    /// Device profiles for commands (JSON, see the README), besides the built-in mqtt5, dji,
+    /// Device profiles for commands (JSON, see docs/guide/commands.md), besides the built-in mqtt5, dji,
     /// iothub and aws.
     #[arg(long)]
     pub(crate) command_profiles: Option<PathBuf>,

@@ -380,7 +380,7 @@ async fn sentinel_failover_without_wait_measures_what_it_loses() {
 /// Two replicas per primary, so that the promoted one still has a replica to confirm writes:
 /// with one, its shard answers 503 until the dead node is back and synced, and every call to
 /// it waits out `WAIT`'s timeout on its connection (too slow a recovery for a test on two
-/// cores to bound; the README says so).
+/// cores to bound; docs/guide/redis.md says so).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_failover_with_wait_1_loses_no_acknowledged_write() {
     let _alone = alone().await;

@@ -731,7 +731,7 @@ async fn histories_on_three_nodes_are_linearizable_across_a_node_crash() {
     assert!(linearizable, "not linearizable: {report}");
 }
 
-/// With Redis's append-only file fsynced at every write (`appendfsync always`, as the README
+/// With Redis's append-only file fsynced at every write (`appendfsync always`, as docs/guide/redis.md
 /// asks), every write a node acknowledged is there after Redis is killed and restarted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acknowledged_writes_survive_a_redis_crash_with_appendfsync_always() {

@@ -577,7 +577,7 @@ on_both_brokers! {
                 server.wait_metric("mqstore_clients_dropped_total 1").await;
             }
             // Mochi has no such reason code: the server says so (metric and log), and keeps
-            // the registration, as the README's Brokers section documents.
+            // the registration, as docs/guide/brokers.md documents.
             _ => {
                 server
                     .wait_metric("mqstore_broker_reports_no_subscribers 0")

@@ -10,7 +10,9 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::client::{Client, Command, JobsCall};
 use mqstore_core::client::ClientError;
-use mqstore_core::client::jobs::{DeviceRequest, JobNotification, Update, parse, read_execution};
+/// An update of one execution, for [`Jobs::update`].
+pub use mqstore_core::client::jobs::Update;
+use mqstore_core::client::jobs::{DeviceRequest, JobNotification, parse, read_execution};
 use mqstore_core::jobs::{
     ExecutionCancel, ExecutionListing, ExecutionRef, GroupListing, JobDescription, JobExecution,
     JobListing, JobSpec, JobStatus, JobTemplate, JobUpdate, Membership, OperatorRequest,

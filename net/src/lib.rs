@@ -8,6 +8,52 @@
 //! * With the `server` feature: the node `mqstore serve` runs (`server`, the `commander`
 //!   that talks to devices, the Redis store, metrics and the load generator). Clients leave it
 //!   off and carry no Redis client and no server.
+//!
+//! A service that uses the state store, a lease, a job and a command, against the broker that
+//! `bash scripts/run` starts with `mqstore serve` beside it:
+//!
+//! ```no_run
+//! use std::time::Duration;
+//!
+//! use mqstore_core::commands::CommandRequest;
+//! use mqstore_core::jobs::{JobSpec, Status};
+//! use mqstore_net::client::{Client, ClientOptions, SetOptions};
+//! use mqstore_net::jobs::{StartNext, Update};
+//! use mqstore_net::lease::Lease;
+//!
+//! # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let client = Client::connect(ClientOptions::new("backend-1", "127.0.0.1", 1883)).await?;
+//!
+//! // Keys: versions, conditions, and every change as it happens.
+//! client.set("greeting", "hello", SetOptions::default()).await?;
+//! let found = client.get("greeting").await?.expect("just set");
+//! println!("{:?} at {:?}", found.value, found.version);
+//! let mut changes = client.observe("greeting").await?;
+//! client.set("greeting", "hi", SetOptions::default()).await?;
+//! println!("{:?}", changes.next().await.map(|change| change.value));
+//!
+//! // A lease: renewed in the background; its fencing token guards the writes it protects.
+//! if let Some(lock) = Lease::acquire(&client, "orders-lock", Duration::from_secs(10), None).await? {
+//!     let guarded = SetOptions { fencing_token: Some(lock.fencing_token().clone()), ..Default::default() };
+//!     client.set("orders", "42", guarded).await?;
+//!     lock.release().await?;
+//! }
+//!
+//! // A job, and the device's side of it.
+//! let spec = JobSpec::new("blink", vec!["pump-1".into()], serde_json::json!({ "led": "green" }));
+//! client.create_job(spec).await?;
+//! let mut pump = client.jobs("pump-1").await?;
+//! if let Some(execution) = pump.start_next(StartNext::default()).await? {
+//!     let done = Update { job_id: execution.job_id, status: Some(Status::Succeeded), ..Update::default() };
+//!     pump.update(done).await?;
+//! }
+//!
+//! // A command to a device, and its answer (or a typed error: failed, rejected, timed out).
+//! let reply = client.command(CommandRequest::new("devices/pump-1/reboot", "{}")).await?;
+//! println!("{} {:?}", reply.status, reply.payload);
+//! client.close().await;
+//! # Ok(()) }
+//! ```
 
 #![deny(missing_docs)]
 
@@ -272,8 +318,8 @@ pub fn protocol_hint(error: &mqstore_core::client::ClientError) -> Option<&'stat
     match error {
         mqstore_core::client::ClientError::Protocol(text) if text == &unreadable_ack(0x01) => Some(
             "Mochi MQTT v2 sends PUBACK reason code 0x01 with the publish's user properties \
-             unless its Compatibilities.NoInheritedPropertiesOnAck is true (see the README's \
-             Brokers section)",
+             unless its Compatibilities.NoInheritedPropertiesOnAck is true (see \
+             docs/guide/brokers.md)",
         ),
         _ => None,
     }

@@ -537,7 +537,7 @@ impl RedisStore {
                 expires_at,
                 fencing_token,
                 version,
-                persist: _, // Redis's own persistence settings decide (see the README)
+                persist: _, // Redis's own persistence settings decide (see docs/guide/redis.md)
             } => {
                 let mut call = self.key_script(&self.scripts.set, key, now_ms);
                 call.arg(value.as_slice())
