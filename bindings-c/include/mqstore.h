@@ -1024,6 +1024,7 @@ bool mqstore_has_client(void);
  * Before the first call, subscribe (QoS 1) to every `mqstore_core_subscription` and wait for
  * the SUBACK; connect with a Will on `mqstore_core_presence_topic` (payload `gone`) so the
  * server forgets this client's registrations when it vanishes.
+ * Errors: MQSTORE_ERR_INVALID_ARGUMENT (a client id that is not UTF-8 or contains `:`).
  */
 int mqstore_core_new(const char *client_id,
                      uint64_t correlation_seed,
@@ -1064,6 +1065,7 @@ int mqstore_core_act_as(struct mqstore_core *core, const char *thing);
  * Reports every command's status change (any node's, any caller's) as an
  * MQSTORE_EVENT_COMMAND_RECORD event from now on: adds the command events' filter to the end
  * of the subscription list (subscribe to it as for `mqstore_core_act_as`). Again: nothing.
+ * Errors: MQSTORE_ERR_INVALID_ARGUMENT (a bad handle or message: nothing changes).
  */
 int mqstore_core_watch_commands(struct mqstore_core *core);
 
@@ -1071,6 +1073,7 @@ int mqstore_core_watch_commands(struct mqstore_core *core);
  * Reports every key made or deleted (the server's keyspace events) as an
  * MQSTORE_EVENT_KEYSPACE event from now on: adds their filter to the end of the subscription
  * list (subscribe to it as for `mqstore_core_act_as`). Again: nothing.
+ * Errors: MQSTORE_ERR_INVALID_ARGUMENT (a bad handle or message: nothing changes).
  */
 int mqstore_core_watch_keyspace(struct mqstore_core *core);
 
@@ -1091,6 +1094,7 @@ int mqstore_core_leave(struct mqstore_core *core,
  * Stops reporting command status changes: takes the command events' filter off the
  * subscription list and puts it in `*filter` (NULL when it was not watching): unsubscribe
  * from it. Owned by `core` (valid until it is freed).
+ * Errors: MQSTORE_ERR_INVALID_ARGUMENT (a bad handle or message: nothing changes).
  */
 int mqstore_core_unwatch_commands(struct mqstore_core *core, const char **filter);
 
@@ -1098,6 +1102,7 @@ int mqstore_core_unwatch_commands(struct mqstore_core *core, const char **filter
  * Stops reporting keyspace events: takes their filter off the subscription list and puts it
  * in `*filter` (NULL when it was not watching): unsubscribe from it. Owned by `core` (valid
  * until it is freed).
+ * Errors: MQSTORE_ERR_INVALID_ARGUMENT (a bad handle or message: nothing changes).
  */
 int mqstore_core_unwatch_keyspace(struct mqstore_core *core, const char **filter);
 
@@ -1116,6 +1121,8 @@ int mqstore_core_set_max_packet_size(struct mqstore_core *core, uint32_t max);
 /**
  * SET `key` to `value` (`options`: NULL for a plain SET). Queues the publish; the result is
  * an MQSTORE_EVENT_COMPLETED event for `*call`.
+ * Errors: MQSTORE_ERR_INVALID_ARGUMENT (a bad handle or argument: nothing queued); how the
+ * call ends comes later, as its COMPLETED event.
  */
 int mqstore_core_set(struct mqstore_core *core,
                      const uint8_t *key,
@@ -1128,6 +1135,8 @@ int mqstore_core_set(struct mqstore_core *core,
 
 /**
  * GET `key`: the event has `found`, `value` and `version`.
+ * Errors: MQSTORE_ERR_INVALID_ARGUMENT (a bad handle or argument: nothing queued); how the
+ * call ends comes later, as its COMPLETED event.
  */
 int mqstore_core_get(struct mqstore_core *core,
                      const uint8_t *key,
@@ -1137,6 +1146,8 @@ int mqstore_core_get(struct mqstore_core *core,
 
 /**
  * DEL `key` (`fencing_token`: NULL or the lock's token): the event has `deleted`.
+ * Errors: MQSTORE_ERR_INVALID_ARGUMENT (a bad handle or argument: nothing queued); how the
+ * call ends comes later, as its COMPLETED event.
  */
 int mqstore_core_del(struct mqstore_core *core,
                      const uint8_t *key,
@@ -1147,6 +1158,8 @@ int mqstore_core_del(struct mqstore_core *core,
 
 /**
  * VDEL: deletes `key` only if it holds `value`: the event has `deleted`.
+ * Errors: MQSTORE_ERR_INVALID_ARGUMENT (a bad handle or argument: nothing queued); how the
+ * call ends comes later, as its COMPLETED event.
  */
 int mqstore_core_vdel(struct mqstore_core *core,
                       const uint8_t *key,
@@ -1160,6 +1173,8 @@ int mqstore_core_vdel(struct mqstore_core *core,
 /**
  * SCAN: one page of the keys matching `pattern` (`*` and `?` wildcards), after the page whose
  * event gave `scan_token` (NULL: the first page). The event has `keys` and `scan_token`.
+ * Errors: MQSTORE_ERR_INVALID_ARGUMENT (a bad handle or argument: nothing queued); how the
+ * call ends comes later, as its COMPLETED event.
  */
 int mqstore_core_scan(struct mqstore_core *core,
                       const uint8_t *pattern,
@@ -1173,6 +1188,8 @@ int mqstore_core_scan(struct mqstore_core *core,
  * Starts observing `key` (two publishes: the registration, then a read of where it starts).
  * `*call` completes when registered; changes arrive as MQSTORE_EVENT_CHANGED events, and keep
  * arriving across reconnects (`mqstore_core_resume`).
+ * Errors: MQSTORE_ERR_INVALID_ARGUMENT (a bad handle or argument: nothing queued); how the
+ * call ends comes later, as its COMPLETED event.
  */
 int mqstore_core_observe(struct mqstore_core *core,
                          const uint8_t *key,
@@ -1182,6 +1199,8 @@ int mqstore_core_observe(struct mqstore_core *core,
 
 /**
  * Stops observing `key`.
+ * Errors: MQSTORE_ERR_INVALID_ARGUMENT (a bad handle or argument: nothing queued); how the
+ * call ends comes later, as its COMPLETED event.
  */
 int mqstore_core_unobserve(struct mqstore_core *core,
                            const uint8_t *key,
@@ -1196,6 +1215,8 @@ int mqstore_core_unobserve(struct mqstore_core *core,
  * Its MQSTORE_OP_LEASE event has `applied` (held) and the fencing token in `version`; while
  * held the session renews it a third of its ttl after each claim's answer, and an
  * MQSTORE_EVENT_LEASE_LOST event says when it is lost. Pass the token to the writes it guards.
+ * Errors: MQSTORE_ERR_INVALID_ARGUMENT (a bad handle or argument: nothing queued); how the
+ * call ends comes later, as its COMPLETED event.
  */
 int mqstore_core_lease(struct mqstore_core *core,
                        const uint8_t *key,
@@ -1208,6 +1229,8 @@ int mqstore_core_lease(struct mqstore_core *core,
 /**
  * Releases held lease `lease` (only if this client still holds its key) and stops renewing
  * it. The MQSTORE_OP_LEASE_RELEASE event's `applied` says whether it was still held.
+ * Errors: MQSTORE_ERR_INVALID_ARGUMENT (a bad handle or argument: nothing queued); how the
+ * call ends comes later, as its COMPLETED event.
  */
 int mqstore_core_lease_release(struct mqstore_core *core,
                                uint64_t lease,
@@ -1266,6 +1289,8 @@ int mqstore_core_command(struct mqstore_core *core,
  * Asks `mqstore serve` to start stored command `command_id` on `target` with
  * `parameters_json` (NULL: none), as `mqstore_command_start` does; the event as
  * `mqstore_core_command`'s.
+ * Errors: MQSTORE_ERR_INVALID_ARGUMENT (a bad handle or argument: nothing queued); how the
+ * call ends comes later, as its COMPLETED event.
  */
 int mqstore_core_command_start(struct mqstore_core *core,
                                const char *command_id,
@@ -1278,6 +1303,8 @@ int mqstore_core_command_start(struct mqstore_core *core,
 /**
  * A stored-commands call given as its JSON (see `mqstore_command_definitions`): the event's
  * `json` is the service's answer.
+ * Errors: MQSTORE_ERR_INVALID_ARGUMENT (a bad handle or argument: nothing queued); how the
+ * call ends comes later, as its COMPLETED event.
  */
 int mqstore_core_command_definitions(struct mqstore_core *core,
                                      const char *request_json,
@@ -1286,6 +1313,8 @@ int mqstore_core_command_definitions(struct mqstore_core *core,
 
 /**
  * Asks for command `id`'s status record: the event's `json`.
+ * Errors: MQSTORE_ERR_INVALID_ARGUMENT (a bad handle or argument: nothing queued); how the
+ * call ends comes later, as its COMPLETED event.
  */
 int mqstore_core_command_status(struct mqstore_core *core,
                                 const char *id,
@@ -1296,6 +1325,8 @@ int mqstore_core_command_status(struct mqstore_core *core,
  * The next message to publish, in order, into `*out` (NULL when there is none). Call it after
  * every call, `mqstore_core_handle`, `mqstore_core_expire` and `mqstore_core_resume` until it
  * gives NULL. `*out` is the caller's: free it with `mqstore_publish_free` once published.
+ * Errors: MQSTORE_ERR_INVALID_ARGUMENT (a bad handle); none to publish is MQSTORE_OK with
+ * `*out` NULL.
  */
 int mqstore_core_next_publish(struct mqstore_core *core, struct mqstore_publish **out);
 
@@ -1308,6 +1339,7 @@ void mqstore_publish_free(struct mqstore_publish *publish);
  * Feeds a message that arrived on one of the subscriptions. What it meant becomes an event
  * (`mqstore_core_next_event`); messages for nobody (a late answer) are dropped. The message
  * is borrowed for the call.
+ * Errors: MQSTORE_ERR_INVALID_ARGUMENT (a bad handle or message: nothing changes).
  */
 int mqstore_core_handle(struct mqstore_core *core,
                         const struct mqstore_publish *message,
@@ -1331,6 +1363,7 @@ int mqstore_core_expire(struct mqstore_core *core,
 /**
  * When to call `mqstore_core_expire` next, in the clock of `now_ms`: `*deadline_ms` gets it,
  * or MQSTORE_NO_DEADLINE when nothing waits.
+ * Errors: MQSTORE_ERR_INVALID_ARGUMENT (a bad handle).
  */
 int mqstore_core_next_deadline(const struct mqstore_core *core, uint64_t *deadline_ms);
 
@@ -1343,12 +1376,15 @@ int mqstore_core_connection_lost(struct mqstore_core *core);
 /**
  * After a reconnect, once subscribed: registers every observed key again and reads it back,
  * so a change missed while away arrives as a `synthetic` MQSTORE_EVENT_CHANGED.
+ * Errors: MQSTORE_ERR_INVALID_ARGUMENT (a bad handle or message: nothing changes).
  */
 int mqstore_core_resume(struct mqstore_core *core, uint64_t now_ms);
 
 /**
  * The next event, in order, into `*out` (NULL when there is none). `*out` is the caller's:
  * free it with `mqstore_event_free`.
+ * Errors: MQSTORE_ERR_INVALID_ARGUMENT (a bad handle); no event is MQSTORE_OK with `*out`
+ * NULL.
  */
 int mqstore_core_next_event(struct mqstore_core *core, struct mqstore_event **out);
 
@@ -1400,6 +1436,8 @@ const char *mqstore_invoke_topic(void);
 /**
  * Writes the protocol's notification topic of `client_id` and `key` and a NUL to `buf` of
  * `capacity` bytes; `*len` gets its length without the NUL (see `mqstore_hlc_format`).
+ * Errors: MQSTORE_ERR_INVALID_ARGUMENT, MQSTORE_ERR_BUFFER_TOO_SMALL (the length needed in the
+ * length out-parameter).
  */
 int mqstore_notify_topic(const char *client_id,
                          const uint8_t *key,
@@ -1416,7 +1454,8 @@ int mqstore_notify_topic(const char *client_id,
 const char *mqstore_last_error(void);
 
 /**
- * The status of the last call on this thread that failed (0 when none has).
+ * The status of the last call on this thread that failed (an MQSTORE_ERR_ code; 0 when none
+ * has). It never fails itself.
  */
 int mqstore_last_error_code(void);
 
@@ -1428,6 +1467,8 @@ const char *mqstore_status_name(int status);
 
 /**
  * Parses `{wall_ms}:{counter}:{node}` (any number of digits) into `*out`.
+ * Errors: MQSTORE_ERR_INVALID_ARGUMENT (not `wall:counter:node`, or a node id longer than
+ * `mqstore_hlc.node` holds).
  */
 int mqstore_hlc_parse(const char *text, struct mqstore_hlc *out);
 
@@ -1441,6 +1482,7 @@ int mqstore_hlc_format(const struct mqstore_hlc *hlc, char *buf, size_t capacity
 /**
  * Compares two versions: `*order` is -1, 0 or 1 as `a` is older than, the same as, or newer
  * than `b`.
+ * Errors: MQSTORE_ERR_INVALID_ARGUMENT (a NULL argument).
  */
 int mqstore_hlc_compare(const struct mqstore_hlc *a, const struct mqstore_hlc *b, int *order);
 
@@ -1479,6 +1521,10 @@ const char *mqstore_client_id(const struct mqstore_client *client);
  * SET `key` to `value`. `options`: NULL for a plain SET. `result` (NULL: not wanted) gets
  * whether it applied and the key's version. An NX/NEX SET that does not apply is a success
  * with `applied` false.
+ * Errors: MQSTORE_ERR_INVALID_ARGUMENT (nothing sent), the state store's refusals (101–199,
+ * e.g. MQSTORE_ERR_FENCING_TOKEN_LOWER_VERSION), MQSTORE_ERR_STATUS (503: overloaded),
+ * MQSTORE_ERR_REQUEST_TIMEOUT (it may still be applied), MQSTORE_ERR_CONNECTION_LOST,
+ * MQSTORE_ERR_PUBLISH_REFUSED, MQSTORE_ERR_REQUEST_TOO_LARGE.
  */
 int mqstore_set(const struct mqstore_client *client,
                 const uint8_t *key,
@@ -1506,6 +1552,10 @@ int mqstore_get(const struct mqstore_client *client,
 /**
  * DEL `key` (`fencing_token`: NULL, or the token of the lock guarding it). `result` (NULL:
  * not wanted) says whether it was deleted or absent.
+ * Errors: MQSTORE_ERR_INVALID_ARGUMENT (nothing sent), the state store's refusals (101–199,
+ * e.g. MQSTORE_ERR_FENCING_TOKEN_LOWER_VERSION), MQSTORE_ERR_STATUS (503: overloaded),
+ * MQSTORE_ERR_REQUEST_TIMEOUT (it may still be applied), MQSTORE_ERR_CONNECTION_LOST,
+ * MQSTORE_ERR_PUBLISH_REFUSED, MQSTORE_ERR_REQUEST_TOO_LARGE.
  */
 int mqstore_del(const struct mqstore_client *client,
                 const uint8_t *key,
@@ -1516,6 +1566,10 @@ int mqstore_del(const struct mqstore_client *client,
 /**
  * VDEL: deletes `key` only if it holds `value`. `result` says deleted, absent, or
  * MQSTORE_DELETE_VALUE_MISMATCH (nothing changed).
+ * Errors: MQSTORE_ERR_INVALID_ARGUMENT (nothing sent), the state store's refusals (101–199,
+ * e.g. MQSTORE_ERR_FENCING_TOKEN_LOWER_VERSION), MQSTORE_ERR_STATUS (503: overloaded),
+ * MQSTORE_ERR_REQUEST_TIMEOUT (it may still be applied), MQSTORE_ERR_CONNECTION_LOST,
+ * MQSTORE_ERR_PUBLISH_REFUSED, MQSTORE_ERR_REQUEST_TOO_LARGE.
  */
 int mqstore_vdel(const struct mqstore_client *client,
                  const uint8_t *key,
@@ -1528,6 +1582,10 @@ int mqstore_vdel(const struct mqstore_client *client,
 /**
  * SCAN: every key matching `pattern` (`*` and `?` wildcards; "*" for all), page after page.
  * On success `*out` is the caller's: free it with `mqstore_keys_free`.
+ * Errors: MQSTORE_ERR_INVALID_ARGUMENT (nothing sent), the state store's refusals (101–199,
+ * e.g. MQSTORE_ERR_FENCING_TOKEN_LOWER_VERSION), MQSTORE_ERR_STATUS (503: overloaded),
+ * MQSTORE_ERR_REQUEST_TIMEOUT (it may still be applied), MQSTORE_ERR_CONNECTION_LOST,
+ * MQSTORE_ERR_PUBLISH_REFUSED, MQSTORE_ERR_REQUEST_TOO_LARGE.
  */
 int mqstore_scan(const struct mqstore_client *client,
                  const uint8_t *pattern,
@@ -1543,11 +1601,19 @@ void mqstore_keys_free(struct mqstore_keys *keys);
  * Starts observing `key`: its changes arrive as MQSTORE_EVENT_CHANGED events
  * (`mqstore_next_event` or the callback), also across reconnects (a change missed while away
  * comes as a `synthetic` one). Observing a key already observed changes nothing.
+ * Errors: MQSTORE_ERR_INVALID_ARGUMENT (nothing sent), the state store's refusals (101–199,
+ * e.g. MQSTORE_ERR_FENCING_TOKEN_LOWER_VERSION), MQSTORE_ERR_STATUS (503: overloaded),
+ * MQSTORE_ERR_REQUEST_TIMEOUT (it may still be applied), MQSTORE_ERR_CONNECTION_LOST,
+ * MQSTORE_ERR_PUBLISH_REFUSED, MQSTORE_ERR_REQUEST_TOO_LARGE.
  */
 int mqstore_observe(const struct mqstore_client *client, const uint8_t *key, size_t key_len);
 
 /**
  * Stops observing `key` (changes already queued are still delivered).
+ * Errors: MQSTORE_ERR_INVALID_ARGUMENT (nothing sent), the state store's refusals (101–199,
+ * e.g. MQSTORE_ERR_FENCING_TOKEN_LOWER_VERSION), MQSTORE_ERR_STATUS (503: overloaded),
+ * MQSTORE_ERR_REQUEST_TIMEOUT (it may still be applied), MQSTORE_ERR_CONNECTION_LOST,
+ * MQSTORE_ERR_PUBLISH_REFUSED, MQSTORE_ERR_REQUEST_TOO_LARGE.
  */
 int mqstore_unobserve(const struct mqstore_client *client, const uint8_t *key, size_t key_len);
 
@@ -1569,6 +1635,8 @@ int mqstore_next_event(const struct mqstore_client *client,
  * never two at once; `user_data` is passed back untouched and must be usable from that
  * thread. It may make calls on the client (set, get, ...), but not free it or change the
  * callback: those wait for the callback thread to finish and fail from inside it.
+ * Errors: MQSTORE_ERR_INVALID_ARGUMENT (a bad handle, or called from inside the callback:
+ * nothing changes).
  */
 int mqstore_set_event_callback(const struct mqstore_client *client,
                                mqstore_event_callback callback,
@@ -1579,6 +1647,10 @@ int mqstore_set_event_callback(const struct mqstore_client *client,
  * `wait_ms` for its holder to release it (0: try once). `*out` gets the lease, or NULL when
  * another client holds it (then the status is still MQSTORE_OK). A lease is the caller's:
  * free it (releasing it) with `mqstore_lease_free` before the client.
+ * Errors: MQSTORE_ERR_INVALID_ARGUMENT (nothing sent), the state store's refusals (101–199,
+ * e.g. MQSTORE_ERR_FENCING_TOKEN_LOWER_VERSION), MQSTORE_ERR_STATUS (503: overloaded),
+ * MQSTORE_ERR_REQUEST_TIMEOUT (it may still be applied), MQSTORE_ERR_CONNECTION_LOST,
+ * MQSTORE_ERR_PUBLISH_REFUSED, MQSTORE_ERR_REQUEST_TOO_LARGE.
  */
 int mqstore_lease_acquire(const struct mqstore_client *client,
                           const uint8_t *key,
@@ -1589,6 +1661,7 @@ int mqstore_lease_acquire(const struct mqstore_client *client,
 
 /**
  * The lease's fencing token, for SET / DEL / VDEL of what the lease guards.
+ * Errors: MQSTORE_ERR_INVALID_ARGUMENT (a NULL or freed lease).
  */
 int mqstore_lease_fencing_token(const struct mqstore_lease *lease, struct mqstore_hlc *token);
 
@@ -1602,6 +1675,10 @@ bool mqstore_lease_is_held(const struct mqstore_lease *lease);
  * Releases the lease now (deletes the key if it still holds this client's claim);
  * `*released` (NULL: not wanted) says whether it was still held. The handle stays valid
  * until `mqstore_lease_free`.
+ * Errors: MQSTORE_ERR_INVALID_ARGUMENT (nothing sent), the state store's refusals (101–199,
+ * e.g. MQSTORE_ERR_FENCING_TOKEN_LOWER_VERSION), MQSTORE_ERR_STATUS (503: overloaded),
+ * MQSTORE_ERR_REQUEST_TIMEOUT (it may still be applied), MQSTORE_ERR_CONNECTION_LOST,
+ * MQSTORE_ERR_PUBLISH_REFUSED, MQSTORE_ERR_REQUEST_TOO_LARGE.
  */
 int mqstore_lease_release(const struct mqstore_lease *lease, bool *released);
 
@@ -1619,6 +1696,9 @@ void mqstore_string_free(char *text);
 /**
  * Creates a job: `document_json` (a JSON object) for each of the `target_count` things in
  * `targets`. `in_progress_timeout_minutes`: 0 for none; `max_retries`: 0–10.
+ * Errors: MQSTORE_ERR_INVALID_ARGUMENT (nothing sent), MQSTORE_ERR_JOBS (refused: AWS's code
+ * in `mqstore_last_error`), MQSTORE_ERR_REQUEST_TIMEOUT, MQSTORE_ERR_CONNECTION_LOST,
+ * MQSTORE_ERR_PUBLISH_REFUSED.
  */
 int mqstore_job_create(const struct mqstore_client *client,
                        const char *job_id,
@@ -1630,11 +1710,17 @@ int mqstore_job_create(const struct mqstore_client *client,
 
 /**
  * Cancels a job (`force`: also executions in progress).
+ * Errors: MQSTORE_ERR_INVALID_ARGUMENT (nothing sent), MQSTORE_ERR_JOBS (refused: AWS's code
+ * in `mqstore_last_error`), MQSTORE_ERR_REQUEST_TIMEOUT, MQSTORE_ERR_CONNECTION_LOST,
+ * MQSTORE_ERR_PUBLISH_REFUSED.
  */
 int mqstore_job_cancel(const struct mqstore_client *client, const char *job_id, bool force);
 
 /**
  * A job and its executions' counts, as JSON in `*json` (free with `mqstore_string_free`).
+ * Errors: MQSTORE_ERR_INVALID_ARGUMENT (nothing sent), MQSTORE_ERR_JOBS (refused: AWS's code
+ * in `mqstore_last_error`), MQSTORE_ERR_REQUEST_TIMEOUT, MQSTORE_ERR_CONNECTION_LOST,
+ * MQSTORE_ERR_PUBLISH_REFUSED.
  */
 int mqstore_job_describe(const struct mqstore_client *client, const char *job_id, char **json);
 
@@ -1658,6 +1744,8 @@ int mqstore_jobs_operate(const struct mqstore_client *client,
 /**
  * Acts as `thing`: subscribes to its jobs replies and notifications. `*out` is the caller's:
  * free it with `mqstore_jobs_free` before the client.
+ * Errors: MQSTORE_ERR_INVALID_ARGUMENT (nothing sent), MQSTORE_ERR_CONNECTION_LOST (the
+ * client closed or the connection dropped before the subscription was made).
  */
 int mqstore_jobs_open(const struct mqstore_client *client,
                       const char *thing,
@@ -1671,6 +1759,9 @@ void mqstore_jobs_free(struct mqstore_jobs *jobs);
 /**
  * The thing's pending executions (`{"inProgressJobs": [...], "queuedJobs": [...]}`) as JSON
  * in `*json` (free it with `mqstore_string_free`).
+ * Errors: MQSTORE_ERR_INVALID_ARGUMENT (nothing sent), MQSTORE_ERR_JOBS (refused: AWS's code
+ * in `mqstore_last_error`), MQSTORE_ERR_REQUEST_TIMEOUT, MQSTORE_ERR_CONNECTION_LOST,
+ * MQSTORE_ERR_PUBLISH_REFUSED.
  */
 int mqstore_jobs_pending(const struct mqstore_jobs *jobs, char **json);
 
@@ -1678,6 +1769,9 @@ int mqstore_jobs_pending(const struct mqstore_jobs *jobs, char **json);
  * Starts the next queued execution (IN_PROGRESS, with `status_details_json`: NULL or a JSON
  * object of strings). `*json` gets the execution (`{"jobId": ..., "jobDocument": ...}`; free it
  * with `mqstore_string_free`), or NULL when nothing is queued.
+ * Errors: MQSTORE_ERR_INVALID_ARGUMENT (nothing sent), MQSTORE_ERR_JOBS (refused: AWS's code
+ * in `mqstore_last_error`), MQSTORE_ERR_REQUEST_TIMEOUT, MQSTORE_ERR_CONNECTION_LOST,
+ * MQSTORE_ERR_PUBLISH_REFUSED.
  */
 int mqstore_jobs_start_next(const struct mqstore_jobs *jobs,
                             const char *status_details_json,
@@ -1689,6 +1783,9 @@ int mqstore_jobs_start_next(const struct mqstore_jobs *jobs,
  * `expected_version` the execution's version (refused with VersionMismatch otherwise), or -1.
  * `*json` (NULL: not wanted) gets the answer (with the execution's state; free it with
  * `mqstore_string_free`).
+ * Errors: MQSTORE_ERR_INVALID_ARGUMENT (nothing sent), MQSTORE_ERR_JOBS (refused: AWS's code
+ * in `mqstore_last_error`), MQSTORE_ERR_REQUEST_TIMEOUT, MQSTORE_ERR_CONNECTION_LOST,
+ * MQSTORE_ERR_PUBLISH_REFUSED.
  */
 int mqstore_jobs_update(const struct mqstore_jobs *jobs,
                         const char *job_id,
@@ -1701,6 +1798,8 @@ int mqstore_jobs_update(const struct mqstore_jobs *jobs,
  * Waits up to `timeout_ms` (0: do not wait; negative: as long as it takes) for the thing's
  * next jobs notification (`{"kind": "notify-next", "execution": ...}` or `{"kind": "notify",
  * ...}`). `*json` gets it (free it with `mqstore_string_free`), or NULL when none came in time.
+ * Errors: MQSTORE_ERR_INVALID_ARGUMENT (a bad handle); none in time is MQSTORE_OK with `*json`
+ * NULL.
  */
 int mqstore_jobs_next_notification(const struct mqstore_jobs *jobs,
                                    int32_t timeout_ms,
@@ -1755,6 +1854,9 @@ void mqstore_command_reply_free(struct mqstore_command_reply *reply);
 /**
  * A command's status record (`{"id": ..., "status": "SUCCEEDED", "answer": ...}`) as JSON in
  * `*json` (free with `mqstore_string_free`).
+ * Errors: MQSTORE_ERR_INVALID_ARGUMENT (nothing sent), MQSTORE_ERR_STATUS (404: no such
+ * command, or forgotten), MQSTORE_ERR_REQUEST_TIMEOUT, MQSTORE_ERR_CONNECTION_LOST,
+ * MQSTORE_ERR_PUBLISH_REFUSED.
  */
 int mqstore_command_status(const struct mqstore_client *client, const char *id, char **json);
 

@@ -88,6 +88,7 @@ fn started(call: CallId, out: *mut u64) {
 /// Before the first call, subscribe (QoS 1) to every `mqstore_core_subscription` and wait for
 /// the SUBACK; connect with a Will on `mqstore_core_presence_topic` (payload `gone`) so the
 /// server forgets this client's registrations when it vanishes.
+/// Errors: MQSTORE_ERR_INVALID_ARGUMENT (a client id that is not UTF-8 or contains `:`).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mqstore_core_new(
     client_id: *const c_char,
@@ -190,6 +191,7 @@ pub unsafe extern "C" fn mqstore_core_act_as(
 /// Reports every command's status change (any node's, any caller's) as an
 /// MQSTORE_EVENT_COMMAND_RECORD event from now on: adds the command events' filter to the end
 /// of the subscription list (subscribe to it as for `mqstore_core_act_as`). Again: nothing.
+/// Errors: MQSTORE_ERR_INVALID_ARGUMENT (a bad handle or message: nothing changes).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mqstore_core_watch_commands(core: *mut mqstore_core) -> c_int {
     ffi(|| {
@@ -203,6 +205,7 @@ pub unsafe extern "C" fn mqstore_core_watch_commands(core: *mut mqstore_core) ->
 /// Reports every key made or deleted (the server's keyspace events) as an
 /// MQSTORE_EVENT_KEYSPACE event from now on: adds their filter to the end of the subscription
 /// list (subscribe to it as for `mqstore_core_act_as`). Again: nothing.
+/// Errors: MQSTORE_ERR_INVALID_ARGUMENT (a bad handle or message: nothing changes).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mqstore_core_watch_keyspace(core: *mut mqstore_core) -> c_int {
     ffi(|| {
@@ -258,6 +261,7 @@ pub unsafe extern "C" fn mqstore_core_leave(
 /// Stops reporting command status changes: takes the command events' filter off the
 /// subscription list and puts it in `*filter` (NULL when it was not watching): unsubscribe
 /// from it. Owned by `core` (valid until it is freed).
+/// Errors: MQSTORE_ERR_INVALID_ARGUMENT (a bad handle or message: nothing changes).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mqstore_core_unwatch_commands(
     core: *mut mqstore_core,
@@ -276,6 +280,7 @@ pub unsafe extern "C" fn mqstore_core_unwatch_commands(
 /// Stops reporting keyspace events: takes their filter off the subscription list and puts it
 /// in `*filter` (NULL when it was not watching): unsubscribe from it. Owned by `core` (valid
 /// until it is freed).
+/// Errors: MQSTORE_ERR_INVALID_ARGUMENT (a bad handle or message: nothing changes).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mqstore_core_unwatch_keyspace(
     core: *mut mqstore_core,
@@ -335,6 +340,8 @@ unsafe fn start(
 
 /// SET `key` to `value` (`options`: NULL for a plain SET). Queues the publish; the result is
 /// an MQSTORE_EVENT_COMPLETED event for `*call`.
+/// Errors: MQSTORE_ERR_INVALID_ARGUMENT (a bad handle or argument: nothing queued); how the
+/// call ends comes later, as its COMPLETED event.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mqstore_core_set(
     core: *mut mqstore_core,
@@ -367,6 +374,8 @@ pub unsafe extern "C" fn mqstore_core_set(
 }
 
 /// GET `key`: the event has `found`, `value` and `version`.
+/// Errors: MQSTORE_ERR_INVALID_ARGUMENT (a bad handle or argument: nothing queued); how the
+/// call ends comes later, as its COMPLETED event.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mqstore_core_get(
     core: *mut mqstore_core,
@@ -391,6 +400,8 @@ pub unsafe extern "C" fn mqstore_core_get(
 }
 
 /// DEL `key` (`fencing_token`: NULL or the lock's token): the event has `deleted`.
+/// Errors: MQSTORE_ERR_INVALID_ARGUMENT (a bad handle or argument: nothing queued); how the
+/// call ends comes later, as its COMPLETED event.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mqstore_core_del(
     core: *mut mqstore_core,
@@ -412,6 +423,8 @@ pub unsafe extern "C" fn mqstore_core_del(
 }
 
 /// VDEL: deletes `key` only if it holds `value`: the event has `deleted`.
+/// Errors: MQSTORE_ERR_INVALID_ARGUMENT (a bad handle or argument: nothing queued); how the
+/// call ends comes later, as its COMPLETED event.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mqstore_core_vdel(
     core: *mut mqstore_core,
@@ -439,6 +452,8 @@ pub unsafe extern "C" fn mqstore_core_vdel(
 
 /// SCAN: one page of the keys matching `pattern` (`*` and `?` wildcards), after the page whose
 /// event gave `scan_token` (NULL: the first page). The event has `keys` and `scan_token`.
+/// Errors: MQSTORE_ERR_INVALID_ARGUMENT (a bad handle or argument: nothing queued); how the
+/// call ends comes later, as its COMPLETED event.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mqstore_core_scan(
     core: *mut mqstore_core,
@@ -467,6 +482,8 @@ pub unsafe extern "C" fn mqstore_core_scan(
 /// Starts observing `key` (two publishes: the registration, then a read of where it starts).
 /// `*call` completes when registered; changes arrive as MQSTORE_EVENT_CHANGED events, and keep
 /// arriving across reconnects (`mqstore_core_resume`).
+/// Errors: MQSTORE_ERR_INVALID_ARGUMENT (a bad handle or argument: nothing queued); how the
+/// call ends comes later, as its COMPLETED event.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mqstore_core_observe(
     core: *mut mqstore_core,
@@ -485,6 +502,8 @@ pub unsafe extern "C" fn mqstore_core_observe(
 }
 
 /// Stops observing `key`.
+/// Errors: MQSTORE_ERR_INVALID_ARGUMENT (a bad handle or argument: nothing queued); how the
+/// call ends comes later, as its COMPLETED event.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mqstore_core_unobserve(
     core: *mut mqstore_core,
@@ -508,6 +527,8 @@ pub unsafe extern "C" fn mqstore_core_unobserve(
 /// Its MQSTORE_OP_LEASE event has `applied` (held) and the fencing token in `version`; while
 /// held the session renews it a third of its ttl after each claim's answer, and an
 /// MQSTORE_EVENT_LEASE_LOST event says when it is lost. Pass the token to the writes it guards.
+/// Errors: MQSTORE_ERR_INVALID_ARGUMENT (a bad handle or argument: nothing queued); how the
+/// call ends comes later, as its COMPLETED event.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mqstore_core_lease(
     core: *mut mqstore_core,
@@ -533,6 +554,8 @@ pub unsafe extern "C" fn mqstore_core_lease(
 
 /// Releases held lease `lease` (only if this client still holds its key) and stops renewing
 /// it. The MQSTORE_OP_LEASE_RELEASE event's `applied` says whether it was still held.
+/// Errors: MQSTORE_ERR_INVALID_ARGUMENT (a bad handle or argument: nothing queued); how the
+/// call ends comes later, as its COMPLETED event.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mqstore_core_lease_release(
     core: *mut mqstore_core,
@@ -640,6 +663,8 @@ pub unsafe extern "C" fn mqstore_core_command(
 /// Asks `mqstore serve` to start stored command `command_id` on `target` with
 /// `parameters_json` (NULL: none), as `mqstore_command_start` does; the event as
 /// `mqstore_core_command`'s.
+/// Errors: MQSTORE_ERR_INVALID_ARGUMENT (a bad handle or argument: nothing queued); how the
+/// call ends comes later, as its COMPLETED event.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mqstore_core_command_start(
     core: *mut mqstore_core,
@@ -662,6 +687,8 @@ pub unsafe extern "C" fn mqstore_core_command_start(
 
 /// A stored-commands call given as its JSON (see `mqstore_command_definitions`): the event's
 /// `json` is the service's answer.
+/// Errors: MQSTORE_ERR_INVALID_ARGUMENT (a bad handle or argument: nothing queued); how the
+/// call ends comes later, as its COMPLETED event.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mqstore_core_command_definitions(
     core: *mut mqstore_core,
@@ -683,6 +710,8 @@ pub unsafe extern "C" fn mqstore_core_command_definitions(
 }
 
 /// Asks for command `id`'s status record: the event's `json`.
+/// Errors: MQSTORE_ERR_INVALID_ARGUMENT (a bad handle or argument: nothing queued); how the
+/// call ends comes later, as its COMPLETED event.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mqstore_core_command_status(
     core: *mut mqstore_core,
@@ -798,6 +827,8 @@ fn outgoing(publish: Publish, call: u64) -> Result<OutgoingPublish> {
 /// The next message to publish, in order, into `*out` (NULL when there is none). Call it after
 /// every call, `mqstore_core_handle`, `mqstore_core_expire` and `mqstore_core_resume` until it
 /// gives NULL. `*out` is the caller's: free it with `mqstore_publish_free` once published.
+/// Errors: MQSTORE_ERR_INVALID_ARGUMENT (a bad handle); none to publish is MQSTORE_OK with
+/// `*out` NULL.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mqstore_core_next_publish(
     core: *mut mqstore_core,
@@ -879,6 +910,7 @@ unsafe fn incoming(message: *const mqstore_publish) -> Result<Publish> {
 /// Feeds a message that arrived on one of the subscriptions. What it meant becomes an event
 /// (`mqstore_core_next_event`); messages for nobody (a late answer) are dropped. The message
 /// is borrowed for the call.
+/// Errors: MQSTORE_ERR_INVALID_ARGUMENT (a bad handle or message: nothing changes).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mqstore_core_handle(
     core: *mut mqstore_core,
@@ -928,6 +960,7 @@ pub unsafe extern "C" fn mqstore_core_expire(core: *mut mqstore_core, now_ms: u6
 
 /// When to call `mqstore_core_expire` next, in the clock of `now_ms`: `*deadline_ms` gets it,
 /// or MQSTORE_NO_DEADLINE when nothing waits.
+/// Errors: MQSTORE_ERR_INVALID_ARGUMENT (a bad handle).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mqstore_core_next_deadline(
     core: *const mqstore_core,
@@ -956,6 +989,7 @@ pub unsafe extern "C" fn mqstore_core_connection_lost(core: *mut mqstore_core) -
 
 /// After a reconnect, once subscribed: registers every observed key again and reads it back,
 /// so a change missed while away arrives as a `synthetic` MQSTORE_EVENT_CHANGED.
+/// Errors: MQSTORE_ERR_INVALID_ARGUMENT (a bad handle or message: nothing changes).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mqstore_core_resume(core: *mut mqstore_core, now_ms: u64) -> c_int {
     ffi(|| {
@@ -968,6 +1002,8 @@ pub unsafe extern "C" fn mqstore_core_resume(core: *mut mqstore_core, now_ms: u6
 
 /// The next event, in order, into `*out` (NULL when there is none). `*out` is the caller's:
 /// free it with `mqstore_event_free`.
+/// Errors: MQSTORE_ERR_INVALID_ARGUMENT (a bad handle); no event is MQSTORE_OK with `*out`
+/// NULL.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mqstore_core_next_event(
     core: *mut mqstore_core,

@@ -352,6 +352,10 @@ pub unsafe extern "C" fn mqstore_client_id(client: *const mqstore_client) -> *co
 /// SET `key` to `value`. `options`: NULL for a plain SET. `result` (NULL: not wanted) gets
 /// whether it applied and the key's version. An NX/NEX SET that does not apply is a success
 /// with `applied` false.
+/// Errors: MQSTORE_ERR_INVALID_ARGUMENT (nothing sent), the state store's refusals (101–199,
+/// e.g. MQSTORE_ERR_FENCING_TOKEN_LOWER_VERSION), MQSTORE_ERR_STATUS (503: overloaded),
+/// MQSTORE_ERR_REQUEST_TIMEOUT (it may still be applied), MQSTORE_ERR_CONNECTION_LOST,
+/// MQSTORE_ERR_PUBLISH_REFUSED, MQSTORE_ERR_REQUEST_TOO_LARGE.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mqstore_set(
     client: *const mqstore_client,
@@ -447,6 +451,10 @@ fn deletion(
 
 /// DEL `key` (`fencing_token`: NULL, or the token of the lock guarding it). `result` (NULL:
 /// not wanted) says whether it was deleted or absent.
+/// Errors: MQSTORE_ERR_INVALID_ARGUMENT (nothing sent), the state store's refusals (101–199,
+/// e.g. MQSTORE_ERR_FENCING_TOKEN_LOWER_VERSION), MQSTORE_ERR_STATUS (503: overloaded),
+/// MQSTORE_ERR_REQUEST_TIMEOUT (it may still be applied), MQSTORE_ERR_CONNECTION_LOST,
+/// MQSTORE_ERR_PUBLISH_REFUSED, MQSTORE_ERR_REQUEST_TOO_LARGE.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mqstore_del(
     client: *const mqstore_client,
@@ -466,6 +474,10 @@ pub unsafe extern "C" fn mqstore_del(
 
 /// VDEL: deletes `key` only if it holds `value`. `result` says deleted, absent, or
 /// MQSTORE_DELETE_VALUE_MISMATCH (nothing changed).
+/// Errors: MQSTORE_ERR_INVALID_ARGUMENT (nothing sent), the state store's refusals (101–199,
+/// e.g. MQSTORE_ERR_FENCING_TOKEN_LOWER_VERSION), MQSTORE_ERR_STATUS (503: overloaded),
+/// MQSTORE_ERR_REQUEST_TIMEOUT (it may still be applied), MQSTORE_ERR_CONNECTION_LOST,
+/// MQSTORE_ERR_PUBLISH_REFUSED, MQSTORE_ERR_REQUEST_TOO_LARGE.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mqstore_vdel(
     client: *const mqstore_client,
@@ -504,6 +516,10 @@ struct Keys {
 
 /// SCAN: every key matching `pattern` (`*` and `?` wildcards; "*" for all), page after page.
 /// On success `*out` is the caller's: free it with `mqstore_keys_free`.
+/// Errors: MQSTORE_ERR_INVALID_ARGUMENT (nothing sent), the state store's refusals (101–199,
+/// e.g. MQSTORE_ERR_FENCING_TOKEN_LOWER_VERSION), MQSTORE_ERR_STATUS (503: overloaded),
+/// MQSTORE_ERR_REQUEST_TIMEOUT (it may still be applied), MQSTORE_ERR_CONNECTION_LOST,
+/// MQSTORE_ERR_PUBLISH_REFUSED, MQSTORE_ERR_REQUEST_TOO_LARGE.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mqstore_scan(
     client: *const mqstore_client,
@@ -545,6 +561,10 @@ pub unsafe extern "C" fn mqstore_keys_free(keys: *mut mqstore_keys) {
 /// Starts observing `key`: its changes arrive as MQSTORE_EVENT_CHANGED events
 /// (`mqstore_next_event` or the callback), also across reconnects (a change missed while away
 /// comes as a `synthetic` one). Observing a key already observed changes nothing.
+/// Errors: MQSTORE_ERR_INVALID_ARGUMENT (nothing sent), the state store's refusals (101–199,
+/// e.g. MQSTORE_ERR_FENCING_TOKEN_LOWER_VERSION), MQSTORE_ERR_STATUS (503: overloaded),
+/// MQSTORE_ERR_REQUEST_TIMEOUT (it may still be applied), MQSTORE_ERR_CONNECTION_LOST,
+/// MQSTORE_ERR_PUBLISH_REFUSED, MQSTORE_ERR_REQUEST_TOO_LARGE.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mqstore_observe(
     client: *const mqstore_client,
@@ -573,6 +593,10 @@ pub unsafe extern "C" fn mqstore_observe(
 }
 
 /// Stops observing `key` (changes already queued are still delivered).
+/// Errors: MQSTORE_ERR_INVALID_ARGUMENT (nothing sent), the state store's refusals (101–199,
+/// e.g. MQSTORE_ERR_FENCING_TOKEN_LOWER_VERSION), MQSTORE_ERR_STATUS (503: overloaded),
+/// MQSTORE_ERR_REQUEST_TIMEOUT (it may still be applied), MQSTORE_ERR_CONNECTION_LOST,
+/// MQSTORE_ERR_PUBLISH_REFUSED, MQSTORE_ERR_REQUEST_TOO_LARGE.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mqstore_unobserve(
     client: *const mqstore_client,
@@ -638,6 +662,8 @@ fn change_event(change: KeyChange) -> Event {
 /// never two at once; `user_data` is passed back untouched and must be usable from that
 /// thread. It may make calls on the client (set, get, ...), but not free it or change the
 /// callback: those wait for the callback thread to finish and fail from inside it.
+/// Errors: MQSTORE_ERR_INVALID_ARGUMENT (a bad handle, or called from inside the callback:
+/// nothing changes).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mqstore_set_event_callback(
     client: *const mqstore_client,
@@ -698,6 +724,10 @@ unsafe impl Sync for mqstore_lease {}
 /// `wait_ms` for its holder to release it (0: try once). `*out` gets the lease, or NULL when
 /// another client holds it (then the status is still MQSTORE_OK). A lease is the caller's:
 /// free it (releasing it) with `mqstore_lease_free` before the client.
+/// Errors: MQSTORE_ERR_INVALID_ARGUMENT (nothing sent), the state store's refusals (101–199,
+/// e.g. MQSTORE_ERR_FENCING_TOKEN_LOWER_VERSION), MQSTORE_ERR_STATUS (503: overloaded),
+/// MQSTORE_ERR_REQUEST_TIMEOUT (it may still be applied), MQSTORE_ERR_CONNECTION_LOST,
+/// MQSTORE_ERR_PUBLISH_REFUSED, MQSTORE_ERR_REQUEST_TOO_LARGE.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mqstore_lease_acquire(
     client: *const mqstore_client,
@@ -740,6 +770,7 @@ pub unsafe extern "C" fn mqstore_lease_acquire(
 }
 
 /// The lease's fencing token, for SET / DEL / VDEL of what the lease guards.
+/// Errors: MQSTORE_ERR_INVALID_ARGUMENT (a NULL or freed lease).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mqstore_lease_fencing_token(
     lease: *const mqstore_lease,
@@ -775,6 +806,10 @@ pub unsafe extern "C" fn mqstore_lease_is_held(lease: *const mqstore_lease) -> b
 /// Releases the lease now (deletes the key if it still holds this client's claim);
 /// `*released` (NULL: not wanted) says whether it was still held. The handle stays valid
 /// until `mqstore_lease_free`.
+/// Errors: MQSTORE_ERR_INVALID_ARGUMENT (nothing sent), the state store's refusals (101–199,
+/// e.g. MQSTORE_ERR_FENCING_TOKEN_LOWER_VERSION), MQSTORE_ERR_STATUS (503: overloaded),
+/// MQSTORE_ERR_REQUEST_TIMEOUT (it may still be applied), MQSTORE_ERR_CONNECTION_LOST,
+/// MQSTORE_ERR_PUBLISH_REFUSED, MQSTORE_ERR_REQUEST_TOO_LARGE.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mqstore_lease_release(
     lease: *const mqstore_lease,

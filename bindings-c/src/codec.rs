@@ -398,6 +398,8 @@ pub extern "C" fn mqstore_invoke_topic() -> *const c_char {
 
 /// Writes the protocol's notification topic of `client_id` and `key` and a NUL to `buf` of
 /// `capacity` bytes; `*len` gets its length without the NUL (see `mqstore_hlc_format`).
+/// Errors: MQSTORE_ERR_INVALID_ARGUMENT, MQSTORE_ERR_BUFFER_TOO_SMALL (the length needed in the
+/// length out-parameter).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mqstore_notify_topic(
     client_id: *const c_char,

@@ -136,7 +136,8 @@ pub extern "C" fn mqstore_last_error() -> *const c_char {
     LAST_ERROR.with(|last| last.borrow().1.as_ptr())
 }
 
-/// The status of the last call on this thread that failed (0 when none has).
+/// The status of the last call on this thread that failed (an MQSTORE_ERR_ code; 0 when none
+/// has). It never fails itself.
 #[unsafe(no_mangle)]
 pub extern "C" fn mqstore_last_error_code() -> c_int {
     LAST_ERROR.with(|last| last.borrow().0)

@@ -8,6 +8,8 @@ use crate::error::{Error, ffi};
 use crate::types::{copy_str_out, mqstore_hlc, out_arg, str_arg};
 
 /// Parses `{wall_ms}:{counter}:{node}` (any number of digits) into `*out`.
+/// Errors: MQSTORE_ERR_INVALID_ARGUMENT (not `wall:counter:node`, or a node id longer than
+/// `mqstore_hlc.node` holds).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mqstore_hlc_parse(text: *const c_char, out: *mut mqstore_hlc) -> c_int {
     ffi(|| {
@@ -40,6 +42,7 @@ pub unsafe extern "C" fn mqstore_hlc_format(
 
 /// Compares two versions: `*order` is -1, 0 or 1 as `a` is older than, the same as, or newer
 /// than `b`.
+/// Errors: MQSTORE_ERR_INVALID_ARGUMENT (a NULL argument).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mqstore_hlc_compare(
     a: *const mqstore_hlc,

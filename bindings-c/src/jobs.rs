@@ -54,6 +54,9 @@ unsafe fn details_arg(json: *const c_char) -> Result<BTreeMap<String, String>> {
 
 /// Creates a job: `document_json` (a JSON object) for each of the `target_count` things in
 /// `targets`. `in_progress_timeout_minutes`: 0 for none; `max_retries`: 0–10.
+/// Errors: MQSTORE_ERR_INVALID_ARGUMENT (nothing sent), MQSTORE_ERR_JOBS (refused: AWS's code
+/// in `mqstore_last_error`), MQSTORE_ERR_REQUEST_TIMEOUT, MQSTORE_ERR_CONNECTION_LOST,
+/// MQSTORE_ERR_PUBLISH_REFUSED.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mqstore_job_create(
     client: *const mqstore_client,
@@ -85,6 +88,9 @@ pub unsafe extern "C" fn mqstore_job_create(
 }
 
 /// Cancels a job (`force`: also executions in progress).
+/// Errors: MQSTORE_ERR_INVALID_ARGUMENT (nothing sent), MQSTORE_ERR_JOBS (refused: AWS's code
+/// in `mqstore_last_error`), MQSTORE_ERR_REQUEST_TIMEOUT, MQSTORE_ERR_CONNECTION_LOST,
+/// MQSTORE_ERR_PUBLISH_REFUSED.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mqstore_job_cancel(
     client: *const mqstore_client,
@@ -100,6 +106,9 @@ pub unsafe extern "C" fn mqstore_job_cancel(
 }
 
 /// A job and its executions' counts, as JSON in `*json` (free with `mqstore_string_free`).
+/// Errors: MQSTORE_ERR_INVALID_ARGUMENT (nothing sent), MQSTORE_ERR_JOBS (refused: AWS's code
+/// in `mqstore_last_error`), MQSTORE_ERR_REQUEST_TIMEOUT, MQSTORE_ERR_CONNECTION_LOST,
+/// MQSTORE_ERR_PUBLISH_REFUSED.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mqstore_job_describe(
     client: *const mqstore_client,
@@ -176,6 +185,8 @@ impl mqstore_jobs {
 
 /// Acts as `thing`: subscribes to its jobs replies and notifications. `*out` is the caller's:
 /// free it with `mqstore_jobs_free` before the client.
+/// Errors: MQSTORE_ERR_INVALID_ARGUMENT (nothing sent), MQSTORE_ERR_CONNECTION_LOST (the
+/// client closed or the connection dropped before the subscription was made).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mqstore_jobs_open(
     client: *const mqstore_client,
@@ -205,6 +216,9 @@ pub unsafe extern "C" fn mqstore_jobs_free(jobs: *mut mqstore_jobs) {
 
 /// The thing's pending executions (`{"inProgressJobs": [...], "queuedJobs": [...]}`) as JSON
 /// in `*json` (free it with `mqstore_string_free`).
+/// Errors: MQSTORE_ERR_INVALID_ARGUMENT (nothing sent), MQSTORE_ERR_JOBS (refused: AWS's code
+/// in `mqstore_last_error`), MQSTORE_ERR_REQUEST_TIMEOUT, MQSTORE_ERR_CONNECTION_LOST,
+/// MQSTORE_ERR_PUBLISH_REFUSED.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mqstore_jobs_pending(
     jobs: *const mqstore_jobs,
@@ -223,6 +237,9 @@ pub unsafe extern "C" fn mqstore_jobs_pending(
 /// Starts the next queued execution (IN_PROGRESS, with `status_details_json`: NULL or a JSON
 /// object of strings). `*json` gets the execution (`{"jobId": ..., "jobDocument": ...}`; free it
 /// with `mqstore_string_free`), or NULL when nothing is queued.
+/// Errors: MQSTORE_ERR_INVALID_ARGUMENT (nothing sent), MQSTORE_ERR_JOBS (refused: AWS's code
+/// in `mqstore_last_error`), MQSTORE_ERR_REQUEST_TIMEOUT, MQSTORE_ERR_CONNECTION_LOST,
+/// MQSTORE_ERR_PUBLISH_REFUSED.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mqstore_jobs_start_next(
     jobs: *const mqstore_jobs,
@@ -250,6 +267,9 @@ pub unsafe extern "C" fn mqstore_jobs_start_next(
 /// `expected_version` the execution's version (refused with VersionMismatch otherwise), or -1.
 /// `*json` (NULL: not wanted) gets the answer (with the execution's state; free it with
 /// `mqstore_string_free`).
+/// Errors: MQSTORE_ERR_INVALID_ARGUMENT (nothing sent), MQSTORE_ERR_JOBS (refused: AWS's code
+/// in `mqstore_last_error`), MQSTORE_ERR_REQUEST_TIMEOUT, MQSTORE_ERR_CONNECTION_LOST,
+/// MQSTORE_ERR_PUBLISH_REFUSED.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mqstore_jobs_update(
     jobs: *const mqstore_jobs,
@@ -293,6 +313,8 @@ pub unsafe extern "C" fn mqstore_jobs_update(
 /// Waits up to `timeout_ms` (0: do not wait; negative: as long as it takes) for the thing's
 /// next jobs notification (`{"kind": "notify-next", "execution": ...}` or `{"kind": "notify",
 /// ...}`). `*json` gets it (free it with `mqstore_string_free`), or NULL when none came in time.
+/// Errors: MQSTORE_ERR_INVALID_ARGUMENT (a bad handle); none in time is MQSTORE_OK with `*json`
+/// NULL.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mqstore_jobs_next_notification(
     jobs: *const mqstore_jobs,
@@ -472,6 +494,9 @@ pub unsafe extern "C" fn mqstore_command_reply_free(reply: *mut mqstore_command_
 
 /// A command's status record (`{"id": ..., "status": "SUCCEEDED", "answer": ...}`) as JSON in
 /// `*json` (free with `mqstore_string_free`).
+/// Errors: MQSTORE_ERR_INVALID_ARGUMENT (nothing sent), MQSTORE_ERR_STATUS (404: no such
+/// command, or forgotten), MQSTORE_ERR_REQUEST_TIMEOUT, MQSTORE_ERR_CONNECTION_LOST,
+/// MQSTORE_ERR_PUBLISH_REFUSED.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mqstore_command_status(
     client: *const mqstore_client,

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Every function, type, struct field and enumerator of mqstore.h has a doc comment, and every
-function that hands the caller something to free names how to free it.
+"""Every function, type, struct field and enumerator of mqstore.h has a doc comment; every
+function that returns a status names the errors it returns; and every function that hands the
+caller something to free names how to free it.
 
     python3 bindings-c/tests/check_header.py [bindings-c/include/mqstore.h]
 
@@ -80,6 +81,8 @@ def main() -> int:
                 j += 1
                 declaration += " " + lines[j].strip()
             comment = comment_before(lines, index)
+            if line.startswith("int ") and "MQSTORE_ERR_" not in comment:
+                problems.append(f"{index + 1}: {name} returns a status but names no error")
             for out_type, free in OWNED_OUT.items():
                 if (
                     re.search(out_type, declaration)
