@@ -307,6 +307,7 @@ def run_file(path: Path, mqstore: str, shim: Path) -> tuple[int, int, list[str],
 
 
 def main() -> int:
+    started = time.monotonic()
     mqstore = os.environ.get("MQSTORE_BIN", str(ROOT / "target/debug/mqstore"))
     if not Path(mqstore).exists():
         raise SystemExit(
@@ -350,6 +351,11 @@ def main() -> int:
         f"{len(all_failures)} failed, "
         f"{len(all_skipped)} skipped with a reason, "
         f"{total_other} not commands (JSON, TOML, HTML, text)"
+    )
+    # In pytest's words, for the test command's closing count.
+    print(
+        f"{total_run - len(all_failures)} passed, {len(all_failures)} failed, "
+        f"{len(all_skipped)} skipped in {time.monotonic() - started:.1f}s (command blocks)"
     )
     return 1 if all_failures else 0
 
