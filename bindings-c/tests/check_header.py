@@ -82,7 +82,9 @@ def main() -> int:
                 declaration += " " + lines[j].strip()
             comment = comment_before(lines, index)
             if line.startswith("int ") and "MQSTORE_ERR_" not in comment:
-                problems.append(f"{index + 1}: {name} returns a status but names no error")
+                problems.append(
+                    f"{index + 1}: {name} returns a status but names no error"
+                )
             for out_type, free in OWNED_OUT.items():
                 if (
                     re.search(out_type, declaration)
