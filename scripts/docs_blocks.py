@@ -36,6 +36,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bindings-python" / "tests"))
+
+from harness import Broker, Server  # noqa: E402  (the Python tests' harness, found above)
+
 RUNNABLE = {"sh": "sh", "bash": "sh", "python": "python", "js": "js", "javascript": "js", "c": "c"}
 SKIP = re.compile(r"^<!--\s*docs-test:\s*skip\s*\((.+)\)\s*-->\s*$")
 BLOCK_TIMEOUT = 180
@@ -87,57 +91,28 @@ def check_free(port: int) -> int:
     return port
 
 
-def wait_for_port(port: int, process: subprocess.Popen, what: str) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise SystemExit(f"{what} exited at start (code {process.returncode})")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise SystemExit(f"{what} did not listen on port {port} within 30 s")
-
-
 class Services:
-    """mosquitto and `mqstore serve` on scripts/run's ports, for one file's blocks."""
+    """mosquitto and `mqstore serve` on scripts/run's ports, for one file's blocks: the Python
+    tests' harness (bindings-python/tests/harness.py), with its ports fixed."""
 
-    def __init__(self, scratch: Path, mqstore: str) -> None:
-        self.mqtt, self.ws, self.metrics = check_free(1883), check_free(9001), check_free(9464)
-        conf = scratch / ".mosquitto.conf"
-        conf.write_text(
-            f"listener {self.mqtt} 127.0.0.1\nlistener {self.ws} 127.0.0.1\nprotocol websockets\n"
-            "allow_anonymous true\nset_tcp_nodelay true\n"
-            + (f"user {os.environ.get('USER', 'root')}\n" if os.geteuid() == 0 else "")
-        )
-        broker = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
-        self.log = open(scratch / ".services.log", "w")
-        self.broker = subprocess.Popen([broker, "-c", str(conf)], stdout=self.log, stderr=self.log)
-        wait_for_port(self.mqtt, self.broker, "mosquitto")
-        self.server = subprocess.Popen(
-            [mqstore, "--port", str(self.mqtt), "serve", "--metrics", f"127.0.0.1:{self.metrics}"],
-            stdout=self.log,
-            stderr=self.log,
-        )
-        wait_for_port(self.metrics, self.server, "mqstore serve")
-        # The server answers once it has subscribed: wait for a GET to be answered.
-        deadline = time.monotonic() + 30
-        while subprocess.run(
-            [mqstore, "--port", str(self.mqtt), "--timeout", "1", "get", "docs-test-probe"],
-            capture_output=True,
-        ).returncode not in (0, 1):
-            if time.monotonic() > deadline:
-                raise SystemExit("mqstore serve did not answer within 30 s")
+    def __init__(self) -> None:
+        for port in (1883, 9001, 9464):
+            check_free(port)
+        websocket = "listener 9001 127.0.0.1\nprotocol websockets\n"
+        self.broker = Broker(extra_config=websocket, port=1883)
+        try:
+            self.server = Server(self.broker, metrics_port=9464)
+        except BaseException:
+            self.broker.stop()
+            raise
 
     def stop(self) -> None:
-        for process in (self.server, self.broker):
-            process.terminate()
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-        self.log.close()
+        self.server.process.terminate()
+        try:
+            self.server.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.server.process.kill()
+        self.broker.stop()
 
 
 def needed(name: str, what: str) -> str:
@@ -250,7 +225,7 @@ tokio = {{ version = "1", features = ["macros", "rt-multi-thread"] }}
     return failures
 
 
-def run_file(path: Path, mqstore: str, shim: Path) -> tuple[int, int, list[str], list[str]]:
+def run_file(path: Path, shim: Path) -> tuple[int, int, list[str], list[str]]:
     """Runs one file's blocks: (run, not runnable here, skipped with reasons, failures)."""
     found = blocks(path)
     runnable = [b for b in found if b.language in RUNNABLE]
@@ -261,7 +236,7 @@ def run_file(path: Path, mqstore: str, shim: Path) -> tuple[int, int, list[str],
     if not to_run:
         return 0, other, skipped, failures
     scratch = Path(tempfile.mkdtemp(prefix="docs-test-"))
-    services = Services(scratch, mqstore)
+    services = Services()
     env = dict(os.environ)
     env["PATH"] = f"{shim}:{env['PATH']}"
     try:
@@ -321,6 +296,7 @@ def main() -> int:
             *ROOT.glob("bindings-*/README.md"),
         ]
     )
+    os.environ["MQSTORE_BIN"] = mqstore  # the harness's server, and `mqstore` on PATH
     shim = Path(tempfile.mkdtemp(prefix="docs-test-bin-"))
     (shim / "mqstore").symlink_to(Path(mqstore).resolve())
     python = os.environ.get("DOCS_PYTHON")
@@ -335,7 +311,7 @@ def main() -> int:
     total_run += len(rust)
     for path in files:
         print(f"{path.relative_to(ROOT)}")
-        ran, other, skipped, failures = run_file(path, mqstore, shim)
+        ran, other, skipped, failures = run_file(path, shim)
         total_run += ran
         total_other += other
         all_skipped += skipped

@@ -36,6 +36,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(errors::error_examples, module)?)?;
     module.add_function(wrap_pyfunction!(errors::error_kinds, module)?)?;
     module.add_function(wrap_pyfunction!(runtime::_panicking_call, module)?)?;
+    module.add_function(wrap_pyfunction!(runtime::_shutdown, module)?)?;
     codec::register(module)?;
     Ok(())
 }

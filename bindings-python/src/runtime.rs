@@ -3,6 +3,7 @@
 
 use std::future::Future;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures_util::FutureExt;
@@ -119,6 +120,35 @@ where
     }
 }
 
+/// Set once the interpreter exits (an `atexit` handler calls [`_shutdown`]): from then on a
+/// worker thread never enters Python. One that tried during finalization would be ended by the
+/// interpreter inside Rust frames, which aborts the process (seen: an asyncio program's late
+/// answer arriving while Python exits).
+static EXITING: AtomicBool = AtomicBool::new(false);
+/// Worker threads inside Python now; `_shutdown` waits for them to leave.
+static IN_PYTHON: AtomicUsize = AtomicUsize::new(0);
+
+/// Runs `f` with the GIL from a worker thread, unless the interpreter is exiting.
+fn enter_python(f: impl FnOnce(Python<'_>)) {
+    IN_PYTHON.fetch_add(1, Ordering::SeqCst);
+    if !EXITING.load(Ordering::SeqCst) {
+        Python::attach(f);
+    }
+    IN_PYTHON.fetch_sub(1, Ordering::SeqCst);
+}
+
+/// Called at interpreter exit (`atexit`, registered by the package): worker threads stop
+/// entering Python, and those inside finish first (waited for with the GIL released).
+#[pyfunction]
+pub fn _shutdown(py: Python<'_>) {
+    EXITING.store(true, Ordering::SeqCst);
+    py.detach(|| {
+        while IN_PYTHON.load(Ordering::SeqCst) > 0 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    });
+}
+
 /// Runs `future` on the runtime and returns an `asyncio` future of the running loop that
 /// resolves with its result. Cancelling the asyncio future aborts the Rust one.
 pub fn spawn_awaitable<'py, F, T>(py: Python<'py>, future: F) -> PyResult<Bound<'py, PyAny>>
@@ -135,7 +165,7 @@ where
     let event_loop = event_loop.unbind();
     let task = runtime()?.spawn(async move {
         let outcome = unwind_safe(future).await;
-        Python::attach(|py| {
+        enter_python(|py| {
             let result = match outcome {
                 Ok(value) => value.to_py(py),
                 Err(e) => Err(e.into_py_err(py)),

@@ -112,10 +112,10 @@ def wait_for_port(port: int, process: subprocess.Popen[bytes], what: str) -> Non
 
 
 class Broker:
-    """mosquitto (MQTT 5) on a free port; ``restart`` keeps the port."""
+    """mosquitto (MQTT 5) on a free port (or ``port``); ``restart`` keeps the port."""
 
-    def __init__(self, extra_config: str = "") -> None:
-        self.port = free_port()
+    def __init__(self, extra_config: str = "", port: Optional[int] = None) -> None:
+        self.port = port or free_port()
         self.dir = Path(tempfile.mkdtemp(prefix="mqstore-py-broker-"))
         anonymous = "" if "allow_anonymous" in extra_config else "allow_anonymous true\n"
         self.config = self.dir / "mosquitto.conf"
@@ -159,15 +159,16 @@ class Broker:
 
 
 class Server:
-    """``mqstore serve`` next to a broker, with its Prometheus metrics on a free port."""
+    """``mqstore serve`` next to a broker, with its Prometheus metrics on a free port (or
+    ``metrics_port``)."""
 
     # Every server started, so that a failing test can show their logs (conftest.py).
     started: ClassVar[list[Server]] = []
 
-    def __init__(self, broker: Broker, *args: str) -> None:
+    def __init__(self, broker: Broker, *args: str, metrics_port: Optional[int] = None) -> None:
         Server.started.append(self)
         self.broker = broker
-        self.metrics_port = free_port()
+        self.metrics_port = metrics_port or free_port()
         self.lines: list[str] = []
         self._connections = 0
         self._changed = threading.Condition()

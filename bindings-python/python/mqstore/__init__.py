@@ -15,7 +15,9 @@ are :class:`MqstoreError` subclasses (``mqstore.errors``); the codec and HLC are
 ``mqstore.codec``.
 """
 
-from . import codec, errors
+import atexit
+
+from . import _native, codec, errors
 from ._aio import AsyncClient, AsyncLease, AsyncObservation
 from ._client import Client, Lease, Observation
 from ._jobs import (
@@ -75,3 +77,7 @@ __all__ = [
     "codec",
     "errors",
 ]
+
+# At exit, the native runtime's threads stop calling into Python (a late answer of an
+# asyncio call would otherwise meet a finalizing interpreter and abort the process).
+atexit.register(_native._shutdown)

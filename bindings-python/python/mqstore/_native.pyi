@@ -23,6 +23,7 @@ __all__ = [
     "Versioned",
     "__version__",
     "_panicking_call",
+    "_shutdown",
     "decode_notification",
     "decode_request",
     "decode_response",
@@ -549,6 +550,9 @@ def _panicking_call(aio: Literal[False]) -> None:
 
 @overload
 def _panicking_call(aio: Literal[True]) -> Awaitable[None]: ...
+def _shutdown() -> None:
+    """At interpreter exit: the native threads stop calling into Python."""
+
 def encode_request(command: Mapping[str, object]) -> bytes: ...
 def decode_request(data: bytes) -> dict[str, Any]: ...
 def encode_response(response: Mapping[str, object]) -> bytes: ...

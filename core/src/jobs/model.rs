@@ -117,7 +117,7 @@ pub enum JobsError {
     /// A job with this id exists (`Conflict`).
     JobExists(String),
     #[error("{0} exists already")]
-    /// Something else with this name exists (`Conflict`).
+    /// A thing group or job template with this name exists (`ResourceAlreadyExists`).
     Exists(String),
     #[error("no such job or execution: {0}")]
     /// No such job, execution, group or template (`ResourceNotFound`).
@@ -129,7 +129,7 @@ pub enum JobsError {
     /// Refused in the current state (`InvalidStateTransition`).
     InvalidState(String),
     #[error("version conflict: {0}")]
-    /// The expected version is not the current one (`VersionMismatch`).
+    /// An operator's `expectedVersion` is not the execution's version (`VersionConflict`).
     VersionConflict(String),
     #[error(transparent)]
     /// The store failed (`InternalError`); nothing changed.
