@@ -301,6 +301,13 @@ fn read_reply(publish: &Publish) -> Result<CommandReply, ClientError> {
             id,
             answer: Box::new(answer()),
         }),
+        // The device's own TIMED_OUT (AWS IoT commands) is its answer: it failed in time.
+        Status::TimedOut if props.user_property(name::BY_DEVICE).is_some() => {
+            Err(ClientError::CommandFailed {
+                id,
+                answer: Box::new(answer()),
+            })
+        }
         Status::TimedOut => Err(ClientError::CommandTimedOut { id }),
         _ => Ok(CommandReply {
             id,

@@ -185,6 +185,12 @@ pub enum ClientError {
 /// A device's error answer in a few words.
 fn describe(answer: &crate::commands::Answer) -> String {
     let mut parts = Vec::new();
+    if answer.status == crate::commands::Status::TimedOut {
+        parts.push("the device reported TIMED_OUT".to_owned());
+    }
+    if let Some(code) = &answer.reason_code {
+        parts.push(code.clone());
+    }
     if let Some(code) = answer.code {
         parts.push(format!("status {code}"));
     }

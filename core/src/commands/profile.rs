@@ -621,10 +621,11 @@ fn rpc_answer(publish: &Publish) -> Answer {
 /// Reads an AWS IoT commands execution update (JSON, or `cbor` the same in CBOR): `{"status":
 /// …, "statusReason": {"reasonCode": "[A-Z0-9_-]{1,64}", "reasonDescription": "≤ 1024
 /// characters"}, "result": {"name": {"s": …} | {"b": …} | {"bin": base64 or CBOR bytes}}}`,
-/// checked as AWS checks it.
+/// checked as AWS checks it. Other fields are ignored, as AWS ignores them: the AWS IoT Device
+/// SDK for Java sends `deviceType`, `deviceId` and `executionId` in every update.
 fn aws_answer(publish: &Publish, cbor: bool) -> Result<Answer, Unreadable> {
     #[derive(Deserialize)]
-    #[serde(deny_unknown_fields, rename_all = "camelCase")]
+    #[serde(rename_all = "camelCase")]
     struct Update {
         status: String,
         #[serde(default)]
@@ -633,7 +634,7 @@ fn aws_answer(publish: &Publish, cbor: bool) -> Result<Answer, Unreadable> {
         result: Option<serde_json::Map<String, Value>>,
     }
     #[derive(Deserialize)]
-    #[serde(deny_unknown_fields, rename_all = "camelCase")]
+    #[serde(rename_all = "camelCase")]
     struct Reason {
         reason_code: String,
         #[serde(default)]

@@ -756,6 +756,66 @@ fn a_malformed_aws_update_is_refused_with_a_reason_and_changes_nothing() {
 }
 
 #[test]
+fn aws_updates_with_the_java_sdks_extra_fields_are_read_as_aws_reads_them() {
+    // The AWS IoT Device SDK for Java v2 (IotCommandsV2Client) names the device and the
+    // execution in every update; AWS accepts them, and so must we.
+    let mut registry = Registry::new();
+    let (aws, record) = aws_command(&mut registry, 5, 60_000);
+    let body = format!(
+        r#"{{"deviceType":"thing","deviceId":"robot1","executionId":"{}","status":"IN_PROGRESS","statusReason":{{"reasonCode":"HEATING","reasonDescription":"to 80 C","extra":1}}}}"#,
+        record.id
+    );
+    let (key, answer) = aws.read_answer(&aws_update(&record, &body)).unwrap();
+    assert_eq!(answer.status, Status::InProgress);
+    assert_eq!(answer.reason_code.as_deref(), Some("HEATING"));
+    assert_eq!(registry.answer(&key, answer, NOW + 1)[0].0, Matched::Progress);
+    // What AWS refuses is still refused, extra fields or not.
+    let bad = r#"{"deviceType":"thing","deviceId":"robot1","status":"DONE"}"#;
+    let error = aws.read_answer(&aws_update(&record, bad)).unwrap_err();
+    assert_eq!(error.code, "InvalidRequest");
+    assert!(error.reason.contains("DONE"), "{}", error.reason);
+}
+
+#[test]
+fn a_devices_own_timed_out_reaches_the_caller_as_its_answer_not_as_no_answer() {
+    let mut registry = Registry::new();
+    let mut client = CommandsClient::new("caller", 42);
+    // The device reports TIMED_OUT itself: it answered, so the caller gets a failure with
+    // the device's reason, not "no answer within the timeout".
+    let (aws, record) = aws_command(&mut registry, 6, 60_000);
+    let (call, invoke) = client.invoke(&request("a/b", "{}", "aws"), NOW);
+    let (key, answer) = aws
+        .read_answer(&aws_update(
+            &record,
+            r#"{"status":"TIMED_OUT","statusReason":{"reasonCode":"TOO_SLOW"}}"#,
+        ))
+        .unwrap();
+    let [(_, settled)] = &registry.answer(&key, answer, NOW + 1)[..] else {
+        panic!("one record matched");
+    };
+    let reply = wire::reply_record(&invoke, settled, false);
+    match client.handle(&reply) {
+        Some(CommandsEvent::Invoked {
+            call: c,
+            result: Err(error @ ClientError::CommandFailed { .. }),
+        }) => {
+            assert_eq!(c, call);
+            let text = error.to_string();
+            assert!(text.contains("TIMED_OUT") && text.contains("TOO_SLOW"), "{text}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // The service's own timeout is no answer.
+    let (_, mut silent) = aws_command(&mut registry, 7, 1_000);
+    assert!(silent.time_out(NOW + 1_000));
+    let (call, invoke) = client.invoke(&request("a/b", "{}", "aws"), NOW);
+    assert!(matches!(
+        client.handle(&wire::reply_record(&invoke, &silent, false)),
+        Some(CommandsEvent::Invoked { call: c, result: Err(ClientError::CommandTimedOut { .. }) }) if c == call
+    ));
+}
+
+#[test]
 fn aws_updates_are_acknowledged_on_the_topics_aws_devices_subscribe_to() {
     let mut registry = Registry::new();
     let (aws, record) = aws_command(&mut registry, 5, 60_000);

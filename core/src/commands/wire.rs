@@ -10,14 +10,14 @@
 //! id), `topic` its target and `parameters` a JSON object of its parameters.
 //! The answer's payload is the device's answer (when there is one), with user properties
 //! `commandId`, `status` and, from the device, `deviceStatus`, `message`, `appErrCode`,
-//! `appErrPayload`, and `late`/`orphaned` when so. `header:NAME` properties go to the device
+//! `appErrPayload`, `reasonCode`, and `late`/`orphaned`/`byDevice` when so. `header:NAME` properties go to the device
 //! as `NAME`. A request the service cannot take gets
 //! `__stat` 400 (bad request), 404 (no such command) or 503 (the registry is unavailable)
 //! and `__stMsg`; nothing was sent to a device.
 
 use bytes::Bytes;
 
-use super::{CommandRequest, DEFAULT_TIMEOUT_MS, Mode, Record, profile::MQTT5};
+use super::{CommandRequest, DEFAULT_TIMEOUT_MS, Mode, Record, Status, profile::MQTT5};
 use crate::envelope::{Properties, Publish, property};
 
 /// Where callers send commands.
@@ -66,6 +66,9 @@ pub mod name {
     pub const REASON_CODE: &str = "reasonCode";
     /// Present when the answer came after the timeout.
     pub const LATE: &str = "late";
+    /// Present when a TIMED_OUT status is the device's own word (final), not the service's
+    /// timeout.
+    pub const BY_DEVICE: &str = "byDevice";
     /// Present when the answer came for a node that is gone.
     pub const ORPHANED: &str = "orphaned";
 }
@@ -154,6 +157,9 @@ pub fn reply_record(to: &Publish, record: &Record, as_json: bool) -> Publish {
     user.push(pair(name::STATUS, record.status.as_str().to_owned()));
     if record.late {
         user.push(pair(name::LATE, "true".into()));
+    }
+    if record.status == Status::TimedOut && record.is_final() {
+        user.push(pair(name::BY_DEVICE, "true".into()));
     }
     if record.orphaned {
         user.push(pair(name::ORPHANED, "true".into()));
