@@ -35,9 +35,11 @@ build_packages() {
 #   gcc-*, libc6-dev-*-cross, qemu-user: the C library's aarch64 and armv7 builds
 #   chromium, fonts-dejavu-core: the dashboard test's headless browser
 #   openssl: the TLS tests' certificates
+#   openjdk-17-jdk-headless, maven: the AWS IoT Device SDK for Java (interop/aws/java): Maven
+#     fetches the SDK's jars, Java's source launcher runs the device (it needs the JDK's compiler)
 system_packages() {
   build_packages
-  apt_install mosquitto valgrind redis-server pkg-config cmake openssl \
+  apt_install mosquitto valgrind redis-server pkg-config cmake openssl openjdk-17-jdk-headless maven \
     gcc-aarch64-linux-gnu libc6-dev-arm64-cross gcc-arm-linux-gnueabihf libc6-dev-armhf-cross qemu-user \
     chromium fonts-dejavu-core
 }

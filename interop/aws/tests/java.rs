@@ -40,7 +40,7 @@ fn jars() -> PathBuf {
     }
     let _ = std::fs::remove_dir_all(&lib);
     let status = Command::new("mvn")
-        .args(["--batch-mode", "--quiet", "dependency:copy-dependencies"])
+        .args(["--batch-mode", "--quiet", "-Dstyle.color=never", "dependency:copy-dependencies"])
         .arg(format!("-DoutputDirectory={}", lib.display()))
         .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("java"))
         .status()
