@@ -16,7 +16,7 @@
 //!   [`crate::client::commands::CommandsClient`] (the client layer sits above this one).
 //!
 //! The id of a command is also its correlation id: 16 random bytes (from the driver), written
-//! as a UUID. It is the MQTT 5 correlation data, DJI's `tid`, IoT Hub's `$rid`.
+//! as a version 4 UUID. It is the MQTT 5 correlation data, DJI's `tid`, IoT Hub's `$rid`.
 
 mod cbor;
 pub mod definitions;
@@ -143,7 +143,7 @@ pub struct Answer {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Record {
-    /// The command's id (a UUID).
+    /// The command's id (a version 4 UUID).
     pub id: String,
     /// The node whose caller waits for the answer.
     pub node: String,
@@ -422,7 +422,15 @@ pub enum CommandError {
     },
 }
 
-/// A command id: 16 random bytes as a UUID (8-4-4-4-12 lowercase hex).
+/// 16 random bytes made an RFC 9562 version 4 UUID: the version nibble 4, the variant bits
+/// `10` (122 random bits remain).
+pub fn uuid_v4(mut bytes: [u8; 16]) -> [u8; 16] {
+    bytes[6] = (bytes[6] & 0x0f) | 0x40;
+    bytes[8] = (bytes[8] & 0x3f) | 0x80;
+    bytes
+}
+
+/// A command id's text: its 16 bytes as a UUID (8-4-4-4-12 lowercase hex).
 pub fn command_id(bytes: [u8; 16]) -> String {
     let hex = crate::topics::hex(&bytes).to_ascii_lowercase();
     format!(

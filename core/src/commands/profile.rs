@@ -350,7 +350,8 @@ pub struct Sender<'a> {
 }
 
 impl Profile {
-    /// The publish for `request` and its record, with id `id`.
+    /// The publish for `request` and its record, with an id made of the 16 random bytes `id`
+    /// (a version 4 UUID: its version and variant bits are set here).
     pub fn prepare(
         &self,
         request: &CommandRequest,
@@ -361,6 +362,7 @@ impl Profile {
         if request.timeout_ms == 0 || request.timeout_ms > super::MAX_TIMEOUT_MS {
             return Err(CommandError::BadTimeout(request.timeout_ms));
         }
+        let id = super::uuid_v4(id);
         let id_text = command_id(id);
         let topic = request.topic.replace("{id}", &id_text);
         if !crate::topics::is_valid_topic_name(&topic) {

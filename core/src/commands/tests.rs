@@ -67,17 +67,22 @@ fn mqtt5_commands_carry_what_azure_executors_require() {
     let p = &prepared.publish;
     assert_eq!(p.qos, 1);
     assert_eq!(p.properties.message_expiry_interval, Some(10));
-    assert_eq!(
-        p.properties.correlation_data.as_deref(),
-        Some(&[7u8; 16][..])
-    );
+    // The id is a version 4 UUID (RFC 9562): version nibble 4, variant bits 10; the rest are
+    // the random bytes, and the correlation data is the id's 16 bytes.
+    let v4 = [7, 7, 7, 7, 7, 7, 0x47, 7, 0x87, 7, 7, 7, 7, 7, 7, 7];
+    assert_eq!(p.properties.correlation_data.as_deref(), Some(&v4[..]));
     assert_eq!(
         p.properties.response_topic.as_deref(),
         Some("clients/cmd-a/dji/SN9527/command/TAKE_OFF")
     );
     assert_eq!(p.properties.user_property("__protVer"), Some("1.0"));
-    assert_eq!(prepared.record.id, "07070707-0707-0707-0707-070707070707");
-    assert_eq!(command_id_bytes(&prepared.record.id), Some([7u8; 16]));
+    assert_eq!(prepared.record.id, "07070707-0707-4707-8707-070707070707");
+    assert_eq!(command_id_bytes(&prepared.record.id), Some(v4));
+    for random in [[0u8; 16], [0xff; 16]] {
+        let id = command_id(crate::commands::uuid_v4(random));
+        assert_eq!(&id[14..15], "4", "{id}");
+        assert!("89ab".contains(&id[19..20]), "{id}");
+    }
     assert_eq!(
         prepared.record.answer_filter,
         "clients/cmd-a/dji/SN9527/command/TAKE_OFF"
