@@ -986,8 +986,61 @@ fn a_store_that_answers_later_drives_the_same_engine() {
         panic!()
     };
     assert!(
-        matches!(&pending.op, StoreOp::Delete { key, if_value: None, fencing_token: None } if key == "k")
+        matches!(&pending.op, StoreOp::Delete { key, if_value: None, fencing_token: None, .. } if key == "k")
     );
+}
+
+/// Issue 46: a SET and a DEL (or VDEL) of one key in flight at once on one node, the store
+/// applying the DEL first (Redis serves a node's requests concurrently). The deletion and the
+/// SET must get different versions, the later one in the store the newer; before the fix, on
+/// Redis the SET got an older version than the deletion it followed, or the same one.
+#[test]
+fn a_deletion_and_a_set_in_flight_at_once_never_share_a_version() {
+    use common::TestStore;
+    use mqstore_core::engine::{Engine, RequestContext, Step};
+    use mqstore_core::store::Store;
+
+    let mut engine = Engine::new(EngineConfig::new(NODE), ()).unwrap();
+    let mut store = TestStore::from_env(Quotas::default());
+    let ts = client_ts(T0, "c");
+    let context = RequestContext {
+        client_id: Some("c"),
+        timestamp: Some(&ts),
+        ..RequestContext::default()
+    };
+    let mut notes = Vec::new();
+    let begin = |engine: &mut Engine<()>, request: Request| match engine.begin(request, context, T0) {
+        Step::Store(pending) => pending,
+        Step::Done(reply) => panic!("{reply:?}"),
+    };
+    let mut versions = Vec::new();
+    for delete in [del("k"), vdel("k", "v0")] {
+        // The key exists.
+        let pending = begin(&mut engine, set("k", "v0"));
+        let reply = store.apply(&pending.op, T0);
+        let first = engine.finish(pending, reply, T0, &mut notes);
+        assert_eq!(first.response, Response::Ok);
+        // A SET and a deletion begun in that order, applied in the other.
+        let set_pending = begin(&mut engine, set("k", "v1"));
+        let del_pending = begin(&mut engine, delete);
+        let del_reply = store.apply(&del_pending.op, T0);
+        let set_reply = store.apply(&set_pending.op, T0);
+        let deleted = engine.finish(del_pending, del_reply, T0, &mut notes);
+        let set = engine.finish(set_pending, set_reply, T0, &mut notes);
+        assert_eq!((&deleted.response, &set.response), (&Response::Deleted(1), &Response::Ok));
+        let (first, deleted, set) = (
+            first.version.unwrap(),
+            deleted.version.unwrap(),
+            set.version.unwrap(),
+        );
+        assert!(
+            first < deleted && deleted < set,
+            "versions in the order the store applied the changes: {first:?} < {deleted:?} < {set:?}"
+        );
+        versions.extend([first, deleted, set]);
+    }
+    let distinct: HashSet<_> = versions.iter().collect();
+    assert_eq!(distinct.len(), versions.len(), "{versions:?}");
 }
 
 #[test]

@@ -577,6 +577,10 @@ fn bad_requests_change_nothing<S: JobsStore>(store: &mut S, tag: &str) {
             "startTime",
         ),
         (
+            with("schedulingConfig", json!({ "startTime": "2020-01-15T09:00" })),
+            "schedulingConfig.startTime: 2020-01-15T09:00 is not in the future",
+        ),
+        (
             with(
                 "schedulingConfig",
                 json!({ "startTime": "2027-01-15T09:00", "endTime": "2027-01-15T08:59" }),
@@ -609,6 +613,7 @@ fn bad_requests_change_nothing<S: JobsStore>(store: &mut S, tag: &str) {
     }
     let e = op(store, with("targets", json!(["thinggroup/nowhere"])), T0).unwrap_err();
     assert_eq!(e.0, "ResourceNotFound", "{tag}: {e:?}");
+    assert_eq!(e.1, "no such thing group nowhere", "{tag}");
     let e = op(store, json!({ "op": "describeJob", "jobId": job_id }), T0).unwrap_err();
     assert_eq!(e.0, "ResourceNotFound", "{tag}: no job was created");
 }

@@ -302,7 +302,8 @@ impl<S> Engine<S> {
             },
             (StoreOp::Delete { key, .. }, StoreReply::Delete(outcome)) => match outcome {
                 Ok(DelOutcome::Deleted { watchers, version }) => {
-                    let version = self.after_stored(&version, now_ms);
+                    // As for a SET: the store may have moved the version past the key's.
+                    let _ = self.clock.receive(&version, now_ms);
                     self.keyspace_event(topics::KEYSPACE_DELETED, &key, notifications);
                     notify(
                         watchers,
@@ -628,7 +629,7 @@ impl<S> Engine<S> {
     }
 
     fn delete_op(
-        &self,
+        &mut self,
         key: Bytes,
         if_value: Option<Bytes>,
         context: RequestContext<'_>,
@@ -640,6 +641,7 @@ impl<S> Engine<S> {
             key,
             if_value,
             fencing_token,
+            version: self.fresh_version(now_ms),
         })
     }
 

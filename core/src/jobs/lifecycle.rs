@@ -416,7 +416,7 @@ impl<S: JobsStore> Jobs<S> {
         self.change(thing, now_ms, out, |record| {
             let execution = record
                 .latest(job_id)
-                .ok_or_else(|| JobsError::NotFound(format!("{job_id} on {thing}")))?;
+                .ok_or_else(|| JobsError::NotFound(format!("execution of job {job_id} on thing {thing}")))?;
             if let Some(expected) = *expected_version
                 && expected != execution.version_number
             {
@@ -542,7 +542,7 @@ impl<S: JobsStore> Jobs<S> {
     fn existing(&self, job_id: &str) -> Result<Arc<Job>, JobsError> {
         self.store
             .job(job_id)?
-            .ok_or_else(|| JobsError::NotFound(job_id.to_owned()))
+            .ok_or_else(|| JobsError::NotFound(format!("job {job_id}")))
     }
 
     /// The latest execution of `job_id` on `thing`.

@@ -184,7 +184,7 @@ impl<S: JobsStore> Jobs<S> {
         self.change(thing, now_ms, out, |record| {
             let execution = record
                 .latest(job_id)
-                .ok_or_else(|| JobsError::NotFound(format!("{job_id} on {thing}")))?;
+                .ok_or_else(|| JobsError::NotFound(format!("execution of job {job_id} on thing {thing}")))?;
             if execution.status == Status::InProgress && !force {
                 return Err(JobsError::InProgress(format!("{job_id} on {thing}")));
             }

@@ -119,8 +119,9 @@ pub enum JobsError {
     #[error("{0} exists already")]
     /// A thing group or job template with this name exists (`ResourceAlreadyExists`).
     Exists(String),
-    #[error("no such job or execution: {0}")]
-    /// No such job, execution, group or template (`ResourceNotFound`).
+    #[error("no such {0}")]
+    /// No such job, execution, group or template (`ResourceNotFound`); says which, e.g.
+    /// `job J`, `execution of job J on thing T`, `thing group G`.
     NotFound(String),
     #[error("{0} is IN_PROGRESS: use force")]
     /// Refused while executions are in progress (`InvalidStateTransition`).

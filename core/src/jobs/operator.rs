@@ -74,7 +74,7 @@ impl<S: JobsStore> Jobs<S> {
                 let job = self
                     .job(&job_id)
                     .map_err(stored)?
-                    .ok_or_else(|| error(JobsError::NotFound(job_id.clone())))?;
+                    .ok_or_else(|| error(JobsError::NotFound(format!("job {job_id}"))))?;
                 let job = self.current(job, now_ms, out).map_err(stored)?;
                 Ok(OperatorOk::Job {
                     job: Box::new(self.description(&job, now_ms).map_err(stored)?),
@@ -84,7 +84,7 @@ impl<S: JobsStore> Jobs<S> {
                 let execution = self
                     .execution(&thing, &job_id)
                     .map_err(stored)?
-                    .ok_or_else(|| error(JobsError::NotFound(format!("{job_id} on {thing}"))))?;
+                    .ok_or_else(|| error(JobsError::NotFound(format!("execution of job {job_id} on thing {thing}"))))?;
                 let document = self
                     .job(&job_id)
                     .map_err(stored)?

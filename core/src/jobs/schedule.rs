@@ -280,7 +280,8 @@ impl SchedulingConfig {
         parse_time(self.end_time.as_deref()?).ok()
     }
 
-    /// Valid times (an end after the start and after now), windows that fire.
+    /// Valid times (a start in the future, as AWS asks; an end after the start and after
+    /// now), windows that fire.
     pub(crate) fn validate(&self, now_ms: u64) -> Result<(), String> {
         let time = |text: &Option<String>, name: &str| -> Result<Option<u64>, String> {
             text.as_deref()
@@ -290,6 +291,12 @@ impl SchedulingConfig {
         };
         let start = time(&self.start_time, "startTime")?;
         let end = time(&self.end_time, "endTime")?;
+        if start.is_some_and(|start| start <= now_ms) {
+            return Err(format!(
+                "schedulingConfig.startTime: {} is not in the future (a job starts now without one)",
+                self.start_time.as_deref().unwrap_or_default()
+            ));
+        }
         if let Some(end) = end {
             if end <= start.unwrap_or(now_ms).max(now_ms) {
                 return Err("schedulingConfig.endTime: after the start time and after now".into());

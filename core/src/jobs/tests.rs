@@ -398,7 +398,7 @@ fn cancel_leaves_in_progress_executions_unless_forced() {
     );
     assert_eq!(
         jobs.cancel_job("nope", false, None, None, T0, &mut out),
-        Err(JobsError::NotFound("nope".into()))
+        Err(JobsError::NotFound("job nope".into()))
     );
     assert!(matches!(
         jobs.create_job(spec("job1", &["C"]), T0, &mut out),

@@ -254,6 +254,7 @@ mod tests {
             key: Bytes::from_static(b"gone"),
             if_value: None,
             fencing_token: None,
+            version: Hlc::parse("104:0:n").unwrap(),
         };
         store.apply(&delete, 104);
         // Reads and refused writes write nothing.

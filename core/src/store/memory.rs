@@ -56,6 +56,9 @@ pub struct MemoryStore {
     lease_order: BTreeSet<(u64, ClientId)>,
     bytes: u64,
     quotas: Quotas,
+    /// The newest version a SET or a deletion issued: the next one is newer (see
+    /// [`StoreOp::Delete`]), as on Redis.
+    newest: Option<Hlc>,
 }
 
 impl MemoryStore {
@@ -211,6 +214,8 @@ impl MemoryStore {
         let fencing_token = fencing_token_after_set(stored_token, fencing_token).map(Box::new);
         let old_deadline = current.and_then(Entry::deadline);
         let version = version_after(current.map(|c| &c.version), version);
+        let version = version_after(self.newest.as_ref(), &version);
+        self.newest = Some(version.clone());
         let entry = Entry {
             value: value.clone(),
             version: version.clone(),
@@ -256,6 +261,7 @@ impl MemoryStore {
         key: &[u8],
         if_value: Option<&[u8]>,
         fencing_token: Option<&Hlc>,
+        version: &Hlc,
     ) -> Result<DelOutcome, ServiceError> {
         let Some(current) = self.entries.get(key) else {
             return Ok(DelOutcome::Absent);
@@ -267,9 +273,12 @@ impl MemoryStore {
         let Some((_, removed)) = self.remove(key) else {
             return Ok(DelOutcome::Absent);
         };
+        let version = version_after(Some(&removed.version), version);
+        let version = version_after(self.newest.as_ref(), &version);
+        self.newest = Some(version.clone());
         Ok(DelOutcome::Deleted {
             watchers: self.watchers_of(key),
-            version: removed.version,
+            version,
         })
     }
 
@@ -382,7 +391,13 @@ impl Store for MemoryStore {
                 key,
                 if_value,
                 fencing_token,
-            } => StoreReply::Delete(self.delete(key, if_value.as_deref(), fencing_token.as_ref())),
+                version,
+            } => StoreReply::Delete(self.delete(
+                key,
+                if_value.as_deref(),
+                fencing_token.as_ref(),
+                version,
+            )),
             StoreOp::Watch {
                 client,
                 key,

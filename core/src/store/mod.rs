@@ -67,6 +67,10 @@ pub enum StoreOp {
         if_value: Option<Bytes>,
         /// The fencing token presented, if any.
         fencing_token: Option<Hlc>,
+        /// The deletion's version: this candidate, or the logical time right after the key's
+        /// version (on Redis also after the newest version its bucket issued) when that is not
+        /// older, so that a deletion and a concurrent SET never share a version.
+        version: Hlc,
     },
     /// Register `client` for changes of `key` (idempotent). With `lease_until`, every
     /// registration of the client lasts until then (or a later renewal): a client that stops
@@ -145,12 +149,12 @@ pub enum SetOutcome {
 /// What a DEL or VDEL did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DelOutcome {
-    /// Deleted; the clients watching the key, and the version the key had (the deletion's
-    /// own version is newer: the engine's clock receives this one).
+    /// Deleted; the clients watching the key, and the deletion's own version (newer than the
+    /// key's: see [`StoreOp::Delete`]).
     Deleted {
         /// The clients to notify.
         watchers: Vec<ClientId>,
-        /// The delete's version.
+        /// The deletion's version.
         version: Hlc,
     },
     /// There was no such key (or the value did not match).

@@ -583,11 +583,15 @@ impl RedisStore {
                 key,
                 if_value,
                 fencing_token,
+                version,
             } => {
                 let mut call = self.key_script(&self.scripts.del, key, now_ms);
                 call.arg(if if_value.is_some() { "V" } else { "D" })
                     .arg(if_value.as_deref().unwrap_or_default())
-                    .arg(token_arg(fencing_token.as_ref()));
+                    .arg(token_arg(fencing_token.as_ref()))
+                    .arg(version.wall_ms)
+                    .arg(version.counter)
+                    .arg(&*version.node);
                 let (expired, rest) = split_expired(key, self.eval(&call).await?)?;
                 let outcome = match rest.split_first() {
                     Some((Value::BulkString(tag), rest)) if tag == b"D" => {

@@ -7,7 +7,7 @@
 --   exp         sorted set: key -> deadline
 --   leases      sorted set: client -> end of its registrations' lease
 --   stats       hash: keys, bytes (keys and values), watches, newest (the newest version a
---               SET issued here: versions only grow), syncs (reads made to wait for replicas)
+--               SET or a deletion issued here: versions only grow), syncs (reads made to wait for replicas)
 -- The rules are the store's (mqstore::store): fencing, NX/NEX, quotas, the version rule.
 
 local MAX_COUNTER = 2147483647
@@ -30,6 +30,29 @@ end
 -- the padded wire form, as the engine writes it
 local function hlc_format(wall, counter, node)
   return string.format('%015d:%05d:%s', wall, counter, node)
+end
+
+-- The version of a change: the candidate (wall, counter, node), unless one of `seen` (the key's
+-- stored version, the newest version the bucket ever issued; nil where there is none) is not
+-- older (another node's clock ran ahead); then the logical time right after it. So versions
+-- issued in a bucket only grow, whatever the nodes' clocks say: a lock taken after another
+-- holder's (its key expired or deleted) gets a higher fencing token, and a deletion and a
+-- concurrent SET never share one.
+local function version_after(wall, counter, node, seen)
+  wall, counter = tonumber(wall), tonumber(counter)
+  for i = 1, 2 do
+    if seen[i] then
+      local seen_wall, seen_counter = hlc_split(seen[i])
+      if seen_wall > wall or (seen_wall == wall and seen_counter >= counter) then
+        if seen_counter < MAX_COUNTER then
+          wall, counter = seen_wall, seen_counter + 1
+        else
+          wall, counter = seen_wall + 1, 0
+        end
+      end
+    end
+  end
+  return hlc_format(wall, counter, node)
 end
 
 -- Removes a key of the bucket: its hash, its index entries and its share of the counts.

@@ -25,24 +25,8 @@ if not (fits(tonumber(ARGV[10]), keys, keys + added_keys)
     and fits(tonumber(ARGV[11]), bytes, bytes + added_bytes)) then
   return {expired, 'E', 'QuotaExceeded'}
 end
--- the version: the candidate, unless the key's stored version or the newest version this
--- bucket ever issued is not older (another node's clock ran ahead); then the logical time
--- right after it. So versions issued in a bucket only grow, whatever the nodes' clocks say:
--- a lock taken after another holder's (its key expired or deleted) gets a higher fencing token.
-local wall, counter = tonumber(ARGV[7]), tonumber(ARGV[8])
-for _, seen in ipairs({stored or false, counts[3] or false}) do
-  if seen then
-    local seen_wall, seen_counter = hlc_split(seen)
-    if seen_wall > wall or (seen_wall == wall and seen_counter >= counter) then
-      if seen_counter < MAX_COUNTER then
-        wall, counter = seen_wall, seen_counter + 1
-      else
-        wall, counter = seen_wall + 1, 0
-      end
-    end
-  end
-end
-local version = hlc_format(wall, counter, ARGV[9])
+-- the version: after the key's and the newest this bucket issued (see version_after)
+local version = version_after(ARGV[7], ARGV[8], ARGV[9], {stored, counts[3]})
 redis.call('HSET', KEYS[1], 'v', value, 's', version)
 if presented ~= '' and (not token or hlc_less(token, presented)) then
   redis.call('HSET', KEYS[1], 'f', presented)
