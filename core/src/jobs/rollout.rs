@@ -94,17 +94,30 @@ pub(crate) fn allowance(
         let elapsed = now_ms.saturating_sub(pace.at_ms) as f64;
         pace.count + (rate * elapsed / minute_ms as f64).floor() as u64
     };
-    // Anchored again (one thing may go now) when the rollout starts, its rate changed, or it
-    // is behind by more than a batch (it goes on from here at the rate, not in a burst).
+    // Anchored again when the rollout starts (one thing may go now), its rate changed, or it
+    // is behind by more than a batch (it goes on from here at the rate, not in a burst). A
+    // changed rate takes over where the old one was: the next thing goes one interval of the
+    // new rate after the last one was due (or now, if that is past), not at once.
     let anchor = job.pace.rate != Some(rate) || limit(&pace) > next.saturating_add(budget.max(1));
-    let mut pace = match anchor {
-        true => Pace {
-            at_ms: now_ms.saturating_sub(one_thing_ms(rate, minute_ms)),
+    let at_once = now_ms.saturating_sub(one_thing_ms(rate, minute_ms));
+    let mut pace = match (anchor, job.pace.rate) {
+        (true, Some(old)) if old != rate => {
+            let since = next.saturating_sub(job.pace.count) as f64;
+            let last_due = job.pace.at_ms + (since * minute_ms as f64 / old).ceil() as u64;
+            Pace {
+                at_ms: last_due.max(at_once).min(now_ms),
+                count: next,
+                rate: Some(rate),
+                ..pace
+            }
+        }
+        (true, _) => Pace {
+            at_ms: at_once,
             count: next,
             rate: Some(rate),
             ..pace
         },
-        false => pace,
+        (false, _) => pace,
     };
     // The window: what the last 61 sixtieths of a minute claimed (61, so that any 60 s
     // window, however it falls across them, is counted whole).
@@ -279,5 +292,41 @@ mod tests {
             Some(50.0),
             "never above maximumPerMinute"
         );
+    }
+
+    /// Issue 46: a rollout whose rate goes up notified one extra thing right after each
+    /// increase (10 ms after the previous one); the things go evenly at each rate.
+    #[test]
+    fn an_exponential_rollout_goes_evenly_across_each_rate_increase() {
+        let mut j = job(RolloutConfig {
+            maximum_per_minute: None,
+            exponential_rate: Some(ExponentialRate {
+                base_rate_per_minute: 12,
+                increment_factor: 2.0,
+                rate_increase_criteria: RateIncreaseCriteria {
+                    number_of_notified_things: Some(3),
+                    number_of_succeeded_things: None,
+                },
+            }),
+        });
+        // A driver that claims what it may, then wakes when told (10 ms late, as a server).
+        let (mut now, mut claimed, mut times) = (90, 0, Vec::new());
+        while claimed < 8 {
+            let step = allowance(&j, (claimed, 30), 0, 64, now, 60_000);
+            for _ in 0..step.count {
+                times.push(now);
+            }
+            claimed += step.count;
+            if let Some(pace) = step.new_pace {
+                j.pace = pace;
+            }
+            now = match step.next_at {
+                Some(at) => at.max(now + 1),
+                None => now + 10,
+            };
+        }
+        let gaps: Vec<u64> = times.windows(2).map(|w| w[1] - w[0]).collect();
+        // 12/min (5 s) for the first three, 24/min (2.5 s) for the next three, then 48/min.
+        assert_eq!(gaps, [5_000, 5_000, 2_500, 2_500, 2_500, 1_250, 1_250], "{times:?}");
     }
 }
