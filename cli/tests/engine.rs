@@ -1009,7 +1009,8 @@ fn a_deletion_and_a_set_in_flight_at_once_never_share_a_version() {
         ..RequestContext::default()
     };
     let mut notes = Vec::new();
-    let begin = |engine: &mut Engine<()>, request: Request| match engine.begin(request, context, T0) {
+    let begin = |engine: &mut Engine<()>, request: Request| match engine.begin(request, context, T0)
+    {
         Step::Store(pending) => pending,
         Step::Done(reply) => panic!("{reply:?}"),
     };
@@ -1027,7 +1028,10 @@ fn a_deletion_and_a_set_in_flight_at_once_never_share_a_version() {
         let set_reply = store.apply(&set_pending.op, T0);
         let deleted = engine.finish(del_pending, del_reply, T0, &mut notes);
         let set = engine.finish(set_pending, set_reply, T0, &mut notes);
-        assert_eq!((&deleted.response, &set.response), (&Response::Deleted(1), &Response::Ok));
+        assert_eq!(
+            (&deleted.response, &set.response),
+            (&Response::Deleted(1), &Response::Ok)
+        );
         let (first, deleted, set) = (
             first.version.unwrap(),
             deleted.version.unwrap(),

@@ -555,7 +555,14 @@ fn bad_requests_change_nothing<S: JobsStore>(store: &mut S, tag: &str) {
                 "abortConfig",
                 json!({ "criteriaList": [{ "failureType": "SOMETIMES", "action": "CANCEL", "thresholdPercentage": 10, "minNumberOfExecutedThings": 1 }] }),
             ),
-            "SOMETIMES",
+            "createJob: abortConfig.criteriaList[0].failureType: unknown variant `SOMETIMES`",
+        ),
+        (
+            with(
+                "abortConfig",
+                json!({ "criteriaList": [{ "failureType": "FAILED", "action": "EXPLODE", "thresholdPercentage": 10, "minNumberOfExecutedThings": 1 }] }),
+            ),
+            "createJob: abortConfig.criteriaList[0].action: unknown variant `EXPLODE`",
         ),
         (
             with(
@@ -571,13 +578,26 @@ fn bad_requests_change_nothing<S: JobsStore>(store: &mut S, tag: &str) {
             ),
             "10",
         ),
-        (with("targetSelection", json!("SOMETIMES")), "SOMETIMES"),
+        (
+            with("targetSelection", json!("SOMETIMES")),
+            "createJob: targetSelection: unknown variant `SOMETIMES`",
+        ),
+        (
+            with(
+                "schedulingConfig",
+                json!({ "startTime": "2099-01-15T09:00", "endTime": "2099-01-15T10:00", "endBehavior": "VANISH" }),
+            ),
+            "createJob: schedulingConfig.endBehavior: unknown variant `VANISH`",
+        ),
         (
             with("schedulingConfig", json!({ "startTime": "next tuesday" })),
             "startTime",
         ),
         (
-            with("schedulingConfig", json!({ "startTime": "2020-01-15T09:00" })),
+            with(
+                "schedulingConfig",
+                json!({ "startTime": "2020-01-15T09:00" }),
+            ),
             "schedulingConfig.startTime: 2020-01-15T09:00 is not in the future",
         ),
         (

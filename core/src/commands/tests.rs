@@ -773,7 +773,10 @@ fn aws_updates_with_the_java_sdks_extra_fields_are_read_as_aws_reads_them() {
     let (key, answer) = aws.read_answer(&aws_update(&record, &body)).unwrap();
     assert_eq!(answer.status, Status::InProgress);
     assert_eq!(answer.reason_code.as_deref(), Some("HEATING"));
-    assert_eq!(registry.answer(&key, answer, NOW + 1)[0].0, Matched::Progress);
+    assert_eq!(
+        registry.answer(&key, answer, NOW + 1)[0].0,
+        Matched::Progress
+    );
     // What AWS refuses is still refused, extra fields or not.
     let bad = r#"{"deviceType":"thing","deviceId":"robot1","status":"DONE"}"#;
     let error = aws.read_answer(&aws_update(&record, bad)).unwrap_err();
@@ -806,7 +809,10 @@ fn a_devices_own_timed_out_reaches_the_caller_as_its_answer_not_as_no_answer() {
         }) => {
             assert_eq!(c, call);
             let text = error.to_string();
-            assert!(text.contains("TIMED_OUT") && text.contains("TOO_SLOW"), "{text}");
+            assert!(
+                text.contains("TIMED_OUT") && text.contains("TOO_SLOW"),
+                "{text}"
+            );
         }
         other => panic!("{other:?}"),
     }

@@ -414,9 +414,9 @@ impl<S: JobsStore> Jobs<S> {
         body.validate().map_err(JobsError::Invalid)?;
         let job = self.existing(job_id)?;
         self.change(thing, now_ms, out, |record| {
-            let execution = record
-                .latest(job_id)
-                .ok_or_else(|| JobsError::NotFound(format!("execution of job {job_id} on thing {thing}")))?;
+            let execution = record.latest(job_id).ok_or_else(|| {
+                JobsError::NotFound(format!("execution of job {job_id} on thing {thing}"))
+            })?;
             if let Some(expected) = *expected_version
                 && expected != execution.version_number
             {

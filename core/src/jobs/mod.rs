@@ -182,9 +182,9 @@ impl<S: JobsStore> Jobs<S> {
         out: &mut Vec<Publish>,
     ) -> Result<(), JobsError> {
         self.change(thing, now_ms, out, |record| {
-            let execution = record
-                .latest(job_id)
-                .ok_or_else(|| JobsError::NotFound(format!("execution of job {job_id} on thing {thing}")))?;
+            let execution = record.latest(job_id).ok_or_else(|| {
+                JobsError::NotFound(format!("execution of job {job_id} on thing {thing}"))
+            })?;
             if execution.status == Status::InProgress && !force {
                 return Err(JobsError::InProgress(format!("{job_id} on {thing}")));
             }

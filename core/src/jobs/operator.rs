@@ -11,6 +11,57 @@ use super::wire::{
 };
 use super::{Jobs, JobsError, JobsStore, StoreError, schedule};
 use crate::envelope::Publish;
+use serde_json::Value;
+
+/// Why a JSON request is no operator call, naming the field where it can: serde does not
+/// track the path through the request's flattened and tagged parts, so the value its error
+/// quotes (an unknown enum variant, a value of the wrong type) is looked up in the request.
+fn misfit(payload: &[u8], error: &str) -> String {
+    let request: Value = serde_json::from_slice(payload).unwrap_or_default();
+    let op = match request.get("op").and_then(Value::as_str) {
+        Some(op) if super::wire::OPERATOR_CALLS.contains(&op) => op,
+        _ => return format!("the request fits no operator call: {error}"),
+    };
+    let quoted = ["`", "\""].iter().find_map(|mark| {
+        let (_, rest) = error.split_once(mark)?;
+        Some(rest.split_once(mark)?.0)
+    });
+    let path = quoted.and_then(|quoted| path_of(&request, quoted, &mut String::new()));
+    match path {
+        Some(path) => format!("{op}: {path}: {error}"),
+        None => format!("{op}: {error}"),
+    }
+}
+
+/// The path (`a.b[0].c`) of the first value in `value` whose text is `text`, but `op`.
+fn path_of(value: &Value, text: &str, path: &mut String) -> Option<String> {
+    let len = path.len();
+    let found = match value {
+        Value::String(s) => (s == text).then(|| path.clone()),
+        Value::Number(n) => (n.to_string() == text).then(|| path.clone()),
+        Value::Bool(b) => (b.to_string() == text).then(|| path.clone()),
+        Value::Array(items) => items.iter().enumerate().find_map(|(i, item)| {
+            path.push_str(&format!("[{i}]"));
+            let found = path_of(item, text, path);
+            path.truncate(len);
+            found
+        }),
+        Value::Object(fields) => fields.iter().find_map(|(name, item)| {
+            if path.is_empty() && name == "op" {
+                return None;
+            }
+            if !path.is_empty() {
+                path.push('.');
+            }
+            path.push_str(name);
+            let found = path_of(item, text, path);
+            path.truncate(len);
+            found
+        }),
+        Value::Null => None,
+    };
+    found.filter(|p| !p.is_empty())
+}
 
 impl<S: JobsStore> Jobs<S> {
     /// Runs one operator request (its JSON), pushing the notifications it causes onto `out`;
@@ -29,7 +80,7 @@ impl<S: JobsStore> Jobs<S> {
             }),
             Err(e) => Err(OperatorError {
                 code: "InvalidRequest".into(),
-                message: format!("the request fits no operator call: {e}"),
+                message: misfit(payload, &e.to_string()),
             }),
         };
         match result {
@@ -84,7 +135,11 @@ impl<S: JobsStore> Jobs<S> {
                 let execution = self
                     .execution(&thing, &job_id)
                     .map_err(stored)?
-                    .ok_or_else(|| error(JobsError::NotFound(format!("execution of job {job_id} on thing {thing}"))))?;
+                    .ok_or_else(|| {
+                        error(JobsError::NotFound(format!(
+                            "execution of job {job_id} on thing {thing}"
+                        )))
+                    })?;
                 let document = self
                     .job(&job_id)
                     .map_err(stored)?

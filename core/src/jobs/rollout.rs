@@ -327,6 +327,10 @@ mod tests {
         }
         let gaps: Vec<u64> = times.windows(2).map(|w| w[1] - w[0]).collect();
         // 12/min (5 s) for the first three, 24/min (2.5 s) for the next three, then 48/min.
-        assert_eq!(gaps, [5_000, 5_000, 2_500, 2_500, 2_500, 1_250, 1_250], "{times:?}");
+        assert_eq!(
+            gaps,
+            [5_000, 5_000, 2_500, 2_500, 2_500, 1_250, 1_250],
+            "{times:?}"
+        );
     }
 }

@@ -882,3 +882,41 @@ fn format_time(ms: u64) -> String {
     assert_eq!(parse_time(&text).unwrap(), ms);
     text
 }
+
+/// Issue 46: a value that fits no field names the field (serde alone cannot: the request is
+/// tagged and flattened), and does not say the request fits no operator call.
+#[test]
+fn a_misfit_value_in_an_operator_call_names_its_field() {
+    let mut jobs = Jobs::new();
+    let mut out = Vec::new();
+    for (request, says) in [
+        (
+            r#"{"op":"createJob","jobId":"j","targets":["a"],"document":{},"abortConfig":{"criteriaList":[{"failureType":"EXPLODED","action":"CANCEL","thresholdPercentage":10,"minNumberOfExecutedThings":1}]}}"#,
+            "createJob: abortConfig.criteriaList[0].failureType: unknown variant `EXPLODED`",
+        ),
+        (
+            r#"{"op":"createJob","jobId":"j","targets":["a"],"document":{},"targetSelection":"SOMETIMES"}"#,
+            "createJob: targetSelection: unknown variant `SOMETIMES`",
+        ),
+        (
+            r#"{"op":"listJobs","status":"NAPPING"}"#,
+            "listJobs: status: unknown variant `NAPPING`",
+        ),
+        (
+            r#"{"op":"cancelJob","jobId":"j","force":"yes"}"#,
+            "cancelJob: force: invalid type: string \"yes\"",
+        ),
+        (r#"{"op":"cancelJob"}"#, "cancelJob: missing field `jobId`"),
+        (r#"{"op":"explode"}"#, "the request fits no operator call"),
+    ] {
+        match jobs.operate(request.as_bytes(), T0, &mut out) {
+            crate::jobs::wire::OperatorAnswer::Error(e) => {
+                assert_eq!(e.code, "InvalidRequest", "{request}");
+                assert!(e.message.starts_with(says), "{request}: {}", e.message);
+            }
+            other => panic!("{request}: {other:?}"),
+        }
+    }
+    assert!(jobs.job("j").unwrap().is_none(), "nothing was created");
+    assert!(out.is_empty());
+}

@@ -40,12 +40,22 @@ fn jars() -> PathBuf {
     }
     let _ = std::fs::remove_dir_all(&lib);
     let status = Command::new("mvn")
-        .args(["--batch-mode", "--quiet", "-Dstyle.color=never", "dependency:copy-dependencies"])
+        .args([
+            "--batch-mode",
+            "--quiet",
+            "-Dstyle.color=never",
+            "dependency:copy-dependencies",
+        ])
         .arg(format!("-DoutputDirectory={}", lib.display()))
         .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("java"))
         .status()
-        .unwrap_or_else(|e| panic!("mvn (needs a JDK 17+ and Maven: scripts/test installs them): {e}"));
-    assert!(status.success(), "mvn dependency:copy-dependencies in interop/aws/java failed ({status})");
+        .unwrap_or_else(|e| {
+            panic!("mvn (needs a JDK 17+ and Maven: scripts/test installs them): {e}")
+        });
+    assert!(
+        status.success(),
+        "mvn dependency:copy-dependencies in interop/aws/java failed ({status})"
+    );
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(&stamp, POM).unwrap();
     lib
@@ -65,7 +75,15 @@ impl Device {
             .arg("-cp")
             .arg(lib.join("*"))
             .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("java/Device.java"))
-            .args([mode, "--host", "127.0.0.1", "--thing", thing, "--mqtt", mqtt])
+            .args([
+                mode,
+                "--host",
+                "127.0.0.1",
+                "--thing",
+                thing,
+                "--mqtt",
+                mqtt,
+            ])
             .args(["--port", &broker.port.to_string()])
             .stdout(Stdio::piped())
             .kill_on_drop(true)
@@ -175,7 +193,11 @@ async fn commands_through_the_java_sdk(mqtt: &str) {
     }
     assert_eq!(progress, ["HEATING", "MEASURING"]);
     let record = caller.command_status(&reply.id).await.unwrap();
-    assert_eq!(record.status, Status::Succeeded, "the late FAILED changed nothing");
+    assert_eq!(
+        record.status,
+        Status::Succeeded,
+        "the late FAILED changed nothing"
+    );
 
     // The device's own TIMED_OUT is its answer: the caller learns it at once.
     match caller.command(command(&thing)).await {
@@ -197,7 +219,10 @@ async fn jobs_through_the_java_sdk(mqtt: &str) {
     let broker = Broker::start();
     let server = server(&broker).await;
     let thing = format!("java-thing-{mqtt}-{}", broker.port);
-    let said = Device::start("jobs", &broker, &thing, mqtt).await.finish().await;
+    let said = Device::start("jobs", &broker, &thing, mqtt)
+        .await
+        .finish()
+        .await;
     for step in [
         "a second update: rejected with InvalidStateTransition",
         "abort: the job CANCELED",
