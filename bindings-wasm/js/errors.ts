@@ -36,19 +36,33 @@ export class ServiceError extends MqstoreError {
   }
 }
 
+/** The request's timestamp (`__ts`) is more than 60 s ahead of the server's clock: check the clocks. Code 101. */
 export class TimestampSkewError extends ServiceError { constructor(message: string, text?: string) { super(message, 101, text); } }
+/** The key is fenced (a lease holder wrote it with a fencing token) and the request carries none. Code 102. */
 export class FencingTokenRequiredError extends ServiceError { constructor(message: string, text?: string) { super(message, 102, text); } }
+/** The fencing token (`__ft`) is more than 60 s ahead of the server's clock. Code 103. */
 export class FencingTokenSkewError extends ServiceError { constructor(message: string, text?: string) { super(message, 103, text); } }
+/** The fencing token is older than the one protecting the key: a newer holder has the lease. Code 104. */
 export class FencingTokenLowerVersionError extends ServiceError { constructor(message: string, text?: string) { super(message, 104, text); } }
+/** The store's key-count, byte or registration quota is full; nothing changed. Code 105. */
 export class QuotaExceededError extends ServiceError { constructor(message: string, text?: string) { super(message, 105, text); } }
+/** The request is not well formed, or an option or number in it is bad. Code 106. */
 export class RequestSyntaxError extends ServiceError { constructor(message: string, text?: string) { super(message, 106, text); } }
+/** The server's access rules deny this client this key. Code 107. */
 export class NotAuthorizedError extends ServiceError { constructor(message: string, text?: string) { super(message, 107, text); } }
+/** The verb is not a state store command. Code 108. */
 export class UnknownCommandError extends ServiceError { constructor(message: string, text?: string) { super(message, 108, text); } }
+/** The request has the wrong number of items for its verb. Code 109. */
 export class WrongNumberOfArgumentsError extends ServiceError { constructor(message: string, text?: string) { super(message, 109, text); } }
+/** A SET without a timestamp (`__ts`). Code 110. */
 export class MissingTimestampError extends ServiceError { constructor(message: string, text?: string) { super(message, 110, text); } }
+/** The timestamp (`__ts`) or fencing token (`__ft`) is not a valid version (HLC). Code 111. */
 export class MalformedTimestampError extends ServiceError { constructor(message: string, text?: string) { super(message, 111, text); } }
+/** The key is empty. Code 112. */
 export class KeyLengthZeroError extends ServiceError { constructor(message: string, text?: string) { super(message, 112, text); } }
+/** Observing this key: the notification topic of this client and key would be longer than MQTT allows. Code 113. */
 export class NotificationTopicTooLongError extends ServiceError { constructor(message: string, text?: string) { super(message, 113, text); } }
+/** The answer would be larger than the broker's maximum packet size. Code 114. */
 export class ResponseTooLargeError extends ServiceError { constructor(message: string, text?: string) { super(message, 114, text); } }
 /** A refusal whose text this version does not know (a newer server); `text` has it. Code 199. */
 export class UnknownServiceError extends ServiceError { constructor(message: string, text?: string) { super(message, 199, text); } }
