@@ -1047,6 +1047,66 @@ fn a_deletion_and_a_set_in_flight_at_once_never_share_a_version() {
     assert_eq!(distinct.len(), versions.len(), "{versions:?}");
 }
 
+/// The same for an expiry: a SET begun before the key's expiry was found (its candidate
+/// version made), applied after it, gets a newer version than the expiry's DELETE; before,
+/// the DELETE's version (the engine's clock after the key's) passed the SET's.
+#[test]
+fn an_expiry_and_a_set_in_flight_at_once_get_versions_in_their_order() {
+    use common::TestStore;
+    use mqstore_core::engine::{Engine, RequestContext, Step};
+    use mqstore_core::store::Store;
+
+    // (Keyspace events off: the notifications are what this test follows.)
+    let config = EngineConfig {
+        keyspace_events: false,
+        ..EngineConfig::new(NODE)
+    };
+    let mut engine = Engine::new(config, ()).unwrap();
+    let mut store = TestStore::from_env(Quotas::default());
+    let mut notes = Vec::new();
+    let begin = |engine: &mut Engine<()>, request: Request, now: u64| {
+        let ts = client_ts(now, "c");
+        let context = RequestContext {
+            client_id: Some("c"),
+            timestamp: Some(&ts),
+            ..RequestContext::default()
+        };
+        match engine.begin(request, context, now) {
+            Step::Store(pending) => pending,
+            Step::Done(reply) => panic!("{reply:?}"),
+        }
+    };
+    let pending = begin(&mut engine, watch("k"), T0);
+    let reply = store.apply(&pending.op, T0);
+    engine.finish(pending, reply, T0, &mut notes);
+    let pending = begin(
+        &mut engine,
+        set_with("k", "v0", Condition::Always, Some(1_000)),
+        T0,
+    );
+    let reply = store.apply(&pending.op, T0);
+    engine.finish(pending, reply, T0, &mut notes);
+    // Two seconds later: a SET begins, then the store finds the key expired, then the SET
+    // applies.
+    let later = T0 + 2_000;
+    let set_pending = begin(&mut engine, set("k", "v1"), later);
+    let expired = store.pop_expired(later).expect("the key expired");
+    notes.clear();
+    engine.expired(expired, later, &mut notes);
+    let set_reply = store.apply(&set_pending.op, later);
+    let set = engine.finish(set_pending, set_reply, later, &mut notes);
+    let changes: Vec<_> = notes.iter().map(seen).collect();
+    assert_eq!(changes.len(), 2, "{changes:?}");
+    assert_eq!(changes[0].change, Notification::Delete);
+    let deleted = Hlc::parse(&changes[0].ts).unwrap();
+    let set = set.version.unwrap();
+    assert_eq!(Hlc::parse(&changes[1].ts).unwrap(), set);
+    assert!(
+        deleted < set,
+        "the expiry ({deleted:?}) before the SET ({set:?})"
+    );
+}
+
 #[test]
 fn a_store_answering_the_wrong_op_gets_an_internal_error_not_a_panic() {
     use mqstore_core::engine::{Engine, RequestContext, Step};

@@ -497,12 +497,14 @@ impl<S> Engine<S> {
         Outcome::Answered { command, error }
     }
 
-    /// Pushes a DELETE notification to each watcher of a key that expired, with a version
-    /// newer than the key's last (for drivers of stores that find expired keys themselves).
+    /// Pushes a DELETE notification to each watcher of a key that expired, with the expiry's
+    /// version (for drivers of stores that find expired keys themselves).
     pub fn expired(&mut self, expired: Expired, now_ms: u64, out: &mut Vec<Publish>) {
         self.keyspace_event(topics::KEYSPACE_DELETED, &expired.key, out);
+        // As for a SET: later versions of this node follow the store's.
+        let _ = self.clock.receive(&expired.version, now_ms);
         if !expired.watchers.is_empty() {
-            let version = self.after_stored(&expired.version, now_ms);
+            let version = expired.version;
             notify(
                 expired.watchers,
                 &expired.key,
@@ -523,15 +525,6 @@ impl<S> Engine<S> {
                 properties: crate::envelope::Properties::default(),
             });
         }
-    }
-
-    /// A version for a change of a key whose stored version is `stored` (a deletion, an
-    /// expiry): the HLC receive rule, so it is newer than both this node's clock and the key's
-    /// version, even one another node wrote with a clock ahead of ours.
-    fn after_stored(&mut self, stored: &Hlc, now_ms: u64) -> Hlc {
-        self.clock
-            .receive(stored, now_ms)
-            .unwrap_or_else(|_| self.fresh_version(now_ms))
     }
 
     fn prepare(

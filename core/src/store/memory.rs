@@ -429,10 +429,20 @@ impl Store for MemoryStore {
             return None;
         }
         let (key, entry) = self.remove(&key)?;
+        // The expiry's version: after the key's and every version issued before, as a
+        // deletion's (with the node of the key's last writer, as on Redis).
+        let at = Hlc {
+            wall_ms: now_ms,
+            counter: 0,
+            node: entry.version.node.clone(),
+        };
+        let version = version_after(Some(&entry.version), &at);
+        let version = version_after(self.newest.as_ref(), &version);
+        self.newest = Some(version.clone());
         Some(Expired {
             watchers: self.watchers_of(&key),
             key,
-            version: entry.version,
+            version,
         })
     }
 

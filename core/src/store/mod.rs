@@ -215,7 +215,8 @@ pub struct Expired {
     pub key: Bytes,
     /// The clients to notify.
     pub watchers: Vec<ClientId>,
-    /// The expiry's version.
+    /// The expiry's own version: after the key's, and after every version the store (on
+    /// Redis, the key's bucket) issued before it, so that a SET that follows gets a later one.
     pub version: Hlc,
 }
 

@@ -86,10 +86,21 @@ local function drop_client(client_keys, leases, stats, watch_prefix, client)
   return #keys
 end
 
+-- The version of an expiry at `now` of a key whose version was `stored`, in the bucket whose
+-- stats hash is `stats`: after both and after the newest version the bucket issued (with the
+-- node of the key's last writer), recorded as the newest, so a SET that follows it gets a
+-- later one.
+local function expiry_version(stats, stored, now)
+  local _, _, node = hlc_split(stored)
+  local version = version_after(now, 0, node, {stored, redis.call('HGET', stats, 'newest')})
+  redis.call('HSET', stats, 'newest', version)
+  return version
+end
+
 -- Key scripts: KEYS = k:<key>, w:<key>, keys, exp, stats; ARGV[1] = the key, ARGV[2] = now.
--- If the key's deadline has passed, removes it and returns {version, watchers...} (its
--- watchers get one DELETE notification: only the script that removes the key returns it);
--- otherwise false.
+-- If the key's deadline has passed, removes it and returns {the expiry's version, watchers...}
+-- (its watchers get one DELETE notification: only the script that removes the key returns
+-- it); otherwise false.
 local function expire_if_due()
   local deadline = redis.call('HGET', KEYS[1], 'x')
   if not deadline or tonumber(deadline) > tonumber(ARGV[2]) then
@@ -97,7 +108,7 @@ local function expire_if_due()
   end
   local found = redis.call('HMGET', KEYS[1], 'v', 's')
   remove_key(KEYS[1], KEYS[3], KEYS[4], KEYS[5], ARGV[1], found[1])
-  return append_members({found[2]}, KEYS[2])
+  return append_members({expiry_version(KEYS[5], found[2], ARGV[2])}, KEYS[2])
 end
 
 -- The fencing rule: false when `presented` ('' for none) may change a key fenced by `token`.
