@@ -22,10 +22,15 @@ fn misfit(payload: &[u8], error: &str) -> String {
         Some(op) if super::wire::OPERATOR_CALLS.contains(&op) => op,
         _ => return format!("the request fits no operator call: {error}"),
     };
+    // Only a misfit value is quoted and looked up ("missing field `jobId`" quotes a name).
+    let misfit_value = ["unknown variant", "invalid type", "invalid value"]
+        .iter()
+        .any(|start| error.starts_with(start));
     let quoted = ["`", "\""].iter().find_map(|mark| {
         let (_, rest) = error.split_once(mark)?;
         Some(rest.split_once(mark)?.0)
     });
+    let quoted = quoted.filter(|_| misfit_value);
     let path = quoted.and_then(|quoted| path_of(&request, quoted, &mut String::new()));
     match path {
         Some(path) => format!("{op}: {path}: {error}"),
