@@ -906,7 +906,10 @@ fn a_misfit_value_in_an_operator_call_names_its_field() {
             r#"{"op":"cancelJob","jobId":"j","force":"yes"}"#,
             "cancelJob: force: invalid type: string \"yes\"",
         ),
-        (r#"{"op":"cancelJob"}"#, "cancelJob: missing field `jobId`"),
+        (
+            r#"{"op":"cancelJob","reasonCode":"jobId"}"#,
+            "cancelJob: missing field `jobId`",
+        ),
         (r#"{"op":"explode"}"#, "the request fits no operator call"),
     ] {
         match jobs.operate(request.as_bytes(), T0, &mut out) {
