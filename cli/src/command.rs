@@ -18,7 +18,8 @@ use crate::shutdown_signal;
 #[derive(Subcommand)]
 pub enum CommandCommand {
     /// Send a command to a device and print its answer (exit 0 succeeded, 1 the device
-    /// answered with an error, 3 it refused the command, 6 no answer within --timeout).
+    /// answered with an error or reported TIMED_OUT itself, 3 it refused the command, 6 no
+    /// answer within --timeout).
     Send {
         /// The device's command topic (`{id}` in it becomes the command id).
         topic: String,
