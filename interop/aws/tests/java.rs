@@ -39,22 +39,21 @@ fn jars() -> PathBuf {
         return lib;
     }
     let _ = std::fs::remove_dir_all(&lib);
-    let status = Command::new("mvn")
-        .args([
-            "--batch-mode",
-            "--quiet",
-            "-Dstyle.color=never",
-            "dependency:copy-dependencies",
-        ])
+    // Its output only when it fails (Debian's Maven prints colour resets even when quiet).
+    let output = Command::new("mvn")
+        .args(["--batch-mode", "--quiet", "dependency:copy-dependencies"])
         .arg(format!("-DoutputDirectory={}", lib.display()))
         .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("java"))
-        .status()
+        .output()
         .unwrap_or_else(|e| {
             panic!("mvn (needs a JDK 17+ and Maven: scripts/test installs them): {e}")
         });
     assert!(
-        status.success(),
-        "mvn dependency:copy-dependencies in interop/aws/java failed ({status})"
+        output.status.success(),
+        "mvn dependency:copy-dependencies in interop/aws/java failed ({}):\n{}{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
     );
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(&stamp, POM).unwrap();
