@@ -701,16 +701,10 @@ async fn histories_on_three_nodes_are_linearizable_across_a_node_crash() {
     for c in 0..6 {
         clients.push(client(broker.port, &format!("lin-{c}")).await);
     }
-    let start = std::time::Instant::now();
+    let load = history::Load::start();
     let mut tasks = Vec::new();
     for (c, client) in clients.into_iter().enumerate() {
-        tasks.push(tokio::spawn(history::run(
-            client,
-            c,
-            3,
-            start,
-            Duration::from_millis(3_000),
-        )));
+        tasks.push(tokio::spawn(history::run(client, c, 3, load.clone())));
     }
     tokio::time::sleep(Duration::from_millis(1_000)).await;
     let mut victim = nodes.remove(2);
@@ -718,6 +712,7 @@ async fn histories_on_three_nodes_are_linearizable_across_a_node_crash() {
     victim.wait().unwrap();
     tokio::time::sleep(Duration::from_millis(700)).await;
     nodes.push(serve_process(&broker, &redis.url(), "l3"));
+    load.stop_at(Duration::from_millis(3_000)).await;
     let mut history = Vec::new();
     for task in tasks {
         history.extend(task.await.unwrap());

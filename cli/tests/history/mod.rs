@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use mqstore_core::client::{ClientError, Deleted};
@@ -47,21 +48,72 @@ fn unknown(error: &ClientError) -> bool {
     )
 }
 
-/// Client `c` runs random operations on `keys` keys (`k0`, `k1`, …) from `start` until `until`
-/// has passed; returns its history lines. After an operation without an answer it waits a
+/// A load's clock and its end: the clients run until [`Load::stop`], and count the operations
+/// answered that began after [`Load::mark`], so that a test can run its load until the
+/// system has served again after a failure instead of for a fixed time that a slow machine
+/// may not give it.
+pub struct Load {
+    start: Instant,
+    stopped: AtomicBool,
+    /// Nanoseconds from `start`; `u64::MAX` until marked.
+    mark: AtomicU64,
+    answered_after_mark: AtomicUsize,
+}
+
+impl Load {
+    pub fn start() -> std::sync::Arc<Load> {
+        std::sync::Arc::new(Load {
+            start: Instant::now(),
+            stopped: AtomicBool::new(false),
+            mark: AtomicU64::new(u64::MAX),
+            answered_after_mark: AtomicUsize::new(0),
+        })
+    }
+
+    pub fn elapsed(&self) -> Duration {
+        self.start.elapsed()
+    }
+
+    pub fn running(&self) -> bool {
+        !self.stopped.load(Ordering::Relaxed)
+    }
+
+    pub fn stop(&self) {
+        self.stopped.store(true, Ordering::Relaxed);
+    }
+
+    /// Counts from now on the operations answered that begin `after` from the load's start.
+    pub fn mark(&self, after: Duration) {
+        self.mark.store(after.as_nanos() as u64, Ordering::Relaxed);
+    }
+
+    pub fn answered_after_mark(&self) -> usize {
+        self.answered_after_mark.load(Ordering::Relaxed)
+    }
+
+    /// Stops the load at `until` from its start, when the test has no failure to wait out.
+    pub async fn stop_at(&self, until: Duration) {
+        tokio::time::sleep(until.saturating_sub(self.elapsed())).await;
+        self.stop();
+    }
+
+    fn answered(&self, call: u128) {
+        if call > u128::from(self.mark.load(Ordering::Relaxed)) {
+            self.answered_after_mark.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Client `c` runs random operations on `keys` keys (`k0`, `k1`, …) until `load` stops;
+/// returns its history lines. After an operation without an answer it waits a
 /// fifth of a second, as a real client backs off (each such operation may take effect at any
 /// later time, which the checker must try).
-pub async fn run(
-    client: Client,
-    c: usize,
-    keys: u64,
-    start: Instant,
-    until: Duration,
-) -> Vec<String> {
+pub async fn run(client: Client, c: usize, keys: u64, load: std::sync::Arc<Load>) -> Vec<String> {
+    let start = load.start;
     let mut lines = Vec::new();
     let mut seed = 0x9e37_79b9_7f4a_7c15u64 ^ (c as u64 + 1);
     let mut i = 0;
-    while start.elapsed() < until {
+    while load.running() {
         seed ^= seed << 13;
         seed ^= seed >> 7;
         seed ^= seed << 17;
@@ -112,7 +164,10 @@ pub async fn run(
         };
         let ret = start.elapsed().as_nanos();
         let out = match out {
-            Ok(out) => out,
+            Ok(out) => {
+                load.answered(call);
+                out
+            }
             Err(e) if unknown(&e) => {
                 tokio::time::sleep(Duration::from_millis(200)).await;
                 "unknown".to_owned()
@@ -122,20 +177,6 @@ pub async fn run(
         lines.push(line(c, &key, op, &value, call, ret, &out));
     }
     lines
-}
-
-/// How many operations of a history completed with an answer after `after` (ns from start).
-pub fn answered_after(history: &[String], after: u128) -> usize {
-    history
-        .iter()
-        .filter(|l| !l.contains("\"out\":\"unknown\""))
-        .filter(|l| {
-            serde_json::from_str::<serde_json::Value>(l)
-                .ok()
-                .and_then(|v| v["call"].as_u64())
-                .is_some_and(|call| u128::from(call) > after)
-        })
-        .count()
 }
 
 /// Runs porcupine over `history` (written to `name` in the test's temporary directory): its
