@@ -1,19 +1,24 @@
-//! The state store inside mosquitto 2.0: a v5 broker plugin that runs the same engine as
-//! `mqstore serve` on the broker's own thread, driven by its events.
+//! mqstore inside mosquitto 2.0: a v5 broker plugin that drives the same server node as
+//! `mqstore serve` ([`mqstore_core::server::Node`]: the state store, the jobs service, the
+//! data directory) on the broker's own thread, from its events.
 //!
-//! * `MOSQ_EVT_MESSAGE` on the request topics (the standard one and each client's identified
-//!   one) runs the request at once and answers with `mosquitto_broker_publish_copy` (never the
-//!   non-copy call with the event's buffers: a double free). The request is let through
-//!   (`MOSQ_ERR_SUCCESS`: the requester gets PUBACK 0x10, which the Azure SDKs accept; a
-//!   refusal would be 0x87, a failure to them) with its retain flag cleared.
-//! * Notifications go to the watching client directly (`publish_copy` with its client id):
-//!   it gets them without subscribing, as on the Azure IoT Operations broker.
-//! * Answers go to the request's response topic, checked with `mosquitto_pub_topic_check`
-//!   (2.0.11 lets wildcards through).
+//! * `MOSQ_EVT_MESSAGE` on the node's topics ([`Node::route`]: state store requests, jobs
+//!   device and operator requests, client presence) runs the message at once and publishes
+//!   what the node returns with `mosquitto_broker_publish_copy` (never the non-copy call with
+//!   the event's buffers: a double free). The message is let through (`MOSQ_ERR_SUCCESS`: the
+//!   requester gets PUBACK 0x10, which the Azure SDKs accept; a refusal would be 0x87, a
+//!   failure to them) with its retain flag cleared.
+//! * Each publish goes where the node says ([`To`]): an answer to the client that asked, a
+//!   notification to the watching client directly (it gets them without subscribing, as on
+//!   the Azure IoT Operations broker), jobs replies, notifications and events to the topic's
+//!   subscribers. Topics are checked with `mosquitto_pub_topic_check` (2.0.11 lets wildcards
+//!   through).
 //! * `MOSQ_EVT_TICK` (about every 100 ms when idle; its time fields are zero in 2.0.x, so the
-//!   clock is read here) expires keys; `MOSQ_EVT_DISCONNECT` drops the client's
-//!   registrations when it is the connection that made them (a takeover reports the old
-//!   connection under the same id).
+//!   clock is read here) runs the node's timers: expiry, leases, jobs timeouts and rollouts;
+//!   `MOSQ_EVT_DISCONNECT` drops the client's registrations when it is the connection that
+//!   made them (a takeover reports the old connection under the same id).
+//! * With `plugin_opt_data_dir`, the node's syncs run on a thread of the plugin's own (nothing
+//!   may block mosquitto's) and report back at the next callback.
 //! * The node's presence (`online {epoch}`, retained) is published on the first tick: mqstore
 //!   clients that see a new epoch (mosquitto restarted) register again.
 //! * A QoS 2 request sent again before PUBREL (mosquitto hands the plugin every copy) is run
@@ -29,12 +34,12 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr;
 
 use bytes::Bytes;
-use mqstore_core::disk::{self, Disk, Durability, Fsync};
-use mqstore_core::engine::{Engine, EngineConfig};
+use mqstore_core::disk::{Durability, Fsync, Sync};
+use mqstore_core::engine::EngineConfig;
 use mqstore_core::envelope::{Properties, Publish};
-use mqstore_core::jobs::DurableJobs;
 use mqstore_core::presence::ServerPresence;
-use mqstore_core::store::{DurableStore, Quotas};
+use mqstore_core::server::{JobsConfig, Node, NodeConfig, Route, To, registrations_of};
+use mqstore_core::store::Quotas;
 use mqstore_core::topics;
 
 mod exactly_once;
@@ -59,10 +64,7 @@ const SUCCESS: c_int = sys::MOSQ_ERR_SUCCESS;
 /// The plugin's state: one per `plugin` line.
 struct Plugin {
     id: *mut sys::mosquitto_plugin_id_t,
-    engine: Engine<DurableStore>,
-    /// This node's id (`plugin_opt_node_id`).
-    node_id: String,
-    out: Vec<Publish>,
+    node: Node,
     /// Client id → the connection (`struct mosquitto *`) that last sent it a request: a
     /// DISCONNECT drops registrations only when it is that connection's.
     connections: HashMap<String, usize>,
@@ -71,26 +73,35 @@ struct Plugin {
     seen_qos2: exactly_once::SeenRequests,
     /// Nodes of `mqstore serve` found serving the state store beside the plugin (warned of).
     warned_nodes: std::collections::HashSet<String>,
-    /// With `plugin_opt_data_dir`: the log, and what waits for its sync (a publish and the
-    /// client it goes to).
-    disk: Option<Durable>,
+    /// With `plugin_opt_data_dir`: the thread the node's syncs run on.
+    syncer: Option<Syncer>,
+    /// The data directory's failure was logged.
+    failure_logged: bool,
 }
 
-/// The data directory of a plugin with `plugin_opt_data_dir`.
-struct Durable {
-    /// What waits for a sync: each publish and its one recipient (`None`: the topic's
-    /// subscribers).
-    disk: Disk<(Publish, Option<String>)>,
-    /// The jobs in the data directory (the plugin serves no jobs): written back as they are.
-    jobs: DurableJobs,
-    /// Syncs run on a thread of their own (nothing may block mosquitto's); they report here,
-    /// read at the next callback.
-    syncer: std::sync::mpsc::Sender<Box<dyn FnOnce() + Send>>,
+/// The node's syncs run on a thread of their own (nothing may block mosquitto's); they report
+/// here, read at the next callback.
+struct Syncer {
+    syncs: std::sync::mpsc::Sender<Sync>,
     synced: std::sync::mpsc::Receiver<std::io::Result<()>>,
-    synced_tx: std::sync::mpsc::Sender<std::io::Result<()>>,
-    /// A write or sync failed: requests are no longer served (their callers time out), so
-    /// nothing is acknowledged that may not be on disk.
-    failed: bool,
+}
+
+impl Syncer {
+    fn start() -> Result<Syncer, String> {
+        let (syncs, to_run) = std::sync::mpsc::channel::<Sync>();
+        let (results, synced) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("mqstore-sync".into())
+            .spawn(move || {
+                for sync in to_run {
+                    if results.send(sync.run()).is_err() {
+                        return;
+                    }
+                }
+            })
+            .map_err(|e| format!("cannot start the sync thread: {e}"))?;
+        Ok(Syncer { syncs, synced })
+    }
 }
 
 /// The options of the `plugin_opt_…` lines.
@@ -102,6 +113,7 @@ struct Options {
     durability: Option<Durability>,
     fsync: Fsync,
     keyspace_events: bool,
+    jobs: bool,
 }
 
 fn options(opts: *mut sys::mosquitto_opt, count: c_int) -> Result<Options, String> {
@@ -113,6 +125,7 @@ fn options(opts: *mut sys::mosquitto_opt, count: c_int) -> Result<Options, Strin
         durability: None,
         fsync: Fsync::default(),
         keyspace_events: true,
+        jobs: true,
     };
     for i in 0..count.max(0) as usize {
         // SAFETY: mosquitto passes `count` options with NUL-terminated strings.
@@ -146,17 +159,8 @@ fn options(opts: *mut sys::mosquitto_opt, count: c_int) -> Result<Options, Strin
             }
             "fsync" => options.fsync = value.parse()?,
             // As serve's --no-keyspace-events: `plugin_opt_keyspace_events false`.
-            "keyspace_events" => {
-                options.keyspace_events = match value.as_str() {
-                    "true" => true,
-                    "false" => false,
-                    _ => {
-                        return Err(format!(
-                            "plugin_opt_keyspace_events {value:?}: true or false"
-                        ));
-                    }
-                }
-            }
+            "keyspace_events" => options.keyspace_events = boolean(&key, &value)?,
+            "jobs" => options.jobs = boolean(&key, &value)?,
             _ => return Err(format!("unknown option plugin_opt_{key}")),
         }
     }
@@ -164,6 +168,14 @@ fn options(opts: *mut sys::mosquitto_opt, count: c_int) -> Result<Options, Strin
         durability.fsync = options.fsync;
     }
     Ok(options)
+}
+
+fn boolean(key: &str, value: &str) -> Result<bool, String> {
+    match value {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err(format!("plugin_opt_{key} {value:?}: true or false")),
+    }
 }
 
 fn log(level: u32, message: &str) {
@@ -224,45 +236,30 @@ pub unsafe extern "C" fn mosquitto_plugin_init(
             keyspace_events: options.keyspace_events,
             ..EngineConfig::new(options.node_id.clone())
         };
-        let mut engine = Engine::new(config, DurableStore::with_quotas(options.quotas))
-            .map_err(|e| format!("plugin_opt_node_id {:?}: {e}", options.node_id))?;
-        let durable = match &options.durability {
-            None => None,
-            Some(durability) => {
-                let now = now_ms();
-                let (store, jobs, recovered, disk) =
-                    disk::open(durability, options.quotas, now, |recovered| {
-                        if let Some(newest) = &recovered.newest {
-                            engine.witness(newest);
-                        }
-                        engine.clock_now(now)
-                    })
-                    .map_err(|e| e.to_string())?;
-                *engine.store_mut() = store;
+        let config = NodeConfig {
+            engine: config,
+            quotas: options.quotas,
+            jobs: options.jobs.then(JobsConfig::default),
+            durability: options.durability.clone(),
+        };
+        let (node, opened) = Node::open(config, now_ms()).map_err(|e| match e {
+            mqstore_core::server::NodeError::NodeId(..) => format!("plugin_opt_node_id: {e}"),
+            e => e.to_string(),
+        })?;
+        let syncer = match (&opened, &options.durability) {
+            (Some(opened), Some(durability)) => {
                 log(
                     sys::MOSQ_LOG_INFO,
                     &format!(
                         "mqstore: the state store on disk in {} ({} keys, fsync {:?})",
-                        durability.data_dir.display(),
-                        recovered.keys,
+                        opened.path.display(),
+                        opened.recovered.keys,
                         durability.fsync
                     ),
                 );
-                let (syncer, jobs_rx) = std::sync::mpsc::channel::<Box<dyn FnOnce() + Send>>();
-                std::thread::Builder::new()
-                    .name("mqstore-sync".into())
-                    .spawn(move || jobs_rx.into_iter().for_each(|sync| sync()))
-                    .map_err(|e| format!("cannot start the sync thread: {e}"))?;
-                let (synced_tx, synced) = std::sync::mpsc::channel();
-                Some(Durable {
-                    disk,
-                    jobs,
-                    syncer,
-                    synced,
-                    synced_tx,
-                    failed: false,
-                })
+                Some(Syncer::start()?)
             }
+            _ => None,
         };
         let epoch = format!("{:016x}", u64::from_le_bytes(random_bytes()?));
         let presence = Publish {
@@ -279,14 +276,13 @@ pub unsafe extern "C" fn mosquitto_plugin_init(
         };
         Ok(Box::new(Plugin {
             id,
-            engine,
-            out: Vec::new(),
+            node,
             connections: HashMap::new(),
             presence: Some(presence),
-            node_id: options.node_id.clone(),
             seen_qos2: exactly_once::SeenRequests::new(16_384),
             warned_nodes: Default::default(),
-            disk: durable,
+            syncer,
+            failure_logged: false,
         }))
     }));
     let plugin = match started {
@@ -323,7 +319,7 @@ pub unsafe extern "C" fn mosquitto_plugin_init(
     unsafe { *userdata = raw.cast() };
     log(
         sys::MOSQ_LOG_INFO,
-        "mqstore: the state store runs inside this broker",
+        "mqstore: the state store and the jobs service run inside this broker",
     );
     SUCCESS
 }
@@ -353,9 +349,7 @@ pub unsafe extern "C" fn mosquitto_plugin_cleanup(
     }
     // SAFETY: made by init.
     let mut plugin = unsafe { Box::from_raw(userdata.cast::<Plugin>()) };
-    if let Some(durable) = &mut plugin.disk
-        && let Err(error) = durable.disk.close()
-    {
+    if let Err(error) = plugin.node.close() {
         log(sys::MOSQ_LOG_ERR, &format!("mqstore: {error}"));
     }
     for (event, callback) in callbacks() {
@@ -414,7 +408,7 @@ unsafe extern "C" fn on_message(_event: c_int, data: *mut c_void, userdata: *mut
         with_plugin(userdata, |plugin| {
             // Once per node, and not for more than a few (anyone may publish a presence).
             if online
-                && node != plugin.node_id
+                && node != plugin.node.node_id()
                 && plugin.warned_nodes.len() < 64
                 && plugin.warned_nodes.insert(node.clone())
             {
@@ -430,48 +424,65 @@ unsafe extern "C" fn on_message(_event: c_int, data: *mut c_void, userdata: *mut
         });
         return SUCCESS;
     }
-    let is_request =
-        topic == topics::INVOKE || topics::client_of_identified_invoke(&topic).is_some();
-    if !is_request {
-        return SUCCESS;
-    }
-    // A retained request would be stored and replayed to later subscribers.
-    message.retain = false;
-    // SAFETY: the event's connection.
     let Some(sender) = (unsafe { client_id(message.client) }) else {
         return SUCCESS;
     };
     with_plugin(userdata, |plugin| {
-        if plugin.disk.as_ref().is_some_and(|d| d.failed) {
+        // Every message a plugin sees is live, retained or not (a retained one is news now,
+        // not a replay at a subscription).
+        let route = plugin.node.route(&topic, false);
+        match route {
+            Route::Other => return,
+            // A request is not kept for later subscribers.
+            Route::StateStore | Route::Jobs => message.retain = false,
+            Route::Presence(_) => {}
+        }
+        if plugin.node.failure().is_some() {
             return; // the data directory failed: nothing more is acknowledged
         }
-        // SAFETY: the event's fields, valid during the callback.
         let publish = unsafe { read_publish(message, &topic) };
         if publish.qos == 2 && !plugin.seen_qos2.first_time(&sender, &publish) {
             return; // answered already; mosquitto routes the copy nowhere
         }
-        plugin
-            .connections
-            .insert(sender.clone(), message.client as usize);
-        // The broker names the sender: it is who the request is from, whatever it claims.
-        let now = now_ms();
-        plugin
-            .engine
-            .handle_from(publish, Some(&sender), now, &mut plugin.out);
-        plugin.send(Some(&sender));
+        if route == Route::StateStore {
+            plugin
+                .connections
+                .insert(sender.clone(), message.client as usize);
+        }
+        plugin.node.handle(publish, Some(&sender), false, now_ms());
+        plugin.send();
     });
     SUCCESS
 }
+
+/// Timer turns run per tick at most (each may queue a rollout batch of things): rollouts go
+/// on at thousands of things a second, and requests that arrive meanwhile are answered
+/// between ticks.
+const TURNS_PER_TICK: usize = 16;
 
 unsafe extern "C" fn on_tick(_event: c_int, _data: *mut c_void, userdata: *mut c_void) -> c_int {
     with_plugin(userdata, |plugin| {
         if let Some(presence) = plugin.presence.take() {
             publish(&presence, None, true);
         }
-        let now = now_ms();
-        plugin.engine.expire(now, &mut plugin.out);
-        plugin.engine.expire_leases(now);
-        plugin.send(None);
+        for _ in 0..TURNS_PER_TICK {
+            let now = now_ms();
+            if plugin
+                .node
+                .next_deadline(now, true)
+                .is_none_or(|at| at > now)
+            {
+                break;
+            }
+            let ticked = plugin.node.on_deadline(now, true);
+            if let Some(error) = ticked.jobs_error {
+                log(
+                    sys::MOSQ_LOG_WARNING,
+                    &format!("mqstore: jobs timers: {error}"),
+                );
+            }
+            plugin.send();
+        }
     });
     SUCCESS
 }
@@ -483,21 +494,18 @@ unsafe extern "C" fn on_disconnect(
 ) -> c_int {
     // SAFETY: mosquitto passes its disconnect event.
     let event = unsafe { &*data.cast::<sys::mosquitto_evt_disconnect>() };
-    // SAFETY: the event's client; NULL id for a connection that never sent CONNECT.
     let Some(client) = (unsafe { client_id(event.client) }) else {
         return SUCCESS;
     };
     with_plugin(userdata, |plugin| {
         if plugin.connections.get(&client) == Some(&(event.client as usize)) {
             plugin.connections.remove(&client);
-            plugin.engine.drop_client(&client);
-            plugin.engine.drop_client(&topics::identified(&client));
+            plugin.node.drop_clients(&registrations_of(&client));
         }
     });
     SUCCESS
 }
 
-/// The client id of a connection (`None` before CONNECT).
 unsafe fn client_id(client: *mut sys::mosquitto) -> Option<String> {
     if client.is_null() {
         return None;
@@ -600,89 +608,30 @@ unsafe fn read_string(props: *const sys::mosquitto_property, id: u32) -> Option<
 }
 
 impl Plugin {
-    /// Publishes what the engine returned, each to one client directly: a notification to
-    /// the client it is for, an answer to the requester (`sender`) on its response topic —
-    /// never to whoever else subscribes there, since a plugin's publishes skip the broker's
-    /// write ACL and a requester could otherwise make it publish where it may not. Keyspace
-    /// events go to their topic's subscribers (a topic of the plugin's own, not a requester's).
-    fn send(&mut self, sender: Option<&str>) {
-        let hold_until = self.persist();
-        for message in self.out.drain(..) {
-            let client = if topics::is_keyspace_event(&message.topic) {
-                None
-            } else {
-                match topics::recipient_of_notify_topic(&message.topic)
-                    .or(sender.map(str::to_owned))
-                {
-                    Some(client) => Some(client),
-                    None => continue,
-                }
+    /// Publishes what the node returned, each where the node says: an answer to the client
+    /// that asked and a notification to the client it is for, directly (never to whoever else
+    /// subscribes to a response topic: a plugin's publishes skip the broker's write ACL, and a
+    /// requester could otherwise make it publish where it may not); jobs replies,
+    /// notifications and events, and keyspace events, to their topic's subscribers (topics of
+    /// the services' own). Then hands the node's syncs to the sync thread.
+    fn send(&mut self) {
+        while let Some(out) = self.node.poll_output() {
+            let client = match (&out.to, out.to.client_id()) {
+                (To::Subscribers, _) => None,
+                (_, Some(client)) => Some(client),
+                (_, None) => continue, // an answer to a sender mosquitto did not name
             };
-            match (hold_until, &mut self.disk) {
-                (Some(batch), Some(durable)) => durable.disk.hold(batch, (message, client)),
-                _ => publish(&message, client.as_deref(), false),
+            publish(&out.publish, client, false);
+        }
+        if let Some(syncer) = &self.syncer {
+            while let Some(sync) = self.node.poll_sync() {
+                // The thread ends only with the plugin.
+                let _ = syncer.syncs.send(sync);
             }
         }
-    }
-
-    /// Hands the store's new records to the disk and starts a sync if one is due; the batch
-    /// what is published now must wait for (`plugin_opt_fsync always`).
-    fn persist(&mut self) -> Option<u64> {
-        let durable = self.disk.as_mut()?;
-        let records = self.engine.store_mut().take_pending();
-        let synced = durable.synced_tx.clone();
-        let syncer = durable.syncer.clone();
-        let persisted = durable.disk.persist(
-            records,
-            now_ms(),
-            move |result| {
-                let _ = synced.send(result);
-            },
-            move |sync| {
-                let _ = syncer.send(sync);
-            },
-        );
-        persisted.unwrap_or_else(|error| {
-            durable.fail(&error.to_string());
-            None
-        })
-    }
-
-    /// What the sync thread reported: what waited for it goes out.
-    fn poll_synced(&mut self) {
-        if self.disk.is_none() {
-            return;
-        }
-        let clock = self.engine.clock_now(now_ms());
-        let Some(durable) = &mut self.disk else {
-            return;
-        };
-        let mut released = Vec::new();
-        while let Ok(result) = durable.synced.try_recv() {
-            match durable.disk.sync_ended(result, now_ms()) {
-                Ok(more) => released.extend(more),
-                Err(error) => durable.fail(&error.to_string()),
-            }
-        }
-        if durable.failed {
-            return;
-        }
-        for (message, client) in released {
-            publish(&message, client.as_deref(), false);
-        }
-        if let Err(error) = durable
-            .disk
-            .compact_if_due(self.engine.store(), &durable.jobs, &clock)
+        if let Some(error) = self.node.failure()
+            && !std::mem::replace(&mut self.failure_logged, true)
         {
-            durable.fail(&error.to_string());
-        }
-        self.persist();
-    }
-}
-
-impl Durable {
-    fn fail(&mut self, error: &str) {
-        if !self.failed {
             log(
                 sys::MOSQ_LOG_ERR,
                 &format!(
@@ -690,7 +639,29 @@ impl Durable {
                 ),
             );
         }
-        self.failed = true;
+    }
+
+    /// Takes the results of the syncs that ended: what waited for them goes out.
+    fn poll_synced(&mut self) {
+        let Some(syncer) = &self.syncer else {
+            return;
+        };
+        let results: Vec<_> = syncer.synced.try_iter().collect();
+        if results.is_empty() {
+            return;
+        }
+        for result in results {
+            if let Some(compacted) = self.node.synced(result, now_ms()) {
+                log(
+                    sys::MOSQ_LOG_INFO,
+                    &format!(
+                        "mqstore: compacted the data file ({} bytes to {})",
+                        compacted.before, compacted.after
+                    ),
+                );
+            }
+        }
+        self.send();
     }
 }
 

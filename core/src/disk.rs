@@ -101,6 +101,37 @@ pub enum DiskError {
     },
 }
 
+/// A copy for each host that reports the failure (the operating system's error keeps its
+/// code, or its kind and message).
+impl Clone for DiskError {
+    fn clone(&self) -> Self {
+        match self {
+            DiskError::Io { what, path, source } => DiskError::Io {
+                what,
+                path: path.clone(),
+                source: match source.raw_os_error() {
+                    Some(code) => io::Error::from_raw_os_error(code),
+                    None => io::Error::new(source.kind(), source.to_string()),
+                },
+            },
+            DiskError::Locked(path) => DiskError::Locked(path.clone()),
+            DiskError::JobsRecord { path, reason } => DiskError::JobsRecord {
+                path: path.clone(),
+                reason: reason.clone(),
+            },
+            DiskError::Damaged {
+                path,
+                offset,
+                reason,
+            } => DiskError::Damaged {
+                path: path.clone(),
+                offset: *offset,
+                reason: reason.clone(),
+            },
+        }
+    }
+}
+
 fn io_error(what: &'static str, path: &Path) -> impl FnOnce(io::Error) -> DiskError + use<> {
     let path = path.to_owned();
     move |source| DiskError::Io { what, path, source }
@@ -143,6 +174,30 @@ pub struct Disk<T> {
     /// `everysec`: written since the last sync, and when the next sync is due.
     dirty: bool,
     next_sync_ms: u64,
+}
+
+/// A sync of the data file for the driver to run off its own thread (it writes and syncs;
+/// it never touches the node): [`Sync::run`], then [`Disk::sync_ended`] with the result.
+#[must_use = "a sync not run holds every answer after it"]
+pub struct Sync {
+    file: Arc<File>,
+    records: Vec<u8>,
+}
+
+impl Sync {
+    /// Writes what the sync carries and syncs the file.
+    pub fn run(self) -> io::Result<()> {
+        (&*self.file).write_all(&self.records)?;
+        self.file.sync_data()
+    }
+}
+
+impl std::fmt::Debug for Sync {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sync")
+            .field("bytes", &self.records.len())
+            .finish()
+    }
 }
 
 /// The state store, the jobs service's store, and what recovery found.
@@ -303,15 +358,11 @@ impl<T> Disk<T> {
     }
 
     /// Starts the next sync if one is due and none runs: `always` when records are staged,
-    /// `everysec` when the second is up. `synced` runs in a blocking task with the result.
-    pub fn start_sync(
-        &mut self,
-        now_ms: u64,
-        synced: impl FnOnce(io::Result<()>) + Send + 'static,
-        spawn: impl FnOnce(Box<dyn FnOnce() + Send>),
-    ) {
+    /// `everysec` when the second is up. The driver runs the sync off its own thread and
+    /// reports its result to [`Disk::sync_ended`].
+    pub fn start_sync(&mut self, now_ms: u64) -> Option<Sync> {
         if self.syncing {
-            return;
+            return None;
         }
         let records = match self.fsync {
             Fsync::Always if !self.staged.is_empty() => std::mem::take(&mut self.staged),
@@ -319,14 +370,14 @@ impl<T> Disk<T> {
                 self.dirty = false;
                 Vec::new()
             }
-            _ => return,
+            _ => return None,
         };
         self.syncing = true;
         self.started += 1;
-        let file = self.file.clone();
-        spawn(Box::new(move || {
-            synced((&*file).write_all(&records).and_then(|()| file.sync_data()))
-        }));
+        Some(Sync {
+            file: self.file.clone(),
+            records,
+        })
     }
 
     /// A sync ended well: what it released, in order.
@@ -349,21 +400,17 @@ impl<T> Disk<T> {
         io_error("cannot write or sync the data file", &self.path)(error)
     }
 
-    /// A step of a durable node's write path, as both `mqstore serve` and the broker plugin
-    /// take it: stages the step's `records`, starts a sync if one is due (`synced` hears its
-    /// result where `spawn` runs it), and gives the batch what the step sends must wait for
-    /// (`None`: send at once; hold it with [`Disk::hold`]).
+    /// A step of a durable node's write path: stages the step's `records`, starts a sync if
+    /// one is due, and gives the batch what the step sends must wait for (`None`: send at
+    /// once; hold it with [`Disk::hold`]).
     pub fn persist(
         &mut self,
         records: Vec<u8>,
         now_ms: u64,
-        synced: impl FnOnce(io::Result<()>) + Send + 'static,
-        spawn: impl FnOnce(Box<dyn FnOnce() + Send>),
-    ) -> Result<Option<u64>, DiskError> {
+    ) -> Result<(Option<u64>, Option<Sync>), DiskError> {
         self.stage(records)?;
         let hold_until = self.hold_until();
-        self.start_sync(now_ms, synced, spawn);
-        Ok(hold_until)
+        Ok((hold_until, self.start_sync(now_ms)))
     }
 
     /// A sync ended with `result`: what waited for it, in order, to send now; or the failure
@@ -444,17 +491,12 @@ mod tests {
         (Dir(dir), disk)
     }
 
-    /// Runs syncs at once, on this thread, and counts them.
+    /// Runs a sync that is due at once, on this thread, and counts it.
     fn sync_now(disk: &mut Disk<u32>, now_ms: u64, syncs: &Arc<Mutex<u32>>) {
-        let counted = syncs.clone();
-        disk.start_sync(
-            now_ms,
-            move |result| {
-                result.unwrap();
-                *counted.lock().unwrap() += 1;
-            },
-            |sync| sync(),
-        );
+        if let Some(sync) = disk.start_sync(now_ms) {
+            sync.run().unwrap();
+            *syncs.lock().unwrap() += 1;
+        }
     }
 
     #[test]
@@ -549,8 +591,7 @@ mod tests {
         assert_eq!(disk.hold_until(), Some(1));
         disk.hold(1, 100);
         // The sync of batch 1 starts (and, here, runs at once); its result comes later.
-        let (done, result) = std::sync::mpsc::channel();
-        disk.start_sync(0, move |r| done.send(r).unwrap(), |sync| sync());
+        let result = disk.start_sync(0).expect("a sync of batch 1").run();
         // Two more writes while it runs: they wait for batch 2, together.
         disk.stage(vec![2; 10]).unwrap();
         assert_eq!(disk.hold_until(), Some(2));
@@ -559,7 +600,7 @@ mod tests {
         disk.hold(2, 201);
         sync_now(&mut disk, 1, &syncs); // one at a time: nothing starts
         assert_eq!(*syncs.lock().unwrap(), 0);
-        result.recv().unwrap().unwrap();
+        result.unwrap();
         assert_eq!(disk.synced(2), vec![100]);
         sync_now(&mut disk, 2, &syncs); // batch 2: both writes in one sync
         assert_eq!(*syncs.lock().unwrap(), 1);

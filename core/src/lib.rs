@@ -47,6 +47,7 @@ pub mod jobs;
 pub mod lease;
 pub mod presence;
 pub mod reason;
+pub mod server;
 pub mod session;
 pub mod store;
 pub mod topics;

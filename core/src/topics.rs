@@ -197,11 +197,14 @@ pub fn client_of_notify_topic(topic: &str) -> Option<String> {
 /// client of either form, without the engine's mark for identified registrations. A broker
 /// plugin publishes each notification to that client directly.
 pub fn recipient_of_notify_topic(topic: &str) -> Option<String> {
-    let client = client_of_notify_topic(topic)?;
-    Some(match client.strip_prefix(IDENTIFIED_MARK) {
-        Some(id) => id.to_owned(),
-        None => client,
-    })
+    client_of_notify_topic(topic).map(|client| mqtt_client_of(&client).to_owned())
+}
+
+/// The MQTT client id of a registration (an identified one carries the engine's mark).
+pub fn mqtt_client_of(registration: &str) -> &str {
+    registration
+        .strip_prefix(IDENTIFIED_MARK)
+        .unwrap_or(registration)
 }
 
 /// The key a notification topic names, for any client (`None` if it is not one).

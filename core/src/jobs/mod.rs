@@ -68,6 +68,16 @@ pub struct Jobs<S = MemoryJobs> {
     rollout_batch: usize,
 }
 
+/// How the service answered a request: on `…/accepted` or on `…/rejected` (device API), with
+/// an answer or a refusal (operator API).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answered {
+    /// The request did what it asked.
+    Accepted,
+    /// It was refused; the reply says why.
+    Rejected,
+}
+
 /// What a device request asked for, from its topic.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Api {
@@ -195,14 +205,14 @@ impl<S: JobsStore> Jobs<S> {
 
     /// Handles a message from `$aws/things/+/jobs/#`. `None` when it is no request (the
     /// service's own replies and notifications coming back); else the reply is pushed onto
-    /// `out` after the notifications the request caused.
+    /// `out` after the notifications the request caused, and its kind returned.
     pub fn handle(
         &mut self,
         topic: &str,
         payload: &[u8],
         now_ms: u64,
         out: &mut Vec<Publish>,
-    ) -> Option<()> {
+    ) -> Option<Answered> {
         let (thing, api) = topics::parse_device(topic)?;
         if ["/accepted", "/rejected"].iter().any(|s| api.ends_with(s))
             || api == "notify"
@@ -230,7 +240,7 @@ impl<S: JobsStore> Jobs<S> {
             Err(code) => {
                 let message = "the payload must be a JSON object".into();
                 out.push(rejected((code, message, None), None));
-                return Some(());
+                return Some(Answered::Rejected);
             }
         };
         // Read first and alone: even a request that fits no API gets its token back.
@@ -241,12 +251,12 @@ impl<S: JobsStore> Jobs<S> {
         let Some(api) = parse_api(api) else {
             let message = format!("{api} is not a jobs API");
             out.push(rejected((RejectCode::InvalidTopic, message, None), token));
-            return Some(());
+            return Some(Answered::Rejected);
         };
         if !valid_thing_name(thing) {
             let message = format!("thing names are {THING_NAME_RULE}");
             out.push(rejected(invalid(message), token));
-            return Some(());
+            return Some(Answered::Rejected);
         }
         let body = match DeviceBody::deserialize(&request)
             .map_err(|e| e.to_string())
@@ -255,7 +265,7 @@ impl<S: JobsStore> Jobs<S> {
             Ok(body) => body,
             Err(message) => {
                 out.push(rejected(invalid(message), token));
-                return Some(());
+                return Some(Answered::Rejected);
             }
         };
         let result = match api {
@@ -268,18 +278,22 @@ impl<S: JobsStore> Jobs<S> {
             Api::Describe(execution) => self.describe(thing, &execution, &body, now_ms),
             Api::Update(job_id) => self.update(thing, &job_id, &body, now_ms, out),
         };
-        out.push(match result {
+        let answered = match result {
             Ok(body) => {
                 let reply = Reply {
                     body,
                     timestamp: now_s,
                     client_token: token,
                 };
-                publish(format!("{topic}/accepted"), &reply)
+                out.push(publish(format!("{topic}/accepted"), &reply));
+                Answered::Accepted
             }
-            Err(rejection) => rejected(rejection, token),
-        });
-        Some(())
+            Err(rejection) => {
+                out.push(rejected(rejection, token));
+                Answered::Rejected
+            }
+        };
+        Some(answered)
     }
 
     /// When the next execution times out.

@@ -1,26 +1,17 @@
-//! The node's jobs service: in memory (answered on the node's loop) or shared in Redis (each
-//! request on a blocking thread), the election of the node that listens to the device API,
-//! and one request or timer tick run on either.
-
-use tracing::debug;
+//! The node's jobs service: in memory (the core node's, answered on the node's loop) or shared
+//! in Redis (each request on a blocking thread), and the election of the node that listens to
+//! the device API.
 
 use super::node::{Done, ROLLOUT_BATCH};
 use crate::redis_store::RedisJobs;
-use mqstore_core::envelope::{self, Publish};
-use mqstore_core::jobs::topics as jobs_topics;
-use mqstore_core::jobs::wire::OperatorAnswer;
-use mqstore_core::jobs::{DurableJobs, Jobs, JobsStore, OPERATOR_TOPIC, Stored};
-
-/// What a jobs request was, for the metrics.
-pub(super) struct JobsHandled {
-    pub(super) accepted: bool,
-    pub(super) notifications: usize,
-}
+use mqstore_core::jobs::Jobs;
 
 /// The jobs service of a node.
+#[allow(clippy::large_enum_variant)] // one per node, made once and never moved after
 pub(super) enum JobsService {
-    /// In this process's memory: answered at once.
-    Local(Jobs<DurableJobs>),
+    /// In this process's memory: the node's own ([`mqstore_core::server::Node`]), answered at
+    /// once.
+    Local,
     /// In Redis, shared by every node: the engine waits for Redis, so each request (and each
     /// timer tick) runs on a blocking thread of its own, many at once, and comes back as a
     /// [`JobsDone`]. Compare-and-set keeps them atomic (see [`mqstore_core::jobs`]).
@@ -73,77 +64,6 @@ impl SharedJobs {
     }
 }
 
-/// A jobs timer tick: times out what ran out, and (while the broker keeps up) queues the next
-/// things of the rollouts their rates allow; when the engine next has something to do.
-pub(super) fn jobs_tick(
-    jobs: &mut Jobs<&mut dyn JobsStore>,
-    now_ms: u64,
-    rollout_room: bool,
-    out: &mut Vec<Publish>,
-) -> Stored<Option<u64>> {
-    jobs.expire(now_ms, out)?;
-    if rollout_room && jobs.rolling_out()? {
-        jobs.roll_out(now_ms, out)?;
-    }
-    jobs.next_wake(now_ms)
-}
-
-/// The things' notifications among a jobs call's publishes (its events are not counted).
-pub(super) fn notifications_in(published: &[Publish]) -> usize {
-    published
-        .iter()
-        .filter(|p| !jobs_topics::is_event(&p.topic))
-        .count()
-}
-
 /// How often each node on Redis looks for jobs timers that ran out and for rollouts to go on
 /// with (any node's tick may take any of them; each is done once).
 pub(super) const JOBS_TICK_MS: u64 = 100;
-
-/// Runs one jobs request on `jobs`: a device request (`$aws/things/T/jobs/...`) or an operator
-/// request, pushing the notifications it causes and then its reply onto `out`. `None` for the
-/// service's own replies and notifications coming back (not requests).
-pub(super) fn run_jobs(
-    jobs: &mut Jobs<&mut dyn JobsStore>,
-    message: Publish,
-    node: &str,
-    now: u64,
-    out: &mut Vec<Publish>,
-) -> Option<JobsHandled> {
-    let before = out.len();
-    if message.topic != OPERATOR_TOPIC {
-        jobs.handle(&message.topic, &message.payload, now, out)?;
-        let (reply, notifications) = out[before..].split_last()?;
-        return Some(JobsHandled {
-            accepted: reply.topic.ends_with("/accepted"),
-            notifications: notifications_in(notifications),
-        });
-    }
-    match envelope::check_request(message.qos, message.properties, node) {
-        envelope::Checked::Accept(invocation) => {
-            let answer = jobs.operate(&message.payload, now, out);
-            let handled = JobsHandled {
-                accepted: matches!(answer, OperatorAnswer::Ok(_)),
-                notifications: notifications_in(&out[before..]),
-            };
-            let mut properties = envelope::response_properties(&invocation, 200, None, node);
-            properties.content_type = Some("application/json".into());
-            out.push(Publish {
-                topic: invocation.response_topic,
-                // Our own type: it always serializes.
-                payload: bytes::Bytes::from(serde_json::to_vec(&answer).unwrap_or_default()),
-                qos: 1,
-                properties,
-            });
-            Some(handled)
-        }
-        envelope::Checked::Reject(reply, _) => {
-            out.push(*reply);
-            None
-        }
-        envelope::Checked::Drop(reason) => {
-            debug!(%reason, "operator request dropped");
-            None
-        }
-    }
-}

@@ -25,12 +25,11 @@ use crate::metrics::{self, Metrics};
 use crate::now_ms;
 use crate::redis_store::{RedisJobs, RedisStore};
 use jobs::{JobsService, Listener, SharedJobs};
-use mqstore_core::disk::{self as durable, Disk};
 use mqstore_core::engine::{Engine, EngineConfig};
 use mqstore_core::envelope::Publish;
-use mqstore_core::jobs::{DurableJobs, Jobs, OPERATOR_TOPIC, topics as jobs_topics};
+use mqstore_core::jobs::{OPERATOR_TOPIC, topics as jobs_topics};
 use mqstore_core::presence::ServerPresence;
-use mqstore_core::store::DurableStore;
+use mqstore_core::server;
 use mqstore_core::topics;
 use node::{Node, REQUEST_QUEUE, ROLLOUT_BATCH, Remote, Signals, State, Stop};
 
@@ -147,10 +146,8 @@ pub async fn serve(
     let (done_tx, done_rx) = tokio::sync::mpsc::unbounded_channel();
     let done_tx_disk = done_tx.clone();
     let minute_ms = config.jobs_minute.as_millis() as u64;
-    let mut jobs = config.jobs.then(|| match &redis {
-        None => JobsService::Local(
-            Jobs::with_store(DurableJobs::default(), minute_ms).with_rollout_batch(ROLLOUT_BATCH),
-        ),
+    let jobs = config.jobs.then(|| match &redis {
+        None => JobsService::Local,
         Some((store, _)) => JobsService::Shared(SharedJobs {
             store: RedisJobs::new(store.clone(), tokio::runtime::Handle::current()),
             done: done_tx.clone(),
@@ -170,7 +167,7 @@ pub async fn serve(
             }),
         }),
     });
-    if matches!(jobs, Some(JobsService::Local(_))) && config.share_group.is_some() {
+    if matches!(jobs, Some(JobsService::Local)) && config.share_group.is_some() {
         warn!(
             "jobs on the memory store with --share-group: each node keeps jobs of its own, and \
              brokers such as mosquitto deliver no device API message ($aws/...) to a shared \
@@ -187,38 +184,35 @@ pub async fn serve(
     if !(config.state_store || config.jobs || config.commands) {
         return Err(ServerError::NothingToServe);
     }
-    let mut disk = None;
-    let mut kept_jobs = DurableJobs::default();
     let state = match redis {
         None => {
-            let store = DurableStore::with_quotas(config.quotas);
-            let mut engine = Engine::new(engine_config, store).map_err(node_id_error)?;
-            if let Some(durability) = &config.durability {
-                let now = now_ms().saturating_add_signed(config.clock_offset_ms);
-                let opening = Instant::now();
-                let (store, durable_jobs, recovered, opened) =
-                    durable::open(durability, config.quotas, now, |recovered| {
-                        if let Some(newest) = &recovered.newest {
-                            engine.witness(newest);
-                        }
-                        engine.clock_now(now)
-                    })?;
-                *engine.store_mut() = store;
-                match &mut jobs {
-                    Some(JobsService::Local(jobs)) => *jobs.store_mut() = durable_jobs,
-                    // Jobs off (--no-jobs): the jobs on disk are kept as they are.
-                    _ => kept_jobs = durable_jobs,
-                }
+            let now = now_ms().saturating_add_signed(config.clock_offset_ms);
+            let opening = Instant::now();
+            let node_config = server::NodeConfig {
+                engine: engine_config,
+                quotas: config.quotas,
+                jobs: config.jobs.then_some(server::JobsConfig {
+                    minute_ms,
+                    rollout_batch: ROLLOUT_BATCH,
+                }),
+                durability: config.durability.clone(),
+            };
+            let (node, opened) = server::Node::open(node_config, now).map_err(|e| match e {
+                server::NodeError::NodeId(..) => ServerError::NodeId(config.node_id.clone()),
+                server::NodeError::Disk(e) => ServerError::Disk(e),
+            })?;
+            if let (Some(opened), Some(durability)) = (opened, &config.durability) {
+                let recovered = &opened.recovered;
                 if let Some(offset) = recovered.torn_at {
                     warn!(
-                        path = %opened.path().display(),
+                        path = %opened.path.display(),
                         offset,
                         "the data file ended in a record cut off by a crash (never acknowledged): \
                          recovered up to the last complete record"
                     );
                 }
                 info!(
-                    path = %opened.path().display(),
+                    path = %opened.path.display(),
                     fsync = ?durability.fsync,
                     keys = recovered.keys,
                     records = recovered.records,
@@ -226,9 +220,8 @@ pub async fn serve(
                     took_ms = opening.elapsed().as_millis() as u64,
                     "state store on disk"
                 );
-                disk = Some(opened);
             }
-            State::Memory(engine)
+            State::Local(Box::new(node))
         }
         Some((store, _)) => State::Redis(
             Engine::new(engine_config, ()).map_err(node_id_error)?,
@@ -385,8 +378,6 @@ pub async fn serve(
         unacked: 0,
         max_pending_answers: config.max_pending_answers,
         stop: Stop::Running,
-        disk,
-        kept_jobs,
         disk_done: done_tx_disk,
         fatal: None,
     };
@@ -399,7 +390,10 @@ pub async fn serve(
     Connection::new(eventloop)
         .run(&mut signals, &mut node)
         .await;
-    let closed = node.disk.as_mut().map(Disk::close).transpose();
+    let closed = match &mut node.state {
+        State::Local(local) => local.close(),
+        State::Redis(..) => Ok(()),
+    };
     if let Some(commander) = commander {
         commander.stop().await;
     }

@@ -15,18 +15,17 @@ use tracing::{debug, error, info, warn};
 
 use super::ServerError;
 use super::jobs::{
-    JOBS_TICK_MS, JobsHandled, JobsService, LISTENER_LEASE_MS, LISTENER_RENEW_MS, Listener,
-    SharedJobs, jobs_tick, notifications_in, run_jobs,
+    JOBS_TICK_MS, JobsService, LISTENER_LEASE_MS, LISTENER_RENEW_MS, Listener, SharedJobs,
 };
 use crate::connection::{Driver, Outbox, Wakes};
 use crate::metrics::Metrics;
 use crate::redis_store::{Applied, RedisStore, RedisStoreError};
 use crate::{Polled, connection_error, from_mqtt, now_ms, protocol_hint};
-use mqstore_core::disk::{Disk, DiskError};
 use mqstore_core::engine::{Accepted, Call, Engine, Fit, Outcome, fit_for_broker};
 use mqstore_core::envelope::{self, DropReason, EnvelopeError, Publish};
-use mqstore_core::jobs::{DurableJobs, Stored, topics as jobs_topics};
-use mqstore_core::store::{ClientId, DurableStore, Expired, StoreStats};
+use mqstore_core::jobs::{Stored, topics as jobs_topics};
+use mqstore_core::server::{self, Handled, JobsHandled, NotAnswered, Route, To};
+use mqstore_core::store::{ClientId, Expired, StoreStats};
 use mqstore_core::topics;
 
 /// Targets of a new job queued per turn of the server's loop: each makes up to two
@@ -130,7 +129,7 @@ pub(super) enum StoreDone {
 /// A jobs call on Redis that ended, back in the server's loop.
 pub(super) enum JobsDone {
     /// A request ran: what it published (its notifications, then its reply).
-    Request(Vec<Publish>, Option<JobsHandled>),
+    Request(Vec<Publish>, Result<JobsHandled, NotAnswered>),
     /// A timer tick ran: what it published, and when the engine next has work.
     Tick(Vec<Publish>, Stored<Option<u64>>),
     /// A claim of the listener lease ran (started at the time given): whether it holds.
@@ -159,9 +158,9 @@ pub(super) const SWEEP_INTERVAL_MS: u64 = 100;
 /// Where the state lives, and the engine that drives it.
 #[allow(clippy::large_enum_variant)] // one per node, made once and never moved after
 pub(super) enum State {
-    /// The engine owns its memory store (recording its writes for the disk with
-    /// `--data-dir`) and answers at once.
-    Memory(Engine<DurableStore>),
+    /// The core's node on its own store (memory, or the log of `--data-dir`), with the jobs
+    /// service in memory: it answers at once.
+    Local(Box<server::Node>),
     /// The engine owns no store: each op runs in Redis in a task of its own, many at once,
     /// and comes back as a [`StoreDone`].
     Redis(Engine<()>, Remote),
@@ -202,14 +201,16 @@ impl Remote {
 impl State {
     fn node_id(&self) -> &str {
         match self {
-            Self::Memory(engine) => engine.node_id(),
+            Self::Local(node) => node.node_id(),
             Self::Redis(engine, _) => engine.node_id(),
         }
     }
 
-    fn next_deadline(&self) -> Option<u64> {
+    /// The next deadline of the store (and, on a local node, its jobs while the broker has
+    /// `room` for a rollout's next batch, and its disk).
+    fn next_deadline(&self, now_ms: u64, room: bool) -> Option<u64> {
         match self {
-            Self::Memory(engine) => engine.next_deadline(),
+            Self::Local(node) => node.next_deadline(now_ms, room),
             Self::Redis(_, remote) => (!remote.sweeping).then_some(remote.next_sweep),
         }
     }
@@ -217,7 +218,7 @@ impl State {
     /// Requests waiting for the store.
     fn in_flight(&self) -> usize {
         match self {
-            Self::Memory(_) => 0,
+            Self::Local(_) => 0,
             Self::Redis(_, remote) => remote.in_flight,
         }
     }
@@ -279,11 +280,7 @@ pub(super) struct Node {
     pub(super) unacked: usize,
     pub(super) max_pending_answers: usize,
     pub(super) stop: Stop,
-    /// The data directory's log (`--data-dir`), and what waits for it.
-    pub(super) disk: Option<Disk<(Publish, Sent)>>,
-    /// The jobs on disk while the jobs service is off: written back when the log is compacted.
-    pub(super) kept_jobs: DurableJobs,
-    /// Where a finished sync reports.
+    /// Where a finished sync of the data directory reports.
     pub(super) disk_done: tokio::sync::mpsc::UnboundedSender<Done>,
     /// Why the node stopped on its own (the disk failed).
     pub(super) fatal: Option<ServerError>,
@@ -308,21 +305,8 @@ impl Driver for Node {
         // Not once the DISCONNECT is queued: what expiry sends would queue behind it.
         match self.stop {
             Stop::Running | Stop::Unsubscribing | Stop::Unsubscribed => {
-                let jobs = self.jobs.as_ref().and_then(|jobs| match jobs {
-                    // A job's rollout goes on at once, while the broker keeps up (requests
-                    // that arrive meanwhile come first: see `Connection::next`). The memory
-                    // store does not fail.
-                    JobsService::Local(jobs) => {
-                        let now = self.now();
-                        match jobs.next_wake(now).ok().flatten() {
-                            // Queued notifications first: the tick after the broker took them.
-                            Some(at) if at <= now && !self.rollout_has_room() => {
-                                jobs.next_deadline().ok().flatten()
-                            }
-                            wake => wake,
-                        }
-                    }
-                    JobsService::Shared(shared) => {
+                let jobs = match &self.jobs {
+                    Some(JobsService::Shared(shared)) => {
                         // The next claim; and a listener whose renewal is late stops at
                         // `held_until` whatever the claim in flight says later.
                         let claim = shared.listener.as_ref().and_then(|listener| {
@@ -336,13 +320,16 @@ impl Driver for Node {
                             .chain(claim)
                             .min()
                     }
-                });
-                let disk = self.disk.as_ref().and_then(Disk::deadline);
+                    // A local node's jobs are the node's: a job's rollout goes on at once,
+                    // while the broker keeps up (requests that arrive meanwhile come first:
+                    // see `Connection::next`).
+                    Some(JobsService::Local) | None => None,
+                };
+                let room = self.rollout_has_room();
                 self.state
-                    .next_deadline()
+                    .next_deadline(self.now(), room)
                     .into_iter()
                     .chain(jobs)
-                    .chain(disk)
                     .min()
             }
             Stop::Disconnecting | Stop::Closing => None,
@@ -351,28 +338,19 @@ impl Driver for Node {
 
     fn on_deadline(&mut self, _: u64) {
         let now_ms = self.now();
-        self.state_deadline(now_ms);
         let rollout_room = self.rollout_has_room();
-        match &mut self.jobs {
-            Some(JobsService::Local(jobs)) => {
-                let before = self.out.len();
-                let ticked = jobs_tick(&mut jobs.as_dyn(), now_ms, rollout_room, &mut self.out);
-                if let Err(error) = ticked {
-                    warn!(%error, "jobs timers");
-                }
-                self.metrics
-                    .jobs_notified(notifications_in(&self.out[before..]) as u64);
-            }
-            Some(JobsService::Shared(shared)) if !shared.ticking && shared.next_tick <= now_ms => {
-                shared.ticking = true;
-                let (mut jobs, done) = (shared.engine(), shared.done.clone());
-                tokio::task::spawn_blocking(move || {
-                    let mut out = Vec::new();
-                    let ticked = jobs_tick(&mut jobs.as_dyn(), now_ms, rollout_room, &mut out);
-                    let _ = done.send(Done::Jobs(JobsDone::Tick(out, ticked)));
-                });
-            }
-            Some(JobsService::Shared(_)) | None => {}
+        self.state_deadline(now_ms, rollout_room);
+        if let Some(JobsService::Shared(shared)) = &mut self.jobs
+            && !shared.ticking
+            && shared.next_tick <= now_ms
+        {
+            shared.ticking = true;
+            let (mut jobs, done) = (shared.engine(), shared.done.clone());
+            tokio::task::spawn_blocking(move || {
+                let mut out = Vec::new();
+                let ticked = server::jobs::tick(&mut jobs.as_dyn(), now_ms, rollout_room, &mut out);
+                let _ = done.send(Done::Jobs(JobsDone::Tick(out, ticked)));
+            });
         }
         if let Some(JobsService::Shared(SharedJobs {
             listener: Some(listener),
@@ -512,7 +490,10 @@ impl Node {
         if self.stop == Stop::Unsubscribed
             && self.state.in_flight() == 0
             && self.jobs_in_flight() == 0
-            && self.disk.as_ref().is_none_or(Disk::idle)
+            && match &self.state {
+                State::Local(node) => node.idle(),
+                State::Redis(..) => true,
+            }
             && self.outbox.is_empty()
             && self.unacked == 0
             && self.outbox.client().try_disconnect().is_ok()
@@ -568,19 +549,15 @@ impl Node {
                 let received = Instant::now();
                 let retained = p.retain;
                 let message = from_mqtt(p);
-                match presence_of(&message.topic) {
-                    // A retained presence replays at every subscribe: it says nothing about
-                    // the client now (and would drop its registrations again and again).
-                    Some(clients) if retained => {
-                        debug!(?clients, "ignored a retained presence message");
-                        None
-                    }
-                    Some(clients) => Some(clients),
-                    None if self.jobs.is_some() && jobs_topics::is_jobs(&message.topic) => {
+                // A retained presence replays at every subscribe: it says nothing about the
+                // client now (and would drop its registrations again and again).
+                match server::route(&message.topic, retained, self.jobs.is_some()) {
+                    Route::Presence(clients) => Some(clients),
+                    Route::Jobs => {
                         self.handle_jobs(message);
                         None
                     }
-                    None if self.outbox.len() >= self.max_pending_answers => {
+                    _ if self.outbox.len() >= self.max_pending_answers => {
                         // Not applied. Answered 503 (a small publish, no engine work) while
                         // the backlog has room for that; beyond it, not even that.
                         let reply = (self.outbox.len()
@@ -605,7 +582,7 @@ impl Node {
                         self.metrics.record(&outcome, received.elapsed());
                         None
                     }
-                    None => {
+                    _ => {
                         self.handle_request(message, received);
                         None
                     }
@@ -663,10 +640,14 @@ impl Node {
     fn handle_request(&mut self, message: Publish, received: Instant) {
         let now = self.now();
         let outcome = match &mut self.state {
-            State::Memory(engine) => {
-                let outcome = engine.handle(message, now, &mut self.out);
-                self.metrics.set_store(engine.stats());
-                outcome
+            State::Local(node) => {
+                let handled = node.handle(message, None, false, now);
+                self.metrics.set_store(node.stats());
+                match handled {
+                    Handled::State(outcome) => outcome,
+                    // The data directory failed: the node stops (see `synced`).
+                    _ => return self.check_disk(),
+                }
             }
             State::Redis(engine, remote) => match engine.accept(message, now, &mut self.out) {
                 Accepted::Done(outcome) => outcome,
@@ -699,16 +680,22 @@ impl Node {
         self.metrics.record(&outcome, received.elapsed());
     }
 
-    /// Expiry and ended leases: at once in memory; on Redis, a sweep in a task of its own.
-    fn state_deadline(&mut self, now_ms: u64) {
+    /// Expiry and ended leases (and a local node's jobs timers and rollouts, while the
+    /// broker has `room`): at once on a local node; on Redis, a sweep in a task of its own.
+    fn state_deadline(&mut self, now_ms: u64, room: bool) {
         match &mut self.state {
-            State::Memory(engine) => {
-                engine.expire(now_ms, &mut self.out);
-                for (client, registrations) in engine.expire_leases(now_ms) {
+            State::Local(node) => {
+                let ticked = node.on_deadline(now_ms, room);
+                for (client, registrations) in ticked.leases_ended {
                     debug!(?client, registrations, "registration lease ended: dropped");
                     self.metrics.client_dropped();
                 }
-                self.metrics.set_store(engine.stats());
+                if let Some(error) = ticked.jobs_error {
+                    warn!(%error, "jobs timers");
+                }
+                self.metrics.jobs_notified(ticked.jobs_notified as u64);
+                self.metrics.set_store(node.stats());
+                self.queue_out();
             }
             State::Redis(_, remote) if !remote.sweeping && remote.next_sweep <= now_ms => {
                 remote.sweeping = true;
@@ -734,12 +721,12 @@ impl Node {
     /// Drops the registrations of clients that are gone.
     fn drop_clients(&mut self, gone: Vec<String>) {
         match &mut self.state {
-            State::Memory(engine) => {
-                let dropped: usize = gone.iter().map(|client| engine.drop_client(client)).sum();
+            State::Local(node) => {
+                let dropped = node.drop_clients(&gone);
                 if dropped > 0 {
                     info!(clients = ?gone, registrations = dropped, "client gone: dropped its registrations");
                     self.metrics.client_dropped();
-                    self.metrics.set_store(engine.stats());
+                    self.metrics.set_store(node.stats());
                 }
             }
             State::Redis(_, remote) => {
@@ -781,7 +768,8 @@ impl Node {
                 if let Err(error) = ticked {
                     debug!(%error, "Redis failed during a jobs tick; retrying");
                 }
-                self.metrics.jobs_notified(notifications_in(&out) as u64);
+                self.metrics
+                    .jobs_notified(server::jobs::notifications_in(&out) as u64);
                 self.out.extend(out);
                 self.queue_out();
             }
@@ -933,128 +921,116 @@ impl Node {
         }
     }
 
-    /// Queues what the engine returned, in order (notifications before responses); with
-    /// `--fsync always`, behind the sync of the writes before it.
+    /// Queues what the node or the engine returned, in order (notifications before
+    /// responses); a local node's with `--fsync always` once the writes before it are synced.
     fn queue_out(&mut self) {
-        let hold_until = self.persist();
         let (sent, metrics) = (&mut self.sent, &self.metrics);
+        let mut push = |message: Publish, tag: Sent| {
+            if let Some(message) = fit(message, &tag, self.max_packet_size, metrics) {
+                self.outbox
+                    .push(message, tag, |tag| note_sent(sent, metrics, tag));
+            }
+        };
+        match &mut self.state {
+            State::Local(node) => {
+                while let Some(out) = node.poll_output() {
+                    let tag = match out.to {
+                        To::Watcher(client) => Sent::Notification(client),
+                        To::Requester(_) | To::Subscribers => Sent::Answer,
+                    };
+                    push(out.publish, tag);
+                }
+                while let Some(sync) = node.poll_sync() {
+                    let done = self.disk_done.clone();
+                    tokio::task::spawn_blocking(move || {
+                        let _ = done.send(Done::Synced(sync.run()));
+                    });
+                }
+            }
+            State::Redis(..) => {}
+        }
+        // What the node made itself (a 503 while overloaded), and the engine's on Redis.
         for message in self.out.drain(..) {
             let tag = topics::client_of_notify_topic(&message.topic)
                 .map_or(Sent::Answer, Sent::Notification);
-            let Some(message) = fit(message, &tag, self.max_packet_size, metrics) else {
-                continue;
-            };
-            match (hold_until, &mut self.disk) {
-                (Some(batch), Some(disk)) => disk.hold(batch, (message, tag)),
-                _ => self
-                    .outbox
-                    .push(message, tag, |tag| note_sent(sent, metrics, tag)),
-            }
+            push(message, tag);
         }
+        self.check_disk();
     }
 
-    /// Hands the store's new records to the disk and starts a sync if one is due; the batch
-    /// what is queued now must wait for (`--fsync always`).
-    fn persist(&mut self) -> Option<u64> {
-        let (State::Memory(engine), Some(disk)) = (&mut self.state, &mut self.disk) else {
-            return None;
-        };
-        let mut records = engine.store_mut().take_pending();
-        if let Some(JobsService::Local(jobs)) = &mut self.jobs {
-            records.extend(jobs.store_mut().take_pending());
-        }
-        let done = self.disk_done.clone();
-        let synced = move |result| {
-            let _ = done.send(Done::Synced(result));
-        };
-        let persisted = disk.persist(records, now_ms(), synced, |sync| {
-            tokio::task::spawn_blocking(sync);
-        });
-        persisted.unwrap_or_else(|error| {
-            self.fail(error);
-            None
-        })
-    }
-
-    /// A sync of the data file ended: what waited for it goes out; the next one starts.
+    /// A sync of the data directory ended: what waited for it goes out; the next one starts.
     fn synced(&mut self, result: std::io::Result<()>) -> bool {
-        let Some(disk) = &mut self.disk else {
-            return true;
-        };
-        let released = match disk.sync_ended(result, now_ms()) {
-            Ok(released) => released,
-            Err(error) => {
-                self.fail(error);
-                return false;
-            }
-        };
-        let (sent, metrics) = (&mut self.sent, &self.metrics);
-        for (message, tag) in released {
-            self.outbox
-                .push(message, tag, |tag| note_sent(sent, metrics, tag));
+        let now = self.now();
+        if let State::Local(node) = &mut self.state
+            && let Some(c) = node.synced(result, now)
+        {
+            info!(
+                before = c.before,
+                after = c.after,
+                took_ms = c.took.as_millis() as u64,
+                "compacted the data file"
+            );
         }
-        self.persist();
-        if let (State::Memory(engine), Some(disk)) = (&mut self.state, &mut self.disk) {
-            let jobs = match &self.jobs {
-                Some(JobsService::Local(jobs)) => jobs.store(),
-                _ => &self.kept_jobs,
-            };
-            let clock = engine.clock_now(now_ms());
-            match disk.compact_if_due(engine.store(), jobs, &clock) {
-                Ok(Some(c)) => info!(
-                    path = %disk.path().display(),
-                    before = c.before,
-                    after = c.after,
-                    took_ms = c.took.as_millis() as u64,
-                    "compacted the data file"
-                ),
-                Ok(None) => {}
-                Err(error) => {
-                    self.fail(error);
-                    return false;
-                }
-            }
-        }
+        self.queue_out();
         self.disconnect_when_done();
         self.fatal.is_none()
     }
 
-    /// The disk failed: the node stops, and what waits for the disk is never sent (those
-    /// writes may not be on disk).
-    fn fail(&mut self, error: DiskError) {
-        error!(%error, "the data directory failed: stopping (answers not yet on disk are not sent)");
-        self.fatal.get_or_insert(ServerError::Disk(error));
+    /// Stops the node once its data directory failed: what waits for the disk is never sent
+    /// (those writes may not be on disk).
+    fn check_disk(&mut self) {
+        if let (State::Local(node), None) = (&self.state, &self.fatal)
+            && let Some(error) = node.failure()
+        {
+            error!(%error, "the data directory failed: stopping (answers not yet on disk are not sent)");
+            self.fatal = Some(ServerError::Disk(error.clone()));
+        }
     }
 
     /// A device request (`$aws/things/T/jobs/...`) or an operator request: the reply after the
     /// notifications it causes (now in memory; on Redis once its thread is done).
     fn handle_jobs(&mut self, message: Publish) {
         let now = self.now();
-        let node = self.state.node_id();
-        match &mut self.jobs {
-            Some(JobsService::Local(jobs)) => {
-                let handled = run_jobs(&mut jobs.as_dyn(), message, node, now, &mut self.out);
-                self.jobs_handled(handled);
+        match (&mut self.state, &mut self.jobs) {
+            (State::Local(node), Some(JobsService::Local)) => {
+                if let Handled::Jobs(handled) = node.handle(message, None, false, now) {
+                    self.jobs_handled(handled);
+                } else {
+                    self.check_disk();
+                }
             }
-            Some(JobsService::Shared(shared)) => {
+            (state, Some(JobsService::Shared(shared))) => {
                 shared.in_flight += 1;
-                let (mut jobs, done, node) =
-                    (shared.engine(), shared.done.clone(), node.to_owned());
+                let (mut jobs, done, node) = (
+                    shared.engine(),
+                    shared.done.clone(),
+                    state.node_id().to_owned(),
+                );
                 tokio::task::spawn_blocking(move || {
                     let mut out = Vec::new();
-                    let handled = run_jobs(&mut jobs.as_dyn(), message, &node, now, &mut out);
+                    let handled = server::jobs::run_request(
+                        &mut jobs.as_dyn(),
+                        message,
+                        &node,
+                        now,
+                        &mut out,
+                    );
                     let _ = done.send(Done::Jobs(JobsDone::Request(out, handled)));
                 });
             }
-            None => {}
+            _ => {}
         }
     }
 
     /// Counts a jobs request that ran, and queues what it published.
-    fn jobs_handled(&mut self, handled: Option<JobsHandled>) {
-        if let Some(handled) = handled {
-            self.metrics
-                .jobs_handled(handled.accepted, handled.notifications);
+    fn jobs_handled(&mut self, handled: Result<JobsHandled, NotAnswered>) {
+        match handled {
+            Ok(handled) => self.metrics.jobs_handled(
+                handled.answered == mqstore_core::jobs::Answered::Accepted,
+                handled.notifications,
+            ),
+            Err(NotAnswered::Dropped(reason)) => debug!(%reason, "operator request dropped"),
+            Err(_) => {}
         }
         self.queue_out();
     }
@@ -1088,17 +1064,6 @@ impl Node {
             );
         }
     }
-}
-
-/// Whose registrations a presence message on `topic` ends: an identified client's (in its own
-/// tree, which only it may publish to) end both its identified registrations and those made
-/// in its name on the standard topic; a standard presence (which anyone could publish) only
-/// the latter.
-pub(super) fn presence_of(topic: &str) -> Option<Vec<String>> {
-    if let Some(client) = topics::client_of_identified_presence(topic) {
-        return Some(vec![topics::identified(&client), client]);
-    }
-    topics::client_of_presence_topic(topic).map(|client| vec![client])
 }
 
 /// `message` if the broker takes it (at most `max` bytes), as [`fit_for_broker`] decides;
