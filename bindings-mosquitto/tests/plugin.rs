@@ -1,6 +1,7 @@
 //! The plugin loaded into a real mosquitto 2.0 (no `mqstore serve` anywhere): the state store
 //! answers from inside the broker, notifications reach clients that never subscribed, keys
-//! expire on the broker's tick, and hostile requests leave the broker serving.
+//! expire on the broker's tick, jobs roll out on it, the data directory keeps both, and
+//! hostile requests leave the broker serving.
 
 #[path = "../../cli/tests/broker/mod.rs"]
 mod broker;
@@ -12,11 +13,13 @@ use bytes::Bytes;
 use mqstore_core::codec::{
     Bulk, Request, Response, SetRequest, decode_notification, decode_response,
 };
+use mqstore_core::jobs::JobSpec;
 use mqstore_net::client::{Client, ClientOptions, SetOptions};
 use rumqttc::v5::mqttbytes::QoS;
 use rumqttc::v5::mqttbytes::v5::Packet;
 use rumqttc::v5::mqttbytes::v5::PublishProperties;
 use rumqttc::v5::{AsyncClient, Event, EventLoop, MqttOptions};
+use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -169,6 +172,14 @@ async fn send(client: &AsyncClient, payload: Bytes, properties: PublishPropertie
     let topic = mqstore_core::topics::INVOKE;
     client
         .publish_with_properties(topic, QoS::AtLeastOnce, false, payload, properties)
+        .await
+        .unwrap();
+}
+
+/// Publishes `payload` on `topic` (QoS 1, no properties).
+async fn send_to(client: &AsyncClient, topic: &str, payload: &[u8]) {
+    client
+        .publish(topic, QoS::AtLeastOnce, false, payload.to_vec())
         .await
         .unwrap();
 }
@@ -330,6 +341,12 @@ async fn with_a_data_directory_mosquitto_killed_and_started_again_has_the_data_b
         versions.push(set.version.unwrap());
     }
     let mut changes = observer.observe("watched").await.unwrap();
+    let job = JobSpec::new(
+        "durable-job",
+        vec!["T1".into(), "T2".into()],
+        json!({"v": 2}),
+    );
+    writer.create_job(job).await.unwrap();
 
     broker.restart(); // SIGKILL, then the same configuration on the same port
     for (i, version) in versions.iter().enumerate() {
@@ -353,6 +370,10 @@ async fn with_a_data_directory_mosquitto_killed_and_started_again_has_the_data_b
         .await
         .unwrap();
     assert!(after.version.unwrap() > *versions.iter().max().unwrap());
+    // The job is back, its executions queued.
+    let job = writer.describe_job("durable-job").await.unwrap();
+    assert_eq!(job.targets, ["T1", "T2"]);
+    assert_eq!(job.job_process_details.number_of_queued_things, 2);
     // The observer saw the new epoch in the presence and registered again by itself.
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
@@ -466,6 +487,13 @@ async fn under_valgrind_the_plugin_makes_no_memory_errors_and_leaks_nothing() {
             .await
             .unwrap();
         next_publish(&mut raw.1).await;
+        // Jobs: the operator API, a device's requests, a refusal, garbage.
+        let job = JobSpec::new("vg-job", vec!["vg-thing".into()], json!({"v": 1}));
+        c.create_job(job).await.unwrap();
+        let jobs = c.jobs("vg-thing").await.unwrap();
+        jobs.start_next(Default::default()).await.unwrap();
+        assert!(c.describe_job("vg-none").await.is_err());
+        send_to(&raw.0, "$aws/things/vg-thing/jobs/get", b"not json").await;
         c.close().await;
     }
     let _ = std::process::Command::new("kill")
@@ -509,4 +537,63 @@ async fn a_state_store_server_beside_the_plugin_is_told_to_leave_it_alone() {
     }
     assert!(broker.log().contains("run it with --no-state-store"));
     server.stop().await.unwrap();
+}
+
+/// A job for 2,000 things rolls out on the broker's tick: every thing gets its execution,
+/// and a device among them starts and ends its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_rolls_out_to_every_thing_from_inside_mosquitto() {
+    let broker = broker_with_plugin();
+    let operator = client(&broker, "operator").await;
+    let device = client(&broker, "device-1999").await;
+    let things: Vec<String> = (0..2_000).map(|i| format!("thing-{i}")).collect();
+    operator
+        .create_job(JobSpec::new("fleet", things, json!({"firmware": "2.0"})))
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let job = operator.describe_job("fleet").await.unwrap();
+        if job.job_process_details.number_of_queued_things == 2_000 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "rolled out to {} things",
+            job.job_process_details.number_of_queued_things
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let jobs = device.jobs("thing-1999").await.unwrap();
+    let started = jobs
+        .start_next(Default::default())
+        .await
+        .unwrap()
+        .expect("its execution");
+    assert_eq!(started.job_document, Some(json!({"firmware": "2.0"})));
+    let done = mqstore_core::client::jobs::Update {
+        job_id: "fleet".into(),
+        status: Some(mqstore_core::jobs::Status::Succeeded),
+        ..Default::default()
+    };
+    jobs.update(done).await.unwrap();
+    let job = operator.describe_job("fleet").await.unwrap();
+    assert_eq!(job.job_process_details.number_of_succeeded_things, 1);
+}
+
+/// With `plugin_opt_jobs false` the plugin leaves jobs alone (a `mqstore serve` beside it may
+/// serve them): nobody answers the operator.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_jobs_off_the_plugin_answers_no_jobs_request() {
+    let broker = Broker::start_config(&format!(
+        "plugin {}\nplugin_opt_node_id inside\nplugin_opt_jobs false\n",
+        broker::plugin_path().display()
+    ));
+    let operator = client(&broker, "operator").await;
+    operator.set("k", "v", SetOptions::default()).await.unwrap();
+    let e = operator.list_jobs().await.unwrap_err();
+    assert!(
+        matches!(e, mqstore_core::client::ClientError::Timeout(_)),
+        "{e}"
+    );
 }

@@ -214,9 +214,21 @@ async fn commands_through_the_java_sdk(mqtt: &str) {
     server.stop().await.unwrap();
 }
 
-async fn jobs_through_the_java_sdk(mqtt: &str) {
-    let broker = Broker::start();
-    let server = server(&broker).await;
+/// The Java SDK's jobs steps over MQTT `mqtt`, with jobs served by `mqstore serve` beside
+/// mosquitto or, `inside`, by the plugin in it.
+async fn jobs_through_the_java_sdk(mqtt: &str, inside: bool) {
+    let (broker, server) = match inside {
+        false => {
+            let broker = Broker::start();
+            let server = server(&broker).await;
+            (broker, Some(server))
+        }
+        true => {
+            let plugin = broker::plugin_path();
+            let config = format!("plugin {}\nplugin_opt_node_id inside\n", plugin.display());
+            (Broker::start_config(&config), None)
+        }
+    };
     let thing = format!("java-thing-{mqtt}-{}", broker.port);
     let said = Device::start("jobs", &broker, &thing, mqtt)
         .await
@@ -229,7 +241,9 @@ async fn jobs_through_the_java_sdk(mqtt: &str) {
     ] {
         assert!(said.contains(step), "the SDK saw no {step:?}:\n{said}");
     }
-    server.stop().await.unwrap();
+    if let Some(server) = server {
+        server.stop().await.unwrap();
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -244,10 +258,15 @@ async fn the_aws_java_sdk_commands_client_completes_commands_over_mqtt311() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_aws_java_sdk_jobs_client_runs_a_job_over_mqtt5() {
-    jobs_through_the_java_sdk("5").await;
+    jobs_through_the_java_sdk("5", false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_aws_java_sdk_jobs_client_runs_a_job_inside_mosquitto() {
+    jobs_through_the_java_sdk("5", true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_aws_java_sdk_jobs_client_runs_a_job_over_mqtt311() {
-    jobs_through_the_java_sdk("311").await;
+    jobs_through_the_java_sdk("311", false).await;
 }

@@ -79,17 +79,39 @@ fn node_modules() -> PathBuf {
     js
 }
 
-/// Runs one SDK's device script against a fresh server on `broker`; panics with its output
-/// unless it ends with OK.
-async fn run_device(broker: &Broker, program: PathBuf, script: PathBuf) {
-    let config = ServerConfig::new(
-        BrokerConfig {
-            port: broker.port,
-            ..BrokerConfig::default()
-        },
-        "mqstore",
-    );
-    let server = spawn(config).await.expect("the server starts");
+/// Where the jobs service runs.
+#[derive(Clone, Copy)]
+enum Host {
+    /// `mqstore serve` beside the broker.
+    Serve,
+    /// Inside mosquitto (the broker was started with the plugin).
+    Plugin,
+}
+
+/// mosquitto with mqstore inside it (the plugin built in this workspace).
+fn broker_with_plugin() -> Broker {
+    Broker::start_config(&format!(
+        "plugin {}\nplugin_opt_node_id inside\n",
+        broker::plugin_path().display()
+    ))
+}
+
+/// Runs one SDK's device script against jobs served on `broker` (a fresh server beside it, or
+/// the plugin in it); panics with its output unless it ends with OK.
+async fn run_device(broker: &Broker, host: Host, program: PathBuf, script: PathBuf) {
+    let server = match host {
+        Host::Serve => {
+            let config = ServerConfig::new(
+                BrokerConfig {
+                    port: broker.port,
+                    ..BrokerConfig::default()
+                },
+                "mqstore",
+            );
+            Some(spawn(config).await.expect("the server starts"))
+        }
+        Host::Plugin => None,
+    };
     let thing = format!("sdk-thing-{}", broker.port);
     let output = tokio::process::Command::new(program)
         .arg(script)
@@ -120,7 +142,9 @@ async fn run_device(broker: &Broker, program: PathBuf, script: PathBuf) {
             "the SDK script saw no {step:?}:\n{stdout}"
         );
     }
-    server.stop().await.unwrap();
+    if let Some(server) = server {
+        server.stop().await.unwrap();
+    }
 }
 
 on_both_brokers! {
@@ -132,8 +156,17 @@ on_both_brokers! {
         let broker = Broker::start_kind(kind);
         let python = tokio::task::spawn_blocking(python).await.unwrap();
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("jobs_device.py");
-        run_device(&broker, python, script).await;
+        run_device(&broker, Host::Serve, python, script).await;
     }
+}
+
+/// The same steps through the Python SDK with jobs served inside mosquitto (no `mqstore serve`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_aws_iot_device_sdk_runs_a_job_inside_mosquitto() {
+    let broker = broker_with_plugin();
+    let python = tokio::task::spawn_blocking(python).await.unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("jobs_device.py");
+    run_device(&broker, Host::Plugin, python, script).await;
 }
 
 on_both_brokers! {
@@ -141,6 +174,20 @@ on_both_brokers! {
     async fn the_aws_iot_device_sdk_for_javascript_runs_a_job_against_mqstore(kind: Kind) {
         let broker = Broker::start_kind(kind);
         let js = tokio::task::spawn_blocking(node_modules).await.unwrap();
-        run_device(&broker, PathBuf::from("node"), js.join("jobs_device.mjs")).await;
+        run_device(&broker, Host::Serve, PathBuf::from("node"), js.join("jobs_device.mjs")).await;
     }
+}
+
+/// The JavaScript SDK's steps with jobs served inside mosquitto.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_aws_iot_device_sdk_for_javascript_runs_a_job_inside_mosquitto() {
+    let broker = broker_with_plugin();
+    let js = tokio::task::spawn_blocking(node_modules).await.unwrap();
+    run_device(
+        &broker,
+        Host::Plugin,
+        PathBuf::from("node"),
+        js.join("jobs_device.mjs"),
+    )
+    .await;
 }
