@@ -34,6 +34,8 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr;
 
 use bytes::Bytes;
+use mqstore_core::commands::Profiles;
+use mqstore_core::commands::service::ServiceConfig;
 use mqstore_core::disk::{Durability, Fsync, Sync};
 use mqstore_core::engine::EngineConfig;
 use mqstore_core::envelope::{Properties, Publish};
@@ -114,6 +116,8 @@ struct Options {
     fsync: Fsync,
     keyspace_events: bool,
     jobs: bool,
+    commands: bool,
+    command_profiles: Profiles,
 }
 
 fn options(opts: *mut sys::mosquitto_opt, count: c_int) -> Result<Options, String> {
@@ -126,6 +130,8 @@ fn options(opts: *mut sys::mosquitto_opt, count: c_int) -> Result<Options, Strin
         fsync: Fsync::default(),
         keyspace_events: true,
         jobs: true,
+        commands: true,
+        command_profiles: Profiles::built_in(),
     };
     for i in 0..count.max(0) as usize {
         // SAFETY: mosquitto passes `count` options with NUL-terminated strings.
@@ -161,6 +167,18 @@ fn options(opts: *mut sys::mosquitto_opt, count: c_int) -> Result<Options, Strin
             // As serve's --no-keyspace-events: `plugin_opt_keyspace_events false`.
             "keyspace_events" => options.keyspace_events = boolean(&key, &value)?,
             "jobs" => options.jobs = boolean(&key, &value)?,
+            "commands" => options.commands = boolean(&key, &value)?,
+            "command_profiles" => {
+                let added = std::fs::read_to_string(&value)
+                    .map_err(|e| e.to_string())
+                    .and_then(|text| {
+                        options
+                            .command_profiles
+                            .add_json(&text)
+                            .map_err(|e| e.to_string())
+                    });
+                added.map_err(|e| format!("plugin_opt_command_profiles {value}: {e}"))?;
+            }
             _ => return Err(format!("unknown option plugin_opt_{key}")),
         }
     }
@@ -194,6 +212,19 @@ fn random_bytes<const N: usize>() -> Result<[u8; N], String> {
         format!("the operating system's random generator cannot be read ({e}): not starting without a secret SCAN token key")
     })?;
     Ok(bytes)
+}
+
+/// A command's id: 16 bytes from the operating system (a failed read, which Linux does not
+/// have after boot, falls back to the clock and a counter: ids stay unique).
+fn random_id() -> [u8; 16] {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    random_bytes().unwrap_or_else(|_| {
+        let mut id = [0u8; 16];
+        id[..8].copy_from_slice(&now_ms().to_le_bytes());
+        id[8..].copy_from_slice(&COUNTER.fetch_add(1, Ordering::Relaxed).to_le_bytes());
+        id
+    })
 }
 
 fn now_ms() -> u64 {
@@ -241,6 +272,13 @@ pub unsafe extern "C" fn mosquitto_plugin_init(
             quotas: options.quotas,
             jobs: options.jobs.then(JobsConfig::default),
             durability: options.durability.clone(),
+            commands: options.commands.then(|| ServiceConfig {
+                node_id: options.node_id.clone(),
+                client_id: format!("{}-commands", options.node_id),
+                profiles: std::mem::take(&mut options.command_profiles),
+                events: true,
+                random_id,
+            }),
         };
         let (node, opened) = Node::open(config, now_ms()).map_err(|e| match e {
             mqstore_core::server::NodeError::NodeId(..) => format!("plugin_opt_node_id: {e}"),
@@ -434,7 +472,7 @@ unsafe extern "C" fn on_message(_event: c_int, data: *mut c_void, userdata: *mut
         match route {
             Route::Other => return,
             // A request is not kept for later subscribers.
-            Route::StateStore | Route::Jobs => message.retain = false,
+            Route::StateStore | Route::Jobs | Route::Commands => message.retain = false,
             Route::Presence(_) => {}
         }
         if plugin.node.failure().is_some() {
@@ -621,7 +659,12 @@ impl Plugin {
                 (_, Some(client)) => Some(client),
                 (_, None) => continue, // an answer to a sender mosquitto did not name
             };
-            publish(&out.publish, client, false);
+            let taken = publish(&out.publish, client, false);
+            if let Some(receipt) = &out.receipt {
+                // Inside the broker, taking the publish is its acknowledgement.
+                let code = if taken { 0 } else { 0x80 };
+                self.node.acknowledged(receipt, code, now_ms());
+            }
         }
         if let Some(syncer) = &self.syncer {
             while let Some(sync) = self.node.poll_sync() {
@@ -667,14 +710,15 @@ impl Plugin {
 
 /// Publishes a copy of `message` (to one client, or to the topic's subscribers), with its
 /// properties; a topic that is not a valid topic name (a wildcard response topic) is dropped.
-fn publish(message: &Publish, client: Option<&str>, retain: bool) {
+/// Whether the broker took it.
+fn publish(message: &Publish, client: Option<&str>, retain: bool) -> bool {
     let (Ok(topic), client) = (
         CString::new(message.topic.as_str()),
         client.map(CString::new).transpose(),
     ) else {
-        return;
+        return false;
     };
-    let Ok(client) = client else { return };
+    let Ok(client) = client else { return false };
     // SAFETY: a NUL-terminated topic.
     if unsafe { sys::mosquitto_pub_topic_check(topic.as_ptr()) } != SUCCESS {
         log(
@@ -684,7 +728,7 @@ fn publish(message: &Publish, client: Option<&str>, retain: bool) {
                 message.topic
             ),
         );
-        return;
+        return false;
     }
     let mut props: *mut sys::mosquitto_property = ptr::null_mut();
     let p = &message.properties;
@@ -747,5 +791,6 @@ fn publish(message: &Publish, client: Option<&str>, retain: bool) {
         if published != SUCCESS {
             sys::mosquitto_property_free_all(&mut props);
         }
+        published == SUCCESS
     }
 }

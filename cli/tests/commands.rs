@@ -447,11 +447,37 @@ async fn echoed_by_an_mqtt5_device(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn callers_send_commands_through_mqstore_serve() {
-    let broker = Broker::start();
+    callers_send_commands(false).await;
+}
+
+/// The same calls with the command service inside mosquitto (no `mqstore serve`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callers_send_commands_inside_mosquitto() {
+    callers_send_commands(true).await;
+}
+
+/// mosquitto with mqstore inside it (`settings`: more `plugin_opt_…` lines).
+fn broker_with_plugin(settings: &str) -> Broker {
+    Broker::start_config(&format!(
+        "plugin {}\nplugin_opt_node_id inside\n{settings}",
+        broker::plugin_path().display()
+    ))
+}
+
+/// Every mode and refusal of the command service, through `mqstore serve` beside mosquitto or
+/// (`inside`) through the plugin in it.
+async fn callers_send_commands(inside: bool) {
+    let broker = match inside {
+        false => Broker::start(),
+        true => broker_with_plugin(""),
+    };
     let runs = Runs::default();
     let _dji = dji_devices(&broker, runs.clone()).await;
     let _mqtt5 = mqtt5_devices(&broker).await;
-    let server = server(&broker).await;
+    let server = match inside {
+        false => Some(server(&broker).await),
+        true => None,
+    };
     let caller = client(&broker, "caller").await;
     let mut watch = caller.watch_commands().await.unwrap();
 
@@ -505,7 +531,9 @@ async fn callers_send_commands_through_mqstore_serve() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     assert_eq!(record.status, Status::Succeeded);
-    assert_eq!(server.metrics.commands(CommandCount::Late), 1);
+    if let Some(server) = &server {
+        assert_eq!(server.metrics.commands(CommandCount::Late), 1);
+    }
 
     // One-way: done when the broker took it. Detached: the id at once, the answer later.
     let mut oneway = CommandRequest::new("dev/1/cmd", "{}");
@@ -574,14 +602,16 @@ async fn callers_send_commands_through_mqstore_serve() {
         Err(ClientError::Status { status: 404, .. }) => {}
         other => panic!("{other:?}"),
     }
-    assert!(
-        server
-            .metrics
-            .render()
-            .contains("mqstore_commands_total{event=\"succeeded\"}")
-    );
     caller.close().await;
-    server.stop().await.unwrap();
+    if let Some(server) = server {
+        assert!(
+            server
+                .metrics
+                .render()
+                .contains("mqstore_commands_total{event=\"succeeded\"}")
+        );
+        server.stop().await.unwrap();
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -745,16 +775,16 @@ async fn ten_thousand_commands_over_three_nodes_each_get_their_own_answer() {
 /// `mqstore serve --no-state-store` beside mosquitto with the state store plugin: the plugin
 /// answers the state store, the server jobs and commands — each request by the one of them
 /// that serves it.
+/// The plugin serving the state store only (`plugin_opt_jobs false`, `plugin_opt_commands
+/// false`), and `mqstore serve --no-state-store` beside it serving jobs and commands (on
+/// Redis, shared by the nodes of several brokers, say): each request is answered once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_and_commands_beside_the_plugin() {
     use mqstore_core::jobs::{JobSpec, Status as JobStatus};
     use mqstore_net::client::SetOptions;
     use mqstore_net::jobs::StartNext;
 
-    let broker = Broker::start_config(&format!(
-        "plugin {}\nplugin_opt_node_id inside\n",
-        broker::plugin_path().display()
-    ));
+    let broker = broker_with_plugin("plugin_opt_jobs false\nplugin_opt_commands false\n");
     let _mqtt5 = mqtt5_devices(&broker).await;
     let config = ServerConfig {
         state_store: false,

@@ -6,7 +6,7 @@ use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::{Answer, CommandError, CommandRequest, Record, Status, command_id};
+use super::{Answer, CommandError, CommandRequest, Matched, Record, Status, command_id};
 use crate::envelope::{PROTOCOL_VERSION, Properties, Publish, property};
 
 /// The name of the MQTT 5 request/response profile (the default).
@@ -319,6 +319,45 @@ pub enum Acknowledgement {
         /// What is wrong, for the device's log.
         message: String,
     },
+}
+
+impl Acknowledgement {
+    /// An update that cannot be read: refused with why.
+    pub fn unreadable(unreadable: Unreadable) -> Self {
+        Acknowledgement::Rejected {
+            code: unreadable.code,
+            message: unreadable.reason,
+        }
+    }
+
+    /// An update whose lookup failed (the registry is away): refused, the device may retry.
+    pub fn failed(error: impl std::fmt::Display) -> Self {
+        Acknowledgement::Rejected {
+            code: "InternalError",
+            message: error.to_string(),
+        }
+    }
+
+    /// An update for command execution `id` that matched `matched`: taken, unless no command
+    /// waits for it, or it came for a command settled already.
+    pub fn of(matched: &[(Matched, Record)], id: &str) -> Self {
+        if matched.is_empty() {
+            return Acknowledgement::Rejected {
+                code: "ResourceNotFound",
+                message: format!("no command execution {id} (unknown, or forgotten)"),
+            };
+        }
+        match matched.iter().find(|(how, _)| *how == Matched::Duplicate) {
+            Some((_, record)) => Acknowledgement::Rejected {
+                code: "TerminalStateReached",
+                message: format!(
+                    "command execution {} is {} already",
+                    record.id, record.status
+                ),
+            },
+            None => Acknowledgement::Accepted,
+        }
+    }
 }
 
 /// What an answer is looked up by.

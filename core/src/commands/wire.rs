@@ -17,7 +17,9 @@
 
 use bytes::Bytes;
 
-use super::{CommandRequest, DEFAULT_TIMEOUT_MS, Mode, Record, Status, profile::MQTT5};
+use super::{
+    CommandError, CommandRequest, DEFAULT_TIMEOUT_MS, Mode, Record, Status, profile::MQTT5,
+};
 use crate::envelope::{Properties, Publish, property};
 
 /// Where callers send commands.
@@ -90,6 +92,50 @@ impl Refusal {
             message: message.into(),
         }
     }
+
+    /// A command that cannot be sent as asked: 404 for a stored command that does not exist,
+    /// 400 for the rest.
+    pub fn of_command(error: &CommandError) -> Self {
+        Self {
+            status: match error {
+                CommandError::NoDefinition(_) => 404,
+                _ => 400,
+            },
+            message: error.to_string(),
+        }
+    }
+
+    /// 404: no command `id` to report on.
+    pub fn not_found(id: &str) -> Self {
+        Self {
+            status: 404,
+            message: not_found(id),
+        }
+    }
+
+    /// 409: a stored command with this id exists.
+    pub fn taken(command_id: &str) -> Self {
+        Self {
+            status: 409,
+            message: format!("a command {command_id:?} exists: delete it first"),
+        }
+    }
+
+    /// 404: no stored command with this id.
+    pub fn no_definition(command_id: &str) -> Self {
+        Self {
+            status: 404,
+            message: format!("no stored command {command_id:?}"),
+        }
+    }
+}
+
+/// Why there is no status for command `id`.
+pub fn not_found(id: &str) -> String {
+    format!(
+        "no command {id} (unknown, or forgotten: a record is kept three timeouts, at least 5 s, \
+         after it was sent)"
+    )
 }
 
 /// Reads an invoke request. `None`: it names no response topic or correlation data, so it

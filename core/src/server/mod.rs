@@ -18,6 +18,7 @@ pub mod jobs;
 
 use std::collections::VecDeque;
 
+use crate::commands::service::{CommandsHandled, Service, ServiceConfig};
 use crate::disk::{self, Compacted, Disk, DiskError, Durability, Sync};
 use crate::engine::{Engine, EngineConfig, Outcome};
 use crate::envelope::Publish;
@@ -60,7 +61,15 @@ pub struct Out {
     pub publish: Publish,
     /// Whom it is for.
     pub to: To,
+    /// Tell the node when the broker took it ([`Node::acknowledged`]): a one-way command,
+    /// whose caller waits for that.
+    pub receipt: Option<Receipt>,
 }
+
+/// What the host gives back when the broker took (or refused) a publish: its PUBACK, or, for
+/// a host inside the broker, the broker's answer to the publish call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Receipt(pub(crate) String);
 
 /// What a message on `topic` is to a node.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,6 +78,8 @@ pub enum Route {
     StateStore,
     /// A jobs request (device or operator API), when the node serves jobs.
     Jobs,
+    /// A caller's command request or a device's answer, when the node serves commands.
+    Commands,
     /// A client's presence message: the registrations of these clients end (see
     /// [`presence_of`]).
     Presence(Vec<String>),
@@ -118,6 +129,8 @@ pub enum Handled {
     State(Outcome),
     /// A jobs request: how it was answered, or why not.
     Jobs(Result<JobsHandled, NotAnswered>),
+    /// A command request or a device's answer.
+    Commands(CommandsHandled),
     /// A presence message ended these clients' registrations (how many there were).
     ClientsGone {
         /// Whose registrations ended.
@@ -138,6 +151,8 @@ pub struct Ticked {
     pub jobs_notified: usize,
     /// The jobs timers failed (they are tried again at the next deadline).
     pub jobs_error: Option<StoreError>,
+    /// Commands that timed out.
+    pub commands_timed_out: usize,
 }
 
 /// The jobs service of a node.
@@ -170,6 +185,8 @@ pub struct NodeConfig {
     pub jobs: Option<JobsConfig>,
     /// The data directory, or memory only.
     pub durability: Option<Durability>,
+    /// The command service (its registry in memory), unless off.
+    pub commands: Option<ServiceConfig>,
 }
 
 /// Why a node cannot start.
@@ -205,6 +222,7 @@ struct Durable {
 pub struct Node {
     engine: Engine<DurableStore>,
     jobs: Option<Jobs<DurableJobs>>,
+    commands: Option<Service>,
     durable: Option<Durable>,
     /// The data directory failed: nothing more is served or sent.
     failed: Option<DiskError>,
@@ -267,6 +285,7 @@ impl Node {
         let node = Node {
             engine,
             jobs,
+            commands: config.commands.map(Service::new),
             durable,
             failed: None,
             scratch: Vec::new(),
@@ -285,9 +304,15 @@ impl Node {
         self.jobs.is_some()
     }
 
-    /// What a message on `topic` is to this node (see [`route`]).
+    /// What a message on `topic` is to this node (see [`route`]; and its command service's
+    /// requests and answers).
     pub fn route(&self, topic: &str, retained: bool) -> Route {
-        route(topic, retained, self.jobs.is_some())
+        match route(topic, retained, self.jobs.is_some()) {
+            Route::Other if self.commands.as_ref().is_some_and(|c| c.is_for(topic)) => {
+                Route::Commands
+            }
+            route => route,
+        }
     }
 
     /// The state store's engine (its clock, its settings).
@@ -346,6 +371,15 @@ impl Node {
                 self.queue_jobs_output((operator && answered).then_some(sender));
                 Handled::Jobs(ran)
             }
+            Route::Commands => {
+                let Some(commands) = &mut self.commands else {
+                    return Handled::Ignored;
+                };
+                let handled = commands.handle(message, sender, now_ms);
+                self.output
+                    .extend(std::iter::from_fn(|| commands.poll_output()));
+                Handled::Commands(handled)
+            }
             Route::Presence(clients) => {
                 let registrations = self.drop_clients(&clients);
                 Handled::ClientsGone {
@@ -378,11 +412,13 @@ impl Node {
             }
         });
         let disk = self.durable.as_ref().and_then(|d| d.disk.deadline());
+        let commands = self.commands.as_ref().and_then(Service::next_deadline);
         self.engine
             .next_deadline()
             .into_iter()
             .chain(jobs)
             .chain(disk)
+            .chain(commands)
             .min()
     }
 
@@ -404,8 +440,23 @@ impl Node {
             ticked.jobs_notified = jobs::notifications_in(&self.scratch);
             self.queue_jobs_output(None);
         }
+        if let Some(commands) = &mut self.commands {
+            ticked.commands_timed_out = commands.on_deadline(now_ms);
+            self.output
+                .extend(std::iter::from_fn(|| commands.poll_output()));
+        }
         self.persist(now_ms, queued);
         ticked
+    }
+
+    /// The broker took (a reason code below 0x80) or refused the publish that carried
+    /// `receipt`.
+    pub fn acknowledged(&mut self, receipt: &Receipt, code: u8, now_ms: u64) {
+        if let Some(commands) = &mut self.commands {
+            commands.acknowledged(receipt, code, now_ms);
+            self.output
+                .extend(std::iter::from_fn(|| commands.poll_output()));
+        }
     }
 
     /// The next publish to send, in order.
@@ -483,7 +534,11 @@ impl Node {
                     None => To::Requester(sender.map(str::to_owned)),
                 }
             };
-            self.output.push_back(Out { publish, to });
+            self.output.push_back(Out {
+                publish,
+                to,
+                receipt: None,
+            });
         }
     }
 
@@ -496,7 +551,11 @@ impl Node {
                 (true, Some(sender)) => To::Requester(sender.map(str::to_owned)),
                 _ => To::Subscribers,
             };
-            self.output.push_back(Out { publish, to });
+            self.output.push_back(Out {
+                publish,
+                to,
+                receipt: None,
+            });
         }
     }
 

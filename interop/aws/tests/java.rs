@@ -153,9 +153,25 @@ fn command(thing: &str) -> CommandRequest {
     }
 }
 
-async fn commands_through_the_java_sdk(mqtt: &str) {
-    let broker = Broker::start();
-    let server = server(&broker).await;
+/// mosquitto, and `mqstore serve` beside it; or (`inside`) mosquitto with mqstore inside it.
+async fn host(inside: bool) -> (Broker, Option<ServerHandle>) {
+    match inside {
+        false => {
+            let broker = Broker::start();
+            let server = server(&broker).await;
+            (broker, Some(server))
+        }
+        true => {
+            let plugin = broker::plugin_path();
+            let config = format!("plugin {}\nplugin_opt_node_id inside\n", plugin.display());
+            (Broker::start_config(&config), None)
+        }
+    }
+}
+
+/// The Java SDK's commands steps over MQTT `mqtt`, served beside mosquitto or `inside` it.
+async fn commands_through_the_java_sdk(mqtt: &str, inside: bool) {
+    let (broker, server) = host(inside).await;
     let thing = format!("java-robot-{mqtt}-{}", broker.port);
     let mut device = Device::start("commands", &broker, &thing, mqtt).await;
     device.until("ready").await;
@@ -211,24 +227,15 @@ async fn commands_through_the_java_sdk(mqtt: &str) {
         said.contains("late update: rejected with TerminalStateReached"),
         "{said}"
     );
-    server.stop().await.unwrap();
+    if let Some(server) = server {
+        server.stop().await.unwrap();
+    }
 }
 
 /// The Java SDK's jobs steps over MQTT `mqtt`, with jobs served by `mqstore serve` beside
 /// mosquitto or, `inside`, by the plugin in it.
 async fn jobs_through_the_java_sdk(mqtt: &str, inside: bool) {
-    let (broker, server) = match inside {
-        false => {
-            let broker = Broker::start();
-            let server = server(&broker).await;
-            (broker, Some(server))
-        }
-        true => {
-            let plugin = broker::plugin_path();
-            let config = format!("plugin {}\nplugin_opt_node_id inside\n", plugin.display());
-            (Broker::start_config(&config), None)
-        }
-    };
+    let (broker, server) = host(inside).await;
     let thing = format!("java-thing-{mqtt}-{}", broker.port);
     let said = Device::start("jobs", &broker, &thing, mqtt)
         .await
@@ -248,12 +255,17 @@ async fn jobs_through_the_java_sdk(mqtt: &str, inside: bool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_aws_java_sdk_commands_client_completes_commands_over_mqtt5() {
-    commands_through_the_java_sdk("5").await;
+    commands_through_the_java_sdk("5", false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_aws_java_sdk_commands_client_completes_commands_inside_mosquitto() {
+    commands_through_the_java_sdk("5", true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_aws_java_sdk_commands_client_completes_commands_over_mqtt311() {
-    commands_through_the_java_sdk("311").await;
+    commands_through_the_java_sdk("311", false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -196,6 +196,8 @@ pub async fn serve(
                     rollout_batch: ROLLOUT_BATCH,
                 }),
                 durability: config.durability.clone(),
+                // Commands go through the `Commander` (its own connection, and Redis).
+                commands: None,
             };
             let (node, opened) = server::Node::open(node_config, now).map_err(|e| match e {
                 server::NodeError::NodeId(..) => ServerError::NodeId(config.node_id.clone()),
