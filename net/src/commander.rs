@@ -114,9 +114,7 @@ pub enum CommanderError {
     #[error("the broker refused the command (PUBACK reason code 0x{0:02X})")]
     NotDelivered(u8),
     /// No command with this id is known (never sent, or forgotten).
-    #[error(
-        "no command {0} (unknown, or forgotten: a record is kept three timeouts, at least 5 s, after it was sent)"
-    )]
+    #[error("{}", wire::not_found(.0))]
     NotFound(String),
 }
 
@@ -646,10 +644,7 @@ impl Shared {
             Err(unreadable) => {
                 self.metrics.command(CommandCount::Malformed);
                 info!(topic = %publish.topic, reason = %unreadable, "dropped an answer");
-                let ack = Acknowledgement::Rejected {
-                    code: unreadable.code,
-                    message: unreadable.reason,
-                };
+                let ack = Acknowledgement::unreadable(unreadable);
                 return self.acknowledge(profile, &publish, &ack).await;
             }
         };
@@ -659,23 +654,16 @@ impl Shared {
             Ok(matched) => matched,
             Err(e) => {
                 warn!(topic = %publish.topic, id = ?key.id, error = %e, "could not look up an answer in the registry; it is lost");
-                let ack = Acknowledgement::Rejected {
-                    code: "InternalError",
-                    message: e.to_string(),
-                };
+                let ack = Acknowledgement::failed(e);
                 return self.acknowledge(profile, &publish, &ack).await;
             }
         };
+        let ack = Acknowledgement::of(&matched, &id);
         if matched.is_empty() {
             self.metrics.command(CommandCount::Unknown);
             info!(topic = %publish.topic, id = ?key.id, "dropped an answer nobody waits for (unknown id, or forgotten)");
-            let ack = Acknowledgement::Rejected {
-                code: "ResourceNotFound",
-                message: format!("no command execution {id} (unknown, or forgotten)"),
-            };
             return self.acknowledge(profile, &publish, &ack).await;
         }
-        let mut ack = Acknowledgement::Accepted;
         for (how, record) in matched {
             if how != Matched::Duplicate {
                 self.event(&record);
@@ -693,13 +681,6 @@ impl Shared {
                 Matched::Duplicate => {
                     self.metrics.command(CommandCount::Duplicate);
                     info!(id = %record.id, "dropped an answer to a command already settled");
-                    ack = Acknowledgement::Rejected {
-                        code: "TerminalStateReached",
-                        message: format!(
-                            "command execution {} is {} already",
-                            record.id, record.status
-                        ),
-                    };
                 }
             }
         }
@@ -810,10 +791,7 @@ impl Shared {
                 command.created_ms = now_ms();
                 match self.backend.define(&command).await.map_err(unavailable)? {
                     true => Ok(serde_json::json!({ "command": command })),
-                    false => Err(refusal(
-                        409,
-                        format!("a command {:?} exists: delete it first", command.command_id),
-                    )),
+                    false => Err(Refusal::taken(&command.command_id)),
                 }
             }
             DefinitionsRequest::Get { command_id } => {
@@ -824,7 +802,7 @@ impl Shared {
                     .map_err(unavailable)?
                 {
                     Some(command) => Ok(serde_json::json!({ "command": command })),
-                    None => Err(refusal(404, format!("no stored command {command_id:?}"))),
+                    None => Err(Refusal::no_definition(&command_id)),
                 }
             }
             DefinitionsRequest::List => {
@@ -844,10 +822,7 @@ impl Shared {
 
     /// Routes a message from the broker.
     fn on_message(self: &Arc<Self>, publish: Publish) {
-        if publish.topic == wire::INVOKE_TOPIC
-            || publish.topic == wire::STATUS_TOPIC
-            || publish.topic == DEFINITIONS_TOPIC
-        {
+        if mqstore_core::commands::service::is_request(&publish.topic) {
             tokio::spawn(self.clone().on_request(publish));
         } else {
             let direct = publish.topic.starts_with(&self.direct_prefix);
