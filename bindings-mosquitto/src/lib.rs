@@ -35,11 +35,11 @@ use std::ptr;
 
 use bytes::Bytes;
 use mqstore_core::commands::Profiles;
-use mqstore_core::commands::service::ServiceConfig;
 use mqstore_core::disk::{Durability, Fsync, Sync};
 use mqstore_core::engine::EngineConfig;
 use mqstore_core::envelope::{Properties, Publish};
 use mqstore_core::presence::ServerPresence;
+use mqstore_core::server::commands::ServiceConfig;
 use mqstore_core::server::{JobsConfig, Node, NodeConfig, Route, To, registrations_of};
 use mqstore_core::store::Quotas;
 use mqstore_core::topics;

@@ -822,7 +822,7 @@ impl Shared {
 
     /// Routes a message from the broker.
     fn on_message(self: &Arc<Self>, publish: Publish) {
-        if mqstore_core::commands::service::is_request(&publish.topic) {
+        if mqstore_core::server::commands::is_request(&publish.topic) {
             tokio::spawn(self.clone().on_request(publish));
         } else {
             let direct = publish.topic.starts_with(&self.direct_prefix);

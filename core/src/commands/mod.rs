@@ -22,7 +22,6 @@ mod cbor;
 pub mod definitions;
 mod profile;
 mod registry;
-pub mod service;
 pub mod wire;
 
 use bytes::Bytes;

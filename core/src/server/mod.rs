@@ -1,24 +1,69 @@
 //! The server half as one state machine: a [`Node`] owns the state store engine on its own
-//! store (memory, or the durable log of a data directory), the jobs service, and the
-//! durability cycle, and a host only moves messages and time. `mqstore serve` (its memory and
-//! `--data-dir` stores) and the mosquitto plugin both drive it.
+//! store (memory, or the durable log of a data directory), the jobs service, the command
+//! service ([`commands`], its registry in memory) and the durability cycle; a host only moves
+//! messages and time. The mosquitto plugin drives all of it; `mqstore serve` drives it on its
+//! memory and `--data-dir` stores (its commands, and everything on Redis, still go through
+//! its own drivers in `mqstore-net`).
 //!
 //! Inputs: a message and who sent it ([`Node::handle`]), a client that is gone
-//! ([`Node::drop_clients`]), the time ([`Node::on_deadline`] at [`Node::next_deadline`]), and
-//! the end of a sync ([`Node::synced`]). Outputs, polled after every input: the publishes
+//! ([`Node::drop_clients`]), the time ([`Node::on_deadline`] at [`Node::next_deadline`]), the
+//! broker's acknowledgement of a publish that asked for one ([`Node::acknowledged`]), and the
+//! end of a sync ([`Node::synced`]). Outputs, polled after every input: the publishes
 //! ([`Node::poll_output`]), each with whom it is for ([`To`]) so that no host re-reads a topic
 //! to learn what the node meant, and the syncs of the data file to run off the host's thread
 //! ([`Node::poll_sync`]). With `fsync always` a publish comes out only once the writes before
 //! it are on disk.
 //!
-//! Which messages are the node's is [`route`]: hosts that see every message (a broker plugin)
-//! ask it before copying one.
+//! Which messages are the node's is [`Node::route`]: a host that sees every message (a broker
+//! plugin) asks it before copying one. A whole host, its broker and clock left abstract:
+//!
+//! ```
+//! use mqstore_core::envelope::Publish;
+//! use mqstore_core::server::Node;
+//!
+//! /// What a host has: a broker connection (or a broker, for a plugin) and a clock.
+//! trait Host {
+//!     /// The next message and its sender (if known), or `None` once `deadline` passed.
+//!     fn next_message(&mut self, deadline: Option<u64>) -> Option<(Publish, Option<String>)>;
+//!     /// Publishes to one client, or to the topic's subscribers; the broker's reason code.
+//!     fn publish(&mut self, publish: &Publish, client: Option<&str>) -> u8;
+//!     fn now(&self) -> u64;
+//! }
+//!
+//! fn run(node: &mut Node, host: &mut impl Host) {
+//!     loop {
+//!         // While the broker keeps up, a job's rollout may queue its next batch.
+//!         let deadline = node.next_deadline(host.now(), true);
+//!         match host.next_message(deadline) {
+//!             Some((message, sender)) => {
+//!                 node.handle(message, sender.as_deref(), false, host.now());
+//!             }
+//!             None => {
+//!                 node.on_deadline(host.now(), true);
+//!             }
+//!         }
+//!         while let Some(out) = node.poll_output() {
+//!             let code = host.publish(&out.publish, out.to.client_id());
+//!             if let Some(receipt) = &out.receipt {
+//!                 node.acknowledged(receipt, code, host.now());
+//!             }
+//!         }
+//!         while let Some(sync) = node.poll_sync() {
+//!             let result = sync.run(); // off the host's thread in a real host
+//!             node.synced(result, host.now());
+//!         }
+//!         if node.failure().is_some() {
+//!             return; // the data directory failed: stop, and send nothing more
+//!         }
+//!     }
+//! }
+//! ```
 
+pub mod commands;
 pub mod jobs;
 
 use std::collections::VecDeque;
 
-use crate::commands::service::{CommandsHandled, Service, ServiceConfig};
 use crate::disk::{self, Compacted, Disk, DiskError, Durability, Sync};
 use crate::engine::{Engine, EngineConfig, Outcome};
 use crate::envelope::Publish;
@@ -26,6 +71,7 @@ use crate::hlc::HlcError;
 use crate::jobs::{DurableJobs, Jobs, OPERATOR_TOPIC, StoreError, topics as jobs_topics};
 use crate::store::{ClientId, DurableStore, Quotas, Recovered, StoreStats};
 use crate::topics;
+use commands::{CommandsHandled, Service, ServiceConfig};
 
 pub use jobs::{JobsHandled, NotAnswered};
 

@@ -1,7 +1,7 @@
 //! The command service as a state machine, on the memory [`Registry`]: callers' requests
 //! (`mqstore/commands/v1/…`) and devices' answers in, commands, answers to callers, events and
 //! acknowledgements out, and the timeouts of commands at [`Service::next_deadline`]. The
-//! server node ([`crate::server::Node`]) runs it; a host only moves messages and time.
+//! server node ([`super::Node`]) runs it; a host only moves messages and time.
 //!
 //! Modes: `await` answers the caller when the command is settled or timed out; `detached`
 //! answers at once with the SENT record (the answer goes to the record); `one-way` answers
@@ -10,14 +10,14 @@
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 
-use super::definitions::{DEFINITIONS_TOPIC, DefinitionsRequest};
-use super::wire::{self, Refusal};
-use super::{
+use super::{Out, Receipt, To};
+use crate::commands::definitions::{DEFINITIONS_TOPIC, DefinitionsRequest};
+use crate::commands::wire::{self, Refusal};
+use crate::commands::{
     Acknowledgement, CommandError, CommandRequest, Matched, Mode, Profile, Profiles, Record,
     Registry, Sender, Status, aws_event,
 };
 use crate::envelope::Publish;
-use crate::server::{Out, Receipt, To};
 
 /// Settings of a [`Service`].
 #[derive(Debug, Clone)]
