@@ -12,7 +12,7 @@ use mqstore_core::commands::{CommandRequest, DEFAULT_TIMEOUT_MS, Mode, Record};
 use mqstore_net::client::Client;
 use serde_json::{Value, json};
 
-use crate::args::{CallArgs, ValueArgs};
+use crate::call::{CallArgs, ValueArgs, write_stdout};
 use crate::shutdown_signal;
 
 #[derive(Subcommand)]
@@ -281,7 +281,7 @@ fn print_reply(call: CallArgs, reply: &CommandReply) {
     }
     match reply.status {
         mqstore_core::commands::Status::Succeeded => {
-            crate::store::write_stdout(&[&reply.payload[..], b"\n"].concat())
+            write_stdout(&[&reply.payload[..], b"\n"].concat())
         }
         status => println!("{} {status}", reply.id),
     }

@@ -17,7 +17,7 @@ use mqstore_net::jobs::ExecutionFilter;
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::args::CallArgs;
+use crate::call::CallArgs;
 use crate::shutdown_signal;
 
 #[derive(Subcommand)]

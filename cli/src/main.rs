@@ -19,6 +19,7 @@ use args::{BrokerArgs, Cli, Command};
 use store::run_client;
 
 mod args;
+mod call;
 mod command;
 mod jobs;
 mod progress;

@@ -1,6 +1,5 @@
 //! The state store commands (get, set, del, vdel, scan, watch, lock) and what they print.
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -16,7 +15,8 @@ use mqstore_net::client::{Client, ClientOptions, Deleted, KeyChange, SetOptions}
 use mqstore_net::lease::Lease;
 use serde_json::json;
 
-use crate::args::{CallArgs, Cli, Command};
+use crate::args::{Cli, Command};
+use crate::call::{CallArgs, write_stdout};
 use crate::{random_suffix, shutdown_signal};
 
 pub(crate) fn text(bytes: &[u8]) -> String {
@@ -303,12 +303,6 @@ impl ClientCommand {
             Self::Command(command) => Ok(command.run(client, call).await?),
         }
     }
-}
-
-/// Writes bytes to standard output as they are.
-pub(crate) fn write_stdout(bytes: &[u8]) {
-    let mut stdout = std::io::stdout().lock();
-    let _ = stdout.write_all(bytes).and_then(|()| stdout.flush());
 }
 
 async fn lock(

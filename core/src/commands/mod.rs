@@ -33,7 +33,21 @@ pub use profile::{
     Profile, ProfileError, Profiles, StatusRule, Template, TopicProfile, Unreadable,
 };
 pub use profile::{MQTT5, Prepared, Sender, aws_event};
-pub use registry::{Matched, Registry};
+pub use registry::Registry;
+
+/// What an answer did to the record it matched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Matched {
+    /// It settled a command whose caller waits: hand it over.
+    Live,
+    /// A progress report (IN_PROGRESS) of a command whose caller waits: hand it over; the
+    /// command stays open.
+    Progress,
+    /// It came after the timeout: recorded in the status, counted, logged.
+    Late,
+    /// The command was answered already: counted and dropped.
+    Duplicate,
+}
 
 /// Where an awaited command stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -4,21 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::definitions::Definition;
-use super::{Answer, AnswerKey, CommandError, Record};
-
-/// What an answer did to the record it matched.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Matched {
-    /// It settled a command whose caller waits: hand it over.
-    Live,
-    /// A progress report (IN_PROGRESS) of a command whose caller waits: hand it over; the
-    /// command stays open.
-    Progress,
-    /// It came after the timeout: recorded in the status, counted, logged.
-    Late,
-    /// The command was answered already: counted and dropped.
-    Duplicate,
-}
+use super::{Answer, AnswerKey, CommandError, Matched, Record};
 
 /// Records of commands in flight and recently settled, in memory.
 #[derive(Debug, Default)]

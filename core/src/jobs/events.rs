@@ -9,9 +9,10 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::model::{Job, Status};
+use super::model::Job;
 use super::store::Counts;
 use super::topics::EVENTS;
+use super::wire::Status;
 use super::wire::{JobProcessDetails, JobStatus};
 use crate::envelope::{Properties, Publish};
 

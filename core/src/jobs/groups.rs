@@ -8,12 +8,14 @@
 
 use serde_json::Value;
 
-use super::model::{Job, JobsError, MAX_DOCUMENT_BYTES, Status, valid_job_id, valid_thing_name};
-use super::store::{JobsStore, Stored};
+use super::model::Stored;
+use super::model::{Job, JobsError, Target, check_document, resource, valid_job_id};
+use super::store::JobsStore;
 use super::wire::{
     GroupListing, JobTemplate, Membership, PageRequest, TargetSelection, TemplateListing,
     ThingGroupDescription, ThingGroupMetadata, ThingGroupProperties,
 };
+use super::wire::{Status, valid_thing_name};
 use super::{JobSpec, Jobs, StoreError, THING_NAME_RULE, queue};
 use crate::envelope::Publish;
 
@@ -43,46 +45,6 @@ const PAGE: u64 = 1024;
 /// The ARN mqstore gives its resources (AWS's form, with a region and account of its own).
 pub fn arn(kind: &str, name: &str) -> String {
     format!("arn:aws:iot:mqstore:000000000000:{kind}/{name}")
-}
-
-/// `NAME` of `kind/NAME` or of an ARN `arn:aws:iot:REGION:ACCOUNT:kind/NAME`; `None` when
-/// `text` is neither.
-fn resource<'a>(text: &'a str, kind: &str) -> Option<&'a str> {
-    let path = match text.strip_prefix("arn:") {
-        Some(arn) => arn.splitn(5, ':').nth(4)?,
-        None => text,
-    };
-    path.strip_prefix(kind)?.strip_prefix('/')
-}
-
-/// A job's target: a thing or a thing group.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Target {
-    Thing(String),
-    Group(String),
-}
-
-impl Target {
-    /// A name (a thing), `thing/NAME`, `thinggroup/NAME`, or an ARN of either.
-    pub(crate) fn parse(text: &str) -> Result<Self, String> {
-        let target = if let Some(group) = resource(text, "thinggroup") {
-            Self::Group(group.to_owned())
-        } else if let Some(thing) = resource(text, "thing") {
-            Self::Thing(thing.to_owned())
-        } else if text.contains('/') {
-            return Err(format!(
-                "target {text:?}: a thing name, thing/NAME, thinggroup/NAME, or an ARN \
-                 arn:aws:iot:REGION:ACCOUNT:thing/NAME or …:thinggroup/NAME"
-            ));
-        } else {
-            Self::Thing(text.to_owned())
-        };
-        let (Self::Thing(name) | Self::Group(name)) = &target;
-        match valid_thing_name(name) {
-            true => Ok(target),
-            false => Err(format!("target {text:?}: names are {THING_NAME_RULE}")),
-        }
-    }
 }
 
 /// A group as its table keeps it.
@@ -531,22 +493,6 @@ fn describe_group(name: &str, record: GroupRecord) -> ThingGroupDescription {
             creation_date: record.created_at / 1000,
         },
     }
-}
-
-/// A job document's checks: a JSON object of at most [`MAX_DOCUMENT_BYTES`].
-pub(crate) fn check_document(document: &Value) -> Result<(), JobsError> {
-    if !document.is_object() {
-        return Err(JobsError::Invalid(
-            "the document must be a JSON object".into(),
-        ));
-    }
-    let size = document.to_string().len();
-    if size > MAX_DOCUMENT_BYTES {
-        return Err(JobsError::Invalid(format!(
-            "the document is {size} bytes; at most {MAX_DOCUMENT_BYTES} (as AWS IoT Jobs)"
-        )));
-    }
-    Ok(())
 }
 
 const PLACEHOLDER: &str = "${aws:iot:parameter:";

@@ -4,10 +4,12 @@
 
 use std::sync::Arc;
 
-use super::model::{Execution, Job, JobsError, Status, valid_thing_name};
+use super::model::Stored;
+use super::model::{Execution, Job, JobsError};
 use super::rollout::{self, Allowance};
-use super::store::{JobsStore, Stored};
+use super::store::JobsStore;
 use super::wire::{ExecutionCancel, JobStatus, JobUpdate, TargetSelection};
+use super::wire::{Status, valid_thing_name};
 use super::{Jobs, events, finish, queue, schedule};
 use crate::envelope::Publish;
 

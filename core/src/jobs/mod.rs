@@ -35,25 +35,26 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 pub use groups::{GroupRecord, arn, tables};
-pub use model::{Execution, ExecutionRef, Job, JobSpec, JobsError, Pace, RejectCode, Status};
-pub(crate) use model::{THING_NAME_RULE, valid_job_id, valid_thing_name};
+pub(crate) use model::valid_job_id;
+pub use model::{Execution, ExecutionRef, Job, JobsError, Pace, RejectCode, StoreError, Stored};
 pub use rollout::ABORTED;
 pub use schedule::{Cron, parse_time};
 pub use store::{
-    Counts, DurableJobs, Entries, JobsStore, MemoryJobs, Rollout, StoreError, Stored, Tally,
-    ThingRecord, tally_change,
+    Counts, DurableJobs, Entries, JobsStore, MemoryJobs, Rollout, Tally, ThingRecord, tally_change,
 };
 pub use topics::OPERATOR as OPERATOR_TOPIC;
 pub use wire::{
     AbortAction, AbortConfig, AbortCriteria, DeviceBody, EndBehavior, ExecutionCancel,
     ExecutionListing, ExecutionState, ExponentialRate, FailureType, GroupListing, JobConfig,
-    JobDescription, JobExecution, JobListing, JobProcessDetails, JobStatus, JobSummary,
+    JobDescription, JobExecution, JobListing, JobProcessDetails, JobSpec, JobStatus, JobSummary,
     JobTemplate, JobUpdate, MaintenanceWindow, Membership, OPERATOR_CALLS, OperatorRequest,
     PageRequest, PendingJobs, RateIncreaseCriteria, RetryConfig, RetryCriteria, RolloutConfig,
-    RolloutProgress, SchedulingConfig, TargetSelection, TemplateListing, ThingGroupDescription,
-    ThingGroupMetadata, ThingGroupProperties, TimeoutConfig, UpdateAccepted, check_operator_call,
+    RolloutProgress, SchedulingConfig, Status, TargetSelection, TemplateListing,
+    ThingGroupDescription, ThingGroupMetadata, ThingGroupProperties, TimeoutConfig, UpdateAccepted,
+    check_operator_call,
 };
 use wire::{Accepted, ExecutionAccepted, Notify, NotifyJobs, NotifyNext, Rejected, Reply};
+pub(crate) use wire::{THING_NAME_RULE, valid_thing_name};
 
 use crate::envelope::{Properties, Publish};
 

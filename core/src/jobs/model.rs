@@ -5,70 +5,10 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use super::wire::{
-    ExecutionState, FailureType, JobConfig, JobExecution, JobStatus, JobSummary, RetryConfig,
-    RolloutConfig, SchedulingConfig, TargetSelection, TimeoutConfig,
+    ExecutionState, FailureType, JobConfig, JobExecution, JobSpec, JobStatus, JobSummary,
+    RetryConfig, RolloutConfig, SchedulingConfig, Status, THING_NAME_RULE, TIMEOUT_MINUTES,
+    TargetSelection, TimeoutConfig, valid_thing_name,
 };
-
-/// A job execution's status.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
-)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum Status {
-    /// Waiting for the device to start it.
-    Queued,
-    /// The device started it.
-    InProgress,
-    /// The device reported success.
-    Succeeded,
-    /// The device reported failure.
-    Failed,
-    /// The device refused it.
-    Rejected,
-    /// In progress longer than its timeout.
-    TimedOut,
-    /// Canceled by an operator (or an abort).
-    Canceled,
-    /// Its thing left the targeted group.
-    Removed,
-}
-
-impl Status {
-    /// The status as AWS spells it (`IN_PROGRESS`, ...).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Queued => "QUEUED",
-            Self::InProgress => "IN_PROGRESS",
-            Self::Succeeded => "SUCCEEDED",
-            Self::Failed => "FAILED",
-            Self::Rejected => "REJECTED",
-            Self::TimedOut => "TIMED_OUT",
-            Self::Canceled => "CANCELED",
-            Self::Removed => "REMOVED",
-        }
-    }
-
-    /// The status AWS's spelling names; None for another word.
-    pub fn parse(text: &str) -> Option<Self> {
-        [
-            Self::Queued,
-            Self::InProgress,
-            Self::Succeeded,
-            Self::Failed,
-            Self::Rejected,
-            Self::TimedOut,
-            Self::Canceled,
-            Self::Removed,
-        ]
-        .into_iter()
-        .find(|s| s.as_str() == text)
-    }
-
-    /// QUEUED and IN_PROGRESS: on the thing's pending list.
-    pub fn is_pending(self) -> bool {
-        matches!(self, Self::Queued | Self::InProgress)
-    }
-}
 
 /// Why a device request was rejected (the `code` of a `/rejected` reply).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -134,60 +74,11 @@ pub enum JobsError {
     VersionConflict(String),
     #[error(transparent)]
     /// The store failed (`InternalError`); nothing changed.
-    Store(#[from] super::store::StoreError),
+    Store(#[from] StoreError),
 }
 
 /// The largest job document, as JSON text (AWS IoT Jobs' limit).
 pub const MAX_DOCUMENT_BYTES: usize = 32 * 1024;
-
-/// What an operator asks for when creating a job: AWS's `CreateJob` fields.
-#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct JobSpec {
-    /// The job's id (AWS's `jobId`).
-    pub job_id: String,
-    /// The things and thing groups it runs on: names (a thing), `thing/NAME`,
-    /// `thinggroup/NAME`, or AWS's ARNs of either.
-    pub targets: Vec<String>,
-    /// A JSON object (absent when it comes from the template).
-    #[serde(default, skip_serializing_if = "Value::is_null")]
-    pub document: Value,
-    /// The description, timeout, retry, rollout and abort configurations.
-    #[serde(flatten)]
-    pub config: JobConfig,
-    /// SNAPSHOT (the default) or CONTINUOUS: whether things added to its groups later get it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub target_selection: Option<TargetSelection>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    /// When it starts, ends, and may roll out (AWS's `schedulingConfig`).
-    pub scheduling_config: Option<SchedulingConfig>,
-    /// The template it starts from (its id, `jobtemplate/ID` or AWS's ARN).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub job_template_arn: Option<String>,
-    /// Values for the document's `${aws:iot:parameter:NAME}` placeholders.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub document_parameters: BTreeMap<String, String>,
-    /// AWS's fields mqstore does not take yet: a request that sets one is refused (rather
-    /// than run without it).
-    #[serde(flatten, skip_serializing)]
-    pub unsupported: Unsupported,
-}
-
-/// `createJob` fields that mqstore refuses for now (docs/protocol/jobs.md §8).
-#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Unsupported {
-    document_source: Option<Value>,
-}
-
-impl Unsupported {
-    fn first(&self) -> Option<&'static str> {
-        [("documentSource", &self.document_source)]
-            .into_iter()
-            .find(|(_, value)| value.as_ref().is_some_and(|v| !v.is_null()))
-            .map(|(name, _)| name)
-    }
-}
 
 impl JobSpec {
     /// A job running `document` on `targets`, with no timeout, retries, rate or abort.
@@ -227,12 +118,12 @@ impl JobSpec {
                 "{field} is not supported by mqstore yet (see docs/protocol/jobs.md)"
             ));
         }
-        super::groups::check_document(&self.document)?;
+        check_document(&self.document)?;
         if self.targets.is_empty() {
             return invalid("a job needs at least one target".into());
         }
         for target in &self.targets {
-            super::groups::Target::parse(target).map_err(JobsError::Invalid)?;
+            Target::parse(target).map_err(JobsError::Invalid)?;
         }
         if let Some(scheduling) = &self.scheduling_config {
             scheduling.validate(now_ms).map_err(JobsError::Invalid)?;
@@ -710,17 +601,67 @@ pub(crate) fn valid_job_id(id: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
-/// What [`valid_thing_name`] accepts, for messages.
-pub(crate) const THING_NAME_RULE: &str = "1-128 characters of a-z, A-Z, 0-9, ':', '_' and '-'";
+/// A jobs store that could not do what was asked (a shared store that is unreachable): the
+/// request that needed it is answered with an error, and nothing was changed by it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the jobs store failed: {0}")]
+pub struct StoreError(pub String);
 
-/// AWS's range of the timers given in minutes (`stepTimeoutInMinutes`,
-/// `inProgressTimeoutInMinutes`).
-pub(crate) const TIMEOUT_MINUTES: std::ops::RangeInclusive<u64> = 1..=10_080;
+/// What a [`JobsStore`] method returns.
+pub type Stored<T> = Result<T, StoreError>;
 
-/// `[a-zA-Z0-9:_-]{1,128}`.
-pub(crate) fn valid_thing_name(name: &str) -> bool {
-    (1..=128).contains(&name.len())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b':' | b'_' | b'-'))
+/// `NAME` of `kind/NAME` or of an ARN `arn:aws:iot:REGION:ACCOUNT:kind/NAME`; `None` when
+/// `text` is neither.
+pub(crate) fn resource<'a>(text: &'a str, kind: &str) -> Option<&'a str> {
+    let path = match text.strip_prefix("arn:") {
+        Some(arn) => arn.splitn(5, ':').nth(4)?,
+        None => text,
+    };
+    path.strip_prefix(kind)?.strip_prefix('/')
+}
+
+/// A job's target: a thing or a thing group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Target {
+    Thing(String),
+    Group(String),
+}
+
+impl Target {
+    /// A name (a thing), `thing/NAME`, `thinggroup/NAME`, or an ARN of either.
+    pub(crate) fn parse(text: &str) -> Result<Self, String> {
+        let target = if let Some(group) = resource(text, "thinggroup") {
+            Self::Group(group.to_owned())
+        } else if let Some(thing) = resource(text, "thing") {
+            Self::Thing(thing.to_owned())
+        } else if text.contains('/') {
+            return Err(format!(
+                "target {text:?}: a thing name, thing/NAME, thinggroup/NAME, or an ARN \
+                 arn:aws:iot:REGION:ACCOUNT:thing/NAME or …:thinggroup/NAME"
+            ));
+        } else {
+            Self::Thing(text.to_owned())
+        };
+        let (Self::Thing(name) | Self::Group(name)) = &target;
+        match valid_thing_name(name) {
+            true => Ok(target),
+            false => Err(format!("target {text:?}: names are {THING_NAME_RULE}")),
+        }
+    }
+}
+
+/// A job document's checks: a JSON object of at most [`MAX_DOCUMENT_BYTES`].
+pub(crate) fn check_document(document: &Value) -> Result<(), JobsError> {
+    if !document.is_object() {
+        return Err(JobsError::Invalid(
+            "the document must be a JSON object".into(),
+        ));
+    }
+    let size = document.to_string().len();
+    if size > MAX_DOCUMENT_BYTES {
+        return Err(JobsError::Invalid(format!(
+            "the document is {size} bytes; at most {MAX_DOCUMENT_BYTES} (as AWS IoT Jobs)"
+        )));
+    }
+    Ok(())
 }

@@ -3,8 +3,9 @@
 //! data, `__stat`). A request is `{"op": ..., ...}` with AWS's field names; the answer is
 //! `{"ok": {...}}` or `{"error": {"code", "message"}}`.
 
-use super::model::{Execution, Job, Status};
+use super::model::{Execution, Job};
 use super::rollout;
+use super::wire::Status;
 use super::wire::{
     ExecutionListing, JobCreated, JobDescription, JobListing, JobProcessDetails, JobTemplate,
     OperatorAnswer, OperatorError, OperatorOk, OperatorRequest, PageRequest, RolloutProgress,

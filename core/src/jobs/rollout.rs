@@ -11,8 +11,9 @@
 //! claim is recorded there (by compare-and-set of the job) before it is made, so nodes that
 //! claim at once cannot together exceed it either.
 
-use super::model::{Job, Pace, Status};
+use super::model::{Job, Pace};
 use super::store::Counts;
+use super::wire::Status;
 use super::wire::{AbortCriteria, JobStatus};
 
 /// What a rollout may do now.

@@ -4,8 +4,9 @@
 
 use super::Jobs;
 use super::groups::tables;
+use super::model::Stored;
 use super::model::{Job, JobsError};
-use super::store::{JobsStore, Stored};
+use super::store::JobsStore;
 use super::wire::{EndBehavior, JobStatus, MaintenanceWindow, SchedulingConfig};
 use crate::envelope::Publish;
 

@@ -16,16 +16,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
-use super::model::{Execution, Job, Status};
-
-/// A jobs store that could not do what was asked (a shared store that is unreachable): the
-/// request that needed it is answered with an error, and nothing was changed by it.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("the jobs store failed: {0}")]
-pub struct StoreError(pub String);
-
-/// What a [`JobsStore`] method returns.
-pub type Stored<T> = Result<T, StoreError>;
+use super::model::{Execution, Job, Stored};
+use super::wire::Status;
 
 /// How a write changes the counts of latest executions by job and status: (job id, status,
 /// change), from [`tally_change`].

@@ -8,8 +8,6 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
-use super::model::{JobSpec, Status, THING_NAME_RULE, TIMEOUT_MINUTES, valid_thing_name};
-
 // ---- the device API ----
 
 /// A `JobExecutionSummary`: an entry of a pending list.
@@ -1097,6 +1095,131 @@ pub struct ExecutionListing {
     pub execution_number: u64,
     /// The execution's version, raised by every update (AWS's `versionNumber`).
     pub version_number: u64,
+}
+
+/// A job execution's status.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Status {
+    /// Waiting for the device to start it.
+    Queued,
+    /// The device started it.
+    InProgress,
+    /// The device reported success.
+    Succeeded,
+    /// The device reported failure.
+    Failed,
+    /// The device refused it.
+    Rejected,
+    /// In progress longer than its timeout.
+    TimedOut,
+    /// Canceled by an operator (or an abort).
+    Canceled,
+    /// Its thing left the targeted group.
+    Removed,
+}
+
+impl Status {
+    /// The status as AWS spells it (`IN_PROGRESS`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Queued => "QUEUED",
+            Self::InProgress => "IN_PROGRESS",
+            Self::Succeeded => "SUCCEEDED",
+            Self::Failed => "FAILED",
+            Self::Rejected => "REJECTED",
+            Self::TimedOut => "TIMED_OUT",
+            Self::Canceled => "CANCELED",
+            Self::Removed => "REMOVED",
+        }
+    }
+
+    /// The status AWS's spelling names; None for another word.
+    pub fn parse(text: &str) -> Option<Self> {
+        [
+            Self::Queued,
+            Self::InProgress,
+            Self::Succeeded,
+            Self::Failed,
+            Self::Rejected,
+            Self::TimedOut,
+            Self::Canceled,
+            Self::Removed,
+        ]
+        .into_iter()
+        .find(|s| s.as_str() == text)
+    }
+
+    /// QUEUED and IN_PROGRESS: on the thing's pending list.
+    pub fn is_pending(self) -> bool {
+        matches!(self, Self::Queued | Self::InProgress)
+    }
+}
+
+/// What an operator asks for when creating a job: AWS's `CreateJob` fields.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JobSpec {
+    /// The job's id (AWS's `jobId`).
+    pub job_id: String,
+    /// The things and thing groups it runs on: names (a thing), `thing/NAME`,
+    /// `thinggroup/NAME`, or AWS's ARNs of either.
+    pub targets: Vec<String>,
+    /// A JSON object (absent when it comes from the template).
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    pub document: Value,
+    /// The description, timeout, retry, rollout and abort configurations.
+    #[serde(flatten)]
+    pub config: JobConfig,
+    /// SNAPSHOT (the default) or CONTINUOUS: whether things added to its groups later get it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_selection: Option<TargetSelection>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// When it starts, ends, and may roll out (AWS's `schedulingConfig`).
+    pub scheduling_config: Option<SchedulingConfig>,
+    /// The template it starts from (its id, `jobtemplate/ID` or AWS's ARN).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_template_arn: Option<String>,
+    /// Values for the document's `${aws:iot:parameter:NAME}` placeholders.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub document_parameters: BTreeMap<String, String>,
+    /// AWS's fields mqstore does not take yet: a request that sets one is refused (rather
+    /// than run without it).
+    #[serde(flatten, skip_serializing)]
+    pub unsupported: Unsupported,
+}
+
+/// `createJob` fields that mqstore refuses for now (docs/protocol/jobs.md §8).
+#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Unsupported {
+    document_source: Option<Value>,
+}
+
+impl Unsupported {
+    pub(crate) fn first(&self) -> Option<&'static str> {
+        [("documentSource", &self.document_source)]
+            .into_iter()
+            .find(|(_, value)| value.as_ref().is_some_and(|v| !v.is_null()))
+            .map(|(name, _)| name)
+    }
+}
+
+/// What [`valid_thing_name`] accepts, for messages.
+pub(crate) const THING_NAME_RULE: &str = "1-128 characters of a-z, A-Z, 0-9, ':', '_' and '-'";
+
+/// AWS's range of the timers given in minutes (`stepTimeoutInMinutes`,
+/// `inProgressTimeoutInMinutes`).
+pub(crate) const TIMEOUT_MINUTES: std::ops::RangeInclusive<u64> = 1..=10_080;
+
+/// `[a-zA-Z0-9:_-]{1,128}`.
+pub(crate) fn valid_thing_name(name: &str) -> bool {
+    (1..=128).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b':' | b'_' | b'-'))
 }
 
 #[cfg(test)]

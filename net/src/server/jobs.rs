@@ -2,7 +2,7 @@
 //! in Redis (each request on a blocking thread), and the election of the node that listens to
 //! the device API.
 
-use super::node::{Done, ROLLOUT_BATCH};
+use super::done::Done;
 use crate::redis_store::RedisJobs;
 use mqstore_core::jobs::Jobs;
 
@@ -50,6 +50,10 @@ pub(super) struct Listener {
     /// Giving the lease up (the node stops once it is done).
     pub(super) releasing: bool,
 }
+
+/// Targets of a new job queued per turn of the server's loop: each makes up to two
+/// notifications, and an answer to another request waits behind at most one batch's.
+pub(super) const ROLLOUT_BATCH: usize = 64;
 
 /// How long the device API listener's lease lasts without renewal.
 pub(super) const LISTENER_LEASE_MS: u64 = 3_000;

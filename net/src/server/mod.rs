@@ -24,6 +24,7 @@ use crate::connection::{Connection, Outbox};
 use crate::metrics::{self, Metrics};
 use crate::now_ms;
 use crate::redis_store::{RedisJobs, RedisStore};
+use jobs::ROLLOUT_BATCH;
 use jobs::{JobsService, Listener, SharedJobs};
 use mqstore_core::engine::{Engine, EngineConfig};
 use mqstore_core::envelope::Publish;
@@ -31,9 +32,10 @@ use mqstore_core::jobs::{OPERATOR_TOPIC, topics as jobs_topics};
 use mqstore_core::presence::ServerPresence;
 use mqstore_core::server;
 use mqstore_core::topics;
-use node::{Node, REQUEST_QUEUE, ROLLOUT_BATCH, Remote, Signals, State, Stop};
+use node::{Node, REQUEST_QUEUE, Remote, Signals, State, Stop};
 
 mod config;
+mod done;
 mod jobs;
 mod node;
 

@@ -14,23 +14,19 @@ use rumqttc::v5::mqttbytes::v5::{Packet, PubAckReason};
 use tracing::{debug, error, info, warn};
 
 use super::ServerError;
+use super::done::{Done, JobsDone, StoreDone, Swept};
 use super::jobs::{
     JOBS_TICK_MS, JobsService, LISTENER_LEASE_MS, LISTENER_RENEW_MS, Listener, SharedJobs,
 };
 use crate::connection::{Driver, Outbox, Wakes};
 use crate::metrics::Metrics;
-use crate::redis_store::{Applied, RedisStore, RedisStoreError};
+use crate::redis_store::{RedisStore, RedisStoreError};
 use crate::{Polled, connection_error, from_mqtt, now_ms, protocol_hint};
-use mqstore_core::engine::{Accepted, Call, Engine, Fit, Outcome, fit_for_broker};
+use mqstore_core::engine::{Accepted, Engine, Fit, Outcome, fit_for_broker};
 use mqstore_core::envelope::{self, DropReason, EnvelopeError, Publish};
-use mqstore_core::jobs::{Stored, topics as jobs_topics};
+use mqstore_core::jobs::topics as jobs_topics;
 use mqstore_core::server::{self, Handled, JobsHandled, NotAnswered, Route, To};
-use mqstore_core::store::{ClientId, Expired, StoreStats};
 use mqstore_core::topics;
-
-/// Targets of a new job queued per turn of the server's loop: each makes up to two
-/// notifications, and an answer to another request waits behind at most one batch's.
-pub(super) const ROLLOUT_BATCH: usize = 64;
 
 /// A job's rollout pauses while this many publishes are on their way to the broker (waiting
 /// in the outbox or in rumqttc's queue, or sent and not yet acknowledged): an answer to
@@ -108,47 +104,6 @@ impl<F: Future<Output = ()>> Wakes for Signals<F> {
             signal = lifecycle => signal,
         }
     }
-}
-
-/// A Redis call that ended, back in the server's loop.
-pub(super) enum StoreDone {
-    /// A request's op.
-    Call {
-        call: Box<Call>,
-        result: Result<Applied, RedisStoreError>,
-        received: Instant,
-    },
-    /// A periodic sweep: expired keys, clients whose lease ended, and what the store holds.
-    /// The keys a sweep removed (whatever else failed: their watchers must hear of them),
-    /// and the rest of it.
-    Sweep(Vec<Expired>, Result<Swept, RedisStoreError>),
-    /// Registrations of clients that are gone were dropped.
-    Dropped(Vec<String>, Result<usize, RedisStoreError>),
-}
-
-/// A jobs call on Redis that ended, back in the server's loop.
-pub(super) enum JobsDone {
-    /// A request ran: what it published (its notifications, then its reply).
-    Request(Vec<Publish>, Result<JobsHandled, NotAnswered>),
-    /// A timer tick ran: what it published, and when the engine next has work.
-    Tick(Vec<Publish>, Stored<Option<u64>>),
-    /// A claim of the listener lease ran (started at the time given): whether it holds.
-    Claim(u64, Result<bool, RedisStoreError>),
-    /// The listener lease was given up.
-    Released(Result<(), RedisStoreError>),
-}
-
-/// Work that ran off the server's loop and came back to it.
-pub(super) enum Done {
-    State(StoreDone),
-    Jobs(JobsDone),
-    /// A sync of the data file ended.
-    Synced(std::io::Result<()>),
-}
-
-pub(super) struct Swept {
-    pub(super) leases: Vec<(ClientId, usize)>,
-    pub(super) stats: StoreStats,
 }
 
 /// How often a node on Redis sweeps expired keys and ended leases (any node's sweep finds
