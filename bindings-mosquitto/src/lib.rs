@@ -471,9 +471,9 @@ unsafe extern "C" fn on_message(_event: c_int, data: *mut c_void, userdata: *mut
         let route = plugin.node.route(&topic, false);
         match route {
             Route::Other => return,
-            // A request is not kept for later subscribers.
-            Route::StateStore | Route::Jobs | Route::Commands => message.retain = false,
             Route::Presence(_) => {}
+            // A request (or a device's answer) is not kept for later subscribers.
+            _ => message.retain = false,
         }
         if plugin.node.failure().is_some() {
             return; // the data directory failed: nothing more is acknowledged

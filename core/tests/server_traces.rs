@@ -139,6 +139,7 @@ fn handled(handled: &Handled) -> &'static str {
         Handled::Commands(_) => "commands",
         Handled::ClientsGone { .. } => "clients-gone",
         Handled::Ignored => "ignored",
+        _ => "new",
     }
 }
 

@@ -52,6 +52,7 @@ pub enum Matched {
 /// Where an awaited command stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+#[non_exhaustive]
 pub enum Status {
     /// Published to the device; no answer yet.
     Sent,

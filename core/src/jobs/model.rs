@@ -12,6 +12,7 @@ use super::wire::{
 
 /// Why a device request was rejected (the `code` of a `/rejected` reply).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum RejectCode {
     /// The request's topic is not one of the API's.
     InvalidTopic,

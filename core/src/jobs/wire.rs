@@ -515,6 +515,7 @@ pub struct TemplateListing {
 /// later.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+#[non_exhaustive]
 pub enum TargetSelection {
     #[default]
     /// The things targeted when the job was made.
@@ -545,6 +546,7 @@ pub struct SchedulingConfig {
 /// What happens at a job's `endTime`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+#[non_exhaustive]
 pub enum EndBehavior {
     /// No new executions; those queued go on.
     #[default]
@@ -661,6 +663,7 @@ impl PageRequest {
     Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, Deserialize,
 )]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+#[non_exhaustive]
 pub enum JobStatus {
     /// Waiting for `schedulingConfig.startTime`.
     Scheduled,
@@ -678,6 +681,7 @@ pub enum JobStatus {
 /// The execution failures a retry or an abort criterion counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+#[non_exhaustive]
 pub enum FailureType {
     /// The device reported FAILED.
     Failed,
@@ -803,6 +807,7 @@ pub struct AbortCriteria {
 /// What an abort does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+#[non_exhaustive]
 pub enum AbortAction {
     /// Cancel the job.
     Cancel,
@@ -1102,6 +1107,7 @@ pub struct ExecutionListing {
     Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
 )]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+#[non_exhaustive]
 pub enum Status {
     /// Waiting for the device to start it.
     Queued,

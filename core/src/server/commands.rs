@@ -37,6 +37,7 @@ pub struct ServiceConfig {
 
 /// What a message to the service was, for the host's logs and counters.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum CommandsHandled {
     /// A caller's request: answered now (`Ok`), or when its command is settled.
     Request(Result<(), Refusal>),
@@ -48,6 +49,7 @@ pub enum CommandsHandled {
 
 /// What a device's answer matched.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum AnswerSeen {
     /// It could not be read (refused to the device where its profile acknowledges).
     Malformed,

@@ -16,6 +16,7 @@ pub struct JobsHandled {
 
 /// Why a jobs message was not answered.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum NotAnswered {
     /// Not a request: the service's own replies and notifications coming back.
     NoRequest,

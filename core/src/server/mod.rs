@@ -119,6 +119,7 @@ pub struct Receipt(pub(crate) String);
 
 /// What a message on `topic` is to a node.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Route {
     /// A state store request.
     StateStore,
@@ -170,6 +171,7 @@ pub fn registrations_of(client_id: &str) -> [String; 2] {
 
 /// What [`Node::handle`] did with a message.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum Handled {
     /// A state store request, and how it ended.
     State(Outcome),
