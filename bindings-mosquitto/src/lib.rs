@@ -493,17 +493,19 @@ unsafe extern "C" fn on_message(_event: c_int, data: *mut c_void, userdata: *mut
     SUCCESS
 }
 
-/// Timer turns run per tick at most (each may queue a rollout batch of things): rollouts go
-/// on at thousands of things a second, and requests that arrive meanwhile are answered
-/// between ticks.
-const TURNS_PER_TICK: usize = 16;
+/// How long one tick may run the node's timers (a job's rollout queues a batch of things per
+/// turn): requests that arrive meanwhile wait no longer than this, and a rollout still goes on
+/// at thousands of things a second when the broker is idle (it ticks about every 100 ms then,
+/// and at once when busy).
+const TICK_BUDGET: std::time::Duration = std::time::Duration::from_millis(5);
 
 unsafe extern "C" fn on_tick(_event: c_int, _data: *mut c_void, userdata: *mut c_void) -> c_int {
     with_plugin(userdata, |plugin| {
         if let Some(presence) = plugin.presence.take() {
             publish(&presence, None, true);
         }
-        for _ in 0..TURNS_PER_TICK {
+        let started = std::time::Instant::now();
+        while started.elapsed() < TICK_BUDGET {
             let now = now_ms();
             if plugin
                 .node

@@ -8,6 +8,11 @@
 //!   cargo run --release -p mqstore --example commands_bench -- 18860 redis://127.0.0.1:18861
 //!
 //! Or `bash scripts/bench-commands`, which starts both on free ports.
+//!
+//! With `--service` instead of a Redis URL it measures the command service that serves the
+//! broker (`mqstore serve` beside it, or the plugin inside mosquitto) as callers use it: a
+//! client's `command` calls to an MQTT 5 echo device, against the same baseline
+//! (`bash scripts/bench-plugin` runs it against both).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -161,6 +166,8 @@ impl Raw {
 enum Target {
     Raw(Raw),
     Node(Commander, &'static str),
+    /// A caller of the command service that serves the broker.
+    Service(mqstore_net::client::Client),
 }
 
 impl Target {
@@ -183,6 +190,13 @@ impl Target {
                     },
                 };
                 node.invoke(request)
+                    .await
+                    .is_ok_and(|r| r.status == mqstore_core::commands::Status::Succeeded)
+            }
+            Target::Service(caller) => {
+                let request = CommandRequest::new(format!("dev/{}/cmd", n % 16), "{}");
+                caller
+                    .command(request)
                     .await
                     .is_ok_and(|r| r.status == mqstore_core::commands::Status::Succeeded)
             }
@@ -240,9 +254,28 @@ async fn main() {
         .next()
         .and_then(|p| p.parse().ok())
         .expect("usage: commands_bench PORT REDIS_URL");
-    let redis =
-        RedisConfig::parse(&args.next().expect("usage: commands_bench PORT REDIS_URL")).unwrap();
+    let second = args
+        .next()
+        .expect("usage: commands_bench PORT (REDIS_URL | --service)");
     echo_device(port, "echo-mqtt5", "dev/+/cmd").await;
+    if second == "--service" {
+        let mut options =
+            mqstore_net::client::ClientOptions::new("bench-caller", "127.0.0.1", port);
+        options.timeout = Duration::from_secs(10);
+        let caller = mqstore_net::client::Client::connect(options).await.unwrap();
+        let targets = vec![
+            (
+                "echo baseline (bare MQTT 5 request/response)",
+                Arc::new(Target::Raw(Raw::start(port).await)),
+            ),
+            (
+                "a caller through the command service (mqtt5)",
+                Arc::new(Target::Service(caller)),
+            ),
+        ];
+        return report(&targets).await;
+    }
+    let redis = RedisConfig::parse(&second).unwrap();
     echo_device(port, "echo-dji", "thing/product/+/services").await;
     let broker = BrokerConfig {
         port,
@@ -285,11 +318,16 @@ async fn main() {
     ];
     let targets: Vec<(&str, Arc<Target>)> =
         targets.into_iter().map(|(n, t)| (n, Arc::new(t))).collect();
+    report(&targets).await;
+}
+
+/// Measures each target at 1 and 64 in flight, the first being the baseline.
+async fn report(targets: &[(&str, Arc<Target>)]) {
     println!("| mode | in flight | commands/s | p50 | p99 | vs echo | errors |");
     println!("|---|---|---|---|---|---|---|");
     for in_flight in [1, 64] {
         let mut baseline = 0.0;
-        for (name, target) in &targets {
+        for (name, target) in targets {
             let (rate, p50, p99, errors) = measure(target.clone(), in_flight).await;
             if baseline == 0.0 {
                 baseline = rate;

@@ -10,7 +10,8 @@
 //!
 //! Arguments: the broker's port on 127.0.0.1, things (10000), jobs (10), connections (16),
 //! calls in flight (64). The server is `target/release/mqstore serve`, run as a child process
-//! so that its memory is its own.
+//! so that its memory is its own; with `--inside` last, none is started: the broker serves
+//! jobs itself (the plugin), and the server's memory is not reported.
 
 mod common;
 
@@ -57,6 +58,8 @@ async fn state_store_baseline(clients: &[Client], in_flight: usize, duration: Du
 #[tokio::main]
 async fn main() {
     let args: Vec<String> = std::env::args().collect();
+    let inside = args.last().is_some_and(|a| a == "--inside");
+    let args: Vec<String> = args.into_iter().filter(|a| a != "--inside").collect();
     let arg = |i: usize, default: usize| {
         args.get(i)
             .map_or(default, |a| a.parse().expect("a number"))
@@ -71,20 +74,22 @@ async fn main() {
         .and_then(|d| d.parent())
         .unwrap()
         .join("mqstore");
-    let mut server = std::process::Command::new(&mqstore)
-        .args(["serve", "--port", &port.to_string(), "--node-id", "bench"])
-        .env(
-            "MQSTORE_LOG",
-            std::env::var("MQSTORE_LOG").unwrap_or_else(|_| "warn".into()),
-        )
-        .spawn()
-        .unwrap_or_else(|e| {
-            panic!(
-                "{}: {e} (build it: cargo build --release -p mqstore --bin mqstore)",
-                mqstore.display()
+    let mut server = (!inside).then(|| {
+        std::process::Command::new(&mqstore)
+            .args(["serve", "--port", &port.to_string(), "--node-id", "bench"])
+            .env(
+                "MQSTORE_LOG",
+                std::env::var("MQSTORE_LOG").unwrap_or_else(|_| "warn".into()),
             )
-        });
-    let pid = server.id();
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!(
+                    "{}: {e} (build it: cargo build --release -p mqstore --bin mqstore)",
+                    mqstore.display()
+                )
+            })
+    });
+    let pid = server.as_ref().map_or(0, std::process::Child::id);
     common::wait_for_server(port).await;
     let operator = common::connect(port, "bench-operator", TIMEOUT).await;
     let clients: Vec<Client> = futures_join((0..connections).map(|i| async move {
@@ -242,14 +247,16 @@ async fn main() {
         p(&busy, 0.99),
         busy.len()
     );
-    println!(
-        "| server RSS: start / jobs created / all done | {} / {} / {} MiB |",
-        rss_start / 1024,
-        rss_created / 1024,
-        rss_done / 1024
-    );
-    let _ = server.kill();
-    let _ = server.wait();
+    if let Some(server) = &mut server {
+        println!(
+            "| server RSS: start / jobs created / all done | {} / {} / {} MiB |",
+            rss_start / 1024,
+            rss_created / 1024,
+            rss_done / 1024
+        );
+        let _ = server.kill();
+        let _ = server.wait();
+    }
 }
 
 /// Runs the futures concurrently, results in order.
