@@ -1,9 +1,11 @@
 //! # mqstore
 //!
 //! The protocol core of mqstore: the state store's codec, hybrid logical clocks, the RPC
-//! envelope, topic names and the engine, all without I/O. Bytes, messages and the current time
-//! go in; bytes, messages and the next deadline come out. Drivers (the tokio server and client,
-//! the WebAssembly, Python and C bindings) move them to and from the network.
+//! envelope, topic names and the engine, without network I/O. Bytes, messages and the current
+//! time go in; bytes, messages and the next deadline come out. Drivers (the tokio server and
+//! client, the mosquitto plugin, the WebAssembly, Python and C bindings) move them to and from
+//! the network. The one exception is [`disk`], a data directory's log: it reads, writes and
+//! syncs files with `std::fs` (a host runs each sync where it wants, [`disk::Sync`]).
 //!
 //! See `docs/core.md` for a tour aimed at binding authors.
 //!
