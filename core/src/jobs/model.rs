@@ -608,7 +608,7 @@ pub(crate) fn valid_job_id(id: &str) -> bool {
 #[error("the jobs store failed: {0}")]
 pub struct StoreError(pub String);
 
-/// What a [`JobsStore`] method returns.
+/// What a [`JobsStore`](super::JobsStore) method returns.
 pub type Stored<T> = Result<T, StoreError>;
 
 /// `NAME` of `kind/NAME` or of an ARN `arn:aws:iot:REGION:ACCOUNT:kind/NAME`; `None` when

@@ -93,7 +93,7 @@ pub struct Rollout {
 }
 
 /// The state of a jobs service, one atomic step per method (see the module's documentation).
-/// A method that fails ([`StoreError`]) changed nothing.
+/// A method that fails ([`StoreError`](super::StoreError)) changed nothing.
 pub trait JobsStore {
     /// A job, by id, with its revision.
     fn job(&self, job_id: &str) -> Stored<Option<Arc<Job>>>;
