@@ -21,7 +21,9 @@
 mod cbor;
 pub mod definitions;
 mod profile;
+mod profiles;
 mod registry;
+mod template;
 pub mod wire;
 
 use bytes::Bytes;
@@ -29,11 +31,13 @@ use serde::{Deserialize, Serialize};
 
 pub(crate) use profile::expiry_seconds;
 pub use profile::{
-    AWS_ANSWER, AWS_COMMAND, Acknowledgement, AnswerKey, BUILT_IN_PROFILES, Code, Correlation,
-    Profile, ProfileError, Profiles, StatusRule, Template, TopicProfile, Unreadable,
+    AWS_ANSWER, AWS_COMMAND, Acknowledgement, AnswerKey, Code, Correlation, Profile, ProfileError,
+    StatusRule, TopicProfile, Unreadable,
 };
 pub use profile::{MQTT5, Prepared, Sender, aws_event};
+pub use profiles::{BUILT_IN_PROFILES, Profiles};
 pub use registry::Registry;
+pub use template::Template;
 
 /// What an answer did to the record it matched.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
