@@ -323,7 +323,7 @@ impl Profile {
         })
     }
 
-    /// Reads a device's answer (a publish on one of [`Profiles::answer_filters`] or on this
+    /// Reads a device's answer (a publish on one of [`Profiles::answer_filters`](super::Profiles::answer_filters) or on this
     /// node's own response topics): what to look it up by, and what it says. `Err`: it is
     /// not an answer this profile can read (counted and dropped by the caller).
     pub fn read_answer(&self, publish: &Publish) -> Result<(AnswerKey, Answer), Unreadable> {
