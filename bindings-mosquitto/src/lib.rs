@@ -665,7 +665,7 @@ impl Plugin {
             if let Some(receipt) = &out.receipt {
                 // Inside the broker, taking the publish is its acknowledgement.
                 let code = if taken { 0 } else { 0x80 };
-                self.node.acknowledged(receipt, code, now_ms());
+                self.node.acknowledged(receipt, Some(code), now_ms());
             }
         }
         if let Some(syncer) = &self.syncer {

@@ -191,7 +191,7 @@ fn run_trace(path: &Path) {
             "acknowledged" => {
                 let receipt = receipts.remove(0);
                 let code = argument["code"].as_u64().unwrap_or(0) as u8;
-                node.acknowledged(&receipt, code, now);
+                node.acknowledged(&receipt, Some(code), now);
             }
             "disconnected" => {
                 let client = argument.as_str().expect("a client id");

@@ -39,8 +39,8 @@ pub struct ServiceConfig {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum CommandsHandled {
-    /// A caller's request: answered now (`Ok`), or when its command is settled.
-    Request(Result<(), Refusal>),
+    /// A caller's request: taken (`true` when it sent a command to a device), or refused.
+    Request(Result<bool, Refusal>),
     /// A request that names no response topic or correlation data: dropped.
     Unanswerable,
     /// A device's answer, and what it matched.
@@ -48,15 +48,16 @@ pub enum CommandsHandled {
 }
 
 /// What a device's answer matched.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum AnswerSeen {
     /// It could not be read (refused to the device where its profile acknowledges).
     Malformed,
     /// No command waits for it (unknown id, or forgotten).
     Unknown,
-    /// It matched: how (the first match, for answers that settle several commands).
-    Matched(Matched),
+    /// It matched these commands: how, and the status each has now (an uncorrelated answer
+    /// settles every command waiting on its topic).
+    Matched(Vec<(Matched, Status)>),
 }
 
 /// A caller waiting for a command's end, by its request (to answer on its response topic).
@@ -150,11 +151,21 @@ impl Service {
         timed_out
     }
 
-    /// The broker took (reason code below 0x80) or refused the publish of a one-way command:
-    /// its caller gets DELIVERED, or the refusal.
-    pub fn acknowledged(&mut self, receipt: &Receipt, code: u8, now_ms: u64) {
+    /// The broker took (reason code below 0x80) or refused the publish of a one-way command
+    /// (`None`: the connection dropped before the broker said): its caller gets DELIVERED, or
+    /// why not.
+    pub fn acknowledged(&mut self, receipt: &Receipt, code: Option<u8>, now_ms: u64) {
         let Some(caller) = self.callers.remove(&receipt.0) else {
             return;
+        };
+        let Some(code) = code else {
+            let refusal = Refusal {
+                status: 503,
+                message: "the connection dropped before the broker acknowledged the command"
+                    .into(),
+            };
+            let reply = wire::reply_refusal(&caller.request, &refusal);
+            return self.push(reply, To::Requester(caller.sender));
         };
         let reply = if code < 0x80 {
             match self.registry.delivered(&receipt.0, now_ms) {
@@ -188,14 +199,14 @@ impl Service {
         let to = || To::Requester(sender.map(str::to_owned));
         let answered = if publish.topic == DEFINITIONS_TOPIC {
             match self.definitions(&publish.payload, now_ms) {
-                Ok(answer) => Ok(wire::reply_json(&publish, &answer)),
+                Ok(answer) => Ok(Some(wire::reply_json(&publish, &answer))),
                 Err(refusal) => Err(refusal),
             }
         } else if publish.topic == wire::STATUS_TOPIC {
             let id = String::from_utf8_lossy(&publish.payload);
             self.registry.forget(now_ms);
             match self.registry.get(id.trim()) {
-                Some(record) => Ok(wire::reply_record(&publish, record, true)),
+                Some(record) => Ok(Some(wire::reply_record(&publish, record, true))),
                 None => Err(Refusal::not_found(id.trim())),
             }
         } else {
@@ -203,17 +214,21 @@ impl Service {
                 None => return CommandsHandled::Unanswerable,
                 Some(Err(refusal)) => Err(refusal),
                 Some(Ok(request)) => match self.invoke(request, &publish, sender, now_ms) {
-                    Ok(Some(reply)) => Ok(reply),
-                    // Answered when the command ends.
-                    Ok(None) => return CommandsHandled::Request(Ok(())),
+                    // Answered now (detached) or when the command ends.
+                    Ok(reply) => {
+                        if let Some(reply) = reply {
+                            self.push(reply, to());
+                        }
+                        return CommandsHandled::Request(Ok(true));
+                    }
                     Err(e) => Err(Refusal::of_command(&e)),
                 },
             }
         };
         match answered {
             Ok(reply) => {
-                self.push(reply, to());
-                CommandsHandled::Request(Ok(()))
+                self.push_all(reply, to());
+                CommandsHandled::Request(Ok(false))
             }
             Err(refusal) => {
                 self.push(wire::reply_refusal(&publish, &refusal), to());
@@ -304,9 +319,9 @@ impl Service {
         let matched = self.registry.answer(&key, answer, now_ms);
         let ack = Acknowledgement::of(&matched, &id);
         let ack_reply = profile.acknowledge(&publish, &ack);
-        let seen = match matched.first() {
-            None => AnswerSeen::Unknown,
-            Some((how, _)) => AnswerSeen::Matched(*how),
+        let seen = match matched.is_empty() {
+            true => AnswerSeen::Unknown,
+            false => AnswerSeen::Matched(matched.iter().map(|(how, r)| (*how, r.status)).collect()),
         };
         for (how, record) in matched {
             if how != Matched::Duplicate {

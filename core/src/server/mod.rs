@@ -45,7 +45,7 @@
 //!         while let Some(out) = node.poll_output() {
 //!             let code = host.publish(&out.publish, out.to.client_id());
 //!             if let Some(receipt) = &out.receipt {
-//!                 node.acknowledged(receipt, code, host.now());
+//!                 node.acknowledged(receipt, Some(code), host.now());
 //!             }
 //!         }
 //!         while let Some(sync) = node.poll_sync() {
@@ -498,8 +498,8 @@ impl Node {
     }
 
     /// The broker took (a reason code below 0x80) or refused the publish that carried
-    /// `receipt`.
-    pub fn acknowledged(&mut self, receipt: &Receipt, code: u8, now_ms: u64) {
+    /// `receipt` (`None`: the connection dropped before it said).
+    pub fn acknowledged(&mut self, receipt: &Receipt, code: Option<u8>, now_ms: u64) {
         if let Some(commands) = &mut self.commands {
             commands.acknowledged(receipt, code, now_ms);
             self.output

@@ -30,6 +30,8 @@ use mqstore_core::engine::{Engine, EngineConfig};
 use mqstore_core::envelope::Publish;
 use mqstore_core::jobs::{OPERATOR_TOPIC, topics as jobs_topics};
 use mqstore_core::presence::ServerPresence;
+use mqstore_core::commands::definitions::DEFINITIONS_TOPIC;
+use mqstore_core::commands::wire;
 use mqstore_core::server;
 use mqstore_core::topics;
 use node::{Node, REQUEST_QUEUE, Remote, Signals, State, Stop};
@@ -198,8 +200,15 @@ pub async fn serve(
                     rollout_batch: ROLLOUT_BATCH,
                 }),
                 durability: config.durability.clone(),
-                // Commands go through the `Commander` (its own connection, and Redis).
-                commands: None,
+                // Commands with their registry in memory: the node's own, over the node's
+                // connection (on Redis they go through the `Commander`).
+                commands: config.commands.then(|| server::commands::ServiceConfig {
+                    node_id: config.node_id.clone(),
+                    client_id: config.client_id.clone(),
+                    profiles: config.command_profiles.clone(),
+                    events: true,
+                    random_id: crate::random_bytes::<16>,
+                }),
             };
             let (node, opened) = server::Node::open(node_config, now).map_err(|e| match e {
                 server::NodeError::NodeId(..) => ServerError::NodeId(config.node_id.clone()),
@@ -256,16 +265,16 @@ pub async fn serve(
         }
         None => None,
     };
-    let commander = match config.commands {
-        false => None,
-        true => {
-            if matches!(command_registry, RegistryConfig::Memory) && config.share_group.is_some() {
-                warn!(
-                    "commands on the memory store with --share-group: an answer read on the topic of a \
-                     topic profile (DJI-style devices) reaches only the node that sent the command if \
-                     that node read it; share the registry with --store redis://…"
-                );
-            }
+    if config.commands && matches!(command_registry, RegistryConfig::Memory) && config.share_group.is_some() {
+        warn!(
+            "commands on the memory store with --share-group: an answer read on the topic of a \
+             topic profile (DJI-style devices) reaches only the node that sent the command if \
+             that node read it; share the registry with --store redis://…"
+        );
+    }
+    let commander = match (config.commands, &command_registry) {
+        (false, _) | (true, RegistryConfig::Memory) => None,
+        (true, _) => {
             let commands = CommanderConfig {
                 // The jobs listener's election covers the `$…` answer topics too.
                 elected_dollar_answers: matches!(
@@ -339,13 +348,27 @@ pub async fn serve(
         }
         invoke_filters.push(OPERATOR_TOPIC);
     }
-    let invoke_filters: Vec<String> = invoke_filters
+    let mut invoke_filters: Vec<String> = invoke_filters
         .into_iter()
         .map(|filter| match &config.share_group {
             Some(group) => format!("$share/{group}/{filter}"),
             None => filter.to_owned(),
         })
         .collect();
+    if config.commands && commander.is_none() {
+        // The node's own command service: its requests and the topic profiles' answers
+        // (shared, but mosquitto delivers no `$…` topic to a shared subscription), and the
+        // answers of MQTT 5 devices, which come to this connection's own tree.
+        let service = [wire::INVOKE_TOPIC, wire::STATUS_TOPIC, DEFINITIONS_TOPIC];
+        let answers = config.command_profiles.answer_filters();
+        for filter in service.iter().map(|f| f.to_string()).chain(answers) {
+            invoke_filters.push(match &config.share_group {
+                Some(group) if !filter.starts_with('$') => format!("$share/{group}/{filter}"),
+                _ => filter,
+            });
+        }
+        invoke_filters.push(format!("clients/{}/#", config.client_id));
+    }
     info!(
         broker = %format!("{}:{}", config.broker.host, config.broker.port),
         node_id = %config.node_id,

@@ -25,7 +25,10 @@ use crate::{Polled, connection_error, from_mqtt, now_ms, protocol_hint};
 use mqstore_core::engine::{Accepted, Engine, Fit, Outcome, fit_for_broker};
 use mqstore_core::envelope::{self, DropReason, EnvelopeError, Publish};
 use mqstore_core::jobs::topics as jobs_topics;
-use mqstore_core::server::{self, Handled, JobsHandled, NotAnswered, Route, To};
+use mqstore_core::server::commands::{AnswerSeen, CommandsHandled};
+use mqstore_core::server::{self, Handled, JobsHandled, NotAnswered, Receipt, Route, To};
+use crate::metrics::CommandCount;
+use mqstore_core::commands::{Matched, Status as CommandStatus};
 use mqstore_core::topics;
 
 /// A job's rollout pauses while this many publishes are on their way to the broker (waiting
@@ -189,6 +192,8 @@ pub(super) enum Sent {
     Probe,
     /// This node's retained presence.
     Presence,
+    /// A publish whose PUBACK the node waits for (a one-way command's).
+    Receipt(Receipt),
 }
 
 /// One server node: the engine and what it has queued for the broker.
@@ -468,8 +473,17 @@ impl Node {
                 });
                 // Clean start: nothing survives a reconnect, so subscribe again every time,
                 // and forget which packet ids were notifications.
-                self.notified.clear();
-                self.sent.clear();
+                // A one-way command's caller whose PUBACK will not come hears so.
+                let lost = self.notified.drain().map(|(_, tag)| tag);
+                let lost: Vec<Sent> = lost.chain(self.sent.drain(..)).collect();
+                if let State::Local(node) = &mut self.state {
+                    let now = now_ms();
+                    for tag in lost {
+                        if let Sent::Receipt(receipt) = tag {
+                            node.acknowledged(&receipt, None, now);
+                        }
+                    }
+                }
                 self.unacked = 0;
                 let filters = self.invoke_filters.iter().map(String::as_str);
                 let listener = self.elected_listener().map(|_| jobs_topics::DEVICE_FILTER);
@@ -498,6 +512,7 @@ impl Node {
                 }
                 self.outbox
                     .push(probe, Sent::Probe, |tag| note_sent(sent, metrics, tag));
+                self.queue_out();
                 None
             }
             Event::Incoming(Packet::Publish(p)) => {
@@ -506,10 +521,20 @@ impl Node {
                 let message = from_mqtt(p);
                 // A retained presence replays at every subscribe: it says nothing about the
                 // client now (and would drop its registrations again and again).
-                match server::route(&message.topic, retained, self.jobs.is_some()) {
+                let route = match &self.state {
+                    State::Local(node) => node.route(&message.topic, retained),
+                    State::Redis(..) => {
+                        server::route(&message.topic, retained, self.jobs.is_some())
+                    }
+                };
+                match route {
                     Route::Presence(clients) => Some(clients),
                     Route::Jobs => {
                         self.handle_jobs(message);
+                        None
+                    }
+                    Route::Commands => {
+                        self.handle_commands(message);
                         None
                     }
                     _ if self.outbox.len() >= self.max_pending_answers => {
@@ -563,6 +588,11 @@ impl Node {
                     // An answer or notification (they carry user properties) was acknowledged
                     // properly: the broker keeps the protocol.
                     self.protocol_errors = 0;
+                }
+                if let (Some(Sent::Receipt(receipt)), State::Local(node)) = (&sent, &mut self.state)
+                {
+                    node.acknowledged(receipt, Some(crate::puback_code(ack.reason)), now_ms());
+                    self.queue_out();
                 }
                 match (ack.reason, sent) {
                     (PubAckReason::NoMatchingSubscribers, Some(Sent::Notification(client))) => {
@@ -649,6 +679,9 @@ impl Node {
                     warn!(%error, "jobs timers");
                 }
                 self.metrics.jobs_notified(ticked.jobs_notified as u64);
+                for _ in 0..ticked.commands_timed_out {
+                    self.metrics.command(CommandCount::TimedOut);
+                }
                 self.metrics.set_store(node.stats());
                 self.queue_out();
             }
@@ -889,9 +922,10 @@ impl Node {
         match &mut self.state {
             State::Local(node) => {
                 while let Some(out) = node.poll_output() {
-                    let tag = match out.to {
-                        To::Watcher(client) => Sent::Notification(client),
-                        To::Requester(_) | To::Subscribers => Sent::Answer,
+                    let tag = match (out.to, out.receipt) {
+                        (_, Some(receipt)) => Sent::Receipt(receipt),
+                        (To::Watcher(client), None) => Sent::Notification(client),
+                        (To::Requester(_) | To::Subscribers, None) => Sent::Answer,
                     };
                     push(out.publish, tag);
                 }
@@ -975,6 +1009,51 @@ impl Node {
             }
             _ => {}
         }
+    }
+
+    /// A command request or a device's answer, on a local node (its registry in memory):
+    /// counted as the `Commander` counts them, and what it published queued.
+    fn handle_commands(&mut self, message: Publish) {
+        let now = self.now();
+        let State::Local(node) = &mut self.state else {
+            return;
+        };
+        let topic = message.topic.clone();
+        if let Handled::Commands(handled) = node.handle(message, None, false, now) {
+            let metrics = &self.metrics;
+            match handled {
+                CommandsHandled::Request(Ok(true)) => metrics.command(CommandCount::Sent),
+                CommandsHandled::Request(_) => {}
+                CommandsHandled::Unanswerable => {
+                    metrics.command(CommandCount::Malformed);
+                    debug!(%topic, "dropped a command request without response topic or correlation data");
+                }
+                CommandsHandled::Answer(AnswerSeen::Malformed) => {
+                    metrics.command(CommandCount::Malformed);
+                    info!(%topic, "dropped an answer that cannot be read");
+                }
+                CommandsHandled::Answer(AnswerSeen::Unknown) => {
+                    metrics.command(CommandCount::Unknown);
+                    info!(%topic, "dropped an answer nobody waits for (unknown id, or forgotten)");
+                }
+                CommandsHandled::Answer(AnswerSeen::Matched(matched)) => {
+                    for (how, status) in matched {
+                        metrics.command(match how {
+                            Matched::Live => match status {
+                                CommandStatus::Succeeded => CommandCount::Succeeded,
+                                CommandStatus::Failed => CommandCount::Failed,
+                                _ => CommandCount::Rejected,
+                            },
+                            Matched::Progress => CommandCount::Progress,
+                            Matched::Late => CommandCount::Late,
+                            Matched::Duplicate => CommandCount::Duplicate,
+                        });
+                    }
+                }
+                _ => {}
+            }
+        }
+        self.queue_out();
     }
 
     /// Counts a jobs request that ran, and queues what it published.
