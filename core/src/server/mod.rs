@@ -1,9 +1,9 @@
 //! The server half as one state machine: a [`Node`] owns the state store engine on its own
 //! store (memory, or the durable log of a data directory), the jobs service, the command
 //! service ([`commands`], its registry in memory) and the durability cycle; a host only moves
-//! messages and time. The mosquitto plugin drives all of it; `mqstore serve` drives it on its
-//! memory and `--data-dir` stores (its commands, and everything on Redis, still go through
-//! its own drivers in `mqstore-net`).
+//! messages and time. The mosquitto plugin drives all of it, and so does `mqstore serve` on its
+//! memory and `--data-dir` stores (on Redis, `serve` runs the engine's operations, the jobs
+//! engine and the `Commander` against Redis itself).
 //!
 //! Inputs: a message and who sent it ([`Node::handle`]), a client that is gone
 //! ([`Node::drop_clients`]), the time ([`Node::on_deadline`] at [`Node::next_deadline`]), the
