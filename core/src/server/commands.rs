@@ -161,8 +161,7 @@ impl Service {
         let Some(code) = code else {
             let refusal = Refusal {
                 status: 503,
-                message: "the connection dropped before the broker acknowledged the command"
-                    .into(),
+                message: "the connection dropped before the broker acknowledged the command".into(),
             };
             let reply = wire::reply_refusal(&caller.request, &refusal);
             return self.push(reply, To::Requester(caller.sender));

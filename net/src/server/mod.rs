@@ -26,12 +26,12 @@ use crate::now_ms;
 use crate::redis_store::{RedisJobs, RedisStore};
 use jobs::ROLLOUT_BATCH;
 use jobs::{JobsService, Listener, SharedJobs};
+use mqstore_core::commands::definitions::DEFINITIONS_TOPIC;
+use mqstore_core::commands::wire;
 use mqstore_core::engine::{Engine, EngineConfig};
 use mqstore_core::envelope::Publish;
 use mqstore_core::jobs::{OPERATOR_TOPIC, topics as jobs_topics};
 use mqstore_core::presence::ServerPresence;
-use mqstore_core::commands::definitions::DEFINITIONS_TOPIC;
-use mqstore_core::commands::wire;
 use mqstore_core::server;
 use mqstore_core::topics;
 use node::{Node, REQUEST_QUEUE, Remote, Signals, State, Stop};
@@ -265,7 +265,10 @@ pub async fn serve(
         }
         None => None,
     };
-    if config.commands && matches!(command_registry, RegistryConfig::Memory) && config.share_group.is_some() {
+    if config.commands
+        && matches!(command_registry, RegistryConfig::Memory)
+        && config.share_group.is_some()
+    {
         warn!(
             "commands on the memory store with --share-group: an answer read on the topic of a \
              topic profile (DJI-style devices) reaches only the node that sent the command if \

@@ -19,16 +19,16 @@ use super::jobs::{
     JOBS_TICK_MS, JobsService, LISTENER_LEASE_MS, LISTENER_RENEW_MS, Listener, SharedJobs,
 };
 use crate::connection::{Driver, Outbox, Wakes};
+use crate::metrics::CommandCount;
 use crate::metrics::Metrics;
 use crate::redis_store::{RedisStore, RedisStoreError};
 use crate::{Polled, connection_error, from_mqtt, now_ms, protocol_hint};
+use mqstore_core::commands::{Matched, Status as CommandStatus};
 use mqstore_core::engine::{Accepted, Engine, Fit, Outcome, fit_for_broker};
 use mqstore_core::envelope::{self, DropReason, EnvelopeError, Publish};
 use mqstore_core::jobs::topics as jobs_topics;
 use mqstore_core::server::commands::{AnswerSeen, CommandsHandled};
 use mqstore_core::server::{self, Handled, JobsHandled, NotAnswered, Receipt, Route, To};
-use crate::metrics::CommandCount;
-use mqstore_core::commands::{Matched, Status as CommandStatus};
 use mqstore_core::topics;
 
 /// A job's rollout pauses while this many publishes are on their way to the broker (waiting
