@@ -662,7 +662,15 @@ async fn a_node_killed_while_waiting_leaves_an_orphaned_answer_and_nothing_in_re
     a.wait().unwrap();
     let id = runs.lock().unwrap().keys().next().unwrap().clone();
     wait_for(|| b.metrics().commands(CommandCount::Orphaned) == 1).await;
-    let record = b.status(&id).await.unwrap();
+    // B counts the orphan, then records it: read the record once it is written.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let record = loop {
+        let record = b.status(&id).await.unwrap();
+        if record.orphaned || tokio::time::Instant::now() > deadline {
+            break record;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
     assert!(
         record.orphaned && record.status == Status::Succeeded,
         "{record:?}"

@@ -51,6 +51,9 @@ pub struct Running {
     pub metrics: Arc<Metrics>,
     /// The bound metrics address, when serving metrics.
     pub metrics_addr: Option<SocketAddr>,
+    /// Becomes `true` once the node is connected and its subscriptions are in: requests
+    /// published from then on are served.
+    pub subscribed: tokio::sync::watch::Receiver<bool>,
 }
 
 /// A server running in a task of its own (for embedding and tests).
@@ -86,12 +89,30 @@ pub async fn spawn(config: ServerConfig) -> Result<ServerHandle, ServerError> {
         },
     ));
     match running_rx.await {
-        Ok(running) => Ok(ServerHandle {
-            metrics: running.metrics,
-            metrics_addr: running.metrics_addr,
-            stop,
-            task,
-        }),
+        Ok(mut running) => {
+            // Returned once requests are served (the first subscriptions are in), or why the
+            // server stopped before that.
+            tokio::select! {
+                subscribed = running.subscribed.wait_for(|subscribed| *subscribed) => {
+                    if subscribed.is_err() {
+                        return match (&mut task).await {
+                            Ok(Err(e)) => Err(e),
+                            _ => Err(ServerError::Stopped),
+                        };
+                    }
+                }
+                ended = &mut task => return match ended {
+                    Ok(Err(e)) => Err(e),
+                    _ => Err(ServerError::Stopped),
+                },
+            }
+            Ok(ServerHandle {
+                metrics: running.metrics,
+                metrics_addr: running.metrics_addr,
+                stop,
+                task,
+            })
+        }
         // It stopped before starting: report why.
         Err(_) => match (&mut task).await {
             Ok(Err(e)) => Err(e),
@@ -298,9 +319,11 @@ pub async fn serve(
             Some(Commander::start(commands, Some(metrics.clone())).await?)
         }
     };
+    let (subscribed, subscribed_rx) = tokio::sync::watch::channel(false);
     started(Running {
         metrics: metrics.clone(),
         metrics_addr,
+        subscribed: subscribed_rx,
     });
 
     // A new epoch at every start: clients that see it change register again (see
@@ -409,6 +432,7 @@ pub async fn serve(
         max_pending_answers: config.max_pending_answers,
         stop: Stop::Running,
         disk_done: done_tx_disk,
+        subscribed,
         fatal: None,
     };
     let mut signals = Signals {

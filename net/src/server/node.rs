@@ -240,6 +240,8 @@ pub(super) struct Node {
     pub(super) unacked: usize,
     pub(super) max_pending_answers: usize,
     pub(super) stop: Stop,
+    /// Told when the node's subscriptions are in (at every connection).
+    pub(super) subscribed: tokio::sync::watch::Sender<bool>,
     /// Where a finished sync of the data directory reports.
     pub(super) disk_done: tokio::sync::mpsc::UnboundedSender<Done>,
     /// Why the node stopped on its own (the disk failed).
@@ -403,6 +405,7 @@ impl Driver for Node {
                     // Only now does the broker deliver requests: a caller that connects after
                     // this line is served.
                     info!("connected to the broker; subscribed");
+                    self.subscribed.send_replace(true);
                 }
             }
             Ok(Event::Incoming(Packet::UnsubAck(_))) if self.stop == Stop::Unsubscribing => {
