@@ -6,6 +6,10 @@
 //! `MQSTORE_TRACE_PRINT=1` prints what each step gave instead of checking it (to write a new
 //! trace's expectations: read them, and keep them only when they are what the protocol says).
 
+mod matching;
+
+use matching::matches;
+
 use std::collections::{BTreeMap, HashMap};
 use std::num::NonZeroU64;
 use std::path::Path;
@@ -560,20 +564,6 @@ impl Run {
                 "key": bytes_json(&key),
             }),
         }
-    }
-}
-
-/// Whether `actual` has every field `expected` states, with equal values (objects compared
-/// field by field and lists item by item, recursively; anything else exactly).
-fn matches(expected: &Value, actual: &Value) -> bool {
-    match (expected, actual) {
-        (Value::Object(e), Value::Object(a)) => e
-            .iter()
-            .all(|(k, v)| a.get(k).is_some_and(|actual| matches(v, actual))),
-        (Value::Array(e), Value::Array(a)) => {
-            e.len() == a.len() && e.iter().zip(a).all(|(e, a)| matches(e, a))
-        }
-        _ => expected == actual,
     }
 }
 

@@ -3,6 +3,10 @@
 //! out. The plugin and `mqstore serve` drive this node; their live suites run the same
 //! protocol over real brokers.
 
+mod matching;
+
+use matching::matches;
+
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -140,20 +144,6 @@ fn handled(handled: &Handled) -> &'static str {
         Handled::ClientsGone { .. } => "clients-gone",
         Handled::Ignored => "ignored",
         _ => "new",
-    }
-}
-
-/// Whether `actual` has every field `expected` states (objects field by field, lists item by
-/// item, recursively; anything else exactly).
-fn matches(expected: &Value, actual: &Value) -> bool {
-    match (expected, actual) {
-        (Value::Object(e), Value::Object(a)) => e
-            .iter()
-            .all(|(k, v)| a.get(k).is_some_and(|actual| matches(v, actual))),
-        (Value::Array(e), Value::Array(a)) => {
-            e.len() == a.len() && e.iter().zip(a).all(|(e, a)| matches(e, a))
-        }
-        _ => expected == actual,
     }
 }
 

@@ -482,18 +482,11 @@ impl Commander {
 impl Shared {
     async fn invoke(self: Arc<Self>, request: CommandRequest) -> Result<Record, CommanderError> {
         // A stored command: its payload, for the target the topic names.
-        let request = match &request.command {
-            None => request,
-            Some(id) => {
-                let definition = self
-                    .backend
-                    .definition(id)
-                    .await?
-                    .ok_or_else(|| CommandError::NoDefinition(id.clone()))?;
-                let (target, parameters) = (request.topic.clone(), request.parameters.clone());
-                definition.start(&target, &parameters, request)?
-            }
+        let definition = match &request.command {
+            Some(id) => self.backend.definition(id).await?,
+            None => None,
         };
+        let request = request.start_stored(definition.as_ref())?;
         let profile = self.profiles.get(&request.profile)?;
         let sender = Sender {
             node: &self.node,

@@ -312,6 +312,19 @@ impl DefinitionsRequest {
     }
 }
 
+impl CommandRequest {
+    /// The request to send: itself, or for a stored command (`command` set) what `definition`
+    /// (the stored command of that id, if there is one) makes of its target and parameters.
+    pub fn start_stored(self, definition: Option<&Definition>) -> Result<Self, CommandError> {
+        let Some(id) = &self.command else {
+            return Ok(self);
+        };
+        let definition = definition.ok_or_else(|| CommandError::NoDefinition(id.clone()))?;
+        let (target, parameters) = (self.topic.clone(), self.parameters.clone());
+        definition.start(&target, &parameters, self)
+    }
+}
+
 /// The ARN mqstore gives a command execution's parts (AWS's form, like the jobs'):
 /// `arn:aws:iot:mqstore:000000000000:{kind}/{name}`.
 pub fn arn(kind: &str, name: &str) -> String {

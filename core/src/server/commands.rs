@@ -245,17 +245,11 @@ impl Service {
         sender: Option<&str>,
         now_ms: u64,
     ) -> Result<Option<Publish>, CommandError> {
-        let request = match &request.command {
-            None => request,
-            Some(id) => {
-                let definition = self
-                    .registry
-                    .definition(id)
-                    .ok_or_else(|| CommandError::NoDefinition(id.clone()))?;
-                let (target, parameters) = (request.topic.clone(), request.parameters.clone());
-                definition.start(&target, &parameters, request)?
-            }
-        };
+        let definition = request
+            .command
+            .as_deref()
+            .and_then(|id| self.registry.definition(id));
+        let request = request.start_stored(definition)?;
         let profile = self.config.profiles.get(&request.profile)?;
         let node = Sender {
             node: &self.config.node_id,
