@@ -80,31 +80,34 @@ impl<S: JobsStore> Jobs<S> {
             else {
                 continue; // Another node claimed first: next time.
             };
-            let continuous = job.target_selection == TargetSelection::Continuous;
-            for (done, thing) in claimed.iter().enumerate() {
-                // A thing removed from the job's group and added again gets a new execution.
-                let again = match continuous {
-                    true => self.readded(&job, thing)?,
-                    false => None,
-                };
-                let queued_one = self.change(thing, now_ms, out, |record| {
-                    // A thing listed twice gets one execution.
-                    match (record.latest(&job.id).map(|e| e.execution_number), again) {
-                        (None, _) => queue(record, &job, thing, 1, now_ms),
-                        (Some(number), Some(removed)) if number == removed => {
-                            queue(record, &job, thing, number + 1, now_ms);
-                        }
-                        _ => {}
+            // A thing removed from the job's group and added again gets a new execution.
+            let mut again = std::collections::HashMap::new();
+            if job.target_selection == TargetSelection::Continuous {
+                for thing in &claimed {
+                    if let Some(removed) = self.readded(&job, thing)? {
+                        again.insert(thing.as_str(), removed);
                     }
-                    Ok::<_, super::StoreError>(())
-                });
-                if let Err(super::StoreError(reason)) = queued_one {
-                    return Err(super::StoreError(format!(
-                        "{reason} (rolling out {}: {done} of a batch of {} things queued)",
-                        job.id,
-                        claimed.len()
-                    )));
                 }
+            }
+            let queued_each = self.change_each(&claimed, &job, now_ms, out, |thing, record| {
+                // A thing listed twice gets one execution.
+                match (
+                    record.latest(&job.id).map(|e| e.execution_number),
+                    again.get(thing),
+                ) {
+                    (None, _) => queue(record, &job, thing, 1, now_ms),
+                    (Some(number), Some(&removed)) if number == removed => {
+                        queue(record, &job, thing, number + 1, now_ms);
+                    }
+                    _ => {}
+                }
+            });
+            if let Err((done, super::StoreError(reason))) = queued_each {
+                return Err(super::StoreError(format!(
+                    "{reason} (rolling out {}: {done} of a batch of {} things queued)",
+                    job.id,
+                    claimed.len()
+                )));
             }
             budget -= claimed.len() as u64;
             queued += claimed.len();

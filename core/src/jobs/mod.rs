@@ -40,7 +40,8 @@ pub use model::{Execution, ExecutionRef, Job, JobsError, Pace, RejectCode, Store
 pub use rollout::ABORTED;
 pub use schedule::{Cron, parse_time};
 pub use store::{
-    Counts, DurableJobs, Entries, JobsStore, MemoryJobs, Rollout, Tally, ThingRecord, tally_change,
+    Counts, DurableJobs, Entries, JobsStore, MemoryJobs, Rollout, Tally, ThingRecord, ThingWrite,
+    tally_change,
 };
 pub use topics::OPERATOR as OPERATOR_TOPIC;
 pub use wire::{
@@ -124,6 +125,11 @@ impl<S: JobsStore> Jobs<S> {
     pub fn with_rollout_batch(mut self, batch: usize) -> Self {
         self.rollout_batch = batch.max(1);
         self
+    }
+
+    /// Targets queued per [`Jobs::roll_out`] step at most.
+    pub fn rollout_batch(&self) -> usize {
+        self.rollout_batch
     }
 
     /// The engine over its store as a trait object, with the same settings. A driver that
@@ -483,7 +489,7 @@ impl<S: JobsStore> Jobs<S> {
             let tally = store::tally_change(&read, &record);
             ended_events(thing, &read, &record, now_ms, out);
             let written = self
-                .notify(thing, &before, &record, now_ms, out)
+                .notify(thing, &before, &record, now_ms, None, out)
                 .and_then(|()| self.store.put_thing(thing, record, &tally));
             if written != Ok(true) {
                 out.truncate(published); // Not written: not told either.
@@ -493,23 +499,92 @@ impl<S: JobsStore> Jobs<S> {
                 // store that fails here fails no request (the change was made): an abort is
                 // looked at again by the rollout's next step, a completion when the job is
                 // next described or listed.
-                for (job_id, status, change) in &tally {
-                    if *change > 0 && !status.is_pending() {
-                        let _ = self.settle(job_id, now_ms, out);
-                    }
+                for job_id in ended_jobs(&tally) {
+                    let _ = self.settle(&job_id, now_ms, out);
                 }
                 return Ok(result);
             }
         }
     }
 
-    /// The notifications of a change of `thing`'s pending list from `before` to `after`'s.
+    /// Changes each of `things`' records with `change`, as [`Jobs::change`] does one, but
+    /// reading them all in one step of the store and writing them all in the next (one round
+    /// trip each where the store has round trips, instead of two per thing); `job` is the job
+    /// the change is about (its document, which never changes, is not read again). A thing
+    /// another writer changed in between goes through [`Jobs::change`] on its own. Returns
+    /// how many were changed; on a store's error, how many were before it, with the error.
+    fn change_each(
+        &mut self,
+        things: &[String],
+        job: &Job,
+        now_ms: u64,
+        out: &mut Vec<Publish>,
+        change: impl Fn(&str, &mut ThingRecord),
+    ) -> Result<usize, (usize, StoreError)> {
+        let reads = self.store.thing_records(things).map_err(|e| (0, e))?;
+        let mut writes = Vec::new();
+        let mut told = Vec::new();
+        for (thing, read) in things.iter().zip(reads) {
+            let mut record = read.clone();
+            change(thing, &mut record);
+            if record == read {
+                continue;
+            }
+            let before: Vec<(String, u64)> = read.pending().iter().map(|e| e.key()).collect();
+            let mut publishes = Vec::new();
+            ended_events(thing, &read, &record, now_ms, &mut publishes);
+            self.notify(thing, &before, &record, now_ms, Some(job), &mut publishes)
+                .map_err(|e| (0, e))?;
+            let tally = store::tally_change(&read, &record);
+            writes.push(store::ThingWrite {
+                thing: thing.clone(),
+                record,
+                tally,
+            });
+            told.push(publishes);
+        }
+        let settle: Vec<Vec<String>> = writes.iter().map(|w| ended_jobs(&w.tally)).collect();
+        let names: Vec<String> = writes.iter().map(|w| w.thing.clone()).collect();
+        let written = self.store.put_things(writes);
+        let (mut changed, mut failed) = (0, None);
+        for (((thing, written), publishes), ended) in
+            names.iter().zip(written).zip(told).zip(settle)
+        {
+            let written = match written {
+                Ok(true) => {
+                    out.extend(publishes);
+                    for job_id in ended {
+                        let _ = self.settle(&job_id, now_ms, out); // as in `change`
+                    }
+                    Ok(())
+                }
+                // Another writer came first: this one on its own, from a fresh read.
+                Ok(false) => self.change(thing, now_ms, out, |record| {
+                    change(thing, record);
+                    Ok::<_, StoreError>(())
+                }),
+                Err(error) => Err(error),
+            };
+            match written {
+                Ok(()) => changed += 1,
+                Err(error) => failed = failed.or(Some(error)),
+            }
+        }
+        match failed {
+            None => Ok(changed),
+            Some(error) => Err((changed, error)),
+        }
+    }
+
+    /// The notifications of a change of `thing`'s pending list from `before` to `after`'s;
+    /// `known`, a job whose document need not be read from the store.
     fn notify(
         &self,
         thing: &str,
         before: &[(String, u64)],
         after: &ThingRecord,
         now_ms: u64,
+        known: Option<&Job>,
         out: &mut Vec<Publish>,
     ) -> Stored<()> {
         let after = after.pending();
@@ -536,7 +611,10 @@ impl<S: JobsStore> Jobs<S> {
         if before.first() != keys.first() {
             let execution = match after.first() {
                 Some(first) => {
-                    let document = self.store.job(&first.job_id)?.map(|j| j.document.clone());
+                    let document = match known.filter(|job| job.id == first.job_id) {
+                        Some(job) => Some(job.document.clone()),
+                        None => self.store.job(&first.job_id)?.map(|j| j.document.clone()),
+                    };
                     Some(first.next_notification(document))
                 }
                 None => None,
@@ -636,6 +714,15 @@ fn numbered<'a>(
         None => list.last(),
         Some(n) => list.iter().find(|e| e.execution_number == n),
     }
+}
+
+/// The jobs a change of counts ended an execution of (their abort or completion is looked at).
+fn ended_jobs(tally: &Tally) -> Vec<String> {
+    tally
+        .iter()
+        .filter(|(_, status, change)| *change > 0 && !status.is_pending())
+        .map(|(job_id, _, _)| job_id.clone())
+        .collect()
 }
 
 /// Queues execution `number` of `job` on the thing of `record`.

@@ -127,6 +127,22 @@ pub trait JobsStore {
     /// retry).
     fn put_thing(&mut self, thing: &str, record: ThingRecord, tally: &Tally) -> Stored<bool>;
 
+    /// Several things' records, in order: [`JobsStore::thing`] of each, in one round trip
+    /// where the store has round trips (a rollout reads its batch's things so).
+    fn thing_records(&self, things: &[String]) -> Stored<Vec<ThingRecord>> {
+        things.iter().map(|thing| self.thing(thing)).collect()
+    }
+
+    /// Several [`JobsStore::put_thing`] writes, each a compare-and-set of its own, in one
+    /// round trip where the store has round trips: for each, whether it was written, or the
+    /// store's error (a store that fails midway may have made some and not others).
+    fn put_things(&mut self, writes: Vec<ThingWrite>) -> Vec<Stored<bool>> {
+        writes
+            .into_iter()
+            .map(|w| self.put_thing(&w.thing, w.record, &w.tally))
+            .collect()
+    }
+
     /// Every thing that has a record.
     fn things(&self) -> Stored<Vec<String>>;
 
@@ -178,6 +194,17 @@ pub trait JobsStore {
 
     /// Removes a table and every entry in it.
     fn drop_table(&mut self, table: &str) -> Stored<()>;
+}
+
+/// One write of [`JobsStore::put_things`]: as [`JobsStore::put_thing`]'s arguments.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ThingWrite {
+    /// The thing.
+    pub thing: String,
+    /// Its new record, with the revision it was read at.
+    pub record: ThingRecord,
+    /// The change of the counts (see [`tally_change`]).
+    pub tally: Tally,
 }
 
 /// Entries of a table: (name, value), in name order.
@@ -441,6 +468,12 @@ impl<S: JobsStore + ?Sized> JobsStore for &mut S {
     }
     fn put_thing(&mut self, thing: &str, record: ThingRecord, tally: &Tally) -> Stored<bool> {
         (**self).put_thing(thing, record, tally)
+    }
+    fn thing_records(&self, things: &[String]) -> Stored<Vec<ThingRecord>> {
+        (**self).thing_records(things)
+    }
+    fn put_things(&mut self, writes: Vec<ThingWrite>) -> Vec<Stored<bool>> {
+        (**self).put_things(writes)
     }
     fn things(&self) -> Stored<Vec<String>> {
         (**self).things()

@@ -462,6 +462,30 @@ fn a_large_job_is_rolled_out_in_batches_and_a_cancel_stops_the_rest() {
 struct Raced<'a> {
     inner: &'a mut MemoryJobs,
     other_node: Option<OtherNode>,
+    /// Calls of `thing`, `thing_records`, `put_thing`, `put_things`: how many steps it took.
+    calls: std::cell::Cell<[usize; 4]>,
+}
+
+impl<'a> Raced<'a> {
+    fn new(inner: &'a mut MemoryJobs, other_node: OtherNode) -> Self {
+        Self {
+            inner,
+            other_node: Some(other_node),
+            calls: Default::default(),
+        }
+    }
+
+    fn count(&self, call: usize) {
+        let mut calls = self.calls.get();
+        calls[call] += 1;
+        self.calls.set(calls);
+    }
+
+    fn other_node_writes(&mut self) {
+        if let Some(other_node) = self.other_node.take() {
+            other_node(self.inner);
+        }
+    }
 }
 
 /// What another node does to the shared store.
@@ -490,13 +514,22 @@ impl JobsStore for Raced<'_> {
         self.inner.counts(job_id)
     }
     fn thing(&self, thing: &str) -> Stored<ThingRecord> {
+        self.count(0);
         self.inner.thing(thing)
     }
+    fn thing_records(&self, things: &[String]) -> Stored<Vec<ThingRecord>> {
+        self.count(1);
+        self.inner.thing_records(things)
+    }
     fn put_thing(&mut self, thing: &str, record: ThingRecord, tally: &Tally) -> Stored<bool> {
-        if let Some(other_node) = self.other_node.take() {
-            other_node(self.inner);
-        }
+        self.count(2);
+        self.other_node_writes();
         self.inner.put_thing(thing, record, tally)
+    }
+    fn put_things(&mut self, writes: Vec<ThingWrite>) -> Vec<Stored<bool>> {
+        self.count(3);
+        self.other_node_writes();
+        self.inner.put_things(writes)
     }
     fn things(&self) -> Stored<Vec<String>> {
         self.inner.things()
@@ -554,9 +587,9 @@ fn two_nodes_starting_the_same_execution_start_it_once() {
         .unwrap();
     out.clear();
     // Node B starts the job between node A's read and node A's write.
-    let store = Raced {
-        inner: &mut shared,
-        other_node: Some(Box::new(|inner: &mut MemoryJobs| {
+    let store = Raced::new(
+        &mut shared,
+        Box::new(|inner: &mut MemoryJobs| {
             let mut b_out = Vec::new();
             Jobs::with_store(inner, 60_000).handle(
                 "$aws/things/T/jobs/start-next",
@@ -564,8 +597,8 @@ fn two_nodes_starting_the_same_execution_start_it_once() {
                 T0,
                 &mut b_out,
             );
-        })),
-    };
+        }),
+    );
     let mut node_a = Jobs::with_store(store, 60_000);
     let reply = device(&mut node_a, "T", "start-next", json!({}), &mut out);
     assert_eq!(reply["_accepted"], json!(true));
@@ -580,6 +613,61 @@ fn two_nodes_starting_the_same_execution_start_it_once() {
     let record = shared.thing("T").unwrap();
     assert_eq!(record.latest("job1").unwrap().version_number, 2);
     assert_eq!(record.revision, 2, "the create's write and B's start");
+}
+
+/// A rollout reads its batch's things in one step of the store and writes them in the next
+/// (one round trip each on Redis); a thing another node wrote in between is queued again on
+/// its own, from a fresh read, and told of both its jobs.
+#[test]
+fn a_rollout_batch_is_one_read_and_one_write_and_a_raced_thing_goes_again() {
+    let mut shared = MemoryJobs::default();
+    let mut store = Raced::new(
+        &mut shared,
+        Box::new(|inner: &mut MemoryJobs| {
+            Jobs::with_store(inner, 60_000)
+                .create_job(spec("other", &["b"]), T0, &mut Vec::new())
+                .unwrap();
+        }),
+    );
+    let mut out = Vec::new();
+    Jobs::with_store(&mut store, 60_000)
+        .with_rollout_batch(4)
+        .create_job(spec("big", &["a", "b", "c", "d"]), T0, &mut out)
+        .unwrap();
+    let [reads, batch_reads, writes, batch_writes] = store.calls.get();
+    assert_eq!(
+        (batch_reads, batch_writes),
+        (1, 1),
+        "the batch: one read, one write"
+    );
+    assert_eq!((reads, writes), (1, 1), "b again, on its own");
+    drop(store);
+    for thing in ["a", "b", "c", "d"] {
+        let record = shared.thing(thing).unwrap();
+        assert_eq!(
+            record.latest("big").unwrap().status,
+            Status::Queued,
+            "{thing}"
+        );
+        assert_eq!(record.executions["big"].len(), 1, "{thing}: one execution");
+    }
+    assert!(shared.thing("b").unwrap().latest("other").is_some());
+    // Each thing told once (notify and notify-next), b with both jobs in its list.
+    let told: Vec<&str> = out
+        .iter()
+        .filter(|p| p.topic.ends_with("/notify"))
+        .map(|p| p.topic.as_str())
+        .collect();
+    assert_eq!(told.len(), 4, "{told:?}");
+    let b = out
+        .iter()
+        .find(|p| p.topic == "$aws/things/b/jobs/notify")
+        .unwrap();
+    let b: Value = serde_json::from_slice(&b.payload).unwrap();
+    let queued: Vec<&Value> = b["jobs"]["QUEUED"].as_array().unwrap().iter().collect();
+    assert_eq!(queued.len(), 2, "{b}");
+    assert_eq!(queued[0]["jobId"], json!("other"));
+    assert_eq!(queued[1]["jobId"], json!("big"));
 }
 
 #[test]
@@ -603,9 +691,9 @@ fn a_write_that_lost_the_race_publishes_nothing_of_its_first_attempt() {
     device(&mut setup, "T", "start-next", json!({}), &mut out);
     out.clear();
     // Node B completes the execution between node A's read and node A's write of the same.
-    let store = Raced {
-        inner: &mut shared,
-        other_node: Some(Box::new(|inner: &mut MemoryJobs| {
+    let store = Raced::new(
+        &mut shared,
+        Box::new(|inner: &mut MemoryJobs| {
             let mut b_out = Vec::new();
             Jobs::with_store(inner, 60_000).handle(
                 "$aws/things/T/jobs/job1/update",
@@ -613,8 +701,8 @@ fn a_write_that_lost_the_race_publishes_nothing_of_its_first_attempt() {
                 T0,
                 &mut b_out,
             );
-        })),
-    };
+        }),
+    );
     let mut node_a = Jobs::with_store(store, 60_000);
     let reply = device(
         &mut node_a,

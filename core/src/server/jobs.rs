@@ -77,6 +77,9 @@ pub fn run_request(
 
 /// A jobs timer tick: times out what ran out, and (while the host's queue has `room`) queues
 /// the next things of the rollouts their rates allow; when the engine next has work.
+///
+/// After a full batch the answer is "now" without asking the store (more may go at once): on
+/// Redis a tick is a handful of round trips, and a large rollout is many ticks.
 pub fn tick(
     jobs: &mut Jobs<&mut dyn JobsStore>,
     now_ms: u64,
@@ -84,8 +87,8 @@ pub fn tick(
     out: &mut Vec<Publish>,
 ) -> Stored<Option<u64>> {
     jobs.expire(now_ms, out)?;
-    if room && jobs.rolling_out()? {
-        jobs.roll_out(now_ms, out)?;
+    if room && jobs.roll_out(now_ms, out)? >= jobs.rollout_batch() {
+        return Ok(Some(now_ms));
     }
     jobs.next_wake(now_ms)
 }

@@ -31,9 +31,10 @@ use std::sync::{Arc, Mutex};
 
 use redis::Value;
 
-use super::{Lua, RedisStore, RedisStoreError};
+use super::{Call, Lua, RedisStore, RedisStoreError};
 use mqstore_core::jobs::{
     Counts, Entries, Job, JobsStore, Rollout, Status, StoreError, Stored, Tally, ThingRecord,
+    ThingWrite,
 };
 
 /// The scripts of the jobs store.
@@ -130,6 +131,48 @@ impl RedisJobs {
         }
     }
 
+    /// A thing's record (one `HMGET`; the caller waits for it).
+    async fn read_thing(&self, thing: &str) -> Result<Stored<ThingRecord>, RedisStoreError> {
+        let bucket = self.store.bucket_of(thing.as_bytes());
+        let name = self.store.name(bucket, b"jt:", thing.as_bytes());
+        let (revision, json): (Option<u64>, Option<Vec<u8>>) = self
+            .store
+            .query(redis::cmd("HMGET").arg(name).arg("r").arg("d"))
+            .await?;
+        Ok(match json {
+            Some(json) => decode::<ThingRecord>("thing record", &json),
+            None => Ok(ThingRecord::default()),
+        }
+        .map(|mut record| {
+            record.revision = revision.unwrap_or(0);
+            record
+        }))
+    }
+
+    /// The compare-and-set of a thing's record (see `jobs_put.lua`).
+    fn thing_write(&self, thing: &str, record: &ThingRecord, tally: &Tally) -> Stored<Call<'_>> {
+        let json = serde_json::to_vec(record).map_err(|e| StoreError(e.to_string()))?;
+        let bucket = self.store.bucket_of(thing.as_bytes());
+        let mut call = self.scripts.put.call();
+        call.key(self.store.name(bucket, b"jt:", thing.as_bytes()))
+            .key(self.store.name(bucket, b"jthings", b""))
+            .key(self.store.name(bucket, b"jtimers", b""));
+        for (job_id, _, _) in tally {
+            call.key(self.store.name(bucket, b"jcount:", job_id.as_bytes()));
+        }
+        call.arg(record.revision)
+            .arg(json)
+            .arg(thing)
+            .arg(record.timers().count());
+        for (deadline, job_id) in record.timers() {
+            call.arg(deadline).arg(job_id);
+        }
+        for (_, status, change) in tally {
+            call.arg(status.as_str()).arg(*change);
+        }
+        Ok(call)
+    }
+
     /// Runs `call` on every bucket at once, in bucket order.
     fn each_bucket<T, F>(&self, call: impl Fn(u32) -> F) -> Stored<Vec<T>>
     where
@@ -158,6 +201,15 @@ fn text(what: &str, item: Value) -> Stored<String> {
             String::from_utf8(text).map_err(|_| StoreError(format!("{what} that is not UTF-8")))
         }
         other => Err(unexpected(what, &other)),
+    }
+}
+
+/// A compare-and-set's answer: written, or another write came first.
+fn written(answer: &Value) -> Stored<bool> {
+    match answer {
+        Value::Int(1) => Ok(true),
+        Value::Int(0) => Ok(false),
+        other => Err(unexpected("writing a thing", other)),
     }
 }
 
@@ -297,45 +349,48 @@ impl JobsStore for RedisJobs {
     }
 
     fn thing(&self, thing: &str) -> Stored<ThingRecord> {
-        let bucket = self.store.bucket_of(thing.as_bytes());
-        let name = self.store.name(bucket, b"jt:", thing.as_bytes());
-        let (revision, json): (Option<u64>, Option<Vec<u8>>) = self.wait(
-            self.store
-                .query(redis::cmd("HMGET").arg(name).arg("r").arg("d")),
-        )?;
-        let mut record = match json {
-            Some(json) => decode::<ThingRecord>("thing record", &json)?,
-            None => ThingRecord::default(),
-        };
-        record.revision = revision.unwrap_or(0);
-        Ok(record)
+        self.wait(self.read_thing(thing))?
+    }
+
+    /// The reads go out together on the one connection (pipelined): one round trip.
+    fn thing_records(&self, things: &[String]) -> Stored<Vec<ThingRecord>> {
+        let reads = things.iter().map(|thing| self.read_thing(thing));
+        self.wait(futures_util::future::try_join_all(reads))?
+            .into_iter()
+            .collect()
     }
 
     fn put_thing(&mut self, thing: &str, record: ThingRecord, tally: &Tally) -> Stored<bool> {
-        let json = serde_json::to_vec(&record).map_err(|e| StoreError(e.to_string()))?;
-        let bucket = self.store.bucket_of(thing.as_bytes());
-        let mut call = self.scripts.put.call();
-        call.key(self.store.name(bucket, b"jt:", thing.as_bytes()))
-            .key(self.store.name(bucket, b"jthings", b""))
-            .key(self.store.name(bucket, b"jtimers", b""));
-        for (job_id, _, _) in tally {
-            call.key(self.store.name(bucket, b"jcount:", job_id.as_bytes()));
-        }
-        call.arg(record.revision)
-            .arg(json)
-            .arg(thing)
-            .arg(record.timers().count());
-        for (deadline, job_id) in record.timers() {
-            call.arg(deadline).arg(job_id);
-        }
-        for (_, status, change) in tally {
-            call.arg(status.as_str()).arg(*change);
-        }
-        match self.wait(self.store.eval(&call))? {
-            Value::Int(1) => Ok(true),
-            Value::Int(0) => Ok(false),
-            other => Err(unexpected("writing a thing", &other)),
-        }
+        let call = self.thing_write(thing, &record, tally)?;
+        self.wait(self.store.eval(&call))
+            .and_then(|answer| written(&answer))
+    }
+
+    /// The writes go out together on the one connection (pipelined), each its own
+    /// compare-and-set script: one round trip.
+    fn put_things(&mut self, writes: Vec<ThingWrite>) -> Vec<Stored<bool>> {
+        let calls: Vec<Stored<Call<'_>>> = writes
+            .iter()
+            .map(|w| self.thing_write(&w.thing, &w.record, &w.tally))
+            .collect();
+        let store = &self.store;
+        let answers = calls.iter().map(|call| async move {
+            match call {
+                Ok(call) => store.eval(call).await.map(Ok),
+                Err(e) => Ok(Err(e.clone())),
+            }
+        });
+        let answers = self
+            .runtime
+            .block_on(futures_util::future::join_all(answers));
+        answers
+            .into_iter()
+            .map(|answer| match answer {
+                Ok(Ok(answer)) => written(&answer),
+                Ok(Err(e)) => Err(e),
+                Err(e) => Err(StoreError(e.to_string())),
+            })
+            .collect()
     }
 
     fn things(&self) -> Stored<Vec<String>> {
