@@ -11,7 +11,8 @@
 //!   it. PUBLISH says how many heard one: 0 means the node is gone, and the record says so
 //!   (`orphaned`).
 
-use std::sync::Arc;
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -25,12 +26,50 @@ use mqstore_core::commands::{Answer, AnswerKey, CommandError, Matched, Record};
 /// How often one change is retried when another node changed the record in between.
 const MAX_TRIES: usize = 16;
 
+/// Records this node wrote last that it keeps (see [`Written`]).
+const WRITTEN: usize = 4096;
+
 /// The command registry in Redis. Cheap to clone.
 #[derive(Clone)]
 pub struct RedisRegistry {
     store: RedisStore,
     put: Arc<Lua>,
     index: Arc<Lua>,
+    written: Arc<Mutex<Written>>,
+}
+
+/// The records of commands still waiting that this node wrote last, with their revision: the
+/// answer to a command usually comes back to the node that sent it, before anyone else wrote
+/// its record, and then its compare-and-set can start from this copy instead of reading the
+/// record again (one round trip to Redis fewer per command). A copy is only a guess: a change
+/// made from it is written by compare-and-set on its revision, and a change it refuses or a
+/// write it loses is decided again from a fresh read. The oldest go first beyond [`WRITTEN`].
+#[derive(Default)]
+struct Written {
+    records: HashMap<String, (u64, Record)>,
+    order: VecDeque<String>,
+}
+
+impl Written {
+    fn keep(&mut self, revision: u64, record: &Record) {
+        if record.is_final() {
+            self.records.remove(&record.id);
+            return;
+        }
+        let id = record.id.clone();
+        if self
+            .records
+            .insert(id.clone(), (revision, record.clone()))
+            .is_none()
+        {
+            if self.order.len() >= WRITTEN
+                && let Some(oldest) = self.order.pop_front()
+            {
+                self.records.remove(&oldest);
+            }
+            self.order.push_back(id);
+        }
+    }
 }
 
 impl std::fmt::Debug for RedisRegistry {
@@ -59,6 +98,23 @@ impl RedisRegistry {
             store,
             put: Arc::new(Lua::new(include_str!("commands_put.lua"))),
             index: Arc::new(Lua::new(include_str!("commands_index.lua"))),
+            written: Arc::default(),
+        }
+    }
+
+    fn kept(&self, id: &str) -> Option<(u64, Record)> {
+        self.written.lock().ok()?.records.get(id).cloned()
+    }
+
+    fn keep(&self, revision: u64, record: &Record) {
+        if let Ok(mut written) = self.written.lock() {
+            written.keep(revision, record);
+        }
+    }
+
+    fn forget(&self, id: &str) {
+        if let Ok(mut written) = self.written.lock() {
+            written.records.remove(id);
         }
     }
 
@@ -159,6 +215,7 @@ impl RedisRegistry {
         if !self.put(record, 0, now_ms).await? {
             return Err(CommandError::Duplicate(record.id.clone()).into());
         }
+        self.keep(1, record);
         if !record.correlated {
             let mut call = self.index.call();
             call.key(self.name("cmdtopic:", &record.answer_filter))
@@ -179,6 +236,14 @@ impl RedisRegistry {
         now_ms: u64,
         mut change: impl FnMut(&mut Record) -> (T, bool),
     ) -> Result<Option<(T, Record)>> {
+        if let Some((revision, mut record)) = self.kept(id) {
+            let (out, changed) = change(&mut record);
+            if changed && self.put(&record, revision, now_ms).await? {
+                self.keep(revision + 1, &record);
+                return Ok(Some((out, record)));
+            }
+            self.forget(id); // Not what Redis has (or not changed): from a fresh read.
+        }
         for _ in 0..MAX_TRIES {
             let Some((revision, mut record)) = self.read(id).await? else {
                 return Ok(None);
@@ -366,4 +431,53 @@ impl RedisRegistry {
 fn parse_definition(json: &[u8]) -> Result<Definition> {
     serde_json::from_slice(json)
         .map_err(|e| RedisStoreError::Reply(format!("a stored command that is not one: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mqstore_core::commands::Status;
+
+    fn record(id: &str, status: Status) -> Record {
+        Record {
+            id: id.into(),
+            node: "n".into(),
+            topic: "t".into(),
+            profile: "default".into(),
+            command: None,
+            answer_filter: "a".into(),
+            correlated: true,
+            sent_ms: 0,
+            deadline_ms: 1,
+            status,
+            answer: None,
+            late: false,
+            orphaned: false,
+            duplicates: 0,
+            updated_ms: 0,
+        }
+    }
+
+    #[test]
+    fn the_kept_records_are_bounded_and_a_final_one_is_not_kept() {
+        let mut written = Written::default();
+        for n in 0..WRITTEN + 10 {
+            written.keep(1, &record(&n.to_string(), Status::Sent));
+        }
+        assert_eq!(written.records.len(), WRITTEN);
+        assert_eq!(written.order.len(), WRITTEN);
+        assert!(!written.records.contains_key("0"), "the oldest went first");
+        let newest = (WRITTEN + 9).to_string();
+        written.keep(2, &record(&newest, Status::Sent));
+        assert_eq!(
+            written.records[&newest].0, 2,
+            "a newer revision replaces its copy"
+        );
+        assert_eq!(written.order.len(), WRITTEN, "and is not listed twice");
+        written.keep(3, &record(&newest, Status::Succeeded));
+        assert!(
+            !written.records.contains_key(&newest),
+            "a final record is dropped"
+        );
+    }
 }
