@@ -7,7 +7,7 @@ Walks the CLI's error strings where they are written: the `error:` lines and usa
 the CLI itself (`cli/src`: `eprintln!("error: …")`, `Err("…")`, `usage("…")`, value parsers),
 the client errors every client command reports (`#[error("…")]` of `ClientError`,
 `core/src/client/mod.rs`), and what stops `mqstore serve` at start (`#[error("…")]` of
-`ServerError`, `net/src/server/config.rs`). Each string's longest fixed part (the text between
+`ServerError`, `server/src/config.rs`). Each string's longest fixed part (the text between
 its `{…}` placeholders) must appear in `docs/guide/troubleshooting.md` (whitespace, backticks
 and emphasis aside). Exits 1 and lists each string the page lacks, with where it is written.
 """
@@ -42,7 +42,7 @@ def strings() -> list[tuple[str, str]]:
         for match in CLI_ERROR.finditer(text):
             line = text.count("\n", 0, match.start()) + 1
             found.append((f"{path.relative_to(ROOT)}:{line}", match.group(1) or match.group(2)))
-    for relative in ["core/src/client/mod.rs", "net/src/server/config.rs"]:
+    for relative in ["core/src/client/mod.rs", "server/src/config.rs"]:
         text = (ROOT / relative).read_text(encoding="utf-8")
         for match in DERIVED_ERROR.finditer(text):
             line = text.count("\n", 0, match.start()) + 1

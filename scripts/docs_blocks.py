@@ -17,8 +17,8 @@ A block that cannot run (it installs packages, runs until stopped, is a sketch) 
 `<!-- docs-test: skip (reason) -->` on the line before it; each is listed with its reason.
 Rust blocks are fragments of a program (`client` is a connected `Client`): each is compiled
 (`cargo check`), as the body of an async function of its own, in one crate that depends on
-`mqstore-core` and `mqstore-net`; they are not run. Blocks of other languages (JSON, TOML,
-HTML, text) are counted, not run. Exits 1 if any block fails, and prints what it printed.
+`mqstore-core`, `mqstore-net` and `mqstore-server`; they are not run. Blocks of other
+languages (JSON, TOML, HTML, text) are counted, not run. Exits 1 if any block fails, and prints what it printed.
 """
 
 from __future__ import annotations
@@ -180,7 +180,8 @@ publish = false
 
 [dependencies]
 mqstore-core = {{ path = "{ROOT / "core"}" }}
-mqstore-net = {{ path = "{ROOT / "net"}", features = ["server"] }}
+mqstore-net = {{ path = "{ROOT / "net"}" }}
+mqstore-server = {{ path = "{ROOT / "server"}" }}
 bytes = "1"
 serde_json = "1"
 tokio = {{ version = "1", features = ["macros", "rt-multi-thread"] }}

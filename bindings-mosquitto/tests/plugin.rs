@@ -514,7 +514,7 @@ async fn under_valgrind_the_plugin_makes_no_memory_errors_and_leaks_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_state_store_server_beside_the_plugin_is_told_to_leave_it_alone() {
     use mqstore_net::BrokerConfig;
-    use mqstore_net::server::{ServerConfig, spawn};
+    use mqstore_server::{ServerConfig, spawn};
     let broker = broker_with_plugin();
     let config = ServerConfig::new(
         BrokerConfig {

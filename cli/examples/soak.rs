@@ -20,7 +20,7 @@ use mqstore_core::hlc::{Clock, SystemClock};
 use mqstore_core::topics;
 use mqstore_net::BrokerConfig;
 use mqstore_net::client::{Client, ClientOptions, SetOptions};
-use mqstore_net::server::{ServerConfig, spawn};
+use mqstore_server::{ServerConfig, spawn};
 use rumqttc::v5::mqttbytes::QoS;
 use rumqttc::v5::mqttbytes::v5::PublishProperties;
 use rumqttc::v5::{AsyncClient, MqttOptions};

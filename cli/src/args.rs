@@ -11,7 +11,7 @@ use clap::{Args, Parser, Subcommand};
 use mqstore_core::engine::AccessRule;
 use mqstore_core::hlc::Hlc;
 use mqstore_core::store::Quotas;
-use mqstore_net::server::StoreConfig;
+use mqstore_server::StoreConfig;
 
 #[derive(Parser)]
 #[command(
@@ -218,7 +218,7 @@ pub(crate) struct ServeArgs {
     pub(crate) max_watches: u64,
     /// Seconds an identified client's registrations last after its last KEYNOTIFY (mqstore
     /// clients renew them every third of it); 0: until the client is known to be gone.
-    #[arg(long, default_value_t = mqstore_net::server::DEFAULT_REGISTRATION_LEASE.as_secs())]
+    #[arg(long, default_value_t = mqstore_server::DEFAULT_REGISTRATION_LEASE.as_secs())]
     pub(crate) registration_lease: u64,
     /// Seconds the registrations of clients on the standard topics last after their last
     /// KEYNOTIFY. They do not renew (the Azure SDK clients): default, until they are known to be
@@ -287,11 +287,11 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "MQSTORE_REDIS_WAIT_REPLICAS", default_value_t = 0)]
     pub(crate) redis_wait_replicas: u32,
     /// Milliseconds a write waits for --redis-wait-replicas.
-    #[arg(long, env = "MQSTORE_REDIS_WAIT_TIMEOUT", default_value_t = mqstore_net::redis_store::DEFAULT_WAIT_TIMEOUT.as_millis() as u64)]
+    #[arg(long, env = "MQSTORE_REDIS_WAIT_TIMEOUT", default_value_t = mqstore_server::redis_store::DEFAULT_WAIT_TIMEOUT.as_millis() as u64)]
     pub(crate) redis_wait_timeout: u64,
     /// Drop requests (unapplied; callers time out) while this many answers wait for the
     /// broker: bounds memory when the broker takes publishes more slowly than requests arrive.
-    #[arg(long, default_value_t = mqstore_net::server::DEFAULT_MAX_PENDING_ANSWERS)]
+    #[arg(long, default_value_t = mqstore_server::DEFAULT_MAX_PENDING_ANSWERS)]
     pub(crate) max_pending_answers: usize,
     /// Keep the state store on disk in this directory (created if missing): every key
     /// survives restarts and crashes, with its version, fencing token and expiry (memory

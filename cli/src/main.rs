@@ -11,9 +11,9 @@ use clap::Parser;
 use mqstore_core::disk::Durability;
 use mqstore_core::engine::AccessRules;
 use mqstore_core::store::Quotas;
-use mqstore_net::bench::{self, BenchConfig};
-use mqstore_net::server::{ServerConfig, StoreConfig, serve};
 use mqstore_net::{BrokerConfig, TlsConfig};
+use mqstore_server::bench::{self, BenchConfig};
+use mqstore_server::{ServerConfig, StoreConfig, serve};
 
 use args::{BrokerArgs, Cli, Command};
 use store::run_client;

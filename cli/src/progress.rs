@@ -1,7 +1,7 @@
 //! `mqstore bench`'s progress on stderr: a bar per level on a terminal (indicatif), and one
 //! line per round when stderr is not a terminal (a log file gets no bar frames).
 
-use mqstore_net::bench::Progress;
+use mqstore_server::bench::Progress;
 
 #[derive(Default)]
 pub struct BenchProgress {

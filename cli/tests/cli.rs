@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use broker::{Broker, Kind, Mosquitto};
 use mqstore_net::BrokerConfig;
-use mqstore_net::server::{ServerConfig, ServerHandle, spawn};
+use mqstore_server::{ServerConfig, ServerHandle, spawn};
 
 /// A broker with a server next to it, and a way to run the CLI against them.
 struct Setup {

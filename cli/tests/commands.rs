@@ -16,10 +16,10 @@ use mqstore_core::client::ClientError;
 use mqstore_core::commands::{CommandRequest, MQTT5, Mode, Status};
 use mqstore_net::BrokerConfig;
 use mqstore_net::client::{Client, ClientOptions};
-use mqstore_net::commander::{Commander, CommanderConfig, CommanderError, RegistryConfig};
-use mqstore_net::metrics::CommandCount;
-use mqstore_net::redis_store::RedisConfig;
-use mqstore_net::server::{ServerConfig, ServerHandle, spawn};
+use mqstore_server::commander::{Commander, CommanderConfig, CommanderError, RegistryConfig};
+use mqstore_server::metrics::CommandCount;
+use mqstore_server::redis_store::RedisConfig;
+use mqstore_server::{ServerConfig, ServerHandle, spawn};
 use redis::Redis;
 use rumqttc::v5::mqttbytes::QoS;
 use rumqttc::v5::mqttbytes::v5::{Packet, PublishProperties};
@@ -1109,7 +1109,7 @@ async fn an_aws_command_that_falls_silent_times_out_and_a_late_result_replaces_t
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn aws_commands_across_three_nodes_on_redis_publish_each_transition_once() {
-    use mqstore_net::server::StoreConfig;
+    use mqstore_server::StoreConfig;
     let broker = Broker::start();
     let redis = Redis::start();
     let (_device, acks) = aws_device(&broker, "robot1").await;

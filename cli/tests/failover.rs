@@ -21,8 +21,8 @@ use broker::Broker;
 use mqstore_core::client::ClientError;
 use mqstore_net::BrokerConfig;
 use mqstore_net::client::{Client, SetOptions};
-use mqstore_net::redis_store::RedisConfig;
-use mqstore_net::server::{ServerConfig, StoreConfig, spawn};
+use mqstore_server::redis_store::RedisConfig;
+use mqstore_server::{ServerConfig, StoreConfig, spawn};
 use redis::{Cluster, Proxy, Redis, Sentinels};
 
 use calls::WAIT;

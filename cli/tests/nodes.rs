@@ -18,9 +18,9 @@ use mqstore_core::client::ClientError;
 use mqstore_core::hlc::Hlc;
 use mqstore_net::BrokerConfig;
 use mqstore_net::client::{Client, SetOptions};
-use mqstore_net::metrics::Metrics;
-use mqstore_net::redis_store::RedisConfig;
-use mqstore_net::server::{ServerConfig, ServerHandle, StoreConfig, spawn};
+use mqstore_server::metrics::Metrics;
+use mqstore_server::redis_store::RedisConfig;
+use mqstore_server::{ServerConfig, ServerHandle, StoreConfig, spawn};
 use redis::{Cluster, Redis};
 
 use calls::{WAIT, next_change};

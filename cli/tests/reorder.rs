@@ -17,7 +17,7 @@ use calls::{WAIT, next_change, ready_client};
 use mqstore_core::hlc::Hlc;
 use mqstore_net::BrokerConfig;
 use mqstore_net::client::{Client, KeyChange, Observation, SetOptions};
-use mqstore_net::server::{ServerConfig, ServerHandle, spawn};
+use mqstore_server::{ServerConfig, ServerHandle, spawn};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;

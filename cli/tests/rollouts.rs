@@ -12,7 +12,7 @@ use std::sync::{Arc, Barrier, Mutex};
 use mqstore_core::envelope::Publish;
 use mqstore_core::jobs::{ABORTED, DurableJobs, Jobs, JobsStore, MemoryJobs, tables};
 use mqstore_core::store::Quotas;
-use mqstore_net::redis_store::{RedisConfig, RedisJobs, RedisStore};
+use mqstore_server::redis_store::{RedisConfig, RedisJobs, RedisStore};
 use serde_json::{Value, json};
 
 const T0: u64 = 1_800_000_000_000;

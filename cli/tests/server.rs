@@ -19,8 +19,8 @@ use mqstore_core::store::Quotas;
 use mqstore_core::topics;
 use mqstore_net::BrokerConfig;
 use mqstore_net::client::{Client, ClientOptions, Deleted, SetOptions};
-use mqstore_net::metrics::Metrics;
-use mqstore_net::server::{ServerConfig, ServerHandle, spawn};
+use mqstore_server::metrics::Metrics;
+use mqstore_server::{ServerConfig, ServerHandle, spawn};
 use rumqttc::v5::mqttbytes::QoS;
 use rumqttc::v5::mqttbytes::v5::{LastWill, Packet, PublishProperties};
 use rumqttc::v5::{AsyncClient, Event, MqttOptions};
@@ -51,8 +51,8 @@ impl Server {
         let redis = match std::env::var("MQSTORE_TEST_STORE").as_deref() {
             Ok("redis") => {
                 let redis = redis::Redis::start();
-                let url = mqstore_net::redis_store::RedisConfig::parse(&redis.url()).unwrap();
-                config.store = mqstore_net::server::StoreConfig::Redis(url);
+                let url = mqstore_server::redis_store::RedisConfig::parse(&redis.url()).unwrap();
+                config.store = mqstore_server::StoreConfig::Redis(url);
                 Some(redis)
             }
             Ok("memory") | Err(_) => None,
@@ -862,7 +862,7 @@ on_every_deployment! {
 
 on_both_brokers! {
     async fn the_benchmark_measures_the_server_and_an_echo_responder(kind: Kind) {
-        use mqstore_net::bench::{self, BenchConfig};
+        use mqstore_server::bench::{self, BenchConfig};
 
         let broker = Broker::start_kind(kind);
         let server = Server::start(broker.port, "node-a").await;

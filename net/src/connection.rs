@@ -23,7 +23,7 @@ use crate::{Polled, Queued, backoff, now_ms, try_publish};
 use mqstore_core::envelope::Publish;
 
 /// What the owner of a connection does besides handling its events.
-pub(crate) trait Driver {
+pub trait Driver {
     /// Something other than the connection that wants attention.
     type Wake;
     /// The state machine's next deadline, in ms since the epoch.
@@ -37,14 +37,15 @@ pub(crate) trait Driver {
 }
 
 /// A source of wake-ups other than the connection: commands from handles, a shutdown signal.
-pub(crate) trait Wakes {
+pub trait Wakes {
+    /// What woke the task.
     type Wake;
     /// The next wake-up. Must be cancellation safe: it loses races against the connection.
     fn next(&mut self) -> impl Future<Output = Self::Wake>;
 }
 
 /// An MQTT connection, with the timers of the task that drives it.
-pub(crate) struct Connection {
+pub struct Connection {
     eventloop: EventLoop,
     /// Fires at the driver's deadline, when `armed`.
     deadline: Pin<Box<Sleep>>,
@@ -64,7 +65,8 @@ pub(crate) struct Connection {
 const STABLE: Duration = Duration::from_secs(2);
 
 impl Connection {
-    pub(crate) fn new(eventloop: EventLoop) -> Self {
+    /// A connection over rumqttc's event loop (not yet polled).
+    pub fn new(eventloop: EventLoop) -> Self {
         Self {
             eventloop,
             deadline: Box::pin(tokio::time::sleep(Duration::ZERO)),
@@ -77,11 +79,7 @@ impl Connection {
     }
 
     /// Drives the connection and `driver` until the driver stops.
-    pub(crate) async fn run<D: Driver>(
-        mut self,
-        wakes: &mut impl Wakes<Wake = D::Wake>,
-        driver: &mut D,
-    ) {
+    pub async fn run<D: Driver>(mut self, wakes: &mut impl Wakes<Wake = D::Wake>, driver: &mut D) {
         while let Some(polled) = self.next(wakes, driver).await {
             if !driver.on_polled(polled) {
                 return;
@@ -154,14 +152,15 @@ impl Connection {
 
 /// Publishes on their way to the broker, in order. Each carries a tag the owner gets back
 /// once rumqttc has taken the publish (the server notes which client a notification is for).
-pub(crate) struct Outbox<T = ()> {
+pub struct Outbox<T = ()> {
     client: AsyncClient,
     /// Each publish, its tag, and whether it is retained.
     backlog: VecDeque<(Publish, T, bool)>,
 }
 
 impl<T> Outbox<T> {
-    pub(crate) fn new(client: AsyncClient) -> Self {
+    /// An empty outbox on the connection's handle.
+    pub fn new(client: AsyncClient) -> Self {
         Self {
             client,
             backlog: VecDeque::new(),
@@ -169,36 +168,35 @@ impl<T> Outbox<T> {
     }
 
     /// The connection's handle, for subscribing and disconnecting.
-    pub(crate) fn client(&self) -> &AsyncClient {
+    pub fn client(&self) -> &AsyncClient {
         &self.client
     }
 
     /// Publishes waiting for room in rumqttc's request queue.
-    #[cfg(feature = "server")]
-    pub(crate) fn len(&self) -> usize {
+    pub fn len(&self) -> usize {
         self.backlog.len()
     }
 
-    pub(crate) fn is_empty(&self) -> bool {
+    /// Whether nothing waits for room.
+    pub fn is_empty(&self) -> bool {
         self.backlog.is_empty()
     }
 
     /// Queues `message` behind everything queued before it, and hands over what fits.
-    pub(crate) fn push(&mut self, message: Publish, tag: T, taken: impl FnMut(T)) {
+    pub fn push(&mut self, message: Publish, tag: T, taken: impl FnMut(T)) {
         self.backlog.push_back((message, tag, false));
         self.flush(taken);
     }
 
     /// [`Outbox::push`] for a retained message (the node's presence).
-    #[cfg(feature = "server")]
-    pub(crate) fn push_retained(&mut self, message: Publish, tag: T, taken: impl FnMut(T)) {
+    pub fn push_retained(&mut self, message: Publish, tag: T, taken: impl FnMut(T)) {
         self.backlog.push_back((message, tag, true));
         self.flush(taken);
     }
 
     /// Hands publishes to rumqttc, in order, until its queue is full; `taken` gets the tag of
     /// each one it took.
-    pub(crate) fn flush(&mut self, mut taken: impl FnMut(T)) {
+    pub fn flush(&mut self, mut taken: impl FnMut(T)) {
         while let Some((message, tag, retain)) = self.backlog.pop_front() {
             match try_publish(&self.client, message, retain) {
                 Queued::Yes => taken(tag),

@@ -4,10 +4,10 @@
 //! this crate touches the network. It converts MQTT packets to and from
 //! [`mqstore_core::envelope::Publish`] and moves them; every decision is the core's.
 //!
-//! * Always: the async [`client`] (the state store, [`lease`]s, [`jobs`] and [`commands`]).
-//! * With the `server` feature: the node `mqstore serve` runs (`server`, the `commander`
-//!   that talks to devices, the Redis store, metrics and the load generator). Clients leave it
-//!   off and carry no Redis client and no server.
+//! * The async [`client`] (the state store, [`lease`]s, [`jobs`] and [`commands`]).
+//! * [`host`]: the connection loop and packet conversions a host of the server node shares
+//!   with the client (used by `mqstore-server`, the node `mqstore serve` runs; this crate
+//!   carries no Redis client and no server).
 //!
 //! A service that uses the state store, a lease, a job and a command, against the broker that
 //! `bash scripts/run` starts with `mqstore serve` beside it:
@@ -57,21 +57,23 @@
 
 #![deny(missing_docs)]
 
-#[cfg(feature = "server")]
-pub mod bench;
 pub mod client;
-#[cfg(feature = "server")]
-pub mod commander;
 pub mod commands;
 mod connection;
 pub mod jobs;
 pub mod lease;
-#[cfg(feature = "server")]
-pub mod metrics;
-#[cfg(feature = "server")]
-pub mod redis_store;
-#[cfg(feature = "server")]
-pub mod server;
+
+/// What a host of the server node (`mqstore-server`) shares with the client: the broker
+/// connection loop that polls without dropping a poll half-way, its outbox, and the packet
+/// conversions between rumqttc and [`mqstore_core::envelope`]. Not for applications: use
+/// [`client`].
+pub mod host {
+    pub use crate::connection::{Connection, Driver, Outbox, Wakes};
+    pub use crate::{
+        Polled, Queued, backoff, connection_error, from_mqtt, now_ms, puback_code,
+        to_mqtt_properties, try_publish, unreadable_ack_code,
+    };
+}
 
 use std::time::Duration;
 
@@ -149,7 +151,7 @@ impl Default for BrokerConfig {
 impl BrokerConfig {
     /// MQTT 5 options for a connection with this client id: clean start, Nagle off (one
     /// request in flight takes 44-88 ms with it on, 0.2 ms with it off), no topic aliases.
-    pub(crate) fn options(&self, client_id: &str) -> MqttOptions {
+    pub fn options(&self, client_id: &str) -> MqttOptions {
         let mut options = MqttOptions::new(client_id, &self.host, self.port);
         options.set_keep_alive(self.keep_alive);
         options.set_clean_start(true);
@@ -178,7 +180,7 @@ impl BrokerConfig {
 
 /// An incoming rumqttc publish as the core's message (no copy of topic or payload bytes
 /// beyond the topic's UTF-8 check).
-pub(crate) fn from_mqtt(publish: MqttPublish) -> Publish {
+pub fn from_mqtt(publish: MqttPublish) -> Publish {
     let properties = publish.properties.unwrap_or_default();
     Publish {
         topic: String::from_utf8_lossy(&publish.topic).into_owned(),
@@ -195,7 +197,8 @@ pub(crate) fn from_mqtt(publish: MqttPublish) -> Publish {
     }
 }
 
-pub(crate) fn to_mqtt_properties(properties: Properties) -> PublishProperties {
+/// The core's publish properties as rumqttc's.
+pub fn to_mqtt_properties(properties: Properties) -> PublishProperties {
     PublishProperties {
         payload_format_indicator: properties.payload_format_indicator,
         message_expiry_interval: properties.message_expiry_interval,
@@ -209,7 +212,8 @@ pub(crate) fn to_mqtt_properties(properties: Properties) -> PublishProperties {
 }
 
 /// What became of a publish handed to the connection without waiting.
-pub(crate) enum Queued {
+pub enum Queued {
+    /// rumqttc took it.
     Yes,
     /// The connection's request queue is full: here it is back, try again later.
     Full(Publish),
@@ -218,7 +222,7 @@ pub(crate) enum Queued {
 }
 
 /// Queues one of the core's messages at QoS 1 without waiting (retained when `retain`).
-pub(crate) fn try_publish(client: &AsyncClient, publish: Publish, retain: bool) -> Queued {
+pub fn try_publish(client: &AsyncClient, publish: Publish, retain: bool) -> Queued {
     use rumqttc::v5::{ClientError, Request};
     // QoS 1 but for what asks for 0 (events nobody need acknowledge).
     let qos = match publish.qos {
@@ -259,9 +263,7 @@ pub fn random_u64() -> u64 {
 /// Why a connection failed or dropped, as the client's error: a broker's refusal keeps its
 /// reason code, a broker that breaks the protocol is named as such, anything else means the
 /// broker could not be reached (or went away).
-pub(crate) fn connection_error(
-    error: &rumqttc::v5::ConnectionError,
-) -> mqstore_core::client::ClientError {
+pub fn connection_error(error: &rumqttc::v5::ConnectionError) -> mqstore_core::client::ClientError {
     use mqstore_core::client::ClientError;
     use rumqttc::v5::mqttbytes::Error as PacketError;
     use rumqttc::v5::{ConnectionError, StateError};
@@ -300,7 +302,7 @@ pub(crate) fn connection_error(
 /// that packet), when that is why the connection failed. rumqttc names the error after CONNACK
 /// whatever the packet; once connected it is an acknowledgement of a publish (a PUBACK for
 /// ours, all QoS 1). mosquitto 2.0 sends 0x95 (packet too large) in a PUBACK this way.
-pub(crate) fn unreadable_ack_code(error: &rumqttc::v5::ConnectionError) -> Option<u8> {
+pub fn unreadable_ack_code(error: &rumqttc::v5::ConnectionError) -> Option<u8> {
     use rumqttc::v5::mqttbytes::Error as PacketError;
     use rumqttc::v5::{ConnectionError, StateError};
     match error {
@@ -334,7 +336,7 @@ fn unreadable_ack(code: u8) -> String {
 }
 
 /// The MQTT 5 reason code of a PUBACK (rumqttc keeps it as an enum).
-pub(crate) fn puback_code(reason: rumqttc::v5::mqttbytes::v5::PubAckReason) -> u8 {
+pub fn puback_code(reason: rumqttc::v5::mqttbytes::v5::PubAckReason) -> u8 {
     use rumqttc::v5::mqttbytes::v5::PubAckReason as R;
     match reason {
         R::Success => 0x00,
@@ -391,18 +393,18 @@ pub fn random_bytes<const N: usize>() -> [u8; N] {
 }
 
 /// Milliseconds since the Unix epoch, from the system clock.
-pub(crate) fn now_ms() -> u64 {
+pub fn now_ms() -> u64 {
     use mqstore_core::hlc::Clock;
     mqstore_core::hlc::SystemClock.now_ms()
 }
 
 /// What a poll of the connection gives: a packet event, or a failed connection (rumqttc
 /// reconnects on the next poll).
-pub(crate) type Polled = Result<rumqttc::v5::Event, rumqttc::v5::ConnectionError>;
+pub type Polled = Result<rumqttc::v5::Event, rumqttc::v5::ConnectionError>;
 
 /// How long to wait before reconnecting after `failures` failed attempts in a row: 100 ms,
 /// doubling, at most 5 s.
-pub(crate) fn backoff(failures: u32) -> Duration {
+pub fn backoff(failures: u32) -> Duration {
     Duration::from_millis(100u64.saturating_mul(1 << failures.min(6)).min(5_000))
 }
 

@@ -17,7 +17,7 @@ use mqstore_core::store::{
     ClientId, Expired, MemoryStore, Quotas, Store, StoreOp, StoreReply, StoreStats,
 };
 use mqstore_core::topics;
-use mqstore_net::redis_store::{RedisConfig, RedisStore};
+use mqstore_server::redis_store::{RedisConfig, RedisStore};
 
 pub const NODE: &str = "engine-1";
 pub const T0: u64 = 1_700_000_000_000;

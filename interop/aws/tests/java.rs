@@ -21,7 +21,7 @@ use mqstore_core::client::ClientError;
 use mqstore_core::commands::{CommandRequest, Status};
 use mqstore_net::BrokerConfig;
 use mqstore_net::client::{Client, ClientOptions};
-use mqstore_net::server::{ServerConfig, ServerHandle, spawn};
+use mqstore_server::{ServerConfig, ServerHandle, spawn};
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdout};
 

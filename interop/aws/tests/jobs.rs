@@ -16,7 +16,7 @@ use std::sync::Mutex;
 
 use broker::Broker;
 use mqstore_net::BrokerConfig;
-use mqstore_net::server::{ServerConfig, spawn};
+use mqstore_server::{ServerConfig, spawn};
 
 const REQUIREMENTS: &str = include_str!("../requirements.txt");
 

@@ -24,7 +24,7 @@ use mqstore_core::client::ClientError;
 use mqstore_core::commands::{CommandRequest, Status};
 use mqstore_net::BrokerConfig;
 use mqstore_net::client::{Client, ClientOptions};
-use mqstore_net::server::{ServerConfig, spawn};
+use mqstore_server::{ServerConfig, spawn};
 
 /// A JSON payload; anything else fails to deserialize (the executor answers 400).
 #[derive(Clone, Debug, Default)]

@@ -14,7 +14,7 @@ use azure_iot_operations_protocol::application::ApplicationContextBuilder;
 use azure_iot_operations_services::state_store::{self, Operation, SetCondition, SetOptions};
 use broker::Broker;
 use mqstore_net::BrokerConfig;
-use mqstore_net::server::{ServerConfig, ServerHandle, spawn};
+use mqstore_server::{ServerConfig, ServerHandle, spawn};
 
 const TIMEOUT: Duration = Duration::from_secs(5);
 

@@ -30,7 +30,6 @@ use tracing::{debug, info, warn};
 
 use crate::metrics::{CommandCount, Metrics};
 use crate::redis_store::{RedisConfig, RedisRegistry, RedisStore, RedisStoreError, RegisterError};
-use crate::{BrokerConfig, backoff, connection_error, from_mqtt, now_ms, random_bytes};
 use mqstore_core::client::ClientError;
 use mqstore_core::commands::definitions::{DEFINITIONS_TOPIC, Definition, DefinitionsRequest};
 use mqstore_core::commands::wire::{self, Refusal};
@@ -40,6 +39,9 @@ use mqstore_core::commands::{
 };
 use mqstore_core::envelope::Publish;
 use mqstore_core::store::Quotas;
+use mqstore_net::BrokerConfig;
+use mqstore_net::host::{backoff, connection_error, from_mqtt, now_ms};
+use mqstore_net::random_bytes;
 
 /// Where command records live.
 #[derive(Debug, Clone)]
@@ -591,7 +593,7 @@ impl Shared {
                 qos,
                 false,
                 message.payload,
-                crate::to_mqtt_properties(message.properties),
+                mqstore_net::host::to_mqtt_properties(message.properties),
             )
             .await
             .map_err(|e| {
@@ -614,7 +616,7 @@ impl Shared {
                 QoS::AtMostOnce,
                 false,
                 event.payload,
-                crate::to_mqtt_properties(event.properties),
+                mqstore_net::host::to_mqtt_properties(event.properties),
             );
         }
     }
@@ -883,7 +885,7 @@ async fn drive(
             Ok(Event::Incoming(Packet::PubAck(ack))) => {
                 let waiter = lock(&shared.acks).by_packet.remove(&ack.pkid);
                 if let Some(waiter) = waiter {
-                    let _ = waiter.send(crate::puback_code(ack.reason));
+                    let _ = waiter.send(mqstore_net::host::puback_code(ack.reason));
                 }
             }
             Ok(Event::Outgoing(Outgoing::Publish(pkid))) => {

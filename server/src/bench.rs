@@ -13,11 +13,12 @@ use rumqttc::v5::mqttbytes::v5::Packet;
 use rumqttc::v5::{AsyncClient, Event};
 use tokio::task::JoinHandle;
 
-use crate::client::{Client, ClientOptions, SetOptions};
-use crate::{BrokerConfig, from_mqtt, try_publish};
 use mqstore_core::client::ClientError;
 use mqstore_core::envelope::{self, Checked, Publish};
 use mqstore_core::hlc::Hlc;
+use mqstore_net::BrokerConfig;
+use mqstore_net::client::{Client, ClientOptions, SetOptions};
+use mqstore_net::host::{from_mqtt, try_publish};
 
 /// What to measure.
 #[derive(Debug, Clone)]

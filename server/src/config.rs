@@ -4,12 +4,12 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use crate::BrokerConfig;
 use crate::commander::CommanderError;
 use crate::redis_store::{RedisConfig, RedisStoreError};
 use mqstore_core::disk::{DiskError, Durability};
 use mqstore_core::engine::AccessRules;
 use mqstore_core::store::Quotas;
+use mqstore_net::BrokerConfig;
 
 /// Server settings.
 #[derive(Debug, Clone)]

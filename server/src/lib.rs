@@ -1,4 +1,11 @@
-//! `mqstore serve`: the engine next to an MQTT 5 broker.
+//! # mqstore-server
+//!
+//! `mqstore serve`: the core's server node ([`mqstore_core::server::Node`]) next to an MQTT 5
+//! broker, over tokio and rumqttc; the Redis store ([`redis_store`]: one primary, Sentinel
+//! or Cluster) that many nodes share; the command service on Redis ([`commander`]);
+//! Prometheus [`metrics`]; and the load generator ([`bench`](mod@bench)). A crate of its own so that no
+//! client artifact (the Python wheel, the C library, the npm package) can pull Redis or the
+//! server in by a feature.
 //!
 //! One task owns the [`Engine`] and the broker connection (see `connection.rs` for how it
 //! polls without ever dropping a poll half-way) and handles each event as the connection
@@ -8,6 +15,8 @@
 //! subscribers"), wakes at the engine's next expiry deadline, and reconnects with backoff when
 //! the broker is away. On shutdown it unsubscribes, answers what still arrives, waits for the
 //! broker's acknowledgements, and disconnects.
+
+#![deny(missing_docs)]
 
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
@@ -20,9 +29,7 @@ use rumqttc::v5::mqttbytes::v5::LastWill;
 use tracing::{info, warn};
 
 use crate::commander::{Commander, CommanderConfig, RegistryConfig};
-use crate::connection::{Connection, Outbox};
-use crate::metrics::{self, Metrics};
-use crate::now_ms;
+use crate::metrics::Metrics;
 use crate::redis_store::{RedisJobs, RedisStore};
 use jobs::ROLLOUT_BATCH;
 use jobs::{JobsService, Listener, SharedJobs};
@@ -34,12 +41,18 @@ use mqstore_core::jobs::{OPERATOR_TOPIC, topics as jobs_topics};
 use mqstore_core::presence::ServerPresence;
 use mqstore_core::server;
 use mqstore_core::topics;
+use mqstore_net::host::now_ms;
+use mqstore_net::host::{Connection, Outbox};
 use node::{Node, REQUEST_QUEUE, Remote, Signals, State, Stop};
 
+pub mod bench;
+pub mod commander;
 mod config;
 mod done;
 mod jobs;
+pub mod metrics;
 mod node;
+pub mod redis_store;
 
 pub use config::{
     DEFAULT_MAX_PENDING_ANSWERS, DEFAULT_REGISTRATION_LEASE, ServerConfig, ServerError, StoreConfig,
@@ -145,7 +158,7 @@ pub async fn serve(
             let secret = match config.scan_token_key {
                 Some(key) => key,
                 None => store
-                    .shared_secret(crate::random_bytes::<32>())
+                    .shared_secret(mqstore_net::random_bytes::<32>())
                     .await
                     .map_err(store_error)?,
             };
@@ -158,9 +171,9 @@ pub async fn serve(
         response_topic_prefixes: config.response_topic_prefixes.clone(),
         scan_token_key: match (&redis, config.scan_token_key) {
             (Some((_, shared)), _) => *shared,
-            (None, key) => key.unwrap_or_else(crate::random_bytes::<32>),
+            (None, key) => key.unwrap_or_else(mqstore_net::random_bytes::<32>),
         },
-        scan_token_seed: crate::random_bytes::<16>(),
+        scan_token_seed: mqstore_net::random_bytes::<16>(),
         registration_lease_ms: config.registration_lease.map(|d| d.as_millis() as u64),
         standard_registration_lease_ms: config
             .standard_registration_lease
@@ -183,7 +196,7 @@ pub async fn serve(
             // Brokers such as mosquitto deliver no `$aws/...` message to a shared
             // subscription: with a share group, one node at a time listens to the device API.
             listener: config.share_group.is_some().then(|| Listener {
-                token: format!("{}/{:016x}", config.node_id, crate::random_u64()),
+                token: format!("{}/{:016x}", config.node_id, mqstore_net::random_u64()),
                 leader: false,
                 claiming: false,
                 next_claim: 0,
@@ -228,7 +241,7 @@ pub async fn serve(
                     client_id: config.client_id.clone(),
                     profiles: config.command_profiles.clone(),
                     events: true,
-                    random_id: crate::random_bytes::<16>,
+                    random_id: mqstore_net::random_bytes::<16>,
                 }),
             };
             let (node, opened) = server::Node::open(node_config, now).map_err(|e| match e {
@@ -328,7 +341,7 @@ pub async fn serve(
 
     // A new epoch at every start: clients that see it change register again (see
     // `mqstore_core::presence`). The Will says "offline" if the node vanishes.
-    let epoch = format!("{:016x}", crate::random_u64());
+    let epoch = format!("{:016x}", mqstore_net::random_u64());
     let presence_topic = topics::server_presence_topic(&config.node_id);
     let presence = |online| ServerPresence {
         epoch: epoch.clone(),

@@ -18,11 +18,9 @@ use super::done::{Done, JobsDone, StoreDone, Swept};
 use super::jobs::{
     JOBS_TICK_MS, JobsService, LISTENER_LEASE_MS, LISTENER_RENEW_MS, Listener, SharedJobs,
 };
-use crate::connection::{Driver, Outbox, Wakes};
 use crate::metrics::CommandCount;
 use crate::metrics::Metrics;
 use crate::redis_store::{RedisStore, RedisStoreError};
-use crate::{Polled, connection_error, from_mqtt, now_ms, protocol_hint};
 use mqstore_core::commands::{Matched, Status as CommandStatus};
 use mqstore_core::engine::{Accepted, Engine, Fit, Outcome, fit_for_broker};
 use mqstore_core::envelope::{self, DropReason, EnvelopeError, Publish};
@@ -30,6 +28,9 @@ use mqstore_core::jobs::topics as jobs_topics;
 use mqstore_core::server::commands::{AnswerSeen, CommandsHandled};
 use mqstore_core::server::{self, Handled, JobsHandled, NotAnswered, Receipt, Route, To};
 use mqstore_core::topics;
+use mqstore_net::host::{Driver, Outbox, Wakes};
+use mqstore_net::host::{Polled, connection_error, from_mqtt, now_ms};
+use mqstore_net::protocol_hint;
 
 /// A job's rollout pauses while this many publishes are on their way to the broker (waiting
 /// in the outbox or in rumqttc's queue, or sent and not yet acknowledged): an answer to
@@ -594,7 +595,11 @@ impl Node {
                 }
                 if let (Some(Sent::Receipt(receipt)), State::Local(node)) = (&sent, &mut self.state)
                 {
-                    node.acknowledged(receipt, Some(crate::puback_code(ack.reason)), now_ms());
+                    node.acknowledged(
+                        receipt,
+                        Some(mqstore_net::host::puback_code(ack.reason)),
+                        now_ms(),
+                    );
                     self.queue_out();
                 }
                 match (ack.reason, sent) {
