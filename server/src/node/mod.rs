@@ -1,5 +1,8 @@
 //! One node's loop: the engine, the stores and what is queued for the broker, driven by the
-//! connection's events ([`Driver`]).
+//! connection's events ([`Driver`]): here the loop, the routing of what arrives and what is
+//! queued for the broker; the jobs service on Redis and the device API listener's election in
+//! `jobs.rs`, the state store's calls on Redis in `remote.rs`, a local node's commands in
+//! `commands.rs`.
 
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
@@ -12,6 +15,12 @@ use rumqttc::v5::Event;
 use rumqttc::v5::mqttbytes::QoS;
 use rumqttc::v5::mqttbytes::v5::{Packet, PubAckReason};
 use tracing::{debug, error, info, warn};
+
+mod commands;
+mod jobs;
+mod remote;
+
+pub(crate) use remote::Remote;
 
 use super::ServerError;
 use super::done::{Done, JobsDone, StoreDone, Swept};
@@ -110,10 +119,6 @@ impl<F: Future<Output = ()>> Wakes for Signals<F> {
     }
 }
 
-/// How often a node on Redis sweeps expired keys and ended leases (any node's sweep finds
-/// any key; each expiry is notified once).
-pub(super) const SWEEP_INTERVAL_MS: u64 = 100;
-
 /// Where the state lives, and the engine that drives it.
 #[allow(clippy::large_enum_variant)] // one per node, made once and never moved after
 pub(super) enum State {
@@ -123,38 +128,6 @@ pub(super) enum State {
     /// The engine owns no store: each op runs in Redis in a task of its own, many at once,
     /// and comes back as a [`StoreDone`].
     Redis(Engine<()>, Remote),
-}
-
-/// The Redis side of a node.
-pub(super) struct Remote {
-    pub(super) store: RedisStore,
-    pub(super) done: tokio::sync::mpsc::UnboundedSender<Done>,
-    /// Requests waiting for Redis.
-    pub(super) in_flight: usize,
-    /// A sweep is running.
-    pub(super) sweeping: bool,
-    /// When the next sweep is due.
-    pub(super) next_sweep: u64,
-    /// Whether the last Redis call succeeded.
-    pub(super) up: bool,
-}
-
-impl Remote {
-    /// Records a Redis call's result: metrics, and a log line when Redis goes away or comes
-    /// back (not one per failed call).
-    fn note(&mut self, error: Option<&RedisStoreError>, metrics: &Metrics) {
-        metrics.store_call(error.is_none(), self.in_flight);
-        match (self.up, error) {
-            (true, Some(error)) => warn!(
-                %error,
-                "Redis failed: requests are answered with status 503 until it answers again \
-                 (the node reconnects by itself; is Redis running and reachable?)"
-            ),
-            (false, None) => info!("Redis answers again"),
-            _ => {}
-        }
-        self.up = error.is_none();
-    }
 }
 
 impl State {
@@ -741,182 +714,6 @@ impl Node {
         }
     }
 
-    /// A jobs call on Redis ended.
-    fn jobs_done(&mut self, done: JobsDone) {
-        let now = self.now();
-        let Some(JobsService::Shared(shared)) = &mut self.jobs else {
-            return;
-        };
-        match done {
-            JobsDone::Request(out, handled) => {
-                shared.in_flight -= 1;
-                self.out.extend(out);
-                self.jobs_handled(handled);
-            }
-            JobsDone::Tick(out, ticked) => {
-                shared.ticking = false;
-                // Rollouts go on at the next turn of the loop; timers are looked for again
-                // after a tick's pause.
-                // Timers and rollouts other nodes started are looked for every tick.
-                let wake = ticked.as_ref().ok().copied().flatten();
-                shared.next_tick =
-                    wake.map_or(now + JOBS_TICK_MS, |at| at.clamp(now, now + JOBS_TICK_MS));
-                if let Err(error) = ticked {
-                    debug!(%error, "Redis failed during a jobs tick; retrying");
-                }
-                self.metrics
-                    .jobs_notified(server::jobs::notifications_in(&out) as u64);
-                self.out.extend(out);
-                self.queue_out();
-            }
-            JobsDone::Released(released) => {
-                if let Some(listener) = &mut shared.listener {
-                    listener.releasing = false;
-                }
-                if let Err(error) = released {
-                    warn!(%error, "could not give the jobs device API up: another node takes it over when its lease ends");
-                }
-            }
-            JobsDone::Claim(started, held) => {
-                let Some(listener) = &mut shared.listener else {
-                    return;
-                };
-                listener.claiming = false;
-                listener.next_claim = now + LISTENER_RENEW_MS;
-                if matches!(held, Ok(true)) {
-                    // The lease runs from when Redis ran the claim, after `started`.
-                    listener.held_until = started + LISTENER_LEASE_MS - LISTENER_RENEW_MS;
-                }
-                // Redis away: the listener goes on until `held_until` (the others cannot take
-                // the lease before it ends either).
-                let leads = match held {
-                    Ok(held) => held,
-                    Err(ref error) => {
-                        debug!(%error, "Redis failed during a listener claim; retrying");
-                        listener.leader && now < listener.held_until
-                    }
-                };
-                if leads && !listener.leader && self.stop == Stop::Running {
-                    let client = self.outbox.client();
-                    if let Err(e) =
-                        client.try_subscribe(jobs_topics::DEVICE_FILTER, QoS::AtLeastOnce)
-                    {
-                        warn!(error = %e, "subscribe failed");
-                    }
-                    listener.leader = true;
-                    self.metrics.set_jobs_listener(true);
-                    if let Some(commander) = &self.commander {
-                        commander.answer_for_all(true);
-                    }
-                    info!("this node now listens to the jobs device API for all nodes");
-                } else if !leads {
-                    self.stop_listening();
-                }
-            }
-        }
-    }
-
-    /// Unsubscribes from the device API if this node listened to it as the elected node.
-    fn stop_listening(&mut self) {
-        if let Some(JobsService::Shared(shared)) = &mut self.jobs
-            && let Some(listener) = &mut shared.listener
-            && listener.leader
-        {
-            let _ = self
-                .outbox
-                .client()
-                .try_unsubscribe(jobs_topics::DEVICE_FILTER);
-            listener.leader = false;
-            self.metrics.set_jobs_listener(false);
-            if let Some(commander) = &self.commander {
-                commander.answer_for_all(false);
-            }
-            info!("this node no longer listens to the jobs device API");
-        }
-    }
-
-    /// Whether this node listens to the jobs device API as the elected node.
-    fn elected_listener(&self) -> Option<&Listener> {
-        match &self.jobs {
-            Some(JobsService::Shared(SharedJobs {
-                listener: Some(listener),
-                ..
-            })) if listener.leader => Some(listener),
-            _ => None,
-        }
-    }
-
-    /// What Redis answered.
-    fn store_done(&mut self, done: StoreDone) {
-        let now = self.now();
-        let State::Redis(engine, remote) = &mut self.state else {
-            return;
-        };
-        match done {
-            StoreDone::Call {
-                call,
-                result,
-                received,
-            } => {
-                remote.in_flight -= 1;
-                remote.note(result.as_ref().err(), &self.metrics);
-                let outcome = match result {
-                    Ok(applied) => {
-                        if let Some(expired) = applied.expired {
-                            engine.expired(expired, now, &mut self.out);
-                        }
-                        engine.complete(call, applied.reply, now, &mut self.out)
-                    }
-                    Err(error) => {
-                        debug!(%error, command = ?call.command(), "Redis failed: answered 503");
-                        engine.fail(call, error.to_string(), &mut self.out)
-                    }
-                };
-                self.answered(outcome, received);
-            }
-            StoreDone::Sweep(expired, swept) => {
-                remote.sweeping = false;
-                remote.next_sweep = now + SWEEP_INTERVAL_MS;
-                remote.note(swept.as_ref().err(), &self.metrics);
-                let notified = !expired.is_empty();
-                for expired in expired {
-                    engine.expired(expired, now, &mut self.out);
-                }
-                if notified {
-                    self.queue_out();
-                }
-                match swept {
-                    Ok(swept) => {
-                        for (client, registrations) in swept.leases {
-                            debug!(?client, registrations, "registration lease ended: dropped");
-                            self.metrics.client_dropped();
-                        }
-                        self.metrics.set_store(swept.stats);
-                        self.queue_out();
-                    }
-                    Err(error) => debug!(%error, "Redis failed during a sweep; retrying"),
-                }
-            }
-            StoreDone::Dropped(clients, result) => {
-                remote.note(result.as_ref().err(), &self.metrics);
-                match result {
-                    Ok(0) => {}
-                    Ok(dropped) => {
-                        info!(
-                            ?clients,
-                            registrations = dropped,
-                            "client gone: dropped its registrations"
-                        );
-                        self.metrics.client_dropped();
-                    }
-                    Err(error) => {
-                        warn!(%error, ?clients, "Redis failed while dropping registrations of clients that are gone (their leases end them)");
-                    }
-                }
-            }
-        }
-    }
-
     /// Queues what the node or the engine returned, in order (notifications before
     /// responses); a local node's with `--fsync always` once the writes before it are synced.
     fn queue_out(&mut self) {
@@ -981,110 +778,6 @@ impl Node {
         {
             error!(%error, "the data directory failed: stopping (answers not yet on disk are not sent)");
             self.fatal = Some(ServerError::Disk(error.clone()));
-        }
-    }
-
-    /// A device request (`$aws/things/T/jobs/...`) or an operator request: the reply after the
-    /// notifications it causes (now in memory; on Redis once its thread is done).
-    fn handle_jobs(&mut self, message: Publish) {
-        let now = self.now();
-        match (&mut self.state, &mut self.jobs) {
-            (State::Local(node), Some(JobsService::Local)) => {
-                if let Handled::Jobs(handled) = node.handle(message, None, false, now) {
-                    self.jobs_handled(handled);
-                } else {
-                    self.check_disk();
-                }
-            }
-            (state, Some(JobsService::Shared(shared))) => {
-                shared.in_flight += 1;
-                let (mut jobs, done, node) = (
-                    shared.engine(),
-                    shared.done.clone(),
-                    state.node_id().to_owned(),
-                );
-                tokio::task::spawn_blocking(move || {
-                    let mut out = Vec::new();
-                    let handled = server::jobs::run_request(
-                        &mut jobs.as_dyn(),
-                        message,
-                        &node,
-                        now,
-                        &mut out,
-                    );
-                    let _ = done.send(Done::Jobs(JobsDone::Request(out, handled)));
-                });
-            }
-            _ => {}
-        }
-    }
-
-    /// A command request or a device's answer, on a local node (its registry in memory):
-    /// counted as the `Commander` counts them, and what it published queued.
-    fn handle_commands(&mut self, message: Publish) {
-        let now = self.now();
-        let State::Local(node) = &mut self.state else {
-            return;
-        };
-        let topic = message.topic.clone();
-        if let Handled::Commands(handled) = node.handle(message, None, false, now) {
-            let metrics = &self.metrics;
-            match handled {
-                CommandsHandled::Request(Ok(true)) => metrics.command(CommandCount::Sent),
-                CommandsHandled::Request(_) => {}
-                CommandsHandled::Unanswerable => {
-                    metrics.command(CommandCount::Malformed);
-                    debug!(%topic, "dropped a command request without response topic or correlation data");
-                }
-                CommandsHandled::Answer(AnswerSeen::Malformed) => {
-                    metrics.command(CommandCount::Malformed);
-                    info!(%topic, "dropped an answer that cannot be read");
-                }
-                CommandsHandled::Answer(AnswerSeen::Unknown) => {
-                    metrics.command(CommandCount::Unknown);
-                    info!(%topic, "dropped an answer nobody waits for (unknown id, or forgotten)");
-                }
-                CommandsHandled::Answer(AnswerSeen::Matched(matched)) => {
-                    for (how, status) in matched {
-                        metrics.command(match how {
-                            Matched::Live => match status {
-                                CommandStatus::Succeeded => CommandCount::Succeeded,
-                                CommandStatus::Failed => CommandCount::Failed,
-                                _ => CommandCount::Rejected,
-                            },
-                            Matched::Progress => CommandCount::Progress,
-                            Matched::Late => CommandCount::Late,
-                            Matched::Duplicate => CommandCount::Duplicate,
-                        });
-                    }
-                }
-                _ => {}
-            }
-        }
-        self.queue_out();
-    }
-
-    /// Counts a jobs request that ran, and queues what it published.
-    fn jobs_handled(&mut self, handled: Result<JobsHandled, NotAnswered>) {
-        match handled {
-            Ok(handled) => self.metrics.jobs_handled(
-                handled.answered == mqstore_core::jobs::Answered::Accepted,
-                handled.notifications,
-            ),
-            Err(NotAnswered::Dropped(reason)) => debug!(%reason, "operator request dropped"),
-            Err(_) => {}
-        }
-        self.queue_out();
-    }
-
-    /// Jobs requests (on Redis) still running.
-    fn jobs_in_flight(&self) -> usize {
-        match &self.jobs {
-            Some(JobsService::Shared(shared)) => {
-                let releasing = shared.listener.as_ref().is_some_and(|l| l.releasing);
-                shared.in_flight + usize::from(shared.ticking) + usize::from(releasing)
-            }
-            _ => 0,
         }
     }
 

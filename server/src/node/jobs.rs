@@ -1,0 +1,170 @@
+//! The node's jobs service on Redis (each request and tick on a blocking thread, coming back
+//! as [`JobsDone`]) and the election of the node that listens to the device API.
+
+use super::*;
+
+impl Node {
+    /// A jobs call on Redis ended.
+    pub(super) fn jobs_done(&mut self, done: JobsDone) {
+        let now = self.now();
+        let Some(JobsService::Shared(shared)) = &mut self.jobs else {
+            return;
+        };
+        match done {
+            JobsDone::Request(out, handled) => {
+                shared.in_flight -= 1;
+                self.out.extend(out);
+                self.jobs_handled(handled);
+            }
+            JobsDone::Tick(out, ticked) => {
+                shared.ticking = false;
+                // Rollouts go on at the next turn of the loop; timers are looked for again
+                // after a tick's pause.
+                // Timers and rollouts other nodes started are looked for every tick.
+                let wake = ticked.as_ref().ok().copied().flatten();
+                shared.next_tick =
+                    wake.map_or(now + JOBS_TICK_MS, |at| at.clamp(now, now + JOBS_TICK_MS));
+                if let Err(error) = ticked {
+                    debug!(%error, "Redis failed during a jobs tick; retrying");
+                }
+                self.metrics
+                    .jobs_notified(server::jobs::notifications_in(&out) as u64);
+                self.out.extend(out);
+                self.queue_out();
+            }
+            JobsDone::Released(released) => {
+                if let Some(listener) = &mut shared.listener {
+                    listener.releasing = false;
+                }
+                if let Err(error) = released {
+                    warn!(%error, "could not give the jobs device API up: another node takes it over when its lease ends");
+                }
+            }
+            JobsDone::Claim(started, held) => {
+                let Some(listener) = &mut shared.listener else {
+                    return;
+                };
+                listener.claiming = false;
+                listener.next_claim = now + LISTENER_RENEW_MS;
+                if matches!(held, Ok(true)) {
+                    // The lease runs from when Redis ran the claim, after `started`.
+                    listener.held_until = started + LISTENER_LEASE_MS - LISTENER_RENEW_MS;
+                }
+                // Redis away: the listener goes on until `held_until` (the others cannot take
+                // the lease before it ends either).
+                let leads = match held {
+                    Ok(held) => held,
+                    Err(ref error) => {
+                        debug!(%error, "Redis failed during a listener claim; retrying");
+                        listener.leader && now < listener.held_until
+                    }
+                };
+                if leads && !listener.leader && self.stop == Stop::Running {
+                    let client = self.outbox.client();
+                    if let Err(e) =
+                        client.try_subscribe(jobs_topics::DEVICE_FILTER, QoS::AtLeastOnce)
+                    {
+                        warn!(error = %e, "subscribe failed");
+                    }
+                    listener.leader = true;
+                    self.metrics.set_jobs_listener(true);
+                    if let Some(commander) = &self.commander {
+                        commander.answer_for_all(true);
+                    }
+                    info!("this node now listens to the jobs device API for all nodes");
+                } else if !leads {
+                    self.stop_listening();
+                }
+            }
+        }
+    }
+
+    /// Unsubscribes from the device API if this node listened to it as the elected node.
+    pub(super) fn stop_listening(&mut self) {
+        if let Some(JobsService::Shared(shared)) = &mut self.jobs
+            && let Some(listener) = &mut shared.listener
+            && listener.leader
+        {
+            let _ = self
+                .outbox
+                .client()
+                .try_unsubscribe(jobs_topics::DEVICE_FILTER);
+            listener.leader = false;
+            self.metrics.set_jobs_listener(false);
+            if let Some(commander) = &self.commander {
+                commander.answer_for_all(false);
+            }
+            info!("this node no longer listens to the jobs device API");
+        }
+    }
+
+    /// Whether this node listens to the jobs device API as the elected node.
+    pub(super) fn elected_listener(&self) -> Option<&Listener> {
+        match &self.jobs {
+            Some(JobsService::Shared(SharedJobs {
+                listener: Some(listener),
+                ..
+            })) if listener.leader => Some(listener),
+            _ => None,
+        }
+    }
+
+    /// A device request (`$aws/things/T/jobs/...`) or an operator request: the reply after the
+    /// notifications it causes (now in memory; on Redis once its thread is done).
+    pub(super) fn handle_jobs(&mut self, message: Publish) {
+        let now = self.now();
+        match (&mut self.state, &mut self.jobs) {
+            (State::Local(node), Some(JobsService::Local)) => {
+                if let Handled::Jobs(handled) = node.handle(message, None, false, now) {
+                    self.jobs_handled(handled);
+                } else {
+                    self.check_disk();
+                }
+            }
+            (state, Some(JobsService::Shared(shared))) => {
+                shared.in_flight += 1;
+                let (mut jobs, done, node) = (
+                    shared.engine(),
+                    shared.done.clone(),
+                    state.node_id().to_owned(),
+                );
+                tokio::task::spawn_blocking(move || {
+                    let mut out = Vec::new();
+                    let handled = server::jobs::run_request(
+                        &mut jobs.as_dyn(),
+                        message,
+                        &node,
+                        now,
+                        &mut out,
+                    );
+                    let _ = done.send(Done::Jobs(JobsDone::Request(out, handled)));
+                });
+            }
+            _ => {}
+        }
+    }
+
+    /// Counts a jobs request that ran, and queues what it published.
+    pub(super) fn jobs_handled(&mut self, handled: Result<JobsHandled, NotAnswered>) {
+        match handled {
+            Ok(handled) => self.metrics.jobs_handled(
+                handled.answered == mqstore_core::jobs::Answered::Accepted,
+                handled.notifications,
+            ),
+            Err(NotAnswered::Dropped(reason)) => debug!(%reason, "operator request dropped"),
+            Err(_) => {}
+        }
+        self.queue_out();
+    }
+
+    /// Jobs requests (on Redis) still running.
+    pub(super) fn jobs_in_flight(&self) -> usize {
+        match &self.jobs {
+            Some(JobsService::Shared(shared)) => {
+                let releasing = shared.listener.as_ref().is_some_and(|l| l.releasing);
+                shared.in_flight + usize::from(shared.ticking) + usize::from(releasing)
+            }
+            _ => 0,
+        }
+    }
+}
