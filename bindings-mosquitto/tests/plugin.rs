@@ -597,3 +597,63 @@ async fn with_jobs_off_the_plugin_answers_no_jobs_request() {
         "{e}"
     );
 }
+
+/// `plugin_opt_command_profiles FILE` adds the file's device profiles, as `mqstore serve
+/// --command-profiles` does: a command with a profile from the file reaches its device and
+/// the answer on the profile's answer topic comes back to the caller; a profile the plugin was
+/// not given is refused with the reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn command_profiles_from_a_file_are_served_inside_mosquitto() {
+    let dir = std::env::temp_dir().join(format!("mqstore-plugin-profiles-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("profiles.json");
+    std::fs::write(
+        &file,
+        r#"{"old": {"command": "old/{dev}/in", "answer": "old/{dev}/out", "correlation": "none"}}"#,
+    )
+    .unwrap();
+    let broker = Broker::start_config(&format!(
+        "plugin {}\nplugin_opt_node_id inside\nplugin_opt_command_profiles {}\n",
+        broker::plugin_path().display(),
+        file.display()
+    ));
+    // A device that echoes each command on its answer topic (no correlation to echo).
+    let mut options = MqttOptions::new("old-device", "127.0.0.1", broker.port);
+    options.set_keep_alive(Duration::from_secs(30));
+    let (device, mut events) = AsyncClient::new(options, 64);
+    device
+        .subscribe("old/+/in", QoS::AtLeastOnce)
+        .await
+        .unwrap();
+    loop {
+        if let Event::Incoming(Packet::SubAck(_)) = events.poll().await.unwrap() {
+            break;
+        }
+    }
+    let answering = device.clone();
+    tokio::spawn(async move {
+        while let Ok(event) = events.poll().await {
+            if let Event::Incoming(Packet::Publish(p)) = event {
+                let topic = String::from_utf8_lossy(&p.topic).replace("/in", "/out");
+                let _ = answering
+                    .publish(topic, QoS::AtLeastOnce, false, p.payload.to_vec())
+                    .await;
+            }
+        }
+    });
+    let caller = client(&broker, "caller").await;
+    let old = |profile: &str| mqstore_core::commands::CommandRequest {
+        profile: profile.into(),
+        timeout_ms: 5_000,
+        ..mqstore_core::commands::CommandRequest::new("old/7/in", r#"{"reboot": true}"#)
+    };
+    let reply = caller
+        .command(old("old"))
+        .await
+        .expect("the device answers");
+    assert_eq!(reply.status, mqstore_core::commands::Status::Succeeded);
+    assert_eq!(&reply.payload[..], br#"{"reboot": true}"#);
+    let unknown = caller.command(old("not-given")).await.unwrap_err();
+    assert!(unknown.to_string().contains("not-given"), "{unknown}");
+    let _ = std::fs::remove_dir_all(dir);
+}
