@@ -1,7 +1,7 @@
 //! The plugin loaded into a real mosquitto 2.0 (no `mqstore serve` anywhere): the state store
 //! answers from inside the broker, notifications reach clients that never subscribed, keys
-//! expire on the broker's tick, jobs roll out on it, the data directory keeps both, and
-//! hostile requests leave the broker serving.
+//! expire on the broker's tick, jobs roll out on it, the data directory keeps them (and the
+//! stored commands), and hostile requests leave the broker serving.
 
 #[path = "../../cli/tests/broker/mod.rs"]
 mod broker;
@@ -347,6 +347,10 @@ async fn with_a_data_directory_mosquitto_killed_and_started_again_has_the_data_b
         json!({"v": 2}),
     );
     writer.create_job(job).await.unwrap();
+    let heat = json!({"commandId": "heat", "payload": {"content": "{\"to\": 80}"}});
+    let heat: mqstore_core::commands::definitions::Definition =
+        serde_json::from_value(heat).unwrap();
+    writer.define_command(&heat).await.unwrap();
 
     broker.restart(); // SIGKILL, then the same configuration on the same port
     for (i, version) in versions.iter().enumerate() {
@@ -374,6 +378,9 @@ async fn with_a_data_directory_mosquitto_killed_and_started_again_has_the_data_b
     let job = writer.describe_job("durable-job").await.unwrap();
     assert_eq!(job.targets, ["T1", "T2"]);
     assert_eq!(job.job_process_details.number_of_queued_things, 2);
+    // The stored command is back.
+    let heat = writer.command_definition("heat").await.unwrap();
+    assert_eq!(heat.command_id, "heat");
     // The observer saw the new epoch in the presence and registered again by itself.
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {

@@ -11,7 +11,7 @@
 use std::collections::{BTreeSet, HashMap, VecDeque};
 
 use super::{Out, Receipt, To};
-use crate::commands::definitions::{DEFINITIONS_TOPIC, DefinitionsRequest};
+use crate::commands::definitions::{DEFINITIONS_TOPIC, Definition, DefinitionsRequest};
 use crate::commands::wire::{self, Refusal};
 use crate::commands::{
     Acknowledgement, CommandError, CommandRequest, Matched, Mode, Profile, Profiles, Record,
@@ -79,6 +79,9 @@ pub struct Service {
     /// When each command waiting for its answer times out.
     deadlines: BTreeSet<(u64, String)>,
     output: VecDeque<Out>,
+    /// Definitions created or deleted since the host last took them (see
+    /// [`Service::take_definition_changes`]).
+    definition_changes: Vec<(String, Option<Definition>)>,
 }
 
 impl Service {
@@ -91,7 +94,21 @@ impl Service {
             callers: HashMap::new(),
             deadlines: BTreeSet::new(),
             output: VecDeque::new(),
+            definition_changes: Vec::new(),
         }
+    }
+
+    /// Stored commands kept from before (a data directory's), defined again at start.
+    pub fn restore_definitions(&mut self, definitions: impl IntoIterator<Item = Definition>) {
+        for definition in definitions {
+            self.registry.define(definition);
+        }
+    }
+
+    /// The stored commands created (`Some`) or deleted (`None`) since the last call, by id,
+    /// in order: what a host that keeps them (a data directory) writes.
+    pub fn take_definition_changes(&mut self) -> Vec<(String, Option<Definition>)> {
+        std::mem::take(&mut self.definition_changes)
     }
 
     /// Whether a message on `topic` is the service's: a caller's request, or a device's
@@ -345,7 +362,12 @@ impl Service {
                 command.check().map_err(Refusal::bad_request)?;
                 command.created_ms = now_ms;
                 match self.registry.define(command.clone()) {
-                    true => Ok(serde_json::json!({ "command": command })),
+                    true => {
+                        let answer = serde_json::json!({ "command": command });
+                        let id = command.command_id.clone();
+                        self.definition_changes.push((id, Some(command)));
+                        Ok(answer)
+                    }
                     false => Err(Refusal::taken(&command.command_id)),
                 }
             }
@@ -359,6 +381,9 @@ impl Service {
             }
             DefinitionsRequest::Delete { command_id } => {
                 let deleted = self.registry.undefine(&command_id);
+                if deleted {
+                    self.definition_changes.push((command_id, None));
+                }
                 Ok(serde_json::json!({ "deleted": deleted }))
             }
         }

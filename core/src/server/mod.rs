@@ -64,11 +64,14 @@ pub mod jobs;
 
 use std::collections::VecDeque;
 
+use crate::commands::definitions::Definition;
 use crate::disk::{self, Compacted, Disk, DiskError, Durability, Sync};
 use crate::engine::{Engine, EngineConfig, Outcome};
 use crate::envelope::Publish;
 use crate::hlc::HlcError;
-use crate::jobs::{DurableJobs, Jobs, OPERATOR_TOPIC, StoreError, topics as jobs_topics};
+use crate::jobs::{
+    DurableJobs, Jobs, JobsStore, OPERATOR_TOPIC, StoreError, topics as jobs_topics,
+};
 use crate::store::{ClientId, DurableStore, Quotas, Recovered, StoreStats};
 use crate::topics;
 use commands::{CommandsHandled, Service, ServiceConfig};
@@ -330,10 +333,18 @@ impl Node {
                 })
             }
         };
+        let mut commands = config.commands.map(Service::new);
+        if let (Some(commands), Some(durable)) = (&mut commands, &durable) {
+            let table = match &jobs {
+                Some(jobs) => jobs.store(),
+                None => &durable.kept_jobs,
+            };
+            commands.restore_definitions(kept_definitions(table, durable.disk.path())?);
+        }
         let node = Node {
             engine,
             jobs,
-            commands: config.commands.map(Service::new),
+            commands,
             durable,
             failed: None,
             scratch: Vec::new(),
@@ -426,6 +437,14 @@ impl Node {
                 let handled = commands.handle(message, sender, now_ms);
                 self.output
                     .extend(std::iter::from_fn(|| commands.poll_output()));
+                let changes = commands.take_definition_changes();
+                if let Some(durable) = &mut self.durable {
+                    let table = match &mut self.jobs {
+                        Some(jobs) => jobs.store_mut(),
+                        None => &mut durable.kept_jobs,
+                    };
+                    keep_definitions(table, changes);
+                }
                 Handled::Commands(handled)
             }
             Route::Presence(clients) => {
@@ -617,6 +636,7 @@ impl Node {
         if let Some(jobs) = &mut self.jobs {
             records.extend(jobs.store_mut().take_pending());
         }
+        records.extend(durable.kept_jobs.take_pending());
         match durable.disk.persist(records, now_ms) {
             Ok((hold_until, sync)) => {
                 durable.syncs.extend(sync);
@@ -633,4 +653,38 @@ impl Node {
             }
         }
     }
+}
+
+/// The data directory's table of stored command definitions (by id, as JSON): one of the named
+/// tables the durable jobs store keeps (every durable node has one, with jobs on or off), so it
+/// is logged, replayed and compacted with them.
+const DEFINITIONS_TABLE: &str = "commands:definitions";
+
+/// Writes the command service's changes of its stored commands to the data directory's table.
+fn keep_definitions(table: &mut DurableJobs, changes: Vec<(String, Option<Definition>)>) {
+    for (id, definition) in changes {
+        // Our own type: it always serializes. The memory table cannot fail.
+        let json = definition.map(|d| serde_json::to_vec(&d).unwrap_or_default());
+        let _ = table.put_entry(DEFINITIONS_TABLE, &id, json.as_deref(), false);
+    }
+}
+
+/// The stored command definitions a data directory kept.
+fn kept_definitions(
+    table: &DurableJobs,
+    path: &std::path::Path,
+) -> Result<Vec<Definition>, DiskError> {
+    let unreadable = |reason: String| DiskError::JobsRecord {
+        path: path.to_owned(),
+        reason: format!("a stored command definition: {reason}"),
+    };
+    let entries = table
+        .entries(DEFINITIONS_TABLE, None, u64::MAX)
+        .map_err(|e| unreadable(e.to_string()))?;
+    entries
+        .into_iter()
+        .map(|(id, json)| {
+            serde_json::from_slice(&json).map_err(|e| unreadable(format!("{id}: {e}")))
+        })
+        .collect()
 }

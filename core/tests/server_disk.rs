@@ -1,0 +1,102 @@
+//! The server node on a data directory: what it keeps across a restart beyond the state store
+//! and the jobs (which `cli/tests/durable.rs` kills -9 and starts again): the stored command
+//! definitions, with the jobs service on and off.
+
+use bytes::Bytes;
+use mqstore_core::commands::Profiles;
+use mqstore_core::commands::definitions::DEFINITIONS_TOPIC;
+use mqstore_core::disk::{Durability, Fsync};
+use mqstore_core::engine::EngineConfig;
+use mqstore_core::envelope::{Properties, Publish};
+use mqstore_core::server::commands::ServiceConfig;
+use mqstore_core::server::{JobsConfig, Node, NodeConfig};
+use mqstore_core::store::Quotas;
+use serde_json::{Value, json};
+
+const T0: u64 = 1_700_000_000_000;
+
+fn open(dir: &std::path::Path, jobs: bool) -> Node {
+    let config = NodeConfig {
+        engine: EngineConfig::new("disk-node"),
+        quotas: Quotas::default(),
+        jobs: jobs.then(JobsConfig::default),
+        durability: Some(Durability {
+            data_dir: dir.to_owned(),
+            fsync: Fsync::Always,
+        }),
+        commands: Some(ServiceConfig {
+            node_id: "disk-node".into(),
+            client_id: "disk-node-commands".into(),
+            profiles: Profiles::built_in(),
+            events: false,
+            random_id: || [1; 16],
+        }),
+    };
+    Node::open(config, T0)
+        .expect("the node opens its data directory")
+        .0
+}
+
+/// Sends a definitions request and returns the answer's JSON (once its write is synced).
+fn definitions(node: &mut Node, request: Value) -> Value {
+    let properties = Properties {
+        response_topic: Some("caller/answers".into()),
+        correlation_data: Some(Bytes::from_static(b"1")),
+        ..Properties::default()
+    };
+    let message = Publish {
+        topic: DEFINITIONS_TOPIC.into(),
+        payload: Bytes::from(request.to_string()),
+        qos: 1,
+        properties,
+    };
+    node.handle(message, Some("caller"), false, T0);
+    while let Some(sync) = node.poll_sync() {
+        node.synced(sync.run(), T0);
+    }
+    let answer = node.poll_output().expect("an answer once the disk has it");
+    assert_eq!(answer.publish.topic, "caller/answers");
+    serde_json::from_slice(&answer.publish.payload).unwrap()
+}
+
+fn listed(node: &mut Node) -> Vec<String> {
+    let list = definitions(node, json!({"op": "list"}));
+    list["commands"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["commandId"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn stored_commands_outlive_a_restart_on_a_data_directory() {
+    for jobs in [true, false] {
+        let dir =
+            std::env::temp_dir().join(format!("mqstore-server-disk-{}-{jobs}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut node = open(&dir, jobs);
+        for id in ["heat", "cool"] {
+            let command = json!({"commandId": id, "payload": {"content": "{}"}});
+            let created = definitions(&mut node, json!({"op": "create", "command": command}));
+            assert_eq!(created["command"]["commandId"], id, "{created}");
+        }
+        let deleted = definitions(&mut node, json!({"op": "delete", "commandId": "cool"}));
+        assert_eq!(deleted["deleted"], true);
+        node.close().unwrap();
+        drop(node);
+
+        let mut again = open(&dir, jobs);
+        assert_eq!(listed(&mut again), ["heat"], "jobs on: {jobs}");
+        let heat = definitions(&mut again, json!({"op": "get", "commandId": "heat"}));
+        assert_eq!(heat["command"]["payload"]["content"], "{}", "{heat}");
+        // Deleted after the restart: gone after the next one too.
+        definitions(&mut again, json!({"op": "delete", "commandId": "heat"}));
+        again.close().unwrap();
+        drop(again);
+        let mut third = open(&dir, jobs);
+        assert!(listed(&mut third).is_empty(), "jobs on: {jobs}");
+        drop(third);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
