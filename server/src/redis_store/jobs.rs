@@ -173,6 +173,21 @@ impl RedisJobs {
         Ok(call)
     }
 
+    /// Every bucket's timers in `range` (`ZRANGE jtimers <range…> WITHSCORES`, all buckets at
+    /// once): (`"<thing> <job id>"`, deadline).
+    fn timers(&self, range: &[&str]) -> Stored<Vec<(String, f64)>> {
+        let store = &self.store;
+        let buckets: Vec<Vec<(String, f64)>> = self.each_bucket(|bucket| {
+            let mut zrange = redis::cmd("ZRANGE");
+            zrange
+                .arg(store.name(bucket, b"jtimers", b""))
+                .arg(range)
+                .arg("WITHSCORES");
+            async move { store.query(&zrange).await }
+        })?;
+        Ok(buckets.into_iter().flatten().collect())
+    }
+
     /// Runs `call` on every bucket at once, in bucket order.
     fn each_bucket<T, F>(&self, call: impl Fn(u32) -> F) -> Stored<Vec<T>>
     where
@@ -407,27 +422,16 @@ impl JobsStore for RedisJobs {
     }
 
     fn due(&self, now_ms: u64) -> Stored<Vec<(String, String)>> {
-        let store = &self.store;
-        let buckets: Vec<Vec<(String, f64)>> = self.each_bucket(|bucket| {
-            let name = store.name(bucket, b"jtimers", b"");
-            async move {
-                store
-                    .query(
-                        redis::cmd("ZRANGE")
-                            .arg(name)
-                            .arg("-inf")
-                            .arg(now_ms)
-                            .arg("BYSCORE")
-                            .arg("LIMIT")
-                            .arg(0)
-                            .arg(DUE_BATCH)
-                            .arg("WITHSCORES"),
-                    )
-                    .await
-            }
-        })?;
+        let range = [
+            "-inf",
+            &now_ms.to_string(),
+            "BYSCORE",
+            "LIMIT",
+            "0",
+            &DUE_BATCH.to_string(),
+        ];
         let mut due: Vec<(u64, String, String)> = Vec::new();
-        for (member, deadline) in buckets.into_iter().flatten() {
+        for (member, deadline) in self.timers(&range)? {
             let Some((thing, job_id)) = member.split_once(' ') else {
                 return Err(StoreError(format!("a malformed timer {member:?} in Redis")));
             };
@@ -441,25 +445,9 @@ impl JobsStore for RedisJobs {
     }
 
     fn next_deadline(&self) -> Stored<Option<u64>> {
-        let store = &self.store;
-        let firsts: Vec<Vec<(String, f64)>> = self.each_bucket(|bucket| {
-            let name = store.name(bucket, b"jtimers", b"");
-            async move {
-                store
-                    .query(
-                        redis::cmd("ZRANGE")
-                            .arg(name)
-                            .arg(0)
-                            .arg(0)
-                            .arg("WITHSCORES"),
-                    )
-                    .await
-            }
-        })?;
-        Ok(firsts
-            .iter()
-            .filter_map(|first| first.first().map(|(_, deadline)| *deadline as u64))
-            .min())
+        // Each bucket's first timer; the earliest of them.
+        let firsts = self.timers(&["0", "0"])?;
+        Ok(firsts.iter().map(|(_, deadline)| *deadline as u64).min())
     }
 
     fn rollouts(&self) -> Stored<Vec<Rollout>> {
