@@ -55,6 +55,13 @@ dist_packages() {
   fi
 }
 
+# What scripts/test-deploy needs: promtool (Debian's prometheus package: the alert rules'
+# check and unit test, the metrics endpoint's lint), curl (the live /metrics), systemd-analyze
+# (the unit's check; part of systemd, present on Debian).
+deploy_packages() {
+  apt_install prometheus curl systemd
+}
+
 # What `bash scripts/run` needs: the broker.
 run_packages() {
   apt_install mosquitto
