@@ -411,7 +411,118 @@ impl Metrics {
                 "# HELP mqstore_broker_reports_no_subscribers Whether the broker's PUBACKs say \"no matching subscribers\" (0x10), which lets the server drop registrations of clients that stopped listening.\n# TYPE mqstore_broker_reports_no_subscribers gauge\nmqstore_broker_reports_no_subscribers {reports}"
             );
         }
+        let _ = writeln!(
+            out,
+            "# HELP mqstore_build_info The running mqstore: its version and the commit it was built from (always 1).\n# TYPE mqstore_build_info gauge\nmqstore_build_info{{version=\"{}\",commit=\"{}\"}} 1",
+            env!("CARGO_PKG_VERSION"),
+            env!("MQSTORE_COMMIT")
+        );
+        process_metrics(&mut out);
         out
+    }
+}
+
+/// The process metrics Prometheus client libraries serve (`process_*`, from `/proc/self`):
+/// CPU time, memory, open files and their limit, start time. Left out where `/proc` is not
+/// there (not Linux) or cannot be read.
+fn process_metrics(out: &mut String) {
+    let Some(process) = Process::read() else {
+        return;
+    };
+    let families: [(&str, &str, &str, f64); 6] = [
+        (
+            "process_cpu_seconds_total",
+            "Total user and system CPU time spent in seconds.",
+            "counter",
+            process.cpu_seconds,
+        ),
+        (
+            "process_resident_memory_bytes",
+            "Resident memory size in bytes.",
+            "gauge",
+            process.resident_bytes,
+        ),
+        (
+            "process_virtual_memory_bytes",
+            "Virtual memory size in bytes.",
+            "gauge",
+            process.virtual_bytes,
+        ),
+        (
+            "process_open_fds",
+            "Number of open file descriptors.",
+            "gauge",
+            process.open_fds,
+        ),
+        (
+            "process_max_fds",
+            "Maximum number of open file descriptors.",
+            "gauge",
+            process.max_fds,
+        ),
+        (
+            "process_start_time_seconds",
+            "Start time of the process since unix epoch in seconds.",
+            "gauge",
+            process.start_time_seconds,
+        ),
+    ];
+    for (name, help, kind, value) in families {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
+        );
+    }
+}
+
+/// What `/proc/self` says of this process.
+struct Process {
+    cpu_seconds: f64,
+    resident_bytes: f64,
+    virtual_bytes: f64,
+    open_fds: f64,
+    max_fds: f64,
+    start_time_seconds: f64,
+}
+
+/// Clock ticks per second of `/proc`'s times (`USER_HZ`: 100 on every Linux architecture).
+const USER_HZ: f64 = 100.0;
+
+impl Process {
+    fn read() -> Option<Self> {
+        let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+        // After the command name (in parentheses, which may hold spaces): field 3 onwards.
+        let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+        let field = |n: usize| fields.get(n - 3)?.parse::<f64>().ok();
+        let (utime, stime, start_ticks) = (field(14)?, field(15)?, field(22)?);
+        let status = std::fs::read_to_string("/proc/self/status").ok()?;
+        let kib = |key: &str| {
+            status
+                .lines()
+                .find_map(|line| line.strip_prefix(key))
+                .and_then(|rest| rest.split_whitespace().next())
+                .and_then(|n| n.parse::<f64>().ok())
+                .map(|n| n * 1024.0)
+        };
+        let boot_seconds = std::fs::read_to_string("/proc/stat")
+            .ok()?
+            .lines()
+            .find_map(|line| line.strip_prefix("btime "))
+            .and_then(|n| n.trim().parse::<f64>().ok())?;
+        let max_fds = std::fs::read_to_string("/proc/self/limits")
+            .ok()?
+            .lines()
+            .find(|line| line.starts_with("Max open files"))
+            .and_then(|line| line.split_whitespace().nth(3))
+            .and_then(|n| n.parse::<f64>().ok())?;
+        Some(Self {
+            cpu_seconds: (utime + stime) / USER_HZ,
+            resident_bytes: kib("VmRSS:")?,
+            virtual_bytes: kib("VmSize:")?,
+            open_fds: std::fs::read_dir("/proc/self/fd").ok()?.count() as f64,
+            max_fds,
+            start_time_seconds: boot_seconds + start_ticks / USER_HZ,
+        })
     }
 }
 
@@ -560,5 +671,38 @@ mod tests {
             assert!(text.lines().any(|l| l == line), "{line}\n{text}");
         }
         assert!(!text.contains("command=\"SET\""), "{text}");
+    }
+
+    /// As Prometheus client libraries serve them: the process's own figures, read now.
+    #[test]
+    fn the_process_metrics_and_the_build_info_are_served() {
+        let text = Metrics::default().render();
+        let value = |name: &str| -> f64 {
+            text.lines()
+                .find_map(|line| line.strip_prefix(&format!("{name} ")))
+                .unwrap_or_else(|| panic!("{name} in {text}"))
+                .parse()
+                .unwrap()
+        };
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64();
+        let started = value("process_start_time_seconds");
+        assert!(
+            started <= now + 1.0 && started > now - 86_400.0,
+            "{started} vs {now}"
+        );
+        assert!(value("process_resident_memory_bytes") > 1e6);
+        assert!(value("process_virtual_memory_bytes") >= value("process_resident_memory_bytes"));
+        let (open, max) = (value("process_open_fds"), value("process_max_fds"));
+        assert!(open >= 3.0 && open < max, "{open} of {max}");
+        assert!(value("process_cpu_seconds_total") >= 0.0);
+        assert!(text.contains("# TYPE process_cpu_seconds_total counter"));
+        let version = format!(
+            "mqstore_build_info{{version=\"{}\",commit=\"",
+            env!("CARGO_PKG_VERSION")
+        );
+        assert!(text.contains(&version), "{text}");
     }
 }
