@@ -266,9 +266,14 @@ pub(crate) struct ServeArgs {
     /// sharing a store continue each other's scans (default: a random one per process).
     #[arg(long, env = "MQSTORE_SCAN_TOKEN_SECRET", hide_env_values = true, value_parser = parse_secret)]
     pub(crate) scan_token_secret: Option<[u8; 32]>,
-    /// Serve Prometheus metrics on this address (e.g. 127.0.0.1:9464).
+    /// Serve Prometheus metrics on this address (e.g. 127.0.0.1:9464), with the probes
+    /// /healthz (the process answers) and /readyz (connected to the broker and the store).
     #[arg(long, env = "MQSTORE_METRICS")]
     pub(crate) metrics: Option<SocketAddr>,
+    /// Exit when Redis or the broker cannot be reached at start, instead of waiting for them
+    /// (with backoff, saying what it waits for) as after a connection loss.
+    #[arg(long, env = "MQSTORE_FAIL_FAST")]
+    pub(crate) fail_fast: bool,
     /// Where the state store's data lives: `memory` (this process; nothing survives a
     /// restart), or Redis shared by every node: redis://[user:pass@]host:port[/db],
     /// rediss://… (TLS), redis-cluster://host:port,host:port,… (a Redis Cluster's seed nodes),

@@ -197,6 +197,7 @@ async fn run(cli: Cli) -> ExitCode {
             data_dir,
             fsync: args.fsync,
         }),
+        fail_fast: args.fail_fast,
     };
     match serve(config, shutdown_signal(), |_| {}).await {
         Ok(()) => ExitCode::SUCCESS,

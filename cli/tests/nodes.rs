@@ -652,26 +652,41 @@ fn bad_store_configuration_fails_at_start_with_a_clear_message() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().port()
     };
+    // (store, what stderr says, --fail-fast): a Redis that is not there is waited for unless
+    // --fail-fast; a refused password fails at once either way (waiting cannot mend it).
     let cases = [
         (
             format!("redis://127.0.0.1:{nobody}"),
             "cannot use the Redis store",
+            true,
         ),
         (
             format!("redis://:wrong@127.0.0.1:{}", locked.port),
             "authentication failed",
+            false,
         ),
-        (format!("redis://127.0.0.1:{}", locked.port), "NOAUTH"),
+        (
+            format!("redis://127.0.0.1:{}", locked.port),
+            "NOAUTH",
+            false,
+        ),
         (
             format!("redis-cluster://127.0.0.1:{nobody}"),
             "cannot use the Redis store",
+            true,
         ),
-        ("memcached://127.0.0.1:1".to_owned(), "unknown store scheme"),
+        (
+            "memcached://127.0.0.1:1".to_owned(),
+            "unknown store scheme",
+            false,
+        ),
     ];
-    for (url, expected) in cases {
+    for (url, expected, fail_fast) in cases {
         let started = std::time::Instant::now();
+        let fail_fast = fail_fast.then_some("--fail-fast");
         let out = Command::new(env!("CARGO_BIN_EXE_mqstore"))
             .args(["--port", &broker.port.to_string(), "serve", "--store", &url])
+            .args(fail_fast)
             .output()
             .unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -682,6 +697,82 @@ fn bad_store_configuration_fails_at_start_with_a_clear_message() {
             "the password is shown: {stderr}"
         );
         assert!(started.elapsed() < Duration::from_secs(15), "{url}: hung");
+    }
+}
+
+/// Started before its broker and its Redis (compose or Kubernetes start them in any order):
+/// the node waits for each, says so, answers /healthz all along and /readyz only once it is
+/// connected, and serves as soon as both are there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_started_before_its_broker_and_redis_serves_once_they_are_there() {
+    let (broker_port, redis_port, metrics_port) = (
+        broker::free_port(),
+        broker::free_port(),
+        broker::free_port(),
+    );
+    let mut node = Command::new(env!("CARGO_BIN_EXE_mqstore"))
+        .args(["--port", &broker_port.to_string(), "serve"])
+        .args(["--store", &format!("redis://127.0.0.1:{redis_port}")])
+        .args(["--metrics", &format!("127.0.0.1:{metrics_port}")])
+        .env("MQSTORE_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("mqstore serve starts");
+    let probe = |path: &str| {
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", metrics_port)).ok()?;
+        use std::io::{Read, Write};
+        write!(stream, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").ok()?;
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).ok()?;
+        answer.split(' ').nth(1).map(str::to_owned)
+    };
+    let status_becomes = |path: &str, status: &str| {
+        let deadline = std::time::Instant::now() + WAIT;
+        while probe(path).as_deref() != Some(status) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{path} never answered {status}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    status_becomes("/healthz", "200");
+    assert_eq!(
+        probe("/readyz").as_deref(),
+        Some("503"),
+        "not ready without Redis"
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        node.try_wait().unwrap().is_none(),
+        "it waits instead of exiting"
+    );
+    let _redis = Redis::start_on(redis_port);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        probe("/readyz").as_deref(),
+        Some("503"),
+        "not ready without the broker"
+    );
+    assert_eq!(probe("/healthz").as_deref(), Some("200"));
+    let broker = Broker::start_on(broker_port);
+    status_becomes("/readyz", "200");
+    let client = client(broker.port, "late-client").await;
+    client.set("k", "v", SetOptions::default()).await.unwrap();
+    assert_eq!(
+        client.get("k").await.unwrap().unwrap().value,
+        Bytes::from("v")
+    );
+    node.kill().unwrap();
+    let out = node.wait_with_output().unwrap();
+    let log = String::from_utf8_lossy(&out.stderr);
+    for said in [
+        "waiting for Redis at",
+        "waiting for the broker at",
+        "answers: starting",
+    ] {
+        assert!(log.contains(said), "the log says {said:?}: {log}");
     }
 }
 

@@ -70,6 +70,10 @@ pub struct ServerConfig {
     pub clock_offset_ms: i64,
     /// Keep the state store on local disk (`--data-dir`, `--fsync`); memory store only.
     pub durability: Option<Durability>,
+    /// Exit when Redis or the broker cannot be reached at start (`--fail-fast`), instead of
+    /// waiting for them with backoff as after a connection loss (the default: started in any
+    /// order, the node serves once they are there).
+    pub fail_fast: bool,
 }
 
 /// Where the state store's state lives.
@@ -123,6 +127,7 @@ impl ServerConfig {
             store: StoreConfig::Memory,
             clock_offset_ms: 0,
             durability: None,
+            fail_fast: false,
         }
     }
 }

@@ -28,9 +28,9 @@ use rumqttc::v5::mqttbytes::QoS;
 use rumqttc::v5::mqttbytes::v5::LastWill;
 use tracing::{info, warn};
 
-use crate::commander::{Commander, CommanderConfig, RegistryConfig};
+use crate::commander::{Commander, CommanderConfig, CommanderError, RegistryConfig};
 use crate::metrics::Metrics;
-use crate::redis_store::{RedisJobs, RedisStore};
+use crate::redis_store::{RedisJobs, RedisStore, RedisStoreError};
 use jobs::ROLLOUT_BATCH;
 use jobs::{JobsService, Listener, SharedJobs};
 use mqstore_core::commands::definitions::DEFINITIONS_TOPIC;
@@ -143,6 +143,24 @@ pub async fn serve(
     started: impl FnOnce(Running),
 ) -> Result<(), ServerError> {
     let node_id_error = |_| ServerError::NodeId(config.node_id.clone());
+    let mut shutdown = Box::pin(shutdown);
+    // The metrics endpoint and its probes first: /healthz answers while the node waits for
+    // Redis or the broker (a liveness probe must not restart it meanwhile), /readyz once it is
+    // connected and subscribed.
+    let metrics = Arc::new(Metrics::default());
+    metrics.store_call(true, 0);
+    let mut metrics_addr = None;
+    let metrics_task = match config.metrics_addr {
+        Some(addr) => {
+            let listener = metrics::bind(addr)
+                .await
+                .map_err(|source| ServerError::Metrics { addr, source })?;
+            metrics_addr = listener.local_addr().ok();
+            info!(addr = ?metrics_addr, "serving Prometheus metrics at /metrics, probes at /healthz and /readyz");
+            Some(tokio::spawn(metrics::serve(listener, metrics.clone())))
+        }
+        None => None,
+    };
     // Nodes on one Redis share the SCAN token secret (unless one is configured), so that any
     // node continues a scan another began.
     let redis = match &config.store {
@@ -152,9 +170,18 @@ pub async fn serve(
                 url: redis.display(),
                 source,
             };
-            let store = RedisStore::connect(redis, config.quotas)
-                .await
-                .map_err(store_error)?;
+            let waited = wait_for(
+                &format!("Redis at {}", redis.display()),
+                config.fail_fast,
+                &mut shutdown,
+                RedisStoreError::is_refusal,
+                || RedisStore::connect(redis, config.quotas),
+            )
+            .await
+            .map_err(store_error)?;
+            let Some(store) = waited else {
+                return Ok(()); // Stopped while waiting.
+            };
             let secret = match config.scan_token_key {
                 Some(key) => key,
                 None => store
@@ -282,23 +309,9 @@ pub async fn serve(
             },
         ),
     };
-    let metrics = Arc::new(Metrics::default());
-    metrics.store_call(true, 0);
     if let State::Redis(_, remote) = &state {
         metrics.watch_replication(remote.store.replication().clone());
     }
-    let mut metrics_addr = None;
-    let metrics_task = match config.metrics_addr {
-        Some(addr) => {
-            let listener = metrics::bind(addr)
-                .await
-                .map_err(|source| ServerError::Metrics { addr, source })?;
-            metrics_addr = listener.local_addr().ok();
-            info!(addr = ?metrics_addr, "serving Prometheus metrics at /metrics");
-            Some(tokio::spawn(metrics::serve(listener, metrics.clone())))
-        }
-        None => None,
-    };
     if config.commands
         && matches!(command_registry, RegistryConfig::Memory)
         && config.share_group.is_some()
@@ -329,7 +342,21 @@ pub async fn serve(
                 events: true,
                 ..CommanderConfig::new(config.broker.clone(), config.node_id.clone())
             };
-            Some(Commander::start(commands, Some(metrics.clone())).await?)
+            let started = wait_for(
+                &format!(
+                    "the broker at {}:{}",
+                    config.broker.host, config.broker.port
+                ),
+                config.fail_fast,
+                &mut shutdown,
+                |e: &CommanderError| !matches!(e, CommanderError::Connection(_)),
+                || Commander::start(commands.clone(), Some(metrics.clone())),
+            )
+            .await?;
+            let Some(commander) = started else {
+                return Ok(()); // Stopped while waiting.
+            };
+            Some(commander)
         }
     };
     let (subscribed, subscribed_rx) = tokio::sync::watch::channel(false);
@@ -449,7 +476,7 @@ pub async fn serve(
         fatal: None,
     };
     let mut signals = Signals {
-        shutdown: Box::pin(shutdown),
+        shutdown,
         fired: false,
         grace: Box::pin(tokio::time::sleep(Duration::ZERO)),
         store_done: done_rx,
@@ -473,4 +500,43 @@ pub async fn serve(
     closed?;
     info!("stopped");
     Ok(())
+}
+
+/// Waits for what the node needs at start (`what`: Redis, the broker): `attempt` again, with
+/// the backoff of a connection loss, while it fails — unless `fail_fast`, or the failure is
+/// one that waiting cannot mend (`permanent`: a refused password). Says what it waits for at
+/// the first failure and every tenth. `Ok(None)` when `shutdown` came first.
+async fn wait_for<T, E: std::fmt::Display, F: Future<Output = Result<T, E>>>(
+    what: &str,
+    fail_fast: bool,
+    shutdown: &mut std::pin::Pin<Box<impl Future<Output = ()>>>,
+    permanent: impl Fn(&E) -> bool,
+    mut attempt: impl FnMut() -> F,
+) -> Result<Option<T>, E> {
+    let mut failures = 0u32;
+    loop {
+        let tried = tokio::select! {
+            tried = attempt() => tried,
+            () = shutdown.as_mut() => return Ok(None),
+        };
+        let error = match tried {
+            Ok(done) => {
+                if failures > 0 {
+                    info!(tries = failures + 1, "{what} answers: starting");
+                }
+                return Ok(Some(done));
+            }
+            Err(e) if fail_fast || permanent(&e) => return Err(e),
+            Err(e) => e,
+        };
+        failures += 1;
+        let wait = mqstore_net::host::backoff(failures);
+        if failures == 1 || failures.is_multiple_of(10) {
+            warn!(%error, retry_in = ?wait, tries = failures, "waiting for {what} (not reachable yet; --fail-fast exits instead)");
+        }
+        tokio::select! {
+            () = tokio::time::sleep(wait) => {}
+            () = shutdown.as_mut() => return Ok(None),
+        }
+    }
 }

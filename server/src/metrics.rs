@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -67,6 +67,8 @@ pub struct Metrics {
     store_in_flight: AtomicU64,
     /// Whether the last Redis call succeeded (1) or not (0); the memory store is always up.
     store_up: AtomicU64,
+    /// Connected to the broker with the node's subscriptions in (`/readyz`).
+    subscribed: AtomicBool,
     /// Whether the broker's PUBACKs say "no matching subscribers" (0x10): 0 not known yet,
     /// 1 no, 2 yes.
     broker_reports_no_subscribers: AtomicU64,
@@ -161,6 +163,23 @@ impl Metrics {
         self.store_up.store(u64::from(ok), Ordering::Relaxed);
         self.store_in_flight
             .store(in_flight as u64, Ordering::Relaxed);
+    }
+
+    /// Whether the node is connected to the broker with its subscriptions in.
+    pub fn set_subscribed(&self, subscribed: bool) {
+        self.subscribed.store(subscribed, Ordering::Relaxed);
+    }
+
+    /// Why the node is not ready to serve (`/readyz` answers 503 with it), or `None` when it
+    /// is: connected to the broker with its subscriptions in, and its store answering.
+    pub fn not_ready(&self) -> Option<&'static str> {
+        if !self.subscribed.load(Ordering::Relaxed) {
+            Some("not connected to the broker (or not subscribed yet)")
+        } else if self.store_up.load(Ordering::Relaxed) == 0 {
+            Some("the store (Redis) does not answer")
+        } else {
+            None
+        }
     }
 
     /// Reports what the Redis store saw of replication and failovers from now on.
@@ -568,26 +587,35 @@ fn http_response(head: &[u8], metrics: &Metrics) -> String {
         return reply("400 Bad Request", "", "not an HTTP request\n", true);
     };
     let path = target.split(|&b| b == b'?').next().unwrap_or(&[]);
-    if path != b"/metrics" {
+    if !matches!(path, b"/metrics" | b"/healthz" | b"/readyz") {
         return reply(
             "404 Not Found",
             "",
-            "metrics are served at /metrics\n",
+            "metrics are served at /metrics; the probes at /healthz and /readyz\n",
             true,
         );
     }
-    match method {
-        b"GET" | b"HEAD" => reply(
-            "200 OK",
-            "Content-Type: text/plain; version=0.0.4\r\n",
-            &metrics.render(),
-            method == b"GET",
-        ),
-        _ => reply(
+    if !matches!(method, b"GET" | b"HEAD") {
+        return reply(
             "405 Method Not Allowed",
             "Allow: GET, HEAD\r\n",
             "use GET\n",
             true,
+        );
+    }
+    let get = method == b"GET";
+    match path {
+        // Liveness: the process runs its loop (it answers while it waits for the broker).
+        b"/healthz" => reply("200 OK", "", "ok\n", get),
+        b"/readyz" => match metrics.not_ready() {
+            None => reply("200 OK", "", "ready\n", get),
+            Some(why) => reply("503 Service Unavailable", "", &format!("{why}\n"), get),
+        },
+        _ => reply(
+            "200 OK",
+            "Content-Type: text/plain; version=0.0.4\r\n",
+            &metrics.render(),
+            get,
         ),
     }
 }
@@ -631,6 +659,32 @@ mod tests {
         assert!(
             http_response(b"POST /metrics HTTP/1.1\r\n\r\n", &metrics).contains("Allow: GET, HEAD")
         );
+    }
+
+    /// /healthz answers while the process runs; /readyz only while the node is connected and
+    /// subscribed and its store answers, saying why not otherwise.
+    #[test]
+    fn the_probes_say_alive_always_and_ready_when_connected_with_a_store() {
+        let metrics = Metrics::default();
+        let get =
+            |path: &str| http_response(format!("GET {path} HTTP/1.1\r\n\r\n").as_bytes(), &metrics);
+        metrics.store_call(true, 0);
+        assert!(get("/healthz").starts_with("HTTP/1.1 200 OK"));
+        let waiting = get("/readyz");
+        assert!(waiting.starts_with("HTTP/1.1 503"), "{waiting}");
+        assert!(waiting.ends_with("not connected to the broker (or not subscribed yet)\n"));
+        metrics.set_subscribed(true);
+        assert!(get("/readyz").starts_with("HTTP/1.1 200 OK"));
+        metrics.store_call(false, 0);
+        let redis_down = get("/readyz");
+        assert!(
+            redis_down.ends_with("the store (Redis) does not answer\n"),
+            "{redis_down}"
+        );
+        assert!(get("/healthz").starts_with("HTTP/1.1 200 OK"));
+        metrics.store_call(true, 0);
+        metrics.set_subscribed(false);
+        assert!(get("/readyz").starts_with("HTTP/1.1 503"));
     }
 
     #[test]

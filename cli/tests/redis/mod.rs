@@ -40,6 +40,11 @@ impl Redis {
         Self::launch(free_port(), Vec::new())
     }
 
+    /// A primary on `port` (one a node was told of before Redis started), without persistence.
+    pub fn start_on(port: u16) -> Self {
+        Self::launch(port, Vec::new())
+    }
+
     /// A primary that asks for this password.
     pub fn start_with_password(password: &str) -> Self {
         Self::launch(free_port(), vec!["--requirepass".into(), password.into()])

@@ -380,6 +380,7 @@ impl Driver for Node {
                     // this line is served.
                     info!("connected to the broker; subscribed");
                     self.subscribed.send_replace(true);
+                    self.metrics.set_subscribed(true);
                 }
             }
             Ok(Event::Incoming(Packet::UnsubAck(_))) if self.stop == Stop::Unsubscribing => {
@@ -399,6 +400,7 @@ impl Driver for Node {
                 return false;
             }
             Err(e) => {
+                self.metrics.set_subscribed(false);
                 let error = connection_error(&e);
                 warn!(%error, "broker connection failed; reconnecting");
                 if let Some(hint) = protocol_hint(&error) {

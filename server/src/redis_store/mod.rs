@@ -96,6 +96,20 @@ pub enum RedisStoreError {
     },
 }
 
+impl RedisStoreError {
+    /// Whether Redis refused this node (a wrong or missing password, a user without the
+    /// rights): trying again cannot mend it, unlike a Redis that is not reachable yet.
+    pub fn is_refusal(&self) -> bool {
+        let Self::Redis(message) = self else {
+            return false;
+        };
+        let message = message.to_ascii_lowercase();
+        ["noauth", "wrongpass", "authentication", "noperm"]
+            .iter()
+            .any(|refusal| message.contains(refusal))
+    }
+}
+
 impl From<redis::RedisError> for RedisStoreError {
     fn from(e: redis::RedisError) -> Self {
         Self::Redis(e.to_string())
