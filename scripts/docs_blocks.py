@@ -18,7 +18,8 @@ A block that cannot run (it installs packages, runs until stopped, is a sketch) 
 Rust blocks are fragments of a program (`client` is a connected `Client`): each is compiled
 (`cargo check`), as the body of an async function of its own, in one crate that depends on
 `mqstore-core`, `mqstore-net` and `mqstore-server`; they are not run. Blocks of other
-languages (JSON, TOML, HTML, text) are counted, not run. Exits 1 if any block fails, and prints what it printed.
+languages (JSON, TOML, HTML, text) are counted, not run. Exits 1 if any block fails, and prints
+what it printed.
 """
 
 from __future__ import annotations
