@@ -16,8 +16,11 @@ compiled for aarch64 with Debian's cross compiler (aarch64-linux-gnu-gcc), `-O2
 from __future__ import annotations
 
 import gzip
+import io
+import json
 import subprocess
 import sys
+import tarfile
 import tempfile
 from pathlib import Path
 
@@ -29,6 +32,7 @@ BUDGETS = {
     "wheel": (1.2 * MB, 1.50 * MB, "TLS (rustls, ring) and unwind tables: docs/performance.md"),
     "c-connected": (1.5 * MB, 1.80 * MB, "TLS (rustls, ring) and tokio: docs/performance.md"),
     "c-byo": (250 * KB, 250 * KB, ""),
+    "image": (1 * MB, 1 * MB, ""),
     "wasm": (150 * KIB, 150 * KIB, ""),
     "binary": (
         8 * MB,
@@ -63,6 +67,27 @@ def added_to_program(lib: Path, source: Path, flags: list[str], tmp: Path) -> in
         program,
     )
     return program.stat().st_size - (tmp / "hello").stat().st_size
+
+
+def image_bytes(archive: Path) -> int:
+    """Bytes of the files in an OCI archive's image, unpacked (the one image it holds)."""
+    with tarfile.open(archive) as oci:
+
+        def blob(digest: str) -> bytes:
+            member = oci.extractfile("blobs/" + digest.replace(":", "/"))
+            assert member is not None, digest
+            return member.read()
+
+        index = json.loads(oci.extractfile("index.json").read())  # type: ignore[union-attr]
+        manifest = json.loads(blob(index["manifests"][0]["digest"]))
+        total = 0
+        for layer in manifest["layers"]:
+            data = blob(layer["digest"])
+            if layer["mediaType"].endswith("+gzip"):
+                data = gzip.decompress(data)
+            with tarfile.open(fileobj=io.BytesIO(data)) as files:
+                total += sum(member.size for member in files if member.isfile())
+        return total
 
 
 def main() -> int:
@@ -118,6 +143,11 @@ def main() -> int:
             "binary": (
                 (work / f"mqstore-{version}-x86_64-unknown-linux-musl/mqstore").stat().st_size,
                 "static mqstore, x86_64 musl, stripped",
+            ),
+            "image": (
+                image_bytes(dist / f"mqstore-{version}-image-amd64.oci.tar")
+                - (work / f"mqstore-{version}-x86_64-unknown-linux-musl/mqstore").stat().st_size,
+                "server container image (amd64): files beyond the binary",
             ),
         }
     over = False

@@ -62,6 +62,47 @@ deploy_packages() {
   apt_install prometheus curl systemd
 }
 
+# What the container images and their tests need: podman (runc as its runtime: the default crun
+# cannot set the open-files limit here), mmdebstrap (Debian root file systems, the images'
+# bases: no registry is reachable), mosquitto_rr (mosquitto-clients: the device of the compose
+# tests' job round trip), qemu-user (the arm64 image's binary). podman-compose is pip's, in a
+# virtual environment of scripts/test-images.
+container_packages() {
+  apt_install podman runc mmdebstrap mosquitto-clients qemu-user
+}
+
+# podman's configuration for machines like the test machine, in target/ and by CONTAINERS_CONF:
+# crun (the default runtime) fails there on setrlimit (no CAP_SYS_RESOURCE) and on hybrid
+# cgroups; runc works, with default ulimits within the machine's (a --ulimit on the command line
+# replaces the whole default list).
+container_config() {
+  mkdir -p target
+  cat >target/containers.conf <<'CONF'
+[containers]
+default_ulimits = ["nofile=20000:20000", "nproc=4096:4096"]
+[engine]
+runtime = "runc"
+CONF
+  CONTAINERS_CONF=$PWD/target/containers.conf
+  export CONTAINERS_CONF
+}
+
+# A Debian 12 image made locally: a minimal root file system with the packages named (no
+# documentation, no package lists), imported under NAME. Usage: debian_image WORK NAME PACKAGE...
+debian_image() {
+  local work=$1 name=$2 packages
+  shift 2
+  packages=$(IFS=,; echo "$*")
+  mmdebstrap --quiet --variant=minbase --include="$packages" \
+    --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' \
+    --dpkgopt='path-exclude=/usr/share/locale/*' \
+    --customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*' \
+    bookworm "$work/rootfs.tar" http://deb.debian.org/debian
+  podman import -q --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+    "$work/rootfs.tar" "$name" >/dev/null
+  rm -f "$work/rootfs.tar"
+}
+
 # What `bash scripts/run` needs: the broker.
 run_packages() {
   apt_install mosquitto

@@ -196,6 +196,18 @@ pub(crate) enum Command {
         #[command(subcommand)]
         command: CommandCommand,
     },
+    /// Ask a running `mqstore serve` whether it is ready (its /readyz probe; /healthz with
+    /// --live): exit 0 if so, 1 if not (the reason printed), 4 if nothing answers. The health
+    /// check of the container image, which has no shell and no curl.
+    Health {
+        /// The server's --metrics address (0.0.0.0 or [::] mean this machine).
+        #[arg(long, env = "MQSTORE_METRICS", default_value = "127.0.0.1:9464")]
+        metrics: String,
+        /// Only whether the process answers (/healthz, the liveness probe), not whether it is
+        /// connected to the broker and the store.
+        #[arg(long)]
+        live: bool,
+    },
 }
 
 #[derive(Args)]

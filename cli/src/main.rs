@@ -21,6 +21,7 @@ use store::run_client;
 mod args;
 mod call;
 mod command;
+mod health;
 mod jobs;
 mod progress;
 mod store;
@@ -41,6 +42,9 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
+    if let Command::Health { metrics, live } = &cli.command {
+        return health::check(metrics, *live);
+    }
     // The server is one engine behind one connection, driven by one task: a single thread
     // avoids cross-thread wake-ups (measured: markedly faster). The benchmark drives many
     // connections and wants every core.

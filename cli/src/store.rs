@@ -216,8 +216,8 @@ impl ClientCommand {
             Command::Groups { command } => Self::Groups(command),
             Command::Templates { command } => Self::Templates(command),
             Command::Devices { command } => Self::Command(CommandCall::read(command)?),
-            // `run` handles these without a client.
-            Command::Serve(_) | Command::Bench { .. } => {
+            // `main` and `run` handle these without a client.
+            Command::Serve(_) | Command::Bench { .. } | Command::Health { .. } => {
                 return Err("not a client command".into());
             }
         })
