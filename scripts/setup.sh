@@ -103,6 +103,35 @@ debian_image() {
   rm -f "$work/rootfs.tar"
 }
 
+# The Helm chart's checks (scripts/test-deploy), installed under target/ at pinned versions:
+# helm and kubeconform built with `go install` (no binary downloads), and the Kubernetes
+# schemas of the PyPI package kubernetes-validate, made standalone for kubeconform offline
+# (scripts/k8s-schemas.py). Sets HELM, KUBECONFORM and K8S_PYTHON (a Python with PyYAML).
+HELM_VERSION=v3.22.0
+KUBECONFORM_VERSION=v0.8.0
+KUBERNETES_VALIDATE_VERSION=1.37.0
+chart_tools() {
+  ensure_go
+  local tools=$PWD/target/tools
+  HELM=$tools/helm
+  KUBECONFORM=$tools/kubeconform
+  K8S_PYTHON=$PWD/target/k8s-venv/bin/python
+  # The module version `go install` built (the binaries' own --version says less).
+  built() { go version -m "$1" 2>/dev/null | awk '$1 == "mod" { print $3 }'; }
+  if [ "$(built "$HELM")" != "$HELM_VERSION" ]; then
+    echo "building helm $HELM_VERSION (go install; a few minutes the first time)"
+    GOBIN=$tools go install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+  fi
+  if [ "$(built "$KUBECONFORM")" != "$KUBECONFORM_VERSION" ]; then
+    GOBIN=$tools go install "github.com/yannh/kubeconform/cmd/kubeconform@$KUBECONFORM_VERSION"
+  fi
+  if ! "$K8S_PYTHON" -m pip show kubernetes-validate 2>/dev/null | grep -qx "Version: $KUBERNETES_VALIDATE_VERSION"; then
+    python3 -m venv target/k8s-venv
+    "$K8S_PYTHON" -m pip install --quiet --disable-pip-version-check "kubernetes-validate==$KUBERNETES_VALIDATE_VERSION"
+  fi
+  export HELM KUBECONFORM K8S_PYTHON
+}
+
 # What `bash scripts/run` needs: the broker.
 run_packages() {
   apt_install mosquitto
