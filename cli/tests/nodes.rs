@@ -702,7 +702,8 @@ fn bad_store_configuration_fails_at_start_with_a_clear_message() {
 
 /// Started before its broker and its Redis (compose or Kubernetes start them in any order):
 /// the node waits for each, says so, answers /healthz all along and /readyz only once it is
-/// connected, and serves as soon as both are there.
+/// connected, and serves as soon as both are there. `mqstore health` (the container image's
+/// health check) says the same with its exit code.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_started_before_its_broker_and_redis_serves_once_they_are_there() {
     let (broker_port, redis_port, metrics_port) = (
@@ -710,6 +711,16 @@ async fn a_node_started_before_its_broker_and_redis_serves_once_they_are_there()
         broker::free_port(),
         broker::free_port(),
     );
+    let health = |live: bool| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_mqstore"));
+        command.args(["health", "--metrics", &format!("0.0.0.0:{metrics_port}")]);
+        if live {
+            command.arg("--live");
+        }
+        let out = command.output().expect("mqstore health runs");
+        out.status.code()
+    };
+    assert_eq!(health(false), Some(4), "nothing answers yet: exit 4");
     let mut node = Command::new(env!("CARGO_BIN_EXE_mqstore"))
         .args(["--port", &broker_port.to_string(), "serve"])
         .args(["--store", &format!("redis://127.0.0.1:{redis_port}")])
@@ -743,6 +754,8 @@ async fn a_node_started_before_its_broker_and_redis_serves_once_they_are_there()
         Some("503"),
         "not ready without Redis"
     );
+    assert_eq!(health(false), Some(1), "mqstore health: not ready");
+    assert_eq!(health(true), Some(0), "mqstore health --live: live");
     std::thread::sleep(Duration::from_millis(500));
     assert!(
         node.try_wait().unwrap().is_none(),
@@ -758,6 +771,7 @@ async fn a_node_started_before_its_broker_and_redis_serves_once_they_are_there()
     assert_eq!(probe("/healthz").as_deref(), Some("200"));
     let broker = Broker::start_on(broker_port);
     status_becomes("/readyz", "200");
+    assert_eq!(health(false), Some(0), "mqstore health: ready");
     let client = client(broker.port, "late-client").await;
     client.set("k", "v", SetOptions::default()).await.unwrap();
     assert_eq!(
