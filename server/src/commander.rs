@@ -379,7 +379,9 @@ impl Commander {
                 .map_err(|_| CommanderError::Registry("the pub/sub task ended".into()))??;
         }
         let (ready, subscribed) = oneshot::channel();
-        info!(node = %shared.node, topics = ?filters, "commands starting");
+        // Said once it is subscribed: a node waiting for its broker tries this again and again.
+        debug!(node = %shared.node, topics = ?filters, "commands starting");
+        let said = (shared.node.clone(), format!("{filters:?}"));
         tasks.push(tokio::spawn(drive(
             eventloop,
             shared.clone(),
@@ -391,7 +393,10 @@ impl Commander {
             tasks: Arc::new(Mutex::new(tasks)),
         };
         match subscribed.await {
-            Ok(Ok(())) => Ok(commander),
+            Ok(Ok(())) => {
+                info!(node = %said.0, topics = %said.1, "commands subscribed");
+                Ok(commander)
+            }
             Ok(Err(e)) => {
                 commander.stop().await;
                 Err(CommanderError::Connection(e.to_string()))
