@@ -554,13 +554,25 @@ pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>) {
         };
         let metrics = metrics.clone();
         tokio::spawn(async move {
-            // The request line is all we read: it arrives in the first segment.
+            // The request's head, whole: a client may write it in pieces, and closing with
+            // part of it unread would reset the connection before the client reads the answer.
             let mut head = [0u8; 2048];
-            let read = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut head)).await;
-            let length = match read {
-                Ok(Ok(n)) => n,
-                _ => return,
+            let mut length = 0;
+            let read_head = async {
+                while length < head.len() && !head[..length].windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut head[length..]).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => length += n,
+                    }
+                }
             };
+            if tokio::time::timeout(Duration::from_secs(5), read_head)
+                .await
+                .is_err()
+                || length == 0
+            {
+                return;
+            }
             let response = http_response(&head[..length], &metrics);
             let _ = stream.write_all(response.as_bytes()).await;
             let _ = stream.shutdown().await;
@@ -628,6 +640,31 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A request whose head arrives in pieces (a client writing it in parts, a slow link) is
+    /// answered once whole, not from its first piece.
+    #[test]
+    fn a_request_written_in_pieces_is_answered_whole() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let answer = runtime.block_on(async {
+            let listener = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            tokio::spawn(serve(listener, Arc::new(Metrics::default())));
+            let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+            stream.write_all(b"GET /hea").await.unwrap();
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            stream.write_all(b"lthz HTTP/1.1\r\nHo").await.unwrap();
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            stream.write_all(b"st: x\r\n\r\n").await.unwrap();
+            let mut answer = String::new();
+            stream.read_to_string(&mut answer).await.unwrap();
+            answer
+        });
+        assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
+    }
 
     #[test]
     fn only_get_and_head_of_metrics_are_served() {
