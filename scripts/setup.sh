@@ -132,6 +132,9 @@ chart_tools() {
   export HELM KUBECONFORM K8S_PYTHON
 }
 
+# A TCP port free on this machine's loopback now (for a broker, Redis or metrics of a test).
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
 # What `bash scripts/run` needs: the broker.
 run_packages() {
   apt_install mosquitto
