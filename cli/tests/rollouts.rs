@@ -10,9 +10,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 
 use mqstore_core::envelope::Publish;
-use mqstore_core::jobs::{ABORTED, DurableJobs, Jobs, JobsStore, MemoryJobs, tables};
+use mqstore_core::jobs::{ABORTED, Calls, DurableJobs, Jobs, JobsStore, MemoryJobs, tables};
 use mqstore_core::store::Quotas;
-use mqstore_server::redis_store::{RedisConfig, RedisJobs, RedisStore};
+use mqstore_server::redis_store::{BlockingRedisJobs, RedisConfig, RedisJobs, RedisStore};
 use serde_json::{Value, json};
 
 const T0: u64 = 1_800_000_000_000;
@@ -1065,13 +1065,17 @@ fn rollouts_in_the_durable_store_come_back_after_a_restart() {
     }
 }
 
-fn redis_jobs(runtime: &tokio::runtime::Runtime, url: &str, prefix: &str) -> RedisJobs {
+fn redis_jobs(
+    runtime: &tokio::runtime::Runtime,
+    url: &str,
+    prefix: &str,
+) -> Calls<BlockingRedisJobs> {
     let mut config = RedisConfig::parse(url).unwrap();
     config.prefix = prefix.into();
     let store = runtime
         .block_on(RedisStore::connect(&config, Quotas::default()))
         .unwrap();
-    RedisJobs::new(store, runtime.handle().clone())
+    RedisJobs::new(store).blocking(runtime.handle().clone())
 }
 
 fn runtime() -> tokio::runtime::Runtime {

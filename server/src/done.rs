@@ -1,4 +1,4 @@
-//! Work that ran off the server's loop (a Redis call, a jobs call on the blocking pool, a sync
+//! Work that ran off the server's loop (a Redis call, a jobs work's store call, a sync
 //! of the data directory) and came back to it.
 
 use std::time::Instant;
@@ -6,8 +6,8 @@ use std::time::Instant;
 use crate::redis_store::{Applied, RedisStoreError};
 use mqstore_core::engine::Call;
 use mqstore_core::envelope::Publish;
-use mqstore_core::jobs::Stored;
-use mqstore_core::server::{JobsHandled, NotAnswered};
+use mqstore_core::jobs::{StoreAnswer, Stored};
+use mqstore_core::server::{JobsHandled, JobsWork, NotAnswered};
 use mqstore_core::store::{ClientId, Expired, StoreStats};
 
 /// A Redis call that ended, back in the server's loop.
@@ -28,6 +28,8 @@ pub(super) enum StoreDone {
 
 /// A jobs call on Redis that ended, back in the server's loop.
 pub(super) enum JobsDone {
+    /// A store call of a jobs work ran: its answer, for the work's next step.
+    Step(Box<JobsWork>, StoreAnswer),
     /// A request ran: what it published (its notifications, then its reply).
     Request(Vec<Publish>, Result<JobsHandled, NotAnswered>),
     /// A timer tick ran: what it published, and when the engine next has work.

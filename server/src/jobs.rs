@@ -1,10 +1,12 @@
 //! The node's jobs service: in memory (the core node's, answered on the node's loop) or shared
-//! in Redis (each request on a blocking thread), and the election of the node that listens to
-//! the device API.
+//! in Redis (each request a [`JobsWork`] whose store calls run on the node's connection), and
+//! the election of the node that listens to the device API.
 
 use super::done::Done;
 use crate::redis_store::RedisJobs;
-use mqstore_core::jobs::Jobs;
+use mqstore_core::envelope::Publish;
+use mqstore_core::server::JobsWork;
+use std::sync::Arc;
 
 /// The jobs service of a node.
 #[allow(clippy::large_enum_variant)] // one per node, made once and never moved after
@@ -12,14 +14,14 @@ pub(super) enum JobsService {
     /// In this process's memory: the node's own ([`mqstore_core::server::Node`]), answered at
     /// once.
     Local,
-    /// In Redis, shared by every node: the engine waits for Redis, so each request (and each
-    /// timer tick) runs on a blocking thread of its own, many at once, and comes back as a
-    /// [`JobsDone`]. Compare-and-set keeps them atomic (see [`mqstore_core::jobs`]).
+    /// In Redis, shared by every node: each request (and each timer tick) is a [`JobsWork`]
+    /// whose store calls the node runs on Redis as they come, many works at once, none
+    /// waiting on a thread. Compare-and-set keeps them atomic (see [`mqstore_core::jobs`]).
     Shared(SharedJobs),
 }
 
 pub(super) struct SharedJobs {
-    pub(super) store: RedisJobs,
+    pub(super) store: Arc<RedisJobs>,
     pub(super) done: tokio::sync::mpsc::UnboundedSender<Done>,
     pub(super) minute_ms: u64,
     /// Requests running.
@@ -62,9 +64,20 @@ pub(super) const LISTENER_LEASE_MS: u64 = 3_000;
 pub(super) const LISTENER_RENEW_MS: u64 = 1_000;
 
 impl SharedJobs {
-    /// The engine over the shared state (cheap: it holds a handle on the connection).
-    pub(super) fn engine(&self) -> Jobs<RedisJobs> {
-        Jobs::with_store(self.store.clone(), self.minute_ms).with_rollout_batch(ROLLOUT_BATCH)
+    /// A request's work on the shared state.
+    pub(super) fn request(&self, message: Publish, node_id: &str, now_ms: u64) -> Box<JobsWork> {
+        Box::new(JobsWork::request(
+            message,
+            node_id,
+            now_ms,
+            self.minute_ms,
+            ROLLOUT_BATCH,
+        ))
+    }
+
+    /// A timer tick's work on the shared state.
+    pub(super) fn tick(&self, now_ms: u64, room: bool) -> Box<JobsWork> {
+        Box::new(JobsWork::tick(now_ms, room, self.minute_ms, ROLLOUT_BATCH))
     }
 }
 

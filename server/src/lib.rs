@@ -214,7 +214,7 @@ pub async fn serve(
     let jobs = config.jobs.then(|| match &redis {
         None => JobsService::Local,
         Some((store, _)) => JobsService::Shared(SharedJobs {
-            store: RedisJobs::new(store.clone(), tokio::runtime::Handle::current()),
+            store: Arc::new(RedisJobs::new(store.clone())),
             done: done_tx.clone(),
             minute_ms,
             in_flight: 0,

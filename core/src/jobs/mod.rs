@@ -16,6 +16,7 @@
 //! The clients of both APIs (device and operator) are [`crate::client::jobs`]: the client
 //! layer sits above this one and this module never refers to it.
 
+mod calls;
 mod events;
 mod groups;
 mod lifecycle;
@@ -34,6 +35,7 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub use calls::{Answers, Calls, Replay, StoreAnswer, StoreCall};
 pub use groups::{GroupRecord, arn, tables};
 pub(crate) use model::valid_job_id;
 pub use model::{Execution, ExecutionRef, Job, JobsError, Pace, RejectCode, StoreError, Stored};

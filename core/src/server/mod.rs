@@ -76,7 +76,7 @@ use crate::store::{ClientId, DurableStore, Quotas, Recovered, StoreStats};
 use crate::topics;
 use commands::{CommandsHandled, Service, ServiceConfig};
 
-pub use jobs::{JobsHandled, NotAnswered};
+pub use jobs::{JobsHandled, JobsStep, JobsWork, NotAnswered};
 
 /// Whom a publish of the node is for.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,16 +1,23 @@
-//! The node's jobs service on Redis (each request and tick on a blocking thread, coming back
-//! as [`JobsDone`]) and the election of the node that listens to the device API.
+//! The node's jobs service on Redis (each request and tick a [`JobsWork`] whose store calls
+//! run on the node's connection and come back as [`JobsDone::Step`]) and the election of the
+//! node that listens to the device API.
 
 use super::*;
+use mqstore_core::server::{JobsStep, JobsWork};
 
 impl Node {
     /// A jobs call on Redis ended.
     pub(super) fn jobs_done(&mut self, done: JobsDone) {
+        if let JobsDone::Step(mut work, answer) = done {
+            work.answered(answer);
+            return self.drive_jobs(work);
+        }
         let now = self.now();
         let Some(JobsService::Shared(shared)) = &mut self.jobs else {
             return;
         };
         match done {
+            JobsDone::Step(..) => {}
             JobsDone::Request(out, handled) => {
                 shared.in_flight -= 1;
                 self.out.extend(out);
@@ -123,23 +130,29 @@ impl Node {
             }
             (state, Some(JobsService::Shared(shared))) => {
                 shared.in_flight += 1;
-                let (mut jobs, done, node) = (
-                    shared.engine(),
-                    shared.done.clone(),
-                    state.node_id().to_owned(),
-                );
-                tokio::task::spawn_blocking(move || {
-                    let mut out = Vec::new();
-                    let handled = server::jobs::run_request(
-                        &mut jobs.as_dyn(),
-                        message,
-                        &node,
-                        now,
-                        &mut out,
-                    );
-                    let _ = done.send(Done::Jobs(JobsDone::Request(out, handled)));
+                let work = shared.request(message, state.node_id(), now);
+                self.drive_jobs(work);
+            }
+            _ => {}
+        }
+    }
+
+    /// Takes a jobs work on Redis one step on: its next store call runs on the node's
+    /// connection (and comes back as [`JobsDone::Step`]), or its outcome is taken in.
+    pub(super) fn drive_jobs(&mut self, mut work: Box<JobsWork>) {
+        match work.step() {
+            JobsStep::Call(call) => {
+                let Some(JobsService::Shared(shared)) = &self.jobs else {
+                    return;
+                };
+                let (store, done) = (shared.store.clone(), shared.done.clone());
+                tokio::spawn(async move {
+                    let answer = store.run(call).await;
+                    let _ = done.send(Done::Jobs(JobsDone::Step(work, answer)));
                 });
             }
+            JobsStep::Request(out, handled) => self.jobs_done(JobsDone::Request(out, handled)),
+            JobsStep::Tick(out, ticked) => self.jobs_done(JobsDone::Tick(out, ticked)),
             _ => {}
         }
     }

@@ -281,12 +281,8 @@ impl Driver for Node {
             && shared.next_tick <= now_ms
         {
             shared.ticking = true;
-            let (mut jobs, done) = (shared.engine(), shared.done.clone());
-            tokio::task::spawn_blocking(move || {
-                let mut out = Vec::new();
-                let ticked = server::jobs::tick(&mut jobs.as_dyn(), now_ms, rollout_room, &mut out);
-                let _ = done.send(Done::Jobs(JobsDone::Tick(out, ticked)));
-            });
+            let work = shared.tick(now_ms, rollout_room);
+            self.drive_jobs(work);
         }
         if let Some(JobsService::Shared(SharedJobs {
             listener: Some(listener),

@@ -20,10 +20,11 @@
 //!   counts in the same script, so two nodes never both start an execution or both time it
 //!   out, and the counts (summed over the buckets) are exact.
 //!
-//! The engine ([`mqstore_core::jobs::Jobs`]) is synchronous: a [`RedisJobs`] waits for Redis on the
-//! calling thread, so it is used from blocking threads (`tokio::task::spawn_blocking`), never
-//! from a task of the runtime whose handle it holds. Each node keeps the jobs it has read, and
-//! reads one again only when its revision changed (one round trip either way).
+//! The engine ([`mqstore_core::jobs::Jobs`]) makes its store calls as data
+//! ([`mqstore_core::server::JobsWork`]); [`RedisJobs::run`] runs each on the node's one
+//! connection, from the node's loop, with no thread waiting for Redis. Each node keeps the jobs
+//! it has read, and reads one again only when its revision changed (one round trip either
+//! way).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -33,8 +34,8 @@ use redis::Value;
 
 use super::{Call, Lua, RedisStore, RedisStoreError};
 use mqstore_core::jobs::{
-    Counts, Entries, Job, JobsStore, Rollout, Status, StoreError, Stored, Tally, ThingRecord,
-    ThingWrite,
+    Answers, Calls, Counts, Entries, Job, Rollout, Status, StoreAnswer, StoreCall, StoreError,
+    Stored, Tally, ThingRecord, ThingWrite,
 };
 
 /// The scripts of the jobs store.
@@ -62,7 +63,6 @@ const DUE_BATCH: usize = 1024;
 #[derive(Clone)]
 pub struct RedisJobs {
     store: RedisStore,
-    runtime: tokio::runtime::Handle,
     scripts: Arc<JobScripts>,
     /// Jobs read by this node, with their revision.
     known: Arc<Mutex<HashMap<String, Arc<Job>>>>,
@@ -77,11 +77,10 @@ impl std::fmt::Debug for RedisJobs {
 }
 
 impl RedisJobs {
-    /// The jobs state next to `store`'s keys; calls wait for Redis on `runtime`.
-    pub fn new(store: RedisStore, runtime: tokio::runtime::Handle) -> Self {
+    /// The jobs state next to `store`'s keys.
+    pub fn new(store: RedisStore) -> Self {
         Self {
             store,
-            runtime,
             scripts: Arc::new(JobScripts {
                 insert: Lua::new(include_str!("jobs_insert.lua")),
                 update: Lua::new(include_str!("jobs_update.lua")),
@@ -99,13 +98,6 @@ impl RedisJobs {
             }),
             known: Arc::default(),
         }
-    }
-
-    /// Runs `call` to completion on the runtime (from a blocking thread).
-    fn wait<T>(&self, call: impl Future<Output = Result<T, RedisStoreError>>) -> Stored<T> {
-        self.runtime
-            .block_on(call)
-            .map_err(|e| StoreError(e.to_string()))
     }
 
     /// `{P}{jobs}:<kind><suffix>`: the names every node shares for the jobs themselves.
@@ -175,26 +167,30 @@ impl RedisJobs {
 
     /// Every bucket's timers in `range` (`ZRANGE jtimers <range…> WITHSCORES`, all buckets at
     /// once): (`"<thing> <job id>"`, deadline).
-    fn timers(&self, range: &[&str]) -> Stored<Vec<(String, f64)>> {
+    async fn timers(&self, range: &[&str]) -> Stored<Vec<(String, f64)>> {
         let store = &self.store;
-        let buckets: Vec<Vec<(String, f64)>> = self.each_bucket(|bucket| {
-            let mut zrange = redis::cmd("ZRANGE");
-            zrange
-                .arg(store.name(bucket, b"jtimers", b""))
-                .arg(range)
-                .arg("WITHSCORES");
-            async move { store.query(&zrange).await }
-        })?;
+        let buckets: Vec<Vec<(String, f64)>> = self
+            .each_bucket(|bucket| {
+                let mut zrange = redis::cmd("ZRANGE");
+                zrange
+                    .arg(store.name(bucket, b"jtimers", b""))
+                    .arg(range)
+                    .arg("WITHSCORES");
+                async move { store.query(&zrange).await }
+            })
+            .await?;
         Ok(buckets.into_iter().flatten().collect())
     }
 
     /// Runs `call` on every bucket at once, in bucket order.
-    fn each_bucket<T, F>(&self, call: impl Fn(u32) -> F) -> Stored<Vec<T>>
+    async fn each_bucket<T, F>(&self, call: impl Fn(u32) -> F) -> Stored<Vec<T>>
     where
         F: Future<Output = Result<T, RedisStoreError>>,
     {
         let calls = (0..self.store.buckets).map(call);
-        self.wait(async { futures_util::future::try_join_all(calls).await })
+        futures_util::future::try_join_all(calls)
+            .await
+            .map_err(|e| StoreError(e.to_string()))
     }
 }
 
@@ -239,13 +235,120 @@ fn number(what: &str, item: &Value) -> Stored<u64> {
     }
 }
 
-impl JobsStore for RedisJobs {
-    fn job(&self, job_id: &str) -> Stored<Option<Arc<Job>>> {
+impl RedisJobs {
+    /// Runs one call of the jobs engine ([`JobsWork`](mqstore_core::server::JobsWork)) on
+    /// Redis: a handful of commands or one script, pipelined on the node's connection beside
+    /// every other call in flight.
+    pub async fn run(&self, call: StoreCall) -> StoreAnswer {
+        use StoreAnswer as A;
+        use StoreCall as C;
+        let failed = |e: RedisStoreError| StoreError(e.to_string());
+        match call {
+            C::Job(id) => A::Job(self.job(&id).await),
+            C::InsertJob(job, things) => A::Written(self.insert_job(&job, &things).await),
+            C::PutJob(job) => A::Written(self.put_job(&job).await),
+            C::DeleteJob(id) => A::Done(self.delete_job(&id).await),
+            C::JobIds => A::Names(
+                self.store
+                    .query(
+                        redis::cmd("ZRANGE")
+                            .arg(self.global("index", ""))
+                            .arg(0)
+                            .arg(-1),
+                    )
+                    .await
+                    .map_err(failed),
+            ),
+            C::JobThings(id, from, count) => A::Names(self.job_things(&id, from, count).await),
+            C::Counts(id) => A::Counts(self.counts(&id).await),
+            C::Thing(thing) => A::Thing(
+                self.read_thing(&thing)
+                    .await
+                    .map_err(failed)
+                    .and_then(|r| r),
+            ),
+            C::ThingRecords(things) => A::ThingRecords(
+                futures_util::future::try_join_all(things.iter().map(|t| self.read_thing(t)))
+                    .await
+                    .map_err(failed)
+                    .and_then(|records| records.into_iter().collect()),
+            ),
+            C::PutThing(thing, record, tally) => {
+                A::Written(match self.thing_write(&thing, &record, &tally) {
+                    Ok(call) => self
+                        .store
+                        .eval(&call)
+                        .await
+                        .map_err(failed)
+                        .and_then(|a| written(&a)),
+                    Err(e) => Err(e),
+                })
+            }
+            C::PutThings(writes) => A::WrittenEach(self.put_things(&writes).await),
+            C::Things => A::Names(self.things().await),
+            C::Due(now_ms) => A::Due(self.due(now_ms).await),
+            C::NextDeadline => A::NextDeadline(
+                // Each bucket's first timer; the earliest of them.
+                self.timers(&["0", "0"])
+                    .await
+                    .map(|firsts| firsts.iter().map(|(_, deadline)| *deadline as u64).min()),
+            ),
+            C::Rollouts => A::Rollouts(self.rollouts().await),
+            C::TakeRollout(id, from, count, job) => {
+                A::Taken(self.take_rollout(&id, from, count, job.as_deref()).await)
+            }
+            C::StopRollout(id) => A::Done(self.stop_rollout(&id).await),
+            C::AddJobThings(id, things) => A::Done(self.add_job_things(&id, &things).await),
+            C::Entry(table, name) => A::Entry(
+                self.store
+                    .query(
+                        redis::cmd("HGET")
+                            .arg(self.global("tab:", &table))
+                            .arg(name),
+                    )
+                    .await
+                    .map_err(failed),
+            ),
+            C::PutEntry(table, name, value, create) => A::Written(
+                self.put_entry(&table, &name, value.as_deref(), create)
+                    .await,
+            ),
+            C::Entries(table, after, count) => {
+                A::Entries(self.entries(&table, after.as_deref(), count).await)
+            }
+            C::DropTable(table) => A::Done(
+                self.store
+                    .write::<i64>(
+                        redis::cmd("DEL")
+                            .arg(self.global("tab:", &table))
+                            .arg(self.global("tabx:", &table)),
+                    )
+                    .await
+                    .map(drop)
+                    .map_err(failed),
+            ),
+            other => A::failed(
+                &other,
+                StoreError(format!("a call Redis cannot run: {other:?}")),
+            ),
+        }
+    }
+
+    /// This store as a [`JobsStore`] whose every call waits for Redis on `runtime` (for a
+    /// blocking thread, never a task of that runtime: tests and tools).
+    pub fn blocking(self, runtime: tokio::runtime::Handle) -> Calls<BlockingRedisJobs> {
+        Calls(BlockingRedisJobs {
+            jobs: self,
+            runtime,
+        })
+    }
+
+    async fn job(&self, job_id: &str) -> Stored<Option<Arc<Job>>> {
         let cached = self.known.lock().ok().and_then(|k| k.get(job_id).cloned());
         let mut call = self.scripts.read.call();
         call.key(self.global("jr:", job_id))
             .arg(cached.as_ref().map_or(-1, |job| job.revision as i64));
-        let Value::Array(answer) = self.wait(self.store.eval(&call))? else {
+        let Value::Array(answer) = self.eval(&call).await? else {
             return Err(StoreError(
                 "Redis answered a job's read with no list".into(),
             ));
@@ -273,8 +376,16 @@ impl JobsStore for RedisJobs {
         }
     }
 
-    fn insert_job(&mut self, job: Job, things: &[String]) -> Stored<bool> {
-        let json = serde_json::to_vec(&job).map_err(|e| StoreError(e.to_string()))?;
+    /// Runs a script, its failure as the jobs store's.
+    async fn eval(&self, call: &Call<'_>) -> Stored<Value> {
+        self.store
+            .eval(call)
+            .await
+            .map_err(|e| StoreError(e.to_string()))
+    }
+
+    async fn insert_job(&self, job: &Job, things: &[String]) -> Stored<bool> {
+        let json = serde_json::to_vec(job).map_err(|e| StoreError(e.to_string()))?;
         let mut call = self.scripts.insert.call();
         call.key(self.global("jr:", &job.id))
             .key(self.global("index", ""))
@@ -285,27 +396,27 @@ impl JobsStore for RedisJobs {
         for thing in things {
             call.arg(thing);
         }
-        match self.wait(self.store.eval(&call))? {
+        match self.eval(&call).await? {
             Value::Int(1) => Ok(true),
             Value::Int(0) => Ok(false),
             other => Err(unexpected("adding a job", &other)),
         }
     }
 
-    fn put_job(&mut self, job: Job) -> Stored<bool> {
-        let json = serde_json::to_vec(&job).map_err(|e| StoreError(e.to_string()))?;
+    async fn put_job(&self, job: &Job) -> Stored<bool> {
+        let json = serde_json::to_vec(job).map_err(|e| StoreError(e.to_string()))?;
         let mut call = self.scripts.update.call();
         call.key(self.global("jr:", &job.id))
             .arg(job.revision)
             .arg(json);
-        match self.wait(self.store.eval(&call))? {
+        match self.eval(&call).await? {
             Value::Int(1) => Ok(true),
             Value::Int(0) => Ok(false),
             other => Err(unexpected("writing a job", &other)),
         }
     }
 
-    fn delete_job(&mut self, job_id: &str) -> Stored<()> {
+    async fn delete_job(&self, job_id: &str) -> Stored<()> {
         let mut call = self.scripts.delete.call();
         call.key(self.global("jr:", job_id))
             .key(self.global("index", ""))
@@ -313,46 +424,39 @@ impl JobsStore for RedisJobs {
             .key(self.global("rollouts", ""))
             .key(self.global("cursors", ""))
             .arg(job_id);
-        self.wait(self.store.eval(&call))?;
+        self.eval(&call).await?;
         self.forget(job_id);
         let store = &self.store;
         self.each_bucket(|bucket| {
             let name = store.name(bucket, b"jcount:", job_id.as_bytes());
             async move { store.write::<i64>(redis::cmd("DEL").arg(name)).await }
-        })?;
+        })
+        .await?;
         Ok(())
     }
 
-    fn job_ids(&self) -> Stored<Vec<String>> {
-        self.wait(
-            self.store.query(
-                redis::cmd("ZRANGE")
-                    .arg(self.global("index", ""))
-                    .arg(0)
-                    .arg(-1),
-            ),
-        )
-    }
-
-    fn job_things(&self, job_id: &str, from: u64, count: u64) -> Stored<Vec<String>> {
+    async fn job_things(&self, job_id: &str, from: u64, count: u64) -> Stored<Vec<String>> {
         if count == 0 {
             return Ok(Vec::new());
         }
-        self.wait(
-            self.store.query(
+        self.store
+            .query(
                 redis::cmd("LRANGE")
                     .arg(self.global("targets:", job_id))
                     .arg(from)
                     .arg(from.saturating_add(count - 1).min(i64::MAX as u64)),
-            ),
-        )
+            )
+            .await
+            .map_err(|e| StoreError(e.to_string()))
     }
 
-    fn counts(&self, job_id: &str) -> Stored<Counts> {
-        let buckets: Vec<HashMap<String, i64>> = self.each_bucket(|bucket| {
-            let name = self.store.name(bucket, b"jcount:", job_id.as_bytes());
-            async move { self.store.query(redis::cmd("HGETALL").arg(name)).await }
-        })?;
+    async fn counts(&self, job_id: &str) -> Stored<Counts> {
+        let buckets: Vec<HashMap<String, i64>> = self
+            .each_bucket(|bucket| {
+                let name = self.store.name(bucket, b"jcount:", job_id.as_bytes());
+                async move { self.store.query(redis::cmd("HGETALL").arg(name)).await }
+            })
+            .await?;
         let mut counts = Counts::new();
         for (status, n) in buckets.into_iter().flatten() {
             let status = Status::parse(&status)
@@ -363,65 +467,36 @@ impl JobsStore for RedisJobs {
         Ok(counts)
     }
 
-    fn thing(&self, thing: &str) -> Stored<ThingRecord> {
-        self.wait(self.read_thing(thing))?
-    }
-
-    /// The reads go out together on the one connection (pipelined): one round trip.
-    fn thing_records(&self, things: &[String]) -> Stored<Vec<ThingRecord>> {
-        let reads = things.iter().map(|thing| self.read_thing(thing));
-        self.wait(futures_util::future::try_join_all(reads))?
-            .into_iter()
-            .collect()
-    }
-
-    fn put_thing(&mut self, thing: &str, record: ThingRecord, tally: &Tally) -> Stored<bool> {
-        let call = self.thing_write(thing, &record, tally)?;
-        self.wait(self.store.eval(&call))
-            .and_then(|answer| written(&answer))
-    }
-
     /// The writes go out together on the one connection (pipelined), each its own
     /// compare-and-set script: one round trip.
-    fn put_things(&mut self, writes: Vec<ThingWrite>) -> Vec<Stored<bool>> {
+    async fn put_things(&self, writes: &[ThingWrite]) -> Vec<Stored<bool>> {
         let calls: Vec<Stored<Call<'_>>> = writes
             .iter()
             .map(|w| self.thing_write(&w.thing, &w.record, &w.tally))
             .collect();
-        let store = &self.store;
         let answers = calls.iter().map(|call| async move {
             match call {
-                Ok(call) => store.eval(call).await.map(Ok),
-                Err(e) => Ok(Err(e.clone())),
+                Ok(call) => self.eval(call).await.and_then(|answer| written(&answer)),
+                Err(e) => Err(e.clone()),
             }
         });
-        let answers = self
-            .runtime
-            .block_on(futures_util::future::join_all(answers));
-        answers
-            .into_iter()
-            .map(|answer| match answer {
-                Ok(Ok(answer)) => written(&answer),
-                Ok(Err(e)) => Err(e),
-                Err(e) => Err(StoreError(e.to_string())),
-            })
-            .collect()
+        futures_util::future::join_all(answers).await
     }
 
-    fn things(&self) -> Stored<Vec<String>> {
-        let mut things = Vec::new();
-        for bucket in 0..self.store.buckets {
-            let members: Vec<String> = self.wait(
-                self.store
-                    .query(redis::cmd("SMEMBERS").arg(self.store.name(bucket, b"jthings", b""))),
-            )?;
-            things.extend(members);
-        }
+    async fn things(&self) -> Stored<Vec<String>> {
+        let store = &self.store;
+        let buckets: Vec<Vec<String>> = self
+            .each_bucket(|bucket| {
+                let name = store.name(bucket, b"jthings", b"");
+                async move { store.query(redis::cmd("SMEMBERS").arg(name)).await }
+            })
+            .await?;
+        let mut things: Vec<String> = buckets.into_iter().flatten().collect();
         things.sort();
         Ok(things)
     }
 
-    fn due(&self, now_ms: u64) -> Stored<Vec<(String, String)>> {
+    async fn due(&self, now_ms: u64) -> Stored<Vec<(String, String)>> {
         let range = [
             "-inf",
             &now_ms.to_string(),
@@ -431,7 +506,7 @@ impl JobsStore for RedisJobs {
             &DUE_BATCH.to_string(),
         ];
         let mut due: Vec<(u64, String, String)> = Vec::new();
-        for (member, deadline) in self.timers(&range)? {
+        for (member, deadline) in self.timers(&range).await? {
             let Some((thing, job_id)) = member.split_once(' ') else {
                 return Err(StoreError(format!("a malformed timer {member:?} in Redis")));
             };
@@ -444,18 +519,12 @@ impl JobsStore for RedisJobs {
             .collect())
     }
 
-    fn next_deadline(&self) -> Stored<Option<u64>> {
-        // Each bucket's first timer; the earliest of them.
-        let firsts = self.timers(&["0", "0"])?;
-        Ok(firsts.iter().map(|(_, deadline)| *deadline as u64).min())
-    }
-
-    fn rollouts(&self) -> Stored<Vec<Rollout>> {
+    async fn rollouts(&self) -> Stored<Vec<Rollout>> {
         let mut call = self.scripts.rollouts.call();
         call.key(self.global("rollouts", ""))
             .key(self.global("cursors", ""))
             .arg(self.global("targets:", ""));
-        let Value::Array(items) = self.wait(self.store.eval(&call))? else {
+        let Value::Array(items) = self.eval(&call).await? else {
             return Err(StoreError(
                 "Redis answered the rollouts with no list".into(),
             ));
@@ -474,12 +543,12 @@ impl JobsStore for RedisJobs {
         Ok(rollouts)
     }
 
-    fn take_rollout(
-        &mut self,
+    async fn take_rollout(
+        &self,
         job_id: &str,
         from: u64,
         count: u64,
-        job: Option<Job>,
+        job: Option<&Job>,
     ) -> Stored<Option<Vec<String>>> {
         let mut call = self.scripts.take.call();
         call.key(self.global("rollouts", ""))
@@ -489,11 +558,11 @@ impl JobsStore for RedisJobs {
             .arg(job_id)
             .arg(from)
             .arg(count.min(1 << 53));
-        if let Some(job) = &job {
+        if let Some(job) = job {
             let json = serde_json::to_vec(job).map_err(|e| StoreError(e.to_string()))?;
             call.arg(job.revision).arg(json);
         }
-        let Value::Array(items) = self.wait(self.store.eval(&call))? else {
+        let Value::Array(items) = self.eval(&call).await? else {
             return Err(StoreError(
                 "Redis answered a rollout claim with no list".into(),
             ));
@@ -508,16 +577,16 @@ impl JobsStore for RedisJobs {
             .map(Some)
     }
 
-    fn stop_rollout(&mut self, job_id: &str) -> Stored<()> {
+    async fn stop_rollout(&self, job_id: &str) -> Stored<()> {
         let mut call = self.scripts.stop.call();
         call.key(self.global("rollouts", ""))
             .key(self.global("cursors", ""))
             .arg(job_id);
-        self.wait(self.store.eval(&call))?;
+        self.eval(&call).await?;
         Ok(())
     }
 
-    fn add_job_things(&mut self, job_id: &str, things: &[String]) -> Stored<()> {
+    async fn add_job_things(&self, job_id: &str, things: &[String]) -> Stored<()> {
         let mut call = self.scripts.more.call();
         call.key(self.global("jr:", job_id))
             .key(self.global("targets:", job_id))
@@ -527,19 +596,12 @@ impl JobsStore for RedisJobs {
         for thing in things {
             call.arg(thing);
         }
-        self.wait(self.store.eval(&call))?;
+        self.eval(&call).await?;
         Ok(())
     }
 
-    fn entry(&self, table: &str, name: &str) -> Stored<Option<Vec<u8>>> {
-        self.wait(
-            self.store
-                .query(redis::cmd("HGET").arg(self.global("tab:", table)).arg(name)),
-        )
-    }
-
-    fn put_entry(
-        &mut self,
+    async fn put_entry(
+        &self,
         table: &str,
         name: &str,
         value: Option<&[u8]>,
@@ -552,19 +614,19 @@ impl JobsStore for RedisJobs {
             .arg(u8::from(value.is_some()))
             .arg(value.unwrap_or_default())
             .arg(u8::from(create));
-        match self.wait(self.store.eval(&call))? {
+        match self.eval(&call).await? {
             Value::Int(n) => Ok(n > 0),
             other => Err(unexpected("writing an entry", &other)),
         }
     }
 
-    fn entries(&self, table: &str, after: Option<&str>, count: u64) -> Stored<Entries> {
+    async fn entries(&self, table: &str, after: Option<&str>, count: u64) -> Stored<Entries> {
         let mut call = self.scripts.entries.call();
         call.key(self.global("tab:", table))
             .key(self.global("tabx:", table))
             .arg(after.unwrap_or_default())
             .arg(count.min(i64::MAX as u64));
-        let Value::Array(items) = self.wait(self.store.eval(&call))? else {
+        let Value::Array(items) = self.eval(&call).await? else {
             return Err(StoreError("Redis answered entries with no list".into()));
         };
         let mut items = items.into_iter();
@@ -578,16 +640,18 @@ impl JobsStore for RedisJobs {
         }
         Ok(entries)
     }
+}
 
-    fn drop_table(&mut self, table: &str) -> Stored<()> {
-        self.wait(
-            self.store.write::<i64>(
-                redis::cmd("DEL")
-                    .arg(self.global("tab:", table))
-                    .arg(self.global("tabx:", table)),
-            ),
-        )?;
-        Ok(())
+/// [`RedisJobs`] whose calls wait for Redis on the calling thread (see
+/// [`RedisJobs::blocking`]).
+pub struct BlockingRedisJobs {
+    jobs: RedisJobs,
+    runtime: tokio::runtime::Handle,
+}
+
+impl Answers for BlockingRedisJobs {
+    fn answer(&self, call: impl FnOnce() -> StoreCall) -> StoreAnswer {
+        self.runtime.block_on(self.jobs.run(call()))
     }
 }
 

@@ -35,7 +35,7 @@ use config::redact;
 pub use config::{DEFAULT_PREFIX, DEFAULT_WAIT_TIMEOUT, RedisConfig, SentinelConfig};
 pub use failover::Replication;
 use failover::{Cluster, Sentinel};
-pub use jobs::RedisJobs;
+pub use jobs::{BlockingRedisJobs, RedisJobs};
 use replies::*;
 pub(crate) use script::{Call, Lua};
 
