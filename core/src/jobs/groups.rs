@@ -39,8 +39,10 @@ pub mod tables {
     }
 }
 
-/// Entries read at a time when a table is gone through.
-const PAGE: u64 = 1024;
+/// Entries read at a time when a table is gone through (a group's members for `createJob`).
+/// Large: on Redis each page is a round trip, and a replay ([`super::Replay`]) answers
+/// every page read so far again at each step (a million members are 62 pages).
+const PAGE: u64 = 16_384;
 
 /// The ARN mqstore gives its resources (AWS's form, with a region and account of its own).
 pub fn arn(kind: &str, name: &str) -> String {
