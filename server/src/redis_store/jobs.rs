@@ -334,8 +334,9 @@ impl RedisJobs {
         }
     }
 
-    /// This store as a [`JobsStore`] whose every call waits for Redis on `runtime` (for a
-    /// blocking thread, never a task of that runtime: tests and tools).
+    /// This store as a [`JobsStore`](mqstore_core::jobs::JobsStore) whose every call waits
+    /// for Redis on `runtime` (for a blocking thread, never a task of that runtime: tests and
+    /// tools).
     pub fn blocking(self, runtime: tokio::runtime::Handle) -> Calls<BlockingRedisJobs> {
         Calls(BlockingRedisJobs {
             jobs: self,
