@@ -136,25 +136,6 @@ impl StoreCall {
             Self::DropTable(table) => A::Done(store.drop_table(&table)),
         }
     }
-
-    /// Whether the call only reads (a store may run it on a replica, or again).
-    pub fn reads_only(&self) -> bool {
-        matches!(
-            self,
-            Self::Job(_)
-                | Self::JobIds
-                | Self::JobThings(..)
-                | Self::Counts(_)
-                | Self::Thing(_)
-                | Self::ThingRecords(_)
-                | Self::Things
-                | Self::Due(_)
-                | Self::NextDeadline
-                | Self::Rollouts
-                | Self::Entry(..)
-                | Self::Entries(..)
-        )
-    }
 }
 
 impl StoreAnswer {
@@ -417,5 +398,43 @@ impl Answers for Replay {
             *first = Some(call);
         }
         failed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_replay_answers_the_calls_it_has_and_stops_at_the_first_it_has_not() {
+        let mut store = Calls(Replay::default());
+        let missing = store.thing("t").unwrap_err();
+        assert_eq!(missing.0, NOT_ANSWERED_YET);
+        // A later call of the same run is not the one kept.
+        assert!(store.job("j").is_err());
+        assert_eq!(store.0.take_call(), Some(StoreCall::Thing("t".into())));
+
+        let record = ThingRecord::default();
+        store.0.answered(StoreAnswer::Thing(Ok(record.clone())));
+        store.0.rewind();
+        assert_eq!(store.thing("t"), Ok(record));
+        assert!(store.job("j").is_err());
+        assert_eq!(store.0.take_call(), Some(StoreCall::Job("j".into())));
+        assert_eq!(store.0.calls(), 1);
+    }
+
+    #[test]
+    fn an_answer_to_another_call_is_an_error_not_a_wrong_value() {
+        let mut store = Calls(Replay::default());
+        store.0.answered(StoreAnswer::Written(Ok(true)));
+        let error = store.thing("t").unwrap_err();
+        assert!(error.0.contains("another call"), "{error}");
+        store.0.rewind();
+        let writes = vec![ThingWrite {
+            thing: "t".into(),
+            record: ThingRecord::default(),
+            tally: Tally::new(),
+        }];
+        assert!(matches!(&store.put_things(writes)[..], [Err(_)]));
     }
 }
