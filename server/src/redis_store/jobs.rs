@@ -18,8 +18,7 @@
 //!   deadline), `jcount:<job id>` the counts of that bucket's latest executions of a job by
 //!   status. Writing a record is a compare-and-set on `r` that moves its timers and its
 //!   counts in the same script, so two nodes never both start an execution or both time it
-//!   out, and the counts (summed over the buckets) are exact. A rollout batch's writes are
-//!   one script per bucket they fall in, each thing still its own compare-and-set.
+//!   out, and the counts (summed over the buckets) are exact.
 //!
 //! The engine ([`mqstore_core::jobs::Jobs`]) makes its store calls as data
 //! ([`mqstore_core::server::JobsWork`]); [`RedisJobs::run`] runs each on the node's one
@@ -27,7 +26,7 @@
 //! it has read, and reads one again only when its revision changed (one round trip either
 //! way).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 
@@ -36,7 +35,7 @@ use redis::Value;
 use super::{Call, Lua, RedisStore, RedisStoreError};
 use mqstore_core::jobs::{
     Answers, Calls, Counts, Entries, Job, Rollout, Status, StoreAnswer, StoreCall, StoreError,
-    Stored, ThingRecord, ThingWrite,
+    Stored, Tally, ThingRecord, ThingWrite,
 };
 
 /// The scripts of the jobs store.
@@ -142,42 +141,28 @@ impl RedisJobs {
         }))
     }
 
-    /// The compare-and-sets of things' records of one bucket, in one script (see
-    /// `jobs_put.lua`): for each, whether it was written.
-    async fn put_bucket(&self, bucket: u32, writes: &[&ThingWrite]) -> Stored<Vec<bool>> {
+    /// The compare-and-set of a thing's record (see `jobs_put.lua`).
+    fn thing_write(&self, thing: &str, record: &ThingRecord, tally: &Tally) -> Stored<Call<'_>> {
+        let json = serde_json::to_vec(record).map_err(|e| StoreError(e.to_string()))?;
+        let bucket = self.store.bucket_of(thing.as_bytes());
         let mut call = self.scripts.put.call();
-        call.key(self.store.name(bucket, b"jthings", b""))
-            .key(self.store.name(bucket, b"jtimers", b""))
-            .arg(writes.len());
-        for write in writes {
-            let ThingWrite {
-                thing,
-                record,
-                tally,
-            } = write;
-            let json = serde_json::to_vec(record).map_err(|e| StoreError(e.to_string()))?;
-            call.key(self.store.name(bucket, b"jt:", thing.as_bytes()));
-            for (job_id, _, _) in tally {
-                call.key(self.store.name(bucket, b"jcount:", job_id.as_bytes()));
-            }
-            call.arg(record.revision)
-                .arg(json)
-                .arg(thing.as_str())
-                .arg(record.timers().count());
-            for (deadline, job_id) in record.timers() {
-                call.arg(deadline).arg(job_id);
-            }
-            call.arg(tally.len());
-            for (_, status, change) in tally {
-                call.arg(status.as_str()).arg(*change);
-            }
+        call.key(self.store.name(bucket, b"jt:", thing.as_bytes()))
+            .key(self.store.name(bucket, b"jthings", b""))
+            .key(self.store.name(bucket, b"jtimers", b""));
+        for (job_id, _, _) in tally {
+            call.key(self.store.name(bucket, b"jcount:", job_id.as_bytes()));
         }
-        match self.eval(&call).await? {
-            Value::Array(items) if items.len() == writes.len() => {
-                items.iter().map(written).collect()
-            }
-            other => Err(unexpected("writing things", &other)),
+        call.arg(record.revision)
+            .arg(json)
+            .arg(thing)
+            .arg(record.timers().count());
+        for (deadline, job_id) in record.timers() {
+            call.arg(deadline).arg(job_id);
         }
+        for (_, status, change) in tally {
+            call.arg(status.as_str()).arg(*change);
+        }
+        Ok(call)
     }
 
     /// Every bucket's timers in `range` (`ZRANGE jtimers <range…> WITHSCORES`, all buckets at
@@ -289,17 +274,15 @@ impl RedisJobs {
                     .and_then(|records| records.into_iter().collect()),
             ),
             C::PutThing(thing, record, tally) => {
-                let write = ThingWrite {
-                    thing,
-                    record,
-                    tally,
-                };
-                let bucket = self.store.bucket_of(write.thing.as_bytes());
-                A::Written(
-                    self.put_bucket(bucket, &[&write])
+                A::Written(match self.thing_write(&thing, &record, &tally) {
+                    Ok(call) => self
+                        .store
+                        .eval(&call)
                         .await
-                        .map(|w| w == [true]),
-                )
+                        .map_err(failed)
+                        .and_then(|a| written(&a)),
+                    Err(e) => Err(e),
+                })
             }
             C::PutThings(writes) => A::WrittenEach(self.put_things(&writes).await),
             C::Things => A::Names(self.things().await),
@@ -485,34 +468,20 @@ impl RedisJobs {
         Ok(counts)
     }
 
-    /// One script per bucket the writes fall in, sent together on the one connection
-    /// (pipelined): one round trip, and a batch's things share their buckets' scripts.
+    /// The writes go out together on the one connection (pipelined), each its own
+    /// compare-and-set script: one round trip.
     async fn put_things(&self, writes: &[ThingWrite]) -> Vec<Stored<bool>> {
-        let mut by_bucket: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
-        for (i, write) in writes.iter().enumerate() {
-            let bucket = self.store.bucket_of(write.thing.as_bytes());
-            by_bucket.entry(bucket).or_default().push(i);
-        }
-        let calls = by_bucket.into_iter().map(|(bucket, indices)| async move {
-            let bucket_writes: Vec<&ThingWrite> = indices.iter().map(|&i| &writes[i]).collect();
-            (indices, self.put_bucket(bucket, &bucket_writes).await)
-        });
-        let mut results = vec![Ok(false); writes.len()];
-        for (indices, outcome) in futures_util::future::join_all(calls).await {
-            match outcome {
-                Ok(flags) => {
-                    for (i, flag) in indices.into_iter().zip(flags) {
-                        results[i] = Ok(flag);
-                    }
-                }
-                Err(e) => {
-                    for i in indices {
-                        results[i] = Err(e.clone());
-                    }
-                }
+        let calls: Vec<Stored<Call<'_>>> = writes
+            .iter()
+            .map(|w| self.thing_write(&w.thing, &w.record, &w.tally))
+            .collect();
+        let answers = calls.iter().map(|call| async move {
+            match call {
+                Ok(call) => self.eval(call).await.and_then(|answer| written(&answer)),
+                Err(e) => Err(e.clone()),
             }
-        }
-        results
+        });
+        futures_util::future::join_all(answers).await
     }
 
     async fn things(&self) -> Stored<Vec<String>> {
