@@ -35,7 +35,7 @@ pub enum NotAnswered {
 /// request, pushing the notifications it causes and then its reply onto `out`.
 pub fn run_request(
     jobs: &mut Jobs<&mut dyn JobsStore>,
-    message: Publish,
+    message: &Publish,
     node_id: &str,
     now_ms: u64,
     out: &mut Vec<Publish>,
@@ -51,7 +51,7 @@ pub fn run_request(
             notifications,
         });
     }
-    match envelope::check_request(message.qos, message.properties, node_id) {
+    match envelope::check_request(message.qos, message.properties.clone(), node_id) {
         envelope::Checked::Accept(invocation) => {
             let answer = jobs.operate(&message.payload, now_ms, out);
             let handled = JobsHandled {
@@ -184,7 +184,7 @@ impl JobsWork {
         let outcome = match &self.task {
             Task::Request { message, node_id } => Ok(run_request(
                 &mut jobs,
-                message.clone(),
+                message,
                 node_id,
                 self.now_ms,
                 &mut self.out,
@@ -339,10 +339,7 @@ mod tests {
             Jobs::with_store(store as &mut dyn JobsStore, MINUTE_MS).with_rollout_batch(BATCH);
         let mut out = Vec::new();
         let outcome = match input {
-            Input::Message(m) => format!(
-                "{:?}",
-                run_request(&mut jobs, m.clone(), "n", T0 + at, &mut out)
-            ),
+            Input::Message(m) => format!("{:?}", run_request(&mut jobs, m, "n", T0 + at, &mut out)),
             Input::Tick(room) => format!("{:?}", tick(&mut jobs, T0 + at, *room, &mut out)),
         };
         (out, outcome)

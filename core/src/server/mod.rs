@@ -419,7 +419,7 @@ impl Node {
                 let node_id = self.engine.node_id();
                 let ran = jobs::run_request(
                     &mut jobs.as_dyn(),
-                    message,
+                    &message,
                     node_id,
                     now_ms,
                     &mut self.scratch,
