@@ -2629,6 +2629,42 @@ on_both_brokers! {
 }
 
 on_both_brokers! {
+    /// The server's own jobs replies and notifications match its device API subscription
+    /// (`$aws/things/+/jobs/#`); it subscribes with No Local, so the broker does not send them
+    /// back to it. Only another client's publish there reaches it, and is ignored (counted).
+    async fn jobs_replies_and_notifications_are_not_sent_back_to_the_server(kind: Kind) {
+        use mqstore_core::jobs::{JobSpec, Status};
+        use mqstore_net::jobs::{StartNext, Update};
+        use serde_json::json;
+        let broker = Broker::start_kind(kind);
+        let server = Server::start(broker.port, "node-no-local").await;
+        let operator = ready_client(broker.port, "operator-nl").await;
+        let device = client(broker.port, "device-nl").await;
+        let mut jobs = device.jobs("NL").await.unwrap();
+        operator.create_job(JobSpec::new("nl-1", vec!["NL".into()], json!({}))).await.unwrap();
+        notification(&mut jobs).await;
+        notification(&mut jobs).await;
+        jobs.start_next(StartNext::default()).await.unwrap().unwrap();
+        let done = Update { job_id: "nl-1".into(), status: Some(Status::Succeeded), ..Update::default() };
+        jobs.update(done).await.unwrap();
+        notification(&mut jobs).await;
+        notification(&mut jobs).await;
+        // Six publishes of the server on the device API topics so far (two replies, four
+        // notifications), each delivered to the device before it went on; none came back.
+        // A client's publish there does: exactly one ignored.
+        let raw = Raw::connect(broker.port, "stranger-nl", None).await;
+        raw.send_to("$aws/things/NL/jobs/notify", b"{}", PublishProperties::default()).await;
+        server.wait_metric("mqstore_jobs_ignored_total 1").await;
+        // Requests after it are served, and still nothing of the server's came back.
+        assert!(jobs.pending().await.unwrap().queued_jobs.is_empty());
+        assert!(server.metrics.render().lines().any(|l| l == "mqstore_jobs_ignored_total 1"));
+        operator.close().await;
+        device.close().await;
+        server.stop().await;
+    }
+}
+
+on_both_brokers! {
     /// Keyspace events: a key made, overwritten, deleted and expired is announced as made and
     /// gone (an overwrite not at all). And QoS 0 publishes (these events, jobs events), which
     /// the broker never acknowledges, do not count against the rollout's room for

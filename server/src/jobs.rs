@@ -26,8 +26,11 @@ pub(super) struct SharedJobs {
     pub(super) minute_ms: u64,
     /// Requests running.
     pub(super) in_flight: usize,
-    /// A tick (timeouts, the next rollout batch) is running.
-    pub(super) ticking: bool,
+    /// Ticks (timeouts, the next rollout batch) running.
+    pub(super) ticking: usize,
+    /// The last tick to end left work due at once (a rollout goes on): the next tick starts
+    /// while another still runs (see [`TICKS_WHILE_BUSY`]).
+    pub(super) busy: bool,
     /// When the next tick is due.
     pub(super) next_tick: u64,
     /// With a share group: the election of the node that listens to the device API.
@@ -75,11 +78,24 @@ impl SharedJobs {
         ))
     }
 
+    /// Whether another tick may start now: one at a time while idle, up to
+    /// [`TICKS_WHILE_BUSY`] while a rollout goes on.
+    pub(super) fn may_tick(&self) -> bool {
+        self.ticking < if self.busy { TICKS_WHILE_BUSY } else { 1 }
+    }
+
     /// A timer tick's work on the shared state.
     pub(super) fn tick(&self, now_ms: u64, room: bool) -> Box<JobsWork> {
         Box::new(JobsWork::tick(now_ms, room, self.minute_ms, ROLLOUT_BATCH))
     }
 }
+
+/// Ticks one node runs at once while a rollout goes on. A tick's store calls are round trips
+/// one after another (due timers, schedules, rollouts, then the batch's claim, records and
+/// writes): with two, one batch is claimed while the other's are written, and Redis and the
+/// node both stay busy. Concurrent ticks are safe as ticks of several nodes are (each timer
+/// and each batch is claimed once).
+pub(super) const TICKS_WHILE_BUSY: usize = 2;
 
 /// How often each node on Redis looks for jobs timers that ran out and for rollouts to go on
 /// with (any node's tick may take any of them; each is done once).

@@ -218,7 +218,8 @@ pub async fn serve(
             done: done_tx.clone(),
             minute_ms,
             in_flight: 0,
-            ticking: false,
+            ticking: 0,
+            busy: false,
             next_tick: 0,
             // Brokers such as mosquitto deliver no `$aws/...` message to a shared
             // subscription: with a share group, one node at a time listens to the device API.

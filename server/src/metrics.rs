@@ -59,6 +59,8 @@ pub struct Metrics {
     jobs_requests: [AtomicU64; 2],
     /// `notify` and `notify-next` published.
     jobs_notifications: AtomicU64,
+    /// Messages on the jobs device API topics that were not requests.
+    jobs_ignored: AtomicU64,
     /// Whether this node is the one elected to listen to the jobs device API (0 or 1).
     jobs_listener: AtomicU64,
     /// Redis calls that failed or timed out.
@@ -196,6 +198,11 @@ impl Metrics {
     pub fn jobs_handled(&self, accepted: bool, notifications: usize) {
         self.jobs_requests[usize::from(accepted)].fetch_add(1, Ordering::Relaxed);
         self.jobs_notified(notifications as u64);
+    }
+
+    /// Counts a message on the device API topics that was not a request.
+    pub fn jobs_ignored(&self) {
+        self.jobs_ignored.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Counts `notify` / `notify-next` published.
@@ -356,6 +363,12 @@ impl Metrics {
                 "Jobs notify and notify-next messages published.",
                 "counter",
                 &self.jobs_notifications,
+            ),
+            (
+                "mqstore_jobs_ignored_total",
+                "Messages on the jobs device API topics that were not requests, ignored: replies and notifications of other nodes, or a client publishing on those topics (the node's own are not sent back to it).",
+                "counter",
+                &self.jobs_ignored,
             ),
             (
                 "mqstore_jobs_device_api_listener",

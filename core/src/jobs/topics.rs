@@ -5,8 +5,9 @@
 /// Where operator requests go.
 pub const OPERATOR: &str = "mqstore/jobs/v1/command/invoke";
 
-/// Every thing's device API topics: the service subscribes to its requests here (its own
-/// replies and notifications come back too, and are ignored).
+/// Every thing's device API topics: the service subscribes to its requests here. Its own
+/// replies and notifications match too: a host subscribes with No Local (MQTT 5) so that the
+/// broker does not send them back; other nodes' still come, and are ignored.
 pub const DEVICE_FILTER: &str = "$aws/things/+/jobs/#";
 
 /// Where the jobs events go (`$aws/events/job/…`, `$aws/events/jobExecution/…`).

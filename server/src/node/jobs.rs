@@ -24,11 +24,12 @@ impl Node {
                 self.jobs_handled(handled);
             }
             JobsDone::Tick(out, ticked) => {
-                shared.ticking = false;
+                shared.ticking -= 1;
                 // Rollouts go on at the next turn of the loop; timers are looked for again
                 // after a tick's pause.
                 // Timers and rollouts other nodes started are looked for every tick.
                 let wake = ticked.as_ref().ok().copied().flatten();
+                shared.busy = wake.is_some_and(|at| at <= now);
                 shared.next_tick =
                     wake.map_or(now + JOBS_TICK_MS, |at| at.clamp(now, now + JOBS_TICK_MS));
                 if let Err(error) = ticked {
@@ -69,7 +70,7 @@ impl Node {
                 if leads && !listener.leader && self.stop == Stop::Running {
                     let client = self.outbox.client();
                     if let Err(e) =
-                        client.try_subscribe(jobs_topics::DEVICE_FILTER, QoS::AtLeastOnce)
+                        client.try_subscribe_many([subscription(jobs_topics::DEVICE_FILTER)])
                     {
                         warn!(error = %e, "subscribe failed");
                     }
@@ -165,6 +166,7 @@ impl Node {
                 handled.notifications,
             ),
             Err(NotAnswered::Dropped(reason)) => debug!(%reason, "operator request dropped"),
+            Err(NotAnswered::NoRequest) => self.metrics.jobs_ignored(),
             Err(_) => {}
         }
         self.queue_out();
@@ -175,7 +177,7 @@ impl Node {
         match &self.jobs {
             Some(JobsService::Shared(shared)) => {
                 let releasing = shared.listener.as_ref().is_some_and(|l| l.releasing);
-                shared.in_flight + usize::from(shared.ticking) + usize::from(releasing)
+                shared.in_flight + shared.ticking + usize::from(releasing)
             }
             _ => 0,
         }

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use rumqttc::Outgoing;
 use rumqttc::v5::Event;
 use rumqttc::v5::mqttbytes::QoS;
-use rumqttc::v5::mqttbytes::v5::{Packet, PubAckReason};
+use rumqttc::v5::mqttbytes::v5::{Filter, Packet, PubAckReason};
 use tracing::{debug, error, info, warn};
 
 mod commands;
@@ -222,6 +222,17 @@ pub(super) struct Node {
     pub(super) fatal: Option<ServerError>,
 }
 
+/// The node's subscription to `filter`, at least once. The jobs device API's asks for No Local:
+/// the node's own replies and notifications match it, and the broker would send each back to
+/// the node, to be read, acknowledged and ignored (three deliveries more per device call, two
+/// per execution a rollout queues). A shared subscription (`$share/…`, never equal to the
+/// filter) may not ask for it (MQTT 5, 3.8.3.1).
+fn subscription(filter: &str) -> Filter {
+    let mut subscription = Filter::new(filter, QoS::AtLeastOnce);
+    subscription.nolocal = filter == jobs_topics::DEVICE_FILTER;
+    subscription
+}
+
 impl Node {
     /// This node's clock.
     fn now(&self) -> u64 {
@@ -250,7 +261,7 @@ impl Driver for Node {
                             let stop = listener.leader.then_some(listener.held_until);
                             claim.into_iter().chain(stop).min()
                         });
-                        (!shared.ticking)
+                        (shared.may_tick())
                             .then_some(shared.next_tick)
                             .into_iter()
                             .chain(claim)
@@ -277,10 +288,10 @@ impl Driver for Node {
         let rollout_room = self.rollout_has_room();
         self.state_deadline(now_ms, rollout_room);
         if let Some(JobsService::Shared(shared)) = &mut self.jobs
-            && !shared.ticking
+            && shared.may_tick()
             && shared.next_tick <= now_ms
         {
-            shared.ticking = true;
+            shared.ticking += 1;
             let work = shared.tick(now_ms, rollout_room);
             self.drive_jobs(work);
         }
@@ -465,7 +476,11 @@ impl Node {
                 let filters = filters.chain(listener);
                 self.subacks = 0;
                 for filter in filters.chain(self.presence_filters.iter().copied()) {
-                    match self.outbox.client().try_subscribe(filter, QoS::AtLeastOnce) {
+                    match self
+                        .outbox
+                        .client()
+                        .try_subscribe_many([subscription(filter)])
+                    {
                         Ok(()) => self.subacks += 1,
                         Err(e) => warn!(%filter, error = %e, "subscribe failed"),
                     }
