@@ -261,7 +261,8 @@ impl Driver for Node {
                             let stop = listener.leader.then_some(listener.held_until);
                             claim.into_iter().chain(stop).min()
                         });
-                        (shared.may_tick())
+                        shared
+                            .may_tick()
                             .then_some(shared.next_tick)
                             .into_iter()
                             .chain(claim)
