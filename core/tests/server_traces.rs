@@ -7,9 +7,9 @@ mod matching;
 
 use matching::matches;
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 use mqstore_core::commands::Profiles;
@@ -23,12 +23,17 @@ use serde_json::{Map, Value, json};
 /// Every time in a trace is an offset from this.
 const T0: u64 = 1_700_000_000_000;
 
-/// Command ids, made in order (the node asks for 16 random bytes per command).
-static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+thread_local! {
+    /// Command ids, made in order (the node asks for 16 random bytes per command). One counter
+    /// per thread: the tests run traces on threads of their own, at once, and each trace counts
+    /// from 1.
+    static NEXT_ID: Cell<u64> = const { Cell::new(1) };
+}
 
 fn counted_id() -> [u8; 16] {
     let mut id = [0u8; 16];
-    id[8..].copy_from_slice(&NEXT_ID.fetch_add(1, Ordering::Relaxed).to_be_bytes());
+    let next = NEXT_ID.replace(NEXT_ID.get() + 1);
+    id[8..].copy_from_slice(&next.to_be_bytes());
     id
 }
 
@@ -152,7 +157,7 @@ fn run_trace(path: &Path) {
     let trace: Value = serde_json::from_slice(&std::fs::read(path).unwrap())
         .unwrap_or_else(|e| panic!("{name}: {e}"));
     let print = std::env::var_os("MQSTORE_TRACE_PRINT").is_some();
-    NEXT_ID.store(1, Ordering::Relaxed);
+    NEXT_ID.set(1);
     let mut node = node(&trace["node"]);
     let mut now = T0;
     let mut receipts: Vec<Receipt> = Vec::new();
