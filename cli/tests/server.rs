@@ -5,6 +5,7 @@ mod broker;
 mod calls;
 #[path = "redis/mod.rs"]
 mod redis;
+mod tls;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -1083,30 +1084,11 @@ on_every_deployment! {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_and_client_connect_over_tls() {
     use mqstore_net::TlsConfig;
-    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
 
-    // A throwaway certificate authority and a broker certificate for 127.0.0.1.
-    let dir = std::env::temp_dir().join(format!("mqstore-tls-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
-    let broker_key = KeyPair::generate().unwrap();
-    let broker_cert = CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])
-        .unwrap()
-        .signed_by(&broker_key, &ca)
-        .unwrap();
-    let (ca_file, cert_file, key_file) = (
-        dir.join("ca.pem"),
-        dir.join("broker.pem"),
-        dir.join("broker.key"),
-    );
-    std::fs::write(&ca_file, ca.pem()).unwrap();
-    std::fs::write(&cert_file, broker_cert.pem()).unwrap();
-    std::fs::write(&key_file, broker_key.serialize_pem()).unwrap();
-    let broker = Mosquitto::start_tls(&ca_file, &cert_file, &key_file);
+    let files = tls::TlsFiles::new("tls");
+    let broker = Mosquitto::start_tls(&files.ca, &files.cert, &files.key);
 
-    let tls = TlsConfig::from_files(&ca_file, None).unwrap();
+    let tls = TlsConfig::from_files(&files.ca, None).unwrap();
     let broker_config = BrokerConfig {
         port: broker.port,
         tls: Some(tls.clone()),
@@ -1134,13 +1116,8 @@ async fn server_and_client_connect_over_tls() {
 
     // A client that does not trust the broker's authority cannot connect.
     let mut untrusted = ClientOptions::new("untrusted", "127.0.0.1", broker.port);
-    let other_ca = CertifiedIssuer::self_signed(
-        CertificateParams::new(Vec::<String>::new()).unwrap(),
-        KeyPair::generate().unwrap(),
-    )
-    .unwrap();
     untrusted.broker.tls = Some(TlsConfig {
-        ca_pem: other_ca.pem().into_bytes(),
+        ca_pem: tls::untrusted_ca_pem(),
         client_auth: None,
     });
     untrusted.timeout = Duration::from_secs(1);
@@ -1148,7 +1125,6 @@ async fn server_and_client_connect_over_tls() {
 
     client.close().await;
     server.stop().await.unwrap();
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 on_both_brokers! {

@@ -57,6 +57,8 @@
 
 #![deny(missing_docs)]
 
+#[cfg(unix)]
+pub mod blocking;
 pub mod client;
 pub mod commands;
 mod connection;
@@ -352,7 +354,7 @@ pub fn puback_code(reason: rumqttc::v5::mqttbytes::v5::PubAckReason) -> u8 {
 }
 
 /// The MQTT 5 reason code of a CONNACK (rumqttc keeps it as an enum).
-fn connack_code(code: rumqttc::v5::mqttbytes::v5::ConnectReturnCode) -> u8 {
+pub(crate) fn connack_code(code: rumqttc::v5::mqttbytes::v5::ConnectReturnCode) -> u8 {
     use rumqttc::v5::mqttbytes::v5::ConnectReturnCode as C;
     match code {
         C::Success => 0x00,

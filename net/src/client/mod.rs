@@ -80,6 +80,82 @@ pub struct SetOptions {
     pub fencing_token: Option<Hlc>,
 }
 
+impl SetOptions {
+    /// The SET of `value` at `key` with these options, and its call's options.
+    pub(crate) fn call(self, key: Bytes, value: Bytes) -> (Request, CallOptions) {
+        let request = Request::Set(SetRequest {
+            key,
+            value: Bulk::new(value),
+            condition: self.condition,
+            expires_in_ms: self
+                .expires
+                .and_then(|d| std::num::NonZeroU64::new(d.as_millis().max(1) as u64)),
+        });
+        let options = CallOptions {
+            fencing_token: self.fencing_token,
+            persist: self.persist,
+            timeout_ms: None,
+        };
+        (request, options)
+    }
+}
+
+/// A DEL of `key` (a VDEL when `value` is given: only if the key holds it), guarded by
+/// `fencing_token`, and its call's options.
+pub(crate) fn deletion(
+    key: Bytes,
+    value: Option<Bytes>,
+    fencing_token: Option<Hlc>,
+) -> (Request, CallOptions) {
+    let request = match value {
+        Some(value) => Request::VDel { key, value },
+        None => Request::Del { key },
+    };
+    let options = CallOptions {
+        fencing_token,
+        ..CallOptions::default()
+    };
+    (request, options)
+}
+
+/// Where an observation's changes go: a tokio channel (the async client) or a std one (the
+/// blocking client).
+pub(crate) trait ChangeSink {
+    /// Hands `change` over: false when the observation is gone.
+    fn give(&self, change: KeyChange) -> bool;
+}
+
+impl ChangeSink for mpsc::UnboundedSender<KeyChange> {
+    fn give(&self, change: KeyChange) -> bool {
+        self.send(change).is_ok()
+    }
+}
+
+impl ChangeSink for std::sync::mpsc::Sender<KeyChange> {
+    fn give(&self, change: KeyChange) -> bool {
+        self.send(change).is_ok()
+    }
+}
+
+/// Tells `key`'s observers of a change the session reported, dropping observations gone.
+pub(crate) fn tell_observers<S: ChangeSink>(
+    observers: &mut std::collections::HashMap<Bytes, Vec<S>>,
+    key: Bytes,
+    change: mqstore_core::codec::Notification,
+    version: Option<Hlc>,
+    synthetic: bool,
+) {
+    if let Some(list) = observers.get_mut(&key) {
+        let change = KeyChange {
+            key,
+            value: change.into_value(),
+            version,
+            synthetic,
+        };
+        list.retain(|sink| sink.give(change.clone()));
+    }
+}
+
 /// A change of an observed key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyChange {
@@ -342,19 +418,7 @@ impl Client {
         value: impl Into<Bytes>,
         options: SetOptions,
     ) -> Result<SetResult, ClientError> {
-        let request = Request::Set(SetRequest {
-            key: key.into(),
-            value: Bulk::new(value),
-            condition: options.condition,
-            expires_in_ms: options
-                .expires
-                .and_then(|d| std::num::NonZeroU64::new(d.as_millis().max(1) as u64)),
-        });
-        let call_options = CallOptions {
-            fencing_token: options.fencing_token,
-            persist: options.persist,
-            timeout_ms: None,
-        };
+        let (request, call_options) = options.call(key.into(), value.into());
         Ok(self.call(request, call_options).await?.into_set_result())
     }
 
@@ -372,12 +436,8 @@ impl Client {
         key: impl Into<Bytes>,
         fencing_token: Option<Hlc>,
     ) -> Result<Deletion, ClientError> {
-        let options = CallOptions {
-            fencing_token,
-            ..CallOptions::default()
-        };
-        let answer = self.call(Request::Del { key: key.into() }, options).await?;
-        Ok(answer.into_deletion())
+        let (request, options) = deletion(key.into(), None, fencing_token);
+        Ok(self.call(request, options).await?.into_deletion())
     }
 
     /// VDEL: delete `key` only if it holds `value`.
@@ -387,14 +447,7 @@ impl Client {
         value: impl Into<Bytes>,
         fencing_token: Option<Hlc>,
     ) -> Result<Deletion, ClientError> {
-        let options = CallOptions {
-            fencing_token,
-            ..CallOptions::default()
-        };
-        let request = Request::VDel {
-            key: key.into(),
-            value: value.into(),
-        };
+        let (request, options) = deletion(key.into(), Some(value.into()), fencing_token);
         Ok(self.call(request, options).await?.into_deletion())
     }
 

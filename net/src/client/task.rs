@@ -568,17 +568,7 @@ impl Task {
                     change,
                     version,
                     synthetic,
-                } => {
-                    if let Some(list) = self.observers.get_mut(&key) {
-                        let change = KeyChange {
-                            key: key.clone(),
-                            value: change.into_value(),
-                            version,
-                            synthetic,
-                        };
-                        list.retain(|tx| tx.send(change.clone()).is_ok());
-                    }
-                }
+                } => super::tell_observers(&mut self.observers, key, change, version, synthetic),
                 SessionEvent::Jobs(notification) => {
                     let thing = match &notification {
                         JobNotification::Notify { thing, .. }

@@ -1,0 +1,658 @@
+//! The blocking client: the core's client [`Session`] driven by the threads that call it, with
+//! no async runtime and no hand-off of a call to another thread.
+//!
+//! A call starts in the session and its request is written to the socket by the calling thread
+//! itself; then one waiting caller at a time — the *reader* — polls the socket, feeds the
+//! session what arrives, and hands each finished call to its thread (leader and followers).
+//! A caller alone with the connection thus writes, waits in poll(2) and reads its answer on its
+//! own thread: no wake-up of another thread on the way. When the reader's own call finishes it
+//! passes the socket to another waiting caller.
+//!
+//! While no call is in progress a helper thread reads instead, so observations, keep-alive and
+//! reconnects go on: it takes the socket once it has been left alone for [`IDLE_GRACE`] (so
+//! calls made back to back never wait for it), gives it to the next caller that arrives
+//! (interrupting its poll through a socket pair), and reconnects after a lost connection,
+//! failing the calls in flight as the session decides. It never runs a call's I/O while a
+//! caller could.
+
+mod link;
+mod poll;
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::sync::mpsc;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::{self, JoinHandle, Thread, ThreadId};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use rumqttc::v5::mqttbytes::QoS;
+use rumqttc::v5::mqttbytes::v5::LastWill;
+use tracing::{debug, warn};
+
+use crate::client::{ClientOptions, KeyChange, SetOptions, deletion};
+use crate::{now_ms, random_u64};
+use link::{Hello, Link, Received};
+use mqstore_core::client::{
+    Answer, CallId, CallOptions, ClientConfig, ClientError, Deletion, SetResult, Versioned,
+};
+use mqstore_core::codec::Request;
+use mqstore_core::envelope::Publish;
+use mqstore_core::hlc::Hlc;
+use mqstore_core::session::{Completion, Session, SessionEvent};
+use mqstore_core::topics;
+
+/// How long the socket stays without a reader after a call before the helper thread takes it.
+pub const IDLE_GRACE: Duration = Duration::from_millis(5);
+
+/// How long closing may take: the DISCONNECT, then the broker closing the connection.
+const CLOSE_GRACE: Duration = Duration::from_secs(2);
+
+/// The longest a waiting caller sleeps before it looks again (a safety net: it is woken when
+/// its call finishes or the socket is its to read).
+const PARK_LIMIT: Duration = Duration::from_millis(100);
+
+/// A connected state store client whose calls block the calling thread. Cheap to clone and
+/// usable from many threads at once; the connection closes when the last clone is dropped or
+/// [`Client::close`] is called.
+#[derive(Clone)]
+pub struct Client {
+    handle: Arc<Handle>,
+}
+
+/// Closes the connection when the last [`Client`] clone goes (the helper thread holds only
+/// [`Shared`]).
+struct Handle {
+    shared: Arc<Shared>,
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        self.shared.close();
+    }
+}
+
+struct Shared {
+    state: Mutex<State>,
+    /// The helper thread waits here for the socket to be left alone, or to reconnect.
+    helper_wait: Condvar,
+    /// A byte written here interrupts whoever polls the socket.
+    interrupt_tx: UnixStream,
+    interrupt_rx: UnixStream,
+    options: ClientOptions,
+    helper: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// Who reads the socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reader {
+    /// Nobody, since then.
+    Vacant(Instant),
+    /// A thread waiting for its call.
+    Caller(ThreadId),
+    /// The helper thread (no call waits, or one just asked for the socket).
+    Helper,
+}
+
+/// A call's thread and, once it finished, its result.
+struct Slot {
+    thread: Thread,
+    result: Option<Result<Completion, ClientError>>,
+}
+
+struct State {
+    session: Session,
+    /// `None` while disconnected.
+    link: Option<Link>,
+    reader: Reader,
+    /// A caller asked the helper for the socket.
+    wanted: bool,
+    slots: HashMap<CallId, Slot>,
+    observers: HashMap<Bytes, Vec<mpsc::Sender<KeyChange>>>,
+    /// The broker's DISCONNECT, until the connection's end that follows it.
+    broker_disconnect: Option<ClientError>,
+    closed: bool,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while it was held is a bug elsewhere; the state stays usable.
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Client {
+    /// Connects, subscribes, and returns once the client can make calls; the first failure
+    /// (nothing listens, a CONNACK refusal, no answer within the timeout) is returned as it is.
+    pub fn connect(options: ClientOptions) -> Result<Client, ClientError> {
+        let mut config = ClientConfig::new(options.client_id.clone(), random_u64());
+        if options.standard_topics {
+            config = config.standard_topics();
+        }
+        if let Some(topic) = &options.request_topic {
+            config.request_topic.clone_from(topic);
+        }
+        config.default_timeout_ms = options.timeout.as_millis() as u64;
+        let mut session = Session::new(config)?;
+        let link = Link::open(&options.broker, hello(&session, &options))?;
+        session.set_max_packet_size(Some(link.max_outgoing));
+        let (interrupt_tx, interrupt_rx) =
+            UnixStream::pair().map_err(|e| ClientError::Unreachable(e.to_string()))?;
+        for end in [&interrupt_tx, &interrupt_rx] {
+            end.set_nonblocking(true)
+                .map_err(|e| ClientError::Unreachable(e.to_string()))?;
+        }
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                session,
+                link: Some(link),
+                reader: Reader::Vacant(Instant::now()),
+                wanted: false,
+                slots: HashMap::new(),
+                observers: HashMap::new(),
+                broker_disconnect: None,
+                closed: false,
+            }),
+            helper_wait: Condvar::new(),
+            interrupt_tx,
+            interrupt_rx,
+            options,
+            helper: Mutex::new(None),
+        });
+        let helper = {
+            let shared = shared.clone();
+            thread::Builder::new()
+                .name("mqstore-io".into())
+                .spawn(move || shared.help())
+                .map_err(|e| ClientError::Unreachable(format!("cannot start a thread: {e}")))?
+        };
+        *lock(&shared.helper) = Some(helper);
+        Ok(Client {
+            handle: Arc::new(Handle { shared }),
+        })
+    }
+
+    /// This client's id.
+    pub fn client_id(&self) -> &str {
+        &self.handle.shared.options.client_id
+    }
+
+    /// A state store call: its answer, or why there is none.
+    pub fn call(&self, request: &Request, options: &CallOptions) -> Result<Answer, ClientError> {
+        match self
+            .handle
+            .shared
+            .run(|session, now| session.call(request, options, now))?
+        {
+            Completion::Store(answer) => Ok(answer),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// SET `key` to `value`.
+    pub fn set(
+        &self,
+        key: impl Into<Bytes>,
+        value: impl Into<Bytes>,
+        options: SetOptions,
+    ) -> Result<SetResult, ClientError> {
+        let (request, call_options) = options.call(key.into(), value.into());
+        Ok(self.call(&request, &call_options)?.into_set_result())
+    }
+
+    /// GET `key`: its value and version, or `None` when absent.
+    pub fn get(&self, key: impl Into<Bytes>) -> Result<Option<Versioned>, ClientError> {
+        let request = Request::Get { key: key.into() };
+        Ok(self
+            .call(&request, &CallOptions::default())?
+            .into_versioned())
+    }
+
+    /// DEL `key`.
+    pub fn del(
+        &self,
+        key: impl Into<Bytes>,
+        fencing_token: Option<Hlc>,
+    ) -> Result<Deletion, ClientError> {
+        let (request, options) = deletion(key.into(), None, fencing_token);
+        Ok(self.call(&request, &options)?.into_deletion())
+    }
+
+    /// VDEL: delete `key` only if it holds `value`.
+    pub fn vdel(
+        &self,
+        key: impl Into<Bytes>,
+        value: impl Into<Bytes>,
+        fencing_token: Option<Hlc>,
+    ) -> Result<Deletion, ClientError> {
+        let (request, options) = deletion(key.into(), Some(value.into()), fencing_token);
+        Ok(self.call(&request, &options)?.into_deletion())
+    }
+
+    /// Every key matching `pattern` (the SCAN dialect), all pages collected.
+    pub fn scan(&self, pattern: impl Into<Bytes>) -> Result<Vec<Bytes>, ClientError> {
+        let pattern = pattern.into();
+        let mut keys = Vec::new();
+        let mut token = None;
+        loop {
+            let request = Request::Scan {
+                pattern: pattern.clone(),
+                token,
+            };
+            let (page, next) = self.call(&request, &CallOptions::default())?.into_page()?;
+            keys.extend(page);
+            match next {
+                Some(next) => token = Some(next),
+                None => return Ok(keys),
+            }
+        }
+    }
+
+    /// Observes `key`: every change (SET, DEL, VDEL, expiry) arrives on the returned
+    /// observation, and keeps arriving across reconnects, whether or not calls are made.
+    pub fn observe(&self, key: impl Into<Bytes>) -> Result<Observation, ClientError> {
+        let key = key.into();
+        let (changes, receiver) = mpsc::channel();
+        let shared = &self.handle.shared;
+        lock(&shared.state)
+            .observers
+            .entry(key.clone())
+            .or_default()
+            .push(changes);
+        let registered = shared.run(|session, now| session.observe(key.clone(), now));
+        if let Err(e) = registered {
+            lock(&shared.state).observers.remove(&key);
+            return Err(e);
+        }
+        Ok(Observation { changes: receiver })
+    }
+
+    /// Stops observing `key`; its observations end.
+    pub fn unobserve(&self, key: impl Into<Bytes>) -> Result<(), ClientError> {
+        let key = key.into();
+        let shared = &self.handle.shared;
+        lock(&shared.state).observers.remove(&key);
+        shared.run(|session, now| session.unobserve(key, now))?;
+        Ok(())
+    }
+
+    /// Disconnects politely (the broker does not publish the presence Will) and returns once
+    /// the connection is closed. Calls still in flight fail with `Disconnected`.
+    pub fn close(&self) {
+        self.handle.shared.close();
+    }
+}
+
+/// Changes of one observed key, in the order they happened.
+pub struct Observation {
+    changes: mpsc::Receiver<KeyChange>,
+}
+
+impl Observation {
+    /// The next change, waiting up to `timeout`; `None` when none came or the client closed.
+    pub fn next_timeout(&self, timeout: Duration) -> Option<KeyChange> {
+        self.changes.recv_timeout(timeout).ok()
+    }
+
+    /// The next change if one has arrived already, without waiting.
+    pub fn try_next(&self) -> Option<KeyChange> {
+        self.changes.try_recv().ok()
+    }
+}
+
+impl Iterator for Observation {
+    type Item = KeyChange;
+
+    /// The next change, waiting for it; `None` once the client is closed.
+    fn next(&mut self) -> Option<KeyChange> {
+        self.changes.recv().ok()
+    }
+}
+
+/// What a connection of `session` asks for: its subscriptions and the presence Will.
+fn hello<'a>(session: &Session, options: &'a ClientOptions) -> Hello<'a> {
+    Hello {
+        client_id: &options.client_id,
+        will: LastWill::new(
+            session.presence_topic(),
+            topics::PRESENCE_GONE,
+            QoS::AtLeastOnce,
+            false,
+            None,
+        ),
+        filters: session.subscriptions(),
+        timeout: options.timeout,
+    }
+}
+
+/// A completion of another kind than the call's (the session never gives one).
+fn unexpected(completion: Completion) -> ClientError {
+    ClientError::Malformed(format!("an unexpected completion: {completion:?}"))
+}
+
+impl Shared {
+    /// Starts a call with `start` and waits for its result, reading the socket meanwhile when
+    /// it is this thread's turn.
+    fn run(
+        &self,
+        start: impl FnOnce(&mut Session, u64) -> Result<CallId, ClientError>,
+    ) -> Result<Completion, ClientError> {
+        let me = thread::current();
+        let mut state = lock(&self.state);
+        if state.closed {
+            return Err(ClientError::Disconnected);
+        }
+        let call = start(&mut state.session, now_ms())?;
+        state.slots.insert(
+            call,
+            Slot {
+                thread: me.clone(),
+                result: None,
+            },
+        );
+        state.pump();
+        loop {
+            if let Some(result) = state.slots.get_mut(&call).and_then(|s| s.result.take()) {
+                state.slots.remove(&call);
+                if state.reader == Reader::Caller(me.id()) {
+                    state.hand_over();
+                }
+                return result;
+            }
+            match state.reader {
+                Reader::Vacant(_) if state.link.is_some() => {
+                    state.reader = Reader::Caller(me.id());
+                }
+                Reader::Helper if !state.wanted => {
+                    state.wanted = true;
+                    self.interrupt();
+                }
+                _ => {}
+            }
+            if state.reader == Reader::Caller(me.id()) && state.link.is_some() {
+                state = self.read_once(state, None);
+            } else {
+                drop(state);
+                thread::park_timeout(PARK_LIMIT);
+                state = lock(&self.state);
+            }
+        }
+    }
+
+    /// One turn of the reader: waits (unlocked) until the socket has something, the session or
+    /// keep-alive a deadline, or an interrupt comes; then reads and acts on what came.
+    fn read_once<'a>(
+        &'a self,
+        state: MutexGuard<'a, State>,
+        limit: Option<Duration>,
+    ) -> MutexGuard<'a, State> {
+        let Some(link) = &state.link else {
+            return state;
+        };
+        let (fd, write) = (link.fd(), link.wants_write());
+        let now = Instant::now();
+        let mut deadline = link.keep_alive_deadline();
+        if let Some(at) = state.session.next_deadline() {
+            let wall = now_ms();
+            deadline = deadline.min(now + Duration::from_millis(at.saturating_sub(wall)));
+        }
+        let mut timeout = deadline.saturating_duration_since(now);
+        if let Some(limit) = limit {
+            timeout = timeout.min(limit);
+        }
+        drop(state);
+        let interrupt = self.interrupt_rx.as_raw_fd();
+        if let Err(e) = poll::wait(&[(fd, write), (interrupt, false)], Some(timeout)) {
+            warn!(error = %e, "poll failed");
+            thread::sleep(Duration::from_millis(1));
+        }
+        let mut state = lock(&self.state);
+        self.drain_interrupts();
+        state.service();
+        state
+    }
+
+    /// Interrupts whoever polls the socket.
+    fn interrupt(&self) {
+        let _ = (&self.interrupt_tx).write(&[1]);
+    }
+
+    fn drain_interrupts(&self) {
+        let mut sink = [0u8; 64];
+        while matches!((&self.interrupt_rx).read(&mut sink), Ok(n) if n > 0) {}
+    }
+
+    /// The helper thread: reads while no caller does, and reconnects.
+    fn help(&self) {
+        let mut failures = 0u32;
+        let mut state = lock(&self.state);
+        loop {
+            if state.closed {
+                return;
+            }
+            if state.link.is_none() {
+                state = self.reconnect(state, &mut failures);
+                continue;
+            }
+            match state.reader {
+                Reader::Vacant(since) if since.elapsed() >= IDLE_GRACE => {
+                    state.reader = Reader::Helper;
+                }
+                Reader::Vacant(since) => {
+                    let left = IDLE_GRACE.saturating_sub(since.elapsed());
+                    state = self.wait_helper(state, left);
+                    continue;
+                }
+                Reader::Caller(_) => {
+                    state = self.wait_helper(state, IDLE_GRACE);
+                    continue;
+                }
+                Reader::Helper => {}
+            }
+            if state.wanted {
+                // A caller asked for the socket: it reads from now on.
+                state.wanted = false;
+                state.hand_over();
+                continue;
+            }
+            state = self.read_once(state, None);
+        }
+    }
+
+    fn wait_helper<'a>(
+        &'a self,
+        state: MutexGuard<'a, State>,
+        timeout: Duration,
+    ) -> MutexGuard<'a, State> {
+        self.helper_wait
+            .wait_timeout(state, timeout)
+            .unwrap_or_else(|e| e.into_inner())
+            .0
+    }
+
+    /// Connects again after a backoff, failing what times out meanwhile.
+    fn reconnect<'a>(
+        &'a self,
+        state: MutexGuard<'a, State>,
+        failures: &mut u32,
+    ) -> MutexGuard<'a, State> {
+        // Wait out the backoff, with the session's deadlines kept.
+        let until = Instant::now() + crate::backoff(*failures);
+        let mut state = state;
+        while !state.closed && Instant::now() < until {
+            let mut wait = until - Instant::now();
+            if let Some(at) = state.session.next_deadline() {
+                wait = wait.min(Duration::from_millis(at.saturating_sub(now_ms())));
+            }
+            state = self.wait_helper(state, wait);
+            state.session.expire(now_ms());
+            state.pump();
+        }
+        if state.closed {
+            return state;
+        }
+        let hello = hello(&state.session, &self.options);
+        drop(state);
+        let opened = Link::open(&self.options.broker, hello);
+        let mut state = lock(&self.state);
+        match opened {
+            Ok(_) if state.closed => {}
+            Ok(link) => {
+                *failures = 0;
+                debug!(client = %self.options.client_id, "reconnected");
+                state.session.set_max_packet_size(Some(link.max_outgoing));
+                state.link = Some(link);
+                state.reader = Reader::Vacant(Instant::now());
+                if let Err(e) = state.session.resume(now_ms()) {
+                    warn!(error = %e, "could not restore observations");
+                }
+                state.pump();
+                // A caller may wait for the socket.
+                state.hand_over();
+            }
+            Err(e) => {
+                *failures = failures.saturating_add(1);
+                debug!(error = %e, "reconnecting failed");
+            }
+        }
+        state
+    }
+
+    fn close(&self) {
+        let mut state = lock(&self.state);
+        if state.closed {
+            return;
+        }
+        state.closed = true;
+        let link = state.link.take();
+        state.session.connection_lost();
+        state.pump();
+        state.observers.clear();
+        let presence = state.session.presence_topic();
+        drop(state);
+        self.interrupt();
+        self.helper_wait.notify_all();
+        let helper = lock(&self.helper).take();
+        if let Some(helper) = helper
+            && helper.thread().id() != thread::current().id()
+        {
+            let _ = helper.join();
+        }
+        if let Some(mut link) = link {
+            // The presence message the Will would have sent: the server drops this client's
+            // registrations now rather than when a key changes.
+            let gone = Publish {
+                topic: presence,
+                payload: Bytes::from_static(topics::PRESENCE_GONE),
+                qos: 1,
+                properties: Default::default(),
+            };
+            if link.publish(gone, None).is_ok() {
+                link.disconnect(CLOSE_GRACE);
+            }
+        }
+    }
+}
+
+impl State {
+    /// Reads what came, keeps the connection alive, times out what is due, and sends and hands
+    /// over what the session decided. A failed connection is dropped here (the helper
+    /// reconnects).
+    fn service(&mut self) {
+        let now = now_ms();
+        if let Some(link) = &mut self.link {
+            let session = &mut self.session;
+            let disconnect = &mut self.broker_disconnect;
+            let result = link
+                .receive(|received| match received {
+                    Received::Publish(publish) => session.handle(&publish, now),
+                    Received::Refused(call, code) => session.publish_refused(call, code),
+                    Received::Disconnect(reason) => *disconnect = Some(reason),
+                })
+                .and_then(|()| link.keep_alive(Instant::now()));
+            if let Err(e) = result {
+                self.lose(e);
+            }
+        }
+        self.session.expire(now);
+        self.pump();
+    }
+
+    /// The connection is gone: calls in flight fail, the helper reconnects.
+    fn lose(&mut self, error: ClientError) {
+        self.link = None;
+        let error = self.broker_disconnect.take().unwrap_or(error);
+        match error {
+            ClientError::Protocol(_) | ClientError::BrokerDisconnected { .. } => {
+                warn!(%error, "broker connection dropped; reconnecting");
+                self.session.connection_failed(error);
+            }
+            error => {
+                debug!(%error, "broker connection lost; reconnecting");
+                self.session.connection_lost();
+            }
+        }
+        if matches!(self.reader, Reader::Caller(_)) {
+            self.reader = Reader::Vacant(Instant::now());
+        }
+    }
+
+    /// Publishes what the session has to send, and hands its events to who waits for them.
+    fn pump(&mut self) {
+        while let Some(link) = &mut self.link {
+            let Some(outgoing) = self.session.poll_publish() else {
+                break;
+            };
+            let call = outgoing.call;
+            match link.publish(outgoing.publish, call) {
+                Ok(()) => {}
+                Err(ClientError::Malformed(_)) => {
+                    // Larger than the broker takes: refused as the broker would (0x95).
+                    if let Some(call) = call {
+                        self.session.publish_refused(call, 0x95);
+                    }
+                }
+                Err(e) => self.lose(e),
+            }
+        }
+        let me = thread::current().id();
+        while let Some(event) = self.session.poll_event() {
+            match event {
+                SessionEvent::Completed { call, result, .. } => {
+                    if let Some(slot) = self.slots.get_mut(&call) {
+                        slot.result = Some(result);
+                        if slot.thread.id() != me {
+                            slot.thread.unpark();
+                        }
+                    }
+                }
+                SessionEvent::Changed {
+                    key,
+                    change,
+                    version,
+                    synthetic,
+                } => crate::client::tell_observers(
+                    &mut self.observers,
+                    key,
+                    change,
+                    version,
+                    synthetic,
+                ),
+                SessionEvent::LeaseLost { key, .. } => {
+                    warn!(key = ?key, "lease lost");
+                }
+                // Not asked for by this client's calls (yet).
+                _ => {}
+            }
+        }
+    }
+
+    /// The reader leaves: the socket goes to a caller still waiting, or (after
+    /// [`IDLE_GRACE`]) to the helper.
+    fn hand_over(&mut self) {
+        self.reader = Reader::Vacant(Instant::now());
+        if let Some(slot) = self.slots.values().find(|s| s.result.is_none()) {
+            slot.thread.unpark();
+        }
+    }
+}
