@@ -11,10 +11,14 @@ use std::time::{Duration, Instant};
 use broker::Mosquitto;
 use bytes::Bytes;
 use mqstore_core::client::ClientError;
+use mqstore_core::client::jobs::{JobNotification, Update};
 use mqstore_core::codec::Condition;
+use mqstore_core::commands::{CommandRequest, Mode, Status as CommandStatus};
+use mqstore_core::jobs::Status;
 use mqstore_net::BrokerConfig;
 use mqstore_net::blocking::Client;
 use mqstore_net::client::{ClientOptions, Deleted, SetOptions};
+use mqstore_net::jobs::StartNext;
 use mqstore_server::{ServerConfig, ServerHandle, spawn};
 
 /// How long a test waits for what must happen.
@@ -269,4 +273,149 @@ fn a_blocking_client_connects_over_tls_and_refuses_an_untrusted_broker() {
         Err(other) => panic!("expected a TLS failure, got {other}"),
         Ok(_) => panic!("trusted a broker signed by an unknown authority"),
     }
+}
+
+#[test]
+fn blocking_leases_are_exclusive_renewed_and_released() {
+    let broker = Mosquitto::start();
+    let _server = Server::start(broker_at(broker.port), "node-blocking");
+    let first = ready(broker_at(broker.port), "blocking-lease-1");
+    let second = ready(broker_at(broker.port), "blocking-lease-2");
+    // A ttl of 600 ms: held for 2 s, the lease lives only by its renewals (made by whichever
+    // thread reads the connection; here the helper, as no call is made).
+    let ttl = Duration::from_millis(600);
+    let lease = first
+        .try_lease("lock", ttl)
+        .unwrap()
+        .expect("a free key is taken");
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(lease.is_held(), "renewed while no call was made");
+    assert!(
+        second.try_lease("lock", ttl).unwrap().is_none(),
+        "someone else holds it"
+    );
+    // A write guarded by the lease's fencing token is taken; once guarded, one without a
+    // token is refused.
+    let guarded = SetOptions {
+        fencing_token: Some(lease.fencing_token().clone()),
+        ..SetOptions::default()
+    };
+    assert!(first.set("orders", "mine", guarded).unwrap().applied);
+    assert!(matches!(
+        second.set("orders", "theirs", SetOptions::default()),
+        Err(ClientError::Service(_))
+    ));
+    assert!(lease.release().unwrap(), "still held when released");
+    let taken = second
+        .lease("lock", ttl, Some(WAIT))
+        .unwrap()
+        .expect("free again after the release");
+    assert!(taken.is_held());
+}
+
+#[test]
+fn blocking_jobs_run_through_the_device_api_with_notifications() {
+    let broker = Mosquitto::start();
+    let _server = Server::start(broker_at(broker.port), "node-blocking");
+    let operator = ready(broker_at(broker.port), "blocking-operator");
+    let device = ready(broker_at(broker.port), "blocking-device");
+    let jobs = device.jobs("pump-1").unwrap();
+
+    operator
+        .operate_json(&serde_json::json!({
+            "op": "createJob", "jobId": "update-fw", "targets": ["pump-1"],
+            "document": {"firmware": "2.1.0"},
+        }))
+        .unwrap();
+    // The notification arrives while the device makes no call.
+    let notification = jobs
+        .next_notification(WAIT)
+        .expect("a notification within 10 s");
+    assert!(
+        matches!(&notification, JobNotification::NotifyNext { thing, execution: Some(e) } if thing == "pump-1" && e.job_id == "update-fw")
+            || matches!(&notification, JobNotification::Notify { thing, queued, .. } if thing == "pump-1" && queued.len() == 1),
+        "{notification:?}"
+    );
+    let pending = jobs.pending().unwrap();
+    assert_eq!(pending.queued_jobs.len(), 1);
+    let started = jobs
+        .start_next(StartNext::default())
+        .unwrap()
+        .expect("an execution starts");
+    assert_eq!(started.job_id, "update-fw");
+    assert_eq!(
+        started.job_document,
+        Some(serde_json::json!({"firmware": "2.1.0"}))
+    );
+    jobs.update(Update {
+        job_id: "update-fw".into(),
+        status: Some(Status::Succeeded),
+        ..Update::default()
+    })
+    .unwrap();
+    assert_eq!(
+        jobs.describe("update-fw").unwrap().status,
+        Status::Succeeded
+    );
+    assert_eq!(jobs.describe_next().unwrap(), None, "nothing pending");
+
+    // A refusal is the service's, and changes nothing.
+    let refused = jobs.update(Update {
+        job_id: "no-such-job".into(),
+        status: Some(Status::Succeeded),
+        ..Update::default()
+    });
+    assert!(
+        matches!(&refused, Err(ClientError::Jobs { code, .. }) if code == "ResourceNotFound"),
+        "{refused:?}"
+    );
+    let described = operator
+        .operate_json(&serde_json::json!({"op": "describeJob", "jobId": "update-fw"}))
+        .unwrap();
+    assert_eq!(described["status"], "COMPLETED", "{described}");
+}
+
+#[test]
+fn blocking_commands_are_sent_followed_and_time_out() {
+    let broker = Mosquitto::start();
+    let _server = Server::start(broker_at(broker.port), "node-blocking");
+    let caller = ready(broker_at(broker.port), "blocking-caller");
+    let records = caller.watch_commands().unwrap();
+
+    // No device listens on this topic: an awaited command times out…
+    let awaited = CommandRequest {
+        timeout_ms: 300,
+        ..CommandRequest::new("nobody/1/cmd", "{}")
+    };
+    let failed = caller.command(&awaited);
+    assert!(
+        matches!(failed, Err(ClientError::CommandTimedOut { .. })),
+        "{failed:?}"
+    );
+    // …and a detached one returns its id at once; its record ends timed out.
+    let detached = CommandRequest {
+        timeout_ms: 300,
+        mode: Mode::Detached,
+        ..CommandRequest::new("nobody/2/cmd", "{}")
+    };
+    let sent = caller.command(&detached).unwrap();
+    assert_eq!(sent.status, CommandStatus::Sent);
+    let deadline = Instant::now() + WAIT;
+    while caller.command_status(&sent.id).unwrap().status != CommandStatus::TimedOut {
+        assert!(
+            Instant::now() < deadline,
+            "the detached command never timed out"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The watch saw the detached command's record change (while no call was made for it).
+    let seen = std::iter::from_fn(|| records.recv_timeout(WAIT).ok())
+        .find(|record| record.id == sent.id && record.status == CommandStatus::TimedOut);
+    assert!(seen.is_some(), "the watch saw the time-out");
+    let unknown = caller.command_status("00000000-0000-4000-8000-000000000000");
+    assert!(unknown.is_err(), "{unknown:?}");
+    let listed = caller
+        .command_definitions(&serde_json::json!({"op": "list"}))
+        .unwrap();
+    assert!(listed["commands"].is_array(), "{listed}");
 }

@@ -87,35 +87,20 @@ impl Client {
     /// SENT with the command id at once (follow it with [`Client::command_status`] or
     /// [`Client::watch_commands`]).
     pub async fn command(&self, request: CommandRequest) -> Result<CommandReply, ClientError> {
-        match self.commands_call(CommandsCall::Invoke(request)).await? {
-            Completion::Command(reply) => Ok(reply),
-            _ => Err(ClientError::Malformed(
-                "a status record in answer to a command".into(),
-            )),
-        }
+        command_reply(self.commands_call(CommandsCall::Invoke(request)).await?)
     }
 
     /// Command `id`'s status record (kept three timeouts after it was sent).
     pub async fn command_status(&self, id: &str) -> Result<Record, ClientError> {
         let call = CommandsCall::Status(id.to_owned(), mqstore_core::commands::DEFAULT_TIMEOUT_MS);
-        match self.commands_call(call).await? {
-            Completion::CommandStatus(record) => Ok(record),
-            _ => Err(ClientError::Malformed(
-                "a command reply in answer to a status query".into(),
-            )),
-        }
+        status_record(self.commands_call(call).await?)
     }
 
     /// A stored-commands call, as its JSON (`{"op": "create", "command": {…}}`, `{"op":
     /// "get" | "delete", "commandId": …}`, `{"op": "list"}`): the service's JSON answer.
     pub async fn command_definitions(&self, request: Value) -> Result<Value, ClientError> {
         let call = CommandsCall::Definitions(request, DEFINITIONS_TIMEOUT_MS);
-        match self.commands_call(call).await? {
-            Completion::CommandDefinitions(answer) => Ok(answer),
-            _ => Err(ClientError::Malformed(
-                "another kind of answer to a stored-commands call".into(),
-            )),
-        }
+        definitions_answer(self.commands_call(call).await?)
     }
 
     /// Stores a command (AWS's `CreateCommand`): `{"commandId", "payload": {"content",
@@ -181,7 +166,37 @@ impl Client {
 }
 
 /// How long a stored-commands call waits for the service.
-const DEFINITIONS_TIMEOUT_MS: u64 = 10_000;
+pub(crate) const DEFINITIONS_TIMEOUT_MS: u64 = 10_000;
+
+/// A command's answer, from its call's completion.
+pub(crate) fn command_reply(completion: Completion) -> Result<CommandReply, ClientError> {
+    match completion {
+        Completion::Command(reply) => Ok(reply),
+        _ => Err(ClientError::Malformed(
+            "a status record in answer to a command".into(),
+        )),
+    }
+}
+
+/// A status query's record, from its call's completion.
+pub(crate) fn status_record(completion: Completion) -> Result<Record, ClientError> {
+    match completion {
+        Completion::CommandStatus(record) => Ok(record),
+        _ => Err(ClientError::Malformed(
+            "a command reply in answer to a status query".into(),
+        )),
+    }
+}
+
+/// A stored-commands call's JSON answer, from its call's completion.
+pub(crate) fn definitions_answer(completion: Completion) -> Result<Value, ClientError> {
+    match completion {
+        Completion::CommandDefinitions(answer) => Ok(answer),
+        _ => Err(ClientError::Malformed(
+            "another kind of answer to a stored-commands call".into(),
+        )),
+    }
+}
 
 fn definition_in(mut answer: Value) -> Result<Definition, ClientError> {
     serde_json::from_value(answer["command"].take())

@@ -424,33 +424,18 @@ impl Jobs {
         &self,
         options: StartNext,
     ) -> Result<Option<JobExecution>, ClientError> {
-        let request = DeviceRequest::StartNext {
-            status_details: options.status_details,
-            step_timeout_minutes: options.step_timeout.map(minutes),
-        };
-        read_execution(self.call(request).await?)
+        read_execution(self.call(options.request()).await?)
     }
 
     /// The latest execution of `job_id` on this thing, with its document.
     pub async fn describe(&self, job_id: &str) -> Result<JobExecution, ClientError> {
-        let request = DeviceRequest::Describe {
-            execution: ExecutionRef::Job(job_id.to_owned()),
-            execution_number: None,
-            include_document: true,
-        };
-        read_execution(self.call(request).await?)?.ok_or_else(|| {
-            ClientError::Malformed("describe was accepted without an execution".into())
-        })
+        let request = describe(ExecutionRef::Job(job_id.to_owned()));
+        described(read_execution(self.call(request).await?)?)
     }
 
     /// The first pending execution, with its document; `None` when nothing is pending.
     pub async fn describe_next(&self) -> Result<Option<JobExecution>, ClientError> {
-        let request = DeviceRequest::Describe {
-            execution: ExecutionRef::Next,
-            execution_number: None,
-            include_document: true,
-        };
-        read_execution(self.call(request).await?)
+        read_execution(self.call(describe(ExecutionRef::Next)).await?)
     }
 
     /// Updates an execution (its status, details, step timer); rejected with
@@ -469,6 +454,31 @@ impl Jobs {
     pub fn try_next_notification(&self) -> Option<JobNotification> {
         self.notifications.try_lock().ok()?.try_recv().ok()
     }
+}
+
+impl StartNext {
+    /// The device API's start-next request with these options.
+    pub(crate) fn request(self) -> DeviceRequest {
+        DeviceRequest::StartNext {
+            status_details: self.status_details,
+            step_timeout_minutes: self.step_timeout.map(minutes),
+        }
+    }
+}
+
+/// The device API's describe request of `execution`, with its document.
+pub(crate) fn describe(execution: ExecutionRef) -> DeviceRequest {
+    DeviceRequest::Describe {
+        execution,
+        execution_number: None,
+        include_document: true,
+    }
+}
+
+/// A described execution of a named job (accepted means there is one).
+pub(crate) fn described(execution: Option<JobExecution>) -> Result<JobExecution, ClientError> {
+    execution
+        .ok_or_else(|| ClientError::Malformed("describe was accepted without an execution".into()))
 }
 
 /// Whole minutes, rounded up (AWS takes minutes).

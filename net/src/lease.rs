@@ -20,14 +20,76 @@ use mqstore_core::client::{CallId, ClientError};
 use mqstore_core::hlc::Hlc;
 
 /// A held lease, renewed by the client until released, lost, or dropped (a dropped lease is
-/// no longer renewed: it lapses after its ttl).
-pub struct Lease {
-    client: Client,
+/// no longer renewed: it lapses after its ttl). `C` is the client that holds it: the async
+/// [`Client`], or the blocking one (`crate::blocking::Client`).
+pub struct Lease<C: Holder = Client> {
+    pub(crate) client: C,
     key: Bytes,
-    id: CallId,
+    pub(crate) id: CallId,
     token: Hlc,
     held: Arc<AtomicBool>,
-    released: bool,
+    pub(crate) released: bool,
+}
+
+/// A client that can hold leases.
+pub trait Holder {
+    /// Stops renewing lease `id` (its handle was dropped): it lapses.
+    #[doc(hidden)]
+    fn forget_lease(&self, id: CallId);
+}
+
+impl Holder for Client {
+    fn forget_lease(&self, id: CallId) {
+        // A client whose task is gone (or whose queue is full, which a closing client's is)
+        // renews nothing either way.
+        let _ = self.commands.try_send(Command::ForgetLease { lease: id });
+    }
+}
+
+impl<C: Holder> Lease<C> {
+    /// The lease `id` on `key`, held by `client` with fencing token `token`; `held` is the
+    /// flag the client clears when it learns the lease is lost.
+    pub(crate) fn held(
+        client: C,
+        key: Bytes,
+        id: CallId,
+        token: Hlc,
+        held: Arc<AtomicBool>,
+    ) -> Self {
+        Lease {
+            client,
+            key,
+            id,
+            token,
+            held,
+            released: false,
+        }
+    }
+
+    /// The fencing token: the version of the SET that took the lease.
+    pub fn fencing_token(&self) -> &Hlc {
+        &self.token
+    }
+
+    /// The key this lease holds.
+    pub fn key(&self) -> &Bytes {
+        &self.key
+    }
+
+    /// False once lost: a renewal found the lease taken by someone else, or none was confirmed
+    /// before it would lapse.
+    pub fn is_held(&self) -> bool {
+        self.held.load(Ordering::Relaxed)
+    }
+}
+
+impl<C: Holder> Drop for Lease<C> {
+    fn drop(&mut self) {
+        if !self.released {
+            // No longer renewed: it lapses after its ttl.
+            self.client.forget_lease(self.id);
+        }
+    }
 }
 
 impl Lease {
@@ -74,30 +136,7 @@ impl Lease {
         let Some((id, token)) = answer.await.map_err(|_| ClientError::Disconnected)?? else {
             return Ok(None);
         };
-        Ok(Some(Lease {
-            client: client.clone(),
-            key,
-            id,
-            token,
-            held,
-            released: false,
-        }))
-    }
-
-    /// The fencing token: the version of the SET that took the lease.
-    pub fn fencing_token(&self) -> &Hlc {
-        &self.token
-    }
-
-    /// The key this lease holds.
-    pub fn key(&self) -> &Bytes {
-        &self.key
-    }
-
-    /// False once lost: a renewal found the lease taken by someone else, or none was confirmed
-    /// before it would lapse.
-    pub fn is_held(&self) -> bool {
-        self.held.load(Ordering::Relaxed)
+        Ok(Some(Lease::held(client.clone(), key, id, token, held)))
     }
 
     /// Releases the lease (VDEL: only if this client still holds it). Returns whether it was
@@ -112,19 +151,6 @@ impl Lease {
             })
             .await?;
         answer.await.map_err(|_| ClientError::Disconnected)?
-    }
-}
-
-impl Drop for Lease {
-    fn drop(&mut self) {
-        if !self.released {
-            // No longer renewed: it lapses after its ttl. A client whose task is gone (or
-            // whose queue is full, which a closing client's is) renews nothing either way.
-            let _ = self
-                .client
-                .commands
-                .try_send(Command::ForgetLease { lease: self.id });
-        }
     }
 }
 

@@ -4,7 +4,7 @@
 //! [`Link::receive`], and whoever waits for the connection polls its descriptor
 //! ([`Link::fd`]) itself. rumqttc's packet codec is used alone, without its event loop.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::{self, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::os::fd::{AsRawFd, RawFd};
@@ -56,6 +56,8 @@ pub(super) struct Link {
     next_pkid: u16,
     /// QoS 1 publishes sent and not acknowledged: whose call each was.
     unacked: HashMap<u16, Option<CallId>>,
+    /// SUBSCRIBEs sent on the live connection and not acknowledged.
+    subscribing: HashSet<u16>,
 }
 
 /// A packet read: rumqttc's, or a PUBACK read by hand.
@@ -76,6 +78,11 @@ pub(super) enum Received {
     Refused(CallId, u8),
     /// The broker closes the connection, saying why.
     Disconnect(ClientError),
+    /// The SUBACK of [`Link::subscribe`]'s packet `pkid`: the first refusal among its codes.
+    SubAck {
+        pkid: u16,
+        refused: Option<SubscribeReasonCode>,
+    },
 }
 
 impl Link {
@@ -102,6 +109,7 @@ impl Link {
             ping_sent: None,
             next_pkid: 0,
             unacked: HashMap::new(),
+            subscribing: HashSet::new(),
         };
         link.socket.set_nonblocking(true).map_err(unreachable)?;
         let mut properties = ConnectProperties::new();
@@ -133,11 +141,7 @@ impl Link {
             Packet::SubAck(suback) => Some(suback),
             _ => None,
         })?;
-        if let Some(code) = suback
-            .return_codes
-            .iter()
-            .find(|c| !matches!(c, SubscribeReasonCode::Success(_)))
-        {
+        if let Some(code) = refusal(&suback.return_codes) {
             return Err(ClientError::Unreachable(format!(
                 "the broker refused the client's subscriptions: {code:?}"
             )));
@@ -204,14 +208,30 @@ impl Link {
         !self.outgoing.is_empty() || self.tls.as_ref().is_some_and(|tls| tls.wants_write())
     }
 
-    /// A fresh packet id, not used by a publish still unacknowledged.
+    /// A fresh packet id, not used by a publish or a SUBSCRIBE still unacknowledged.
     fn packet_id(&mut self) -> u16 {
         loop {
             self.next_pkid = self.next_pkid.wrapping_add(1).max(1);
-            if !self.unacked.contains_key(&self.next_pkid) {
+            if !self.unacked.contains_key(&self.next_pkid)
+                && !self.subscribing.contains(&self.next_pkid)
+            {
                 return self.next_pkid;
             }
         }
+    }
+
+    /// Subscribes to `filters` on the live connection: the packet id its
+    /// [`Received::SubAck`] will carry.
+    pub fn subscribe(&mut self, filters: Vec<String>) -> Result<u16, ClientError> {
+        let filters = filters
+            .into_iter()
+            .map(|f| Filter::new(f, QoS::AtLeastOnce));
+        let mut subscribe = Subscribe::new_many(filters, None);
+        let pkid = self.packet_id();
+        subscribe.pkid = pkid;
+        self.subscribing.insert(pkid);
+        self.write_packet(&Packet::Subscribe(subscribe))?;
+        Ok(pkid)
     }
 
     /// Queues `publish` (of `call`, whose call a refusal fails) and writes what it can.
@@ -376,6 +396,12 @@ impl Link {
                     on(Received::Publish(crate::from_mqtt(publish)));
                 }
                 Packet::PingResp(_) => self.ping_sent = None,
+                Packet::SubAck(suback) if self.subscribing.remove(&suback.pkid) => {
+                    on(Received::SubAck {
+                        pkid: suback.pkid,
+                        refused: refusal(&suback.return_codes).cloned(),
+                    })
+                }
                 Packet::Disconnect(disconnect) => {
                     on(Received::Disconnect(ClientError::BrokerDisconnected {
                         code: disconnect.reason_code as u8,
@@ -438,6 +464,13 @@ impl Link {
             }
         }
     }
+}
+
+/// The first refusal among a SUBACK's reason codes.
+fn refusal(codes: &[SubscribeReasonCode]) -> Option<&SubscribeReasonCode> {
+    codes
+        .iter()
+        .find(|c| !matches!(c, SubscribeReasonCode::Success(_)))
 }
 
 /// A TCP connection to the broker, trying each of its addresses within `timeout`.

@@ -17,11 +17,15 @@
 
 mod link;
 mod poll;
+mod services;
+
+pub use services::{Jobs, Lease};
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
+use std::sync::atomic::AtomicBool;
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::{self, JoinHandle, Thread, ThreadId};
@@ -33,6 +37,7 @@ use rumqttc::v5::mqttbytes::v5::LastWill;
 use tracing::{debug, warn};
 
 use crate::client::{ClientOptions, KeyChange, SetOptions, deletion};
+use crate::listeners::{Listeners, Std};
 use crate::{now_ms, random_u64};
 use link::{Hello, Link, Received};
 use mqstore_core::client::{
@@ -41,7 +46,7 @@ use mqstore_core::client::{
 use mqstore_core::codec::Request;
 use mqstore_core::envelope::Publish;
 use mqstore_core::hlc::Hlc;
-use mqstore_core::session::{Completion, Session, SessionEvent};
+use mqstore_core::session::{Completion, Session};
 use mqstore_core::topics;
 
 /// How long the socket stays without a reader after a call before the helper thread takes it.
@@ -96,10 +101,20 @@ enum Reader {
     Helper,
 }
 
-/// A call's thread and, once it finished, its result.
+/// What a caller waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Awaited {
+    /// A call of the session.
+    Call(CallId),
+    /// The SUBACK of a SUBSCRIBE on the live connection (its packet id).
+    Subscription(u16),
+}
+
+/// A waiting caller's thread and, once it is there, what it waits for (a subscription's is
+/// `Ok(None)`).
 struct Slot {
     thread: Thread,
-    result: Option<Result<Completion, ClientError>>,
+    result: Option<Result<Option<Completion>, ClientError>>,
 }
 
 struct State {
@@ -109,8 +124,11 @@ struct State {
     reader: Reader,
     /// A caller asked the helper for the socket.
     wanted: bool,
-    slots: HashMap<CallId, Slot>,
-    observers: HashMap<Bytes, Vec<mpsc::Sender<KeyChange>>>,
+    slots: HashMap<Awaited, Slot>,
+    /// Who hears what the session reports besides answers.
+    listeners: Listeners<Std>,
+    /// Lease acquisitions in flight: the flag their handle gets once held.
+    taking: HashMap<CallId, Arc<AtomicBool>>,
     /// The broker's DISCONNECT, until the connection's end that follows it.
     broker_disconnect: Option<ClientError>,
     closed: bool,
@@ -149,7 +167,8 @@ impl Client {
                 reader: Reader::Vacant(Instant::now()),
                 wanted: false,
                 slots: HashMap::new(),
-                observers: HashMap::new(),
+                listeners: Listeners::default(),
+                taking: HashMap::new(),
                 broker_disconnect: None,
                 closed: false,
             }),
@@ -255,13 +274,14 @@ impl Client {
         let (changes, receiver) = mpsc::channel();
         let shared = &self.handle.shared;
         lock(&shared.state)
+            .listeners
             .observers
             .entry(key.clone())
             .or_default()
             .push(changes);
         let registered = shared.run(|session, now| session.observe(key.clone(), now));
         if let Err(e) = registered {
-            lock(&shared.state).observers.remove(&key);
+            lock(&shared.state).listeners.observers.remove(&key);
             return Err(e);
         }
         Ok(Observation { changes: receiver })
@@ -271,7 +291,7 @@ impl Client {
     pub fn unobserve(&self, key: impl Into<Bytes>) -> Result<(), ClientError> {
         let key = key.into();
         let shared = &self.handle.shared;
-        lock(&shared.state).observers.remove(&key);
+        lock(&shared.state).listeners.observers.remove(&key);
         shared.run(|session, now| session.unobserve(key, now))?;
         Ok(())
     }
@@ -337,14 +357,51 @@ impl Shared {
         &self,
         start: impl FnOnce(&mut Session, u64) -> Result<CallId, ClientError>,
     ) -> Result<Completion, ClientError> {
-        let me = thread::current();
         let mut state = lock(&self.state);
         if state.closed {
             return Err(ClientError::Disconnected);
         }
         let call = start(&mut state.session, now_ms())?;
+        self.wait(state, Awaited::Call(call))?
+            .ok_or_else(|| ClientError::Malformed("a call finished without an answer".into()))
+    }
+
+    /// Subscribes to the filters `add` gives (none: subscribed already) and returns once the
+    /// broker acknowledged them. While disconnected the session keeps them: the reconnect
+    /// subscribes to them with the rest.
+    fn subscribe(
+        &self,
+        add: impl FnOnce(&mut State) -> Result<Vec<String>, ClientError>,
+    ) -> Result<(), ClientError> {
+        let mut state = lock(&self.state);
+        if state.closed {
+            return Err(ClientError::Disconnected);
+        }
+        let filters = add(&mut state)?;
+        if filters.is_empty() {
+            return Ok(());
+        }
+        let Some(link) = &mut state.link else {
+            return Err(ClientError::Disconnected);
+        };
+        match link.subscribe(filters) {
+            Ok(pkid) => self.wait(state, Awaited::Subscription(pkid)).map(drop),
+            Err(e) => {
+                state.lose(e);
+                Err(ClientError::Disconnected)
+            }
+        }
+    }
+
+    /// Waits for `awaited`, reading the socket meanwhile when it is this thread's turn.
+    fn wait<'a>(
+        &'a self,
+        mut state: MutexGuard<'a, State>,
+        awaited: Awaited,
+    ) -> Result<Option<Completion>, ClientError> {
+        let me = thread::current();
         state.slots.insert(
-            call,
+            awaited,
             Slot {
                 thread: me.clone(),
                 result: None,
@@ -352,8 +409,8 @@ impl Shared {
         );
         state.pump();
         loop {
-            if let Some(result) = state.slots.get_mut(&call).and_then(|s| s.result.take()) {
-                state.slots.remove(&call);
+            if let Some(result) = state.slots.get_mut(&awaited).and_then(|s| s.result.take()) {
+                state.slots.remove(&awaited);
                 if state.reader == Reader::Caller(me.id()) {
                     state.hand_over();
                 }
@@ -370,7 +427,7 @@ impl Shared {
                 _ => {}
             }
             if state.reader == Reader::Caller(me.id()) && state.link.is_some() {
-                state = self.read_once(state, None);
+                state = self.read_once(state);
             } else {
                 drop(state);
                 thread::park_timeout(PARK_LIMIT);
@@ -381,11 +438,7 @@ impl Shared {
 
     /// One turn of the reader: waits (unlocked) until the socket has something, the session or
     /// keep-alive a deadline, or an interrupt comes; then reads and acts on what came.
-    fn read_once<'a>(
-        &'a self,
-        state: MutexGuard<'a, State>,
-        limit: Option<Duration>,
-    ) -> MutexGuard<'a, State> {
+    fn read_once<'a>(&'a self, state: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
         let Some(link) = &state.link else {
             return state;
         };
@@ -396,10 +449,7 @@ impl Shared {
             let wall = now_ms();
             deadline = deadline.min(now + Duration::from_millis(at.saturating_sub(wall)));
         }
-        let mut timeout = deadline.saturating_duration_since(now);
-        if let Some(limit) = limit {
-            timeout = timeout.min(limit);
-        }
+        let timeout = deadline.saturating_duration_since(now);
         drop(state);
         let interrupt = self.interrupt_rx.as_raw_fd();
         if let Err(e) = poll::wait(&[(fd, write), (interrupt, false)], Some(timeout)) {
@@ -455,7 +505,7 @@ impl Shared {
                 state.hand_over();
                 continue;
             }
-            state = self.read_once(state, None);
+            state = self.read_once(state);
         }
     }
 
@@ -527,7 +577,7 @@ impl Shared {
         let link = state.link.take();
         state.session.connection_lost();
         state.pump();
-        state.observers.clear();
+        state.listeners.observers.clear();
         let presence = state.session.presence_topic();
         drop(state);
         self.interrupt();
@@ -563,11 +613,23 @@ impl State {
         if let Some(link) = &mut self.link {
             let session = &mut self.session;
             let disconnect = &mut self.broker_disconnect;
+            let slots = &mut self.slots;
             let result = link
                 .receive(|received| match received {
                     Received::Publish(publish) => session.handle(&publish, now),
                     Received::Refused(call, code) => session.publish_refused(call, code),
                     Received::Disconnect(reason) => *disconnect = Some(reason),
+                    Received::SubAck { pkid, refused } => {
+                        if let Some(slot) = slots.get_mut(&Awaited::Subscription(pkid)) {
+                            slot.result = Some(match refused {
+                                None => Ok(None),
+                                Some(code) => Err(ClientError::Unreachable(format!(
+                                    "the broker refused the subscription: {code:?}"
+                                ))),
+                            });
+                            slot.thread.unpark();
+                        }
+                    }
                 })
                 .and_then(|()| link.keep_alive(Instant::now()));
             if let Err(e) = result {
@@ -581,6 +643,12 @@ impl State {
     /// The connection is gone: calls in flight fail, the helper reconnects.
     fn lose(&mut self, error: ClientError) {
         self.link = None;
+        for (awaited, slot) in &mut self.slots {
+            if matches!(awaited, Awaited::Subscription(_)) && slot.result.is_none() {
+                slot.result = Some(Err(ClientError::Disconnected));
+                slot.thread.unpark();
+            }
+        }
         let error = self.broker_disconnect.take().unwrap_or(error);
         match error {
             ClientError::Protocol(_) | ClientError::BrokerDisconnected { .. } => {
@@ -617,32 +685,19 @@ impl State {
         }
         let me = thread::current().id();
         while let Some(event) = self.session.poll_event() {
-            match event {
-                SessionEvent::Completed { call, result, .. } => {
-                    if let Some(slot) = self.slots.get_mut(&call) {
-                        slot.result = Some(result);
-                        if slot.thread.id() != me {
-                            slot.thread.unpark();
-                        }
-                    }
+            let Some((call, result)) = self.listeners.tell(event) else {
+                continue;
+            };
+            if let Some(slot) = self.slots.get_mut(&Awaited::Call(call)) {
+                if let (Ok(Completion::Lease(Some(_))), Some(held)) =
+                    (&result, self.taking.remove(&call))
+                {
+                    self.listeners.leases.insert(call, held);
                 }
-                SessionEvent::Changed {
-                    key,
-                    change,
-                    version,
-                    synthetic,
-                } => crate::client::tell_observers(
-                    &mut self.observers,
-                    key,
-                    change,
-                    version,
-                    synthetic,
-                ),
-                SessionEvent::LeaseLost { key, .. } => {
-                    warn!(key = ?key, "lease lost");
+                slot.result = Some(result.map(Some));
+                if slot.thread.id() != me {
+                    slot.thread.unpark();
                 }
-                // Not asked for by this client's calls (yet).
-                _ => {}
             }
         }
     }

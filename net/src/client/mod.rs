@@ -118,44 +118,6 @@ pub(crate) fn deletion(
     (request, options)
 }
 
-/// Where an observation's changes go: a tokio channel (the async client) or a std one (the
-/// blocking client).
-pub(crate) trait ChangeSink {
-    /// Hands `change` over: false when the observation is gone.
-    fn give(&self, change: KeyChange) -> bool;
-}
-
-impl ChangeSink for mpsc::UnboundedSender<KeyChange> {
-    fn give(&self, change: KeyChange) -> bool {
-        self.send(change).is_ok()
-    }
-}
-
-impl ChangeSink for std::sync::mpsc::Sender<KeyChange> {
-    fn give(&self, change: KeyChange) -> bool {
-        self.send(change).is_ok()
-    }
-}
-
-/// Tells `key`'s observers of a change the session reported, dropping observations gone.
-pub(crate) fn tell_observers<S: ChangeSink>(
-    observers: &mut std::collections::HashMap<Bytes, Vec<S>>,
-    key: Bytes,
-    change: mqstore_core::codec::Notification,
-    version: Option<Hlc>,
-    synthetic: bool,
-) {
-    if let Some(list) = observers.get_mut(&key) {
-        let change = KeyChange {
-            key,
-            value: change.into_value(),
-            version,
-            synthetic,
-        };
-        list.retain(|sink| sink.give(change.clone()));
-    }
-}
-
 /// A change of an observed key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyChange {

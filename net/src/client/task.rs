@@ -2,13 +2,12 @@
 //! handle's [`Command`]s, publishes what the session queues, feeds it what arrives, and hands
 //! results back (see `connection.rs` for how the connection is polled).
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use bytes::Bytes;
 use rumqttc::Outgoing;
 use rumqttc::v5::mqttbytes::QoS;
 use rumqttc::v5::mqttbytes::v5::{Filter, Packet, SubscribeReasonCode};
@@ -17,16 +16,16 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, warn};
 
 use crate::connection::{Connection, Driver, Outbox, Wakes};
+use crate::listeners::{Listeners, Tokio};
 use crate::{Polled, from_mqtt, now_ms};
 use mqstore_core::client::jobs::JobNotification;
 use mqstore_core::client::{Answer, CallId, ClientError};
-use mqstore_core::commands::Record as CommandRecord;
 use mqstore_core::envelope::Publish;
 use mqstore_core::hlc::Hlc;
-use mqstore_core::session::{Completion, Session, SessionEvent};
+use mqstore_core::session::{Completion, Session};
 use mqstore_core::topics;
 
-use super::{Command, KeyChange};
+use super::Command;
 
 /// How long closing may take: the DISCONNECT, then the broker closing the connection.
 const CLOSE_GRACE: Duration = Duration::from_secs(2);
@@ -44,14 +43,10 @@ pub(super) async fn run(
         max_packet_size,
         broker_disconnect: None,
         session,
-        command_watchers: Vec::new(),
-        keyspace_watchers: Vec::new(),
-        things: BTreeMap::new(),
+        listeners: Listeners::default(),
         outbox: Outbox::new(client),
         unacked: Unacked::default(),
         waiting: HashMap::new(),
-        leases: HashMap::new(),
-        observers: HashMap::new(),
         subacks: VecDeque::new(),
         connected_before: false,
         ready: Some(ready),
@@ -194,18 +189,11 @@ struct Task {
     /// The broker's DISCONNECT, until the connection error that follows it.
     broker_disconnect: Option<ClientError>,
     session: Session,
-    /// The things this client acts for in the jobs device API, and who hears their
-    /// notifications.
-    things: BTreeMap<String, Vec<mpsc::UnboundedSender<JobNotification>>>,
-    /// Who hears command status changes (subscribed while there is one).
-    command_watchers: Vec<mpsc::UnboundedSender<CommandRecord>>,
-    keyspace_watchers: Vec<mpsc::UnboundedSender<super::KeyspaceEvent>>,
+    /// Who hears what the session reports besides answers.
+    listeners: Listeners<Tokio>,
     outbox: Outbox<Option<Origin>>,
     unacked: Unacked,
     waiting: HashMap<CallId, Waiter>,
-    /// Held leases: their handles' flag, cleared when the session reports one lost.
-    leases: HashMap<CallId, Arc<AtomicBool>>,
-    observers: HashMap<Bytes, Vec<mpsc::UnboundedSender<KeyChange>>>,
     subacks: VecDeque<SubackWaiter>,
     connected_before: bool,
     /// Hears once the client can make calls, or why it never will.
@@ -252,12 +240,16 @@ impl Driver for Task {
                 changes,
                 reply,
             }) => {
-                self.observers.entry(key.clone()).or_default().push(changes);
+                self.listeners
+                    .observers
+                    .entry(key.clone())
+                    .or_default()
+                    .push(changes);
                 let started = self.session.observe(key, now);
                 self.start(started, Waiter::Store(reply));
             }
             Wake::Command(Command::Unobserve { key, reply }) => {
-                self.observers.remove(&key);
+                self.listeners.observers.remove(&key);
                 let started = self.session.unobserve(key, now);
                 self.start(started, Waiter::Store(reply));
             }
@@ -275,12 +267,12 @@ impl Driver for Task {
                 self.start(Ok(started), Waiter::Commands(reply));
             }
             Wake::Command(Command::WatchCommands { records, reply }) => {
-                self.command_watchers.push(records);
+                self.listeners.command_watchers.push(records);
                 let filter = self.session.watch_commands();
                 self.subscribe_events(filter, reply);
             }
             Wake::Command(Command::WatchKeyspace { events, reply }) => {
-                self.keyspace_watchers.push(events);
+                self.listeners.keyspace_watchers.push(events);
                 let filter = self.session.watch_keyspace();
                 self.subscribe_events(filter, reply);
             }
@@ -295,12 +287,12 @@ impl Driver for Task {
                 self.start(started, Waiter::Lease(reply, held));
             }
             Wake::Command(Command::ReleaseLease { lease, reply }) => {
-                self.leases.remove(&lease);
+                self.listeners.leases.remove(&lease);
                 let started = self.session.release_lease(lease, now);
                 self.start(started, Waiter::Released(reply));
             }
             Wake::Command(Command::ForgetLease { lease }) => {
-                self.leases.remove(&lease);
+                self.listeners.leases.remove(&lease);
                 self.session.forget_lease(lease);
             }
         }
@@ -489,7 +481,8 @@ impl Task {
                 return;
             }
         };
-        self.things
+        self.listeners
+            .things
             .entry(thing.clone())
             .or_default()
             .push(notifications);
@@ -532,69 +525,36 @@ impl Task {
             self.publish(outgoing.publish, outgoing.call);
         }
         while let Some(event) = self.session.poll_event() {
-            match event {
-                SessionEvent::Completed { call, result, .. } => {
-                    let Some(waiter) = self.waiting.remove(&call) else {
-                        continue;
-                    };
-                    match waiter {
-                        Waiter::Store(reply) => drop(reply.send(result.and_then(|c| match c {
-                            Completion::Store(answer) => Ok(answer),
-                            other => Err(unexpected(other)),
-                        }))),
-                        Waiter::Jobs(reply) => drop(reply.send(result.and_then(|c| match c {
-                            Completion::Jobs(value) => Ok(value),
-                            other => Err(unexpected(other)),
-                        }))),
-                        Waiter::Commands(reply) => drop(reply.send(result)),
-                        Waiter::Lease(reply, held) => {
-                            let result = result.and_then(|c| match c {
-                                Completion::Lease(token) => Ok(token),
-                                other => Err(unexpected(other)),
-                            });
-                            if let Ok(Some(_)) = &result {
-                                self.leases.insert(call, held);
-                            }
-                            drop(reply.send(result.map(|t| t.map(|token| (call, token)))));
-                        }
-                        Waiter::Released(reply) => drop(reply.send(result.and_then(|c| match c {
-                            Completion::Released(held) => Ok(held),
-                            other => Err(unexpected(other)),
-                        }))),
+            let Some((call, result)) = self.listeners.tell(event) else {
+                continue;
+            };
+            let Some(waiter) = self.waiting.remove(&call) else {
+                continue;
+            };
+            match waiter {
+                Waiter::Store(reply) => drop(reply.send(result.and_then(|c| match c {
+                    Completion::Store(answer) => Ok(answer),
+                    other => Err(unexpected(other)),
+                }))),
+                Waiter::Jobs(reply) => drop(reply.send(result.and_then(|c| match c {
+                    Completion::Jobs(value) => Ok(value),
+                    other => Err(unexpected(other)),
+                }))),
+                Waiter::Commands(reply) => drop(reply.send(result)),
+                Waiter::Lease(reply, held) => {
+                    let result = result.and_then(|c| match c {
+                        Completion::Lease(token) => Ok(token),
+                        other => Err(unexpected(other)),
+                    });
+                    if let Ok(Some(_)) = &result {
+                        self.listeners.leases.insert(call, held);
                     }
+                    drop(reply.send(result.map(|t| t.map(|token| (call, token)))));
                 }
-                SessionEvent::Changed {
-                    key,
-                    change,
-                    version,
-                    synthetic,
-                } => super::tell_observers(&mut self.observers, key, change, version, synthetic),
-                SessionEvent::Jobs(notification) => {
-                    let thing = match &notification {
-                        JobNotification::Notify { thing, .. }
-                        | JobNotification::NotifyNext { thing, .. } => thing,
-                    };
-                    if let Some(list) = self.things.get_mut(thing) {
-                        list.retain(|tx| tx.send(notification.clone()).is_ok());
-                    }
-                }
-                SessionEvent::CommandRecord(record) => self
-                    .command_watchers
-                    .retain(|tx| tx.send(record.clone()).is_ok()),
-                SessionEvent::Keyspace { key, created } => {
-                    let event = super::KeyspaceEvent { key, created };
-                    self.keyspace_watchers
-                        .retain(|tx| tx.send(event.clone()).is_ok());
-                }
-                SessionEvent::LeaseRenewed { lease, .. } => {
-                    debug!(lease = %lease, "lease renewed");
-                }
-                SessionEvent::LeaseLost { lease, key } => {
-                    warn!(key = ?key, "lease lost: someone else holds the key, or no renewal was confirmed in time");
-                    if let Some(held) = self.leases.remove(&lease) {
-                        held.store(false, Ordering::Relaxed);
-                    }
-                }
+                Waiter::Released(reply) => drop(reply.send(result.and_then(|c| match c {
+                    Completion::Released(held) => Ok(held),
+                    other => Err(unexpected(other)),
+                }))),
             }
         }
     }

@@ -1,0 +1,134 @@
+//! Who hears what a client session reports besides its calls' answers — observers of keys,
+//! things of the jobs device API, command and keyspace watchers, held leases — shared by the
+//! async client's task (tokio channels) and the blocking client (std channels).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use bytes::Bytes;
+use tracing::{debug, warn};
+
+use crate::client::{KeyChange, KeyspaceEvent};
+use mqstore_core::client::jobs::JobNotification;
+use mqstore_core::client::{CallId, ClientError};
+use mqstore_core::commands::Record;
+use mqstore_core::session::{Completion, SessionEvent};
+
+/// The sending end of a channel to a listener.
+pub(crate) trait Sink<T> {
+    /// Hands `value` over: false when the listener is gone.
+    fn give(&self, value: T) -> bool;
+}
+
+impl<T> Sink<T> for tokio::sync::mpsc::UnboundedSender<T> {
+    fn give(&self, value: T) -> bool {
+        self.send(value).is_ok()
+    }
+}
+
+impl<T> Sink<T> for std::sync::mpsc::Sender<T> {
+    fn give(&self, value: T) -> bool {
+        self.send(value).is_ok()
+    }
+}
+
+/// A kind of channel: the driver's.
+pub(crate) trait Channels {
+    type Sender<T>: Sink<T>;
+}
+
+/// tokio's unbounded channels (the async client).
+pub(crate) struct Tokio;
+
+impl Channels for Tokio {
+    type Sender<T> = tokio::sync::mpsc::UnboundedSender<T>;
+}
+
+/// std's channels (the blocking client).
+pub(crate) struct Std;
+
+impl Channels for Std {
+    type Sender<T> = std::sync::mpsc::Sender<T>;
+}
+
+/// The listeners of one client.
+pub(crate) struct Listeners<C: Channels> {
+    pub observers: HashMap<Bytes, Vec<C::Sender<KeyChange>>>,
+    /// The things this client acts for in the jobs device API, and who hears their
+    /// notifications.
+    pub things: HashMap<String, Vec<C::Sender<JobNotification>>>,
+    pub command_watchers: Vec<C::Sender<Record>>,
+    pub keyspace_watchers: Vec<C::Sender<KeyspaceEvent>>,
+    /// Held leases: their handles' flag, cleared when the session reports one lost.
+    pub leases: HashMap<CallId, Arc<AtomicBool>>,
+}
+
+impl<C: Channels> Default for Listeners<C> {
+    fn default() -> Self {
+        Self {
+            observers: HashMap::new(),
+            things: HashMap::new(),
+            command_watchers: Vec::new(),
+            keyspace_watchers: Vec::new(),
+            leases: HashMap::new(),
+        }
+    }
+}
+
+/// A finished call, for the driver to hand to its caller.
+pub(crate) type Finished = (CallId, Result<Completion, ClientError>);
+
+impl<C: Channels> Listeners<C> {
+    /// Hands `event` to who listens for it (dropping listeners gone); a call's completion is
+    /// handed back.
+    pub fn tell(&mut self, event: SessionEvent) -> Option<Finished> {
+        match event {
+            SessionEvent::Completed { call, result, .. } => return Some((call, result)),
+            SessionEvent::Changed {
+                key,
+                change,
+                version,
+                synthetic,
+            } => {
+                if let Some(list) = self.observers.get_mut(&key) {
+                    let change = KeyChange {
+                        key,
+                        value: change.into_value(),
+                        version,
+                        synthetic,
+                    };
+                    list.retain(|sink| sink.give(change.clone()));
+                }
+            }
+            SessionEvent::Jobs(notification) => {
+                let thing = match &notification {
+                    JobNotification::Notify { thing, .. }
+                    | JobNotification::NotifyNext { thing, .. } => thing,
+                };
+                if let Some(list) = self.things.get_mut(thing) {
+                    list.retain(|sink| sink.give(notification.clone()));
+                }
+            }
+            SessionEvent::CommandRecord(record) => {
+                self.command_watchers
+                    .retain(|sink| sink.give(record.clone()));
+            }
+            SessionEvent::Keyspace { key, created } => {
+                let event = KeyspaceEvent { key, created };
+                self.keyspace_watchers
+                    .retain(|sink| sink.give(event.clone()));
+            }
+            SessionEvent::LeaseRenewed { lease, .. } => {
+                debug!(lease = %lease, "lease renewed");
+            }
+            SessionEvent::LeaseLost { lease, key } => {
+                warn!(key = ?key, "lease lost: someone else holds the key, or no renewal was confirmed in time");
+                if let Some(held) = self.leases.remove(&lease) {
+                    held.store(false, Ordering::Relaxed);
+                }
+            }
+        }
+        None
+    }
+}
