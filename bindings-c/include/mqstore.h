@@ -6,8 +6,10 @@
  *
  *   Layer 1, "batteries included" (mqstore_connect, mqstore_set, ... on an mqstore_client):
  *   a connected client with blocking calls: the state store, leases, change events, jobs
- *   (mqstore_job_*, mqstore_jobs_*) and device commands (mqstore_command_*). It runs its own threads (a runtime of two
- *   workers per client, and "mqstore-events" while an event callback is set).
+ *   (mqstore_job_*, mqstore_jobs_*) and device commands (mqstore_command_*). A call does its
+ *   I/O on the calling thread; each client has one thread of its own ("mqstore-io", reading
+ *   while no call is in progress: changes, lease renewals, reconnects), and "mqstore-events"
+ *   while an event callback is set.
  *
  *   Layer 2, "bring your own MQTT" (mqstore_core_*, the codec, mqstore_hlc_*): the client's
  *   state machine with no I/O, no threads and no clock: the state store and change events,

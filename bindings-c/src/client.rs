@@ -1,19 +1,19 @@
-//! Layer 1, "batteries included": a connected client (the core's tokio + rumqttc client) with
-//! blocking calls. Each `mqstore_client` owns its runtime (two worker threads), so the host
-//! program keeps whatever threads and loop it has.
+//! Layer 1, "batteries included": a connected client with blocking calls — the blocking
+//! driver of `mqstore-net` (`mqstore_net::blocking`): the calling thread writes its request and
+//! reads its answer itself, and one helper thread per client reads while no call is in
+//! progress (observations, lease renewals, reconnects). No async runtime; the host program
+//! keeps whatever threads and loop it has.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashSet, VecDeque};
 use std::ffi::{CString, c_char, c_int, c_void};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use mqstore_core::client::ClientError;
-use mqstore_net::client::{Client, ClientOptions, KeyChange, SetOptions as NetSetOptions};
-use mqstore_net::lease::Lease;
+use mqstore_net::blocking::{Client, Lease};
+use mqstore_net::client::{ClientOptions, KeyChange, SetOptions as NetSetOptions};
 use mqstore_net::{TlsConfig, random_u64};
-use tokio::runtime::Runtime;
 
 use crate::error::{Error, Result, ffi, ffi_void};
 use crate::handles::{handle, new_handle, take_handle};
@@ -67,41 +67,59 @@ pub extern "C" fn mqstore_options_default() -> mqstore_options {
 /// A connected client (layer 1). Made by `mqstore_connect`, freed by `mqstore_client_free`.
 /// Calls may come from any number of threads at once.
 pub struct mqstore_client {
-    runtime: Runtime,
     client: Client,
     id: CString,
-    timeout: Duration,
-    events: Arc<Events>,
-    /// The task forwarding each observed key's changes into `events`.
-    observations: Mutex<HashMap<Bytes, tokio::task::JoinHandle<()>>>,
+    events: Arc<Events<KeyChange>>,
+    /// The keys observed (their changes go to `events`).
+    observations: Mutex<HashSet<Bytes>>,
     callback: Mutex<Option<CallbackThread>>,
 }
 
-/// Changes of every observed key, in arrival order, for `mqstore_next_event` or the callback.
-/// (A mutex and a condition variable rather than std's channels: those record the waiting
-/// thread's handle in a thread-local that the main thread never frees, which valgrind reports.)
-#[derive(Default)]
-struct Events {
-    state: Mutex<Queue>,
+/// What arrives for the program — changes of every observed key, a thing's jobs
+/// notifications — in arrival order, for `mqstore_next_event` (or the callback) and
+/// `mqstore_jobs_next_notification`. (A mutex and a condition variable rather than std's
+/// channels: those record the waiting thread's handle in a thread-local that the main thread
+/// never frees, which valgrind reports.)
+pub(crate) struct Events<T> {
+    state: Mutex<Queue<T>>,
     ready: Condvar,
 }
 
-#[derive(Default)]
-struct Queue {
-    changes: VecDeque<KeyChange>,
+impl<T> Default for Events<T> {
+    fn default() -> Self {
+        Self {
+            state: Mutex::new(Queue {
+                items: VecDeque::new(),
+                stop: false,
+            }),
+            ready: Condvar::new(),
+        }
+    }
+}
+
+struct Queue<T> {
+    items: VecDeque<T>,
     /// Tells the callback thread to end.
     stop: bool,
 }
 
-impl Events {
-    fn push(&self, change: KeyChange) {
-        lock(&self.state).changes.push_back(change);
-        self.ready.notify_all();
+impl<T: Send + 'static> Events<T> {
+    /// A function the client hands each arrival to (on its reading thread): it queues it.
+    pub(crate) fn listener(self: &Arc<Self>) -> mqstore_net::Listener<T> {
+        let events = Arc::downgrade(self);
+        Box::new(move |item| match events.upgrade() {
+            Some(events) => {
+                lock(&events.state).items.push_back(item);
+                events.ready.notify_all();
+                true
+            }
+            None => false,
+        })
     }
 
-    /// The next change, waiting up to `timeout` (`None`: as long as it takes). `None` when
+    /// The next arrival, waiting up to `timeout` (`None`: as long as it takes). `None` when
     /// none came in time, or when the callback thread is told to stop (`for_callback`).
-    fn pop(&self, timeout: Option<Duration>, for_callback: bool) -> Option<KeyChange> {
+    pub(crate) fn pop(&self, timeout: Option<Duration>, for_callback: bool) -> Option<T> {
         let deadline = timeout.map(|t| Instant::now() + t);
         let mut queue = lock(&self.state);
         loop {
@@ -109,8 +127,8 @@ impl Events {
                 queue.stop = false;
                 return None;
             }
-            if let Some(change) = queue.changes.pop_front() {
-                return Some(change);
+            if let Some(item) = queue.items.pop_front() {
+                return Some(item);
             }
             queue = match deadline {
                 None => self
@@ -167,34 +185,6 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl mqstore_client {
     pub(crate) fn client(&self) -> &Client {
         &self.client
-    }
-
-    pub(crate) fn runtime(&self) -> &Runtime {
-        &self.runtime
-    }
-
-    /// Every call's timeout unless told otherwise.
-    pub(crate) fn default_timeout(&self) -> Duration {
-        self.timeout
-    }
-
-    /// Runs a call to completion on this thread: within the client's timeout (which the
-    /// client enforces itself, so no timer is set here), or within `timeout` when the call
-    /// has one of its own.
-    pub(crate) fn wait<T>(
-        &self,
-        timeout: Option<Duration>,
-        call: impl Future<Output = Result<T, ClientError>>,
-    ) -> Result<T> {
-        let Some(limit) = timeout else {
-            return self.runtime.block_on(call).map_err(Error::from);
-        };
-        self.runtime.block_on(async {
-            match tokio::time::timeout(limit, call).await {
-                Ok(result) => result.map_err(Error::from),
-                Err(_) => Err(ClientError::Timeout(limit.as_millis() as u64).into()),
-            }
-        })
     }
 
     fn on_callback_thread(&self) -> bool {
@@ -283,28 +273,14 @@ pub unsafe extern "C" fn mqstore_connect(
         let out = unsafe { out_arg(out, "out") }?;
         *out = std::ptr::null_mut();
         let options = unsafe { client_options(options) }?;
-        let timeout = options.timeout;
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("mqstore")
-            .enable_all()
-            .build()
-            .map_err(|e| {
-                Error::new(
-                    mqstore_status::MQSTORE_ERR_INTERNAL,
-                    format!("cannot start the client's threads: {e}"),
-                )
-            })?;
-        let client = runtime.block_on(Client::connect(options))?;
+        let client = Client::connect(options)?;
         let id = CString::new(client.client_id())
             .map_err(|_| Error::invalid("options.client_id holds a NUL"))?;
         *out = new_handle(mqstore_client {
-            runtime,
             client,
             id,
-            timeout,
             events: Arc::default(),
-            observations: Mutex::new(HashMap::new()),
+            observations: Mutex::new(HashSet::new()),
             callback: Mutex::new(None),
         });
         Ok(())
@@ -325,14 +301,7 @@ pub unsafe extern "C" fn mqstore_client_free(client: *mut mqstore_client) {
         let Some(client) = (unsafe { take_handle(client, "client") })? else {
             return Ok(());
         };
-        for (_, task) in lock(&client.observations).drain() {
-            task.abort();
-        }
-        let _ = client.runtime.block_on(async {
-            tokio::time::timeout(Duration::from_secs(2), client.client.close()).await
-        });
-        let mqstore_client { runtime, .. } = *client;
-        runtime.shutdown_timeout(Duration::from_secs(2));
+        client.client.close();
         Ok(())
     });
 }
@@ -378,7 +347,9 @@ pub unsafe extern "C" fn mqstore_set(
             persist: o.persist,
             fencing_token: o.fencing_token,
         };
-        let done = client.wait(o.timeout, client.client.set(key, value, set))?;
+        let (request, mut call) = set.request(key, value);
+        call.timeout_ms = o.timeout.map(|t| t.as_millis() as u64);
+        let done = client.client.call(&request, &call)?.into_set_result();
         let (has_version, version) = version_out(done.version.as_ref())?;
         unsafe {
             write_opt(
@@ -417,7 +388,7 @@ pub unsafe extern "C" fn mqstore_get(
         let len = unsafe { out_arg(value_len, "value_len") }?;
         *found = false;
         *len = 0;
-        let Some(got) = client.wait(None, client.client.get(key))? else {
+        let Some(got) = client.client.get(key)? else {
             return Ok(());
         };
         *found = true;
@@ -427,13 +398,11 @@ pub unsafe extern "C" fn mqstore_get(
     })
 }
 
-/// Runs a DEL or VDEL and writes its outcome.
+/// Writes a DEL's or VDEL's outcome.
 fn deletion(
-    client: &mqstore_client,
-    call: impl Future<Output = Result<mqstore_core::client::Deletion, ClientError>>,
+    done: mqstore_core::client::Deletion,
     result: *mut mqstore_delete_result,
 ) -> Result<()> {
-    let done = client.wait(None, call)?;
     let (has_version, version) = version_out(done.version.as_ref())?;
     // SAFETY: NULL or the caller's struct.
     unsafe {
@@ -468,7 +437,7 @@ pub unsafe extern "C" fn mqstore_del(
         let client = unsafe { handle(client, "client") }?;
         let key = unsafe { key_arg(key, key_len, "key") }?;
         let token = unsafe { hlc_arg(fencing_token, "fencing_token") }?;
-        deletion(client, client.client.del(key, token), result)
+        deletion(client.client.del(key, token)?, result)
     })
 }
 
@@ -494,7 +463,7 @@ pub unsafe extern "C" fn mqstore_vdel(
         let key = unsafe { key_arg(key, key_len, "key") }?;
         let value = Bytes::copy_from_slice(unsafe { bytes_arg(value, value_len, "value") }?);
         let token = unsafe { hlc_arg(fencing_token, "fencing_token") }?;
-        deletion(client, client.client.vdel(key, value, token), result)
+        deletion(client.client.vdel(key, value, token)?, result)
     })
 }
 
@@ -534,7 +503,7 @@ pub unsafe extern "C" fn mqstore_scan(
         let client = unsafe { handle(client, "client") }?;
         let pattern =
             Bytes::copy_from_slice(unsafe { bytes_arg(pattern, pattern_len, "pattern") }?);
-        let data = client.wait(None, client.client.scan(pattern))?;
+        let data = client.client.scan(pattern)?;
         let keys: Vec<mqstore_bytes> = data.iter().map(|k| mqstore_bytes::of(k)).collect();
         *out = new_handle(Keys {
             c: mqstore_keys {
@@ -575,19 +544,13 @@ pub unsafe extern "C" fn mqstore_observe(
         // SAFETY: the caller's pointers, checked by the helpers.
         let client = unsafe { handle(client, "client") }?;
         let key = unsafe { key_arg(key, key_len, "key") }?;
-        if lock(&client.observations).contains_key(&key) {
+        if lock(&client.observations).contains(&key) {
             return Ok(());
         }
-        let mut changes = client.wait(None, client.client.observe(key.clone()))?;
-        let events = client.events.clone();
-        let forward = client.runtime.spawn(async move {
-            while let Some(change) = changes.next().await {
-                events.push(change);
-            }
-        });
-        if let Some(old) = lock(&client.observations).insert(key, forward) {
-            old.abort();
-        }
+        client
+            .client
+            .observe_with(key.clone(), client.events.listener())?;
+        lock(&client.observations).insert(key);
         Ok(())
     })
 }
@@ -607,10 +570,8 @@ pub unsafe extern "C" fn mqstore_unobserve(
         // SAFETY: the caller's pointers, checked by the helpers.
         let client = unsafe { handle(client, "client") }?;
         let key = unsafe { key_arg(key, key_len, "key") }?;
-        if let Some(task) = lock(&client.observations).remove(&key) {
-            task.abort();
-        }
-        client.wait(None, client.client.unobserve(key))
+        lock(&client.observations).remove(&key);
+        Ok(client.client.unobserve(key)?)
     })
 }
 
@@ -710,15 +671,9 @@ pub unsafe extern "C" fn mqstore_set_event_callback(
 /// A lease (a lock with a fencing token) on a key, renewed in the background while held.
 /// Made by `mqstore_lease_acquire`, freed by `mqstore_lease_free` (which releases it).
 pub struct mqstore_lease {
+    /// The lease (with its client's connection, which renews it); `None` once released.
     lease: Mutex<Option<Lease>>,
-    /// The client's runtime runs the renewals; the lease needs the client alive.
-    client: *const mqstore_client,
 }
-
-// SAFETY: `client` is only used to reach the client's runtime, which is thread-safe; the
-// header requires freeing leases before their client.
-unsafe impl Send for mqstore_lease {}
-unsafe impl Sync for mqstore_lease {}
 
 /// Takes the lease on `key` for `ttl_ms` (renewed every ttl/3 while held), waiting up to
 /// `wait_ms` for its holder to release it (0: try once). `*out` gets the lease, or NULL when
@@ -749,20 +704,10 @@ pub unsafe extern "C" fn mqstore_lease_acquire(
             ));
         }
         let ttl = Duration::from_millis(u64::from(ttl_ms));
-        let lease = match wait_ms {
-            0 => c.wait(None, Lease::try_acquire(&c.client, key, ttl))?,
-            wait => {
-                let limit = Duration::from_millis(u64::from(wait));
-                c.wait(
-                    Some(limit + c.timeout),
-                    Lease::acquire(&c.client, key, ttl, Some(limit)),
-                )?
-            }
-        };
-        if let Some(lease) = lease {
+        let wait = Duration::from_millis(u64::from(wait_ms));
+        if let Some(lease) = c.client.lease(key, ttl, Some(wait))? {
             *out = new_handle(mqstore_lease {
                 lease: Mutex::new(Some(lease)),
-                client,
             });
         }
         Ok(())
@@ -818,10 +763,9 @@ pub unsafe extern "C" fn mqstore_lease_release(
     ffi(|| {
         // SAFETY: the caller's pointers, checked by the helpers.
         let lease = unsafe { handle(lease, "lease") }?;
-        let client = unsafe { handle(lease.client, "the lease's client") }?;
         let held = lock(&lease.lease).take();
         let was_held = match held {
-            Some(held) => client.wait(None, held.release())?,
+            Some(held) => held.release()?,
             None => false,
         };
         unsafe { write_opt(released, was_held) };
@@ -840,13 +784,8 @@ pub unsafe extern "C" fn mqstore_lease_free(lease: *mut mqstore_lease) {
         };
         let held = lock(&lease.lease).take();
         if let Some(held) = held {
-            match unsafe { handle(lease.client, "the lease's client") } {
-                Ok(client) => {
-                    let _ = client.wait(None, held.release());
-                }
-                // The client is gone: the lease expires on its own after its ttl.
-                Err(_) => drop(held),
-            }
+            // A client already closed fails this: the lease expires on its own after its ttl.
+            let _ = held.release();
         }
         Ok(())
     });

@@ -4,14 +4,16 @@
 
 use std::collections::BTreeMap;
 use std::ffi::{CString, c_char, c_int};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use mqstore_core::client::jobs::Update;
+use mqstore_core::client::jobs::{JobNotification, Update};
 use mqstore_core::jobs::{JobSpec, Status, check_operator_call};
-use mqstore_net::jobs::{Jobs, StartNext};
+use mqstore_net::blocking::Jobs;
+use mqstore_net::jobs::StartNext;
 
-use crate::client::mqstore_client;
+use crate::client::{Events, mqstore_client};
 use crate::error::{Error, Result, ffi, ffi_void};
 use crate::handles::{handle, new_handle, take_handle};
 use crate::types::{
@@ -83,7 +85,7 @@ pub unsafe extern "C" fn mqstore_job_create(
                 (in_progress_timeout_minutes > 0).then_some(in_progress_timeout_minutes),
             )
             .retries(max_retries);
-        client.wait(None, client.client().create_job(spec))
+        Ok(client.client().create_job(spec)?)
     })
 }
 
@@ -101,7 +103,7 @@ pub unsafe extern "C" fn mqstore_job_cancel(
         // SAFETY: the caller's pointers, checked by the helpers.
         let client = unsafe { handle(client, "client") }?;
         let job_id = unsafe { str_arg(job_id, "job_id") }?;
-        client.wait(None, client.client().cancel_job(job_id, force))
+        Ok(client.client().cancel_job(job_id, force)?)
     })
 }
 
@@ -121,7 +123,7 @@ pub unsafe extern "C" fn mqstore_job_describe(
         *out = std::ptr::null_mut();
         let client = unsafe { handle(client, "client") }?;
         let job_id = unsafe { str_arg(job_id, "job_id") }?;
-        let job = client.wait(None, client.client().describe_job(job_id))?;
+        let job = client.client().describe_job(job_id)?;
         json_out(out, &job)
     })
 }
@@ -156,7 +158,7 @@ pub unsafe extern "C" fn mqstore_jobs_operate(
         let client = unsafe { handle(client, "client") }?;
         let request: serde_json::Value = unsafe { json_arg(request_json, "request_json") }?;
         check_operator_call(&request).map_err(Error::invalid)?;
-        let answer = client.wait(None, client.client().operate_json(request))?;
+        let answer = client.client().operate_json(&request)?;
         match out {
             Some(out) => json_out(out, &answer),
             None => Ok(()),
@@ -168,19 +170,7 @@ pub unsafe extern "C" fn mqstore_jobs_operate(
 /// freed by `mqstore_jobs_free` (before its client). Calls may come from any thread.
 pub struct mqstore_jobs {
     jobs: Jobs,
-    client: *const mqstore_client,
-}
-
-// SAFETY: `client` is only used to reach the client's runtime (thread-safe); the header
-// requires freeing this before the client.
-unsafe impl Send for mqstore_jobs {}
-unsafe impl Sync for mqstore_jobs {}
-
-impl mqstore_jobs {
-    fn client(&self) -> Result<&mqstore_client> {
-        // SAFETY: checked against the registry.
-        unsafe { handle(self.client, "the jobs handle's client") }
-    }
+    notifications: Arc<Events<JobNotification>>,
 }
 
 /// Acts as `thing`: subscribes to its jobs replies and notifications. `*out` is the caller's:
@@ -199,8 +189,12 @@ pub unsafe extern "C" fn mqstore_jobs_open(
         *out = std::ptr::null_mut();
         let c = unsafe { handle(client, "client") }?;
         let thing = unsafe { str_arg(thing, "thing") }?;
-        let jobs = c.wait(None, c.client().jobs(thing))?;
-        *out = new_handle(mqstore_jobs { jobs, client });
+        let notifications = Arc::new(Events::default());
+        let jobs = c.client().jobs_with(thing, notifications.listener())?;
+        *out = new_handle(mqstore_jobs {
+            jobs,
+            notifications,
+        });
         Ok(())
     })
 }
@@ -229,7 +223,7 @@ pub unsafe extern "C" fn mqstore_jobs_pending(
         let out = unsafe { out_arg(json, "json") }?;
         *out = std::ptr::null_mut();
         let jobs = unsafe { handle(jobs, "jobs") }?;
-        let pending = jobs.client()?.wait(None, jobs.jobs.pending())?;
+        let pending = jobs.jobs.pending()?;
         json_out(out, &pending)
     })
 }
@@ -255,7 +249,7 @@ pub unsafe extern "C" fn mqstore_jobs_start_next(
             status_details: unsafe { details_arg(status_details_json) }?,
             step_timeout: None,
         };
-        match jobs.client()?.wait(None, jobs.jobs.start_next(start))? {
+        match jobs.jobs.start_next(start)? {
             Some(execution) => json_out(out, &execution),
             None => Ok(()),
         }
@@ -301,7 +295,7 @@ pub unsafe extern "C" fn mqstore_jobs_update(
             include_state: true,
             include_document: false,
         };
-        let accepted = jobs.client()?.wait(None, jobs.jobs.update(update))?;
+        let accepted = jobs.jobs.update(update)?;
         // SAFETY: NULL or the caller's pointer.
         if let Some(out) = unsafe { json.as_mut() } {
             json_out(out, &accepted)?;
@@ -326,22 +320,11 @@ pub unsafe extern "C" fn mqstore_jobs_next_notification(
         let out = unsafe { out_arg(json, "json") }?;
         *out = std::ptr::null_mut();
         let jobs = unsafe { handle(jobs, "jobs") }?;
-        let notification = match timeout_ms {
-            0 => jobs.jobs.try_next_notification(),
-            t => {
-                let wait = jobs.jobs.next_notification();
-                let client = jobs.client()?;
-                match t {
-                    t if t < 0 => client.runtime().block_on(wait),
-                    t => client.runtime().block_on(async {
-                        tokio::time::timeout(Duration::from_millis(t as u64), wait)
-                            .await
-                            .ok()
-                            .flatten()
-                    }),
-                }
-            }
+        let timeout = match timeout_ms {
+            t if t < 0 => None,
+            t => Some(Duration::from_millis(t as u64)),
         };
+        let notification = jobs.notifications.pop(timeout, false);
         match notification {
             Some(n) => json_out(out, &n),
             None => Ok(()),
@@ -431,9 +414,8 @@ fn command_out(
     request: mqstore_core::commands::CommandRequest,
     out: &mut *mut mqstore_command_reply,
 ) -> Result<()> {
-    // The command's own timeout decides; the call waits a little longer for its verdict.
-    let limit = Duration::from_millis(request.timeout_ms) + client.default_timeout();
-    let reply = client.wait(Some(limit), client.client().command(request))?;
+    // The command's own timeout decides (the client's session enforces it).
+    let reply = client.client().command(&request)?;
     let status = serde_json::to_value(reply.status)
         .ok()
         .and_then(|v| v.as_str().map(str::to_owned))
@@ -478,7 +460,7 @@ pub unsafe extern "C" fn mqstore_command_definitions(
         *out = std::ptr::null_mut();
         let client = unsafe { handle(client, "client") }?;
         let request: serde_json::Value = unsafe { json_arg(request_json, "request_json") }?;
-        let answer = client.wait(None, client.client().command_definitions(request))?;
+        let answer = client.client().command_definitions(&request)?;
         json_out(out, &answer)
     })
 }
@@ -509,7 +491,7 @@ pub unsafe extern "C" fn mqstore_command_status(
         *out = std::ptr::null_mut();
         let client = unsafe { handle(client, "client") }?;
         let id = unsafe { str_arg(id, "id") }?;
-        let record = client.wait(None, client.client().command_status(id))?;
+        let record = client.client().command_status(id)?;
         json_out(out, &record)
     })
 }

@@ -2,7 +2,7 @@
 //! (`cbindgen.toml`); the comments on public items become the header's documentation.
 //!
 //! Two layers share one header: layer 1 (`client.rs`, feature `net`) is a connected client
-//! with its own tokio runtime and blocking calls; layer 2 (`byo.rs`, `codec.rs`, `hlc.rs`)
+//! with blocking calls (`mqstore_net::blocking`: the calling thread does the I/O); layer 2 (`byo.rs`, `codec.rs`, `hlc.rs`)
 //! is the core's client state machine, codec and HLC with no I/O, for firmware that brings its
 //! own MQTT client.
 //!

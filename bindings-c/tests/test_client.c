@@ -446,9 +446,11 @@ static void jobs_flow_from_creation_to_success(void) {
   CHECK_OK(mqstore_jobs_operate(c, "{\"op\": \"cancelJob\", \"jobId\": \"c-cont\"}", NULL));
   CHECK_OK(mqstore_jobs_operate(c, "{\"op\": \"deleteThingGroup\", \"thingGroupName\": \"c-fleet\"}", NULL));
 
-  CHECK_STATUS(mqstore_jobs_open(c, NULL, &jobs), MQSTORE_ERR_INVALID_ARGUMENT);
-  CHECK(jobs == NULL);
   mqstore_jobs_free(jobs);
+  mqstore_jobs *nameless = NULL;
+  CHECK_STATUS(mqstore_jobs_open(c, NULL, &nameless), MQSTORE_ERR_INVALID_ARGUMENT);
+  CHECK(nameless == NULL);
+  mqstore_jobs_free(nameless);
   mqstore_client_free(c);
 }
 

@@ -65,6 +65,7 @@ mod connection;
 pub mod jobs;
 pub mod lease;
 mod listeners;
+pub use listeners::Listener;
 
 /// What a host of the server node (`mqstore-server`) shares with the client: the broker
 /// connection loop that polls without dropping a poll half-way, its outbox, and the packet

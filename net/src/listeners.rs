@@ -1,6 +1,6 @@
 //! Who hears what a client session reports besides its calls' answers — observers of keys,
 //! things of the jobs device API, command and keyspace watchers, held leases — shared by the
-//! async client's task (tokio channels) and the blocking client (std channels).
+//! async client's task (tokio channels) and the blocking client (functions).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -27,9 +27,14 @@ impl<T> Sink<T> for tokio::sync::mpsc::UnboundedSender<T> {
     }
 }
 
-impl<T> Sink<T> for std::sync::mpsc::Sender<T> {
+/// A function that takes each value on the thread that reads the connection (with the client
+/// locked: it hands the value over, and makes no call of the client); false when the
+/// listener is gone.
+pub type Listener<T> = Box<dyn Fn(T) -> bool + Send>;
+
+impl<T> Sink<T> for Listener<T> {
     fn give(&self, value: T) -> bool {
-        self.send(value).is_ok()
+        self(value)
     }
 }
 
@@ -45,11 +50,11 @@ impl Channels for Tokio {
     type Sender<T> = tokio::sync::mpsc::UnboundedSender<T>;
 }
 
-/// std's channels (the blocking client).
-pub(crate) struct Std;
+/// Functions (the blocking client: its channels, or a binding's own queues).
+pub(crate) struct Functions;
 
-impl Channels for Std {
-    type Sender<T> = std::sync::mpsc::Sender<T>;
+impl Channels for Functions {
+    type Sender<T> = Listener<T>;
 }
 
 /// The listeners of one client.

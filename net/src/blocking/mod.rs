@@ -21,6 +21,7 @@ mod services;
 
 pub use services::{Jobs, Lease};
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
@@ -28,7 +29,7 @@ use std::os::unix::net::UnixStream;
 use std::sync::atomic::AtomicBool;
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::thread::{self, JoinHandle, Thread, ThreadId};
+use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -37,7 +38,7 @@ use rumqttc::v5::mqttbytes::v5::LastWill;
 use tracing::{debug, warn};
 
 use crate::client::{ClientOptions, KeyChange, SetOptions, deletion};
-use crate::listeners::{Listeners, Std};
+use crate::listeners::{Functions, Listener, Listeners};
 use crate::{now_ms, random_u64};
 use link::{Hello, Link, Received};
 use mqstore_core::client::{
@@ -57,7 +58,7 @@ const CLOSE_GRACE: Duration = Duration::from_secs(2);
 
 /// The longest a waiting caller sleeps before it looks again (a safety net: it is woken when
 /// its call finishes or the socket is its to read).
-const PARK_LIMIT: Duration = Duration::from_millis(100);
+const WAIT_LIMIT: Duration = Duration::from_millis(100);
 
 /// A connected state store client whose calls block the calling thread. Cheap to clone and
 /// usable from many threads at once; the connection closes when the last clone is dropped or
@@ -95,8 +96,8 @@ struct Shared {
 enum Reader {
     /// Nobody, since then.
     Vacant(Instant),
-    /// A thread waiting for its call.
-    Caller(ThreadId),
+    /// The caller waiting for this.
+    Caller(Awaited),
     /// The helper thread (no call waits, or one just asked for the socket).
     Helper,
 }
@@ -110,11 +111,25 @@ enum Awaited {
     Subscription(u16),
 }
 
-/// A waiting caller's thread and, once it is there, what it waits for (a subscription's is
-/// `Ok(None)`).
+/// A waiting caller's wake-up and, once it is there, what it waits for (a subscription's is
+/// `Ok(None)`). The caller waits on `wake` with the state's lock (a condition variable of its
+/// own, not the thread's park token: `thread::current()` allocates a handle that a C
+/// program's main thread never frees).
 struct Slot {
-    thread: Thread,
+    wake: Arc<Condvar>,
     result: Option<Result<Option<Completion>, ClientError>>,
+}
+
+impl Slot {
+    fn finish(&mut self, result: Result<Option<Completion>, ClientError>) {
+        self.result = Some(result);
+        self.wake.notify_one();
+    }
+}
+
+thread_local! {
+    /// Whether this is a client's helper thread (a const `Cell`: nothing to allocate or free).
+    static IS_HELPER: Cell<bool> = const { Cell::new(false) };
 }
 
 struct State {
@@ -126,7 +141,7 @@ struct State {
     wanted: bool,
     slots: HashMap<Awaited, Slot>,
     /// Who hears what the session reports besides answers.
-    listeners: Listeners<Std>,
+    listeners: Listeners<Functions>,
     /// Lease acquisitions in flight: the flag their handle gets once held.
     taking: HashMap<CallId, Arc<AtomicBool>>,
     /// The broker's DISCONNECT, until the connection's end that follows it.
@@ -215,7 +230,7 @@ impl Client {
         value: impl Into<Bytes>,
         options: SetOptions,
     ) -> Result<SetResult, ClientError> {
-        let (request, call_options) = options.call(key.into(), value.into());
+        let (request, call_options) = options.request(key.into(), value.into());
         Ok(self.call(&request, &call_options)?.into_set_result())
     }
 
@@ -270,21 +285,33 @@ impl Client {
     /// Observes `key`: every change (SET, DEL, VDEL, expiry) arrives on the returned
     /// observation, and keeps arriving across reconnects, whether or not calls are made.
     pub fn observe(&self, key: impl Into<Bytes>) -> Result<Observation, ClientError> {
-        let key = key.into();
         let (changes, receiver) = mpsc::channel();
+        self.observe_with(key, Box::new(move |change| changes.send(change).is_ok()))?;
+        Ok(Observation { changes: receiver })
+    }
+
+    /// Observes `key`, handing each change to `on_change` on the thread that reads the
+    /// connection, with the client locked: it should only hand the change over (to a queue of
+    /// the program's), make no call of this client, and return false once it wants no more.
+    pub fn observe_with(
+        &self,
+        key: impl Into<Bytes>,
+        on_change: Listener<KeyChange>,
+    ) -> Result<(), ClientError> {
+        let key = key.into();
         let shared = &self.handle.shared;
         lock(&shared.state)
             .listeners
             .observers
             .entry(key.clone())
             .or_default()
-            .push(changes);
+            .push(on_change);
         let registered = shared.run(|session, now| session.observe(key.clone(), now));
         if let Err(e) = registered {
             lock(&shared.state).listeners.observers.remove(&key);
             return Err(e);
         }
-        Ok(Observation { changes: receiver })
+        Ok(())
     }
 
     /// Stops observing `key`; its observations end.
@@ -399,11 +426,11 @@ impl Shared {
         mut state: MutexGuard<'a, State>,
         awaited: Awaited,
     ) -> Result<Option<Completion>, ClientError> {
-        let me = thread::current();
+        let wake = Arc::new(Condvar::new());
         state.slots.insert(
             awaited,
             Slot {
-                thread: me.clone(),
+                wake: wake.clone(),
                 result: None,
             },
         );
@@ -411,14 +438,14 @@ impl Shared {
         loop {
             if let Some(result) = state.slots.get_mut(&awaited).and_then(|s| s.result.take()) {
                 state.slots.remove(&awaited);
-                if state.reader == Reader::Caller(me.id()) {
+                if state.reader == Reader::Caller(awaited) {
                     state.hand_over();
                 }
                 return result;
             }
             match state.reader {
                 Reader::Vacant(_) if state.link.is_some() => {
-                    state.reader = Reader::Caller(me.id());
+                    state.reader = Reader::Caller(awaited);
                 }
                 Reader::Helper if !state.wanted => {
                     state.wanted = true;
@@ -426,12 +453,13 @@ impl Shared {
                 }
                 _ => {}
             }
-            if state.reader == Reader::Caller(me.id()) && state.link.is_some() {
+            if state.reader == Reader::Caller(awaited) && state.link.is_some() {
                 state = self.read_once(state);
             } else {
-                drop(state);
-                thread::park_timeout(PARK_LIMIT);
-                state = lock(&self.state);
+                state = wake
+                    .wait_timeout(state, WAIT_LIMIT)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
             }
         }
     }
@@ -474,6 +502,7 @@ impl Shared {
 
     /// The helper thread: reads while no caller does, and reconnects.
     fn help(&self) {
+        IS_HELPER.set(true);
         let mut failures = 0u32;
         let mut state = lock(&self.state);
         loop {
@@ -584,7 +613,7 @@ impl Shared {
         self.helper_wait.notify_all();
         let helper = lock(&self.helper).take();
         if let Some(helper) = helper
-            && helper.thread().id() != thread::current().id()
+            && !IS_HELPER.get()
         {
             let _ = helper.join();
         }
@@ -621,13 +650,12 @@ impl State {
                     Received::Disconnect(reason) => *disconnect = Some(reason),
                     Received::SubAck { pkid, refused } => {
                         if let Some(slot) = slots.get_mut(&Awaited::Subscription(pkid)) {
-                            slot.result = Some(match refused {
+                            slot.finish(match refused {
                                 None => Ok(None),
                                 Some(code) => Err(ClientError::Unreachable(format!(
                                     "the broker refused the subscription: {code:?}"
                                 ))),
                             });
-                            slot.thread.unpark();
                         }
                     }
                 })
@@ -645,8 +673,7 @@ impl State {
         self.link = None;
         for (awaited, slot) in &mut self.slots {
             if matches!(awaited, Awaited::Subscription(_)) && slot.result.is_none() {
-                slot.result = Some(Err(ClientError::Disconnected));
-                slot.thread.unpark();
+                slot.finish(Err(ClientError::Disconnected));
             }
         }
         let error = self.broker_disconnect.take().unwrap_or(error);
@@ -683,7 +710,6 @@ impl State {
                 Err(e) => self.lose(e),
             }
         }
-        let me = thread::current().id();
         while let Some(event) = self.session.poll_event() {
             let Some((call, result)) = self.listeners.tell(event) else {
                 continue;
@@ -694,10 +720,7 @@ impl State {
                 {
                     self.listeners.leases.insert(call, held);
                 }
-                slot.result = Some(result.map(Some));
-                if slot.thread.id() != me {
-                    slot.thread.unpark();
-                }
+                slot.finish(result.map(Some));
             }
         }
     }
@@ -707,7 +730,7 @@ impl State {
     fn hand_over(&mut self) {
         self.reader = Reader::Vacant(Instant::now());
         if let Some(slot) = self.slots.values().find(|s| s.result.is_none()) {
-            slot.thread.unpark();
+            slot.wake.notify_one();
         }
     }
 }

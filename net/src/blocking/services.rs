@@ -10,6 +10,7 @@ use bytes::Bytes;
 use serde_json::Value;
 
 use super::{Awaited, Client, lock, unexpected};
+use crate::Listener;
 use crate::client::KeyspaceEvent;
 use crate::commands::{DEFINITIONS_TIMEOUT_MS, command_reply, definitions_answer, status_record};
 use crate::jobs::{StartNext, describe, described};
@@ -19,7 +20,8 @@ use mqstore_core::client::jobs::{DeviceRequest, JobNotification, Update, parse, 
 use mqstore_core::client::{CallId, ClientError};
 use mqstore_core::commands::{CommandRequest, DEFAULT_TIMEOUT_MS, Record};
 use mqstore_core::jobs::{
-    ExecutionRef, JobExecution, OperatorRequest, PendingJobs, UpdateAccepted,
+    ExecutionRef, JobDescription, JobExecution, JobSpec, OperatorRequest, PendingJobs,
+    UpdateAccepted,
 };
 use mqstore_core::session::Completion;
 
@@ -44,10 +46,49 @@ impl Client {
         )
     }
 
+    /// Creates a job and queues an execution of it on every target (operator API).
+    pub fn create_job(&self, spec: JobSpec) -> Result<(), ClientError> {
+        self.operate(&OperatorRequest::CreateJob(Box::new(spec)))
+            .map(drop)
+    }
+
+    /// Cancels a job: QUEUED executions become CANCELED, IN_PROGRESS ones too with `force`.
+    pub fn cancel_job(&self, job_id: &str, force: bool) -> Result<(), ClientError> {
+        let request = OperatorRequest::CancelJob {
+            job_id: job_id.to_owned(),
+            force,
+            reason_code: None,
+            comment: None,
+        };
+        self.operate(&request).map(drop)
+    }
+
+    /// A job: its document, targets, settings and how many executions are in each status.
+    pub fn describe_job(&self, job_id: &str) -> Result<JobDescription, ClientError> {
+        let job_id = job_id.to_owned();
+        parse(self.operate(&OperatorRequest::DescribeJob { job_id })?)
+    }
+
     /// Acts as `thing` in the AWS IoT Jobs device API: subscribes to its replies and
     /// notifications (and again after every reconnect) and returns once subscribed.
     pub fn jobs(&self, thing: &str) -> Result<Jobs, ClientError> {
         let (notifications, receiver) = mpsc::channel();
+        let mut jobs = self.jobs_with(
+            thing,
+            Box::new(move |notification| notifications.send(notification).is_ok()),
+        )?;
+        jobs.notifications = Some(std::sync::Mutex::new(receiver));
+        Ok(jobs)
+    }
+
+    /// [`Client::jobs`], handing the thing's notifications to `on_notification` instead (as
+    /// [`Client::observe_with`] hands changes); the handle's `next_notification` then has
+    /// none.
+    pub fn jobs_with(
+        &self,
+        thing: &str,
+        on_notification: Listener<JobNotification>,
+    ) -> Result<Jobs, ClientError> {
         self.handle.shared.subscribe(|state| {
             let filters = state.session.act_as(thing)?;
             state
@@ -55,13 +96,13 @@ impl Client {
                 .things
                 .entry(thing.to_owned())
                 .or_default()
-                .push(notifications);
+                .push(on_notification);
             Ok(filters)
         })?;
         Ok(Jobs {
             client: self.clone(),
             thing: thing.to_owned(),
-            notifications: std::sync::Mutex::new(receiver),
+            notifications: None,
         })
     }
 
@@ -96,7 +137,8 @@ impl Client {
     pub fn watch_commands(&self) -> Result<mpsc::Receiver<Record>, ClientError> {
         let (records, receiver) = mpsc::channel();
         self.handle.shared.subscribe(|state| {
-            state.listeners.command_watchers.push(records);
+            let listener: Listener<Record> = Box::new(move |record| records.send(record).is_ok());
+            state.listeners.command_watchers.push(listener);
             Ok(state
                 .session
                 .watch_commands()
@@ -112,7 +154,9 @@ impl Client {
     pub fn watch_keyspace(&self) -> Result<mpsc::Receiver<KeyspaceEvent>, ClientError> {
         let (events, receiver) = mpsc::channel();
         self.handle.shared.subscribe(|state| {
-            state.listeners.keyspace_watchers.push(events);
+            let listener: Listener<KeyspaceEvent> =
+                Box::new(move |event| events.send(event).is_ok());
+            state.listeners.keyspace_watchers.push(listener);
             Ok(state
                 .session
                 .watch_keyspace()
@@ -138,8 +182,8 @@ pub struct Jobs {
     client: Client,
     thing: String,
     /// Behind a lock so that one handle, shared, can make calls while another thread waits
-    /// for notifications.
-    notifications: std::sync::Mutex<mpsc::Receiver<JobNotification>>,
+    /// for notifications (`None`: they go to a function, [`Client::jobs_with`]).
+    notifications: Option<std::sync::Mutex<mpsc::Receiver<JobNotification>>>,
 }
 
 impl Jobs {
@@ -187,9 +231,11 @@ impl Jobs {
     }
 
     /// The next `notify` or `notify-next` for this thing, waiting up to `timeout`; `None`
-    /// when none came (or the client is closed).
+    /// when none came (or the client is closed, or they go to a function).
     pub fn next_notification(&self, timeout: Duration) -> Option<JobNotification> {
-        lock(&self.notifications).recv_timeout(timeout).ok()
+        lock(self.notifications.as_ref()?)
+            .recv_timeout(timeout)
+            .ok()
     }
 }
 

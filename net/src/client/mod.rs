@@ -81,8 +81,9 @@ pub struct SetOptions {
 }
 
 impl SetOptions {
-    /// The SET of `value` at `key` with these options, and its call's options.
-    pub(crate) fn call(self, key: Bytes, value: Bytes) -> (Request, CallOptions) {
+    /// The SET of `value` at `key` with these options, and its call's options (for a call
+    /// made as a [`Request`], e.g. with a timeout of its own).
+    pub fn request(self, key: Bytes, value: Bytes) -> (Request, CallOptions) {
         let request = Request::Set(SetRequest {
             key,
             value: Bulk::new(value),
@@ -380,7 +381,7 @@ impl Client {
         value: impl Into<Bytes>,
         options: SetOptions,
     ) -> Result<SetResult, ClientError> {
-        let (request, call_options) = options.call(key.into(), value.into());
+        let (request, call_options) = options.request(key.into(), value.into());
         Ok(self.call(request, call_options).await?.into_set_result())
     }
 
