@@ -121,9 +121,19 @@ struct Slot {
 }
 
 impl Slot {
-    fn finish(&mut self, result: Result<Option<Completion>, ClientError>) {
+    /// Records the result and wakes the caller — or, while the reader acts on what it read
+    /// (`woken` given), lists it to wake once the state is unlocked ([`Shared::release`]), so
+    /// that it does not wake only to wait for the lock.
+    fn finish(
+        &mut self,
+        result: Result<Option<Completion>, ClientError>,
+        woken: Option<&mut Vec<Arc<Condvar>>>,
+    ) {
         self.result = Some(result);
-        self.wake.notify_one();
+        match woken {
+            Some(woken) => woken.push(self.wake.clone()),
+            None => self.wake.notify_one(),
+        }
     }
 }
 
@@ -144,6 +154,9 @@ struct State {
     listeners: Listeners<Functions>,
     /// Lease acquisitions in flight: the flag their handle gets once held.
     taking: HashMap<CallId, Arc<AtomicBool>>,
+    /// While the reader acts on what it read: callers whose result is in, to wake once the
+    /// lock is released ([`Shared::release`]).
+    woken: Option<Vec<Arc<Condvar>>>,
     /// The broker's DISCONNECT, until the connection's end that follows it.
     broker_disconnect: Option<ClientError>,
     closed: bool,
@@ -184,6 +197,7 @@ impl Client {
                 slots: HashMap::new(),
                 listeners: Listeners::default(),
                 taking: HashMap::new(),
+                woken: None,
                 broker_disconnect: None,
                 closed: false,
             }),
@@ -486,8 +500,23 @@ impl Shared {
         }
         let mut state = lock(&self.state);
         self.drain_interrupts();
+        state.woken = Some(Vec::new());
         state.service();
-        state
+        self.release(state)
+    }
+
+    /// Wakes the callers whose results came in, with the state unlocked for them, and locks it
+    /// again.
+    fn release<'a>(&'a self, mut state: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
+        let woken = state.woken.take().unwrap_or_default();
+        if woken.is_empty() {
+            return state;
+        }
+        drop(state);
+        for wake in &woken {
+            wake.notify_one();
+        }
+        lock(&self.state)
     }
 
     /// Interrupts whoever polls the socket.
@@ -643,6 +672,7 @@ impl State {
             let session = &mut self.session;
             let disconnect = &mut self.broker_disconnect;
             let slots = &mut self.slots;
+            let woken = &mut self.woken;
             let result = link
                 .receive(|received| match received {
                     Received::Publish(publish) => session.handle(&publish, now),
@@ -650,12 +680,13 @@ impl State {
                     Received::Disconnect(reason) => *disconnect = Some(reason),
                     Received::SubAck { pkid, refused } => {
                         if let Some(slot) = slots.get_mut(&Awaited::Subscription(pkid)) {
-                            slot.finish(match refused {
+                            let result = match refused {
                                 None => Ok(None),
                                 Some(code) => Err(ClientError::Unreachable(format!(
                                     "the broker refused the subscription: {code:?}"
                                 ))),
-                            });
+                            };
+                            slot.finish(result, woken.as_mut());
                         }
                     }
                 })
@@ -673,7 +704,7 @@ impl State {
         self.link = None;
         for (awaited, slot) in &mut self.slots {
             if matches!(awaited, Awaited::Subscription(_)) && slot.result.is_none() {
-                slot.finish(Err(ClientError::Disconnected));
+                slot.finish(Err(ClientError::Disconnected), self.woken.as_mut());
             }
         }
         let error = self.broker_disconnect.take().unwrap_or(error);
@@ -720,7 +751,7 @@ impl State {
                 {
                     self.listeners.leases.insert(call, held);
                 }
-                slot.finish(result.map(Some));
+                slot.finish(result.map(Some), self.woken.as_mut());
             }
         }
     }
