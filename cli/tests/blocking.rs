@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 
 use broker::Mosquitto;
 use bytes::Bytes;
-use mqstore_core::client::ClientError;
 use mqstore_core::client::jobs::{JobNotification, Update};
-use mqstore_core::codec::Condition;
+use mqstore_core::client::{CallOptions, ClientError};
+use mqstore_core::codec::{Condition, Request};
 use mqstore_core::commands::{CommandRequest, Mode, Status as CommandStatus};
 use mqstore_core::jobs::Status;
 use mqstore_net::BrokerConfig;
@@ -418,4 +418,37 @@ fn blocking_commands_are_sent_followed_and_time_out() {
         .command_definitions(&serde_json::json!({"op": "list"}))
         .unwrap();
     assert!(listed["commands"].is_array(), "{listed}");
+}
+
+#[test]
+fn a_short_call_times_out_while_another_thread_waits_on_a_longer_one() {
+    // No server: nothing answers. The first call (10 s) makes its thread the reader; the
+    // second (300 ms) must time out on its own deadline, not when the reader next wakes.
+    let broker = Mosquitto::start();
+    let mut long = options(broker_at(broker.port), "blocking-deadlines");
+    long.timeout = Duration::from_secs(10);
+    let client = Client::connect(long).unwrap();
+    let waiting = {
+        let client = client.clone();
+        std::thread::spawn(move || client.get("slow"))
+    };
+    std::thread::sleep(Duration::from_millis(200));
+    let short = CallOptions {
+        timeout_ms: Some(300),
+        ..CallOptions::default()
+    };
+    let result = client.call(&Request::Get { key: "fast".into() }, &short);
+    assert!(
+        matches!(result, Err(ClientError::Timeout(300))),
+        "{result:?}"
+    );
+    assert!(
+        !waiting.is_finished(),
+        "the short call ended before the long one"
+    );
+    client.close();
+    assert!(
+        waiting.join().unwrap().is_err(),
+        "closing ends the long call"
+    );
 }

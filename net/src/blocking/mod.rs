@@ -157,6 +157,8 @@ struct State {
     /// While the reader acts on what it read: callers whose result is in, to wake once the
     /// lock is released ([`Shared::release`]).
     woken: Option<Vec<Arc<Condvar>>>,
+    /// While the reader waits in poll(2): until when, and whether for writability too.
+    polling: Option<(Instant, bool)>,
     /// The broker's DISCONNECT, until the connection's end that follows it.
     broker_disconnect: Option<ClientError>,
     closed: bool,
@@ -198,6 +200,7 @@ impl Client {
                 listeners: Listeners::default(),
                 taking: HashMap::new(),
                 woken: None,
+                polling: None,
                 broker_disconnect: None,
                 closed: false,
             }),
@@ -449,6 +452,7 @@ impl Shared {
             },
         );
         state.pump();
+        self.nudge_reader(&state);
         loop {
             if let Some(result) = state.slots.get_mut(&awaited).and_then(|s| s.result.take()) {
                 state.slots.remove(&awaited);
@@ -492,6 +496,8 @@ impl Shared {
             deadline = deadline.min(now + Duration::from_millis(at.saturating_sub(wall)));
         }
         let timeout = deadline.saturating_duration_since(now);
+        let mut state = state;
+        state.polling = Some((deadline, write));
         drop(state);
         let interrupt = self.interrupt_rx.as_raw_fd();
         if let Err(e) = poll::wait(&[(fd, write), (interrupt, false)], Some(timeout)) {
@@ -499,6 +505,7 @@ impl Shared {
             thread::sleep(Duration::from_millis(1));
         }
         let mut state = lock(&self.state);
+        state.polling = None;
         self.drain_interrupts();
         state.woken = Some(Vec::new());
         state.service();
@@ -517,6 +524,21 @@ impl Shared {
             wake.notify_one();
         }
         lock(&self.state)
+    }
+
+    /// Interrupts the reader's poll when it would wake too late for what was just started: a
+    /// deadline before its timeout, or bytes the socket did not take while it waits only to
+    /// read.
+    fn nudge_reader(&self, state: &State) {
+        let (Some((until, write)), Some(link)) = (state.polling, &state.link) else {
+            return;
+        };
+        let sooner = state.session.next_deadline().is_some_and(|at| {
+            Instant::now() + Duration::from_millis(at.saturating_sub(now_ms())) < until
+        });
+        if sooner || (link.wants_write() && !write) {
+            self.interrupt();
+        }
     }
 
     /// Interrupts whoever polls the socket.
