@@ -21,7 +21,7 @@ use mqstore_core::hlc::Hlc;
 
 /// A held lease, renewed by the client until released, lost, or dropped (a dropped lease is
 /// no longer renewed: it lapses after its ttl). `C` is the client that holds it: the async
-/// [`Client`], or the blocking one (`crate::blocking::Client`).
+/// [`Client`], or the blocking one (`mqstore_net::blocking::Client`).
 pub struct Lease<C: Holder = Client> {
     pub(crate) client: C,
     key: Bytes,

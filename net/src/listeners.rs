@@ -9,11 +9,33 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use bytes::Bytes;
 use tracing::{debug, warn};
 
-use crate::client::{KeyChange, KeyspaceEvent};
 use mqstore_core::client::jobs::JobNotification;
 use mqstore_core::client::{CallId, ClientError};
 use mqstore_core::commands::Record;
+use mqstore_core::hlc::Hlc;
 use mqstore_core::session::{Completion, SessionEvent};
+
+/// A change of an observed key (the async client's `Observation` and the blocking client's).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyChange {
+    /// The key that changed.
+    pub key: Bytes,
+    /// The new value, or `None` when the key was deleted (or expired).
+    pub value: Option<Bytes>,
+    /// The change's version, when the notification carried one.
+    pub version: Option<Hlc>,
+    /// Found by reading the key back after a reconnect: the notification itself was missed.
+    pub synthetic: bool,
+}
+
+/// A key made (`created`) or gone (deleted or expired): the clients' `watch_keyspace`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyspaceEvent {
+    /// The key made or deleted.
+    pub key: Bytes,
+    /// True when the key was made, false when it was deleted or expired.
+    pub created: bool,
+}
 
 /// The sending end of a channel to a listener.
 pub(crate) trait Sink<T> {

@@ -18,6 +18,7 @@ use rumqttc::v5::mqttbytes::v5::LastWill;
 use tokio::sync::{mpsc, oneshot};
 use tracing::debug;
 
+pub use crate::listeners::{KeyChange, KeyspaceEvent};
 use crate::{BrokerConfig, random_u64};
 use mqstore_core::client::jobs::{DeviceRequest, JobNotification};
 use mqstore_core::client::{Answer, CallId, CallOptions, ClientConfig, ClientError};
@@ -117,19 +118,6 @@ pub(crate) fn deletion(
         ..CallOptions::default()
     };
     (request, options)
-}
-
-/// A change of an observed key.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KeyChange {
-    /// The key that changed.
-    pub key: Bytes,
-    /// The new value, or `None` when the key was deleted (or expired).
-    pub value: Option<Bytes>,
-    /// The change's version, when the notification carried one.
-    pub version: Option<Hlc>,
-    /// Found by reading the key back after a reconnect: the notification itself was missed.
-    pub synthetic: bool,
 }
 
 pub(super) enum Command {
@@ -482,15 +470,6 @@ impl Client {
             let _ = closed.await;
         }
     }
-}
-
-/// A key made (`created`) or gone (deleted or expired): [`Client::watch_keyspace`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KeyspaceEvent {
-    /// The key made or deleted.
-    pub key: Bytes,
-    /// True when the key was made, false when it was deleted or expired.
-    pub created: bool,
 }
 
 /// A stream of keyspace events ([`Client::watch_keyspace`]).
