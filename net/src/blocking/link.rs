@@ -251,6 +251,13 @@ impl Link {
 
     /// Queues `packet` and writes what the socket takes now.
     fn write_packet(&mut self, packet: &Packet) -> Result<(), ClientError> {
+        self.queue_packet(packet)?;
+        self.flush()
+    }
+
+    /// Queues `packet` to be written by the next [`Link::flush`] (acknowledgements of what was
+    /// read: one write for all of them).
+    fn queue_packet(&mut self, packet: &Packet) -> Result<(), ClientError> {
         packet
             .write(&mut self.outgoing, Some(self.max_outgoing))
             .map_err(|e| match e {
@@ -260,7 +267,7 @@ impl Link {
                 e => ClientError::Malformed(e.to_string()),
             })?;
         self.last_sent = Instant::now();
-        self.flush()
+        Ok(())
     }
 
     /// Writes what waits, as far as the socket takes it now.
@@ -358,8 +365,13 @@ impl Link {
             Ok(packet) => Ok(Some(Decoded::Packet(packet))),
             Err(PacketError::InsufficientBytes(_)) => Ok(None),
             // A PUBACK with a reason code rumqttc does not know (mosquitto 2.0's 0x95, packet
-            // too large) is read by hand: fixed header, packet id, reason code.
-            Err(_) if self.incoming.len() >= 5 && self.incoming[0] == 0x40 => {
+            // too large) is read by hand: fixed header (a one-byte length), packet id, reason
+            // code.
+            Err(_)
+                if self.incoming.len() >= 5
+                    && self.incoming[0] == 0x40
+                    && (3..0x80).contains(&self.incoming[1]) =>
+            {
                 let ack = self.incoming.split_to(2 + self.incoming[1] as usize);
                 Ok(Some(Decoded::PubAck {
                     pkid: u16::from_be_bytes([ack[2], ack[3]]),
@@ -391,7 +403,7 @@ impl Link {
             match packet {
                 Packet::Publish(publish) => {
                     if publish.qos != QoS::AtMostOnce {
-                        self.write_packet(&Packet::PubAck(PubAck::new(publish.pkid, None)))?;
+                        self.queue_packet(&Packet::PubAck(PubAck::new(publish.pkid, None)))?;
                     }
                     on(Received::Publish(crate::from_mqtt(publish)));
                 }
