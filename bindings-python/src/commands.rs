@@ -1,22 +1,23 @@
 //! Commands to devices through `mqstore serve`'s command service: send and await (or one-way,
 //! or detached), status records, a watch of every status change, and fan-out.
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use mqstore_core::client::ClientError;
 use mqstore_core::client::commands::CommandReply as CoreReply;
-use mqstore_core::commands::{CommandRequest, Mode};
-use mqstore_net::commands::{CommandWatch as CoreWatch, FanOut as CoreFanOut};
+use mqstore_core::commands::{CommandRequest, Mode, Record};
+use mqstore_net::blocking::FanOut as BlockingFanOut;
+use mqstore_net::commands::{CommandWatch as AsyncWatch, FanOut as AsyncFanOut};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::{PyBytes, PyDict};
 
-use crate::client::{Client, same_process};
+use crate::client::{Client, Core, Stream, either, other_kind, same_process};
 use crate::errors::client_error;
-use crate::runtime::{ToPy, client, run, runtime};
+use crate::runtime::{ToPy, awaitable, blocking, client, runtime};
 use crate::types::{Json, py_bytes};
 
 /// What a command call returned: the device's answer for an awaited command (`SUCCEEDED`),
@@ -107,7 +108,6 @@ impl Client {
         headers: Vec<(String, String)>,
         aio: bool,
     ) -> PyResult<Py<PyAny>> {
-        let client_ = self.live()?;
         let request = request(
             topic,
             payload,
@@ -117,11 +117,7 @@ impl Client {
             mode,
             headers,
         )?;
-        run(
-            py,
-            aio,
-            async move { client(client_.command(request).await) },
-        )
+        send(py, self.live(aio)?, request)
     }
 
     /// Starts stored command `command_id` on `target` with `parameters` (a JSON object).
@@ -137,7 +133,6 @@ impl Client {
         mode: &str,
         aio: bool,
     ) -> PyResult<Py<PyAny>> {
-        let client_ = self.live()?;
         let parameters = serde_json::from_str(parameters)
             .map_err(|e| PyValueError::new_err(format!("parameters: not a JSON object ({e})")))?;
         let request = CommandRequest {
@@ -150,38 +145,35 @@ impl Client {
             parameters,
             ..CommandRequest::start(command_id, target)
         };
-        run(
-            py,
-            aio,
-            async move { client(client_.command(request).await) },
-        )
+        send(py, self.live(aio)?, request)
     }
 
     /// A stored-commands call given as its JSON (`{"op": "create" | "get" | "list" |
     /// "delete", ...}`): the service's JSON answer.
     fn command_definitions(&self, py: Python<'_>, request: &str, aio: bool) -> PyResult<Py<PyAny>> {
-        let client_ = self.live()?;
         let request: serde_json::Value = serde_json::from_str(request)
             .map_err(|e| PyValueError::new_err(format!("the request is not JSON: {e}")))?;
-        run(py, aio, async move {
-            Json::of(&client(client_.command_definitions(request).await)?)
-        })
+        match self.live(aio)? {
+            Core::Blocking(c) => blocking(py, move || {
+                Ok(Json(client(c.command_definitions(&request))?))
+            }),
+            Core::Async(c) => awaitable(py, async move {
+                Ok(Json(client(c.command_definitions(request).await)?))
+            }),
+        }
     }
 
     fn command_status(&self, py: Python<'_>, id: String, aio: bool) -> PyResult<Py<PyAny>> {
-        let client_ = self.live()?;
-        run(py, aio, async move {
-            Json::of(&client(client_.command_status(&id).await)?)
+        either!(py, self.live(aio)?, |c| c.command_status(&id), |record| {
+            Json::of(&record)
         })
     }
 
     fn watch_commands(&self, py: Python<'_>, aio: bool) -> PyResult<Py<PyAny>> {
-        let client_ = self.live()?;
         let pid = self.pid();
-        run(py, aio, async move {
-            let watch = client(client_.watch_commands().await)?;
+        either!(py, self.live(aio)?, |c| c.watch_commands(), |watch| {
             Ok(CommandWatch {
-                records: Arc::new(tokio::sync::Mutex::new(watch)),
+                records: Stream::from(watch),
                 pid,
             })
         })
@@ -200,7 +192,7 @@ impl Client {
         mode: &str,
         headers: Vec<(String, String)>,
     ) -> PyResult<FanOut> {
-        let client_ = self.live()?;
+        same_process(self.pid())?;
         let first = request(
             String::new(),
             payload,
@@ -217,19 +209,33 @@ impl Client {
                 ..first.clone()
             })
             .collect();
-        // The fan-out spawns its sends on the runtime.
-        let _entered = runtime()?.enter();
+        let results = match self.core() {
+            Core::Blocking(c) => Core::Blocking(Arc::new(Mutex::new(c.command_many(requests)))),
+            Core::Async(c) => {
+                // The fan-out spawns its sends on the runtime.
+                let _entered = runtime()?.enter();
+                Core::Async(Arc::new(tokio::sync::Mutex::new(c.command_many(requests))))
+            }
+        };
         Ok(FanOut {
-            results: Arc::new(tokio::sync::Mutex::new(client_.command_many(requests))),
+            results,
             pid: self.pid(),
         })
+    }
+}
+
+/// Sends a command with either kind of client.
+fn send(py: Python<'_>, core: Core, request: CommandRequest) -> PyResult<Py<PyAny>> {
+    match core {
+        Core::Blocking(c) => blocking(py, move || client(c.command(&request))),
+        Core::Async(c) => awaitable(py, async move { client(c.command(request).await) }),
     }
 }
 
 /// Every command's status changes (any node's, any caller's).
 #[pyclass(frozen, module = "mqstore._native")]
 pub struct CommandWatch {
-    records: Arc<tokio::sync::Mutex<CoreWatch>>,
+    records: Stream<AsyncWatch, Record>,
     pid: u32,
 }
 
@@ -245,25 +251,25 @@ impl CommandWatch {
     #[pyo3(signature = (timeout_ms, aio))]
     fn next(&self, py: Python<'_>, timeout_ms: Option<u64>, aio: bool) -> PyResult<Py<PyAny>> {
         same_process(self.pid)?;
-        let records = self.records.clone();
-        run(py, aio, async move {
-            let mut records = records.lock().await;
-            let next = match timeout_ms {
-                None => records.next().await,
-                Some(ms) => tokio::time::timeout(Duration::from_millis(ms), records.next())
-                    .await
-                    .ok()
-                    .flatten(),
-            };
-            next.map(|r| Json::of(&r)).transpose()
-        })
+        self.records.next(
+            py,
+            timeout_ms,
+            aio,
+            Arc::new(AtomicBool::new(false)),
+            |mut records| async move {
+                let next = records.next().await;
+                let end = next.is_none();
+                Ok((next.map(|r| Json::of(&r)).transpose()?, end))
+            },
+            |record| Json::of(&record),
+        )
     }
 }
 
 /// One command to many devices: each device's result as it comes, then a summary.
 #[pyclass(frozen, module = "mqstore._native")]
 pub struct FanOut {
-    results: Arc<tokio::sync::Mutex<CoreFanOut>>,
+    results: Core<Arc<Mutex<BlockingFanOut>>, Arc<tokio::sync::Mutex<AsyncFanOut>>>,
     pid: u32,
 }
 
@@ -285,11 +291,23 @@ impl FanOut {
     /// The next device's result, or `None` when every result is in.
     fn next(&self, py: Python<'_>, aio: bool) -> PyResult<Py<PyAny>> {
         same_process(self.pid)?;
-        let results = self.results.clone();
-        run(py, aio, async move {
-            let next = results.lock().await.next().await;
-            Ok(next.map(|(topic, result)| DeviceResult(topic, result)))
-        })
+        match (&self.results, aio) {
+            (Core::Blocking(results), false) => {
+                let results = results.clone();
+                blocking(py, move || {
+                    let next = results.lock().unwrap_or_else(|e| e.into_inner()).next();
+                    Ok(next.map(|(topic, result)| DeviceResult(topic, result)))
+                })
+            }
+            (Core::Async(results), true) => {
+                let results = results.clone();
+                awaitable(py, async move {
+                    let next = results.lock().await.next().await;
+                    Ok(next.map(|(topic, result)| DeviceResult(topic, result)))
+                })
+            }
+            _ => Err(other_kind()),
+        }
     }
 
     /// The results so far, counted: succeeded, failed, rejected, timed_out, errors.
@@ -297,12 +315,23 @@ impl FanOut {
     fn summary<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let dict = PyDict::new(py);
         // The lock is only held by a `next` in progress, which counts as it returns.
-        let Ok(results) = self.results.try_lock() else {
-            return Err(pyo3::exceptions::PyRuntimeError::new_err(
+        let in_progress = || {
+            pyo3::exceptions::PyRuntimeError::new_err(
                 "the summary is being updated by a next() in progress: read it after",
-            ));
+            )
         };
-        let s = results.summary();
+        let s = match &self.results {
+            Core::Blocking(results) => results
+                .try_lock()
+                .map_err(|_| in_progress())?
+                .summary()
+                .clone(),
+            Core::Async(results) => results
+                .try_lock()
+                .map_err(|_| in_progress())?
+                .summary()
+                .clone(),
+        };
         for (name, n) in [
             ("succeeded", s.succeeded),
             ("failed", s.failed),

@@ -4,18 +4,21 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::sync::mpsc;
 use std::time::Duration;
 
 use mqstore_core::client::ClientError;
-use mqstore_core::client::jobs::Update;
+use mqstore_core::client::jobs::{JobNotification, Update};
 use mqstore_core::jobs::{Status, check_operator_call};
-use mqstore_net::jobs::{ExecutionFilter, Jobs as CoreJobs, StartNext};
+use mqstore_net::blocking::Jobs as BlockingJobs;
+use mqstore_net::jobs::{ExecutionFilter, Jobs as AsyncJobs, StartNext};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-use crate::client::{Client, same_process};
+use crate::client::{Client, Core, Stream, either, other_kind, same_process};
 use crate::errors::Failure;
-use crate::runtime::{ToPy, client, run};
+use crate::runtime::{ToPy, awaitable, blocking, client};
 use crate::types::Json;
 
 fn status(text: Option<&str>) -> PyResult<Option<Status>> {
@@ -35,13 +38,15 @@ impl Client {
     /// Any operator call: `request` is its JSON text (`{"op": ..., ...}` with AWS's
     /// fields); the answer as Python values.
     fn jobs_operate(&self, py: Python<'_>, request: &str, aio: bool) -> PyResult<Py<PyAny>> {
-        let client_ = self.live()?;
         let request: serde_json::Value = serde_json::from_str(request)
             .map_err(|e| PyValueError::new_err(format!("the request is not JSON: {e}")))?;
         check_operator_call(&request).map_err(PyValueError::new_err)?;
-        run(py, aio, async move {
-            Json::of(&client(client_.operate_json(request).await)?)
-        })
+        match self.live(aio)? {
+            Core::Blocking(c) => blocking(py, move || Ok(Json(client(c.operate_json(&request))?))),
+            Core::Async(c) => awaitable(py, async move {
+                Ok(Json(client(c.operate_json(request).await)?))
+            }),
+        }
     }
 
     fn delete_job_execution(
@@ -52,16 +57,13 @@ impl Client {
         force: bool,
         aio: bool,
     ) -> PyResult<Py<PyAny>> {
-        let client_ = self.live()?;
-        run(py, aio, async move {
-            client(client_.delete_job_execution(&job_id, &thing, force).await)
-        })
+        either!(py, self.live(aio)?, |c| c
+            .delete_job_execution(&job_id, &thing, force))
     }
 
     fn describe_job(&self, py: Python<'_>, job_id: String, aio: bool) -> PyResult<Py<PyAny>> {
-        let client_ = self.live()?;
-        run(py, aio, async move {
-            Json::of(&client(client_.describe_job(&job_id).await)?)
+        either!(py, self.live(aio)?, |c| c.describe_job(&job_id), |job| {
+            Json::of(&job)
         })
     }
 
@@ -72,19 +74,18 @@ impl Client {
         thing: String,
         aio: bool,
     ) -> PyResult<Py<PyAny>> {
-        let client_ = self.live()?;
-        run(py, aio, async move {
-            Json::of(&client(
-                client_.describe_job_execution(&job_id, &thing).await,
-            )?)
-        })
+        either!(
+            py,
+            self.live(aio)?,
+            |c| c.describe_job_execution(&job_id, &thing),
+            |execution| Json::of(&execution)
+        )
     }
 
     fn list_jobs(&self, py: Python<'_>, aio: bool) -> PyResult<Py<PyAny>> {
-        let client_ = self.live()?;
-        run(py, aio, async move {
-            Json::of(&client(client_.list_jobs().await)?)
-        })
+        either!(py, self.live(aio)?, |c| c.list_jobs(), |jobs| Json::of(
+            &jobs
+        ))
     }
 
     #[pyo3(signature = (thing, job_id, status_, aio))]
@@ -96,35 +97,57 @@ impl Client {
         status_: Option<&str>,
         aio: bool,
     ) -> PyResult<Py<PyAny>> {
-        let client_ = self.live()?;
         let filter = ExecutionFilter {
             thing,
             job_id,
             status: status(status_)?,
         };
-        run(py, aio, async move {
-            Json::of(&client(client_.list_job_executions(filter).await)?)
-        })
+        either!(
+            py,
+            self.live(aio)?,
+            |c| c.list_job_executions(filter),
+            |executions| Json::of(&executions)
+        )
     }
 
     /// Acts as `thing` on the device API: subscribes to its replies and notifications.
     fn jobs(&self, py: Python<'_>, thing: String, aio: bool) -> PyResult<Py<PyAny>> {
-        let client_ = self.live()?;
         let pid = self.pid();
-        run(py, aio, async move {
-            let jobs = client(client_.jobs(&thing).await)?;
-            Ok(Jobs {
-                inner: Arc::new(jobs),
-                pid,
-            })
-        })
+        let ended = Arc::new(AtomicBool::new(false));
+        match self.live(aio)? {
+            Core::Blocking(c) => blocking(py, move || {
+                let (tx, notifications) = mpsc::channel();
+                let listener = Box::new(move |n| tx.send(n).is_ok());
+                let jobs = client(c.jobs_with(&thing, listener))?;
+                Ok(Jobs {
+                    device: Core::Blocking(Arc::new(jobs)),
+                    notifications: Stream::from(notifications),
+                    ended,
+                    pid,
+                })
+            }),
+            Core::Async(c) => awaitable(py, async move {
+                let jobs = Arc::new(client(c.jobs(&thing).await)?);
+                Ok(Jobs {
+                    device: Core::Async(jobs.clone()),
+                    notifications: Stream::from(jobs),
+                    ended,
+                    pid,
+                })
+            }),
+        }
     }
 }
+
+/// A thing's device API on either kind of client.
+type Device = Core<Arc<BlockingJobs>, Arc<AsyncJobs>>;
 
 /// The device side of one thing.
 #[pyclass(frozen, module = "mqstore._native")]
 pub struct Jobs {
-    inner: Arc<CoreJobs>,
+    device: Device,
+    notifications: Stream<Arc<AsyncJobs>, JobNotification>,
+    ended: Arc<AtomicBool>,
     pid: u32,
 }
 
@@ -135,9 +158,13 @@ impl ToPy for Jobs {
 }
 
 impl Jobs {
-    fn live(&self) -> PyResult<Arc<CoreJobs>> {
+    /// The device API, unless this is a forked child or `aio` is not its client's kind.
+    fn live(&self, aio: bool) -> PyResult<Device> {
         same_process(self.pid)?;
-        Ok(self.inner.clone())
+        if aio != matches!(self.device, Core::Async(_)) {
+            return Err(other_kind());
+        }
+        Ok(self.device.clone())
     }
 }
 
@@ -145,16 +172,16 @@ impl Jobs {
 impl Jobs {
     #[getter]
     fn thing(&self) -> &str {
-        self.inner.thing()
+        match &self.device {
+            Core::Blocking(jobs) => jobs.thing(),
+            Core::Async(jobs) => jobs.thing(),
+        }
     }
 
     fn pending(&self, py: Python<'_>, aio: bool) -> PyResult<Py<PyAny>> {
-        let jobs = self.live()?;
-        run(
-            py,
-            aio,
-            async move { Json::of(&client(jobs.pending().await)?) },
-        )
+        either!(py, self.live(aio)?, |jobs| jobs.pending(), |pending| {
+            Json::of(&pending)
+        })
     }
 
     #[pyo3(signature = (status_details, step_timeout_ms, aio))]
@@ -165,31 +192,30 @@ impl Jobs {
         step_timeout_ms: Option<u64>,
         aio: bool,
     ) -> PyResult<Py<PyAny>> {
-        let jobs = self.live()?;
         let options = StartNext {
             status_details,
             step_timeout: step_timeout_ms.map(Duration::from_millis),
         };
-        run(py, aio, async move {
-            client(jobs.start_next(options).await)?
-                .map(|e| Json::of(&e))
-                .transpose()
-        })
+        either!(
+            py,
+            self.live(aio)?,
+            |jobs| jobs.start_next(options),
+            |started| started.map(|e| Json::of(&e)).transpose()
+        )
     }
 
     fn describe(&self, py: Python<'_>, job_id: String, aio: bool) -> PyResult<Py<PyAny>> {
-        let jobs = self.live()?;
-        run(py, aio, async move {
-            Json::of(&client(jobs.describe(&job_id).await)?)
-        })
+        either!(
+            py,
+            self.live(aio)?,
+            |jobs| jobs.describe(&job_id),
+            |execution| Json::of(&execution)
+        )
     }
 
     fn describe_next(&self, py: Python<'_>, aio: bool) -> PyResult<Py<PyAny>> {
-        let jobs = self.live()?;
-        run(py, aio, async move {
-            client(jobs.describe_next().await)?
-                .map(|e| Json::of(&e))
-                .transpose()
+        either!(py, self.live(aio)?, |jobs| jobs.describe_next(), |next| {
+            next.map(|e| Json::of(&e)).transpose()
         })
     }
 
@@ -208,7 +234,6 @@ impl Jobs {
         include_document: bool,
         aio: bool,
     ) -> PyResult<Py<PyAny>> {
-        let jobs = self.live()?;
         let update = Update {
             job_id,
             status: status(status_)?,
@@ -220,9 +245,12 @@ impl Jobs {
             include_state,
             include_document,
         };
-        run(py, aio, async move {
-            Json::of(&client(jobs.update(update).await)?)
-        })
+        either!(
+            py,
+            self.live(aio)?,
+            |jobs| jobs.update(update),
+            |accepted| Json::of(&accepted)
+        )
     }
 
     /// The next notification (`{"kind": "notify" | "notify-next", ...}`); `None` when
@@ -234,19 +262,19 @@ impl Jobs {
         timeout_ms: Option<u64>,
         aio: bool,
     ) -> PyResult<Py<PyAny>> {
-        let jobs = self.live()?;
-        run(py, aio, async move {
-            let next = match timeout_ms {
-                None => jobs.next_notification().await,
-                Some(ms) => {
-                    tokio::time::timeout(Duration::from_millis(ms), jobs.next_notification())
-                        .await
-                        .ok()
-                        .flatten()
-                }
-            };
-            next.map(|n| Json::of(&n)).transpose()
-        })
+        same_process(self.pid)?;
+        self.notifications.next(
+            py,
+            timeout_ms,
+            aio,
+            self.ended.clone(),
+            |jobs| async move {
+                let next = jobs.next_notification().await;
+                let end = next.is_none();
+                Ok((next.map(|n| Json::of(&n)).transpose()?, end))
+            },
+            |n| Json::of(&n),
+        )
     }
 }
 

@@ -2,24 +2,22 @@
 //! on (`mqstore_net::client::Client::watch_keyspace`).
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::AtomicBool;
 
-use mqstore_net::client::KeyspaceWatch as CoreWatch;
+use mqstore_net::client::{KeyspaceEvent, KeyspaceWatch as AsyncWatch};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
-use crate::client::{Client, same_process};
-use crate::runtime::{ToPy, client, run};
+use crate::client::{Client, Stream, either, same_process};
+use crate::runtime::ToPy;
 
 #[pymethods]
 impl Client {
     fn watch_keyspace(&self, py: Python<'_>, aio: bool) -> PyResult<Py<PyAny>> {
-        let client_ = self.live()?;
         let pid = self.pid();
-        run(py, aio, async move {
-            let watch = client(client_.watch_keyspace().await)?;
+        either!(py, self.live(aio)?, |c| c.watch_keyspace(), |watch| {
             Ok(KeyspaceWatch {
-                events: Arc::new(tokio::sync::Mutex::new(watch)),
+                events: Stream::from(watch),
                 pid,
             })
         })
@@ -29,7 +27,7 @@ impl Client {
 /// The keys made and deleted: `(key, created)` pairs.
 #[pyclass(frozen, module = "mqstore._native")]
 pub struct KeyspaceWatch {
-    events: Arc<tokio::sync::Mutex<CoreWatch>>,
+    events: Stream<AsyncWatch, KeyspaceEvent>,
     pid: u32,
 }
 
@@ -40,7 +38,7 @@ impl ToPy for KeyspaceWatch {
 }
 
 /// One event as Python sees it: `(key, created)`.
-struct Event(mqstore_net::client::KeyspaceEvent);
+struct Event(KeyspaceEvent);
 
 impl ToPy for Event {
     fn to_py(self, py: Python<'_>) -> PyResult<Py<PyAny>> {
@@ -55,17 +53,17 @@ impl KeyspaceWatch {
     #[pyo3(signature = (timeout_ms, aio))]
     fn next(&self, py: Python<'_>, timeout_ms: Option<u64>, aio: bool) -> PyResult<Py<PyAny>> {
         same_process(self.pid)?;
-        let events = self.events.clone();
-        run(py, aio, async move {
-            let mut events = events.lock().await;
-            let next = match timeout_ms {
-                None => events.next().await,
-                Some(ms) => tokio::time::timeout(Duration::from_millis(ms), events.next())
-                    .await
-                    .ok()
-                    .flatten(),
-            };
-            Ok(next.map(Event))
-        })
+        self.events.next(
+            py,
+            timeout_ms,
+            aio,
+            Arc::new(AtomicBool::new(false)),
+            |mut events| async move {
+                let next = events.next().await;
+                let end = next.is_none();
+                Ok((next.map(Event), end))
+            },
+            |event| Ok(Event(event)),
+        )
     }
 }

@@ -1,9 +1,12 @@
-//! The tokio runtime the module owns, and the two ways Python waits for a Rust future: blocking
-//! with the GIL released (interruptible by Ctrl-C), or as an `asyncio` future.
+//! How Python waits for a call: a blocking client's call made on the calling thread with the
+//! GIL released (interruptible by Ctrl-C), or an async client's future on the tokio runtime the
+//! module owns, as an `asyncio` future.
 
+use std::cell::RefCell;
 use std::future::Future;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::Duration;
 
 use futures_util::FutureExt;
@@ -98,24 +101,72 @@ fn internal_error(panic: &(dyn std::any::Any + Send)) -> PyErr {
     ))
 }
 
-/// Runs `future` to completion on the calling thread with the GIL released, checking for
-/// signals every [`SIGNAL_CHECK`]: a `KeyboardInterrupt` drops the future (a request already
-/// sent may still be applied).
-pub fn wait<F, T>(py: Python<'_>, future: F) -> PyResult<T>
-where
-    F: Future<Output = Result<T, Failure>> + Send,
-    T: Send,
-{
-    let runtime = runtime()?;
-    let mut future = std::pin::pin!(unwind_safe(future));
+thread_local! {
+    /// The exception a signal handler raised while a blocking call waited (Ctrl-C's
+    /// `KeyboardInterrupt`), to raise once the call gave up.
+    static RAISED: RefCell<Option<PyErr>> = const { RefCell::new(None) };
+}
+
+/// Runs the signal handlers (with the GIL); true when one raised, which gives the call up.
+fn signal_raised() -> bool {
+    Python::attach(|py| match py.check_signals() {
+        Ok(()) => false,
+        Err(e) => {
+            RAISED.with(|raised| *raised.borrow_mut() = Some(e));
+            true
+        }
+    })
+}
+
+/// Makes a blocking client's call (`call`) on this thread with the GIL released: a signal
+/// handler that raises (Ctrl-C) gives the call up and its exception is raised (a request
+/// already sent may still be applied). A panic becomes an error.
+pub fn blocking<T: ToPy>(
+    py: Python<'_>,
+    call: impl FnOnce() -> Result<T, Failure> + Send,
+) -> PyResult<Py<PyAny>> {
+    let (result, interrupted) = py.detach(|| {
+        mqstore_net::blocking::interruptible(signal_raised, || {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(call))
+                .unwrap_or_else(|panic| Err(Failure::Python(internal_error(&*panic))))
+        })
+    });
+    if interrupted && let Some(raised) = RAISED.with(|raised| raised.borrow_mut().take()) {
+        return Err(raised);
+    }
+    result.map_err(|e| e.into_py_err(py))?.to_py(py)
+}
+
+/// The next item of a blocking client's stream, waiting up to `timeout` (`None`: until one
+/// comes) with the GIL released and signals handled meanwhile; `Ok(None)` when the time
+/// passed or the stream ended (`ended` tells which).
+pub fn receive<T: Send>(
+    py: Python<'_>,
+    items: &Mutex<Receiver<T>>,
+    timeout: Option<Duration>,
+    ended: &AtomicBool,
+) -> PyResult<Option<T>> {
+    let until = timeout.map(|t| std::time::Instant::now() + t);
     loop {
-        // The timer is made inside the runtime: it needs the runtime's clock.
-        let polled = py.detach(|| {
-            runtime.block_on(async { tokio::time::timeout(SIGNAL_CHECK, future.as_mut()).await })
+        let slice = until.map_or(SIGNAL_CHECK, |until| {
+            SIGNAL_CHECK.min(until.saturating_duration_since(std::time::Instant::now()))
         });
-        match polled {
-            Ok(result) => return result.map_err(|e| e.into_py_err(py)),
-            Err(_elapsed) => py.check_signals()?,
+        let next = py.detach(|| {
+            let items = items.lock().unwrap_or_else(|e| e.into_inner());
+            items.recv_timeout(slice)
+        });
+        match next {
+            Ok(item) => return Ok(Some(item)),
+            Err(RecvTimeoutError::Disconnected) => {
+                ended.store(true, Ordering::Relaxed);
+                return Ok(None);
+            }
+            Err(RecvTimeoutError::Timeout) => {
+                py.check_signals()?;
+                if until.is_some_and(|until| std::time::Instant::now() >= until) {
+                    return Ok(None);
+                }
+            }
         }
     }
 }
@@ -228,18 +279,14 @@ impl AbortOnCancel {
     }
 }
 
-/// Either waits (`aio` false) or returns an awaitable (`aio` true): every native call takes
-/// this flag, so the sync and asyncio clients share one implementation.
-pub fn run<F, T>(py: Python<'_>, aio: bool, future: F) -> PyResult<Py<PyAny>>
+/// Runs `future` on the runtime and returns an `asyncio` future of the running loop for its
+/// result (an `AsyncClient`'s call).
+pub fn awaitable<F, T>(py: Python<'_>, future: F) -> PyResult<Py<PyAny>>
 where
     F: Future<Output = Result<T, Failure>> + Send + 'static,
     T: ToPy,
 {
-    if aio {
-        Ok(spawn_awaitable(py, future)?.unbind())
-    } else {
-        wait(py, future)?.to_py(py)
-    }
+    Ok(spawn_awaitable(py, future)?.unbind())
 }
 
 /// A client error as the failure of a call.
@@ -250,8 +297,10 @@ pub fn client<T>(result: Result<T, ClientError>) -> Result<T, Failure> {
 /// A call that panics, for the test that no panic reaches Python (`tests/test_errors.py`).
 #[pyfunction]
 pub fn _panicking_call(py: Python<'_>, aio: bool) -> PyResult<Py<PyAny>> {
-    run(py, aio, async move {
-        let call = || -> Result<(), Failure> { panic!("a deliberate panic in a call") };
-        call()
-    })
+    let call = || -> Result<(), Failure> { panic!("a deliberate panic in a call") };
+    if aio {
+        awaitable(py, async move { call() })
+    } else {
+        blocking(py, call)
+    }
 }

@@ -16,7 +16,7 @@ use mqstore_core::codec::{Condition, Request};
 use mqstore_core::commands::{CommandRequest, Mode, Status as CommandStatus};
 use mqstore_core::jobs::Status;
 use mqstore_net::BrokerConfig;
-use mqstore_net::blocking::Client;
+use mqstore_net::blocking::{self, Client};
 use mqstore_net::client::{ClientOptions, Deleted, SetOptions};
 use mqstore_net::jobs::StartNext;
 use mqstore_server::{ServerConfig, ServerHandle, spawn};
@@ -451,4 +451,121 @@ fn a_short_call_times_out_while_another_thread_waits_on_a_longer_one() {
         waiting.join().unwrap().is_err(),
         "closing ends the long call"
     );
+}
+
+#[test]
+fn a_publish_the_broker_refuses_fails_that_call_only() {
+    // mosquitto refuses a publish over its message_size_limit with PUBACK reason code 0x95,
+    // which the blocking link reads by hand.
+    let broker = Mosquitto::start_config("message_size_limit 50000\n");
+    let _server = Server::start(broker_at(broker.port), "node-refused");
+    let client = ready(broker_at(broker.port), "blocking-refused");
+    let refused = client.set("big", vec![b'x'; 60_000], SetOptions::default());
+    assert!(
+        matches!(refused, Err(ClientError::PublishRefused { code: 0x95 })),
+        "{refused:?}"
+    );
+    assert_eq!(client.get("big").unwrap(), None, "nothing was applied");
+    assert!(
+        client
+            .set("small", "x", SetOptions::default())
+            .unwrap()
+            .applied
+    );
+    client.close();
+}
+
+#[test]
+fn scan_pages_fan_outs_and_operator_listings_on_the_blocking_client() {
+    let broker = Mosquitto::start();
+    let _server = Server::start(broker_at(broker.port), "node-pages");
+    let client = ready(broker_at(broker.port), "blocking-pages");
+    for i in 0..3 {
+        client
+            .set(format!("p{i}"), "v", SetOptions::default())
+            .unwrap();
+    }
+    let (mut keys, mut token) = (Vec::new(), None);
+    loop {
+        let (page, next) = client.scan_page(Bytes::from_static(b"p*"), token).unwrap();
+        keys.extend(page);
+        match next {
+            Some(next) => token = Some(next),
+            None => break,
+        }
+    }
+    keys.sort();
+    assert_eq!(keys, ["p0", "p1", "p2"].map(|k| Bytes::from(k.as_bytes())));
+
+    // No device listens: the one-way commands are delivered, the awaited one times out;
+    // each result comes once.
+    let requests: Vec<CommandRequest> = [
+        ("dev/a/cmd", Mode::OneWay),
+        ("dev/b/cmd", Mode::OneWay),
+        ("dev/c/cmd", Mode::Await),
+    ]
+    .into_iter()
+    .map(|(topic, mode)| CommandRequest {
+        timeout_ms: 300,
+        mode,
+        ..CommandRequest::new(topic, "{}")
+    })
+    .collect();
+    let mut fan_out = client.command_many(requests);
+    let mut results = Vec::new();
+    for (topic, result) in fan_out.by_ref() {
+        results.push((topic, result.is_ok()));
+    }
+    results.sort();
+    assert_eq!(
+        results,
+        [
+            ("dev/a/cmd".to_owned(), true),
+            ("dev/b/cmd".to_owned(), true),
+            ("dev/c/cmd".to_owned(), false)
+        ]
+    );
+    assert_eq!(fan_out.summary().succeeded, 2);
+    assert_eq!(fan_out.summary().timed_out, 1);
+    assert!(fan_out.next().is_none(), "all results were given");
+
+    assert!(client.list_jobs().unwrap().is_empty());
+    client.close();
+}
+
+#[test]
+fn an_interrupted_call_gives_up_and_the_client_goes_on() {
+    // No server: the call would wait its whole timeout; the check gives it up.
+    let broker = Mosquitto::start();
+    let mut slow = options(broker_at(broker.port), "blocking-interrupted");
+    slow.timeout = Duration::from_secs(30);
+    let client = Client::connect(slow).unwrap();
+    let started = Instant::now();
+    fn give_up() -> bool {
+        true
+    }
+    let (result, interrupted) = blocking::interruptible(give_up, || client.get("k"));
+    assert!(interrupted);
+    assert!(matches!(result, Err(ClientError::Timeout(_))), "{result:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "given up early"
+    );
+    // Not interrupted: the flag says so, and the client still works (a server comes).
+    fn go_on() -> bool {
+        false
+    }
+    let _server = Server::start(broker_at(broker.port), "node-interrupted");
+    let (result, interrupted) = blocking::interruptible(go_on, || {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            match client.get("k") {
+                Err(ClientError::Timeout(_)) if Instant::now() < deadline => continue,
+                other => return other,
+            }
+        }
+    });
+    assert!(!interrupted);
+    assert_eq!(result.unwrap(), None);
+    client.close();
 }

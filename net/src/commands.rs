@@ -42,7 +42,7 @@ pub struct FanOutSummary {
 }
 
 impl FanOutSummary {
-    fn count(&mut self, result: &Result<CommandReply, ClientError>) {
+    pub(crate) fn count(&mut self, result: &Result<CommandReply, ClientError>) {
         match result {
             Ok(_) => self.succeeded += 1,
             Err(ClientError::CommandFailed { .. }) => self.failed += 1,

@@ -31,6 +31,18 @@ pub struct ExecutionFilter {
     pub status: Option<Status>,
 }
 
+impl ExecutionFilter {
+    /// The operator request listing the first page of what the filter lets through.
+    pub(crate) fn request(self) -> OperatorRequest {
+        OperatorRequest::ListExecutions {
+            thing: self.thing,
+            job_id: self.job_id,
+            status: self.status,
+            page: PageRequest::default(),
+        }
+    }
+}
+
 /// One page of a list call: its entries, and the token of the next page (`None`: the last).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Page<T> {
@@ -218,13 +230,7 @@ impl Client {
         &self,
         filter: ExecutionFilter,
     ) -> Result<Vec<ExecutionListing>, ClientError> {
-        let request = OperatorRequest::ListExecutions {
-            thing: filter.thing,
-            job_id: filter.job_id,
-            status: filter.status,
-            page: PageRequest::default(),
-        };
-        parse(self.operate(request).await?)
+        parse(self.operate(filter.request()).await?)
     }
 
     /// A page of the latest executions, narrowed by `filter`.

@@ -19,7 +19,7 @@ mod link;
 mod poll;
 mod services;
 
-pub use services::{Jobs, Lease};
+pub use services::{FanOut, Jobs, Lease};
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -111,16 +111,29 @@ enum Awaited {
     Subscription(u16),
 }
 
+/// How a call or subscription ended: its completion (none for a subscription), or why not.
+type Finished = Result<Option<Completion>, ClientError>;
+
 /// A waiting caller's wake-up and, once it is there, what it waits for (a subscription's is
 /// `Ok(None)`). The caller waits on `wake` with the state's lock (a condition variable of its
 /// own, not the thread's park token: `thread::current()` allocates a handle that a C
 /// program's main thread never frees).
 struct Slot {
     wake: Arc<Condvar>,
-    result: Option<Result<Option<Completion>, ClientError>>,
+    result: Option<Finished>,
+    /// A thread waits on `wake` now (a fan-out's calls wait between its `next`s without one).
+    waiting: bool,
 }
 
 impl Slot {
+    fn new(wake: Arc<Condvar>, waiting: bool) -> Slot {
+        Slot {
+            wake,
+            result: None,
+            waiting,
+        }
+    }
+
     /// Records the result and wakes the caller — or, while the reader acts on what it read
     /// (`woken` given), lists it to wake once the state is unlocked ([`Shared::release`]), so
     /// that it does not wake only to wait for the lock.
@@ -140,6 +153,30 @@ impl Slot {
 thread_local! {
     /// Whether this is a client's helper thread (a const `Cell`: nothing to allocate or free).
     static IS_HELPER: Cell<bool> = const { Cell::new(false) };
+    /// The check [`interruptible`] installed on this thread.
+    static INTERRUPT: Cell<Option<fn() -> bool>> = const { Cell::new(None) };
+    /// Whether a call on this thread gave up since [`interruptible`] began.
+    static INTERRUPTED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// How often a waiting call asks [`interruptible`]'s check whether to give up.
+pub const INTERRUPT_CHECK: Duration = Duration::from_millis(50);
+
+/// Runs `f` — calls of blocking clients on this thread — so that a call waiting for its
+/// answer asks `interrupted` every [`INTERRUPT_CHECK`] (with no client locked) whether to give
+/// up: for a host that handles signals between calls only (Python's Ctrl-C). A call given up
+/// fails with [`ClientError::Timeout`] (its request may still be applied, its late answer is
+/// dropped), a fan-out's `next` returns `None`; the returned flag says whether that happened,
+/// so that the host raises its own error instead.
+pub fn interruptible<T>(interrupted: fn() -> bool, f: impl FnOnce() -> T) -> (T, bool) {
+    let outer = (
+        INTERRUPT.replace(Some(interrupted)),
+        INTERRUPTED.replace(false),
+    );
+    let result = f();
+    let gave_up = INTERRUPTED.replace(outer.1);
+    INTERRUPT.set(outer.0);
+    (result, gave_up)
 }
 
 struct State {
@@ -286,17 +323,24 @@ impl Client {
         let mut keys = Vec::new();
         let mut token = None;
         loop {
-            let request = Request::Scan {
-                pattern: pattern.clone(),
-                token,
-            };
-            let (page, next) = self.call(&request, &CallOptions::default())?.into_page()?;
+            let (page, next) = self.scan_page(pattern.clone(), token)?;
             keys.extend(page);
             match next {
                 Some(next) => token = Some(next),
                 None => return Ok(keys),
             }
         }
+    }
+
+    /// One page of the keys matching `pattern`: pass the page's token (`None` first) for the
+    /// next; the last page has none.
+    pub fn scan_page(
+        &self,
+        pattern: Bytes,
+        token: Option<Bytes>,
+    ) -> Result<(Vec<Bytes>, Option<Bytes>), ClientError> {
+        let request = Request::Scan { pattern, token };
+        self.call(&request, &CallOptions::default())?.into_page()
     }
 
     /// Observes `key`: every change (SET, DEL, VDEL, expiry) arrives on the returned
@@ -444,26 +488,66 @@ impl Shared {
         awaited: Awaited,
     ) -> Result<Option<Completion>, ClientError> {
         let wake = Arc::new(Condvar::new());
-        state.slots.insert(
-            awaited,
-            Slot {
-                wake: wake.clone(),
-                result: None,
-            },
-        );
+        state.slots.insert(awaited, Slot::new(wake.clone(), true));
         state.pump();
         self.nudge_reader(&state);
-        loop {
-            if let Some(result) = state.slots.get_mut(&awaited).and_then(|s| s.result.take()) {
+        let started = Instant::now();
+        match self.wait_any(state, &[awaited], &wake) {
+            Ok((_, result)) => result,
+            Err(mut state) => {
                 state.slots.remove(&awaited);
-                if state.reader == Reader::Caller(awaited) {
-                    state.hand_over();
+                if let Awaited::Call(call) = awaited {
+                    state.taking.remove(&call);
                 }
-                return result;
+                Err(ClientError::Timeout(started.elapsed().as_millis() as u64))
+            }
+        }
+    }
+
+    /// Waits for the first of `set` (registered slots, woken through `wake`) to finish and
+    /// returns it, its slot removed — or the state, the slots kept, when [`interruptible`]'s
+    /// check says to give up.
+    fn wait_any<'a>(
+        &'a self,
+        mut state: MutexGuard<'a, State>,
+        set: &[Awaited],
+        wake: &Condvar,
+    ) -> Result<(Awaited, Finished), MutexGuard<'a, State>> {
+        let me = set[0];
+        let interrupted = INTERRUPT.get();
+        let mut next_check = Instant::now() + INTERRUPT_CHECK;
+        for awaited in set {
+            if let Some(slot) = state.slots.get_mut(awaited) {
+                slot.waiting = true;
+            }
+        }
+        loop {
+            let done = set.iter().find_map(|awaited| {
+                let slot = state.slots.get_mut(awaited)?;
+                Some((*awaited, slot.result.take()?))
+            });
+            if let Some((awaited, result)) = done {
+                state.slots.remove(&awaited);
+                self.stop_waiting(&mut state, set, me);
+                return Ok((awaited, result));
+            }
+            if let Some(interrupted) = interrupted
+                && Instant::now() >= next_check
+            {
+                drop(state);
+                let give_up = interrupted();
+                state = lock(&self.state);
+                if give_up {
+                    INTERRUPTED.set(true);
+                    self.stop_waiting(&mut state, set, me);
+                    return Err(state);
+                }
+                next_check = Instant::now() + INTERRUPT_CHECK;
+                continue;
             }
             match state.reader {
                 Reader::Vacant(_) if state.link.is_some() => {
-                    state.reader = Reader::Caller(awaited);
+                    state.reader = Reader::Caller(me);
                 }
                 Reader::Helper if !state.wanted => {
                     state.wanted = true;
@@ -471,20 +555,42 @@ impl Shared {
                 }
                 _ => {}
             }
-            if state.reader == Reader::Caller(awaited) && state.link.is_some() {
-                state = self.read_once(state);
+            let limit = interrupted.map(|_| next_check);
+            if state.reader == Reader::Caller(me) && state.link.is_some() {
+                state = self.read_once(state, limit);
             } else {
+                let timeout = limit.map_or(WAIT_LIMIT, |at| {
+                    WAIT_LIMIT.min(at.saturating_duration_since(Instant::now()))
+                });
                 state = wake
-                    .wait_timeout(state, WAIT_LIMIT)
+                    .wait_timeout(state, timeout)
                     .unwrap_or_else(|e| e.into_inner())
                     .0;
             }
         }
     }
 
+    /// The waiting thread of `set` leaves: their slots are nobody's to wake, and the socket,
+    /// when it read it, goes to another.
+    fn stop_waiting(&self, state: &mut State, set: &[Awaited], me: Awaited) {
+        for awaited in set {
+            if let Some(slot) = state.slots.get_mut(awaited) {
+                slot.waiting = false;
+            }
+        }
+        if state.reader == Reader::Caller(me) {
+            state.hand_over();
+        }
+    }
+
     /// One turn of the reader: waits (unlocked) until the socket has something, the session or
     /// keep-alive a deadline, or an interrupt comes; then reads and acts on what came.
-    fn read_once<'a>(&'a self, state: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
+    /// `limit`: the latest it may wait (an interruption check due).
+    fn read_once<'a>(
+        &'a self,
+        state: MutexGuard<'a, State>,
+        limit: Option<Instant>,
+    ) -> MutexGuard<'a, State> {
         let Some(link) = &state.link else {
             return state;
         };
@@ -495,9 +601,10 @@ impl Shared {
             let wall = now_ms();
             deadline = deadline.min(now + Duration::from_millis(at.saturating_sub(wall)));
         }
-        let timeout = deadline.saturating_duration_since(now);
+        let until = limit.map_or(deadline, |limit| deadline.min(limit));
+        let timeout = until.saturating_duration_since(now);
         let mut state = state;
-        state.polling = Some((deadline, write));
+        state.polling = Some((until, write));
         drop(state);
         let interrupt = self.interrupt_rx.as_raw_fd();
         if let Err(e) = poll::wait(&[(fd, write), (interrupt, false)], Some(timeout)) {
@@ -585,7 +692,7 @@ impl Shared {
                 state.hand_over();
                 continue;
             }
-            state = self.read_once(state);
+            state = self.read_once(state, None);
         }
     }
 
@@ -782,7 +889,11 @@ impl State {
     /// [`IDLE_GRACE`]) to the helper.
     fn hand_over(&mut self) {
         self.reader = Reader::Vacant(Instant::now());
-        if let Some(slot) = self.slots.values().find(|s| s.result.is_none()) {
+        if let Some(slot) = self
+            .slots
+            .values()
+            .find(|s| s.waiting && s.result.is_none())
+        {
             slot.wake.notify_one();
         }
     }

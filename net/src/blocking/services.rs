@@ -1,27 +1,30 @@
 //! The blocking client's leases, jobs (operator and device API), commands and watches: the
 //! same calls as the async client's, each a session call the calling thread waits for.
 
-use std::sync::Arc;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::AtomicBool;
 use std::sync::mpsc;
+use std::sync::{Arc, Condvar};
 use std::time::Duration;
 
 use bytes::Bytes;
 use serde_json::Value;
 
-use super::{Awaited, Client, lock, unexpected};
+use super::{Awaited, Client, Slot, lock, unexpected};
 use crate::Listener;
 use crate::client::KeyspaceEvent;
-use crate::commands::{DEFINITIONS_TIMEOUT_MS, command_reply, definitions_answer, status_record};
-use crate::jobs::{StartNext, describe, described};
+use crate::commands::{
+    DEFINITIONS_TIMEOUT_MS, FanOutSummary, command_reply, definitions_answer, status_record,
+};
+use crate::jobs::{ExecutionFilter, StartNext, describe, described};
 use crate::now_ms;
 use mqstore_core::client::commands::CommandReply;
 use mqstore_core::client::jobs::{DeviceRequest, JobNotification, Update, parse, read_execution};
 use mqstore_core::client::{CallId, ClientError};
 use mqstore_core::commands::{CommandRequest, DEFAULT_TIMEOUT_MS, Record};
 use mqstore_core::jobs::{
-    ExecutionRef, JobDescription, JobExecution, JobSpec, OperatorRequest, PendingJobs,
-    UpdateAccepted,
+    ExecutionListing, ExecutionRef, JobDescription, JobExecution, JobListing, JobSpec,
+    OperatorRequest, PendingJobs, UpdateAccepted,
 };
 use mqstore_core::session::Completion;
 
@@ -67,6 +70,47 @@ impl Client {
     pub fn describe_job(&self, job_id: &str) -> Result<JobDescription, ClientError> {
         let job_id = job_id.to_owned();
         parse(self.operate(&OperatorRequest::DescribeJob { job_id })?)
+    }
+
+    /// Deletes `thing`'s execution of `job_id` (an IN_PROGRESS one only with `force`).
+    pub fn delete_job_execution(
+        &self,
+        job_id: &str,
+        thing: &str,
+        force: bool,
+    ) -> Result<(), ClientError> {
+        let request = OperatorRequest::DeleteExecution {
+            job_id: job_id.to_owned(),
+            thing: thing.to_owned(),
+            force,
+        };
+        self.operate(&request).map(drop)
+    }
+
+    /// The latest execution of `job_id` on `thing`.
+    pub fn describe_job_execution(
+        &self,
+        job_id: &str,
+        thing: &str,
+    ) -> Result<JobExecution, ClientError> {
+        let request = OperatorRequest::DescribeExecution {
+            job_id: job_id.to_owned(),
+            thing: thing.to_owned(),
+        };
+        parse(self.operate(&request)?)
+    }
+
+    /// Every job.
+    pub fn list_jobs(&self) -> Result<Vec<JobListing>, ClientError> {
+        parse(self.operate(&OperatorRequest::list_jobs())?)
+    }
+
+    /// The latest executions, narrowed by `filter`.
+    pub fn list_job_executions(
+        &self,
+        filter: ExecutionFilter,
+    ) -> Result<Vec<ExecutionListing>, ClientError> {
+        parse(self.operate(&filter.request())?)
     }
 
     /// Acts as `thing` in the AWS IoT Jobs device API: subscribes to its replies and
@@ -131,6 +175,35 @@ impl Client {
         definitions_answer(self.handle.shared.run(|session, now| {
             Ok(session.command_definitions(request, DEFINITIONS_TIMEOUT_MS, now))
         })?)
+    }
+
+    /// Sends one command to each of `requests`' devices, all in flight at once: their results
+    /// as they come from [`FanOut::next`].
+    pub fn command_many(&self, requests: Vec<CommandRequest>) -> FanOut {
+        let wake = Arc::new(Condvar::new());
+        let mut fan_out = FanOut {
+            client: self.clone(),
+            wake: wake.clone(),
+            pending: HashMap::new(),
+            ready: VecDeque::new(),
+            summary: FanOutSummary::default(),
+        };
+        let shared = &self.handle.shared;
+        let mut state = lock(&shared.state);
+        for request in requests {
+            if state.closed {
+                fan_out
+                    .ready
+                    .push_back((request.topic, Err(ClientError::Disconnected)));
+                continue;
+            }
+            let call = Awaited::Call(state.session.command(&request, now_ms()));
+            state.slots.insert(call, Slot::new(wake.clone(), false));
+            fan_out.pending.insert(call, request.topic);
+        }
+        state.pump();
+        shared.nudge_reader(&state);
+        fan_out
     }
 
     /// Every command's status changes from now on (the command service's events).
@@ -319,6 +392,65 @@ impl Lease {
         match shared.run(|session, now| session.release_lease(self.id, now))? {
             Completion::Released(held) => Ok(held),
             other => Err(unexpected(other)),
+        }
+    }
+}
+
+/// One command sent to many devices ([`Client::command_many`]): the results as they come,
+/// then the [`FanOut::summary`].
+pub struct FanOut {
+    client: Client,
+    /// The calls' slots wake the thread in `next` through this.
+    wake: Arc<Condvar>,
+    /// The calls without a result yet: each device's command topic.
+    pending: HashMap<Awaited, String>,
+    /// Results known at once (the client was closed).
+    ready: VecDeque<(String, Result<CommandReply, ClientError>)>,
+    summary: FanOutSummary,
+}
+
+impl FanOut {
+    /// The results so far, counted.
+    pub fn summary(&self) -> &FanOutSummary {
+        &self.summary
+    }
+}
+
+impl Iterator for FanOut {
+    type Item = (String, Result<CommandReply, ClientError>);
+
+    /// The next device's result (its command topic and result); `None` when all are in.
+    fn next(&mut self) -> Option<Self::Item> {
+        let next = match self.ready.pop_front() {
+            Some(next) => next,
+            None => {
+                let set: Vec<Awaited> = self.pending.keys().copied().collect();
+                if set.is_empty() {
+                    return None;
+                }
+                let shared = &self.client.handle.shared;
+                let state = lock(&shared.state);
+                let (call, result) = shared.wait_any(state, &set, &self.wake).ok()?;
+                let topic = self.pending.remove(&call).unwrap_or_default();
+                let result = result.and_then(|completion| {
+                    command_reply(completion.ok_or_else(|| {
+                        ClientError::Malformed("a command finished without an answer".into())
+                    })?)
+                });
+                (topic, result)
+            }
+        };
+        self.summary.count(&next.1);
+        Some(next)
+    }
+}
+
+impl Drop for FanOut {
+    /// Results not taken are dropped when they come.
+    fn drop(&mut self) {
+        let mut state = lock(&self.client.handle.shared.state);
+        for call in self.pending.keys() {
+            state.slots.remove(call);
         }
     }
 }
