@@ -68,7 +68,10 @@ deploy_packages() {
 # tests' job round trip), qemu-user (the arm64 image's binary). podman-compose is pip's, in a
 # virtual environment of scripts/test-images.
 container_packages() {
-  apt_install podman runc mmdebstrap mosquitto-clients qemu-user
+  # netavark and aardvark-dns named: without them apt may pick the CNI plugins for podman's
+  # network stack, whose networks have no DNS, and compose's services then cannot find each
+  # other by name (seen on this machine).
+  apt_install podman runc netavark aardvark-dns mmdebstrap mosquitto-clients qemu-user
 }
 
 # podman's configuration for machines like the test machine, in target/ and by CONTAINERS_CONF:
@@ -82,6 +85,8 @@ container_config() {
 default_ulimits = ["nofile=20000:20000", "nproc=4096:4096"]
 [engine]
 runtime = "runc"
+[network]
+network_backend = "netavark"
 CONF
   CONTAINERS_CONF=$PWD/target/containers.conf
   export CONTAINERS_CONF
