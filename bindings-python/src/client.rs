@@ -165,14 +165,14 @@ async_streams!(
 
 impl<A: Send + 'static, T: Send + 'static> Stream<A, T> {
     /// The next item, waiting up to `timeout_ms` (`None`: until one comes): blocking (`aio`
-    /// false) or as an asyncio future. `next` takes the async stream's next item; `ended` is
-    /// set once the stream is found ended.
+    /// false) or as an asyncio future. `next` takes the async stream's next item; `ended`, if
+    /// given, is set once the stream is found ended.
     pub(crate) fn next<R, F>(
         &self,
         py: Python<'_>,
         timeout_ms: Option<u64>,
         aio: bool,
-        ended: Arc<AtomicBool>,
+        ended: Option<Arc<AtomicBool>>,
         next: impl FnOnce(tokio::sync::OwnedMutexGuard<A>) -> F + Send + 'static,
         then: impl FnOnce(T) -> Result<R, Failure> + Send + 'static,
     ) -> PyResult<Py<PyAny>>
@@ -182,10 +182,12 @@ impl<A: Send + 'static, T: Send + 'static> Stream<A, T> {
     {
         let timeout = timeout_ms.map(Duration::from_millis);
         match (self, aio) {
-            (Stream::Blocking(items), false) => match receive(py, items, timeout, &ended)? {
-                Some(item) => then(item).map_err(|e| e.into_py_err(py))?.to_py(py),
-                None => Ok(py.None()),
-            },
+            (Stream::Blocking(items), false) => {
+                match receive(py, items, timeout, ended.as_deref())? {
+                    Some(item) => then(item).map_err(|e| e.into_py_err(py))?.to_py(py),
+                    None => Ok(py.None()),
+                }
+            }
             (Stream::Async(stream), true) => {
                 let stream = stream.clone();
                 awaitable(py, async move {
@@ -197,7 +199,7 @@ impl<A: Send + 'static, T: Send + 'static> Stream<A, T> {
                             Err(_) => return Ok(None),
                         },
                     };
-                    if end {
+                    if let (true, Some(ended)) = (end, ended) {
                         ended.store(true, Ordering::Relaxed);
                     }
                     Ok::<_, Failure>(item)
@@ -539,7 +541,7 @@ impl Observation {
             py,
             timeout_ms,
             aio,
-            self.ended.clone(),
+            Some(self.ended.clone()),
             |mut changes| async move {
                 let next = changes.next().await;
                 let end = next.is_none();

@@ -1,7 +1,6 @@
 //! Commands to devices through `mqstore serve`'s command service: send and await (or one-way,
 //! or detached), status records, a watch of every status change, and fan-out.
 
-use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -255,7 +254,7 @@ impl CommandWatch {
             py,
             timeout_ms,
             aio,
-            Arc::new(AtomicBool::new(false)),
+            None,
             |mut records| async move {
                 let next = records.next().await;
                 let end = next.is_none();

@@ -267,7 +267,7 @@ impl Jobs {
             py,
             timeout_ms,
             aio,
-            self.ended.clone(),
+            Some(self.ended.clone()),
             |jobs| async move {
                 let next = jobs.next_notification().await;
                 let end = next.is_none();

@@ -1,9 +1,6 @@
 //! Keyspace events for Python: `Client.watch_keyspace()`, the keys made and deleted from now
 //! on (`mqstore_net::client::Client::watch_keyspace`).
 
-use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
-
 use mqstore_net::client::{KeyspaceEvent, KeyspaceWatch as AsyncWatch};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
@@ -57,7 +54,7 @@ impl KeyspaceWatch {
             py,
             timeout_ms,
             aio,
-            Arc::new(AtomicBool::new(false)),
+            None,
             |mut events| async move {
                 let next = events.next().await;
                 let end = next.is_none();

@@ -139,12 +139,12 @@ pub fn blocking<T: ToPy>(
 
 /// The next item of a blocking client's stream, waiting up to `timeout` (`None`: until one
 /// comes) with the GIL released and signals handled meanwhile; `Ok(None)` when the time
-/// passed or the stream ended (`ended` tells which).
+/// passed or the stream ended (`ended`, if given, tells which).
 pub fn receive<T: Send>(
     py: Python<'_>,
     items: &Mutex<Receiver<T>>,
     timeout: Option<Duration>,
-    ended: &AtomicBool,
+    ended: Option<&AtomicBool>,
 ) -> PyResult<Option<T>> {
     let until = timeout.map(|t| std::time::Instant::now() + t);
     loop {
@@ -158,7 +158,9 @@ pub fn receive<T: Send>(
         match next {
             Ok(item) => return Ok(Some(item)),
             Err(RecvTimeoutError::Disconnected) => {
-                ended.store(true, Ordering::Relaxed);
+                if let Some(ended) = ended {
+                    ended.store(true, Ordering::Relaxed);
+                }
                 return Ok(None);
             }
             Err(RecvTimeoutError::Timeout) => {

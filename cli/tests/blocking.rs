@@ -18,7 +18,7 @@ use mqstore_core::jobs::Status;
 use mqstore_net::BrokerConfig;
 use mqstore_net::blocking::{self, Client};
 use mqstore_net::client::{ClientOptions, Deleted, SetOptions};
-use mqstore_net::jobs::StartNext;
+use mqstore_net::jobs::{ExecutionFilter, StartNext};
 use mqstore_server::{ServerConfig, ServerHandle, spawn};
 
 /// How long a test waits for what must happen.
@@ -373,6 +373,37 @@ fn blocking_jobs_run_through_the_device_api_with_notifications() {
         .operate_json(&serde_json::json!({"op": "describeJob", "jobId": "update-fw"}))
         .unwrap();
     assert_eq!(described["status"], "COMPLETED", "{described}");
+
+    // The operator's typed calls: the job and its execution listed and described, then the
+    // execution deleted (a finished one needs no force) and gone.
+    let listed = operator.list_jobs().unwrap();
+    assert_eq!(
+        listed.iter().map(|j| j.job_id.as_str()).collect::<Vec<_>>(),
+        ["update-fw"]
+    );
+    let executions = operator
+        .list_job_executions(ExecutionFilter {
+            thing: Some("pump-1".into()),
+            ..ExecutionFilter::default()
+        })
+        .unwrap();
+    assert_eq!(executions.len(), 1, "{executions:?}");
+    assert_eq!(
+        (executions[0].job_id.as_str(), executions[0].status),
+        ("update-fw", Status::Succeeded)
+    );
+    let execution = operator
+        .describe_job_execution("update-fw", "pump-1")
+        .unwrap();
+    assert_eq!(execution.status, Status::Succeeded);
+    operator
+        .delete_job_execution("update-fw", "pump-1", false)
+        .unwrap();
+    let gone = operator.describe_job_execution("update-fw", "pump-1");
+    assert!(
+        matches!(&gone, Err(ClientError::Jobs { code, .. }) if code == "ResourceNotFound"),
+        "{gone:?}"
+    );
 }
 
 #[test]

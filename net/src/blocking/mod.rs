@@ -126,11 +126,12 @@ struct Slot {
 }
 
 impl Slot {
-    fn new(wake: Arc<Condvar>, waiting: bool) -> Slot {
+    /// A slot nobody waits on yet ([`Shared::wait_any`] marks its thread's).
+    fn new(wake: Arc<Condvar>) -> Slot {
         Slot {
             wake,
             result: None,
-            waiting,
+            waiting: false,
         }
     }
 
@@ -488,7 +489,7 @@ impl Shared {
         awaited: Awaited,
     ) -> Result<Option<Completion>, ClientError> {
         let wake = Arc::new(Condvar::new());
-        state.slots.insert(awaited, Slot::new(wake.clone(), true));
+        state.slots.insert(awaited, Slot::new(wake.clone()));
         state.pump();
         self.nudge_reader(&state);
         let started = Instant::now();

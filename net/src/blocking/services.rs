@@ -198,7 +198,7 @@ impl Client {
                 continue;
             }
             let call = Awaited::Call(state.session.command(&request, now_ms()));
-            state.slots.insert(call, Slot::new(wake.clone(), false));
+            state.slots.insert(call, Slot::new(wake.clone()));
             fan_out.pending.insert(call, request.topic);
         }
         state.pump();
