@@ -5,7 +5,7 @@
 use std::cell::RefCell;
 use std::future::Future;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::Duration;
 
@@ -118,19 +118,51 @@ fn signal_raised() -> bool {
     })
 }
 
-/// Makes a blocking client's call (`call`) on this thread with the GIL released: a signal
-/// handler that raises (Ctrl-C) gives the call up and its exception is raised (a request
-/// already sent may still be applied). A panic becomes an error.
+/// Python's main thread (`threading.main_thread().ident`) in the process with this id: the
+/// only thread whose waits look for signals, since Python runs signal handlers there alone (a
+/// child made by `fork()` has the forking thread as its main thread).
+static MAIN_THREAD: AtomicU64 = AtomicU64::new(0);
+static MAIN_THREAD_PID: AtomicU32 = AtomicU32::new(0);
+
+/// Whether this is Python's main thread. (Both statics are written with the GIL held.)
+fn on_main_thread(py: Python<'_>) -> bool {
+    let pid = std::process::id();
+    if MAIN_THREAD_PID.load(Ordering::Relaxed) != pid {
+        let main = py
+            .import("threading")
+            .and_then(|threading| threading.call_method0("main_thread"))
+            .and_then(|main| main.getattr("ident"))
+            .and_then(|ident| ident.extract::<u64>());
+        let Ok(main) = main else {
+            return true; // unknown: look for signals, as every thread did before
+        };
+        MAIN_THREAD.store(main, Ordering::Relaxed);
+        MAIN_THREAD_PID.store(pid, Ordering::Relaxed);
+    }
+    // SAFETY: takes no arguments and only reads the calling thread's id.
+    let this = unsafe { pyo3::ffi::PyThread_get_thread_ident() };
+    #[allow(clippy::useless_conversion)] // c_ulong is u32 on 32-bit targets
+    let this = u64::from(this);
+    MAIN_THREAD.load(Ordering::Relaxed) == this
+}
+
+/// Makes a blocking client's call (`call`) on this thread with the GIL released. On the main
+/// thread a signal handler that raises (Ctrl-C) gives the call up and its exception is raised
+/// (a request already sent may still be applied); other threads have no signals to look for,
+/// so their calls wait without taking the GIL back every 50 ms. A panic becomes an error.
 pub fn blocking<T: ToPy>(
     py: Python<'_>,
     call: impl FnOnce() -> Result<T, Failure> + Send,
 ) -> PyResult<Py<PyAny>> {
-    let (result, interrupted) = py.detach(|| {
-        mqstore_net::blocking::interruptible(signal_raised, || {
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(call))
-                .unwrap_or_else(|panic| Err(Failure::Python(internal_error(&*panic))))
-        })
-    });
+    let call = move || {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(call))
+            .unwrap_or_else(|panic| Err(Failure::Python(internal_error(&*panic))))
+    };
+    let (result, interrupted) = if on_main_thread(py) {
+        py.detach(|| mqstore_net::blocking::interruptible(signal_raised, call))
+    } else {
+        (py.detach(call), false)
+    };
     if interrupted && let Some(raised) = RAISED.with(|raised| raised.borrow_mut().take()) {
         return Err(raised);
     }
@@ -138,8 +170,8 @@ pub fn blocking<T: ToPy>(
 }
 
 /// The next item of a blocking client's stream, waiting up to `timeout` (`None`: until one
-/// comes) with the GIL released and signals handled meanwhile; `Ok(None)` when the time
-/// passed or the stream ended (`ended`, if given, tells which).
+/// comes) with the GIL released and, on the main thread, signals handled meanwhile;
+/// `Ok(None)` when the time passed or the stream ended (`ended`, if given, tells which).
 pub fn receive<T: Send>(
     py: Python<'_>,
     items: &Mutex<Receiver<T>>,
@@ -147,9 +179,15 @@ pub fn receive<T: Send>(
     ended: Option<&AtomicBool>,
 ) -> PyResult<Option<T>> {
     let until = timeout.map(|t| std::time::Instant::now() + t);
+    // Other threads wait in one go (a day at a time, for "until one comes").
+    let check = if on_main_thread(py) {
+        SIGNAL_CHECK
+    } else {
+        Duration::from_secs(86_400)
+    };
     loop {
-        let slice = until.map_or(SIGNAL_CHECK, |until| {
-            SIGNAL_CHECK.min(until.saturating_duration_since(std::time::Instant::now()))
+        let slice = until.map_or(check, |until| {
+            check.min(until.saturating_duration_since(std::time::Instant::now()))
         });
         let next = py.detach(|| {
             let items = items.lock().unwrap_or_else(|e| e.into_inner());

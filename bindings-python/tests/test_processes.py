@@ -171,11 +171,25 @@ client.close()
 """
 
 
-@pytest.mark.parametrize("call", ["observe", "lead"])
+# Only the main thread's calls look for signals; a call made first on another thread must not
+# keep the main thread's from doing so.
+OTHER_THREAD_FIRST = """
+import threading
+worker = threading.Thread(target=client.get, args=(sys.argv[2],))
+worker.start()
+worker.join()
+changes = client.observe(sys.argv[2])
+"""
+
+
+@pytest.mark.parametrize("call", ["observe", "lead", "observe after another thread's call"])
 def test_ctrl_c_interrupts_a_blocked_call(server: Server, key: str, call: str) -> None:
     code = BLOCKED
     if call == "lead":
         code = BLOCKED.replace("next(changes)", "client.lead(sys.argv[2] + '/held', 30)")
+    elif call.startswith("observe after"):
+        code = BLOCKED.replace("changes = client.observe(sys.argv[2])\n", OTHER_THREAD_FIRST)
+        assert "threading.Thread" in code
     with mqstore.Client("127.0.0.1", server.broker.port) as c:
         held = c.lease(key + "/held", 30)
         assert held is not None
