@@ -68,10 +68,11 @@ deploy_packages() {
 # tests' job round trip), qemu-user (the arm64 image's binary). podman-compose is pip's, in a
 # virtual environment of scripts/test-images.
 container_packages() {
-  # netavark and aardvark-dns named: without them apt may pick the CNI plugins for podman's
-  # network stack, whose networks have no DNS, and compose's services then cannot find each
-  # other by name (seen on this machine).
-  apt_install podman runc netavark aardvark-dns mmdebstrap mosquitto-clients qemu-user
+  # Named although podman depends on or recommends them: without netavark and aardvark-dns
+  # apt may pick the CNI plugins for podman's network stack, whose networks have no DNS
+  # (compose's services then cannot find each other by name); without catatonit (recommended
+  # only) `podman kube play` cannot build its pod's pause image. Both seen on this machine.
+  apt_install podman runc netavark aardvark-dns catatonit mmdebstrap mosquitto-clients qemu-user
 }
 
 # podman's configuration for machines like the test machine, in target/ and by CONTAINERS_CONF:
