@@ -600,3 +600,128 @@ fn an_interrupted_call_gives_up_and_the_client_goes_on() {
     assert_eq!(result.unwrap(), None);
     client.close();
 }
+
+/// A loop of the test's own for a driven client: poll(2) on what the driver asks, then drive,
+/// until `done` says so (or the test's patience ends).
+fn drive_until(driver: &blocking::Driver, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + WAIT;
+    let mut interest = driver.drive();
+    while !done() {
+        assert!(Instant::now() < deadline, "the driven calls never finished");
+        let mut fds = vec![libc::pollfd {
+            fd: driver.wake_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        if let Some((fd, _)) = interest.socket {
+            let write = if interest.write { libc::POLLOUT } else { 0 };
+            fds.push(libc::pollfd {
+                fd,
+                events: libc::POLLIN | write,
+                revents: 0,
+            });
+        }
+        let timeout = interest.deadline.map_or(100, |at| {
+            (at.saturating_duration_since(Instant::now()).as_millis() as i32).clamp(0, 100)
+        });
+        // SAFETY: `fds` is a live array of pollfd for the call's duration.
+        unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout) };
+        interest = driver.drive();
+    }
+}
+
+#[test]
+fn a_driven_client_finishes_its_calls_on_the_loop_that_drives_it() {
+    let mut broker = Mosquitto::start();
+    let _server = Server::start(broker_at(broker.port), "node-blocking");
+    let (client, driver) =
+        Client::connect_driven(options(broker_at(broker.port), "driven")).unwrap();
+    let results = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let loop_thread = std::thread::current().id();
+    let start = |key: &'static str, request: Request| {
+        let results = results.clone();
+        client.start(
+            move |session, now| session.call(&request, &CallOptions::default(), now),
+            Box::new(move |finished| {
+                let on_loop = std::thread::current().id() == loop_thread;
+                results.lock().unwrap().push((key, finished, on_loop));
+            }),
+        );
+    };
+    let set = |value: &'static str| {
+        Request::Set(mqstore_core::codec::SetRequest {
+            key: Bytes::from_static(b"driven"),
+            value: mqstore_core::codec::Bulk::new(Bytes::from_static(value.as_bytes())),
+            condition: Condition::Always,
+            expires_in_ms: None,
+        })
+    };
+    // The server may still be subscribing: ask until it answers.
+    loop {
+        start(
+            "probe",
+            Request::Get {
+                key: Bytes::from_static(b"driven"),
+            },
+        );
+        drive_until(&driver, || !results.lock().unwrap().is_empty());
+        if results.lock().unwrap().pop().unwrap().1.is_ok() {
+            break;
+        }
+    }
+    // Several calls in flight at once, all answered on this thread.
+    start("set", set("one"));
+    start(
+        "get",
+        Request::Get {
+            key: Bytes::from_static(b"driven"),
+        },
+    );
+    drive_until(&driver, || results.lock().unwrap().len() == 2);
+    let finished = std::mem::take(&mut *results.lock().unwrap());
+    for (key, result, on_loop) in &finished {
+        assert!(on_loop, "{key}'s result was delivered on another thread");
+        assert!(result.is_ok(), "{key} failed: {result:?}");
+    }
+    let get = &finished.iter().find(|(key, ..)| *key == "get").unwrap().1;
+    let Ok(Some(mqstore_core::session::Completion::Store(answer))) = get else {
+        panic!("GET's completion: {get:?}");
+    };
+    let value = answer.clone().into_versioned().map(|v| v.value);
+    assert_eq!(value.as_deref(), Some(&b"one"[..]));
+
+    // After a broker restart the helper reconnects and wakes the loop, which drives the new
+    // socket (another connection number).
+    let before = driver.interest().socket.unwrap().1;
+    broker.restart();
+    let deadline = Instant::now() + WAIT;
+    loop {
+        assert!(Instant::now() < deadline, "no answer after the restart");
+        start(
+            "again",
+            Request::Get {
+                key: Bytes::from_static(b"driven"),
+            },
+        );
+        drive_until(&driver, || !results.lock().unwrap().is_empty());
+        if results.lock().unwrap().pop().unwrap().1.is_ok() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(driver.interest().socket.unwrap().1 > before);
+
+    // Closed: a call started now fails at once, on the starting thread.
+    client.close();
+    start(
+        "closed",
+        Request::Get {
+            key: Bytes::from_static(b"driven"),
+        },
+    );
+    let (_, result, _) = results.lock().unwrap().pop().unwrap();
+    assert!(
+        matches!(result, Err(ClientError::Disconnected)),
+        "{result:?}"
+    );
+}

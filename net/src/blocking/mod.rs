@@ -24,7 +24,7 @@ pub use services::{FanOut, Jobs, Lease};
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::io::{Read, Write};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::AtomicBool;
 use std::sync::mpsc;
@@ -55,6 +55,10 @@ pub const IDLE_GRACE: Duration = Duration::from_millis(5);
 
 /// How long closing may take: the DISCONNECT, then the broker closing the connection.
 const CLOSE_GRACE: Duration = Duration::from_secs(2);
+
+/// The longest a driven client's helper thread sleeps before it looks again (a safety net: the
+/// driver wakes it when the connection is lost).
+const DRIVEN_HELPER_WAIT: Duration = Duration::from_secs(1);
 
 /// The longest a waiting caller sleeps before it looks again (a safety net: it is woken when
 /// its call finishes or the socket is its to read).
@@ -100,6 +104,8 @@ enum Reader {
     Caller(Awaited),
     /// The helper thread (no call waits, or one just asked for the socket).
     Helper,
+    /// The [`Driver`] of a driven client: always, while connected.
+    Driver,
 }
 
 /// What a caller waits for.
@@ -114,12 +120,25 @@ enum Awaited {
 /// How a call or subscription ended: its completion (none for a subscription), or why not.
 type Finished = Result<Option<Completion>, ClientError>;
 
+/// Where a call's or subscription's end goes: the thread waiting for it, or a [`Deliver`]
+/// (a driven call's, see [`Driver`]).
+enum Wake {
+    /// The caller waits on this condition variable with the state's lock (its own, not the
+    /// thread's park token: `thread::current()` allocates a handle that a C program's main
+    /// thread never frees).
+    Thread(Arc<Condvar>),
+    Deliver(Deliver),
+}
+
+/// What a call started with [`Client::start`] hands its result to: run on the thread that
+/// finished it — the [`Driver`]'s, mostly; another for a call that fails at once or when the
+/// connection is lost — with the client locked, so it should only pass the result on.
+pub type Deliver = Box<dyn FnOnce(Result<Option<Completion>, ClientError>) + Send>;
+
 /// A waiting caller's wake-up and, once it is there, what it waits for (a subscription's is
-/// `Ok(None)`). The caller waits on `wake` with the state's lock (a condition variable of its
-/// own, not the thread's park token: `thread::current()` allocates a handle that a C
-/// program's main thread never frees).
+/// `Ok(None)`).
 struct Slot {
-    wake: Arc<Condvar>,
+    wake: Wake,
     result: Option<Finished>,
     /// A thread waits on `wake` now (a fan-out's calls wait between its `next`s without one).
     waiting: bool,
@@ -129,24 +148,42 @@ impl Slot {
     /// A slot nobody waits on yet ([`Shared::wait_any`] marks its thread's).
     fn new(wake: Arc<Condvar>) -> Slot {
         Slot {
-            wake,
+            wake: Wake::Thread(wake),
             result: None,
             waiting: false,
         }
     }
+}
 
-    /// Records the result and wakes the caller — or, while the reader acts on what it read
-    /// (`woken` given), lists it to wake once the state is unlocked ([`Shared::release`]), so
-    /// that it does not wake only to wait for the lock.
-    fn finish(
-        &mut self,
-        result: Result<Option<Completion>, ClientError>,
-        woken: Option<&mut Vec<Arc<Condvar>>>,
-    ) {
-        self.result = Some(result);
-        match woken {
-            Some(woken) => woken.push(self.wake.clone()),
-            None => self.wake.notify_one(),
+/// Ends the call or subscription `awaited`, if a slot waits for it: records the result and
+/// wakes the caller — or, while the reader acts on what it read (`woken` given), lists it to
+/// wake once the state is unlocked ([`Shared::release`]), so that it does not wake only to wait
+/// for the lock. A driven call's slot goes, its result to its [`Deliver`].
+fn finish(
+    slots: &mut HashMap<Awaited, Slot>,
+    woken: Option<&mut Vec<Arc<Condvar>>>,
+    awaited: Awaited,
+    result: Finished,
+) {
+    let Some(slot) = slots.get_mut(&awaited) else {
+        return;
+    };
+    match &slot.wake {
+        Wake::Thread(wake) => {
+            slot.result = Some(result);
+            match woken {
+                Some(woken) => woken.push(wake.clone()),
+                None => wake.notify_one(),
+            }
+        }
+        Wake::Deliver(_) => {
+            if let Some(Slot {
+                wake: Wake::Deliver(deliver),
+                ..
+            }) = slots.remove(&awaited)
+            {
+                deliver(result);
+            }
         }
     }
 }
@@ -200,6 +237,10 @@ struct State {
     /// The broker's DISCONNECT, until the connection's end that follows it.
     broker_disconnect: Option<ClientError>,
     closed: bool,
+    /// A [`Driver`] reads and writes the connection (made by [`Client::connect_driven`]).
+    driven: bool,
+    /// Connections made so far: a new one may reuse a closed one's descriptor number.
+    generation: u64,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -211,6 +252,21 @@ impl Client {
     /// Connects, subscribes, and returns once the client can make calls; the first failure
     /// (nothing listens, a CONNACK refusal, no answer within the timeout) is returned as it is.
     pub fn connect(options: ClientOptions) -> Result<Client, ClientError> {
+        Client::open(options, false)
+    }
+
+    /// Connects as [`Client::connect`] does, for an event loop that drives the connection
+    /// itself through the returned [`Driver`]: no thread of the client reads it then (the
+    /// helper thread only reconnects), and calls are started with [`Client::start`].
+    pub fn connect_driven(options: ClientOptions) -> Result<(Client, Driver), ClientError> {
+        let client = Client::open(options, true)?;
+        let driver = Driver {
+            shared: client.handle.shared.clone(),
+        };
+        Ok((client, driver))
+    }
+
+    fn open(options: ClientOptions, driven: bool) -> Result<Client, ClientError> {
         let mut config = ClientConfig::new(options.client_id.clone(), random_u64());
         if options.standard_topics {
             config = config.standard_topics();
@@ -232,7 +288,11 @@ impl Client {
             state: Mutex::new(State {
                 session,
                 link: Some(link),
-                reader: Reader::Vacant(Instant::now()),
+                reader: if driven {
+                    Reader::Driver
+                } else {
+                    Reader::Vacant(Instant::now())
+                },
                 wanted: false,
                 slots: HashMap::new(),
                 listeners: Listeners::default(),
@@ -241,6 +301,8 @@ impl Client {
                 polling: None,
                 broker_disconnect: None,
                 closed: false,
+                driven,
+                generation: 1,
             }),
             helper_wait: Condvar::new(),
             interrupt_tx,
@@ -275,6 +337,41 @@ impl Client {
         {
             Completion::Store(answer) => Ok(answer),
             other => Err(unexpected(other)),
+        }
+    }
+
+    /// Starts a call of the session (`start` makes it) and returns at once: `deliver` gets its
+    /// result, from whichever thread finishes it (see [`Deliver`]). Made for a driven client,
+    /// whose [`Driver`] reads the answer; on another the helper thread reads it.
+    pub fn start(
+        &self,
+        start: impl FnOnce(&mut Session, u64) -> Result<CallId, ClientError>,
+        deliver: Deliver,
+    ) {
+        let shared = &self.handle.shared;
+        let mut state = lock(&shared.state);
+        let started = match state.closed {
+            true => Err(ClientError::Disconnected),
+            false => start(&mut state.session, now_ms()),
+        };
+        let call = match started {
+            Ok(call) => call,
+            Err(e) => {
+                drop(state);
+                return deliver(Err(e));
+            }
+        };
+        let slot = Slot {
+            wake: Wake::Deliver(deliver),
+            result: None,
+            waiting: false,
+        };
+        state.slots.insert(Awaited::Call(call), slot);
+        state.pump();
+        shared.nudge_reader(&state);
+        if matches!(state.reader, Reader::Vacant(_)) || state.link.is_none() {
+            // Nobody reads: the helper thread takes the socket at once (or reconnects).
+            shared.helper_wait.notify_all();
         }
     }
 
@@ -415,6 +512,80 @@ impl Iterator for Observation {
     /// The next change, waiting for it; `None` once the client is closed.
     fn next(&mut self) -> Option<KeyChange> {
         self.changes.recv().ok()
+    }
+}
+
+/// The connection of a client made by [`Client::connect_driven`], for an event loop to drive:
+/// it waits until the socket ([`Interest::socket`]) or [`Driver::wake_fd`] is readable, the
+/// socket writable when [`Interest::write`] says so, or [`Interest::deadline`] passes, and
+/// then calls [`Driver::drive`] — on the loop's thread, where the started calls' results are
+/// then delivered. Holding it does not keep the connection open.
+pub struct Driver {
+    shared: Arc<Shared>,
+}
+
+/// What a [`Driver`]'s loop waits for next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Interest {
+    /// The socket's descriptor and the connection's number (`None` while reconnecting): a new
+    /// connection may reuse a closed one's descriptor number, so a loop registers the socket
+    /// again whenever the number changes.
+    pub socket: Option<(RawFd, u64)>,
+    /// Whether bytes wait to be written: wait for writability too.
+    pub write: bool,
+    /// When to drive again at the latest (timeouts, keep-alive, lease renewals).
+    pub deadline: Option<Instant>,
+}
+
+impl Driver {
+    /// Readable when the loop should drive: after a reconnect, or when a call ended on another
+    /// thread. [`Driver::drive`] empties it.
+    pub fn wake_fd(&self) -> RawFd {
+        self.shared.interrupt_rx.as_raw_fd()
+    }
+
+    /// Makes [`Driver::wake_fd`] readable (from another thread: a result delivered there).
+    pub fn wake(&self) {
+        self.shared.interrupt();
+    }
+
+    /// Reads what arrived and acts on it (results are delivered meanwhile), writes what waits,
+    /// keeps the connection alive and times out what is due; returns what to wait for next.
+    /// Never blocks. A lost connection is reconnected by the helper thread, which makes
+    /// [`Driver::wake_fd`] readable once the new one is up.
+    pub fn drive(&self) -> Interest {
+        let mut state = lock(&self.shared.state);
+        self.shared.drain_interrupts();
+        if state.link.is_some() {
+            state.service();
+        } else {
+            state.session.expire(now_ms());
+            state.pump();
+        }
+        self.interest_in(&state)
+    }
+
+    /// What to wait for now, without driving (after calls were started).
+    pub fn interest(&self) -> Interest {
+        self.interest_in(&lock(&self.shared.state))
+    }
+
+    fn interest_in(&self, state: &State) -> Interest {
+        if state.link.is_none() && !state.closed {
+            self.shared.helper_wait.notify_all();
+        }
+        let now = Instant::now();
+        let session = (state.session.next_deadline())
+            .map(|at| now + Duration::from_millis(at.saturating_sub(now_ms())));
+        let keep_alive = state.link.as_ref().map(Link::keep_alive_deadline);
+        Interest {
+            socket: (state.link.as_ref()).map(|link| (link.fd(), state.generation)),
+            write: state.link.as_ref().is_some_and(Link::wants_write),
+            deadline: match (session, keep_alive) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            },
+        }
     }
 }
 
@@ -672,8 +843,13 @@ impl Shared {
                 state = self.reconnect(state, &mut failures);
                 continue;
             }
+            if state.driven {
+                // The driver reads; it wakes this thread once the connection is lost.
+                state = self.wait_helper(state, DRIVEN_HELPER_WAIT);
+                continue;
+            }
             match state.reader {
-                Reader::Vacant(since) if since.elapsed() >= IDLE_GRACE => {
+                Reader::Vacant(since) if since.elapsed() >= IDLE_GRACE || state.delivering() => {
                     state.reader = Reader::Helper;
                 }
                 Reader::Vacant(since) => {
@@ -681,7 +857,7 @@ impl Shared {
                     state = self.wait_helper(state, left);
                     continue;
                 }
-                Reader::Caller(_) => {
+                Reader::Caller(_) | Reader::Driver => {
                     state = self.wait_helper(state, IDLE_GRACE);
                     continue;
                 }
@@ -740,13 +916,18 @@ impl Shared {
                 debug!(client = %self.options.client_id, "reconnected");
                 state.session.set_max_packet_size(Some(link.max_outgoing));
                 state.link = Some(link);
-                state.reader = Reader::Vacant(Instant::now());
+                state.generation += 1;
                 if let Err(e) = state.session.resume(now_ms()) {
                     warn!(error = %e, "could not restore observations");
                 }
                 state.pump();
-                // A caller may wait for the socket.
-                state.hand_over();
+                if state.driven {
+                    // The driver waits on the new socket from now on.
+                    self.interrupt();
+                } else {
+                    // A caller may wait for the socket.
+                    state.hand_over();
+                }
             }
             Err(e) => {
                 *failures = failures.saturating_add(1);
@@ -809,15 +990,13 @@ impl State {
                     Received::Refused(call, code) => session.publish_refused(call, code),
                     Received::Disconnect(reason) => *disconnect = Some(reason),
                     Received::SubAck { pkid, refused } => {
-                        if let Some(slot) = slots.get_mut(&Awaited::Subscription(pkid)) {
-                            let result = match refused {
-                                None => Ok(None),
-                                Some(code) => Err(ClientError::Unreachable(format!(
-                                    "the broker refused the subscription: {code:?}"
-                                ))),
-                            };
-                            slot.finish(result, woken.as_mut());
-                        }
+                        let result = match refused {
+                            None => Ok(None),
+                            Some(code) => Err(ClientError::Unreachable(format!(
+                                "the broker refused the subscription: {code:?}"
+                            ))),
+                        };
+                        finish(slots, woken.as_mut(), Awaited::Subscription(pkid), result);
                     }
                 })
                 .and_then(|()| link.keep_alive(Instant::now()));
@@ -832,10 +1011,15 @@ impl State {
     /// The connection is gone: calls in flight fail, the helper reconnects.
     fn lose(&mut self, error: ClientError) {
         self.link = None;
-        for (awaited, slot) in &mut self.slots {
-            if matches!(awaited, Awaited::Subscription(_)) && slot.result.is_none() {
-                slot.finish(Err(ClientError::Disconnected), self.woken.as_mut());
-            }
+        let subscribing: Vec<Awaited> = (self.slots.iter())
+            .filter(|(awaited, slot)| {
+                matches!(awaited, Awaited::Subscription(_)) && slot.result.is_none()
+            })
+            .map(|(awaited, _)| *awaited)
+            .collect();
+        for awaited in subscribing {
+            let error = Err(ClientError::Disconnected);
+            finish(&mut self.slots, self.woken.as_mut(), awaited, error);
         }
         let error = self.broker_disconnect.take().unwrap_or(error);
         match error {
@@ -851,6 +1035,11 @@ impl State {
         if matches!(self.reader, Reader::Caller(_)) {
             self.reader = Reader::Vacant(Instant::now());
         }
+    }
+
+    /// Whether a started call ([`Client::start`]) waits for its result.
+    fn delivering(&self) -> bool {
+        (self.slots.values()).any(|slot| matches!(slot.wake, Wake::Deliver(_)))
     }
 
     /// Publishes what the session has to send, and hands its events to who waits for them.
@@ -875,13 +1064,19 @@ impl State {
             let Some((call, result)) = self.listeners.tell(event) else {
                 continue;
             };
-            if let Some(slot) = self.slots.get_mut(&Awaited::Call(call)) {
+            if self.slots.contains_key(&Awaited::Call(call)) {
                 if let (Ok(Completion::Lease(Some(_))), Some(held)) =
                     (&result, self.taking.remove(&call))
                 {
                     self.listeners.leases.insert(call, held);
                 }
-                slot.finish(result.map(Some), self.woken.as_mut());
+                let result = result.map(Some);
+                finish(
+                    &mut self.slots,
+                    self.woken.as_mut(),
+                    Awaited::Call(call),
+                    result,
+                );
             }
         }
     }
@@ -890,12 +1085,12 @@ impl State {
     /// [`IDLE_GRACE`]) to the helper.
     fn hand_over(&mut self) {
         self.reader = Reader::Vacant(Instant::now());
-        if let Some(slot) = self
-            .slots
-            .values()
-            .find(|s| s.waiting && s.result.is_none())
-        {
-            slot.wake.notify_one();
+        let waiting = self.slots.values().find_map(|slot| match &slot.wake {
+            Wake::Thread(wake) if slot.waiting && slot.result.is_none() => Some(wake),
+            _ => None,
+        });
+        if let Some(wake) = waiting {
+            wake.notify_one();
         }
     }
 }
