@@ -15,10 +15,12 @@
 //! failing the calls in flight as the session decides. It never runs a call's I/O while a
 //! caller could.
 
+pub mod calls;
 mod link;
 mod poll;
 mod services;
 
+pub use calls::{Call, Start};
 pub use services::{FanOut, Jobs, Lease};
 
 use std::cell::Cell;
@@ -37,7 +39,7 @@ use rumqttc::v5::mqttbytes::QoS;
 use rumqttc::v5::mqttbytes::v5::LastWill;
 use tracing::{debug, warn};
 
-use crate::client::{ClientOptions, KeyChange, SetOptions, deletion};
+use crate::client::{ClientOptions, KeyChange, SetOptions};
 use crate::listeners::{Functions, Listener, Listeners};
 use crate::{now_ms, random_u64};
 use link::{Hello, Link, Received};
@@ -330,14 +332,10 @@ impl Client {
 
     /// A state store call: its answer, or why there is none.
     pub fn call(&self, request: &Request, options: &CallOptions) -> Result<Answer, ClientError> {
-        match self
-            .handle
-            .shared
-            .run(|session, now| session.call(request, options, now))?
-        {
-            Completion::Store(answer) => Ok(answer),
-            other => Err(unexpected(other)),
-        }
+        self.wait(Call {
+            start: |session: &mut Session, now| session.call(request, options, now),
+            finish: calls::store,
+        })
     }
 
     /// Starts a call of the session (`start` makes it) and returns at once: `deliver` gets its
@@ -348,31 +346,7 @@ impl Client {
         start: impl FnOnce(&mut Session, u64) -> Result<CallId, ClientError>,
         deliver: Deliver,
     ) {
-        let shared = &self.handle.shared;
-        let mut state = lock(&shared.state);
-        let started = match state.closed {
-            true => Err(ClientError::Disconnected),
-            false => start(&mut state.session, now_ms()),
-        };
-        let call = match started {
-            Ok(call) => call,
-            Err(e) => {
-                drop(state);
-                return deliver(Err(e));
-            }
-        };
-        let slot = Slot {
-            wake: Wake::Deliver(deliver),
-            result: None,
-            waiting: false,
-        };
-        state.slots.insert(Awaited::Call(call), slot);
-        state.pump();
-        shared.nudge_reader(&state);
-        if matches!(state.reader, Reader::Vacant(_)) || state.link.is_none() {
-            // Nobody reads: the helper thread takes the socket at once (or reconnects).
-            shared.helper_wait.notify_all();
-        }
+        (self.handle.shared).start(|state, now| start(&mut state.session, now), |_| deliver);
     }
 
     /// SET `key` to `value`.
@@ -382,16 +356,12 @@ impl Client {
         value: impl Into<Bytes>,
         options: SetOptions,
     ) -> Result<SetResult, ClientError> {
-        let (request, call_options) = options.request(key.into(), value.into());
-        Ok(self.call(&request, &call_options)?.into_set_result())
+        self.wait(calls::set(key.into(), value.into(), options))
     }
 
     /// GET `key`: its value and version, or `None` when absent.
     pub fn get(&self, key: impl Into<Bytes>) -> Result<Option<Versioned>, ClientError> {
-        let request = Request::Get { key: key.into() };
-        Ok(self
-            .call(&request, &CallOptions::default())?
-            .into_versioned())
+        self.wait(calls::get(key.into()))
     }
 
     /// DEL `key`.
@@ -400,8 +370,7 @@ impl Client {
         key: impl Into<Bytes>,
         fencing_token: Option<Hlc>,
     ) -> Result<Deletion, ClientError> {
-        let (request, options) = deletion(key.into(), None, fencing_token);
-        Ok(self.call(&request, &options)?.into_deletion())
+        self.wait(calls::delete(key.into(), None, fencing_token))
     }
 
     /// VDEL: delete `key` only if it holds `value`.
@@ -411,8 +380,7 @@ impl Client {
         value: impl Into<Bytes>,
         fencing_token: Option<Hlc>,
     ) -> Result<Deletion, ClientError> {
-        let (request, options) = deletion(key.into(), Some(value.into()), fencing_token);
-        Ok(self.call(&request, &options)?.into_deletion())
+        self.wait(calls::delete(key.into(), Some(value.into()), fencing_token))
     }
 
     /// Every key matching `pattern` (the SCAN dialect), all pages collected.
@@ -437,8 +405,7 @@ impl Client {
         pattern: Bytes,
         token: Option<Bytes>,
     ) -> Result<(Vec<Bytes>, Option<Bytes>), ClientError> {
-        let request = Request::Scan { pattern, token };
-        self.call(&request, &CallOptions::default())?.into_page()
+        self.wait(calls::scan_page(pattern, token))
     }
 
     /// Observes `key`: every change (SET, DEL, VDEL, expiry) arrives on the returned
@@ -459,12 +426,7 @@ impl Client {
     ) -> Result<(), ClientError> {
         let key = key.into();
         let shared = &self.handle.shared;
-        lock(&shared.state)
-            .listeners
-            .observers
-            .entry(key.clone())
-            .or_default()
-            .push(on_change);
+        self.listen(&key, on_change);
         let registered = shared.run(|session, now| session.observe(key.clone(), now));
         if let Err(e) = registered {
             lock(&shared.state).listeners.observers.remove(&key);
@@ -473,13 +435,45 @@ impl Client {
         Ok(())
     }
 
+    /// [`Client::observe_with`], started: `deliver` hears whether the observation is
+    /// registered (see [`Client::start`]). Should it fail, `on_change` stays until it returns
+    /// false.
+    pub fn start_observe(
+        &self,
+        key: Bytes,
+        on_change: Listener<KeyChange>,
+        deliver: impl FnOnce(Result<(), ClientError>) + Send + 'static,
+    ) {
+        self.listen(&key, on_change);
+        self.start(
+            move |session, now| session.observe(key, now),
+            Box::new(move |finished| deliver(finished.map(drop))),
+        );
+    }
+
+    fn listen(&self, key: &Bytes, on_change: Listener<KeyChange>) {
+        (lock(&self.handle.shared.state).listeners.observers)
+            .entry(key.clone())
+            .or_default()
+            .push(on_change);
+    }
+
+    /// Stops observing `key` (its observations end) and returns the call that tells the
+    /// server so.
+    pub fn unobserving(&self, key: Bytes) -> Call<impl Start, ()> {
+        lock(&self.handle.shared.state)
+            .listeners
+            .observers
+            .remove(&key);
+        Call {
+            start: move |session: &mut Session, now| session.unobserve(key, now),
+            finish: |_| Ok(()),
+        }
+    }
+
     /// Stops observing `key`; its observations end.
     pub fn unobserve(&self, key: impl Into<Bytes>) -> Result<(), ClientError> {
-        let key = key.into();
-        let shared = &self.handle.shared;
-        lock(&shared.state).listeners.observers.remove(&key);
-        shared.run(|session, now| session.unobserve(key, now))?;
-        Ok(())
+        self.wait(self.unobserving(key.into()))
     }
 
     /// Disconnects politely (the broker does not publish the presence Will) and returns once
@@ -634,23 +628,67 @@ impl Shared {
         add: impl FnOnce(&mut State) -> Result<Vec<String>, ClientError>,
     ) -> Result<(), ClientError> {
         let mut state = lock(&self.state);
-        if state.closed {
-            return Err(ClientError::Disconnected);
+        match state.subscribe(add)? {
+            Some(pkid) => self.wait(state, Awaited::Subscription(pkid)).map(drop),
+            None => Ok(()),
         }
-        let filters = add(&mut state)?;
-        if filters.is_empty() {
-            return Ok(());
-        }
-        let Some(link) = &mut state.link else {
-            return Err(ClientError::Disconnected);
+    }
+
+    /// Starts a call (`start` makes it) whose result goes to the [`Deliver`] that `deliver`
+    /// makes, given the call's id (`None`: the call did not start, and the error goes there).
+    fn start(
+        &self,
+        start: impl FnOnce(&mut State, u64) -> Result<CallId, ClientError>,
+        deliver: impl FnOnce(Option<CallId>) -> Deliver,
+    ) {
+        let mut state = lock(&self.state);
+        let started = match state.closed {
+            true => Err(ClientError::Disconnected),
+            false => start(&mut state, now_ms()),
         };
-        match link.subscribe(filters) {
-            Ok(pkid) => self.wait(state, Awaited::Subscription(pkid)).map(drop),
+        let call = match started {
+            Ok(call) => call,
             Err(e) => {
-                state.lose(e);
-                Err(ClientError::Disconnected)
+                drop(state);
+                return deliver(None)(Err(e));
             }
+        };
+        let slot = Slot {
+            wake: Wake::Deliver(deliver(Some(call))),
+            result: None,
+            waiting: false,
+        };
+        state.slots.insert(Awaited::Call(call), slot);
+        state.pump();
+        self.nudge_reader(&state);
+        if matches!(state.reader, Reader::Vacant(_)) || state.link.is_none() {
+            // Nobody reads: the helper thread takes the socket at once (or reconnects).
+            self.helper_wait.notify_all();
         }
+    }
+
+    /// [`Shared::subscribe`], started: `deliver` hears when the broker acknowledged it.
+    fn start_subscribe(
+        &self,
+        add: impl FnOnce(&mut State) -> Result<Vec<String>, ClientError>,
+        deliver: impl FnOnce(Result<(), ClientError>) + Send + 'static,
+    ) {
+        let mut state = lock(&self.state);
+        let pkid = match state.subscribe(add) {
+            Ok(Some(pkid)) => pkid,
+            subscribed => {
+                drop(state);
+                return deliver(subscribed.map(drop));
+            }
+        };
+        let wake = Wake::Deliver(Box::new(move |finished| deliver(finished.map(drop))));
+        let slot = Slot {
+            wake,
+            result: None,
+            waiting: false,
+        };
+        state.slots.insert(Awaited::Subscription(pkid), slot);
+        self.nudge_reader(&state);
     }
 
     /// Waits for `awaited`, reading the socket meanwhile when it is this thread's turn.
@@ -1034,6 +1072,32 @@ impl State {
         }
         if matches!(self.reader, Reader::Caller(_)) {
             self.reader = Reader::Vacant(Instant::now());
+        }
+    }
+
+    /// Adds what `add` registers and subscribes to the filters it gives: the SUBSCRIBE's packet
+    /// id, or `None` when they are subscribed already. While disconnected the session keeps
+    /// them: the reconnect subscribes to them with the rest.
+    fn subscribe(
+        &mut self,
+        add: impl FnOnce(&mut State) -> Result<Vec<String>, ClientError>,
+    ) -> Result<Option<u16>, ClientError> {
+        if self.closed {
+            return Err(ClientError::Disconnected);
+        }
+        let filters = add(self)?;
+        if filters.is_empty() {
+            return Ok(None);
+        }
+        let Some(link) = &mut self.link else {
+            return Err(ClientError::Disconnected);
+        };
+        match link.subscribe(filters) {
+            Ok(pkid) => Ok(Some(pkid)),
+            Err(e) => {
+                self.lose(e);
+                Err(ClientError::Disconnected)
+            }
         }
     }
 

@@ -10,43 +10,34 @@ use std::time::Duration;
 use bytes::Bytes;
 use serde_json::Value;
 
-use super::{Awaited, Client, Slot, lock, unexpected};
+use super::{Awaited, Call, Client, Slot, Start, State, calls, lock, unexpected};
 use crate::Listener;
 use crate::client::KeyspaceEvent;
-use crate::commands::{
-    DEFINITIONS_TIMEOUT_MS, FanOutSummary, command_reply, definitions_answer, status_record,
-};
-use crate::jobs::{ExecutionFilter, StartNext, describe, described};
+use crate::commands::{FanOutSummary, command_reply};
+use crate::jobs::{ExecutionFilter, StartNext};
 use crate::now_ms;
 use mqstore_core::client::commands::CommandReply;
-use mqstore_core::client::jobs::{DeviceRequest, JobNotification, Update, parse, read_execution};
+use mqstore_core::client::jobs::{JobNotification, Update};
 use mqstore_core::client::{CallId, ClientError};
-use mqstore_core::commands::{CommandRequest, DEFAULT_TIMEOUT_MS, Record};
+use mqstore_core::commands::{CommandRequest, Record};
 use mqstore_core::jobs::{
-    ExecutionListing, ExecutionRef, JobDescription, JobExecution, JobListing, JobSpec,
-    OperatorRequest, PendingJobs, UpdateAccepted,
+    ExecutionListing, JobDescription, JobExecution, JobListing, JobSpec, OperatorRequest,
+    PendingJobs, UpdateAccepted,
 };
 use mqstore_core::session::Completion;
+use mqstore_core::session::Session;
 
 impl Client {
     /// Any jobs operator call (AWS's field names: docs/protocol/jobs.md §5), answered with the
     /// answer's JSON.
     pub fn operate(&self, request: &OperatorRequest) -> Result<Value, ClientError> {
-        jobs_answer(
-            self.handle
-                .shared
-                .run(|session, now| Ok(session.jobs_operate(request, None, now)))?,
-        )
+        self.wait(calls::operate(request))
     }
 
     /// Any jobs operator call given as its JSON (`{"op": ..., ...}`), sent as it is: the
     /// service checks it.
     pub fn operate_json(&self, request: &Value) -> Result<Value, ClientError> {
-        jobs_answer(
-            self.handle
-                .shared
-                .run(|session, now| Ok(session.jobs_operate_json(request, None, now)))?,
-        )
+        self.wait(calls::operate_json(request))
     }
 
     /// Creates a job and queues an execution of it on every target (operator API).
@@ -68,8 +59,7 @@ impl Client {
 
     /// A job: its document, targets, settings and how many executions are in each status.
     pub fn describe_job(&self, job_id: &str) -> Result<JobDescription, ClientError> {
-        let job_id = job_id.to_owned();
-        parse(self.operate(&OperatorRequest::DescribeJob { job_id })?)
+        self.wait(calls::describe_job(job_id))
     }
 
     /// Deletes `thing`'s execution of `job_id` (an IN_PROGRESS one only with `force`).
@@ -79,12 +69,7 @@ impl Client {
         thing: &str,
         force: bool,
     ) -> Result<(), ClientError> {
-        let request = OperatorRequest::DeleteExecution {
-            job_id: job_id.to_owned(),
-            thing: thing.to_owned(),
-            force,
-        };
-        self.operate(&request).map(drop)
+        self.wait(calls::delete_job_execution(job_id, thing, force))
     }
 
     /// The latest execution of `job_id` on `thing`.
@@ -93,16 +78,12 @@ impl Client {
         job_id: &str,
         thing: &str,
     ) -> Result<JobExecution, ClientError> {
-        let request = OperatorRequest::DescribeExecution {
-            job_id: job_id.to_owned(),
-            thing: thing.to_owned(),
-        };
-        parse(self.operate(&request)?)
+        self.wait(calls::describe_job_execution(job_id, thing))
     }
 
     /// Every job.
     pub fn list_jobs(&self) -> Result<Vec<JobListing>, ClientError> {
-        parse(self.operate(&OperatorRequest::list_jobs())?)
+        self.wait(calls::list_jobs())
     }
 
     /// The latest executions, narrowed by `filter`.
@@ -110,7 +91,7 @@ impl Client {
         &self,
         filter: ExecutionFilter,
     ) -> Result<Vec<ExecutionListing>, ClientError> {
-        parse(self.operate(&filter.request())?)
+        self.wait(calls::list_job_executions(filter))
     }
 
     /// Acts as `thing` in the AWS IoT Jobs device API: subscribes to its replies and
@@ -133,16 +114,7 @@ impl Client {
         thing: &str,
         on_notification: Listener<JobNotification>,
     ) -> Result<Jobs, ClientError> {
-        self.handle.shared.subscribe(|state| {
-            let filters = state.session.act_as(thing)?;
-            state
-                .listeners
-                .things
-                .entry(thing.to_owned())
-                .or_default()
-                .push(on_notification);
-            Ok(filters)
-        })?;
+        (self.handle.shared).subscribe(|state| act_as(state, thing, on_notification))?;
         Ok(Jobs {
             client: self.clone(),
             thing: thing.to_owned(),
@@ -150,31 +122,33 @@ impl Client {
         })
     }
 
+    /// [`Client::jobs_with`], started: `deliver` hears once the thing's topics are subscribed
+    /// (see [`Client::start`]); its calls are [`calls::device`]'s.
+    pub fn start_jobs_with(
+        &self,
+        thing: &str,
+        on_notification: Listener<JobNotification>,
+        deliver: impl FnOnce(Result<(), ClientError>) + Send + 'static,
+    ) {
+        (self.handle.shared)
+            .start_subscribe(|state| act_as(state, thing, on_notification), deliver);
+    }
+
     /// Asks `mqstore serve` to send `request` to a device (see the async client's
     /// `command`): the device's answer, DELIVERED (one-way) or SENT (detached).
     pub fn command(&self, request: &CommandRequest) -> Result<CommandReply, ClientError> {
-        command_reply(
-            self.handle
-                .shared
-                .run(|session, now| Ok(session.command(request, now)))?,
-        )
+        self.wait(calls::command(request))
     }
 
     /// Command `id`'s status record (kept three timeouts after it was sent).
     pub fn command_status(&self, id: &str) -> Result<Record, ClientError> {
-        status_record(
-            self.handle
-                .shared
-                .run(|session, now| Ok(session.command_status(id, DEFAULT_TIMEOUT_MS, now)))?,
-        )
+        self.wait(calls::command_status(id))
     }
 
     /// A stored-commands call, as its JSON (`{"op": "create", "command": {…}}`, `{"op":
     /// "get" | "delete", "commandId": …}`, `{"op": "list"}`): the service's JSON answer.
     pub fn command_definitions(&self, request: &Value) -> Result<Value, ClientError> {
-        definitions_answer(self.handle.shared.run(|session, now| {
-            Ok(session.command_definitions(request, DEFINITIONS_TIMEOUT_MS, now))
-        })?)
+        self.wait(calls::command_definitions(request))
     }
 
     /// Sends one command to each of `requests`' devices, all in flight at once: their results
@@ -209,44 +183,80 @@ impl Client {
     /// Every command's status changes from now on (the command service's events).
     pub fn watch_commands(&self) -> Result<mpsc::Receiver<Record>, ClientError> {
         let (records, receiver) = mpsc::channel();
-        self.handle.shared.subscribe(|state| {
-            let listener: Listener<Record> = Box::new(move |record| records.send(record).is_ok());
-            state.listeners.command_watchers.push(listener);
-            Ok(state
-                .session
-                .watch_commands()
-                .into_iter()
-                .map(str::to_owned)
-                .collect())
-        })?;
+        let listener = Box::new(move |record| records.send(record).is_ok());
+        (self.handle.shared).subscribe(|state| watch_commands(state, listener))?;
         Ok(receiver)
+    }
+
+    /// [`Client::watch_commands`], each record handed to `on_record` (see
+    /// [`Client::observe_with`]), started: `deliver` hears once subscribed.
+    pub fn start_watch_commands(
+        &self,
+        on_record: Listener<Record>,
+        deliver: impl FnOnce(Result<(), ClientError>) + Send + 'static,
+    ) {
+        (self.handle.shared).start_subscribe(|state| watch_commands(state, on_record), deliver);
     }
 
     /// Every key made or deleted from now on (the server's keyspace events: QoS 0, possibly
     /// out of order across nodes).
     pub fn watch_keyspace(&self) -> Result<mpsc::Receiver<KeyspaceEvent>, ClientError> {
         let (events, receiver) = mpsc::channel();
-        self.handle.shared.subscribe(|state| {
-            let listener: Listener<KeyspaceEvent> =
-                Box::new(move |event| events.send(event).is_ok());
-            state.listeners.keyspace_watchers.push(listener);
-            Ok(state
-                .session
-                .watch_keyspace()
-                .into_iter()
-                .map(str::to_owned)
-                .collect())
-        })?;
+        let listener = Box::new(move |event| events.send(event).is_ok());
+        (self.handle.shared).subscribe(|state| watch_keyspace(state, listener))?;
         Ok(receiver)
+    }
+
+    /// [`Client::watch_keyspace`], each event handed to `on_event` (see
+    /// [`Client::observe_with`]), started: `deliver` hears once subscribed.
+    pub fn start_watch_keyspace(
+        &self,
+        on_event: Listener<KeyspaceEvent>,
+        deliver: impl FnOnce(Result<(), ClientError>) + Send + 'static,
+    ) {
+        (self.handle.shared).start_subscribe(|state| watch_keyspace(state, on_event), deliver);
     }
 }
 
-/// A jobs call's JSON answer, from its completion.
-fn jobs_answer(completion: Completion) -> Result<Value, ClientError> {
-    match completion {
-        Completion::Jobs(value) => Ok(value),
-        other => Err(unexpected(other)),
-    }
+/// Registers `on_notification` for `thing`: the filters to subscribe to.
+fn act_as(
+    state: &mut State,
+    thing: &str,
+    on_notification: Listener<JobNotification>,
+) -> Result<Vec<String>, ClientError> {
+    let filters = state.session.act_as(thing)?;
+    (state.listeners.things.entry(thing.to_owned()))
+        .or_default()
+        .push(on_notification);
+    Ok(filters)
+}
+
+/// Registers a watcher of every command's status: the filters to subscribe to.
+fn watch_commands(
+    state: &mut State,
+    on_record: Listener<Record>,
+) -> Result<Vec<String>, ClientError> {
+    state.listeners.command_watchers.push(on_record);
+    Ok(state
+        .session
+        .watch_commands()
+        .into_iter()
+        .map(str::to_owned)
+        .collect())
+}
+
+/// Registers a watcher of the keyspace: the filters to subscribe to.
+fn watch_keyspace(
+    state: &mut State,
+    on_event: Listener<KeyspaceEvent>,
+) -> Result<Vec<String>, ClientError> {
+    state.listeners.keyspace_watchers.push(on_event);
+    Ok(state
+        .session
+        .watch_keyspace()
+        .into_iter()
+        .map(str::to_owned)
+        .collect())
 }
 
 /// One thing's side of jobs: its pending list, start-next, describe, update, and its
@@ -265,42 +275,32 @@ impl Jobs {
         &self.thing
     }
 
-    fn call(&self, request: DeviceRequest) -> Result<Value, ClientError> {
-        jobs_answer(
-            self.client
-                .handle
-                .shared
-                .run(|session, now| session.jobs_device(&self.thing, &request, None, now))?,
-        )
-    }
-
     /// The pending list: IN_PROGRESS and QUEUED executions.
     pub fn pending(&self) -> Result<PendingJobs, ClientError> {
-        parse(self.call(DeviceRequest::GetPending)?)
+        self.client.wait(calls::pending(&self.thing))
     }
 
     /// Starts the first QUEUED execution (or returns the IN_PROGRESS one); `None` when
     /// nothing is pending.
     pub fn start_next(&self, options: StartNext) -> Result<Option<JobExecution>, ClientError> {
-        read_execution(self.call(options.request())?)
+        self.client.wait(calls::start_next(&self.thing, options))
     }
 
     /// The latest execution of `job_id` on this thing, with its document.
     pub fn describe(&self, job_id: &str) -> Result<JobExecution, ClientError> {
-        described(read_execution(
-            self.call(describe(ExecutionRef::Job(job_id.to_owned())))?,
-        )?)
+        self.client
+            .wait(calls::describe_execution(&self.thing, job_id))
     }
 
     /// The first pending execution, with its document; `None` when nothing is pending.
     pub fn describe_next(&self) -> Result<Option<JobExecution>, ClientError> {
-        read_execution(self.call(describe(ExecutionRef::Next))?)
+        self.client.wait(calls::describe_next(&self.thing))
     }
 
     /// Updates an execution (its status, details, step timer); rejected with
     /// `VersionMismatch` when `expected_version` is set and differs.
     pub fn update(&self, update: Update) -> Result<UpdateAccepted, ClientError> {
-        parse(self.call(DeviceRequest::Update(update))?)
+        self.client.wait(calls::update(&self.thing, update))
     }
 
     /// The next `notify` or `notify-next` for this thing, waiting up to `timeout`; `None`
@@ -371,6 +371,40 @@ impl Client {
         Ok(Some(Lease::held(client.clone(), key, id, token, held)))
     }
 
+    /// [`Client::lease`], started: `deliver` gets the lease, or `None` when someone else
+    /// holds the key (see [`Client::start`]).
+    pub fn start_lease(
+        &self,
+        key: Bytes,
+        ttl: Duration,
+        timeout: Option<Duration>,
+        deliver: impl FnOnce(Result<Option<Lease>, ClientError>) + Send + 'static,
+    ) {
+        let held = Arc::new(AtomicBool::new(true));
+        let ttl_ms = (ttl.as_millis() as u64).max(1);
+        let wait_ms = timeout.map(|w| w.as_millis() as u64);
+        let (client, taken, leased) = (self.clone(), held.clone(), key.clone());
+        self.handle.shared.start(
+            |state, now| {
+                let id = state.session.lease(leased, ttl_ms, wait_ms, now)?;
+                // The flag goes with the call (see `lease`).
+                state.taking.insert(id, taken);
+                Ok(id)
+            },
+            move |id| {
+                Box::new(move |finished| {
+                    let lease = finished.and_then(calls::answered).and_then(|c| match c {
+                        Completion::Lease(token) => Ok(token
+                            .zip(id)
+                            .map(|(token, id)| Lease::held(client, key, id, token, held))),
+                        other => Err(unexpected(other)),
+                    });
+                    deliver(lease)
+                })
+            },
+        );
+    }
+
     /// Campaigns until this client leads (holds the lease on `key`), then returns the lease.
     pub fn lead(&self, key: impl Into<Bytes>, ttl: Duration) -> Result<Lease, ClientError> {
         let key = key.into();
@@ -385,13 +419,26 @@ impl Client {
 impl Lease {
     /// Releases the lease (VDEL: only if this client still holds it). Returns whether it was
     /// still held.
-    pub fn release(mut self) -> Result<bool, ClientError> {
+    pub fn release(self) -> Result<bool, ClientError> {
+        let client = self.client.clone();
+        client.wait(self.releasing())
+    }
+
+    /// Stops renewing the lease and returns the call that releases it (VDEL: only if this
+    /// client still holds it), whose value says whether it was still held.
+    pub fn releasing(mut self) -> Call<impl Start, bool> {
         self.released = true;
-        let shared = &self.client.handle.shared;
-        lock(&shared.state).listeners.leases.remove(&self.id);
-        match shared.run(|session, now| session.release_lease(self.id, now))? {
-            Completion::Released(held) => Ok(held),
-            other => Err(unexpected(other)),
+        lock(&self.client.handle.shared.state)
+            .listeners
+            .leases
+            .remove(&self.id);
+        let id = self.id;
+        Call {
+            start: move |session: &mut Session, now| session.release_lease(id, now),
+            finish: |c| match c {
+                Completion::Released(held) => Ok(held),
+                other => Err(unexpected(other)),
+            },
         }
     }
 }
