@@ -1,8 +1,8 @@
-//! The native client: `mqstore_net::blocking::Client` (for `mqstore.Client`: each call made
-//! on the calling thread) or `mqstore_net::client::Client` (for `mqstore.AsyncClient`: calls
-//! as asyncio futures), chosen at connect by `aio`, with `net::lease` behind Python classes.
-//! Every call takes `aio` too, and it must name the client's kind. Arguments arrive checked
-//! and converted by the Python layer (`mqstore/_client.py`).
+//! The native client: a `mqstore_net::blocking::Client` — for `mqstore.Client`, each call
+//! made on the calling thread; for `mqstore.AsyncClient`, driven by the asyncio event loop
+//! (`driven.rs`), each call an asyncio future resolved on the loop's thread. Every call takes
+//! `aio`, and it must name the client's kind. Arguments arrive checked and converted by the
+//! Python layer (`mqstore/_client.py`).
 
 use std::sync::Arc;
 use std::sync::Mutex;
@@ -12,20 +12,17 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use mqstore_core::codec::Condition;
-use mqstore_net::blocking;
-use mqstore_net::client::{
-    Client as AsyncClient, ClientOptions, KeyChange, Observation as AsyncObservation, ScanPages,
-    SetOptions,
-};
-use mqstore_net::lease::{self, Lease as AsyncLease};
-use mqstore_net::{TlsConfig, random_u64};
+use mqstore_net::blocking::{self, calls};
+use mqstore_net::client::{ClientOptions, KeyChange, SetOptions};
+use mqstore_net::{Listener, TlsConfig, random_u64};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedBytes;
-use pyo3::types::PyBytes;
+use pyo3::types::{PyBytes, PyCFunction};
 
+use crate::driven::{Driven, Queue, lock, running_loop};
 use crate::errors::Failure;
-use crate::runtime::{ToPy, awaitable, client, receive};
+use crate::runtime::{ToPy, client, enter_python, receive};
 use crate::types::{Hlc, Keys, py_bytes};
 
 /// Bytes that Python owns, shared with Rust without a copy.
@@ -37,13 +34,12 @@ fn token(fencing_token: Option<PyRef<'_, Hlc>>) -> Option<mqstore_core::hlc::Hlc
     fencing_token.map(|t| t.0.clone())
 }
 
-/// The connection a native client drives (or a handle made from it, as a thing's jobs).
+/// The connection a native client makes its calls on.
 #[derive(Clone)]
-pub(crate) enum Core<B = blocking::Client, A = AsyncClient> {
-    /// `mqstore.Client`'s: calls run on the calling thread.
-    Blocking(B),
-    /// `mqstore.AsyncClient`'s: calls run on the module's tokio runtime.
-    Async(A),
+pub(crate) struct Conn {
+    pub client: blocking::Client,
+    /// An `AsyncClient`'s event loop driving it; `None`: a blocking `Client`'s.
+    pub driven: Option<Arc<Driven>>,
 }
 
 /// A call of the other kind of client than the one connected: a bug of the Python layer.
@@ -53,33 +49,34 @@ pub(crate) fn other_kind() -> PyErr {
     )
 }
 
-/// A call of either kind of client, given as the same method call on both (awaited on the
-/// async one): the blocking one's made now on this thread, the async one's returned as an
-/// asyncio future. `then` turns the call's value into what Python gets.
-macro_rules! either {
-    ($py:expr, $core:expr, |$c:ident| $call:expr) => {
-        either!($py, $core, |$c| $call, |value| Ok(value))
+/// A call (`blocking::calls`) on either kind of client: a blocking one's made now on this
+/// thread, a driven one's started and returned as an asyncio future. `then` turns the call's
+/// value into what Python gets.
+macro_rules! call {
+    ($py:expr, $conn:expr, $call:expr) => {
+        call!($py, $conn, $call, |value| Ok(value))
     };
-    ($py:expr, $core:expr, |$c:ident| $call:expr, |$value:ident| $then:expr) => {
-        match $core {
-            $crate::client::Core::Blocking($c) => $crate::runtime::blocking($py, move || {
-                let $value = $crate::runtime::client($call)?;
-                $then
-            }),
-            $crate::client::Core::Async($c) => $crate::runtime::awaitable($py, async move {
-                let $value = $crate::runtime::client($call.await)?;
-                $then
-            }),
+    ($py:expr, $conn:expr, $call:expr, |$value:ident| $then:expr) => {{
+        let conn: $crate::client::Conn = $conn;
+        match conn.driven {
+            None => {
+                let c = conn.client;
+                $crate::runtime::blocking($py, move || {
+                    let $value = $crate::runtime::client(c.wait($call))?;
+                    $then
+                })
+            }
+            Some(driven) => driven.call($py, &conn.client, $call, move |$value| $then),
         }
-    };
+    }};
 }
-pub(crate) use either;
+pub(crate) use call;
 
 /// A connection to the broker, for the state store. Usable from any thread of the process
-/// that made it.
+/// that made it (an `AsyncClient`'s, from its loop's).
 #[pyclass(frozen, module = "mqstore._native")]
 pub struct Client {
-    core: Core,
+    conn: Conn,
     /// The process that connected: after `fork()` the child has none of its threads.
     pid: u32,
 }
@@ -94,15 +91,21 @@ pub(crate) fn same_process(owner: u32) -> PyResult<()> {
     Ok(())
 }
 
+/// Fails unless `aio` names the kind of `conn` (a bug of the Python layer otherwise).
+pub(crate) fn kind(conn: &Conn, aio: bool) -> PyResult<()> {
+    if aio != conn.driven.is_some() {
+        return Err(other_kind());
+    }
+    Ok(())
+}
+
 impl Client {
     /// The connection, unless this is a child process that inherited it through `fork()` or
     /// `aio` does not name its kind (a bug of the Python layer).
-    pub(crate) fn live(&self, aio: bool) -> PyResult<Core> {
+    pub(crate) fn live(&self, aio: bool) -> PyResult<Conn> {
         same_process(self.pid)?;
-        if aio != matches!(self.core, Core::Async(_)) {
-            return Err(other_kind());
-        }
-        Ok(self.core.clone())
+        kind(&self.conn, aio)?;
+        Ok(self.conn.clone())
     }
 
     /// The process that connected.
@@ -110,9 +113,10 @@ impl Client {
         self.pid
     }
 
-    /// The connection, whichever kind it is.
-    pub(crate) fn core(&self) -> Core {
-        self.core.clone()
+    /// The connection, whichever kind it is, unless this is a forked child.
+    pub(crate) fn conn(&self) -> PyResult<Conn> {
+        same_process(self.pid)?;
+        Ok(self.conn.clone())
     }
 }
 
@@ -122,98 +126,120 @@ impl ToPy for Client {
     }
 }
 
-/// Changes, or notifications, or records, as either kind of client delivers them: an async
-/// stream (`A`), or a channel a blocking client's listener fills.
-pub(crate) enum Stream<A, T> {
-    Async(Arc<tokio::sync::Mutex<A>>),
-    Blocking(Arc<Mutex<mpsc::Receiver<T>>>),
+/// Changes, or notifications, or records, as either kind of client delivers them: a channel
+/// that a blocking client's listener fills, or a driven client's [`Queue`].
+pub(crate) enum Stream<T> {
+    Blocking {
+        items: Arc<Mutex<mpsc::Receiver<T>>>,
+        ended: Arc<AtomicBool>,
+        to_py: fn(Python<'_>, T) -> PyResult<Py<PyAny>>,
+    },
+    Driven(Arc<Queue<T>>),
 }
 
-impl<A, T> Clone for Stream<A, T> {
-    fn clone(&self) -> Self {
-        match self {
-            Stream::Async(a) => Stream::Async(a.clone()),
-            Stream::Blocking(b) => Stream::Blocking(b.clone()),
-        }
-    }
-}
-
-/// A blocking client's stream: its listener's channel.
-impl<A, T> From<mpsc::Receiver<T>> for Stream<A, T> {
-    fn from(items: mpsc::Receiver<T>) -> Self {
-        Stream::Blocking(Arc::new(Mutex::new(items)))
-    }
-}
-
-/// The async client's streams.
-macro_rules! async_streams {
-    ($($stream:ty),*) => {$(
-        impl<T> From<$stream> for Stream<$stream, T> {
-            fn from(stream: $stream) -> Self {
-                Stream::Async(Arc::new(tokio::sync::Mutex::new(stream)))
+impl<T: Send + 'static> Stream<T> {
+    /// A stream of `conn`'s kind, and the listener that feeds it; `ended` is set once a `next`
+    /// finds it ended, `to_py` makes an item Python's.
+    pub(crate) fn open(
+        conn: &Conn,
+        ended: Arc<AtomicBool>,
+        to_py: fn(Python<'_>, T) -> PyResult<Py<PyAny>>,
+    ) -> (Listener<T>, Stream<T>) {
+        match &conn.driven {
+            None => {
+                let (tx, items) = mpsc::channel();
+                let listener: Listener<T> = Box::new(move |item| tx.send(item).is_ok());
+                let items = Arc::new(Mutex::new(items));
+                (
+                    listener,
+                    Stream::Blocking {
+                        items,
+                        ended,
+                        to_py,
+                    },
+                )
+            }
+            Some(driven) => {
+                let queue = Queue::new(driven.clone(), ended, to_py);
+                (queue.listener(), Stream::Driven(queue))
             }
         }
-    )*};
-}
+    }
 
-async_streams!(
-    AsyncObservation,
-    mqstore_net::commands::CommandWatch,
-    mqstore_net::client::KeyspaceWatch,
-    Arc<mqstore_net::jobs::Jobs>
-);
-
-impl<A: Send + 'static, T: Send + 'static> Stream<A, T> {
     /// The next item, waiting up to `timeout_ms` (`None`: until one comes): blocking (`aio`
-    /// false) or as an asyncio future. `next` takes the async stream's next item; `ended`, if
-    /// given, is set once the stream is found ended.
-    pub(crate) fn next<R, F>(
+    /// false) or as an asyncio future; `None` when the time passed or the stream ended.
+    pub(crate) fn next(
         &self,
         py: Python<'_>,
         timeout_ms: Option<u64>,
         aio: bool,
-        ended: Option<Arc<AtomicBool>>,
-        next: impl FnOnce(tokio::sync::OwnedMutexGuard<A>) -> F + Send + 'static,
-        then: impl FnOnce(T) -> Result<R, Failure> + Send + 'static,
-    ) -> PyResult<Py<PyAny>>
-    where
-        F: std::future::Future<Output = Result<(Option<R>, bool), Failure>> + Send + 'static,
-        R: ToPy,
-    {
+    ) -> PyResult<Py<PyAny>> {
         let timeout = timeout_ms.map(Duration::from_millis);
         match (self, aio) {
-            (Stream::Blocking(items), false) => {
-                match receive(py, items, timeout, ended.as_deref())? {
-                    Some(item) => then(item).map_err(|e| e.into_py_err(py))?.to_py(py),
-                    None => Ok(py.None()),
-                }
-            }
-            (Stream::Async(stream), true) => {
-                let stream = stream.clone();
-                awaitable(py, async move {
-                    let guard = stream.lock_owned().await;
-                    let (item, end) = match timeout {
-                        None => next(guard).await?,
-                        Some(t) => match tokio::time::timeout(t, next(guard)).await {
-                            Ok(next) => next?,
-                            Err(_) => return Ok(None),
-                        },
-                    };
-                    if let (true, Some(ended)) = (end, ended) {
-                        ended.store(true, Ordering::Relaxed);
-                    }
-                    Ok::<_, Failure>(item)
-                })
-            }
+            (
+                Stream::Blocking {
+                    items,
+                    ended,
+                    to_py,
+                },
+                false,
+            ) => match receive(py, items, timeout, Some(ended))? {
+                Some(item) => to_py(py, item),
+                None => Ok(py.None()),
+            },
+            (Stream::Driven(queue), true) => queue.next(py, timeout),
             _ => Err(other_kind()),
+        }
+    }
+
+    /// Whether a `next` found the stream ended.
+    pub(crate) fn ended(&self) -> bool {
+        match self {
+            Stream::Blocking { ended, .. } => ended.load(Ordering::Relaxed),
+            Stream::Driven(queue) => queue.ended(),
         }
     }
 }
 
+/// Subscribes a new stream of `conn`'s kind with `subscribe` (given the stream's listener and,
+/// on a driven client, where the subscription's outcome goes): the object `wrap` makes of the
+/// stream once subscribed — now (blocking) or as an asyncio future.
+pub(crate) fn subscribed<T: Send + 'static, W: ToPy>(
+    py: Python<'_>,
+    conn: Conn,
+    to_py: fn(Python<'_>, T) -> PyResult<Py<PyAny>>,
+    subscribe: impl FnOnce(
+        &blocking::Client,
+        Listener<T>,
+        Option<Subscribed>,
+    ) -> Result<(), mqstore_core::client::ClientError>
+    + Send,
+    wrap: impl FnOnce(Stream<T>) -> W + Send + 'static,
+) -> PyResult<Py<PyAny>> {
+    let (listener, stream) = Stream::open(&conn, Arc::new(AtomicBool::new(false)), to_py);
+    match conn.driven {
+        None => crate::runtime::blocking(py, move || {
+            client(subscribe(&conn.client, listener, None))?;
+            Ok(wrap(stream))
+        }),
+        Some(driven) => driven.begin(
+            py,
+            |deliver| {
+                let _ = subscribe(&conn.client, listener, Some(deliver));
+            },
+            move |()| Ok(wrap(stream)),
+        ),
+    }
+}
+
+/// Where a driven client's subscription's outcome goes.
+pub(crate) type Subscribed = crate::driven::Delivered<()>;
+
 #[pymethods]
 impl Client {
-    /// Connects; returns once the client can make calls. `aio`: an `AsyncClient`'s (its calls
-    /// return asyncio futures), or a blocking `Client`'s.
+    /// Connects; returns once the client can make calls. `aio`: an `AsyncClient`'s (returns an
+    /// asyncio future; the connection is made on a thread of its own, then driven by the
+    /// running loop), or a blocking `Client`'s.
     #[staticmethod]
     #[pyo3(signature = (host, port, client_id, username, password, ca_file, cert_file, key_file, timeout_ms, aio))]
     #[allow(clippy::too_many_arguments)]
@@ -243,25 +269,22 @@ impl Client {
             options.broker.tls = Some(tls);
         }
         let pid = std::process::id();
-        if aio {
-            awaitable(py, async move {
-                let core = Core::Async(client(AsyncClient::connect(options).await)?);
-                Ok(Client { core, pid })
-            })
-        } else {
-            crate::runtime::blocking(py, move || {
-                let core = Core::Blocking(client(blocking::Client::connect(options))?);
-                Ok(Client { core, pid })
-            })
+        if !aio {
+            return crate::runtime::blocking(py, move || {
+                let client = client(blocking::Client::connect(options))?;
+                let conn = Conn {
+                    client,
+                    driven: None,
+                };
+                Ok(Client { conn, pid })
+            });
         }
+        connect_driven(py, options)
     }
 
     #[getter]
     fn client_id(&self) -> &str {
-        match &self.core {
-            Core::Blocking(c) => c.client_id(),
-            Core::Async(c) => c.client_id(),
-        }
+        self.conn.client.client_id()
     }
 
     #[pyo3(signature = (key, value, condition, expires_ms, persist, fencing_token, aio))]
@@ -277,7 +300,7 @@ impl Client {
         fencing_token: Option<PyRef<'_, Hlc>>,
         aio: bool,
     ) -> PyResult<Py<PyAny>> {
-        let core = self.live(aio)?;
+        let conn = self.live(aio)?;
         let options = SetOptions {
             condition: match condition {
                 "" => Condition::Always,
@@ -294,12 +317,12 @@ impl Client {
             fencing_token: token(fencing_token),
         };
         let (key, value) = (shared(key), shared(value));
-        either!(py, core, |c| c.set(key, value, options))
+        call!(py, conn, calls::set(key, value, options))
     }
 
     fn get(&self, py: Python<'_>, key: PyBackedBytes, aio: bool) -> PyResult<Py<PyAny>> {
         let key = shared(key);
-        either!(py, self.live(aio)?, |c| c.get(key))
+        call!(py, self.live(aio)?, calls::get(key))
     }
 
     #[pyo3(signature = (key, fencing_token, aio))]
@@ -311,7 +334,7 @@ impl Client {
         aio: bool,
     ) -> PyResult<Py<PyAny>> {
         let (key, fencing_token) = (shared(key), token(fencing_token));
-        either!(py, self.live(aio)?, |c| c.del(key, fencing_token))
+        call!(py, self.live(aio)?, calls::delete(key, None, fencing_token))
     }
 
     #[pyo3(signature = (key, value, fencing_token, aio))]
@@ -324,62 +347,50 @@ impl Client {
         aio: bool,
     ) -> PyResult<Py<PyAny>> {
         let (key, value, fencing_token) = (shared(key), shared(value), token(fencing_token));
-        either!(py, self.live(aio)?, |c| c.vdel(key, value, fencing_token))
+        call!(
+            py,
+            self.live(aio)?,
+            calls::delete(key, Some(value), fencing_token)
+        )
     }
 
     /// The keys matching `pattern`, page by page (nothing is sent until the first page).
     fn scan(&self, pattern: PyBackedBytes) -> PyResult<Scan> {
         same_process(self.pid)?;
-        let pattern = shared(pattern);
-        let pages = match &self.core {
-            Core::Async(c) => {
-                Pages::Async(Arc::new(tokio::sync::Mutex::new(c.scan_pages(pattern))))
-            }
-            Core::Blocking(c) => Pages::Blocking(
-                c.clone(),
-                Arc::new(Mutex::new(BlockingPages {
-                    pattern,
-                    token: None,
-                    done: false,
-                })),
-            ),
-        };
         Ok(Scan {
-            pages,
+            conn: self.conn.clone(),
+            pages: Arc::new(Mutex::new(Pages {
+                pattern: shared(pattern),
+                token: None,
+                done: false,
+                fetching: false,
+            })),
             pid: self.pid,
         })
     }
 
     fn observe(&self, py: Python<'_>, key: PyBackedBytes, aio: bool) -> PyResult<Py<PyAny>> {
         let (key, pid) = (shared(key), self.pid);
-        let ended = Arc::new(AtomicBool::new(false));
-        match self.live(aio)? {
-            Core::Blocking(c) => crate::runtime::blocking(py, move || {
-                let (tx, changes) = mpsc::channel();
-                let listener = Box::new(move |change| tx.send(change).is_ok());
-                client(c.observe_with(key.clone(), listener))?;
-                Ok(Observation {
-                    key,
-                    pid,
-                    changes: Stream::from(changes),
-                    ended,
-                })
-            }),
-            Core::Async(c) => awaitable(py, async move {
-                let observation = client(c.observe(key.clone()).await)?;
-                Ok(Observation {
-                    key,
-                    pid,
-                    changes: Stream::from(observation),
-                    ended,
-                })
-            }),
-        }
+        let observed = key.clone();
+        subscribed(
+            py,
+            self.live(aio)?,
+            |py, change: KeyChange| change.to_py(py),
+            move |c, listener, deliver| match deliver {
+                None => c.observe_with(observed, listener),
+                Some(deliver) => {
+                    c.start_observe(observed, listener, deliver);
+                    Ok(())
+                }
+            },
+            move |changes| Observation { key, pid, changes },
+        )
     }
 
     fn unobserve(&self, py: Python<'_>, key: PyBackedBytes, aio: bool) -> PyResult<Py<PyAny>> {
-        let key = shared(key);
-        either!(py, self.live(aio)?, |c| c.unobserve(key))
+        let (conn, key) = (self.live(aio)?, shared(key));
+        let c = conn.client.clone();
+        call!(py, conn, c.unobserving(key))
     }
 
     /// Takes the lease on `key` for `ttl_ms`: tries once (`wait_ms` None) or waits up to
@@ -393,20 +404,22 @@ impl Client {
         wait_ms: Option<u64>,
         aio: bool,
     ) -> PyResult<Py<PyAny>> {
+        let conn = self.live(aio)?;
         let (key, ttl) = (shared(key), Duration::from_millis(ttl_ms));
-        let wait = wait_ms.map(Duration::from_millis);
-        match self.live(aio)? {
-            Core::Blocking(c) => crate::runtime::blocking(py, move || {
-                let lease = c.lease(key, ttl, Some(wait.unwrap_or(Duration::ZERO)));
-                Ok(client(lease)?.map(|l| Lease::new(Held::Blocking(l))))
+        let wait = Some(wait_ms.map_or(Duration::ZERO, Duration::from_millis));
+        let held = {
+            let conn = conn.clone();
+            move |lease: Option<blocking::Lease>| Ok(lease.map(|l| Lease::new(l, conn)))
+        };
+        match conn.driven.clone() {
+            None => crate::runtime::blocking(py, move || {
+                held(client(conn.client.lease(key, ttl, wait))?)
             }),
-            Core::Async(c) => awaitable(py, async move {
-                let lease = match wait {
-                    None => AsyncLease::try_acquire(&c, key, ttl).await,
-                    Some(wait) => AsyncLease::acquire(&c, key, ttl, Some(wait)).await,
-                };
-                Ok(client(lease)?.map(|l| Lease::new(Held::Async(l))))
-            }),
+            Some(driven) => driven.begin(
+                py,
+                |deliver| conn.client.start_lease(key, ttl, wait, deliver),
+                held,
+            ),
         }
     }
 
@@ -418,59 +431,142 @@ impl Client {
         ttl_ms: u64,
         aio: bool,
     ) -> PyResult<Py<PyAny>> {
+        let conn = self.live(aio)?;
         let (key, ttl) = (shared(key), Duration::from_millis(ttl_ms));
-        match self.live(aio)? {
-            Core::Blocking(c) => crate::runtime::blocking(py, move || {
-                Ok(Lease::new(Held::Blocking(client(c.lead(key, ttl))?)))
+        match conn.driven.clone() {
+            None => crate::runtime::blocking(py, move || {
+                let lease = client(conn.client.lead(key, ttl))?;
+                Ok(Lease::new(lease, conn))
             }),
-            Core::Async(c) => awaitable(py, async move {
-                Ok(Lease::new(Held::Async(client(
-                    lease::lead(&c, key, ttl).await,
-                )?)))
-            }),
+            Some(driven) => {
+                let future = driven.future(py)?;
+                campaign(&driven, conn, key, ttl, future.clone_ref(py));
+                driven.started(py)?;
+                Ok(future)
+            }
         }
     }
 
     /// Disconnects; calls in flight fail with a connection-lost error.
     fn close(&self, py: Python<'_>, aio: bool) -> PyResult<Py<PyAny>> {
         // A forked child has no connection to close: closing there is a no-op.
-        let Ok(core) = self.live(aio) else {
+        let Ok(conn) = self.live(aio) else {
             return if aio {
-                awaitable(py, async { Ok(()) })
+                crate::runtime::done(py, Ok(()))
             } else {
                 Ok(py.None())
             };
         };
-        match core {
-            Core::Blocking(c) => crate::runtime::blocking(py, move || {
-                c.close();
-                Ok(())
-            }),
-            Core::Async(c) => awaitable(py, async move {
-                c.close().await;
-                Ok(())
-            }),
+        let c = conn.client.clone();
+        py.detach(|| c.close());
+        match conn.driven {
+            None => Ok(py.None()),
+            Some(driven) => {
+                driven.detach(py)?;
+                driven.ready_future(py, Ok(()))
+            }
         }
     }
+}
+
+/// Connects an `AsyncClient`'s client on a thread of its own (connecting blocks) and, on the
+/// running loop's thread, starts driving it: an asyncio future of the [`Client`].
+fn connect_driven(py: Python<'_>, options: ClientOptions) -> PyResult<Py<PyAny>> {
+    let event_loop = running_loop(py)?;
+    let future = event_loop.call_method0("create_future")?.unbind();
+    let event_loop = event_loop.unbind();
+    let (target, on_loop) = (future.clone_ref(py), event_loop.clone_ref(py));
+    let pid = std::process::id();
+    let spawned = std::thread::Builder::new()
+        .name("mqstore-connect".into())
+        .spawn(move || {
+            let connected = Mutex::new(Some(blocking::Client::connect_driven(options)));
+            enter_python(move |py| {
+                let attach = PyCFunction::new_closure(py, None, None, move |args, _| {
+                    let py = args.py();
+                    let Some(connected) = lock(&connected).take() else {
+                        return Ok(());
+                    };
+                    let value = match connected {
+                        Ok((client, driver)) => {
+                            let event_loop = on_loop.clone_ref(py);
+                            let driven = Driven::attach(py, driver, event_loop)?;
+                            let conn = Conn {
+                                client,
+                                driven: Some(driven),
+                            };
+                            Ok(Client { conn, pid })
+                        }
+                        Err(e) => Err(Failure::Client(e)),
+                    };
+                    crate::driven::resolve(py, &target, crate::driven::outcome(py, value))
+                });
+                // A closed loop has nobody left to tell.
+                if let Ok(attach) = attach {
+                    let _ = event_loop.call_method1(py, "call_soon_threadsafe", (attach,));
+                }
+            });
+        });
+    if let Err(e) = spawned {
+        let error = pyo3::exceptions::PyOSError::new_err(format!("cannot start a thread: {e}"));
+        return Err(error);
+    }
+    Ok(future)
+}
+
+/// Asks for the lease on `key` until this client holds it, then resolves `future` with it.
+fn campaign(driven: &Arc<Driven>, conn: Conn, key: Bytes, ttl: Duration, future: Py<PyAny>) {
+    let (again, c) = (driven.clone(), conn.client.clone());
+    let retry = key.clone();
+    c.start_lease(key, ttl, None, move |lease| {
+        let driven = again.clone();
+        again.queue(Box::new(move |py| match lease {
+            Ok(Some(lease)) => {
+                let lease = Lease::new(lease, conn).to_py(py);
+                crate::driven::resolve(py, &future, lease)
+            }
+            Ok(None) if !future.bind(py).call_method0("done")?.is_truthy()? => {
+                campaign(&driven, conn, retry, ttl, future);
+                driven.started(py)
+            }
+            Ok(None) => Ok(()),
+            Err(e) => {
+                let error = crate::errors::client_error(py, &e);
+                crate::driven::resolve(py, &future, Err(error))
+            }
+        }))
+    });
 }
 
 /// A SCAN in progress.
 #[pyclass(frozen, module = "mqstore._native")]
 pub struct Scan {
-    pages: Pages,
+    conn: Conn,
+    pages: Arc<Mutex<Pages>>,
     pid: u32,
 }
 
-enum Pages {
-    Async(Arc<tokio::sync::Mutex<ScanPages>>),
-    Blocking(blocking::Client, Arc<Mutex<BlockingPages>>),
-}
-
-/// Where a blocking client's SCAN is.
-struct BlockingPages {
+/// Where a SCAN is.
+struct Pages {
     pattern: Bytes,
     token: Option<Bytes>,
     done: bool,
+    /// A page is being fetched (an asyncio `next_page` not answered yet).
+    fetching: bool,
+}
+
+impl Pages {
+    /// The page's keys; the SCAN is done after the last page, or a failure.
+    fn turn(
+        &mut self,
+        page: Result<(Vec<Bytes>, Option<Bytes>), mqstore_core::client::ClientError>,
+    ) -> Result<Option<Keys>, Failure> {
+        self.fetching = false;
+        self.done = !matches!(page, Ok((_, Some(_))));
+        let (keys, token) = client(page)?;
+        self.token = token;
+        Ok(Some(Keys(keys)))
+    }
 }
 
 #[pymethods]
@@ -478,30 +574,35 @@ impl Scan {
     /// The next page of keys (possibly empty), or `None` after the last.
     fn next_page(&self, py: Python<'_>, aio: bool) -> PyResult<Py<PyAny>> {
         same_process(self.pid)?;
-        match (&self.pages, aio) {
-            (Pages::Async(pages), true) => {
-                let pages = pages.clone();
-                awaitable(py, async move {
-                    let page = pages.lock().await.next_page().await;
-                    Ok(client(page.transpose())?.map(Keys))
-                })
-            }
-            (Pages::Blocking(c, pages), false) => {
-                let (c, pages) = (c.clone(), pages.clone());
-                crate::runtime::blocking(py, move || {
-                    let mut pages = pages.lock().unwrap_or_else(|e| e.into_inner());
-                    if pages.done {
-                        return Ok(None);
-                    }
-                    let page = c.scan_page(pages.pattern.clone(), pages.token.take());
-                    pages.done = !matches!(page, Ok((_, Some(_))));
-                    let (keys, token) = client(page)?;
-                    pages.token = token;
-                    Ok(Some(Keys(keys)))
-                })
-            }
-            _ => Err(other_kind()),
+        kind(&self.conn, aio)?;
+        let (c, pages) = (self.conn.client.clone(), self.pages.clone());
+        let Some(driven) = self.conn.driven.clone() else {
+            return crate::runtime::blocking(py, move || {
+                let mut pages = lock(&pages);
+                if pages.done {
+                    return Ok(None);
+                }
+                let page = c.wait(calls::scan_page(pages.pattern.clone(), pages.token.take()));
+                pages.turn(page)
+            });
+        };
+        let mut state = lock(&pages);
+        if state.done {
+            return driven.ready_future(py, Ok(None::<Keys>));
         }
+        if std::mem::replace(&mut state.fetching, true) {
+            let busy =
+                PyRuntimeError::new_err("a page of this scan is being fetched: await it first");
+            return Err(busy);
+        }
+        let call = calls::scan_page(state.pattern.clone(), state.token.take());
+        drop(state);
+        // Both outcomes go to `turn`: a failure ends the SCAN too.
+        driven.begin(
+            py,
+            |deliver| c.start_call(call, move |page| deliver(Ok(page))),
+            move |page| lock(&pages).turn(page),
+        )
     }
 }
 
@@ -510,8 +611,7 @@ impl Scan {
 pub struct Observation {
     key: Bytes,
     pid: u32,
-    changes: Stream<AsyncObservation, KeyChange>,
-    ended: Arc<AtomicBool>,
+    changes: Stream<KeyChange>,
 }
 
 impl ToPy for Observation {
@@ -530,59 +630,36 @@ impl Observation {
     /// True once a `next` found the observation ended (unobserved, or the client closed).
     #[getter]
     fn ended(&self) -> bool {
-        self.ended.load(Ordering::Relaxed)
+        self.changes.ended()
     }
 
     /// The next change; `None` when `timeout_ms` passed first or the observation ended.
     #[pyo3(signature = (timeout_ms, aio))]
     fn next(&self, py: Python<'_>, timeout_ms: Option<u64>, aio: bool) -> PyResult<Py<PyAny>> {
         same_process(self.pid)?;
-        self.changes.next(
-            py,
-            timeout_ms,
-            aio,
-            Some(self.ended.clone()),
-            |mut changes| async move {
-                let next = changes.next().await;
-                let end = next.is_none();
-                Ok((next, end))
-            },
-            Ok,
-        )
+        self.changes.next(py, timeout_ms, aio)
     }
-}
-
-/// A held lease of either kind of client.
-enum Held {
-    Blocking(blocking::Lease),
-    Async(AsyncLease),
 }
 
 /// A held lease, renewed in the background until released or lost.
 #[pyclass(frozen, module = "mqstore._native")]
 pub struct Lease {
-    inner: Mutex<Option<Held>>,
+    inner: Mutex<Option<blocking::Lease>>,
+    conn: Conn,
     pid: u32,
     key: Bytes,
     fencing_token: mqstore_core::hlc::Hlc,
 }
 
 impl Lease {
-    fn new(lease: Held) -> Self {
-        let (key, fencing_token) = match &lease {
-            Held::Blocking(l) => (l.key().clone(), l.fencing_token().clone()),
-            Held::Async(l) => (l.key().clone(), l.fencing_token().clone()),
-        };
+    fn new(lease: blocking::Lease, conn: Conn) -> Self {
         Lease {
-            key,
-            fencing_token,
+            key: lease.key().clone(),
+            fencing_token: lease.fencing_token().clone(),
             inner: Mutex::new(Some(lease)),
+            conn,
             pid: std::process::id(),
         }
-    }
-
-    fn take(&self) -> Option<Held> {
-        self.inner.lock().ok().and_then(|mut l| l.take())
     }
 }
 
@@ -608,28 +685,18 @@ impl Lease {
     /// False once released, or once a renewal found someone else holding the key.
     #[getter]
     fn held(&self) -> bool {
-        self.inner
-            .lock()
-            .ok()
-            .and_then(|l| {
-                l.as_ref().map(|held| match held {
-                    Held::Blocking(l) => l.is_held(),
-                    Held::Async(l) => l.is_held(),
-                })
-            })
-            .unwrap_or(false)
+        lock(&self.inner).as_ref().is_some_and(|l| l.is_held())
     }
 
     /// Releases the lease; true when it was still held. Releasing twice returns false.
     fn release(&self, py: Python<'_>, aio: bool) -> PyResult<Py<PyAny>> {
         same_process(self.pid)?;
-        match self.take() {
-            Some(Held::Blocking(lease)) => {
-                crate::runtime::blocking(py, move || client(lease.release()))
-            }
-            Some(Held::Async(lease)) => awaitable(py, async move { client(lease.release().await) }),
-            None if aio => awaitable(py, async { Ok(false) }),
-            None => false.to_py(py),
+        kind(&self.conn, aio)?;
+        let taken = lock(&self.inner).take();
+        match (taken, &self.conn.driven) {
+            (Some(lease), _) => call!(py, self.conn.clone(), lease.releasing()),
+            (None, Some(driven)) => driven.ready_future(py, Ok(false)),
+            (None, None) => false.to_py(py),
         }
     }
 }

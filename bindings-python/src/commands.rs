@@ -1,22 +1,24 @@
 //! Commands to devices through `mqstore serve`'s command service: send and await (or one-way,
 //! or detached), status records, a watch of every status change, and fan-out.
 
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use mqstore_core::client::ClientError;
 use mqstore_core::client::commands::CommandReply as CoreReply;
 use mqstore_core::commands::{CommandRequest, Mode, Record};
-use mqstore_net::blocking::FanOut as BlockingFanOut;
-use mqstore_net::commands::{CommandWatch as AsyncWatch, FanOut as AsyncFanOut};
+use mqstore_net::blocking::{FanOut as BlockingFanOut, calls};
+use mqstore_net::commands::FanOutSummary;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::{PyBytes, PyDict};
 
-use crate::client::{Client, Core, Stream, either, other_kind, same_process};
+use crate::client::{Client, Conn, Stream, call, kind, same_process, subscribed};
+use crate::driven::{Queue, lock};
 use crate::errors::client_error;
-use crate::runtime::{ToPy, awaitable, blocking, client, runtime};
+use crate::runtime::{ToPy, blocking};
 use crate::types::{Json, py_bytes};
 
 /// What a command call returned: the device's answer for an awaited command (`SUCCEEDED`),
@@ -152,30 +154,31 @@ impl Client {
     fn command_definitions(&self, py: Python<'_>, request: &str, aio: bool) -> PyResult<Py<PyAny>> {
         let request: serde_json::Value = serde_json::from_str(request)
             .map_err(|e| PyValueError::new_err(format!("the request is not JSON: {e}")))?;
-        match self.live(aio)? {
-            Core::Blocking(c) => blocking(py, move || {
-                Ok(Json(client(c.command_definitions(&request))?))
-            }),
-            Core::Async(c) => awaitable(py, async move {
-                Ok(Json(client(c.command_definitions(request).await)?))
-            }),
-        }
+        let call = calls::command_definitions(request);
+        call!(py, self.live(aio)?, call, |answer| Ok(Json(answer)))
     }
 
     fn command_status(&self, py: Python<'_>, id: String, aio: bool) -> PyResult<Py<PyAny>> {
-        either!(py, self.live(aio)?, |c| c.command_status(&id), |record| {
+        call!(py, self.live(aio)?, calls::command_status(&id), |record| {
             Json::of(&record)
         })
     }
 
     fn watch_commands(&self, py: Python<'_>, aio: bool) -> PyResult<Py<PyAny>> {
         let pid = self.pid();
-        either!(py, self.live(aio)?, |c| c.watch_commands(), |watch| {
-            Ok(CommandWatch {
-                records: Stream::from(watch),
-                pid,
-            })
-        })
+        subscribed(
+            py,
+            self.live(aio)?,
+            |py, record: Record| Json::of(&record).map_err(|e| e.into_py_err(py))?.to_py(py),
+            |c, listener, deliver| match deliver {
+                None => c.watch_commands_with(listener),
+                Some(deliver) => {
+                    c.start_watch_commands(listener, deliver);
+                    Ok(())
+                }
+            },
+            move |records| CommandWatch { records, pid },
+        )
     }
 
     /// Sends one command to each of `topics`, all in flight at once.
@@ -183,6 +186,7 @@ impl Client {
     #[allow(clippy::too_many_arguments)]
     fn command_many(
         &self,
+        py: Python<'_>,
         topics: Vec<String>,
         payload: PyBackedBytes,
         content_type: Option<String>,
@@ -191,7 +195,7 @@ impl Client {
         mode: &str,
         headers: Vec<(String, String)>,
     ) -> PyResult<FanOut> {
-        same_process(self.pid())?;
+        let conn = self.conn()?;
         let first = request(
             String::new(),
             payload,
@@ -208,33 +212,52 @@ impl Client {
                 ..first.clone()
             })
             .collect();
-        let results = match self.core() {
-            Core::Blocking(c) => Core::Blocking(Arc::new(Mutex::new(c.command_many(requests)))),
-            Core::Async(c) => {
-                // The fan-out spawns its sends on the runtime.
-                let _entered = runtime()?.enter();
-                Core::Async(Arc::new(tokio::sync::Mutex::new(c.command_many(requests))))
+        let results = match &conn.driven {
+            None => Results::Blocking(Arc::new(Mutex::new(conn.client.command_many(requests)))),
+            Some(driven) => {
+                let ended = Arc::new(AtomicBool::new(false));
+                let results = Queue::new(driven.clone(), ended, |py, (topic, result)| {
+                    DeviceResult(topic, result).to_py(py)
+                });
+                let summary = Arc::new(Mutex::new(FanOutSummary::default()));
+                let remaining = Arc::new(AtomicUsize::new(requests.len()));
+                if requests.is_empty() {
+                    results.end();
+                }
+                for request in requests {
+                    let topic = request.topic.clone();
+                    let (results, summary) = (results.clone(), summary.clone());
+                    let remaining = remaining.clone();
+                    conn.client
+                        .start_call(calls::command(request), move |result| {
+                            lock(&summary).count(&result);
+                            results.push((topic, result));
+                            if remaining.fetch_sub(1, Ordering::Relaxed) == 1 {
+                                results.end();
+                            }
+                        });
+                }
+                driven.started(py)?;
+                Results::Driven { results, summary }
             }
         };
         Ok(FanOut {
             results,
+            conn,
             pid: self.pid(),
         })
     }
 }
 
 /// Sends a command with either kind of client.
-fn send(py: Python<'_>, core: Core, request: CommandRequest) -> PyResult<Py<PyAny>> {
-    match core {
-        Core::Blocking(c) => blocking(py, move || client(c.command(&request))),
-        Core::Async(c) => awaitable(py, async move { client(c.command(request).await) }),
-    }
+fn send(py: Python<'_>, conn: Conn, request: CommandRequest) -> PyResult<Py<PyAny>> {
+    call!(py, conn, calls::command(request))
 }
 
 /// Every command's status changes (any node's, any caller's).
 #[pyclass(frozen, module = "mqstore._native")]
 pub struct CommandWatch {
-    records: Stream<AsyncWatch, Record>,
+    records: Stream<Record>,
     pid: u32,
 }
 
@@ -250,26 +273,26 @@ impl CommandWatch {
     #[pyo3(signature = (timeout_ms, aio))]
     fn next(&self, py: Python<'_>, timeout_ms: Option<u64>, aio: bool) -> PyResult<Py<PyAny>> {
         same_process(self.pid)?;
-        self.records.next(
-            py,
-            timeout_ms,
-            aio,
-            None,
-            |mut records| async move {
-                let next = records.next().await;
-                let end = next.is_none();
-                Ok((next.map(|r| Json::of(&r)).transpose()?, end))
-            },
-            |record| Json::of(&record),
-        )
+        self.records.next(py, timeout_ms, aio)
     }
 }
 
 /// One command to many devices: each device's result as it comes, then a summary.
 #[pyclass(frozen, module = "mqstore._native")]
 pub struct FanOut {
-    results: Core<Arc<Mutex<BlockingFanOut>>, Arc<tokio::sync::Mutex<AsyncFanOut>>>,
+    results: Results,
+    conn: Conn,
     pid: u32,
+}
+
+/// A fan-out's results as either kind of client has them (a driven client's counted as they
+/// arrive).
+enum Results {
+    Blocking(Arc<Mutex<BlockingFanOut>>),
+    Driven {
+        results: Arc<Queue<(String, Result<CoreReply, ClientError>)>>,
+        summary: Arc<Mutex<FanOutSummary>>,
+    },
 }
 
 /// One device's result: `(topic, CommandReply)` or `(topic, the exception)`.
@@ -290,22 +313,16 @@ impl FanOut {
     /// The next device's result, or `None` when every result is in.
     fn next(&self, py: Python<'_>, aio: bool) -> PyResult<Py<PyAny>> {
         same_process(self.pid)?;
-        match (&self.results, aio) {
-            (Core::Blocking(results), false) => {
+        kind(&self.conn, aio)?;
+        match &self.results {
+            Results::Blocking(results) => {
                 let results = results.clone();
                 blocking(py, move || {
-                    let next = results.lock().unwrap_or_else(|e| e.into_inner()).next();
+                    let next = lock(&results).next();
                     Ok(next.map(|(topic, result)| DeviceResult(topic, result)))
                 })
             }
-            (Core::Async(results), true) => {
-                let results = results.clone();
-                awaitable(py, async move {
-                    let next = results.lock().await.next().await;
-                    Ok(next.map(|(topic, result)| DeviceResult(topic, result)))
-                })
-            }
-            _ => Err(other_kind()),
+            Results::Driven { results, .. } => results.next(py, None),
         }
     }
 
@@ -320,16 +337,12 @@ impl FanOut {
             )
         };
         let s = match &self.results {
-            Core::Blocking(results) => results
+            Results::Blocking(results) => results
                 .try_lock()
                 .map_err(|_| in_progress())?
                 .summary()
                 .clone(),
-            Core::Async(results) => results
-                .try_lock()
-                .map_err(|_| in_progress())?
-                .summary()
-                .clone(),
+            Results::Driven { summary, .. } => lock(summary).clone(),
         };
         for (name, n) in [
             ("succeeded", s.succeeded),

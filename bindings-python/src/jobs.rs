@@ -3,22 +3,19 @@
 //! (camelCase keys).
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
-use std::sync::mpsc;
 use std::time::Duration;
 
 use mqstore_core::client::ClientError;
 use mqstore_core::client::jobs::{JobNotification, Update};
 use mqstore_core::jobs::{Status, check_operator_call};
-use mqstore_net::blocking::Jobs as BlockingJobs;
-use mqstore_net::jobs::{ExecutionFilter, Jobs as AsyncJobs, StartNext};
+use mqstore_net::blocking::calls;
+use mqstore_net::jobs::{ExecutionFilter, StartNext};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-use crate::client::{Client, Core, Stream, either, other_kind, same_process};
+use crate::client::{Client, Conn, Stream, call, kind, same_process, subscribed};
 use crate::errors::Failure;
-use crate::runtime::{ToPy, awaitable, blocking, client};
+use crate::runtime::ToPy;
 use crate::types::Json;
 
 fn status(text: Option<&str>) -> PyResult<Option<Status>> {
@@ -41,12 +38,12 @@ impl Client {
         let request: serde_json::Value = serde_json::from_str(request)
             .map_err(|e| PyValueError::new_err(format!("the request is not JSON: {e}")))?;
         check_operator_call(&request).map_err(PyValueError::new_err)?;
-        match self.live(aio)? {
-            Core::Blocking(c) => blocking(py, move || Ok(Json(client(c.operate_json(&request))?))),
-            Core::Async(c) => awaitable(py, async move {
-                Ok(Json(client(c.operate_json(request).await)?))
-            }),
-        }
+        call!(
+            py,
+            self.live(aio)?,
+            calls::operate_json(&request),
+            |answer| Ok(Json(answer))
+        )
     }
 
     fn delete_job_execution(
@@ -57,12 +54,12 @@ impl Client {
         force: bool,
         aio: bool,
     ) -> PyResult<Py<PyAny>> {
-        either!(py, self.live(aio)?, |c| c
-            .delete_job_execution(&job_id, &thing, force))
+        let call = calls::delete_job_execution(&job_id, &thing, force);
+        call!(py, self.live(aio)?, call)
     }
 
     fn describe_job(&self, py: Python<'_>, job_id: String, aio: bool) -> PyResult<Py<PyAny>> {
-        either!(py, self.live(aio)?, |c| c.describe_job(&job_id), |job| {
+        call!(py, self.live(aio)?, calls::describe_job(&job_id), |job| {
             Json::of(&job)
         })
     }
@@ -74,16 +71,12 @@ impl Client {
         thing: String,
         aio: bool,
     ) -> PyResult<Py<PyAny>> {
-        either!(
-            py,
-            self.live(aio)?,
-            |c| c.describe_job_execution(&job_id, &thing),
-            |execution| Json::of(&execution)
-        )
+        let call = calls::describe_job_execution(&job_id, &thing);
+        call!(py, self.live(aio)?, call, |execution| Json::of(&execution))
     }
 
     fn list_jobs(&self, py: Python<'_>, aio: bool) -> PyResult<Py<PyAny>> {
-        either!(py, self.live(aio)?, |c| c.list_jobs(), |jobs| Json::of(
+        call!(py, self.live(aio)?, calls::list_jobs(), |jobs| Json::of(
             &jobs
         ))
     }
@@ -102,52 +95,47 @@ impl Client {
             job_id,
             status: status(status_)?,
         };
-        either!(
-            py,
-            self.live(aio)?,
-            |c| c.list_job_executions(filter),
-            |executions| Json::of(&executions)
-        )
+        let call = calls::list_job_executions(filter);
+        call!(py, self.live(aio)?, call, |executions| Json::of(
+            &executions
+        ))
     }
 
     /// Acts as `thing` on the device API: subscribes to its replies and notifications.
     fn jobs(&self, py: Python<'_>, thing: String, aio: bool) -> PyResult<Py<PyAny>> {
-        let pid = self.pid();
-        let ended = Arc::new(AtomicBool::new(false));
-        match self.live(aio)? {
-            Core::Blocking(c) => blocking(py, move || {
-                let (tx, notifications) = mpsc::channel();
-                let listener = Box::new(move |n| tx.send(n).is_ok());
-                let jobs = client(c.jobs_with(&thing, listener))?;
-                Ok(Jobs {
-                    device: Core::Blocking(Arc::new(jobs)),
-                    notifications: Stream::from(notifications),
-                    ended,
-                    pid,
-                })
-            }),
-            Core::Async(c) => awaitable(py, async move {
-                let jobs = Arc::new(client(c.jobs(&thing).await)?);
-                Ok(Jobs {
-                    device: Core::Async(jobs.clone()),
-                    notifications: Stream::from(jobs),
-                    ended,
-                    pid,
-                })
-            }),
-        }
+        let (conn, pid) = (self.live(aio)?, self.pid());
+        let (acting, on) = (thing.clone(), conn.clone());
+        subscribed(
+            py,
+            conn,
+            |py, notification: JobNotification| {
+                Json::of(&notification)
+                    .map_err(|e| e.into_py_err(py))?
+                    .to_py(py)
+            },
+            move |c, listener, deliver| match deliver {
+                None => c.jobs_with(&acting, listener).map(drop),
+                Some(deliver) => {
+                    c.start_jobs_with(&acting, listener, deliver);
+                    Ok(())
+                }
+            },
+            move |notifications| Jobs {
+                conn: on,
+                thing,
+                notifications,
+                pid,
+            },
+        )
     }
 }
-
-/// A thing's device API on either kind of client.
-type Device = Core<Arc<BlockingJobs>, Arc<AsyncJobs>>;
 
 /// The device side of one thing.
 #[pyclass(frozen, module = "mqstore._native")]
 pub struct Jobs {
-    device: Device,
-    notifications: Stream<Arc<AsyncJobs>, JobNotification>,
-    ended: Arc<AtomicBool>,
+    conn: Conn,
+    thing: String,
+    notifications: Stream<JobNotification>,
     pid: u32,
 }
 
@@ -158,13 +146,11 @@ impl ToPy for Jobs {
 }
 
 impl Jobs {
-    /// The device API, unless this is a forked child or `aio` is not its client's kind.
-    fn live(&self, aio: bool) -> PyResult<Device> {
+    /// The connection, unless this is a forked child or `aio` is not its client's kind.
+    fn live(&self, aio: bool) -> PyResult<Conn> {
         same_process(self.pid)?;
-        if aio != matches!(self.device, Core::Async(_)) {
-            return Err(other_kind());
-        }
-        Ok(self.device.clone())
+        kind(&self.conn, aio)?;
+        Ok(self.conn.clone())
     }
 }
 
@@ -172,16 +158,16 @@ impl Jobs {
 impl Jobs {
     #[getter]
     fn thing(&self) -> &str {
-        match &self.device {
-            Core::Blocking(jobs) => jobs.thing(),
-            Core::Async(jobs) => jobs.thing(),
-        }
+        &self.thing
     }
 
     fn pending(&self, py: Python<'_>, aio: bool) -> PyResult<Py<PyAny>> {
-        either!(py, self.live(aio)?, |jobs| jobs.pending(), |pending| {
-            Json::of(&pending)
-        })
+        call!(
+            py,
+            self.live(aio)?,
+            calls::pending(&self.thing),
+            |pending| Json::of(&pending)
+        )
     }
 
     #[pyo3(signature = (status_details, step_timeout_ms, aio))]
@@ -196,27 +182,24 @@ impl Jobs {
             status_details,
             step_timeout: step_timeout_ms.map(Duration::from_millis),
         };
-        either!(
-            py,
-            self.live(aio)?,
-            |jobs| jobs.start_next(options),
-            |started| started.map(|e| Json::of(&e)).transpose()
-        )
+        let call = calls::start_next(&self.thing, options);
+        call!(py, self.live(aio)?, call, |started| started
+            .map(|e| Json::of(&e))
+            .transpose())
     }
 
     fn describe(&self, py: Python<'_>, job_id: String, aio: bool) -> PyResult<Py<PyAny>> {
-        either!(
-            py,
-            self.live(aio)?,
-            |jobs| jobs.describe(&job_id),
-            |execution| Json::of(&execution)
-        )
+        let call = calls::describe_execution(&self.thing, &job_id);
+        call!(py, self.live(aio)?, call, |execution| Json::of(&execution))
     }
 
     fn describe_next(&self, py: Python<'_>, aio: bool) -> PyResult<Py<PyAny>> {
-        either!(py, self.live(aio)?, |jobs| jobs.describe_next(), |next| {
-            next.map(|e| Json::of(&e)).transpose()
-        })
+        call!(
+            py,
+            self.live(aio)?,
+            calls::describe_next(&self.thing),
+            |next| next.map(|e| Json::of(&e)).transpose()
+        )
     }
 
     #[pyo3(signature = (job_id, status_, status_details, expected_version, execution_number, step_timeout_ms, include_state, include_document, aio))]
@@ -245,12 +228,8 @@ impl Jobs {
             include_state,
             include_document,
         };
-        either!(
-            py,
-            self.live(aio)?,
-            |jobs| jobs.update(update),
-            |accepted| Json::of(&accepted)
-        )
+        let call = calls::update(&self.thing, update);
+        call!(py, self.live(aio)?, call, |accepted| Json::of(&accepted))
     }
 
     /// The next notification (`{"kind": "notify" | "notify-next", ...}`); `None` when
@@ -263,18 +242,7 @@ impl Jobs {
         aio: bool,
     ) -> PyResult<Py<PyAny>> {
         same_process(self.pid)?;
-        self.notifications.next(
-            py,
-            timeout_ms,
-            aio,
-            Some(self.ended.clone()),
-            |jobs| async move {
-                let next = jobs.next_notification().await;
-                let end = next.is_none();
-                Ok((next.map(|n| Json::of(&n)).transpose()?, end))
-            },
-            |n| Json::of(&n),
-        )
+        self.notifications.next(py, timeout_ms, aio)
     }
 }
 

@@ -1,30 +1,37 @@
 //! Keyspace events for Python: `Client.watch_keyspace()`, the keys made and deleted from now
 //! on (`mqstore_net::client::Client::watch_keyspace`).
 
-use mqstore_net::client::{KeyspaceEvent, KeyspaceWatch as AsyncWatch};
+use mqstore_net::client::KeyspaceEvent;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
-use crate::client::{Client, Stream, either, same_process};
+use crate::client::{Client, Stream, same_process, subscribed};
 use crate::runtime::ToPy;
 
 #[pymethods]
 impl Client {
     fn watch_keyspace(&self, py: Python<'_>, aio: bool) -> PyResult<Py<PyAny>> {
         let pid = self.pid();
-        either!(py, self.live(aio)?, |c| c.watch_keyspace(), |watch| {
-            Ok(KeyspaceWatch {
-                events: Stream::from(watch),
-                pid,
-            })
-        })
+        subscribed(
+            py,
+            self.live(aio)?,
+            |py, event: KeyspaceEvent| Event(event).to_py(py),
+            |c, listener, deliver| match deliver {
+                None => c.watch_keyspace_with(listener),
+                Some(deliver) => {
+                    c.start_watch_keyspace(listener, deliver);
+                    Ok(())
+                }
+            },
+            move |events| KeyspaceWatch { events, pid },
+        )
     }
 }
 
 /// The keys made and deleted: `(key, created)` pairs.
 #[pyclass(frozen, module = "mqstore._native")]
 pub struct KeyspaceWatch {
-    events: Stream<AsyncWatch, KeyspaceEvent>,
+    events: Stream<KeyspaceEvent>,
     pid: u32,
 }
 
@@ -50,17 +57,6 @@ impl KeyspaceWatch {
     #[pyo3(signature = (timeout_ms, aio))]
     fn next(&self, py: Python<'_>, timeout_ms: Option<u64>, aio: bool) -> PyResult<Py<PyAny>> {
         same_process(self.pid)?;
-        self.events.next(
-            py,
-            timeout_ms,
-            aio,
-            None,
-            |mut events| async move {
-                let next = events.next().await;
-                let end = next.is_none();
-                Ok((next.map(Event), end))
-            },
-            |event| Ok(Event(event)),
-        )
+        self.events.next(py, timeout_ms, aio)
     }
 }

@@ -1,20 +1,15 @@
 //! How Python waits for a call: a blocking client's call made on the calling thread with the
-//! GIL released (interruptible by Ctrl-C), or an async client's future on the tokio runtime the
-//! module owns, as an `asyncio` future.
+//! GIL released (interruptible by Ctrl-C); and the values calls hand to Python. (An async
+//! client's calls are asyncio futures of its loop: `driven.rs`.)
 
 use std::cell::RefCell;
-use std::future::Future;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::Duration;
 
-use futures_util::FutureExt;
 use mqstore_core::client::ClientError;
 use pyo3::prelude::*;
-use pyo3::sync::PyOnceLock;
-use tokio::runtime::Runtime;
-use tokio::task::AbortHandle;
 
 use crate::errors::{self, Failure};
 
@@ -50,44 +45,11 @@ impl<T: ToPy> ToPy for Option<T> {
     }
 }
 
-/// The process's runtime. A child made by `fork()` has none of its parent's threads, so it gets
-/// a runtime of its own (the parent's is leaked: dropping it would wait for threads that do
-/// not exist in the child).
-struct ProcessRuntime {
-    pid: u32,
-    runtime: &'static Runtime,
-}
-
-static RUNTIME: Mutex<Option<ProcessRuntime>> = Mutex::new(None);
-
-pub fn runtime() -> PyResult<&'static Runtime> {
-    let pid = std::process::id();
-    let mut slot = RUNTIME.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(current) = slot.as_ref().filter(|r| r.pid == pid) {
-        return Ok(current.runtime);
-    }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .thread_name("mqstore")
-        .enable_all()
-        .build()
-        .map_err(|e| {
-            pyo3::exceptions::PyOSError::new_err(format!("cannot start mqstore's runtime: {e}"))
-        })?;
-    let runtime: &'static Runtime = Box::leak(Box::new(runtime));
-    *slot = Some(ProcessRuntime { pid, runtime });
-    Ok(runtime)
-}
-
-/// `future`, with a panic in it turned into an error: no panic reaches Python (as a
+/// `call`'s result, with a panic in it turned into an error: no panic reaches Python (as a
 /// `PanicException`) or leaves an asyncio future unresolved.
-fn unwind_safe<F, T>(future: F) -> impl Future<Output = Result<T, Failure>>
-where
-    F: Future<Output = Result<T, Failure>>,
-{
-    std::panic::AssertUnwindSafe(future)
-        .catch_unwind()
-        .map(|caught| caught.unwrap_or_else(|panic| Err(Failure::Python(internal_error(&*panic)))))
+pub(crate) fn unwind_safe<T>(call: impl FnOnce() -> Result<T, Failure>) -> Result<T, Failure> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(call))
+        .unwrap_or_else(|panic| Err(Failure::Python(internal_error(&*panic))))
 }
 
 fn internal_error(panic: &(dyn std::any::Any + Send)) -> PyErr {
@@ -154,10 +116,7 @@ pub fn blocking<T: ToPy>(
     py: Python<'_>,
     call: impl FnOnce() -> Result<T, Failure> + Send,
 ) -> PyResult<Py<PyAny>> {
-    let call = move || {
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(call))
-            .unwrap_or_else(|panic| Err(Failure::Python(internal_error(&*panic))))
-    };
+    let call = move || unwind_safe(call);
     let (result, interrupted) = if on_main_thread(py) {
         py.detach(|| mqstore_net::blocking::interruptible(signal_raised, call))
     } else {
@@ -220,7 +179,7 @@ static EXITING: AtomicBool = AtomicBool::new(false);
 static IN_PYTHON: AtomicUsize = AtomicUsize::new(0);
 
 /// Runs `f` with the GIL from a worker thread, unless the interpreter is exiting.
-fn enter_python(f: impl FnOnce(Python<'_>)) {
+pub(crate) fn enter_python(f: impl FnOnce(Python<'_>)) {
     IN_PYTHON.fetch_add(1, Ordering::SeqCst);
     if !EXITING.load(Ordering::SeqCst) {
         Python::attach(f);
@@ -240,93 +199,12 @@ pub fn _shutdown(py: Python<'_>) {
     });
 }
 
-/// Runs `future` on the runtime and returns an `asyncio` future of the running loop that
-/// resolves with its result. Cancelling the asyncio future aborts the Rust one.
-pub fn spawn_awaitable<'py, F, T>(py: Python<'py>, future: F) -> PyResult<Bound<'py, PyAny>>
-where
-    F: Future<Output = Result<T, Failure>> + Send + 'static,
-    T: ToPy,
-{
-    static GET_RUNNING_LOOP: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
-    let event_loop = GET_RUNNING_LOOP
-        .import(py, "asyncio", "get_running_loop")?
-        .call0()?;
-    let awaitable = event_loop.call_method0("create_future")?;
-    let target = awaitable.clone().unbind();
-    let event_loop = event_loop.unbind();
-    let task = runtime()?.spawn(async move {
-        let outcome = unwind_safe(future).await;
-        enter_python(|py| {
-            let result = match outcome {
-                Ok(value) => value.to_py(py),
-                Err(e) => Err(e.into_py_err(py)),
-            };
-            let resolve = Resolve {
-                future: target,
-                result: Mutex::new(Some(result)),
-            };
-            // A closed loop has nobody left to tell.
-            let _ = event_loop.call_method1(py, "call_soon_threadsafe", (resolve,));
-        });
-    });
-    awaitable.call_method1(
-        "add_done_callback",
-        (AbortOnCancel {
-            task: task.abort_handle(),
-        },),
-    )?;
-    Ok(awaitable)
-}
-
-/// Sets an asyncio future's result on its loop's thread (asyncio futures are not thread-safe).
-#[pyclass(frozen)]
-struct Resolve {
-    future: Py<PyAny>,
-    result: Mutex<Option<PyResult<Py<PyAny>>>>,
-}
-
-#[pymethods]
-impl Resolve {
-    fn __call__(&self, py: Python<'_>) -> PyResult<()> {
-        let future = self.future.bind(py);
-        let taken = self.result.lock().ok().and_then(|mut r| r.take());
-        let Some(result) = taken else { return Ok(()) };
-        // Cancelled meanwhile: the caller stopped waiting.
-        if future.call_method0("done")?.is_truthy()? {
-            return Ok(());
-        }
-        match result {
-            Ok(value) => future.call_method1("set_result", (value,))?,
-            Err(e) => future.call_method1("set_exception", (e.into_value(py),))?,
-        };
-        Ok(())
-    }
-}
-
-/// Aborts the Rust task when its asyncio future is cancelled.
-#[pyclass(frozen)]
-struct AbortOnCancel {
-    task: AbortHandle,
-}
-
-#[pymethods]
-impl AbortOnCancel {
-    fn __call__(&self, future: &Bound<'_, PyAny>) -> PyResult<()> {
-        if future.call_method0("cancelled")?.is_truthy()? {
-            self.task.abort();
-        }
-        Ok(())
-    }
-}
-
-/// Runs `future` on the runtime and returns an `asyncio` future of the running loop for its
-/// result (an `AsyncClient`'s call).
-pub fn awaitable<F, T>(py: Python<'_>, future: F) -> PyResult<Py<PyAny>>
-where
-    F: Future<Output = Result<T, Failure>> + Send + 'static,
-    T: ToPy,
-{
-    Ok(spawn_awaitable(py, future)?.unbind())
+/// An asyncio future of the running loop, resolved with `value` already.
+pub fn done<T: ToPy>(py: Python<'_>, value: Result<T, Failure>) -> PyResult<Py<PyAny>> {
+    let future = crate::driven::running_loop(py)?.call_method0("create_future")?;
+    let future = future.unbind();
+    crate::driven::resolve(py, &future, crate::driven::outcome(py, value))?;
+    Ok(future)
 }
 
 /// A client error as the failure of a call.
@@ -339,7 +217,7 @@ pub fn client<T>(result: Result<T, ClientError>) -> Result<T, Failure> {
 pub fn _panicking_call(py: Python<'_>, aio: bool) -> PyResult<Py<PyAny>> {
     let call = || -> Result<(), Failure> { panic!("a deliberate panic in a call") };
     if aio {
-        awaitable(py, async move { call() })
+        done(py, unwind_safe(call))
     } else {
         blocking(py, call)
     }

@@ -142,3 +142,48 @@ def test_connect_errors_are_typed(fresh_broker: Any) -> None:
         assert raised.value.code == 207
 
     run(main())
+
+
+def test_the_loop_follows_a_reconnect_and_observations_go_on(fresh_broker: Any, key: str) -> None:
+    # The event loop reads the connection itself: after a broker restart the client's helper
+    # thread reconnects and the loop must watch the new socket, or nothing arrives again.
+    server = Server(fresh_broker)
+
+    async def main() -> None:
+        async with mqstore.AsyncClient("127.0.0.1", fresh_broker.port, timeout=2) as c:
+            await c.set(key, "before")
+            changes = await c.observe(key)
+            fresh_broker.restart()
+            server.wait_connected(2)
+            deadline = asyncio.get_running_loop().time() + 30
+            while True:
+                try:
+                    await c.set(key, "after")
+                    break
+                except (errors.ConnectionLostError, errors.RequestTimeoutError):
+                    assert asyncio.get_running_loop().time() < deadline, "never reconnected"
+                    await asyncio.sleep(0.05)
+            seen = []
+            while b"after" not in seen:
+                change = await asyncio.wait_for(changes.__anext__(), 10)
+                seen.append(change.value)
+            got = await c.get(key)
+            assert got is not None and got.value == b"after"
+
+    try:
+        run(main())
+    finally:
+        server.stop()
+
+
+def test_a_stream_wait_ends_at_its_timeout_and_the_stream_goes_on(server: Server, key: str) -> None:
+    async def main() -> None:
+        async with mqstore.AsyncClient("127.0.0.1", server.broker.port) as c:
+            changes = await c.observe(key)
+            # Nothing changes: the wait gives up, and a change after it is not lost.
+            assert await changes.next_change(timeout=0.2) is None
+            await c.set(key, "later")
+            change = await changes.next_change(timeout=10)
+            assert change is not None and change.value == b"later"
+
+    run(main())

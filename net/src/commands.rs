@@ -42,7 +42,8 @@ pub struct FanOutSummary {
 }
 
 impl FanOutSummary {
-    pub(crate) fn count(&mut self, result: &Result<CommandReply, ClientError>) {
+    /// Counts `result`.
+    pub fn count(&mut self, result: &Result<CommandReply, ClientError>) {
         match result {
             Ok(_) => self.succeeded += 1,
             Err(ClientError::CommandFailed { .. }) => self.failed += 1,

@@ -183,9 +183,14 @@ impl Client {
     /// Every command's status changes from now on (the command service's events).
     pub fn watch_commands(&self) -> Result<mpsc::Receiver<Record>, ClientError> {
         let (records, receiver) = mpsc::channel();
-        let listener = Box::new(move |record| records.send(record).is_ok());
-        (self.handle.shared).subscribe(|state| watch_commands(state, listener))?;
+        self.watch_commands_with(Box::new(move |record| records.send(record).is_ok()))?;
         Ok(receiver)
+    }
+
+    /// [`Client::watch_commands`], each record handed to `on_record` (see
+    /// [`Client::observe_with`]).
+    pub fn watch_commands_with(&self, on_record: Listener<Record>) -> Result<(), ClientError> {
+        (self.handle.shared).subscribe(|state| watch_commands(state, on_record))
     }
 
     /// [`Client::watch_commands`], each record handed to `on_record` (see
@@ -202,9 +207,17 @@ impl Client {
     /// out of order across nodes).
     pub fn watch_keyspace(&self) -> Result<mpsc::Receiver<KeyspaceEvent>, ClientError> {
         let (events, receiver) = mpsc::channel();
-        let listener = Box::new(move |event| events.send(event).is_ok());
-        (self.handle.shared).subscribe(|state| watch_keyspace(state, listener))?;
+        self.watch_keyspace_with(Box::new(move |event| events.send(event).is_ok()))?;
         Ok(receiver)
+    }
+
+    /// [`Client::watch_keyspace`], each event handed to `on_event` (see
+    /// [`Client::observe_with`]).
+    pub fn watch_keyspace_with(
+        &self,
+        on_event: Listener<KeyspaceEvent>,
+    ) -> Result<(), ClientError> {
+        (self.handle.shared).subscribe(|state| watch_keyspace(state, on_event))
     }
 
     /// [`Client::watch_keyspace`], each event handed to `on_event` (see
