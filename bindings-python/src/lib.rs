@@ -21,7 +21,6 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add("__version__", env!("CARGO_PKG_VERSION"))?;
     module.add_class::<client::Client>()?;
     module.add_class::<core::ClientCore>()?;
-    module.add_class::<driven::LoopCallbacks>()?;
     module.add_class::<client::Scan>()?;
     module.add_class::<client::Observation>()?;
     module.add_class::<client::Lease>()?;

@@ -14,6 +14,11 @@
 //! (interrupting its poll through a socket pair), and reconnects after a lost connection,
 //! failing the calls in flight as the session decides. It never runs a call's I/O while a
 //! caller could.
+//!
+//! An event loop can drive the connection instead ([`Client::connect_driven`]): it waits on
+//! what the [`Driver`] says (the socket, a wake-up socket, the next deadline) and calls
+//! [`Driver::drive`]; calls are started ([`Client::start_call`], the calls of [`calls`]) and
+//! their results delivered on the loop's thread. The helper thread then only reconnects.
 
 pub mod calls;
 mod link;
