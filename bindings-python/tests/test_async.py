@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Coroutine
+from pathlib import Path
 from typing import Any, TypeVar
 
 import mqstore
@@ -187,3 +188,23 @@ def test_a_stream_wait_ends_at_its_timeout_and_the_stream_goes_on(server: Server
             assert change is not None and change.value == b"later"
 
     run(main())
+
+
+def thread_names() -> list[str]:
+    tasks = Path("/proc/self/task")
+    return [(task / "comm").read_text().strip() for task in tasks.iterdir()]
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads Linux's /proc")
+def test_the_event_loop_makes_the_calls_with_no_runtime_threads(server: Server, key: str) -> None:
+    # Each client has one helper thread (it reconnects); no pool of workers makes the calls.
+    async def main() -> list[str]:
+        async with mqstore.AsyncClient("127.0.0.1", server.broker.port) as c:
+            await asyncio.gather(*(c.set(f"{key}/{i}", "v") for i in range(50)))
+            return [name for name in thread_names() if name.startswith("mqstore")]
+
+    names = run(main())
+    assert "mqstore-io" in names
+    # Connecting runs on a thread of its own ("mqstore-connect", 15 characters kept), gone
+    # once connected; nothing else of mqstore's runs.
+    assert set(names) <= {"mqstore-io", "mqstore-connec"}, names

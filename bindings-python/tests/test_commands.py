@@ -135,6 +135,26 @@ def test_commands_from_asyncio(server: Server, devices: list[Device]) -> None:
             assert len(results) == 3
             with pytest.raises(errors.CommandRejectedError):
                 await c.command(devices[0].topic, "bad")
+            # A watch, and a fan-out with a device that never answers, on the loop.
+            watch = await c.watch_commands()
+            detached = await c.command(devices[1].topic, "update", mode="detached")
+            while True:
+                record = await watch.next_record(timeout=10)
+                assert record is not None, "no status change within 10 s"
+                if record["id"] == detached.id and record["status"] == "SUCCEEDED":
+                    break
+            nobody = "devices/py-nobody/commands"
+            fan_out = c.command_many([devices[0].topic, nobody], "ping", timeout=1)
+            got = {topic: outcome async for topic, outcome in fan_out}
+            assert isinstance(got[devices[0].topic], mqstore.CommandReply)
+            assert isinstance(got[nobody], errors.CommandTimeoutError)
+            assert fan_out.summary == {
+                "succeeded": 1,
+                "failed": 0,
+                "rejected": 0,
+                "timed_out": 1,
+                "errors": 0,
+            }
 
     asyncio.run(main())
 
