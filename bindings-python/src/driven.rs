@@ -310,9 +310,26 @@ impl Driven {
 /// whether it ended.
 struct Waiting<T> {
     items: VecDeque<T>,
-    waiters: VecDeque<Py<PyAny>>,
+    waiters: VecDeque<Waiter>,
     /// No item comes any more.
     closed: bool,
+}
+
+/// A `next` waiting: its future, and the timer of its timeout (cancelled once it is resolved,
+/// so that a long timeout does not keep a timer per item in the loop).
+struct Waiter {
+    future: Py<PyAny>,
+    timer: Option<Py<PyAny>>,
+}
+
+impl Waiter {
+    /// Resolves the future with `outcome` (unless it is done) and cancels the timer.
+    fn resolve(self, py: Python<'_>, outcome: PyResult<Py<PyAny>>) -> PyResult<()> {
+        if let Some(timer) = &self.timer {
+            timer.call_method0(py, "cancel")?;
+        }
+        resolve(py, &self.future, outcome)
+    }
 }
 
 /// A stream of a driven client (changes, notifications, records, events, results), fed by a
@@ -360,17 +377,16 @@ impl<T: Send + 'static> Queue<T> {
     pub(crate) fn push(self: &Arc<Self>, item: T) {
         let mut waiting = lock(&self.waiting);
         match waiting.waiters.pop_front() {
-            Some(future) => {
+            Some(waiter) => {
                 let queue = self.clone();
                 self.driven.queue(Box::new(move |py| {
-                    if future.bind(py).call_method0("done")?.is_truthy()? {
+                    if waiter.future.bind(py).call_method0("done")?.is_truthy()? {
                         // Its waiter gave up: the item goes to the next.
                         queue.push_front(item);
                         return Ok(());
                     }
-                    let value = (queue.to_py)(py, item)?;
-                    future.bind(py).call_method1("set_result", (value,))?;
-                    Ok(())
+                    let value = (queue.to_py)(py, item);
+                    waiter.resolve(py, value)
                 }));
             }
             None => waiting.items.push_back(item),
@@ -402,8 +418,8 @@ impl<T: Send + 'static> Queue<T> {
             // Waiters wait only when no item is there: the stream is found ended.
             self.ended.store(true, Ordering::Relaxed);
             self.driven.queue(Box::new(move |py| {
-                for future in waiters {
-                    resolve(py, &future, Ok(py.None()))?;
+                for waiter in waiters {
+                    waiter.resolve(py, Ok(py.None()))?;
                 }
                 Ok(())
             }));
@@ -430,23 +446,46 @@ impl<T: Send + 'static> Queue<T> {
             resolve(py, &future, Ok(py.None()))?;
             return Ok(future);
         }
-        waiting.waiters.push_back(future.clone_ref(py));
         drop(waiting);
-        if let Some(timeout) = timeout {
-            let (queue, waiter) = (Arc::downgrade(self), future.clone_ref(py));
-            let expire = PyCFunction::new_closure(py, None, None, move |args, _| {
-                let py = args.py();
-                if let Some(queue) = queue.upgrade() {
-                    let mut waiting = lock(&queue.waiting);
-                    let at = waiting.waiters.iter().position(|w| w.is(&waiter));
-                    if let Some(at) = at {
-                        waiting.waiters.remove(at);
+        let timer = match timeout {
+            None => None,
+            Some(timeout) => {
+                let (queue, waiter) = (Arc::downgrade(self), future.clone_ref(py));
+                let expire = PyCFunction::new_closure(py, None, None, move |args, _| {
+                    let py = args.py();
+                    if let Some(queue) = queue.upgrade() {
+                        let mut waiting = lock(&queue.waiting);
+                        let at = waiting.waiters.iter().position(|w| w.future.is(&waiter));
+                        if let Some(at) = at {
+                            waiting.waiters.remove(at);
+                        }
                     }
-                }
-                resolve(py, &waiter, Ok(py.None()))
-            })?;
-            let delay = timeout.as_secs_f64();
-            (self.driven.event_loop).call_method1(py, "call_later", (delay, expire))?;
+                    resolve(py, &waiter, Ok(py.None()))
+                })?;
+                let delay = timeout.as_secs_f64();
+                let event_loop = self.driven.event_loop.bind(py);
+                Some(
+                    event_loop
+                        .call_method1("call_later", (delay, expire))?
+                        .unbind(),
+                )
+            }
+        };
+        let waiter = Waiter {
+            future: future.clone_ref(py),
+            timer,
+        };
+        let mut waiting = lock(&self.waiting);
+        if let Some(item) = waiting.items.pop_front() {
+            // An item came while the timer was set (from another thread).
+            drop(waiting);
+            waiter.resolve(py, (self.to_py)(py, item))?;
+        } else if waiting.closed {
+            drop(waiting);
+            self.ended.store(true, Ordering::Relaxed);
+            waiter.resolve(py, Ok(py.None()))?;
+        } else {
+            waiting.waiters.push_back(waiter);
         }
         Ok(future)
     }

@@ -725,3 +725,33 @@ fn a_driven_client_finishes_its_calls_on_the_loop_that_drives_it() {
         "{result:?}"
     );
 }
+
+#[test]
+fn a_driven_call_times_out_at_the_deadline_its_driver_reports() {
+    // No server: nothing answers, so only the deadline the driver reports ends the call.
+    let broker = Mosquitto::start();
+    let mut options = options(broker_at(broker.port), "driven-timeout");
+    options.timeout = Duration::from_millis(300);
+    let (client, driver) = Client::connect_driven(options).unwrap();
+    let result = Arc::new(std::sync::Mutex::new(None));
+    let started = Instant::now();
+    let delivered = result.clone();
+    client.start_call(
+        blocking::calls::get(Bytes::from_static(b"nobody")),
+        move |got| {
+            *delivered.lock().unwrap() = Some(got);
+        },
+    );
+    let deadline = driver
+        .interest()
+        .deadline
+        .expect("a call in flight has a deadline");
+    assert!(
+        deadline <= started + Duration::from_millis(400),
+        "{deadline:?}"
+    );
+    drive_until(&driver, || result.lock().unwrap().is_some());
+    let got = result.lock().unwrap().take().unwrap();
+    assert!(matches!(got, Err(ClientError::Timeout(_))), "{got:?}");
+    assert!(started.elapsed() >= Duration::from_millis(300));
+}
