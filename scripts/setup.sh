@@ -71,8 +71,10 @@ container_packages() {
   # Named although podman depends on or recommends them: without netavark and aardvark-dns
   # apt may pick the CNI plugins for podman's network stack, whose networks have no DNS
   # (compose's services then cannot find each other by name); without catatonit (recommended
-  # only) `podman kube play` cannot build its pod's pause image. Both seen on this machine.
-  apt_install podman runc netavark aardvark-dns catatonit mmdebstrap mosquitto-clients qemu-user
+  # only) `podman kube play` cannot build its pod's pause image; netavark runs iptables for
+  # every container with a network (a `RUN` step of a build too) and depends on nothing that
+  # brings it: without it "netavark: No such file or directory". All seen on this machine.
+  apt_install podman runc netavark aardvark-dns iptables catatonit mmdebstrap mosquitto-clients qemu-user
 }
 
 # podman's configuration for machines like the test machine, in target/ and by CONTAINERS_CONF:
