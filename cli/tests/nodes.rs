@@ -698,6 +698,22 @@ fn bad_store_configuration_fails_at_start_with_a_clear_message() {
         );
         assert!(started.elapsed() < Duration::from_secs(15), "{url}: hung");
     }
+    // A broker that is not there, with --fail-fast: on memory and on Redis alike.
+    let redis = Redis::start();
+    for store in ["memory".to_owned(), redis.url()] {
+        let out = Command::new(env!("CARGO_BIN_EXE_mqstore"))
+            .args(["--port", &nobody.to_string(), "serve", "--fail-fast"])
+            .args(["--store", &store])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{store}: started");
+        assert!(
+            stderr.contains("cannot reach the broker at ")
+                && stderr.contains(&format!(":{nobody}:")),
+            "{store}: {stderr}"
+        );
+    }
 }
 
 /// Started before its broker and its Redis (compose or Kubernetes start them in any order):

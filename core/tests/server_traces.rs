@@ -145,7 +145,7 @@ fn handled(handled: &Handled) -> &'static str {
         Handled::State(_) => "state",
         Handled::Jobs(Ok(_)) => "jobs",
         Handled::Jobs(Err(_)) => "jobs-unanswered",
-        Handled::Commands(_) => "commands",
+        Handled::Commands => "commands",
         Handled::ClientsGone { .. } => "clients-gone",
         Handled::Ignored => "ignored",
         _ => "new",

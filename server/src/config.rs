@@ -4,7 +4,6 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use crate::commander::CommanderError;
 use crate::redis_store::{RedisConfig, RedisStoreError};
 use mqstore_core::disk::{DiskError, Durability};
 use mqstore_core::engine::AccessRules;
@@ -159,9 +158,16 @@ pub enum ServerError {
         /// What Redis said.
         source: RedisStoreError,
     },
-    #[error("cannot start the command service: {0}")]
-    /// The command service could not start.
-    Commands(#[from] CommanderError),
+    #[error(
+        "cannot reach the broker at {addr}: {error} (is it running there, and are --host and --port right?)"
+    )]
+    /// The broker could not be reached at start (with `--fail-fast`).
+    Broker {
+        /// The broker's host and port.
+        addr: String,
+        /// Why the connection failed.
+        error: String,
+    },
     #[error("{0}")]
     /// The data directory could not be read or written.
     Disk(#[from] DiskError),

@@ -4,6 +4,7 @@
 use std::time::Instant;
 
 use crate::redis_store::{Applied, RedisStoreError};
+use mqstore_core::commands::{Record, RegistryAnswer};
 use mqstore_core::engine::Call;
 use mqstore_core::envelope::Publish;
 use mqstore_core::jobs::{StoreAnswer, Stored};
@@ -40,10 +41,19 @@ pub(super) enum JobsDone {
     Released(Result<(), RedisStoreError>),
 }
 
+/// A command registry call on Redis that ended, or an answer another node forwarded.
+pub(super) enum CommandsDone {
+    /// The answer to the call given with this token.
+    Answered(u64, RegistryAnswer),
+    /// A settled record whose answer another node read, for a caller waiting here.
+    Forwarded(Box<Record>),
+}
+
 /// Work that ran off the server's loop and came back to it.
 pub(super) enum Done {
     State(StoreDone),
     Jobs(JobsDone),
+    Commands(CommandsDone),
     /// A sync of the data file ended.
     Synced(std::io::Result<()>),
 }

@@ -28,9 +28,9 @@ use rumqttc::v5::mqttbytes::QoS;
 use rumqttc::v5::mqttbytes::v5::LastWill;
 use tracing::{info, warn};
 
-use crate::commander::{Commander, CommanderConfig, CommanderError, RegistryConfig};
+use crate::done::{CommandsDone, Done};
 use crate::metrics::Metrics;
-use crate::redis_store::{RedisJobs, RedisStore, RedisStoreError};
+use crate::redis_store::{RedisJobs, RedisRegistry, RedisStore, RedisStoreError};
 use jobs::ROLLOUT_BATCH;
 use jobs::{JobsService, Listener, SharedJobs};
 use mqstore_core::commands::definitions::DEFINITIONS_TOPIC;
@@ -43,7 +43,7 @@ use mqstore_core::server;
 use mqstore_core::topics;
 use mqstore_net::host::now_ms;
 use mqstore_net::host::{Connection, Outbox};
-use node::{Node, REQUEST_QUEUE, Remote, Signals, State, Stop};
+use node::{Node, REQUEST_QUEUE, Remote, RemoteCommands, Signals, State, Stop};
 
 pub mod bench;
 pub mod commander;
@@ -210,6 +210,7 @@ pub async fn serve(
     };
     let (done_tx, done_rx) = tokio::sync::mpsc::unbounded_channel();
     let done_tx_disk = done_tx.clone();
+    let done_tx_commands = done_tx.clone();
     let minute_ms = config.jobs_minute.as_millis() as u64;
     let jobs = config.jobs.then(|| match &redis {
         None => JobsService::Local,
@@ -240,9 +241,9 @@ pub async fn serve(
              subscription; share jobs between nodes with --store redis://…"
         );
     }
-    let command_registry = match &redis {
-        Some((store, _)) => RegistryConfig::Store(store.clone()),
-        None => RegistryConfig::Memory,
+    let command_registry = match (&redis, config.commands) {
+        (Some((store, _)), true) => Some(RedisRegistry::new(store.clone())),
+        _ => None,
     };
     if redis.is_some() && config.durability.is_some() {
         return Err(ServerError::DiskWithRedis);
@@ -250,6 +251,13 @@ pub async fn serve(
     if !(config.state_store || config.jobs || config.commands) {
         return Err(ServerError::NothingToServe);
     }
+    let command_service = || server::commands::ServiceConfig {
+        node_id: config.node_id.clone(),
+        client_id: config.client_id.clone(),
+        profiles: config.command_profiles.clone(),
+        events: true,
+        random_id: mqstore_net::random_bytes::<16>,
+    };
     let state = match redis {
         None => {
             let now = now_ms().saturating_add_signed(config.clock_offset_ms);
@@ -262,15 +270,8 @@ pub async fn serve(
                     rollout_batch: ROLLOUT_BATCH,
                 }),
                 durability: config.durability.clone(),
-                // Commands with their registry in memory: the node's own, over the node's
-                // connection (on Redis they go through the `Commander`).
-                commands: config.commands.then(|| server::commands::ServiceConfig {
-                    node_id: config.node_id.clone(),
-                    client_id: config.client_id.clone(),
-                    profiles: config.command_profiles.clone(),
-                    events: true,
-                    random_id: mqstore_net::random_bytes::<16>,
-                }),
+                // Commands with their registry in memory: the core node's own.
+                commands: config.commands.then(command_service),
             };
             let (node, opened) = server::Node::open(node_config, now).map_err(|e| match e {
                 server::NodeError::NodeId(..) => ServerError::NodeId(config.node_id.clone()),
@@ -313,51 +314,61 @@ pub async fn serve(
     if let State::Redis(_, remote) = &state {
         metrics.watch_replication(remote.store.replication().clone());
     }
-    if config.commands
-        && matches!(command_registry, RegistryConfig::Memory)
-        && config.share_group.is_some()
-    {
+    if config.commands && command_registry.is_none() && config.share_group.is_some() {
         warn!(
             "commands on the memory store with --share-group: an answer read on the topic of a \
              topic profile (DJI-style devices) reaches only the node that sent the command if \
              that node read it; share the registry with --store redis://…"
         );
     }
-    let commander = match (config.commands, &command_registry) {
-        (false, _) | (true, RegistryConfig::Memory) => None,
-        (true, _) => {
-            let commands = CommanderConfig {
-                // The jobs listener's election covers the `$…` answer topics too.
-                elected_dollar_answers: matches!(
-                    &jobs,
-                    Some(JobsService::Shared(SharedJobs {
-                        listener: Some(_),
-                        ..
-                    }))
-                ),
-                client_id: format!("{}-commands", config.client_id),
-                share_group: config.share_group.clone(),
-                profiles: config.command_profiles.clone(),
-                registry: command_registry,
-                serve: true,
-                events: true,
-                ..CommanderConfig::new(config.broker.clone(), config.node_id.clone())
-            };
-            let started = wait_for(
-                &format!(
-                    "the broker at {}:{}",
-                    config.broker.host, config.broker.port
-                ),
-                config.fail_fast,
-                &mut shutdown,
-                |e: &CommanderError| !matches!(e, CommanderError::Connection(_)),
-                || Commander::start(commands.clone(), Some(metrics.clone())),
-            )
-            .await?;
-            let Some(commander) = started else {
-                return Ok(()); // Stopped while waiting.
-            };
-            Some(commander)
+    // The jobs listener's election covers the command answer topics on `$…` too.
+    let elected = matches!(
+        &jobs,
+        Some(JobsService::Shared(SharedJobs {
+            listener: Some(_),
+            ..
+        }))
+    );
+    let commands = match command_registry {
+        None => None,
+        Some(registry) => {
+            // Answers other nodes read for this node's callers: heard before any command goes.
+            let (ready, listening) = tokio::sync::oneshot::channel();
+            let done = done_tx_commands.clone();
+            let listening_task = registry.listen(
+                &config.node_id,
+                move |record| {
+                    let forwarded = CommandsDone::Forwarded(Box::new(record));
+                    let _ = done.send(Done::Commands(forwarded));
+                },
+                ready,
+            );
+            let heard = listening
+                .await
+                .unwrap_or_else(|_| Err(RedisStoreError::Reply("the pub/sub task ended".into())));
+            if let Err(source) = heard {
+                listening_task.abort();
+                let url = match &config.store {
+                    StoreConfig::Redis(redis) => redis.display(),
+                    StoreConfig::Memory => String::new(),
+                };
+                return Err(ServerError::Store { url, source });
+            }
+            Some(RemoteCommands {
+                service: server::commands::Service::remote(command_service()),
+                registry,
+                done: done_tx_commands,
+                elected_filters: match elected {
+                    true => config
+                        .command_profiles
+                        .answer_filters()
+                        .into_iter()
+                        .filter(|f| f.starts_with('$'))
+                        .collect(),
+                    false => Vec::new(),
+                },
+                listening: listening_task,
+            })
         }
     };
     let (subscribed, subscribed_rx) = tokio::sync::watch::channel(false);
@@ -422,13 +433,20 @@ pub async fn serve(
             None => filter.to_owned(),
         })
         .collect();
-    if config.commands && commander.is_none() {
-        // The node's own command service: its requests and the topic profiles' answers
-        // (shared, but mosquitto delivers no `$…` topic to a shared subscription), and the
-        // answers of MQTT 5 devices, which come to this connection's own tree.
+    if config.commands {
+        // The command service: its requests and the topic profiles' answers (shared, but
+        // mosquitto delivers no `$…` topic to a shared subscription: every node reads those,
+        // the registry settling each command once, or the elected one), and the answers of
+        // MQTT 5 devices, which come to this connection's own tree.
         let service = [wire::INVOKE_TOPIC, wire::STATUS_TOPIC, DEFINITIONS_TOPIC];
         let answers = config.command_profiles.answer_filters();
+        let elected = commands
+            .as_ref()
+            .map_or(&[][..], |c| &c.elected_filters[..]);
         for filter in service.iter().map(|f| f.to_string()).chain(answers) {
+            if elected.contains(&filter) {
+                continue;
+            }
             invoke_filters.push(match &config.share_group {
                 Some(group) if !filter.starts_with('$') => format!("$share/{group}/{filter}"),
                 _ => filter,
@@ -446,7 +464,7 @@ pub async fn serve(
     );
     let mut node = Node {
         jobs,
-        commander: commander.clone(),
+        commands,
         probe_topic: topics::probe_topic(&config.client_id),
         presence: config.state_store.then(|| Publish {
             topic: presence_topic,
@@ -475,6 +493,9 @@ pub async fn serve(
         disk_done: done_tx_disk,
         subscribed,
         fatal: None,
+        broker: format!("{}:{}", config.broker.host, config.broker.port),
+        fail_fast: config.fail_fast,
+        start_failures: Some(0),
     };
     let mut signals = Signals {
         shutdown,
@@ -489,8 +510,8 @@ pub async fn serve(
         State::Local(local) => local.close(),
         State::Redis(..) => Ok(()),
     };
-    if let Some(commander) = commander {
-        commander.stop().await;
+    if let Some(commands) = &node.commands {
+        commands.listening.abort();
     }
     if let Some(task) = metrics_task {
         task.abort();

@@ -36,7 +36,7 @@ pub use profile::{
 };
 pub use profile::{MQTT5, Prepared, Sender, aws_event};
 pub use profiles::{BUILT_IN_PROFILES, Profiles};
-pub use registry::Registry;
+pub use registry::{Registry, RegistryAnswer, RegistryCall};
 pub use template::Template;
 
 /// What an answer did to the record it matched.

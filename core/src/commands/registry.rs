@@ -1,5 +1,6 @@
 //! The command registry in memory: records by id, and the legacy index of uncorrelated
-//! commands by answer topic.
+//! commands by answer topic; and its methods as data ([`RegistryCall`], [`RegistryAnswer`]) for
+//! a command service whose registry is reached by round trips (Redis, shared by many nodes).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -177,6 +178,90 @@ impl Registry {
             if ids.is_empty() {
                 self.by_filter.remove(filter);
             }
+        }
+    }
+}
+
+/// A registry method as data: what the command service
+/// ([`crate::server::commands::Service`]) asks of a registry its host reaches by round trips
+/// (Redis, shared by many nodes). [`Registry::run`] runs one on the memory registry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RegistryCall {
+    /// [`Registry::register`]: answered [`RegistryAnswer::Registered`].
+    Register(Record),
+    /// [`Registry::answer`]: answered [`RegistryAnswer::Matched`].
+    Answer(AnswerKey, Answer),
+    /// [`Registry::delivered`]: answered [`RegistryAnswer::Record`].
+    Delivered(String),
+    /// [`Registry::time_out`]: answered [`RegistryAnswer::Record`].
+    TimeOut(String),
+    /// [`Registry::orphan`]: answered [`RegistryAnswer::Record`].
+    Orphan(String),
+    /// The record of a command ([`Registry::get`], after forgetting old ones): answered
+    /// [`RegistryAnswer::Record`].
+    Get(String),
+    /// [`Registry::define`]: answered [`RegistryAnswer::Done`] (whether it was stored).
+    Define(Definition),
+    /// [`Registry::definition`]: answered [`RegistryAnswer::Definition`].
+    Definition(String),
+    /// [`Registry::definitions`]: answered [`RegistryAnswer::Definitions`].
+    Definitions,
+    /// [`Registry::undefine`]: answered [`RegistryAnswer::Done`] (whether there was one).
+    Undefine(String),
+    /// Hands a settled record to the node whose caller waits for it ([`Record::node`]; on
+    /// Redis, over pub/sub): answered [`RegistryAnswer::Done`], whether that node heard it.
+    Forward(Record),
+}
+
+/// What a [`RegistryCall`] returned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RegistryAnswer {
+    /// [`RegistryCall::Register`].
+    Registered(Result<(), CommandError>),
+    /// [`RegistryCall::Answer`].
+    Matched(Vec<(Matched, Record)>),
+    /// [`RegistryCall::Delivered`], [`RegistryCall::TimeOut`], [`RegistryCall::Orphan`],
+    /// [`RegistryCall::Get`].
+    Record(Option<Record>),
+    /// [`RegistryCall::Define`], [`RegistryCall::Undefine`], [`RegistryCall::Forward`].
+    Done(bool),
+    /// [`RegistryCall::Definition`].
+    Definition(Option<Definition>),
+    /// [`RegistryCall::Definitions`].
+    Definitions(Vec<Definition>),
+    /// The registry could not be reached or failed (the change may or may not have been made).
+    Failed(String),
+}
+
+impl Registry {
+    /// Runs `call` on this registry. One registry in memory serves one node: nothing is
+    /// forwarded ([`RegistryCall::Forward`] answers that nobody heard it).
+    pub fn run(&mut self, call: RegistryCall, now_ms: u64) -> RegistryAnswer {
+        match call {
+            RegistryCall::Register(record) => {
+                RegistryAnswer::Registered(self.register(record, now_ms))
+            }
+            RegistryCall::Answer(key, answer) => {
+                RegistryAnswer::Matched(self.answer(&key, answer, now_ms))
+            }
+            RegistryCall::Delivered(id) => RegistryAnswer::Record(self.delivered(&id, now_ms)),
+            RegistryCall::TimeOut(id) => RegistryAnswer::Record(self.time_out(&id, now_ms)),
+            RegistryCall::Orphan(id) => RegistryAnswer::Record(self.orphan(&id, now_ms)),
+            RegistryCall::Get(id) => {
+                self.forget(now_ms);
+                RegistryAnswer::Record(self.get(&id).cloned())
+            }
+            RegistryCall::Define(definition) => RegistryAnswer::Done(self.define(definition)),
+            RegistryCall::Definition(id) => {
+                RegistryAnswer::Definition(self.definition(&id).cloned())
+            }
+            RegistryCall::Definitions => {
+                RegistryAnswer::Definitions(self.definitions().cloned().collect())
+            }
+            RegistryCall::Undefine(id) => RegistryAnswer::Done(self.undefine(&id)),
+            RegistryCall::Forward(_) => RegistryAnswer::Done(false),
         }
     }
 }

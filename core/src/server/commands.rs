@@ -1,12 +1,22 @@
-//! The command service as a state machine, on the memory [`Registry`]: callers' requests
-//! (`mqstore/commands/v1/…`) and devices' answers in, commands, answers to callers, events and
-//! acknowledgements out, and the timeouts of commands at [`Service::next_deadline`]. The
-//! server node ([`super::Node`]) runs it; a host only moves messages and time.
+//! The command service as a state machine: callers' requests (`mqstore/commands/v1/…`) and
+//! devices' answers in, commands, answers to callers, events and acknowledgements out, and the
+//! timeouts of commands at [`Service::next_deadline`]. The server node ([`super::Node`]) runs
+//! it; a host only moves messages and time.
+//!
+//! Its registry is either in the service ([`Service::new`]: memory, one node) or reached by
+//! round trips ([`Service::remote`]: Redis, shared by many nodes). Then every registry method
+//! the service needs is a [`RegistryCall`] the host takes from [`Service::poll_call`], runs
+//! (many at once, off its loop) and hands back to [`Service::answered`]; the service goes on
+//! from there. A settled record another node read the answer of comes in through
+//! [`Service::forwarded`]. Both registries run the same code: the memory one answers each call
+//! at once.
 //!
 //! Modes: `await` answers the caller when the command is settled or timed out; `detached`
 //! answers at once with the SENT record (the answer goes to the record); `one-way` answers
 //! DELIVERED once the broker took the command, which the host reports
 //! ([`Service::acknowledged`], for the publish that carries a [`Receipt`]).
+//!
+//! What the service did, for the host's counters and logs, is in [`Service::poll_seen`].
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 
@@ -14,15 +24,15 @@ use super::{Out, Receipt, To};
 use crate::commands::definitions::{DEFINITIONS_TOPIC, Definition, DefinitionsRequest};
 use crate::commands::wire::{self, Refusal};
 use crate::commands::{
-    Acknowledgement, CommandError, CommandRequest, Matched, Mode, Profile, Profiles, Record,
-    Registry, Sender, Status, aws_event,
+    Acknowledgement, CommandRequest, Matched, Mode, Profile, Profiles, Record, Registry,
+    RegistryAnswer, RegistryCall, Sender, Status, aws_event,
 };
 use crate::envelope::Publish;
 
 /// Settings of a [`Service`].
 #[derive(Debug, Clone)]
 pub struct ServiceConfig {
-    /// The node's name in records.
+    /// The node's name in records (and, on a shared registry, where answers are forwarded).
     pub node_id: String,
     /// The client id MQTT 5 devices answer to (`clients/{client_id}/…`): the service reads
     /// every answer published there.
@@ -35,36 +45,134 @@ pub struct ServiceConfig {
     pub random_id: fn() -> [u8; 16],
 }
 
-/// What a message to the service was, for the host's logs and counters.
+/// What the service did, for the host's counters and logs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum CommandsHandled {
-    /// A caller's request: taken (`true` when it sent a command to a device), or refused.
-    Request(Result<bool, Refusal>),
+pub enum Seen {
+    /// A command went out to a device.
+    Sent,
+    /// A caller's request was refused, with this answer.
+    Refused(Refusal),
     /// A request that names no response topic or correlation data: dropped.
     Unanswerable,
-    /// A device's answer, and what it matched.
-    Answer(AnswerSeen),
-}
-
-/// What a device's answer matched.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum AnswerSeen {
-    /// It could not be read (refused to the device where its profile acknowledges).
+    /// A device's answer that cannot be read (refused to the device where its profile
+    /// acknowledges).
     Malformed,
-    /// No command waits for it (unknown id, or forgotten).
+    /// A device's answer nobody waits for (an unknown id, or forgotten).
     Unknown,
-    /// It matched these commands: how, and the status each has now (an uncorrelated answer
-    /// settles every command waiting on its topic).
-    Matched(Vec<(Matched, Status)>),
+    /// A device's answer matched a command: how, and the status the command has now (an
+    /// uncorrelated answer settles every command waiting on its topic: one each).
+    Matched(Matched, Status),
+    /// A command had no answer within its timeout (its waiting caller was told so).
+    TimedOut(String),
+    /// A settled record went to the node whose caller waits for it.
+    Forwarded,
+    /// The node whose caller waited for command `id` is gone: its record says so.
+    Orphaned {
+        /// The command.
+        id: String,
+        /// The node that sent it.
+        node: String,
+    },
+    /// The registry failed: what was lost, and why.
+    Failed(String),
 }
 
-/// A caller waiting for a command's end, by its request (to answer on its response topic).
+/// A caller waiting for an answer, by its request (to answer on its response topic; the
+/// payload is not kept).
 #[derive(Debug)]
 struct Caller {
     request: Publish,
     sender: Option<String>,
+}
+
+impl Caller {
+    fn of(request: Publish, sender: Option<&str>) -> Self {
+        Caller {
+            request: Publish {
+                payload: bytes::Bytes::new(),
+                ..request
+            },
+            sender: sender.map(str::to_owned),
+        }
+    }
+}
+
+/// What the service does with a [`RegistryCall`]'s answer.
+#[derive(Debug)]
+enum Then {
+    /// A stored command's definition was read: start the command.
+    Start {
+        request: CommandRequest,
+        caller: Caller,
+    },
+    /// The command is recorded: publish it.
+    Registered {
+        record: Record,
+        publish: Publish,
+        mode: Mode,
+        caller: Caller,
+    },
+    /// A device's answer was applied: acknowledge it, settle what it matched.
+    Answered {
+        update: Publish,
+        direct: bool,
+        id: String,
+    },
+    /// A settled record was handed to its node.
+    Forwarded { id: String, node: String },
+    /// Publish the event of the record that comes back.
+    Event,
+    /// The broker took a one-way command: its caller hears DELIVERED.
+    Delivered { caller: Caller, id: String },
+    /// A command's deadline passed.
+    TimedOut { id: String },
+    /// Answer the caller with the record (`status`: a status request's JSON form).
+    Reply {
+        caller: Caller,
+        id: String,
+        status: bool,
+    },
+    /// A stored command was created (or its id was taken).
+    Defined { caller: Caller, command: Definition },
+    /// A stored command was read.
+    Definition { caller: Caller, id: String },
+    /// The stored commands were listed.
+    Listed { caller: Caller },
+    /// A stored command was deleted (or there was none).
+    Undefined { caller: Caller, id: String },
+}
+
+impl Then {
+    /// The caller this step answers, if one waits on it.
+    fn into_caller(self) -> Option<Caller> {
+        match self {
+            Then::Start { caller, .. }
+            | Then::Registered { caller, .. }
+            | Then::Delivered { caller, .. }
+            | Then::Reply { caller, .. }
+            | Then::Defined { caller, .. }
+            | Then::Definition { caller, .. }
+            | Then::Listed { caller }
+            | Then::Undefined { caller, .. } => Some(caller),
+            Then::Answered { .. }
+            | Then::Forwarded { .. }
+            | Then::Event
+            | Then::TimedOut { .. } => None,
+        }
+    }
+}
+
+/// A [`RegistryCall`] for the host to run, and what to answer it with
+/// ([`Service::answered`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegistryWork {
+    /// Hand this back with the answer.
+    pub token: u64,
+    /// The service's clock when it asked (the time the registry records).
+    pub now_ms: u64,
+    /// What to run.
+    pub call: RegistryCall,
 }
 
 /// The command service: see the module's documentation.
@@ -73,35 +181,58 @@ pub struct Service {
     config: ServiceConfig,
     /// `clients/{client_id}/`: where MQTT 5 devices answer.
     direct_prefix: String,
-    registry: Registry,
+    /// The registry, when it is this service's own (memory); `None`: the host runs the calls.
+    registry: Option<Registry>,
+    /// Calls for the host to run, in order.
+    calls: VecDeque<RegistryWork>,
+    /// What to do with each call's answer, by token.
+    waiting: HashMap<u64, Then>,
+    next_token: u64,
     /// Callers waiting for an answer (await mode) or for the broker (one-way), by command id.
     callers: HashMap<String, Caller>,
     /// When each command waiting for its answer times out.
     deadlines: BTreeSet<(u64, String)>,
     output: VecDeque<Out>,
+    seen: VecDeque<Seen>,
     /// Definitions created or deleted since the host last took them (see
-    /// [`Service::take_definition_changes`]).
+    /// [`Service::take_definition_changes`]; a memory registry's only).
     definition_changes: Vec<(String, Option<Definition>)>,
 }
 
 impl Service {
-    /// A service with an empty registry.
+    /// A service with its registry in memory (empty).
     pub fn new(config: ServiceConfig) -> Self {
+        Self::with_registry(config, Some(Registry::new()))
+    }
+
+    /// A service whose registry the host reaches by round trips ([`Service::poll_call`]).
+    pub fn remote(config: ServiceConfig) -> Self {
+        Self::with_registry(config, None)
+    }
+
+    fn with_registry(config: ServiceConfig, registry: Option<Registry>) -> Self {
         Self {
             direct_prefix: format!("clients/{}/", config.client_id),
             config,
-            registry: Registry::new(),
+            registry,
+            calls: VecDeque::new(),
+            waiting: HashMap::new(),
+            next_token: 0,
             callers: HashMap::new(),
             deadlines: BTreeSet::new(),
             output: VecDeque::new(),
+            seen: VecDeque::new(),
             definition_changes: Vec::new(),
         }
     }
 
-    /// Stored commands kept from before (a data directory's), defined again at start.
+    /// Stored commands kept from before (a data directory's), defined again at start (a
+    /// memory registry's; a remote registry keeps its own).
     pub fn restore_definitions(&mut self, definitions: impl IntoIterator<Item = Definition>) {
-        for definition in definitions {
-            self.registry.define(definition);
+        if let Some(registry) = &mut self.registry {
+            for definition in definitions {
+                registry.define(definition);
+            }
         }
     }
 
@@ -119,53 +250,52 @@ impl Service {
             || self.config.profiles.for_answer(topic).is_some()
     }
 
-    /// Records kept (settled ones for a while, for status requests).
+    /// Records kept in a memory registry (settled ones for a while, for status requests).
     pub fn records(&self) -> usize {
-        self.registry.len()
+        self.registry.as_ref().map_or(0, Registry::len)
+    }
+
+    /// Registry calls given to the host and not answered yet.
+    pub fn calls_in_flight(&self) -> usize {
+        self.waiting.len()
     }
 
     /// Handles a caller's request or a device's answer (see [`Service::is_for`]); what it
-    /// publishes is in [`Service::poll_output`].
-    pub fn handle(
-        &mut self,
-        publish: Publish,
-        sender: Option<&str>,
-        now_ms: u64,
-    ) -> CommandsHandled {
+    /// publishes is in [`Service::poll_output`], what it did in [`Service::poll_seen`].
+    pub fn handle(&mut self, publish: Publish, sender: Option<&str>, now_ms: u64) {
         if is_request(&publish.topic) {
             return self.request(publish, sender, now_ms);
         }
         let direct = publish.topic.starts_with(&self.direct_prefix);
-        CommandsHandled::Answer(self.answer(publish, direct, now_ms))
+        self.answer(publish, direct, now_ms);
     }
 
     /// When the next command waiting for its answer times out, or a record is forgotten.
     pub fn next_deadline(&self) -> Option<u64> {
         let timeout = self.deadlines.first().map(|(at, _)| *at);
-        timeout.into_iter().chain(self.registry.next_forget()).min()
+        let forget = self.registry.as_ref().and_then(Registry::next_forget);
+        timeout.into_iter().chain(forget).min()
     }
 
     /// Times out the commands whose deadline passed (their waiting callers are answered
-    /// TIMED_OUT) and forgets old records.
+    /// TIMED_OUT, unless an answer came first) and forgets old records: how many timed out
+    /// by the time it returns (a remote registry's are counted once it answered).
     pub fn on_deadline(&mut self, now_ms: u64) -> usize {
-        let mut timed_out = 0;
+        let seen = self.seen.len();
         while let Some((at, _)) = self.deadlines.first()
             && *at <= now_ms
         {
             let Some((at, id)) = self.deadlines.pop_first() else {
                 break;
             };
-            let Some(record) = self.registry.time_out(&id, now_ms.max(at)) else {
-                continue;
-            };
-            if record.status == Status::TimedOut {
-                timed_out += 1;
-                self.event(&record);
-            }
-            self.answer_caller(&record);
+            let call = RegistryCall::TimeOut(id.clone());
+            self.call(call, now_ms.max(at), Then::TimedOut { id });
         }
-        self.registry.forget(now_ms);
-        timed_out
+        if let Some(registry) = &mut self.registry {
+            registry.forget(now_ms);
+        }
+        let timed_out = self.seen.range(seen..);
+        timed_out.filter(|s| matches!(s, Seen::TimedOut(_))).count()
     }
 
     /// The broker took (reason code below 0x80) or refused the publish of a one-way command
@@ -175,32 +305,47 @@ impl Service {
         let Some(caller) = self.callers.remove(&receipt.0) else {
             return;
         };
-        let Some(code) = code else {
-            let refusal = Refusal {
-                status: 503,
-                message: "the connection dropped before the broker acknowledged the command".into(),
-            };
-            let reply = wire::reply_refusal(&caller.request, &refusal);
-            return self.push(reply, To::Requester(caller.sender));
-        };
-        let reply = if code < 0x80 {
-            match self.registry.delivered(&receipt.0, now_ms) {
-                Some(record) => {
-                    self.event(&record);
-                    wire::reply_record(&caller.request, &record, false)
-                }
-                None => return,
+        let message = match code {
+            Some(code) if code < 0x80 => {
+                let (id, call) = (
+                    receipt.0.clone(),
+                    RegistryCall::Delivered(receipt.0.clone()),
+                );
+                return self.call(call, now_ms, Then::Delivered { caller, id });
             }
-        } else {
-            let refusal = Refusal {
-                status: 503,
-                message: format!(
-                    "the broker refused the command (PUBACK reason code 0x{code:02X})"
-                ),
-            };
-            wire::reply_refusal(&caller.request, &refusal)
+            Some(code) => {
+                format!("the broker refused the command (PUBACK reason code 0x{code:02X})")
+            }
+            None => "the connection dropped before the broker acknowledged the command".into(),
         };
-        self.push(reply, To::Requester(caller.sender));
+        self.refuse(
+            caller,
+            Refusal {
+                status: 503,
+                message,
+            },
+        );
+    }
+
+    /// A settled record whose answer another node read, for a caller waiting here (on Redis,
+    /// heard on this node's channel).
+    pub fn forwarded(&mut self, record: Record) {
+        self.deadlines
+            .remove(&(record.deadline_ms, record.id.clone()));
+        self.answer_caller(&record);
+    }
+
+    /// The next registry call for the host to run (a remote registry's).
+    pub fn poll_call(&mut self) -> Option<RegistryWork> {
+        self.calls.pop_front()
+    }
+
+    /// The answer to the call given with `token` ([`Service::poll_call`]); `now_ms`: the
+    /// host's clock now.
+    pub fn answered(&mut self, token: u64, answer: RegistryAnswer, now_ms: u64) {
+        if let Some(then) = self.waiting.remove(&token) {
+            self.resume(then, answer, now_ms);
+        }
     }
 
     /// The next publish, in order.
@@ -208,113 +353,267 @@ impl Service {
         self.output.pop_front()
     }
 
-    fn request(&mut self, publish: Publish, sender: Option<&str>, now_ms: u64) -> CommandsHandled {
-        if publish.properties.response_topic.is_none() {
-            return CommandsHandled::Unanswerable;
+    /// What the service did next, in order.
+    pub fn poll_seen(&mut self) -> Option<Seen> {
+        self.seen.pop_front()
+    }
+
+    /// Runs `call` on the service's own registry and goes on at once, or gives it to the host.
+    fn call(&mut self, call: RegistryCall, now_ms: u64, then: Then) {
+        if let Some(registry) = &mut self.registry {
+            let answer = registry.run(call, now_ms);
+            return self.resume(then, answer, now_ms);
         }
-        let to = || To::Requester(sender.map(str::to_owned));
-        let answered = if publish.topic == DEFINITIONS_TOPIC {
-            match self.definitions(&publish.payload, now_ms) {
-                Ok(answer) => Ok(Some(wire::reply_json(&publish, &answer))),
-                Err(refusal) => Err(refusal),
+        let token = self.next_token;
+        self.next_token = self.next_token.wrapping_add(1);
+        self.waiting.insert(token, then);
+        self.calls.push_back(RegistryWork {
+            token,
+            now_ms,
+            call,
+        });
+    }
+
+    /// Goes on from `then` with the registry's answer.
+    fn resume(&mut self, then: Then, answer: RegistryAnswer, now_ms: u64) {
+        use RegistryAnswer as A;
+        match (then, answer) {
+            (Then::Start { request, caller }, A::Definition(definition)) => {
+                self.start(request, definition.as_ref(), caller, now_ms)
             }
-        } else if publish.topic == wire::STATUS_TOPIC {
-            let id = String::from_utf8_lossy(&publish.payload);
-            self.registry.forget(now_ms);
-            match self.registry.get(id.trim()) {
-                Some(record) => Ok(Some(wire::reply_record(&publish, record, true))),
-                None => Err(Refusal::not_found(id.trim())),
-            }
-        } else {
-            match wire::read_invoke(&publish) {
-                None => return CommandsHandled::Unanswerable,
-                Some(Err(refusal)) => Err(refusal),
-                Some(Ok(request)) => match self.invoke(request, &publish, sender, now_ms) {
-                    // Answered now (detached) or when the command ends.
-                    Ok(reply) => {
-                        if let Some(reply) = reply {
-                            self.push(reply, to());
-                        }
-                        return CommandsHandled::Request(Ok(true));
-                    }
-                    Err(e) => Err(Refusal::of_command(&e)),
+            (
+                Then::Registered {
+                    record,
+                    publish,
+                    mode,
+                    caller,
                 },
+                A::Registered(Ok(())),
+            ) => self.send(record, publish, mode, caller),
+            (Then::Registered { caller, .. }, A::Registered(Err(e))) => {
+                self.refuse(caller, Refusal::of_command(&e))
             }
-        };
-        match answered {
-            Ok(reply) => {
-                self.push_all(reply, to());
-                CommandsHandled::Request(Ok(false))
+            (Then::Answered { update, direct, id }, A::Matched(matched)) => {
+                self.settle(&update, direct, &id, matched, now_ms)
             }
-            Err(refusal) => {
-                self.push(wire::reply_refusal(&publish, &refusal), to());
-                CommandsHandled::Request(Err(refusal))
+            (Then::Forwarded { id, node }, A::Done(heard)) => match heard {
+                true => self.seen.push_back(Seen::Forwarded),
+                false => {
+                    self.call(RegistryCall::Orphan(id.clone()), now_ms, Then::Event);
+                    self.seen.push_back(Seen::Orphaned { id, node });
+                }
+            },
+            (Then::Event, A::Record(record)) => {
+                if let Some(record) = record {
+                    self.event(&record);
+                }
             }
+            (Then::Delivered { caller, .. }, A::Record(Some(record))) => {
+                self.event(&record);
+                self.reply_record(caller, &record, false);
+            }
+            // Settled before the broker's acknowledgement came: the record as it is.
+            (Then::Delivered { caller, id }, A::Record(None)) => {
+                let call = RegistryCall::Get(id.clone());
+                let then = Then::Reply {
+                    caller,
+                    id,
+                    status: false,
+                };
+                self.call(call, now_ms, then);
+            }
+            (Then::TimedOut { id }, A::Record(record)) => match record {
+                Some(record) => {
+                    if record.status == Status::TimedOut {
+                        self.seen.push_back(Seen::TimedOut(id));
+                        self.event(&record);
+                    }
+                    self.answer_caller(&record);
+                }
+                None => {
+                    if let Some(caller) = self.callers.remove(&id) {
+                        self.refuse(caller, Refusal::not_found(&id));
+                    }
+                }
+            },
+            (Then::Reply { caller, status, .. }, A::Record(Some(record))) => {
+                self.reply_record(caller, &record, status)
+            }
+            (Then::Reply { caller, id, .. }, A::Record(None)) => {
+                self.refuse(caller, Refusal::not_found(&id))
+            }
+            (Then::Defined { caller, command }, A::Done(true)) => {
+                let answer = serde_json::json!({ "command": command });
+                if self.registry.is_some() {
+                    let id = command.command_id.clone();
+                    self.definition_changes.push((id, Some(command)));
+                }
+                self.reply_json(caller, &answer);
+            }
+            (Then::Defined { caller, command }, A::Done(false)) => {
+                self.refuse(caller, Refusal::taken(&command.command_id))
+            }
+            (Then::Definition { caller, .. }, A::Definition(Some(command))) => {
+                self.reply_json(caller, &serde_json::json!({ "command": command }))
+            }
+            (Then::Definition { caller, id }, A::Definition(None)) => {
+                self.refuse(caller, Refusal::no_definition(&id))
+            }
+            (Then::Listed { caller }, A::Definitions(commands)) => {
+                self.reply_json(caller, &serde_json::json!({ "commands": commands }))
+            }
+            (Then::Undefined { caller, id }, A::Done(deleted)) => {
+                if deleted && self.registry.is_some() {
+                    self.definition_changes.push((id, None));
+                }
+                self.reply_json(caller, &serde_json::json!({ "deleted": deleted }))
+            }
+            (then, answer) => self.failed(then, answer),
         }
     }
 
-    /// Sends a command: records it, publishes it in its profile's shape; the reply to the
-    /// caller now (detached), or `None` (answered when the command ends).
-    fn invoke(
+    /// The registry failed (or answered what was not asked: a host's bug, handled the same).
+    fn failed(&mut self, then: Then, answer: RegistryAnswer) {
+        let why = match answer {
+            RegistryAnswer::Failed(why) => why,
+            other => format!("the registry answered {other:?}"),
+        };
+        let lost = match &then {
+            Then::Answered { update, direct, .. } => {
+                let ack = Acknowledgement::failed(&why);
+                let reply = self
+                    .profile(&update.topic, *direct)
+                    .map(|p| p.acknowledge(update, &ack));
+                self.push_all(reply.into_iter().flatten(), To::Subscribers);
+                format!("an answer on {} (it is lost)", update.topic)
+            }
+            Then::Forwarded { id, node } => {
+                format!("the answer to {id} for node {node} (it stays in the command's status)")
+            }
+            Then::TimedOut { id } => {
+                if let Some(caller) = self.callers.remove(id) {
+                    self.refuse(caller, unavailable(&why));
+                }
+                format!("the timeout of {id}")
+            }
+            Then::Event => "an event".into(),
+            _ => "a caller's request".into(),
+        };
+        self.seen.push_back(Seen::Failed(format!(
+            "the command registry failed: {why}; lost: {lost}"
+        )));
+        if let Some(caller) = then.into_caller() {
+            self.refuse(caller, unavailable(&why));
+        }
+    }
+
+    fn request(&mut self, publish: Publish, sender: Option<&str>, now_ms: u64) {
+        if publish.properties.response_topic.is_none() {
+            return self.seen.push_back(Seen::Unanswerable);
+        }
+        if publish.topic == DEFINITIONS_TOPIC {
+            return self.definitions(publish, sender, now_ms);
+        }
+        if publish.topic == wire::STATUS_TOPIC {
+            let id = String::from_utf8_lossy(&publish.payload).trim().to_owned();
+            let caller = Caller::of(publish, sender);
+            let call = RegistryCall::Get(id.clone());
+            let then = Then::Reply {
+                caller,
+                id,
+                status: true,
+            };
+            return self.call(call, now_ms, then);
+        }
+        let request = match wire::read_invoke(&publish) {
+            None => return self.seen.push_back(Seen::Unanswerable),
+            Some(Err(refusal)) => return self.refuse(Caller::of(publish, sender), refusal),
+            Some(Ok(request)) => request,
+        };
+        let caller = Caller::of(publish, sender);
+        match request.command.clone() {
+            // A stored command: its payload, for the target the topic names.
+            Some(id) => self.call(
+                RegistryCall::Definition(id),
+                now_ms,
+                Then::Start { request, caller },
+            ),
+            None => self.start(request, None, caller, now_ms),
+        }
+    }
+
+    /// Prepares a command in its profile's shape and records it; it goes out once recorded.
+    fn start(
         &mut self,
         request: CommandRequest,
-        invoke: &Publish,
-        sender: Option<&str>,
+        definition: Option<&Definition>,
+        caller: Caller,
         now_ms: u64,
-    ) -> Result<Option<Publish>, CommandError> {
-        let definition = request
-            .command
-            .as_deref()
-            .and_then(|id| self.registry.definition(id));
-        let request = request.start_stored(definition)?;
-        let profile = self.config.profiles.get(&request.profile)?;
+    ) {
         let node = Sender {
             node: &self.config.node_id,
             client_id: &self.config.client_id,
         };
-        let prepared = profile.prepare(&request, node, (self.config.random_id)(), now_ms)?;
-        let (record, publish) = (prepared.record, prepared.publish);
-        self.registry.register(record.clone(), now_ms)?;
-        self.event(&record);
-        let caller = || Caller {
-            request: Publish {
-                payload: bytes::Bytes::new(),
-                ..invoke.clone()
-            },
-            sender: sender.map(str::to_owned),
+        let prepared = request.start_stored(definition).and_then(|request| {
+            let profile = self.config.profiles.get(&request.profile)?;
+            let prepared = profile.prepare(&request, node, (self.config.random_id)(), now_ms)?;
+            Ok((request.mode, prepared))
+        });
+        let (mode, prepared) = match prepared {
+            Ok(prepared) => prepared,
+            Err(e) => return self.refuse(caller, Refusal::of_command(&e)),
         };
+        // Recorded before it is published: a fast device may answer at once.
+        let call = RegistryCall::Register(prepared.record.clone());
+        let then = Then::Registered {
+            record: prepared.record,
+            publish: prepared.publish,
+            mode,
+            caller,
+        };
+        self.call(call, now_ms, then);
+    }
+
+    /// Publishes a recorded command; the caller hears now (detached), at the broker's
+    /// acknowledgement (one-way), or when the command ends (await).
+    fn send(&mut self, record: Record, publish: Publish, mode: Mode, caller: Caller) {
+        self.seen.push_back(Seen::Sent);
+        self.event(&record);
         let id = record.id.clone();
-        let reply = match request.mode {
+        match mode {
             Mode::OneWay => {
-                self.callers.insert(id.clone(), caller());
+                self.callers.insert(id.clone(), caller);
                 self.output.push_back(Out {
                     publish,
                     to: To::Subscribers,
                     receipt: Some(Receipt(id)),
                 });
-                return Ok(None);
             }
             Mode::Await => {
-                self.callers.insert(id.clone(), caller());
-                None
+                self.callers.insert(id.clone(), caller);
+                self.deadlines.insert((record.deadline_ms, id));
+                self.push(publish, To::Subscribers);
             }
-            Mode::Detached => Some(wire::reply_record(invoke, &record, false)),
-        };
-        self.deadlines.insert((record.deadline_ms, id));
-        self.push(publish, To::Subscribers);
-        Ok(reply)
+            Mode::Detached => {
+                self.deadlines.insert((record.deadline_ms, id));
+                self.push(publish, To::Subscribers);
+                self.reply_record(caller, &record, false);
+            }
+        }
     }
 
-    /// A device's answer: looked up, the record settled, its caller answered, the device's
-    /// update acknowledged where its profile does.
-    fn answer(&mut self, publish: Publish, direct: bool, now_ms: u64) -> AnswerSeen {
-        let profiles = &self.config.profiles;
-        let profile = match direct {
-            true => &Profile::Mqtt5,
-            false => match profiles.for_answer(&publish.topic) {
-                Some((_, profile)) => profile,
-                None => return AnswerSeen::Unknown,
-            },
+    /// The profile an answer on `topic` is read by.
+    fn profile(&self, topic: &str, direct: bool) -> Option<&Profile> {
+        match direct {
+            true => Some(&Profile::Mqtt5),
+            false => self.config.profiles.for_answer(topic).map(|(_, p)| p),
+        }
+    }
+
+    /// A device's answer: read, then applied to the registry (see [`Service::settle`]).
+    fn answer(&mut self, publish: Publish, direct: bool, now_ms: u64) {
+        let Some(profile) = self.profile(&publish.topic, direct) else {
+            return self.seen.push_back(Seen::Unknown);
         };
         let (key, answer) = match profile.read_answer(&publish) {
             Ok(read) => read,
@@ -322,71 +621,98 @@ impl Service {
                 let ack = Acknowledgement::unreadable(unreadable);
                 let reply = profile.acknowledge(&publish, &ack);
                 self.push_all(reply, To::Subscribers);
-                return AnswerSeen::Malformed;
+                return self.seen.push_back(Seen::Malformed);
             }
         };
         let id = key.id.clone().unwrap_or_default();
-        let matched = self.registry.answer(&key, answer, now_ms);
-        let ack = Acknowledgement::of(&matched, &id);
-        let ack_reply = profile.acknowledge(&publish, &ack);
-        let seen = match matched.is_empty() {
-            true => AnswerSeen::Unknown,
-            false => AnswerSeen::Matched(matched.iter().map(|(how, r)| (*how, r.status)).collect()),
+        let then = Then::Answered {
+            update: publish,
+            direct,
+            id,
         };
+        self.call(RegistryCall::Answer(key, answer), now_ms, then);
+    }
+
+    /// What an answer matched: each command's event, the callers of those it settled
+    /// answered (here, or on their node), the device's update acknowledged where its profile
+    /// does.
+    fn settle(
+        &mut self,
+        update: &Publish,
+        direct: bool,
+        id: &str,
+        matched: Vec<(Matched, Record)>,
+        now_ms: u64,
+    ) {
+        let ack = Acknowledgement::of(&matched, id);
+        let ack_reply = self
+            .profile(&update.topic, direct)
+            .map(|p| p.acknowledge(update, &ack));
+        if matched.is_empty() {
+            self.seen.push_back(Seen::Unknown);
+        }
         for (how, record) in matched {
+            self.seen.push_back(Seen::Matched(how, record.status));
             if how != Matched::Duplicate {
                 self.event(&record);
             }
-            if how == Matched::Live && record.is_final() {
-                self.deadlines
-                    .remove(&(record.deadline_ms, record.id.clone()));
-                self.answer_caller(&record);
+            if how != Matched::Live || !record.is_final() {
+                continue;
+            }
+            if record.node == self.config.node_id {
+                self.forwarded(record);
+            } else {
+                let (id, node) = (record.id.clone(), record.node.clone());
+                self.call(
+                    RegistryCall::Forward(record),
+                    now_ms,
+                    Then::Forwarded { id, node },
+                );
             }
         }
-        self.push_all(ack_reply, To::Subscribers);
-        seen
+        self.push_all(ack_reply.into_iter().flatten(), To::Subscribers);
     }
 
     /// Answers the caller waiting for `record`'s command, if one does.
     fn answer_caller(&mut self, record: &Record) {
         if let Some(caller) = self.callers.remove(&record.id) {
-            let reply = wire::reply_record(&caller.request, record, false);
-            self.push(reply, To::Requester(caller.sender));
+            self.reply_record(caller, record, false);
         }
     }
 
-    /// Answers a request on [`DEFINITIONS_TOPIC`].
-    fn definitions(&mut self, payload: &[u8], now_ms: u64) -> Result<serde_json::Value, Refusal> {
-        match DefinitionsRequest::read(payload).map_err(Refusal::bad_request)? {
-            DefinitionsRequest::Create { mut command } => {
-                command.check().map_err(Refusal::bad_request)?;
+    /// A request on [`DEFINITIONS_TOPIC`].
+    fn definitions(&mut self, publish: Publish, sender: Option<&str>, now_ms: u64) {
+        let read = DefinitionsRequest::read(&publish.payload);
+        let caller = Caller::of(publish, sender);
+        let (call, then) = match read.map_err(Refusal::bad_request) {
+            Err(refusal) => return self.refuse(caller, refusal),
+            Ok(DefinitionsRequest::Create { mut command }) => {
+                if let Err(e) = command.check() {
+                    return self.refuse(caller, Refusal::bad_request(e));
+                }
                 command.created_ms = now_ms;
-                match self.registry.define(command.clone()) {
-                    true => {
-                        let answer = serde_json::json!({ "command": command });
-                        let id = command.command_id.clone();
-                        self.definition_changes.push((id, Some(command)));
-                        Ok(answer)
-                    }
-                    false => Err(Refusal::taken(&command.command_id)),
-                }
+                (
+                    RegistryCall::Define(command.clone()),
+                    Then::Defined { caller, command },
+                )
             }
-            DefinitionsRequest::Get { command_id } => match self.registry.definition(&command_id) {
-                Some(command) => Ok(serde_json::json!({ "command": command })),
-                None => Err(Refusal::no_definition(&command_id)),
-            },
-            DefinitionsRequest::List => {
-                let commands: Vec<_> = self.registry.definitions().collect();
-                Ok(serde_json::json!({ "commands": commands }))
-            }
-            DefinitionsRequest::Delete { command_id } => {
-                let deleted = self.registry.undefine(&command_id);
-                if deleted {
-                    self.definition_changes.push((command_id, None));
-                }
-                Ok(serde_json::json!({ "deleted": deleted }))
-            }
-        }
+            Ok(DefinitionsRequest::Get { command_id }) => (
+                RegistryCall::Definition(command_id.clone()),
+                Then::Definition {
+                    caller,
+                    id: command_id,
+                },
+            ),
+            Ok(DefinitionsRequest::List) => (RegistryCall::Definitions, Then::Listed { caller }),
+            Ok(DefinitionsRequest::Delete { command_id }) => (
+                RegistryCall::Undefine(command_id.clone()),
+                Then::Undefined {
+                    caller,
+                    id: command_id,
+                },
+            ),
+        };
+        self.call(call, now_ms, then);
     }
 
     /// Publishes a status change (QoS 0), if events are on: ours, and AWS IoT commands' own
@@ -398,6 +724,22 @@ impl Service {
                 self.push(event, To::Subscribers);
             }
         }
+    }
+
+    fn reply_record(&mut self, caller: Caller, record: &Record, status: bool) {
+        let reply = wire::reply_record(&caller.request, record, status);
+        self.push(reply, To::Requester(caller.sender));
+    }
+
+    fn reply_json(&mut self, caller: Caller, answer: &serde_json::Value) {
+        let reply = wire::reply_json(&caller.request, answer);
+        self.push(reply, To::Requester(caller.sender));
+    }
+
+    fn refuse(&mut self, caller: Caller, refusal: Refusal) {
+        let reply = wire::reply_refusal(&caller.request, &refusal);
+        self.push(reply, To::Requester(caller.sender));
+        self.seen.push_back(Seen::Refused(refusal));
     }
 
     fn push(&mut self, publish: Publish, to: To) {
@@ -415,7 +757,273 @@ impl Service {
     }
 }
 
+/// The answer to a caller whose request the registry could not serve.
+fn unavailable(why: &str) -> Refusal {
+    Refusal {
+        status: 503,
+        message: format!("the command registry is unavailable: {why}"),
+    }
+}
+
 /// Whether `topic` is one of the service's request topics.
 pub fn is_request(topic: &str) -> bool {
     topic == wire::INVOKE_TOPIC || topic == wire::STATUS_TOPIC || topic == DEFINITIONS_TOPIC
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::envelope::Properties;
+    use bytes::Bytes;
+
+    const NOW: u64 = 1_700_000_000_000;
+
+    thread_local!(static NEXT: std::cell::Cell<u8> = const { std::cell::Cell::new(0) });
+
+    /// Ids 1, 2, 3… (per thread: tests run side by side).
+    fn next_id() -> [u8; 16] {
+        let n = NEXT.with(|next| {
+            next.set(next.get() + 1);
+            next.get()
+        });
+        [n; 16]
+    }
+
+    fn config(node: &str) -> ServiceConfig {
+        ServiceConfig {
+            node_id: node.into(),
+            client_id: format!("{node}-commands"),
+            profiles: Profiles::built_in(),
+            events: true,
+            random_id: next_id,
+        }
+    }
+
+    fn publish(topic: &str, payload: &str, properties: Properties) -> Publish {
+        Publish {
+            topic: topic.into(),
+            payload: Bytes::from(payload.to_owned()),
+            qos: 1,
+            properties,
+        }
+    }
+
+    /// A caller's request on `topic` with these user properties.
+    fn request(topic: &str, payload: &str, user: &[(&str, &str)]) -> Publish {
+        let properties = Properties {
+            response_topic: Some("caller/response".into()),
+            correlation_data: Some(Bytes::from_static(b"c1")),
+            user_properties: user
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            ..Properties::default()
+        };
+        publish(topic, payload, properties)
+    }
+
+    /// Runs every call `service` asks for on `registry`, at once, until it asks no more.
+    fn run_calls(service: &mut Service, registry: &mut Registry) {
+        while let Some(work) = service.poll_call() {
+            let answer = registry.run(work.call, work.now_ms);
+            service.answered(work.token, answer, work.now_ms);
+        }
+    }
+
+    fn drain(service: &mut Service) -> (Vec<Out>, Vec<Seen>) {
+        let out = std::iter::from_fn(|| service.poll_output()).collect();
+        let seen = std::iter::from_fn(|| service.poll_seen()).collect();
+        (out, seen)
+    }
+
+    /// The status a reply to a caller carries (`__stat`) and its `status` property.
+    fn reply_status(out: &Out) -> (Option<&str>, Option<&str>) {
+        let props = &out.publish.properties;
+        (props.user_property("__stat"), props.user_property("status"))
+    }
+
+    #[test]
+    fn a_remote_registry_gives_what_the_memory_one_gives() {
+        let define = r#"{"op":"create","command":{"commandId":"c","payload":{"content":"{}"}}}"#;
+        let await_mqtt5 = [("topic", "dev/1/cmd"), ("timeoutMs", "1000")];
+        let inputs: Vec<(u64, Publish)> = vec![
+            (0, request(wire::INVOKE_TOPIC, "{}", &await_mqtt5)),
+            (
+                1,
+                request(
+                    wire::INVOKE_TOPIC,
+                    "{}",
+                    &[("topic", "dev/2/cmd"), ("mode", "oneway")],
+                ),
+            ),
+            (
+                2,
+                request(
+                    wire::INVOKE_TOPIC,
+                    "{}",
+                    &[("topic", "d/3"), ("profile", "nope")],
+                ),
+            ),
+            (3, request(wire::STATUS_TOPIC, "no-such-id", &[])),
+            (4, request(DEFINITIONS_TOPIC, define, &[])),
+            (5, request(DEFINITIONS_TOPIC, define, &[])),
+            (6, request(DEFINITIONS_TOPIC, r#"{"op":"list"}"#, &[])),
+            (
+                7,
+                request(DEFINITIONS_TOPIC, r#"{"op":"delete","commandId":"c"}"#, &[]),
+            ),
+            (
+                8,
+                publish("clients/n-commands/dev/9", "{}", Properties::default()),
+            ),
+        ];
+        let run = |remote: bool| {
+            NEXT.with(|next| next.set(0));
+            let (mut service, mut registry) = match remote {
+                true => (Service::remote(config("n")), Registry::new()),
+                false => (Service::new(config("n")), Registry::new()),
+            };
+            let mut all = Vec::new();
+            let step = |service: &mut Service, registry: &mut Registry| {
+                run_calls(service, registry);
+                drain(service)
+            };
+            for (at, input) in inputs.clone() {
+                service.handle(input, Some("caller"), NOW + at);
+                all.push(step(&mut service, &mut registry));
+            }
+            // The one-way command's PUBACK, then the awaited one's timeout.
+            let one_way = all[1].0.iter().find_map(|out| out.receipt.clone());
+            service.acknowledged(&one_way.expect("a receipt"), Some(0), NOW + 10);
+            all.push(step(&mut service, &mut registry));
+            service.on_deadline(NOW + 2_000);
+            all.push(step(&mut service, &mut registry));
+            all
+        };
+        let (memory, remote) = (run(false), run(true));
+        assert_eq!(memory, remote);
+        // And it did what it says: sent, refused, created once, deleted, timed out.
+        let seen: Vec<&Seen> = memory.iter().flat_map(|(_, seen)| seen).collect();
+        assert_eq!(seen.iter().filter(|s| ***s == Seen::Sent).count(), 2);
+        assert!(seen.iter().any(|s| matches!(s, Seen::TimedOut(_))));
+        let statuses: Vec<_> = memory
+            .iter()
+            .flat_map(|(out, _)| out)
+            .filter(|out| out.to != To::Subscribers)
+            .map(reply_status)
+            .collect();
+        assert_eq!(
+            statuses,
+            [
+                (Some("400"), None),              // unknown profile
+                (Some("404"), None),              // no such id
+                (Some("200"), None),              // created
+                (Some("409"), None),              // taken
+                (Some("200"), None),              // listed
+                (Some("200"), None),              // deleted
+                (Some("200"), Some("DELIVERED")), // the one-way command
+                (Some("200"), Some("TIMED_OUT")), // the awaited one
+            ]
+        );
+    }
+
+    #[test]
+    fn an_answer_another_node_reads_reaches_the_caller_or_is_recorded_orphaned() {
+        for caller_node_there in [true, false] {
+            let mut registry = Registry::new();
+            let (mut a, mut b) = (Service::remote(config("a")), Service::remote(config("b")));
+            let invoke = [("topic", "thing/product/SN1/services"), ("profile", "dji")];
+            a.handle(
+                request(wire::INVOKE_TOPIC, r#"{"method":"m"}"#, &invoke),
+                Some("caller"),
+                NOW,
+            );
+            run_calls(&mut a, &mut registry);
+            let (sent, _) = drain(&mut a);
+            let command = sent
+                .iter()
+                .find(|o| o.publish.topic == "thing/product/SN1/services");
+            let command: serde_json::Value =
+                serde_json::from_slice(&command.expect("the command").publish.payload).unwrap();
+            // The device answers on its fixed topic; node b reads it.
+            let reply = format!(r#"{{"tid":{},"data":{{"result":0}}}}"#, command["tid"]);
+            b.handle(
+                publish(
+                    "thing/product/SN1/services_reply",
+                    &reply,
+                    Properties::default(),
+                ),
+                None,
+                NOW + 5,
+            );
+            let work = b.poll_call().expect("the answer applied");
+            let answer = registry.run(work.call, work.now_ms);
+            b.answered(work.token, answer, NOW + 5);
+            // b forwards the record to a, whose caller waits.
+            let work = b.poll_call().expect("the record forwarded");
+            let RegistryCall::Forward(record) = work.call else {
+                panic!("{work:?}");
+            };
+            assert_eq!(
+                (record.node.as_str(), record.status),
+                ("a", Status::Succeeded)
+            );
+            if caller_node_there {
+                a.forwarded(record);
+                b.answered(work.token, RegistryAnswer::Done(true), NOW + 6);
+                let (out, _) = drain(&mut a);
+                let to_caller: Vec<_> = out.iter().filter(|o| o.to != To::Subscribers).collect();
+                assert_eq!(to_caller.len(), 1);
+                assert_eq!(reply_status(to_caller[0]), (Some("200"), Some("SUCCEEDED")));
+                assert!(drain(&mut b).1.contains(&Seen::Forwarded));
+                // Answered: its timeout asks the registry nothing.
+                a.on_deadline(NOW + 60_000);
+                assert_eq!(a.poll_call(), None);
+            } else {
+                b.answered(work.token, RegistryAnswer::Done(false), NOW + 6);
+                run_calls(&mut b, &mut registry);
+                let seen = drain(&mut b).1;
+                assert!(
+                    seen.iter()
+                        .any(|s| matches!(s, Seen::Orphaned { node, .. } if node == "a")),
+                    "{seen:?}"
+                );
+                let id = command["tid"].as_str().unwrap();
+                assert!(registry.get(id).unwrap().orphaned);
+            }
+        }
+    }
+
+    #[test]
+    fn a_registry_that_fails_answers_503_and_sends_nothing() {
+        let mut service = Service::remote(config("n"));
+        let invoke = [("topic", "dev/1/cmd")];
+        service.handle(
+            request(wire::INVOKE_TOPIC, "{}", &invoke),
+            Some("caller"),
+            NOW,
+        );
+        let work = service.poll_call().expect("the command recorded first");
+        assert!(matches!(work.call, RegistryCall::Register(_)));
+        assert_eq!(service.calls_in_flight(), 1);
+        service.answered(
+            work.token,
+            RegistryAnswer::Failed("Redis is down".into()),
+            NOW,
+        );
+        assert_eq!(service.calls_in_flight(), 0);
+        let (out, seen) = drain(&mut service);
+        assert_eq!(out.len(), 1, "only the answer to the caller: {out:?}");
+        assert_eq!(out[0].to, To::Requester(Some("caller".into())));
+        assert_eq!(reply_status(&out[0]).0, Some("503"));
+        let message = out[0].publish.properties.user_property("__stMsg").unwrap();
+        assert!(message.contains("Redis is down"), "{message}");
+        assert!(
+            matches!(&seen[..], [Seen::Failed(_), Seen::Refused(r)] if r.status == 503),
+            "{seen:?}"
+        );
+        // An answer for a call nobody asked (a host's bug) changes nothing.
+        service.answered(99, RegistryAnswer::Done(true), NOW);
+        assert_eq!(drain(&mut service), (vec![], vec![]));
+    }
 }

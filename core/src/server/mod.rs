@@ -74,7 +74,7 @@ use crate::jobs::{
 };
 use crate::store::{ClientId, DurableStore, Quotas, Recovered, StoreStats};
 use crate::topics;
-use commands::{CommandsHandled, Service, ServiceConfig};
+use commands::{Seen, Service, ServiceConfig};
 
 pub use jobs::{JobsHandled, JobsStep, JobsWork, NotAnswered};
 
@@ -137,9 +137,10 @@ pub enum Route {
     Other,
 }
 
-/// What a message on `topic` is to a node that serves jobs or not. A retained presence is not
-/// news: it replays at every subscription and says nothing about the client now.
-pub fn route(topic: &str, retained: bool, serves_jobs: bool) -> Route {
+/// What a message on `topic` is to a node that serves jobs or not, and commands with
+/// `commands` (its requests and the answers it reads). A retained presence is not news: it
+/// replays at every subscription and says nothing about the client now.
+pub fn route(topic: &str, retained: bool, serves_jobs: bool, commands: Option<&Service>) -> Route {
     if let Some(clients) = presence_of(topic) {
         return match retained {
             true => Route::Other,
@@ -151,6 +152,9 @@ pub fn route(topic: &str, retained: bool, serves_jobs: bool) -> Route {
     }
     if serves_jobs && jobs_topics::is_jobs(topic) {
         return Route::Jobs;
+    }
+    if commands.is_some_and(|c| c.is_for(topic)) {
+        return Route::Commands;
     }
     Route::Other
 }
@@ -180,8 +184,9 @@ pub enum Handled {
     State(Outcome),
     /// A jobs request: how it was answered, or why not.
     Jobs(Result<JobsHandled, NotAnswered>),
-    /// A command request or a device's answer.
-    Commands(CommandsHandled),
+    /// A command request or a device's answer (what the command service did with it is in
+    /// [`Node::poll_commands_seen`]).
+    Commands,
     /// A presence message ended these clients' registrations (how many there were).
     ClientsGone {
         /// Whose registrations ended.
@@ -363,15 +368,9 @@ impl Node {
         self.jobs.is_some()
     }
 
-    /// What a message on `topic` is to this node (see [`route`]; and its command service's
-    /// requests and answers).
+    /// What a message on `topic` is to this node (see [`route`]).
     pub fn route(&self, topic: &str, retained: bool) -> Route {
-        match route(topic, retained, self.jobs.is_some()) {
-            Route::Other if self.commands.as_ref().is_some_and(|c| c.is_for(topic)) => {
-                Route::Commands
-            }
-            route => route,
-        }
+        route(topic, retained, self.jobs.is_some(), self.commands.as_ref())
     }
 
     /// The state store's engine (its clock, its settings).
@@ -434,7 +433,7 @@ impl Node {
                 let Some(commands) = &mut self.commands else {
                     return Handled::Ignored;
                 };
-                let handled = commands.handle(message, sender, now_ms);
+                commands.handle(message, sender, now_ms);
                 self.output
                     .extend(std::iter::from_fn(|| commands.poll_output()));
                 let changes = commands.take_definition_changes();
@@ -445,7 +444,7 @@ impl Node {
                     };
                     keep_definitions(table, changes);
                 }
-                Handled::Commands(handled)
+                Handled::Commands
             }
             Route::Presence(clients) => {
                 let registrations = self.drop_clients(&clients);
@@ -524,6 +523,11 @@ impl Node {
             self.output
                 .extend(std::iter::from_fn(|| commands.poll_output()));
         }
+    }
+
+    /// What the command service did next (for the host's counters and logs), in order.
+    pub fn poll_commands_seen(&mut self) -> Option<Seen> {
+        self.commands.as_mut()?.poll_seen()
     }
 
     /// The next publish to send, in order.

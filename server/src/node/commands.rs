@@ -1,51 +1,165 @@
-//! A local node's command service (its registry in memory, in the core's node): counted as
-//! the `Commander` counts on Redis.
+//! The node's command service. A local node's is the core node's (its registry in memory); on
+//! Redis the node holds the core's [`Service`] itself, runs the registry calls it asks for on
+//! Redis from the loop (many at once, none waited on), and hears on its Redis channel the
+//! answers other nodes read for its callers. Either way: one connection, the node's.
 
 use super::*;
+use crate::done::CommandsDone;
+use crate::redis_store::RedisRegistry;
+use mqstore_core::server::commands::{Seen, Service};
+
+/// The command service of a node on Redis.
+pub(crate) struct RemoteCommands {
+    pub(crate) service: Service,
+    pub(crate) registry: RedisRegistry,
+    pub(crate) done: tokio::sync::mpsc::UnboundedSender<Done>,
+    /// The answer topics on `$…` read only while this node is the elected listener (brokers
+    /// such as mosquitto deliver no `$…` topic to a shared subscription; one node reads them
+    /// for all, so each update is acknowledged, and each event published, once).
+    pub(crate) elected_filters: Vec<String>,
+    /// Hears the answers forwarded to this node (aborted when the node stops).
+    pub(crate) listening: tokio::task::JoinHandle<()>,
+}
 
 impl Node {
-    /// A command request or a device's answer, on a local node (its registry in memory):
-    /// counted as the `Commander` counts them, and what it published queued.
+    /// A command request or a device's answer.
     pub(super) fn handle_commands(&mut self, message: Publish) {
         let now = self.now();
-        let State::Local(node) = &mut self.state else {
-            return;
-        };
-        let topic = message.topic.clone();
-        if let Handled::Commands(handled) = node.handle(message, None, false, now) {
-            let metrics = &self.metrics;
-            match handled {
-                CommandsHandled::Request(Ok(true)) => metrics.command(CommandCount::Sent),
-                CommandsHandled::Request(_) => {}
-                CommandsHandled::Unanswerable => {
-                    metrics.command(CommandCount::Malformed);
-                    debug!(%topic, "dropped a command request without response topic or correlation data");
-                }
-                CommandsHandled::Answer(AnswerSeen::Malformed) => {
-                    metrics.command(CommandCount::Malformed);
-                    info!(%topic, "dropped an answer that cannot be read");
-                }
-                CommandsHandled::Answer(AnswerSeen::Unknown) => {
-                    metrics.command(CommandCount::Unknown);
-                    info!(%topic, "dropped an answer nobody waits for (unknown id, or forgotten)");
-                }
-                CommandsHandled::Answer(AnswerSeen::Matched(matched)) => {
-                    for (how, status) in matched {
-                        metrics.command(match how {
-                            Matched::Live => match status {
-                                CommandStatus::Succeeded => CommandCount::Succeeded,
-                                CommandStatus::Failed => CommandCount::Failed,
-                                _ => CommandCount::Rejected,
-                            },
-                            Matched::Progress => CommandCount::Progress,
-                            Matched::Late => CommandCount::Late,
-                            Matched::Duplicate => CommandCount::Duplicate,
-                        });
-                    }
-                }
-                _ => {}
+        match (&mut self.state, &mut self.commands) {
+            (State::Local(node), _) => {
+                node.handle(message, None, false, now);
             }
+            (State::Redis(..), Some(remote)) => remote.service.handle(message, None, now),
+            (State::Redis(..), None) => return,
         }
+        self.commands_moved();
         self.queue_out();
     }
+
+    /// A registry call on Redis ended, or another node forwarded an answer.
+    pub(super) fn commands_done(&mut self, done: CommandsDone) {
+        let now = self.now();
+        if let Some(remote) = &mut self.commands {
+            match done {
+                CommandsDone::Answered(token, answer) => {
+                    remote.service.answered(token, answer, now)
+                }
+                CommandsDone::Forwarded(record) => remote.service.forwarded(*record),
+            }
+        }
+        self.commands_moved();
+        self.queue_out();
+    }
+
+    /// The broker took or refused (`None`: the connection dropped first) the publish that
+    /// carried a one-way command's `receipt`.
+    pub(super) fn command_acknowledged(&mut self, receipt: &Receipt, code: Option<u8>) {
+        let now = self.now();
+        match (&mut self.state, &mut self.commands) {
+            (State::Local(node), _) => node.acknowledged(receipt, code, now),
+            (State::Redis(..), Some(remote)) => remote.service.acknowledged(receipt, code, now),
+            (State::Redis(..), None) => {}
+        }
+        self.commands_moved();
+    }
+
+    /// The commands' timers (a local node's run with its other timers).
+    pub(super) fn commands_deadline(&mut self, now_ms: u64) {
+        if let Some(remote) = &mut self.commands {
+            remote.service.on_deadline(now_ms);
+            self.commands_moved();
+        }
+    }
+
+    /// Counts and logs what the command service did, and starts on Redis the registry calls
+    /// it asked for; what it publishes is queued by [`Node::queue_out`].
+    pub(super) fn commands_moved(&mut self) {
+        let metrics = &self.metrics;
+        match &mut self.state {
+            State::Local(node) => {
+                while let Some(seen) = node.poll_commands_seen() {
+                    count(metrics, seen);
+                }
+            }
+            State::Redis(..) => {
+                let Some(remote) = &mut self.commands else {
+                    return;
+                };
+                while let Some(seen) = remote.service.poll_seen() {
+                    count(metrics, seen);
+                }
+                while let Some(work) = remote.service.poll_call() {
+                    let (registry, done) = (remote.registry.clone(), remote.done.clone());
+                    tokio::spawn(async move {
+                        let answer = registry.run(work.call, work.now_ms).await;
+                        let answered = CommandsDone::Answered(work.token, answer);
+                        let _ = done.send(Done::Commands(answered));
+                    });
+                }
+            }
+        }
+    }
+
+    /// Registry calls on Redis not answered yet.
+    pub(super) fn commands_in_flight(&self) -> usize {
+        self.commands
+            .as_ref()
+            .map_or(0, |remote| remote.service.calls_in_flight())
+    }
+
+    /// The next command timeout or record to forget on Redis.
+    pub(super) fn commands_next_deadline(&self) -> Option<u64> {
+        self.commands.as_ref()?.service.next_deadline()
+    }
+}
+
+/// Counts (`mqstore_commands_total`) and logs one thing the command service did.
+fn count(metrics: &Metrics, seen: Seen) {
+    let counted = match seen {
+        Seen::Sent => CommandCount::Sent,
+        Seen::Unanswerable => {
+            debug!("dropped a command request without response topic or correlation data");
+            CommandCount::Malformed
+        }
+        Seen::Malformed => {
+            info!("dropped a device's answer that cannot be read");
+            CommandCount::Malformed
+        }
+        Seen::Unknown => {
+            info!("dropped an answer nobody waits for (unknown id, or forgotten)");
+            CommandCount::Unknown
+        }
+        Seen::Matched(how, status) => match how {
+            Matched::Live => match status {
+                CommandStatus::Succeeded => CommandCount::Succeeded,
+                CommandStatus::Failed => CommandCount::Failed,
+                _ => CommandCount::Rejected,
+            },
+            Matched::Progress => CommandCount::Progress,
+            Matched::Late => {
+                info!(%status, "late answer recorded");
+                CommandCount::Late
+            }
+            Matched::Duplicate => {
+                info!("dropped an answer to a command already settled");
+                CommandCount::Duplicate
+            }
+        },
+        Seen::TimedOut(id) => {
+            info!(%id, "command timed out");
+            CommandCount::TimedOut
+        }
+        Seen::Forwarded => CommandCount::Forwarded,
+        Seen::Orphaned { id, node } => {
+            warn!(%id, %node, "answer for a node that is gone; recorded as orphaned");
+            CommandCount::Orphaned
+        }
+        Seen::Failed(why) => {
+            warn!("{why}");
+            return;
+        }
+        // Refusals are answered to their callers; nothing to count.
+        _ => return,
+    };
+    metrics.command(counted);
 }

@@ -68,17 +68,14 @@ impl Node {
                     }
                 };
                 if leads && !listener.leader && self.stop == Stop::Running {
-                    let client = self.outbox.client();
-                    if let Err(e) =
-                        client.try_subscribe_many([subscription(jobs_topics::DEVICE_FILTER)])
-                    {
-                        warn!(error = %e, "subscribe failed");
-                    }
                     listener.leader = true;
-                    self.metrics.set_jobs_listener(true);
-                    if let Some(commander) = &self.commander {
-                        commander.answer_for_all(true);
+                    for filter in self.elected_filters() {
+                        let client = self.outbox.client();
+                        if let Err(e) = client.try_subscribe_many([subscription(&filter)]) {
+                            warn!(error = %e, %filter, "subscribe failed");
+                        }
                     }
+                    self.metrics.set_jobs_listener(true);
                     info!("this node now listens to the jobs device API for all nodes");
                 } else if !leads {
                     self.stop_listening();
@@ -89,21 +86,33 @@ impl Node {
 
     /// Unsubscribes from the device API if this node listened to it as the elected node.
     pub(super) fn stop_listening(&mut self) {
+        let filters = self.elected_filters();
         if let Some(JobsService::Shared(shared)) = &mut self.jobs
             && let Some(listener) = &mut shared.listener
             && listener.leader
         {
-            let _ = self
-                .outbox
-                .client()
-                .try_unsubscribe(jobs_topics::DEVICE_FILTER);
+            for filter in filters {
+                let _ = self.outbox.client().try_unsubscribe(filter);
+            }
             listener.leader = false;
             self.metrics.set_jobs_listener(false);
-            if let Some(commander) = &self.commander {
-                commander.answer_for_all(false);
-            }
             info!("this node no longer listens to the jobs device API");
         }
+    }
+
+    /// What this node subscribes to as the elected listener (nothing unless it is): the jobs
+    /// device API, and the command answer topics on `$…`.
+    pub(super) fn elected_filters(&self) -> Vec<String> {
+        if self.elected_listener().is_none() {
+            return Vec::new();
+        }
+        let commands = self
+            .commands
+            .iter()
+            .flat_map(|c| c.elected_filters.iter().cloned());
+        std::iter::once(jobs_topics::DEVICE_FILTER.to_owned())
+            .chain(commands)
+            .collect()
     }
 
     /// Whether this node listens to the jobs device API as the elected node.

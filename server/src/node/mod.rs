@@ -20,6 +20,7 @@ mod commands;
 mod jobs;
 mod remote;
 
+pub(crate) use commands::RemoteCommands;
 pub(crate) use remote::Remote;
 
 use super::ServerError;
@@ -34,7 +35,6 @@ use mqstore_core::commands::{Matched, Status as CommandStatus};
 use mqstore_core::engine::{Accepted, Engine, Fit, Outcome, fit_for_broker};
 use mqstore_core::envelope::{self, DropReason, EnvelopeError, Publish};
 use mqstore_core::jobs::topics as jobs_topics;
-use mqstore_core::server::commands::{AnswerSeen, CommandsHandled};
 use mqstore_core::server::{self, Handled, JobsHandled, NotAnswered, Receipt, Route, To};
 use mqstore_core::topics;
 use mqstore_net::host::{Driver, Outbox, Wakes};
@@ -177,9 +177,8 @@ pub(super) struct Node {
     pub(super) clock_offset_ms: i64,
     /// The jobs service, unless switched off.
     pub(super) jobs: Option<JobsService>,
-    /// The command service, unless switched off (the elected listener reads its `$…` answer
-    /// topics for all nodes).
-    pub(super) commander: Option<crate::commander::Commander>,
+    /// The command service on Redis, unless switched off (a local node's is in its core node).
+    pub(super) commands: Option<RemoteCommands>,
     /// Answers and notifications, tagged with what they are.
     pub(super) outbox: Outbox<Sent>,
     pub(super) metrics: Arc<Metrics>,
@@ -218,8 +217,15 @@ pub(super) struct Node {
     pub(super) subscribed: tokio::sync::watch::Sender<bool>,
     /// Where a finished sync of the data directory reports.
     pub(super) disk_done: tokio::sync::mpsc::UnboundedSender<Done>,
-    /// Why the node stopped on its own (the disk failed).
+    /// Why the node stopped on its own (the disk failed; the broker not there at start with
+    /// `fail_fast`).
     pub(super) fatal: Option<ServerError>,
+    /// The broker's address, for what the node says while it waits for it.
+    pub(super) broker: String,
+    /// Exit when the broker cannot be reached at start instead of waiting for it.
+    pub(super) fail_fast: bool,
+    /// Connections that failed before the first one succeeded (`None` once one did).
+    pub(super) start_failures: Option<u32>,
 }
 
 /// The node's subscription to `filter`, at least once. The jobs device API's asks for No Local:
@@ -278,6 +284,7 @@ impl Driver for Node {
                     .next_deadline(self.now(), room)
                     .into_iter()
                     .chain(jobs)
+                    .chain(self.commands_next_deadline())
                     .min()
             }
             Stop::Disconnecting | Stop::Closing => None,
@@ -323,6 +330,7 @@ impl Driver for Node {
                 let _ = done.send(Done::Jobs(JobsDone::Claim(now_ms, held)));
             });
         }
+        self.commands_deadline(now_ms);
         self.queue_out();
     }
 
@@ -331,9 +339,9 @@ impl Driver for Node {
             Signal::Shutdown => {
                 // Stop taking requests; answer those already taken, then disconnect.
                 info!("shutting down");
-                let listener = self.elected_listener().map(|_| jobs_topics::DEVICE_FILTER);
-                let filters = self.invoke_filters.iter().map(String::as_str);
-                for filter in filters.chain(listener) {
+                let mut filters = self.invoke_filters.clone();
+                filters.extend(self.elected_filters());
+                for filter in filters {
                     if self.outbox.client().try_unsubscribe(filter).is_ok() {
                         self.unsubacks += 1;
                     }
@@ -367,6 +375,11 @@ impl Driver for Node {
             }
             Signal::Done(Done::Jobs(done)) => {
                 self.jobs_done(done);
+                self.disconnect_when_done();
+                true
+            }
+            Signal::Done(Done::Commands(done)) => {
+                self.commands_done(done);
                 self.disconnect_when_done();
                 true
             }
@@ -410,7 +423,20 @@ impl Driver for Node {
             Err(e) => {
                 self.metrics.set_subscribed(false);
                 let error = connection_error(&e);
-                warn!(%error, "broker connection failed; reconnecting");
+                if let Some(failures) = &mut self.start_failures {
+                    *failures += 1;
+                    if self.fail_fast {
+                        let (addr, error) = (self.broker.clone(), error.to_string());
+                        self.fatal = Some(ServerError::Broker { addr, error });
+                        return false;
+                    }
+                    // Said as Redis's wait says it: at the first failure and every tenth.
+                    if *failures == 1 || failures.is_multiple_of(10) {
+                        warn!(%error, tries = *failures, "waiting for the broker at {} (not reachable yet; --fail-fast exits instead)", self.broker);
+                    }
+                } else {
+                    warn!(%error, "broker connection failed; reconnecting");
+                }
                 if let Some(hint) = protocol_hint(&error) {
                     self.protocol_errors += 1;
                     if self.protocol_errors >= 2 {
@@ -437,6 +463,7 @@ impl Node {
         if self.stop == Stop::Unsubscribed
             && self.state.in_flight() == 0
             && self.jobs_in_flight() == 0
+            && self.commands_in_flight() == 0
             && match &self.state {
                 State::Local(node) => node.idle(),
                 State::Redis(..) => true,
@@ -454,6 +481,14 @@ impl Node {
     fn on_event(&mut self, event: Event) {
         let gone = match event {
             Event::Incoming(Packet::ConnAck(connack)) => {
+                if let Some(failures) = self.start_failures.take()
+                    && failures > 0
+                {
+                    info!(
+                        tries = failures + 1,
+                        "the broker at {} answers: starting", self.broker
+                    );
+                }
                 let broker = connack.properties.and_then(|p| p.max_packet_size);
                 self.max_packet_size = broker.map_or(self.own_max_packet_size, |b| {
                     b.min(self.own_max_packet_size)
@@ -463,20 +498,17 @@ impl Node {
                 // A one-way command's caller whose PUBACK will not come hears so.
                 let lost = self.notified.drain().map(|(_, tag)| tag);
                 let lost: Vec<Sent> = lost.chain(self.sent.drain(..)).collect();
-                if let State::Local(node) = &mut self.state {
-                    let now = now_ms();
-                    for tag in lost {
-                        if let Sent::Receipt(receipt) = tag {
-                            node.acknowledged(&receipt, None, now);
-                        }
+                for tag in lost {
+                    if let Sent::Receipt(receipt) = tag {
+                        self.command_acknowledged(&receipt, None);
                     }
                 }
                 self.unacked = 0;
-                let filters = self.invoke_filters.iter().map(String::as_str);
-                let listener = self.elected_listener().map(|_| jobs_topics::DEVICE_FILTER);
-                let filters = filters.chain(listener);
+                let mut filters = self.invoke_filters.clone();
+                filters.extend(self.elected_filters());
+                filters.extend(self.presence_filters.iter().map(|f| f.to_string()));
                 self.subacks = 0;
-                for filter in filters.chain(self.presence_filters.iter().copied()) {
+                for filter in &filters {
                     match self
                         .outbox
                         .client()
@@ -515,7 +547,8 @@ impl Node {
                 let route = match &self.state {
                     State::Local(node) => node.route(&message.topic, retained),
                     State::Redis(..) => {
-                        server::route(&message.topic, retained, self.jobs.is_some())
+                        let commands = self.commands.as_ref().map(|c| &c.service);
+                        server::route(&message.topic, retained, self.jobs.is_some(), commands)
                     }
                 };
                 match route {
@@ -580,13 +613,9 @@ impl Node {
                     // properly: the broker keeps the protocol.
                     self.protocol_errors = 0;
                 }
-                if let (Some(Sent::Receipt(receipt)), State::Local(node)) = (&sent, &mut self.state)
-                {
-                    node.acknowledged(
-                        receipt,
-                        Some(mqstore_net::host::puback_code(ack.reason)),
-                        now_ms(),
-                    );
+                if let Some(Sent::Receipt(receipt)) = &sent {
+                    let code = mqstore_net::host::puback_code(ack.reason);
+                    self.command_acknowledged(receipt, Some(code));
                     self.queue_out();
                 }
                 match (ack.reason, sent) {
@@ -674,10 +703,8 @@ impl Node {
                     warn!(%error, "jobs timers");
                 }
                 self.metrics.jobs_notified(ticked.jobs_notified as u64);
-                for _ in 0..ticked.commands_timed_out {
-                    self.metrics.command(CommandCount::TimedOut);
-                }
                 self.metrics.set_store(node.stats());
+                self.commands_moved();
                 self.queue_out();
             }
             State::Redis(_, remote) if !remote.sweeping && remote.next_sweep <= now_ms => {
@@ -738,15 +765,18 @@ impl Node {
                     .push(message, tag, |tag| note_sent(sent, metrics, tag));
             }
         };
-        match &mut self.state {
-            State::Local(node) => {
+        let mut push_out = |out: server::Out| {
+            let tag = match (out.to, out.receipt) {
+                (_, Some(receipt)) => Sent::Receipt(receipt),
+                (To::Watcher(client), None) => Sent::Notification(client),
+                (To::Requester(_) | To::Subscribers, None) => Sent::Answer,
+            };
+            push(out.publish, tag);
+        };
+        match (&mut self.state, &mut self.commands) {
+            (State::Local(node), _) => {
                 while let Some(out) = node.poll_output() {
-                    let tag = match (out.to, out.receipt) {
-                        (_, Some(receipt)) => Sent::Receipt(receipt),
-                        (To::Watcher(client), None) => Sent::Notification(client),
-                        (To::Requester(_) | To::Subscribers, None) => Sent::Answer,
-                    };
-                    push(out.publish, tag);
+                    push_out(out);
                 }
                 while let Some(sync) = node.poll_sync() {
                     let done = self.disk_done.clone();
@@ -755,7 +785,12 @@ impl Node {
                     });
                 }
             }
-            State::Redis(..) => {}
+            (State::Redis(..), Some(remote)) => {
+                while let Some(out) = remote.service.poll_output() {
+                    push_out(out);
+                }
+            }
+            (State::Redis(..), None) => {}
         }
         // What the node made itself (a 503 while overloaded), and the engine's on Redis.
         for message in self.out.drain(..) {

@@ -21,7 +21,9 @@ use tracing::{info, warn};
 
 use super::{Lua, RedisStore, RedisStoreError, Result};
 use mqstore_core::commands::definitions::Definition;
-use mqstore_core::commands::{Answer, AnswerKey, CommandError, Matched, Record};
+use mqstore_core::commands::{
+    Answer, AnswerKey, CommandError, Matched, Record, RegistryAnswer, RegistryCall,
+};
 
 /// How often one change is retried when another node changed the record in between.
 const MAX_TRIES: usize = 16;
@@ -371,6 +373,50 @@ impl RedisRegistry {
             )
             .await?;
         Ok(heard > 0 || self.store.cluster)
+    }
+
+    /// Runs a call of the core's command service ([`mqstore_core::server::commands::Service`]
+    /// on a remote registry) and gives its answer; Redis failures are
+    /// [`RegistryAnswer::Failed`].
+    pub async fn run(&self, call: RegistryCall, now_ms: u64) -> RegistryAnswer {
+        let answer = match call {
+            RegistryCall::Register(record) => match self.register(&record, now_ms).await {
+                Ok(()) => Ok(RegistryAnswer::Registered(Ok(()))),
+                Err(RegisterError::Command(e)) => Ok(RegistryAnswer::Registered(Err(e))),
+                Err(RegisterError::Redis(e)) => Err(e),
+            },
+            RegistryCall::Answer(key, answer) => self
+                .answer(&key, answer, now_ms)
+                .await
+                .map(RegistryAnswer::Matched),
+            RegistryCall::Delivered(id) => self
+                .delivered(&id, now_ms)
+                .await
+                .map(RegistryAnswer::Record),
+            RegistryCall::TimeOut(id) => {
+                self.time_out(&id, now_ms).await.map(RegistryAnswer::Record)
+            }
+            RegistryCall::Orphan(id) => self.orphan(&id, now_ms).await.map(RegistryAnswer::Record),
+            RegistryCall::Get(id) => self.get(&id).await.map(RegistryAnswer::Record),
+            RegistryCall::Define(definition) => {
+                self.define(&definition).await.map(RegistryAnswer::Done)
+            }
+            RegistryCall::Definition(id) => {
+                self.definition(&id).await.map(RegistryAnswer::Definition)
+            }
+            RegistryCall::Definitions => self.definitions().await.map(RegistryAnswer::Definitions),
+            RegistryCall::Undefine(id) => self.undefine(&id).await.map(RegistryAnswer::Done),
+            RegistryCall::Forward(record) => self
+                .forward(&record.node, &record)
+                .await
+                .map(RegistryAnswer::Done),
+            other => {
+                return RegistryAnswer::Failed(format!(
+                    "not a call the Redis registry runs: {other:?}"
+                ));
+            }
+        };
+        answer.unwrap_or_else(|e| RegistryAnswer::Failed(e.to_string()))
     }
 
     /// Hears the answers forwarded to `node` until the returned task is aborted, handing each
