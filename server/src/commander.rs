@@ -9,39 +9,42 @@
 //! with a share group, so one node reads each answer: "registry" mode); and, when serving,
 //! the service's request topics.
 //!
-//! A command is recorded in the registry before it is published (a fast device may answer
-//! first), is published at QoS 1 with Message Expiry = its timeout, and is never retried.
-//! An answer is looked up in the registry: the node that reads it either hands it to its own
-//! caller, or forwards it over Redis pub/sub to the node that waits. Late, duplicate, unknown
-//! and orphaned answers are recorded in the command's status (where there is one), counted in
-//! [`Metrics`] and logged with the command id.
+//! The commander is a host of the core's command service
+//! ([`mqstore_core::server::commands::Service`], the one `mqstore serve` and the broker plugin
+//! run): one task drives its connection (`mqstore_net::host::Connection`, the server node's
+//! loop) and the service, runs the registry calls the service asks for on Redis, and hands
+//! each caller its answer. A command is recorded in the registry before it is published (a
+//! fast device may answer first), is published at QoS 1 with Message Expiry = its timeout,
+//! and is never retried. An answer is looked up in the registry: the node that reads it either
+//! hands it to its own caller, or forwards it over Redis pub/sub to the node that waits. Late,
+//! duplicate, unknown and orphaned answers are recorded in the command's status (where there
+//! is one), counted in [`Metrics`] and logged.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rumqttc::Outgoing;
 use rumqttc::v5::mqttbytes::QoS;
-use rumqttc::v5::mqttbytes::v5::{Filter, Packet};
-use rumqttc::v5::{AsyncClient, Event, EventLoop};
-use tokio::sync::oneshot;
-use tracing::{debug, info, warn};
+use rumqttc::v5::mqttbytes::v5::{Filter, Packet, SubscribeReasonCode};
+use rumqttc::v5::{AsyncClient, Event};
+use tokio::sync::{mpsc, oneshot};
+use tracing::{info, warn};
 
-use crate::metrics::{CommandCount, Metrics};
-use crate::redis_store::{RedisConfig, RedisRegistry, RedisStore, RedisStoreError, RegisterError};
+use crate::metrics::Metrics;
+use crate::redis_store::{RedisConfig, RedisRegistry, RedisStore, RedisStoreError};
 use mqstore_core::client::ClientError;
-use mqstore_core::commands::definitions::{DEFINITIONS_TOPIC, Definition, DefinitionsRequest};
+use mqstore_core::commands::definitions::DEFINITIONS_TOPIC;
 use mqstore_core::commands::wire::{self, Refusal};
-use mqstore_core::commands::{
-    Acknowledgement, Answer, AnswerKey, CommandError, CommandRequest, Matched, Mode, Profile,
-    Profiles, Record, Registry, Sender, Status, aws_event,
-};
-use mqstore_core::envelope::Publish;
+use mqstore_core::commands::{CommandError, CommandRequest, Profiles, Record, RegistryAnswer};
+use mqstore_core::server::Receipt;
+use mqstore_core::server::commands::{Declined, Service, ServiceConfig};
 use mqstore_core::store::Quotas;
 use mqstore_net::BrokerConfig;
-use mqstore_net::host::{backoff, connection_error, from_mqtt, now_ms};
-use mqstore_net::random_bytes;
+use mqstore_net::host::{
+    Connection, Driver, Outbox, Polled, Wakes, connection_error, from_mqtt, now_ms, puback_code,
+};
 
 /// Where command records live.
 #[derive(Debug, Clone)]
@@ -50,7 +53,7 @@ pub enum RegistryConfig {
     Memory,
     /// In Redis, shared by every node: answers read by one node reach the node that waits.
     Redis(RedisConfig),
-    /// In Redis, on a connection the process already has (the server's store).
+    /// In Redis, on a connection the process already has.
     Store(RedisStore),
 }
 
@@ -70,15 +73,10 @@ pub struct CommanderConfig {
     pub profiles: Profiles,
     /// Where command records live: this process, or Redis for many nodes.
     pub registry: RegistryConfig,
-    /// Serve the command API to callers (`mqstore/commands/v1/...`).
+    /// Serve the command API to callers (`mqstore/commands/v1/...`) too.
     pub serve: bool,
     /// Publish every status change on `mqstore/commands/v1/events/{id}`.
     pub events: bool,
-    /// Read answers on `$…` topics (AWS IoT commands, IoT Hub) only while
-    /// [`Commander::answer_for_all`] says so: brokers such as mosquitto deliver no `$…` topic
-    /// to a shared subscription, so one elected node reads them for all (each update then
-    /// acknowledged, and each progress event published, once).
-    pub elected_dollar_answers: bool,
 }
 
 impl CommanderConfig {
@@ -95,13 +93,13 @@ impl CommanderConfig {
             registry: RegistryConfig::Memory,
             serve: false,
             events: false,
-            elected_dollar_answers: false,
         }
     }
 }
 
 /// Why a command could not be sent or followed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum CommanderError {
     /// The request is wrong (unknown profile, bad timeout, topic or payload): nothing sent.
     #[error(transparent)]
@@ -112,12 +110,15 @@ pub enum CommanderError {
     /// The broker could not be reached, or the commander was stopped.
     #[error("not connected to the MQTT broker: {0}")]
     Connection(String),
-    /// The broker refused the command's publish (PUBACK reason code).
+    /// The broker refused the command (PUBACK reason code).
     #[error("the broker refused the command (PUBACK reason code 0x{0:02X})")]
     NotDelivered(u8),
     /// No command with this id is known (never sent, or forgotten).
     #[error("{}", wire::not_found(.0))]
     NotFound(String),
+    /// Refused as the command service's wire API says.
+    #[error("{}", .0.message)]
+    Refused(Refusal),
 }
 
 impl CommanderError {
@@ -127,160 +128,52 @@ impl CommanderError {
             CommanderError::Command(CommandError::NoDefinition(_)) => 404,
             CommanderError::Command(_) => 400,
             CommanderError::NotFound(_) => 404,
+            CommanderError::Refused(refusal) => refusal.status,
             _ => 503,
         }
     }
 }
 
-impl From<RedisStoreError> for CommanderError {
-    fn from(e: RedisStoreError) -> Self {
-        CommanderError::Registry(e.to_string())
-    }
-}
-
-impl From<RegisterError> for CommanderError {
-    fn from(e: RegisterError) -> Self {
-        match e {
-            RegisterError::Command(e) => e.into(),
-            RegisterError::Redis(e) => e.into(),
+impl From<Declined> for CommanderError {
+    fn from(declined: Declined) -> Self {
+        match declined {
+            Declined::Command(e) => CommanderError::Command(e),
+            Declined::NotFound(id) => CommanderError::NotFound(id),
+            Declined::Unavailable(why) => CommanderError::Registry(why),
+            Declined::NotDelivered(code) => CommanderError::NotDelivered(code),
+            Declined::Disconnected => CommanderError::Connection(
+                "the connection dropped before the broker acknowledged the command".into(),
+            ),
+            other => CommanderError::Refused(other.refusal()),
         }
     }
 }
 
-/// The registry behind a commander.
-enum Backend {
-    Memory(Mutex<Registry>),
-    Redis(RedisRegistry),
+/// What the commander's task is asked from outside its connection.
+enum Input {
+    Invoke(CommandRequest, oneshot::Sender<Result<Record, Declined>>),
+    Status(String, oneshot::Sender<Result<Record, Declined>>),
+    /// A registry call on Redis ended.
+    Answered(u64, RegistryAnswer),
+    /// Another node read the answer for a caller waiting here.
+    Forwarded(Box<Record>),
+    Stop,
 }
 
-impl Backend {
-    fn memory(&self) -> Option<std::sync::MutexGuard<'_, Registry>> {
-        match self {
-            Backend::Memory(registry) => Some(lock(registry)),
-            Backend::Redis(_) => None,
-        }
-    }
-
-    async fn register(&self, record: &Record, now: u64) -> Result<(), CommanderError> {
-        match self {
-            Backend::Memory(registry) => Ok(lock(registry).register(record.clone(), now)?),
-            Backend::Redis(redis) => Ok(redis.register(record, now).await?),
-        }
-    }
-
-    async fn answer(
-        &self,
-        key: &AnswerKey,
-        answer: Answer,
-        now: u64,
-    ) -> Result<Vec<(Matched, Record)>, CommanderError> {
-        match self {
-            Backend::Memory(_) => Ok(self
-                .memory()
-                .map(|mut r| r.answer(key, answer, now))
-                .unwrap_or_default()),
-            Backend::Redis(redis) => Ok(redis.answer(key, answer, now).await?),
-        }
-    }
-
-    async fn delivered(&self, id: &str, now: u64) -> Result<Option<Record>, CommanderError> {
-        match self {
-            Backend::Memory(_) => Ok(self.memory().and_then(|mut r| r.delivered(id, now))),
-            Backend::Redis(redis) => Ok(redis.delivered(id, now).await?),
-        }
-    }
-
-    async fn time_out(&self, id: &str, now: u64) -> Result<Option<Record>, CommanderError> {
-        match self {
-            Backend::Memory(_) => Ok(self.memory().and_then(|mut r| r.time_out(id, now))),
-            Backend::Redis(redis) => Ok(redis.time_out(id, now).await?),
-        }
-    }
-
-    async fn orphan(&self, id: &str, now: u64) -> Result<Option<Record>, CommanderError> {
-        match self {
-            Backend::Memory(_) => Ok(self.memory().and_then(|mut r| r.orphan(id, now))),
-            Backend::Redis(redis) => Ok(redis.orphan(id, now).await?),
-        }
-    }
-
-    /// Stores `definition` unless its id is taken: whether it was stored.
-    async fn define(&self, definition: &Definition) -> Result<bool, CommanderError> {
-        match self {
-            Backend::Memory(registry) => Ok(lock(registry).define(definition.clone())),
-            Backend::Redis(redis) => Ok(redis.define(definition).await?),
-        }
-    }
-
-    async fn definition(&self, id: &str) -> Result<Option<Definition>, CommanderError> {
-        match self {
-            Backend::Memory(registry) => Ok(lock(registry).definition(id).cloned()),
-            Backend::Redis(redis) => Ok(redis.definition(id).await?),
-        }
-    }
-
-    async fn definitions(&self) -> Result<Vec<Definition>, CommanderError> {
-        match self {
-            Backend::Memory(registry) => Ok(lock(registry).definitions().cloned().collect()),
-            Backend::Redis(redis) => Ok(redis.definitions().await?),
-        }
-    }
-
-    async fn undefine(&self, id: &str) -> Result<bool, CommanderError> {
-        match self {
-            Backend::Memory(registry) => Ok(lock(registry).undefine(id)),
-            Backend::Redis(redis) => Ok(redis.undefine(id).await?),
-        }
-    }
-
-    async fn get(&self, id: &str, now: u64) -> Result<Option<Record>, CommanderError> {
-        match self {
-            Backend::Memory(_) => Ok(self.memory().and_then(|mut r| {
-                r.forget(now);
-                r.get(id).cloned()
-            })),
-            Backend::Redis(redis) => Ok(redis.get(id).await?),
-        }
-    }
-}
-
-/// PUBACKs on their way to the publishes that wait for them. rumqttc reports each publish it
-/// sends (`Outgoing::Publish(pkid)`) in the order it was handed over, so a queue of waiters in
-/// that order learns each publish's packet id. After a reconnect rumqttc sends again what was
-/// not acknowledged, so the waiters of that moment are told "disconnected" and the queue starts
-/// afresh.
-#[derive(Default)]
-struct Acks {
-    /// In publish order: who waits for the next publishes' PUBACKs (`None`: nobody).
-    order: VecDeque<Option<oneshot::Sender<u8>>>,
-    by_packet: HashMap<u16, oneshot::Sender<u8>>,
-}
-
+/// What the task reports for the commander's synchronous getters.
 struct Shared {
     node: String,
-    client_id: String,
-    profiles: Profiles,
-    client: AsyncClient,
-    backend: Backend,
     metrics: Arc<Metrics>,
-    events: bool,
-    /// Callers waiting on this node, by command id.
-    waiters: Mutex<HashMap<String, oneshot::Sender<Record>>>,
-    acks: Mutex<Acks>,
-    /// Keeps the order of [`Acks::order`] equal to the order publishes reach rumqttc.
-    publishing: tokio::sync::Mutex<()>,
-    /// The direct answers' topic prefix: `clients/{client_id}/`.
-    direct_prefix: String,
-    /// The answer filters on `$…` topics read only while this node is elected
-    /// ([`CommanderConfig::elected_dollar_answers`]), and whether it is.
-    elected_filters: Vec<String>,
-    elected: AtomicBool,
+    waiting: AtomicUsize,
+    records: AtomicUsize,
+    memory: bool,
 }
 
 /// Sends commands to devices and waits for their answers. Cheap to clone; [`Commander::stop`]
 /// disconnects.
 #[derive(Clone)]
 pub struct Commander {
+    inputs: mpsc::UnboundedSender<Input>,
     shared: Arc<Shared>,
     tasks: Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>>,
 }
@@ -305,44 +198,29 @@ impl Commander {
         config: CommanderConfig,
         metrics: Option<Arc<Metrics>>,
     ) -> Result<Commander, CommanderError> {
-        let backend = match config.registry {
-            RegistryConfig::Memory => Backend::Memory(Mutex::new(Registry::new())),
+        let registry = match config.registry {
+            RegistryConfig::Memory => None,
             RegistryConfig::Redis(redis) => {
                 let store = RedisStore::connect(&redis, Quotas::SERVER_DEFAULT)
                     .await
                     .map_err(|e| CommanderError::Registry(format!("{}: {e}", redis.display())))?;
-                Backend::Redis(RedisRegistry::new(store))
+                Some(RedisRegistry::new(store))
             }
-            RegistryConfig::Store(store) => Backend::Redis(RedisRegistry::new(store)),
+            RegistryConfig::Store(store) => Some(RedisRegistry::new(store)),
         };
-        let mut options = config.broker.options(&config.client_id);
-        options.set_manual_acks(false);
-        let (client, eventloop) = AsyncClient::new(options, 1024);
-        let shared = Arc::new(Shared {
-            direct_prefix: format!("clients/{}/", config.client_id),
-            elected_filters: match config.elected_dollar_answers {
-                true => config
-                    .profiles
-                    .answer_filters()
-                    .into_iter()
-                    .filter(|f| f.starts_with('$'))
-                    .collect(),
-                false => Vec::new(),
-            },
-            elected: AtomicBool::new(false),
-            node: config.node_id,
-            client_id: config.client_id,
-            profiles: config.profiles,
-            client,
-            backend,
-            metrics: metrics.unwrap_or_default(),
+        let service_config = ServiceConfig {
+            node_id: config.node_id.clone(),
+            client_id: config.client_id.clone(),
+            profiles: config.profiles.clone(),
             events: config.events,
-            waiters: Mutex::new(HashMap::new()),
-            acks: Mutex::new(Acks::default()),
-            publishing: tokio::sync::Mutex::new(()),
-        });
-        let mut filters = vec![format!("{}#", shared.direct_prefix)];
-        let mut shared_filters = shared.profiles.answer_filters();
+            random_id: mqstore_net::random_bytes::<16>,
+        };
+        let service = match registry {
+            None => Service::new(service_config),
+            Some(_) => Service::remote(service_config),
+        };
+        let mut filters = vec![format!("clients/{}/#", config.client_id)];
+        let mut shared_filters = config.profiles.answer_filters();
         if config.serve {
             shared_filters.extend([
                 wire::INVOKE_TOPIC.into(),
@@ -352,49 +230,69 @@ impl Commander {
         }
         for filter in shared_filters {
             // mosquitto delivers no `$…` topic to a shared subscription: every node reads
-            // those (the registry settles each command once), or the elected one.
-            match &config.share_group {
-                _ if filter.starts_with('$') && config.elected_dollar_answers => {}
-                Some(group) if !filter.starts_with('$') => {
-                    filters.push(format!("$share/{group}/{filter}"))
-                }
-                _ => filters.push(filter),
-            }
+            // those (the registry settles each command once).
+            filters.push(match &config.share_group {
+                Some(group) if !filter.starts_with('$') => format!("$share/{group}/{filter}"),
+                _ => filter,
+            });
         }
+        let (inputs, received) = mpsc::unbounded_channel();
+        let shared = Arc::new(Shared {
+            node: config.node_id.clone(),
+            metrics: metrics.unwrap_or_default(),
+            waiting: AtomicUsize::new(0),
+            records: AtomicUsize::new(0),
+            memory: registry.is_none(),
+        });
         let mut tasks = Vec::new();
-        if let Backend::Redis(redis) = &shared.backend {
+        if let Some(registry) = &registry {
             let (ready, listening) = oneshot::channel();
-            let weak = Arc::downgrade(&shared);
-            tasks.push(redis.listen(
-                &shared.node,
+            let forwarded = inputs.clone();
+            tasks.push(registry.listen(
+                &config.node_id,
                 move |record| {
-                    if let Some(shared) = weak.upgrade() {
-                        shared.deliver(record);
-                    }
+                    let _ = forwarded.send(Input::Forwarded(Box::new(record)));
                 },
                 ready,
             ));
-            listening
+            let heard = listening
                 .await
-                .map_err(|_| CommanderError::Registry("the pub/sub task ended".into()))??;
+                .unwrap_or_else(|_| Err(RedisStoreError::Reply("the pub/sub task ended".into())));
+            if let Err(e) = heard {
+                tasks.iter().for_each(|t| t.abort());
+                return Err(CommanderError::Registry(e.to_string()));
+            }
         }
+        let mut options = config.broker.options(&config.client_id);
+        options.set_manual_acks(false);
+        let (client, eventloop) = AsyncClient::new(options, 1024);
         let (ready, subscribed) = oneshot::channel();
-        // Said once it is subscribed: a node waiting for its broker tries this again and again.
-        debug!(node = %shared.node, topics = ?filters, "commands starting");
-        let said = (shared.node.clone(), format!("{filters:?}"));
-        tasks.push(tokio::spawn(drive(
-            eventloop,
-            shared.clone(),
+        let said = format!("{filters:?}");
+        let mut host = Host {
+            service,
+            registry,
+            inputs: inputs.clone(),
+            outbox: Outbox::new(client),
+            sent: VecDeque::new(),
+            receipts: HashMap::new(),
+            callers: HashMap::new(),
+            next_token: 0,
             filters,
-            ready,
-        )));
+            ready: Some(ready),
+            shared: shared.clone(),
+        };
+        let mut wakes = Inputs(received);
+        tasks.push(tokio::spawn(async move {
+            Connection::new(eventloop).run(&mut wakes, &mut host).await;
+        }));
         let commander = Commander {
+            inputs,
             shared,
             tasks: Arc::new(Mutex::new(tasks)),
         };
         match subscribed.await {
             Ok(Ok(())) => {
-                info!(node = %said.0, topics = %said.1, "commands subscribed");
+                info!(node = %commander.shared.node, topics = %said, "commands subscribed");
                 Ok(commander)
             }
             Ok(Err(e)) => {
@@ -412,26 +310,6 @@ impl Commander {
         &self.shared.node
     }
 
-    /// Whether this node reads the answers on `$…` topics for all nodes (with
-    /// [`CommanderConfig::elected_dollar_answers`]; the server's elected listener does).
-    pub fn answer_for_all(&self, elected: bool) {
-        let shared = &self.shared;
-        if shared.elected.swap(elected, Ordering::SeqCst) == elected {
-            return;
-        }
-        for filter in &shared.elected_filters {
-            let done = match elected {
-                true => shared
-                    .client
-                    .try_subscribe(filter.clone(), QoS::AtLeastOnce),
-                false => shared.client.try_unsubscribe(filter.clone()),
-            };
-            if let Err(e) = done {
-                warn!(error = %e, %filter, "could not change the subscription to answers");
-            }
-        }
-    }
-
     /// The counters this commander reports to (`mqstore_commands_total`).
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.shared.metrics
@@ -441,35 +319,40 @@ impl Commander {
     /// TIMED_OUT), for the broker's PUBACK (DELIVERED), or not at all (SENT; the answer goes
     /// to the record).
     pub async fn invoke(&self, request: CommandRequest) -> Result<Record, CommanderError> {
-        self.shared.clone().invoke(request).await
+        self.ask(|answer| Input::Invoke(request, answer)).await
     }
 
     /// Command `id`'s status record.
     pub async fn status(&self, id: &str) -> Result<Record, CommanderError> {
-        self.shared
-            .backend
-            .get(id, now_ms())
-            .await?
-            .ok_or_else(|| CommanderError::NotFound(id.to_owned()))
+        self.ask(|answer| Input::Status(id.to_owned(), answer))
+            .await
     }
 
-    /// Commands this node waits for.
+    async fn ask(
+        &self,
+        input: impl FnOnce(oneshot::Sender<Result<Record, Declined>>) -> Input,
+    ) -> Result<Record, CommanderError> {
+        let (answer, answered) = oneshot::channel();
+        let stopped = || CommanderError::Connection("the commander was stopped".into());
+        self.inputs.send(input(answer)).map_err(|_| stopped())?;
+        Ok(answered.await.map_err(|_| stopped())??)
+    }
+
+    /// Commands this node waits for (an answer, or the broker's acknowledgement).
     pub fn waiting(&self) -> usize {
-        lock(&self.shared.waiters).len()
+        self.shared.waiting.load(Ordering::Relaxed)
     }
 
     /// Records in the memory registry (`None` with Redis).
     pub fn records(&self) -> Option<usize> {
-        self.shared.backend.memory().map(|mut r| {
-            r.forget(now_ms());
-            r.len()
-        })
+        let records = self.shared.records.load(Ordering::Relaxed);
+        self.shared.memory.then_some(records)
     }
 
-    /// Disconnects from the broker (and Redis pub/sub). Callers still waiting get their
-    /// timeouts.
+    /// Disconnects from the broker (and Redis pub/sub). Callers still waiting are told the
+    /// commander stopped.
     pub async fn stop(&self) {
-        let _ = self.shared.client.disconnect().await;
+        let _ = self.inputs.send(Input::Stop);
         let mut tasks: Vec<_> = lock(&self.tasks).drain(..).collect();
         // The connection's task (the last started) ends once the DISCONNECT is out; the
         // pub/sub listener runs until aborted.
@@ -486,397 +369,155 @@ impl Commander {
     }
 }
 
-impl Shared {
-    async fn invoke(self: Arc<Self>, request: CommandRequest) -> Result<Record, CommanderError> {
-        // A stored command: its payload, for the target the topic names.
-        let definition = match &request.command {
-            Some(id) => self.backend.definition(id).await?,
-            None => None,
-        };
-        let request = request.start_stored(definition.as_ref())?;
-        let profile = self.profiles.get(&request.profile)?;
-        let sender = Sender {
-            node: &self.node,
-            client_id: &self.client_id,
-        };
-        let prepared = profile.prepare(&request, sender, random_bytes::<16>(), now_ms())?;
-        let (record, publish) = (prepared.record, prepared.publish);
-        let id = record.id.clone();
-        // The waiter and the record exist before the publish: a fast device may answer first.
-        let answered = match request.mode {
-            Mode::OneWay => None,
-            Mode::Await | Mode::Detached => {
-                let (tx, rx) = oneshot::channel();
-                lock(&self.waiters).insert(id.clone(), tx);
-                Some(rx)
-            }
-        };
-        if let Err(e) = self.backend.register(&record, now_ms()).await {
-            lock(&self.waiters).remove(&id);
-            return Err(e);
-        }
-        self.event(&record);
-        let (acked_tx, acked) = oneshot::channel();
-        let ack = (request.mode == Mode::OneWay).then_some(acked_tx);
-        if let Err(e) = self.publish(publish, ack).await {
-            lock(&self.waiters).remove(&id);
-            return Err(e);
-        }
-        self.metrics.command(CommandCount::Sent);
-        debug!(id = %id, topic = %record.topic, profile = %record.profile, "command sent");
-        let Some(answered) = answered else {
-            let deadline = tokio::time::Instant::now() + Duration::from_millis(request.timeout_ms);
-            return match tokio::time::timeout_at(deadline, acked).await {
-                Ok(Ok(code)) if code < 0x80 => Ok(self
-                    .backend
-                    .delivered(&id, now_ms())
-                    .await?
-                    .inspect(|r| self.event(r))
-                    .unwrap_or(record)),
-                Ok(Ok(code)) => Err(CommanderError::NotDelivered(code)),
-                Ok(Err(_)) => Err(CommanderError::Connection(
-                    "the connection dropped before the broker acknowledged the command".into(),
-                )),
-                Err(_) => Err(CommanderError::Connection(
-                    "the broker did not acknowledge the command within its timeout".into(),
-                )),
-            };
-        };
-        let wait = self.clone().wait(record.clone(), answered);
-        match request.mode {
-            Mode::Detached => {
-                tokio::spawn(wait);
-                Ok(record)
-            }
-            _ => wait.await,
-        }
-    }
+/// The commander's inputs, as the connection loop's wake-ups.
+struct Inputs(mpsc::UnboundedReceiver<Input>);
 
-    /// Waits for command `record`'s answer until its deadline.
-    async fn wait(
-        self: Arc<Self>,
-        record: Record,
-        answered: oneshot::Receiver<Record>,
-    ) -> Result<Record, CommanderError> {
-        let left = record.deadline_ms.saturating_sub(now_ms());
-        if let Ok(Ok(record)) = tokio::time::timeout(Duration::from_millis(left), answered).await {
-            return Ok(record);
-        }
-        lock(&self.waiters).remove(&record.id);
-        // An answer may have settled the record meanwhile (on its way here): it wins.
-        let settled = self
-            .backend
-            .time_out(&record.id, now_ms().max(record.deadline_ms))
-            .await?;
-        let settled = settled.unwrap_or(record);
-        if settled.status == Status::TimedOut {
-            self.metrics.command(CommandCount::TimedOut);
-            info!(id = %settled.id, topic = %settled.topic, "command timed out");
-            self.event(&settled);
-        }
-        Ok(settled)
-    }
+impl Wakes for Inputs {
+    type Wake = Input;
 
-    /// Publishes `message`; `ack` hears the PUBACK's reason code.
-    async fn publish(
-        &self,
-        message: Publish,
-        ack: Option<oneshot::Sender<u8>>,
-    ) -> Result<(), CommanderError> {
-        let qos = match message.qos {
-            0 => QoS::AtMostOnce,
-            _ => QoS::AtLeastOnce,
-        };
-        let _order = self.publishing.lock().await;
-        // rumqttc reports QoS 0 publishes with packet id 0, which take no place in the order.
-        if qos != QoS::AtMostOnce {
-            lock(&self.acks).order.push_back(ack);
-        }
-        self.client
-            .publish_with_properties(
-                message.topic,
-                qos,
-                false,
-                message.payload,
-                mqstore_net::host::to_mqtt_properties(message.properties),
-            )
-            .await
-            .map_err(|e| {
-                if qos != QoS::AtMostOnce {
-                    lock(&self.acks).order.pop_back();
-                }
-                CommanderError::Connection(e.to_string())
-            })
-    }
-
-    /// Publishes a status change, if events are on (best effort, QoS 0).
-    fn event(&self, record: &Record) {
-        if !self.events {
-            return;
-        }
-        // Ours, and AWS IoT commands' own for an execution of a stored command.
-        for event in std::iter::once(wire::event(record)).chain(aws_event(record)) {
-            let _ = self.client.try_publish_with_properties(
-                event.topic,
-                QoS::AtMostOnce,
-                false,
-                event.payload,
-                mqstore_net::host::to_mqtt_properties(event.properties),
-            );
-        }
-    }
-
-    /// A device's answer arrived on one of our subscriptions: on our own response topics
-    /// (`direct`, MQTT 5 devices) or on a topic profile's answer topic.
-    async fn on_answer(self: Arc<Self>, publish: Publish, direct: bool) {
-        let profile = match direct {
-            true => &Profile::Mqtt5,
-            false => match self.profiles.for_answer(&publish.topic) {
-                Some((_, profile)) => profile,
-                None => {
-                    self.metrics.command(CommandCount::Unknown);
-                    return;
-                }
-            },
-        };
-        let (key, answer) = match profile.read_answer(&publish) {
-            Ok(read) => read,
-            Err(unreadable) => {
-                self.metrics.command(CommandCount::Malformed);
-                info!(topic = %publish.topic, reason = %unreadable, "dropped an answer");
-                let ack = Acknowledgement::unreadable(unreadable);
-                return self.acknowledge(profile, &publish, &ack).await;
-            }
-        };
-        let now = now_ms();
-        let id = key.id.clone().unwrap_or_default();
-        let matched = match self.backend.answer(&key, answer, now).await {
-            Ok(matched) => matched,
-            Err(e) => {
-                warn!(topic = %publish.topic, id = ?key.id, error = %e, "could not look up an answer in the registry; it is lost");
-                let ack = Acknowledgement::failed(e);
-                return self.acknowledge(profile, &publish, &ack).await;
-            }
-        };
-        let ack = Acknowledgement::of(&matched, &id);
-        if matched.is_empty() {
-            self.metrics.command(CommandCount::Unknown);
-            info!(topic = %publish.topic, id = ?key.id, "dropped an answer nobody waits for (unknown id, or forgotten)");
-            return self.acknowledge(profile, &publish, &ack).await;
-        }
-        for (how, record) in matched {
-            if how != Matched::Duplicate {
-                self.event(&record);
-            }
-            match how {
-                Matched::Live => self.settled(record, now).await,
-                Matched::Progress => {
-                    self.metrics.command(CommandCount::Progress);
-                    debug!(id = %record.id, "progress reported");
-                }
-                Matched::Late => {
-                    self.metrics.command(CommandCount::Late);
-                    info!(id = %record.id, status = %record.status, "late answer recorded");
-                }
-                Matched::Duplicate => {
-                    self.metrics.command(CommandCount::Duplicate);
-                    info!(id = %record.id, "dropped an answer to a command already settled");
-                }
-            }
-        }
-        self.acknowledge(profile, &publish, &ack).await;
-    }
-
-    /// Acknowledges a device's update, for the profiles that do (AWS IoT commands).
-    async fn acknowledge(&self, profile: &Profile, update: &Publish, ack: &Acknowledgement) {
-        if let Some(reply) = profile.acknowledge(update, ack)
-            && let Err(e) = self.publish(reply, None).await
-        {
-            debug!(error = %e, "could not acknowledge a device's update");
-        }
-    }
-
-    /// Hands a settled record to the caller waiting for it, here or on its node.
-    async fn settled(&self, record: Record, now: u64) {
-        self.metrics.command(match record.status {
-            Status::Succeeded => CommandCount::Succeeded,
-            Status::Failed => CommandCount::Failed,
-            _ => CommandCount::Rejected,
-        });
-        if record.node == self.node {
-            return self.deliver(record);
-        }
-        let forwarded = match &self.backend {
-            Backend::Redis(redis) => redis.forward(&record.node, &record).await,
-            Backend::Memory(_) => Ok(false),
-        };
-        match forwarded {
-            Ok(true) => self.metrics.command(CommandCount::Forwarded),
-            Ok(false) => {
-                self.metrics.command(CommandCount::Orphaned);
-                warn!(id = %record.id, node = %record.node, "answer for a node that is gone; recorded as orphaned");
-                if let Ok(Some(record)) = self.backend.orphan(&record.id, now).await {
-                    self.event(&record);
-                }
-            }
-            Err(e) => {
-                warn!(id = %record.id, node = %record.node, error = %e, "could not forward an answer; it stays in the command's status")
-            }
-        }
-    }
-
-    /// Gives a settled record (answered here, or read by another node and forwarded over Redis
-    /// pub/sub) to the local caller waiting for it.
-    fn deliver(&self, record: Record) {
-        let waiter = lock(&self.waiters).remove(&record.id);
-        match waiter {
-            Some(waiter) => {
-                let _ = waiter.send(record);
-            }
-            // Its caller stopped waiting (the timeout fired as the answer came); the record
-            // has the answer.
-            None => debug!(id = %record.id, "answer for a caller that stopped waiting"),
-        }
-    }
-
-    /// A caller's request to the service (serve mode).
-    async fn on_request(self: Arc<Self>, publish: Publish) {
-        let reply = if publish.topic == DEFINITIONS_TOPIC {
-            if publish.properties.response_topic.is_none() {
-                self.metrics.command(CommandCount::Malformed);
-                return;
-            }
-            match self.definitions_request(&publish.payload).await {
-                Ok(answer) => wire::reply_json(&publish, &answer),
-                Err(refusal) => wire::reply_refusal(&publish, &refusal),
-            }
-        } else if publish.topic == wire::STATUS_TOPIC {
-            if publish.properties.response_topic.is_none() {
-                self.metrics.command(CommandCount::Malformed);
-                return;
-            }
-            let id = String::from_utf8_lossy(&publish.payload);
-            match self.backend.get(id.trim(), now_ms()).await {
-                Ok(Some(record)) => wire::reply_record(&publish, &record, true),
-                Ok(None) => refuse(&publish, &CommanderError::NotFound(id.trim().to_owned())),
-                Err(e) => refuse(&publish, &e),
-            }
-        } else {
-            match wire::read_invoke(&publish) {
-                None => {
-                    self.metrics.command(CommandCount::Malformed);
-                    debug!("dropped a command request without response topic or correlation data");
-                    return;
-                }
-                Some(Err(refusal)) => wire::reply_refusal(&publish, &refusal),
-                Some(Ok(request)) => match self.clone().invoke(request).await {
-                    Ok(record) => wire::reply_record(&publish, &record, false),
-                    Err(e) => refuse(&publish, &e),
-                },
-            }
-        };
-        if let Err(e) = self.publish(reply, None).await {
-            debug!(error = %e, "could not answer a command request");
-        }
-    }
-
-    /// Answers a request on [`DEFINITIONS_TOPIC`]: its JSON answer, or why not (400 a bad
-    /// request, 404 no such command, 409 the id is taken, 503 the registry failed).
-    async fn definitions_request(&self, payload: &[u8]) -> Result<serde_json::Value, Refusal> {
-        let refusal = |status, message: String| Refusal { status, message };
-        let unavailable = |e: CommanderError| refusal(e.status(), e.to_string());
-        match DefinitionsRequest::read(payload).map_err(Refusal::bad_request)? {
-            DefinitionsRequest::Create { mut command } => {
-                command.check().map_err(Refusal::bad_request)?;
-                command.created_ms = now_ms();
-                match self.backend.define(&command).await.map_err(unavailable)? {
-                    true => Ok(serde_json::json!({ "command": command })),
-                    false => Err(Refusal::taken(&command.command_id)),
-                }
-            }
-            DefinitionsRequest::Get { command_id } => {
-                match self
-                    .backend
-                    .definition(&command_id)
-                    .await
-                    .map_err(unavailable)?
-                {
-                    Some(command) => Ok(serde_json::json!({ "command": command })),
-                    None => Err(Refusal::no_definition(&command_id)),
-                }
-            }
-            DefinitionsRequest::List => {
-                let commands = self.backend.definitions().await.map_err(unavailable)?;
-                Ok(serde_json::json!({ "commands": commands }))
-            }
-            DefinitionsRequest::Delete { command_id } => {
-                let deleted = self
-                    .backend
-                    .undefine(&command_id)
-                    .await
-                    .map_err(unavailable)?;
-                Ok(serde_json::json!({ "deleted": deleted }))
-            }
-        }
-    }
-
-    /// Routes a message from the broker.
-    fn on_message(self: &Arc<Self>, publish: Publish) {
-        if mqstore_core::server::commands::is_request(&publish.topic) {
-            tokio::spawn(self.clone().on_request(publish));
-        } else {
-            let direct = publish.topic.starts_with(&self.direct_prefix);
-            tokio::spawn(self.clone().on_answer(publish, direct));
-        }
+    async fn next(&mut self) -> Input {
+        // The host holds a sender: the channel ends only with the task.
+        self.0.recv().await.unwrap_or(Input::Stop)
     }
 }
 
-fn refuse(to: &Publish, error: &CommanderError) -> Publish {
-    wire::reply_refusal(
-        to,
-        &Refusal {
-            status: error.status(),
-            message: error.to_string(),
-        },
-    )
-}
-
-/// Drives the connection: subscribes on every CONNACK, routes messages, matches PUBACKs, and
-/// reconnects with backoff. `ready` hears once the first subscriptions are acknowledged (or the
-/// first connection failed).
-async fn drive(
-    mut eventloop: EventLoop,
-    shared: Arc<Shared>,
+/// The task behind a [`Commander`]: its connection's events and its inputs drive the core's
+/// command service.
+struct Host {
+    service: Service,
+    /// The registry in Redis (`None`: the service's own, in memory).
+    registry: Option<RedisRegistry>,
+    /// Where registry calls and forwarded answers come back.
+    inputs: mpsc::UnboundedSender<Input>,
+    outbox: Outbox<Option<Receipt>>,
+    /// What rumqttc took, in order, until it reports the packet ids.
+    sent: VecDeque<Option<Receipt>>,
+    /// One-way commands' publishes waiting for their PUBACK, by packet id.
+    receipts: HashMap<u16, Receipt>,
+    /// Callers of [`Commander::invoke`] and [`Commander::status`], by token.
+    callers: HashMap<u64, oneshot::Sender<Result<Record, Declined>>>,
+    next_token: u64,
     filters: Vec<String>,
-    ready: oneshot::Sender<Result<(), ClientError>>,
-) {
-    let mut ready = Some(ready);
-    let mut failures = 0;
-    loop {
-        match eventloop.poll().await {
+    /// Told once the first subscriptions are in (or the first connection failed).
+    ready: Option<oneshot::Sender<Result<(), ClientError>>>,
+    shared: Arc<Shared>,
+}
+
+impl Host {
+    /// After the service moved: counts what it did, runs its registry calls, queues what it
+    /// publishes and answers the callers it answered.
+    fn moved(&mut self) {
+        let Host {
+            service,
+            registry,
+            inputs,
+            outbox,
+            sent,
+            callers,
+            shared,
+            ..
+        } = self;
+        while let Some(seen) = service.poll_seen() {
+            shared.metrics.command_seen(seen);
+        }
+        if let Some(registry) = registry {
+            while let Some(work) = service.poll_call() {
+                let (registry, inputs) = (registry.clone(), inputs.clone());
+                tokio::spawn(async move {
+                    let answer = registry.run(work.call, work.now_ms).await;
+                    let _ = inputs.send(Input::Answered(work.token, answer));
+                });
+            }
+        }
+        while let Some(out) = service.poll_output() {
+            outbox.push(out.publish, out.receipt, |tag| sent.push_back(tag));
+        }
+        while let Some((token, answer)) = service.poll_answer() {
+            if let Some(caller) = callers.remove(&token) {
+                let _ = caller.send(answer);
+            }
+        }
+        shared.waiting.store(service.waiting(), Ordering::Relaxed);
+        shared.records.store(service.records(), Ordering::Relaxed);
+    }
+
+    fn token(&mut self, caller: oneshot::Sender<Result<Record, Declined>>) -> u64 {
+        let token = self.next_token;
+        self.next_token += 1;
+        self.callers.insert(token, caller);
+        token
+    }
+
+    /// The PUBACKs still awaited will not come (the connection dropped): their callers hear so.
+    fn receipts_lost(&mut self) {
+        let lost: Vec<Receipt> = self
+            .receipts
+            .drain()
+            .map(|(_, receipt)| receipt)
+            .chain(self.sent.drain(..).flatten())
+            .collect();
+        for receipt in lost {
+            self.service.acknowledged(&receipt, None, now_ms());
+        }
+    }
+}
+
+impl Driver for Host {
+    type Wake = Input;
+
+    fn deadline(&self) -> Option<u64> {
+        self.service.next_deadline()
+    }
+
+    fn on_deadline(&mut self, now_ms: u64) {
+        self.service.on_deadline(now_ms);
+        self.moved();
+    }
+
+    fn on_wake(&mut self, input: Input) -> bool {
+        let now = now_ms();
+        match input {
+            Input::Invoke(request, caller) => {
+                let token = self.token(caller);
+                self.service.invoke(request, token, now);
+            }
+            Input::Status(id, caller) => {
+                let token = self.token(caller);
+                self.service.status(&id, token, now);
+            }
+            Input::Answered(token, answer) => self.service.answered(token, answer, now),
+            Input::Forwarded(record) => self.service.forwarded(*record),
+            Input::Stop => {
+                if self.outbox.client().try_disconnect().is_err() {
+                    return false;
+                }
+            }
+        }
+        self.moved();
+        true
+    }
+
+    fn on_polled(&mut self, polled: Polled) -> bool {
+        match polled {
             Ok(Event::Incoming(Packet::ConnAck(_))) => {
-                failures = 0;
-                let elected = match shared.elected.load(Ordering::SeqCst) {
-                    true => &shared.elected_filters[..],
-                    false => &[],
-                };
-                let subscriptions = filters
+                self.receipts_lost();
+                let subscriptions = self
+                    .filters
                     .iter()
-                    .chain(elected)
                     .map(|f| Filter::new(f.clone(), QoS::AtLeastOnce));
-                let _ = shared.client.try_subscribe_many(subscriptions);
+                if let Err(e) = self.outbox.client().try_subscribe_many(subscriptions) {
+                    warn!(error = %e, "could not subscribe to the command topics");
+                }
             }
             Ok(Event::Incoming(Packet::SubAck(suback))) => {
-                let refused = suback.return_codes.iter().any(|code| {
-                    !matches!(
-                        code,
-                        rumqttc::v5::mqttbytes::v5::SubscribeReasonCode::Success(_)
-                    )
-                });
+                let refused = suback
+                    .return_codes
+                    .iter()
+                    .any(|code| !matches!(code, SubscribeReasonCode::Success(_)));
                 if refused {
                     warn!(codes = ?suback.return_codes, "the broker refused some command subscriptions");
                 }
-                if let Some(ready) = ready.take() {
+                if let Some(ready) = self.ready.take() {
                     let _ = ready.send(match refused {
                         false => Ok(()),
                         true => Err(ClientError::Unreachable(format!(
@@ -886,38 +527,38 @@ async fn drive(
                     });
                 }
             }
-            Ok(Event::Incoming(Packet::Publish(publish))) => shared.on_message(from_mqtt(publish)),
-            Ok(Event::Incoming(Packet::PubAck(ack))) => {
-                let waiter = lock(&shared.acks).by_packet.remove(&ack.pkid);
-                if let Some(waiter) = waiter {
-                    let _ = waiter.send(mqstore_net::host::puback_code(ack.reason));
-                }
+            Ok(Event::Incoming(Packet::Publish(publish))) => {
+                self.service.handle(from_mqtt(publish), None, now_ms());
             }
             Ok(Event::Outgoing(Outgoing::Publish(pkid))) => {
-                let mut acks = lock(&shared.acks);
-                if pkid != 0
-                    && let Some(Some(waiter)) = acks.order.pop_front()
+                // QoS 0 publishes (events) have packet id 0 and no PUBACK.
+                if let Some(Some(receipt)) = self.sent.pop_front()
+                    && pkid != 0
                 {
-                    acks.by_packet.insert(pkid, waiter);
+                    self.receipts.insert(pkid, receipt);
                 }
             }
-            Ok(Event::Outgoing(Outgoing::Disconnect)) => return,
+            Ok(Event::Incoming(Packet::PubAck(ack))) => {
+                if let Some(receipt) = self.receipts.remove(&ack.pkid) {
+                    let code = puback_code(ack.reason);
+                    self.service.acknowledged(&receipt, Some(code), now_ms());
+                }
+            }
+            Ok(Event::Outgoing(Outgoing::Disconnect)) => return false,
             Ok(_) => {}
             Err(e) => {
                 let error = connection_error(&e);
-                if let Some(ready) = ready.take() {
+                if let Some(ready) = self.ready.take() {
                     let _ = ready.send(Err(error));
-                    return;
-                }
-                {
-                    let mut acks = lock(&shared.acks);
-                    acks.order.clear();
-                    acks.by_packet.clear();
+                    return false;
                 }
                 warn!(error = %error, "commands: broker connection lost; reconnecting");
-                tokio::time::sleep(backoff(failures)).await;
-                failures = failures.saturating_add(1);
+                self.receipts_lost();
             }
         }
+        self.moved();
+        let sent = &mut self.sent;
+        self.outbox.flush(|tag| sent.push_back(tag));
+        true
     }
 }

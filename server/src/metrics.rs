@@ -8,10 +8,13 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
+use tracing::{debug, info, warn};
 
 use mqstore_core::codec::Command;
+use mqstore_core::commands::{Matched, Status as CommandStatus};
 use mqstore_core::engine::Outcome;
 use mqstore_core::envelope::{DropReason, EnvelopeError};
+use mqstore_core::server::commands::Seen;
 use mqstore_core::store::StoreStats;
 
 use crate::redis_store::Replication;
@@ -235,6 +238,57 @@ impl Metrics {
     pub fn set_broker_reports_no_subscribers(&self, reports: bool) {
         self.broker_reports_no_subscribers
             .store(1 + u64::from(reports), Ordering::Relaxed);
+    }
+
+    /// Counts (`mqstore_commands_total`) and logs one thing the command service did.
+    pub fn command_seen(&self, seen: Seen) {
+        let counted = match seen {
+            Seen::Sent => CommandCount::Sent,
+            Seen::Unanswerable => {
+                debug!("dropped a command request without response topic or correlation data");
+                CommandCount::Malformed
+            }
+            Seen::Malformed => {
+                info!("dropped a device's answer that cannot be read");
+                CommandCount::Malformed
+            }
+            Seen::Unknown => {
+                info!("dropped an answer nobody waits for (unknown id, or forgotten)");
+                CommandCount::Unknown
+            }
+            Seen::Matched(how, status) => match how {
+                Matched::Live => match status {
+                    CommandStatus::Succeeded => CommandCount::Succeeded,
+                    CommandStatus::Failed => CommandCount::Failed,
+                    _ => CommandCount::Rejected,
+                },
+                Matched::Progress => CommandCount::Progress,
+                Matched::Late => {
+                    info!(%status, "late answer recorded");
+                    CommandCount::Late
+                }
+                Matched::Duplicate => {
+                    info!("dropped an answer to a command already settled");
+                    CommandCount::Duplicate
+                }
+            },
+            Seen::TimedOut(id) => {
+                info!(%id, "command timed out");
+                CommandCount::TimedOut
+            }
+            Seen::Forwarded => CommandCount::Forwarded,
+            Seen::Orphaned { id, node } => {
+                warn!(%id, %node, "answer for a node that is gone; recorded as orphaned");
+                CommandCount::Orphaned
+            }
+            Seen::Failed(why) => {
+                warn!("{why}");
+                return;
+            }
+            // Refusals are answered to their callers; nothing to count.
+            _ => return,
+        };
+        self.command(counted);
     }
 
     /// Counts a command or answer event.

@@ -24,8 +24,8 @@ use super::{Out, Receipt, To};
 use crate::commands::definitions::{DEFINITIONS_TOPIC, Definition, DefinitionsRequest};
 use crate::commands::wire::{self, Refusal};
 use crate::commands::{
-    Acknowledgement, CommandRequest, Matched, Mode, Profile, Profiles, Record, Registry,
-    RegistryAnswer, RegistryCall, Sender, Status, aws_event,
+    Acknowledgement, CommandError, CommandRequest, Matched, Mode, Profile, Profiles, Record,
+    Registry, RegistryAnswer, RegistryCall, Sender, Status, aws_event,
 };
 use crate::envelope::Publish;
 
@@ -78,17 +78,65 @@ pub enum Seen {
     Failed(String),
 }
 
-/// A caller waiting for an answer, by its request (to answer on its response topic; the
-/// payload is not kept).
+/// Why a caller's request was not served: answered over MQTT as a [`Refusal`] (its `__stat`
+/// and `__stMsg`), to the host's own calls ([`Service::invoke`], [`Service::status`]) as it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Declined {
+    /// The request is wrong (unknown profile, bad timeout, topic or payload; a stored command
+    /// that does not exist): nothing was sent.
+    Command(CommandError),
+    /// No command with this id is known (never sent, or forgotten).
+    NotFound(String),
+    /// The registry failed (nothing was sent, or the status could not be read).
+    Unavailable(String),
+    /// The broker refused a one-way command's publish (its PUBACK reason code).
+    NotDelivered(u8),
+    /// The connection dropped before the broker acknowledged a one-way command.
+    Disconnected,
+    /// Refused as the service's wire API says (a bad request, a stored command's id taken).
+    Refused(Refusal),
+}
+
+impl Declined {
+    /// The answer over MQTT.
+    pub fn refusal(&self) -> Refusal {
+        let unavailable = |message| Refusal {
+            status: 503,
+            message,
+        };
+        match self {
+            Declined::Command(e) => Refusal::of_command(e),
+            Declined::NotFound(id) => Refusal::not_found(id),
+            Declined::Unavailable(why) => {
+                unavailable(format!("the command registry is unavailable: {why}"))
+            }
+            Declined::NotDelivered(code) => unavailable(format!(
+                "the broker refused the command (PUBACK reason code 0x{code:02X})"
+            )),
+            Declined::Disconnected => unavailable(
+                "the connection dropped before the broker acknowledged the command".into(),
+            ),
+            Declined::Refused(refusal) => refusal.clone(),
+        }
+    }
+}
+
+/// Who waits for an answer.
 #[derive(Debug)]
-struct Caller {
-    request: Publish,
-    sender: Option<String>,
+enum Caller {
+    /// A caller over MQTT, answered on its request's response topic (the payload not kept).
+    Mqtt {
+        request: Publish,
+        sender: Option<String>,
+    },
+    /// The host itself, by the token it gave ([`Service::poll_answer`]).
+    Host(u64),
 }
 
 impl Caller {
     fn of(request: Publish, sender: Option<&str>) -> Self {
-        Caller {
+        Caller::Mqtt {
             request: Publish {
                 payload: bytes::Bytes::new(),
                 ..request
@@ -193,6 +241,8 @@ pub struct Service {
     /// When each command waiting for its answer times out.
     deadlines: BTreeSet<(u64, String)>,
     output: VecDeque<Out>,
+    /// Answers to the host's own calls, by token.
+    answers: VecDeque<(u64, Result<Record, Declined>)>,
     seen: VecDeque<Seen>,
     /// Definitions created or deleted since the host last took them (see
     /// [`Service::take_definition_changes`]; a memory registry's only).
@@ -221,6 +271,7 @@ impl Service {
             callers: HashMap::new(),
             deadlines: BTreeSet::new(),
             output: VecDeque::new(),
+            answers: VecDeque::new(),
             seen: VecDeque::new(),
             definition_changes: Vec::new(),
         }
@@ -305,7 +356,7 @@ impl Service {
         let Some(caller) = self.callers.remove(&receipt.0) else {
             return;
         };
-        let message = match code {
+        let declined = match code {
             Some(code) if code < 0x80 => {
                 let (id, call) = (
                     receipt.0.clone(),
@@ -313,18 +364,10 @@ impl Service {
                 );
                 return self.call(call, now_ms, Then::Delivered { caller, id });
             }
-            Some(code) => {
-                format!("the broker refused the command (PUBACK reason code 0x{code:02X})")
-            }
-            None => "the connection dropped before the broker acknowledged the command".into(),
+            Some(code) => Declined::NotDelivered(code),
+            None => Declined::Disconnected,
         };
-        self.refuse(
-            caller,
-            Refusal {
-                status: 503,
-                message,
-            },
-        );
+        self.refuse(caller, declined);
     }
 
     /// A settled record whose answer another node read, for a caller waiting here (on Redis,
@@ -333,6 +376,33 @@ impl Service {
         self.deadlines
             .remove(&(record.deadline_ms, record.id.clone()));
         self.answer_caller(&record);
+    }
+
+    /// Sends a command for the host itself (a service embedding the commands in its own
+    /// process): its answer comes out of [`Service::poll_answer`] with `token` when its mode
+    /// says (await: settled or timed out; one-way: the broker took it; detached: at once).
+    pub fn invoke(&mut self, request: CommandRequest, token: u64, now_ms: u64) {
+        self.command(request, Caller::Host(token), now_ms);
+    }
+
+    /// Reads command `id`'s record for the host itself ([`Service::poll_answer`]).
+    pub fn status(&mut self, id: &str, token: u64, now_ms: u64) {
+        let then = Then::Reply {
+            caller: Caller::Host(token),
+            id: id.to_owned(),
+            status: true,
+        };
+        self.call(RegistryCall::Get(id.to_owned()), now_ms, then);
+    }
+
+    /// The next answer to the host's own calls ([`Service::invoke`], [`Service::status`]).
+    pub fn poll_answer(&mut self) -> Option<(u64, Result<Record, Declined>)> {
+        self.answers.pop_front()
+    }
+
+    /// Callers waiting for a command's answer or for the broker's acknowledgement.
+    pub fn waiting(&self) -> usize {
+        self.callers.len()
     }
 
     /// The next registry call for the host to run (a remote registry's).
@@ -391,7 +461,7 @@ impl Service {
                 A::Registered(Ok(())),
             ) => self.send(record, publish, mode, caller),
             (Then::Registered { caller, .. }, A::Registered(Err(e))) => {
-                self.refuse(caller, Refusal::of_command(&e))
+                self.refuse(caller, Declined::Command(e))
             }
             (Then::Answered { update, direct, id }, A::Matched(matched)) => {
                 self.settle(&update, direct, &id, matched, now_ms)
@@ -432,7 +502,7 @@ impl Service {
                 }
                 None => {
                     if let Some(caller) = self.callers.remove(&id) {
-                        self.refuse(caller, Refusal::not_found(&id));
+                        self.refuse(caller, Declined::NotFound(id));
                     }
                 }
             },
@@ -440,7 +510,7 @@ impl Service {
                 self.reply_record(caller, &record, status)
             }
             (Then::Reply { caller, id, .. }, A::Record(None)) => {
-                self.refuse(caller, Refusal::not_found(&id))
+                self.refuse(caller, Declined::NotFound(id))
             }
             (Then::Defined { caller, command }, A::Done(true)) => {
                 let answer = serde_json::json!({ "command": command });
@@ -450,14 +520,15 @@ impl Service {
                 }
                 self.reply_json(caller, &answer);
             }
-            (Then::Defined { caller, command }, A::Done(false)) => {
-                self.refuse(caller, Refusal::taken(&command.command_id))
-            }
+            (Then::Defined { caller, command }, A::Done(false)) => self.refuse(
+                caller,
+                Declined::Refused(Refusal::taken(&command.command_id)),
+            ),
             (Then::Definition { caller, .. }, A::Definition(Some(command))) => {
                 self.reply_json(caller, &serde_json::json!({ "command": command }))
             }
             (Then::Definition { caller, id }, A::Definition(None)) => {
-                self.refuse(caller, Refusal::no_definition(&id))
+                self.refuse(caller, Declined::Refused(Refusal::no_definition(&id)))
             }
             (Then::Listed { caller }, A::Definitions(commands)) => {
                 self.reply_json(caller, &serde_json::json!({ "commands": commands }))
@@ -492,7 +563,7 @@ impl Service {
             }
             Then::TimedOut { id } => {
                 if let Some(caller) = self.callers.remove(id) {
-                    self.refuse(caller, unavailable(&why));
+                    self.refuse(caller, Declined::Unavailable(why.clone()));
                 }
                 format!("the timeout of {id}")
             }
@@ -503,7 +574,7 @@ impl Service {
             "the command registry failed: {why}; lost: {lost}"
         )));
         if let Some(caller) = then.into_caller() {
-            self.refuse(caller, unavailable(&why));
+            self.refuse(caller, Declined::Unavailable(why.clone()));
         }
     }
 
@@ -527,10 +598,16 @@ impl Service {
         }
         let request = match wire::read_invoke(&publish) {
             None => return self.seen.push_back(Seen::Unanswerable),
-            Some(Err(refusal)) => return self.refuse(Caller::of(publish, sender), refusal),
+            Some(Err(refusal)) => {
+                return self.refuse(Caller::of(publish, sender), Declined::Refused(refusal));
+            }
             Some(Ok(request)) => request,
         };
-        let caller = Caller::of(publish, sender);
+        self.command(request, Caller::of(publish, sender), now_ms);
+    }
+
+    /// A command for `caller`: a stored command's definition read first.
+    fn command(&mut self, request: CommandRequest, caller: Caller, now_ms: u64) {
         match request.command.clone() {
             // A stored command: its payload, for the target the topic names.
             Some(id) => self.call(
@@ -561,7 +638,7 @@ impl Service {
         });
         let (mode, prepared) = match prepared {
             Ok(prepared) => prepared,
-            Err(e) => return self.refuse(caller, Refusal::of_command(&e)),
+            Err(e) => return self.refuse(caller, Declined::Command(e)),
         };
         // Recorded before it is published: a fast device may answer at once.
         let call = RegistryCall::Register(prepared.record.clone());
@@ -685,10 +762,10 @@ impl Service {
         let read = DefinitionsRequest::read(&publish.payload);
         let caller = Caller::of(publish, sender);
         let (call, then) = match read.map_err(Refusal::bad_request) {
-            Err(refusal) => return self.refuse(caller, refusal),
+            Err(refusal) => return self.refuse(caller, Declined::Refused(refusal)),
             Ok(DefinitionsRequest::Create { mut command }) => {
                 if let Err(e) = command.check() {
-                    return self.refuse(caller, Refusal::bad_request(e));
+                    return self.refuse(caller, Declined::Refused(Refusal::bad_request(e)));
                 }
                 command.created_ms = now_ms;
                 (
@@ -727,18 +804,33 @@ impl Service {
     }
 
     fn reply_record(&mut self, caller: Caller, record: &Record, status: bool) {
-        let reply = wire::reply_record(&caller.request, record, status);
-        self.push(reply, To::Requester(caller.sender));
+        match caller {
+            Caller::Mqtt { request, sender } => {
+                let reply = wire::reply_record(&request, record, status);
+                self.push(reply, To::Requester(sender));
+            }
+            Caller::Host(token) => self.answers.push_back((token, Ok(record.clone()))),
+        }
     }
 
+    /// Answers a definitions request (made over MQTT only: the host's own calls are commands
+    /// and statuses).
     fn reply_json(&mut self, caller: Caller, answer: &serde_json::Value) {
-        let reply = wire::reply_json(&caller.request, answer);
-        self.push(reply, To::Requester(caller.sender));
+        if let Caller::Mqtt { request, sender } = caller {
+            let reply = wire::reply_json(&request, answer);
+            self.push(reply, To::Requester(sender));
+        }
     }
 
-    fn refuse(&mut self, caller: Caller, refusal: Refusal) {
-        let reply = wire::reply_refusal(&caller.request, &refusal);
-        self.push(reply, To::Requester(caller.sender));
+    fn refuse(&mut self, caller: Caller, declined: Declined) {
+        let refusal = declined.refusal();
+        match caller {
+            Caller::Mqtt { request, sender } => {
+                let reply = wire::reply_refusal(&request, &refusal);
+                self.push(reply, To::Requester(sender));
+            }
+            Caller::Host(token) => self.answers.push_back((token, Err(declined))),
+        }
         self.seen.push_back(Seen::Refused(refusal));
     }
 
@@ -754,14 +846,6 @@ impl Service {
         for publish in publishes {
             self.push(publish, to.clone());
         }
-    }
-}
-
-/// The answer to a caller whose request the registry could not serve.
-fn unavailable(why: &str) -> Refusal {
-    Refusal {
-        status: 503,
-        message: format!("the command registry is unavailable: {why}"),
     }
 }
 

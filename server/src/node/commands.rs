@@ -6,7 +6,7 @@
 use super::*;
 use crate::done::CommandsDone;
 use crate::redis_store::RedisRegistry;
-use mqstore_core::server::commands::{Seen, Service};
+use mqstore_core::server::commands::Service;
 
 /// The command service of a node on Redis.
 pub(crate) struct RemoteCommands {
@@ -78,7 +78,7 @@ impl Node {
         match &mut self.state {
             State::Local(node) => {
                 while let Some(seen) = node.poll_commands_seen() {
-                    count(metrics, seen);
+                    metrics.command_seen(seen);
                 }
             }
             State::Redis(..) => {
@@ -86,7 +86,7 @@ impl Node {
                     return;
                 };
                 while let Some(seen) = remote.service.poll_seen() {
-                    count(metrics, seen);
+                    metrics.command_seen(seen);
                 }
                 while let Some(work) = remote.service.poll_call() {
                     let (registry, done) = (remote.registry.clone(), remote.done.clone());
@@ -111,55 +111,4 @@ impl Node {
     pub(super) fn commands_next_deadline(&self) -> Option<u64> {
         self.commands.as_ref()?.service.next_deadline()
     }
-}
-
-/// Counts (`mqstore_commands_total`) and logs one thing the command service did.
-fn count(metrics: &Metrics, seen: Seen) {
-    let counted = match seen {
-        Seen::Sent => CommandCount::Sent,
-        Seen::Unanswerable => {
-            debug!("dropped a command request without response topic or correlation data");
-            CommandCount::Malformed
-        }
-        Seen::Malformed => {
-            info!("dropped a device's answer that cannot be read");
-            CommandCount::Malformed
-        }
-        Seen::Unknown => {
-            info!("dropped an answer nobody waits for (unknown id, or forgotten)");
-            CommandCount::Unknown
-        }
-        Seen::Matched(how, status) => match how {
-            Matched::Live => match status {
-                CommandStatus::Succeeded => CommandCount::Succeeded,
-                CommandStatus::Failed => CommandCount::Failed,
-                _ => CommandCount::Rejected,
-            },
-            Matched::Progress => CommandCount::Progress,
-            Matched::Late => {
-                info!(%status, "late answer recorded");
-                CommandCount::Late
-            }
-            Matched::Duplicate => {
-                info!("dropped an answer to a command already settled");
-                CommandCount::Duplicate
-            }
-        },
-        Seen::TimedOut(id) => {
-            info!(%id, "command timed out");
-            CommandCount::TimedOut
-        }
-        Seen::Forwarded => CommandCount::Forwarded,
-        Seen::Orphaned { id, node } => {
-            warn!(%id, %node, "answer for a node that is gone; recorded as orphaned");
-            CommandCount::Orphaned
-        }
-        Seen::Failed(why) => {
-            warn!("{why}");
-            return;
-        }
-        // Refusals are answered to their callers; nothing to count.
-        _ => return,
-    };
-    metrics.command(counted);
 }

@@ -28,10 +28,8 @@ use super::done::{Done, JobsDone, StoreDone, Swept};
 use super::jobs::{
     JOBS_TICK_MS, JobsService, LISTENER_LEASE_MS, LISTENER_RENEW_MS, Listener, SharedJobs,
 };
-use crate::metrics::CommandCount;
 use crate::metrics::Metrics;
 use crate::redis_store::{RedisStore, RedisStoreError};
-use mqstore_core::commands::{Matched, Status as CommandStatus};
 use mqstore_core::engine::{Accepted, Engine, Fit, Outcome, fit_for_broker};
 use mqstore_core::envelope::{self, DropReason, EnvelopeError, Publish};
 use mqstore_core::jobs::topics as jobs_topics;
