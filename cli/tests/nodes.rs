@@ -635,6 +635,13 @@ async fn redis_away_means_jobs_requests_are_rejected_with_internal_error() {
     // was refused during the outage was never written.
     assert!(pending.queued_jobs.is_empty(), "{pending:?}");
     operator.create_job(spec("after")).await.unwrap();
+    // Its first batch is queued by the request or, when the node's timer tick took the new
+    // rollout first (they run side by side on Redis), by that tick a moment later.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while jobs.pending().await.unwrap().queued_jobs.is_empty() {
+        assert!(tokio::time::Instant::now() < deadline, "never queued");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let started = jobs.start_next(Default::default()).await.unwrap().unwrap();
     assert_eq!(
         (started.job_id.as_str(), started.status),

@@ -150,6 +150,71 @@ impl Connection {
     }
 }
 
+/// Publishes rumqttc took, until their PUBACKs: each with its tag (`None`: nobody waits for its
+/// acknowledgement), matched to its packet id when rumqttc reports it sent (in the order it
+/// took them), then to its PUBACK. The one PUBACK tracker of every host of a connection: the
+/// client's task, the server node, the commander.
+#[derive(Debug)]
+pub struct Unacked<T> {
+    /// Taken by rumqttc, not yet sent.
+    taken: VecDeque<Option<T>>,
+    /// Sent with a packet id, oldest first.
+    sent: VecDeque<(u16, Option<T>)>,
+}
+
+impl<T> Default for Unacked<T> {
+    fn default() -> Self {
+        Self {
+            taken: VecDeque::new(),
+            sent: VecDeque::new(),
+        }
+    }
+}
+
+impl<T> Unacked<T> {
+    /// rumqttc took a publish (the [`Outbox`]'s callback), in order.
+    pub fn taken(&mut self, tag: Option<T>) {
+        self.taken.push_back(tag);
+    }
+
+    /// rumqttc sent the oldest publish it took, as packet `pkid` (0: QoS 0, no PUBACK comes).
+    pub fn on_sent(&mut self, pkid: u16) {
+        let tag = self.taken.pop_front().flatten();
+        if pkid != 0 {
+            self.sent.push_back((pkid, tag));
+        }
+    }
+
+    /// The tag of the publish the PUBACK of packet `pkid` acknowledges (usually the oldest).
+    pub fn on_acked(&mut self, pkid: u16) -> Option<T> {
+        let at = self.sent.iter().position(|(id, _)| *id == pkid)?;
+        self.sent.remove(at).and_then(|(_, tag)| tag)
+    }
+
+    /// The oldest publish waiting for its PUBACK: the one an acknowledgement rumqttc could not
+    /// read was for (a broker acknowledges QoS 1 publishes in the order it received them).
+    pub fn oldest(&self) -> Option<&T> {
+        self.sent.front().and_then(|(_, tag)| tag.as_ref())
+    }
+
+    /// Publishes taken and not acknowledged yet (sent or not).
+    pub fn len(&self) -> usize {
+        self.taken.len() + self.sent.len()
+    }
+
+    /// Whether every publish taken was acknowledged.
+    pub fn is_empty(&self) -> bool {
+        self.taken.is_empty() && self.sent.is_empty()
+    }
+
+    /// The connection is gone: the tags still waiting, oldest first (their PUBACKs will not
+    /// come; with a clean start rumqttc sends nothing again).
+    pub fn lost(&mut self) -> Vec<T> {
+        let sent = self.sent.drain(..).filter_map(|(_, tag)| tag);
+        sent.chain(self.taken.drain(..).flatten()).collect()
+    }
+}
+
 /// Publishes on their way to the broker, in order. Each carries a tag the owner gets back
 /// once rumqttc has taken the publish (the server notes which client a notification is for).
 pub struct Outbox<T = ()> {
@@ -207,5 +272,34 @@ impl<T> Outbox<T> {
                 Queued::Refused => warn!("dropped a publish to a topic with a wildcard"),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Unacked;
+
+    #[test]
+    fn a_puback_finds_its_publish_by_packet_id_and_a_lost_connection_returns_what_waited() {
+        let mut unacked = Unacked::default();
+        unacked.taken(Some("one-way"));
+        unacked.taken(None); // an answer: nobody waits for its PUBACK
+        unacked.taken(Some("event")); // QoS 0: no packet id, no PUBACK
+        unacked.taken(Some("second"));
+        assert_eq!(unacked.len(), 4);
+        unacked.on_sent(7);
+        unacked.on_sent(8);
+        unacked.on_sent(0);
+        assert_eq!(unacked.len(), 3, "the QoS 0 publish waits for nothing");
+        assert_eq!(unacked.oldest(), Some(&"one-way"));
+        // Acknowledged out of order: each finds its own.
+        assert_eq!(unacked.on_acked(8), None, "the answer's");
+        assert_eq!(unacked.on_acked(7), Some("one-way"));
+        assert_eq!(unacked.on_acked(7), None, "a second PUBACK finds nothing");
+        unacked.taken(Some("third"));
+        unacked.on_sent(9);
+        // The connection drops: what was sent and what was only taken, oldest first.
+        assert_eq!(unacked.lost(), ["second", "third"]);
+        assert!(unacked.is_empty());
     }
 }

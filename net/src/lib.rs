@@ -72,7 +72,7 @@ pub use listeners::Listener;
 /// conversions between rumqttc and [`mqstore_core::envelope`]. Not for applications: use
 /// [`client`].
 pub mod host {
-    pub use crate::connection::{Connection, Driver, Outbox, Wakes};
+    pub use crate::connection::{Connection, Driver, Outbox, Unacked, Wakes};
     pub use crate::{
         Polled, Queued, backoff, connection_error, from_mqtt, now_ms, puback_code,
         to_mqtt_properties, try_publish, unreadable_ack_code,

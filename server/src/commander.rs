@@ -20,7 +20,7 @@
 //! duplicate, unknown and orphaned answers are recorded in the command's status (where there
 //! is one), counted in [`Metrics`] and logged.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -43,7 +43,8 @@ use mqstore_core::server::commands::{Declined, Service, ServiceConfig};
 use mqstore_core::store::Quotas;
 use mqstore_net::BrokerConfig;
 use mqstore_net::host::{
-    Connection, Driver, Outbox, Polled, Wakes, connection_error, from_mqtt, now_ms, puback_code,
+    Connection, Driver, Outbox, Polled, Unacked, Wakes, connection_error, from_mqtt, now_ms,
+    puback_code,
 };
 
 /// Where command records live.
@@ -273,8 +274,7 @@ impl Commander {
             registry,
             inputs: inputs.clone(),
             outbox: Outbox::new(client),
-            sent: VecDeque::new(),
-            receipts: HashMap::new(),
+            unacked: Unacked::default(),
             callers: HashMap::new(),
             next_token: 0,
             filters,
@@ -390,10 +390,8 @@ struct Host {
     /// Where registry calls and forwarded answers come back.
     inputs: mpsc::UnboundedSender<Input>,
     outbox: Outbox<Option<Receipt>>,
-    /// What rumqttc took, in order, until it reports the packet ids.
-    sent: VecDeque<Option<Receipt>>,
-    /// One-way commands' publishes waiting for their PUBACK, by packet id.
-    receipts: HashMap<u16, Receipt>,
+    /// One-way commands' publishes, until their PUBACKs.
+    unacked: Unacked<Receipt>,
     /// Callers of [`Commander::invoke`] and [`Commander::status`], by token.
     callers: HashMap<u64, oneshot::Sender<Result<Record, Declined>>>,
     next_token: u64,
@@ -412,7 +410,7 @@ impl Host {
             registry,
             inputs,
             outbox,
-            sent,
+            unacked,
             callers,
             shared,
             ..
@@ -430,7 +428,7 @@ impl Host {
             }
         }
         while let Some(out) = service.poll_output() {
-            outbox.push(out.publish, out.receipt, |tag| sent.push_back(tag));
+            outbox.push(out.publish, out.receipt, |tag| unacked.taken(tag));
         }
         while let Some((token, answer)) = service.poll_answer() {
             if let Some(caller) = callers.remove(&token) {
@@ -450,13 +448,7 @@ impl Host {
 
     /// The PUBACKs still awaited will not come (the connection dropped): their callers hear so.
     fn receipts_lost(&mut self) {
-        let lost: Vec<Receipt> = self
-            .receipts
-            .drain()
-            .map(|(_, receipt)| receipt)
-            .chain(self.sent.drain(..).flatten())
-            .collect();
-        for receipt in lost {
+        for receipt in self.unacked.lost() {
             self.service.acknowledged(&receipt, None, now_ms());
         }
     }
@@ -530,16 +522,9 @@ impl Driver for Host {
             Ok(Event::Incoming(Packet::Publish(publish))) => {
                 self.service.handle(from_mqtt(publish), None, now_ms());
             }
-            Ok(Event::Outgoing(Outgoing::Publish(pkid))) => {
-                // QoS 0 publishes (events) have packet id 0 and no PUBACK.
-                if let Some(Some(receipt)) = self.sent.pop_front()
-                    && pkid != 0
-                {
-                    self.receipts.insert(pkid, receipt);
-                }
-            }
+            Ok(Event::Outgoing(Outgoing::Publish(pkid))) => self.unacked.on_sent(pkid),
             Ok(Event::Incoming(Packet::PubAck(ack))) => {
-                if let Some(receipt) = self.receipts.remove(&ack.pkid) {
+                if let Some(receipt) = self.unacked.on_acked(ack.pkid) {
                     let code = puback_code(ack.reason);
                     self.service.acknowledged(&receipt, Some(code), now_ms());
                 }
@@ -557,8 +542,8 @@ impl Driver for Host {
             }
         }
         self.moved();
-        let sent = &mut self.sent;
-        self.outbox.flush(|tag| sent.push_back(tag));
+        let unacked = &mut self.unacked;
+        self.outbox.flush(|tag| unacked.taken(tag));
         true
     }
 }

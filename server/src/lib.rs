@@ -18,7 +18,6 @@
 
 #![deny(missing_docs)]
 
-use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -485,9 +484,7 @@ pub async fn serve(
         unsubacks: 0,
         subacks: 0,
         out: Vec::new(),
-        sent: VecDeque::new(),
-        notified: HashMap::new(),
-        unacked: 0,
+        unacked: Default::default(),
         max_pending_answers: config.max_pending_answers,
         stop: Stop::Running,
         disk_done: done_tx_disk,

@@ -15,7 +15,7 @@ use rumqttc::v5::{AsyncClient, Event as MqttEvent, EventLoop};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, warn};
 
-use crate::connection::{Connection, Driver, Outbox, Wakes};
+use crate::connection::{Connection, Driver, Outbox, Unacked, Wakes};
 use crate::listeners::{Listeners, Tokio};
 use crate::{Polled, from_mqtt, now_ms};
 use mqstore_core::client::jobs::JobNotification;
@@ -144,44 +144,6 @@ enum Waiter {
     Released(oneshot::Sender<Result<bool, ClientError>>),
 }
 
-/// Publishes handed to rumqttc and not yet acknowledged, so that a PUBACK finds its call.
-/// rumqttc reports each publish it sends (`Outgoing::Publish(pkid)`) in the order it took
-/// them. A connection that drops forgets them all: with a clean start, rumqttc sends nothing
-/// again, and every call in flight fails anyway.
-#[derive(Default)]
-struct Unacked {
-    /// Taken by rumqttc, not yet sent; `None`: a publish no call waits for.
-    taken: VecDeque<Option<Origin>>,
-    /// Sent with a packet id, oldest first.
-    sent: VecDeque<(u16, Option<Origin>)>,
-}
-
-impl Unacked {
-    fn on_sent(&mut self, pkid: u16) {
-        let origin = self.taken.pop_front().flatten();
-        if pkid != 0 {
-            self.sent.push_back((pkid, origin));
-        }
-    }
-
-    /// The call whose publish `pkid` acknowledged (usually the oldest).
-    fn on_acked(&mut self, pkid: u16) -> Option<Origin> {
-        let at = self.sent.iter().position(|(id, _)| *id == pkid)?;
-        self.sent.remove(at).and_then(|(_, origin)| origin)
-    }
-
-    /// The oldest publish's call: the one an acknowledgement rumqttc could not read was for
-    /// (a broker acknowledges QoS 1 publishes in the order it received them).
-    fn oldest(&self) -> Option<Origin> {
-        self.sent.front().and_then(|(_, origin)| *origin)
-    }
-
-    fn clear(&mut self) {
-        self.taken.clear();
-        self.sent.clear();
-    }
-}
-
 /// The state machine and what the task keeps around it.
 struct Task {
     /// The largest packet this client sends ([`BrokerConfig::max_packet_size`]).
@@ -192,7 +154,10 @@ struct Task {
     /// Who hears what the session reports besides answers.
     listeners: Listeners<Tokio>,
     outbox: Outbox<Option<Origin>>,
-    unacked: Unacked,
+    /// Publishes handed to rumqttc and not yet acknowledged, so that a PUBACK finds its call
+    /// (a connection that drops forgets them all: with a clean start, rumqttc sends nothing
+    /// again, and every call in flight fails anyway).
+    unacked: Unacked<Origin>,
     waiting: HashMap<CallId, Waiter>,
     subacks: VecDeque<SubackWaiter>,
     connected_before: bool,
@@ -409,12 +374,12 @@ impl Driver for Task {
                     // A refusal rumqttc could not read (mosquitto's 0x95 packet too large)
                     // drops the connection: the oldest publish is the one refused; the other
                     // calls in flight lost their connection.
-                    if let Some(origin) = self.unacked.oldest() {
+                    if let Some(&origin) = self.unacked.oldest() {
                         self.refused(origin, code);
                     }
                     error = ClientError::Disconnected;
                 }
-                self.unacked.clear();
+                self.unacked.lost();
                 if matches!(
                     error,
                     ClientError::Protocol(_) | ClientError::BrokerDisconnected { .. }
@@ -439,8 +404,8 @@ impl Driver for Task {
         // What the session decided (answers, events, publishes of its own).
         self.deliver();
         // rumqttc may have taken requests from its queue: hand over what waits.
-        let taken = &mut self.unacked.taken;
-        self.outbox.flush(|origin| taken.push_back(origin));
+        let unacked = &mut self.unacked;
+        self.outbox.flush(|origin| unacked.taken(origin));
         self.disconnect_when_sent();
         true
     }
@@ -561,9 +526,9 @@ impl Task {
 
     /// Hands `message` to rumqttc behind everything before it.
     fn publish(&mut self, message: Publish, origin: Option<Origin>) {
-        let taken = &mut self.unacked.taken;
+        let unacked = &mut self.unacked;
         self.outbox
-            .push(message, origin, |origin| taken.push_back(origin));
+            .push(message, origin, |origin| unacked.taken(origin));
     }
 
     /// The broker refused the publish of `origin`'s call with reason code `code`.

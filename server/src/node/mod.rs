@@ -4,7 +4,6 @@
 //! `jobs.rs`, the state store's calls on Redis in `remote.rs`, a local node's commands in
 //! `commands.rs`.
 
-use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -35,7 +34,7 @@ use mqstore_core::envelope::{self, DropReason, EnvelopeError, Publish};
 use mqstore_core::jobs::topics as jobs_topics;
 use mqstore_core::server::{self, Handled, JobsHandled, NotAnswered, Receipt, Route, To};
 use mqstore_core::topics;
-use mqstore_net::host::{Driver, Outbox, Wakes};
+use mqstore_net::host::{Driver, Outbox, Unacked, Wakes};
 use mqstore_net::host::{Polled, connection_error, from_mqtt, now_ms};
 use mqstore_net::protocol_hint;
 
@@ -190,10 +189,9 @@ pub(super) struct Node {
     pub(super) subacks: usize,
     /// What the engine returned for the current request or expiry sweep.
     pub(super) out: Vec<Publish>,
-    /// The tags of the publishes rumqttc took, in order, until it reports their packet ids.
-    pub(super) sent: VecDeque<Sent>,
-    /// Packet id → what a notification or probe in flight is (answers are not kept).
-    pub(super) notified: HashMap<u16, Sent>,
+    /// The publishes rumqttc took until their PUBACKs, with what each is (answers are not
+    /// kept: nothing waits for their acknowledgement).
+    pub(super) unacked: Unacked<Sent>,
     /// Where this node's probe goes (see [`topics::probe_topic`]).
     pub(super) probe_topic: String,
     /// This node's retained presence ("online", its epoch and limit), published at every
@@ -207,8 +205,6 @@ pub(super) struct Node {
     pub(super) max_packet_size: u32,
     /// This node's own limit ([`BrokerConfig::max_packet_size`]).
     pub(super) own_max_packet_size: u32,
-    /// Publishes sent and not yet acknowledged by the broker.
-    pub(super) unacked: usize,
     pub(super) max_pending_answers: usize,
     pub(super) stop: Stop,
     /// Told when the node's subscriptions are in (at every connection).
@@ -245,7 +241,7 @@ impl Node {
 
     /// Whether a job's rollout may queue its next batch (see [`ROLLOUT_MAX_PENDING`]).
     fn rollout_has_room(&self) -> bool {
-        self.outbox.len() + self.sent.len() + self.unacked < ROLLOUT_MAX_PENDING
+        self.outbox.len() + self.unacked.len() < ROLLOUT_MAX_PENDING
     }
 }
 
@@ -447,8 +443,8 @@ impl Driver for Node {
             }
         }
         // rumqttc may have taken requests from its queue: hand over what waits.
-        let (sent, metrics) = (&mut self.sent, &self.metrics);
-        self.outbox.flush(|tag| note_sent(sent, metrics, tag));
+        let (unacked, metrics) = (&mut self.unacked, &self.metrics);
+        self.outbox.flush(|tag| note_sent(unacked, metrics, tag));
         self.disconnect_when_done();
         self.fatal.is_none()
     }
@@ -467,7 +463,7 @@ impl Node {
                 State::Redis(..) => true,
             }
             && self.outbox.is_empty()
-            && self.unacked == 0
+            && self.unacked.is_empty()
             && self.outbox.client().try_disconnect().is_ok()
         {
             self.stop = Stop::Disconnecting;
@@ -494,14 +490,11 @@ impl Node {
                 // Clean start: nothing survives a reconnect, so subscribe again every time,
                 // and forget which packet ids were notifications.
                 // A one-way command's caller whose PUBACK will not come hears so.
-                let lost = self.notified.drain().map(|(_, tag)| tag);
-                let lost: Vec<Sent> = lost.chain(self.sent.drain(..)).collect();
-                for tag in lost {
+                for tag in self.unacked.lost() {
                     if let Sent::Receipt(receipt) = tag {
                         self.command_acknowledged(&receipt, None);
                     }
                 }
-                self.unacked = 0;
                 let mut filters = self.invoke_filters.clone();
                 filters.extend(self.elected_filters());
                 filters.extend(self.presence_filters.iter().map(|f| f.to_string()));
@@ -524,15 +517,15 @@ impl Node {
                     qos: 1,
                     properties: Default::default(),
                 };
-                let (sent, metrics) = (&mut self.sent, &self.metrics);
+                let (unacked, metrics) = (&mut self.unacked, &self.metrics);
                 if let Some(presence) = &self.presence {
                     self.outbox
                         .push_retained(presence.clone(), Sent::Presence, |tag| {
-                            note_sent(sent, metrics, tag)
+                            note_sent(unacked, metrics, tag)
                         });
                 }
                 self.outbox
-                    .push(probe, Sent::Probe, |tag| note_sent(sent, metrics, tag));
+                    .push(probe, Sent::Probe, |tag| note_sent(unacked, metrics, tag));
                 self.queue_out();
                 None
             }
@@ -592,20 +585,11 @@ impl Node {
             }
             Event::Outgoing(Outgoing::Publish(pkid)) => {
                 // Packet id 0: a QoS 0 publish (jobs and keyspace events), never acknowledged.
-                if pkid != 0 {
-                    self.unacked += 1;
-                }
-                match self.sent.pop_front() {
-                    Some(Sent::Answer) | None => {}
-                    Some(tag) => {
-                        self.notified.insert(pkid, tag);
-                    }
-                }
+                self.unacked.on_sent(pkid);
                 None
             }
             Event::Incoming(Packet::PubAck(ack)) => {
-                self.unacked = self.unacked.saturating_sub(1);
-                let sent = self.notified.remove(&ack.pkid);
+                let sent = self.unacked.on_acked(ack.pkid);
                 if !matches!(sent, Some(Sent::Probe | Sent::Presence)) {
                     // An answer or notification (they carry user properties) was acknowledged
                     // properly: the broker keeps the protocol.
@@ -756,11 +740,11 @@ impl Node {
     /// Queues what the node or the engine returned, in order (notifications before
     /// responses); a local node's with `--fsync always` once the writes before it are synced.
     fn queue_out(&mut self) {
-        let (sent, metrics) = (&mut self.sent, &self.metrics);
+        let (unacked, metrics) = (&mut self.unacked, &self.metrics);
         let mut push = |message: Publish, tag: Sent| {
             if let Some(message) = fit(message, &tag, self.max_packet_size, metrics) {
                 self.outbox
-                    .push(message, tag, |tag| note_sent(sent, metrics, tag));
+                    .push(message, tag, |tag| note_sent(unacked, metrics, tag));
             }
         };
         let mut push_out = |out: server::Out| {
@@ -865,12 +849,12 @@ pub(super) fn fit(message: Publish, tag: &Sent, max: u32, metrics: &Metrics) -> 
     }
 }
 
-/// rumqttc took a publish: remember what it was until its packet id is reported.
-pub(super) fn note_sent(sent: &mut VecDeque<Sent>, metrics: &Metrics, tag: Sent) {
+/// rumqttc took a publish: remember what it was until its PUBACK (an answer: nothing).
+pub(super) fn note_sent(unacked: &mut Unacked<Sent>, metrics: &Metrics, tag: Sent) {
     if matches!(tag, Sent::Notification(_)) {
         metrics.notified(1);
     }
-    sent.push_back(tag);
+    unacked.taken((tag != Sent::Answer).then_some(tag));
 }
 
 #[cfg(test)]
