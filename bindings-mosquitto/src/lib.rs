@@ -39,7 +39,7 @@ use mqstore_core::disk::{Durability, Fsync, Sync};
 use mqstore_core::engine::EngineConfig;
 use mqstore_core::envelope::{Properties, Publish};
 use mqstore_core::presence::ServerPresence;
-use mqstore_core::server::commands::ServiceConfig;
+use mqstore_core::server::commands::{Seen, ServiceConfig};
 use mqstore_core::server::{JobsConfig, Node, NodeConfig, Route, To, registrations_of};
 use mqstore_core::store::Quotas;
 use mqstore_core::topics;
@@ -666,6 +666,12 @@ impl Plugin {
                 // Inside the broker, taking the publish is its acknowledgement.
                 let code = if taken { 0 } else { 0x80 };
                 self.node.acknowledged(receipt, Some(code), now_ms());
+            }
+        }
+        // What the command service did: the plugin keeps no counters, it logs a failure.
+        while let Some(seen) = self.node.poll_commands_seen() {
+            if let Seen::Failed(why) = seen {
+                log(sys::MOSQ_LOG_WARNING, &format!("mqstore: {why}"));
             }
         }
         if let Some(syncer) = &self.syncer {

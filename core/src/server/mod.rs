@@ -20,6 +20,7 @@
 //! ```
 //! use mqstore_core::envelope::Publish;
 //! use mqstore_core::server::Node;
+//! use mqstore_core::server::commands::Seen;
 //!
 //! /// What a host has: a broker connection (or a broker, for a plugin) and a clock.
 //! trait Host {
@@ -28,6 +29,8 @@
 //!     /// Publishes to one client, or to the topic's subscribers; the broker's reason code.
 //!     fn publish(&mut self, publish: &Publish, client: Option<&str>) -> u8;
 //!     fn now(&self) -> u64;
+//!     /// Counts and logs what the command service did.
+//!     fn count(&mut self, seen: Seen);
 //! }
 //!
 //! fn run(node: &mut Node, host: &mut impl Host) {
@@ -51,6 +54,9 @@
 //!         while let Some(sync) = node.poll_sync() {
 //!             let result = sync.run(); // off the host's thread in a real host
 //!             node.synced(result, host.now());
+//!         }
+//!         while let Some(seen) = node.poll_commands_seen() {
+//!             host.count(seen); // what the command service did: counters, logs
 //!         }
 //!         if node.failure().is_some() {
 //!             return; // the data directory failed: stop, and send nothing more
