@@ -621,21 +621,23 @@ async fn a_node_killed_while_waiting_leaves_an_orphaned_answer_and_nothing_in_re
     let runs = Runs::default();
     let _devices = dji_devices(&broker, runs.clone()).await;
     // Node A: `mqstore serve` in a process of its own, the only node when the command comes.
-    let mut a = Command::new(env!("CARGO_BIN_EXE_mqstore"))
-        .args(["--port", &broker.port.to_string(), "serve"])
-        .args([
-            "--store",
-            &redis.url(),
-            "--node-id",
-            "a",
-            "--share-group",
-            GROUP,
-        ])
-        .env("MQSTORE_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("mqstore serve starts");
+    let mut a = Node(
+        Command::new(env!("CARGO_BIN_EXE_mqstore"))
+            .args(["--port", &broker.port.to_string(), "serve"])
+            .args([
+                "--store",
+                &redis.url(),
+                "--node-id",
+                "a",
+                "--share-group",
+                GROUP,
+            ])
+            .env("MQSTORE_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("mqstore serve starts"),
+    );
     let caller = client(&broker, "caller").await;
     let deadline = tokio::time::Instant::now() + WAIT;
     // Ready once A answers the command service.
@@ -658,8 +660,8 @@ async fn a_node_killed_while_waiting_leaves_an_orphaned_answer_and_nothing_in_re
     wait_for(|| runs.lock().unwrap().len() == 1).await;
     // Node B reads the answer; A is gone (kill -9) before it comes.
     let b = commander(&broker, "b", redis_registry(&redis)).await;
-    a.kill().unwrap();
-    a.wait().unwrap();
+    a.0.kill().unwrap();
+    a.0.wait().unwrap();
     let id = runs.lock().unwrap().keys().next().unwrap().clone();
     wait_for(|| b.metrics().commands(CommandCount::Orphaned) == 1).await;
     // B counts the orphan, then records it: read the record once it is written.
@@ -692,6 +694,16 @@ async fn a_node_killed_while_waiting_leaves_an_orphaned_answer_and_nothing_in_re
     }
     b.stop().await;
     caller.close().await;
+}
+
+/// A node process, killed when dropped (also when a test fails: none outlives its test).
+struct Node(std::process::Child);
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 /// `commands` concurrent commands spread over `nodes`, each to one of 16 devices; every caller

@@ -29,6 +29,7 @@ use super::jobs::{
 };
 use crate::metrics::Metrics;
 use crate::redis_store::{RedisStore, RedisStoreError};
+use mqstore_core::client::ClientError;
 use mqstore_core::engine::{Accepted, Engine, Fit, Outcome, fit_for_broker};
 use mqstore_core::envelope::{self, DropReason, EnvelopeError, Publish};
 use mqstore_core::jobs::topics as jobs_topics;
@@ -417,19 +418,22 @@ impl Driver for Node {
             Err(e) => {
                 self.metrics.set_subscribed(false);
                 let error = connection_error(&e);
-                if let Some(failures) = &mut self.start_failures {
-                    *failures += 1;
-                    if self.fail_fast {
-                        let (addr, error) = (self.broker.clone(), error.to_string());
-                        self.fatal = Some(ServerError::Broker { addr, error });
-                        return false;
+                if self.start_failures.is_some() && self.fail_fast {
+                    let (addr, error) = (self.broker.clone(), error.to_string());
+                    self.fatal = Some(ServerError::Broker { addr, error });
+                    return false;
+                }
+                match (&mut self.start_failures, &error) {
+                    // Not there yet (started before it): said as Redis's wait says it, at the
+                    // first failure and every tenth.
+                    (Some(failures), ClientError::Unreachable(_)) => {
+                        *failures += 1;
+                        if *failures == 1 || failures.is_multiple_of(10) {
+                            warn!(%error, tries = *failures, "waiting for the broker at {} (not reachable yet; --fail-fast exits instead)", self.broker);
+                        }
                     }
-                    // Said as Redis's wait says it: at the first failure and every tenth.
-                    if *failures == 1 || failures.is_multiple_of(10) {
-                        warn!(%error, tries = *failures, "waiting for the broker at {} (not reachable yet; --fail-fast exits instead)", self.broker);
-                    }
-                } else {
-                    warn!(%error, "broker connection failed; reconnecting");
+                    // There, and refusing (a password): said at every attempt.
+                    _ => warn!(%error, "broker connection failed; reconnecting"),
                 }
                 if let Some(hint) = protocol_hint(&error) {
                     self.protocol_errors += 1;
