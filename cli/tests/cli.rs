@@ -8,7 +8,7 @@ use std::io::Write;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use broker::{Broker, Kind, Mosquitto};
+use broker::{Broker, Kind, Mosquitto, Process};
 use mqstore_net::BrokerConfig;
 use mqstore_server::{ServerConfig, ServerHandle, spawn};
 
@@ -249,6 +249,7 @@ fn a_broker_that_refuses_the_connection_is_named_with_its_reason_code() {
         .env_remove("MQSTORE_LOG")
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
+        .map(Process)
         .unwrap();
     std::thread::sleep(Duration::from_secs(2));
     let _ = serve.kill();
@@ -495,6 +496,7 @@ fn a_broker_that_breaks_the_protocol_is_named_and_the_server_says_how_to_fix_it(
         .env_remove("MQSTORE_LOG")
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
+        .map(Process)
         .unwrap();
     // Each request reaches the server through the broker; each answer is refused the same way.
     for _ in 0..2 {

@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use broker::Broker;
+use broker::{Broker, Process};
 use mqstore_core::client::ClientError;
 use mqstore_core::commands::{CommandRequest, MQTT5, Mode, Status};
 use mqstore_net::BrokerConfig;
@@ -621,7 +621,7 @@ async fn a_node_killed_while_waiting_leaves_an_orphaned_answer_and_nothing_in_re
     let runs = Runs::default();
     let _devices = dji_devices(&broker, runs.clone()).await;
     // Node A: `mqstore serve` in a process of its own, the only node when the command comes.
-    let mut a = Node(
+    let mut a = Process(
         Command::new(env!("CARGO_BIN_EXE_mqstore"))
             .args(["--port", &broker.port.to_string(), "serve"])
             .args([
@@ -694,16 +694,6 @@ async fn a_node_killed_while_waiting_leaves_an_orphaned_answer_and_nothing_in_re
     }
     b.stop().await;
     caller.close().await;
-}
-
-/// A node process, killed when dropped (also when a test fails: none outlives its test).
-struct Node(std::process::Child);
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 /// `commands` concurrent commands spread over `nodes`, each to one of 16 devices; every caller

@@ -8,11 +8,11 @@ mod history;
 mod redis;
 
 use std::collections::HashMap;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use broker::Broker;
+use broker::{Broker, Process};
 use bytes::Bytes;
 use mqstore_core::client::ClientError;
 use mqstore_core::hlc::Hlc;
@@ -354,22 +354,23 @@ async fn redis_away_means_status_503_with_a_reason_and_the_node_recovers() {
 }
 
 /// `mqstore serve` as a process of its own (to kill -9 it).
-fn serve_process(broker: &Broker, store: &str, id: &str) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_mqstore"))
+fn serve_process(broker: &Broker, store: &str, id: &str) -> Process {
+    let child = Command::new(env!("CARGO_BIN_EXE_mqstore"))
         .args(["--port", &broker.port.to_string(), "serve"])
         .args(["--store", store, "--node-id", id, "--share-group", GROUP])
         .env("MQSTORE_LOG", "warn")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .expect("mqstore serve starts")
+        .expect("mqstore serve starts");
+    Process(child)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_a_node_under_load_loses_no_acknowledged_write() {
     let redis = Redis::start();
     let broker = Broker::start();
-    let mut nodes: Vec<Child> = ["k1", "k2", "k3"]
+    let mut nodes: Vec<Process> = ["k1", "k2", "k3"]
         .iter()
         .map(|id| serve_process(&broker, &redis.url(), id))
         .collect();
@@ -547,7 +548,7 @@ async fn the_device_api_moves_to_another_node_when_its_listener_dies_or_stops() 
     // one node listens to the device API for all, elected through a lease in Redis.
     let redis = Redis::start();
     let broker = Broker::start();
-    let mut nodes: HashMap<String, Child> = ["j1", "j2", "j3"]
+    let mut nodes: HashMap<String, Process> = ["j1", "j2", "j3"]
         .iter()
         .map(|id| (id.to_string(), serve_process(&broker, &redis.url(), id)))
         .collect();
@@ -744,15 +745,17 @@ async fn a_node_started_before_its_broker_and_redis_serves_once_they_are_there()
         out.status.code()
     };
     assert_eq!(health(false), Some(4), "nothing answers yet: exit 4");
-    let mut node = Command::new(env!("CARGO_BIN_EXE_mqstore"))
-        .args(["--port", &broker_port.to_string(), "serve"])
-        .args(["--store", &format!("redis://127.0.0.1:{redis_port}")])
-        .args(["--metrics", &format!("127.0.0.1:{metrics_port}")])
-        .env("MQSTORE_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("mqstore serve starts");
+    let mut node = Process(
+        Command::new(env!("CARGO_BIN_EXE_mqstore"))
+            .args(["--port", &broker_port.to_string(), "serve"])
+            .args(["--store", &format!("redis://127.0.0.1:{redis_port}")])
+            .args(["--metrics", &format!("127.0.0.1:{metrics_port}")])
+            .env("MQSTORE_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("mqstore serve starts"),
+    );
     let probe = |path: &str| {
         let mut stream = std::net::TcpStream::connect(("127.0.0.1", metrics_port)).ok()?;
         use std::io::{Read, Write};
@@ -802,8 +805,13 @@ async fn a_node_started_before_its_broker_and_redis_serves_once_they_are_there()
         Bytes::from("v")
     );
     node.kill().unwrap();
-    let out = node.wait_with_output().unwrap();
-    let log = String::from_utf8_lossy(&out.stderr);
+    let mut log = String::new();
+    use std::io::Read;
+    node.stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut log)
+        .unwrap();
     for said in [
         "waiting for Redis at",
         "waiting for the broker at",
@@ -821,7 +829,7 @@ async fn a_node_started_before_its_broker_and_redis_serves_once_they_are_there()
 async fn histories_on_three_nodes_are_linearizable_across_a_node_crash() {
     let redis = Redis::start();
     let broker = Broker::start();
-    let mut nodes: Vec<Child> = ["l1", "l2", "l3"]
+    let mut nodes: Vec<Process> = ["l1", "l2", "l3"]
         .iter()
         .map(|id| serve_process(&broker, &redis.url(), id))
         .collect();

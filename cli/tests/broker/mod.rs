@@ -24,6 +24,30 @@ pub enum Kind {
     MochiAsShipped,
 }
 
+/// A child process (a `mqstore serve` node) killed and reaped when dropped, so a test that
+/// fails leaves none running (std's `Child` is not killed on drop).
+pub struct Process(pub Child);
+
+impl std::ops::Deref for Process {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Process {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// A running broker.
 pub struct Broker {
     pub kind: Kind,

@@ -154,10 +154,11 @@ enum Then {
         request: CommandRequest,
         caller: Caller,
     },
-    /// The command is recorded: publish it.
+    /// The command is recorded: publish it (`None`: published while it was recorded, see
+    /// [`Service::registering`]).
     Registered {
         record: Record,
-        publish: Publish,
+        publish: Option<Publish>,
         mode: Mode,
         caller: Caller,
     },
@@ -240,6 +241,9 @@ pub struct Service {
     callers: HashMap<String, Caller>,
     /// When each command waiting for its answer times out.
     deadlines: BTreeSet<(u64, String)>,
+    /// Direct commands published while a remote registry records them, by id, with the
+    /// answers that came back before the record was written (applied once it is).
+    registering: HashMap<String, Vec<Publish>>,
     output: VecDeque<Out>,
     /// Answers to the host's own calls, by token.
     answers: VecDeque<(u64, Result<Record, Declined>)>,
@@ -270,6 +274,7 @@ impl Service {
             next_token: 0,
             callers: HashMap::new(),
             deadlines: BTreeSet::new(),
+            registering: HashMap::new(),
             output: VecDeque::new(),
             answers: VecDeque::new(),
             seen: VecDeque::new(),
@@ -459,8 +464,15 @@ impl Service {
                     caller,
                 },
                 A::Registered(Ok(())),
-            ) => self.send(record, publish, mode, caller),
-            (Then::Registered { caller, .. }, A::Registered(Err(e))) => {
+            ) => {
+                let early = publish.is_none().then(|| record.id.clone());
+                self.send(record, publish, mode, caller);
+                if let Some(id) = early {
+                    self.recorded(&id, true, now_ms);
+                }
+            }
+            (Then::Registered { caller, record, .. }, A::Registered(Err(e))) => {
+                self.recorded(&record.id, false, now_ms);
                 self.refuse(caller, Declined::Command(e))
             }
             (Then::Answered { update, direct, id }, A::Matched(matched)) => {
@@ -545,7 +557,7 @@ impl Service {
 
     /// The registry failed (or answered what was not asked: a host's bug, handled the same).
     fn failed(&mut self, then: Then, answer: RegistryAnswer) {
-        let why = match answer {
+        let mut why = match answer {
             RegistryAnswer::Failed(why) => why,
             other => format!("the registry answered {other:?}"),
         };
@@ -568,6 +580,17 @@ impl Service {
                 format!("the timeout of {id}")
             }
             Then::Event => "an event".into(),
+            Then::Registered {
+                record,
+                publish: None,
+                ..
+            } => {
+                self.registering.remove(&record.id);
+                why.push_str(
+                    "; the command was sent while it was recorded: the device may act on it",
+                );
+                format!("the record of command {}", record.id)
+            }
             _ => "a caller's request".into(),
         };
         self.seen.push_back(Seen::Failed(format!(
@@ -640,42 +663,78 @@ impl Service {
             Ok(prepared) => prepared,
             Err(e) => return self.refuse(caller, Declined::Command(e)),
         };
-        // Recorded before it is published: a fast device may answer at once.
+        // Recorded before it is published, so that any node can match a fast answer. A
+        // command awaited here whose device answers here (MQTT 5 direct) goes out while a
+        // remote registry records it: an answer that comes back first waits for the record,
+        // and the command costs one round trip to the registry less before it is sent.
+        let answers_here = mode == Mode::Await
+            && self.registry.is_none()
+            && (prepared.publish.properties.response_topic.as_deref())
+                .is_some_and(|topic| topic.starts_with(&self.direct_prefix));
+        let publish = match answers_here {
+            true => {
+                self.registering
+                    .insert(prepared.record.id.clone(), Vec::new());
+                self.push(prepared.publish, To::Subscribers);
+                None
+            }
+            false => Some(prepared.publish),
+        };
         let call = RegistryCall::Register(prepared.record.clone());
         let then = Then::Registered {
             record: prepared.record,
-            publish: prepared.publish,
+            publish,
             mode,
             caller,
         };
         self.call(call, now_ms, then);
     }
 
-    /// Publishes a recorded command; the caller hears now (detached), at the broker's
-    /// acknowledgement (one-way), or when the command ends (await).
-    fn send(&mut self, record: Record, publish: Publish, mode: Mode, caller: Caller) {
+    /// Publishes a recorded command (unless it went out while it was recorded); the caller
+    /// hears now (detached), at the broker's acknowledgement (one-way), or when the command
+    /// ends (await).
+    fn send(&mut self, record: Record, publish: Option<Publish>, mode: Mode, caller: Caller) {
         self.seen.push_back(Seen::Sent);
-        self.event(&record);
         let id = record.id.clone();
         match mode {
+            // (Only awaited commands go out while they are recorded: a one-way one always
+            // has its publish here, for its receipt.)
             Mode::OneWay => {
                 self.callers.insert(id.clone(), caller);
-                self.output.push_back(Out {
+                self.output.extend(publish.map(|publish| Out {
                     publish,
                     to: To::Subscribers,
                     receipt: Some(Receipt(id)),
-                });
+                }));
             }
             Mode::Await => {
                 self.callers.insert(id.clone(), caller);
                 self.deadlines.insert((record.deadline_ms, id));
-                self.push(publish, To::Subscribers);
+                self.push_all(publish, To::Subscribers);
             }
             Mode::Detached => {
                 self.deadlines.insert((record.deadline_ms, id));
-                self.push(publish, To::Subscribers);
+                self.push_all(publish, To::Subscribers);
                 self.reply_record(caller, &record, false);
             }
+        }
+        // After the command itself, as when it went out while it was recorded.
+        self.event(&record);
+    }
+
+    /// A command that went out while it was recorded is recorded (or never will be): the
+    /// answers that came back meanwhile are applied, or are lost with it.
+    fn recorded(&mut self, id: &str, written: bool, now_ms: u64) {
+        let early = self.registering.remove(id).unwrap_or_default();
+        match written {
+            true => early
+                .into_iter()
+                .for_each(|answer| self.answer(answer, true, now_ms)),
+            false if early.is_empty() => {}
+            false => self.seen.push_back(Seen::Failed(format!(
+                "{} answer(s) to command {id}, which was not recorded, are lost",
+                early.len()
+            ))),
         }
     }
 
@@ -702,6 +761,9 @@ impl Service {
             }
         };
         let id = key.id.clone().unwrap_or_default();
+        if direct && let Some(early) = self.registering.get_mut(&id) {
+            return early.push(publish);
+        }
         let then = Then::Answered {
             update: publish,
             direct,
@@ -1081,7 +1143,7 @@ mod tests {
     #[test]
     fn a_registry_that_fails_answers_503_and_sends_nothing() {
         let mut service = Service::remote(config("n"));
-        let invoke = [("topic", "dev/1/cmd")];
+        let invoke = [("topic", "dev/1/cmd"), ("mode", "oneway")];
         service.handle(
             request(wire::INVOKE_TOPIC, "{}", &invoke),
             Some("caller"),
@@ -1109,5 +1171,78 @@ mod tests {
         // An answer for a call nobody asked (a host's bug) changes nothing.
         service.answered(99, RegistryAnswer::Done(true), NOW);
         assert_eq!(drain(&mut service), (vec![], vec![]));
+    }
+
+    /// A device's MQTT 5 answer to `command` (its response topic and correlation data).
+    fn answer_to(command: &Publish, payload: &str) -> Publish {
+        let properties = Properties {
+            correlation_data: command.properties.correlation_data.clone(),
+            ..Properties::default()
+        };
+        let topic = command.properties.response_topic.as_deref().unwrap();
+        publish(topic, payload, properties)
+    }
+
+    #[test]
+    fn a_direct_command_goes_out_while_it_is_recorded_and_an_early_answer_waits_for_the_record() {
+        let mut service = Service::remote(config("n"));
+        let mut registry = Registry::new();
+        let invoke = [("topic", "dev/1/cmd"), ("timeoutMs", "1000")];
+        let request = request(wire::INVOKE_TOPIC, "{}", &invoke);
+        service.handle(request, Some("caller"), NOW);
+        let command = service
+            .poll_output()
+            .expect("published before it is recorded");
+        assert_eq!(command.publish.topic, "dev/1/cmd");
+        let register = service.poll_call().expect("and recorded meanwhile");
+        assert!(matches!(register.call, RegistryCall::Register(_)));
+        // The device answers before the record is written: the answer waits for it.
+        service.handle(answer_to(&command.publish, "done"), None, NOW + 1);
+        assert_eq!(service.poll_call(), None);
+        assert_eq!(drain(&mut service), (vec![], vec![]));
+        let recorded = registry.run(register.call, register.now_ms);
+        service.answered(register.token, recorded, NOW + 2);
+        run_calls(&mut service, &mut registry);
+        let (out, seen) = drain(&mut service);
+        let reply = out.iter().find(|out| out.to != To::Subscribers);
+        let reply = reply.expect("the caller is answered");
+        assert_eq!(reply.publish.payload, "done");
+        assert_eq!(
+            reply.publish.properties.user_property("status"),
+            Some("SUCCEEDED")
+        );
+        assert!(seen.contains(&Seen::Sent), "{seen:?}");
+        assert_eq!((service.waiting(), service.calls_in_flight()), (0, 0));
+        // Its deadline went with it: the timeout asks the registry nothing.
+        service.on_deadline(NOW + 5_000);
+        assert_eq!(service.poll_call(), None);
+    }
+
+    #[test]
+    fn a_direct_command_whose_record_fails_is_answered_503_saying_the_device_may_have_it() {
+        let mut service = Service::remote(config("n"));
+        let invoke = [("topic", "dev/1/cmd")];
+        let request = request(wire::INVOKE_TOPIC, "{}", &invoke);
+        service.handle(request, Some("caller"), NOW);
+        let command = service
+            .poll_output()
+            .expect("published while it is recorded");
+        let register = service.poll_call().unwrap();
+        service.handle(answer_to(&command.publish, "done"), None, NOW + 1);
+        let failed = RegistryAnswer::Failed("Redis is down".into());
+        service.answered(register.token, failed, NOW + 2);
+        let (out, seen) = drain(&mut service);
+        assert_eq!(out.len(), 1, "only the answer to the caller: {out:?}");
+        assert_eq!(reply_status(&out[0]).0, Some("503"));
+        let message = out[0].publish.properties.user_property("__stMsg").unwrap();
+        assert!(message.contains("Redis is down"), "{message}");
+        assert!(message.contains("the device may act on it"), "{message}");
+        assert!(
+            matches!(&seen[..], [Seen::Failed(_), Seen::Refused(_)]),
+            "{seen:?}"
+        );
+        // The early answer went with the command: nothing is left waiting.
+        assert_eq!((service.waiting(), service.calls_in_flight()), (0, 0));
+        assert!(service.registering.is_empty());
     }
 }
