@@ -760,18 +760,33 @@ async fn ten_thousand_commands_over_three_nodes_each_get_their_own_answer() {
         node.stop().await;
     }
 
-    // Direct mode, memory registries: each node's answers come back to it.
-    for id in ["d", "e", "f"] {
-        nodes.push(commander(&broker, id, RegistryConfig::Memory).await);
-    }
-    many(&nodes, COMMANDS, |n| {
+    // Direct mode: each node's answers come back to it. Each command goes out while Redis
+    // records it (an answer that comes first waits for the record), then on memory registries.
+    let direct = |n: usize| {
         let mut request =
             CommandRequest::new(format!("dev/{}/cmd", n % 16), json!({"n": n}).to_string());
         request.profile = MQTT5.into();
         request.timeout_ms = 60_000;
         request
-    })
-    .await;
+    };
+    let _ = redis.cli(&["FLUSHALL"]);
+    for id in ["g", "h", "i"] {
+        nodes.push(commander(&broker, id, redis_registry(&redis)).await);
+    }
+    many(&nodes, COMMANDS, direct).await;
+    let records = registry_keys(&redis);
+    assert_eq!(records.len(), COMMANDS, "one record per command");
+    for key in records {
+        let json = redis.cli(&["HGET", &key, "d"]);
+        assert!(json.contains("\"status\":\"SUCCEEDED\""), "{key}: {json}");
+    }
+    for node in nodes.drain(..) {
+        node.stop().await;
+    }
+    for id in ["d", "e", "f"] {
+        nodes.push(commander(&broker, id, RegistryConfig::Memory).await);
+    }
+    many(&nodes, COMMANDS, direct).await;
     let kept: usize = nodes.iter().map(|n| n.records().unwrap()).sum();
     assert_eq!(
         kept, COMMANDS,
