@@ -465,14 +465,31 @@ impl Service {
                 },
                 A::Registered(Ok(())),
             ) => {
-                let early = publish.is_none().then(|| record.id.clone());
+                // Sent while it was recorded: the answers that came back meanwhile apply now.
+                let early = match publish {
+                    None => self.registering.remove(&record.id),
+                    Some(_) => None,
+                };
                 self.send(record, publish, mode, caller);
-                if let Some(id) = early {
-                    self.recorded(&id, true, now_ms);
+                for answer in early.into_iter().flatten() {
+                    self.answer(answer, true, now_ms);
                 }
             }
-            (Then::Registered { caller, record, .. }, A::Registered(Err(e))) => {
-                self.recorded(&record.id, false, now_ms);
+            (
+                Then::Registered {
+                    caller,
+                    record,
+                    publish,
+                    ..
+                },
+                A::Registered(Err(e)),
+            ) => {
+                if publish.is_none() {
+                    let lost = self.not_recorded(&record.id);
+                    self.seen.push_back(Seen::Failed(format!(
+                        "the command registry refused the record ({e}); lost: {lost}"
+                    )));
+                }
                 self.refuse(caller, Declined::Command(e))
             }
             (Then::Answered { update, direct, id }, A::Matched(matched)) => {
@@ -585,11 +602,10 @@ impl Service {
                 publish: None,
                 ..
             } => {
-                self.registering.remove(&record.id);
                 why.push_str(
                     "; the command was sent while it was recorded: the device may act on it",
                 );
-                format!("the record of command {}", record.id)
+                self.not_recorded(&record.id)
             }
             _ => "a caller's request".into(),
         };
@@ -722,20 +738,11 @@ impl Service {
         self.event(&record);
     }
 
-    /// A command that went out while it was recorded is recorded (or never will be): the
-    /// answers that came back meanwhile are applied, or are lost with it.
-    fn recorded(&mut self, id: &str, written: bool, now_ms: u64) {
-        let early = self.registering.remove(id).unwrap_or_default();
-        match written {
-            true => early
-                .into_iter()
-                .for_each(|answer| self.answer(answer, true, now_ms)),
-            false if early.is_empty() => {}
-            false => self.seen.push_back(Seen::Failed(format!(
-                "{} answer(s) to command {id}, which was not recorded, are lost",
-                early.len()
-            ))),
-        }
+    /// A command that went out while it was recorded will not be: what is lost with it (its
+    /// record, and the answers that came back meanwhile).
+    fn not_recorded(&mut self, id: &str) -> String {
+        let answers = self.registering.remove(id).map_or(0, |early| early.len());
+        format!("the record of command {id}, sent to its device, and {answers} answer(s) to it")
     }
 
     /// The profile an answer on `topic` is read by.
@@ -1222,8 +1229,8 @@ mod tests {
     fn a_direct_command_whose_record_fails_is_answered_503_saying_the_device_may_have_it() {
         let mut service = Service::remote(config("n"));
         let invoke = [("topic", "dev/1/cmd")];
-        let request = request(wire::INVOKE_TOPIC, "{}", &invoke);
-        service.handle(request, Some("caller"), NOW);
+        let call = request(wire::INVOKE_TOPIC, "{}", &invoke);
+        service.handle(call, Some("caller"), NOW);
         let command = service
             .poll_output()
             .expect("published while it is recorded");
@@ -1241,8 +1248,34 @@ mod tests {
             matches!(&seen[..], [Seen::Failed(_), Seen::Refused(_)]),
             "{seen:?}"
         );
+        let [Seen::Failed(lost), _] = &seen[..] else {
+            panic!("{seen:?}")
+        };
+        assert!(lost.contains("1 answer(s)"), "{lost}");
         // The early answer went with the command: nothing is left waiting.
         assert_eq!((service.waiting(), service.calls_in_flight()), (0, 0));
+        assert!(service.registering.is_empty());
+
+        // A registry that refuses the record (rather than failing) loses the same, said so.
+        let call = request(wire::INVOKE_TOPIC, "{}", &invoke);
+        service.handle(call, Some("caller"), NOW);
+        let command = service
+            .poll_output()
+            .expect("published while it is recorded");
+        let register = service.poll_call().unwrap();
+        service.handle(answer_to(&command.publish, "done"), None, NOW + 1);
+        let refused = RegistryAnswer::Registered(Err(CommandError::BadTimeout(0)));
+        service.answered(register.token, refused, NOW + 2);
+        let (out, seen) = drain(&mut service);
+        assert_eq!(out.len(), 1, "only the answer to the caller: {out:?}");
+        assert_eq!(out[0].to, To::Requester(Some("caller".into())));
+        let [Seen::Failed(lost), Seen::Refused(_)] = &seen[..] else {
+            panic!("{seen:?}")
+        };
+        assert!(
+            lost.contains("refused the record") && lost.contains("1 answer(s)"),
+            "{lost}"
+        );
         assert!(service.registering.is_empty());
     }
 }
