@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use mqstore_core::client::jobs::{JobNotification, Update};
+use mqstore_core::commands::definitions::DefinitionsRequest;
 use mqstore_core::jobs::{JobSpec, Status, check_operator_call};
 use mqstore_net::blocking::Jobs;
 use mqstore_net::jobs::StartNext;
@@ -459,7 +460,8 @@ pub unsafe extern "C" fn mqstore_command_definitions(
         let out = unsafe { out_arg(answer_json, "answer_json") }?;
         *out = std::ptr::null_mut();
         let client = unsafe { handle(client, "client") }?;
-        let request: serde_json::Value = unsafe { json_arg(request_json, "request_json") }?;
+        let request = unsafe { json_arg(request_json, "request_json") }?;
+        let request = DefinitionsRequest::from_json(request).map_err(Error::invalid)?;
         let answer = client.client().command_definitions(&request)?;
         json_out(out, &answer)
     })

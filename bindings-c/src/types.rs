@@ -506,9 +506,8 @@ impl Event {
                             event.fill(answer.response);
                         }
                     },
-                    Ok(Completion::Jobs(value) | Completion::CommandDefinitions(value)) => {
-                        event.set_json(&value)
-                    }
+                    Ok(Completion::Jobs(value)) => event.set_json(&value),
+                    Ok(Completion::CommandDefinitions(answer)) => event.set_json(&answer),
                     Ok(Completion::Command(reply)) => {
                         event.set_json(&serde_json::json!({
                             "id": reply.id,

@@ -133,8 +133,12 @@ fn event_dict(py: Python<'_>, event: SessionEvent) -> PyResult<Bound<'_, PyDict>
                         },
                     )?;
                 }
-                Ok(Completion::Jobs(value) | Completion::CommandDefinitions(value)) => {
+                Ok(Completion::Jobs(value)) => {
                     dict.set_item("result", crate::runtime::ToPy::to_py(Json(value), py)?)?
+                }
+                Ok(Completion::CommandDefinitions(answer)) => {
+                    let answer = Json(answer.to_json());
+                    dict.set_item("result", crate::runtime::ToPy::to_py(answer, py)?)?
                 }
                 Ok(Completion::Command(reply)) => {
                     let result = PyDict::new(py);

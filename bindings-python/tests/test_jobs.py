@@ -24,7 +24,9 @@ def test_a_job_from_creation_to_success(client: mqstore.Client, key: str) -> Non
     assert notification is not None and notification["kind"] in ("notify", "notify-next")
     pending = device.pending()
     assert [j["jobId"] for j in pending["queuedJobs"]] == [job]
-    assert client.describe_job(job)["jobId"] == job
+    described = client.describe_job(job)
+    assert described["jobId"] == job
+    assert described["jobArn"] == f"arn:aws:iot:mqstore:000000000000:job/{job}"
     assert job in [j["jobId"] for j in client.list_jobs()]
 
     started = device.start_next(status_details={"step": "downloading"}, step_timeout=120)

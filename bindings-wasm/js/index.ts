@@ -7,6 +7,23 @@ import type { IClientOptions, IClientPublishOptions, IPublishPacket, MqttClient 
 
 import initWasm, * as wasm from "../pkg/mqstore_wasm.js";
 import { watchUnreadableAcks } from "./acks.js";
+import type {
+  CommandDefinition,
+  CommandRecord,
+  ExecutionListing,
+  JobDescription,
+  JobExecution,
+  JobExecutionStatus,
+  JobListing,
+  JobSpec,
+  JobStatus,
+  JobSummary,
+  JobTemplate,
+  JobUpdate,
+  PendingJobs,
+  ThingGroupDescription,
+  UpdateAccepted,
+} from "./wire.js";
 
 import {
   BrokerRefusedError,
@@ -17,6 +34,60 @@ import {
   UnexpectedAnswerError,
   asMqstoreError,
 } from "./errors.js";
+
+// The jobs and commands wire types, generated from the Rust types (js/wire.ts).
+export type {
+  AbortAction,
+  AbortConfig,
+  AbortCriteria,
+  CommandAnswer,
+  CommandDefinition,
+  CommandDefinitionsRequest,
+  CommandParameter,
+  CommandPayload,
+  CommandRecord,
+  CommandStatus,
+  EndBehavior,
+  ExecutionAccepted,
+  ExecutionCancel,
+  ExecutionListing,
+  ExecutionState,
+  ExponentialRate,
+  FailureType,
+  GroupListing,
+  JobCreated,
+  JobDescription,
+  JobExecution,
+  JobExecutionStatus,
+  JobListing,
+  JobProcessDetails,
+  JobSpec,
+  JobStatus,
+  JobSummary,
+  JobTemplate,
+  JobUpdate,
+  MaintenanceWindow,
+  Membership,
+  Notify,
+  NotifyJobs,
+  NotifyNext,
+  OperatorRequest,
+  PendingJobs,
+  RateIncreaseCriteria,
+  Rejected,
+  RetryConfig,
+  RetryCriteria,
+  RolloutConfig,
+  RolloutProgress,
+  SchedulingConfig,
+  TargetSelection,
+  TemplateListing,
+  ThingGroupDescription,
+  ThingGroupMetadata,
+  ThingGroupProperties,
+  TimeoutConfig,
+  UpdateAccepted,
+} from "./wire.js";
 
 export { ClientCore, Hlc, LeaseTerms } from "../pkg/mqstore_wasm.js";
 export * from "./errors.js";
@@ -646,7 +717,7 @@ export class Client {
   // ---- jobs: the operator API -----------------------------------------------------------
 
   /** Creates a job and queues an execution of it on every target. */
-  async createJob(spec: JobSpec): Promise<void> {
+  async createJob(spec: JobSpec & JobShorthands): Promise<void> {
     await this.#operate("createJob", spec);
   }
 
@@ -702,14 +773,14 @@ export class Client {
 
   /** A page of jobs in id order (pass `nextToken` for the next), narrowed by status. */
   async listJobsPage(
-    page: { status?: JobLifecycle; maxResults?: number; nextToken?: string } = {},
+    page: { status?: JobStatus; maxResults?: number; nextToken?: string } = {},
   ): Promise<{ jobs: JobListing[]; nextToken?: string }> {
     return await this.#operate("listJobs", { maxResults: 250, ...page });
   }
 
   /** A page of the latest executions, narrowed by thing, job and status. */
   async listJobExecutionsPage(
-    page: { thing?: string; jobId?: string; status?: JobStatus; maxResults?: number; nextToken?: string } = {},
+    page: { thing?: string; jobId?: string; status?: JobExecutionStatus; maxResults?: number; nextToken?: string } = {},
   ): Promise<{ executions: ExecutionListing[]; nextToken?: string }> {
     return await this.#operate("listJobExecutions", { maxResults: 250, ...page });
   }
@@ -726,7 +797,7 @@ export class Client {
   // ---- thing groups and job templates ----------------------------------------------------
 
   /** Makes a static thing group; jobs target it as `thinggroup/NAME`. */
-  async createThingGroup(name: string, options: { description?: string } = {}): Promise<ThingGroup> {
+  async createThingGroup(name: string, options: { description?: string } = {}): Promise<ThingGroupDescription> {
     const properties = options.description === undefined ? undefined : { thingGroupDescription: options.description };
     return await this.#operate("createThingGroup", { thingGroupName: name, thingGroupProperties: properties });
   }
@@ -737,7 +808,7 @@ export class Client {
   }
 
   /** A thing group. */
-  async describeThingGroup(name: string): Promise<ThingGroup> {
+  async describeThingGroup(name: string): Promise<ThingGroupDescription> {
     return await this.#operate("describeThingGroup", { thingGroupName: name });
   }
 
@@ -789,7 +860,7 @@ export class Client {
   }
 
   /** The latest executions, narrowed by thing, job and status. */
-  async listJobExecutions(filter: { thing?: string; jobId?: string; status?: JobStatus } = {}): Promise<ExecutionListing[]> {
+  async listJobExecutions(filter: { thing?: string; jobId?: string; status?: JobExecutionStatus } = {}): Promise<ExecutionListing[]> {
     return await this.#operate("listJobExecutions", filter);
   }
 
@@ -985,38 +1056,19 @@ export class Lease {
 
 // ---- jobs and commands: types and the thing's handle ------------------------------------
 
-/** An execution's status. */
-export type JobStatus = "QUEUED" | "IN_PROGRESS" | "SUCCEEDED" | "FAILED" | "REJECTED" | "TIMED_OUT" | "CANCELED" | "REMOVED";
-
-/** What `createJob` takes. */
-export interface JobSpec {
-  /** 1–64 of a-z, A-Z, 0-9, `_`, `-`. */
-  jobId: string;
-  /** What to run it on: thing names, `thinggroup/NAME`, or AWS ARNs of either. */
-  targets: string[];
-  /** The job document (a JSON object) the devices get; absent with `jobTemplateArn`. */
-  document?: object;
-  /** `CONTINUOUS`: things added to its groups later get the job too. */
-  targetSelection?: "SNAPSHOT" | "CONTINUOUS";
-  /** When it starts and ends, and the windows it rolls out in. */
-  schedulingConfig?: SchedulingConfig;
-  /** Start from this job template (its id or ARN): its document and settings. */
-  jobTemplateArn?: string;
-  /** Values for the template document's `${aws:iot:parameter:NAME}` placeholders. */
-  documentParameters?: Record<string, string>;
-  /** An IN_PROGRESS execution times out after this (1–10080). */
+/** Two shorthands `createJob` takes beside AWS's `CreateJob` fields (`JobSpec`). */
+export interface JobShorthands {
+  /** An IN_PROGRESS execution times out after this (1–10080): `timeoutConfig` in short. */
   inProgressTimeoutMinutes?: number;
   /** Executions that end FAILED or TIMED_OUT are queued again this many times (0–10). */
   maxRetries?: number;
-  /** What it is for, for people. */
-  description?: string;
-  /** How fast things are notified. */
-  jobExecutionsRolloutConfig?: RolloutConfig;
-  /** When the job is canceled by its failures. */
-  abortConfig?: { criteriaList: AbortCriteria[] };
-  /** Retries per failure type (instead of `maxRetries`). */
-  jobExecutionsRetryConfig?: { criteriaList: { failureType: "FAILED" | "TIMED_OUT" | "ALL"; numberOfRetries: number }[] };
 }
+
+/** @deprecated The job's status is `JobStatus` (AWS's name); an execution's is `JobExecutionStatus`. */
+export type JobLifecycle = JobStatus;
+
+/** @deprecated `ThingGroupDescription`. */
+export type ThingGroup = ThingGroupDescription;
 
 /** A key made (`created`) or gone (deleted or expired): `watchKeyspace`. */
 export interface KeyspaceEvent {
@@ -1024,250 +1076,6 @@ export interface KeyspaceEvent {
   key: Uint8Array;
   /** True when the key was made, false when it was deleted or expired. */
   created: boolean;
-}
-
-/** `schedulingConfig` (AWS's): UTC times `YYYY-MM-DDTHH:MM`. */
-export interface SchedulingConfig {
-  /** When it starts (ISO 8601, UTC; for a window, AWS's cron expression). */
-  startTime?: string;
-  /** When it ends (ISO 8601, UTC). */
-  endTime?: string;
-  /** What happens at `endTime`: `STOP_ROLLOUT`, `CANCEL` or `FORCE_CANCEL`. */
-  endBehavior?: "STOP_ROLLOUT" | "CANCEL" | "FORCE_CANCEL";
-  /** When the rollout may notify things (AWS's `maintenanceWindows`). */
-  maintenanceWindows?: MaintenanceWindow[];
-}
-
-/** A recurring window: from each time AWS's cron (`cron(min hour dom month dow year)`, UTC) fires, for its duration. */
-export interface MaintenanceWindow {
-  /** When it starts (ISO 8601, UTC; for a window, AWS's cron expression). */
-  startTime: string;
-  /** 1–1430. */
-  durationInMinutes: number;
-}
-
-/** A thing group as `describeThingGroup` answers. */
-export interface ThingGroup {
-  /** The group's name. */
-  thingGroupName: string;
-  /** The group's id. */
-  thingGroupId: string;
-  /** The group's ARN. */
-  thingGroupArn: string;
-  /** The group's properties (its description). */
-  thingGroupProperties: { thingGroupDescription?: string };
-  /** When the group was made. */
-  thingGroupMetadata: { creationDate: number };
-}
-
-/** A job template: what `createJobTemplate` takes and `describeJobTemplate` answers. */
-export interface JobTemplate {
-  /** The template's id. */
-  jobTemplateId: string;
-  /** May hold `${aws:iot:parameter:NAME}` placeholders. */
-  document: object;
-  /** What it is for, for people. */
-  description?: string;
-  /** When executions in progress time out (AWS's `timeoutConfig`). */
-  timeoutConfig?: { inProgressTimeoutInMinutes?: number };
-  /** How often failed executions are retried (AWS's `jobExecutionsRetryConfig`). */
-  jobExecutionsRetryConfig?: JobSpec["jobExecutionsRetryConfig"];
-  /** How fast things are notified (AWS's `jobExecutionsRolloutConfig`). */
-  jobExecutionsRolloutConfig?: RolloutConfig;
-  /** When the job is canceled for too many failures (AWS's `abortConfig`). */
-  abortConfig?: JobSpec["abortConfig"];
-  /** When the rollout may notify things (AWS's `maintenanceWindows`). */
-  maintenanceWindows?: MaintenanceWindow[];
-  /** Answered by `describeJobTemplate`. */
-  jobTemplateArn?: string;
-  /** Answered by `describeJobTemplate` (epoch seconds). */
-  createdAt?: number;
-}
-
-/** `jobExecutionsRolloutConfig` (AWS's). */
-export interface RolloutConfig {
-  /** Things notified per minute at most (1–1000). */
-  maximumPerMinute?: number;
-  /** A rate that grows as things succeed (AWS's `exponentialRate`). */
-  exponentialRate?: {
-    /** The rate to start at. */
-    baseRatePerMinute: number;
-    /** 1.1–5. */
-    incrementFactor: number;
-    /** One of the two. */
-    rateIncreaseCriteria: { numberOfNotifiedThings?: number; numberOfSucceededThings?: number };
-  };
-}
-
-/** One criterion of `abortConfig` (AWS's). */
-export interface AbortCriteria {
-  /** Which ending counts: `FAILED`, `REJECTED`, `TIMED_OUT` or `ALL`. */
-  failureType: "FAILED" | "REJECTED" | "TIMED_OUT" | "ALL";
-  /** What to do: `CANCEL`. */
-  action: "CANCEL";
-  /** 0–100. */
-  thresholdPercentage: number;
-  /** Only once this many things finished. */
-  minNumberOfExecutedThings: number;
-}
-
-/** What `updateJob` changes (absent: unchanged). */
-export interface JobUpdate {
-  /** The job's id (AWS's `jobId`). */
-  jobId: string;
-  /** What it is for, for people. */
-  description?: string;
-  /** When executions in progress time out (AWS's `timeoutConfig`). */
-  timeoutConfig?: { inProgressTimeoutInMinutes?: number };
-  /** How often failed executions are retried (AWS's `jobExecutionsRetryConfig`). */
-  jobExecutionsRetryConfig?: JobSpec["jobExecutionsRetryConfig"];
-  /** How fast things are notified (AWS's `jobExecutionsRolloutConfig`). */
-  jobExecutionsRolloutConfig?: RolloutConfig;
-  /** When the job is canceled for too many failures (AWS's `abortConfig`). */
-  abortConfig?: JobSpec["abortConfig"];
-}
-
-/** A job's status. */
-export type JobLifecycle = "SCHEDULED" | "IN_PROGRESS" | "CANCELED" | "COMPLETED" | "DELETION_IN_PROGRESS";
-
-/** An entry of `listJobs` (times in epoch seconds). */
-export interface JobListing {
-  /** The job's id (AWS's `jobId`). */
-  jobId: string;
-  /** The things and groups it targets (names or ARNs). */
-  targets: number;
-  /** The status. */
-  status: JobLifecycle;
-  /** When it was made, in seconds since the epoch. */
-  createdAt: number;
-  /** When it last changed, in seconds since the epoch. */
-  lastUpdatedAt: number;
-  /** When it completed, in seconds since the epoch. */
-  completedAt?: number;
-}
-
-/** A job as `describeJob` answers (AWS's `Job`, with mqstore's counts and rollout progress). */
-export interface JobDescription {
-  /** The job's id (AWS's `jobId`). */
-  jobId: string;
-  /** The status. */
-  status: JobLifecycle;
-  /** The job document the devices get. */
-  document: object;
-  /** The things and groups it targets (names or ARNs). */
-  targets: string[];
-  /** What it is for, for people. */
-  description?: string;
-  /** Canceled with `force`. */
-  forceCanceled?: boolean;
-  /** A code saying why, for tooling. */
-  reasonCode?: string;
-  /** Why, for people. */
-  comment?: string;
-  /** When executions in progress time out (AWS's `timeoutConfig`). */
-  timeoutConfig?: { inProgressTimeoutInMinutes?: number | null };
-  /** How often failed executions are retried (AWS's `jobExecutionsRetryConfig`). */
-  jobExecutionsRetryConfig?: JobSpec["jobExecutionsRetryConfig"];
-  /** How fast things are notified (AWS's `jobExecutionsRolloutConfig`). */
-  jobExecutionsRolloutConfig?: RolloutConfig;
-  /** When the job is canceled for too many failures (AWS's `abortConfig`). */
-  abortConfig?: JobSpec["abortConfig"];
-  /** When it was made, in seconds since the epoch. */
-  createdAt: number;
-  /** When it last changed, in seconds since the epoch. */
-  lastUpdatedAt: number;
-  /** When it completed, in seconds since the epoch. */
-  completedAt?: number;
-  /** Things by the status of their latest execution (AWS's). */
-  jobProcessDetails: Record<string, number>;
-  /** How many of its latest executions are in each status. */
-  executions: Partial<Record<JobStatus, number>>;
-  /** `SNAPSHOT`, or `CONTINUOUS` for things added to its groups later. */
-  targetSelection: "SNAPSHOT" | "CONTINUOUS";
-  /** When it starts, ends, and may roll out (AWS's `schedulingConfig`). */
-  schedulingConfig?: SchedulingConfig;
-  /** The template it was made from. */
-  jobTemplateArn?: string;
-  /** The values filled into the template's placeholders. */
-  documentParameters?: Record<string, string>;
-  /**
-   * How far its rollout got, its rate now, and (with maintenance windows) when the open one
-   * closes or the next opens (epoch seconds).
-   */
-  rollout: {
-    /** Things notified so far. */
-    notifiedThings: number;
-    /** Things targeted in all. */
-    totalThings: number;
-    /** Things notified per minute now; absent when not limited. */
-    ratePerMinute?: number;
-    /** When the open maintenance window closes (ms since the epoch). */
-    windowClosesAt?: number;
-    /** When the next maintenance window opens (ms since the epoch). */
-    nextWindowAt?: number;
-  };
-}
-
-/** An execution (`JobExecution` of the AWS IoT Jobs API; times in epoch seconds). */
-export interface JobExecution {
-  /** The job's id (AWS's `jobId`). */
-  jobId: string;
-  /** The thing's name. */
-  thingName?: string;
-  /** The status. */
-  status: JobStatus;
-  /** The device's own key/value details of its status. */
-  statusDetails?: Record<string, string>;
-  /** When it was queued, in seconds since the epoch. */
-  queuedAt: number;
-  /** When the device started it, in seconds since the epoch. */
-  startedAt?: number;
-  /** When it last changed, in seconds since the epoch. */
-  lastUpdatedAt: number;
-  /** The execution's version, raised by every update. */
-  versionNumber: number;
-  /** Which execution of the job on this thing, from 1. */
-  executionNumber: number;
-  /** The job document. */
-  jobDocument?: object;
-  /** Seconds left before the execution times out. */
-  approximateSecondsBeforeTimedOut?: number;
-}
-
-/** An entry of a pending list (`JobExecutionSummary`). */
-export interface JobSummary {
-  /** The job's id (AWS's `jobId`). */
-  jobId: string;
-  /** When it was queued, in seconds since the epoch. */
-  queuedAt: number;
-  /** When the device started it, in seconds since the epoch. */
-  startedAt?: number;
-  /** When it last changed, in seconds since the epoch. */
-  lastUpdatedAt: number;
-  /** Which execution of the job on this thing, from 1. */
-  executionNumber: number;
-  /** The execution's version, raised by every update. */
-  versionNumber: number;
-}
-
-/** An entry of `listJobExecutions`: a thing's latest execution of a job. */
-export interface ExecutionListing {
-  /** The thing's name. */
-  thingName: string;
-  /** The job's id (AWS's `jobId`). */
-  jobId: string;
-  /** The status. */
-  status: JobStatus;
-  /** When it was queued, in seconds since the epoch. */
-  queuedAt: number;
-  /** When the device started it, in seconds since the epoch. */
-  startedAt?: number | null;
-  /** When it last changed, in seconds since the epoch. */
-  lastUpdatedAt: number;
-  /** Which execution of the job on this thing, from 1. */
-  executionNumber: number;
-  /** The execution's version, raised by every update. */
-  versionNumber: number;
 }
 
 /** A thing's `notify` (its pending list changed) or `notify-next` (its first entry changed). */
@@ -1313,7 +1121,7 @@ export class Jobs {
   }
 
   /** The pending list: IN_PROGRESS and QUEUED executions. */
-  async pending(): Promise<{ inProgressJobs: JobSummary[]; queuedJobs: JobSummary[] }> {
+  async pending(): Promise<PendingJobs> {
     const answer = await this.#device("getPending", {});
     return { inProgressJobs: answer.inProgressJobs ?? [], queuedJobs: answer.queuedJobs ?? [] };
   }
@@ -1336,7 +1144,7 @@ export class Jobs {
   }
 
   /** Updates an execution; a JobsError (`jobsCode` VersionMismatch, InvalidStateTransition...) when refused. */
-  async update(update: ExecutionUpdate): Promise<{ executionState?: { status: JobStatus; statusDetails?: Record<string, string>; versionNumber: number }; jobDocument?: object }> {
+  async update(update: ExecutionUpdate): Promise<UpdateAccepted> {
     const { executionState, jobDocument } = await this.#device("update", update);
     return { executionState, jobDocument };
   }
@@ -1373,59 +1181,4 @@ export interface CommandReply {
   contentType?: string;
   /** The device's status code, when its profile reads one. */
   deviceStatus?: number;
-}
-
-/** A stored command (AWS's command resource): a fixed payload, or a template and its parameters. */
-export interface CommandDefinition {
-  /** `[a-zA-Z0-9_-]{1,64}`. */
-  commandId: string;
-  /** What it is for, for people. */
-  description?: string;
-  /** `content` as text for JSON and text content types, base64 for others. */
-  payload?: { content: string; contentType?: string };
-  /** JSON text with `${aws:iot:commandexecution::parameter:NAME}` where each parameter goes. */
-  payloadTemplate?: string;
-  /** The parameters a start fills (with their defaults). */
-  mandatoryParameters?: { name: string; defaultValue?: unknown }[];
-  /** When it was stored (set by the service). */
-  createdMs?: number;
-}
-
-/** A command's status record (as `mqstore command status` prints it; the answer's payload in base64). */
-export interface CommandRecord {
-  /** The id. */
-  id: string;
-  /** The node that sent it. */
-  node: string;
-  /** The command's topic. */
-  topic: string;
-  /** The profile it was sent with. */
-  profile: string;
-  /** IN_PROGRESS: the device reported progress (`answer` holds its latest report); the command
-   * stays open until a final status or its timeout. */
-  status: "SENT" | "DELIVERED" | "IN_PROGRESS" | "SUCCEEDED" | "FAILED" | "REJECTED" | "TIMED_OUT";
-  /** The stored command it was started from, if any. */
-  command?: string;
-  /** When it was sent, in ms since the epoch. */
-  sentMs: number;
-  /** When it times out, in ms since the epoch. */
-  deadlineMs: number;
-  /** The device's answer, once it came. */
-  answer?: {
-    /** The status. */
-    status: string;
-    /** The payload. */
-    payload: string;
-    /** The payload's content type, if given. */
-    contentType?: string;
-    /** The device's status code. */
-    code?: number;
-    /** The device's (or the service's) message. */
-    message?: string;
-    /** The device's reason code (AWS IoT commands' `statusReason.reasonCode`). */
-    reasonCode?: string;
-    /** Typed results (AWS IoT commands' `result`: name → `{s}`, `{b}` or `{bin}`). */
-    result?: Record<string, { s?: string; b?: boolean; bin?: string }>;
-  };
-  [field: string]: unknown;
 }

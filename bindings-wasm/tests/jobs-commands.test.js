@@ -35,6 +35,7 @@ test("a rollout's settings, an abort, one execution canceled, pages and the job'
   });
   let job = await client.describeJob("js-roll");
   assert.equal(job.description, "canary");
+  assert.equal(job.jobArn, "arn:aws:iot:mqstore:000000000000:job/js-roll");
   assert.equal(job.jobExecutionsRolloutConfig.maximumPerMinute, 1000);
   await client.updateJob({ jobId: "js-roll", description: "wider" });
   assert.equal((await client.describeJob("js-roll")).description, "wider");

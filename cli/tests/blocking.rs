@@ -13,6 +13,7 @@ use bytes::Bytes;
 use mqstore_core::client::jobs::{JobNotification, Update};
 use mqstore_core::client::{CallOptions, ClientError};
 use mqstore_core::codec::{Condition, Request};
+use mqstore_core::commands::definitions::{DefinitionsAnswer, DefinitionsRequest};
 use mqstore_core::commands::{CommandRequest, Mode, Status as CommandStatus};
 use mqstore_core::jobs::Status;
 use mqstore_net::BrokerConfig;
@@ -446,9 +447,12 @@ fn blocking_commands_are_sent_followed_and_time_out() {
     let unknown = caller.command_status("00000000-0000-4000-8000-000000000000");
     assert!(unknown.is_err(), "{unknown:?}");
     let listed = caller
-        .command_definitions(&serde_json::json!({"op": "list"}))
+        .command_definitions(&DefinitionsRequest::List)
         .unwrap();
-    assert!(listed["commands"].is_array(), "{listed}");
+    assert!(
+        matches!(listed, DefinitionsAnswer::Commands { .. }),
+        "{listed:?}"
+    );
 }
 
 #[test]

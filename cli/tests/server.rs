@@ -2482,6 +2482,7 @@ on_every_deployment! {
         // The operator's view.
         let job = operator.describe_job("fw-1").await.unwrap();
         assert_eq!(job.targets, ["T1", "T2"]);
+        assert_eq!(job.job_arn, "arn:aws:iot:mqstore:000000000000:job/fw-1");
         let timeout = job.config.timeout_config.as_ref().and_then(|t| t.in_progress_timeout_in_minutes);
         assert_eq!(timeout, Some(30));
         assert_eq!(job.job_process_details.number_of_succeeded_things, 1);

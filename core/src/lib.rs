@@ -53,5 +53,7 @@ pub mod server;
 pub mod session;
 pub mod store;
 pub mod topics;
+#[cfg(test)]
+mod wire_types;
 
 pub use error::{ErrorKind, ServiceError};

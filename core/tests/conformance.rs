@@ -507,9 +507,8 @@ impl Run {
                             Deleted::ValueMismatch => "value_mismatch",
                         });
                     }
-                    Ok(Completion::Jobs(value) | Completion::CommandDefinitions(value)) => {
-                        out["result"] = value
-                    }
+                    Ok(Completion::Jobs(value)) => out["result"] = value,
+                    Ok(Completion::CommandDefinitions(answer)) => out["result"] = answer.to_json(),
                     Ok(Completion::Command(reply)) => {
                         let mut result = json!({
                             "id": reply.id,

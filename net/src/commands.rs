@@ -10,9 +10,8 @@ use mqstore_core::client::ClientError;
 use mqstore_core::client::commands::CommandReply;
 use mqstore_core::commands::CommandRequest;
 use mqstore_core::commands::Record;
-use mqstore_core::commands::definitions::Definition;
+use mqstore_core::commands::definitions::{Definition, DefinitionsAnswer, DefinitionsRequest};
 use mqstore_core::session::Completion;
-use serde_json::Value;
 
 /// A stream of command status changes ([`Client::watch_commands`]).
 pub struct CommandWatch {
@@ -97,9 +96,11 @@ impl Client {
         status_record(self.commands_call(call).await?)
     }
 
-    /// A stored-commands call, as its JSON (`{"op": "create", "command": {…}}`, `{"op":
-    /// "get" | "delete", "commandId": …}`, `{"op": "list"}`): the service's JSON answer.
-    pub async fn command_definitions(&self, request: Value) -> Result<Value, ClientError> {
+    /// A stored-commands call (create, get, list, delete): the service's answer.
+    pub async fn command_definitions(
+        &self,
+        request: DefinitionsRequest,
+    ) -> Result<DefinitionsAnswer, ClientError> {
         let call = CommandsCall::Definitions(request, DEFINITIONS_TIMEOUT_MS);
         definitions_answer(self.commands_call(call).await?)
     }
@@ -108,35 +109,40 @@ impl Client {
     /// "contentType"}}` or `{"commandId", "payloadTemplate", "mandatoryParameters": [{"name",
     /// "defaultValue"}]}`; 409 when the id is taken.
     pub async fn define_command(&self, command: &Definition) -> Result<Definition, ClientError> {
-        let answer = self
-            .command_definitions(serde_json::json!({"op": "create", "command": command}))
-            .await?;
-        definition_in(answer)
+        let command = command.clone();
+        definition_in(
+            self.command_definitions(DefinitionsRequest::Create { command })
+                .await?,
+        )
     }
 
     /// The stored command `command_id` (404 when there is none).
     pub async fn command_definition(&self, command_id: &str) -> Result<Definition, ClientError> {
-        let answer = self
-            .command_definitions(serde_json::json!({"op": "get", "commandId": command_id}))
-            .await?;
-        definition_in(answer)
+        let command_id = command_id.to_owned();
+        definition_in(
+            self.command_definitions(DefinitionsRequest::Get { command_id })
+                .await?,
+        )
     }
 
     /// Every stored command, by id.
     pub async fn command_definition_list(&self) -> Result<Vec<Definition>, ClientError> {
-        let mut answer = self
-            .command_definitions(serde_json::json!({"op": "list"}))
-            .await?;
-        serde_json::from_value(answer["commands"].take())
-            .map_err(|e| ClientError::Malformed(format!("not a list of stored commands: {e}")))
+        match self.command_definitions(DefinitionsRequest::List).await? {
+            DefinitionsAnswer::Commands { commands } => Ok(commands),
+            other => Err(unexpected("a list of stored commands", &other)),
+        }
     }
 
     /// Deletes stored command `command_id`: whether there was one.
     pub async fn delete_command_definition(&self, command_id: &str) -> Result<bool, ClientError> {
-        let answer = self
-            .command_definitions(serde_json::json!({"op": "delete", "commandId": command_id}))
-            .await?;
-        Ok(answer["deleted"].as_bool().unwrap_or(false))
+        let command_id = command_id.to_owned();
+        match self
+            .command_definitions(DefinitionsRequest::Delete { command_id })
+            .await?
+        {
+            DefinitionsAnswer::Deleted { deleted } => Ok(deleted),
+            other => Err(unexpected("whether it was deleted", &other)),
+        }
     }
 
     /// Every command's status changes from now on (any node's, any caller's).
@@ -189,8 +195,8 @@ pub(crate) fn status_record(completion: Completion) -> Result<Record, ClientErro
     }
 }
 
-/// A stored-commands call's JSON answer, from its call's completion.
-pub(crate) fn definitions_answer(completion: Completion) -> Result<Value, ClientError> {
+/// A stored-commands call's answer, from its call's completion.
+pub(crate) fn definitions_answer(completion: Completion) -> Result<DefinitionsAnswer, ClientError> {
     match completion {
         Completion::CommandDefinitions(answer) => Ok(answer),
         _ => Err(ClientError::Malformed(
@@ -199,7 +205,15 @@ pub(crate) fn definitions_answer(completion: Completion) -> Result<Value, Client
     }
 }
 
-fn definition_in(mut answer: Value) -> Result<Definition, ClientError> {
-    serde_json::from_value(answer["command"].take())
-        .map_err(|e| ClientError::Malformed(format!("not a stored command: {e}")))
+/// The stored command a `create` or `get` answered.
+pub(crate) fn definition_in(answer: DefinitionsAnswer) -> Result<Definition, ClientError> {
+    match answer {
+        DefinitionsAnswer::Command { command } => Ok(command),
+        other => Err(unexpected("a stored command", &other)),
+    }
+}
+
+/// The service answered another kind of stored-commands call than the one asked.
+pub(crate) fn unexpected(wanted: &str, answer: &DefinitionsAnswer) -> ClientError {
+    ClientError::Malformed(format!("wanted {wanted}, the service answered {answer:?}"))
 }

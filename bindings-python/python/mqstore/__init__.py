@@ -12,12 +12,13 @@ jobs service (AWS IoT Jobs) and of its command service, built on mqstore's Rust 
 :class:`AsyncClient` offers the same calls as coroutines; :class:`ClientCore` is the same
 client as a state machine with no I/O, for programs that bring their own MQTT client. Errors
 are :class:`MqstoreError` subclasses (``mqstore.errors``); the codec and HLC are in
-``mqstore.codec``.
+``mqstore.codec``; the jobs and commands records the calls answer are TypedDicts in
+``mqstore.wire``, generated from the Rust types.
 """
 
 import atexit
 
-from . import _native, codec, errors
+from . import _native, codec, errors, wire
 from ._aio import AsyncClient, AsyncLease, AsyncObservation
 from ._client import Client, Lease, Observation
 from ._jobs import (
@@ -76,6 +77,7 @@ __all__ = [
     "__version__",
     "codec",
     "errors",
+    "wire",
 ]
 
 # At exit, the native runtime's threads stop calling into Python (a late answer of an

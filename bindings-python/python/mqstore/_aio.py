@@ -10,6 +10,15 @@ from . import _args, _native
 from ._args import BytesLike, FencingToken, PathLike, Seconds
 from ._jobs import AsyncCommandWatch, AsyncFanOut, AsyncJobs, AsyncKeyspaceWatch, Record
 from ._native import Change, CommandReply, DeleteResult, Hlc, SetResult, Versioned
+from .wire import (
+    CommandRecord,
+    ExecutionListing,
+    JobDescription,
+    JobExecution,
+    JobListing,
+    JobTemplate,
+    ThingGroupDescription,
+)
 
 
 class AsyncClient:
@@ -266,18 +275,18 @@ class AsyncClient:
             _args.text(job_id, "job_id"), _args.text(thing, "thing"), bool(force), True
         )
 
-    async def describe_job(self, job_id: str) -> Record:
+    async def describe_job(self, job_id: str) -> JobDescription:
         """The job (AWS's ``Job``): its document, status, settings, ``jobProcessDetails``,
         counts per execution status and its rollout's progress."""
         return await self._native.describe_job(_args.text(job_id, "job_id"), True)
 
-    async def describe_job_execution(self, job_id: str, thing: str) -> Record:
+    async def describe_job_execution(self, job_id: str, thing: str) -> JobExecution:
         """One thing's execution of a job."""
         return await self._native.describe_job_execution(
             _args.text(job_id, "job_id"), _args.text(thing, "thing"), True
         )
 
-    async def list_jobs(self) -> list[Record]:
+    async def list_jobs(self) -> list[JobListing]:
         """Every job, in short."""
         return await self._native.list_jobs(True)
 
@@ -329,7 +338,7 @@ class AsyncClient:
         thing: Optional[str] = None,
         job_id: Optional[str] = None,
         status: Optional[str] = None,
-    ) -> list[Record]:
+    ) -> list[ExecutionListing]:
         """Every execution matching the filters, page after page (see
         :meth:`list_job_executions_page`)."""
         return await self._native.list_job_executions(
@@ -341,11 +350,13 @@ class AsyncClient:
 
     # --- thing groups and job templates --------------------------------------------------
 
-    async def create_thing_group(self, name: str, *, description: Optional[str] = None) -> Record:
+    async def create_thing_group(
+        self, name: str, *, description: Optional[str] = None
+    ) -> ThingGroupDescription:
         """Makes a static thing group (jobs target it as ``"thinggroup/NAME"``): its
         ``thingGroupName``, ``thingGroupArn`` and ``thingGroupId``."""
         request = _args.create_group(name, description)
-        group: Record = await self._native.jobs_operate(request, True)
+        group: ThingGroupDescription = await self._native.jobs_operate(request, True)
         return group
 
     async def delete_thing_group(self, name: str) -> None:
@@ -353,11 +364,11 @@ class AsyncClient:
         request = _args.named("deleteThingGroup", "thingGroupName", name)
         await self._native.jobs_operate(request, True)
 
-    async def describe_thing_group(self, name: str) -> Record:
+    async def describe_thing_group(self, name: str) -> ThingGroupDescription:
         """A thing group: ``thingGroupName``, ``thingGroupArn``, ``thingGroupProperties``,
         ``thingGroupMetadata``."""
         request = _args.named("describeThingGroup", "thingGroupName", name)
-        group: Record = await self._native.jobs_operate(request, True)
+        group: ThingGroupDescription = await self._native.jobs_operate(request, True)
         return group
 
     async def list_thing_groups(
@@ -419,10 +430,10 @@ class AsyncClient:
         answer: Record = await self._native.jobs_operate(request, True)
         return str(answer["jobTemplateArn"])
 
-    async def describe_job_template(self, template_id: str) -> Record:
+    async def describe_job_template(self, template_id: str) -> JobTemplate:
         """A job template: its document, settings, ``jobTemplateArn`` and ``createdAt``."""
         request = _args.named("describeJobTemplate", "jobTemplateId", template_id)
-        template: Record = await self._native.jobs_operate(request, True)
+        template: JobTemplate = await self._native.jobs_operate(request, True)
         return template
 
     async def list_job_templates(
@@ -462,7 +473,7 @@ class AsyncClient:
             True,
         )
 
-    async def command_status(self, command_id: str) -> Record:
+    async def command_status(self, command_id: str) -> CommandRecord:
         """A command's status record by id (``status``, ``answer``, ``late``, ...)."""
         return await self._native.command_status(_args.text(command_id, "command_id"), True)
 

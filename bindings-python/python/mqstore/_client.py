@@ -11,6 +11,15 @@ from . import _args, _native
 from ._args import BytesLike, FencingToken, PathLike, Seconds
 from ._jobs import CommandWatch, FanOut, Jobs, KeyspaceWatch, Record
 from ._native import Change, CommandReply, DeleteResult, Hlc, SetResult, Versioned
+from .wire import (
+    CommandRecord,
+    ExecutionListing,
+    JobDescription,
+    JobExecution,
+    JobListing,
+    JobTemplate,
+    ThingGroupDescription,
+)
 
 
 class Client:
@@ -264,18 +273,18 @@ class Client:
             _args.text(job_id, "job_id"), _args.text(thing, "thing"), bool(force), False
         )
 
-    def describe_job(self, job_id: str) -> Record:
+    def describe_job(self, job_id: str) -> JobDescription:
         """The job (AWS's ``Job``): its document, status, settings, ``jobProcessDetails``,
         counts per execution status and its rollout's progress."""
         return self._native.describe_job(_args.text(job_id, "job_id"), False)
 
-    def describe_job_execution(self, job_id: str, thing: str) -> Record:
+    def describe_job_execution(self, job_id: str, thing: str) -> JobExecution:
         """One thing's execution of a job."""
         return self._native.describe_job_execution(
             _args.text(job_id, "job_id"), _args.text(thing, "thing"), False
         )
 
-    def list_jobs(self) -> list[Record]:
+    def list_jobs(self) -> list[JobListing]:
         """Every job, in short."""
         return self._native.list_jobs(False)
 
@@ -327,7 +336,7 @@ class Client:
         thing: Optional[str] = None,
         job_id: Optional[str] = None,
         status: Optional[str] = None,
-    ) -> list[Record]:
+    ) -> list[ExecutionListing]:
         """Executions, filtered by thing, job and status (``"QUEUED"``, ``"IN_PROGRESS"``,
         ...)."""
         return self._native.list_job_executions(
@@ -339,11 +348,13 @@ class Client:
 
     # --- thing groups and job templates --------------------------------------------------
 
-    def create_thing_group(self, name: str, *, description: Optional[str] = None) -> Record:
+    def create_thing_group(
+        self, name: str, *, description: Optional[str] = None
+    ) -> ThingGroupDescription:
         """Makes a static thing group (jobs target it as ``"thinggroup/NAME"``): its
         ``thingGroupName``, ``thingGroupArn`` and ``thingGroupId``."""
         request = _args.create_group(name, description)
-        group: Record = self._native.jobs_operate(request, False)
+        group: ThingGroupDescription = self._native.jobs_operate(request, False)
         return group
 
     def delete_thing_group(self, name: str) -> None:
@@ -351,11 +362,11 @@ class Client:
         request = _args.named("deleteThingGroup", "thingGroupName", name)
         self._native.jobs_operate(request, False)
 
-    def describe_thing_group(self, name: str) -> Record:
+    def describe_thing_group(self, name: str) -> ThingGroupDescription:
         """A thing group: ``thingGroupName``, ``thingGroupArn``, ``thingGroupProperties``,
         ``thingGroupMetadata``."""
         request = _args.named("describeThingGroup", "thingGroupName", name)
-        group: Record = self._native.jobs_operate(request, False)
+        group: ThingGroupDescription = self._native.jobs_operate(request, False)
         return group
 
     def list_thing_groups(
@@ -417,10 +428,10 @@ class Client:
         answer: Record = self._native.jobs_operate(request, False)
         return str(answer["jobTemplateArn"])
 
-    def describe_job_template(self, template_id: str) -> Record:
+    def describe_job_template(self, template_id: str) -> JobTemplate:
         """A job template: its document, settings, ``jobTemplateArn`` and ``createdAt``."""
         request = _args.named("describeJobTemplate", "jobTemplateId", template_id)
-        template: Record = self._native.jobs_operate(request, False)
+        template: JobTemplate = self._native.jobs_operate(request, False)
         return template
 
     def list_job_templates(
@@ -468,7 +479,7 @@ class Client:
             False,
         )
 
-    def command_status(self, command_id: str) -> Record:
+    def command_status(self, command_id: str) -> CommandRecord:
         """A command's status record (kept three timeouts after it was sent)."""
         return self._native.command_status(_args.text(command_id, "command_id"), False)
 

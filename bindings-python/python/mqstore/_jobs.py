@@ -10,6 +10,7 @@ from . import _args, _native
 from ._args import Seconds
 from ._native import CommandReply
 from .errors import MqstoreError
+from .wire import CommandRecord, JobExecution, PendingJobs, UpdateAccepted
 
 Record = dict[str, Any]
 DeviceResult = tuple[str, Union[CommandReply, MqstoreError]]
@@ -51,7 +52,7 @@ class Jobs:
         """The thing this handle acts as."""
         return self._native.thing
 
-    def pending(self) -> Record:
+    def pending(self) -> PendingJobs:
         """The pending list: ``{"inProgressJobs": [...], "queuedJobs": [...]}``."""
         return self._native.pending(False)
 
@@ -60,7 +61,7 @@ class Jobs:
         *,
         status_details: Optional[Mapping[str, str]] = None,
         step_timeout: Optional[Seconds] = None,
-    ) -> Optional[Record]:
+    ) -> Optional[JobExecution]:
         """Starts the next queued execution (or returns the one in progress); ``None`` when
         nothing is pending. ``step_timeout`` (rounded up to whole minutes) times it out
         unless updated."""
@@ -70,11 +71,11 @@ class Jobs:
             False,
         )
 
-    def describe(self, job_id: str) -> Record:
+    def describe(self, job_id: str) -> JobExecution:
         """The latest execution of ``job_id`` on this thing, with its document."""
         return self._native.describe(_args.text(job_id, "job_id"), False)
 
-    def describe_next(self) -> Optional[Record]:
+    def describe_next(self) -> Optional[JobExecution]:
         """The first pending execution with its document; ``None`` when nothing is pending."""
         return self._native.describe_next(False)
 
@@ -89,7 +90,7 @@ class Jobs:
         step_timeout: Optional[Seconds] = None,
         include_state: bool = False,
         include_document: bool = False,
-    ) -> Record:
+    ) -> UpdateAccepted:
         """Updates an execution: ``status`` ``"IN_PROGRESS"``, ``"SUCCEEDED"``, ``"FAILED"``
         or ``"REJECTED"``; refused (:class:`~mqstore.errors.JobsError`, ``VersionMismatch``)
         when ``expected_version`` is given and differs."""
@@ -131,7 +132,7 @@ class AsyncJobs:
         """The thing this handle acts as."""
         return self._native.thing
 
-    async def pending(self) -> Record:
+    async def pending(self) -> PendingJobs:
         """The pending list: ``{"inProgressJobs": [...], "queuedJobs": [...]}``."""
         return await self._native.pending(True)
 
@@ -140,7 +141,7 @@ class AsyncJobs:
         *,
         status_details: Optional[Mapping[str, str]] = None,
         step_timeout: Optional[Seconds] = None,
-    ) -> Optional[Record]:
+    ) -> Optional[JobExecution]:
         """Starts the next queued execution (IN_PROGRESS) and returns it with its document;
         ``None`` when nothing is queued."""
         return await self._native.start_next(
@@ -149,11 +150,11 @@ class AsyncJobs:
             True,
         )
 
-    async def describe(self, job_id: str) -> Record:
+    async def describe(self, job_id: str) -> JobExecution:
         """The latest execution of ``job_id`` on this thing, with its document."""
         return await self._native.describe(_args.text(job_id, "job_id"), True)
 
-    async def describe_next(self) -> Optional[Record]:
+    async def describe_next(self) -> Optional[JobExecution]:
         """The first pending execution with its document; ``None`` when nothing is pending."""
         return await self._native.describe_next(True)
 
@@ -168,7 +169,7 @@ class AsyncJobs:
         step_timeout: Optional[Seconds] = None,
         include_state: bool = False,
         include_document: bool = False,
-    ) -> Record:
+    ) -> UpdateAccepted:
         """Reports progress or the end of an execution (see :meth:`Jobs.update`)."""
         return await self._native.update(
             *_update_args(
@@ -203,12 +204,12 @@ class CommandWatch:
     def __init__(self, native: _native.CommandWatch) -> None:
         self._native = native
 
-    def next_record(self, timeout: Optional[Seconds] = None) -> Optional[Record]:
+    def next_record(self, timeout: Optional[Seconds] = None) -> Optional[CommandRecord]:
         """The next record, waiting at most ``timeout`` seconds; ``None`` when the time ran
         out or the client closed."""
         return self._native.next(_args.optional_millis(timeout, "timeout"), False)
 
-    def __iter__(self) -> Iterator[Record]:
+    def __iter__(self) -> Iterator[CommandRecord]:
         while True:
             record = self._native.next(None, False)
             if record is None:
@@ -222,12 +223,12 @@ class AsyncCommandWatch:
     def __init__(self, native: _native.CommandWatch) -> None:
         self._native = native
 
-    async def next_record(self, timeout: Optional[Seconds] = None) -> Optional[Record]:
+    async def next_record(self, timeout: Optional[Seconds] = None) -> Optional[CommandRecord]:
         """The next record, waiting at most ``timeout`` seconds; ``None`` when the time ran out
         or the client closed."""
         return await self._native.next(_args.optional_millis(timeout, "timeout"), True)
 
-    async def __aiter__(self) -> AsyncIterator[Record]:
+    async def __aiter__(self) -> AsyncIterator[CommandRecord]:
         while True:
             record = await self._native.next(None, True)
             if record is None:

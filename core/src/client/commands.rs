@@ -5,7 +5,7 @@
 use bytes::Bytes;
 
 use super::{CallId, ClientError, Pending};
-use crate::commands::definitions::DEFINITIONS_TOPIC;
+use crate::commands::definitions::{DEFINITIONS_TOPIC, DefinitionsAnswer, DefinitionsRequest};
 use crate::commands::wire::{INVOKE_TOPIC, STATUS_TOPIC, name};
 use crate::commands::{Answer, CommandRequest, Record, Status, expiry_seconds};
 use crate::envelope::{PROTOCOL_VERSION, Properties, Publish, property};
@@ -48,7 +48,7 @@ pub enum CommandsEvent {
         /// The call it answers.
         call: CallId,
         /// Its result.
-        result: Result<serde_json::Value, ClientError>,
+        result: Result<DefinitionsAnswer, ClientError>,
     },
 }
 
@@ -141,15 +141,15 @@ impl CommandsClient {
         self.request(STATUS_TOPIC, payload, Kind::Status, timeout_ms, now_ms)
     }
 
-    /// A stored-commands call ([`crate::commands::definitions`]): `{"op": "create", "command":
-    /// {…}}`, `{"op": "get" | "delete", "commandId": …}` or `{"op": "list"}`.
+    /// A stored-commands call ([`crate::commands::definitions`]).
     pub fn definitions(
         &mut self,
-        request: &serde_json::Value,
+        request: &DefinitionsRequest,
         timeout_ms: u64,
         now_ms: u64,
     ) -> (CallId, Publish) {
-        let payload = Bytes::from(request.to_string());
+        // A request always serializes (string keys, no floats but a parameter's default).
+        let payload = Bytes::from(serde_json::to_vec(request).unwrap_or_default());
         let (call, mut publish) = self.request(
             DEFINITIONS_TOPIC,
             payload,
@@ -214,7 +214,7 @@ impl CommandsClient {
                 call,
                 result: crate::client::status_error(&publish.properties).and_then(|()| {
                     serde_json::from_slice(&publish.payload).map_err(|e| {
-                        ClientError::Malformed(format!("the definitions answer is not JSON: {e}"))
+                        ClientError::Malformed(format!("not a stored-commands answer: {e}"))
                     })
                 }),
             },

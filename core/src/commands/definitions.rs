@@ -29,6 +29,8 @@ const PARAMETER_PREFIX: &str = "${aws:iot:commandexecution::parameter:";
 
 /// A stored command.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+#[cfg_attr(test, schemars(rename = "CommandDefinition"))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Definition {
     /// `[a-zA-Z0-9_-]{1,64}`.
@@ -52,6 +54,8 @@ pub struct Definition {
 
 /// A fixed payload: `content` as text, or base64 with `contentType` not JSON or text.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+#[cfg_attr(test, schemars(rename = "CommandPayload"))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct DefinitionPayload {
     /// The payload, as text (base64 for binary content types).
@@ -63,6 +67,8 @@ pub struct DefinitionPayload {
 
 /// A template parameter and its default.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+#[cfg_attr(test, schemars(rename = "CommandParameter"))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Parameter {
     /// The parameter's name, as the template names it.
@@ -276,7 +282,9 @@ fn aws_target(target: &str) -> Result<(&'static str, &str), String> {
 }
 
 /// A request on [`DEFINITIONS_TOPIC`].
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+#[cfg_attr(test, schemars(rename = "CommandDefinitionsRequest"))]
 #[serde(tag = "op", rename_all = "camelCase", deny_unknown_fields)]
 pub enum DefinitionsRequest {
     /// Store a command.
@@ -300,15 +308,53 @@ pub enum DefinitionsRequest {
     },
 }
 
+/// The service's answer to a [`DefinitionsRequest`] (`__stat` 200).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+#[cfg_attr(test, schemars(rename = "CommandDefinitionsAnswer"))]
+#[serde(untagged)]
+pub enum DefinitionsAnswer {
+    /// To `create` and `get`: the stored command.
+    Command {
+        /// The stored command (with its `createdMs`).
+        command: Definition,
+    },
+    /// To `list`: every stored command, by id.
+    Commands {
+        /// The stored commands.
+        commands: Vec<Definition>,
+    },
+    /// To `delete`: whether there was one.
+    Deleted {
+        /// False when no command had the id.
+        deleted: bool,
+    },
+}
+
 impl DefinitionsRequest {
     /// Reads a request; `Err`: why it is not one (answered with `InvalidRequest`).
     pub fn read(payload: &[u8]) -> Result<Self, String> {
-        serde_json::from_slice(payload).map_err(|e| {
-            format!(
-                "not a definitions request ({e}): {{\"op\": \"create\", \"command\": {{…}}}}, \
-                 {{\"op\": \"get\" | \"delete\", \"commandId\": …}} or {{\"op\": \"list\"}}"
-            )
-        })
+        serde_json::from_slice(payload).map_err(not_a_request)
+    }
+
+    /// A request a binding was given as JSON; `Err`: why it is not one, for its caller.
+    pub fn from_json(request: Value) -> Result<Self, String> {
+        serde_json::from_value(request).map_err(not_a_request)
+    }
+}
+
+fn not_a_request(e: serde_json::Error) -> String {
+    format!(
+        "not a stored-commands request ({e}): {{\"op\": \"create\", \"command\": {{…}}}}, \
+         {{\"op\": \"get\" | \"delete\", \"commandId\": …}} or {{\"op\": \"list\"}}"
+    )
+}
+
+impl DefinitionsAnswer {
+    /// The answer as the service sent it, for bindings that hand JSON to their callers.
+    pub fn to_json(&self) -> Value {
+        // Definitions hold strings, integers and JSON values: they always serialize.
+        serde_json::to_value(self).unwrap_or_default()
     }
 }
 

@@ -55,6 +55,8 @@ pub enum Matched {
 
 /// Where an awaited command stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+#[cfg_attr(test, schemars(rename = "CommandStatus"))]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 #[non_exhaustive]
 pub enum Status {
@@ -124,12 +126,15 @@ impl std::fmt::Display for Status {
 
 /// What a device answered, read by its profile.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+#[cfg_attr(test, schemars(rename = "CommandAnswer"))]
 #[serde(rename_all = "camelCase")]
 pub struct Answer {
     /// SUCCEEDED, FAILED or REJECTED; IN_PROGRESS for a progress report; TIMED_OUT when the
     /// device itself says so (final, unlike the service's own timeout).
     pub status: Status,
     #[serde(with = "base64_bytes")]
+    #[cfg_attr(test, schemars(with = "String"))]
     /// The device's answer, as it sent it.
     pub payload: Bytes,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -160,6 +165,8 @@ pub struct Answer {
 /// A command's status record: the registry's entry while it waits, and what a status query
 /// or a watch sees afterwards (until it is forgotten, three timeouts after it was sent).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+#[cfg_attr(test, schemars(rename = "CommandRecord"))]
 #[serde(rename_all = "camelCase")]
 pub struct Record {
     /// The command's id (a version 4 UUID).

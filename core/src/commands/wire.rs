@@ -244,13 +244,14 @@ pub fn reply_record(to: &Publish, record: &Record, as_json: bool) -> Publish {
 }
 
 /// A JSON reply (`__stat` 200).
-pub fn reply_json(to: &Publish, body: &serde_json::Value) -> Publish {
+pub fn reply_json(to: &Publish, body: &impl serde::Serialize) -> Publish {
     let mut props = reply_properties(to, 200);
     props.content_type = Some("application/json".into());
     props.payload_format_indicator = Some(1);
     Publish {
         topic: props.response_topic.take().unwrap_or_default(),
-        payload: Bytes::from(body.to_string()),
+        // The answers are maps with string keys and no floats: they always serialize.
+        payload: Bytes::from(serde_json::to_vec(body).unwrap_or_default()),
         qos: 1,
         properties: props,
     }

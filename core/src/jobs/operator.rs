@@ -288,6 +288,7 @@ impl<S: JobsStore> Jobs<S> {
         };
         Ok(JobDescription {
             job_id: job.id.clone(),
+            job_arn: super::arn("job", &job.id),
             status: job.status,
             document: job.document.clone(),
             targets: job.targets.clone(),

@@ -8,10 +8,15 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
+/// How a job document is described in the wire types' schema: a JSON object.
+#[cfg(test)]
+type JsonObject = serde_json::Map<String, Value>;
+
 // ---- the device API ----
 
 /// A `JobExecutionSummary`: an entry of a pending list.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct JobSummary {
     /// The job's id (AWS's `jobId`).
@@ -31,6 +36,7 @@ pub struct JobSummary {
 
 /// A `JobExecution` (start-next, describe, notify-next).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct JobExecution {
     /// The job's id (AWS's `jobId`).
@@ -56,6 +62,7 @@ pub struct JobExecution {
     pub execution_number: u64,
     /// The job document, unless the request asked to leave it out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, schemars(with = "Option<JsonObject>"))]
     pub job_document: Option<Value>,
     /// While IN_PROGRESS with a timer running.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -64,6 +71,7 @@ pub struct JobExecution {
 
 /// A thing's pending list (`get`): IN_PROGRESS and QUEUED executions, in order.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct PendingJobs {
     /// Executions in progress (AWS's `inProgressJobs`).
@@ -74,6 +82,7 @@ pub struct PendingJobs {
 
 /// An execution's `executionState` (update replies, and rejections).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ExecutionState {
     /// The execution's status.
@@ -88,6 +97,7 @@ pub struct ExecutionState {
 /// What an accepted start-next or describe answered: the execution, absent when the thing
 /// has none pending.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ExecutionAccepted {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -97,6 +107,7 @@ pub struct ExecutionAccepted {
 
 /// What an accepted update answered.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct UpdateAccepted {
     /// With `includeJobExecutionState`.
@@ -104,11 +115,13 @@ pub struct UpdateAccepted {
     pub execution_state: Option<ExecutionState>,
     /// With `includeJobDocument`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, schemars(with = "Option<JsonObject>"))]
     pub job_document: Option<Value>,
 }
 
 /// The body of an `/accepted` reply, by API.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(untagged)]
 pub enum Accepted {
     /// The reply to `get`: the pending list.
@@ -121,6 +134,7 @@ pub enum Accepted {
 
 /// A `/rejected` reply's body.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Rejected {
     /// AWS's error code (`InvalidRequest`, `VersionMismatch`, ...).
@@ -135,6 +149,7 @@ pub struct Rejected {
 /// A reply (`/accepted` or `/rejected`): its body, when it was made, and the request's
 /// `clientToken`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Reply<T> {
     #[serde(flatten)]
@@ -151,6 +166,7 @@ pub struct Reply<T> {
 /// A device request's payload: one shape for every API (each reads the fields it knows, as
 /// AWS does; unknown fields are ignored). Absent fields are absent on the wire.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct DeviceBody {
     /// Comes back in the reply: how a caller matches replies to requests.
@@ -229,6 +245,7 @@ fn number_or_numeric_text<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>
 
 /// `notify`: the thing's pending list changed membership; the first ten of it.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct Notify {
     #[serde(default)]
     /// When it was published, in seconds since the epoch.
@@ -240,6 +257,7 @@ pub struct Notify {
 
 /// The executions of a `notify`, by status (a status without executions is absent).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct NotifyJobs {
     #[serde(rename = "IN_PROGRESS", default, skip_serializing_if = "Vec::is_empty")]
     /// Executions in progress (AWS's `IN_PROGRESS`).
@@ -251,6 +269,7 @@ pub struct NotifyJobs {
 
 /// `notify-next`: the first entry of the pending list changed; absent when it became empty.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct NotifyNext {
     #[serde(default)]
     /// When it was published, in seconds since the epoch.
@@ -264,6 +283,7 @@ pub struct NotifyNext {
 
 /// One call of the operator API: `{"op": "createJob", ...}` with AWS's field names.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(tag = "op", rename_all = "camelCase", rename_all_fields = "camelCase")]
 pub enum OperatorRequest {
     /// Create a job (`createJob`).
@@ -411,6 +431,7 @@ pub enum OperatorRequest {
 /// Which group and which thing an `addThingToThingGroup` or `removeThingFromThingGroup`
 /// names: each by name or by ARN, as AWS takes them.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Membership {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -429,6 +450,7 @@ pub struct Membership {
 
 /// A group's properties (AWS's; mqstore keeps the description).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ThingGroupProperties {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -438,6 +460,7 @@ pub struct ThingGroupProperties {
 
 /// A thing group as `describeThingGroup` answers (AWS's fields).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ThingGroupDescription {
     /// The group's name (AWS's `thingGroupName`).
@@ -456,6 +479,7 @@ pub struct ThingGroupDescription {
 
 /// When a group was made (epoch seconds).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ThingGroupMetadata {
     /// When it was made, in seconds since the epoch (AWS's `creationDate`).
@@ -464,6 +488,7 @@ pub struct ThingGroupMetadata {
 
 /// One entry of `listThingGroups` (AWS's `GroupNameAndArn`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct GroupListing {
     /// The group's name (AWS's `groupName`).
@@ -474,6 +499,7 @@ pub struct GroupListing {
 
 /// A job template: what `createJobTemplate` takes and `describeJobTemplate` answers.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct JobTemplate {
     /// The template's id (AWS's `jobTemplateId`).
@@ -481,6 +507,7 @@ pub struct JobTemplate {
     /// A JSON object; may hold `${aws:iot:parameter:NAME}` placeholders that a job's
     /// `documentParameters` fill.
     #[serde(default, skip_serializing_if = "Value::is_null")]
+    #[cfg_attr(test, schemars(with = "JsonObject"))]
     pub document: Value,
     /// The description, timeout, retry, rollout and abort configurations.
     #[serde(flatten)]
@@ -498,6 +525,7 @@ pub struct JobTemplate {
 
 /// One entry of `listJobTemplates` (AWS's `JobTemplateSummary`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct TemplateListing {
     /// The template's id (AWS's `jobTemplateId`).
@@ -514,6 +542,7 @@ pub struct TemplateListing {
 /// `targetSelection`: the things of a job's groups when it is created, or also those added
 /// later.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 #[non_exhaustive]
 pub enum TargetSelection {
@@ -527,6 +556,7 @@ pub enum TargetSelection {
 /// `schedulingConfig`: when a job starts and ends, and the windows it rolls out in. Times
 /// are UTC, `YYYY-MM-DDTHH:MM` (seconds and a `Z` allowed).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct SchedulingConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -545,6 +575,7 @@ pub struct SchedulingConfig {
 
 /// What happens at a job's `endTime`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 #[non_exhaustive]
 pub enum EndBehavior {
@@ -560,6 +591,7 @@ pub enum EndBehavior {
 /// A recurring window the rollout runs in: from each time its cron fires
 /// (`cron(min hour day-of-month month day-of-week year)`, AWS's form) for its duration.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct MaintenanceWindow {
     /// When the window opens: AWS's cron expression, UTC.
@@ -570,6 +602,7 @@ pub struct MaintenanceWindow {
 
 /// What `cancelJobExecution` takes.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ExecutionCancel {
     /// The job's id (AWS's `jobId`).
@@ -591,6 +624,7 @@ pub struct ExecutionCancel {
 /// `maxResults` and `nextToken` of a list call: a page starts after the token's entry (the
 /// last of the page before), so pages stay in order while jobs change.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct PageRequest {
     /// 1–250 (AWS's range); every entry when absent.
@@ -662,6 +696,7 @@ impl PageRequest {
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, Deserialize,
 )]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 #[non_exhaustive]
 pub enum JobStatus {
@@ -680,6 +715,7 @@ pub enum JobStatus {
 
 /// The execution failures a retry or an abort criterion counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 #[non_exhaustive]
 pub enum FailureType {
@@ -707,6 +743,7 @@ impl FailureType {
 
 /// `timeoutConfig` of a job.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct TimeoutConfig {
     /// An execution in progress longer than this times out (AWS's `inProgressTimeoutInMinutes`).
@@ -715,6 +752,7 @@ pub struct TimeoutConfig {
 
 /// `jobExecutionsRetryConfig`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct RetryConfig {
     /// The criteria, each checked on its own (AWS's `criteriaList`).
@@ -723,6 +761,7 @@ pub struct RetryConfig {
 
 /// How often executions that end with one type of failure are queued again.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct RetryCriteria {
     /// FAILED, TIMED_OUT or ALL (either).
@@ -745,6 +784,7 @@ impl RetryConfig {
 
 /// `jobExecutionsRolloutConfig`: how fast executions are queued.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct RolloutConfig {
     /// Things notified per minute at most (1–1000).
@@ -758,6 +798,7 @@ pub struct RolloutConfig {
 /// A rate that starts at `baseRatePerMinute` and is multiplied by `incrementFactor` each time
 /// the criteria's count of things is reached (never above `maximumPerMinute`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ExponentialRate {
     /// 1–1000.
@@ -771,6 +812,7 @@ pub struct ExponentialRate {
 /// When an exponential rate goes up: each time this many more things were notified, or
 /// succeeded (one of the two).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct RateIncreaseCriteria {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -783,6 +825,7 @@ pub struct RateIncreaseCriteria {
 
 /// `abortConfig`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct AbortConfig {
     /// The criteria, each checked on its own (AWS's `criteriaList`).
@@ -792,6 +835,7 @@ pub struct AbortConfig {
 /// When a job is aborted (canceled): once at least `minNumberOfExecutedThings` things ended
 /// their execution and `thresholdPercentage` % of them or more ended with `failureType`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct AbortCriteria {
     /// Which ending counts (AWS's `failureType`).
@@ -806,6 +850,7 @@ pub struct AbortCriteria {
 
 /// What an abort does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 #[non_exhaustive]
 pub enum AbortAction {
@@ -815,6 +860,7 @@ pub enum AbortAction {
 
 /// What `updateJob` changes: the settings given (absent: unchanged).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct JobUpdate {
     /// The job to change.
@@ -827,6 +873,7 @@ pub struct JobUpdate {
 /// A job's settings that `updateJob` may change, with AWS's field names (part of `createJob`
 /// and of `describeJob`'s answer).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct JobConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -848,6 +895,7 @@ pub struct JobConfig {
 
 /// An operator answer: `{"ok": ...}` or `{"error": {"code", "message"}}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum OperatorAnswer<T = Value> {
     /// The call's result.
@@ -858,6 +906,7 @@ pub enum OperatorAnswer<T = Value> {
 
 /// Why an operator call failed: AWS's error code and a message.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct OperatorError {
     /// The error's code (AWS's: `ResourceNotFound`, `InvalidRequest`, ...).
     pub code: String,
@@ -867,6 +916,7 @@ pub struct OperatorError {
 
 /// What a successful operator call answers, by call.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(untagged)]
 pub enum OperatorOk {
     /// A job was created.
@@ -936,6 +986,7 @@ pub enum OperatorOk {
 
 /// What `createJob` answers.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct JobCreated {
     /// The job's id (AWS's `jobId`).
@@ -947,13 +998,18 @@ pub struct JobCreated {
 /// A job as `describeJob` answers: AWS's `Job` (its document inside), with the counts of its
 /// latest executions by status (`executions`) and its rollout's progress (`rollout`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct JobDescription {
     /// The job's id (AWS's `jobId`).
     pub job_id: String,
+    /// The job's ARN (AWS's `jobArn`): `arn:aws:iot:mqstore:000000000000:job/{jobId}`.
+    #[serde(default)]
+    pub job_arn: String,
     /// The job's status.
     pub status: JobStatus,
     /// The job document the devices get (AWS's `document`).
+    #[cfg_attr(test, schemars(with = "JsonObject"))]
     pub document: Value,
     /// The things and groups it targets (names or ARNs).
     pub targets: Vec<String>,
@@ -1000,6 +1056,7 @@ pub struct JobDescription {
 
 /// AWS's `jobProcessDetails`: things per status of their latest execution.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct JobProcessDetails {
     /// Executions queued.
@@ -1040,6 +1097,7 @@ impl JobProcessDetails {
 /// How far a job's rollout got (mqstore's, beside AWS's fields): things notified of the
 /// total, and the rate it is rolled out at now (absent: as fast as the broker takes it).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct RolloutProgress {
     /// Things notified so far.
@@ -1059,6 +1117,7 @@ pub struct RolloutProgress {
 
 /// One entry of `listJobs` (AWS's `JobSummary`, with the number of things).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct JobListing {
     /// The job's id (AWS's `jobId`).
@@ -1081,6 +1140,7 @@ pub struct JobListing {
 
 /// One entry of `listJobExecutions`: a thing's latest execution of a job.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ExecutionListing {
     /// The thing's name (AWS's `thingName`).
@@ -1106,7 +1166,9 @@ pub struct ExecutionListing {
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
 )]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+#[cfg_attr(test, schemars(rename = "JobExecutionStatus"))]
 #[non_exhaustive]
 pub enum Status {
     /// Waiting for the device to start it.
@@ -1166,6 +1228,7 @@ impl Status {
 
 /// What an operator asks for when creating a job: AWS's `CreateJob` fields.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct JobSpec {
     /// The job's id (AWS's `jobId`).
@@ -1175,6 +1238,7 @@ pub struct JobSpec {
     pub targets: Vec<String>,
     /// A JSON object (absent when it comes from the template).
     #[serde(default, skip_serializing_if = "Value::is_null")]
+    #[cfg_attr(test, schemars(with = "JsonObject"))]
     pub document: Value,
     /// The description, timeout, retry, rollout and abort configurations.
     #[serde(flatten)]
@@ -1194,6 +1258,7 @@ pub struct JobSpec {
     /// AWS's fields mqstore does not take yet: a request that sets one is refused (rather
     /// than run without it).
     #[serde(flatten, skip_serializing)]
+    #[cfg_attr(test, schemars(skip))]
     pub unsupported: Unsupported,
 }
 

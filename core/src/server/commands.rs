@@ -21,7 +21,9 @@
 use std::collections::{BTreeSet, HashMap, VecDeque};
 
 use super::{Out, Receipt, To};
-use crate::commands::definitions::{DEFINITIONS_TOPIC, Definition, DefinitionsRequest};
+use crate::commands::definitions::{
+    DEFINITIONS_TOPIC, Definition, DefinitionsAnswer, DefinitionsRequest,
+};
 use crate::commands::wire::{self, Refusal};
 use crate::commands::{
     Acknowledgement, CommandError, CommandRequest, Matched, Mode, Profile, Profiles, Record,
@@ -542,31 +544,32 @@ impl Service {
                 self.refuse(caller, Declined::NotFound(id))
             }
             (Then::Defined { caller, command }, A::Done(true)) => {
-                let answer = serde_json::json!({ "command": command });
-                if self.registry.is_some() {
+                let answer = DefinitionsAnswer::Command { command };
+                self.reply_json(caller, &answer);
+                if let (Some(_), DefinitionsAnswer::Command { command }) = (&self.registry, answer)
+                {
                     let id = command.command_id.clone();
                     self.definition_changes.push((id, Some(command)));
                 }
-                self.reply_json(caller, &answer);
             }
             (Then::Defined { caller, command }, A::Done(false)) => self.refuse(
                 caller,
                 Declined::Refused(Refusal::taken(&command.command_id)),
             ),
             (Then::Definition { caller, .. }, A::Definition(Some(command))) => {
-                self.reply_json(caller, &serde_json::json!({ "command": command }))
+                self.reply_json(caller, &DefinitionsAnswer::Command { command })
             }
             (Then::Definition { caller, id }, A::Definition(None)) => {
                 self.refuse(caller, Declined::Refused(Refusal::no_definition(&id)))
             }
             (Then::Listed { caller }, A::Definitions(commands)) => {
-                self.reply_json(caller, &serde_json::json!({ "commands": commands }))
+                self.reply_json(caller, &DefinitionsAnswer::Commands { commands })
             }
             (Then::Undefined { caller, id }, A::Done(deleted)) => {
                 if deleted && self.registry.is_some() {
                     self.definition_changes.push((id, None));
                 }
-                self.reply_json(caller, &serde_json::json!({ "deleted": deleted }))
+                self.reply_json(caller, &DefinitionsAnswer::Deleted { deleted })
             }
             (then, answer) => self.failed(then, answer),
         }
@@ -884,7 +887,7 @@ impl Service {
 
     /// Answers a definitions request (made over MQTT only: the host's own calls are commands
     /// and statuses).
-    fn reply_json(&mut self, caller: Caller, answer: &serde_json::Value) {
+    fn reply_json(&mut self, caller: Caller, answer: &DefinitionsAnswer) {
         if let Caller::Mqtt { request, sender } = caller {
             let reply = wire::reply_json(&request, answer);
             self.push(reply, To::Requester(sender));

@@ -34,6 +34,7 @@ use crate::client::{
     Answer, CallId, CallOptions, ClientConfig, ClientCore, ClientError, Deleted, Event,
 };
 use crate::codec::{Notification, Request};
+use crate::commands::definitions::{DefinitionsAnswer, DefinitionsRequest};
 use crate::commands::wire::{EVENTS_FILTER, EVENTS_PREFIX};
 use crate::commands::{CommandRequest, Record};
 use crate::envelope::Publish;
@@ -63,8 +64,8 @@ pub enum Completion {
     Command(CommandReply),
     /// A command's status record.
     CommandStatus(Record),
-    /// A stored-commands call's JSON answer (see [`Session::command_definitions`]).
-    CommandDefinitions(Value),
+    /// A stored-commands call's answer (see [`Session::command_definitions`]).
+    CommandDefinitions(DefinitionsAnswer),
     /// A lease acquisition: the fencing token when held (the lease's id is the call's), `None`
     /// when someone else still holds it after the wait.
     Lease(Option<Hlc>),
@@ -444,7 +445,12 @@ impl Session {
 
     /// A stored-commands call (create, get, list, delete; see
     /// [`crate::commands::definitions`]): its answer is [`Completion::CommandDefinitions`].
-    pub fn command_definitions(&mut self, request: &Value, timeout_ms: u64, now_ms: u64) -> CallId {
+    pub fn command_definitions(
+        &mut self,
+        request: &DefinitionsRequest,
+        timeout_ms: u64,
+        now_ms: u64,
+    ) -> CallId {
         let (call, publish) = self.commands.definitions(request, timeout_ms, now_ms);
         self.sent(Service::Commands, call, "commandDefinitions", [publish])
     }

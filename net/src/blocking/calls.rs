@@ -17,6 +17,7 @@ use mqstore_core::client::{
     Answer, CallId, CallOptions, ClientError, Deletion, SetResult, Versioned,
 };
 use mqstore_core::codec::Request;
+use mqstore_core::commands::definitions::{DefinitionsAnswer, DefinitionsRequest};
 use mqstore_core::commands::{CommandRequest, DEFAULT_TIMEOUT_MS, Record};
 use mqstore_core::hlc::Hlc;
 use mqstore_core::jobs::{
@@ -234,9 +235,10 @@ pub fn command_status(id: &str) -> Call<impl Start, Record> {
     }
 }
 
-/// A stored-commands call, as its JSON (`{"op": "create", "command": {…}}`, `{"op": "get" |
-/// "delete", "commandId": …}`, `{"op": "list"}`): the service's JSON answer.
-pub fn command_definitions(request: impl Borrow<Value>) -> Call<impl Start, Value> {
+/// A stored-commands call (create, get, list, delete): the service's answer.
+pub fn command_definitions(
+    request: impl Borrow<DefinitionsRequest>,
+) -> Call<impl Start, DefinitionsAnswer> {
     Call {
         start: move |session: &mut Session, now| {
             Ok(session.command_definitions(request.borrow(), DEFINITIONS_TIMEOUT_MS, now))

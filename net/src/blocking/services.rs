@@ -19,6 +19,7 @@ use crate::now_ms;
 use mqstore_core::client::commands::CommandReply;
 use mqstore_core::client::jobs::{JobNotification, Update};
 use mqstore_core::client::{CallId, ClientError};
+use mqstore_core::commands::definitions::{DefinitionsAnswer, DefinitionsRequest};
 use mqstore_core::commands::{CommandRequest, Record};
 use mqstore_core::jobs::{
     ExecutionListing, JobDescription, JobExecution, JobListing, JobSpec, OperatorRequest,
@@ -145,9 +146,11 @@ impl Client {
         self.wait(calls::command_status(id))
     }
 
-    /// A stored-commands call, as its JSON (`{"op": "create", "command": {…}}`, `{"op":
-    /// "get" | "delete", "commandId": …}`, `{"op": "list"}`): the service's JSON answer.
-    pub fn command_definitions(&self, request: &Value) -> Result<Value, ClientError> {
+    /// A stored-commands call (create, get, list, delete): the service's answer.
+    pub fn command_definitions(
+        &self,
+        request: &DefinitionsRequest,
+    ) -> Result<DefinitionsAnswer, ClientError> {
         self.wait(calls::command_definitions(request))
     }
 

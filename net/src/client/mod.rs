@@ -200,7 +200,7 @@ impl JobsCall {
 pub(crate) enum CommandsCall {
     Invoke(CommandRequest),
     Status(String, u64),
-    Definitions(serde_json::Value, u64),
+    Definitions(mqstore_core::commands::definitions::DefinitionsRequest, u64),
 }
 
 impl CommandsCall {
