@@ -1016,8 +1016,12 @@ pub unsafe extern "C" fn mqstore_core_next_event(
         let out = unsafe { out_arg(out, "out") }?;
         *out = std::ptr::null_mut();
         let core = unsafe { handle_mut(core, "core") }?;
-        if let Some(event) = core.session.poll_event() {
-            *out = Event::of_session(event).into_c();
+        // An event a newer core reports and this library does not know is skipped.
+        while let Some(event) = core.session.poll_event() {
+            if let Some(event) = Event::of_session(event) {
+                *out = event.into_c();
+                break;
+            }
         }
         Ok(())
     })

@@ -161,7 +161,7 @@ pub unsafe extern "C" fn mqstore_jobs_operate(
         check_operator_call(&request).map_err(Error::invalid)?;
         let answer = client.client().operate_json(&request)?;
         match out {
-            Some(out) => json_out(out, &answer),
+            Some(out) => json_out(out, &answer.into_json()),
             None => Ok(()),
         }
     })

@@ -482,9 +482,9 @@ impl Event {
         event
     }
 
-    /// A layer 2 session event.
-    pub fn of_session(event: SessionEvent) -> Self {
-        match event {
+    /// A layer 2 session event (`None`: one of a newer core, which C callers do not know).
+    pub fn of_session(event: SessionEvent) -> Option<Self> {
+        Some(match event {
             SessionEvent::Changed {
                 key,
                 change,
@@ -506,7 +506,7 @@ impl Event {
                             event.fill(answer.response);
                         }
                     },
-                    Ok(Completion::Jobs(value)) => event.set_json(&value),
+                    Ok(Completion::Jobs(answer)) => event.set_json(&answer.into_json()),
                     Ok(Completion::CommandDefinitions(answer)) => event.set_json(&answer),
                     Ok(Completion::Command(reply)) => {
                         event.set_json(&serde_json::json!({
@@ -525,6 +525,11 @@ impl Event {
                         event.set_version(token.as_ref());
                     }
                     Ok(Completion::Released(held)) => event.c.applied = held,
+                    // A completion of a newer core (the enum is open): said, not dropped.
+                    Ok(_) => event.fail(Error::new(
+                        crate::mqstore_status::MQSTORE_ERR_INTERNAL,
+                        "an answer this library does not know",
+                    )),
                 }
                 event
             }
@@ -569,7 +574,8 @@ impl Event {
                 event._data.push(key);
                 event
             }
-        }
+            _ => return None,
+        })
     }
 
     fn fail(&mut self, e: Error) {

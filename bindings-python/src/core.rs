@@ -8,7 +8,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use mqstore_core::client::jobs::DeviceRequest;
-use mqstore_core::client::{CallId, CallOptions, ClientConfig, Deleted};
+use mqstore_core::client::{CallId, CallOptions, ClientConfig, ClientError, Deleted};
 use mqstore_core::commands::{CommandRequest, DEFAULT_TIMEOUT_MS, Mode};
 use mqstore_core::envelope::{Properties, Publish};
 use mqstore_core::jobs::{DeviceBody, check_operator_call};
@@ -133,8 +133,9 @@ fn event_dict(py: Python<'_>, event: SessionEvent) -> PyResult<Bound<'_, PyDict>
                         },
                     )?;
                 }
-                Ok(Completion::Jobs(value)) => {
-                    dict.set_item("result", crate::runtime::ToPy::to_py(Json(value), py)?)?
+                Ok(Completion::Jobs(answer)) => {
+                    let answer = Json(answer.into_json());
+                    dict.set_item("result", crate::runtime::ToPy::to_py(answer, py)?)?
                 }
                 Ok(Completion::CommandDefinitions(answer)) => {
                     let answer = Json(answer.to_json());
@@ -155,6 +156,11 @@ fn event_dict(py: Python<'_>, event: SessionEvent) -> PyResult<Bound<'_, PyDict>
                 }
                 Ok(Completion::Lease(token)) => dict.set_item("result", version(py, token)?)?,
                 Ok(Completion::Released(held)) => dict.set_item("result", held)?,
+                // A completion of a newer core (the enum is open): said, not dropped.
+                Ok(_) => {
+                    let e = ClientError::Malformed("an answer this binding does not know".into());
+                    dict.set_item("error", client_error(py, &e).into_value(py))?
+                }
                 Err(e) => dict.set_item("error", client_error(py, &e).into_value(py))?,
             }
         }
@@ -195,6 +201,8 @@ fn event_dict(py: Python<'_>, event: SessionEvent) -> PyResult<Bound<'_, PyDict>
             dict.set_item("lease", lease.0)?;
             dict.set_item("key", PyBytes::new(py, &key))?;
         }
+        // An event of a newer core (the enum is open): a kind callers skip.
+        _ => dict.set_item("kind", "unknown")?,
     }
     Ok(dict)
 }

@@ -42,7 +42,7 @@ impl Client {
             py,
             self.live(aio)?,
             calls::operate_json(&request),
-            |answer| Ok(Json(answer))
+            |answer| Ok(Json(answer.into_json()))
         )
     }
 

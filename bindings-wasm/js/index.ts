@@ -1064,10 +1064,16 @@ export interface JobShorthands {
   maxRetries?: number;
 }
 
-/** @deprecated The job's status is `JobStatus` (AWS's name); an execution's is `JobExecutionStatus`. */
+/**
+ * A job's status: `JobStatus` under its former name.
+ * @deprecated `JobStatus` (AWS's name); an execution's status is `JobExecutionStatus`.
+ */
 export type JobLifecycle = JobStatus;
 
-/** @deprecated `ThingGroupDescription`. */
+/**
+ * A thing group as `describeThingGroup` answers: `ThingGroupDescription` under its former name.
+ * @deprecated `ThingGroupDescription`.
+ */
 export type ThingGroup = ThingGroupDescription;
 
 /** A key made (`created`) or gone (deleted or expired): `watchKeyspace`. */

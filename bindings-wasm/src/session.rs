@@ -2,7 +2,7 @@
 //! publishes and events out as plain objects.
 
 use js_sys::{Array, Object, Reflect};
-use mqstore_core::client::{CallId, CallOptions, ClientConfig, Deleted};
+use mqstore_core::client::{CallId, CallOptions, ClientConfig, ClientError, Deleted};
 use mqstore_core::commands::definitions::DefinitionsRequest;
 use mqstore_core::envelope::{Properties, Publish};
 use mqstore_core::hlc::Hlc as CoreHlc;
@@ -436,7 +436,9 @@ fn event_to_js(event: SessionEvent) -> Object {
                     };
                     set(&out, "deleted", deleted);
                 }
-                Ok(Completion::Jobs(value)) => set(&out, "result", services::js_of(&value)),
+                Ok(Completion::Jobs(answer)) => {
+                    set(&out, "result", services::js_of(&answer.into_json()))
+                }
                 Ok(Completion::CommandDefinitions(answer)) => {
                     set(&out, "result", services::js_of(&answer.to_json()))
                 }
@@ -448,6 +450,14 @@ fn event_to_js(event: SessionEvent) -> Object {
                 }
                 Ok(Completion::Lease(token)) => set(&out, "result", version_to_js(token.as_ref())),
                 Ok(Completion::Released(held)) => set(&out, "result", held),
+                // A completion of a newer core (the enum is open): said, not dropped.
+                Ok(_) => set(
+                    &out,
+                    "error",
+                    client_error(ClientError::Malformed(
+                        "an answer this binding does not know".into(),
+                    )),
+                ),
                 Err(e) => set(&out, "error", client_error(e)),
             }
         }
@@ -490,6 +500,8 @@ fn event_to_js(event: SessionEvent) -> Object {
             set(&out, "lease", id(lease));
             set(&out, "key", bytes_to_js(&key));
         }
+        // An event of a newer core (the enum is open): a kind callers skip.
+        _ => set(&out, "kind", "unknown"),
     }
     out
 }

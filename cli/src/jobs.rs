@@ -8,12 +8,12 @@ use clap::{Args, Subcommand};
 use mqstore_core::client::ClientError;
 use mqstore_core::client::jobs::JobNotification;
 use mqstore_core::jobs::{
-    AbortAction, AbortConfig, AbortCriteria, EndBehavior, JobConfig, JobSpec, JobTemplate,
-    JobUpdate, MaintenanceWindow, OperatorRequest, PageRequest, RolloutConfig, SchedulingConfig,
-    Status, TargetSelection,
+    AbortAction, AbortConfig, AbortCriteria, EndBehavior, JobConfig, JobCreated, JobSpec,
+    JobTemplate, JobUpdate, MaintenanceWindow, OperatorRequest, PageRequest, RolloutConfig,
+    SchedulingConfig, Status, TargetSelection,
 };
 use mqstore_net::client::Client;
-use mqstore_net::jobs::ExecutionFilter;
+use mqstore_net::jobs::{ExecutionFilter, Page};
 use serde::Serialize;
 use serde_json::{Value, json};
 
@@ -304,10 +304,11 @@ impl JobsCall {
                 };
                 spec.scheduling_config =
                     (scheduling != SchedulingConfig::default()).then_some(scheduling);
-                let answer = client
+                let created: JobCreated = client
                     .operate(OperatorRequest::CreateJob(Box::new(spec)))
-                    .await?;
-                let count = answer["targets"].as_u64().unwrap_or_default();
+                    .await?
+                    .read()?;
+                let count = created.targets;
                 print(
                     call,
                     &json!({ "jobId": job_id, "targets": count }),
@@ -379,7 +380,7 @@ impl JobsCall {
                         message: format!("the request fits no operator call: {e}"),
                         execution_state: None,
                     })?;
-                let answer = client.operate(request).await?;
+                let answer = client.operate(request).await?.into_json();
                 let plain = serde_json::to_string_pretty(&answer).unwrap_or_default();
                 print(call, &answer, plain);
             }
@@ -612,16 +613,21 @@ impl From<PageArgs> for PageRequest {
     }
 }
 
-/// Prints a page: its entries one per line (and the next token), or its JSON.
-fn print_page(call: CallArgs, answer: &Value, field: &str, line: impl Fn(&Value) -> String) {
-    let mut lines: Vec<String> = answer[field]
-        .as_array()
-        .map(|items| items.iter().map(line).collect())
-        .unwrap_or_default();
-    if let Some(token) = answer["nextToken"].as_str() {
+/// Prints a page: its entries one per line (and the next token), or its JSON as the service
+/// sent it (the entries under `field`, and `nextToken`).
+fn print_page<T: serde::Serialize>(
+    call: CallArgs,
+    page: Page<T>,
+    field: &str,
+    line: impl Fn(&T) -> String,
+) {
+    let mut lines: Vec<String> = page.items.iter().map(line).collect();
+    let mut answer = json!({ field: page.items });
+    if let Some(token) = page.next_token {
         lines.push(format!("next token: {token}"));
+        answer["nextToken"] = json!(token);
     }
-    print(call, answer, lines.join("\n"));
+    print(call, &answer, lines.join("\n"));
 }
 
 impl GroupsCommand {
@@ -643,11 +649,8 @@ impl GroupsCommand {
                 print(call, &group, plain);
             }
             Self::List { page } => {
-                let request = OperatorRequest::ListThingGroups { page: page.into() };
-                let answer = client.operate(request).await?;
-                print_page(call, &answer, "thingGroups", |g| {
-                    g["groupName"].as_str().unwrap_or_default().to_owned()
-                });
+                let groups = client.list_thing_groups(page.into()).await?;
+                print_page(call, groups, "thingGroups", |g| g.group_name.clone());
             }
             Self::Add { name, things } => {
                 for thing in &things {
@@ -669,14 +672,10 @@ impl GroupsCommand {
                 print(call, &answer, plain);
             }
             Self::Things { name, page } => {
-                let request = OperatorRequest::ListThingsInThingGroup {
-                    thing_group_name: name,
-                    page: page.into(),
-                };
-                let answer = client.operate(request).await?;
-                print_page(call, &answer, "things", |t| {
-                    t.as_str().unwrap_or_default().to_owned()
-                });
+                let things = client
+                    .list_things_in_thing_group(&name, page.into())
+                    .await?;
+                print_page(call, things, "things", String::clone);
             }
         }
         Ok(ExitCode::SUCCESS)
@@ -752,10 +751,9 @@ impl TemplatesCommand {
                 print(call, &template, plain);
             }
             Self::List { page } => {
-                let request = OperatorRequest::ListJobTemplates { page: page.into() };
-                let answer = client.operate(request).await?;
-                print_page(call, &answer, "jobTemplates", |t| {
-                    t["jobTemplateId"].as_str().unwrap_or_default().to_owned()
+                let templates = client.list_job_templates(page.into()).await?;
+                print_page(call, templates, "jobTemplates", |t| {
+                    t.job_template_id.clone()
                 });
             }
             Self::Delete { template_id } => {

@@ -372,7 +372,8 @@ fn blocking_jobs_run_through_the_device_api_with_notifications() {
     );
     let described = operator
         .operate_json(&serde_json::json!({"op": "describeJob", "jobId": "update-fw"}))
-        .unwrap();
+        .unwrap()
+        .into_json();
     assert_eq!(described["status"], "COMPLETED", "{described}");
 
     // The operator's typed calls: the job and its execution listed and described, then the

@@ -59,6 +59,7 @@ pub struct Durability {
 
 /// Why the data directory cannot be used. The message names the path and what to do.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum DiskError {
     #[error("{what} {path}: {source}")]
     /// An I/O call failed.

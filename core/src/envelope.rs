@@ -149,6 +149,7 @@ pub struct Invocation {
 
 /// Why a request is not answered at all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum DropReason {
     #[error("the request has no response topic, so it cannot be answered")]
     /// The request names no response topic.
@@ -179,6 +180,7 @@ pub enum DropReason {
 
 /// Why a request is answered with a status other than 200.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum EnvelopeError {
     #[error("the request has no Correlation Data")]
     /// No correlation data.

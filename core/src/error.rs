@@ -7,6 +7,7 @@
 /// An error the state store answers with (`-ERR {text}`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, thiserror::Error)]
 #[error("{}", self.text())]
+#[non_exhaustive]
 pub enum ServiceError {
     /// `__ts` is more than 60 s ahead of the engine's clock.
     TimestampSkew,
@@ -139,6 +140,7 @@ impl ServiceError {
 /// cbindgen:rename-all=ScreamingSnakeCase
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u16)]
+#[non_exhaustive]
 pub enum ErrorKind {
     /// The request's timestamp is too far ahead.
     TimestampSkew = 101,

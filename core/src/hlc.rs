@@ -17,6 +17,7 @@ pub const MAX_SKEW_MS: u64 = 60_000;
 
 /// Why an HLC could not be parsed, built or advanced.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum HlcError {
     #[error("an HLC is `{{wall ms}}:{{counter}}:{{node id}}`: {0}")]
     /// The text is not `wall:counter:node` (what is wrong).

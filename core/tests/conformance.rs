@@ -507,7 +507,7 @@ impl Run {
                             Deleted::ValueMismatch => "value_mismatch",
                         });
                     }
-                    Ok(Completion::Jobs(value)) => out["result"] = value,
+                    Ok(Completion::Jobs(answer)) => out["result"] = answer.into_json(),
                     Ok(Completion::CommandDefinitions(answer)) => out["result"] = answer.to_json(),
                     Ok(Completion::Command(reply)) => {
                         let mut result = json!({
@@ -526,6 +526,7 @@ impl Run {
                     Ok(Completion::CommandStatus(record)) => out["result"] = record_json(&record),
                     Ok(Completion::Lease(token)) => out["result"] = version_json(token.as_ref()),
                     Ok(Completion::Released(held)) => out["result"] = json!(held),
+                    Ok(other) => panic!("a completion the traces do not know: {other:?}"),
                     Err(e) => out["error"] = error_json(&e),
                 }
                 out
@@ -562,6 +563,7 @@ impl Run {
                 "lease": self.call_name(lease),
                 "key": bytes_json(&key),
             }),
+            other => panic!("an event the traces do not know: {other:?}"),
         }
     }
 }

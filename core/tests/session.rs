@@ -115,7 +115,8 @@ fn calls_of_every_client_share_one_id_space_and_complete_under_it() {
                 assert_eq!(answer.response, Response::Ok);
             }
             (c, "jobs", Ok(Completion::Jobs(answer))) if c == created => {
-                assert_eq!(answer, json!({ "jobId": "j1", "targets": 1 }));
+                let created: mqstore_core::jobs::wire::JobCreated = answer.read().unwrap();
+                assert_eq!((created.job_id.as_str(), created.targets), ("j1", 1));
             }
             (c, "command", Err(ClientError::Status { status, message })) if c == commanded => {
                 assert_eq!((status, message.as_str()), (400, "no such device here"));
@@ -181,9 +182,10 @@ fn a_thing_gets_its_subscriptions_notifications_and_device_calls() {
         _ => None,
     });
     match started {
-        Some(Ok(Completion::Jobs(execution))) => {
-            assert_eq!(execution["jobId"], "j1");
-            assert_eq!(execution["status"], "IN_PROGRESS");
+        Some(Ok(Completion::Jobs(answer))) => {
+            let execution = answer.execution().unwrap().expect("an execution");
+            assert_eq!(execution.job_id, "j1");
+            assert_eq!(execution.status, mqstore_core::jobs::Status::InProgress);
         }
         other => panic!("start-next: {other:?}"),
     }

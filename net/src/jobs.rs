@@ -10,9 +10,11 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::client::{Client, Command, JobsCall};
 use mqstore_core::client::ClientError;
+/// One page of a list call.
+pub use mqstore_core::client::jobs::Page;
 /// An update of one execution, for [`Jobs::update`].
 pub use mqstore_core::client::jobs::Update;
-use mqstore_core::client::jobs::{DeviceRequest, JobNotification, parse, read_execution};
+use mqstore_core::client::jobs::{DeviceRequest, JobNotification, JobsAnswer};
 use mqstore_core::jobs::{
     ExecutionCancel, ExecutionListing, ExecutionRef, GroupListing, JobDescription, JobExecution,
     JobListing, JobSpec, JobStatus, JobTemplate, JobUpdate, Membership, OperatorRequest,
@@ -43,36 +45,6 @@ impl ExecutionFilter {
     }
 }
 
-/// One page of a list call: its entries, and the token of the next page (`None`: the last).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Page<T> {
-    /// This page's entries.
-    pub items: Vec<T>,
-    /// The token of the next page; None on the last.
-    pub next_token: Option<String>,
-}
-
-impl<T: serde::de::DeserializeOwned> Page<T> {
-    /// The answer of a list call: the whole answer for a page, the list alone when no page
-    /// was asked for (see `ResultField`).
-    fn read(mut answer: Value, field: &str) -> Result<Self, ClientError> {
-        if answer.is_array() {
-            return Ok(Self {
-                items: parse(answer)?,
-                next_token: None,
-            });
-        }
-        let next_token = answer
-            .get("nextToken")
-            .and_then(Value::as_str)
-            .map(str::to_owned);
-        Ok(Self {
-            items: parse(answer[field].take())?,
-            next_token,
-        })
-    }
-}
-
 fn membership(group: &str, thing: &str) -> Membership {
     Membership {
         thing_group_name: Some(group.to_owned()),
@@ -82,16 +54,15 @@ fn membership(group: &str, thing: &str) -> Membership {
 }
 
 impl Client {
-    async fn jobs_call(&self, call: JobsCall) -> Result<Value, ClientError> {
+    async fn jobs_call(&self, call: JobsCall) -> Result<JobsAnswer, ClientError> {
         let (reply, result) = oneshot::channel();
         self.send(Command::Jobs { call, reply }).await?;
         result.await.map_err(|_| ClientError::Disconnected)?
     }
 
-    /// Any operator call (AWS's field names: docs/protocol/jobs.md §5), answered with the
-    /// answer's JSON (for list calls without a page and describe calls, the list or record
-    /// alone).
-    pub async fn operate(&self, request: OperatorRequest) -> Result<Value, ClientError> {
+    /// Any operator call (AWS's field names: docs/protocol/jobs.md §5): its answer, read as
+    /// the call's type ([`JobsAnswer::read`], [`JobsAnswer::page`]) or as JSON.
+    pub async fn operate(&self, request: OperatorRequest) -> Result<JobsAnswer, ClientError> {
         // Our own type: it always serializes.
         let request = serde_json::to_value(request).unwrap_or_default();
         self.operate_json(request).await
@@ -99,7 +70,7 @@ impl Client {
 
     /// Any operator call given as its JSON (`{"op": ..., ...}`), sent as it is: the service
     /// checks it (`ClientError::Jobs` with `InvalidRequest` naming what does not fit).
-    pub async fn operate_json(&self, request: Value) -> Result<Value, ClientError> {
+    pub async fn operate_json(&self, request: Value) -> Result<JobsAnswer, ClientError> {
         self.jobs_call(JobsCall::Operator(request)).await
     }
 
@@ -190,10 +161,9 @@ impl Client {
     /// A job: its document, targets, settings and how many executions are in each status.
     pub async fn describe_job(&self, job_id: &str) -> Result<JobDescription, ClientError> {
         let job_id = job_id.to_owned();
-        parse(
-            self.operate(OperatorRequest::DescribeJob { job_id })
-                .await?,
-        )
+        self.operate(OperatorRequest::DescribeJob { job_id })
+            .await?
+            .read()
     }
 
     /// The latest execution of `job_id` on `thing`.
@@ -204,12 +174,12 @@ impl Client {
     ) -> Result<JobExecution, ClientError> {
         let (job_id, thing) = (job_id.to_owned(), thing.to_owned());
         let request = OperatorRequest::DescribeExecution { job_id, thing };
-        parse(self.operate(request).await?)
+        self.operate(request).await?.read()
     }
 
     /// Every job.
     pub async fn list_jobs(&self) -> Result<Vec<JobListing>, ClientError> {
-        parse(self.operate(OperatorRequest::list_jobs()).await?)
+        self.operate(OperatorRequest::list_jobs()).await?.read()
     }
 
     /// A page of jobs (in id order), narrowed by status: pass the page's `next_token` for the
@@ -222,7 +192,7 @@ impl Client {
         let answer = self
             .operate(OperatorRequest::ListJobs { status, page })
             .await?;
-        Page::read(answer, "jobs")
+        answer.page()
     }
 
     /// The latest executions, narrowed by `filter`.
@@ -230,7 +200,7 @@ impl Client {
         &self,
         filter: ExecutionFilter,
     ) -> Result<Vec<ExecutionListing>, ClientError> {
-        parse(self.operate(filter.request()).await?)
+        self.operate(filter.request()).await?.read()
     }
 
     /// A page of the latest executions, narrowed by `filter`.
@@ -245,7 +215,7 @@ impl Client {
             status: filter.status,
             page,
         };
-        Page::read(self.operate(request).await?, "executions")
+        self.operate(request).await?.page()
     }
 
     /// Makes a static thing group (`description` optional); jobs target it as
@@ -261,7 +231,7 @@ impl Client {
                 thing_group_description: Some(d),
             }),
         };
-        parse(self.operate(request).await?)
+        self.operate(request).await?.read()
     }
 
     /// Removes a thing group and its membership (jobs keep the things they have).
@@ -278,10 +248,9 @@ impl Client {
         name: &str,
     ) -> Result<ThingGroupDescription, ClientError> {
         let thing_group_name = name.to_owned();
-        parse(
-            self.operate(OperatorRequest::DescribeThingGroup { thing_group_name })
-                .await?,
-        )
+        self.operate(OperatorRequest::DescribeThingGroup { thing_group_name })
+            .await?
+            .read()
     }
 
     /// A page of thing groups, in name order.
@@ -292,7 +261,7 @@ impl Client {
         let answer = self
             .operate(OperatorRequest::ListThingGroups { page })
             .await?;
-        Page::read(answer, "thingGroups")
+        answer.page()
     }
 
     /// Adds `thing` to a group: each CONTINUOUS job on the group gets an execution on it.
@@ -328,7 +297,7 @@ impl Client {
             thing_group_name: group.to_owned(),
             page,
         };
-        Page::read(self.operate(request).await?, "things")
+        self.operate(request).await?.page()
     }
 
     /// Stores a job template; `createJob` with `job_template_arn` set to its id starts from
@@ -338,16 +307,20 @@ impl Client {
         let answer = self
             .operate(OperatorRequest::CreateJobTemplate(Box::new(template)))
             .await?;
-        parse(answer["jobTemplateArn"].clone())
+        answer
+            .read::<JobTemplate>()?
+            .job_template_arn
+            .ok_or_else(|| {
+                ClientError::Malformed("the stored template's answer has no jobTemplateArn".into())
+            })
     }
 
     /// A job template.
     pub async fn describe_job_template(&self, id: &str) -> Result<JobTemplate, ClientError> {
         let job_template_id = id.to_owned();
-        parse(
-            self.operate(OperatorRequest::DescribeJobTemplate { job_template_id })
-                .await?,
-        )
+        self.operate(OperatorRequest::DescribeJobTemplate { job_template_id })
+            .await?
+            .read()
     }
 
     /// A page of job templates, in id order.
@@ -358,7 +331,7 @@ impl Client {
         let answer = self
             .operate(OperatorRequest::ListJobTemplates { page })
             .await?;
-        Page::read(answer, "jobTemplates")
+        answer.page()
     }
 
     /// Removes a job template (jobs made from it stay).
@@ -414,14 +387,14 @@ impl Jobs {
         &self.thing
     }
 
-    async fn call(&self, request: DeviceRequest) -> Result<Value, ClientError> {
+    async fn call(&self, request: DeviceRequest) -> Result<JobsAnswer, ClientError> {
         let call = JobsCall::Device(self.thing.clone(), request);
         self.client.jobs_call(call).await
     }
 
     /// The pending list: IN_PROGRESS and QUEUED executions.
     pub async fn pending(&self) -> Result<PendingJobs, ClientError> {
-        parse(self.call(DeviceRequest::GetPending).await?)
+        self.call(DeviceRequest::GetPending).await?.read()
     }
 
     /// Starts the first QUEUED execution (or returns the IN_PROGRESS one); `None` when
@@ -430,24 +403,24 @@ impl Jobs {
         &self,
         options: StartNext,
     ) -> Result<Option<JobExecution>, ClientError> {
-        read_execution(self.call(options.request()).await?)
+        self.call(options.request()).await?.execution()
     }
 
     /// The latest execution of `job_id` on this thing, with its document.
     pub async fn describe(&self, job_id: &str) -> Result<JobExecution, ClientError> {
         let request = describe(ExecutionRef::Job(job_id.to_owned()));
-        described(read_execution(self.call(request).await?)?)
+        described(self.call(request).await?.execution()?)
     }
 
     /// The first pending execution, with its document; `None` when nothing is pending.
     pub async fn describe_next(&self) -> Result<Option<JobExecution>, ClientError> {
-        read_execution(self.call(describe(ExecutionRef::Next)).await?)
+        self.call(describe(ExecutionRef::Next)).await?.execution()
     }
 
     /// Updates an execution (its status, details, step timer); rejected with
     /// `VersionMismatch` when `expected_version` is set and differs.
     pub async fn update(&self, update: Update) -> Result<UpdateAccepted, ClientError> {
-        parse(self.call(DeviceRequest::Update(update)).await?)
+        self.call(DeviceRequest::Update(update)).await?.read()
     }
 
     /// The next `notify` or `notify-next` for this thing; `None` once the client is closed.

@@ -155,6 +155,8 @@ impl<C: Channels> Listeners<C> {
                     held.store(false, Ordering::Relaxed);
                 }
             }
+            // An event a newer core reports: nothing here listens for it.
+            _ => {}
         }
         None
     }

@@ -28,6 +28,7 @@ pub struct CommandReply {
 
 /// A finished call of the commands client.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum CommandsEvent {
     /// A command call finished.
     Invoked {

@@ -48,6 +48,7 @@ pub enum JobNotification {
 
 /// One call of the device API, for one thing.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum DeviceRequest {
     /// `get`: the pending list.
     GetPending,
@@ -184,38 +185,137 @@ impl DeviceRequest {
     }
 }
 
-/// The field of an operator call's answer a caller wants (see [`JobsEvent::Completed`]): the
-/// record a describe call or a list without a page asks for; `None` (the whole answer) for a
-/// page (its entries and `nextToken`) and for the calls that only acknowledge.
-fn result_field(request: &Value) -> Option<&'static str> {
-    let paged = request.get("maxResults").is_some() || request.get("nextToken").is_some();
-    match request.get("op").and_then(Value::as_str)? {
-        "describeJob" => Some("job"),
-        "describeJobExecution" => Some("execution"),
-        "listJobs" if !paged => Some("jobs"),
-        "listJobExecutions" if !paged => Some("executions"),
-        _ => None,
+/// How a call's answer is read (see [`JobsEvent::Completed`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Reading {
+    /// The field holding what the caller asks for: the record of a describe call or the list
+    /// of a list call without a page; `None` (the whole answer) for a page (its entries and
+    /// `nextToken`) and for the calls that only acknowledge.
+    select: Option<&'static str>,
+    /// A list call's field holding a page's entries.
+    items: Option<&'static str>,
+}
+
+impl Reading {
+    /// How the answer to operator call `request` is read.
+    fn operator(request: &Value) -> Self {
+        let paged = request.get("maxResults").is_some() || request.get("nextToken").is_some();
+        let op = request
+            .get("op")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let items = match op {
+            "listJobs" => Some("jobs"),
+            "listJobExecutions" => Some("executions"),
+            "listThingGroups" => Some("thingGroups"),
+            "listThingsInThingGroup" => Some("things"),
+            "listJobTemplates" => Some("jobTemplates"),
+            _ => None,
+        };
+        let select = match op {
+            "describeJob" => Some("job"),
+            "describeJobExecution" => Some("execution"),
+            "listJobs" | "listJobExecutions" if !paged => items,
+            _ => None,
+        };
+        Self { select, items }
+    }
+
+    /// How the answer to a device call is read.
+    fn device(request: &DeviceRequest) -> Self {
+        Self {
+            select: request.result_field(),
+            items: None,
+        }
+    }
+}
+
+/// A jobs call's answer: the service's JSON (AWS's field names; for a describe call or a list
+/// without a page, the record or the list alone), read as the call's type by the methods
+/// below. It stays JSON until read: bindings that hand JSON to their callers take it as it is
+/// ([`JobsAnswer::into_json`]), and a build that never reads a type carries no reader of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobsAnswer {
+    json: Value,
+    /// A list call's field holding a page's entries.
+    items: Option<&'static str>,
+}
+
+/// One page of a list call: its entries, and the token of the next page (`None`: the last).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Page<T> {
+    /// This page's entries.
+    pub items: Vec<T>,
+    /// The token of the next page; None on the last.
+    pub next_token: Option<String>,
+}
+
+impl JobsAnswer {
+    /// The answer as the service sent it (the record or list alone, as above).
+    pub fn into_json(self) -> Value {
+        self.json
+    }
+
+    /// The answer as `T`: the record of a describe call ([`JobDescription`], ...), the
+    /// pending list ([`PendingJobs`]), an update's [`UpdateAccepted`], a thing group, a
+    /// template.
+    pub fn read<T: serde::de::DeserializeOwned>(self) -> Result<T, ClientError> {
+        parse(self.json)
+    }
+
+    /// The execution a start-next or describe call answered (`None`: nothing pending).
+    pub fn execution(self) -> Result<Option<JobExecution>, ClientError> {
+        read_execution(self.json)
+    }
+
+    /// A list call's entries and the token of its next page (none when no page was asked
+    /// for: every entry).
+    pub fn page<T: serde::de::DeserializeOwned>(self) -> Result<Page<T>, ClientError> {
+        let mut answer = self.json;
+        if answer.is_array() {
+            return Ok(Page {
+                items: parse(answer)?,
+                next_token: None,
+            });
+        }
+        let field = self.items.ok_or_else(|| {
+            ClientError::Malformed("a page was read from the answer to no list call".into())
+        })?;
+        let next_token = match answer.get_mut("nextToken").map(Value::take) {
+            None | Some(Value::Null) => None,
+            Some(token) => Some(parse(token)?),
+        };
+        Ok(Page {
+            items: parse(answer.get_mut(field).map(Value::take).unwrap_or_default())?,
+            next_token,
+        })
     }
 }
 
 /// The execution a start-next or describe call completed with (`None`: nothing pending).
-pub fn read_execution(execution: Value) -> Result<Option<JobExecution>, ClientError> {
+pub(crate) fn read_execution(execution: Value) -> Result<Option<JobExecution>, ClientError> {
     match execution {
         Value::Null => Ok(None),
         execution => parse(execution).map(Some),
     }
 }
 
-/// `field` of `answer` (`null` when it has none), or the whole answer without a field.
-fn select(mut answer: Value, field: Option<&str>) -> Value {
-    match field {
+/// What the caller asks for of `answer`: its field `select` (`null` when it has none), or
+/// the whole answer.
+fn select(mut answer: Value, reading: Reading) -> JobsAnswer {
+    let json = match reading.select {
         Some(field) => answer.get_mut(field).map(Value::take).unwrap_or_default(),
         None => answer,
+    };
+    JobsAnswer {
+        json,
+        items: reading.items,
     }
 }
 
 /// What an incoming publish meant.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum JobsEvent {
     /// A call finished with what it asks for: the record(s) of a describe or list call (the
     /// answer's `job`, `execution`, `jobs` or `executions`; `null` when start-next or describe
@@ -224,8 +324,8 @@ pub enum JobsEvent {
     Completed {
         /// The call it answers.
         call: CallId,
-        /// Its result: the reply's JSON (AWS's fields).
-        result: Result<Value, ClientError>,
+        /// Its result: the answer, read by the call's type.
+        result: Result<JobsAnswer, ClientError>,
     },
     /// A thing's `notify` or `notify-next`.
     Notification(JobNotification),
@@ -237,9 +337,9 @@ pub struct JobsClient {
     client_id: String,
     response_topic: String,
     default_timeout_ms: u64,
-    /// Calls in flight, with the field of the answer each wants, by correlation data
-    /// (operator) or `clientToken` (device): the same token.
-    waiting: Pending<Option<&'static str>>,
+    /// Calls in flight, with how each one's answer is read, by correlation data (operator)
+    /// or `clientToken` (device): the same token.
+    waiting: Pending<Reading>,
 }
 
 impl JobsClient {
@@ -322,7 +422,7 @@ impl JobsClient {
                 ],
             },
         };
-        self.wait(token, call, result_field(request), timeout_ms, now_ms);
+        self.wait(token, call, Reading::operator(request), timeout_ms, now_ms);
         (call, publish)
     }
 
@@ -366,7 +466,7 @@ impl JobsClient {
                 ..Properties::default()
             },
         };
-        self.wait(token, call, request.result_field(), timeout_ms, now_ms);
+        self.wait(token, call, Reading::device(request), timeout_ms, now_ms);
         Ok((call, publish))
     }
 
@@ -380,11 +480,11 @@ impl JobsClient {
         &mut self,
         token: String,
         call: CallId,
-        field: Option<&'static str>,
+        reading: Reading,
         timeout_ms: u64,
         now_ms: u64,
     ) {
-        self.waiting.wait(token, call, field, timeout_ms, now_ms);
+        self.waiting.wait(token, call, reading, timeout_ms, now_ms);
     }
 
     /// Interprets a publish from one of the subscriptions; `None` when it concerns no call in
@@ -392,10 +492,10 @@ impl JobsClient {
     pub fn handle(&mut self, publish: &Publish) -> Option<JobsEvent> {
         if publish.topic == self.response_topic {
             let token = std::str::from_utf8(publish.properties.correlation_data.as_ref()?).ok()?;
-            let (call, field) = self.waiting.take(token)?;
+            let (call, reading) = self.waiting.take(token)?;
             return Some(JobsEvent::Completed {
                 call,
-                result: operator_answer(publish).map(|answer| select(answer, field)),
+                result: operator_answer(publish).map(|answer| select(answer, reading)),
             });
         }
         let (thing, api) = crate::jobs::topics::parse_device(&publish.topic)?;
@@ -423,9 +523,9 @@ impl JobsClient {
                 // Read as a `Value`, not as a `Reply` (its flattened body would cost the
                 // wasm binding kilobytes of serde's buffering code).
                 let reply: Value = serde_json::from_slice(&publish.payload).ok()?;
-                let (call, field) = self.waiting.take(reply.get("clientToken")?.as_str()?)?;
+                let (call, reading) = self.waiting.take(reply.get("clientToken")?.as_str()?)?;
                 let result = match accepted {
-                    true => Ok(select(reply, field)),
+                    true => Ok(select(reply, reading)),
                     false => Err(rejection(serde_json::from_value(reply).ok()?)),
                 };
                 Some(JobsEvent::Completed { call, result })
@@ -456,7 +556,7 @@ impl JobsClient {
     }
 }
 
-fn failed(calls: Vec<(CallId, Option<&'static str>, ClientError)>) -> Vec<JobsEvent> {
+fn failed(calls: Vec<(CallId, Reading, ClientError)>) -> Vec<JobsEvent> {
     calls
         .into_iter()
         .map(|(call, _, e)| JobsEvent::Completed {
@@ -496,7 +596,7 @@ fn rejection(rejected: Rejected) -> ClientError {
 }
 
 /// Reads a call's JSON answer as `T`.
-pub fn parse<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, ClientError> {
+pub(crate) fn parse<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, ClientError> {
     serde_json::from_value(value)
         .map_err(|e| ClientError::Malformed(format!("unexpected jobs answer: {e}")))
 }
@@ -582,7 +682,7 @@ mod tests {
                 result = Some(r);
             }
         }
-        result.expect("an answer").expect("accepted")
+        result.expect("an answer").expect("accepted").into_json()
     }
 
     fn spec(job_id: &str, targets: &[&str]) -> JobSpec {

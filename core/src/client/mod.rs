@@ -44,6 +44,7 @@ impl fmt::Display for CallId {
 
 /// Why a call failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ClientError {
     /// The state store answered `-ERR`.
     #[error("the state store refused the request: {0}")]
@@ -382,6 +383,7 @@ pub enum Deleted {
 
 /// What an incoming publish meant.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Event {
     /// A call finished.
     Completed {

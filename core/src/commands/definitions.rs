@@ -286,6 +286,7 @@ fn aws_target(target: &str) -> Result<(&'static str, &str), String> {
 #[cfg_attr(test, derive(schemars::JsonSchema))]
 #[cfg_attr(test, schemars(rename = "CommandDefinitionsRequest"))]
 #[serde(tag = "op", rename_all = "camelCase", deny_unknown_fields)]
+#[non_exhaustive]
 pub enum DefinitionsRequest {
     /// Store a command.
     Create {
@@ -313,6 +314,7 @@ pub enum DefinitionsRequest {
 #[cfg_attr(test, derive(schemars::JsonSchema))]
 #[cfg_attr(test, schemars(rename = "CommandDefinitionsAnswer"))]
 #[serde(untagged)]
+#[non_exhaustive]
 pub enum DefinitionsAnswer {
     /// To `create` and `get`: the stored command.
     Command {

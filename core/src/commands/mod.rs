@@ -310,6 +310,7 @@ impl Record {
 
 /// How the caller waits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum Mode {
     /// Until the answer (or the timeout).
     #[default]
@@ -402,6 +403,7 @@ pub const MAX_TIMEOUT_MS: u64 = 12 * 60 * 60 * 1000;
 
 /// Why a command could not be sent. Nothing was published.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum CommandError {
     #[error("no device profile called {0:?} (known: {1})")]
     /// No profile of that name (the name, and the names there are).

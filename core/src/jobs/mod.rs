@@ -49,10 +49,10 @@ pub use topics::OPERATOR as OPERATOR_TOPIC;
 pub use wire::{
     AbortAction, AbortConfig, AbortCriteria, DeviceBody, EndBehavior, ExecutionCancel,
     ExecutionListing, ExecutionState, ExponentialRate, FailureType, GroupListing, JobConfig,
-    JobDescription, JobExecution, JobListing, JobProcessDetails, JobSpec, JobStatus, JobSummary,
-    JobTemplate, JobUpdate, MaintenanceWindow, Membership, OPERATOR_CALLS, OperatorRequest,
-    PageRequest, PendingJobs, RateIncreaseCriteria, RetryConfig, RetryCriteria, RolloutConfig,
-    RolloutProgress, SchedulingConfig, Status, TargetSelection, TemplateListing,
+    JobCreated, JobDescription, JobExecution, JobListing, JobProcessDetails, JobSpec, JobStatus,
+    JobSummary, JobTemplate, JobUpdate, MaintenanceWindow, Membership, OPERATOR_CALLS,
+    OperatorRequest, PageRequest, PendingJobs, RateIncreaseCriteria, RetryConfig, RetryCriteria,
+    RolloutConfig, RolloutProgress, SchedulingConfig, Status, TargetSelection, TemplateListing,
     ThingGroupDescription, ThingGroupMetadata, ThingGroupProperties, TimeoutConfig, UpdateAccepted,
     check_operator_call,
 };

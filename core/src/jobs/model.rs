@@ -50,6 +50,7 @@ impl RejectCode {
 
 /// Why an operator call failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum JobsError {
     #[error("invalid job: {0}")]
     /// A request field is wrong (`InvalidRequest`).

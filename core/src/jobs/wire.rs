@@ -285,6 +285,7 @@ pub struct NotifyNext {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(tag = "op", rename_all = "camelCase", rename_all_fields = "camelCase")]
+#[non_exhaustive]
 pub enum OperatorRequest {
     /// Create a job (`createJob`).
     CreateJob(Box<JobSpec>),
@@ -918,6 +919,7 @@ pub struct OperatorError {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(untagged)]
+#[non_exhaustive]
 pub enum OperatorOk {
     /// A job was created.
     Created(JobCreated),

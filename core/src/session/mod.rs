@@ -25,11 +25,10 @@ mod leases;
 use std::collections::{HashMap, VecDeque};
 
 use bytes::Bytes;
-use serde_json::Value;
 
 use self::leases::{Lease, Step};
 use crate::client::commands::{CommandReply, CommandsClient, CommandsEvent};
-use crate::client::jobs::{DeviceRequest, JobNotification, JobsClient, JobsEvent};
+use crate::client::jobs::{DeviceRequest, JobNotification, JobsAnswer, JobsClient, JobsEvent};
 use crate::client::{
     Answer, CallId, CallOptions, ClientConfig, ClientCore, ClientError, Deleted, Event,
 };
@@ -55,11 +54,12 @@ pub struct Outgoing {
 
 /// What a finished call gives, by kind of call.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum Completion {
     /// A state store call (or an observation's registration): the answer and its version.
     Store(Answer),
-    /// A jobs call: the record(s) it asks for (see [`JobsEvent::Completed`]).
-    Jobs(Value),
+    /// A jobs call: the record(s) it asks for, read by its type (see [`JobsAnswer`]).
+    Jobs(JobsAnswer),
     /// A command: the device's reply (or the service's DELIVERED/SENT).
     Command(CommandReply),
     /// A command's status record.
@@ -75,6 +75,7 @@ pub enum Completion {
 
 /// What happened.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum SessionEvent {
     /// Call `call` finished. `op` names what it was: the state store command (`SET`, `GET`,
     /// ..., `KEYNOTIFY` for observe and unobserve), `jobs`, `command` or `commandStatus`.

@@ -12,7 +12,7 @@ use crate::client::{SetOptions, deletion};
 use crate::commands::{DEFINITIONS_TIMEOUT_MS, command_reply, definitions_answer, status_record};
 use crate::jobs::{ExecutionFilter, StartNext, describe, described};
 use mqstore_core::client::commands::CommandReply;
-use mqstore_core::client::jobs::{DeviceRequest, Update, parse, read_execution};
+use mqstore_core::client::jobs::{DeviceRequest, JobsAnswer, Update};
 use mqstore_core::client::{
     Answer, CallId, CallOptions, ClientError, Deletion, SetResult, Versioned,
 };
@@ -117,15 +117,16 @@ pub fn scan_page(
     request(Request::Scan { pattern, token }, CallOptions::default()).map(|c| store(c)?.into_page())
 }
 
-fn jobs_answer(completion: Completion) -> Result<Value, ClientError> {
+fn jobs_answer(completion: Completion) -> Result<JobsAnswer, ClientError> {
     match completion {
         Completion::Jobs(value) => Ok(value),
         other => Err(unexpected(other)),
     }
 }
 
-/// Any jobs operator call (AWS's field names: docs/protocol/jobs.md §5): its answer's JSON.
-pub fn operate(request: impl Borrow<OperatorRequest>) -> Call<impl Start, Value> {
+/// Any jobs operator call (AWS's field names: docs/protocol/jobs.md §5): its answer, read as
+/// the call's type or as JSON.
+pub fn operate(request: impl Borrow<OperatorRequest>) -> Call<impl Start, JobsAnswer> {
     Call {
         start: move |session: &mut Session, now| {
             Ok(session.jobs_operate(request.borrow(), None, now))
@@ -136,7 +137,7 @@ pub fn operate(request: impl Borrow<OperatorRequest>) -> Call<impl Start, Value>
 
 /// Any jobs operator call given as its JSON (`{"op": ..., ...}`), sent as it is: the
 /// service checks it.
-pub fn operate_json(request: impl Borrow<Value>) -> Call<impl Start, Value> {
+pub fn operate_json(request: impl Borrow<Value>) -> Call<impl Start, JobsAnswer> {
     Call {
         start: move |session: &mut Session, now| {
             Ok(session.jobs_operate_json(request.borrow(), None, now))
@@ -148,7 +149,7 @@ pub fn operate_json(request: impl Borrow<Value>) -> Call<impl Start, Value> {
 /// A job: its document, targets, settings and how many executions are in each status.
 pub fn describe_job(job_id: &str) -> Call<impl Start, JobDescription> {
     let job_id = job_id.to_owned();
-    operate(OperatorRequest::DescribeJob { job_id }).map(|c| parse(jobs_answer(c)?))
+    operate(OperatorRequest::DescribeJob { job_id }).map(|c| jobs_answer(c)?.read())
 }
 
 /// Deletes `thing`'s execution of `job_id` (an IN_PROGRESS one only with `force`).
@@ -167,21 +168,21 @@ pub fn describe_job_execution(job_id: &str, thing: &str) -> Call<impl Start, Job
         job_id: job_id.to_owned(),
         thing: thing.to_owned(),
     };
-    operate(request).map(|c| parse(jobs_answer(c)?))
+    operate(request).map(|c| jobs_answer(c)?.read())
 }
 
 /// Every job.
 pub fn list_jobs() -> Call<impl Start, Vec<JobListing>> {
-    operate(OperatorRequest::list_jobs()).map(|c| parse(jobs_answer(c)?))
+    operate(OperatorRequest::list_jobs()).map(|c| jobs_answer(c)?.read())
 }
 
 /// The latest executions, narrowed by `filter`.
 pub fn list_job_executions(filter: ExecutionFilter) -> Call<impl Start, Vec<ExecutionListing>> {
-    operate(filter.request()).map(|c| parse(jobs_answer(c)?))
+    operate(filter.request()).map(|c| jobs_answer(c)?.read())
 }
 
-/// A call of `thing`'s jobs device API: its answer's JSON.
-pub fn device(thing: &str, request: DeviceRequest) -> Call<impl Start, Value> {
+/// A call of `thing`'s jobs device API: its answer.
+pub fn device(thing: &str, request: DeviceRequest) -> Call<impl Start, JobsAnswer> {
     Call {
         start: move |session: &mut Session, now| session.jobs_device(thing, &request, None, now),
         finish: jobs_answer,
@@ -190,30 +191,30 @@ pub fn device(thing: &str, request: DeviceRequest) -> Call<impl Start, Value> {
 
 /// `thing`'s pending list: IN_PROGRESS and QUEUED executions.
 pub fn pending(thing: &str) -> Call<impl Start, PendingJobs> {
-    device(thing, DeviceRequest::GetPending).map(|c| parse(jobs_answer(c)?))
+    device(thing, DeviceRequest::GetPending).map(|c| jobs_answer(c)?.read())
 }
 
 /// Starts `thing`'s first QUEUED execution (or returns the IN_PROGRESS one); `None` when
 /// nothing is pending.
 pub fn start_next(thing: &str, options: StartNext) -> Call<impl Start, Option<JobExecution>> {
-    device(thing, options.request()).map(|c| read_execution(jobs_answer(c)?))
+    device(thing, options.request()).map(|c| jobs_answer(c)?.execution())
 }
 
 /// The latest execution of `job_id` on `thing`, with its document.
 pub fn describe_execution(thing: &str, job_id: &str) -> Call<impl Start, JobExecution> {
     device(thing, describe(ExecutionRef::Job(job_id.to_owned())))
-        .map(|c| described(read_execution(jobs_answer(c)?)?))
+        .map(|c| described(jobs_answer(c)?.execution()?))
 }
 
 /// `thing`'s first pending execution, with its document; `None` when nothing is pending.
 pub fn describe_next(thing: &str) -> Call<impl Start, Option<JobExecution>> {
-    device(thing, describe(ExecutionRef::Next)).map(|c| read_execution(jobs_answer(c)?))
+    device(thing, describe(ExecutionRef::Next)).map(|c| jobs_answer(c)?.execution())
 }
 
 /// Updates an execution of `thing` (its status, details, step timer); rejected with
 /// `VersionMismatch` when `expected_version` is set and differs.
 pub fn update(thing: &str, update: Update) -> Call<impl Start, UpdateAccepted> {
-    device(thing, DeviceRequest::Update(update)).map(|c| parse(jobs_answer(c)?))
+    device(thing, DeviceRequest::Update(update)).map(|c| jobs_answer(c)?.read())
 }
 
 /// Asks the command service to send `request` to a device: the device's answer, DELIVERED

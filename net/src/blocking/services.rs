@@ -17,7 +17,7 @@ use crate::commands::{FanOutSummary, command_reply};
 use crate::jobs::{ExecutionFilter, StartNext};
 use crate::now_ms;
 use mqstore_core::client::commands::CommandReply;
-use mqstore_core::client::jobs::{JobNotification, Update};
+use mqstore_core::client::jobs::{JobNotification, JobsAnswer, Update};
 use mqstore_core::client::{CallId, ClientError};
 use mqstore_core::commands::definitions::{DefinitionsAnswer, DefinitionsRequest};
 use mqstore_core::commands::{CommandRequest, Record};
@@ -31,13 +31,13 @@ use mqstore_core::session::Session;
 impl Client {
     /// Any jobs operator call (AWS's field names: docs/protocol/jobs.md §5), answered with the
     /// answer's JSON.
-    pub fn operate(&self, request: &OperatorRequest) -> Result<Value, ClientError> {
+    pub fn operate(&self, request: &OperatorRequest) -> Result<JobsAnswer, ClientError> {
         self.wait(calls::operate(request))
     }
 
     /// Any jobs operator call given as its JSON (`{"op": ..., ...}`), sent as it is: the
     /// service checks it.
-    pub fn operate_json(&self, request: &Value) -> Result<Value, ClientError> {
+    pub fn operate_json(&self, request: &Value) -> Result<JobsAnswer, ClientError> {
         self.wait(calls::operate_json(request))
     }
 

@@ -20,7 +20,7 @@ use tracing::debug;
 
 pub use crate::listeners::{KeyChange, KeyspaceEvent};
 use crate::{BrokerConfig, random_u64};
-use mqstore_core::client::jobs::{DeviceRequest, JobNotification};
+use mqstore_core::client::jobs::{DeviceRequest, JobNotification, JobsAnswer};
 use mqstore_core::client::{Answer, CallId, CallOptions, ClientConfig, ClientError};
 pub use mqstore_core::client::{Deleted, Deletion, SetResult, Versioned};
 use mqstore_core::codec::{Bulk, Condition, Request, SetRequest};
@@ -138,7 +138,7 @@ pub(super) enum Command {
     /// A jobs call (operator or device API).
     Jobs {
         call: JobsCall,
-        reply: oneshot::Sender<Result<serde_json::Value, ClientError>>,
+        reply: oneshot::Sender<Result<JobsAnswer, ClientError>>,
     },
     /// Act as a thing of the jobs device API: subscribe to its replies and notifications.
     Thing {

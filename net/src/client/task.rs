@@ -18,7 +18,7 @@ use tracing::{debug, warn};
 use crate::connection::{Connection, Driver, Outbox, Unacked, Wakes};
 use crate::listeners::{Listeners, Tokio};
 use crate::{Polled, from_mqtt, now_ms};
-use mqstore_core::client::jobs::JobNotification;
+use mqstore_core::client::jobs::{JobNotification, JobsAnswer};
 use mqstore_core::client::{Answer, CallId, ClientError};
 use mqstore_core::envelope::Publish;
 use mqstore_core::hlc::Hlc;
@@ -135,7 +135,7 @@ type Origin = CallId;
 /// Who waits for a call's result.
 enum Waiter {
     Store(Reply),
-    Jobs(oneshot::Sender<Result<serde_json::Value, ClientError>>),
+    Jobs(oneshot::Sender<Result<JobsAnswer, ClientError>>),
     Commands(oneshot::Sender<Result<Completion, ClientError>>),
     Lease(
         oneshot::Sender<Result<Option<(CallId, Hlc)>, ClientError>>,

@@ -1,0 +1,108 @@
+"""The Python package's public API, one line per item, checked against ``api/python.txt``.
+
+Lists every name ``mqstore`` and its public modules export: classes with their public methods,
+properties and signatures, functions, TypedDicts with their keys (required or not), and
+aliases. Run by scripts/test-python with the installed package::
+
+    python bindings-python/scripts/public_api.py api/python.txt            # check
+    python bindings-python/scripts/public_api.py api/python.txt --update   # write
+
+A removed or changed item fails the check until the listing is updated, which is the moment
+to say in CHANGELOG.md what changed for users.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+import types
+import typing
+from pathlib import Path
+
+import mqstore
+
+MODULES = ["mqstore", "mqstore.codec", "mqstore.errors", "mqstore.wire"]
+
+
+def signature(item: object) -> str:
+    try:
+        return str(inspect.signature(item))  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        text = getattr(item, "__text_signature__", None)
+        return text.replace("$self, ", "").replace("$self", "") if text else "(...)"
+
+
+def typed_dict(name: str, item: type) -> list[str]:
+    required = getattr(item, "__required_keys__", frozenset())
+    annotations = {}
+    for base in reversed(item.__mro__):
+        annotations.update(getattr(base, "__annotations__", {}))
+    lines = [f"{name}: TypedDict"]
+    for key in sorted(annotations):
+        mark = "" if key in required else "?"
+        lines.append(f"{name}.{key}{mark}: {annotations[key]}")
+    return lines
+
+
+def members(name: str, item: type) -> list[str]:
+    lines = [f"{name}: class{signature(item) if not item.__module__.endswith('_native') else ''}"]
+    for attr, value in sorted(vars(item).items()):
+        if attr.startswith("_") and attr not in ("__init__", "__enter__", "__exit__", "__iter__",
+                                                 "__next__", "__aenter__", "__aexit__",
+                                                 "__aiter__", "__anext__"):
+            continue
+        if isinstance(value, property) or type(value).__name__ == "getset_descriptor":
+            lines.append(f"{name}.{attr}: property")
+        elif isinstance(value, (staticmethod, classmethod)):
+            lines.append(f"{name}.{attr}{signature(value.__func__)}")
+        elif callable(value):
+            prefix = "async " if inspect.iscoroutinefunction(value) else ""
+            lines.append(f"{prefix}{name}.{attr}{signature(value)}")
+    return lines
+
+
+def listing() -> list[str]:
+    lines = [f"mqstore {len(mqstore.__all__)} names"]
+    for module_name in MODULES:
+        module = sys.modules.get(module_name) or __import__(module_name, fromlist=["_"])
+        for export in sorted(getattr(module, "__all__", [])):
+            item = getattr(module, export)
+            name = f"{module_name}.{export}"
+            if isinstance(item, types.ModuleType):
+                lines.append(f"{name}: module")
+            elif isinstance(item, type) and hasattr(item, "__required_keys__"):
+                lines.extend(typed_dict(name, item))
+            elif isinstance(item, type):
+                lines.extend(members(name, item))
+            elif callable(item) and not typing.get_origin(item):
+                lines.append(f"{name}{signature(item)}")
+            else:
+                lines.append(f"{name} = {item!r}")
+    return lines
+
+
+def main() -> int:
+    path = Path(sys.argv[1])
+    text = "\n".join(listing()) + "\n"
+    if "--update" in sys.argv[2:]:
+        path.write_text(text)
+        return 0
+    if path.read_text() != text:
+        import difflib
+
+        diff = difflib.unified_diff(
+            path.read_text().splitlines(), text.splitlines(), str(path), "now", lineterm=""
+        )
+        print("\n".join(diff))
+        print(
+            f"\nThe Python package's public API differs from {path}: if the change is meant, "
+            f"run `python bindings-python/scripts/public_api.py {path} --update`, commit it, "
+            "and say in CHANGELOG.md what changed for users."
+        )
+        return 1
+    print(f"Python public API: {len(text.splitlines())} items, as in {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
