@@ -36,6 +36,8 @@
 //! ```
 
 #![deny(missing_docs)]
+// What is public is reachable from outside: internal entry points are `pub(crate)`.
+#![deny(unreachable_pub)]
 
 pub mod client;
 pub mod codec;

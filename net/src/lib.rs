@@ -56,6 +56,8 @@
 //! ```
 
 #![deny(missing_docs)]
+// What is public is reachable from outside: internal entry points are `pub(crate)`.
+#![deny(unreachable_pub)]
 
 #[cfg(unix)]
 pub mod blocking;

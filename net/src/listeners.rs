@@ -109,7 +109,7 @@ pub(crate) type Finished = (CallId, Result<Completion, ClientError>);
 impl<C: Channels> Listeners<C> {
     /// Hands `event` to who listens for it (dropping listeners gone); a call's completion is
     /// handed back.
-    pub fn tell(&mut self, event: SessionEvent) -> Option<Finished> {
+    pub(crate) fn tell(&mut self, event: SessionEvent) -> Option<Finished> {
         match event {
             SessionEvent::Completed { call, result, .. } => return Some((call, result)),
             SessionEvent::Changed {

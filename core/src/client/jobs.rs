@@ -256,9 +256,10 @@ impl JobsAnswer {
         self.json
     }
 
-    /// The answer as `T`: the record of a describe call ([`JobDescription`], ...), the
-    /// pending list ([`PendingJobs`]), an update's [`UpdateAccepted`], a thing group, a
-    /// template.
+    /// The answer as `T`: the record of a describe call
+    /// ([`JobDescription`](crate::jobs::JobDescription), ...), the pending list
+    /// ([`PendingJobs`](crate::jobs::PendingJobs)), an update's
+    /// [`UpdateAccepted`](crate::jobs::UpdateAccepted), a thing group, a template.
     pub fn read<T: serde::de::DeserializeOwned>(self) -> Result<T, ClientError> {
         parse(self.json)
     }

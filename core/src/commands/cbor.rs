@@ -11,7 +11,7 @@ use serde_json::{Map, Number, Value};
 const MAX_DEPTH: usize = 32;
 
 /// Reads one CBOR data item that fills `bytes`.
-pub fn to_json(bytes: &[u8]) -> Result<Value, String> {
+pub(super) fn to_json(bytes: &[u8]) -> Result<Value, String> {
     let mut reader = Reader { bytes, at: 0 };
     let value = reader.item(0)?;
     match reader.at == bytes.len() {
@@ -24,7 +24,7 @@ pub fn to_json(bytes: &[u8]) -> Result<Value, String> {
 }
 
 /// A CBOR map of text to text, in the given order.
-pub fn text_map(entries: &[(&str, &str)]) -> Vec<u8> {
+pub(super) fn text_map(entries: &[(&str, &str)]) -> Vec<u8> {
     let mut out = Vec::new();
     head(&mut out, 5, entries.len() as u64);
     for (name, value) in entries {

@@ -80,7 +80,7 @@ pub enum JobsError {
 }
 
 /// The largest job document, as JSON text (AWS IoT Jobs' limit).
-pub const MAX_DOCUMENT_BYTES: usize = 32 * 1024;
+pub(super) const MAX_DOCUMENT_BYTES: usize = 32 * 1024;
 
 impl JobSpec {
     /// A job running `document` on `targets`, with no timeout, retries, rate or abort.

@@ -60,7 +60,7 @@ pub(super) enum Step {
 impl Lease {
     /// A lease to acquire now, waiting `wait_ms` at most for its holder (`None`: until held;
     /// 0: one claim).
-    pub fn new(id: CallId, terms: LeaseTerms, wait_ms: Option<u64>, now_ms: u64) -> Self {
+    pub(super) fn new(id: CallId, terms: LeaseTerms, wait_ms: Option<u64>, now_ms: u64) -> Self {
         Self {
             id,
             terms,
@@ -74,7 +74,7 @@ impl Lease {
     }
 
     /// A claim went out as store call `call`.
-    pub fn claiming(&mut self, call: CallId) {
+    pub(super) fn claiming(&mut self, call: CallId) {
         match &mut self.phase {
             Phase::Acquiring { claim, .. } => *claim = Some(call),
             Phase::Held { renewal, .. } => *renewal = Some(call),
@@ -82,7 +82,7 @@ impl Lease {
     }
 
     /// Whether store call `call` is this lease's claim in flight.
-    pub fn waits_for(&self, call: CallId) -> bool {
+    pub(super) fn waits_for(&self, call: CallId) -> bool {
         match self.phase {
             Phase::Acquiring { claim, .. } => claim == Some(call),
             Phase::Held { renewal, .. } => renewal == Some(call),
@@ -90,7 +90,7 @@ impl Lease {
     }
 
     /// The answer to its claim, sent at `sent_ms`.
-    pub fn answered(
+    pub(super) fn answered(
         &mut self,
         result: Result<Answer, ClientError>,
         sent_ms: u64,
@@ -148,7 +148,7 @@ impl Lease {
     }
 
     /// Its key was deleted: a waiting claimant tries at once.
-    pub fn key_deleted(&self) -> Step {
+    pub(super) fn key_deleted(&self) -> Step {
         match self.phase {
             Phase::Acquiring { claim: None, .. } => Step::Claim,
             _ => Step::Quiet,
@@ -156,7 +156,7 @@ impl Lease {
     }
 
     /// What the time `now_ms` asks of it.
-    pub fn expire(&self, now_ms: u64) -> Step {
+    pub(super) fn expire(&self, now_ms: u64) -> Step {
         match self.phase {
             // The last retry is at the give-up time (retry_at ≤ give_up_at): its refusal ends
             // the acquisition (`answered`).
@@ -180,7 +180,7 @@ impl Lease {
     }
 
     /// When it next needs [`Lease::expire`].
-    pub fn deadline(&self) -> Option<u64> {
+    pub(super) fn deadline(&self) -> Option<u64> {
         match self.phase {
             Phase::Acquiring {
                 claim: None,
@@ -199,7 +199,7 @@ impl Lease {
     }
 
     /// Its fencing token, while held.
-    pub fn token(&self) -> Option<&Hlc> {
+    pub(super) fn token(&self) -> Option<&Hlc> {
         match &self.phase {
             Phase::Held { token, .. } => Some(token),
             Phase::Acquiring { .. } => None,
@@ -207,7 +207,7 @@ impl Lease {
     }
 
     /// Whether it is held (and so can be released).
-    pub fn is_held(&self) -> bool {
+    pub(super) fn is_held(&self) -> bool {
         matches!(self.phase, Phase::Held { .. })
     }
 }

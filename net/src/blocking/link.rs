@@ -88,7 +88,7 @@ pub(super) enum Received {
 impl Link {
     /// Connects to `broker` as `hello` says, and returns once subscribed (or the first
     /// failure, with what the user can do about it).
-    pub fn open(broker: &BrokerConfig, hello: Hello<'_>) -> Result<Link, ClientError> {
+    pub(super) fn open(broker: &BrokerConfig, hello: Hello<'_>) -> Result<Link, ClientError> {
         let deadline = Instant::now() + hello.timeout;
         let socket = tcp(broker, hello.timeout)?;
         let unreachable = |e: io::Error| ClientError::Unreachable(e.to_string());
@@ -199,12 +199,12 @@ impl Link {
     }
 
     /// The socket's descriptor, to poll.
-    pub fn fd(&self) -> RawFd {
+    pub(super) fn fd(&self) -> RawFd {
         self.socket.as_raw_fd()
     }
 
     /// Whether bytes wait to be written (poll for writability too).
-    pub fn wants_write(&self) -> bool {
+    pub(super) fn wants_write(&self) -> bool {
         !self.outgoing.is_empty() || self.tls.as_ref().is_some_and(|tls| tls.wants_write())
     }
 
@@ -222,7 +222,7 @@ impl Link {
 
     /// Subscribes to `filters` on the live connection: the packet id its
     /// [`Received::SubAck`] will carry.
-    pub fn subscribe(&mut self, filters: Vec<String>) -> Result<u16, ClientError> {
+    pub(super) fn subscribe(&mut self, filters: Vec<String>) -> Result<u16, ClientError> {
         let filters = filters
             .into_iter()
             .map(|f| Filter::new(f, QoS::AtLeastOnce));
@@ -235,7 +235,11 @@ impl Link {
     }
 
     /// Queues `publish` (of `call`, whose call a refusal fails) and writes what it can.
-    pub fn publish(&mut self, publish: Publish, call: Option<CallId>) -> Result<(), ClientError> {
+    pub(super) fn publish(
+        &mut self,
+        publish: Publish,
+        call: Option<CallId>,
+    ) -> Result<(), ClientError> {
         let qos = match publish.qos {
             0 => QoS::AtMostOnce,
             _ => QoS::AtLeastOnce,
@@ -271,7 +275,7 @@ impl Link {
     }
 
     /// Writes what waits, as far as the socket takes it now.
-    pub fn flush(&mut self) -> Result<(), ClientError> {
+    pub(super) fn flush(&mut self) -> Result<(), ClientError> {
         let lost = |e: io::Error| ClientError::Unreachable(format!("the connection failed: {e}"));
         match &mut self.tls {
             None => {
@@ -386,7 +390,7 @@ impl Link {
 
     /// Reads what arrived and hands each publish, refusal and disconnect to `on`; answers
     /// QoS 1 publishes and pings. An error is the connection's end.
-    pub fn receive(&mut self, mut on: impl FnMut(Received)) -> Result<(), ClientError> {
+    pub(super) fn receive(&mut self, mut on: impl FnMut(Received)) -> Result<(), ClientError> {
         self.fill()?;
         while let Some(decoded) = self.decode()? {
             let packet = match decoded {
@@ -427,7 +431,7 @@ impl Link {
     }
 
     /// When keep-alive needs the connection next ([`Link::keep_alive`]).
-    pub fn keep_alive_deadline(&self) -> Instant {
+    pub(super) fn keep_alive_deadline(&self) -> Instant {
         match self.ping_sent {
             Some(sent) => sent + self.keep_alive,
             None => self.last_sent + self.keep_alive,
@@ -436,7 +440,7 @@ impl Link {
 
     /// Sends a PINGREQ when nothing was sent for the keep-alive interval; fails when the
     /// last one had no answer within it.
-    pub fn keep_alive(&mut self, now: Instant) -> Result<(), ClientError> {
+    pub(super) fn keep_alive(&mut self, now: Instant) -> Result<(), ClientError> {
         if self.keep_alive.is_zero() || now < self.keep_alive_deadline() {
             return Ok(());
         }
@@ -452,7 +456,7 @@ impl Link {
 
     /// Sends a DISCONNECT (normal: no Will) and waits up to `grace` for it to be written and
     /// the broker to close the connection.
-    pub fn disconnect(mut self, grace: Duration) {
+    pub(super) fn disconnect(mut self, grace: Duration) {
         let deadline = Instant::now() + grace;
         let disconnect = Disconnect::new(DisconnectReasonCode::NormalDisconnection);
         if self.write_packet(&Packet::Disconnect(disconnect)).is_err() {
