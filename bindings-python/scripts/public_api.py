@@ -37,7 +37,9 @@ def typed_dict(name: str, item: type) -> list[str]:
     lines = [f"{name}: TypedDict"]
     for key in sorted(annotations):
         mark = "" if key in required else "?"
-        lines.append(f"{name}.{key}{mark}: {annotations[key]}")
+        hint = annotations[key]
+        text = hint.__forward_arg__ if isinstance(hint, typing.ForwardRef) else repr(hint)
+        lines.append(f"{name}.{key}{mark}: {text}")
     return lines
 
 
