@@ -9,7 +9,6 @@ use std::ffi::{CString, c_char, c_int};
 use ::mqstore_core::client::jobs::{DeviceRequest, JobsClient};
 use ::mqstore_core::client::{CallId, CallOptions, ClientConfig};
 use ::mqstore_core::codec::{Bulk, Request, SetRequest};
-use ::mqstore_core::commands::definitions::DefinitionsRequest;
 use ::mqstore_core::envelope::{Properties, Publish};
 use ::mqstore_core::jobs::{DeviceBody, check_operator_call};
 use ::mqstore_core::session::Session;
@@ -701,10 +700,10 @@ pub unsafe extern "C" fn mqstore_core_command_definitions(
         // SAFETY: the caller's pointers, checked by the helpers.
         let core = unsafe { handle_mut(core, "core") }?;
         let request = unsafe { json_arg(request_json, "request_json") }?;
-        let request = DefinitionsRequest::from_json(request).map_err(Error::invalid)?;
         let timeout = ::mqstore_core::commands::DEFAULT_TIMEOUT_MS;
         started(
-            core.session.command_definitions(&request, timeout, now_ms),
+            core.session
+                .command_definitions_json(&request, timeout, now_ms),
             call,
         );
         Ok(())

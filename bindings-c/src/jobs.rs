@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use mqstore_core::client::jobs::{JobNotification, Update};
-use mqstore_core::commands::definitions::DefinitionsRequest;
 use mqstore_core::jobs::{JobSpec, Status, check_operator_call};
 use mqstore_net::blocking::Jobs;
 use mqstore_net::jobs::StartNext;
@@ -461,8 +460,7 @@ pub unsafe extern "C" fn mqstore_command_definitions(
         *out = std::ptr::null_mut();
         let client = unsafe { handle(client, "client") }?;
         let request = unsafe { json_arg(request_json, "request_json") }?;
-        let request = DefinitionsRequest::from_json(request).map_err(Error::invalid)?;
-        let answer = client.client().command_definitions(&request)?;
+        let answer = client.client().command_definitions_json(&request)?;
         json_out(out, &answer)
     })
 }

@@ -507,7 +507,9 @@ impl Event {
                         }
                     },
                     Ok(Completion::Jobs(answer)) => event.set_json(&answer.into_json()),
-                    Ok(Completion::CommandDefinitions(answer)) => event.set_json(&answer),
+                    Ok(Completion::CommandDefinitions(answer)) => {
+                        event.set_json(&answer.into_json())
+                    }
                     Ok(Completion::Command(reply)) => {
                         event.set_json(&serde_json::json!({
                             "id": reply.id,

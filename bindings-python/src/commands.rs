@@ -7,7 +7,6 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use mqstore_core::client::ClientError;
 use mqstore_core::client::commands::CommandReply as CoreReply;
-use mqstore_core::commands::definitions::DefinitionsRequest;
 use mqstore_core::commands::{CommandRequest, Mode, Record};
 use mqstore_net::blocking::{FanOut as BlockingFanOut, calls};
 use mqstore_net::commands::FanOutSummary;
@@ -153,12 +152,10 @@ impl Client {
     /// A stored-commands call given as its JSON (`{"op": "create" | "get" | "list" |
     /// "delete", ...}`): the service's answer, as JSON.
     fn command_definitions(&self, py: Python<'_>, request: &str, aio: bool) -> PyResult<Py<PyAny>> {
-        let request =
-            DefinitionsRequest::read(request.as_bytes()).map_err(PyValueError::new_err)?;
-        let call = calls::command_definitions(request);
-        call!(py, self.live(aio)?, call, |answer| Ok(Json(
-            answer.to_json()
-        )))
+        let request: serde_json::Value = serde_json::from_str(request)
+            .map_err(|e| PyValueError::new_err(format!("the request is not JSON: {e}")))?;
+        let call = calls::command_definitions_json(request);
+        call!(py, self.live(aio)?, call, |answer| Ok(Json(answer)))
     }
 
     fn command_status(&self, py: Python<'_>, id: String, aio: bool) -> PyResult<Py<PyAny>> {

@@ -138,7 +138,7 @@ fn event_dict(py: Python<'_>, event: SessionEvent) -> PyResult<Bound<'_, PyDict>
                     dict.set_item("result", crate::runtime::ToPy::to_py(answer, py)?)?
                 }
                 Ok(Completion::CommandDefinitions(answer)) => {
-                    let answer = Json(answer.to_json());
+                    let answer = Json(answer.into_json());
                     dict.set_item("result", crate::runtime::ToPy::to_py(answer, py)?)?
                 }
                 Ok(Completion::Command(reply)) => {

@@ -3,7 +3,6 @@
 
 use js_sys::{Array, Object, Reflect};
 use mqstore_core::client::{CallId, CallOptions, ClientConfig, ClientError, Deleted};
-use mqstore_core::commands::definitions::DefinitionsRequest;
 use mqstore_core::envelope::{Properties, Publish};
 use mqstore_core::hlc::Hlc as CoreHlc;
 use mqstore_core::lease::LeaseTerms as CoreLeaseTerms;
@@ -224,12 +223,12 @@ impl ClientCore {
             _ => return Err(invalid("args must be an object")),
         };
         request.insert("op".into(), op.into());
-        let request =
-            DefinitionsRequest::from_json(serde_json::Value::Object(request)).map_err(invalid)?;
         let timeout = mqstore_core::commands::DEFAULT_TIMEOUT_MS;
-        let call = self
-            .session
-            .command_definitions(&request, timeout, now_ms as u64);
+        let call = self.session.command_definitions_json(
+            &serde_json::Value::Object(request),
+            timeout,
+            now_ms as u64,
+        );
         Ok(id(call))
     }
 
@@ -440,7 +439,7 @@ fn event_to_js(event: SessionEvent) -> Object {
                     set(&out, "result", services::js_of(&answer.into_json()))
                 }
                 Ok(Completion::CommandDefinitions(answer)) => {
-                    set(&out, "result", services::js_of(&answer.to_json()))
+                    set(&out, "result", services::js_of(&answer.into_json()))
                 }
                 Ok(Completion::Command(reply)) => {
                     set(&out, "result", services::reply_to_js(&reply))

@@ -508,7 +508,9 @@ impl Run {
                         });
                     }
                     Ok(Completion::Jobs(answer)) => out["result"] = answer.into_json(),
-                    Ok(Completion::CommandDefinitions(answer)) => out["result"] = answer.to_json(),
+                    Ok(Completion::CommandDefinitions(answer)) => {
+                        out["result"] = answer.into_json()
+                    }
                     Ok(Completion::Command(reply)) => {
                         let mut result = json!({
                             "id": reply.id,

@@ -7,7 +7,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::client::{Client, Command as ClientCommand, CommandsCall};
 use mqstore_core::client::ClientError;
-use mqstore_core::client::commands::CommandReply;
+use mqstore_core::client::commands::{CommandReply, DefinitionsReply};
 use mqstore_core::commands::CommandRequest;
 use mqstore_core::commands::Record;
 use mqstore_core::commands::definitions::{Definition, DefinitionsAnswer, DefinitionsRequest};
@@ -102,7 +102,7 @@ impl Client {
         request: DefinitionsRequest,
     ) -> Result<DefinitionsAnswer, ClientError> {
         let call = CommandsCall::Definitions(request, DEFINITIONS_TIMEOUT_MS);
-        definitions_answer(self.commands_call(call).await?)
+        definitions_reply(self.commands_call(call).await?)?.read()
     }
 
     /// Stores a command (AWS's `CreateCommand`): `{"commandId", "payload": {"content",
@@ -195,10 +195,10 @@ pub(crate) fn status_record(completion: Completion) -> Result<Record, ClientErro
     }
 }
 
-/// A stored-commands call's answer, from its call's completion.
-pub(crate) fn definitions_answer(completion: Completion) -> Result<DefinitionsAnswer, ClientError> {
+/// A stored-commands call's answer as the service sent it, from its call's completion.
+pub(crate) fn definitions_reply(completion: Completion) -> Result<DefinitionsReply, ClientError> {
     match completion {
-        Completion::CommandDefinitions(answer) => Ok(answer),
+        Completion::CommandDefinitions(reply) => Ok(reply),
         _ => Err(ClientError::Malformed(
             "another kind of answer to a stored-commands call".into(),
         )),

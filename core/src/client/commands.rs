@@ -49,8 +49,31 @@ pub enum CommandsEvent {
         /// The call it answers.
         call: CallId,
         /// Its result.
-        result: Result<DefinitionsAnswer, ClientError>,
+        result: Result<DefinitionsReply, ClientError>,
     },
+}
+
+/// A stored-commands call's answer: the service's JSON, read as a [`DefinitionsAnswer`] by
+/// [`DefinitionsReply::read`]. It stays JSON until read, as a [`JobsAnswer`] does: bindings
+/// that hand JSON to their callers take it as it is, and carry no reader they never call.
+///
+/// [`JobsAnswer`]: crate::client::jobs::JobsAnswer
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DefinitionsReply {
+    json: serde_json::Value,
+}
+
+impl DefinitionsReply {
+    /// The answer as its type: the stored command, the list, or whether one was deleted.
+    pub fn read(self) -> Result<DefinitionsAnswer, ClientError> {
+        serde_json::from_value(self.json)
+            .map_err(|e| ClientError::Malformed(format!("not a stored-commands answer: {e}")))
+    }
+
+    /// The answer as the service sent it.
+    pub fn into_json(self) -> serde_json::Value {
+        self.json
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -151,6 +174,28 @@ impl CommandsClient {
     ) -> (CallId, Publish) {
         // A request always serializes (string keys, no floats but a parameter's default).
         let payload = Bytes::from(serde_json::to_vec(request).unwrap_or_default());
+        self.definitions_payload(payload, timeout_ms, now_ms)
+    }
+
+    /// A stored-commands call given as its JSON, sent as it is: the service checks it (a
+    /// request that fits no call is refused with 400). For bindings that take the wire's
+    /// JSON and need no typed request.
+    pub fn definitions_json(
+        &mut self,
+        request: &serde_json::Value,
+        timeout_ms: u64,
+        now_ms: u64,
+    ) -> (CallId, Publish) {
+        let payload = Bytes::from(request.to_string());
+        self.definitions_payload(payload, timeout_ms, now_ms)
+    }
+
+    fn definitions_payload(
+        &mut self,
+        payload: Bytes,
+        timeout_ms: u64,
+        now_ms: u64,
+    ) -> (CallId, Publish) {
         let (call, mut publish) = self.request(
             DEFINITIONS_TOPIC,
             payload,
@@ -214,9 +259,12 @@ impl CommandsClient {
             Kind::Definitions => CommandsEvent::Definitions {
                 call,
                 result: crate::client::status_error(&publish.properties).and_then(|()| {
-                    serde_json::from_slice(&publish.payload).map_err(|e| {
-                        ClientError::Malformed(format!("not a stored-commands answer: {e}"))
-                    })
+                    match serde_json::from_slice(&publish.payload) {
+                        Ok(json) => Ok(DefinitionsReply { json }),
+                        Err(e) => Err(ClientError::Malformed(format!(
+                            "the stored-commands answer is not JSON: {e}"
+                        ))),
+                    }
                 }),
             },
         })

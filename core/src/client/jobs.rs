@@ -185,48 +185,17 @@ impl DeviceRequest {
     }
 }
 
-/// How a call's answer is read (see [`JobsEvent::Completed`]).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct Reading {
-    /// The field holding what the caller asks for: the record of a describe call or the list
-    /// of a list call without a page; `None` (the whole answer) for a page (its entries and
-    /// `nextToken`) and for the calls that only acknowledge.
-    select: Option<&'static str>,
-    /// A list call's field holding a page's entries.
-    items: Option<&'static str>,
-}
-
-impl Reading {
-    /// How the answer to operator call `request` is read.
-    fn operator(request: &Value) -> Self {
-        let paged = request.get("maxResults").is_some() || request.get("nextToken").is_some();
-        let op = request
-            .get("op")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        let items = match op {
-            "listJobs" => Some("jobs"),
-            "listJobExecutions" => Some("executions"),
-            "listThingGroups" => Some("thingGroups"),
-            "listThingsInThingGroup" => Some("things"),
-            "listJobTemplates" => Some("jobTemplates"),
-            _ => None,
-        };
-        let select = match op {
-            "describeJob" => Some("job"),
-            "describeJobExecution" => Some("execution"),
-            "listJobs" | "listJobExecutions" if !paged => items,
-            _ => None,
-        };
-        Self { select, items }
-    }
-
-    /// How the answer to a device call is read.
-    fn device(request: &DeviceRequest) -> Self {
-        Self {
-            select: request.result_field(),
-            items: None,
-        }
+/// The field of an operator call's answer a caller wants (see [`JobsEvent::Completed`]): the
+/// record a describe call or a list without a page asks for; `None` (the whole answer) for a
+/// page (its entries and `nextToken`) and for the calls that only acknowledge.
+fn result_field(request: &Value) -> Option<&'static str> {
+    let paged = request.get("maxResults").is_some() || request.get("nextToken").is_some();
+    match request.get("op").and_then(Value::as_str)? {
+        "describeJob" => Some("job"),
+        "describeJobExecution" => Some("execution"),
+        "listJobs" if !paged => Some("jobs"),
+        "listJobExecutions" if !paged => Some("executions"),
+        _ => None,
     }
 }
 
@@ -237,8 +206,6 @@ impl Reading {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobsAnswer {
     json: Value,
-    /// A list call's field holding a page's entries.
-    items: Option<&'static str>,
 }
 
 /// One page of a list call: its entries, and the token of the next page (`None`: the last).
@@ -272,22 +239,27 @@ impl JobsAnswer {
     /// A list call's entries and the token of its next page (none when no page was asked
     /// for: every entry).
     pub fn page<T: serde::de::DeserializeOwned>(self) -> Result<Page<T>, ClientError> {
-        let mut answer = self.json;
-        if answer.is_array() {
+        let Value::Object(mut answer) = self.json else {
+            // A list without a page: the entries alone.
             return Ok(Page {
-                items: parse(answer)?,
+                items: parse(self.json)?,
                 next_token: None,
             });
-        }
-        let field = self.items.ok_or_else(|| {
-            ClientError::Malformed("a page was read from the answer to no list call".into())
-        })?;
-        let next_token = match answer.get_mut("nextToken").map(Value::take) {
+        };
+        let next_token = match answer.remove("nextToken") {
             None | Some(Value::Null) => None,
             Some(token) => Some(parse(token)?),
         };
+        // A page holds one list (`jobs`, `executions`, `thingGroups`, ...) beside its token.
+        let field = answer
+            .iter()
+            .find(|(_, v)| v.is_array())
+            .map(|(k, _)| k.clone());
+        let field = field.ok_or_else(|| {
+            ClientError::Malformed("a page was read from an answer with no list".into())
+        })?;
         Ok(Page {
-            items: parse(answer.get_mut(field).map(Value::take).unwrap_or_default())?,
+            items: parse(answer.remove(&field).unwrap_or_default())?,
             next_token,
         })
     }
@@ -301,17 +273,13 @@ pub(crate) fn read_execution(execution: Value) -> Result<Option<JobExecution>, C
     }
 }
 
-/// What the caller asks for of `answer`: its field `select` (`null` when it has none), or
-/// the whole answer.
-fn select(mut answer: Value, reading: Reading) -> JobsAnswer {
-    let json = match reading.select {
+/// `field` of `answer` (`null` when it has none), or the whole answer without a field.
+fn select(mut answer: Value, field: Option<&str>) -> JobsAnswer {
+    let json = match field {
         Some(field) => answer.get_mut(field).map(Value::take).unwrap_or_default(),
         None => answer,
     };
-    JobsAnswer {
-        json,
-        items: reading.items,
-    }
+    JobsAnswer { json }
 }
 
 /// What an incoming publish meant.
@@ -338,9 +306,9 @@ pub struct JobsClient {
     client_id: String,
     response_topic: String,
     default_timeout_ms: u64,
-    /// Calls in flight, with how each one's answer is read, by correlation data (operator)
-    /// or `clientToken` (device): the same token.
-    waiting: Pending<Reading>,
+    /// Calls in flight, with the field of the answer each wants, by correlation data
+    /// (operator) or `clientToken` (device): the same token.
+    waiting: Pending<Option<&'static str>>,
 }
 
 impl JobsClient {
@@ -423,7 +391,7 @@ impl JobsClient {
                 ],
             },
         };
-        self.wait(token, call, Reading::operator(request), timeout_ms, now_ms);
+        self.wait(token, call, result_field(request), timeout_ms, now_ms);
         (call, publish)
     }
 
@@ -467,7 +435,7 @@ impl JobsClient {
                 ..Properties::default()
             },
         };
-        self.wait(token, call, Reading::device(request), timeout_ms, now_ms);
+        self.wait(token, call, request.result_field(), timeout_ms, now_ms);
         Ok((call, publish))
     }
 
@@ -481,11 +449,11 @@ impl JobsClient {
         &mut self,
         token: String,
         call: CallId,
-        reading: Reading,
+        field: Option<&'static str>,
         timeout_ms: u64,
         now_ms: u64,
     ) {
-        self.waiting.wait(token, call, reading, timeout_ms, now_ms);
+        self.waiting.wait(token, call, field, timeout_ms, now_ms);
     }
 
     /// Interprets a publish from one of the subscriptions; `None` when it concerns no call in
@@ -493,10 +461,10 @@ impl JobsClient {
     pub fn handle(&mut self, publish: &Publish) -> Option<JobsEvent> {
         if publish.topic == self.response_topic {
             let token = std::str::from_utf8(publish.properties.correlation_data.as_ref()?).ok()?;
-            let (call, reading) = self.waiting.take(token)?;
+            let (call, field) = self.waiting.take(token)?;
             return Some(JobsEvent::Completed {
                 call,
-                result: operator_answer(publish).map(|answer| select(answer, reading)),
+                result: operator_answer(publish).map(|answer| select(answer, field)),
             });
         }
         let (thing, api) = crate::jobs::topics::parse_device(&publish.topic)?;
@@ -524,9 +492,9 @@ impl JobsClient {
                 // Read as a `Value`, not as a `Reply` (its flattened body would cost the
                 // wasm binding kilobytes of serde's buffering code).
                 let reply: Value = serde_json::from_slice(&publish.payload).ok()?;
-                let (call, reading) = self.waiting.take(reply.get("clientToken")?.as_str()?)?;
+                let (call, field) = self.waiting.take(reply.get("clientToken")?.as_str()?)?;
                 let result = match accepted {
-                    true => Ok(select(reply, reading)),
+                    true => Ok(select(reply, field)),
                     false => Err(rejection(serde_json::from_value(reply).ok()?)),
                 };
                 Some(JobsEvent::Completed { call, result })
@@ -557,7 +525,7 @@ impl JobsClient {
     }
 }
 
-fn failed(calls: Vec<(CallId, Reading, ClientError)>) -> Vec<JobsEvent> {
+fn failed(calls: Vec<(CallId, Option<&'static str>, ClientError)>) -> Vec<JobsEvent> {
     calls
         .into_iter()
         .map(|(call, _, e)| JobsEvent::Completed {
@@ -780,6 +748,37 @@ mod tests {
         assert_eq!((listed[0].job_id.as_str(), listed[0].targets), ("j1", 1));
         assert_eq!(listed[0].status, crate::jobs::JobStatus::Completed);
         assert_eq!(client.in_flight(), 0);
+    }
+
+    #[test]
+    fn an_answer_is_read_as_a_page_a_list_or_a_record() {
+        let answer = |json| JobsAnswer { json };
+        let page = answer(
+            json!({ "thingGroups": [{ "groupName": "g", "groupArn": "a" }], "nextToken": "t" }),
+        );
+        let page: Page<crate::jobs::GroupListing> = page.page().unwrap();
+        assert_eq!(page.items[0].group_name, "g");
+        assert_eq!(page.next_token.as_deref(), Some("t"));
+        let last: Page<String> = answer(json!({ "things": ["a", "b"] })).page().unwrap();
+        assert_eq!(
+            (last.items, last.next_token),
+            (vec!["a".into(), "b".into()], None)
+        );
+        let all: Page<String> = answer(json!(["a"])).page().unwrap();
+        assert_eq!(all.items, ["a"]);
+        // What does not fit is an error, not a wrong value.
+        assert!(
+            answer(json!({ "nextToken": "t" }))
+                .page::<String>()
+                .is_err()
+        );
+        assert!(answer(json!({ "things": [1] })).page::<String>().is_err());
+        assert_eq!(answer(Value::Null).execution(), Ok(None));
+        assert!(
+            answer(json!({ "jobId": 1 }))
+                .read::<JobExecution>()
+                .is_err()
+        );
     }
 
     #[test]

@@ -338,11 +338,6 @@ impl DefinitionsRequest {
     pub fn read(payload: &[u8]) -> Result<Self, String> {
         serde_json::from_slice(payload).map_err(not_a_request)
     }
-
-    /// A request a binding was given as JSON; `Err`: why it is not one, for its caller.
-    pub fn from_json(request: Value) -> Result<Self, String> {
-        serde_json::from_value(request).map_err(not_a_request)
-    }
 }
 
 fn not_a_request(e: serde_json::Error) -> String {
@@ -350,14 +345,6 @@ fn not_a_request(e: serde_json::Error) -> String {
         "not a stored-commands request ({e}): {{\"op\": \"create\", \"command\": {{…}}}}, \
          {{\"op\": \"get\" | \"delete\", \"commandId\": …}} or {{\"op\": \"list\"}}"
     )
-}
-
-impl DefinitionsAnswer {
-    /// The answer as the service sent it, for bindings that hand JSON to their callers.
-    pub fn to_json(&self) -> Value {
-        // Definitions hold strings, integers and JSON values: they always serialize.
-        serde_json::to_value(self).unwrap_or_default()
-    }
 }
 
 impl CommandRequest {

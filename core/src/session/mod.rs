@@ -27,13 +27,13 @@ use std::collections::{HashMap, VecDeque};
 use bytes::Bytes;
 
 use self::leases::{Lease, Step};
-use crate::client::commands::{CommandReply, CommandsClient, CommandsEvent};
+use crate::client::commands::{CommandReply, CommandsClient, CommandsEvent, DefinitionsReply};
 use crate::client::jobs::{DeviceRequest, JobNotification, JobsAnswer, JobsClient, JobsEvent};
 use crate::client::{
     Answer, CallId, CallOptions, ClientConfig, ClientCore, ClientError, Deleted, Event,
 };
 use crate::codec::{Notification, Request};
-use crate::commands::definitions::{DefinitionsAnswer, DefinitionsRequest};
+use crate::commands::definitions::DefinitionsRequest;
 use crate::commands::wire::{EVENTS_FILTER, EVENTS_PREFIX};
 use crate::commands::{CommandRequest, Record};
 use crate::envelope::Publish;
@@ -65,7 +65,7 @@ pub enum Completion {
     /// A command's status record.
     CommandStatus(Record),
     /// A stored-commands call's answer (see [`Session::command_definitions`]).
-    CommandDefinitions(DefinitionsAnswer),
+    CommandDefinitions(DefinitionsReply),
     /// A lease acquisition: the fencing token when held (the lease's id is the call's), `None`
     /// when someone else still holds it after the wait.
     Lease(Option<Hlc>),
@@ -453,6 +453,18 @@ impl Session {
         now_ms: u64,
     ) -> CallId {
         let (call, publish) = self.commands.definitions(request, timeout_ms, now_ms);
+        self.sent(Service::Commands, call, "commandDefinitions", [publish])
+    }
+
+    /// [`Session::command_definitions`] given the request as its JSON, sent as it is (the
+    /// service checks it): for bindings that take the wire's JSON.
+    pub fn command_definitions_json(
+        &mut self,
+        request: &serde_json::Value,
+        timeout_ms: u64,
+        now_ms: u64,
+    ) -> CallId {
+        let (call, publish) = self.commands.definitions_json(request, timeout_ms, now_ms);
         self.sent(Service::Commands, call, "commandDefinitions", [publish])
     }
 

@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use super::{Client, unexpected};
 use crate::client::{SetOptions, deletion};
-use crate::commands::{DEFINITIONS_TIMEOUT_MS, command_reply, definitions_answer, status_record};
+use crate::commands::{DEFINITIONS_TIMEOUT_MS, command_reply, definitions_reply, status_record};
 use crate::jobs::{ExecutionFilter, StartNext, describe, described};
 use mqstore_core::client::commands::CommandReply;
 use mqstore_core::client::jobs::{DeviceRequest, JobsAnswer, Update};
@@ -244,6 +244,18 @@ pub fn command_definitions(
         start: move |session: &mut Session, now| {
             Ok(session.command_definitions(request.borrow(), DEFINITIONS_TIMEOUT_MS, now))
         },
-        finish: definitions_answer,
+        finish: |completion| definitions_reply(completion)?.read(),
+    }
+}
+
+/// A stored-commands call given as its JSON (`{"op": "create" | "get" | "list" | "delete",
+/// ...}`), sent as it is (the service checks it): the service's answer as JSON. For bindings
+/// that hand JSON to their callers.
+pub fn command_definitions_json(request: impl Borrow<Value>) -> Call<impl Start, Value> {
+    Call {
+        start: move |session: &mut Session, now| {
+            Ok(session.command_definitions_json(request.borrow(), DEFINITIONS_TIMEOUT_MS, now))
+        },
+        finish: |completion| Ok(definitions_reply(completion)?.into_json()),
     }
 }

@@ -154,6 +154,11 @@ impl Client {
         self.wait(calls::command_definitions(request))
     }
 
+    /// A stored-commands call given as its JSON, sent as it is: the service's answer as JSON.
+    pub fn command_definitions_json(&self, request: &Value) -> Result<Value, ClientError> {
+        self.wait(calls::command_definitions_json(request))
+    }
+
     /// Sends one command to each of `requests`' devices, all in flight at once: their results
     /// as they come from [`FanOut::next`].
     pub fn command_many(&self, requests: Vec<CommandRequest>) -> FanOut {
