@@ -1,6 +1,6 @@
 // index.d.ts
 import * as wasm from "../pkg/mqstore_wasm.js";
-import type { CommandDefinition, CommandRecord, ExecutionListing, JobDescription, JobExecution, JobExecutionStatus, JobListing, JobSpec, JobStatus, JobSummary, JobTemplate, JobUpdate, PendingJobs, ThingGroupDescription, UpdateAccepted } from "./wire.js";
+import type { CommandDefinition, CommandRecord, ExecutionListing, ExecutionsPage, JobDescription, JobExecution, JobExecutionStatus, JobListing, JobSpec, JobStatus, JobSummary, JobTemplate, JobUpdate, JobsPage, PendingJobs, TemplatesPage, ThingGroupDescription, ThingGroupsPage, ThingsPage, UpdateAccepted } from "./wire.js";
 export type * from "./wire.js";
 export { ClientCore, Hlc, LeaseTerms } from "../pkg/mqstore_wasm.js";
 export * from "./errors.js";
@@ -157,20 +157,14 @@ export declare class Client {
         status?: JobStatus;
         maxResults?: number;
         nextToken?: string;
-    }): Promise<{
-        jobs: JobListing[];
-        nextToken?: string;
-    }>;
+    }): Promise<JobsPage>;
     listJobExecutionsPage(page?: {
         thing?: string;
         jobId?: string;
         status?: JobExecutionStatus;
         maxResults?: number;
         nextToken?: string;
-    }): Promise<{
-        executions: ExecutionListing[];
-        nextToken?: string;
-    }>;
+    }): Promise<ExecutionsPage>;
     jobsOperate(op: string, args?: object): Promise<any>;
     createThingGroup(name: string, options?: {
         description?: string;
@@ -180,36 +174,19 @@ export declare class Client {
     listThingGroups(page?: {
         maxResults?: number;
         nextToken?: string;
-    }): Promise<{
-        thingGroups: {
-            groupName: string;
-            groupArn: string;
-        }[];
-        nextToken?: string;
-    }>;
+    }): Promise<ThingGroupsPage>;
     addThingToThingGroup(group: string, thing: string): Promise<void>;
     removeThingFromThingGroup(group: string, thing: string): Promise<void>;
     listThingsInThingGroup(group: string, page?: {
         maxResults?: number;
         nextToken?: string;
-    }): Promise<{
-        things: string[];
-        nextToken?: string;
-    }>;
+    }): Promise<ThingsPage>;
     createJobTemplate(template: JobTemplate): Promise<string>;
     describeJobTemplate(id: string): Promise<JobTemplate>;
     listJobTemplates(page?: {
         maxResults?: number;
         nextToken?: string;
-    }): Promise<{
-        jobTemplates: {
-            jobTemplateId: string;
-            jobTemplateArn: string;
-            description?: string;
-            createdAt: number;
-        }[];
-        nextToken?: string;
-    }>;
+    }): Promise<TemplatesPage>;
     deleteJobTemplate(id: string): Promise<void>;
     listJobExecutions(filter?: {
         thing?: string;
@@ -517,6 +494,10 @@ export interface ExecutionState {
     statusDetails?: Record<string, string>;
     versionNumber: number;
 }
+export interface ExecutionsPage {
+    executions: ExecutionListing[];
+    nextToken?: string;
+}
 export interface ExponentialRate {
     baseRatePerMinute: number;
     incrementFactor: number;
@@ -630,6 +611,10 @@ export interface JobUpdate {
     jobExecutionsRolloutConfig?: RolloutConfig;
     jobId: string;
     timeoutConfig?: TimeoutConfig;
+}
+export interface JobsPage {
+    jobs: JobListing[];
+    nextToken?: string;
 }
 export interface MaintenanceWindow {
     durationInMinutes: number;
@@ -773,6 +758,10 @@ export interface TemplateListing {
     jobTemplateArn: string;
     jobTemplateId: string;
 }
+export interface TemplatesPage {
+    jobTemplates: TemplateListing[];
+    nextToken?: string;
+}
 export interface ThingGroupDescription {
     thingGroupArn: string;
     thingGroupId: string;
@@ -785,6 +774,14 @@ export interface ThingGroupMetadata {
 }
 export interface ThingGroupProperties {
     thingGroupDescription?: string;
+}
+export interface ThingGroupsPage {
+    nextToken?: string;
+    thingGroups: GroupListing[];
+}
+export interface ThingsPage {
+    nextToken?: string;
+    things: string[];
 }
 export interface TimeoutConfig {
     inProgressTimeoutInMinutes?: number;

@@ -11,6 +11,7 @@ import type {
   CommandDefinition,
   CommandRecord,
   ExecutionListing,
+  ExecutionsPage,
   JobDescription,
   JobExecution,
   JobExecutionStatus,
@@ -20,8 +21,12 @@ import type {
   JobSummary,
   JobTemplate,
   JobUpdate,
+  JobsPage,
   PendingJobs,
+  TemplatesPage,
   ThingGroupDescription,
+  ThingGroupsPage,
+  ThingsPage,
   UpdateAccepted,
 } from "./wire.js";
 
@@ -723,14 +728,14 @@ export class Client {
   /** A page of jobs in id order (pass `nextToken` for the next), narrowed by status. */
   async listJobsPage(
     page: { status?: JobStatus; maxResults?: number; nextToken?: string } = {},
-  ): Promise<{ jobs: JobListing[]; nextToken?: string }> {
+  ): Promise<JobsPage> {
     return await this.#operate("listJobs", { maxResults: 250, ...page });
   }
 
   /** A page of the latest executions, narrowed by thing, job and status. */
   async listJobExecutionsPage(
     page: { thing?: string; jobId?: string; status?: JobExecutionStatus; maxResults?: number; nextToken?: string } = {},
-  ): Promise<{ executions: ExecutionListing[]; nextToken?: string }> {
+  ): Promise<ExecutionsPage> {
     return await this.#operate("listJobExecutions", { maxResults: 250, ...page });
   }
 
@@ -764,7 +769,7 @@ export class Client {
   /** A page of thing groups in name order. */
   async listThingGroups(
     page: { maxResults?: number; nextToken?: string } = {},
-  ): Promise<{ thingGroups: { groupName: string; groupArn: string }[]; nextToken?: string }> {
+  ): Promise<ThingGroupsPage> {
     return await this.#operate("listThingGroups", page);
   }
 
@@ -782,7 +787,7 @@ export class Client {
   async listThingsInThingGroup(
     group: string,
     page: { maxResults?: number; nextToken?: string } = {},
-  ): Promise<{ things: string[]; nextToken?: string }> {
+  ): Promise<ThingsPage> {
     return await this.#operate("listThingsInThingGroup", { thingGroupName: group, ...page });
   }
 
@@ -799,7 +804,7 @@ export class Client {
   /** A page of job templates in id order. */
   async listJobTemplates(
     page: { maxResults?: number; nextToken?: string } = {},
-  ): Promise<{ jobTemplates: { jobTemplateId: string; jobTemplateArn: string; description?: string; createdAt: number }[]; nextToken?: string }> {
+  ): Promise<TemplatesPage> {
     return await this.#operate("listJobTemplates", page);
   }
 

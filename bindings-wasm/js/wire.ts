@@ -254,6 +254,14 @@ export interface ExecutionState {
   versionNumber: number;
 }
 
+/** A page of executions (each thing's latest of each job): what `listJobExecutions` answers. */
+export interface ExecutionsPage {
+  /** This page's entries. */
+  executions: ExecutionListing[];
+  /** The token of the next page; absent on the last (AWS's `nextToken`). */
+  nextToken?: string;
+}
+
 /**
  * A rate that starts at `baseRatePerMinute` and is multiplied by `incrementFactor` each time
  * the criteria's count of things is reached (never above `maximumPerMinute`).
@@ -529,6 +537,14 @@ export interface JobUpdate {
   jobId: string;
   /** When executions in progress time out (AWS's `timeoutConfig`). */
   timeoutConfig?: TimeoutConfig;
+}
+
+/** A page of jobs: what `listJobs` answers. */
+export interface JobsPage {
+  /** This page's entries. */
+  jobs: JobListing[];
+  /** The token of the next page; absent on the last (AWS's `nextToken`). */
+  nextToken?: string;
 }
 
 /**
@@ -860,6 +876,14 @@ export interface TemplateListing {
   jobTemplateId: string;
 }
 
+/** A page of job templates: what `listJobTemplates` answers. */
+export interface TemplatesPage {
+  /** This page's entries. */
+  jobTemplates: TemplateListing[];
+  /** The token of the next page; absent on the last (AWS's `nextToken`). */
+  nextToken?: string;
+}
+
 /** A thing group as `describeThingGroup` answers (AWS's fields). */
 export interface ThingGroupDescription {
   /** The group's ARN (AWS's `thingGroupArn`). */
@@ -884,6 +908,22 @@ export interface ThingGroupMetadata {
 export interface ThingGroupProperties {
   /** What the group is for (AWS's `thingGroupDescription`). */
   thingGroupDescription?: string;
+}
+
+/** A page of thing groups: what `listThingGroups` answers. */
+export interface ThingGroupsPage {
+  /** The token of the next page; absent on the last (AWS's `nextToken`). */
+  nextToken?: string;
+  /** This page's entries. */
+  thingGroups: GroupListing[];
+}
+
+/** A page of a group's things (their names): what `listThingsInThingGroup` answers. */
+export interface ThingsPage {
+  /** The token of the next page; absent on the last (AWS's `nextToken`). */
+  nextToken?: string;
+  /** This page's entries. */
+  things: string[];
 }
 
 /** `timeoutConfig` of a job. */

@@ -43,6 +43,11 @@ fn definitions() -> BTreeMap<String, Value> {
     add::<jobs::ThingGroupDescription>(&mut answers);
     add::<jobs::GroupListing>(&mut answers);
     add::<jobs::TemplateListing>(&mut answers);
+    add::<jobs::JobsPage>(&mut answers);
+    add::<jobs::ExecutionsPage>(&mut answers);
+    add::<jobs::ThingGroupsPage>(&mut answers);
+    add::<jobs::ThingsPage>(&mut answers);
+    add::<jobs::TemplatesPage>(&mut answers);
     add::<jobs::wire::JobExecution>(&mut answers);
     add::<PendingJobs>(&mut answers);
     add::<ExecutionAccepted>(&mut answers);

@@ -8,16 +8,21 @@ from typing import Any, Optional
 
 from . import _args, _native
 from ._args import BytesLike, FencingToken, PathLike, Seconds
-from ._jobs import AsyncCommandWatch, AsyncFanOut, AsyncJobs, AsyncKeyspaceWatch, Record
+from ._jobs import AsyncCommandWatch, AsyncFanOut, AsyncJobs, AsyncKeyspaceWatch
 from ._native import Change, CommandReply, DeleteResult, Hlc, SetResult, Versioned
 from .wire import (
     CommandRecord,
     ExecutionListing,
+    ExecutionsPage,
     JobDescription,
     JobExecution,
     JobListing,
+    JobsPage,
     JobTemplate,
+    TemplatesPage,
     ThingGroupDescription,
+    ThingGroupsPage,
+    ThingsPage,
 )
 
 
@@ -296,11 +301,11 @@ class AsyncClient:
         status: Optional[str] = None,
         max_results: Optional[int] = None,
         next_token: Optional[str] = None,
-    ) -> Record:
+    ) -> JobsPage:
         """A page of jobs in id order (``{"jobs": [...], "nextToken": ...}``; pass the
         token for the next page), narrowed by job status."""
         request = _args.drop_none(op="listJobs", status=_args.optional_text(status, "status"))
-        page: Record = await self._native.jobs_operate(
+        page: JobsPage = await self._native.jobs_operate(
             _args.page(request, max_results, next_token), True
         )
         return page
@@ -313,7 +318,7 @@ class AsyncClient:
         status: Optional[str] = None,
         max_results: Optional[int] = None,
         next_token: Optional[str] = None,
-    ) -> Record:
+    ) -> ExecutionsPage:
         """A page of latest executions (``{"executions": [...], "nextToken": ...}``)."""
         request = _args.drop_none(
             op="listJobExecutions",
@@ -321,7 +326,7 @@ class AsyncClient:
             jobId=_args.optional_text(job_id, "job_id"),
             status=_args.optional_text(status, "status"),
         )
-        page: Record = await self._native.jobs_operate(
+        page: ExecutionsPage = await self._native.jobs_operate(
             _args.page(request, max_results, next_token), True
         )
         return page
@@ -373,10 +378,10 @@ class AsyncClient:
 
     async def list_thing_groups(
         self, *, max_results: Optional[int] = None, next_token: Optional[str] = None
-    ) -> Record:
+    ) -> ThingGroupsPage:
         """A page of thing groups in name order (``{"thingGroups": [...], "nextToken": ...}``)."""
         request = _args.page({"op": "listThingGroups"}, max_results, next_token)
-        page: Record = await self._native.jobs_operate(request, True)
+        page: ThingGroupsPage = await self._native.jobs_operate(request, True)
         return page
 
     async def add_thing_to_thing_group(self, group: str, thing: str) -> None:
@@ -392,10 +397,10 @@ class AsyncClient:
 
     async def list_things_in_thing_group(
         self, group: str, *, max_results: Optional[int] = None, next_token: Optional[str] = None
-    ) -> Record:
+    ) -> ThingsPage:
         """A page of a group's things in name order (``{"things": [...], "nextToken": ...}``)."""
         request = {"op": "listThingsInThingGroup", "thingGroupName": _args.text(group, "group")}
-        page: Record = await self._native.jobs_operate(
+        page: ThingsPage = await self._native.jobs_operate(
             _args.page(request, max_results, next_token), True
         )
         return page
@@ -427,7 +432,7 @@ class AsyncClient:
             retry,
             maintenance_windows,
         )
-        answer: Record = await self._native.jobs_operate(request, True)
+        answer: JobTemplate = await self._native.jobs_operate(request, True)
         return str(answer["jobTemplateArn"])
 
     async def describe_job_template(self, template_id: str) -> JobTemplate:
@@ -438,10 +443,10 @@ class AsyncClient:
 
     async def list_job_templates(
         self, *, max_results: Optional[int] = None, next_token: Optional[str] = None
-    ) -> Record:
+    ) -> TemplatesPage:
         """A page of job templates in id order (``{"jobTemplates": [...], "nextToken": ...}``)."""
         request = _args.page({"op": "listJobTemplates"}, max_results, next_token)
-        page: Record = await self._native.jobs_operate(request, True)
+        page: TemplatesPage = await self._native.jobs_operate(request, True)
         return page
 
     async def delete_job_template(self, template_id: str) -> None:

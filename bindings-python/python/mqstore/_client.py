@@ -9,16 +9,21 @@ from typing import Any, Optional
 
 from . import _args, _native
 from ._args import BytesLike, FencingToken, PathLike, Seconds
-from ._jobs import CommandWatch, FanOut, Jobs, KeyspaceWatch, Record
+from ._jobs import CommandWatch, FanOut, Jobs, KeyspaceWatch
 from ._native import Change, CommandReply, DeleteResult, Hlc, SetResult, Versioned
 from .wire import (
     CommandRecord,
     ExecutionListing,
+    ExecutionsPage,
     JobDescription,
     JobExecution,
     JobListing,
+    JobsPage,
     JobTemplate,
+    TemplatesPage,
     ThingGroupDescription,
+    ThingGroupsPage,
+    ThingsPage,
 )
 
 
@@ -294,11 +299,11 @@ class Client:
         status: Optional[str] = None,
         max_results: Optional[int] = None,
         next_token: Optional[str] = None,
-    ) -> Record:
+    ) -> JobsPage:
         """A page of jobs in id order (``{"jobs": [...], "nextToken": ...}``; pass the
         token for the next page), narrowed by job status."""
         request = _args.drop_none(op="listJobs", status=_args.optional_text(status, "status"))
-        page: Record = self._native.jobs_operate(
+        page: JobsPage = self._native.jobs_operate(
             _args.page(request, max_results, next_token), False
         )
         return page
@@ -311,7 +316,7 @@ class Client:
         status: Optional[str] = None,
         max_results: Optional[int] = None,
         next_token: Optional[str] = None,
-    ) -> Record:
+    ) -> ExecutionsPage:
         """A page of latest executions (``{"executions": [...], "nextToken": ...}``)."""
         request = _args.drop_none(
             op="listJobExecutions",
@@ -319,7 +324,7 @@ class Client:
             jobId=_args.optional_text(job_id, "job_id"),
             status=_args.optional_text(status, "status"),
         )
-        page: Record = self._native.jobs_operate(
+        page: ExecutionsPage = self._native.jobs_operate(
             _args.page(request, max_results, next_token), False
         )
         return page
@@ -371,10 +376,10 @@ class Client:
 
     def list_thing_groups(
         self, *, max_results: Optional[int] = None, next_token: Optional[str] = None
-    ) -> Record:
+    ) -> ThingGroupsPage:
         """A page of thing groups in name order (``{"thingGroups": [...], "nextToken": ...}``)."""
         request = _args.page({"op": "listThingGroups"}, max_results, next_token)
-        page: Record = self._native.jobs_operate(request, False)
+        page: ThingGroupsPage = self._native.jobs_operate(request, False)
         return page
 
     def add_thing_to_thing_group(self, group: str, thing: str) -> None:
@@ -390,10 +395,10 @@ class Client:
 
     def list_things_in_thing_group(
         self, group: str, *, max_results: Optional[int] = None, next_token: Optional[str] = None
-    ) -> Record:
+    ) -> ThingsPage:
         """A page of a group's things in name order (``{"things": [...], "nextToken": ...}``)."""
         request = {"op": "listThingsInThingGroup", "thingGroupName": _args.text(group, "group")}
-        page: Record = self._native.jobs_operate(
+        page: ThingsPage = self._native.jobs_operate(
             _args.page(request, max_results, next_token), False
         )
         return page
@@ -425,7 +430,7 @@ class Client:
             retry,
             maintenance_windows,
         )
-        answer: Record = self._native.jobs_operate(request, False)
+        answer: JobTemplate = self._native.jobs_operate(request, False)
         return str(answer["jobTemplateArn"])
 
     def describe_job_template(self, template_id: str) -> JobTemplate:
@@ -436,10 +441,10 @@ class Client:
 
     def list_job_templates(
         self, *, max_results: Optional[int] = None, next_token: Optional[str] = None
-    ) -> Record:
+    ) -> TemplatesPage:
         """A page of job templates in id order (``{"jobTemplates": [...], "nextToken": ...}``)."""
         request = _args.page({"op": "listJobTemplates"}, max_results, next_token)
-        page: Record = self._native.jobs_operate(request, False)
+        page: TemplatesPage = self._native.jobs_operate(request, False)
         return page
 
     def delete_job_template(self, template_id: str) -> None:

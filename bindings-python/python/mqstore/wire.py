@@ -36,6 +36,7 @@ __all__ = [
     "ExecutionCancel",
     "ExecutionListing",
     "ExecutionState",
+    "ExecutionsPage",
     "ExponentialRate",
     "FailureType",
     "GroupListing",
@@ -50,6 +51,7 @@ __all__ = [
     "JobSummary",
     "JobTemplate",
     "JobUpdate",
+    "JobsPage",
     "MaintenanceWindow",
     "Membership",
     "Notify",
@@ -87,9 +89,12 @@ __all__ = [
     "SchedulingConfig",
     "TargetSelection",
     "TemplateListing",
+    "TemplatesPage",
     "ThingGroupDescription",
     "ThingGroupMetadata",
     "ThingGroupProperties",
+    "ThingGroupsPage",
+    "ThingsPage",
     "TimeoutConfig",
     "UpdateAccepted",
 ]
@@ -477,6 +482,18 @@ class ExecutionState(_ExecutionStateRequired, total=False):
     """The device's own key/value details of its status (AWS's `statusDetails`)."""
 
 
+class _ExecutionsPageRequired(TypedDict):
+    executions: list[ExecutionListing]
+    """This page's entries."""
+
+
+class ExecutionsPage(_ExecutionsPageRequired, total=False):
+    """A page of executions (each thing's latest of each job): what `listJobExecutions` answers."""
+
+    nextToken: str
+    """The token of the next page; absent on the last (AWS's `nextToken`)."""
+
+
 class ExponentialRate(TypedDict):
     """A rate that starts at `baseRatePerMinute` and is multiplied by `incrementFactor` each time
     the criteria's count of things is reached (never above `maximumPerMinute`).
@@ -667,6 +684,18 @@ class JobSummary(_JobSummaryRequired, total=False):
 
     startedAt: int
     """When the execution started, in seconds since the epoch (AWS's `startedAt`)."""
+
+
+class _JobsPageRequired(TypedDict):
+    jobs: list[JobListing]
+    """This page's entries."""
+
+
+class JobsPage(_JobsPageRequired, total=False):
+    """A page of jobs: what `listJobs` answers."""
+
+    nextToken: str
+    """The token of the next page; absent on the last (AWS's `nextToken`)."""
 
 
 class MaintenanceWindow(TypedDict):
@@ -1087,6 +1116,18 @@ class TemplateListing(_TemplateListingRequired, total=False):
     """What it is for, for people (AWS's `description`)."""
 
 
+class _TemplatesPageRequired(TypedDict):
+    jobTemplates: list[TemplateListing]
+    """This page's entries."""
+
+
+class TemplatesPage(_TemplatesPageRequired, total=False):
+    """A page of job templates: what `listJobTemplates` answers."""
+
+    nextToken: str
+    """The token of the next page; absent on the last (AWS's `nextToken`)."""
+
+
 class ThingGroupDescription(TypedDict):
     """A thing group as `describeThingGroup` answers (AWS's fields)."""
 
@@ -1114,6 +1155,30 @@ class ThingGroupProperties(TypedDict, total=False):
 
     thingGroupDescription: str
     """What the group is for (AWS's `thingGroupDescription`)."""
+
+
+class _ThingGroupsPageRequired(TypedDict):
+    thingGroups: list[GroupListing]
+    """This page's entries."""
+
+
+class ThingGroupsPage(_ThingGroupsPageRequired, total=False):
+    """A page of thing groups: what `listThingGroups` answers."""
+
+    nextToken: str
+    """The token of the next page; absent on the last (AWS's `nextToken`)."""
+
+
+class _ThingsPageRequired(TypedDict):
+    things: list[str]
+    """This page's entries."""
+
+
+class ThingsPage(_ThingsPageRequired, total=False):
+    """A page of a group's things (their names): what `listThingsInThingGroup` answers."""
+
+    nextToken: str
+    """The token of the next page; absent on the last (AWS's `nextToken`)."""
 
 
 class TimeoutConfig(TypedDict, total=False):

@@ -48,12 +48,13 @@ pub use store::{
 pub use topics::OPERATOR as OPERATOR_TOPIC;
 pub use wire::{
     AbortAction, AbortConfig, AbortCriteria, DeviceBody, EndBehavior, ExecutionCancel,
-    ExecutionListing, ExecutionState, ExponentialRate, FailureType, GroupListing, JobConfig,
-    JobCreated, JobDescription, JobExecution, JobListing, JobProcessDetails, JobSpec, JobStatus,
-    JobSummary, JobTemplate, JobUpdate, MaintenanceWindow, Membership, OPERATOR_CALLS,
-    OperatorRequest, PageRequest, PendingJobs, RateIncreaseCriteria, RetryConfig, RetryCriteria,
-    RolloutConfig, RolloutProgress, SchedulingConfig, Status, TargetSelection, TemplateListing,
-    ThingGroupDescription, ThingGroupMetadata, ThingGroupProperties, TimeoutConfig, UpdateAccepted,
+    ExecutionListing, ExecutionState, ExecutionsPage, ExponentialRate, FailureType, GroupListing,
+    JobConfig, JobCreated, JobDescription, JobExecution, JobListing, JobProcessDetails, JobSpec,
+    JobStatus, JobSummary, JobTemplate, JobUpdate, JobsPage, MaintenanceWindow, Membership,
+    OPERATOR_CALLS, OperatorRequest, PageRequest, PendingJobs, RateIncreaseCriteria, RetryConfig,
+    RetryCriteria, RolloutConfig, RolloutProgress, SchedulingConfig, Status, TargetSelection,
+    TemplateListing, TemplatesPage, ThingGroupDescription, ThingGroupMetadata,
+    ThingGroupProperties, ThingGroupsPage, ThingsPage, TimeoutConfig, UpdateAccepted,
     check_operator_call,
 };
 use wire::{Accepted, ExecutionAccepted, Notify, NotifyJobs, NotifyNext, Rejected, Reply};

@@ -7,8 +7,9 @@ use super::model::{Execution, Job};
 use super::rollout;
 use super::wire::Status;
 use super::wire::{
-    ExecutionListing, JobCreated, JobDescription, JobListing, JobProcessDetails, JobTemplate,
-    OperatorAnswer, OperatorError, OperatorOk, OperatorRequest, PageRequest, RolloutProgress,
+    ExecutionListing, ExecutionsPage, JobCreated, JobDescription, JobListing, JobProcessDetails,
+    JobTemplate, JobsPage, OperatorAnswer, OperatorError, OperatorOk, OperatorRequest, PageRequest,
+    RolloutProgress, TemplatesPage, ThingGroupsPage, ThingsPage,
 };
 use super::{Jobs, JobsError, JobsStore, StoreError, schedule};
 use crate::envelope::Publish;
@@ -182,7 +183,7 @@ impl<S: JobsStore> Jobs<S> {
                         completed_at: job.completed_at.map(|at| at / 1000),
                     });
                 }
-                Ok(OperatorOk::Jobs { jobs, next_token })
+                Ok(OperatorOk::Jobs(JobsPage { jobs, next_token }))
             }
             OperatorRequest::CreateThingGroup {
                 thing_group_name,
@@ -202,10 +203,10 @@ impl<S: JobsStore> Jobs<S> {
             OperatorRequest::ListThingGroups { page } => {
                 let limit = page_size(&page)?;
                 let (thing_groups, next_token) = self.list_groups(&page, limit).map_err(stored)?;
-                Ok(OperatorOk::Groups {
+                Ok(OperatorOk::Groups(ThingGroupsPage {
                     thing_groups,
                     next_token,
-                })
+                }))
             }
             OperatorRequest::AddThingToThingGroup(membership) => {
                 done(self.add_to_group(&membership, now_ms, out))
@@ -221,7 +222,7 @@ impl<S: JobsStore> Jobs<S> {
                 let (things, next_token) = self
                     .group_things(&thing_group_name, &page, limit)
                     .map_err(error)?;
-                Ok(OperatorOk::Things { things, next_token })
+                Ok(OperatorOk::Things(ThingsPage { things, next_token }))
             }
             OperatorRequest::CreateJobTemplate(template) => {
                 let (arn, id) = self.create_template(*template, now_ms).map_err(error)?;
@@ -239,10 +240,10 @@ impl<S: JobsStore> Jobs<S> {
                 let limit = page_size(&page)?;
                 let (job_templates, next_token) =
                     self.list_templates(&page, limit).map_err(error)?;
-                Ok(OperatorOk::Templates {
+                Ok(OperatorOk::Templates(TemplatesPage {
                     job_templates,
                     next_token,
-                })
+                }))
             }
             OperatorRequest::DeleteJobTemplate { job_template_id } => {
                 done(self.delete_template(&job_template_id))
@@ -257,10 +258,10 @@ impl<S: JobsStore> Jobs<S> {
                 let (executions, next_token) = self
                     .list_executions(thing, job_id, status, page.next_token, limit)
                     .map_err(stored)?;
-                Ok(OperatorOk::Executions {
+                Ok(OperatorOk::Executions(ExecutionsPage {
                     executions,
                     next_token,
-                })
+                }))
             }
         }
     }

@@ -935,55 +935,80 @@ pub enum OperatorOk {
         /// The execution, or None when there is none (AWS's `execution`).
         execution: JobExecution,
     },
-    #[serde(rename_all = "camelCase")]
     /// A page of jobs (`listJobs`).
-    Jobs {
-        /// This page's jobs.
-        jobs: Vec<JobListing>,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        /// The token of the next page; None on the last (AWS's `nextToken`).
-        next_token: Option<String>,
-    },
-    #[serde(rename_all = "camelCase")]
-    /// A page of executions (`listJobExecutions...`).
-    Executions {
-        /// This page's executions.
-        executions: Vec<ExecutionListing>,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        /// The token of the next page; None on the last (AWS's `nextToken`).
-        next_token: Option<String>,
-    },
+    Jobs(JobsPage),
+    /// A page of executions (`listJobExecutions`).
+    Executions(ExecutionsPage),
     /// A thing group (`describeThingGroup`).
     Group(Box<ThingGroupDescription>),
-    #[serde(rename_all = "camelCase")]
     /// A page of groups (`listThingGroups`).
-    Groups {
-        /// This page's groups.
-        thing_groups: Vec<GroupListing>,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        /// The token of the next page; None on the last (AWS's `nextToken`).
-        next_token: Option<String>,
-    },
-    #[serde(rename_all = "camelCase")]
+    Groups(ThingGroupsPage),
     /// A page of a group's things (`listThingsInThingGroup`).
-    Things {
-        /// This page's things.
-        things: Vec<String>,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        /// The token of the next page; None on the last (AWS's `nextToken`).
-        next_token: Option<String>,
-    },
+    Things(ThingsPage),
     /// A job template (`describeJobTemplate`).
     Template(Box<JobTemplate>),
-    #[serde(rename_all = "camelCase")]
     /// A page of templates (`listJobTemplates`).
-    Templates {
-        /// This page's templates.
-        job_templates: Vec<TemplateListing>,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        /// The token of the next page; None on the last (AWS's `nextToken`).
-        next_token: Option<String>,
-    },
+    Templates(TemplatesPage),
+}
+
+/// A page of jobs: what `listJobs` answers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct JobsPage {
+    /// This page's entries.
+    pub jobs: Vec<JobListing>,
+    /// The token of the next page; absent on the last (AWS's `nextToken`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_token: Option<String>,
+}
+
+/// A page of executions (each thing's latest of each job): what `listJobExecutions` answers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct ExecutionsPage {
+    /// This page's entries.
+    pub executions: Vec<ExecutionListing>,
+    /// The token of the next page; absent on the last (AWS's `nextToken`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_token: Option<String>,
+}
+
+/// A page of thing groups: what `listThingGroups` answers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct ThingGroupsPage {
+    /// This page's entries.
+    pub thing_groups: Vec<GroupListing>,
+    /// The token of the next page; absent on the last (AWS's `nextToken`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_token: Option<String>,
+}
+
+/// A page of a group's things (their names): what `listThingsInThingGroup` answers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct ThingsPage {
+    /// This page's entries.
+    pub things: Vec<String>,
+    /// The token of the next page; absent on the last (AWS's `nextToken`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_token: Option<String>,
+}
+
+/// A page of job templates: what `listJobTemplates` answers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct TemplatesPage {
+    /// This page's entries.
+    pub job_templates: Vec<TemplateListing>,
+    /// The token of the next page; absent on the last (AWS's `nextToken`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_token: Option<String>,
 }
 
 /// What `createJob` answers.
