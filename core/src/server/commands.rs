@@ -124,6 +124,11 @@ impl Declined {
     }
 }
 
+/// What a caller is told when its command went out while it was recorded, and the record
+/// then failed or was refused: the outcome is unknown, as a one-way command cut at its PUBACK.
+const SENT_WHILE_RECORDED: &str =
+    "; the command was sent while it was recorded: the device may act on it";
+
 /// Who waits for an answer.
 #[derive(Debug)]
 enum Caller {
@@ -486,13 +491,17 @@ impl Service {
                 },
                 A::Registered(Err(e)),
             ) => {
-                if publish.is_none() {
-                    let lost = self.not_recorded(&record.id);
-                    self.seen.push_back(Seen::Failed(format!(
-                        "the command registry refused the record ({e}); lost: {lost}"
-                    )));
+                if publish.is_some() {
+                    return self.refuse(caller, Declined::Command(e));
                 }
-                self.refuse(caller, Declined::Command(e))
+                let lost = self.not_recorded(&record.id);
+                self.seen.push_back(Seen::Failed(format!(
+                    "the command registry refused the record ({e}); lost: {lost}"
+                )));
+                // The caller hears the refusal, and that the command is out all the same.
+                let mut refusal = Refusal::of_command(&e);
+                refusal.message.push_str(SENT_WHILE_RECORDED);
+                self.refuse(caller, Declined::Refused(refusal))
             }
             (Then::Answered { update, direct, id }, A::Matched(matched)) => {
                 self.settle(&update, direct, &id, matched, now_ms)
@@ -605,9 +614,7 @@ impl Service {
                 publish: None,
                 ..
             } => {
-                why.push_str(
-                    "; the command was sent while it was recorded: the device may act on it",
-                );
+                why.push_str(SENT_WHILE_RECORDED);
                 self.not_recorded(&record.id)
             }
             _ => "a caller's request".into(),
@@ -1272,6 +1279,9 @@ mod tests {
         let (out, seen) = drain(&mut service);
         assert_eq!(out.len(), 1, "only the answer to the caller: {out:?}");
         assert_eq!(out[0].to, To::Requester(Some("caller".into())));
+        assert_eq!(reply_status(&out[0]).0, Some("400"));
+        let message = out[0].publish.properties.user_property("__stMsg").unwrap();
+        assert!(message.contains("the device may act on it"), "{message}");
         let [Seen::Failed(lost), Seen::Refused(_)] = &seen[..] else {
             panic!("{seen:?}")
         };
