@@ -219,6 +219,7 @@ export declare class Lease {
 export interface JobShorthands {
     inProgressTimeoutMinutes?: number;
     maxRetries?: number;
+    maxPerMinute?: number;
 }
 export type JobLifecycle = JobStatus;
 export type ThingGroup = ThingGroupDescription;

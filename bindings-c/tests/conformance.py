@@ -22,10 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "testdata" / "sessi
 from traces import (
     KINDS,
     T0,
-    device_call,
     matches,
     named,
-    operator_call,
     traces,
     with_json,
 )
@@ -284,18 +282,17 @@ class Run:
         if verb == "jobsOperate":
             self.check(
                 lib.mqstore_core_jobs_operate(
-                    core, json.dumps(operator_call(arg)).encode(), now, out
+                    core, json.dumps(arg).encode(), now, out
                 )
             )
             return {"call": call.value}
         if verb == "jobsDevice":
-            api, body = device_call(arg)
             self.check(
                 lib.mqstore_core_jobs_device(
                     core,
                     arg["thing"].encode(),
-                    api.encode(),
-                    json.dumps(body).encode(),
+                    arg["api"].encode(),
+                    json.dumps(arg.get("payload", {})).encode(),
                     now,
                     out,
                 )

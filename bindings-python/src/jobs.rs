@@ -30,6 +30,17 @@ fn status(text: Option<&str>) -> PyResult<Option<Status>> {
     .transpose()
 }
 
+/// The operator call `op` with `args` (JSON text: AWS's request fields and the shorthands
+/// every client shares, `mqstore_core::jobs::operator_call`) as the request's JSON text.
+#[pyfunction]
+pub(crate) fn operator_call(op: &str, args: &str) -> PyResult<String> {
+    let args = serde_json::from_str(args)
+        .map_err(|e| PyValueError::new_err(format!("the arguments are not JSON: {e}")))?;
+    mqstore_core::jobs::operator_call(op, args)
+        .map(|request| request.to_string())
+        .map_err(PyValueError::new_err)
+}
+
 #[pymethods]
 impl Client {
     /// Any operator call: `request` is its JSON text (`{"op": ..., ...}` with AWS's

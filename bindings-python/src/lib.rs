@@ -34,6 +34,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<types::Versioned>()?;
     module.add_class::<types::DeleteResult>()?;
     module.add_class::<types::Change>()?;
+    module.add_function(wrap_pyfunction!(jobs::operator_call, module)?)?;
     module.add_function(wrap_pyfunction!(errors::error_examples, module)?)?;
     module.add_function(wrap_pyfunction!(errors::error_kinds, module)?)?;
     module.add_function(wrap_pyfunction!(runtime::_panicking_call, module)?)?;

@@ -17,10 +17,8 @@ sys.path.insert(0, str(REPO / "testdata" / "session"))
 from traces import (  # type: ignore[import-not-found]
     KINDS,
     T0,
-    device_call,
     matches,
     named,
-    operator_call,
     traces,
     with_json,
 )
@@ -168,10 +166,10 @@ class Run:
         if verb == "releaseLease":
             return {"call": core.release_lease(self.calls[arg], now_ms=now)}
         if verb == "jobsOperate":
-            return {"call": core.jobs_operate(operator_call(arg), now_ms=now)}
+            return {"call": core.jobs_operate(arg, now_ms=now)}
         if verb == "jobsDevice":
-            api, body = device_call(arg)
-            return {"call": core.jobs_device(arg["thing"], api, body, now_ms=now)}
+            call = core.jobs_device(arg["thing"], arg["api"], arg.get("payload"), now_ms=now)
+            return {"call": call}
         if verb == "command":
             call = core.command(
                 arg["topic"],

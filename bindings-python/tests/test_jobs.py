@@ -153,6 +153,23 @@ def test_a_rollout_its_abort_and_the_job_s_lifecycle(client: mqstore.Client, key
     assert gone.value.jobs_code == "ResourceNotFound"
 
 
+def test_shorthands_and_aws_fields_make_one_request(client: mqstore.Client, key: str) -> None:
+    job = f"py-short-{key.rsplit('_', 1)[-1]}"
+    client.jobs_operate(
+        {"op": "createJob", "jobId": job, "targets": ["t"], "document": {}, "maxRetries": 2}
+    )
+    described = client.describe_job(job)
+    assert described.get("jobExecutionsRetryConfig") == {
+        "criteriaList": [{"failureType": "ALL", "numberOfRetries": 2}]
+    }
+    client.update_job(job, in_progress_timeout_minutes=3, max_per_minute=9)
+    described = client.describe_job(job)
+    assert described.get("timeoutConfig") == {"inProgressTimeoutInMinutes": 3}
+    assert described.get("jobExecutionsRolloutConfig") == {"maximumPerMinute": 9}
+    client.cancel_job(job)
+    client.delete_job(job)
+
+
 def test_bad_rollout_settings_change_nothing(client: mqstore.Client) -> None:
     with pytest.raises(errors.JobsError) as bad:
         client.create_job("py-bad-rate", ["t"], {}, max_per_minute=5000)
@@ -166,6 +183,10 @@ def test_bad_rollout_settings_change_nothing(client: mqstore.Client) -> None:
         client.create_job("j", ["t"], {}, max_per_minute=1, rollout={"maximumPerMinute": 1})
     with pytest.raises(ValueError, match='needs "op"'):
         client.jobs_operate({"jobId": "x"})
+    with pytest.raises(ValueError, match="give jobExecutionsRetryConfig or retry, not both"):
+        client.jobs_operate({"op": "createJob", "retry": [], "jobExecutionsRetryConfig": {}})
+    with pytest.raises(ValueError, match="targets must be a list"):
+        client.jobs_operate({"op": "createJob", "jobId": "j", "targets": "t", "document": {}})
     with pytest.raises(errors.JobsError) as gone:
         client.describe_job("py-bad-rate")
     assert gone.value.jobs_code == "ResourceNotFound"

@@ -702,7 +702,7 @@ export class Client {
     thing: string,
     options: { force?: boolean; expectedVersion?: number; statusDetails?: Record<string, string> } = {},
   ): Promise<void> {
-    await this.#operate("cancelJobExecution", { ...options, jobId, thingName: thing, force: options.force ?? false });
+    await this.#operate("cancelJobExecution", { ...options, jobId, thing, force: options.force ?? false });
   }
 
   /** Deletes the execution of `jobId` on `thing` (`force` for an IN_PROGRESS one). */
@@ -741,8 +741,9 @@ export class Client {
 
   /**
    * Any operator call with AWS's request fields (`jobsOperate("updateJob", { jobId, ... })`;
-   * docs/protocol/jobs.md): its answer (for describe calls and unpaged lists, the record or
-   * the list alone).
+   * docs/protocol/jobs.md), or the shorthands every client shares (`thing`, `group`,
+   * `inProgressTimeoutMinutes`, `maxRetries`, `maxPerMinute`, ...: "Shorthands" there): its
+   * answer (for describe calls and unpaged lists, the record or the list alone).
    */
   async jobsOperate(op: string, args: object = {}): Promise<any> {
     return await this.#operate(op, args);
@@ -752,18 +753,17 @@ export class Client {
 
   /** Makes a static thing group; jobs target it as `thinggroup/NAME`. */
   async createThingGroup(name: string, options: { description?: string } = {}): Promise<ThingGroupDescription> {
-    const properties = options.description === undefined ? undefined : { thingGroupDescription: options.description };
-    return await this.#operate("createThingGroup", { thingGroupName: name, thingGroupProperties: properties });
+    return await this.#operate("createThingGroup", { group: name, description: options.description });
   }
 
   /** Removes a thing group and its membership (jobs keep the things they have). */
   async deleteThingGroup(name: string): Promise<void> {
-    await this.#operate("deleteThingGroup", { thingGroupName: name });
+    await this.#operate("deleteThingGroup", { group: name });
   }
 
   /** A thing group. */
   async describeThingGroup(name: string): Promise<ThingGroupDescription> {
-    return await this.#operate("describeThingGroup", { thingGroupName: name });
+    return await this.#operate("describeThingGroup", { group: name });
   }
 
   /** A page of thing groups in name order. */
@@ -775,12 +775,12 @@ export class Client {
 
   /** Adds `thing` to a group: CONTINUOUS jobs on the group reach it (at their rate). */
   async addThingToThingGroup(group: string, thing: string): Promise<void> {
-    await this.#operate("addThingToThingGroup", { thingGroupName: group, thingName: thing });
+    await this.#operate("addThingToThingGroup", { group, thing });
   }
 
   /** Removes `thing` from a group: its QUEUED executions of CONTINUOUS jobs on it become REMOVED. */
   async removeThingFromThingGroup(group: string, thing: string): Promise<void> {
-    await this.#operate("removeThingFromThingGroup", { thingGroupName: group, thingName: thing });
+    await this.#operate("removeThingFromThingGroup", { group, thing });
   }
 
   /** A page of a group's things in name order. */
@@ -788,7 +788,7 @@ export class Client {
     group: string,
     page: { maxResults?: number; nextToken?: string } = {},
   ): Promise<ThingsPage> {
-    return await this.#operate("listThingsInThingGroup", { thingGroupName: group, ...page });
+    return await this.#operate("listThingsInThingGroup", { group, ...page });
   }
 
   /** Stores a job template (`createJob` with `jobTemplateArn` starts from it); resolves to its ARN. */
@@ -1016,6 +1016,8 @@ export interface JobShorthands {
   inProgressTimeoutMinutes?: number;
   /** Executions that end FAILED or TIMED_OUT are queued again this many times (0–10). */
   maxRetries?: number;
+  /** Queue at most this many executions a minute: `jobExecutionsRolloutConfig` in short. */
+  maxPerMinute?: number;
 }
 
 /**

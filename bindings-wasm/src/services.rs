@@ -8,9 +8,7 @@ use js_sys::{Array, Object};
 use mqstore_core::client::commands::CommandReply;
 use mqstore_core::client::jobs::{DeviceRequest, Update};
 use mqstore_core::commands::{CommandRequest, Mode, Record};
-use mqstore_core::jobs::{
-    ExecutionRef, JobSpec, OperatorRequest, PageRequest, Status, check_operator_call,
-};
+use mqstore_core::jobs::{ExecutionRef, Status, operator_call};
 use serde_json::Value;
 use wasm_bindgen::prelude::*;
 
@@ -75,109 +73,12 @@ fn details(args: &JsValue) -> Result<BTreeMap<String, String>, JsValue> {
     }
 }
 
-/// An operator call as the wire's JSON: `op` is the Rust client's method name in camelCase,
-/// `args` its arguments as an object. The calls the client has always had are checked here;
-/// AWS's other fields and calls (`updateJob`, `deleteJob`, `cancelJobExecution`, a rollout's
-/// and an abort's settings) go as they are, and the service checks them (this keeps the
-/// typed requests' parsers out of the `.wasm`).
+/// An operator call as the wire's JSON: `op` is the call's name (`createJob`), `args` AWS's
+/// request fields and the shorthands all bindings share (`thing`, `inProgressTimeoutMinutes`,
+/// `maxRetries`, ...: `mqstore_core::jobs::operator_call`). The service checks the rest,
+/// which keeps the typed requests' parsers out of the `.wasm`.
 pub(crate) fn operator_request(op: &str, args: &JsValue) -> Result<Value, JsValue> {
-    let force = flag(args, "force");
-    let typed = |request: OperatorRequest| serde_json::to_value(request).unwrap_or_default();
-    let mut request = match op {
-        "createJob" => {
-            let document = json_of(&get(args, "document"), "document")?;
-            let from_template = !get(args, "jobTemplateArn").is_undefined();
-            if !(document.is_object() || document.is_null() && from_template) {
-                return Err(invalid(
-                    "document must be an object (the job document), or absent with jobTemplateArn",
-                ));
-            }
-            let targets = json_of(&get(args, "targets"), "targets")?;
-            let targets: Vec<String> = serde_json::from_value(targets)
-                .map_err(|_| invalid("targets must be an array of thing names"))?;
-            let spec = JobSpec::new(text(args, "jobId")?, targets, document)
-                .in_progress_timeout(
-                    optional_u64(
-                        &get(args, "inProgressTimeoutMinutes"),
-                        "inProgressTimeoutMinutes",
-                    )?
-                    .map(|m| m.min(u64::from(u32::MAX)) as u32),
-                )
-                .retries(
-                    optional_u64(&get(args, "maxRetries"), "maxRetries")?
-                        .unwrap_or(0)
-                        .min(u64::from(u32::MAX)) as u32,
-                );
-            let mut request = typed(OperatorRequest::CreateJob(Box::new(spec)));
-            for name in [
-                "description",
-                "jobExecutionsRolloutConfig",
-                "abortConfig",
-                "jobExecutionsRetryConfig",
-                "targetSelection",
-                "schedulingConfig",
-                "jobTemplateArn",
-                "documentParameters",
-            ] {
-                let value = json_of(&get(args, name), name)?;
-                if !value.is_null() {
-                    request[name] = value;
-                }
-            }
-            request
-        }
-        "cancelJob" => typed(OperatorRequest::CancelJob {
-            job_id: text(args, "jobId")?,
-            force,
-            reason_code: optional_text(args, "reasonCode")?,
-            comment: optional_text(args, "comment")?,
-        }),
-        "deleteJobExecution" => typed(OperatorRequest::DeleteExecution {
-            job_id: text(args, "jobId")?,
-            thing: text(args, "thing")?,
-            force,
-        }),
-        "describeJob" => typed(OperatorRequest::DescribeJob {
-            job_id: text(args, "jobId")?,
-        }),
-        "describeJobExecution" => typed(OperatorRequest::DescribeExecution {
-            job_id: text(args, "jobId")?,
-            thing: text(args, "thing")?,
-        }),
-        "listJobs" => {
-            let mut request = typed(OperatorRequest::ListJobs {
-                status: None,
-                page: page(args)?,
-            });
-            if let Some(status) = optional_text(args, "status")? {
-                request["status"] = Value::String(status);
-            }
-            request
-        }
-        "listJobExecutions" => typed(OperatorRequest::ListExecutions {
-            thing: optional_text(args, "thing")?,
-            job_id: optional_text(args, "jobId")?,
-            status: status(args)?,
-            page: page(args)?,
-        }),
-        _ => match json_of(args, "args")? {
-            Value::Null => Value::Object(Default::default()),
-            value @ Value::Object(_) => value,
-            _ => return Err(invalid("args must be an object")),
-        },
-    };
-    request["op"] = Value::String(op.to_owned());
-    check_operator_call(&request).map_err(invalid)?;
-    Ok(request)
-}
-
-/// `maxResults` and `nextToken`.
-fn page(args: &JsValue) -> Result<PageRequest, JsValue> {
-    Ok(PageRequest {
-        max_results: optional_u64(&get(args, "maxResults"), "maxResults")?
-            .map(|n| n.min(u64::from(u32::MAX)) as u32),
-        next_token: optional_text(args, "nextToken")?,
-    })
+    operator_call(op, json_of(args, "args")?).map_err(invalid)
 }
 
 /// A device API call as one thing: `api` is `getPending`, `startNext`, `describe` or `update`.

@@ -185,8 +185,8 @@ class Run {
         return { call: core.jobsOperate(op, args, now) };
       }
       case "jobsDevice": {
-        const { thing, api, ...args } = arg;
-        return { call: core.jobsDevice(thing, api, args, now) };
+        const [api, args] = deviceCall(arg);
+        return { call: core.jobsDevice(arg.thing, api, args, now) };
       }
       case "command": {
         const { topic, payload, ...options } = arg;
@@ -227,6 +227,23 @@ class Run {
         throw new Error(`unknown action ${verb}`);
     }
   }
+}
+
+/**
+ * A trace's device call, as AWS's wire has it (the topic's end after `$aws/things/{thing}/jobs/`
+ * and its payload), as the package's `jobsDevice(thing, api, args)` takes it: the package's
+ * own method-shaped form, which these traces check against the wire.
+ */
+function deviceCall({ api, payload = {} }) {
+  const { statusDetails, executionNumber, status, expectedVersion } = payload;
+  const args = { statusDetails, executionNumber, stepTimeoutMinutes: payload.stepTimeoutInMinutes };
+  if (api === "get") return ["getPending", {}];
+  if (api === "start-next") return ["startNext", args];
+  const [jobId, verb] = api.split("/");
+  const includeDocument = payload.includeJobDocument;
+  if (verb === "get") return ["describe", { ...args, includeDocument, ...(jobId === "$next" ? {} : { jobId }) }];
+  const includeState = payload.includeJobExecutionState;
+  return ["update", { ...args, jobId, status, expectedVersion, includeState, includeDocument }];
 }
 
 function runTrace(file, trace) {

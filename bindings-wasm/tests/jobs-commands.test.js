@@ -70,6 +70,24 @@ test("a rollout's settings, an abort, one execution canceled, pages and the job'
     client.jobsOperate("updateJob", { jobId: "js-roll", abortConfig: { criteriaList: [{ failureType: "SOMETIMES" }] } }),
     (e) => e instanceof JobsError && e.jobsCode === "InvalidRequest" && /SOMETIMES/.test(e.message),
   );
+  // The shorthands every client shares, written out as AWS's fields by the core.
+  await client.createJob({ jobId: "js-short", targets: [things[0]], document: {}, maxPerMinute: 7, inProgressTimeoutMinutes: 3, maxRetries: 2 });
+  const short = await client.describeJob("js-short");
+  assert.deepEqual(short.jobExecutionsRolloutConfig, { maximumPerMinute: 7 });
+  assert.deepEqual(short.timeoutConfig, { inProgressTimeoutInMinutes: 3 });
+  assert.deepEqual(short.jobExecutionsRetryConfig, { criteriaList: [{ failureType: "ALL", numberOfRetries: 2 }] });
+  await assert.rejects(
+    client.createJob({ jobId: "js-both", targets: ["t"], document: {}, maxPerMinute: 1, jobExecutionsRolloutConfig: { maximumPerMinute: 2 } }),
+    (e) => e instanceof InvalidArgumentError && /maxPerMinute or jobExecutionsRolloutConfig/.test(e.message),
+  );
+  assert.equal((await client.jobsOperate("describeJobExecution", { jobId: "js-short", thingName: things[0] })).thingName, things[0]);
+  // AWS's own fields reach the service as they are.
+  await client.createJob({ jobId: "js-aws", targets: [things[0]], document: {}, timeoutConfig: { inProgressTimeoutInMinutes: 4 } });
+  assert.deepEqual((await client.describeJob("js-aws")).timeoutConfig, { inProgressTimeoutInMinutes: 4 });
+  await client.cancelJob("js-aws");
+  await client.deleteJob("js-aws");
+  await client.cancelJob("js-short");
+  await client.deleteJob("js-short");
   await client.deleteJob("js-roll");
   await assert.rejects(client.describeJob("js-roll"), (e) => e instanceof JobsError && e.jobsCode === "ResourceNotFound");
 });

@@ -619,6 +619,21 @@ async fn jobs_across_a_sentinel_failover_start_once_and_lose_no_update() {
         ))
         .await
         .unwrap();
+    // `createJob` answers once the job exists; on many nodes another node's rollout may be
+    // queuing the first batch at that moment (docs/protocol/jobs.md), as AWS queues
+    // executions after CreateJob answers. The devices start once all 40 are queued, so that a
+    // start-next answered with no execution is a lost execution, not that race.
+    let deadline = Instant::now() + WAIT;
+    loop {
+        match operator.describe_job("fw").await {
+            Ok(job) if job.executions.get(&Status::Queued) == Some(&40) => break,
+            other => assert!(
+                Instant::now() < deadline,
+                "executions not queued: {other:?}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let fleet = client(broker.port, "fleet").await;
     // Which nodes listen to the device API (their `mqstore_jobs_device_api_listener`), sampled
     // every 50 ms: each change of the set, in turn.

@@ -10,18 +10,18 @@ mod matching;
 
 use matching::matches;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::num::NonZeroU64;
 use std::path::Path;
 
 use bytes::Bytes;
-use mqstore_core::client::jobs::{DeviceRequest, Update};
+use mqstore_core::client::jobs::DeviceRequest;
 use mqstore_core::client::{CallId, CallOptions, ClientConfig, ClientError, Deleted};
 use mqstore_core::codec::{Bulk, Condition, Request, Response, SetRequest};
 use mqstore_core::commands::{CommandRequest, Mode};
 use mqstore_core::envelope::{Properties, Publish};
 use mqstore_core::hlc::Hlc;
-use mqstore_core::jobs::{ExecutionRef, JobSpec, OperatorRequest, Status};
+use mqstore_core::jobs::OperatorRequest;
 use mqstore_core::session::{Completion, Session, SessionEvent};
 use serde_json::{Map, Value, json};
 
@@ -70,17 +70,6 @@ fn bytes_json(bytes: &[u8]) -> Value {
     }
 }
 
-fn status(value: &Value) -> Option<Status> {
-    optional_text(value, "status").map(|s| Status::parse(&s).expect("a jobs status"))
-}
-
-fn details(value: &Value) -> BTreeMap<String, String> {
-    match value.get("statusDetails") {
-        None | Some(Value::Null) => BTreeMap::new(),
-        Some(details) => serde_json::from_value(details.clone()).expect("statusDetails"),
-    }
-}
-
 /// `{op: "SET", key, value, condition?, pxMs?}` and the other requests, as the npm package's
 /// `encodeRequest` takes them.
 fn request(value: &Value) -> Request {
@@ -118,85 +107,16 @@ fn request(value: &Value) -> Request {
     }
 }
 
-/// `{op: "createJob", jobId, …}`: the npm package's `jobsOperate(op, args)`.
+/// `{op: "createJob", jobId, …}`: the operator API's JSON, as the service reads it.
 fn operator_request(value: &Value) -> OperatorRequest {
-    let force = flag(value, "force");
-    match text(value, "op").as_str() {
-        "createJob" => OperatorRequest::CreateJob(
-            JobSpec::new(
-                text(value, "jobId"),
-                serde_json::from_value(value["targets"].clone()).expect("targets"),
-                value["document"].clone(),
-            )
-            .in_progress_timeout(optional_u64(value, "inProgressTimeoutMinutes").map(|m| m as u32))
-            .retries(optional_u64(value, "maxRetries").unwrap_or(0) as u32)
-            .into(),
-        ),
-        "cancelJob" => OperatorRequest::CancelJob {
-            job_id: text(value, "jobId"),
-            force,
-            reason_code: None,
-            comment: None,
-        },
-        "deleteJobExecution" => OperatorRequest::DeleteExecution {
-            job_id: text(value, "jobId"),
-            thing: text(value, "thing"),
-            force,
-        },
-        "describeJob" => OperatorRequest::DescribeJob {
-            job_id: text(value, "jobId"),
-        },
-        "describeJobExecution" => OperatorRequest::DescribeExecution {
-            job_id: text(value, "jobId"),
-            thing: text(value, "thing"),
-        },
-        "listJobs" => OperatorRequest::ListJobs {
-            status: None,
-            page: Default::default(),
-        },
-        "listJobExecutions" => OperatorRequest::ListExecutions {
-            thing: optional_text(value, "thing"),
-            job_id: optional_text(value, "jobId"),
-            status: status(value),
-            page: Default::default(),
-        },
-        other => panic!("unknown operator call {other:?}"),
-    }
+    serde_json::from_value(value.clone()).expect("an operator request")
 }
 
-/// `{thing, api: "startNext", …}`: the npm package's `jobsDevice(thing, api, args)`.
+/// `{thing, api: "start-next", payload}`: the device API's topic end and payload.
 fn device_request(value: &Value) -> DeviceRequest {
-    let minutes = optional_u64(value, "stepTimeoutMinutes");
-    let number = optional_u64(value, "executionNumber");
-    match text(value, "api").as_str() {
-        "getPending" => DeviceRequest::GetPending,
-        "startNext" => DeviceRequest::StartNext {
-            status_details: details(value),
-            step_timeout_minutes: minutes,
-        },
-        "describe" => DeviceRequest::Describe {
-            execution: match optional_text(value, "jobId") {
-                Some(job_id) => ExecutionRef::Job(job_id),
-                None => ExecutionRef::Next,
-            },
-            execution_number: number,
-            include_document: value
-                .get("includeDocument")
-                .and_then(Value::as_bool)
-                .unwrap_or(true),
-        },
-        "update" => DeviceRequest::Update(Update {
-            job_id: text(value, "jobId"),
-            status: status(value),
-            status_details: details(value),
-            expected_version: optional_u64(value, "expectedVersion"),
-            execution_number: number,
-            step_timeout_minutes: minutes,
-            include_state: flag(value, "includeState"),
-            include_document: flag(value, "includeDocument"),
-        }),
-        other => panic!("unknown device call {other:?}"),
-    }
+    let payload = value.get("payload").cloned().unwrap_or_else(|| json!({}));
+    let body = serde_json::from_value(payload).expect("a device request's payload");
+    DeviceRequest::from_wire(&text(value, "api"), body).expect("a device request")
 }
 
 /// `{topic, payload, profile?, timeoutMs?, mode?, contentType?, headers?}`.

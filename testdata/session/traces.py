@@ -1,7 +1,7 @@
 """What the Python-hosted runners of the session traces share (bindings-c/tests/conformance.py
 drives the C library with ctypes, bindings-python/tests/test_conformance.py the Python
-package): where the traces are, the matching rule every runner uses, and the trace's jobs
-arguments as the wire takes them (the C and Python APIs take AWS's JSON).
+package): where the traces are and the matching rule every runner uses. The traces' jobs
+calls are the wire's JSON already, as the C and Python APIs take it.
 """
 
 import json
@@ -36,57 +36,6 @@ def matches(expected, actual):
             and all(matches(e, a) for e, a in zip(expected, actual))
         )
     return expected == actual and type(expected) is type(actual)
-
-
-def device_call(arg):
-    """The trace's device call as AWS's wire: the topic's end and its JSON payload."""
-    api = arg["api"]
-    body = {}
-    if arg.get("statusDetails"):
-        body["statusDetails"] = arg["statusDetails"]
-    if "stepTimeoutMinutes" in arg:
-        body["stepTimeoutInMinutes"] = arg["stepTimeoutMinutes"]
-    if "executionNumber" in arg:
-        body["executionNumber"] = arg["executionNumber"]
-    if api == "getPending":
-        return "get", {}
-    if api == "startNext":
-        return "start-next", body
-    if api == "describe":
-        body["includeJobDocument"] = arg.get("includeDocument", True)
-        return f"{arg.get('jobId', '$next')}/get", body
-    if api == "update":
-        for field in ("status", "expectedVersion"):
-            if field in arg:
-                body[field] = arg[field]
-        if arg.get("includeState"):
-            body["includeJobExecutionState"] = True
-        if arg.get("includeDocument"):
-            body["includeJobDocument"] = True
-        return f"{arg['jobId']}/update", body
-    raise ValueError(f"unknown device call {api}")
-
-
-def operator_call(arg):
-    """The trace's operator call as mqstore's operator API takes it (AWS's field names)."""
-    body = {
-        k: v
-        for k, v in arg.items()
-        if k not in ("thing", "inProgressTimeoutMinutes", "maxRetries")
-    }
-    if "thing" in arg:
-        body["thingName"] = arg["thing"]
-    if "inProgressTimeoutMinutes" in arg:
-        body["timeoutConfig"] = {
-            "inProgressTimeoutInMinutes": arg["inProgressTimeoutMinutes"]
-        }
-    if "maxRetries" in arg:
-        body["jobExecutionsRetryConfig"] = {
-            "criteriaList": [
-                {"failureType": "ALL", "numberOfRetries": arg["maxRetries"]}
-            ]
-        }
-    return body
 
 
 def named(bindings, name, value):

@@ -215,17 +215,14 @@ class AsyncClient:
     ) -> None:
         """Changes a job's description, timeout, rate, abort or retry criteria (as in
         :meth:`create_job`; what is not given stays)."""
-        request = _args.job_settings(
+        request = _args.operator_call(
             "updateJob",
-            job_id,
-            description,
-            in_progress_timeout_minutes,
-            max_per_minute,
-            rollout,
-            abort,
-            retry,
+            job_id=_args.text(job_id, "job_id"),
+            **_args.job_settings(
+                description, in_progress_timeout_minutes, max_per_minute, rollout, abort, retry
+            ),
         )
-        await self._native.jobs_operate(_args.operator_request(request), True)
+        await self._native.jobs_operate(request, True)
 
     async def cancel_job(
         self,
@@ -237,19 +234,21 @@ class AsyncClient:
     ) -> None:
         """Cancels a job: its QUEUED executions (``force``: also those in progress);
         ``reason_code`` (``[A-Z0-9_]+``) and ``comment`` are kept with it."""
-        request = _args.drop_none(
-            op="cancelJob",
-            jobId=_args.text(job_id, "job_id"),
+        request = _args.operator_call(
+            "cancelJob",
+            job_id=_args.text(job_id, "job_id"),
             force=bool(force),
-            reasonCode=_args.optional_text(reason_code, "reason_code"),
+            reason_code=_args.optional_text(reason_code, "reason_code"),
             comment=_args.optional_text(comment, "comment"),
         )
-        await self._native.jobs_operate(_args.operator_request(request), True)
+        await self._native.jobs_operate(request, True)
 
     async def delete_job(self, job_id: str, *, force: bool = False) -> None:
         """Deletes a job and its executions: a completed or canceled one, any with ``force``."""
-        request = {"op": "deleteJob", "jobId": _args.text(job_id, "job_id"), "force": bool(force)}
-        await self._native.jobs_operate(_args.operator_request(request), True)
+        request = _args.operator_call(
+            "deleteJob", job_id=_args.text(job_id, "job_id"), force=bool(force)
+        )
+        await self._native.jobs_operate(request, True)
 
     async def cancel_job_execution(
         self,
@@ -262,17 +261,17 @@ class AsyncClient:
     ) -> None:
         """Cancels one thing's execution of a job (``force``: one in progress), only if it is
         at ``expected_version`` when given."""
-        request = _args.drop_none(
-            op="cancelJobExecution",
-            jobId=_args.text(job_id, "job_id"),
-            thingName=_args.text(thing, "thing"),
+        request = _args.operator_call(
+            "cancelJobExecution",
+            job_id=_args.text(job_id, "job_id"),
+            thing=_args.text(thing, "thing"),
             force=bool(force),
-            expectedVersion=_args.count(expected_version, "expected_version", True),
-            statusDetails=None
+            expected_version=_args.count(expected_version, "expected_version", True),
+            status_details=None
             if status_details is None
             else _args.string_map(status_details, "status_details"),
         )
-        await self._native.jobs_operate(_args.operator_request(request), True)
+        await self._native.jobs_operate(request, True)
 
     async def delete_job_execution(self, job_id: str, thing: str, *, force: bool = False) -> None:
         """Deletes one thing's execution of a job."""
@@ -304,10 +303,12 @@ class AsyncClient:
     ) -> JobsPage:
         """A page of jobs in id order (``{"jobs": [...], "nextToken": ...}``; pass the
         token for the next page), narrowed by job status."""
-        request = _args.drop_none(op="listJobs", status=_args.optional_text(status, "status"))
-        page: JobsPage = await self._native.jobs_operate(
-            _args.page(request, max_results, next_token), True
+        request = _args.operator_call(
+            "listJobs",
+            status=_args.optional_text(status, "status"),
+            **_args.page(max_results, next_token),
         )
+        page: JobsPage = await self._native.jobs_operate(request, True)
         return page
 
     async def list_job_executions_page(
@@ -320,15 +321,14 @@ class AsyncClient:
         next_token: Optional[str] = None,
     ) -> ExecutionsPage:
         """A page of latest executions (``{"executions": [...], "nextToken": ...}``)."""
-        request = _args.drop_none(
-            op="listJobExecutions",
-            thingName=_args.optional_text(thing, "thing"),
-            jobId=_args.optional_text(job_id, "job_id"),
+        request = _args.operator_call(
+            "listJobExecutions",
+            thing=_args.optional_text(thing, "thing"),
+            job_id=_args.optional_text(job_id, "job_id"),
             status=_args.optional_text(status, "status"),
+            **_args.page(max_results, next_token),
         )
-        page: ExecutionsPage = await self._native.jobs_operate(
-            _args.page(request, max_results, next_token), True
-        )
+        page: ExecutionsPage = await self._native.jobs_operate(request, True)
         return page
 
     async def jobs_operate(self, request: Mapping[str, Any]) -> Any:
@@ -360,19 +360,23 @@ class AsyncClient:
     ) -> ThingGroupDescription:
         """Makes a static thing group (jobs target it as ``"thinggroup/NAME"``): its
         ``thingGroupName``, ``thingGroupArn`` and ``thingGroupId``."""
-        request = _args.create_group(name, description)
+        request = _args.operator_call(
+            "createThingGroup",
+            group=_args.text(name, "name"),
+            description=_args.optional_text(description, "description"),
+        )
         group: ThingGroupDescription = await self._native.jobs_operate(request, True)
         return group
 
     async def delete_thing_group(self, name: str) -> None:
         """Removes a thing group and its membership (jobs keep the things they have)."""
-        request = _args.named("deleteThingGroup", "thingGroupName", name)
+        request = _args.operator_call("deleteThingGroup", group=_args.text(name, "name"))
         await self._native.jobs_operate(request, True)
 
     async def describe_thing_group(self, name: str) -> ThingGroupDescription:
         """A thing group: ``thingGroupName``, ``thingGroupArn``, ``thingGroupProperties``,
         ``thingGroupMetadata``."""
-        request = _args.named("describeThingGroup", "thingGroupName", name)
+        request = _args.operator_call("describeThingGroup", group=_args.text(name, "name"))
         group: ThingGroupDescription = await self._native.jobs_operate(request, True)
         return group
 
@@ -380,29 +384,35 @@ class AsyncClient:
         self, *, max_results: Optional[int] = None, next_token: Optional[str] = None
     ) -> ThingGroupsPage:
         """A page of thing groups in name order (``{"thingGroups": [...], "nextToken": ...}``)."""
-        request = _args.page({"op": "listThingGroups"}, max_results, next_token)
+        request = _args.operator_call("listThingGroups", **_args.page(max_results, next_token))
         page: ThingGroupsPage = await self._native.jobs_operate(request, True)
         return page
 
     async def add_thing_to_thing_group(self, group: str, thing: str) -> None:
         """Adds ``thing`` to ``group``: continuous jobs on the group reach it (at their rate)."""
-        request = _args.membership("addThingToThingGroup", group, thing)
+        request = _args.operator_call(
+            "addThingToThingGroup", group=_args.text(group, "group"), thing=_args.text(thing, "thing")
+        )
         await self._native.jobs_operate(request, True)
 
     async def remove_thing_from_thing_group(self, group: str, thing: str) -> None:
         """Removes ``thing`` from ``group``: its QUEUED executions of continuous jobs on the
         group become REMOVED."""
-        request = _args.membership("removeThingFromThingGroup", group, thing)
+        request = _args.operator_call(
+            "removeThingFromThingGroup", group=_args.text(group, "group"), thing=_args.text(thing, "thing")
+        )
         await self._native.jobs_operate(request, True)
 
     async def list_things_in_thing_group(
         self, group: str, *, max_results: Optional[int] = None, next_token: Optional[str] = None
     ) -> ThingsPage:
         """A page of a group's things in name order (``{"things": [...], "nextToken": ...}``)."""
-        request = {"op": "listThingsInThingGroup", "thingGroupName": _args.text(group, "group")}
-        page: ThingsPage = await self._native.jobs_operate(
-            _args.page(request, max_results, next_token), True
+        request = _args.operator_call(
+            "listThingsInThingGroup",
+            group=_args.text(group, "group"),
+            **_args.page(max_results, next_token),
         )
+        page: ThingsPage = await self._native.jobs_operate(request, True)
         return page
 
     async def create_job_template(
@@ -437,7 +447,9 @@ class AsyncClient:
 
     async def describe_job_template(self, template_id: str) -> JobTemplate:
         """A job template: its document, settings, ``jobTemplateArn`` and ``createdAt``."""
-        request = _args.named("describeJobTemplate", "jobTemplateId", template_id)
+        request = _args.operator_call(
+            "describeJobTemplate", job_template_id=_args.text(template_id, "template_id")
+        )
         template: JobTemplate = await self._native.jobs_operate(request, True)
         return template
 
@@ -445,13 +457,15 @@ class AsyncClient:
         self, *, max_results: Optional[int] = None, next_token: Optional[str] = None
     ) -> TemplatesPage:
         """A page of job templates in id order (``{"jobTemplates": [...], "nextToken": ...}``)."""
-        request = _args.page({"op": "listJobTemplates"}, max_results, next_token)
+        request = _args.operator_call("listJobTemplates", **_args.page(max_results, next_token))
         page: TemplatesPage = await self._native.jobs_operate(request, True)
         return page
 
     async def delete_job_template(self, template_id: str) -> None:
         """Removes a job template (jobs made from it stay)."""
-        request = _args.named("deleteJobTemplate", "jobTemplateId", template_id)
+        request = _args.operator_call(
+            "deleteJobTemplate", job_template_id=_args.text(template_id, "template_id")
+        )
         await self._native.jobs_operate(request, True)
 
     async def jobs(self, thing: str) -> AsyncJobs:

@@ -302,6 +302,25 @@ def definitions_request(op: str, **fields: object) -> str:
         raise TypeError(f"the command must be JSON-serializable: {e}") from None
 
 
+def operator_call(op: str, **args: Any) -> str:
+    """Operator call ``op`` as its request's JSON text: the method's arguments (None: absent)
+    under their camelCase names, AWS's fields and the shorthands every client shares
+    (``maxRetries``, ``maxPerMinute``, ``thing``, ...), which the core writes out
+    (``mqstore_core::jobs::operator_call``: one definition for every binding)."""
+    fields = {camel(name): value for name, value in args.items() if value is not None}
+    try:
+        text = json.dumps(fields)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"the arguments of {op} must be JSON-serializable: {e}") from None
+    return _native.operator_call(op, text)
+
+
+def camel(name: str) -> str:
+    """``in_progress_timeout_minutes`` as ``inProgressTimeoutMinutes``."""
+    first, *rest = name.split("_")
+    return first + "".join(word.capitalize() for word in rest)
+
+
 def create_job(
     job_id: str,
     targets: Sequence[str],
@@ -318,54 +337,23 @@ def create_job(
     template: Optional[str] = None,
     parameters: Optional[Mapping[str, str]] = None,
 ) -> str:
-    """A ``createJob`` request (AWS's fields) as JSON text, its arguments checked."""
-    retries = count(max_retries, "max_retries")
-    assert retries is not None
+    """A ``createJob`` request as JSON text, its arguments checked."""
     if document is None and template is None:
         raise ValueError("give a document, or a template to take it from")
     if document is not None and not isinstance(document, Mapping):
         raise TypeError(f"the job document must be a dict, not {type(document).__name__}")
-    if retry is None and retries:
-        retry = [{"failureType": "ALL", "numberOfRetries": retries}]
-    request = job_settings(
+    return operator_call(
         "createJob",
-        job_id,
-        description,
-        in_progress_timeout_minutes,
-        max_per_minute,
-        rollout,
-        abort,
-        retry,
+        job_id=text(job_id, "job_id"),
+        targets=texts(targets, "targets"),
+        document=None if document is None else dict(document),
+        max_retries=count(max_retries, "max_retries"),
+        continuous=continuous,
+        scheduling=None if scheduling is None else dict(mapping(scheduling, "scheduling")),
+        template=optional_text(template, "template"),
+        parameters=None if parameters is None else string_map(parameters, "parameters"),
+        **job_settings(description, in_progress_timeout_minutes, max_per_minute, rollout, abort, retry),
     )
-    request["targets"] = texts(targets, "targets")
-    if document is not None:
-        request["document"] = dict(document)
-    if continuous:
-        request["targetSelection"] = "CONTINUOUS"
-    if scheduling is not None:
-        request["schedulingConfig"] = dict(mapping(scheduling, "scheduling"))
-    if template is not None:
-        request["jobTemplateArn"] = text(template, "template")
-    if parameters is not None:
-        request["documentParameters"] = string_map(parameters, "parameters")
-    return operator_request(request)
-
-
-def membership(op: str, group: str, thing: str) -> str:
-    """An ``addThingToThingGroup`` or ``removeThingFromThingGroup`` request."""
-    return operator_request(
-        {"op": op, "thingGroupName": text(group, "group"), "thingName": text(thing, "thing")}
-    )
-
-
-def create_group(name: str, description: Optional[str]) -> str:
-    """A ``createThingGroup`` request."""
-    request: dict[str, Any] = {"op": "createThingGroup", "thingGroupName": text(name, "name")}
-    if description is not None:
-        request["thingGroupProperties"] = {
-            "thingGroupDescription": text(description, "description")
-        }
-    return operator_request(request)
 
 
 def create_template(
@@ -382,33 +370,18 @@ def create_template(
     """A ``createJobTemplate`` request: the settings of :func:`job_settings`."""
     if not isinstance(document, Mapping):
         raise TypeError(f"the template's document must be a dict, not {type(document).__name__}")
-    request = job_settings(
+    return operator_call(
         "createJobTemplate",
-        template_id,
-        description,
-        in_progress_timeout_minutes,
-        max_per_minute,
-        rollout,
-        abort,
-        retry,
+        job_template_id=text(template_id, "template_id"),
+        document=dict(document),
+        maintenance_windows=None
+        if maintenance_windows is None
+        else [dict(mapping(w, "maintenance_windows")) for w in maintenance_windows],
+        **job_settings(description, in_progress_timeout_minutes, max_per_minute, rollout, abort, retry),
     )
-    request["jobTemplateId"] = request.pop("jobId")
-    request["document"] = dict(document)
-    if maintenance_windows is not None:
-        request["maintenanceWindows"] = [
-            dict(mapping(w, "maintenance_windows")) for w in maintenance_windows
-        ]
-    return operator_request(request)
-
-
-def named(op: str, field: str, name: str) -> str:
-    """A call on one named resource (``{"op": op, field: name}``)."""
-    return operator_request({"op": op, field: text(name, field)})
 
 
 def job_settings(
-    op: str,
-    job_id: str,
     description: Optional[str],
     in_progress_timeout_minutes: Optional[int],
     max_per_minute: Optional[int],
@@ -416,28 +389,18 @@ def job_settings(
     abort: Optional[Sequence[Mapping[str, Any]]],
     retry: Optional[Sequence[Mapping[str, Any]]],
 ) -> dict[str, Any]:
-    """The settings ``createJob`` and ``updateJob`` share, in AWS's fields (absent: unset)."""
-    request: dict[str, Any] = {"op": op, "jobId": text(job_id, "job_id")}
-    if description is not None:
-        request["description"] = text(description, "description")
-    timeout = count(in_progress_timeout_minutes, "in_progress_timeout_minutes", True)
-    if timeout is not None:
-        request["timeoutConfig"] = {"inProgressTimeoutInMinutes": timeout}
-    if rollout is not None and max_per_minute is not None:
-        raise ValueError("give max_per_minute or rollout, not both")
-    if max_per_minute is not None:
-        request["jobExecutionsRolloutConfig"] = {
-            "maximumPerMinute": count(max_per_minute, "max_per_minute")
-        }
-    elif rollout is not None:
-        request["jobExecutionsRolloutConfig"] = dict(mapping(rollout, "rollout"))
-    if abort is not None:
-        request["abortConfig"] = {"criteriaList": [dict(mapping(c, "abort")) for c in abort]}
-    if retry is not None:
-        request["jobExecutionsRetryConfig"] = {
-            "criteriaList": [dict(mapping(c, "retry")) for c in retry]
-        }
-    return request
+    """The settings ``createJob``, ``updateJob`` and ``createJobTemplate`` share, checked, as
+    :func:`operator_call`'s arguments (None: unset)."""
+    return {
+        "description": optional_text(description, "description"),
+        "in_progress_timeout_minutes": count(
+            in_progress_timeout_minutes, "in_progress_timeout_minutes", True
+        ),
+        "max_per_minute": count(max_per_minute, "max_per_minute", True),
+        "rollout": None if rollout is None else dict(mapping(rollout, "rollout")),
+        "abort": None if abort is None else [dict(mapping(c, "abort")) for c in abort],
+        "retry": None if retry is None else [dict(mapping(c, "retry")) for c in retry],
+    }
 
 
 def mapping(value: object, what: str) -> Mapping[str, Any]:
@@ -447,25 +410,21 @@ def mapping(value: object, what: str) -> Mapping[str, Any]:
 
 
 def operator_request(request: Mapping[str, Any]) -> str:
-    """Any operator call (a dict with ``op`` and AWS's fields) as JSON text."""
+    """Any operator call (a dict with ``op``, AWS's fields and the shorthands) as JSON text."""
     request = mapping(request, "the request")
-    if not isinstance(request.get("op"), str):
+    op = request.get("op")
+    if not isinstance(op, str):
         raise ValueError('the request needs "op": the call\'s name, as "updateJob"')
     try:
-        return json.dumps(request)
+        text = json.dumps(request)
     except (TypeError, ValueError) as e:
         raise TypeError(f"the request must be JSON-serializable: {e}") from None
+    return _native.operator_call(op, text)
 
 
-def page(request: dict[str, Any], max_results: Optional[int], next_token: Optional[str]) -> str:
-    """A list call's request with its page."""
-    if max_results is not None:
-        request["maxResults"] = count(max_results, "max_results")
-    if next_token is not None:
-        request["nextToken"] = text(next_token, "next_token")
-    return operator_request(request)
-
-
-def drop_none(**fields: Any) -> dict[str, Any]:
-    """The fields that are not None."""
-    return {name: value for name, value in fields.items() if value is not None}
+def page(max_results: Optional[int], next_token: Optional[str]) -> dict[str, Any]:
+    """A list call's page, checked, as :func:`operator_call`'s arguments."""
+    return {
+        "max_results": count(max_results, "max_results", True),
+        "next_token": optional_text(next_token, "next_token"),
+    }

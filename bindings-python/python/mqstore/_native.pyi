@@ -547,6 +547,11 @@ class FanOut:
     @overload
     def next(self, aio: Literal[True]) -> Awaitable[Optional[tuple[str, Any]]]: ...
 
+def operator_call(op: str, args: str) -> str:
+    """The operator call ``op`` with ``args`` (JSON text: AWS's request fields and the
+    shorthands every client shares) as the request's JSON text; ``ValueError`` names an
+    argument that does not fit."""
+
 def error_examples() -> list[tuple[int, str]]:
     """One example of every error the client reports, with its code (for tests)."""
 

@@ -24,6 +24,7 @@ mod model;
 mod operator;
 mod rollout;
 mod schedule;
+mod shorthand;
 mod store;
 pub mod topics;
 pub mod wire;
@@ -41,6 +42,7 @@ pub(crate) use model::valid_job_id;
 pub use model::{Execution, ExecutionRef, Job, JobsError, Pace, RejectCode, StoreError, Stored};
 pub use rollout::ABORTED;
 pub use schedule::{Cron, parse_time};
+pub use shorthand::operator_call;
 pub use store::{
     Counts, DurableJobs, Entries, JobsStore, MemoryJobs, Rollout, Tally, ThingRecord, ThingWrite,
     tally_change,
