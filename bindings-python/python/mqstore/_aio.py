@@ -391,7 +391,9 @@ class AsyncClient:
     async def add_thing_to_thing_group(self, group: str, thing: str) -> None:
         """Adds ``thing`` to ``group``: continuous jobs on the group reach it (at their rate)."""
         request = _args.operator_call(
-            "addThingToThingGroup", group=_args.text(group, "group"), thing=_args.text(thing, "thing")
+            "addThingToThingGroup",
+            group=_args.text(group, "group"),
+            thing=_args.text(thing, "thing"),
         )
         await self._native.jobs_operate(request, True)
 
@@ -399,7 +401,9 @@ class AsyncClient:
         """Removes ``thing`` from ``group``: its QUEUED executions of continuous jobs on the
         group become REMOVED."""
         request = _args.operator_call(
-            "removeThingFromThingGroup", group=_args.text(group, "group"), thing=_args.text(thing, "thing")
+            "removeThingFromThingGroup",
+            group=_args.text(group, "group"),
+            thing=_args.text(thing, "thing"),
         )
         await self._native.jobs_operate(request, True)
 

@@ -352,7 +352,9 @@ def create_job(
         scheduling=None if scheduling is None else dict(mapping(scheduling, "scheduling")),
         template=optional_text(template, "template"),
         parameters=None if parameters is None else string_map(parameters, "parameters"),
-        **job_settings(description, in_progress_timeout_minutes, max_per_minute, rollout, abort, retry),
+        **job_settings(
+            description, in_progress_timeout_minutes, max_per_minute, rollout, abort, retry
+        ),
     )
 
 
@@ -377,7 +379,9 @@ def create_template(
         maintenance_windows=None
         if maintenance_windows is None
         else [dict(mapping(w, "maintenance_windows")) for w in maintenance_windows],
-        **job_settings(description, in_progress_timeout_minutes, max_per_minute, rollout, abort, retry),
+        **job_settings(
+            description, in_progress_timeout_minutes, max_per_minute, rollout, abort, retry
+        ),
     )
 
 

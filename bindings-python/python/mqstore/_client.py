@@ -389,7 +389,9 @@ class Client:
     def add_thing_to_thing_group(self, group: str, thing: str) -> None:
         """Adds ``thing`` to ``group``: continuous jobs on the group reach it (at their rate)."""
         request = _args.operator_call(
-            "addThingToThingGroup", group=_args.text(group, "group"), thing=_args.text(thing, "thing")
+            "addThingToThingGroup",
+            group=_args.text(group, "group"),
+            thing=_args.text(thing, "thing"),
         )
         self._native.jobs_operate(request, False)
 
@@ -397,7 +399,9 @@ class Client:
         """Removes ``thing`` from ``group``: its QUEUED executions of continuous jobs on the
         group become REMOVED."""
         request = _args.operator_call(
-            "removeThingFromThingGroup", group=_args.text(group, "group"), thing=_args.text(thing, "thing")
+            "removeThingFromThingGroup",
+            group=_args.text(group, "group"),
+            thing=_args.text(thing, "thing"),
         )
         self._native.jobs_operate(request, False)
 

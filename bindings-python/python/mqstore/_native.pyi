@@ -42,6 +42,7 @@ __all__ = [
     "error_examples",
     "error_kinds",
     "notify_topic",
+    "operator_call",
 ]
 
 __version__: str
