@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
@@ -17,6 +18,27 @@ T = TypeVar("T")
 
 def run(coroutine: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(coroutine)
+
+
+def test_the_two_clients_take_the_same_arguments() -> None:
+    """Every call of the blocking client is on the asyncio one with the same parameters (names,
+    kinds, defaults), and the other way round: what is not shared is named here."""
+    only_async = {"connect"}
+
+    def calls(cls: type) -> dict[str, inspect.Signature]:
+        return {
+            name: inspect.signature(value)
+            for name, value in vars(cls).items()
+            if not name.startswith("_") and callable(value)
+        }
+
+    blocking, asynchronous = calls(mqstore.Client), calls(mqstore.AsyncClient)
+    assert set(asynchronous) - set(blocking) == only_async
+    assert set(blocking) <= set(asynchronous)
+    for name, signature in blocking.items():
+        expected = [(p.name, p.kind, p.default) for p in signature.parameters.values()]
+        actual = [(p.name, p.kind, p.default) for p in asynchronous[name].parameters.values()]
+        assert actual == expected, name
 
 
 def test_the_same_calls_as_coroutines(server: Server, key: str) -> None:

@@ -384,9 +384,11 @@ impl Service {
 
     /// A settled record whose answer another node read, for a caller waiting here (on Redis,
     /// heard on this node's channel).
-    pub fn forwarded(&mut self, record: Record) {
-        self.deadlines
-            .remove(&(record.deadline_ms, record.id.clone()));
+    pub fn forwarded(&mut self, mut record: Record) {
+        // The set's key is owned: the id is lent to it and taken back, not copied.
+        let key = (record.deadline_ms, std::mem::take(&mut record.id));
+        self.deadlines.remove(&key);
+        record.id = key.1;
         self.answer_caller(&record);
     }
 

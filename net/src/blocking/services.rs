@@ -365,31 +365,16 @@ impl Client {
     ) -> Result<Option<Lease>, ClientError> {
         let key = key.into();
         let held = Arc::new(AtomicBool::new(true));
-        let ttl_ms = (ttl.as_millis() as u64).max(1);
-        let wait_ms = timeout.map(|w| w.as_millis() as u64);
-        let client = self;
-        let shared = &client.handle.shared;
+        let shared = &self.handle.shared;
         let mut state = lock(&shared.state);
         if state.closed {
             return Err(ClientError::Disconnected);
         }
-        let id = state
-            .session
-            .lease(key.clone(), ttl_ms, wait_ms, now_ms())?;
-        // The flag goes with the call: the answer that says held makes it the lease's, so a
-        // loss reported right after it is not missed.
-        state.taking.insert(id, held.clone());
+        let id = begin_lease(&mut state, key.clone(), ttl, timeout, &held, now_ms())?;
         let completion = shared.wait(state, Awaited::Call(id))?.ok_or_else(|| {
             ClientError::Malformed("a lease call finished without an answer".into())
         })?;
-        let token = match completion {
-            Completion::Lease(token) => token,
-            other => return Err(unexpected(other)),
-        };
-        let Some(token) = token else {
-            return Ok(None);
-        };
-        Ok(Some(Lease::held(client.clone(), key, id, token, held)))
+        leased(self.clone(), key, Some(id), held, completion)
     }
 
     /// [`Client::lease`], started: `deliver` gets the lease, or `None` when someone else
@@ -402,24 +387,14 @@ impl Client {
         deliver: impl FnOnce(Result<Option<Lease>, ClientError>) + Send + 'static,
     ) {
         let held = Arc::new(AtomicBool::new(true));
-        let ttl_ms = (ttl.as_millis() as u64).max(1);
-        let wait_ms = timeout.map(|w| w.as_millis() as u64);
-        let (client, taken, leased) = (self.clone(), held.clone(), key.clone());
+        let (client, taken, leased_key) = (self.clone(), held.clone(), key.clone());
         self.handle.shared.start(
-            |state, now| {
-                let id = state.session.lease(leased, ttl_ms, wait_ms, now)?;
-                // The flag goes with the call (see `lease`).
-                state.taking.insert(id, taken);
-                Ok(id)
-            },
+            |state, now| begin_lease(state, leased_key, ttl, timeout, &taken, now),
             move |id| {
                 Box::new(move |finished| {
-                    let lease = finished.and_then(calls::answered).and_then(|c| match c {
-                        Completion::Lease(token) => Ok(token
-                            .zip(id)
-                            .map(|(token, id)| Lease::held(client, key, id, token, held))),
-                        other => Err(unexpected(other)),
-                    });
+                    let lease = finished
+                        .and_then(calls::answered)
+                        .and_then(|completion| leased(client, key, id, held, completion));
                     deliver(lease)
                 })
             },
@@ -434,6 +409,40 @@ impl Client {
                 return Ok(lease);
             }
         }
+    }
+}
+
+/// A lease call begun, for [`Client::lease`] and [`Client::start_lease`]. The `held` flag goes
+/// with the call: the answer that says held makes it the lease's, so a loss reported right
+/// after it is not missed.
+fn begin_lease(
+    state: &mut State,
+    key: Bytes,
+    ttl: Duration,
+    timeout: Option<Duration>,
+    held: &Arc<AtomicBool>,
+    now_ms: u64,
+) -> Result<CallId, ClientError> {
+    let ttl_ms = (ttl.as_millis() as u64).max(1);
+    let wait_ms = timeout.map(|w| w.as_millis() as u64);
+    let id = state.session.lease(key, ttl_ms, wait_ms, now_ms)?;
+    state.taking.insert(id, held.clone());
+    Ok(id)
+}
+
+/// A lease call's answer as the lease: `None` when someone else holds the key.
+fn leased(
+    client: Client,
+    key: Bytes,
+    id: Option<CallId>,
+    held: Arc<AtomicBool>,
+    completion: Completion,
+) -> Result<Option<Lease>, ClientError> {
+    match completion {
+        Completion::Lease(token) => Ok(token
+            .zip(id)
+            .map(|(token, id)| Lease::held(client, key, id, token, held))),
+        other => Err(unexpected(other)),
     }
 }
 
