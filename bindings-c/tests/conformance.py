@@ -281,9 +281,7 @@ class Run:
             return {"call": call.value}
         if verb == "jobsOperate":
             self.check(
-                lib.mqstore_core_jobs_operate(
-                    core, json.dumps(arg).encode(), now, out
-                )
+                lib.mqstore_core_jobs_operate(core, json.dumps(arg).encode(), now, out)
             )
             return {"call": call.value}
         if verb == "jobsDevice":
