@@ -4,6 +4,9 @@
 # pinned version has rustup link the pinned name to it and install nothing, so the targets and
 # components that rust-toolchain.toml lists would never be added by `rustup show`.
 
+# A part of a script starting, with the time since the script started (where the time goes).
+step() { printf '\n--> [%d:%02d] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*"; }
+
 # Runs a command as root (directly when we are root, else through sudo).
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 

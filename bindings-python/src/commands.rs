@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use mqstore_core::client::ClientError;
 use mqstore_core::client::commands::CommandReply as CoreReply;
+use mqstore_core::commands::definitions::definitions_call;
 use mqstore_core::commands::{CommandRequest, Mode, Record};
 use mqstore_net::blocking::{FanOut as BlockingFanOut, calls};
 use mqstore_net::commands::FanOutSummary;
@@ -151,9 +152,16 @@ impl Client {
 
     /// A stored-commands call given as its JSON (`{"op": "create" | "get" | "list" |
     /// "delete", ...}`): the service's answer, as JSON.
-    fn command_definitions(&self, py: Python<'_>, request: &str, aio: bool) -> PyResult<Py<PyAny>> {
-        let request: serde_json::Value = serde_json::from_str(request)
-            .map_err(|e| PyValueError::new_err(format!("the request is not JSON: {e}")))?;
+    fn command_definitions(
+        &self,
+        py: Python<'_>,
+        op: &str,
+        args: &str,
+        aio: bool,
+    ) -> PyResult<Py<PyAny>> {
+        let args = serde_json::from_str(args)
+            .map_err(|e| PyValueError::new_err(format!("the arguments are not JSON: {e}")))?;
+        let request = definitions_call(op, args).map_err(PyValueError::new_err)?;
         let call = calls::command_definitions_json(request);
         call!(py, self.live(aio)?, call, |answer| Ok(Json(answer)))
     }

@@ -179,11 +179,11 @@ def test_bad_rollout_settings_change_nothing(client: mqstore.Client) -> None:
     assert unknown.value.jobs_code == "InvalidRequest" and "SOMETIMES" in str(unknown.value)
     with pytest.raises(ValueError, match="fits no operator call"):
         client.jobs_operate({"op": "dropTables"})
-    with pytest.raises(ValueError, match="not both"):
+    with pytest.raises(ValueError, match="give max_per_minute or rollout, not both"):
         client.create_job("j", ["t"], {}, max_per_minute=1, rollout={"maximumPerMinute": 1})
     with pytest.raises(ValueError, match='needs "op"'):
         client.jobs_operate({"jobId": "x"})
-    with pytest.raises(ValueError, match="give jobExecutionsRetryConfig or retry, not both"):
+    with pytest.raises(ValueError, match="give retry or jobExecutionsRetryConfig, not both"):
         client.jobs_operate({"op": "createJob", "retry": [], "jobExecutionsRetryConfig": {}})
     with pytest.raises(ValueError, match="targets must be a list"):
         client.jobs_operate({"op": "createJob", "jobId": "j", "targets": "t", "document": {}})

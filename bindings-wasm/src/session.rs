@@ -3,6 +3,7 @@
 
 use js_sys::{Array, Object, Reflect};
 use mqstore_core::client::{CallId, CallOptions, ClientConfig, ClientError, Deleted};
+use mqstore_core::commands::definitions::definitions_call;
 use mqstore_core::envelope::{Properties, Publish};
 use mqstore_core::hlc::Hlc as CoreHlc;
 use mqstore_core::lease::LeaseTerms as CoreLeaseTerms;
@@ -217,18 +218,11 @@ impl ClientCore {
         args: JsValue,
         now_ms: f64,
     ) -> Result<f64, JsValue> {
-        let mut request = match services::json_of(&args, "args")? {
-            serde_json::Value::Object(fields) => fields,
-            serde_json::Value::Null => serde_json::Map::new(),
-            _ => return Err(invalid("args must be an object")),
-        };
-        request.insert("op".into(), op.into());
+        let request = definitions_call(op, services::json_of(&args, "args")?).map_err(invalid)?;
         let timeout = mqstore_core::commands::DEFAULT_TIMEOUT_MS;
-        let call = self.session.command_definitions_json(
-            &serde_json::Value::Object(request),
-            timeout,
-            now_ms as u64,
-        );
+        let call = self
+            .session
+            .command_definitions_json(&request, timeout, now_ms as u64);
         Ok(id(call))
     }
 

@@ -517,26 +517,24 @@ class AsyncClient:
     async def define_command(self, command: Mapping[str, Any]) -> dict[str, Any]:
         """See :meth:`mqstore.Client.define_command`."""
         answer = await self._native.command_definitions(
-            _args.definitions_request("create", command=command), True
+            *_args.definitions_call("create", command=command), True
         )
         return dict(answer["command"])
 
     async def command_definition(self, command_id: str) -> dict[str, Any]:
         """See :meth:`mqstore.Client.command_definition`."""
-        request = _args.definitions_request("get", commandId=_args.text(command_id, "command_id"))
-        return dict((await self._native.command_definitions(request, True))["command"])
+        request = _args.definitions_call("get", command_id=_args.text(command_id, "command_id"))
+        return dict((await self._native.command_definitions(*request, True))["command"])
 
     async def command_definitions(self) -> list[dict[str, Any]]:
         """See :meth:`mqstore.Client.command_definitions`."""
-        answer = await self._native.command_definitions(_args.definitions_request("list"), True)
+        answer = await self._native.command_definitions(*_args.definitions_call("list"), True)
         return list(answer["commands"])
 
     async def delete_command_definition(self, command_id: str) -> bool:
         """See :meth:`mqstore.Client.delete_command_definition`."""
-        request = _args.definitions_request(
-            "delete", commandId=_args.text(command_id, "command_id")
-        )
-        return bool((await self._native.command_definitions(request, True))["deleted"])
+        request = _args.definitions_call("delete", command_id=_args.text(command_id, "command_id"))
+        return bool((await self._native.command_definitions(*request, True))["deleted"])
 
     async def watch_commands(self) -> AsyncCommandWatch:
         """Every command's status changes from now on, as records (``async for``)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, Optional, Union
@@ -294,12 +295,11 @@ def start_command(
     )
 
 
-def definitions_request(op: str, **fields: object) -> str:
-    """A stored-commands request as JSON text."""
-    try:
-        return json.dumps({"op": op, **fields})
-    except (TypeError, ValueError) as e:
-        raise TypeError(f"the command must be JSON-serializable: {e}") from None
+def definitions_call(op: str, **args: Any) -> tuple[str, str]:
+    """Stored-commands call ``op`` with the method's arguments, for
+    ``_native.command_definitions``: the core makes the request of them
+    (``mqstore_core::commands::definitions::definitions_call``)."""
+    return op, arguments(op, args)
 
 
 def operator_call(op: str, **args: Any) -> str:
@@ -307,12 +307,22 @@ def operator_call(op: str, **args: Any) -> str:
     under their camelCase names, AWS's fields and the shorthands every client shares
     (``maxRetries``, ``maxPerMinute``, ``thing``, ...), which the core writes out
     (``mqstore_core::jobs::operator_call``: one definition for every binding)."""
+    try:
+        return _native.operator_call(op, arguments(op, args))
+    except ValueError as e:
+        # The core names the arguments as the wire does; say them as the caller wrote them.
+        python = {camel(name): name for name in args}
+        message = re.sub(r"\w+", lambda word: python.get(word[0], word[0]), str(e))
+        raise ValueError(message) from None
+
+
+def arguments(op: str, args: Mapping[str, Any]) -> str:
+    """A call's arguments as the JSON object the core takes: camelCase names, None absent."""
     fields = {camel(name): value for name, value in args.items() if value is not None}
     try:
-        text = json.dumps(fields)
+        return json.dumps(fields)
     except (TypeError, ValueError) as e:
         raise TypeError(f"the arguments of {op} must be JSON-serializable: {e}") from None
-    return _native.operator_call(op, text)
 
 
 def camel(name: str) -> str:

@@ -532,27 +532,25 @@ class Client:
         ..., "defaultValue": {"S": ...}}]}``; returns it as stored. A taken id is
         :class:`~mqstore.errors.StatusError` 409, a bad definition 400."""
         answer = self._native.command_definitions(
-            _args.definitions_request("create", command=command), False
+            *_args.definitions_call("create", command=command), False
         )
         return dict(answer["command"])
 
     def command_definition(self, command_id: str) -> dict[str, Any]:
         """The stored command ``command_id`` (:class:`~mqstore.errors.StatusError` 404 when
         there is none)."""
-        request = _args.definitions_request("get", commandId=_args.text(command_id, "command_id"))
-        return dict(self._native.command_definitions(request, False)["command"])
+        request = _args.definitions_call("get", command_id=_args.text(command_id, "command_id"))
+        return dict(self._native.command_definitions(*request, False)["command"])
 
     def command_definitions(self) -> list[dict[str, Any]]:
         """Every stored command, by id."""
-        answer = self._native.command_definitions(_args.definitions_request("list"), False)
+        answer = self._native.command_definitions(*_args.definitions_call("list"), False)
         return list(answer["commands"])
 
     def delete_command_definition(self, command_id: str) -> bool:
         """Deletes stored command ``command_id``: whether there was one."""
-        request = _args.definitions_request(
-            "delete", commandId=_args.text(command_id, "command_id")
-        )
-        return bool(self._native.command_definitions(request, False)["deleted"])
+        request = _args.definitions_call("delete", command_id=_args.text(command_id, "command_id"))
+        return bool(self._native.command_definitions(*request, False)["deleted"])
 
     def watch_commands(self) -> CommandWatch:
         """Every command's status changes from now on (any node's, any caller's)."""

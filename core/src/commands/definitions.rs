@@ -333,6 +333,25 @@ pub enum DefinitionsAnswer {
     },
 }
 
+/// A stored-commands call as the bindings' methods take it: `op` (`create`, `get`, `list`,
+/// `delete`) and its arguments (`{"command": …}`, `{"commandId": …}`, or `null`) as the
+/// wire's request, the fields left for the service to check (so that a bad definition is its
+/// 400, as for every client).
+pub fn definitions_call(op: &str, args: Value) -> Result<Value, String> {
+    let mut request = match args {
+        Value::Null => Map::new(),
+        Value::Object(args) => args,
+        _ => return Err(format!("the arguments of {op} must be an object")),
+    };
+    if !matches!(op, "create" | "get" | "list" | "delete") {
+        return Err(format!(
+            "{op} is no stored-commands call: create, get, list or delete"
+        ));
+    }
+    request.insert("op".into(), Value::String(op.into()));
+    Ok(Value::Object(request))
+}
+
 impl DefinitionsRequest {
     /// Reads a request; `Err`: why it is not one (answered with `InvalidRequest`).
     pub fn read(payload: &[u8]) -> Result<Self, String> {

@@ -993,6 +993,26 @@ fn stored_commands_are_checked_as_aws_create_command_checks_them() {
 }
 
 #[test]
+fn a_definitions_call_is_its_request_on_the_wire() {
+    use serde_json::json;
+    let request = definitions::definitions_call("get", json!({"commandId": "x"})).unwrap();
+    assert_eq!(
+        definitions::DefinitionsRequest::read(request.to_string().as_bytes()),
+        Ok(definitions::DefinitionsRequest::Get {
+            command_id: "x".into()
+        })
+    );
+    let list = definitions::definitions_call("list", serde_json::Value::Null).unwrap();
+    assert_eq!(list, json!({"op": "list"}));
+    assert!(
+        definitions::definitions_call("explode", json!({}))
+            .unwrap_err()
+            .contains("create, get, list or delete")
+    );
+    assert!(definitions::definitions_call("get", json!("x")).is_err());
+}
+
+#[test]
 fn a_stored_command_starts_as_an_aws_command_with_its_template_filled_in() {
     let heat = definition(serde_json::json!({
         "commandId": "heat",

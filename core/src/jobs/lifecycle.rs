@@ -180,8 +180,12 @@ impl<S: JobsStore> Jobs<S> {
                         Err(None) => continue,
                         Err(Some(opens)) => opens,
                         Ok(()) => {
+                            // With roll_out's budget, so that both decide alike whether
+                            // the pace needs anchoring (with less, a pace held back by the
+                            // minute's window looked like a new anchor: "now", at every tick).
                             let span = (rollout.next, rollout.total);
-                            let allowance = self.allowance(&job, span, 1, now_ms)?;
+                            let budget = self.rollout_batch as u64;
+                            let allowance = self.allowance(&job, span, budget, now_ms)?;
                             match allowance.next_at {
                                 Some(at) if allowance.new_pace.is_none() => at,
                                 _ => now_ms,

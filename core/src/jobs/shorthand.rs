@@ -141,7 +141,14 @@ impl Request {
             .iter()
             .find(|(f, _)| f == field)
             .map_or(field, |(_, g)| g);
-        Err(format!("give {first} or {given}, not both"))
+        // One order whatever the arguments' order: a shorthand before AWS's field, two
+        // shorthands alphabetically.
+        let (a, b) = if first == field || (given != field && given < first) {
+            (given, first)
+        } else {
+            (first, given)
+        };
+        Err(format!("give {a} or {b}, not both"))
     }
 }
 
@@ -260,12 +267,24 @@ mod tests {
             refused("createJob", json!({"maxPerMinute": 1, "rollout": {}})),
             "give maxPerMinute or rollout, not both"
         );
+        // The same words whichever argument comes first.
+        assert_eq!(
+            refused("createJob", json!({"rollout": {}, "maxPerMinute": 1})),
+            "give maxPerMinute or rollout, not both"
+        );
+        assert_eq!(
+            refused(
+                "deleteJobExecution",
+                json!({"thingName": "b", "thing": "a"})
+            ),
+            "give thing or thingName, not both"
+        );
         assert_eq!(
             refused(
                 "createJob",
                 json!({"maxRetries": 1, "jobExecutionsRetryConfig": {}})
             ),
-            "give jobExecutionsRetryConfig or maxRetries, not both"
+            "give maxRetries or jobExecutionsRetryConfig, not both"
         );
         assert!(refused("createJob", json!({"maxRetries": -1})).contains("maxRetries must be"));
         assert!(refused("createJob", json!({"maxRetries": 1.5})).contains("maxRetries must be"));
