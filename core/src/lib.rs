@@ -9,6 +9,14 @@
 //!
 //! See `docs/core.md` for a tour aimed at binding authors.
 //!
+//! Two kinds of users, two parts of the API, both kept stable as the crate's version says
+//! (`api/mqstore-core.txt` lists every item):
+//!
+//! | for | modules |
+//! |---|---|
+//! | clients and bindings | [`session`] (the sans-IO client), [`client`], [`codec`], [`envelope`], [`hlc`], [`lease`], [`topics`], the wire types of [`jobs`] and [`commands`] |
+//! | hosts of a server node (`mqstore serve`, the mosquitto plugin) | [`server`] (the sans-IO node), [`engine`], [`store`], [`disk`], [`presence`] |
+//!
 //! ```
 //! use bytes::Bytes;
 //! use mqstore_core::codec::{Request, Response, SetRequest, decode_request};
@@ -50,7 +58,7 @@ pub mod hlc;
 pub mod jobs;
 pub mod lease;
 pub mod presence;
-pub mod reason;
+mod reason;
 pub mod server;
 pub mod session;
 pub mod store;

@@ -5,7 +5,7 @@
 
 /// The name the MQTT 5 specification gives reason code `code` ("unknown reason code" for a
 /// number it does not define).
-pub fn name(code: u8) -> &'static str {
+pub(crate) fn name(code: u8) -> &'static str {
     match code {
         0x00 => "Success",
         0x01 => "Granted QoS 1",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Generator, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Optional
+from typing import Any, Final, Optional
 
 from . import _args, _native
 from ._args import BytesLike, FencingToken, PathLike, Seconds
@@ -24,6 +24,10 @@ from .wire import (
     ThingGroupsPage,
     ThingsPage,
 )
+
+# Which form of the native calls this client makes (the asyncio one): the calls below are
+# the same text in both clients (scripts/unasync.py).
+_AIO: Final = True
 
 
 class AsyncClient:
@@ -73,6 +77,8 @@ class AsyncClient:
         """The MQTT client id (generated when none was given)."""
         return self._native.client_id
 
+    # --- the calls: scripts/unasync.py writes the blocking client's from these ------------
+
     async def set(
         self,
         key: BytesLike,
@@ -84,7 +90,14 @@ class AsyncClient:
         persist: bool = False,
         fencing_token: Optional[FencingToken] = None,
     ) -> SetResult:
-        """Sets ``key`` to ``value`` (see :meth:`mqstore.Client.set`)."""
+        """Sets ``key`` to ``value``.
+
+        ``nx``: only if the key does not exist; ``nex``: only if it does not exist or already
+        holds ``value`` (a lease's renewal). ``expires``: the key expires this many seconds (or
+        this ``timedelta``) later. ``persist``: ask that the key be kept durably.
+        ``fencing_token``: the token of the lease guarding the key. ``.applied`` is false when
+        ``nx``/``nex`` did not hold.
+        """
         return await self._native.set(
             _args.key(key),
             _args.to_bytes(value, "value"),
@@ -92,34 +105,36 @@ class AsyncClient:
             _args.optional_millis(expires, "expires"),
             bool(persist),
             _args.fencing_token(fencing_token),
-            True,
+            _AIO,
         )
 
     async def get(self, key: BytesLike) -> Optional[Versioned]:
         """The value and version of ``key``, or ``None`` when it does not exist."""
-        return await self._native.get(_args.key(key), True)
+        return await self._native.get(_args.key(key), _AIO)
 
     async def delete(
         self, key: BytesLike, *, fencing_token: Optional[FencingToken] = None
     ) -> DeleteResult:
         """Deletes ``key``; ``.deleted`` is false when it did not exist."""
-        return await self._native.delete(_args.key(key), _args.fencing_token(fencing_token), True)
+        return await self._native.delete(_args.key(key), _args.fencing_token(fencing_token), _AIO)
 
     async def vdel(
         self, key: BytesLike, value: BytesLike, *, fencing_token: Optional[FencingToken] = None
     ) -> DeleteResult:
-        """Deletes ``key`` only if it holds ``value``."""
+        """Deletes ``key`` only if it holds ``value`` (``.outcome`` is ``"value_mismatch"``
+        when it holds another)."""
         return await self._native.vdel(
-            _args.key(key), _args.to_bytes(value, "value"), _args.fencing_token(fencing_token), True
+            _args.key(key), _args.to_bytes(value, "value"), _args.fencing_token(fencing_token), _AIO
         )
 
     def scan(self, pattern: BytesLike = "*") -> AsyncIterator[bytes]:
-        """The keys matching ``pattern``, fetched page by page: ``async for key in ...``."""
+        """The keys matching ``pattern`` (``*``, ``?`` and ``[...]``), fetched page by page
+        as the iterator is consumed."""
         pages = self._native.scan(_args.key(pattern, "pattern"))
 
         async def keys() -> AsyncIterator[bytes]:
             while True:
-                page = await pages.next_page(True)
+                page = await pages.next_page(_AIO)
                 if page is None:
                     return
                 for key in page:
@@ -127,29 +142,24 @@ class AsyncClient:
 
         return keys()
 
-    def observe(self, key: BytesLike) -> AsyncObservation:
-        """Observes ``key``: ``async with client.observe(key) as changes: async for change in
-        changes``, or ``changes = await client.observe(key)``. Registered before either
-        returns, so no change after it is missed."""
-        return AsyncObservation(self, _args.key(key))
-
     async def unobserve(self, key: BytesLike) -> None:
         """Stops observing ``key``: every observation of it by this client ends."""
-        await self._native.unobserve(_args.key(key), True)
+        await self._native.unobserve(_args.key(key), _AIO)
 
     async def lease(
         self, key: BytesLike, ttl: Seconds, *, wait: Optional[Seconds] = None
     ) -> Optional[AsyncLease]:
-        """Takes the lease on ``key`` (see :meth:`mqstore.Client.lease`); ``None`` when
-        someone else holds it."""
+        """Takes the lease on ``key`` for ``ttl`` seconds, renewed in the background until
+        released. Tries once (``wait`` None or 0), or waits up to ``wait`` for the key to be
+        free. ``None`` when someone else holds it."""
         native = await self._native.lease(
-            _args.key(key), _args.millis(ttl, "ttl"), _args.wait_millis(wait, "wait"), True
+            _args.key(key), _args.millis(ttl, "ttl"), _args.wait_millis(wait, "wait"), _AIO
         )
         return None if native is None else AsyncLease(native)
 
     async def lead(self, key: BytesLike, ttl: Seconds) -> AsyncLease:
-        """Leader election: returns once this client holds the lease on ``key``."""
-        native = await self._native.lead(_args.key(key), _args.millis(ttl, "ttl"), True)
+        """Leader election: waits until this client holds the lease on ``key``."""
+        native = await self._native.lead(_args.key(key), _args.millis(ttl, "ttl"), _AIO)
         return AsyncLease(native)
 
     # --- jobs (AWS IoT Jobs): the operator side ------------------------------------------
@@ -200,7 +210,7 @@ class AsyncClient:
             template,
             parameters,
         )
-        await self._native.jobs_operate(request, True)
+        await self._native.jobs_operate(request, _AIO)
 
     async def update_job(
         self,
@@ -222,7 +232,7 @@ class AsyncClient:
                 description, in_progress_timeout_minutes, max_per_minute, rollout, abort, retry
             ),
         )
-        await self._native.jobs_operate(request, True)
+        await self._native.jobs_operate(request, _AIO)
 
     async def cancel_job(
         self,
@@ -241,14 +251,14 @@ class AsyncClient:
             reason_code=_args.optional_text(reason_code, "reason_code"),
             comment=_args.optional_text(comment, "comment"),
         )
-        await self._native.jobs_operate(request, True)
+        await self._native.jobs_operate(request, _AIO)
 
     async def delete_job(self, job_id: str, *, force: bool = False) -> None:
         """Deletes a job and its executions: a completed or canceled one, any with ``force``."""
         request = _args.operator_call(
             "deleteJob", job_id=_args.text(job_id, "job_id"), force=bool(force)
         )
-        await self._native.jobs_operate(request, True)
+        await self._native.jobs_operate(request, _AIO)
 
     async def cancel_job_execution(
         self,
@@ -271,28 +281,28 @@ class AsyncClient:
             if status_details is None
             else _args.string_map(status_details, "status_details"),
         )
-        await self._native.jobs_operate(request, True)
+        await self._native.jobs_operate(request, _AIO)
 
     async def delete_job_execution(self, job_id: str, thing: str, *, force: bool = False) -> None:
         """Deletes one thing's execution of a job."""
         await self._native.delete_job_execution(
-            _args.text(job_id, "job_id"), _args.text(thing, "thing"), bool(force), True
+            _args.text(job_id, "job_id"), _args.text(thing, "thing"), bool(force), _AIO
         )
 
     async def describe_job(self, job_id: str) -> JobDescription:
         """The job (AWS's ``Job``): its document, status, settings, ``jobProcessDetails``,
         counts per execution status and its rollout's progress."""
-        return await self._native.describe_job(_args.text(job_id, "job_id"), True)
+        return await self._native.describe_job(_args.text(job_id, "job_id"), _AIO)
 
     async def describe_job_execution(self, job_id: str, thing: str) -> JobExecution:
         """One thing's execution of a job."""
         return await self._native.describe_job_execution(
-            _args.text(job_id, "job_id"), _args.text(thing, "thing"), True
+            _args.text(job_id, "job_id"), _args.text(thing, "thing"), _AIO
         )
 
     async def list_jobs(self) -> list[JobListing]:
         """Every job, in short."""
-        return await self._native.list_jobs(True)
+        return await self._native.list_jobs(_AIO)
 
     async def list_jobs_page(
         self,
@@ -308,7 +318,7 @@ class AsyncClient:
             status=_args.optional_text(status, "status"),
             **_args.page(max_results, next_token),
         )
-        page: JobsPage = await self._native.jobs_operate(request, True)
+        page: JobsPage = await self._native.jobs_operate(request, _AIO)
         return page
 
     async def list_job_executions_page(
@@ -328,14 +338,14 @@ class AsyncClient:
             status=_args.optional_text(status, "status"),
             **_args.page(max_results, next_token),
         )
-        page: ExecutionsPage = await self._native.jobs_operate(request, True)
+        page: ExecutionsPage = await self._native.jobs_operate(request, _AIO)
         return page
 
     async def jobs_operate(self, request: Mapping[str, Any]) -> Any:
         """Any operator call as AWS's JSON (``{"op": "updateJob", "jobId": ..., ...}``; see
         docs/protocol/jobs.md): its answer (for describe calls and unpaged lists, the record
         or the list alone)."""
-        return await self._native.jobs_operate(_args.operator_request(request), True)
+        return await self._native.jobs_operate(_args.operator_request(request), _AIO)
 
     async def list_job_executions(
         self,
@@ -344,13 +354,13 @@ class AsyncClient:
         job_id: Optional[str] = None,
         status: Optional[str] = None,
     ) -> list[ExecutionListing]:
-        """Every execution matching the filters, page after page (see
-        :meth:`list_job_executions_page`)."""
+        """Executions, filtered by thing, job and status (``"QUEUED"``, ``"IN_PROGRESS"``,
+        ...)."""
         return await self._native.list_job_executions(
             _args.optional_text(thing, "thing"),
             _args.optional_text(job_id, "job_id"),
             _args.optional_text(status, "status"),
-            True,
+            _AIO,
         )
 
     # --- thing groups and job templates --------------------------------------------------
@@ -365,19 +375,19 @@ class AsyncClient:
             group=_args.text(name, "name"),
             description=_args.optional_text(description, "description"),
         )
-        group: ThingGroupDescription = await self._native.jobs_operate(request, True)
+        group: ThingGroupDescription = await self._native.jobs_operate(request, _AIO)
         return group
 
     async def delete_thing_group(self, name: str) -> None:
         """Removes a thing group and its membership (jobs keep the things they have)."""
         request = _args.operator_call("deleteThingGroup", group=_args.text(name, "name"))
-        await self._native.jobs_operate(request, True)
+        await self._native.jobs_operate(request, _AIO)
 
     async def describe_thing_group(self, name: str) -> ThingGroupDescription:
         """A thing group: ``thingGroupName``, ``thingGroupArn``, ``thingGroupProperties``,
         ``thingGroupMetadata``."""
         request = _args.operator_call("describeThingGroup", group=_args.text(name, "name"))
-        group: ThingGroupDescription = await self._native.jobs_operate(request, True)
+        group: ThingGroupDescription = await self._native.jobs_operate(request, _AIO)
         return group
 
     async def list_thing_groups(
@@ -385,7 +395,7 @@ class AsyncClient:
     ) -> ThingGroupsPage:
         """A page of thing groups in name order (``{"thingGroups": [...], "nextToken": ...}``)."""
         request = _args.operator_call("listThingGroups", **_args.page(max_results, next_token))
-        page: ThingGroupsPage = await self._native.jobs_operate(request, True)
+        page: ThingGroupsPage = await self._native.jobs_operate(request, _AIO)
         return page
 
     async def add_thing_to_thing_group(self, group: str, thing: str) -> None:
@@ -395,7 +405,7 @@ class AsyncClient:
             group=_args.text(group, "group"),
             thing=_args.text(thing, "thing"),
         )
-        await self._native.jobs_operate(request, True)
+        await self._native.jobs_operate(request, _AIO)
 
     async def remove_thing_from_thing_group(self, group: str, thing: str) -> None:
         """Removes ``thing`` from ``group``: its QUEUED executions of continuous jobs on the
@@ -405,7 +415,7 @@ class AsyncClient:
             group=_args.text(group, "group"),
             thing=_args.text(thing, "thing"),
         )
-        await self._native.jobs_operate(request, True)
+        await self._native.jobs_operate(request, _AIO)
 
     async def list_things_in_thing_group(
         self, group: str, *, max_results: Optional[int] = None, next_token: Optional[str] = None
@@ -416,7 +426,7 @@ class AsyncClient:
             group=_args.text(group, "group"),
             **_args.page(max_results, next_token),
         )
-        page: ThingsPage = await self._native.jobs_operate(request, True)
+        page: ThingsPage = await self._native.jobs_operate(request, _AIO)
         return page
 
     async def create_job_template(
@@ -446,7 +456,7 @@ class AsyncClient:
             retry,
             maintenance_windows,
         )
-        answer: JobTemplate = await self._native.jobs_operate(request, True)
+        answer: JobTemplate = await self._native.jobs_operate(request, _AIO)
         return str(answer["jobTemplateArn"])
 
     async def describe_job_template(self, template_id: str) -> JobTemplate:
@@ -454,7 +464,7 @@ class AsyncClient:
         request = _args.operator_call(
             "describeJobTemplate", job_template_id=_args.text(template_id, "template_id")
         )
-        template: JobTemplate = await self._native.jobs_operate(request, True)
+        template: JobTemplate = await self._native.jobs_operate(request, _AIO)
         return template
 
     async def list_job_templates(
@@ -462,7 +472,7 @@ class AsyncClient:
     ) -> TemplatesPage:
         """A page of job templates in id order (``{"jobTemplates": [...], "nextToken": ...}``)."""
         request = _args.operator_call("listJobTemplates", **_args.page(max_results, next_token))
-        page: TemplatesPage = await self._native.jobs_operate(request, True)
+        page: TemplatesPage = await self._native.jobs_operate(request, _AIO)
         return page
 
     async def delete_job_template(self, template_id: str) -> None:
@@ -470,11 +480,12 @@ class AsyncClient:
         request = _args.operator_call(
             "deleteJobTemplate", job_template_id=_args.text(template_id, "template_id")
         )
-        await self._native.jobs_operate(request, True)
+        await self._native.jobs_operate(request, _AIO)
 
     async def jobs(self, thing: str) -> AsyncJobs:
-        """See :meth:`mqstore.Client.jobs`."""
-        return AsyncJobs(await self._native.jobs(_args.text(thing, "thing"), True))
+        """Acts as ``thing`` on the jobs device API (as a device SDK would): its pending
+        list, start-next, updates and notifications."""
+        return AsyncJobs(await self._native.jobs(_args.text(thing, "thing"), _AIO))
 
     # --- commands to devices (through mqstore serve) -------------------------------------
 
@@ -489,16 +500,23 @@ class AsyncClient:
         mode: str = "await",
         headers: Optional[Mapping[str, str]] = None,
     ) -> CommandReply:
-        """See :meth:`mqstore.Client.command`."""
+        """Sends a command to the device listening on ``topic`` and awaits its answer
+        (``mode="await"``), the broker's acknowledgement (``"oneway"``) or only its id
+        (``"detached"``). A device's error answer raises
+        :class:`~mqstore.errors.CommandFailedError` or ``CommandRejectedError``; no answer in
+        time, :class:`~mqstore.errors.CommandTimeoutError`. ``profile``: ``"mqtt5"``,
+        ``"dji"``, ``"iothub"``, ``"aws"`` (AWS IoT commands devices) or one of the server's;
+        a device's progress reports show in :meth:`watch_commands` as records with status
+        ``"IN_PROGRESS"``."""
         return await self._native.command(
             _args.text(topic, "topic"),
             *_args.command(payload, content_type, profile, timeout, mode, headers),
-            True,
+            _AIO,
         )
 
     async def command_status(self, command_id: str) -> CommandRecord:
-        """A command's status record by id (``status``, ``answer``, ``late``, ...)."""
-        return await self._native.command_status(_args.text(command_id, "command_id"), True)
+        """A command's status record (kept three timeouts after it was sent)."""
+        return await self._native.command_status(_args.text(command_id, "command_id"), _AIO)
 
     async def start_command(
         self,
@@ -509,40 +527,53 @@ class AsyncClient:
         timeout: Seconds = 10.0,
         mode: str = "await",
     ) -> CommandReply:
-        """See :meth:`mqstore.Client.start_command`."""
+        """Starts stored command ``command_id`` (see :meth:`define_command`) on ``target`` — a
+        thing name, ``"thing/NAME"``, ``"clients/CLIENT_ID"`` or a thing's ARN — as AWS's
+        ``StartCommandExecution`` does: ``parameters`` fill its payload template (a string,
+        number or boolean, or AWS's typed ``{"S": ...}``, ``{"I": ...}``, ...). Answers and
+        errors as :meth:`command`; an unknown command is :class:`~mqstore.errors.StatusError`
+        404, a missing or unknown parameter 400."""
         return await self._native.start_command(
-            *_args.start_command(command_id, target, parameters, timeout, mode), True
+            *_args.start_command(command_id, target, parameters, timeout, mode), _AIO
         )
 
     async def define_command(self, command: Mapping[str, Any]) -> dict[str, Any]:
-        """See :meth:`mqstore.Client.define_command`."""
+        """Stores a command (AWS's ``CreateCommand``): ``{"commandId": ..., "payload":
+        {"content": ..., "contentType": ...}}`` or ``{"commandId": ..., "payloadTemplate":
+        "...${aws:iot:commandexecution::parameter:NAME}...", "mandatoryParameters": [{"name":
+        ..., "defaultValue": {"S": ...}}]}``; returns it as stored. A taken id is
+        :class:`~mqstore.errors.StatusError` 409, a bad definition 400."""
         answer = await self._native.command_definitions(
-            *_args.definitions_call("create", command=command), True
+            *_args.definitions_call("create", command=command), _AIO
         )
         return dict(answer["command"])
 
     async def command_definition(self, command_id: str) -> dict[str, Any]:
-        """See :meth:`mqstore.Client.command_definition`."""
+        """The stored command ``command_id`` (:class:`~mqstore.errors.StatusError` 404 when
+        there is none)."""
         request = _args.definitions_call("get", command_id=_args.text(command_id, "command_id"))
-        return dict((await self._native.command_definitions(*request, True))["command"])
+        answer = await self._native.command_definitions(*request, _AIO)
+        return dict(answer["command"])
 
     async def command_definitions(self) -> list[dict[str, Any]]:
-        """See :meth:`mqstore.Client.command_definitions`."""
-        answer = await self._native.command_definitions(*_args.definitions_call("list"), True)
+        """Every stored command, by id."""
+        answer = await self._native.command_definitions(*_args.definitions_call("list"), _AIO)
         return list(answer["commands"])
 
     async def delete_command_definition(self, command_id: str) -> bool:
-        """See :meth:`mqstore.Client.delete_command_definition`."""
+        """Deletes stored command ``command_id``: whether there was one."""
         request = _args.definitions_call("delete", command_id=_args.text(command_id, "command_id"))
-        return bool((await self._native.command_definitions(*request, True))["deleted"])
+        answer = await self._native.command_definitions(*request, _AIO)
+        return bool(answer["deleted"])
 
     async def watch_commands(self) -> AsyncCommandWatch:
-        """Every command's status changes from now on, as records (``async for``)."""
-        return AsyncCommandWatch(await self._native.watch_commands(True))
+        """Every command's status changes from now on (any node's, any caller's)."""
+        return AsyncCommandWatch(await self._native.watch_commands(_AIO))
 
     async def watch_keyspace(self) -> AsyncKeyspaceWatch:
-        """See :meth:`mqstore.Client.watch_keyspace`."""
-        return AsyncKeyspaceWatch(await self._native.watch_keyspace(True))
+        """Every key made or deleted from now on, as ``(key, created)`` (the server's keyspace
+        events; ``mqstore serve --no-keyspace-events`` turns them off)."""
+        return AsyncKeyspaceWatch(await self._native.watch_keyspace(_AIO))
 
     def command_many(
         self,
@@ -555,13 +586,22 @@ class AsyncClient:
         mode: str = "await",
         headers: Optional[Mapping[str, str]] = None,
     ) -> AsyncFanOut:
-        """See :meth:`mqstore.Client.command_many`: ``async for topic, result in ...``."""
+        """Sends the same command to every device in ``topics`` at once; iterate over the
+        result for each device's reply (or error) as it comes."""
         return AsyncFanOut(
             self._native.command_many(
                 _args.texts(topics, "topics"),
                 *_args.command(payload, content_type, profile, timeout, mode, headers),
             )
         )
+
+    # --- end of the calls ---------------------------------------------------------------
+
+    def observe(self, key: BytesLike) -> AsyncObservation:
+        """Observes ``key``: ``async with client.observe(key) as changes: async for change in
+        changes``, or ``changes = await client.observe(key)``. Registered before either
+        returns, so no change after it is missed."""
+        return AsyncObservation(self, _args.key(key))
 
     async def close(self) -> None:
         """Disconnects; calls still in flight fail with a connection-lost error."""

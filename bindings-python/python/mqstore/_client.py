@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Optional
+from typing import Any, Final, Optional
 
 from . import _args, _native
 from ._args import BytesLike, FencingToken, PathLike, Seconds
@@ -25,6 +25,10 @@ from .wire import (
     ThingGroupsPage,
     ThingsPage,
 )
+
+# Which form of the native calls this client makes (the blocking one): the calls below are
+# the same text in both clients (scripts/unasync.py).
+_AIO: Final = False
 
 
 class Client:
@@ -60,6 +64,8 @@ class Client:
         """The MQTT client id (generated when none was given)."""
         return self._native.client_id
 
+    # --- the calls: scripts/unasync.py writes the blocking client's from these ------------
+
     def set(
         self,
         key: BytesLike,
@@ -86,18 +92,18 @@ class Client:
             _args.optional_millis(expires, "expires"),
             bool(persist),
             _args.fencing_token(fencing_token),
-            False,
+            _AIO,
         )
 
     def get(self, key: BytesLike) -> Optional[Versioned]:
         """The value and version of ``key``, or ``None`` when it does not exist."""
-        return self._native.get(_args.key(key), False)
+        return self._native.get(_args.key(key), _AIO)
 
     def delete(
         self, key: BytesLike, *, fencing_token: Optional[FencingToken] = None
     ) -> DeleteResult:
         """Deletes ``key``; ``.deleted`` is false when it did not exist."""
-        return self._native.delete(_args.key(key), _args.fencing_token(fencing_token), False)
+        return self._native.delete(_args.key(key), _args.fencing_token(fencing_token), _AIO)
 
     def vdel(
         self, key: BytesLike, value: BytesLike, *, fencing_token: Optional[FencingToken] = None
@@ -105,10 +111,7 @@ class Client:
         """Deletes ``key`` only if it holds ``value`` (``.outcome`` is ``"value_mismatch"``
         when it holds another)."""
         return self._native.vdel(
-            _args.key(key),
-            _args.to_bytes(value, "value"),
-            _args.fencing_token(fencing_token),
-            False,
+            _args.key(key), _args.to_bytes(value, "value"), _args.fencing_token(fencing_token), _AIO
         )
 
     def scan(self, pattern: BytesLike = "*") -> Iterator[bytes]:
@@ -118,22 +121,16 @@ class Client:
 
         def keys() -> Iterator[bytes]:
             while True:
-                page = pages.next_page(False)
+                page = pages.next_page(_AIO)
                 if page is None:
                     return
                 yield from page
 
         return keys()
 
-    def observe(self, key: BytesLike) -> Observation:
-        """Observes ``key``: every change (SET, DEL, VDEL, expiry) from now on, across
-        reconnects. Iterate over the result; leaving its ``with`` block stops observing."""
-        native = self._native.observe(_args.key(key), False)
-        return Observation(self, native)
-
     def unobserve(self, key: BytesLike) -> None:
         """Stops observing ``key``: every observation of it by this client ends."""
-        self._native.unobserve(_args.key(key), False)
+        self._native.unobserve(_args.key(key), _AIO)
 
     def lease(
         self, key: BytesLike, ttl: Seconds, *, wait: Optional[Seconds] = None
@@ -142,13 +139,14 @@ class Client:
         released. Tries once (``wait`` None or 0), or waits up to ``wait`` for the key to be
         free. ``None`` when someone else holds it."""
         native = self._native.lease(
-            _args.key(key), _args.millis(ttl, "ttl"), _args.wait_millis(wait, "wait"), False
+            _args.key(key), _args.millis(ttl, "ttl"), _args.wait_millis(wait, "wait"), _AIO
         )
         return None if native is None else Lease(native)
 
     def lead(self, key: BytesLike, ttl: Seconds) -> Lease:
         """Leader election: waits until this client holds the lease on ``key``."""
-        return Lease(self._native.lead(_args.key(key), _args.millis(ttl, "ttl"), False))
+        native = self._native.lead(_args.key(key), _args.millis(ttl, "ttl"), _AIO)
+        return Lease(native)
 
     # --- jobs (AWS IoT Jobs): the operator side ------------------------------------------
 
@@ -198,7 +196,7 @@ class Client:
             template,
             parameters,
         )
-        self._native.jobs_operate(request, False)
+        self._native.jobs_operate(request, _AIO)
 
     def update_job(
         self,
@@ -220,7 +218,7 @@ class Client:
                 description, in_progress_timeout_minutes, max_per_minute, rollout, abort, retry
             ),
         )
-        self._native.jobs_operate(request, False)
+        self._native.jobs_operate(request, _AIO)
 
     def cancel_job(
         self,
@@ -239,14 +237,14 @@ class Client:
             reason_code=_args.optional_text(reason_code, "reason_code"),
             comment=_args.optional_text(comment, "comment"),
         )
-        self._native.jobs_operate(request, False)
+        self._native.jobs_operate(request, _AIO)
 
     def delete_job(self, job_id: str, *, force: bool = False) -> None:
         """Deletes a job and its executions: a completed or canceled one, any with ``force``."""
         request = _args.operator_call(
             "deleteJob", job_id=_args.text(job_id, "job_id"), force=bool(force)
         )
-        self._native.jobs_operate(request, False)
+        self._native.jobs_operate(request, _AIO)
 
     def cancel_job_execution(
         self,
@@ -269,28 +267,28 @@ class Client:
             if status_details is None
             else _args.string_map(status_details, "status_details"),
         )
-        self._native.jobs_operate(request, False)
+        self._native.jobs_operate(request, _AIO)
 
     def delete_job_execution(self, job_id: str, thing: str, *, force: bool = False) -> None:
         """Deletes one thing's execution of a job."""
         self._native.delete_job_execution(
-            _args.text(job_id, "job_id"), _args.text(thing, "thing"), bool(force), False
+            _args.text(job_id, "job_id"), _args.text(thing, "thing"), bool(force), _AIO
         )
 
     def describe_job(self, job_id: str) -> JobDescription:
         """The job (AWS's ``Job``): its document, status, settings, ``jobProcessDetails``,
         counts per execution status and its rollout's progress."""
-        return self._native.describe_job(_args.text(job_id, "job_id"), False)
+        return self._native.describe_job(_args.text(job_id, "job_id"), _AIO)
 
     def describe_job_execution(self, job_id: str, thing: str) -> JobExecution:
         """One thing's execution of a job."""
         return self._native.describe_job_execution(
-            _args.text(job_id, "job_id"), _args.text(thing, "thing"), False
+            _args.text(job_id, "job_id"), _args.text(thing, "thing"), _AIO
         )
 
     def list_jobs(self) -> list[JobListing]:
         """Every job, in short."""
-        return self._native.list_jobs(False)
+        return self._native.list_jobs(_AIO)
 
     def list_jobs_page(
         self,
@@ -306,7 +304,7 @@ class Client:
             status=_args.optional_text(status, "status"),
             **_args.page(max_results, next_token),
         )
-        page: JobsPage = self._native.jobs_operate(request, False)
+        page: JobsPage = self._native.jobs_operate(request, _AIO)
         return page
 
     def list_job_executions_page(
@@ -326,14 +324,14 @@ class Client:
             status=_args.optional_text(status, "status"),
             **_args.page(max_results, next_token),
         )
-        page: ExecutionsPage = self._native.jobs_operate(request, False)
+        page: ExecutionsPage = self._native.jobs_operate(request, _AIO)
         return page
 
     def jobs_operate(self, request: Mapping[str, Any]) -> Any:
         """Any operator call as AWS's JSON (``{"op": "updateJob", "jobId": ..., ...}``; see
         docs/protocol/jobs.md): its answer (for describe calls and unpaged lists, the record
         or the list alone)."""
-        return self._native.jobs_operate(_args.operator_request(request), False)
+        return self._native.jobs_operate(_args.operator_request(request), _AIO)
 
     def list_job_executions(
         self,
@@ -348,7 +346,7 @@ class Client:
             _args.optional_text(thing, "thing"),
             _args.optional_text(job_id, "job_id"),
             _args.optional_text(status, "status"),
-            False,
+            _AIO,
         )
 
     # --- thing groups and job templates --------------------------------------------------
@@ -363,19 +361,19 @@ class Client:
             group=_args.text(name, "name"),
             description=_args.optional_text(description, "description"),
         )
-        group: ThingGroupDescription = self._native.jobs_operate(request, False)
+        group: ThingGroupDescription = self._native.jobs_operate(request, _AIO)
         return group
 
     def delete_thing_group(self, name: str) -> None:
         """Removes a thing group and its membership (jobs keep the things they have)."""
         request = _args.operator_call("deleteThingGroup", group=_args.text(name, "name"))
-        self._native.jobs_operate(request, False)
+        self._native.jobs_operate(request, _AIO)
 
     def describe_thing_group(self, name: str) -> ThingGroupDescription:
         """A thing group: ``thingGroupName``, ``thingGroupArn``, ``thingGroupProperties``,
         ``thingGroupMetadata``."""
         request = _args.operator_call("describeThingGroup", group=_args.text(name, "name"))
-        group: ThingGroupDescription = self._native.jobs_operate(request, False)
+        group: ThingGroupDescription = self._native.jobs_operate(request, _AIO)
         return group
 
     def list_thing_groups(
@@ -383,7 +381,7 @@ class Client:
     ) -> ThingGroupsPage:
         """A page of thing groups in name order (``{"thingGroups": [...], "nextToken": ...}``)."""
         request = _args.operator_call("listThingGroups", **_args.page(max_results, next_token))
-        page: ThingGroupsPage = self._native.jobs_operate(request, False)
+        page: ThingGroupsPage = self._native.jobs_operate(request, _AIO)
         return page
 
     def add_thing_to_thing_group(self, group: str, thing: str) -> None:
@@ -393,7 +391,7 @@ class Client:
             group=_args.text(group, "group"),
             thing=_args.text(thing, "thing"),
         )
-        self._native.jobs_operate(request, False)
+        self._native.jobs_operate(request, _AIO)
 
     def remove_thing_from_thing_group(self, group: str, thing: str) -> None:
         """Removes ``thing`` from ``group``: its QUEUED executions of continuous jobs on the
@@ -403,7 +401,7 @@ class Client:
             group=_args.text(group, "group"),
             thing=_args.text(thing, "thing"),
         )
-        self._native.jobs_operate(request, False)
+        self._native.jobs_operate(request, _AIO)
 
     def list_things_in_thing_group(
         self, group: str, *, max_results: Optional[int] = None, next_token: Optional[str] = None
@@ -414,7 +412,7 @@ class Client:
             group=_args.text(group, "group"),
             **_args.page(max_results, next_token),
         )
-        page: ThingsPage = self._native.jobs_operate(request, False)
+        page: ThingsPage = self._native.jobs_operate(request, _AIO)
         return page
 
     def create_job_template(
@@ -444,7 +442,7 @@ class Client:
             retry,
             maintenance_windows,
         )
-        answer: JobTemplate = self._native.jobs_operate(request, False)
+        answer: JobTemplate = self._native.jobs_operate(request, _AIO)
         return str(answer["jobTemplateArn"])
 
     def describe_job_template(self, template_id: str) -> JobTemplate:
@@ -452,7 +450,7 @@ class Client:
         request = _args.operator_call(
             "describeJobTemplate", job_template_id=_args.text(template_id, "template_id")
         )
-        template: JobTemplate = self._native.jobs_operate(request, False)
+        template: JobTemplate = self._native.jobs_operate(request, _AIO)
         return template
 
     def list_job_templates(
@@ -460,7 +458,7 @@ class Client:
     ) -> TemplatesPage:
         """A page of job templates in id order (``{"jobTemplates": [...], "nextToken": ...}``)."""
         request = _args.operator_call("listJobTemplates", **_args.page(max_results, next_token))
-        page: TemplatesPage = self._native.jobs_operate(request, False)
+        page: TemplatesPage = self._native.jobs_operate(request, _AIO)
         return page
 
     def delete_job_template(self, template_id: str) -> None:
@@ -468,12 +466,12 @@ class Client:
         request = _args.operator_call(
             "deleteJobTemplate", job_template_id=_args.text(template_id, "template_id")
         )
-        self._native.jobs_operate(request, False)
+        self._native.jobs_operate(request, _AIO)
 
     def jobs(self, thing: str) -> Jobs:
         """Acts as ``thing`` on the jobs device API (as a device SDK would): its pending
         list, start-next, updates and notifications."""
-        return Jobs(self._native.jobs(_args.text(thing, "thing"), False))
+        return Jobs(self._native.jobs(_args.text(thing, "thing"), _AIO))
 
     # --- commands to devices (through mqstore serve) -------------------------------------
 
@@ -499,12 +497,12 @@ class Client:
         return self._native.command(
             _args.text(topic, "topic"),
             *_args.command(payload, content_type, profile, timeout, mode, headers),
-            False,
+            _AIO,
         )
 
     def command_status(self, command_id: str) -> CommandRecord:
         """A command's status record (kept three timeouts after it was sent)."""
-        return self._native.command_status(_args.text(command_id, "command_id"), False)
+        return self._native.command_status(_args.text(command_id, "command_id"), _AIO)
 
     def start_command(
         self,
@@ -522,7 +520,7 @@ class Client:
         errors as :meth:`command`; an unknown command is :class:`~mqstore.errors.StatusError`
         404, a missing or unknown parameter 400."""
         return self._native.start_command(
-            *_args.start_command(command_id, target, parameters, timeout, mode), False
+            *_args.start_command(command_id, target, parameters, timeout, mode), _AIO
         )
 
     def define_command(self, command: Mapping[str, Any]) -> dict[str, Any]:
@@ -532,7 +530,7 @@ class Client:
         ..., "defaultValue": {"S": ...}}]}``; returns it as stored. A taken id is
         :class:`~mqstore.errors.StatusError` 409, a bad definition 400."""
         answer = self._native.command_definitions(
-            *_args.definitions_call("create", command=command), False
+            *_args.definitions_call("create", command=command), _AIO
         )
         return dict(answer["command"])
 
@@ -540,26 +538,28 @@ class Client:
         """The stored command ``command_id`` (:class:`~mqstore.errors.StatusError` 404 when
         there is none)."""
         request = _args.definitions_call("get", command_id=_args.text(command_id, "command_id"))
-        return dict(self._native.command_definitions(*request, False)["command"])
+        answer = self._native.command_definitions(*request, _AIO)
+        return dict(answer["command"])
 
     def command_definitions(self) -> list[dict[str, Any]]:
         """Every stored command, by id."""
-        answer = self._native.command_definitions(*_args.definitions_call("list"), False)
+        answer = self._native.command_definitions(*_args.definitions_call("list"), _AIO)
         return list(answer["commands"])
 
     def delete_command_definition(self, command_id: str) -> bool:
         """Deletes stored command ``command_id``: whether there was one."""
         request = _args.definitions_call("delete", command_id=_args.text(command_id, "command_id"))
-        return bool(self._native.command_definitions(*request, False)["deleted"])
+        answer = self._native.command_definitions(*request, _AIO)
+        return bool(answer["deleted"])
 
     def watch_commands(self) -> CommandWatch:
         """Every command's status changes from now on (any node's, any caller's)."""
-        return CommandWatch(self._native.watch_commands(False))
+        return CommandWatch(self._native.watch_commands(_AIO))
 
     def watch_keyspace(self) -> KeyspaceWatch:
         """Every key made or deleted from now on, as ``(key, created)`` (the server's keyspace
         events; ``mqstore serve --no-keyspace-events`` turns them off)."""
-        return KeyspaceWatch(self._native.watch_keyspace(False))
+        return KeyspaceWatch(self._native.watch_keyspace(_AIO))
 
     def command_many(
         self,
@@ -580,6 +580,14 @@ class Client:
                 *_args.command(payload, content_type, profile, timeout, mode, headers),
             )
         )
+
+    # --- end of the calls ---------------------------------------------------------------
+
+    def observe(self, key: BytesLike) -> Observation:
+        """Observes ``key``: every change (SET, DEL, VDEL, expiry) from now on, across
+        reconnects. Iterate over the result; leaving its ``with`` block stops observing."""
+        native = self._native.observe(_args.key(key), False)
+        return Observation(self, native)
 
     def close(self) -> None:
         """Disconnects; calls still in flight fail with
