@@ -4,7 +4,7 @@
 //! turn `maxRetries: 2` into AWS's retry criteria are written once (docs/protocol/jobs.md,
 //! "Shorthands").
 
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
 use super::wire::{RetryConfig, check_operator_call};
 
@@ -39,17 +39,19 @@ pub fn operator_call(op: &str, args: Value) -> Result<Value, String> {
         Value::Object(args) => args,
         _ => return Err(format!("the arguments of {op} must be an object")),
     };
-    args.retain(|_, value| !value.is_null());
     let mut request = Request::default();
     let mut retry_criteria = None;
     let mut retries = 0;
     for (name, value) in args {
+        if value.is_null() {
+            continue; // Absent.
+        }
         let (field, value) = match name.as_str() {
             "thing" => ("thingName", text(&name, value)?),
             "group" => ("thingGroupName", text(&name, value)?),
             "inProgressTimeoutMinutes" => (
                 "timeoutConfig",
-                json!({ "inProgressTimeoutInMinutes": count(&name, &value)? }),
+                object("inProgressTimeoutInMinutes", count(&name, &value)?.into()),
             ),
             "maxRetries" => {
                 retries = count(&name, &value)?;
@@ -60,19 +62,16 @@ pub fn operator_call(op: &str, args: Value) -> Result<Value, String> {
             "op" => return Err(format!("op is {op} here, not {value}")),
             "maxPerMinute" => (
                 "jobExecutionsRolloutConfig",
-                json!({ "maximumPerMinute": count(&name, &value)? }),
+                object("maximumPerMinute", count(&name, &value)?.into()),
             ),
             "rollout" => ("jobExecutionsRolloutConfig", value),
-            "abort" => (
-                "abortConfig",
-                json!({ "criteriaList": list(&name, value)? }),
-            ),
+            "abort" => ("abortConfig", object("criteriaList", list(&name, value)?)),
             "retry" => {
                 retry_criteria = Some(list(&name, value)?);
                 continue;
             }
             "continuous" => match value {
-                Value::Bool(true) => ("targetSelection", json!("CONTINUOUS")),
+                Value::Bool(true) => ("targetSelection", Value::from("CONTINUOUS")),
                 Value::Bool(false) => continue,
                 _ => return Err("continuous must be true or false".into()),
             },
@@ -81,7 +80,7 @@ pub fn operator_call(op: &str, args: Value) -> Result<Value, String> {
             "parameters" => ("documentParameters", value),
             "description" if op == "createThingGroup" => (
                 "thingGroupProperties",
-                json!({ "thingGroupDescription": text(&name, value)? }),
+                object("thingGroupDescription", text(&name, value)?),
             ),
             "jobId" | "thingName" | "thingGroupName" | "jobTemplateId" | "jobTemplateArn"
             | "description" | "nextToken" | "status" => {
@@ -105,7 +104,7 @@ pub fn operator_call(op: &str, args: Value) -> Result<Value, String> {
         request.put(field, value, &name)?;
     }
     let retry = match retry_criteria {
-        Some(criteria) => Some((json!({ "criteriaList": criteria }), "retry")),
+        Some(criteria) => Some((object("criteriaList", criteria), "retry")),
         None if retries > 0 => serde_json::to_value(RetryConfig::all(retries))
             .ok()
             .map(|retry| (retry, "maxRetries")),
@@ -152,6 +151,13 @@ impl Request {
     }
 }
 
+/// `{field: value}` (one function for every nested shorthand: smaller than a `json!` each).
+fn object(field: &str, value: Value) -> Value {
+    let mut object = Map::new();
+    object.insert(field.into(), value);
+    Value::Object(object)
+}
+
 fn text(name: &str, value: Value) -> Result<Value, String> {
     match value {
         Value::String(_) => Ok(value),
@@ -178,6 +184,7 @@ mod tests {
     use super::*;
     use crate::jobs::JobSpec;
     use crate::jobs::wire::OperatorRequest;
+    use serde_json::json;
 
     #[test]
     fn shorthands_become_aws_fields() {
