@@ -34,7 +34,7 @@ use super::wire::{RetryConfig, check_operator_call};
 /// list of them and `document` an object, so that a caller's slip is refused before anything
 /// is sent.
 pub fn operator_call(op: &str, args: Value) -> Result<Value, String> {
-    let mut args = match args {
+    let args = match args {
         Value::Null => Map::new(),
         Value::Object(args) => args,
         _ => return Err(format!("the arguments of {op} must be an object")),
