@@ -150,8 +150,9 @@ impl Client {
         send(py, self.live(aio)?, request)
     }
 
-    /// A stored-commands call given as its JSON (`{"op": "create" | "get" | "list" |
-    /// "delete", ...}`): the service's answer, as JSON.
+    /// Stored-commands call `op` (`create`, `get`, `list`, `delete`) with its arguments as a
+    /// JSON object (`{"command": ...}`, `{"commandId": ...}`), made a request by the core's
+    /// `definitions_call`: the service's answer, as JSON.
     fn command_definitions(
         &self,
         py: Python<'_>,
