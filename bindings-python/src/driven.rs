@@ -113,6 +113,19 @@ pub(crate) fn resolve(
     Ok(())
 }
 
+/// What a finished call's future is resolved with, made with the GIL held.
+type Outcome = Box<dyn FnOnce(Python<'_>) -> PyResult<Py<PyAny>> + Send>;
+
+/// What resolves `future` with what `outcome` makes (a panic in it as an error). Not generic:
+/// the unwinding and the resolving are compiled once, not once per call.
+fn resolved_with(future: Py<PyAny>, outcome: Outcome) -> Resolution {
+    Box::new(move |py| {
+        let outcome = crate::runtime::unwind_safe(move || outcome(py).map_err(Failure::Python))
+            .map_err(|e| e.into_py_err(py));
+        resolve(py, &future, outcome)
+    })
+}
+
 /// A finished value as Python's, or the failure's exception.
 pub(crate) fn outcome<T: ToPy>(py: Python<'_>, value: Result<T, Failure>) -> PyResult<Py<PyAny>> {
     match value {
@@ -226,11 +239,11 @@ impl Driven {
     ) -> impl FnOnce(Result<U, ClientError>) + Send + 'static {
         let driven = self.clone();
         move |value| {
-            driven.queue(Box::new(move |py| {
-                let value = value.map_err(Failure::Client);
-                let value = crate::runtime::unwind_safe(move || value.and_then(then));
-                resolve(py, &future, outcome(py, value))
-            }))
+            let value = value.map_err(Failure::Client);
+            driven.queue(resolved_with(
+                future,
+                Box::new(move |py| outcome(py, value.and_then(then))),
+            ))
         }
     }
 

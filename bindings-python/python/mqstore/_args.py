@@ -295,13 +295,6 @@ def start_command(
     )
 
 
-def definitions_call(op: str, **args: Any) -> tuple[str, str]:
-    """Stored-commands call ``op`` with the method's arguments, for
-    ``_native.command_definitions``: the core makes the request of them
-    (``mqstore_core::commands::definitions::definitions_call``)."""
-    return op, arguments(op, args)
-
-
 def operator_call(op: str, **args: Any) -> str:
     """Operator call ``op`` as its request's JSON text: the method's arguments (None: absent)
     under their camelCase names, AWS's fields and the shorthands every client shares
@@ -317,7 +310,11 @@ def operator_call(op: str, **args: Any) -> str:
 
 
 def arguments(op: str, args: Mapping[str, Any]) -> str:
-    """A call's arguments as the JSON object the core takes: camelCase names, None absent."""
+    """The arguments of call ``op`` (an operator call, or a stored-commands call of
+    ``_native.command_definitions``, whose answer's type the literal ``op`` picks) as the JSON
+    object the core takes: camelCase names, None absent. The core makes the request of them
+    (``mqstore_core::jobs::operator_call``, ``mqstore_core::commands::definitions::
+    definitions_call``)."""
     fields = {camel(name): value for name, value in args.items() if value is not None}
     try:
         return json.dumps(fields)

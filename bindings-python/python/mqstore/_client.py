@@ -12,6 +12,7 @@ from ._args import BytesLike, FencingToken, PathLike, Seconds
 from ._jobs import CommandWatch, FanOut, Jobs, KeyspaceWatch
 from ._native import Change, CommandReply, DeleteResult, Hlc, SetResult, Versioned
 from .wire import (
+    CommandDefinition,
     CommandRecord,
     ExecutionListing,
     ExecutionsPage,
@@ -523,34 +524,33 @@ class Client:
             *_args.start_command(command_id, target, parameters, timeout, mode), _AIO
         )
 
-    def define_command(self, command: Mapping[str, Any]) -> dict[str, Any]:
+    def define_command(self, command: Mapping[str, Any]) -> CommandDefinition:
         """Stores a command (AWS's ``CreateCommand``): ``{"commandId": ..., "payload":
         {"content": ..., "contentType": ...}}`` or ``{"commandId": ..., "payloadTemplate":
         "...${aws:iot:commandexecution::parameter:NAME}...", "mandatoryParameters": [{"name":
         ..., "defaultValue": {"S": ...}}]}``; returns it as stored. A taken id is
         :class:`~mqstore.errors.StatusError` 409, a bad definition 400."""
-        answer = self._native.command_definitions(
-            *_args.definitions_call("create", command=command), _AIO
-        )
-        return dict(answer["command"])
+        arguments = _args.arguments("create", {"command": command})
+        answer = self._native.command_definitions("create", arguments, _AIO)
+        return answer["command"]
 
-    def command_definition(self, command_id: str) -> dict[str, Any]:
+    def command_definition(self, command_id: str) -> CommandDefinition:
         """The stored command ``command_id`` (:class:`~mqstore.errors.StatusError` 404 when
         there is none)."""
-        request = _args.definitions_call("get", command_id=_args.text(command_id, "command_id"))
-        answer = self._native.command_definitions(*request, _AIO)
-        return dict(answer["command"])
+        arguments = _args.arguments("get", {"command_id": _args.text(command_id, "command_id")})
+        answer = self._native.command_definitions("get", arguments, _AIO)
+        return answer["command"]
 
-    def command_definitions(self) -> list[dict[str, Any]]:
+    def command_definitions(self) -> list[CommandDefinition]:
         """Every stored command, by id."""
-        answer = self._native.command_definitions(*_args.definitions_call("list"), _AIO)
-        return list(answer["commands"])
+        answer = self._native.command_definitions("list", "{}", _AIO)
+        return answer["commands"]
 
     def delete_command_definition(self, command_id: str) -> bool:
         """Deletes stored command ``command_id``: whether there was one."""
-        request = _args.definitions_call("delete", command_id=_args.text(command_id, "command_id"))
-        answer = self._native.command_definitions(*request, _AIO)
-        return bool(answer["deleted"])
+        arguments = _args.arguments("delete", {"command_id": _args.text(command_id, "command_id")})
+        answer = self._native.command_definitions("delete", arguments, _AIO)
+        return answer["deleted"]
 
     def watch_commands(self) -> CommandWatch:
         """Every command's status changes from now on (any node's, any caller's)."""

@@ -5,6 +5,9 @@ from collections.abc import Awaitable, Mapping
 from typing import Any, Literal, Optional, final, overload
 
 from .wire import (
+    CommandDefinitionsAnswer0,
+    CommandDefinitionsAnswer1,
+    CommandDefinitionsAnswer2,
     CommandRecord,
     ExecutionListing,
     JobDescription,
@@ -310,11 +313,29 @@ class Client:
         aio: Literal[True],
     ) -> Awaitable[CommandReply]: ...
     @overload
-    def command_definitions(self, op: str, args: str, aio: Literal[False]) -> dict[str, Any]: ...
+    def command_definitions(
+        self, op: Literal["create", "get"], args: str, aio: Literal[False]
+    ) -> CommandDefinitionsAnswer0: ...
     @overload
     def command_definitions(
-        self, op: str, args: str, aio: Literal[True]
-    ) -> Awaitable[dict[str, Any]]: ...
+        self, op: Literal["create", "get"], args: str, aio: Literal[True]
+    ) -> Awaitable[CommandDefinitionsAnswer0]: ...
+    @overload
+    def command_definitions(
+        self, op: Literal["list"], args: str, aio: Literal[False]
+    ) -> CommandDefinitionsAnswer1: ...
+    @overload
+    def command_definitions(
+        self, op: Literal["list"], args: str, aio: Literal[True]
+    ) -> Awaitable[CommandDefinitionsAnswer1]: ...
+    @overload
+    def command_definitions(
+        self, op: Literal["delete"], args: str, aio: Literal[False]
+    ) -> CommandDefinitionsAnswer2: ...
+    @overload
+    def command_definitions(
+        self, op: Literal["delete"], args: str, aio: Literal[True]
+    ) -> Awaitable[CommandDefinitionsAnswer2]: ...
     @overload
     def command_status(self, id: str, aio: Literal[False]) -> CommandRecord: ...
     @overload
