@@ -114,11 +114,11 @@ pub(crate) fn resolve(
 }
 
 /// What a finished call's future is resolved with, made with the GIL held.
-type Outcome = Box<dyn FnOnce(Python<'_>) -> PyResult<Py<PyAny>> + Send>;
+pub(crate) type Outcome = Box<dyn FnOnce(Python<'_>) -> PyResult<Py<PyAny>> + Send>;
 
 /// What resolves `future` with what `outcome` makes (a panic in it as an error). Not generic:
 /// the unwinding and the resolving are compiled once, not once per call.
-fn resolved_with(future: Py<PyAny>, outcome: Outcome) -> Resolution {
+pub(crate) fn resolved_with(future: Py<PyAny>, outcome: Outcome) -> Resolution {
     Box::new(move |py| {
         let outcome = crate::runtime::unwind_safe(move || outcome(py).map_err(Failure::Python))
             .map_err(|e| e.into_py_err(py));

@@ -227,13 +227,19 @@ pub fn client<T>(result: Result<T, ClientError>) -> Result<T, Failure> {
     result.map_err(errors::Failure::Client)
 }
 
-/// A call that panics, for the test that no panic reaches Python (`tests/test_errors.py`).
+/// A call that panics, for the test that no panic reaches Python (`tests/test_errors.py`):
+/// the blocking one in [`blocking`], the asyncio one where every asyncio call's answer is
+/// resolved ([`crate::driven::resolved_with`]).
 #[pyfunction]
 pub fn _panicking_call(py: Python<'_>, aio: bool) -> PyResult<Py<PyAny>> {
-    let call = || -> Result<(), Failure> { panic!("a deliberate panic in a call") };
+    const PANIC: &str = "a deliberate panic in a call";
     if aio {
-        done(py, unwind_safe(call))
+        let future = crate::driven::running_loop(py)?
+            .call_method0("create_future")?
+            .unbind();
+        crate::driven::resolved_with(future.clone_ref(py), Box::new(|_| panic!("{PANIC}")))(py)?;
+        Ok(future)
     } else {
-        blocking(py, call)
+        blocking(py, || -> Result<(), Failure> { panic!("{PANIC}") })
     }
 }
