@@ -65,7 +65,8 @@ fn exception(py: Python<'_>, code: u16, message: &str, detail: Option<String>) -
 }
 
 /// One example of every error the client can report, with its code: the test suite checks
-/// that each code has a class of its own.
+/// that each code has a class of its own. (A test hook: not in the release wheels.)
+#[cfg(feature = "test-hooks")]
 #[pyfunction]
 pub fn error_examples() -> Vec<(u16, String)> {
     let answer = || {
@@ -130,7 +131,8 @@ pub fn error_examples() -> Vec<(u16, String)> {
 }
 
 /// Every kind of error core defines: its stable code and its class's name without `Error`.
-/// The test suite checks that `mqstore.errors` has each class with that code.
+/// The test suite checks that `mqstore.errors` has each class with that code. (A test hook.)
+#[cfg(feature = "test-hooks")]
 #[pyfunction]
 pub fn error_kinds() -> Vec<(u16, &'static str)> {
     mqstore_core::ErrorKind::ALL

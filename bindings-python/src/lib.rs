@@ -35,9 +35,12 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<types::DeleteResult>()?;
     module.add_class::<types::Change>()?;
     module.add_function(wrap_pyfunction!(jobs::operator_call, module)?)?;
-    module.add_function(wrap_pyfunction!(errors::error_examples, module)?)?;
-    module.add_function(wrap_pyfunction!(errors::error_kinds, module)?)?;
-    module.add_function(wrap_pyfunction!(runtime::_panicking_call, module)?)?;
+    #[cfg(feature = "test-hooks")]
+    {
+        module.add_function(wrap_pyfunction!(errors::error_examples, module)?)?;
+        module.add_function(wrap_pyfunction!(errors::error_kinds, module)?)?;
+        module.add_function(wrap_pyfunction!(runtime::_panicking_call, module)?)?;
+    }
     module.add_function(wrap_pyfunction!(runtime::_shutdown, module)?)?;
     codec::register(module)?;
     Ok(())

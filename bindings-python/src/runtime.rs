@@ -229,7 +229,8 @@ pub fn client<T>(result: Result<T, ClientError>) -> Result<T, Failure> {
 
 /// A call that panics, for the test that no panic reaches Python (`tests/test_errors.py`):
 /// the blocking one in [`blocking`], the asyncio one where every asyncio call's answer is
-/// resolved ([`crate::driven::resolved_with`]).
+/// resolved ([`crate::driven::resolved_with`]). (A test hook: not in the release wheels.)
+#[cfg(feature = "test-hooks")]
 #[pyfunction]
 pub fn _panicking_call(py: Python<'_>, aio: bool) -> PyResult<Py<PyAny>> {
     const PANIC: &str = "a deliberate panic in a call";

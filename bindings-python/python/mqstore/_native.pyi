@@ -574,6 +574,9 @@ def operator_call(op: str, args: str) -> str:
     shorthands every client shares) as the request's JSON text; ``ValueError`` names an
     argument that does not fit."""
 
+# The test hooks: error_examples, error_kinds and _panicking_call are in builds from source
+# (the crate's default `test-hooks` feature), not in the release wheels.
+
 def error_examples() -> list[tuple[int, str]]:
     """One example of every error the client reports, with its code (for tests)."""
 
