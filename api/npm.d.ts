@@ -98,6 +98,7 @@ export interface Change {
     readonly text: string | null;
     version: wasm.Hlc | null;
     synthetic: boolean;
+    gap: boolean;
 }
 type Completed = {
     kind: "completed";

@@ -104,7 +104,7 @@ typedef enum mqstore_event_kind {
    */
   MQSTORE_EVENT_COMPLETED = 1,
   /**
-   * An observed key changed (`key`, `value`, `version`, `synthetic`).
+   * An observed key changed (`key`, `value`, `version`, `synthetic`, `gap`).
    */
   MQSTORE_EVENT_CHANGED = 2,
   /**
@@ -716,6 +716,12 @@ typedef struct mqstore_event {
    * notification itself was missed.
    */
   bool synthetic;
+  /**
+   * CHANGED: changes between the last one reported and this one were not reported
+   * (overtaken, or lost with a server's connection): the changes seen are not the key's
+   * whole history, and this one is its state now. True on every synthetic change too.
+   */
+  bool gap;
   /**
    * Whether `version` holds a version.
    */

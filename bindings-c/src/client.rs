@@ -612,7 +612,7 @@ fn change_event(change: KeyChange) -> Event {
         change.key,
         change.value,
         change.version.as_ref(),
-        change.synthetic,
+        (change.synthetic, change.gap),
     )
 }
 

@@ -311,7 +311,7 @@ impl From<Command> for mqstore_op {
 pub enum mqstore_event_kind {
     /// Layer 2: a call finished (`call`, `command`, `status` and the result fields).
     MQSTORE_EVENT_COMPLETED = 1,
-    /// An observed key changed (`key`, `value`, `version`, `synthetic`).
+    /// An observed key changed (`key`, `value`, `version`, `synthetic`, `gap`).
     MQSTORE_EVENT_CHANGED = 2,
     /// Layer 2: a jobs notification for a thing of `mqstore_core_act_as` (`thing`, and `json`:
     /// `{"kind": "notify", "thing", "in_progress": [...], "queued": [...]}` or `{"kind":
@@ -364,6 +364,10 @@ pub struct mqstore_event {
     /// CHANGED: found by reading the key back after a reconnect or a server restart; the
     /// notification itself was missed.
     pub synthetic: bool,
+    /// CHANGED: changes between the last one reported and this one were not reported
+    /// (overtaken, or lost with a server's connection): the changes seen are not the key's
+    /// whole history, and this one is its state now. True on every synthetic change too.
+    pub gap: bool,
     /// Whether `version` holds a version.
     pub has_version: bool,
     /// The key's version (CHANGED, SET, GET found, DEL), else the server's clock.
@@ -413,6 +417,7 @@ impl Event {
             value: std::ptr::null(),
             value_len: 0,
             synthetic: false,
+            gap: false,
             has_version: false,
             version: EMPTY_HLC,
             keys: std::ptr::null(),
@@ -462,7 +467,7 @@ impl Event {
         key: Bytes,
         value: Option<Bytes>,
         version: Option<&Hlc>,
-        synthetic: bool,
+        (synthetic, gap): (bool, bool),
     ) -> Self {
         let mut c = Self::empty(mqstore_event_kind::MQSTORE_EVENT_CHANGED);
         c.key = key.as_ptr();
@@ -472,6 +477,7 @@ impl Event {
             c.value_len = value.len();
         }
         c.synthetic = synthetic;
+        c.gap = gap;
         if let Ok((has, v)) = version_out(version) {
             c.has_version = has;
             c.version = v;
@@ -490,7 +496,11 @@ impl Event {
                 change,
                 version,
                 synthetic,
-            } => Self::changed(key, change.into_value(), version.as_ref(), synthetic),
+                gap,
+            } => {
+                let flags = (synthetic, gap);
+                Self::changed(key, change.into_value(), version.as_ref(), flags)
+            }
             SessionEvent::Completed { call, op, result } => {
                 let mut c = Self::empty(mqstore_event_kind::MQSTORE_EVENT_COMPLETED);
                 c.call = call.0;

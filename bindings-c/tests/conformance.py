@@ -82,6 +82,7 @@ class Event(C.Structure):
         ("value", u8p),
         ("value_len", C.c_size_t),
         ("synthetic", C.c_bool),
+        ("gap", C.c_bool),
         ("has_version", C.c_bool),
         ("version", Hlc),
         ("keys", C.POINTER(Bytes)),
@@ -448,6 +449,7 @@ class Run:
                 "value": text(e.value, e.value_len) if e.value else None,
                 "version": version,
                 "synthetic": e.synthetic,
+                "gap": e.gap,
             }
         if e.kind == 3:
             return {"kind": "jobs-notification", "notification": json.loads(e.json)}

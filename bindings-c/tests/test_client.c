@@ -168,6 +168,7 @@ static void observe_delivers_changes_by_polling(void) {
   CHECK_BYTES(event->key, event->key_len, "c/watched", 9);
   CHECK_BYTES(event->value, event->value_len, "v1", 2);
   CHECK(!event->synthetic);
+  CHECK(!event->gap);
   CHECK(event->has_version);
   int order = 1;
   CHECK_OK(mqstore_hlc_compare(&event->version, &set.version, &order));

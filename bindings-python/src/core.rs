@@ -169,12 +169,14 @@ fn event_dict(py: Python<'_>, event: SessionEvent) -> PyResult<Bound<'_, PyDict>
             change,
             version: changed,
             synthetic,
+            gap,
         } => {
             dict.set_item("kind", "changed")?;
             dict.set_item("key", PyBytes::new(py, &key))?;
             dict.set_item("value", change.into_value().map(|v| PyBytes::new(py, &v)))?;
             dict.set_item("version", version(py, changed)?)?;
             dict.set_item("synthetic", synthetic)?;
+            dict.set_item("gap", gap)?;
         }
         SessionEvent::Jobs(notification) => {
             dict.set_item("kind", "jobs-notification")?;

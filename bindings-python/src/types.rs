@@ -178,7 +178,7 @@ impl ToPy for Deletion {
 
 /// A change of an observed key: `value` is `None` when it was deleted or expired;
 /// `synthetic` when it was found by reading the key back after a reconnect (the notification
-/// itself was missed).
+/// itself was missed); `gap` when changes before it were not reported.
 #[pyclass(frozen, get_all, module = "mqstore._native")]
 pub struct Change {
     /// The key that changed.
@@ -190,6 +190,10 @@ pub struct Change {
     /// True when found by reading the key back after a reconnect or a server restart (the
     /// notification itself was missed).
     synthetic: bool,
+    /// True when changes between the last one reported and this one were not reported
+    /// (overtaken, or lost with a server's connection): the changes seen are not the key's
+    /// whole history, and this one is its state now. True on every synthetic change too.
+    gap: bool,
 }
 
 #[pymethods]
@@ -200,10 +204,11 @@ impl Change {
             None => "None".into(),
         };
         Ok(format!(
-            "Change(key={}, value={value}, version={}, synthetic={})",
+            "Change(key={}, value={value}, version={}, synthetic={}, gap={})",
             self.key.bind(py).repr()?,
             repr_version(&self.version),
-            if self.synthetic { "True" } else { "False" }
+            if self.synthetic { "True" } else { "False" },
+            if self.gap { "True" } else { "False" }
         ))
     }
 }
@@ -215,6 +220,7 @@ impl ToPy for KeyChange {
             value: self.value.map(|v| py_bytes(py, &v)),
             version: hlc(py, self.version)?,
             synthetic: self.synthetic,
+            gap: self.gap,
         };
         Ok(Py::new(py, change)?.into_any())
     }

@@ -126,6 +126,8 @@ def test_observe_sees_sets_deletes_and_vdels_in_order(
             seen = [changes.next_change(timeout=10) for _ in range(5)]
     assert [c.value if c else "missing" for c in seen] == [b"v1", b"v2", None, b"v3", None]
     assert all(c is not None and c.key == key.encode() and not c.synthetic for c in seen)
+    # Each change replaced the one seen before it: none was missed.
+    assert all(c is not None and not c.gap for c in seen)
     assert seen[0] is not None and seen[0].version == v1
     # Leaving the with block unobserved the key: the observation ends.
     assert changes.next_change(timeout=10) is None

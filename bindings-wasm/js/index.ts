@@ -224,6 +224,12 @@ export interface Change {
   version: wasm.Hlc | null;
   /** Found by reading the key back after a reconnect: the notification itself was missed. */
   synthetic: boolean;
+  /**
+   * Changes between the last one reported and this one were not reported (overtaken, or lost
+   * with a server's connection): the changes seen are not the key's whole history, and this
+   * one is its state now. True on every `synthetic` change too.
+   */
+  gap: boolean;
 }
 
 type Completed = {
@@ -246,7 +252,7 @@ type Completed = {
   /** A jobs or commands call's answer. */
   result?: any;
 };
-type Changed = { kind: "changed"; key: Uint8Array; value: Uint8Array | null; version: wasm.Hlc | null; synthetic: boolean };
+type Changed = { kind: "changed"; key: Uint8Array; value: Uint8Array | null; version: wasm.Hlc | null; synthetic: boolean; gap: boolean };
 type JobsNotified = { kind: "jobs-notification"; notification: JobNotification };
 type CommandChanged = { kind: "command-record"; record: CommandRecord };
 type LeaseRenewed = { kind: "lease-renewed"; lease: number; version: wasm.Hlc };
@@ -480,6 +486,7 @@ export class Client {
           },
           version: event.version,
           synthetic: event.synthetic,
+          gap: event.gap,
         };
         for (const watcher of this.#watchers.get(hex(event.key)) ?? []) watcher(change);
       } else if (event.kind === "jobs-notification") {

@@ -459,6 +459,7 @@ fn event_to_js(event: SessionEvent) -> Object {
             change,
             version,
             synthetic,
+            gap,
         } => {
             set(&out, "kind", "changed");
             set(&out, "key", bytes_to_js(&key));
@@ -468,6 +469,7 @@ fn event_to_js(event: SessionEvent) -> Object {
             }
             set(&out, "version", version_to_js(version.as_ref()));
             set(&out, "synthetic", synthetic);
+            set(&out, "gap", gap);
         }
         SessionEvent::Jobs(notification) => {
             set(&out, "kind", "jobs-notification");

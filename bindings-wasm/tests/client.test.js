@@ -55,9 +55,11 @@ test("observe: changes as an async iterator and to a callback", async () => {
     assert.equal(text(first.value.value), "v1");
     assert.equal(first.value.text, "v1");
     assert.equal(first.value.synthetic, false);
+    assert.equal(first.value.gap, false);
     await writer.del("js/watched");
     const second = await changes.next();
     assert.equal(second.value.value, null);
+    assert.equal(second.value.gap, false);
     assert.equal(second.value.text, null);
     await changes.return();
     await stop();
@@ -131,10 +133,12 @@ async function missedThenLive(changes, writer, key) {
   }
   assert.equal(text(missed.value.value), "missed");
   assert.equal(missed.value.synthetic, true);
+  assert.equal(missed.value.gap, true);
   await writer.set(key, "live");
   const live = await changes.next();
   assert.equal(text(live.value.value), "live");
   assert.equal(live.value.synthetic, false);
+  assert.equal(live.value.gap, false);
   await changes.return();
 }
 

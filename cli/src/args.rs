@@ -167,7 +167,9 @@ pub(crate) enum Command {
         #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u8).range(0..=100))]
         set_percent: u8,
     },
-    /// Print every change of the keys until interrupted.
+    /// Print every change of the keys until interrupted. Changes not heard of (several server
+    /// nodes publish independently) are said on stderr before the next one (`"gap": true`
+    /// with --json).
     Watch {
         #[arg(required = true)]
         keys: Vec<String>,

@@ -372,6 +372,10 @@ async fn watch(client: &Client, call: CallArgs, keys: Vec<String>) -> Result<Exi
             change = rx.recv() => {
                 let Some(change) = change else { return Ok(ExitCode::from(4)) };
                 let key = text(&change.key);
+                if change.gap && !call.json {
+                    // On stderr, so that the change lines keep one shape.
+                    eprintln!("{key}: changes were missed before this one (its state now follows)");
+                }
                 let (op, value) = match &change.value {
                     Some(v) => ("SET", text(v)),
                     None => ("DELETE", String::new()),
@@ -384,6 +388,7 @@ async fn watch(client: &Client, call: CallArgs, keys: Vec<String>) -> Result<Exi
                         "value": change.value.as_ref().map(|_| &value),
                         "version": version(&change.version),
                         "synthetic": change.synthetic,
+                        "gap": change.gap,
                     })
                     .to_string(),
                     format!("{key} {op} {value}").trim_end().to_owned(),

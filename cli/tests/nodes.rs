@@ -63,8 +63,9 @@ fn answered(metrics: &Metrics) -> u64 {
 
 /// The scenario every shared store must pass: reads see writes answered by other nodes,
 /// versions of a key increase although the nodes' clocks disagree by seconds, watchers
-/// registered through one node hear of changes applied by the others, and an expiry is
-/// notified exactly once.
+/// registered through one node hear of changes applied by the others, each notification names
+/// the version it replaced (so a watcher that heard every change is told of no gap), and an
+/// expiry is notified exactly once.
 async fn three_nodes_share_one_state(url: &str) -> (Broker, Vec<ServerHandle>) {
     let broker = Broker::start();
     let mut nodes = Vec::new();
@@ -94,8 +95,13 @@ async fn three_nodes_share_one_state(url: &str) -> (Broker, Vec<ServerHandle>) {
         let change = next_change(&mut observed).await;
         assert_eq!(change.value.as_deref(), Some(value.as_bytes()));
         assert_eq!(change.version.as_ref(), Some(&version));
+        assert!(!change.gap, "no change was missed: {change:?}");
         last = Some(version);
     }
+    // A deletion replaced the last value the watcher saw: no gap either.
+    writer.del("shared", None).await.unwrap();
+    let deleted = next_change(&mut observed).await;
+    assert_eq!((deleted.value.as_deref(), deleted.gap), (None, false));
     // Every node answered some of them (mosquitto deals shared messages round robin).
     for handle in &nodes {
         assert!(answered(&handle.metrics) > 0, "a node answered nothing");
@@ -114,6 +120,10 @@ async fn three_nodes_share_one_state(url: &str) -> (Broker, Vec<ServerHandle>) {
     );
     let deleted = next_change(&mut expiring).await;
     assert_eq!(deleted.value, None, "{deleted:?}");
+    assert!(
+        !deleted.gap,
+        "the expiry replaced the value seen: {deleted:?}"
+    );
     // Every node swept many times since: no second DELETE.
     tokio::time::sleep(Duration::from_millis(800)).await;
     assert_eq!(expiring.try_next(), None, "a second notification");

@@ -254,6 +254,7 @@ async fn a_writer_that_observes_its_own_key_sees_each_write_once_in_order() {
             "the write's own version"
         );
         assert!(!change.synthetic);
+        assert!(!change.gap, "every write was seen: {change:?}");
     }
 }
 
@@ -293,13 +294,16 @@ async fn an_observation_that_starts_amid_writes_never_goes_back() {
     writes.await.unwrap();
     assert_versions_go_forward(&seen);
     assert!(seen.iter().all(|c| !c.synthetic), "{seen:?}");
+    // Each change it saw replaced the one before (or the value its first read found).
+    assert!(seen.iter().all(|c| !c.gap), "{seen:?}");
 }
 
 #[tokio::test]
 async fn notifications_out_of_order_among_themselves_never_take_an_observer_back() {
     // As with several server nodes publishing on one topic: notifications overtake each
     // other. The observer drops what is not newer than what it saw, so the versions it sees
-    // only go forward, and it ends on the last write.
+    // only go forward, and it ends on the last write; and each change it sees says whether
+    // writes were made since the one it saw before (`gap`), exactly when they were.
     let broker = Broker::start();
     let _server = server(broker.port).await;
     let proxy = ReorderingProxy::start(
@@ -311,18 +315,37 @@ async fn notifications_out_of_order_among_themselves_never_take_an_observer_back
     let writer = ready_client(broker.port, "writer").await;
     let observer = ready_client(proxy.port, "observer").await;
     let mut changes = observer.observe("shuffled").await.unwrap();
-    let mut last = None;
+    let mut written = Vec::new();
     for i in 1..=40 {
-        let written = writer
+        let set = writer
             .set("shuffled", format!("s{i}"), SetOptions::default())
             .await
             .unwrap();
-        last = written.version;
+        written.push(set.version.expect("a version"));
     }
+    let last = written.last().cloned();
     let mut seen: Vec<KeyChange> = Vec::new();
     while seen.last().and_then(|c| c.version.as_ref()) != last.as_ref() {
         seen.push(next_change(&mut changes).await);
     }
     assert_versions_go_forward(&seen);
     assert_eq!(seen.last().unwrap().value.as_deref(), Some(&b"s40"[..]));
+    // The key was absent when the observation began.
+    let mut before: Option<&Hlc> = None;
+    let mut gaps = 0;
+    for change in &seen {
+        let version = change.version.as_ref().unwrap();
+        let missed = written
+            .iter()
+            .any(|w| w < version && before.is_none_or(|before| w > before));
+        assert_eq!(change.gap, missed, "{change:?} after {before:?}");
+        gaps += usize::from(missed);
+        before = Some(version);
+    }
+    assert!(
+        gaps > 0 && seen.len() < written.len(),
+        "the premise: some notifications overtook others ({} of {} seen)",
+        seen.len(),
+        written.len()
+    );
 }

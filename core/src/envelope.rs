@@ -40,6 +40,10 @@ pub mod property {
     pub const REQUESTED_VERSION: &str = "__requestProtVer";
     /// `true` on a SET asks that the key be kept durably.
     pub const PERSISTENCE: &str = "aio-persistence";
+    /// mqstore's, on a change notification: the version of the value the change replaced
+    /// (empty when a SET made the key). An observer whose last-seen version differs missed a
+    /// change. Clients that do not know it ignore it (Azure's SDKs do).
+    pub const REPLACED: &str = "mqstore-replaced";
 }
 
 /// The MQTT 5 properties of a PUBLISH that the state store uses.
@@ -371,12 +375,18 @@ pub fn error_reply(invocation: &mut Invocation, error: &EnvelopeError, node_id: 
     }
 }
 
-/// The properties of a change notification: its version and the content type.
-pub fn notification_properties(version: &Hlc) -> Properties {
+/// The properties of a change notification: its version, the version of the value it
+/// replaced (empty when a SET made the key) and the content type.
+pub fn notification_properties(version: &Hlc, replaced: Option<&Hlc>) -> Properties {
+    let replaced = replaced.map(Hlc::to_string).unwrap_or_default();
+    let user_properties = vec![
+        (property::TIMESTAMP.to_owned(), version.to_string()),
+        (property::REPLACED.to_owned(), replaced),
+    ];
     Properties {
         payload_format_indicator: Some(0),
         content_type: Some(CONTENT_TYPE.to_owned()),
-        user_properties: vec![(property::TIMESTAMP.to_owned(), version.to_string())],
+        user_properties,
         ..Properties::default()
     }
 }

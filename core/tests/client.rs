@@ -212,6 +212,7 @@ fn observed_changes_arrive_as_events_before_the_answer() {
             change,
             version,
             synthetic: false,
+            gap: false,
         },
         Event::Completed {
             call: done,
@@ -407,6 +408,7 @@ fn resume_reports_changes_missed_while_away_and_only_those() {
             &events[..],
             [Event::Changed {
                 synthetic: false,
+                gap: false,
                 ..
             }]
         ),

@@ -458,12 +458,14 @@ impl Run {
                 change,
                 version,
                 synthetic,
+                gap,
             } => json!({
                 "kind": "changed",
                 "key": bytes_json(&key),
                 "value": change.into_value().map_or(Value::Null, |v| bytes_json(&v)),
                 "version": version_json(version.as_ref()),
                 "synthetic": synthetic,
+                "gap": gap,
             }),
             SessionEvent::Jobs(notification) => json!({
                 "kind": "jobs-notification",

@@ -26,6 +26,10 @@ pub struct KeyChange {
     pub version: Option<Hlc>,
     /// Found by reading the key back after a reconnect: the notification itself was missed.
     pub synthetic: bool,
+    /// Changes between the last one reported and this one were not reported (overtaken, or
+    /// lost with a server's connection): the changes seen are not the key's whole history,
+    /// and this one is its state now. Set on every `synthetic` change too.
+    pub gap: bool,
 }
 
 /// A key made (`created`) or gone (deleted or expired): the clients' `watch_keyspace`.
@@ -117,6 +121,7 @@ impl<C: Channels> Listeners<C> {
                 change,
                 version,
                 synthetic,
+                gap,
             } => {
                 if let Some(list) = self.observers.get_mut(&key) {
                     let change = KeyChange {
@@ -124,6 +129,7 @@ impl<C: Channels> Listeners<C> {
                         value: change.into_value(),
                         version,
                         synthetic,
+                        gap,
                     };
                     list.retain(|sink| sink.give(change.clone()));
                 }

@@ -16,7 +16,8 @@ pub(super) enum StoreDone {
     /// A request's op.
     Call {
         call: Box<Call>,
-        result: Result<Applied, RedisStoreError>,
+        /// Boxed: what the store did is the largest of the loop's wake-ups.
+        result: Result<Box<Applied>, RedisStoreError>,
         received: Instant,
     },
     /// A periodic sweep: expired keys, clients whose lease ended, and what the store holds.

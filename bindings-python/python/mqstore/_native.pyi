@@ -120,6 +120,11 @@ class Change:
     @property
     def synthetic(self) -> bool:
         """Found by reading the key back after a reconnect (the notification was missed)."""
+    @property
+    def gap(self) -> bool:
+        """Changes between the last one reported and this one were not reported (overtaken,
+        or lost with a server's connection): the changes seen are not the key's whole
+        history, and this one is its state now. True on every synthetic change too."""
 
 @final
 class Client:

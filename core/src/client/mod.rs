@@ -403,6 +403,12 @@ pub enum Event {
         version: Option<Hlc>,
         /// Found by reading the key back after a reconnect (the notification was missed).
         synthetic: bool,
+        /// Changes were made between the last one reported and this one that were not
+        /// (overtaken by this one's notification, or lost with a server's connection), so the
+        /// changes reported are not the key's whole history; this one is its state now. Known
+        /// from the `mqstore-replaced` property of mqstore's notifications (never set on
+        /// another server's), and set on every `synthetic` change.
+        gap: bool,
     },
 }
 
@@ -487,11 +493,27 @@ enum Purpose {
 /// What the client last knew of an observed key.
 #[derive(Debug, Clone, Default)]
 struct Observed {
-    /// The version of the last change seen (None: absent).
+    /// The version of the last change seen (None: the key was absent when first read).
     version: Option<Hlc>,
+    /// Whether the key held a value after that change (false after a deletion).
+    present: bool,
     /// Whether `version` is known yet (the observation's first read sets it without an
     /// event).
     known: bool,
+}
+
+impl Observed {
+    /// The version of the value the key holds as far as the observer knows (None: absent).
+    fn holds(&self) -> Option<&Hlc> {
+        self.version.as_ref().filter(|_| self.present)
+    }
+
+    /// Notes a change (or read) of version `version` after which the key is `present` or not.
+    fn saw(&mut self, version: Option<Hlc>, present: bool) {
+        self.version = version;
+        self.present = present;
+        self.known = true;
+    }
 }
 
 /// The state store client, without I/O.
@@ -772,13 +794,22 @@ impl ClientCore {
     fn handle_notification(&mut self, publish: &Publish, now_ms: u64) -> Option<Event> {
         let key = Bytes::from(topics::key_of_notify_topic(&publish.topic)?);
         let change = decode_notification(&publish.payload).ok()?;
-        let version = publish
-            .properties
+        let properties = &publish.properties;
+        let version = properties
             .user_property(property::TIMESTAMP)
             .and_then(|ts| Hlc::parse(ts).ok());
         if let Some(version) = &version {
             let _ = self.clock.receive(version, now_ms);
         }
+        // The version of the value this change replaced, when the server says (mqstore's do;
+        // empty: the key was absent).
+        let replaced = properties
+            .user_property(property::REPLACED)
+            .and_then(|text| match text {
+                "" => Some(None),
+                text => Hlc::parse(text).ok().map(Some),
+            });
+        let mut gap = false;
         if let Some(observed) = self.observed.get_mut(&key) {
             // Brokers keep order per topic only (and several server nodes each publish their
             // own): a notification may come after a newer one, or after the observation's
@@ -790,14 +821,22 @@ impl ClientCore {
             {
                 return None;
             }
-            observed.version.clone_from(&version);
-            observed.known = true;
+            // A change that did not replace what the observer saw last follows one it never
+            // heard of (overtaken by this one, or lost with a server's connection): said, so
+            // that nobody reads the changes reported as the key's whole history.
+            gap = observed.known
+                && replaced
+                    .as_ref()
+                    .is_some_and(|replaced| replaced.as_ref() != observed.holds());
+            let present = matches!(change, Notification::Set(_));
+            observed.saw(version.clone(), present);
         }
         Some(Event::Changed {
             key,
             change,
             version,
             synthetic: false,
+            gap,
         })
     }
 
@@ -806,11 +845,10 @@ impl ClientCore {
     fn baseline(&mut self, key: Bytes, answer: Answer) -> Option<Event> {
         let observed = self.observed.get_mut(&key)?;
         if !observed.known {
-            observed.known = true;
-            observed.version = match answer.response {
-                Response::Value(_) => answer.version,
-                _ => None,
-            };
+            match answer.response {
+                Response::Value(_) => observed.saw(answer.version, true),
+                _ => observed.saw(None, false),
+            }
         }
         None
     }
@@ -822,37 +860,35 @@ impl ClientCore {
             Response::Absent => (Notification::Delete, None),
             _ => return None,
         };
+        let present = matches!(change, Notification::Set(_));
+        // A change found by reading follows changes not heard of: `gap` is set on it.
+        let found = |version| Event::Changed {
+            key,
+            change,
+            version,
+            synthetic: true,
+            gap: true,
+        };
         if !observed.known {
             // The first read was lost with the connection: what the key held when the
             // observation began is unknown, so a value it holds now is reported (it may not
             // have changed; a change must not go unreported). An absent key is not: the
             // client never saw it present.
-            observed.known = true;
-            observed.version.clone_from(&version);
-            return version.is_some().then_some(Event::Changed {
-                key,
-                change,
-                version,
-                synthetic: true,
-            });
+            observed.saw(version.clone(), present);
+            return present.then(|| found(version));
         }
         // Report only what is newer than what the client saw (a notification may overtake
-        // the read's answer).
+        // the read's answer), and an absence only where the client saw a value.
         let changed = match (&observed.version, &version) {
             (Some(seen), Some(now)) => now > seen,
-            (None, Some(_)) | (Some(_), None) => true,
-            (None, None) => false,
+            (None, Some(_)) => true,
+            (_, None) => observed.present,
         };
         if !changed {
             return None;
         }
-        observed.version.clone_from(&version);
-        Some(Event::Changed {
-            key,
-            change,
-            version,
-            synthetic: true,
-        })
+        observed.saw(version.clone(), present);
+        Some(found(version))
     }
 
     /// When the next call times out.

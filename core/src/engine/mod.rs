@@ -279,16 +279,17 @@ impl<S> Engine<S> {
                 Ok(SetOutcome::Applied {
                     watchers,
                     version,
-                    created,
+                    replaced,
                 }) => {
                     // The store may have moved the version past the key's (written by a node
                     // whose clock is ahead): later versions of this node follow it.
                     let _ = self.clock.receive(&version, now_ms);
-                    if created {
+                    if replaced.is_none() {
                         self.keyspace_event(topics::KEYSPACE_CREATED, &key, notifications);
                     }
                     let change = Notification::Set(value);
-                    notify(watchers, &key, &change, &version, notifications);
+                    let versions = (&version, replaced.as_ref());
+                    notify(watchers, &key, &change, versions, notifications);
                     Reply {
                         response: Response::Ok,
                         version: Some(version),
@@ -301,15 +302,20 @@ impl<S> Engine<S> {
                 Err(error) => self.error_reply(error, now_ms),
             },
             (StoreOp::Delete { key, .. }, StoreReply::Delete(outcome)) => match outcome {
-                Ok(DelOutcome::Deleted { watchers, version }) => {
+                Ok(DelOutcome::Deleted {
+                    watchers,
+                    version,
+                    replaced,
+                }) => {
                     // As for a SET: the store may have moved the version past the key's.
                     let _ = self.clock.receive(&version, now_ms);
                     self.keyspace_event(topics::KEYSPACE_DELETED, &key, notifications);
+                    let versions = (&version, Some(&replaced));
                     notify(
                         watchers,
                         &key,
                         &Notification::Delete,
-                        &version,
+                        versions,
                         notifications,
                     );
                     Reply {
@@ -504,12 +510,11 @@ impl<S> Engine<S> {
         // As for a SET: later versions of this node follow the store's.
         let _ = self.clock.receive(&expired.version, now_ms);
         if !expired.watchers.is_empty() {
-            let version = expired.version;
             notify(
                 expired.watchers,
                 &expired.key,
                 &Notification::Delete,
-                &version,
+                (&expired.version, Some(&expired.replaced)),
                 out,
             );
         }
@@ -805,20 +810,20 @@ pub fn fit_for_broker(mut message: Publish, is_answer: bool, max: usize) -> Fit 
     }
 }
 
-/// Publishes `change` of `key` to every client in `watchers`. The payload is encoded once and
-/// shared.
+/// Publishes `change` of `key` to every client in `watchers`, with its version and the version
+/// of the value it replaced. The payload is encoded once and shared.
 fn notify(
     watchers: Vec<ClientId>,
     key: &[u8],
     change: &Notification,
-    version: &Hlc,
+    (version, replaced): (&Hlc, Option<&Hlc>),
     out: &mut Vec<Publish>,
 ) {
     if watchers.is_empty() {
         return;
     }
     let payload = change.to_bytes();
-    let properties = notification_properties(version);
+    let properties = notification_properties(version, replaced);
     for client in watchers {
         out.push(Publish {
             topic: topics::notify_topic(&client, key),

@@ -97,6 +97,8 @@ pub enum SessionEvent {
         version: Option<Hlc>,
         /// Found by reading the key back after a reconnect (the notification was missed).
         synthetic: bool,
+        /// Changes before this one were not reported (see [`Event::Changed`]'s `gap`).
+        gap: bool,
     },
     /// A jobs notification for a thing this session acts as.
     Jobs(JobNotification),
@@ -802,6 +804,7 @@ impl Session {
                 change,
                 version,
                 synthetic,
+                gap,
             } => {
                 if matches!(change, Notification::Delete) {
                     let waiting: Vec<CallId> = self
@@ -820,6 +823,7 @@ impl Session {
                         change,
                         version,
                         synthetic,
+                        gap,
                     });
                 }
             }

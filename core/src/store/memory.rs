@@ -223,11 +223,10 @@ impl MemoryStore {
             expires_at: expires_at.and_then(NonZeroU64::new),
         };
         let deadline_moved = old_deadline != expires_at;
-        let created = matches!(slot, Slot::Vacant(_));
-        let moved_key = match slot {
+        let (replaced, moved_key) = match slot {
             Slot::Occupied(mut o) => {
-                *o.get_mut() = entry;
-                deadline_moved.then(|| o.key().clone())
+                let replaced = std::mem::replace(o.get_mut(), entry).version;
+                (Some(replaced), deadline_moved.then(|| o.key().clone()))
             }
             Slot::Vacant(v) => {
                 // A new key gets bytes of its own: a slice of the request would keep the
@@ -237,7 +236,7 @@ impl MemoryStore {
                 let owned = Bytes::copy_from_slice(key);
                 self.order.insert(owned.clone());
                 self.entries.insert(owned.clone(), entry);
-                deadline_moved.then_some(owned)
+                (None, deadline_moved.then_some(owned))
             }
         };
         if let Some(moved_key) = moved_key {
@@ -252,7 +251,7 @@ impl MemoryStore {
         Ok(SetOutcome::Applied {
             watchers: self.watchers_of(key),
             version,
-            created,
+            replaced,
         })
     }
 
@@ -279,6 +278,7 @@ impl MemoryStore {
         Ok(DelOutcome::Deleted {
             watchers: self.watchers_of(key),
             version,
+            replaced: removed.version,
         })
     }
 
@@ -443,6 +443,7 @@ impl Store for MemoryStore {
             watchers: self.watchers_of(&key),
             key,
             version,
+            replaced: entry.version,
         })
     }
 

@@ -130,14 +130,16 @@ pub enum StoreReply {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SetOutcome {
     /// Applied with `version` ([`version_after`] the key's stored version); the clients
-    /// watching the key; whether it made the key.
+    /// watching the key; the version of the value it replaced.
     Applied {
         /// The clients to notify.
         watchers: Vec<ClientId>,
         /// The new version.
         version: Hlc,
-        /// The key did not exist before (for the keyspace events).
-        created: bool,
+        /// The version of the value replaced; `None` when the SET made the key (so that an
+        /// observer can tell whether it heard of every change: see
+        /// [`crate::envelope::notification_properties`]).
+        replaced: Option<Hlc>,
     },
     /// NX/NEX did not hold; the key's current version.
     NotApplied {
@@ -149,13 +151,15 @@ pub enum SetOutcome {
 /// What a DEL or VDEL did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DelOutcome {
-    /// Deleted; the clients watching the key, and the deletion's own version (newer than the
-    /// key's: see [`StoreOp::Delete`]).
+    /// Deleted; the clients watching the key, the deletion's own version (newer than the
+    /// key's: see [`StoreOp::Delete`]) and the deleted value's.
     Deleted {
         /// The clients to notify.
         watchers: Vec<ClientId>,
         /// The deletion's version.
         version: Hlc,
+        /// The version of the value deleted.
+        replaced: Hlc,
     },
     /// There was no such key (or the value did not match).
     Absent,
@@ -218,6 +222,8 @@ pub struct Expired {
     /// The expiry's own version: after the key's, and after every version the store (on
     /// Redis, the key's bucket) issued before it, so that a SET that follows gets a later one.
     pub version: Hlc,
+    /// The version of the value that expired.
+    pub replaced: Hlc,
 }
 
 /// A store the engine drives in-process: every call is one atomic step, answered at once.

@@ -650,7 +650,7 @@ impl Node {
                     remote.in_flight += 1;
                     let (store, done) = (remote.store.clone(), remote.done.clone());
                     tokio::spawn(async move {
-                        let result = store.apply(call.op(), now).await;
+                        let result = store.apply(call.op(), now).await.map(Box::new);
                         let _ = done.send(Done::State(StoreDone::Call {
                             call,
                             result,

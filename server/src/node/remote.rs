@@ -56,6 +56,7 @@ impl Node {
                 remote.note(result.as_ref().err(), &self.metrics);
                 let outcome = match result {
                     Ok(applied) => {
+                        let applied = *applied;
                         if let Some(expired) = applied.expired {
                             engine.expired(expired, now, &mut self.out);
                         }

@@ -358,12 +358,11 @@ impl RedisStore {
                 let (expired, rest) = split_expired(key, self.eval(&call).await?)?;
                 let outcome = match rest.split_first() {
                     Some((Value::BulkString(tag), rest)) if tag == b"A" || tag == b"C" => {
-                        let (version, watchers) = version_and_clients(rest)?;
-                        let created = tag == b"C";
+                        let (version, replaced, watchers) = versions_and_clients(rest)?;
                         Ok(SetOutcome::Applied {
                             watchers,
                             version,
-                            created,
+                            replaced,
                         })
                     }
                     Some((Value::BulkString(tag), [Value::BulkString(version)])) if tag == b"N" => {
@@ -397,8 +396,13 @@ impl RedisStore {
                 let (expired, rest) = split_expired(key, self.eval(&call).await?)?;
                 let outcome = match rest.split_first() {
                     Some((Value::BulkString(tag), rest)) if tag == b"D" => {
-                        let (version, watchers) = version_and_clients(rest)?;
-                        Ok(DelOutcome::Deleted { watchers, version })
+                        let (version, replaced, watchers) = versions_and_clients(rest)?;
+                        let replaced = replaced.ok_or_else(|| unexpected("DEL", rest))?;
+                        Ok(DelOutcome::Deleted {
+                            watchers,
+                            version,
+                            replaced,
+                        })
                     }
                     Some((Value::BulkString(tag), [])) if tag == b"absent" => {
                         Ok(DelOutcome::Absent)
@@ -602,11 +606,13 @@ impl RedisStore {
             };
             match parts.split_first() {
                 Some((Value::BulkString(key), rest)) => {
-                    let (version, watchers) = version_and_clients(rest)?;
+                    let (version, replaced, watchers) = versions_and_clients(rest)?;
+                    let replaced = replaced.ok_or_else(|| unexpected("sweep", rest))?;
                     expired.push(Expired {
                         key: Bytes::from(key.clone()),
                         watchers,
                         version,
+                        replaced,
                     });
                 }
                 _ => return Err(unexpected("sweep", &parts)),

@@ -108,7 +108,7 @@ local function expire_if_due()
   end
   local found = redis.call('HMGET', KEYS[1], 'v', 's')
   remove_key(KEYS[1], KEYS[3], KEYS[4], KEYS[5], ARGV[1], found[1])
-  return append_members({expiry_version(KEYS[5], found[2], ARGV[2])}, KEYS[2])
+  return append_members({expiry_version(KEYS[5], found[2], ARGV[2]), found[2]}, KEYS[2])
 end
 
 -- The fencing rule: false when `presented` ('' for none) may change a key fenced by `token`.

@@ -32,11 +32,12 @@ pub(super) fn split_expired(key: &Bytes, reply: Value) -> Result<(Option<Expired
     let rest = items.split_off(1);
     let expired = match items.pop() {
         Some(Value::Array(parts)) => {
-            let (version, watchers) = version_and_clients(&parts)?;
+            let (version, replaced, watchers) = versions_and_clients(&parts)?;
             Some(Expired {
                 key: key.clone(),
                 watchers,
                 version,
+                replaced: replaced.ok_or_else(|| unexpected("an expired key", &parts))?,
             })
         }
         _ => None,
@@ -44,10 +45,20 @@ pub(super) fn split_expired(key: &Bytes, reply: Value) -> Result<(Option<Expired
     Ok((expired, rest))
 }
 
-/// `[version, client, client, …]`.
-pub(super) fn version_and_clients(items: &[Value]) -> Result<(Hlc, Vec<ClientId>)> {
-    let Some((Value::BulkString(version), clients)) = items.split_first() else {
-        return Err(unexpected("a version and clients", items));
+/// `[version, replaced version or "", client, client, …]`: a change's version, the version of
+/// the value it replaced (none when a SET made the key), and the clients to notify.
+pub(super) fn versions_and_clients(items: &[Value]) -> Result<(Hlc, Option<Hlc>, Vec<ClientId>)> {
+    let [
+        Value::BulkString(version),
+        Value::BulkString(replaced),
+        clients @ ..,
+    ] = items
+    else {
+        return Err(unexpected("a version, the replaced one and clients", items));
+    };
+    let replaced = match replaced.is_empty() {
+        true => None,
+        false => Some(hlc(replaced)?),
     };
     let clients = clients
         .iter()
@@ -56,7 +67,7 @@ pub(super) fn version_and_clients(items: &[Value]) -> Result<(Hlc, Vec<ClientId>
             other => Err(unexpected("a client id", std::slice::from_ref(other))),
         })
         .collect::<Result<_>>()?;
-    Ok((hlc(version)?, clients))
+    Ok((hlc(version)?, replaced, clients))
 }
 
 pub(super) fn hlc(text: &[u8]) -> Result<Hlc> {

@@ -1,7 +1,8 @@
 -- SET. ARGV[3] value, [4] condition (A always, N not exists, E not exists or equal),
 -- [5] deadline or '', [6] fencing token or '', [7] [8] [9] the engine's candidate version
 -- (wall, counter, node), [10] max keys, [11] max bytes (-1: none).
--- Returns {expired, 'A' (or 'C' when it made the key), version, watchers...}
+-- Returns {expired, 'A' (or 'C' when it made the key), version, replaced version ('' when it
+--         made the key), watchers...}
 --       | {expired, 'N', current version} | {expired, 'E', error}.
 local expired = expire_if_due()
 local key, value, presented = ARGV[1], ARGV[3], ARGV[6]
@@ -45,4 +46,4 @@ end
 redis.call('HINCRBY', KEYS[5], 'keys', added_keys)
 redis.call('HINCRBY', KEYS[5], 'bytes', added_bytes)
 redis.call('HSET', KEYS[5], 'newest', version)
-return append_members({expired, current and 'A' or 'C', version}, KEYS[2])
+return append_members({expired, current and 'A' or 'C', version, stored or ''}, KEYS[2])
