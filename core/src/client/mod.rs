@@ -493,7 +493,7 @@ enum Purpose {
 /// What the client last knew of an observed key.
 #[derive(Debug, Clone, Default)]
 struct Observed {
-    /// The version of the last change seen (None: the key was absent when first read).
+    /// The version of the last change seen (None: the key was absent when last read).
     version: Option<Hlc>,
     /// Whether the key held a value after that change (false after a deletion).
     present: bool,

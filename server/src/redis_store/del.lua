@@ -1,7 +1,7 @@
 -- DEL, or VDEL with ARGV[3] = 'V' and ARGV[4] the value; ARGV[5] fencing token or '';
 -- ARGV[6] [7] [8] the engine's candidate version of the deletion (wall, counter, node).
--- Returns {expired, 'D', version, the deleted value's version, watchers...} | {expired, 'absent'} | {expired, 'M'} (VDEL's
--- value did not match) | {expired, 'E', error}.
+-- Returns {expired, 'D', version, the deleted value's version, watchers...} | {expired, 'absent'}
+--       | {expired, 'M'} (VDEL's value did not match) | {expired, 'E', error}.
 local expired = expire_if_due()
 local found = redis.call('HMGET', KEYS[1], 'v', 's', 'f')
 local current, stored, token = found[1], found[2], found[3]
