@@ -612,7 +612,8 @@ fn change_event(change: KeyChange) -> Event {
         change.key,
         change.value,
         change.version.as_ref(),
-        (change.synthetic, change.gap),
+        change.synthetic,
+        change.gap,
     )
 }
 

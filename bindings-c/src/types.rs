@@ -467,7 +467,8 @@ impl Event {
         key: Bytes,
         value: Option<Bytes>,
         version: Option<&Hlc>,
-        (synthetic, gap): (bool, bool),
+        synthetic: bool,
+        gap: bool,
     ) -> Self {
         let mut c = Self::empty(mqstore_event_kind::MQSTORE_EVENT_CHANGED);
         c.key = key.as_ptr();
@@ -497,10 +498,7 @@ impl Event {
                 version,
                 synthetic,
                 gap,
-            } => {
-                let flags = (synthetic, gap);
-                Self::changed(key, change.into_value(), version.as_ref(), flags)
-            }
+            } => Self::changed(key, change.into_value(), version.as_ref(), synthetic, gap),
             SessionEvent::Completed { call, op, result } => {
                 let mut c = Self::empty(mqstore_event_kind::MQSTORE_EVENT_COMPLETED);
                 c.call = call.0;

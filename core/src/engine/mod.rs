@@ -288,8 +288,8 @@ impl<S> Engine<S> {
                         self.keyspace_event(topics::KEYSPACE_CREATED, &key, notifications);
                     }
                     let change = Notification::Set(value);
-                    let versions = (&version, replaced.as_ref());
-                    notify(watchers, &key, &change, versions, notifications);
+                    let replaced = replaced.as_ref();
+                    notify(watchers, &key, &change, &version, replaced, notifications);
                     Reply {
                         response: Response::Ok,
                         version: Some(version),
@@ -310,12 +310,12 @@ impl<S> Engine<S> {
                     // As for a SET: the store may have moved the version past the key's.
                     let _ = self.clock.receive(&version, now_ms);
                     self.keyspace_event(topics::KEYSPACE_DELETED, &key, notifications);
-                    let versions = (&version, Some(&replaced));
                     notify(
                         watchers,
                         &key,
                         &Notification::Delete,
-                        versions,
+                        &version,
+                        Some(&replaced),
                         notifications,
                     );
                     Reply {
@@ -514,7 +514,8 @@ impl<S> Engine<S> {
                 expired.watchers,
                 &expired.key,
                 &Notification::Delete,
-                (&expired.version, Some(&expired.replaced)),
+                &expired.version,
+                Some(&expired.replaced),
                 out,
             );
         }
@@ -816,7 +817,8 @@ fn notify(
     watchers: Vec<ClientId>,
     key: &[u8],
     change: &Notification,
-    (version, replaced): (&Hlc, Option<&Hlc>),
+    version: &Hlc,
+    replaced: Option<&Hlc>,
     out: &mut Vec<Publish>,
 ) {
     if watchers.is_empty() {
