@@ -727,9 +727,21 @@ async fn many(nodes: &[Commander], commands: usize, request: impl Fn(usize) -> C
     }
 }
 
+/// How many commands each mode of the load test sends: 2,000 unless `MQSTORE_COMMAND_LOAD` says
+/// (`MQSTORE_COMMAND_LOAD=10000` is the full run; three modes of 10,000 take three minutes
+/// from the debug build on two cores, most of the test command's Rust tests).
+fn command_load() -> usize {
+    match std::env::var("MQSTORE_COMMAND_LOAD") {
+        Ok(n) => n
+            .parse()
+            .expect("MQSTORE_COMMAND_LOAD is a number of commands"),
+        Err(_) => 2_000,
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ten_thousand_commands_over_three_nodes_each_get_their_own_answer() {
-    const COMMANDS: usize = 10_000;
+async fn thousands_of_commands_over_three_nodes_each_get_their_own_answer() {
+    let commands = command_load();
     // mosquitto queues at most 1000 messages per client by default and drops the rest; the
     // device pool here is one connection with thousands of commands queued for it.
     let broker = Broker::start_config("max_queued_messages 100000\n");
@@ -743,13 +755,13 @@ async fn ten_thousand_commands_over_three_nodes_each_get_their_own_answer() {
     for id in ["a", "b", "c"] {
         nodes.push(commander(&broker, id, redis_registry(&redis)).await);
     }
-    many(&nodes, COMMANDS, |n| {
+    many(&nodes, commands, |n| {
         let mut request = dji(&format!("SN{}", n % 16), json!({"n": n}));
         request.timeout_ms = 60_000;
         request
     })
     .await;
-    assert_eq!(runs.lock().unwrap().len(), COMMANDS);
+    assert_eq!(runs.lock().unwrap().len(), commands);
     assert!(runs.lock().unwrap().values().all(|&n| n == 1));
     // Nothing waits in Redis: every record there is settled.
     for key in registry_keys(&redis) {
@@ -773,9 +785,9 @@ async fn ten_thousand_commands_over_three_nodes_each_get_their_own_answer() {
     for id in ["g", "h", "i"] {
         nodes.push(commander(&broker, id, redis_registry(&redis)).await);
     }
-    many(&nodes, COMMANDS, direct).await;
+    many(&nodes, commands, direct).await;
     let records = registry_keys(&redis);
-    assert_eq!(records.len(), COMMANDS, "one record per command");
+    assert_eq!(records.len(), commands, "one record per command");
     for key in records {
         let json = redis.cli(&["HGET", &key, "d"]);
         assert!(json.contains("\"status\":\"SUCCEEDED\""), "{key}: {json}");
@@ -786,10 +798,10 @@ async fn ten_thousand_commands_over_three_nodes_each_get_their_own_answer() {
     for id in ["d", "e", "f"] {
         nodes.push(commander(&broker, id, RegistryConfig::Memory).await);
     }
-    many(&nodes, COMMANDS, direct).await;
+    many(&nodes, commands, direct).await;
     let kept: usize = nodes.iter().map(|n| n.records().unwrap()).sum();
     assert_eq!(
-        kept, COMMANDS,
+        kept, commands,
         "settled records are kept for status queries"
     );
     for node in nodes {

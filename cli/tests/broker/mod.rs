@@ -370,6 +370,11 @@ impl Broker {
         std::fs::read_to_string(self.dir.join("stderr.txt")).unwrap_or_default()
     }
 
+    /// The broker's process id while it runs (to pause it with SIGSTOP, say).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// Stops the broker (like a crash: clients see the connection drop).
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {

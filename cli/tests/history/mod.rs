@@ -10,23 +10,28 @@ use std::time::{Duration, Instant};
 
 use mqstore_core::client::{ClientError, Deleted};
 use mqstore_core::codec::Condition;
+use mqstore_core::hlc::Hlc;
 use mqstore_net::client::{Client, SetOptions};
 
-/// One operation of a history, as the checker reads it.
-fn line(
+/// One operation of a history, as the checker reads it; `version`, an applied SET's, is for
+/// the nemesis test's checks (porcupine ignores it).
+pub fn line(
     client: usize,
     key: &str,
     op: &str,
     value: &str,
-    call: u128,
-    ret: u128,
+    (call, ret): (u128, u128),
     out: &str,
+    version: Option<&Hlc>,
 ) -> String {
-    serde_json::json!({
+    let mut line = serde_json::json!({
         "client": client, "key": key, "op": op, "value": value,
         "call": call as u64, "ret": ret as u64, "out": out,
-    })
-    .to_string()
+    });
+    if let Some(version) = version {
+        line["version"] = version.to_string().into();
+    }
+    line.to_string()
 }
 
 fn deleted(outcome: Deleted) -> String {
@@ -39,12 +44,14 @@ fn deleted(outcome: Deleted) -> String {
 }
 
 /// Whether an error leaves the operation's outcome unknown (it may have happened or not): no
-/// answer, or the store's 503 (Redis failed mid-call, or a write not confirmed on its
-/// replicas). Any other error fails the test.
+/// answer, the client's connection lost with the call in flight, or the store's 503 (Redis
+/// failed mid-call, or a write not confirmed on its replicas). Any other error fails the test.
 fn unknown(error: &ClientError) -> bool {
     matches!(
         error,
-        ClientError::Timeout(_) | ClientError::Status { status: 503, .. }
+        ClientError::Timeout(_)
+            | ClientError::Disconnected
+            | ClientError::Status { status: 503, .. }
     )
 }
 
@@ -121,6 +128,7 @@ pub async fn run(client: Client, c: usize, keys: u64, load: std::sync::Arc<Load>
         let value = format!("{c}-{i}");
         i += 1;
         let call = start.elapsed().as_nanos();
+        let mut version = None;
         let (op, value, out) = match (seed >> 8) % 5 {
             0 | 1 => {
                 let nx = (seed >> 16).is_multiple_of(2);
@@ -135,7 +143,15 @@ pub async fn run(client: Client, c: usize, keys: u64, load: std::sync::Arc<Load>
                 let out = client
                     .set(key.clone(), value.clone(), options)
                     .await
-                    .map(|s| if s.applied { "ok" } else { "notapplied" }.to_owned());
+                    .map(|s| {
+                        if s.applied {
+                            version = s.version;
+                            "ok"
+                        } else {
+                            "notapplied"
+                        }
+                        .to_owned()
+                    });
                 (if nx { "setnx" } else { "set" }, value, out)
             }
             2 => {
@@ -174,7 +190,15 @@ pub async fn run(client: Client, c: usize, keys: u64, load: std::sync::Arc<Load>
             }
             Err(e) => panic!("{op} {key}: {e}"),
         };
-        lines.push(line(c, &key, op, &value, call, ret, &out));
+        lines.push(line(
+            c,
+            &key,
+            op,
+            &value,
+            (call, ret),
+            &out,
+            version.as_ref(),
+        ));
     }
     lines
 }

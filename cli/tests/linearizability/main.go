@@ -136,9 +136,33 @@ func main() {
 		},
 		Init: func() interface{} { return state{} },
 		Step: step,
+		DescribeOperation: func(in interface{}, out interface{}) string {
+			i := in.(input)
+			if i.value == "" {
+				return fmt.Sprintf("%s %s -> %s", i.op, i.key, out)
+			}
+			return fmt.Sprintf("%s %s %s -> %s", i.op, i.key, i.value, out)
+		},
+		DescribeState: func(s interface{}) string {
+			if st := s.(state); st.present {
+				return st.value
+			}
+			return "(absent)"
+		},
 	}
 	result := porcupine.CheckOperationsTimeout(model, history, 120*time.Second)
 	fmt.Printf("%d operations (%d without an answer) on %d clients: %v\n", len(history), unknown, countClients(records), result)
+	if result == porcupine.Illegal {
+		// porcupine's visualisation: each key's longest linearizable prefix, and the
+		// operations that cannot follow it.
+		_, info := porcupine.CheckOperationsVerbose(model, history, 120*time.Second)
+		page := os.Args[1] + ".html"
+		if err := porcupine.VisualizePath(model, info, page); err != nil {
+			fmt.Fprintln(os.Stderr, "writing the visualisation:", err)
+		} else {
+			fmt.Printf("visualisation: %s\n", page)
+		}
+	}
 	if result != porcupine.Ok {
 		os.Exit(1)
 	}

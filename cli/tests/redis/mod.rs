@@ -154,6 +154,19 @@ impl Redis {
         self.spawn();
     }
 
+    /// Its process id while it runs (to pause it with SIGSTOP, say).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Starts it again after [`Redis::kill`] (a restart with a downtime of the caller's
+    /// choosing).
+    pub fn start_again(&mut self) {
+        if self.child.is_none() {
+            self.spawn();
+        }
+    }
+
     /// Runs redis-cli against it and returns what it printed.
     pub fn cli(&self, args: &[&str]) -> String {
         cli(self.port, args)
@@ -365,9 +378,9 @@ impl Cluster {
     }
 }
 
-/// A TCP proxy in front of a Redis: [`Proxy::cut`] closes every connection through it and
-/// refuses new ones (a network cut that loses what was in flight), [`Proxy::restore`] lets
-/// connections through again.
+/// A TCP proxy in front of a Redis, a broker or any TCP server: [`Proxy::cut`] closes every
+/// connection through it and refuses new ones (a network cut that loses what was in flight),
+/// [`Proxy::restore`] lets connections through again.
 pub struct Proxy {
     pub port: u16,
     cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
@@ -395,6 +408,10 @@ impl Proxy {
                 let Ok(server) = TcpStream::connect(("127.0.0.1", target)) else {
                     continue;
                 };
+                // Nagle's algorithm would hold each small write for the peer's delayed ACK
+                // (40 ms a round trip); a link only forwards.
+                let _ = client.set_nodelay(true);
+                let _ = server.set_nodelay(true);
                 let mut open = open.lock().unwrap();
                 for (from, to) in [(&client, &server), (&server, &client)] {
                     let (Ok(mut from), Ok(mut to)) = (from.try_clone(), to.try_clone()) else {

@@ -500,6 +500,10 @@ struct Observed {
     /// Whether `version` is known yet (the observation's first read sets it without an
     /// event).
     known: bool,
+    /// Read back absent after a reconnect, as it was: changes made and deleted again while
+    /// the client was away cannot be ruled out (the store keeps no tombstone), so the next
+    /// change reported says `gap`.
+    unsure: bool,
 }
 
 impl Observed {
@@ -513,6 +517,7 @@ impl Observed {
         self.version = version;
         self.present = present;
         self.known = true;
+        self.unsure = false;
     }
 }
 
@@ -761,6 +766,18 @@ impl ClientCore {
         let correlation = publish.properties.correlation_data.as_ref()?;
         let in_flight = self.in_flight.remove(correlation)?;
         let result = self.read_answer(publish, now_ms);
+        if result.is_err()
+            && matches!(
+                in_flight.purpose,
+                Purpose::Reregister(_) | Purpose::Recheck(_)
+            )
+        {
+            // Refused (the store failed: 503) or unreadable: the observation is not restored
+            // yet. Tried again when its timer runs out, as one without an answer is, so a
+            // store that is down is not asked in a tight loop.
+            self.in_flight.insert(correlation.clone(), in_flight);
+            return None;
+        }
         match in_flight.purpose {
             Purpose::Caller => Some(Event::Completed {
                 call: in_flight.call,
@@ -825,9 +842,10 @@ impl ClientCore {
             // heard of (overtaken by this one, or lost with a server's connection): said, so
             // that nobody reads the changes reported as the key's whole history.
             gap = observed.known
-                && replaced
-                    .as_ref()
-                    .is_some_and(|replaced| replaced.as_ref() != observed.holds());
+                && (observed.unsure
+                    || replaced
+                        .as_ref()
+                        .is_some_and(|replaced| replaced.as_ref() != observed.holds()));
             let present = matches!(change, Notification::Set(_));
             observed.saw(version.clone(), present);
         }
@@ -875,6 +893,7 @@ impl ClientCore {
             // have changed; a change must not go unreported). An absent key is not: the
             // client never saw it present.
             observed.saw(version.clone(), present);
+            observed.unsure = !present;
             return present.then(|| found(version));
         }
         // Report only what is newer than what the client saw (a notification may overtake
@@ -885,6 +904,8 @@ impl ClientCore {
             (_, None) => observed.present,
         };
         if !changed {
+            // Still absent: whatever happened meanwhile left no trace to compare.
+            observed.unsure |= version.is_none();
             return None;
         }
         observed.saw(version.clone(), present);
@@ -901,9 +922,10 @@ impl ClientCore {
             .min()
     }
 
-    /// Fails every call whose timeout has passed. A re-registration of an observed key that
-    /// got no answer is sent again (with its read-back): take the publishes with
-    /// [`ClientCore::take_publishes`] after each `expire`.
+    /// Fails every call whose timeout has passed. A re-registration of an observed key, or
+    /// its read-back, that got no answer or an error (the store down: 503) is sent again,
+    /// both of them: take the publishes with [`ClientCore::take_publishes`] after each
+    /// `expire`.
     pub fn expire(&mut self, now_ms: u64) -> Vec<Event> {
         let due: Vec<Bytes> = self
             .in_flight
@@ -914,10 +936,11 @@ impl ClientCore {
         let mut retry = Vec::new();
         for id in &due {
             if let Some(InFlight {
-                purpose: Purpose::Reregister(key),
+                purpose: Purpose::Reregister(key) | Purpose::Recheck(key),
                 ..
             }) = self.in_flight.get(id)
                 && self.observed.contains_key(key)
+                && !retry.contains(key)
             {
                 retry.push(key.clone());
             }
