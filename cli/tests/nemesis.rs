@@ -368,11 +368,10 @@ async fn nemesis(mut deployment: Deployment) {
 
     // Closing writes and reads: every key's last state, read back once all is healed, is in
     // the history porcupine checks (a lost acknowledged write cannot hide).
-    let start = load.elapsed();
     let mut closing = BTreeMap::new();
     for k in 0..KEYS {
         let key = format!("k{k}");
-        let call = start.as_nanos();
+        let call = load.elapsed().as_nanos();
         let set = checker
             .set(key.clone(), format!("closing-{k}"), SetOptions::default())
             .await
