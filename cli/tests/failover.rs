@@ -576,6 +576,51 @@ async fn a_node_cut_off_from_redis_answers_503_applies_nothing_and_recovers() {
     let _ = tokio::time::timeout(WAIT, node.stop()).await;
 }
 
+/// A Redis whose host vanishes (as a killed container's address does: what is sent is lost,
+/// nothing is answered or closed, a new connection hangs in its handshake): each request is
+/// still answered, with status 503, before the client's own timeout. (A request used to wait
+/// for the Redis client's reconnection, up to twice its 5 s connect timeout, and got no answer
+/// at all.) The node serves again once Redis is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_whose_redis_vanishes_answers_every_request_503() {
+    let _alone = alone().await;
+    let redis = Redis::start();
+    let link = Proxy::to(redis.port);
+    let broker = Broker::start();
+    let config = ServerConfig {
+        store: StoreConfig::Redis(
+            RedisConfig::parse(&format!("redis://127.0.0.1:{}", link.port)).unwrap(),
+        ),
+        ..ServerConfig::new(
+            BrokerConfig {
+                port: broker.port,
+                ..BrokerConfig::default()
+            },
+            "vanish",
+        )
+    };
+    let node = spawn(config).await.expect("the node starts");
+    // The CLI's timeout: what a user waits before giving up on an answer.
+    let c = calls::ready_client_timing_out(broker.port, "dev", Duration::from_secs(5)).await;
+    c.set("k", "before", SetOptions::default()).await.unwrap();
+    link.vanish();
+    for value in ["during-1", "during-2", "during-3"] {
+        let answer = c.set("k", value, SetOptions::default()).await;
+        assert!(
+            matches!(answer, Err(ClientError::Status { status: 503, .. })),
+            "expected status 503 while Redis is gone, got {answer:?}"
+        );
+    }
+    link.restore();
+    let deadline = Instant::now() + WAIT;
+    while let Err(e) = c.set("k", "after", SetOptions::default()).await {
+        assert!(Instant::now() < deadline, "never recovered: {e}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(c.get("k").await.unwrap().unwrap().value, "after");
+    let _ = tokio::time::timeout(WAIT, node.stop()).await;
+}
+
 /// Which of the nodes with these metrics ports listen to the jobs device API (a node that does
 /// not answer counts as not listening).
 fn listeners(metrics_ports: &[u16]) -> Vec<usize> {

@@ -1,7 +1,9 @@
 //! The nemesis: faults mixed at random over each deployment while clients run random state
 //! store operations, as Jepsen tests the stores people trust. Each node's links to the broker
 //! and to Redis go through a proxy the nemesis cuts and restores (a partition: the node sees
-//! nothing of that side while the others do), its process is paused (SIGSTOP … SIGCONT) or
+//! nothing of that side while the others do) or vanishes for it (its connections closed, a
+//! new one hanging in its handshake, as a killed container's address), its process is paused
+//! (SIGSTOP … SIGCONT) or
 //! killed and restarted, and its wall clock jumps (libfaketime). Afterwards every fault is
 //! healed and the run is checked:
 //!
@@ -206,6 +208,11 @@ enum Fault {
     CutBroker(usize),
     /// The node's link to Redis cut.
     CutRedis(usize),
+    /// The broker's host vanishes for the node: its connection closed, a new one hanging in
+    /// its handshake (as a killed container's address).
+    VanishBroker(usize),
+    /// Redis's host vanishes for the node, the same way.
+    VanishRedis(usize),
     /// The node paused (SIGSTOP), then resumed.
     Pause(usize),
     /// The node killed (SIGKILL), then started again on the same store.
@@ -236,6 +243,8 @@ impl Deployment {
         match fault {
             Fault::CutBroker(i) => nodes[i].broker_link.cut(),
             Fault::CutRedis(i) => nodes[i].redis_link.as_ref().unwrap().cut(),
+            Fault::VanishBroker(i) => nodes[i].broker_link.vanish(),
+            Fault::VanishRedis(i) => nodes[i].redis_link.as_ref().unwrap().vanish(),
             Fault::Pause(i) => nodes[i].signal("-STOP"),
             Fault::Kill(i) => nodes[i].kill(),
             Fault::ClockJump(i, seconds) => {
@@ -251,8 +260,10 @@ impl Deployment {
     fn heal(&mut self, fault: Fault) {
         let nodes = &mut self.nodes;
         match fault {
-            Fault::CutBroker(i) => nodes[i].broker_link.restore(),
-            Fault::CutRedis(i) => nodes[i].redis_link.as_ref().unwrap().restore(),
+            Fault::CutBroker(i) | Fault::VanishBroker(i) => nodes[i].broker_link.restore(),
+            Fault::CutRedis(i) | Fault::VanishRedis(i) => {
+                nodes[i].redis_link.as_ref().unwrap().restore()
+            }
             Fault::Pause(i) => nodes[i].signal("-CONT"),
             Fault::Kill(i) => nodes[i].start(),
             Fault::ClockJump(..) => {}
@@ -269,7 +280,7 @@ impl Deployment {
         let n = self.nodes.len() as u64;
         loop {
             let i = dice.roll(n.max(1)) as usize;
-            let fault = match dice.roll(9) {
+            let fault = match dice.roll(11) {
                 0 if n > 0 => Fault::CutBroker(i),
                 1 if self.redis.is_some() => Fault::CutRedis(i),
                 2 if n > 0 => Fault::Pause(i),
@@ -279,6 +290,8 @@ impl Deployment {
                 6 => Fault::PauseBroker,
                 7 if self.redis.is_some() => Fault::RestartRedis,
                 8 if self.redis.is_some() => Fault::PauseRedis,
+                9 if n > 0 => Fault::VanishBroker(i),
+                10 if self.redis.is_some() => Fault::VanishRedis(i),
                 _ => continue,
             };
             return fault;

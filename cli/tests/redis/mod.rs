@@ -380,31 +380,62 @@ impl Cluster {
 
 /// A TCP proxy in front of a Redis, a broker or any TCP server: [`Proxy::cut`] closes every
 /// connection through it and refuses new ones (a network cut that loses what was in flight),
-/// [`Proxy::restore`] lets connections through again.
+/// [`Proxy::vanish`] makes the server's host vanish (its connections closed, and a new one
+/// hangs in its handshake, as with a killed container's address), [`Proxy::restore`] lets
+/// connections through again.
 pub struct Proxy {
     pub port: u16,
-    cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    open: std::sync::Arc<std::sync::Mutex<Vec<TcpStream>>>,
+    link: std::sync::Arc<Link>,
+}
+
+#[derive(Default)]
+struct Link {
+    cut: std::sync::atomic::AtomicBool,
+    vanished: std::sync::atomic::AtomicBool,
+    open: std::sync::Mutex<Vec<TcpStream>>,
+    /// Connections made to fill the listener's queue while vanished.
+    fillers: std::sync::Mutex<Vec<TcpStream>>,
+    listener: std::sync::OnceLock<TcpListener>,
+}
+
+impl Link {
+    fn is(&self, flag: &std::sync::atomic::AtomicBool) -> bool {
+        flag.load(std::sync::atomic::Ordering::SeqCst)
+    }
 }
 
 impl Proxy {
     pub fn to(target: u16) -> Self {
-        use std::sync::atomic::Ordering;
         let listener = TcpListener::bind("127.0.0.1:0").expect("a free port");
         let port = listener.local_addr().unwrap().port();
+        // Polled, so that a vanished proxy accepts nothing (its queue stays full).
+        listener.set_nonblocking(true).unwrap();
+        let link = std::sync::Arc::new(Link::default());
+        let _ = link.listener.set(listener);
         let proxy = Self {
             port,
-            cut: Default::default(),
-            open: Default::default(),
+            link: link.clone(),
         };
-        let (cut, open) = (proxy.cut.clone(), proxy.open.clone());
         std::thread::spawn(move || {
-            for client in listener.incoming() {
-                let Ok(client) = client else { continue };
-                if cut.load(Ordering::SeqCst) {
+            let listener = link.listener.get().unwrap();
+            loop {
+                if link.is(&link.vanished) {
+                    std::thread::sleep(Duration::from_millis(5));
+                    continue;
+                }
+                let client = match listener.accept() {
+                    Ok((client, _)) => client,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        std::thread::sleep(Duration::from_millis(2));
+                        continue;
+                    }
+                    Err(_) => continue,
+                };
+                if link.is(&link.cut) {
                     drop(client);
                     continue;
                 }
+                let _ = client.set_nonblocking(false);
                 let Ok(server) = TcpStream::connect(("127.0.0.1", target)) else {
                     continue;
                 };
@@ -412,7 +443,7 @@ impl Proxy {
                 // (40 ms a round trip); a link only forwards.
                 let _ = client.set_nodelay(true);
                 let _ = server.set_nodelay(true);
-                let mut open = open.lock().unwrap();
+                let mut open = link.open.lock().unwrap();
                 for (from, to) in [(&client, &server), (&server, &client)] {
                     let (Ok(mut from), Ok(mut to)) = (from.try_clone(), to.try_clone()) else {
                         continue;
@@ -430,15 +461,53 @@ impl Proxy {
 
     /// Closes every connection and refuses new ones.
     pub fn cut(&self) {
-        self.cut.store(true, std::sync::atomic::Ordering::SeqCst);
-        for stream in self.open.lock().unwrap().drain(..) {
+        self.link
+            .cut
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.close_all();
+    }
+
+    fn close_all(&self) {
+        for stream in self.link.open.lock().unwrap().drain(..) {
             let _ = stream.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
+    /// The server's host vanishes, as a killed container does: its connections close (its
+    /// process died with them), and a new one hangs in its handshake (no host answers at its
+    /// address: the listener's queue, shortened to one, is kept full, so the kernel drops
+    /// further SYNs).
+    pub fn vanish(&self) {
+        use std::os::fd::AsRawFd as _;
+        self.link
+            .vanished
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.close_all();
+        let listener = self.link.listener.get().unwrap();
+        // SAFETY: listen(2) on a socket this proxy owns, already listening: it only changes
+        // the length of its queue.
+        assert_eq!(unsafe { libc::listen(listener.as_raw_fd(), 0) }, 0);
+        let address = listener.local_addr().unwrap();
+        let mut fillers = self.link.fillers.lock().unwrap();
+        while let Ok(filler) = TcpStream::connect_timeout(&address, Duration::from_millis(200)) {
+            fillers.push(filler);
+            assert!(fillers.len() < 64, "the listener's queue does not fill");
         }
     }
 
     /// Lets connections through again.
     pub fn restore(&self) {
-        self.cut.store(false, std::sync::atomic::Ordering::SeqCst);
+        use std::os::fd::AsRawFd as _;
+        let listener = self.link.listener.get().unwrap();
+        // SAFETY: as in `vanish`; back to the usual queue length.
+        unsafe { libc::listen(listener.as_raw_fd(), 128) };
+        self.link.fillers.lock().unwrap().clear();
+        self.link
+            .vanished
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+        self.link
+            .cut
+            .store(false, std::sync::atomic::Ordering::SeqCst);
     }
 }
 

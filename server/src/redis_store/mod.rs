@@ -189,6 +189,9 @@ pub struct RedisStore {
     /// Replicas every write waits for (0: none), and for how long.
     wait_replicas: u32,
     wait_timeout: Duration,
+    /// How long a call may take in all, waiting for a reconnection included (none on a
+    /// Cluster: its client retries through a failover, [`CLUSTER_RETRIES`]).
+    call_timeout: Option<Duration>,
     replication: Arc<Replication>,
 }
 
@@ -265,6 +268,7 @@ impl RedisStore {
             cluster: config.cluster,
             wait_replicas: config.wait_replicas,
             wait_timeout: config.wait_timeout,
+            call_timeout: (!config.cluster).then_some(response_timeout),
             replication,
         };
         // A round trip that needs the keyspace: a Cluster without its slots covered fails.

@@ -158,12 +158,37 @@ impl RedisStore {
 
     pub(super) async fn run(&self, cmd: &redis::Cmd) -> redis::RedisResult<Value> {
         let started = self.replication.now();
-        let result = match &self.connection {
-            Connection::Single(c) => cmd.query_async(&mut c.clone()).await,
-            Connection::Cluster(c) => cmd.query_async(&mut c.connection()).await,
-            Connection::Sentinel(s) => cmd.query_async(&mut s.connection()).await,
-        };
+        let result = self
+            .bounded(async {
+                match &self.connection {
+                    Connection::Single(c) => cmd.query_async(&mut c.clone()).await,
+                    Connection::Cluster(c) => cmd.query_async(&mut c.connection()).await,
+                    Connection::Sentinel(s) => cmd.query_async(&mut s.connection()).await,
+                }
+            })
+            .await;
         self.noted(result, started)
+    }
+
+    /// A call, failed once it took longer than [`RedisStore::call_timeout`]. Why: the Redis
+    /// client's own response timeout does not count the wait for a reconnection, and a
+    /// connection to a primary whose host is gone (a killed container: no reset, just silence)
+    /// reconnects for up to twice its connect timeout; the request would go unanswered that
+    /// long, where a prompt 503 lets the client retry on a node that already follows the new
+    /// primary.
+    async fn bounded<T>(
+        &self,
+        call: impl std::future::Future<Output = redis::RedisResult<T>>,
+    ) -> redis::RedisResult<T> {
+        let Some(limit) = self.call_timeout else {
+            return call.await;
+        };
+        tokio::time::timeout(limit, call).await.unwrap_or_else(|_| {
+            Err(redis::RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no answer from Redis within {limit:?}"),
+            )))
+        })
     }
 
     /// A pipeline ending in `WAIT`, on one connection (its commands reach one node, in
@@ -173,11 +198,15 @@ impl RedisStore {
         pipe: &redis::Pipeline,
     ) -> redis::RedisResult<(Value, u32)> {
         let started = self.replication.now();
-        let result: redis::RedisResult<Vec<Value>> = match &self.connection {
-            Connection::Single(c) => pipe.query_async(&mut c.clone()).await,
-            Connection::Cluster(c) => pipe.query_async(&mut c.connection()).await,
-            Connection::Sentinel(s) => pipe.query_async(&mut s.connection()).await,
-        };
+        let result: redis::RedisResult<Vec<Value>> = self
+            .bounded(async {
+                match &self.connection {
+                    Connection::Single(c) => pipe.query_async(&mut c.clone()).await,
+                    Connection::Cluster(c) => pipe.query_async(&mut c.connection()).await,
+                    Connection::Sentinel(s) => pipe.query_async(&mut s.connection()).await,
+                }
+            })
+            .await;
         let mut values = self.noted(result, started)?.into_iter();
         match (values.next(), values.next_back()) {
             (Some(value), Some(Value::Int(replicas))) => Ok((value, replicas.max(0) as u32)),
