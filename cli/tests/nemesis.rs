@@ -433,18 +433,29 @@ async fn nemesis(mut deployment: Deployment) {
         .collect();
     versions_only_grow(&records, name, seed);
 
-    // The observer has seen each key's closing write (or a later change), then its view is
-    // checked against every acknowledged write.
+    // The observer comes to see each key as it is now (its closing write, or a change made
+    // after it: a request from before the last fault that a client's reconnection sent again
+    // may land late, a deletion among them), then its view is checked against every
+    // acknowledged write.
     let deadline = Instant::now() + calls::WAIT;
     loop {
+        let mut now = BTreeMap::new();
+        for key in closing.keys() {
+            let got = checker
+                .get(key.clone())
+                .await
+                .expect("the healed service answers");
+            now.insert(key.clone(), got.map(|got| got.version));
+        }
         let seen_all = {
             let changes = changes.lock().unwrap();
-            closing.iter().all(|(key, version)| {
-                changes
-                    .get(key)
-                    .and_then(|c| c.last())
-                    .and_then(|c| c.version.as_ref())
-                    .is_some_and(|v| v >= version)
+            now.iter().all(|(key, state)| {
+                let last = changes.get(key).and_then(|c| c.last());
+                match (state, last) {
+                    (Some(version), Some(last)) => last.version.as_ref() == version.as_ref(),
+                    (None, Some(last)) => last.value.is_none(),
+                    (_, None) => false,
+                }
             })
         };
         if seen_all {
@@ -452,13 +463,13 @@ async fn nemesis(mut deployment: Deployment) {
         }
         assert!(
             Instant::now() < deadline,
-            "{name} (seed {seed}): the observer never saw the closing writes {closing:#?}; it saw {:#?}\nfaults: {faults:#?}",
+            "{name} (seed {seed}): the observer never saw the keys as they are {now:#?} (closing writes {closing:#?}); it saw {:#?}\nfaults: {faults:#?}",
             changes
                 .lock()
                 .unwrap()
                 .iter()
                 .map(|(k, c)| (k.clone(), c.last().cloned()))
-                .collect::<Vec<_>>()
+                .collect::<Vec<_>>(),
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

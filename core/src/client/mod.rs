@@ -486,8 +486,9 @@ enum Purpose {
     Reregister(Bytes),
     /// `observe` reading the key once registered: where the observation starts.
     Baseline(Bytes),
-    /// `resume` reading an observed key back, to compare with what the client last saw.
-    Recheck(Bytes),
+    /// `resume` reading an observed key back, to compare with what the client last saw; with
+    /// the key's [`Observed::heard`] when the read was sent.
+    Recheck(Bytes, u64),
 }
 
 /// What the client last knew of an observed key.
@@ -504,6 +505,10 @@ struct Observed {
     /// the client was away cannot be ruled out (the store keeps no tombstone), so the next
     /// change reported says `gap`.
     unsure: bool,
+    /// Notifications received for the key so far: one that arrives while a read-back is on
+    /// its way may be of a change made after the read (the server answers a read of an absent
+    /// key with no version to compare).
+    heard: u64,
 }
 
 impl Observed {
@@ -769,7 +774,7 @@ impl ClientCore {
         if result.is_err()
             && matches!(
                 in_flight.purpose,
-                Purpose::Reregister(_) | Purpose::Recheck(_)
+                Purpose::Reregister(_) | Purpose::Recheck(..)
             )
         {
             // Refused (the store failed: 503) or unreadable: the observation is not restored
@@ -786,7 +791,7 @@ impl ClientCore {
             Purpose::Reregister(_) => None,
             // What changed while the client was away.
             Purpose::Baseline(key) => self.baseline(key, result.ok()?),
-            Purpose::Recheck(key) => self.recheck(key, result.ok()?),
+            Purpose::Recheck(key, heard) => self.recheck(key, heard, result.ok()?, now_ms),
         }
     }
 
@@ -828,6 +833,7 @@ impl ClientCore {
             });
         let mut gap = false;
         if let Some(observed) = self.observed.get_mut(&key) {
+            observed.heard += 1;
             // Brokers keep order per topic only (and several server nodes each publish their
             // own): a notification may come after a newer one, or after the observation's
             // first read already saw its version. What is not newer than what the observer
@@ -871,10 +877,20 @@ impl ClientCore {
         None
     }
 
-    fn recheck(&mut self, key: Bytes, answer: Answer) -> Option<Event> {
+    fn recheck(&mut self, key: Bytes, heard: u64, answer: Answer, now_ms: u64) -> Option<Event> {
         let observed = self.observed.get_mut(&key)?;
         let (change, version) = match answer.response {
             Response::Value(value) => (Notification::Set(value), answer.version),
+            // A notification came while the read was on its way: the absence it found may be
+            // older than that change (the answer has no version to tell), so the key is read
+            // again, after the notification. (Taken as news, an old absence reported a
+            // deletion that never followed the change just reported.)
+            Response::Absent if observed.heard != heard => {
+                if let Ok(read) = self.read_back(key, now_ms) {
+                    self.outgoing.push(read);
+                }
+                return None;
+            }
             Response::Absent => (Notification::Delete, None),
             _ => return None,
         };
@@ -936,7 +952,7 @@ impl ClientCore {
         let mut retry = Vec::new();
         for id in &due {
             if let Some(InFlight {
-                purpose: Purpose::Reregister(key) | Purpose::Recheck(key),
+                purpose: Purpose::Reregister(key) | Purpose::Recheck(key, _),
                 ..
             }) = self.in_flight.get(id)
                 && self.observed.contains_key(key)
@@ -956,10 +972,7 @@ impl ClientCore {
                     key: key.clone(),
                     stop: false,
                 };
-                let options = CallOptions {
-                    timeout_ms: Some(self.config.default_timeout_ms.min(REREGISTER_TIMEOUT_MS)),
-                    ..CallOptions::default()
-                };
+                let options = self.reregister_options();
                 if let Ok((_, renewal)) =
                     self.start(&register, &options, now_ms, Purpose::Reregister(key))
                 {
@@ -1042,25 +1055,36 @@ impl ClientCore {
 
     /// KEYNOTIFY `key`, then GET it: the two publishes that restore one observation.
     fn reregister(&mut self, key: Bytes, now_ms: u64) -> Result<[Publish; 2], ClientError> {
-        // Unanswered, they are sent again: soon, so a notification missed meanwhile shows up
-        // as a synthetic change quickly (KEYNOTIFY is idempotent, GET harmless).
-        let options = CallOptions {
-            timeout_ms: Some(self.config.default_timeout_ms.min(REREGISTER_TIMEOUT_MS)),
-            ..CallOptions::default()
-        };
         let register = Request::KeyNotify {
             key: key.clone(),
             stop: false,
         };
         let (_, register) = self.start(
             &register,
-            &options,
+            &self.reregister_options(),
             now_ms,
             Purpose::Reregister(key.clone()),
         )?;
+        Ok([register, self.read_back(key, now_ms)?])
+    }
+
+    /// GET `key`, to compare with what the observer last saw.
+    fn read_back(&mut self, key: Bytes, now_ms: u64) -> Result<Publish, ClientError> {
+        let heard = self.observed.get(&key).map_or(0, |o| o.heard);
         let get = Request::Get { key: key.clone() };
-        let (_, read) = self.start(&get, &options, now_ms, Purpose::Recheck(key))?;
-        Ok([register, read])
+        let options = self.reregister_options();
+        let (_, read) = self.start(&get, &options, now_ms, Purpose::Recheck(key, heard))?;
+        Ok(read)
+    }
+
+    /// A re-registration's and a read-back's options. Unanswered, they are sent again: soon,
+    /// so a notification missed meanwhile shows up as a synthetic change quickly (KEYNOTIFY
+    /// is idempotent, GET harmless).
+    fn reregister_options(&self) -> CallOptions {
+        CallOptions {
+            timeout_ms: Some(self.config.default_timeout_ms.min(REREGISTER_TIMEOUT_MS)),
+            ..CallOptions::default()
+        }
     }
 }
 
