@@ -516,6 +516,23 @@ async fn a_write_not_confirmed_on_its_replicas_is_an_error_never_ok() {
     let _ = tokio::time::timeout(WAIT, node.stop()).await;
 }
 
+/// An in-process node named `id` on the Redis behind `link`, beside `broker`.
+async fn node_through(link: &Proxy, broker: &Broker, id: &str) -> mqstore_server::ServerHandle {
+    let config = ServerConfig {
+        store: StoreConfig::Redis(
+            RedisConfig::parse(&format!("redis://127.0.0.1:{}", link.port)).unwrap(),
+        ),
+        ..ServerConfig::new(
+            BrokerConfig {
+                port: broker.port,
+                ..BrokerConfig::default()
+            },
+            id,
+        )
+    };
+    spawn(config).await.expect("the node starts")
+}
+
 /// A node cut off from Redis but not from the broker answers 503 and applies nothing; once
 /// Redis is reachable again it serves again by itself.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -524,19 +541,7 @@ async fn a_node_cut_off_from_redis_answers_503_applies_nothing_and_recovers() {
     let redis = Redis::start();
     let proxy = Proxy::to(redis.port);
     let broker = Broker::start();
-    let config = ServerConfig {
-        store: StoreConfig::Redis(
-            RedisConfig::parse(&format!("redis://127.0.0.1:{}", proxy.port)).unwrap(),
-        ),
-        ..ServerConfig::new(
-            BrokerConfig {
-                port: broker.port,
-                ..BrokerConfig::default()
-            },
-            "cut",
-        )
-    };
-    let node = spawn(config).await.expect("the node starts");
+    let node = node_through(&proxy, &broker, "cut").await;
     let c = client(broker.port, "dev").await;
     c.set("k", "before", SetOptions::default()).await.unwrap();
     proxy.cut();
@@ -587,19 +592,7 @@ async fn a_node_whose_redis_vanishes_answers_every_request_503() {
     let redis = Redis::start();
     let link = Proxy::to(redis.port);
     let broker = Broker::start();
-    let config = ServerConfig {
-        store: StoreConfig::Redis(
-            RedisConfig::parse(&format!("redis://127.0.0.1:{}", link.port)).unwrap(),
-        ),
-        ..ServerConfig::new(
-            BrokerConfig {
-                port: broker.port,
-                ..BrokerConfig::default()
-            },
-            "vanish",
-        )
-    };
-    let node = spawn(config).await.expect("the node starts");
+    let node = node_through(&link, &broker, "vanish").await;
     // The CLI's timeout: what a user waits before giving up on an answer.
     let c = calls::ready_client_timing_out(broker.port, "dev", Duration::from_secs(5)).await;
     c.set("k", "before", SetOptions::default()).await.unwrap();
