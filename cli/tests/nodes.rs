@@ -293,11 +293,144 @@ async fn three_nodes_share_jobs(broker: &Broker) {
     device.close().await;
 }
 
+/// A plain MQTT 5 client that hands every message it receives to a channel, its payload as
+/// JSON, once its subscriptions to `filters` are made.
+async fn json_client(
+    broker: &Broker,
+    id: &str,
+    filters: &[String],
+) -> (
+    rumqttc::v5::AsyncClient,
+    tokio::sync::mpsc::UnboundedReceiver<(String, serde_json::Value)>,
+) {
+    use rumqttc::v5::mqttbytes::QoS;
+    use rumqttc::v5::mqttbytes::v5::Packet;
+    use rumqttc::v5::{AsyncClient, Event, MqttOptions};
+    let (client, mut eventloop) =
+        AsyncClient::new(MqttOptions::new(id, "127.0.0.1", broker.port), 256);
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let (subscribed_tx, subscribed) = tokio::sync::oneshot::channel();
+    let (filters, subscriber) = (filters.to_vec(), client.clone());
+    tokio::spawn(async move {
+        let (mut subscribed_tx, mut acks) = (Some(subscribed_tx), 0);
+        loop {
+            match eventloop.poll().await {
+                Ok(Event::Incoming(Packet::ConnAck(_))) => {
+                    for filter in &filters {
+                        let _ = subscriber.subscribe(filter.clone(), QoS::AtLeastOnce).await;
+                    }
+                    if filters.is_empty() {
+                        subscribed_tx.take().map(|tx| tx.send(()));
+                    }
+                }
+                Ok(Event::Incoming(Packet::SubAck(_))) => {
+                    acks += 1;
+                    if acks == filters.len() {
+                        subscribed_tx.take().map(|tx| tx.send(()));
+                    }
+                }
+                Ok(Event::Incoming(Packet::Publish(p))) => {
+                    let topic = String::from_utf8_lossy(&p.topic).into_owned();
+                    let body = serde_json::from_slice(&p.payload).unwrap_or_default();
+                    if tx.send((topic, body)).is_err() {
+                        return;
+                    }
+                }
+                Ok(_) => {}
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+    });
+    tokio::time::timeout(WAIT, subscribed)
+        .await
+        .expect("the client subscribes")
+        .unwrap();
+    (client, rx)
+}
+
+/// Device shadows on nodes that share one store: two writers update one shadow at once, their
+/// requests dealt to every node; each update is applied once (versions 1 to n, none twice, no
+/// rejection), none is lost (each writes a field of its own: the document holds them all),
+/// and the device sees each update's delta once.
+async fn three_nodes_share_shadows(broker: &Broker) {
+    use rumqttc::v5::mqttbytes::QoS;
+    const UPDATES: u64 = 20;
+    let shadow = "$aws/things/shared-lamp/shadow";
+    let answers = [
+        "update/accepted",
+        "update/rejected",
+        "update/delta",
+        "get/accepted",
+    ]
+    .map(|a| format!("{shadow}/{a}"));
+    let (device, mut heard) = json_client(broker, "shadow-device", &answers).await;
+    let (a, _) = json_client(broker, "shadow-writer-a", &[]).await;
+    let (b, _) = json_client(broker, "shadow-writer-b", &[]).await;
+    for i in 0..UPDATES {
+        for (writer, field) in [(&a, "a"), (&b, "b")] {
+            // A field of its own per update: a lost update is a field missing.
+            let update = serde_json::json!({
+                "state": {"desired": {format!("{field}{i}"): i}},
+                "clientToken": format!("{field}-{i}"),
+            });
+            writer
+                .publish(
+                    format!("{shadow}/update"),
+                    QoS::AtLeastOnce,
+                    false,
+                    update.to_string(),
+                )
+                .await
+                .unwrap();
+        }
+    }
+    let (mut accepted, mut deltas) = (Vec::new(), Vec::new());
+    while accepted.len() < 2 * UPDATES as usize || deltas.len() < 2 * UPDATES as usize {
+        let (topic, body) = tokio::time::timeout(WAIT, heard.recv())
+            .await
+            .expect("every update answered and its delta sent")
+            .unwrap();
+        let version = body["version"].as_u64();
+        match topic.rsplit_once("shadow/").map(|(_, t)| t) {
+            Some("update/accepted") => accepted.push(version.unwrap()),
+            Some("update/delta") => deltas.push(version.unwrap()),
+            other => panic!("{other:?}: {body}"),
+        }
+    }
+    accepted.sort_unstable();
+    deltas.sort_unstable();
+    let all: Vec<u64> = (1..=2 * UPDATES).collect();
+    assert_eq!(
+        accepted, all,
+        "each update applied once, at its own version"
+    );
+    assert_eq!(deltas, all, "each update's delta sent once");
+    device
+        .publish(format!("{shadow}/get"), QoS::AtLeastOnce, false, "{}")
+        .await
+        .unwrap();
+    let (topic, document) = tokio::time::timeout(WAIT, heard.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(topic.ends_with("/get/accepted"), "{topic}: {document}");
+    assert_eq!(document["version"], 2 * UPDATES);
+    let fields: serde_json::Map<String, serde_json::Value> = (0..UPDATES)
+        .flat_map(|i| [(format!("a{i}"), i.into()), (format!("b{i}"), i.into())])
+        .collect();
+    assert_eq!(
+        document["state"]["desired"],
+        serde_json::Value::Object(fields),
+        "no update lost"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_nodes_on_one_redis() {
     let redis = Redis::start();
     let (broker, nodes) = three_nodes_share_one_state(&redis.url()).await;
     three_nodes_share_jobs(&broker).await;
+    three_nodes_share_shadows(&broker).await;
     for node in nodes {
         let _ = tokio::time::timeout(WAIT, node.stop()).await;
     }
@@ -308,6 +441,7 @@ async fn three_nodes_on_a_redis_cluster_spread_keys_over_every_primary() {
     let cluster = Cluster::start();
     let (broker, nodes) = three_nodes_share_one_state(&cluster.url()).await;
     three_nodes_share_jobs(&broker).await;
+    three_nodes_share_shadows(&broker).await;
     let c = client(broker.port, "many").await;
     for i in 0..100 {
         c.set(format!("spread/{i}"), "x", SetOptions::default())

@@ -61,6 +61,7 @@ pub mod presence;
 mod reason;
 pub mod server;
 pub mod session;
+pub mod shadow;
 pub mod store;
 pub mod topics;
 #[cfg(test)]

@@ -9,7 +9,7 @@ use mqstore_core::disk::{Durability, Fsync};
 use mqstore_core::engine::EngineConfig;
 use mqstore_core::envelope::{Properties, Publish};
 use mqstore_core::server::commands::ServiceConfig;
-use mqstore_core::server::{JobsConfig, Node, NodeConfig};
+use mqstore_core::server::{JobsConfig, Node, NodeConfig, To};
 use mqstore_core::store::Quotas;
 use serde_json::{Value, json};
 
@@ -99,4 +99,62 @@ fn stored_commands_outlive_a_restart_on_a_data_directory() {
         drop(third);
         std::fs::remove_dir_all(&dir).unwrap();
     }
+}
+
+fn shadow_request(node: &mut Node, path: &str, body: Value) -> Vec<(String, Value)> {
+    let message = Publish {
+        topic: format!("$aws/things/lamp/shadow/{path}"),
+        payload: Bytes::from(body.to_string()),
+        qos: 1,
+        properties: Properties::default(),
+    };
+    node.handle(message, Some("app"), false, T0);
+    while let Some(sync) = node.poll_sync() {
+        node.synced(sync.run(), T0);
+    }
+    std::iter::from_fn(|| node.poll_output())
+        .map(|out| {
+            // AWS publishes a shadow's answers to whoever subscribes to them.
+            assert_eq!(out.to, To::Subscribers);
+            let body = serde_json::from_slice(&out.publish.payload).unwrap();
+            (out.publish.topic, body)
+        })
+        .collect()
+}
+
+#[test]
+fn shadows_outlive_a_restart_and_their_answers_go_to_subscribers() {
+    let dir = std::env::temp_dir().join(format!("mqstore-shadow-disk-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut node = open(&dir, true);
+    let update = json!({"state": {"desired": {"on": true}}, "clientToken": "u1"});
+    let out = shadow_request(&mut node, "update", update);
+    let topics: Vec<&str> = out.iter().map(|(t, _)| t.as_str()).collect();
+    assert_eq!(
+        topics,
+        [
+            "$aws/things/lamp/shadow/update/accepted",
+            "$aws/things/lamp/shadow/update/delta",
+            "$aws/things/lamp/shadow/update/documents"
+        ]
+    );
+    assert_eq!(out[1].1["state"], json!({"on": true}));
+    let out = shadow_request(
+        &mut node,
+        "name/cfg/update",
+        json!({"state": {"reported": {"x": 1}}}),
+    );
+    assert_eq!(out[0].0, "$aws/things/lamp/shadow/name/cfg/update/accepted");
+    drop(node);
+
+    let mut node = open(&dir, true);
+    let out = shadow_request(&mut node, "get", json!({"clientToken": "g"}));
+    assert_eq!(out[0].0, "$aws/things/lamp/shadow/get/accepted");
+    assert_eq!(out[0].1["state"]["desired"], json!({"on": true}));
+    assert_eq!(out[0].1["state"]["delta"], json!({"on": true}));
+    assert_eq!(out[0].1["version"], 1);
+    assert_eq!(out[0].1["clientToken"], "g");
+    let out = shadow_request(&mut node, "name/cfg/get", json!({}));
+    assert_eq!(out[0].1["state"]["reported"], json!({"x": 1}));
+    let _ = std::fs::remove_dir_all(&dir);
 }

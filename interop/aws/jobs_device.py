@@ -291,7 +291,8 @@ def main() -> int:
     return 0
 
 
-if __name__ == "__main__":
+def run(main) -> None:
+    """Runs a device script's `main` and exits with its code: one clear line on a failure."""
     try:
         code = main()
     except Exception as e:  # noqa: BLE001 - one clear line, then the exit code
@@ -303,3 +304,7 @@ if __name__ == "__main__":
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+if __name__ == "__main__":
+    run(main)

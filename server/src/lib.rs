@@ -39,6 +39,7 @@ use mqstore_core::envelope::Publish;
 use mqstore_core::jobs::{OPERATOR_TOPIC, topics as jobs_topics};
 use mqstore_core::presence::ServerPresence;
 use mqstore_core::server;
+use mqstore_core::shadow;
 use mqstore_core::topics;
 use mqstore_net::host::now_ms;
 use mqstore_net::host::{Connection, Outbox};
@@ -422,6 +423,8 @@ pub async fn serve(
             })
         ) {
             invoke_filters.push(jobs_topics::DEVICE_FILTER);
+            // Device shadows, served by the jobs service from its store.
+            invoke_filters.extend(shadow::REQUEST_FILTERS);
         }
         invoke_filters.push(OPERATOR_TOPIC);
     }

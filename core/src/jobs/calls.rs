@@ -59,6 +59,8 @@ pub enum StoreCall {
     Entry(String, String),
     /// [`JobsStore::put_entry`].
     PutEntry(String, String, Option<Vec<u8>>, bool),
+    /// [`JobsStore::swap_entry`]: table, name, expected, value.
+    SwapEntry(String, String, Option<Vec<u8>>, Vec<u8>),
     /// [`JobsStore::entries`].
     Entries(String, Option<String>, u64),
     /// [`JobsStore::drop_table`].
@@ -130,6 +132,9 @@ impl StoreCall {
             Self::PutEntry(table, name, value, create) => {
                 A::Written(store.put_entry(&table, &name, value.as_deref(), create))
             }
+            Self::SwapEntry(table, name, expected, value) => {
+                A::Written(store.swap_entry(&table, &name, expected.as_deref(), &value))
+            }
             Self::Entries(table, after, count) => {
                 A::Entries(store.entries(&table, after.as_deref(), count))
             }
@@ -144,9 +149,11 @@ impl StoreAnswer {
         use StoreCall as C;
         match call {
             C::Job(_) => Self::Job(Err(error)),
-            C::InsertJob(..) | C::PutJob(_) | C::PutThing(..) | C::PutEntry(..) => {
-                Self::Written(Err(error))
-            }
+            C::InsertJob(..)
+            | C::PutJob(_)
+            | C::PutThing(..)
+            | C::PutEntry(..)
+            | C::SwapEntry(..) => Self::Written(Err(error)),
             C::DeleteJob(_) | C::StopRollout(_) | C::AddJobThings(..) | C::DropTable(_) => {
                 Self::Done(Err(error))
             }
@@ -321,6 +328,24 @@ impl<A: Answers> JobsStore for Calls<A> {
                 name.into(),
                 value.map(<[u8]>::to_vec),
                 create
+            )),
+            Written
+        )
+    }
+
+    fn swap_entry(
+        &mut self,
+        table: &str,
+        name: &str,
+        expected: Option<&[u8]>,
+        value: &[u8],
+    ) -> Stored<bool> {
+        unpack!(
+            self.0.answer(|| StoreCall::SwapEntry(
+                table.into(),
+                name.into(),
+                expected.map(<[u8]>::to_vec),
+                value.to_vec()
             )),
             Written
         )

@@ -189,6 +189,23 @@ pub trait JobsStore {
         create: bool,
     ) -> Stored<bool>;
 
+    /// Writes an entry only while it still holds `expected` (`None`: while there is none):
+    /// the compare-and-set of a read-modify-write that several nodes may race on (a device
+    /// shadow's update). Whether it was written. The default reads and then writes, atomic on
+    /// a store that runs one call at a time; a shared store does both in one step.
+    fn swap_entry(
+        &mut self,
+        table: &str,
+        name: &str,
+        expected: Option<&[u8]>,
+        value: &[u8],
+    ) -> Stored<bool> {
+        if self.entry(table, name)?.as_deref() != expected {
+            return Ok(false);
+        }
+        self.put_entry(table, name, Some(value), false)
+    }
+
     /// Up to `count` entries of a table in name order, after `after`.
     fn entries(&self, table: &str, after: Option<&str>, count: u64) -> Stored<Entries>;
 
@@ -513,6 +530,15 @@ impl<S: JobsStore + ?Sized> JobsStore for &mut S {
         create: bool,
     ) -> Stored<bool> {
         (**self).put_entry(table, name, value, create)
+    }
+    fn swap_entry(
+        &mut self,
+        table: &str,
+        name: &str,
+        expected: Option<&[u8]>,
+        value: &[u8],
+    ) -> Stored<bool> {
+        (**self).swap_entry(table, name, expected, value)
     }
     fn entries(&self, table: &str, after: Option<&str>, count: u64) -> Stored<Entries> {
         (**self).entries(table, after, count)

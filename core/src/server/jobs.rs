@@ -9,6 +9,7 @@ use crate::jobs::{
     Answered, Calls, Jobs, JobsStore, OPERATOR_TOPIC, Replay, StoreAnswer, StoreCall, Stored,
     topics,
 };
+use crate::shadow;
 
 /// What a jobs request did: how it was answered, and how many things it notified.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,6 +42,15 @@ pub fn run_request(
     out: &mut Vec<Publish>,
 ) -> Result<JobsHandled, NotAnswered> {
     let before = out.len();
+    // Device shadows are kept in the jobs store and reached as the device API is.
+    if let Some((target, op)) = shadow::parse_topic(&message.topic) {
+        let store = jobs.store_mut();
+        let answered = shadow::serve(store, target, op, &message.payload, now_ms, out);
+        return Ok(JobsHandled {
+            answered,
+            notifications: out.len() - before - 1,
+        });
+    }
     if message.topic != OPERATOR_TOPIC {
         let answered = jobs
             .handle(&message.topic, &message.payload, now_ms, out)
@@ -318,6 +328,34 @@ mod tests {
             )),
         ));
         inputs.push((206, Input::Tick(true)));
+        // Shadows live in the same store: a read before any write, updates that race on a
+        // version, a delete and the next shadow.
+        let shadow = |path: &str, body: Value| {
+            let mut message = device("t05", "x", body);
+            message.topic = format!("$aws/things/t05/shadow/{path}");
+            Input::Message(message)
+        };
+        inputs.push((206, shadow("get", json!({}))));
+        inputs.push((
+            206,
+            shadow("update", json!({ "state": { "desired": { "fw": "2.0" } } })),
+        ));
+        inputs.push((
+            206,
+            shadow(
+                "update",
+                json!({ "state": { "reported": { "fw": "1.0" } }, "version": 7 }),
+            ),
+        ));
+        inputs.push((
+            206,
+            shadow(
+                "name/cfg/update",
+                json!({ "state": { "reported": { "a": 1 } } }),
+            ),
+        ));
+        inputs.push((206, shadow("delete", json!({ "clientToken": "d" }))));
+        inputs.push((206, shadow("update", json!({ "state": {} }))));
         inputs.push((
             207,
             Input::Message(operator(json!({ "op": "describeJob", "jobId": "j1" }))),

@@ -1,6 +1,6 @@
 //! The AWS IoT Device SDKs, unchanged, against `mqstore serve` through a real broker: for
 //! Python v2 (`awsiotsdk`, its `IotJobsClientV2` over a plain awscrt MQTT 5 client, no TLS;
-//! steps in `jobs_device.py`) and for JavaScript v2 (`aws-iot-device-sdk-v2` on Node, its
+//! steps in `jobs_device.py`; its `IotShadowClientV2`, steps in `shadow_device.py`) and for JavaScript v2 (`aws-iot-device-sdk-v2` on Node, its
 //! `IotJobsClientv2`; the same steps in `js/jobs_device.mjs`). Each SDK is installed, pinned,
 //! on the first run: Python's into a virtual environment under `target/`
 //! (`requirements.txt`), JavaScript's with `npm ci` into `js/node_modules`
@@ -96,9 +96,22 @@ fn broker_with_plugin() -> Broker {
     ))
 }
 
-/// Runs one SDK's device script against jobs served on `broker` (a fresh server beside it, or
-/// the plugin in it); panics with its output unless it ends with OK.
-async fn run_device(broker: &Broker, host: Host, program: PathBuf, script: PathBuf) {
+/// The steps a jobs script must print besides OK.
+const JOB_STEPS: [&str; 2] = [
+    "abort: the job CANCELED",
+    "forced cancel: the device's update rejected",
+];
+
+/// Runs one SDK's device script against jobs and shadows served on `broker` (a fresh server
+/// beside it, or the plugin in it); panics with its output unless it ends with OK and printed
+/// each of `steps`.
+async fn run_device(
+    broker: &Broker,
+    host: Host,
+    program: PathBuf,
+    script: PathBuf,
+    steps: &[&str],
+) {
     let server = match host {
         Host::Serve => {
             let config = ServerConfig::new(
@@ -133,10 +146,7 @@ async fn run_device(broker: &Broker, host: Host, program: PathBuf, script: PathB
         "the SDK script failed ({}):\n{stdout}\n{stderr}",
         output.status
     );
-    for step in [
-        "abort: the job CANCELED",
-        "forced cancel: the device's update rejected",
-    ] {
+    for step in steps {
         assert!(
             stdout.contains(step),
             "the SDK script saw no {step:?}:\n{stdout}"
@@ -156,7 +166,7 @@ on_both_brokers! {
         let broker = Broker::start_kind(kind);
         let python = tokio::task::spawn_blocking(python).await.unwrap();
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("jobs_device.py");
-        run_device(&broker, Host::Serve, python, script).await;
+        run_device(&broker, Host::Serve, python, script, &JOB_STEPS).await;
     }
 }
 
@@ -166,7 +176,7 @@ async fn the_aws_iot_device_sdk_runs_a_job_inside_mosquitto() {
     let broker = broker_with_plugin();
     let python = tokio::task::spawn_blocking(python).await.unwrap();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("jobs_device.py");
-    run_device(&broker, Host::Plugin, python, script).await;
+    run_device(&broker, Host::Plugin, python, script, &JOB_STEPS).await;
 }
 
 on_both_brokers! {
@@ -174,7 +184,8 @@ on_both_brokers! {
     async fn the_aws_iot_device_sdk_for_javascript_runs_a_job_against_mqstore(kind: Kind) {
         let broker = Broker::start_kind(kind);
         let js = tokio::task::spawn_blocking(node_modules).await.unwrap();
-        run_device(&broker, Host::Serve, PathBuf::from("node"), js.join("jobs_device.mjs")).await;
+        let script = js.join("jobs_device.mjs");
+        run_device(&broker, Host::Serve, PathBuf::from("node"), script, &JOB_STEPS).await;
     }
 }
 
@@ -188,6 +199,37 @@ async fn the_aws_iot_device_sdk_for_javascript_runs_a_job_inside_mosquitto() {
         Host::Plugin,
         PathBuf::from("node"),
         js.join("jobs_device.mjs"),
+        &JOB_STEPS,
     )
     .await;
+}
+
+/// The steps the shadow script must print besides OK: each flow on the classic shadow and on
+/// a named one.
+const SHADOW_STEPS: [&str; 4] = [
+    "classic: the device reported; get shows the delta",
+    "classic: deleted at version 3; the next shadow is version 4",
+    "named: a stale version rejected, 409",
+    "named: deleted at version 3; the next shadow is version 4",
+];
+
+on_both_brokers! {
+    /// Issue 52: the Python SDK's shadow client (IotShadowClientV2), unchanged: get, update,
+    /// delta and documents streams, a version conflict, `null`, delete, on the classic shadow
+    /// and a named one.
+    async fn the_aws_iot_device_sdk_shadow_client_works_against_mqstore(kind: Kind) {
+        let broker = Broker::start_kind(kind);
+        let python = tokio::task::spawn_blocking(python).await.unwrap();
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("shadow_device.py");
+        run_device(&broker, Host::Serve, python, script, &SHADOW_STEPS).await;
+    }
+}
+
+/// The same shadow steps with shadows served inside mosquitto.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_aws_iot_device_sdk_shadow_client_works_inside_mosquitto() {
+    let broker = broker_with_plugin();
+    let python = tokio::task::spawn_blocking(python).await.unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("shadow_device.py");
+    run_device(&broker, Host::Plugin, python, script, &SHADOW_STEPS).await;
 }

@@ -4,6 +4,7 @@
 
 use super::*;
 use mqstore_core::server::{JobsStep, JobsWork};
+use mqstore_core::shadow;
 
 impl Node {
     /// A jobs call on Redis ended.
@@ -101,7 +102,7 @@ impl Node {
     }
 
     /// What this node subscribes to as the elected listener (nothing unless it is): the jobs
-    /// device API, and the command answer topics on `$…`.
+    /// device API, the shadows' requests, and the command answer topics on `$…`.
     pub(super) fn elected_filters(&self) -> Vec<String> {
         if self.elected_listener().is_none() {
             return Vec::new();
@@ -110,7 +111,9 @@ impl Node {
             .commands
             .iter()
             .flat_map(|c| c.elected_filters.iter().cloned());
-        std::iter::once(jobs_topics::DEVICE_FILTER.to_owned())
+        std::iter::once(jobs_topics::DEVICE_FILTER)
+            .chain(shadow::REQUEST_FILTERS)
+            .map(str::to_owned)
             .chain(commands)
             .collect()
     }

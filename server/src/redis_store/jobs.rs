@@ -313,6 +313,10 @@ impl RedisJobs {
                 self.put_entry(&table, &name, value.as_deref(), create)
                     .await,
             ),
+            C::SwapEntry(table, name, expected, value) => A::Written(
+                self.swap_entry(&table, &name, expected.as_deref(), &value)
+                    .await,
+            ),
             C::Entries(table, after, count) => {
                 A::Entries(self.entries(&table, after.as_deref(), count).await)
             }
@@ -618,6 +622,30 @@ impl RedisJobs {
         match self.eval(&call).await? {
             Value::Int(n) => Ok(n > 0),
             other => Err(unexpected("writing an entry", &other)),
+        }
+    }
+
+    /// [`JobsStore::swap_entry`] in one script: the entry is compared and written with no
+    /// other node's write between.
+    async fn swap_entry(
+        &self,
+        table: &str,
+        name: &str,
+        expected: Option<&[u8]>,
+        value: &[u8],
+    ) -> Stored<bool> {
+        let mut call = self.scripts.entry.call();
+        call.key(self.global("tab:", table))
+            .key(self.global("tabx:", table))
+            .arg(name)
+            .arg(1)
+            .arg(value)
+            // Only while there is none, or only while it holds `expected`.
+            .arg(if expected.is_some() { 2 } else { 1 })
+            .arg(expected.unwrap_or_default());
+        match self.eval(&call).await? {
+            Value::Int(n) => Ok(n > 0),
+            other => Err(unexpected("swapping an entry", &other)),
         }
     }
 

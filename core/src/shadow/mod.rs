@@ -1,0 +1,377 @@
+//! Device shadows: AWS IoT Device Shadow's MQTT API, so that devices written for AWS (its
+//! device SDKs' shadow clients) keep working on any broker.
+//!
+//! A shadow is a JSON document per thing — the classic one, and named ones — with `desired`
+//! and `reported` state, per-leaf metadata timestamps, and a version. Requests go to
+//! `$aws/things/{thing}/shadow[/name/{shadow}]/{get,update,delete}`; answers and
+//! notifications to their subscribers on the same prefix (`…/accepted`, `…/rejected`,
+//! `…/update/delta`, `…/update/documents`). The rules (merge, `null` removes, delta, limits,
+//! codes and messages) are in `document.rs`; this module turns one request and the shadow as
+//! stored into the write to make and the publishes to send ([`handle`]). The store is the
+//! jobs store's table [`TABLE`] (memory, a data directory, Redis).
+
+mod document;
+
+use bytes::Bytes;
+use serde_json::{Map, Value, json};
+
+use crate::envelope::{Properties, Publish};
+use crate::jobs::{Answered, JobsStore};
+use document::{Envelope, Update};
+pub use document::{
+    MAX_CLIENT_TOKEN, MAX_DEPTH, MAX_REQUEST_BYTES, MAX_STATE_BYTES, Rejection, Sections, Shadow,
+};
+
+/// The jobs store table that holds the shadows, by [`Target::key`].
+pub const TABLE: &str = "shadows";
+
+/// The request topics a node subscribes to: classic and named shadows' `get`, `update` and
+/// `delete` of every thing (not their answers, which share the prefix).
+pub const REQUEST_FILTERS: [&str; 6] = [
+    "$aws/things/+/shadow/get",
+    "$aws/things/+/shadow/update",
+    "$aws/things/+/shadow/delete",
+    "$aws/things/+/shadow/name/+/get",
+    "$aws/things/+/shadow/name/+/update",
+    "$aws/things/+/shadow/name/+/delete",
+];
+
+/// The longest thing name AWS allows.
+pub const MAX_THING_NAME: usize = 128;
+/// The longest shadow name AWS allows.
+pub const MAX_SHADOW_NAME: usize = 64;
+
+/// What a request asks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    /// `get`: the whole document.
+    Get,
+    /// `update`: merge a partial state.
+    Update,
+    /// `delete`: remove the shadow (its version stays).
+    Delete,
+}
+
+impl Op {
+    /// The request's topic suffix.
+    pub fn suffix(self) -> &'static str {
+        match self {
+            Op::Get => "get",
+            Op::Update => "update",
+            Op::Delete => "delete",
+        }
+    }
+}
+
+/// Which shadow a topic is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Target<'a> {
+    /// The thing.
+    pub thing: &'a str,
+    /// The named shadow, or `None` for the classic one.
+    pub name: Option<&'a str>,
+}
+
+impl Target<'_> {
+    /// The topic prefix of this shadow's API.
+    pub fn prefix(&self) -> String {
+        match self.name {
+            None => format!("$aws/things/{}/shadow", self.thing),
+            Some(name) => format!("$aws/things/{}/shadow/name/{name}", self.thing),
+        }
+    }
+
+    /// Its entry in [`TABLE`]: `{thing}/` for the classic shadow, `{thing}/{name}` for a
+    /// named one (neither name holds a `/`: it would split the topic).
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.thing, self.name.unwrap_or(""))
+    }
+
+    /// The name AWS's "not found" message gives.
+    fn display(&self) -> &str {
+        self.name.unwrap_or(self.thing)
+    }
+
+    fn check(&self) -> Result<(), Rejection> {
+        let valid = |s: &str, max: usize| {
+            !s.is_empty()
+                && s.len() <= max
+                && s.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b':' | b'_' | b'-'))
+        };
+        if !valid(self.thing, MAX_THING_NAME) {
+            return Err(Rejection::bad_name(
+                "Invalid thing name: 1 to 128 characters of a-z, A-Z, 0-9, ':', '_' or '-'",
+            ));
+        }
+        if self.name.is_some_and(|n| !valid(n, MAX_SHADOW_NAME)) {
+            return Err(Rejection::bad_name(
+                "Invalid shadow name: 1 to 64 characters of a-z, A-Z, 0-9, ':', '_' or '-'",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The shadow and operation of a request topic; `None` for any other topic (answers too).
+pub fn parse_topic(topic: &str) -> Option<(Target<'_>, Op)> {
+    let rest = topic.strip_prefix("$aws/things/")?;
+    let (thing, rest) = rest.split_once("/shadow/")?;
+    let (name, op) = match rest.strip_prefix("name/") {
+        Some(named) => {
+            let (name, op) = named.split_once('/')?;
+            (Some(name), op)
+        }
+        None => (None, rest),
+    };
+    let op = match op {
+        "get" => Op::Get,
+        "update" => Op::Update,
+        "delete" => Op::Delete,
+        _ => return None,
+    };
+    if thing.is_empty() || thing.contains('/') || name.is_some_and(str::is_empty) {
+        return None;
+    }
+    Some((Target { thing, name }, op))
+}
+
+/// Whether `topic` is a shadow request.
+pub fn is_request(topic: &str) -> bool {
+    parse_topic(topic).is_some()
+}
+
+/// What a request does to the store.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Write {
+    /// Nothing (a `get`, or a refused request).
+    None,
+    /// The shadow's new document (a deleted one keeps its version), to store as JSON at the
+    /// target's key in place of the entry the request was run on.
+    Put {
+        /// The document to store.
+        document: Vec<u8>,
+    },
+}
+
+/// What [`handle`] decided: the write to make, then the publishes to send once it is made.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Handled {
+    /// The store's write.
+    pub write: Write,
+    /// `…/accepted` or `…/rejected`, then (an update) `…/update/delta` and
+    /// `…/update/documents`.
+    pub publishes: Vec<Publish>,
+}
+
+/// Handles one request on `target` with `stored`, the shadow's entry in [`TABLE`] (as
+/// stored, or `None`), at `now_ms`.
+pub fn handle(
+    target: Target<'_>,
+    op: Op,
+    payload: &[u8],
+    stored: Option<&[u8]>,
+    now_ms: u64,
+) -> Handled {
+    let now_s = now_ms / 1000;
+    let prefix = target.prefix();
+    match run(target, op, payload, stored, now_s) {
+        Ok(ran) => {
+            let token = ran.envelope.client_token.as_deref();
+            let publishes = ran
+                .publishes
+                .into_iter()
+                .map(|(suffix, body)| reply(&prefix, suffix, body, now_s, token))
+                .collect();
+            Handled {
+                write: ran.write,
+                publishes,
+            }
+        }
+        Err((rejection, envelope)) => rejected(&prefix, op, rejection, &envelope, now_s),
+    }
+}
+
+/// Runs one request against the shadows in a jobs store (read, then write when the request
+/// writes), pushing its publishes onto `out`: whether it was accepted. When the store fails
+/// the request is refused with AWS's 500, and nothing else is published.
+pub(crate) fn serve<S: JobsStore + ?Sized>(
+    store: &mut S,
+    target: Target<'_>,
+    op: Op,
+    payload: &[u8],
+    now_ms: u64,
+    out: &mut Vec<Publish>,
+) -> Answered {
+    let key = target.key();
+    let mut handled = failed(target, op, payload, now_ms);
+    // Another node may write the shadow between the read and the write: the write is a
+    // compare-and-set, and a request that lost the race runs again on what won.
+    for _ in 0..RACES {
+        let stored = match store.entry(TABLE, &key) {
+            Ok(stored) => stored,
+            Err(_) => break,
+        };
+        let ran = handle(target, op, payload, stored.as_deref(), now_ms);
+        let Write::Put { document } = &ran.write else {
+            handled = ran;
+            break;
+        };
+        match store.swap_entry(TABLE, &key, stored.as_deref(), document) {
+            Ok(true) => {
+                handled = ran;
+                break;
+            }
+            Ok(false) => continue,
+            Err(_) => break,
+        }
+    }
+    let accepted = handled
+        .publishes
+        .first()
+        .is_some_and(|p| p.topic.ends_with("/accepted"));
+    out.extend(handled.publishes);
+    match accepted {
+        true => Answered::Accepted,
+        false => Answered::Rejected,
+    }
+}
+
+/// How many times a request runs again after losing a race to another write before it is
+/// refused (500). Each loss is another request's success, so a burst of n updates of one
+/// shadow needs at most n - 1 runs again for its last one: this allows a burst of 100.
+const RACES: usize = 100;
+
+/// The store failed: AWS's 500, with the request's token.
+fn failed(target: Target<'_>, op: Op, payload: &[u8], now_ms: u64) -> Handled {
+    let envelope = document::parse(payload).map_or_else(|(_, e)| e, |(_, e)| e);
+    rejected(
+        &target.prefix(),
+        op,
+        Rejection::internal(),
+        &envelope,
+        now_ms / 1000,
+    )
+}
+
+fn rejected(
+    prefix: &str,
+    op: Op,
+    rejection: Rejection,
+    envelope: &Envelope,
+    now_s: u64,
+) -> Handled {
+    let mut body = Map::new();
+    body.insert("code".into(), json!(rejection.code));
+    body.insert("message".into(), json!(rejection.message));
+    let suffix = format!("{}/rejected", op.suffix());
+    let token = envelope.client_token.as_deref();
+    Handled {
+        write: Write::None,
+        publishes: vec![reply(prefix, &suffix, body, now_s, token)],
+    }
+}
+
+struct Ran {
+    envelope: Envelope,
+    write: Write,
+    publishes: Vec<(&'static str, Map<String, Value>)>,
+}
+
+fn run(
+    target: Target<'_>,
+    op: Op,
+    payload: &[u8],
+    stored: Option<&[u8]>,
+    now_s: u64,
+) -> Result<Ran, (Rejection, Envelope)> {
+    let (body, envelope) = document::parse(payload)?;
+    let fail = |rejection: Rejection| (rejection, envelope.clone());
+    target.check().map_err(fail)?;
+    let stored: Option<Shadow> = match stored {
+        None => None,
+        // A store's entry that is not a shadow is a fault of the store, not of the request.
+        Some(bytes) => {
+            Some(serde_json::from_slice(bytes).map_err(|_| fail(Rejection::internal()))?)
+        }
+    };
+    let stored_version = stored.as_ref().map_or(0, |s| s.version);
+    if envelope.version.is_some_and(|v| v != stored_version) {
+        return Err(fail(Rejection::version_conflict()));
+    }
+    let live = stored.as_ref().filter(|s| !s.deleted);
+    let mut publishes = Vec::new();
+    let write = match op {
+        Op::Get => {
+            let shadow = live.ok_or_else(|| fail(Rejection::not_found(target.display())))?;
+            publishes.push(("get/accepted", shadow.document()));
+            Write::None
+        }
+        Op::Delete => {
+            let shadow = live.ok_or_else(|| fail(Rejection::not_found(target.display())))?;
+            let tombstone = Shadow {
+                version: shadow.version,
+                deleted: true,
+                ..Shadow::default()
+            };
+            let mut body = Map::new();
+            body.insert("version".into(), json!(shadow.version));
+            publishes.push(("delete/accepted", body));
+            put(&tombstone)
+        }
+        Op::Update => {
+            let update = Update::from_body(body).map_err(fail)?;
+            let applied = update.apply(stored, now_s).map_err(fail)?;
+            publishes.push(("update/accepted", applied.accepted));
+            if let Some((delta, metadata)) = applied.delta {
+                let mut body = Map::new();
+                body.insert("state".into(), Value::Object(delta));
+                body.insert("metadata".into(), Value::Object(metadata));
+                body.insert("version".into(), json!(applied.current.version));
+                publishes.push(("update/delta", body));
+            }
+            let mut documents = Map::new();
+            if let Some(previous) = &applied.previous {
+                documents.insert("previous".into(), previous.snapshot());
+            }
+            documents.insert("current".into(), applied.current.snapshot());
+            publishes.push(("update/documents", documents));
+            put(&applied.current)
+        }
+    };
+    Ok(Ran {
+        envelope,
+        write,
+        publishes,
+    })
+}
+
+fn put(shadow: &Shadow) -> Write {
+    Write::Put {
+        // Our own type: it always serializes.
+        document: serde_json::to_vec(shadow).unwrap_or_default(),
+    }
+}
+
+fn reply(
+    prefix: &str,
+    suffix: &str,
+    mut body: Map<String, Value>,
+    now_s: u64,
+    client_token: Option<&str>,
+) -> Publish {
+    body.insert("timestamp".into(), json!(now_s));
+    if let Some(token) = client_token {
+        body.insert("clientToken".into(), json!(token));
+    }
+    Publish {
+        topic: format!("{prefix}/{suffix}"),
+        // A map of JSON values: it always serializes.
+        payload: Bytes::from(serde_json::to_vec(&body).unwrap_or_default()),
+        qos: 1,
+        properties: Properties::default(),
+    }
+}
+
+#[cfg(test)]
+mod tests;
