@@ -11,53 +11,7 @@ import { parseArgs } from "node:util";
 import { mqtt5 } from "aws-crt";
 import { iotjobs } from "aws-iot-device-sdk-v2";
 
-const TIMEOUT_MS = 10_000;
-
-/** Resolves with the next value `queue` gets, or rejects after the timeout. */
-function nextOf(queue, what) {
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`no ${what} within 10 s`)), TIMEOUT_MS);
-    queue.waiters.push((value) => {
-      clearTimeout(timer);
-      resolve(value);
-    });
-    queue.flush();
-  });
-}
-
-function queue() {
-  const q = {
-    items: [],
-    waiters: [],
-    push(item) {
-      q.items.push(item);
-      q.flush();
-    },
-    flush() {
-      while (q.items.length && q.waiters.length) q.waiters.shift()(q.items.shift());
-    },
-  };
-  return q;
-}
-
-function assert(condition, message) {
-  if (!condition) throw new Error(`assertion failed: ${message}`);
-}
-
-async function connect(host, port, clientId) {
-  const client = new mqtt5.Mqtt5Client({
-    hostName: host,
-    port,
-    connectProperties: { clientId, keepAliveIntervalSeconds: 30 },
-  });
-  const connected = new Promise((resolve, reject) => {
-    client.once("connectionSuccess", resolve);
-    client.once("connectionFailure", (e) => reject(new Error(`cannot connect: ${e.error}`)));
-  });
-  client.start();
-  await connected;
-  return client;
-}
+import { TIMEOUT_MS, assert, connect, nextOf, queue, run } from "./common.mjs";
 
 /** Creates a job on `thing` through mqstore's operator API. */
 function createJob(host, port, thing, jobId, document) {
@@ -250,10 +204,4 @@ async function main() {
   console.log("OK");
 }
 
-main().then(
-  () => process.exit(0),
-  (e) => {
-    console.error(`FAILED: ${e.stack ?? e}`);
-    process.exit(1);
-  },
-);
+run(main);

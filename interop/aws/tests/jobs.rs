@@ -1,10 +1,11 @@
-//! The AWS IoT Device SDKs, unchanged, against `mqstore serve` through a real broker: for
-//! Python v2 (`awsiotsdk`, its `IotJobsClientV2` over a plain awscrt MQTT 5 client, no TLS;
-//! steps in `jobs_device.py`; its `IotShadowClientV2`, steps in `shadow_device.py`) and for JavaScript v2 (`aws-iot-device-sdk-v2` on Node, its
-//! `IotJobsClientv2`; the same steps in `js/jobs_device.mjs`). Each SDK is installed, pinned,
-//! on the first run: Python's into a virtual environment under `target/`
-//! (`requirements.txt`), JavaScript's with `npm ci` into `js/node_modules`
-//! (`js/package-lock.json`).
+//! The AWS IoT Device SDKs, unchanged, against mqstore's jobs and device shadows through a
+//! real broker (`mqstore serve` beside it, or the plugin inside mosquitto): for Python v2
+//! (`awsiotsdk` over a plain awscrt MQTT 5 client, no TLS: its `IotJobsClientV2`, steps in
+//! `jobs_device.py`, and `IotShadowClientV2`, steps in `shadow_device.py`) and for JavaScript
+//! v2 (`aws-iot-device-sdk-v2` on Node: `IotJobsClientv2` and `IotShadowClientv2`, the same
+//! steps in `js/jobs_device.mjs` and `js/shadow_device.mjs`). Each SDK is installed, pinned, on
+//! the first run: Python's into a virtual environment under `target/` (`requirements.txt`),
+//! JavaScript's with `npm ci` into `js/node_modules` (`js/package-lock.json`).
 
 #[path = "../../../cli/tests/broker/mod.rs"]
 #[macro_use]
@@ -232,4 +233,30 @@ async fn the_aws_iot_device_sdk_shadow_client_works_inside_mosquitto() {
     let python = tokio::task::spawn_blocking(python).await.unwrap();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("shadow_device.py");
     run_device(&broker, Host::Plugin, python, script, &SHADOW_STEPS).await;
+}
+
+on_both_brokers! {
+    /// The same shadow steps through the JavaScript SDK's IotShadowClientv2 on Node.
+    async fn the_aws_iot_device_sdk_for_javascript_shadow_client_works_against_mqstore(kind: Kind) {
+        let broker = Broker::start_kind(kind);
+        let js = tokio::task::spawn_blocking(node_modules).await.unwrap();
+        let script = js.join("shadow_device.mjs");
+        run_device(&broker, Host::Serve, PathBuf::from("node"), script, &SHADOW_STEPS).await;
+    }
+}
+
+/// The JavaScript SDK's shadow steps with shadows served inside mosquitto.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_aws_iot_device_sdk_for_javascript_shadow_client_works_inside_mosquitto() {
+    let broker = broker_with_plugin();
+    let js = tokio::task::spawn_blocking(node_modules).await.unwrap();
+    let script = js.join("shadow_device.mjs");
+    run_device(
+        &broker,
+        Host::Plugin,
+        PathBuf::from("node"),
+        script,
+        &SHADOW_STEPS,
+    )
+    .await;
 }
