@@ -1,7 +1,8 @@
-// A device using the AWS IoT Device SDK for Java v2 (IotCommandsV2Client and IotJobsV2Client,
-// unchanged) against `mqstore serve` through a plain broker (no TLS), over MQTT 5 or 3.1.1.
+// A device using the AWS IoT Device SDK for Java v2 (IotCommandsV2Client, IotJobsV2Client and
+// IotShadowV2Client, unchanged) against mqstore through a plain broker (no TLS), over MQTT 5 or
+// 3.1.1.
 //
-//   java -cp 'lib/*' Device.java commands|jobs --host 127.0.0.1 --port 1883 --thing T --mqtt 5|311
+//   java -cp 'lib/*' Device.java commands|jobs|shadow --host 127.0.0.1 --port 1883 --thing T --mqtt 5|311
 //
 // commands: opens the SDK's JSON command stream, prints "ready", then for the first command it
 // receives reports IN_PROGRESS twice and SUCCEEDED, and sends a late update that must be
@@ -11,6 +12,11 @@
 // jobs: the steps of ../jobs_device.py: get pending, a job created through mqstore's operator
 // API, notify and notify-next, start-next, describe, update to SUCCEEDED, a second update
 // rejected, an abort, a forced cancellation.
+//
+// shadow: the steps of ../shadow_device.py on the classic shadow and a named one (with an app
+// on a second, MQTT 5 connection): get before any update (404), desired set and its delta and
+// documents seen, a report and the delta left, a stale version (409), desired cleared with
+// null, delete and the next version.
 //
 // Prints one line per step and "OK" at the end; exits 1 on the first failure.
 
@@ -74,6 +80,26 @@ import software.amazon.awssdk.iot.iotjobs.model.StartNextPendingJobExecutionRequ
 import software.amazon.awssdk.iot.iotjobs.model.UpdateJobExecutionRequest;
 import software.amazon.awssdk.iot.iotjobs.model.UpdateJobExecutionResponse;
 
+import software.amazon.awssdk.iot.iotshadow.IotShadowV2Client;
+import software.amazon.awssdk.iot.iotshadow.model.DeleteNamedShadowRequest;
+import software.amazon.awssdk.iot.iotshadow.model.DeleteShadowRequest;
+import software.amazon.awssdk.iot.iotshadow.model.DeleteShadowResponse;
+import software.amazon.awssdk.iot.iotshadow.model.GetNamedShadowRequest;
+import software.amazon.awssdk.iot.iotshadow.model.GetShadowRequest;
+import software.amazon.awssdk.iot.iotshadow.model.GetShadowResponse;
+import software.amazon.awssdk.iot.iotshadow.model.NamedShadowDeltaUpdatedSubscriptionRequest;
+import software.amazon.awssdk.iot.iotshadow.model.NamedShadowUpdatedSubscriptionRequest;
+import software.amazon.awssdk.iot.iotshadow.model.ShadowDeltaUpdatedEvent;
+import software.amazon.awssdk.iot.iotshadow.model.ShadowDeltaUpdatedSubscriptionRequest;
+import software.amazon.awssdk.iot.iotshadow.model.ShadowState;
+import software.amazon.awssdk.iot.iotshadow.model.ShadowUpdatedEvent;
+import software.amazon.awssdk.iot.iotshadow.model.ShadowUpdatedSubscriptionRequest;
+import software.amazon.awssdk.iot.iotshadow.model.UpdateNamedShadowRequest;
+import software.amazon.awssdk.iot.iotshadow.model.UpdateShadowRequest;
+import software.amazon.awssdk.iot.iotshadow.model.UpdateShadowResponse;
+import software.amazon.awssdk.iot.iotshadow.model.V2ErrorResponse;
+import software.amazon.awssdk.iot.iotshadow.model.V2ErrorResponseException;
+
 public class Device {
   static final int TIMEOUT = 10;
 
@@ -92,7 +118,9 @@ public class Device {
       switch (mode) {
         case "commands" -> device.commands();
         case "jobs" -> device.jobs();
-        default -> throw new IllegalArgumentException("mode: commands or jobs, not " + mode);
+        case "shadow" -> device.shadow();
+        default ->
+            throw new IllegalArgumentException("mode: commands, jobs or shadow, not " + mode);
       }
       System.out.println("OK");
       code = 0;
@@ -455,6 +483,160 @@ public class Device {
               .getModeledError();
       check(error != null && error.code == RejectedErrorCode.INVALID_STATE_TRANSITION, e.getCause());
       check(error.executionState.status == status, error.executionState.status);
+    }
+  }
+
+  // --- shadows ----------------------------------------------------------------------------
+
+  void shadow() throws Exception {
+    Object deviceConnection = connectDevice();
+    Mqtt5Client appConnection = connect5(thing + "-app", null);
+    IotShadowV2Client device =
+        deviceConnection instanceof Mqtt5Client client
+            ? IotShadowV2Client.newFromMqtt5(client, requestResponseOptions())
+            : IotShadowV2Client.newFromMqtt311(
+                (MqttClientConnection) deviceConnection, requestResponseOptions());
+    IotShadowV2Client app = IotShadowV2Client.newFromMqtt5(appConnection, requestResponseOptions());
+    shadowFlow(device, app, null, "classic");
+    shadowFlow(device, app, "config", "named");
+    device.close();
+    app.close();
+    close(deviceConnection);
+    close(appConnection);
+  }
+
+  /** The steps of ../shadow_device.py on the classic shadow (`name` null) or a named one. */
+  void shadowFlow(IotShadowV2Client device, IotShadowV2Client app, String name, String label)
+      throws Exception {
+    BlockingQueue<ShadowDeltaUpdatedEvent> deltas = new LinkedBlockingQueue<>();
+    BlockingQueue<ShadowUpdatedEvent> documents = new LinkedBlockingQueue<>();
+    BlockingQueue<Boolean> established = new LinkedBlockingQueue<>();
+    List<StreamingOperation> streams;
+    if (name == null) {
+      ShadowDeltaUpdatedSubscriptionRequest delta = new ShadowDeltaUpdatedSubscriptionRequest();
+      delta.thingName = thing;
+      ShadowUpdatedSubscriptionRequest updated = new ShadowUpdatedSubscriptionRequest();
+      updated.thingName = thing;
+      streams =
+          List.of(
+              device.createShadowDeltaUpdatedStream(delta, stream(deltas, established)),
+              device.createShadowUpdatedStream(updated, stream(documents, established)));
+    } else {
+      NamedShadowDeltaUpdatedSubscriptionRequest delta =
+          new NamedShadowDeltaUpdatedSubscriptionRequest();
+      delta.thingName = thing;
+      delta.shadowName = name;
+      NamedShadowUpdatedSubscriptionRequest updated = new NamedShadowUpdatedSubscriptionRequest();
+      updated.thingName = thing;
+      updated.shadowName = name;
+      streams =
+          List.of(
+              device.createNamedShadowDeltaUpdatedStream(delta, stream(deltas, established)),
+              device.createNamedShadowUpdatedStream(updated, stream(documents, established)));
+    }
+    for (StreamingOperation s : streams) s.open();
+    for (int i = 0; i < streams.size(); i++) next(established, "stream subscription");
+    System.out.println(label + ": delta and documents streams open");
+
+    V2ErrorResponse error = shadowRejected(getShadow(device, name));
+    check(error.code == 404 && error.message.startsWith("No shadow exists with name"), error.message);
+    System.out.println(label + ": get before any update rejected, 404");
+
+    HashMap<String, Object> desired = new HashMap<>(Map.of("color", "red", "power", "on"));
+    ShadowState state = new ShadowState();
+    state.desired = desired;
+    UpdateShadowResponse accepted = await(updateShadow(app, name, state, null));
+    check(accepted.version == 1 && desired.equals(accepted.state.desired), accepted.state.desired);
+    ShadowDeltaUpdatedEvent delta = next(deltas, "delta");
+    check(delta.version == 1 && desired.equals(delta.state), delta.state);
+    ShadowUpdatedEvent document = next(documents, "documents");
+    check(document.previous == null && document.current.version == 1, "documents of version 1");
+    System.out.println(label + ": the app set desired; the device saw its delta and documents");
+
+    HashMap<String, Object> reported = new HashMap<>(Map.of("color", "red", "power", "off"));
+    state = new ShadowState();
+    state.reported = reported;
+    accepted = await(updateShadow(device, name, state, null));
+    check(accepted.version == 2, accepted.version);
+    document = next(documents, "documents");
+    check(document.previous.version == 1 && document.current.version == 2, "documents of 2");
+    GetShadowResponse got = await(getShadow(device, name));
+    check(got.version == 2 && Map.of("power", "on").equals(got.state.delta), got.state.delta);
+    check(reported.equals(got.state.reported) && desired.equals(got.state.desired), "state");
+    System.out.println(label + ": the device reported; get shows the delta " + got.state.delta);
+
+    state = new ShadowState();
+    state.desired = new HashMap<>(Map.of("power", "off"));
+    error = shadowRejected(updateShadow(app, name, state, 1));
+    check(error.code == 409 && error.message.equals("Version conflict"), error.message);
+    state = new ShadowState();
+    state.desiredIsNullable = true;
+    accepted = await(updateShadow(app, name, state, 2));
+    check(accepted.version == 3, accepted.version);
+    got = await(getShadow(device, name));
+    check(got.state.desired == null && got.state.delta == null, "desired cleared: " + got.state.desired);
+    System.out.println(label + ": a stale version rejected, 409; desired cleared with null; no delta left");
+
+    DeleteShadowResponse deleted = await(deleteShadow(app, name));
+    check(deleted.version == 3, deleted.version);
+    check(shadowRejected(getShadow(device, name)).code == 404, "get after delete");
+    state = new ShadowState();
+    state.reported = new HashMap<>(Map.of("power", "off"));
+    accepted = await(updateShadow(device, name, state, null));
+    check(accepted.version == 4, accepted.version);
+    System.out.println(label + ": deleted at version 3; the next shadow is version 4");
+    for (StreamingOperation s : streams) s.close();
+  }
+
+  CompletableFuture<GetShadowResponse> getShadow(IotShadowV2Client client, String name) {
+    if (name == null) {
+      GetShadowRequest request = new GetShadowRequest();
+      request.thingName = thing;
+      return client.getShadow(request);
+    }
+    GetNamedShadowRequest request = new GetNamedShadowRequest();
+    request.thingName = thing;
+    request.shadowName = name;
+    return client.getNamedShadow(request);
+  }
+
+  CompletableFuture<UpdateShadowResponse> updateShadow(
+      IotShadowV2Client client, String name, ShadowState state, Integer version) {
+    if (name == null) {
+      UpdateShadowRequest request = new UpdateShadowRequest();
+      request.thingName = thing;
+      request.state = state;
+      request.version = version;
+      return client.updateShadow(request);
+    }
+    UpdateNamedShadowRequest request = new UpdateNamedShadowRequest();
+    request.thingName = thing;
+    request.shadowName = name;
+    request.state = state;
+    request.version = version;
+    return client.updateNamedShadow(request);
+  }
+
+  CompletableFuture<DeleteShadowResponse> deleteShadow(IotShadowV2Client client, String name) {
+    if (name == null) {
+      DeleteShadowRequest request = new DeleteShadowRequest();
+      request.thingName = thing;
+      return client.deleteShadow(request);
+    }
+    DeleteNamedShadowRequest request = new DeleteNamedShadowRequest();
+    request.thingName = thing;
+    request.shadowName = name;
+    return client.deleteNamedShadow(request);
+  }
+
+  /** The error a shadow request must be rejected with. */
+  static V2ErrorResponse shadowRejected(CompletableFuture<?> request) throws Exception {
+    try {
+      Object answer = await(request);
+      throw new AssertionError("accepted, not rejected: " + answer);
+    } catch (ExecutionException e) {
+      if (e.getCause() instanceof V2ErrorResponseException rejected) return rejected.getModeledError();
+      throw e;
     }
   }
 

@@ -2,7 +2,8 @@
 //! aws-iot-device-sdk`, pinned in `java/pom.xml`), unchanged, as a device against
 //! `mqstore serve` through mosquitto, over MQTT 5 and MQTT 3.1.1: its `IotCommandsV2Client`
 //! (progress twice, a result, a late update refused with TerminalStateReached, the device's own
-//! TIMED_OUT) and its `IotJobsV2Client` (the steps the Python and JavaScript SDK tests run).
+//! TIMED_OUT), its `IotJobsV2Client` and its `IotShadowV2Client` (the steps the Python and
+//! JavaScript SDK tests run).
 //! The device is `java/Device.java`, run by Java's single-file source launcher on the jars
 //! Maven copies into `target/` on the first run (again when the pom changes).
 
@@ -281,4 +282,40 @@ async fn the_aws_java_sdk_jobs_client_runs_a_job_inside_mosquitto() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_aws_java_sdk_jobs_client_runs_a_job_over_mqtt311() {
     jobs_through_the_java_sdk("311", false).await;
+}
+
+/// Issue 52: the Java SDK's shadow steps (the Python and JavaScript SDKs' steps, on the
+/// classic shadow and a named one) over MQTT `mqtt`, served beside mosquitto or `inside` it.
+async fn shadows_through_the_java_sdk(mqtt: &str, inside: bool) {
+    let (broker, server) = host(inside).await;
+    let thing = format!("java-lamp-{mqtt}-{}", broker.port);
+    let said = Device::start("shadow", &broker, &thing, mqtt)
+        .await
+        .finish()
+        .await;
+    for step in [
+        "classic: the device reported; get shows the delta {power=on}",
+        "classic: a stale version rejected, 409; desired cleared with null; no delta left",
+        "named: deleted at version 3; the next shadow is version 4",
+    ] {
+        assert!(said.contains(step), "the SDK saw no {step:?}:\n{said}");
+    }
+    if let Some(server) = server {
+        server.stop().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_aws_java_sdk_shadow_client_works_over_mqtt5() {
+    shadows_through_the_java_sdk("5", false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_aws_java_sdk_shadow_client_works_inside_mosquitto() {
+    shadows_through_the_java_sdk("5", true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_aws_java_sdk_shadow_client_works_over_mqtt311() {
+    shadows_through_the_java_sdk("311", false).await;
 }
