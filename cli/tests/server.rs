@@ -2701,3 +2701,70 @@ on_both_brokers! {
         server.stop().await;
     }
 }
+
+on_every_deployment! {
+    /// Issue 52: the Rust client's device shadows, beside the broker and inside it: a get
+    /// before any update is a 404; an app's update is answered and the device hears its delta
+    /// and documents; a stale version is a 409; malformed requests are refused with AWS's
+    /// codes and change nothing; named shadows are apart from the classic one; delete keeps
+    /// the version.
+    async fn the_rust_client_uses_device_shadows(deployment: Deployment) {
+        use mqstore_net::shadow::Stream;
+        use serde_json::json;
+        let service = Service::start(deployment, "node-shadows").await;
+        let app = ready_client(service.port(), "shadow-app").await;
+        let device = client(service.port(), "lamp-1").await;
+        let status = |e: ClientError| match e {
+            ClientError::Status { status, message } => (status, message),
+            other => panic!("not a shadow rejection: {other}"),
+        };
+        let mine = device.shadow("lamp-1", None).await.unwrap();
+        let theirs = app.shadow("lamp-1", None).await.unwrap();
+        let (code, message) = status(mine.get().await.unwrap_err());
+        assert_eq!((code, message.as_str()), (404, "No shadow exists with name: 'lamp-1'"));
+
+        let accepted = theirs
+            .update(json!({"desired": {"on": true, "level": 3}}), None)
+            .await
+            .unwrap();
+        assert_eq!(accepted["version"], 1);
+        assert_eq!(accepted["state"], json!({"desired": {"on": true, "level": 3}}));
+        let delta = mine.next_notification().await.unwrap();
+        assert_eq!((delta.stream, delta.thing.as_str(), delta.name), (Stream::Delta, "lamp-1", None));
+        assert_eq!(delta.body["state"], json!({"on": true, "level": 3}));
+        let documents = mine.next_notification().await.unwrap();
+        assert_eq!(documents.stream, Stream::Documents);
+        assert_eq!(documents.body["current"]["version"], 1);
+
+        mine.update(json!({"reported": {"on": true, "level": 1}}), Some(1)).await.unwrap();
+        let got = mine.get().await.unwrap();
+        assert_eq!(got["state"]["delta"], json!({"level": 3}));
+        assert_eq!(got["version"], 2);
+        let (code, message) = status(theirs.update(json!({"desired": {"level": 1}}), Some(1)).await.unwrap_err());
+        assert_eq!((code, message.as_str()), (409, "Version conflict"));
+        for (state, code, message) in [
+            (json!(7), 400, "State node must be an object"),
+            (json!({"desired": [1]}), 400, "Desired node must be an object"),
+            (json!({"color": "red"}), 400, "State contains an invalid node"),
+            (json!({"desired": {"big": "x".repeat(9000)}}), 413, "The payload exceeds the maximum size allowed"),
+        ] {
+            let refused = status(theirs.update(state, None).await.unwrap_err());
+            assert_eq!(refused, (code, message.into()));
+        }
+        assert_eq!(mine.get().await.unwrap()["version"], 2, "refusals changed nothing");
+
+        // A named shadow is its own document, on its own topics.
+        let config = device.shadow("lamp-1", Some("config")).await.unwrap();
+        assert_eq!(status(config.get().await.unwrap_err()).0, 404);
+        assert_eq!(config.update(json!({"reported": {"fw": "1.0"}}), None).await.unwrap()["version"], 1);
+        assert_eq!(theirs.delete().await.unwrap()["version"], 2);
+        assert_eq!(status(mine.get().await.unwrap_err()).0, 404);
+        assert_eq!(config.get().await.unwrap()["state"]["reported"], json!({"fw": "1.0"}));
+        let again = mine.update(json!({"reported": {"on": false}}), None).await.unwrap();
+        assert_eq!(again["version"], 3, "the next shadow follows the deleted one's version");
+        // A thing name the service would refuse is refused before anything is sent.
+        let e = device.shadow("lamp/1", None).await.err().expect("refused");
+        assert_eq!(status(e).0, 400);
+        service.stop().await;
+    }
+}

@@ -54,7 +54,7 @@ fn membership(group: &str, thing: &str) -> Membership {
 }
 
 impl Client {
-    async fn jobs_call(&self, call: JobsCall) -> Result<JobsAnswer, ClientError> {
+    pub(crate) async fn jobs_call(&self, call: JobsCall) -> Result<JobsAnswer, ClientError> {
         let (reply, result) = oneshot::channel();
         self.send(Command::Jobs { call, reply }).await?;
         result.await.map_err(|_| ClientError::Disconnected)?

@@ -67,6 +67,7 @@ mod connection;
 pub mod jobs;
 pub mod lease;
 mod listeners;
+pub mod shadow;
 pub use listeners::Listener;
 
 /// What a host of the server node (`mqstore-server`) shares with the client: the broker

@@ -14,6 +14,7 @@ use mqstore_core::client::{CallId, ClientError};
 use mqstore_core::commands::Record;
 use mqstore_core::hlc::Hlc;
 use mqstore_core::session::{Completion, SessionEvent};
+use mqstore_core::shadow;
 
 /// A change of an observed key (the async client's `Observation` and the blocking client's).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -83,12 +84,18 @@ impl Channels for Functions {
     type Sender<T> = Listener<T>;
 }
 
+/// A device shadow: its thing, and its name (`None`: the classic shadow).
+pub(crate) type ShadowKey = (String, Option<String>);
+
 /// The listeners of one client.
 pub(crate) struct Listeners<C: Channels> {
     pub observers: HashMap<Bytes, Vec<C::Sender<KeyChange>>>,
     /// The things this client acts for in the jobs device API, and who hears their
     /// notifications.
     pub things: HashMap<String, Vec<C::Sender<JobNotification>>>,
+    /// The device shadows this client uses (a thing, and a shadow's name or `None` for the
+    /// classic one), and who hears their deltas and documents.
+    pub shadows: HashMap<ShadowKey, Vec<C::Sender<shadow::Notification>>>,
     pub command_watchers: Vec<C::Sender<Record>>,
     pub keyspace_watchers: Vec<C::Sender<KeyspaceEvent>>,
     /// Held leases: their handles' flag, cleared when the session reports one lost.
@@ -100,6 +107,7 @@ impl<C: Channels> Default for Listeners<C> {
         Self {
             observers: HashMap::new(),
             things: HashMap::new(),
+            shadows: HashMap::new(),
             command_watchers: Vec::new(),
             keyspace_watchers: Vec::new(),
             leases: HashMap::new(),
@@ -140,6 +148,12 @@ impl<C: Channels> Listeners<C> {
                     | JobNotification::NotifyNext { thing, .. } => thing,
                 };
                 if let Some(list) = self.things.get_mut(thing) {
+                    list.retain(|sink| sink.give(notification.clone()));
+                }
+            }
+            SessionEvent::Shadow(notification) => {
+                let key = (notification.thing.clone(), notification.name.clone());
+                if let Some(list) = self.shadows.get_mut(&key) {
                     list.retain(|sink| sink.give(notification.clone()));
                 }
             }

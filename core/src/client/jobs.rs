@@ -23,6 +23,7 @@ use crate::jobs::wire::{
     DeviceBody, JobExecution, JobSummary, Notify, NotifyNext, OperatorRequest, Rejected,
 };
 use crate::jobs::{ExecutionRef, OPERATOR_TOPIC, Status};
+use crate::shadow;
 
 /// A notification about one thing's pending list.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -298,6 +299,8 @@ pub enum JobsEvent {
     },
     /// A thing's `notify` or `notify-next`.
     Notification(JobNotification),
+    /// A device shadow's delta or documents.
+    Shadow(shadow::Notification),
 }
 
 /// The jobs client, without I/O.
@@ -456,9 +459,84 @@ impl JobsClient {
         self.waiting.wait(token, call, field, timeout_ms, now_ms);
     }
 
+    /// Starts a request on a device shadow (the client subscribed to its
+    /// [`shadow::client_subscriptions`]): `body` is the request's JSON object (an update's
+    /// `state` and optional `version`; `null` or `{}` for get and delete), its `clientToken`
+    /// the client's own. The answer is the `/accepted` document; a `/rejected` one fails the
+    /// call with [`ClientError::Status`] (AWS's code and message).
+    pub fn shadow(
+        &mut self,
+        target: shadow::Target<'_>,
+        op: shadow::Op,
+        body: &Value,
+        timeout_ms: Option<u64>,
+        now_ms: u64,
+    ) -> Result<(CallId, Publish), ClientError> {
+        let refused = |status: u16, message: String| ClientError::Status { status, message };
+        shadow::check_target(target).map_err(|r| refused(r.code, r.message))?;
+        let mut body = match body {
+            Value::Object(fields) => fields.clone(),
+            Value::Null => serde_json::Map::new(),
+            other => {
+                let message = format!("a shadow request is a JSON object, not {other}");
+                return Err(refused(400, message));
+            }
+        };
+        let (call, token, timeout_ms) = self.begin(timeout_ms, now_ms);
+        body.insert("clientToken".into(), Value::String(token.clone()));
+        let publish = Publish {
+            topic: format!("{}/{}", target.prefix(), op.suffix()),
+            payload: Bytes::from(Value::Object(body).to_string().into_bytes()),
+            qos: 1,
+            properties: Properties {
+                message_expiry_interval: Some(expiry_seconds(timeout_ms)),
+                ..Properties::default()
+            },
+        };
+        self.wait(token, call, None, timeout_ms, now_ms);
+        Ok((call, publish))
+    }
+
+    /// A shadow's answer or notification.
+    fn shadow_heard(
+        &mut self,
+        target: shadow::Target<'_>,
+        heard: shadow::Heard,
+        publish: &Publish,
+    ) -> Option<JobsEvent> {
+        let body: Value = serde_json::from_slice(&publish.payload).ok()?;
+        let stream = match heard {
+            shadow::Heard::Delta => shadow::Stream::Delta,
+            shadow::Heard::Documents => shadow::Stream::Documents,
+            shadow::Heard::Accepted | shadow::Heard::Rejected => {
+                let (call, _) = self.waiting.take(body.get("clientToken")?.as_str()?)?;
+                let result = match heard {
+                    shadow::Heard::Accepted => Ok(JobsAnswer { json: body }),
+                    _ => Err(ClientError::Status {
+                        status: body["code"]
+                            .as_u64()
+                            .and_then(|c| u16::try_from(c).ok())
+                            .unwrap_or(500),
+                        message: body["message"].as_str().unwrap_or_default().to_owned(),
+                    }),
+                };
+                return Some(JobsEvent::Completed { call, result });
+            }
+        };
+        Some(JobsEvent::Shadow(shadow::Notification {
+            thing: target.thing.to_owned(),
+            name: target.name.map(str::to_owned),
+            stream,
+            body,
+        }))
+    }
+
     /// Interprets a publish from one of the subscriptions; `None` when it concerns no call in
     /// flight and is no notification (a late answer, another client's reply).
     pub fn handle(&mut self, publish: &Publish) -> Option<JobsEvent> {
+        if let Some((target, heard)) = shadow::parse_answer(&publish.topic) {
+            return self.shadow_heard(target, heard, publish);
+        }
         if publish.topic == self.response_topic {
             let token = std::str::from_utf8(publish.properties.correlation_data.as_ref()?).ok()?;
             let (call, field) = self.waiting.take(token)?;

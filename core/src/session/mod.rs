@@ -40,6 +40,7 @@ use crate::envelope::Publish;
 use crate::hlc::{Hlc, HlcError};
 use crate::jobs::OperatorRequest;
 use crate::lease::LeaseTerms;
+use crate::shadow;
 use crate::topics;
 
 /// A publish to send, with the call it belongs to (`None`: the session's own, such as the
@@ -102,6 +103,8 @@ pub enum SessionEvent {
     },
     /// A jobs notification for a thing this session acts as.
     Jobs(JobNotification),
+    /// A delta or documents of a device shadow this session uses ([`Session::use_shadow`]).
+    Shadow(shadow::Notification),
     /// A command's status changed (after [`Session::watch_commands`]).
     CommandRecord(Record),
     /// A key was made (`created`) or is gone, from the server's keyspace events (after
@@ -161,6 +164,8 @@ pub struct Session {
     /// The things this session acts as in the jobs device API, in the order it began to (a
     /// few per session: a list, rather than a set's code in the wasm binding).
     things: Vec<String>,
+    /// The device shadows this session uses: a thing, and a shadow's name (`None`: classic).
+    shadows: Vec<(String, Option<String>)>,
     watching_commands: bool,
     watching_keyspace: bool,
     outgoing: VecDeque<Outgoing>,
@@ -190,6 +195,7 @@ impl Session {
             observed: Vec::new(),
             now_ms: 0,
             things: Vec::new(),
+            shadows: Vec::new(),
             watching_commands: false,
             watching_keyspace: false,
             outgoing: VecDeque::new(),
@@ -211,6 +217,9 @@ impl Session {
         filters.push(self.commands.response_subscription().to_owned());
         for thing in &self.things {
             filters.extend(JobsClient::device_subscriptions(thing));
+        }
+        for (thing, name) in &self.shadows {
+            filters.extend(shadow::client_subscriptions(target(thing, name)));
         }
         if self.watching_commands {
             filters.push(EVENTS_FILTER.to_owned());
@@ -256,6 +265,73 @@ impl Session {
 
     fn acts_as(&self, thing: &str) -> bool {
         self.things.iter().any(|t| t == thing)
+    }
+
+    /// Uses `thing`'s shadow (`name`, or the classic one) from now on: its requests' answers
+    /// come, and its delta and documents are reported ([`SessionEvent::Shadow`]). The filters
+    /// to subscribe to now (empty when it already does); they stay in
+    /// [`Session::subscriptions`].
+    pub fn use_shadow(
+        &mut self,
+        thing: &str,
+        name: Option<&str>,
+    ) -> Result<Vec<String>, ClientError> {
+        let wanted = shadow::Target { thing, name };
+        shadow::check_target(wanted).map_err(|r| ClientError::Status {
+            status: r.code,
+            message: r.message,
+        })?;
+        if self.uses_shadow(thing, name) {
+            return Ok(Vec::new());
+        }
+        self.shadows
+            .push((thing.to_owned(), name.map(str::to_owned)));
+        Ok(shadow::client_subscriptions(wanted))
+    }
+
+    /// Stops using a shadow: the filters to unsubscribe from (empty when it did not use it).
+    pub fn leave_shadow(&mut self, thing: &str, name: Option<&str>) -> Vec<String> {
+        let before = self.shadows.len();
+        self.shadows
+            .retain(|(t, n)| !(t == thing && n.as_deref() == name));
+        match self.shadows.len() < before {
+            true => shadow::client_subscriptions(shadow::Target { thing, name }),
+            false => Vec::new(),
+        }
+    }
+
+    fn uses_shadow(&self, thing: &str, name: Option<&str>) -> bool {
+        self.shadows
+            .iter()
+            .any(|(t, n)| t == thing && n.as_deref() == name)
+    }
+
+    /// Starts a request on a shadow this session uses ([`Session::use_shadow`]): `op` with
+    /// `body` (an update's `state` and optional `version`; `null` for get and delete). The
+    /// call completes with the `/accepted` document ([`Completion::Jobs`]), or fails with
+    /// [`ClientError::Status`] carrying AWS's code and message.
+    pub fn shadow(
+        &mut self,
+        thing: &str,
+        name: Option<&str>,
+        op: shadow::Op,
+        body: &serde_json::Value,
+        timeout_ms: Option<u64>,
+        now_ms: u64,
+    ) -> Result<CallId, ClientError> {
+        if !self.uses_shadow(thing, name) {
+            return Err(ClientError::Status {
+                status: 400,
+                message: format!(
+                    "not using the shadow {:?} of thing {thing:?}: use it (and subscribe to \
+                     what that returns) first, or its answers never arrive",
+                    name.unwrap_or("(classic)")
+                ),
+            });
+        }
+        let wanted = shadow::Target { thing, name };
+        let (call, publish) = self.jobs.shadow(wanted, op, body, timeout_ms, now_ms)?;
+        Ok(self.sent(Service::Jobs, call, "shadow", [publish]))
     }
 
     /// Reports every command's status change as [`SessionEvent::CommandRecord`] from now on:
@@ -845,6 +921,11 @@ impl Session {
                     self.events.push_back(SessionEvent::Jobs(notification));
                 }
             }
+            JobsEvent::Shadow(notification) => {
+                if self.uses_shadow(&notification.thing, notification.name.as_deref()) {
+                    self.events.push_back(SessionEvent::Shadow(notification));
+                }
+            }
         }
     }
 
@@ -868,5 +949,13 @@ impl Session {
                 );
             }
         }
+    }
+}
+
+/// A shadow's target from a session's record of it.
+fn target<'a>(thing: &'a str, name: &'a Option<String>) -> shadow::Target<'a> {
+    shadow::Target {
+        thing,
+        name: name.as_deref(),
     }
 }

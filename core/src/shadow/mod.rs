@@ -136,6 +136,74 @@ pub fn parse_topic(topic: &str) -> Option<(Target<'_>, Op)> {
     Some((Target { thing, name }, op))
 }
 
+/// What a client hears on a shadow's topics: the answer to a request, or a notification.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Heard {
+    /// `…/{op}/accepted`.
+    Accepted,
+    /// `…/{op}/rejected`.
+    Rejected,
+    /// `…/update/delta`: what `desired` asks that `reported` lacks.
+    Delta,
+    /// `…/update/documents`: the documents before and after an update.
+    Documents,
+}
+
+/// The shadow and what a client hears on one of its answer topics; `None` for any other topic
+/// (requests too).
+pub fn parse_answer(topic: &str) -> Option<(Target<'_>, Heard)> {
+    let (request, kind) = topic.rsplit_once('/')?;
+    let (target, op) = parse_topic(request)?;
+    let heard = match (op, kind) {
+        (_, "accepted") => Heard::Accepted,
+        (_, "rejected") => Heard::Rejected,
+        (Op::Update, "delta") => Heard::Delta,
+        (Op::Update, "documents") => Heard::Documents,
+        _ => return None,
+    };
+    Some((target, heard))
+}
+
+/// What a client subscribes to before it uses a shadow: the answers to its requests and the
+/// shadow's delta and documents. (AWS delivers answers without a subscription; a standard
+/// broker needs one.)
+pub fn client_subscriptions(target: Target<'_>) -> Vec<String> {
+    let prefix = target.prefix();
+    ["get/+", "update/+", "delete/+"]
+        .iter()
+        .map(|suffix| format!("{prefix}/{suffix}"))
+        .collect()
+}
+
+/// Checks a thing's and a shadow's name as the service does, so that a client never makes a
+/// topic the service refuses (or that is no topic at all).
+pub fn check_target(target: Target<'_>) -> Result<(), Rejection> {
+    target.check()
+}
+
+/// A shadow's notification to a client that uses it: a delta or an update's documents.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Notification {
+    /// The thing.
+    pub thing: String,
+    /// The named shadow, or `None` for the classic one.
+    pub name: Option<String>,
+    /// `update/delta` or `update/documents`.
+    pub stream: Stream,
+    /// Its JSON as the service sent it (a delta's `state`, `metadata`, `version`; the
+    /// documents' `previous` and `current`).
+    pub body: Value,
+}
+
+/// Which of a shadow's notifications.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stream {
+    /// `update/delta`.
+    Delta,
+    /// `update/documents`.
+    Documents,
+}
+
 /// Whether `topic` is a shadow request.
 pub fn is_request(topic: &str) -> bool {
     parse_topic(topic).is_some()

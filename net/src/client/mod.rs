@@ -28,6 +28,7 @@ use mqstore_core::commands::CommandRequest;
 use mqstore_core::commands::Record as CommandRecord;
 use mqstore_core::hlc::Hlc;
 use mqstore_core::session::{Completion, Session};
+use mqstore_core::shadow;
 use mqstore_core::topics;
 
 mod task;
@@ -146,6 +147,13 @@ pub(super) enum Command {
         notifications: mpsc::UnboundedSender<JobNotification>,
         reply: oneshot::Sender<Result<(), ClientError>>,
     },
+    /// Use a device shadow: subscribe to its answers, delta and documents.
+    Shadow {
+        thing: String,
+        name: Option<String>,
+        notifications: mpsc::UnboundedSender<shadow::Notification>,
+        reply: oneshot::Sender<Result<(), ClientError>>,
+    },
     /// A call of the command service.
     Commands {
         call: CommandsCall,
@@ -185,6 +193,8 @@ pub(crate) enum JobsCall {
     /// An operator call's JSON.
     Operator(serde_json::Value),
     Device(String, DeviceRequest),
+    /// A device shadow's request: thing, shadow name, operation, body.
+    Shadow(String, Option<String>, shadow::Op, serde_json::Value),
 }
 
 impl JobsCall {
@@ -192,6 +202,9 @@ impl JobsCall {
         match self {
             JobsCall::Operator(request) => Ok(session.jobs_operate_json(&request, None, now_ms)),
             JobsCall::Device(thing, request) => session.jobs_device(&thing, &request, None, now_ms),
+            JobsCall::Shadow(thing, name, op, body) => {
+                session.shadow(&thing, name.as_deref(), op, &body, None, now_ms)
+            }
         }
     }
 }

@@ -23,6 +23,7 @@ use mqstore_core::client::{Answer, CallId, ClientError};
 use mqstore_core::envelope::Publish;
 use mqstore_core::hlc::Hlc;
 use mqstore_core::session::{Completion, Session};
+use mqstore_core::shadow;
 use mqstore_core::topics;
 
 use super::Command;
@@ -227,6 +228,12 @@ impl Driver for Task {
                 notifications,
                 reply,
             }) => self.act_for(thing, notifications, reply),
+            Wake::Command(Command::Shadow {
+                thing,
+                name,
+                notifications,
+                reply,
+            }) => self.use_shadow(thing, name, notifications, reply),
             Wake::Command(Command::Commands { call, reply }) => {
                 let started = call.start(&mut self.session, now);
                 self.start(Ok(started), Waiter::Commands(reply));
@@ -462,6 +469,41 @@ impl Task {
             Ok(()) => self.subacks.push_back(SubackWaiter::Thing(reply)),
             // rumqttc's queue is full: the thing is subscribed again with the session after
             // the reconnect this implies.
+            Err(_) => {
+                let _ = reply.send(Err(ClientError::Disconnected));
+            }
+        }
+    }
+
+    /// Uses a device shadow: its subscriptions (once), and who hears its notifications.
+    fn use_shadow(
+        &mut self,
+        thing: String,
+        name: Option<String>,
+        notifications: mpsc::UnboundedSender<shadow::Notification>,
+        reply: Subscribed,
+    ) {
+        let filters = match self.session.use_shadow(&thing, name.as_deref()) {
+            Ok(filters) => filters,
+            Err(e) => {
+                let _ = reply.send(Err(e));
+                return;
+            }
+        };
+        (self.listeners.shadows.entry((thing, name)))
+            .or_default()
+            .push(notifications);
+        if filters.is_empty() {
+            let _ = reply.send(Ok(()));
+            return;
+        }
+        let filters = filters
+            .into_iter()
+            .map(|f| Filter::new(f, QoS::AtLeastOnce));
+        match self.outbox.client().try_subscribe_many(filters) {
+            Ok(()) => self.subacks.push_back(SubackWaiter::Watch(reply)),
+            // rumqttc's queue is full: subscribed again with the session after the reconnect
+            // this implies.
             Err(_) => {
                 let _ = reply.send(Err(ClientError::Disconnected));
             }
