@@ -191,6 +191,12 @@ pub(crate) enum Command {
         #[command(subcommand)]
         command: TemplatesCommand,
     },
+    /// Device shadows (AWS IoT's Device Shadow API): get, update, delete, and watch a
+    /// shadow's deltas and documents.
+    Shadow {
+        #[command(subcommand)]
+        command: crate::shadow::ShadowCommand,
+    },
     /// Commands to devices: send one and await the answer, read a command's status, watch
     /// every command's status changes.
     #[command(name = "command")]

@@ -24,6 +24,7 @@ mod command;
 mod health;
 mod jobs;
 mod progress;
+mod shadow;
 mod store;
 
 fn main() -> ExitCode {

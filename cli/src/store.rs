@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::command::CommandCall;
 use crate::jobs::{GroupsCommand, JobsCall, TemplatesCommand};
+use crate::shadow::ShadowCall;
 use bytes::Bytes;
 use mqstore_core::client::ClientError;
 use mqstore_core::codec::Condition;
@@ -158,6 +159,7 @@ pub(crate) enum ClientCommand {
     Groups(GroupsCommand),
     Templates(TemplatesCommand),
     Command(CommandCall),
+    Shadow(ShadowCall),
 }
 
 impl ClientCommand {
@@ -216,6 +218,7 @@ impl ClientCommand {
             Command::Groups { command } => Self::Groups(command),
             Command::Templates { command } => Self::Templates(command),
             Command::Devices { command } => Self::Command(CommandCall::read(command)?),
+            Command::Shadow { command } => Self::Shadow(ShadowCall::read(command)?),
             // `main` and `run` handle these without a client.
             Command::Serve(_) | Command::Bench { .. } | Command::Health { .. } => {
                 return Err("not a client command".into());
@@ -301,6 +304,7 @@ impl ClientCommand {
             Self::Groups(groups) => Ok(groups.run(client, call).await?),
             Self::Templates(templates) => Ok(templates.run(client, call).await?),
             Self::Command(command) => Ok(command.run(client, call).await?),
+            Self::Shadow(shadow) => Ok(shadow.run(client).await?),
         }
     }
 }

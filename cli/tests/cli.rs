@@ -1010,3 +1010,94 @@ fn serve_with_nothing_to_serve_says_so_before_connecting() {
         run.stderr
     );
 }
+
+#[test]
+fn shadow_get_update_delete_and_watch_from_the_cli() {
+    let s = Setup::start(Kind::Mosquitto, "node-shadows");
+    // No shadow yet: exit 1, AWS's message.
+    let missing = s.cli(&["shadow", "get", "lamp"]);
+    assert_eq!(missing.code, Some(1), "{}", missing.stderr);
+    assert!(
+        missing
+            .stderr
+            .contains("No shadow exists with name: 'lamp'"),
+        "{}",
+        missing.stderr
+    );
+    // A watcher prints the deltas and documents as JSON lines.
+    let mut watch = s
+        .command()
+        .args(["shadow", "watch", "lamp"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut watch_err = std::io::BufReader::new(watch.stderr.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut watch_err, &mut line).unwrap();
+    assert!(line.contains("watching"), "{line}");
+    let updated = s.cli(&[
+        "shadow",
+        "update",
+        "lamp",
+        r#"{"desired": {"color": "red"}}"#,
+    ]);
+    assert_eq!(updated.code, Some(0), "{}", updated.stderr);
+    let accepted: serde_json::Value = serde_json::from_str(&updated.out()).unwrap();
+    assert_eq!(accepted["version"], 1);
+    // The state from standard input, at a version: the wrong one is refused (exit 3).
+    let stale = s.cli_with_input(
+        &["shadow", "update", "lamp", "-", "--version", "7"],
+        br#"{"reported": {"color": "red"}}"#,
+    );
+    assert_eq!(stale.code, Some(3), "{}", stale.stderr);
+    assert!(
+        stale.stderr.contains("409: Version conflict"),
+        "{}",
+        stale.stderr
+    );
+    let reported = s.cli_with_input(
+        &["shadow", "update", "lamp", "-", "--version", "1"],
+        br#"{"reported": {"color": "red"}}"#,
+    );
+    assert_eq!(reported.code, Some(0), "{}", reported.stderr);
+    let got: serde_json::Value =
+        serde_json::from_str(&s.cli(&["shadow", "get", "lamp"]).out()).unwrap();
+    assert_eq!(got["state"]["reported"]["color"], "red");
+    assert_eq!(got["state"].get("delta"), None);
+    // Not JSON: a usage error that shows what to give.
+    let bad = s.cli(&["shadow", "update", "lamp", "color=red"]);
+    assert_eq!(bad.code, Some(2), "{}", bad.stderr);
+    assert!(bad.stderr.contains("not JSON"), "{}", bad.stderr);
+    // A named shadow is apart; delete prints the deleted version.
+    assert_eq!(
+        s.cli(&["shadow", "get", "lamp", "--name", "cfg"]).code,
+        Some(1)
+    );
+    let deleted = s.cli(&["shadow", "delete", "lamp"]);
+    let deleted: serde_json::Value = serde_json::from_str(&deleted.out()).unwrap();
+    assert_eq!(deleted["version"], 2);
+    // Its three lines, read as they come (a watcher that stopped printing fails here).
+    let stdout = std::io::BufReader::new(watch.stdout.take().unwrap());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufRead::lines(stdout).map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let lines: Vec<serde_json::Value> = (0..3)
+        .map(|_| {
+            rx.recv_timeout(Duration::from_secs(10))
+                .expect("a line of the watcher")
+        })
+        .map(|l| serde_json::from_str(&l).unwrap())
+        .collect();
+    watch.kill().unwrap();
+    let _ = watch.wait();
+    let streams: Vec<&str> = lines
+        .iter()
+        .map(|l| l["stream"].as_str().unwrap())
+        .collect();
+    assert_eq!(streams, ["delta", "documents", "documents"], "{lines:?}");
+    assert_eq!(lines[0]["body"]["state"]["color"], "red");
+}
