@@ -95,7 +95,10 @@ async fn main() {
                 async move {
                     let key = format!("bench-key-{task}");
                     let value = format!("{n:064}");
-                    client.set(key, value, SetOptions::default()).await.expect("SET");
+                    client
+                        .set(key, value, SetOptions::default())
+                        .await
+                        .expect("SET");
                 }
             })
             .await;

@@ -729,3 +729,104 @@ fn a_forgotten_lease_is_no_longer_renewed_and_lapses() {
     );
     assert!(granted(&lease_events(&mut b), campaign), "it lapsed");
 }
+
+/// Issue 52: a session answers the calls of the shadows it uses and reports their deltas and
+/// documents; a call on a shadow it does not use is refused before anything is sent, and
+/// another shadow's notifications are not its own.
+#[test]
+fn a_shadow_in_use_answers_its_calls_and_reports_its_notifications() {
+    use mqstore_core::shadow::{Op, Stream};
+    let mut jobs = Jobs::new();
+    let (mut app, mut device) = (session("app"), session("lamp"));
+    let refused = app.shadow("lamp", None, Op::Get, &json!(null), None, T0);
+    assert!(
+        matches!(refused, Err(ClientError::Status { status: 400, .. })),
+        "{refused:?}"
+    );
+    assert!(app.poll_publish().is_none(), "nothing sent");
+    let filters = app.use_shadow("lamp", None).unwrap();
+    assert_eq!(
+        filters,
+        ["get/+", "update/+", "delete/+"].map(|s| format!("$aws/things/lamp/shadow/{s}"))
+    );
+    assert!(app.use_shadow("lamp", None).unwrap().is_empty(), "once");
+    assert!(app.subscriptions().contains(&filters[1]));
+    device.use_shadow("lamp", None).unwrap();
+    assert!(matches!(
+        app.use_shadow("l/amp", None),
+        Err(ClientError::Status { status: 400, .. })
+    ));
+
+    // Everything the service publishes reaches both sessions, as on a broker.
+    let mut exchange = |from: &mut Session, others: &mut [&mut Session]| {
+        while let Some(outgoing) = from.poll_publish() {
+            let mut out = Vec::new();
+            let mut store = jobs.as_dyn();
+            mqstore_core::server::jobs::run_request(
+                &mut store,
+                &outgoing.publish,
+                "n",
+                T0,
+                &mut out,
+            )
+            .unwrap();
+            for publish in out {
+                from.handle(&publish, T0);
+                for other in others.iter_mut() {
+                    other.handle(&publish, T0);
+                }
+            }
+        }
+    };
+    let update = json!({"state": {"desired": {"on": true}}});
+    let call = app
+        .shadow("lamp", None, Op::Update, &update, None, T0)
+        .unwrap();
+    exchange(&mut app, &mut [&mut device]);
+    let answered = events(&mut app);
+    let SessionEvent::Completed {
+        call: done,
+        op,
+        result: Ok(Completion::Jobs(answer)),
+    } = &answered[0]
+    else {
+        panic!("{answered:?}")
+    };
+    assert_eq!((*done, *op), (call, "shadow"));
+    assert_eq!(answer.clone().into_json()["version"], 1);
+    // The app uses the shadow too: it hears the delta and documents as well.
+    assert_eq!(answered.len(), 3, "{answered:?}");
+    let heard = events(&mut device);
+    let streams: Vec<Stream> = heard
+        .iter()
+        .map(|e| match e {
+            SessionEvent::Shadow(n) => n.stream,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(streams, [Stream::Delta, Stream::Documents]);
+
+    // A rejection fails the call with AWS's code and message.
+    let stale = json!({"state": {"reported": {"on": true}}, "version": 9});
+    device
+        .shadow("lamp", None, Op::Update, &stale, None, T0)
+        .unwrap();
+    exchange(&mut device, &mut [&mut app]);
+    let failed = events(&mut device);
+    assert!(
+        matches!(&failed[0], SessionEvent::Completed { result: Err(ClientError::Status { status: 409, message }), .. } if message == "Version conflict"),
+        "{failed:?}"
+    );
+    // Another shadow's notifications are not reported to a session that does not use it.
+    app.use_shadow("lamp", Some("config")).unwrap();
+    let named = json!({"state": {"desired": {"fw": "2"}}});
+    app.shadow("lamp", Some("config"), Op::Update, &named, None, T0)
+        .unwrap();
+    exchange(&mut app, &mut [&mut device]);
+    assert!(
+        events(&mut device).is_empty(),
+        "the device does not use lamp/config"
+    );
+    assert_eq!(app.leave_shadow("lamp", Some("config")).len(), 3);
+    assert!(app.leave_shadow("lamp", Some("config")).is_empty());
+}
