@@ -84,11 +84,7 @@ def operate(host: str, port: int, thing: str, request: dict) -> dict:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=1883)
-    parser.add_argument("--thing", default="aws-sdk-thing")
-    args = parser.parse_args()
+    args = device_args(__doc__)
     thing = args.thing
 
     device = connect(args.host, args.port, thing)
@@ -289,6 +285,15 @@ def main() -> int:
     device.stop()
     print("OK")
     return 0
+
+
+def device_args(doc: str | None) -> argparse.Namespace:
+    """A device script's arguments: the broker's host and port, and the thing it acts as."""
+    parser = argparse.ArgumentParser(description=(doc or "").split("\n")[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=1883)
+    parser.add_argument("--thing", default="aws-sdk-thing")
+    return parser.parse_args()
 
 
 def run(main) -> None:

@@ -10,13 +10,12 @@ reports, and a get shows what still differs; an update with a stale version is r
 follows the deleted one. Prints one line per step; exits 1 on the first failure.
 """
 
-import argparse
 import queue
 
 from awscrt import mqtt_request_response
 from awsiot import ServiceStreamOptions, V2ServiceException, iotshadow
 
-from jobs_device import TIMEOUT, connect, run
+from jobs_device import TIMEOUT, connect, device_args, run
 
 
 def shadow_client(client) -> iotshadow.IotShadowClientV2:
@@ -151,11 +150,7 @@ def flow(device: Shadow, app: Shadow, label: str) -> list:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=1883)
-    parser.add_argument("--thing", default="aws-sdk-thing")
-    args = parser.parse_args()
+    args = device_args(__doc__)
     thing = args.thing
 
     device_mqtt = connect(args.host, args.port, thing)

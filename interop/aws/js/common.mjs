@@ -1,6 +1,8 @@
 // What the SDK scripts share: waiting for the next message of a stream, asserting, connecting
 // a plain awscrt MQTT 5 client, and running `main` with one clear line on a failure.
 
+import { parseArgs } from "node:util";
+
 import { mqtt5 } from "aws-crt";
 
 export const TIMEOUT_MS = 10_000;
@@ -49,6 +51,18 @@ export async function connect(host, port, clientId) {
   client.start();
   await connected;
   return client;
+}
+
+/** A device script's arguments: the broker's host and port, and the thing it acts as. */
+export function deviceArgs() {
+  const { values } = parseArgs({
+    options: {
+      host: { type: "string", default: "127.0.0.1" },
+      port: { type: "string", default: "1883" },
+      thing: { type: "string", default: "aws-js-sdk-thing" },
+    },
+  });
+  return { host: values.host, port: Number(values.port), thing: values.thing };
 }
 
 /** Runs a script's `main`: exit 0, or 1 with one line. */

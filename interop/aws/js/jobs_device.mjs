@@ -6,12 +6,11 @@
 // Prints one line per step, "OK" at the end; exits 1 on the first failure.
 
 import { randomBytes, randomUUID } from "node:crypto";
-import { parseArgs } from "node:util";
 
 import { mqtt5 } from "aws-crt";
 import { iotjobs } from "aws-iot-device-sdk-v2";
 
-import { TIMEOUT_MS, assert, connect, nextOf, queue, run } from "./common.mjs";
+import { TIMEOUT_MS, assert, connect, deviceArgs, nextOf, queue, run } from "./common.mjs";
 
 /** Creates a job on `thing` through mqstore's operator API. */
 function createJob(host, port, thing, jobId, document) {
@@ -47,14 +46,7 @@ async function operate(host, port, thing, request) {
 }
 
 async function main() {
-  const { values } = parseArgs({
-    options: {
-      host: { type: "string", default: "127.0.0.1" },
-      port: { type: "string", default: "1883" },
-      thing: { type: "string", default: "aws-js-sdk-thing" },
-    },
-  });
-  const [host, port, thing] = [values.host, Number(values.port), values.thing];
+  const { host, port, thing } = deviceArgs();
 
   const device = await connect(host, port, thing);
   const jobs = iotjobs.IotJobsClientv2.newFromMqtt5(device, {

@@ -6,11 +6,10 @@
 //
 // Prints one line per step, "OK" at the end; exits 1 on the first failure.
 
-import { parseArgs } from "node:util";
 
 import { iotshadow } from "aws-iot-device-sdk-v2";
 
-import { TIMEOUT_MS, assert, connect, nextOf, queue, run } from "./common.mjs";
+import { TIMEOUT_MS, assert, connect, deviceArgs, nextOf, queue, run } from "./common.mjs";
 
 const same = (a, b) => JSON.stringify(a) === JSON.stringify(b);
 
@@ -111,14 +110,7 @@ async function flow(device, app, label) {
 }
 
 async function main() {
-  const { values } = parseArgs({
-    options: {
-      host: { type: "string", default: "127.0.0.1" },
-      port: { type: "string", default: "1883" },
-      thing: { type: "string", default: "aws-js-sdk-thing" },
-    },
-  });
-  const [host, port, thing] = [values.host, Number(values.port), values.thing];
+  const { host, port, thing } = deviceArgs();
   const deviceMqtt = await connect(host, port, thing);
   const appMqtt = await connect(host, port, `${thing}-app`);
   const [device, app] = [shadowClient(deviceMqtt), shadowClient(appMqtt)];

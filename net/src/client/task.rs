@@ -446,32 +446,14 @@ impl Task {
         notifications: mpsc::UnboundedSender<JobNotification>,
         reply: Subscribed,
     ) {
-        let filters = match self.session.act_as(&thing) {
-            Ok(filters) => filters,
-            Err(e) => {
-                let _ = reply.send(Err(e));
-                return;
+        match self.session.act_as(&thing) {
+            Ok(filters) => {
+                (self.listeners.things.entry(thing))
+                    .or_default()
+                    .push(notifications);
+                self.subscribe(filters, reply, SubackWaiter::Thing);
             }
-        };
-        self.listeners
-            .things
-            .entry(thing.clone())
-            .or_default()
-            .push(notifications);
-        if filters.is_empty() {
-            let _ = reply.send(Ok(()));
-            return;
-        }
-        let filters = filters
-            .into_iter()
-            .map(|f| Filter::new(f, QoS::AtLeastOnce));
-        match self.outbox.client().try_subscribe_many(filters) {
-            Ok(()) => self.subacks.push_back(SubackWaiter::Thing(reply)),
-            // rumqttc's queue is full: the thing is subscribed again with the session after
-            // the reconnect this implies.
-            Err(_) => {
-                let _ = reply.send(Err(ClientError::Disconnected));
-            }
+            Err(e) => drop(reply.send(Err(e))),
         }
     }
 
@@ -483,16 +465,32 @@ impl Task {
         notifications: mpsc::UnboundedSender<shadow::Notification>,
         reply: Subscribed,
     ) {
-        let filters = match self.session.use_shadow(&thing, name.as_deref()) {
-            Ok(filters) => filters,
-            Err(e) => {
-                let _ = reply.send(Err(e));
-                return;
+        match self.session.use_shadow(&thing, name.as_deref()) {
+            Ok(filters) => {
+                (self.listeners.shadows.entry((thing, name)))
+                    .or_default()
+                    .push(notifications);
+                self.subscribe(filters, reply, SubackWaiter::Watch);
             }
-        };
-        (self.listeners.shadows.entry((thing, name)))
-            .or_default()
-            .push(notifications);
+            Err(e) => drop(reply.send(Err(e))),
+        }
+    }
+
+    /// Subscribes to the filter of the events the session began to watch (`None`: it did
+    /// already), and answers once it is.
+    fn subscribe_events(&mut self, filter: Option<&'static str>, reply: Subscribed) {
+        let filters = filter.map(str::to_owned).into_iter().collect();
+        self.subscribe(filters, reply, SubackWaiter::Watch);
+    }
+
+    /// Subscribes to `filters` and answers `reply` once the broker took them (at once when
+    /// there are none); `waiter` says how their SUBACK is read.
+    fn subscribe(
+        &mut self,
+        filters: Vec<String>,
+        reply: Subscribed,
+        waiter: fn(Subscribed) -> SubackWaiter,
+    ) {
         if filters.is_empty() {
             let _ = reply.send(Ok(()));
             return;
@@ -501,25 +499,9 @@ impl Task {
             .into_iter()
             .map(|f| Filter::new(f, QoS::AtLeastOnce));
         match self.outbox.client().try_subscribe_many(filters) {
-            Ok(()) => self.subacks.push_back(SubackWaiter::Watch(reply)),
-            // rumqttc's queue is full: subscribed again with the session after the reconnect
-            // this implies.
-            Err(_) => {
-                let _ = reply.send(Err(ClientError::Disconnected));
-            }
-        }
-    }
-
-    /// Subscribes to the filter of the events the session began to watch (`None`: it did
-    /// already), and answers once it is.
-    fn subscribe_events(&mut self, filter: Option<&'static str>, reply: Subscribed) {
-        let Some(filter) = filter else {
-            let _ = reply.send(Ok(()));
-            return;
-        };
-        let filter = Filter::new(filter.to_owned(), QoS::AtLeastOnce);
-        match self.outbox.client().try_subscribe_many([filter]) {
-            Ok(()) => self.subacks.push_back(SubackWaiter::Watch(reply)),
+            Ok(()) => self.subacks.push_back(waiter(reply)),
+            // rumqttc's queue is full: the filters are subscribed again with the session
+            // after the reconnect this implies.
             Err(_) => {
                 let _ = reply.send(Err(ClientError::Disconnected));
             }
