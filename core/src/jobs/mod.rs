@@ -60,7 +60,7 @@ pub use wire::{
     check_operator_call,
 };
 use wire::{Accepted, ExecutionAccepted, Notify, NotifyJobs, NotifyNext, Rejected, Reply};
-pub(crate) use wire::{THING_NAME_RULE, valid_thing_name};
+pub(crate) use wire::{THING_NAME_RULE, valid_name, valid_thing_name};
 
 use crate::envelope::{Properties, Publish};
 

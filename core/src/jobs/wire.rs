@@ -1314,7 +1314,12 @@ pub(crate) const TIMEOUT_MINUTES: std::ops::RangeInclusive<u64> = 1..=10_080;
 
 /// `[a-zA-Z0-9:_-]{1,128}`.
 pub(crate) fn valid_thing_name(name: &str) -> bool {
-    (1..=128).contains(&name.len())
+    valid_name(name, 128)
+}
+
+/// `[a-zA-Z0-9:_-]{1,max}`: AWS's rule for thing names (128) and shadow names (64).
+pub(crate) fn valid_name(name: &str, max: usize) -> bool {
+    (1..=max).contains(&name.len())
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b':' | b'_' | b'-'))

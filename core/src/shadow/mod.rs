@@ -16,7 +16,7 @@ use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
 use crate::envelope::{Properties, Publish};
-use crate::jobs::{Answered, JobsStore};
+use crate::jobs::{self, Answered, JobsStore};
 use document::{Envelope, Update};
 pub use document::{
     MAX_CLIENT_TOKEN, MAX_DEPTH, MAX_REQUEST_BYTES, MAX_STATE_BYTES, Rejection, Sections, Shadow,
@@ -93,21 +93,16 @@ impl Target<'_> {
     }
 
     fn check(&self) -> Result<(), Rejection> {
-        let valid = |s: &str, max: usize| {
-            !s.is_empty()
-                && s.len() <= max
-                && s.bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b':' | b'_' | b'-'))
-        };
-        if !valid(self.thing, MAX_THING_NAME) {
-            return Err(Rejection::bad_name(
-                "Invalid thing name: 1 to 128 characters of a-z, A-Z, 0-9, ':', '_' or '-'",
-            ));
+        if !jobs::valid_name(self.thing, MAX_THING_NAME) {
+            let message = format!("Invalid thing name: {}", jobs::THING_NAME_RULE);
+            return Err(Rejection::bad_name(&message));
         }
-        if self.name.is_some_and(|n| !valid(n, MAX_SHADOW_NAME)) {
-            return Err(Rejection::bad_name(
-                "Invalid shadow name: 1 to 64 characters of a-z, A-Z, 0-9, ':', '_' or '-'",
-            ));
+        if self
+            .name
+            .is_some_and(|n| !jobs::valid_name(n, MAX_SHADOW_NAME))
+        {
+            let message = "Invalid shadow name: 1-64 characters of a-z, A-Z, 0-9, ':', '_' and '-'";
+            return Err(Rejection::bad_name(message));
         }
         Ok(())
     }
