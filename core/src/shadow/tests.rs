@@ -83,8 +83,23 @@ fn topics_are_read_for_classic_and_named_shadows_and_answers_are_not_requests() 
     ] {
         assert_eq!(parse_topic(other), None, "{other}");
     }
-    // Every request filter matches the topics it is for.
-    assert_eq!(REQUEST_FILTERS.len(), 6);
+    // Every request filter stands for request topics (its wildcards filled in), one per
+    // operation and kind of shadow, and none for an answer.
+    let mut seen: Vec<(bool, Op)> = REQUEST_FILTERS
+        .iter()
+        .map(|filter| {
+            let topic = filter.replace('+', "x");
+            let (target, op) = parse_topic(&topic).expect(filter);
+            assert_eq!(
+                parse_answer(&format!("{topic}/accepted")).map(|(t, _)| t),
+                Some(target)
+            );
+            (target.name.is_some(), op)
+        })
+        .collect();
+    seen.sort_by_key(|(named, op)| (*named, op.suffix()));
+    seen.dedup();
+    assert_eq!(seen.len(), 6, "{seen:?}");
     assert_eq!(classic("lamp").key(), "lamp/");
     assert_eq!(
         Target {
