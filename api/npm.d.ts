@@ -195,6 +195,7 @@ export declare class Client {
         status?: JobExecutionStatus;
     }): Promise<ExecutionListing[]>;
     jobs(thing: string): Promise<Jobs>;
+    shadow(thing: string, name?: string): Promise<Shadow>;
     command(topic: string, payload: Bytes, options?: CommandOptions): Promise<CommandReply>;
     startCommand(commandId: string, target: string, parameters?: Record<string, unknown>, options?: {
         timeoutMs?: number;
@@ -261,6 +262,22 @@ export declare class Jobs {
     describeNext(): Promise<JobExecution | null>;
     update(update: ExecutionUpdate): Promise<UpdateAccepted>;
     onNotification(onNotification: (notification: JobNotification) => void): () => void;
+}
+export interface ShadowNotification {
+    stream: "delta" | "documents";
+    body: any;
+}
+export declare class Shadow {
+    #private;
+    readonly thing: string;
+    readonly name: string | null;
+    constructor(thing: string, name: string | null, request: (op: string, body?: object) => Promise<any>, listen: (listener: (n: ShadowNotification) => void) => () => void);
+    get(): Promise<any>;
+    update(state: object, options?: {
+        version?: number;
+    }): Promise<any>;
+    delete(): Promise<any>;
+    onNotification(onNotification: (notification: ShadowNotification) => void): () => void;
 }
 export interface CommandOptions {
     profile?: string;
@@ -334,7 +351,8 @@ export declare class UnknownServiceError extends ServiceError {
     constructor(message: string, text?: string);
 }
 export declare class StatusError extends MqstoreError {
-    constructor(message: string);
+    readonly status: number | undefined;
+    constructor(message: string, status?: number);
 }
 export declare class RequestTimeoutError extends MqstoreError {
     constructor(message: string);
@@ -392,6 +410,7 @@ export interface ErrorDetails {
     jobsCode?: string;
     commandId?: string;
     reasonCode?: number;
+    status?: number;
 }
 export declare function errorOf(message: string, code: number, details?: ErrorDetails): MqstoreError;
 export declare function asMqstoreError(e: unknown): MqstoreError;

@@ -6,14 +6,16 @@
  *
  *   Layer 1, "batteries included" (mqstore_connect, mqstore_set, ... on an mqstore_client):
  *   a connected client with blocking calls: the state store, leases, change events, jobs
- *   (mqstore_job_*, mqstore_jobs_*) and device commands (mqstore_command_*). A call does its
+ *   (mqstore_job_*, mqstore_jobs_*), device shadows (mqstore_shadow_*) and device commands
+ *   (mqstore_command_*). A call does its
  *   I/O on the calling thread; each client has one thread of its own ("mqstore-io", reading
  *   while no call is in progress: changes, lease renewals, reconnects), and "mqstore-events"
  *   while an event callback is set.
  *
  *   Layer 2, "bring your own MQTT" (mqstore_core_*, the codec, mqstore_hlc_*): the client's
  *   state machine with no I/O, no threads and no clock: the state store and change events,
- *   jobs as operator and as a thing (mqstore_core_jobs_*, mqstore_core_act_as) and commands
+ *   jobs as operator and as a thing (mqstore_core_jobs_*, mqstore_core_act_as), device
+ *   shadows (mqstore_core_use_shadow, mqstore_core_shadow) and commands
  *   (mqstore_core_command*). Your MQTT client publishes what mqstore_core_next_publish
  *   gives, feeds what arrives to mqstore_core_handle, passes the time in milliseconds, and
  *   calls mqstore_core_expire at mqstore_core_next_deadline.
@@ -31,8 +33,8 @@
  *   - Keys, values and patterns are byte buffers with lengths: binary-safe. A buffer may be
  *     NULL only with length 0; keys are at least one byte.
  *   - Every object the library returns names its free function: mqstore_client_free,
- *     mqstore_lease_free, mqstore_jobs_free, mqstore_core_free, mqstore_event_free,
- *     mqstore_publish_free, mqstore_keys_free, mqstore_command_reply_free,
+ *     mqstore_lease_free, mqstore_jobs_free, mqstore_shadow_free, mqstore_core_free,
+ *     mqstore_event_free, mqstore_publish_free, mqstore_keys_free, mqstore_command_reply_free,
  *     mqstore_request_free, mqstore_response_free, and mqstore_string_free for JSON text.
  *     Never free() them.
  *     Every free function accepts NULL. Pointers inside an object live until it is freed.
@@ -51,15 +53,17 @@
  *   - mqstore_client: calls may come from any threads at once; each blocks only its caller.
  *     mqstore_client_free must not run at the same time as another call on that client, nor
  *     from its event callback.
- *   - mqstore_lease, mqstore_jobs: like their client. Free them before their client.
+ *   - mqstore_lease, mqstore_jobs, mqstore_shadow: like their client. Free them before their
+ *     client.
  *   - mqstore_core: not thread-safe. One call at a time (from your MQTT loop, or under a lock).
  *   - Returned objects (events, publishes, keys, decoded requests and responses): read them
  *     from any thread; free each once.
  *   - mqstore_last_error() is per thread.
  *
  * Shutdown order: mqstore_set_event_callback(client, NULL, NULL) if you want to stop callbacks
- * early; mqstore_lease_free and mqstore_jobs_free for each; events, replies and strings you
- * hold whenever you like (they do not depend on the client); mqstore_client_free last.
+ * early; mqstore_lease_free, mqstore_jobs_free and mqstore_shadow_free for each; events,
+ * replies and strings you hold whenever you like (they do not depend on the client);
+ * mqstore_client_free last.
  */
 
 
@@ -134,6 +138,12 @@ typedef enum mqstore_event_kind {
    * reconnect.
    */
   MQSTORE_EVENT_KEYSPACE = 7,
+  /**
+   * Layer 2: a device shadow's notification, after `mqstore_core_use_shadow` (`thing`,
+   * `shadow_name`: NULL for the classic shadow, and `json`: `{"stream": "delta" |
+   * "documents", "body": ...}`).
+   */
+  MQSTORE_EVENT_SHADOW = 8,
 } mqstore_event_kind;
 
 /**
@@ -194,6 +204,11 @@ typedef enum mqstore_op {
    * A stored-commands call (`json` holds the service's answer).
    */
   MQSTORE_OP_COMMAND_DEFINITIONS = 12,
+  /**
+   * A device shadow request (`json` holds the `/accepted` document; a rejection is
+   * MQSTORE_ERR_STATUS with AWS's code and message in `error`).
+   */
+  MQSTORE_OP_SHADOW = 13,
 } mqstore_op;
 
 /**
@@ -490,6 +505,12 @@ typedef struct mqstore_jobs mqstore_jobs;
 typedef struct mqstore_lease mqstore_lease;
 
 /**
+ * One device shadow: made by `mqstore_shadow_open`, freed by `mqstore_shadow_free` (before
+ * its client). Calls may come from any thread.
+ */
+typedef struct mqstore_shadow mqstore_shadow;
+
+/**
  * A hybrid-logical-clock value: a key's version, or a fencing token. Ordered by wall clock,
  * then counter, then node (`mqstore_hlc_compare`); its text form is
  * `{wall_ms}:{counter}:{node}` (`mqstore_hlc_format`, `mqstore_hlc_parse`). A plain value:
@@ -755,9 +776,13 @@ typedef struct mqstore_event {
    */
   const char *json;
   /**
-   * JOBS: the thing, NUL-terminated.
+   * JOBS, SHADOW: the thing, NUL-terminated.
    */
   const char *thing;
+  /**
+   * SHADOW: the shadow's name, NUL-terminated; NULL for the classic shadow.
+   */
+  const char *shadow_name;
 } mqstore_event;
 
 /**
@@ -1070,6 +1095,34 @@ size_t mqstore_core_subscription_count(const struct mqstore_core *core);
 int mqstore_core_act_as(struct mqstore_core *core, const char *thing);
 
 /**
+ * Uses `thing`'s device shadow `name` (NULL: its classic shadow; AWS IoT's Device Shadow
+ * API) from now on: adds its filters to the end of the subscription list (subscribe to them
+ * as for `mqstore_core_act_as`) before its first `mqstore_core_shadow` call; its deltas and
+ * documents then arrive as MQSTORE_EVENT_SHADOW events. Using it again adds nothing.
+ * Errors: MQSTORE_ERR_INVALID_ARGUMENT, MQSTORE_ERR_STATUS (a thing or shadow name AWS
+ * refuses: 400). Nothing changes on an error.
+ */
+int mqstore_core_use_shadow(struct mqstore_core *core, const char *thing, const char *name);
+
+/**
+ * Starts a request on a shadow in use (`mqstore_core_use_shadow`): `op` is "get", "update"
+ * (with `state_json`: `{"desired": {...}}`, `{"reported": {...}}`, and `version` ≥ 0 to apply
+ * only at that version, -1 for any) or "delete" (`state_json` NULL). The event's `json` is
+ * the `/accepted` document; a rejection is MQSTORE_ERR_STATUS with AWS's code and message in
+ * its `error` (`404: No shadow exists with name: '…'`, `409: Version conflict`, ...).
+ * Errors: MQSTORE_ERR_INVALID_ARGUMENT (not JSON, an unknown op), MQSTORE_ERR_STATUS (a
+ * shadow not in use): nothing is sent.
+ */
+int mqstore_core_shadow(struct mqstore_core *core,
+                        const char *thing,
+                        const char *name,
+                        const char *op,
+                        const char *state_json,
+                        int64_t version,
+                        uint64_t now_ms,
+                        uint64_t *call);
+
+/**
  * Reports every command's status change (any node's, any caller's) as an
  * MQSTORE_EVENT_COMMAND_RECORD event from now on: adds the command events' filter to the end
  * of the subscription list (subscribe to it as for `mqstore_core_act_as`). Again: nothing.
@@ -1097,6 +1150,19 @@ int mqstore_core_leave(struct mqstore_core *core,
                        const char **filters,
                        size_t capacity,
                        size_t *count);
+
+/**
+ * Stops using `thing`'s shadow `name` (NULL: the classic one): takes its filters off the
+ * subscription list and puts them in `filters` (room for `capacity`; 3 is enough), `*count`
+ * getting how many: unsubscribe from them. Nothing when it did not use it. As
+ * `mqstore_core_leave` otherwise (ownership, MQSTORE_ERR_BUFFER_TOO_SMALL).
+ */
+int mqstore_core_leave_shadow(struct mqstore_core *core,
+                              const char *thing,
+                              const char *name,
+                              const char **filters,
+                              size_t capacity,
+                              size_t *count);
 
 /**
  * Stops reporting command status changes: takes the command events' filter off the
@@ -1867,6 +1933,69 @@ void mqstore_command_reply_free(struct mqstore_command_reply *reply);
  * MQSTORE_ERR_PUBLISH_REFUSED.
  */
 int mqstore_command_status(const struct mqstore_client *client, const char *id, char **json);
+
+/**
+ * Uses `thing`'s shadow `name` (NULL: its classic shadow): subscribes to its answers, deltas
+ * and documents. `*out` is the caller's: free it with `mqstore_shadow_free` before the
+ * client.
+ * Errors: MQSTORE_ERR_INVALID_ARGUMENT (nothing sent), MQSTORE_ERR_STATUS (a thing or shadow
+ * name AWS refuses: 400; nothing sent), MQSTORE_ERR_CONNECTION_LOST (the client closed or the
+ * connection dropped before the subscription was made).
+ */
+int mqstore_shadow_open(const struct mqstore_client *client,
+                        const char *thing,
+                        const char *name,
+                        struct mqstore_shadow **out);
+
+/**
+ * Frees a shadow handle (NULL is ignored).
+ */
+void mqstore_shadow_free(struct mqstore_shadow *shadow);
+
+/**
+ * The whole document (`{"state": {"desired", "reported", "delta"}, "metadata", "version",
+ * "timestamp"}`) as JSON in `*json` (free it with `mqstore_string_free`).
+ * Errors: MQSTORE_ERR_INVALID_ARGUMENT (nothing sent), MQSTORE_ERR_STATUS (refused: AWS's
+ * code and message in `mqstore_last_error`, `404: No shadow exists with name: '…'` when
+ * there is none), MQSTORE_ERR_REQUEST_TIMEOUT, MQSTORE_ERR_CONNECTION_LOST,
+ * MQSTORE_ERR_PUBLISH_REFUSED.
+ */
+int mqstore_shadow_get(const struct mqstore_shadow *shadow, char **json);
+
+/**
+ * Merges `state_json` (a JSON object: `{"desired": {...}}`, `{"reported": {...}}`; `null`
+ * removes a field or a section) into the shadow, made if it does not exist; with `version`
+ * ≥ 0, only if the shadow is at that version (-1: whatever it is). `*json` (NULL: not wanted)
+ * gets the answer: the update with its metadata and the new `version` (free it with
+ * `mqstore_string_free`).
+ * Errors: MQSTORE_ERR_INVALID_ARGUMENT (not JSON: nothing sent), MQSTORE_ERR_STATUS (refused:
+ * AWS's code and message in `mqstore_last_error`: `409: Version conflict`, `400: …`,
+ * `413: …`; nothing changed), MQSTORE_ERR_REQUEST_TIMEOUT, MQSTORE_ERR_CONNECTION_LOST,
+ * MQSTORE_ERR_PUBLISH_REFUSED.
+ */
+int mqstore_shadow_update(const struct mqstore_shadow *shadow,
+                          const char *state_json,
+                          int64_t version,
+                          char **json);
+
+/**
+ * Deletes the shadow (its version is kept: the next one follows it). `*json` (NULL: not
+ * wanted) gets the answer, with the deleted shadow's `version`.
+ * Errors: as `mqstore_shadow_get`'s.
+ */
+int mqstore_shadow_delete(const struct mqstore_shadow *shadow, char **json);
+
+/**
+ * Waits up to `timeout_ms` (0: do not wait; negative: as long as it takes) for the shadow's
+ * next notification: `{"stream": "delta", "body": {"state", "metadata", "version"}}` or
+ * `{"stream": "documents", "body": {"previous", "current"}}`. `*json` gets it (free it with
+ * `mqstore_string_free`), or NULL when none came in time.
+ * Errors: MQSTORE_ERR_INVALID_ARGUMENT (a bad handle); none in time is MQSTORE_OK with `*json`
+ * NULL.
+ */
+int mqstore_shadow_next_notification(const struct mqstore_shadow *shadow,
+                                     int32_t timeout_ms,
+                                     char **json);
 
 #ifdef __cplusplus
 }  // extern "C"

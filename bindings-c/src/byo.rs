@@ -12,6 +12,7 @@ use ::mqstore_core::codec::{Bulk, Request, SetRequest};
 use ::mqstore_core::envelope::{Properties, Publish};
 use ::mqstore_core::jobs::{DeviceBody, check_operator_call};
 use ::mqstore_core::session::Session;
+use ::mqstore_core::shadow;
 use bytes::Bytes;
 
 use crate::error::{Error, Result, ffi, ffi_void, mqstore_status};
@@ -188,6 +189,74 @@ pub unsafe extern "C" fn mqstore_core_act_as(
     })
 }
 
+/// Uses `thing`'s device shadow `name` (NULL: its classic shadow; AWS IoT's Device Shadow
+/// API) from now on: adds its filters to the end of the subscription list (subscribe to them
+/// as for `mqstore_core_act_as`) before its first `mqstore_core_shadow` call; its deltas and
+/// documents then arrive as MQSTORE_EVENT_SHADOW events. Using it again adds nothing.
+/// Errors: MQSTORE_ERR_INVALID_ARGUMENT, MQSTORE_ERR_STATUS (a thing or shadow name AWS
+/// refuses: 400). Nothing changes on an error.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mqstore_core_use_shadow(
+    core: *mut mqstore_core,
+    thing: *const c_char,
+    name: *const c_char,
+) -> c_int {
+    ffi(|| {
+        // SAFETY: the caller's pointers, checked by the helpers.
+        let core = unsafe { handle_mut(core, "core") }?;
+        let thing = unsafe { str_arg(thing, "thing") }?;
+        let name = unsafe { opt_str_arg(name, "name") }?;
+        let filters = core.session.use_shadow(thing, name)?;
+        core.subscribe(filters)
+    })
+}
+
+/// Starts a request on a shadow in use (`mqstore_core_use_shadow`): `op` is "get", "update"
+/// (with `state_json`: `{"desired": {...}}`, `{"reported": {...}}`, and `version` ≥ 0 to apply
+/// only at that version, -1 for any) or "delete" (`state_json` NULL). The event's `json` is
+/// the `/accepted` document; a rejection is MQSTORE_ERR_STATUS with AWS's code and message in
+/// its `error` (`404: No shadow exists with name: '…'`, `409: Version conflict`, ...).
+/// Errors: MQSTORE_ERR_INVALID_ARGUMENT (not JSON, an unknown op), MQSTORE_ERR_STATUS (a
+/// shadow not in use): nothing is sent.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mqstore_core_shadow(
+    core: *mut mqstore_core,
+    thing: *const c_char,
+    name: *const c_char,
+    op: *const c_char,
+    state_json: *const c_char,
+    version: i64,
+    now_ms: u64,
+    call: *mut u64,
+) -> c_int {
+    ffi(|| {
+        // SAFETY: the caller's pointers, checked by the helpers.
+        let core = unsafe { handle_mut(core, "core") }?;
+        let thing = unsafe { str_arg(thing, "thing") }?;
+        let name = unsafe { opt_str_arg(name, "name") }?;
+        let op_text = unsafe { str_arg(op, "op") }?;
+        let op = shadow::Op::parse(op_text).ok_or_else(|| {
+            Error::invalid(format!(
+                "op is \"get\", \"update\" or \"delete\", not {op_text:?}"
+            ))
+        })?;
+        let body = match (op, unsafe { opt_str_arg(state_json, "state_json") }?) {
+            (shadow::Op::Update, Some(state)) => {
+                let state = serde_json::from_str(state)
+                    .map_err(|e| Error::invalid(format!("state_json is not JSON: {e}")))?;
+                shadow::update_body(state, u64::try_from(version).ok())
+            }
+            (shadow::Op::Update, None) => return Err(Error::invalid("an update needs state_json")),
+            (_, _) => serde_json::Value::Null,
+        };
+        started(
+            core.session.shadow(thing, name, op, &body, None, now_ms)?,
+            call,
+        );
+        Ok(())
+    })
+}
+
 /// Reports every command's status change (any node's, any caller's) as an
 /// MQSTORE_EVENT_COMMAND_RECORD event from now on: adds the command events' filter to the end
 /// of the subscription list (subscribe to it as for `mqstore_core_act_as`). Again: nothing.
@@ -235,27 +304,70 @@ pub unsafe extern "C" fn mqstore_core_leave(
         let thing = unsafe { str_arg(thing, "thing") }?;
         let count = unsafe { out_arg(count, "count") }?;
         let leaving = JobsClient::device_subscriptions(thing);
-        let acting = core.session.subscriptions();
-        let needed = leaving.iter().filter(|f| acting.contains(f)).count();
-        *count = needed;
-        if needed > capacity {
-            return Err(Error::new(
-                mqstore_status::MQSTORE_ERR_BUFFER_TOO_SMALL,
-                format!(
-                    "leaving {thing:?} gives {needed} filters and `filters` has room for {capacity}; the number was written to `count`"
-                ),
-            ));
-        }
-        if needed > 0 && filters.is_null() {
-            return Err(Error::invalid("filters is NULL"));
-        }
-        let left = core.session.leave(thing);
-        for (i, filter) in core.unsubscribe(&left).into_iter().enumerate() {
-            // SAFETY: `filters` holds `capacity` ≥ `needed` pointers (checked above).
-            unsafe { *filters.add(i) = filter };
-        }
-        Ok(())
+        // SAFETY: the caller's array of `capacity` pointers.
+        unsafe { leave(core, &leaving, filters, capacity, count, |s| s.leave(thing)) }
     })
+}
+
+/// Stops using `thing`'s shadow `name` (NULL: the classic one): takes its filters off the
+/// subscription list and puts them in `filters` (room for `capacity`; 3 is enough), `*count`
+/// getting how many: unsubscribe from them. Nothing when it did not use it. As
+/// `mqstore_core_leave` otherwise (ownership, MQSTORE_ERR_BUFFER_TOO_SMALL).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mqstore_core_leave_shadow(
+    core: *mut mqstore_core,
+    thing: *const c_char,
+    name: *const c_char,
+    filters: *mut *const c_char,
+    capacity: usize,
+    count: *mut usize,
+) -> c_int {
+    ffi(|| {
+        // SAFETY: the caller's pointers, checked by the helpers.
+        let core = unsafe { handle_mut(core, "core") }?;
+        let thing = unsafe { str_arg(thing, "thing") }?;
+        let name = unsafe { opt_str_arg(name, "name") }?;
+        let count = unsafe { out_arg(count, "count") }?;
+        let leaving = shadow::client_subscriptions(shadow::Target { thing, name });
+        // SAFETY: the caller's array of `capacity` pointers.
+        let left = |s: &mut Session| s.leave_shadow(thing, name);
+        unsafe { leave(core, &leaving, filters, capacity, count, left) }
+    })
+}
+
+/// Takes what `left` stops (`leaving`: its filters) off the subscription list into `filters`,
+/// unless they do not fit in `capacity` (then nothing changes, and `*count` says how many).
+///
+/// # Safety
+/// `filters` is NULL or holds `capacity` pointers.
+unsafe fn leave(
+    core: &mut mqstore_core,
+    leaving: &[String],
+    filters: *mut *const c_char,
+    capacity: usize,
+    count: &mut usize,
+    left: impl FnOnce(&mut Session) -> Vec<String>,
+) -> Result<()> {
+    let subscribed = core.session.subscriptions();
+    let needed = leaving.iter().filter(|f| subscribed.contains(f)).count();
+    *count = needed;
+    if needed > capacity {
+        return Err(Error::new(
+            mqstore_status::MQSTORE_ERR_BUFFER_TOO_SMALL,
+            format!(
+                "leaving gives {needed} filters and `filters` has room for {capacity}; the number was written to `count`"
+            ),
+        ));
+    }
+    if needed > 0 && filters.is_null() {
+        return Err(Error::invalid("filters is NULL"));
+    }
+    let left = left(&mut core.session);
+    for (i, filter) in core.unsubscribe(&left).into_iter().enumerate() {
+        // SAFETY: `filters` holds `capacity` ≥ `needed` pointers (checked above).
+        unsafe { *filters.add(i) = filter };
+    }
+    Ok(())
 }
 
 /// Stops reporting command status changes: takes the command events' filter off the

@@ -22,7 +22,7 @@ use crate::types::{
 };
 
 /// A JSON string for C: `*out` gets it (the caller's, freed with `mqstore_string_free`).
-fn json_out(out: &mut *mut c_char, value: &impl serde::Serialize) -> Result<()> {
+pub(crate) fn json_out(out: &mut *mut c_char, value: &impl serde::Serialize) -> Result<()> {
     let text = serde_json::to_string(value)
         .map_err(|e| Error::new(crate::mqstore_status::MQSTORE_ERR_INTERNAL, e.to_string()))?;
     *out = CString::new(text).unwrap_or_default().into_raw();

@@ -29,6 +29,8 @@ mod types;
 mod client;
 #[cfg(feature = "net")]
 mod jobs;
+#[cfg(feature = "net")]
+mod shadow;
 
 pub use byo::*;
 pub use codec::*;
@@ -40,6 +42,8 @@ pub use types::*;
 pub use client::*;
 #[cfg(feature = "net")]
 pub use jobs::*;
+#[cfg(feature = "net")]
+pub use shadow::*;
 
 use std::ffi::c_char;
 

@@ -272,6 +272,9 @@ pub enum mqstore_op {
     MQSTORE_OP_LEASE_RELEASE = 11,
     /// A stored-commands call (`json` holds the service's answer).
     MQSTORE_OP_COMMAND_DEFINITIONS = 12,
+    /// A device shadow request (`json` holds the `/accepted` document; a rejection is
+    /// MQSTORE_ERR_STATUS with AWS's code and message in `error`).
+    MQSTORE_OP_SHADOW = 13,
 }
 
 impl mqstore_op {
@@ -284,6 +287,7 @@ impl mqstore_op {
             "commandDefinitions" => Self::MQSTORE_OP_COMMAND_DEFINITIONS,
             "lease" => Self::MQSTORE_OP_LEASE,
             "releaseLease" => Self::MQSTORE_OP_LEASE_RELEASE,
+            "shadow" => Self::MQSTORE_OP_SHADOW,
             command => Command::ALL
                 .into_iter()
                 .find(|c| c.as_str() == command)
@@ -330,6 +334,10 @@ pub enum mqstore_event_kind {
     /// false), after `mqstore_core_watch_keyspace` (`key`). QoS 0: scan again after a
     /// reconnect.
     MQSTORE_EVENT_KEYSPACE = 7,
+    /// Layer 2: a device shadow's notification, after `mqstore_core_use_shadow` (`thing`,
+    /// `shadow_name`: NULL for the classic shadow, and `json`: `{"stream": "delta" |
+    /// "documents", "body": ...}`).
+    MQSTORE_EVENT_SHADOW = 8,
 }
 
 /// An event: a change of an observed key (both layers), or a finished call (layer 2). Owned
@@ -386,8 +394,10 @@ pub struct mqstore_event {
     /// answer otherwise (AWS's field names). A command: `{"id", "status", "contentType"?,
     /// "deviceStatus"?}` (the device's answer is in `value`). A command status: the record.
     pub json: *const c_char,
-    /// JOBS: the thing, NUL-terminated.
+    /// JOBS, SHADOW: the thing, NUL-terminated.
     pub thing: *const c_char,
+    /// SHADOW: the shadow's name, NUL-terminated; NULL for the classic shadow.
+    pub shadow_name: *const c_char,
 }
 
 /// An event and the storage its pointers point into.
@@ -426,6 +436,7 @@ impl Event {
             scan_token_len: 0,
             json: std::ptr::null(),
             thing: std::ptr::null(),
+            shadow_name: std::ptr::null(),
         }
     }
 
@@ -567,6 +578,15 @@ impl Event {
                 };
                 event.c.thing = event.keep(thing);
                 event.set_json(&notification);
+                event
+            }
+            SessionEvent::Shadow(notification) => {
+                let mut event = Self::of(Self::empty(mqstore_event_kind::MQSTORE_EVENT_SHADOW));
+                event.c.thing = event.keep(&notification.thing);
+                if let Some(name) = &notification.name {
+                    event.c.shadow_name = event.keep(name);
+                }
+                event.set_json(&notification.to_json());
                 event
             }
             SessionEvent::CommandRecord(record) => {

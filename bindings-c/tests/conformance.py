@@ -91,6 +91,7 @@ class Event(C.Structure):
         ("scan_token_len", C.c_size_t),
         ("json", C.c_char_p),
         ("thing", C.c_char_p),
+        ("shadow_name", C.c_char_p),
     ]
 
 
@@ -127,6 +128,8 @@ OPS = {
     9: "commandStatus",
     10: "lease",
     11: "releaseLease",
+    12: "commandDefinitions",
+    13: "shadow",
 }
 DELETED = {0: "deleted", 1: "absent", 2: "value_mismatch"}
 MODES = {"await": 0, "oneway": 1, "detached": 2}
@@ -343,6 +346,43 @@ class Run:
             if verb == "watchCommands":
                 return {"filters": added[0] if added else None}
             return {"filters": added}
+        if verb == "shadow":
+            body = arg.get("body") or {}
+            state = json.dumps(body["state"]).encode() if "state" in body else None
+            self.check(
+                lib.mqstore_core_shadow(
+                    core,
+                    arg["thing"].encode(),
+                    optional(arg.get("name")),
+                    arg["op"].encode(),
+                    state,
+                    body.get("version", -1),
+                    now,
+                    out,
+                )
+            )
+            return {"call": call.value}
+        if verb == "useShadow":
+            before = self.subscriptions()
+            self.check(
+                lib.mqstore_core_use_shadow(
+                    core, arg["thing"].encode(), optional(arg.get("name"))
+                )
+            )
+            return {"filters": self.subscriptions()[len(before) :]}
+        if verb == "leaveShadow":
+            filters, count = (C.c_char_p * 8)(), C.c_size_t()
+            self.check(
+                lib.mqstore_core_leave_shadow(
+                    core,
+                    arg["thing"].encode(),
+                    optional(arg.get("name")),
+                    filters,
+                    8,
+                    C.byref(count),
+                )
+            )
+            return {"filters": [filters[i].decode() for i in range(count.value)]}
         if verb == "leave":
             filters, count = (C.c_char_p * 8)(), C.c_size_t()
             self.check(
@@ -455,6 +495,13 @@ class Run:
             return {"kind": "jobs-notification", "notification": json.loads(e.json)}
         if e.kind == 4:
             return {"kind": "command-record", "record": json.loads(e.json)}
+        if e.kind == 8:
+            return {
+                "kind": "shadow-notification",
+                "thing": e.thing.decode(),
+                "name": e.shadow_name.decode() if e.shadow_name else None,
+                "notification": json.loads(e.json),
+            }
         if e.kind == 5:
             return {
                 "kind": "lease-renewed",
@@ -502,7 +549,7 @@ class Run:
             out.update(response=page, version=version)
         elif op == "KEYNOTIFY":
             out.update(response={"kind": "ok"}, version=version)
-        elif op in ("jobs", "commandStatus"):
+        elif op in ("jobs", "commandStatus", "shadow"):
             out["result"] = json.loads(e.json)
         elif op == "command":
             reply = json.loads(e.json)
@@ -607,6 +654,11 @@ def run_trace(lib, name, trace):
         lib.mqstore_core_free(run.core)
 
 
+def optional(text):
+    """An optional string argument: NULL for None."""
+    return None if text is None else text.encode()
+
+
 def declare(lib):
     lib.mqstore_last_error.restype = C.c_char_p
     lib.mqstore_core_subscription.restype = C.c_char_p
@@ -693,6 +745,25 @@ def declare(lib):
             C.c_char_p,
             C.c_void_p,
             C.c_size_t,
+            C.c_void_p,
+        ],
+        "mqstore_core_use_shadow": [C.c_void_p, C.c_char_p, C.c_char_p],
+        "mqstore_core_leave_shadow": [
+            C.c_void_p,
+            C.c_char_p,
+            C.c_char_p,
+            C.c_void_p,
+            C.c_size_t,
+            C.c_void_p,
+        ],
+        "mqstore_core_shadow": [
+            C.c_void_p,
+            C.c_char_p,
+            C.c_char_p,
+            C.c_char_p,
+            C.c_char_p,
+            C.c_int64,
+            u64,
             C.c_void_p,
         ],
         "mqstore_core_watch_commands": [C.c_void_p],

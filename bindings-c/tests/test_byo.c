@@ -3,6 +3,7 @@
  * own loop runs libmosquitto, the state machine and its deadlines. */
 #define _POSIX_C_SOURCE 200809L
 #include <time.h>
+#include <unistd.h>
 
 #include "mosquitto_glue.h"
 #include "test.h"
@@ -264,6 +265,70 @@ static void jobs_both_sides_over_libmosquitto(void) {
   CHECK_STATUS(mqstore_core_jobs_device(s.core, thing, "get", NULL, now_ms(), &call), MQSTORE_ERR_JOBS);
   CHECK_OK(mqstore_core_leave(s.core, thing, NULL, 0, &count));
   CHECK(count == 0);
+}
+
+static void a_shadow_over_libmosquitto(void) {
+  char thing[32]; /* one per run: a deleted shadow keeps its version */
+  snprintf(thing, sizeof thing, "c-byo-lamp-%d", (int)getpid());
+  uint64_t call = 0;
+  /* Not in use yet: refused, nothing sent. */
+  CHECK_STATUS(mqstore_core_shadow(s.core, thing, NULL, "get", NULL, -1, now_ms(), &call), MQSTORE_ERR_STATUS);
+  size_t before = mqstore_core_subscription_count(s.core);
+  CHECK_OK(mqstore_core_use_shadow(s.core, thing, "config"));
+  subscribe_from(before);
+
+  CHECK_OK(mqstore_core_shadow(s.core, thing, "config", "get", NULL, -1, now_ms(), &call));
+  mqstore_event *seen[8];
+  int n = 0;
+  mqstore_event *event = finish(call, seen, &n);
+  CHECK(event->op == MQSTORE_OP_SHADOW);
+  CHECK(event->status == MQSTORE_ERR_STATUS);
+  CHECK(strstr(event->error, "404: No shadow exists with name: 'config'") != NULL);
+  mqstore_event_free(event);
+
+  CHECK_OK(mqstore_core_shadow(s.core, thing, "config", "update", "{\"desired\": {\"fw\": \"2.0\"}}", -1, now_ms(),
+                               &call));
+  event = finish(call, seen, &n);
+  if (event->status != 0) FAIL("shadow update failed: %s", event->error);
+  CHECK(strstr(event->json, "\"version\":1") != NULL);
+  mqstore_event_free(event);
+  /* Its delta and documents, before or after the answer. */
+  int delta = 0, documents = 0;
+  while (delta == 0 || documents == 0) {
+    for (int i = 0; i < n; i++) {
+      if (seen[i]->kind != MQSTORE_EVENT_SHADOW) continue;
+      CHECK(strcmp(seen[i]->thing, thing) == 0 && strcmp(seen[i]->shadow_name, "config") == 0);
+      delta += strstr(seen[i]->json, "\"stream\":\"delta\"") != NULL;
+      documents += strstr(seen[i]->json, "\"stream\":\"documents\"") != NULL;
+    }
+    free_all(seen, n);
+    n = 0;
+    if (delta == 0 || documents == 0) seen[n++] = next_event(mosq, &s);
+  }
+  CHECK(delta == 1 && documents == 1);
+
+  CHECK_OK(mqstore_core_shadow(s.core, thing, "config", "update", "{\"reported\": {\"fw\": \"1.0\"}}", 0, now_ms(),
+                               &call));
+  event = finish(call, seen, &n);
+  CHECK(event->status == MQSTORE_ERR_STATUS && strstr(event->error, "409: Version conflict") != NULL);
+  mqstore_event_free(event);
+  CHECK_OK(mqstore_core_shadow(s.core, thing, "config", "delete", NULL, -1, now_ms(), &call));
+  event = finish(call, seen, &n);
+  CHECK(event->status == 0 && strstr(event->json, "\"version\":1") != NULL);
+  mqstore_event_free(event);
+  free_all(seen, n);
+
+  /* Bad requests are refused before anything is queued. */
+  CHECK_STATUS(mqstore_core_shadow(s.core, thing, "config", "patch", NULL, -1, now_ms(), &call),
+               MQSTORE_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(mqstore_core_shadow(s.core, thing, "config", "update", "{not json", -1, now_ms(), &call),
+               MQSTORE_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(mqstore_core_shadow(s.core, thing, "config", "update", NULL, -1, now_ms(), &call),
+               MQSTORE_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(mqstore_core_use_shadow(s.core, "c/lamp", NULL), MQSTORE_ERR_STATUS);
+  mqstore_publish *p = (mqstore_publish *)1;
+  CHECK_OK(mqstore_core_next_publish(s.core, &p));
+  CHECK(p == NULL);
 }
 
 /* Runs the loop until an event of `kind` for `call` (completion or lease event). */
@@ -666,6 +731,7 @@ int main(void) {
   RUN(a_publish_the_broker_refuses_fails_its_call);
   RUN(leases_wait_renew_release_and_get_lost);
   RUN(jobs_both_sides_over_libmosquitto);
+  RUN(a_shadow_over_libmosquitto);
   RUN(a_command_is_answered_by_the_device);
   RUN(too_large_and_bad_arguments_queue_nothing);
   RUN(a_freed_core_is_refused);

@@ -455,6 +455,69 @@ static void jobs_flow_from_creation_to_success(void) {
   mqstore_client_free(c);
 }
 
+static void shadows_desired_reported_and_refusals(void) {
+  mqstore_client *c = connect_main();
+  char thing[32];
+  snprintf(thing, sizeof thing, "c-lamp-%d", (int)getpid());
+  mqstore_shadow *lamp = NULL;
+  CHECK_OK(mqstore_shadow_open(c, thing, NULL, &lamp));
+  char *json = NULL;
+  CHECK_STATUS(mqstore_shadow_get(lamp, &json), MQSTORE_ERR_STATUS);
+  CHECK(json == NULL);
+  CHECK_ERROR_SAYS("404: No shadow exists with name");
+
+  CHECK_OK(mqstore_shadow_update(lamp, "{\"desired\": {\"on\": true, \"level\": 3}}", -1, &json));
+  CHECK(strstr(json, "\"version\":1") != NULL);
+  mqstore_string_free(json);
+  /* The delta, then the update's documents. */
+  CHECK_OK(mqstore_shadow_next_notification(lamp, 20000, &json));
+  CHECK(json != NULL && strstr(json, "\"stream\":\"delta\"") != NULL);
+  CHECK(strstr(json, "\"level\":3") != NULL);
+  mqstore_string_free(json);
+  CHECK_OK(mqstore_shadow_next_notification(lamp, 20000, &json));
+  CHECK(json != NULL && strstr(json, "\"stream\":\"documents\"") != NULL);
+  mqstore_string_free(json);
+
+  CHECK_OK(mqstore_shadow_update(lamp, "{\"reported\": {\"on\": true, \"level\": 1}}", 1, NULL));
+  CHECK_OK(mqstore_shadow_get(lamp, &json));
+  CHECK(strstr(json, "\"delta\":{\"level\":3}") != NULL);
+  CHECK(strstr(json, "\"version\":2") != NULL);
+  mqstore_string_free(json);
+  CHECK_STATUS(mqstore_shadow_update(lamp, "{\"desired\": {\"level\": 1}}", 1, NULL), MQSTORE_ERR_STATUS);
+  CHECK_ERROR_SAYS("409: Version conflict");
+  CHECK_STATUS(mqstore_shadow_update(lamp, "{\"desired\": [1]}", -1, NULL), MQSTORE_ERR_STATUS);
+  CHECK_ERROR_SAYS("400: Desired node must be an object");
+  CHECK_STATUS(mqstore_shadow_update(lamp, "{not json", -1, &json), MQSTORE_ERR_INVALID_ARGUMENT);
+  CHECK(json == NULL);
+  CHECK_OK(mqstore_shadow_get(lamp, &json));
+  CHECK(strstr(json, "\"version\":2") != NULL); /* the refusals changed nothing */
+  mqstore_string_free(json);
+
+  /* A named shadow is a document of its own. */
+  mqstore_shadow *config = NULL;
+  CHECK_OK(mqstore_shadow_open(c, thing, "config", &config));
+  CHECK_OK(mqstore_shadow_update(config, "{\"reported\": {\"fw\": \"1.0\"}}", -1, &json));
+  CHECK(strstr(json, "\"version\":1") != NULL);
+  mqstore_string_free(json);
+  CHECK_OK(mqstore_shadow_delete(lamp, &json));
+  CHECK(strstr(json, "\"version\":2") != NULL);
+  mqstore_string_free(json);
+  CHECK_STATUS(mqstore_shadow_delete(lamp, NULL), MQSTORE_ERR_STATUS);
+  CHECK_OK(mqstore_shadow_get(config, &json));
+  CHECK(strstr(json, "\"fw\":\"1.0\"") != NULL);
+  mqstore_string_free(json);
+  mqstore_shadow_free(config);
+  mqstore_shadow_free(lamp);
+
+  /* Names AWS refuses, and bad arguments: nothing sent. */
+  mqstore_shadow *bad = NULL;
+  CHECK_STATUS(mqstore_shadow_open(c, "c/lamp", NULL, &bad), MQSTORE_ERR_STATUS);
+  CHECK(bad == NULL);
+  CHECK_STATUS(mqstore_shadow_open(c, NULL, NULL, &bad), MQSTORE_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(mqstore_shadow_get(lamp, &json), MQSTORE_ERR_INVALID_ARGUMENT); /* freed */
+  mqstore_client_free(c);
+}
+
 /* A device on libmosquitto: answers "<payload>" on devices/c-dev/commands with "done: <payload>",
  * "fail" with an application error, and "ignore" not at all. */
 static void device_answer(struct mosquitto *mosq, void *obj, const struct mosquitto_message *m,
@@ -800,6 +863,7 @@ int main(int argc, char **argv) {
   RUN(observe_delivers_changes_to_a_callback_on_its_own_thread);
   RUN(a_lease_held_by_one_process_is_refused_to_another);
   RUN(jobs_flow_from_creation_to_success);
+  RUN(shadows_desired_reported_and_refusals);
   RUN(commands_reach_a_device_and_bring_its_answer);
   RUN(stored_commands_start_by_id_on_an_aws_device);
   RUN(errors_have_their_codes_and_change_nothing);

@@ -201,6 +201,15 @@ impl<T: Send + 'static> Stream<T> {
     }
 }
 
+/// A listener of `T` that hands each one on to `listener` as JSON: jobs' and shadows'
+/// notifications share one `Stream<Value>` (a stream's machinery made once, not per kind).
+pub(crate) fn json_listener<T: 'static>(
+    listener: Listener<serde_json::Value>,
+    to_json: fn(T) -> serde_json::Value,
+) -> Listener<T> {
+    Box::new(move |item| listener(to_json(item)))
+}
+
 /// Subscribes a new stream of `conn`'s kind with `subscribe` (given the stream's listener and,
 /// on a driven client, where the subscription's outcome goes): the object `wrap` makes of the
 /// stream once subscribed — now (blocking) or as an asyncio future.

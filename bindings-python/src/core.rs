@@ -183,6 +183,13 @@ fn event_dict(py: Python<'_>, event: SessionEvent) -> PyResult<Bound<'_, PyDict>
             let json = serde_json::to_value(&notification).unwrap_or_default();
             dict.set_item("notification", crate::runtime::ToPy::to_py(Json(json), py)?)?;
         }
+        SessionEvent::Shadow(notification) => {
+            dict.set_item("kind", "shadow-notification")?;
+            dict.set_item("thing", &notification.thing)?;
+            dict.set_item("name", &notification.name)?;
+            let json = Json(notification.to_json());
+            dict.set_item("notification", crate::runtime::ToPy::to_py(json, py)?)?;
+        }
         SessionEvent::Keyspace { key, created } => {
             dict.set_item("kind", "keyspace")?;
             dict.set_item("key", PyBytes::new(py, &key))?;
@@ -261,6 +268,48 @@ impl ClientCore {
     /// Stops acting as `thing`: the filters to unsubscribe from.
     fn leave(&mut self, thing: &str) -> Vec<String> {
         self.session.leave(thing)
+    }
+
+    /// Uses `thing`'s device shadow `name` (None: the classic one): the filters to subscribe
+    /// to now; its deltas and documents come as `shadow-notification` events.
+    #[pyo3(signature = (thing, name=None))]
+    fn use_shadow(
+        &mut self,
+        py: Python<'_>,
+        thing: &str,
+        name: Option<&str>,
+    ) -> PyResult<Vec<String>> {
+        let filters = self.session.use_shadow(thing, name);
+        filters.map_err(|e| client_error(py, &e))
+    }
+
+    /// Stops using a shadow: the filters to unsubscribe from.
+    #[pyo3(signature = (thing, name=None))]
+    fn leave_shadow(&mut self, thing: &str, name: Option<&str>) -> Vec<String> {
+        self.session.leave_shadow(thing, name)
+    }
+
+    /// A request on a shadow in use: `op` `"get"`, `"update"` (`request`: `{"state": ...,
+    /// "version"?: n}`) or `"delete"`; completes with the `/accepted` document as `result`.
+    #[pyo3(signature = (thing, name, op, request=None, *, now_ms=None))]
+    fn shadow(
+        &mut self,
+        py: Python<'_>,
+        thing: &str,
+        name: Option<&str>,
+        op: &str,
+        request: Option<&Bound<'_, PyAny>>,
+        now_ms: Option<u64>,
+    ) -> PyResult<u64> {
+        let op = mqstore_core::shadow::Op::parse(op).ok_or_else(|| {
+            PyValueError::new_err(format!("op {op:?}: \"get\", \"update\" or \"delete\""))
+        })?;
+        let body = match request {
+            Some(r) if !r.is_none() => json_of(py, r, "request")?,
+            _ => serde_json::Value::Null,
+        };
+        let call = (self.session).shadow(thing, name, op, &body, None, now(now_ms));
+        Ok(call.map_err(|e| client_error(py, &e))?.0)
     }
 
     /// Reports every command's status changes as `command-record` events: the filter to
@@ -498,6 +547,7 @@ impl ClientCore {
     /// What happened, in order, as dicts: `completed` (`call`, `op`, then `error` (an
     /// `MqstoreError`) or the result: `response`, `version`, `applied`, `deleted` for the
     /// state store, `result` for the others), `changed`, `jobs-notification`,
+    /// `shadow-notification` (`thing`, `name`, `notification`: `{"stream", "body"}`),
     /// `command-record`, `lease-renewed`, `lease-lost`.
     fn take_events<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let list = PyList::empty(py);

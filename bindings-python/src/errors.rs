@@ -43,6 +43,7 @@ pub fn client_error(py: Python<'_>, error: &ClientError) -> PyErr {
         | ClientError::CommandRejected { id, .. }
         | ClientError::CommandTimedOut { id } => Some(id.clone()),
         ClientError::PublishRefused { code } => Some(code.to_string()),
+        ClientError::Status { status, .. } => Some(status.to_string()),
         _ => None,
     };
     exception(py, error.code(), &error.to_string(), detail)

@@ -13,7 +13,7 @@ use mqstore_net::jobs::{ExecutionFilter, StartNext};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-use crate::client::{Client, Conn, Stream, call, kind, same_process, subscribed};
+use crate::client::{Client, Conn, Stream, call, json_listener, kind, same_process, subscribed};
 use crate::errors::Failure;
 use crate::runtime::ToPy;
 use crate::types::Json;
@@ -119,16 +119,17 @@ impl Client {
         subscribed(
             py,
             conn,
-            |py, notification: JobNotification| {
-                Json::of(&notification)
-                    .map_err(|e| e.into_py_err(py))?
-                    .to_py(py)
-            },
-            move |c, listener, deliver| match deliver {
-                None => c.jobs_with(&acting, listener).map(drop),
-                Some(deliver) => {
-                    c.start_jobs_with(&acting, listener, deliver);
-                    Ok(())
+            |py, notification| Json(notification).to_py(py),
+            move |c, listener, deliver| {
+                let listener = json_listener(listener, |heard: JobNotification| {
+                    serde_json::to_value(heard).unwrap_or_default()
+                });
+                match deliver {
+                    None => c.jobs_with(&acting, listener).map(drop),
+                    Some(deliver) => {
+                        c.start_jobs_with(&acting, listener, deliver);
+                        Ok(())
+                    }
                 }
             },
             move |notifications| Jobs {
@@ -146,7 +147,7 @@ impl Client {
 pub struct Jobs {
     conn: Conn,
     thing: String,
-    notifications: Stream<JobNotification>,
+    notifications: Stream<serde_json::Value>,
     pid: u32,
 }
 

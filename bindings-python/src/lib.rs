@@ -12,6 +12,7 @@ mod errors;
 mod jobs;
 mod keyspace;
 mod runtime;
+mod shadow;
 mod types;
 
 use pyo3::prelude::*;
@@ -25,6 +26,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<client::Observation>()?;
     module.add_class::<client::Lease>()?;
     module.add_class::<jobs::Jobs>()?;
+    module.add_class::<shadow::Shadow>()?;
     module.add_class::<commands::CommandReply>()?;
     module.add_class::<commands::CommandWatch>()?;
     module.add_class::<commands::FanOut>()?;

@@ -184,6 +184,15 @@ class Run:
             return {"call": call}
         if verb == "commandStatus":
             return {"call": core.command_status(arg, now_ms=now)}
+        if verb == "shadow":
+            call = core.shadow(
+                arg["thing"], arg.get("name"), arg["op"], arg.get("body"), now_ms=now
+            )
+            return {"call": call}
+        if verb == "useShadow":
+            return {"filters": core.use_shadow(arg["thing"], arg.get("name"))}
+        if verb == "leaveShadow":
+            return {"filters": core.leave_shadow(arg["thing"], arg.get("name"))}
         if verb == "actAs":
             return {"filters": core.act_as(arg)}
         if verb == "leave":

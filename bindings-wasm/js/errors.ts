@@ -67,8 +67,18 @@ export class ResponseTooLargeError extends ServiceError { constructor(message: s
 /** A refusal whose text this version does not know (a newer server); `text` has it. Code 199. */
 export class UnknownServiceError extends ServiceError { constructor(message: string, text?: string) { super(message, 199, text); } }
 
-/** The server answered with an RPC status other than 200 (`__stat`). Code 201. */
-export class StatusError extends MqstoreError { constructor(message: string) { super(message, 201); } }
+/**
+ * The service answered with a status other than 200 (`__stat`; a shadow refusal: AWS's code,
+ * 404 no shadow, 409 version conflict, 400 or 413 a refused update). Code 201.
+ */
+export class StatusError extends MqstoreError {
+  /** The status, when known. */
+  readonly status: number | undefined;
+  constructor(message: string, status?: number) {
+    super(message, 201);
+    this.status = status;
+  }
+}
 /** No answer within the call's timeout; the request may still have been applied. Code 202. */
 export class RequestTimeoutError extends MqstoreError { constructor(message: string) { super(message, 202); } }
 /** The connection dropped (or the client closed) while the call was in flight. Code 203. */
@@ -151,7 +161,7 @@ const services = [
   NotificationTopicTooLongError, ResponseTooLargeError,
 ];
 const clients = [
-  StatusError, RequestTimeoutError, ConnectionLostError, MalformedAnswerError, UnexpectedAnswerError,
+  RequestTimeoutError, ConnectionLostError, MalformedAnswerError, UnexpectedAnswerError,
   ClockError, BrokerUnreachableError, BrokerRefusedError, BrokerProtocolError, RequestTooLargeError,
   BrokerDisconnectedError,
 ];
@@ -166,6 +176,8 @@ export interface ErrorDetails {
   commandId?: string;
   /** The broker's PUBACK reason code. */
   reasonCode?: number;
+  /** The service's status (a shadow refusal's AWS code). */
+  status?: number;
 }
 
 /** The typed error for `code` (an unknown code keeps the base class). */
@@ -174,7 +186,8 @@ export function errorOf(message: string, code: number, details: ErrorDetails = {
   if (code >= 101 && code <= 114) return new services[code - 101](message, details.text);
   if (code === 199) return new UnknownServiceError(message, details.text);
   if (code >= 101 && code <= 199) return new ServiceError(message, code, details.text);
-  if (code >= 201 && code <= 211) return new clients[code - 201](message);
+  if (code === 201) return new StatusError(message, details.status);
+  if (code >= 202 && code <= 211) return new clients[code - 202](message);
   if (code === 212) return new JobsError(message, details.jobsCode);
   if (code === 213) return new CommandFailedError(message, details.commandId);
   if (code === 214) return new CommandRejectedError(message, details.commandId);

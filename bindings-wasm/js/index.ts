@@ -254,11 +254,12 @@ type Completed = {
 };
 type Changed = { kind: "changed"; key: Uint8Array; value: Uint8Array | null; version: wasm.Hlc | null; synthetic: boolean; gap: boolean };
 type JobsNotified = { kind: "jobs-notification"; notification: JobNotification };
+type ShadowNotified = { kind: "shadow-notification"; thing: string; name: string | null; notification: ShadowNotification };
 type CommandChanged = { kind: "command-record"; record: CommandRecord };
 type LeaseRenewed = { kind: "lease-renewed"; lease: number; version: wasm.Hlc };
 type LeaseLost = { kind: "lease-lost"; lease: number; key: Uint8Array };
 type KeyspaceChanged = { kind: "keyspace"; key: Uint8Array; created: boolean };
-type CoreEvent = Completed | Changed | JobsNotified | CommandChanged | KeyspaceChanged | LeaseRenewed | LeaseLost;
+type CoreEvent = Completed | Changed | JobsNotified | ShadowNotified | CommandChanged | KeyspaceChanged | LeaseRenewed | LeaseLost;
 
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
@@ -344,6 +345,8 @@ export class Client {
   /** Held leases, by their id (the state machine renews them). */
   #leases = new Map<number, Lease>();
   #jobsListeners = new Map<string, Set<(n: JobNotification) => void>>();
+  /** Keyed by `shadowKey(thing, name)`. */
+  #shadowListeners = new Map<string, Set<(n: ShadowNotification) => void>>();
   #commandListeners = new Set<(record: CommandRecord) => void>();
   #keyspaceListeners = new Set<{ onEvent: (event: KeyspaceEvent) => void; onResumed?: () => void }>();
 
@@ -491,6 +494,8 @@ export class Client {
         for (const watcher of this.#watchers.get(hex(event.key)) ?? []) watcher(change);
       } else if (event.kind === "jobs-notification") {
         for (const listener of this.#jobsListeners.get(event.notification.thing) ?? []) listener(event.notification);
+      } else if (event.kind === "shadow-notification") {
+        for (const listener of this.#shadowListeners.get(shadowKey(event.thing, event.name)) ?? []) listener(event.notification);
       } else if (event.kind === "command-record") {
         for (const listener of this.#commandListeners) listener(event.record);
       } else if (event.kind === "keyspace") {
@@ -849,6 +854,34 @@ export class Client {
     return new Jobs(thing, device, listen);
   }
 
+  // ---- device shadows -------------------------------------------------------------------
+
+  /**
+   * Uses `thing`'s device shadow `name` (none: its classic shadow), as AWS IoT's Device Shadow
+   * API: subscribes to its answers, deltas and documents (again after every reconnect) and
+   * resolves once subscribed. A refusal is a `StatusError` with AWS's code in `status`; needs
+   * `mqstore serve` (or the broker plugin) with jobs on.
+   */
+  async shadow(thing: string, name?: string): Promise<Shadow> {
+    const shadowName = name ?? null;
+    try {
+      await this.#subscribe(typed(() => this.#core.useShadow(thing, shadowName)) as string[]);
+    } catch (e) {
+      this.#core.leaveShadow(thing, shadowName); // not subscribed: the next shadow() tries again
+      throw e;
+    }
+    const request = (op: string, body?: object) =>
+      this.#call(() => this.#core.shadow(thing, shadowName, op, body, Date.now())).then((done) => done.result);
+    const key = shadowKey(thing, shadowName);
+    const listen = (listener: (n: ShadowNotification) => void) => {
+      const listeners = this.#shadowListeners.get(key) ?? new Set();
+      listeners.add(listener);
+      this.#shadowListeners.set(key, listeners);
+      return () => void listeners.delete(listener);
+    };
+    return new Shadow(thing, shadowName, request, listen);
+  }
+
   // ---- commands -------------------------------------------------------------------------
 
   /**
@@ -1120,6 +1153,70 @@ export class Jobs {
 
   /** Calls `onNotification` with this thing's notifications; returns a function that stops. */
   onNotification(onNotification: (notification: JobNotification) => void): () => void {
+    return this.#listen(onNotification);
+  }
+}
+
+/** A shadow's key among the client's listeners (a thing name holds no `/`). */
+const shadowKey = (thing: string, name: string | null): string => (name === null ? thing : `${thing}/${name}`);
+
+/** A shadow's delta (`body`: `state`, `metadata`, `version`) or an update's documents (`body`: `previous`, `current`). */
+export interface ShadowNotification {
+  /** `delta` (`…/update/delta`) or `documents` (`…/update/documents`). */
+  stream: "delta" | "documents";
+  /** The notification's JSON as AWS's service sends it. */
+  body: any;
+}
+
+/**
+ * One device shadow (`client.shadow(thing, name)`): AWS IoT's get, update and delete, answered
+ * with AWS's documents, and its deltas and documents as they come.
+ */
+export class Shadow {
+  /** The thing's name. */
+  readonly thing: string;
+  /** The shadow's name; null for the classic shadow. */
+  readonly name: string | null;
+  #request: (op: string, body?: object) => Promise<any>;
+  #listen: (listener: (n: ShadowNotification) => void) => () => void;
+
+  /** @internal */
+  constructor(
+    thing: string,
+    name: string | null,
+    request: (op: string, body?: object) => Promise<any>,
+    listen: (listener: (n: ShadowNotification) => void) => () => void,
+  ) {
+    this.thing = thing;
+    this.name = name;
+    this.#request = request;
+    this.#listen = listen;
+  }
+
+  /** The whole document: `state` (`desired`, `reported`, `delta`), `metadata`, `version`, `timestamp`; a 404 `StatusError` when there is none. */
+  async get(): Promise<any> {
+    return await this.#request("get");
+  }
+
+  /**
+   * Merges `state` (`{desired: {...}}`, `{reported: {...}}`; `null` removes a field or a
+   * section) into the shadow, made if it does not exist. With `version`, only if the shadow
+   * is at that version (else a 409 `StatusError`). Resolves to the update with its metadata
+   * and the new version.
+   */
+  async update(state: object, options: { version?: number } = {}): Promise<any> {
+    const body: { state: object; version?: number } = { state };
+    if (options.version !== undefined) body.version = options.version;
+    return await this.#request("update", body);
+  }
+
+  /** Deletes the shadow (its version is kept: the next one follows it); resolves to the deleted shadow's version. */
+  async delete(): Promise<any> {
+    return await this.#request("delete");
+  }
+
+  /** Calls `onNotification` with this shadow's deltas and documents; returns a function that stops. */
+  onNotification(onNotification: (notification: ShadowNotification) => void): () => void {
     return this.#listen(onNotification);
   }
 }

@@ -44,6 +44,10 @@ fn client_error(e: ClientError) -> JsValue {
             let _ = Reflect::set(&value, &"reasonCode".into(), &JsValue::from(*code));
             return value;
         }
+        ClientError::Status { status, .. } => {
+            let _ = Reflect::set(&value, &"status".into(), &JsValue::from(*status));
+            return value;
+        }
         _ => return value,
     };
     let _ = Reflect::set(&value, &name.into(), &detail.into());

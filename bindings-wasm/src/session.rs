@@ -8,6 +8,7 @@ use mqstore_core::envelope::{Properties, Publish};
 use mqstore_core::hlc::Hlc as CoreHlc;
 use mqstore_core::lease::LeaseTerms as CoreLeaseTerms;
 use mqstore_core::session::{Completion, Session, SessionEvent};
+use mqstore_core::shadow;
 use wasm_bindgen::prelude::*;
 
 use crate::codec::{request_of, request_to_js, response_to_js, version_to_js};
@@ -133,6 +134,43 @@ impl ClientCore {
     /// Stops acting as `thing`: the filters to unsubscribe from (empty when it did not).
     pub fn leave(&mut self, thing: &str) -> Array {
         services::strings(self.session.leave(thing))
+    }
+
+    /// Uses `thing`'s device shadow `name` (`null`: its classic shadow) from now on: the
+    /// filters to subscribe to (QoS 1) now, empty when it already does. Its deltas and
+    /// documents come as `shadow-notification` events.
+    #[wasm_bindgen(js_name = useShadow)]
+    pub fn use_shadow(&mut self, thing: &str, name: Option<String>) -> Result<Array, JsValue> {
+        let filters = (self.session)
+            .use_shadow(thing, name.as_deref())
+            .map_err(client_error)?;
+        Ok(services::strings(filters))
+    }
+
+    /// Stops using a shadow: the filters to unsubscribe from (empty when it did not).
+    #[wasm_bindgen(js_name = leaveShadow)]
+    pub fn leave_shadow(&mut self, thing: &str, name: Option<String>) -> Array {
+        services::strings(self.session.leave_shadow(thing, name.as_deref()))
+    }
+
+    /// Starts a request on a shadow in use (see `useShadow`): `op` is `get`, `update` (`body`:
+    /// `{state, version?}`) or `delete`. Completes with the `/accepted` document as `result`;
+    /// a rejection is an error with AWS's code as its `status`.
+    pub fn shadow(
+        &mut self,
+        thing: &str,
+        name: Option<String>,
+        op: &str,
+        body: JsValue,
+        now_ms: f64,
+    ) -> Result<f64, JsValue> {
+        let op = shadow::Op::parse(op)
+            .ok_or_else(|| invalid(format!("shadow op {op:?}: get, update or delete")))?;
+        let body = services::json_of(&body, "the shadow request")?;
+        let call = (self.session)
+            .shadow(thing, name.as_deref(), op, &body, None, now_ms as u64)
+            .map_err(client_error)?;
+        Ok(id(call))
     }
 
     /// Turns every command's status changes into `command-record` events from now on: the
@@ -393,7 +431,8 @@ impl ClientCore {
 
     /// What happened, in order: `{kind: "completed", call, op, error?, response?, version?,
     /// result?}`, `{kind: "changed", key, value (null: deleted), version, synthetic}`,
-    /// `{kind: "jobs-notification", notification}`, `{kind: "command-record", record}`,
+    /// `{kind: "jobs-notification", notification}`, `{kind: "shadow-notification", thing, name,
+    /// notification: {stream, body}}`, `{kind: "command-record", record}`,
     /// `{kind: "lease-renewed", lease, version}` and `{kind: "lease-lost", lease, key}`.
     #[wasm_bindgen(js_name = takeEvents)]
     pub fn take_events(&mut self) -> Array {
@@ -475,6 +514,23 @@ fn event_to_js(event: SessionEvent) -> Object {
             set(&out, "kind", "jobs-notification");
             let json = serde_json::to_value(&notification).unwrap_or_default();
             set(&out, "notification", services::js_of(&json));
+        }
+        SessionEvent::Shadow(notification) => {
+            set(&out, "kind", "shadow-notification");
+            set(&out, "thing", notification.thing.as_str());
+            set(
+                &out,
+                "name",
+                notification
+                    .name
+                    .as_deref()
+                    .map_or(JsValue::NULL, JsValue::from),
+            );
+            set(
+                &out,
+                "notification",
+                services::js_of(&notification.to_json()),
+            );
         }
         SessionEvent::CommandRecord(record) => {
             set(&out, "kind", "command-record");

@@ -194,6 +194,12 @@ class Run {
       }
       case "commandStatus":
         return { call: core.commandStatus(arg, now) };
+      case "shadow":
+        return { call: core.shadow(arg.thing, arg.name ?? null, arg.op, arg.body, now) };
+      case "useShadow":
+        return { filters: core.useShadow(arg.thing, arg.name ?? null) };
+      case "leaveShadow":
+        return { filters: core.leaveShadow(arg.thing, arg.name ?? null) };
       case "actAs":
         return { filters: core.actAs(arg) };
       case "leave":

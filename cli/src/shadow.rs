@@ -6,8 +6,7 @@ use std::process::ExitCode;
 use clap::Subcommand;
 use mqstore_core::client::ClientError;
 use mqstore_net::client::Client;
-use mqstore_net::shadow::Stream;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::call::ValueArgs;
 use crate::shutdown_signal;
@@ -104,11 +103,7 @@ impl ShadowCall {
                         _ = shutdown_signal() => return Ok(ExitCode::SUCCESS),
                         heard = shadow.next_notification() => {
                             let Some(heard) = heard else { return Ok(ExitCode::from(4)) };
-                            let stream = match heard.stream {
-                                Stream::Delta => "delta",
-                                Stream::Documents => "documents",
-                            };
-                            println!("{}", json!({ "stream": stream, "body": heard.body }));
+                            println!("{}", heard.to_json());
                         }
                     }
                 }

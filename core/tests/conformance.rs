@@ -23,6 +23,7 @@ use mqstore_core::envelope::{Properties, Publish};
 use mqstore_core::hlc::Hlc;
 use mqstore_core::jobs::OperatorRequest;
 use mqstore_core::session::{Completion, Session, SessionEvent};
+use mqstore_core::shadow::Op;
 use serde_json::{Map, Value, json};
 
 /// Every trace's clock starts here (`"clock": ms` steps are offsets from it).
@@ -256,6 +257,15 @@ impl Run {
                 s.jobs_device(&text(arg, "thing"), &device_request(arg), None, now)
                     .map_err(err)?,
             ),
+            "shadow" => {
+                let op = Op::parse(&text(arg, "op")).expect("op: get, update or delete");
+                let body = arg.get("body").cloned().unwrap_or(Value::Null);
+                let name = optional_text(arg, "name");
+                Some(
+                    s.shadow(&text(arg, "thing"), name.as_deref(), op, &body, None, now)
+                        .map_err(err)?,
+                )
+            }
             "command" => Some(s.command(&command_request(arg), now)),
             "commandStatus" => {
                 let timeout = mqstore_core::commands::DEFAULT_TIMEOUT_MS;
@@ -306,6 +316,13 @@ impl Run {
                 .map(|f| json!(f))
                 .map_err(|e| error_json(&e)),
             "leave" => Ok(json!(s.leave(arg.as_str().unwrap()))),
+            "useShadow" => s
+                .use_shadow(&text(arg, "thing"), optional_text(arg, "name").as_deref())
+                .map(|f| json!(f))
+                .map_err(|e| error_json(&e)),
+            "leaveShadow" => Ok(json!(
+                s.leave_shadow(&text(arg, "thing"), optional_text(arg, "name").as_deref())
+            )),
             "watchCommands" => Ok(json!(s.watch_commands())),
             "unwatchCommands" => Ok(json!(s.unwatch_commands())),
             "subscriptions" => Ok(json!(s.subscriptions())),
@@ -470,6 +487,12 @@ impl Run {
             SessionEvent::Jobs(notification) => json!({
                 "kind": "jobs-notification",
                 "notification": serde_json::to_value(&notification).unwrap(),
+            }),
+            SessionEvent::Shadow(notification) => json!({
+                "kind": "shadow-notification",
+                "thing": notification.thing,
+                "name": notification.name,
+                "notification": notification.to_json(),
             }),
             SessionEvent::CommandRecord(record) => {
                 json!({"kind": "command-record", "record": record_json(&record)})

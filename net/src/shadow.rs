@@ -3,11 +3,12 @@
 //! protocol is the core session's ([`mqstore_core::session::Session::shadow`]); this file only
 //! sends calls to the client's task.
 
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::client::{Client, Command, JobsCall};
 use mqstore_core::client::ClientError;
+use mqstore_core::shadow::update_body;
 /// A shadow's delta or documents.
 pub use mqstore_core::shadow::{Notification, Op, Stream};
 
@@ -72,11 +73,7 @@ impl Shadow {
     /// shadow is at that version (else 409). The answer echoes the update with its metadata
     /// and the new version.
     pub async fn update(&self, state: Value, version: Option<u64>) -> Result<Value, ClientError> {
-        let mut body = json!({ "state": state });
-        if let Some(version) = version {
-            body["version"] = version.into();
-        }
-        self.call(Op::Update, body).await
+        self.call(Op::Update, update_body(state, version)).await
     }
 
     /// Deletes the shadow (its version is kept: the next one follows it); the answer holds the

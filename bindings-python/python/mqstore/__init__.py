@@ -1,7 +1,7 @@
 """mqstore: state, leases and change notifications for MQTT 5 device fleets.
 
 A client of the mqstore state store (and of any Azure IoT Operations-compatible one), of its
-jobs service (AWS IoT Jobs) and of its command service, built on mqstore's Rust core::
+jobs service (AWS IoT Jobs), device shadows and command service, built on mqstore's Rust core::
 
     import mqstore
 
@@ -41,6 +41,7 @@ from ._native import (
     Versioned,
     __version__,
 )
+from ._shadow import AsyncShadow, Shadow
 from .errors import (
     ConnectionLostError,
     MqstoreError,
@@ -56,6 +57,7 @@ __all__ = [
     "AsyncKeyspaceWatch",
     "AsyncLease",
     "AsyncObservation",
+    "AsyncShadow",
     "Change",
     "Client",
     "ClientCore",
@@ -73,6 +75,7 @@ __all__ = [
     "RequestTimeoutError",
     "ServiceError",
     "SetResult",
+    "Shadow",
     "Versioned",
     "__version__",
     "codec",

@@ -232,14 +232,14 @@ def count(value: object, what: str, optional: bool = False) -> Optional[int]:
     return value
 
 
-def job_document(value: object) -> str:
-    """A job document (a dict) as JSON text."""
+def json_object(value: object, what: str) -> str:
+    """A dict (a shadow's ``state``) as JSON text."""
     if not isinstance(value, Mapping):
-        raise TypeError(f"the job document must be a dict, not {type(value).__name__}")
+        raise TypeError(f"{what} must be a dict, not {type(value).__name__}")
     try:
         return json.dumps(value)
     except (TypeError, ValueError) as e:
-        raise TypeError(f"the job document must be JSON-serializable: {e}") from None
+        raise TypeError(f"{what} must be JSON-serializable: {e}") from None
 
 
 COMMAND_MODES = ("await", "oneway", "detached")

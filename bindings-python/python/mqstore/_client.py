@@ -11,6 +11,7 @@ from . import _args, _native
 from ._args import BytesLike, FencingToken, PathLike, Seconds
 from ._jobs import CommandWatch, FanOut, Jobs, KeyspaceWatch
 from ._native import Change, CommandReply, DeleteResult, Hlc, SetResult, Versioned
+from ._shadow import Shadow
 from .wire import (
     CommandDefinition,
     CommandRecord,
@@ -473,6 +474,16 @@ class Client:
         """Acts as ``thing`` on the jobs device API (as a device SDK would): its pending
         list, start-next, updates and notifications."""
         return Jobs(self._native.jobs(_args.text(thing, "thing"), _AIO))
+
+    # --- device shadows ------------------------------------------------------------------
+
+    def shadow(self, thing: str, name: Optional[str] = None) -> Shadow:
+        """Uses ``thing``'s device shadow ``name`` (``None``: its classic shadow), as AWS IoT's
+        Device Shadow API: get, update and delete, and its deltas and documents as they come.
+        Documents are AWS's (:class:`~mqstore.errors.StatusError` with AWS's code when
+        refused); needs ``mqstore serve`` (or the mosquitto plugin) with jobs on."""
+        thing, name = _args.text(thing, "thing"), _args.optional_text(name, "name")
+        return Shadow(self._native.shadow(thing, name, _AIO), thing, name)
 
     # --- commands to devices (through mqstore serve) -------------------------------------
 

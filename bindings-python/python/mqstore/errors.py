@@ -165,11 +165,16 @@ class UnknownServiceError(ServiceError):
 
 
 class StatusError(MqstoreError):
-    """The service (state store, jobs or commands) answered with an RPC status other than 200
-    (404: no such command; 409: a stored command's id is taken; 503: overloaded, or its store
-    is unreachable)."""
+    """The service (state store, jobs, commands or shadows) answered with an RPC status other
+    than 200 (404: no such command, or no such shadow; 409: a stored command's id is taken, or
+    a shadow's version conflict; 400 or 413: a shadow update refused; 503: overloaded, or its
+    store is unreachable). ``status`` is that status."""
 
     code = 201
+
+    def __init__(self, message: str, status: Optional[int] = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class RequestTimeoutError(MqstoreError, TimeoutError):
@@ -337,6 +342,6 @@ def _error_for(code: int, message: str, detail: Optional[str]) -> MqstoreError:
         return cls(message, detail)
     if issubclass(cls, _CommandError):
         return cls(message, detail)
-    if issubclass(cls, PublishRefusedError):
+    if issubclass(cls, (PublishRefusedError, StatusError)):
         return cls(message, int(detail) if detail is not None else None)
     return cls(message)

@@ -61,6 +61,13 @@ impl Op {
             Op::Delete => "delete",
         }
     }
+
+    /// The operation a topic suffix (`get`, `update`, `delete`) names.
+    pub fn parse(suffix: &str) -> Option<Op> {
+        [Op::Get, Op::Update, Op::Delete]
+            .into_iter()
+            .find(|op| op.suffix() == suffix)
+    }
 }
 
 /// Which shadow a topic is about.
@@ -119,12 +126,7 @@ pub fn parse_topic(topic: &str) -> Option<(Target<'_>, Op)> {
         }
         None => (None, rest),
     };
-    let op = match op {
-        "get" => Op::Get,
-        "update" => Op::Update,
-        "delete" => Op::Delete,
-        _ => return None,
-    };
+    let op = Op::parse(op)?;
     if thing.is_empty() || thing.contains('/') || name.is_some_and(str::is_empty) {
         return None;
     }
@@ -190,6 +192,14 @@ pub struct Notification {
     pub body: Value,
 }
 
+impl Notification {
+    /// The form clients hand their callers (the CLI's `watch` lines, Python's dicts, npm's
+    /// objects, C's JSON): `{"stream": "delta" | "documents", "body": ...}`.
+    pub fn to_json(&self) -> Value {
+        json!({ "stream": self.stream.as_str(), "body": self.body })
+    }
+}
+
 /// Which of a shadow's notifications.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stream {
@@ -197,6 +207,26 @@ pub enum Stream {
     Delta,
     /// `update/documents`.
     Documents,
+}
+
+impl Stream {
+    /// Its name in a notification's JSON: `"delta"` or `"documents"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Stream::Delta => "delta",
+            Stream::Documents => "documents",
+        }
+    }
+}
+
+/// An update's request body, as clients send it: `state`, and `version` when the update is to
+/// apply only at that version.
+pub fn update_body(state: Value, version: Option<u64>) -> Value {
+    let mut body = json!({ "state": state });
+    if let Some(version) = version {
+        body["version"] = version.into();
+    }
+    body
 }
 
 /// Whether `topic` is a shadow request.

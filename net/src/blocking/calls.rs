@@ -259,3 +259,17 @@ pub fn command_definitions_json(request: impl Borrow<Value>) -> Call<impl Start,
         finish: |completion| Ok(definitions_reply(completion)?.into_json()),
     }
 }
+
+/// A request on `thing`'s shadow `name` (`None`: the classic one) that the client uses: `op`
+/// with `body` (see [`Session::shadow`]); the `/accepted` document.
+pub fn shadow(
+    thing: &str,
+    name: Option<&str>,
+    op: mqstore_core::shadow::Op,
+    body: Value,
+) -> Call<impl Start, Value> {
+    Call {
+        start: move |session: &mut Session, now| session.shadow(thing, name, op, &body, None, now),
+        finish: |completion| Ok(jobs_answer(completion)?.into_json()),
+    }
+}

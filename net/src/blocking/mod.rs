@@ -24,9 +24,11 @@ pub mod calls;
 mod link;
 mod poll;
 mod services;
+mod shadow;
 
 pub use calls::{Call, Start};
 pub use services::{FanOut, Jobs, Lease};
+pub use shadow::Shadow;
 
 use std::cell::Cell;
 use std::collections::HashMap;
