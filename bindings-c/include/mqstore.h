@@ -1980,8 +1980,12 @@ int mqstore_shadow_update(const struct mqstore_shadow *shadow,
 
 /**
  * Deletes the shadow (its version is kept: the next one follows it). `*json` (NULL: not
- * wanted) gets the answer, with the deleted shadow's `version`.
- * Errors: as `mqstore_shadow_get`'s.
+ * wanted) gets the answer, with the deleted shadow's `version` (free it with
+ * `mqstore_string_free`).
+ * Errors: MQSTORE_ERR_INVALID_ARGUMENT (nothing sent), MQSTORE_ERR_STATUS (refused: AWS's
+ * code and message in `mqstore_last_error`, `404: No shadow exists with name: '…'` when
+ * there is none), MQSTORE_ERR_REQUEST_TIMEOUT, MQSTORE_ERR_CONNECTION_LOST,
+ * MQSTORE_ERR_PUBLISH_REFUSED.
  */
 int mqstore_shadow_delete(const struct mqstore_shadow *shadow, char **json);
 

@@ -81,6 +81,8 @@ class Run:
         # None is the lease's "not held" and a deletion's value: keep it where it means that.
         if event.get("kind") == "changed":
             out["value"] = self.plain(event["value"])
+        if event.get("kind") == "shadow-notification":
+            out["name"] = event["name"]  # None: the classic shadow
         if event.get("kind") == "completed" and "result" in event and event["result"] is None:
             out["result"] = None
         if event.get("kind") == "completed" and "version" in event:

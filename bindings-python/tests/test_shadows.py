@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import mqstore
 import pytest
@@ -63,11 +64,12 @@ def test_a_shadow_from_desired_to_reported(
 def test_shadow_refusals_change_nothing(client: mqstore.Client, key: str) -> None:
     shadow = client.shadow("py-refused-" + key.rsplit("_", 1)[-1])
     shadow.update({"reported": {"ok": True}})
-    for state, status, message in [
+    refusals: list[tuple[dict[str, Any], int, str]] = [
         ({"desired": [1]}, 400, "Desired node must be an object"),
         ({"color": "red"}, 400, "State contains an invalid node"),
         ({"desired": {"big": "x" * 9000}}, 413, "The payload exceeds the maximum size allowed"),
-    ]:
+    ]
+    for state, status, message in refusals:
         with pytest.raises(errors.StatusError) as e:
             shadow.update(state)
         assert refused(e) == (status, message)

@@ -1,7 +1,8 @@
 // The dashboard (examples/dashboard) in a real headless Chromium (Debian's `chromium`, driven by
 // playwright-core), against mosquitto's WebSocket listener + mqstore serve: a key set with the
 // CLI appears, an edit on the page reads back with the CLI, a deletion disappears, a job's
-// rollout shows its counts, rate, abort threshold and maintenance window, jobs show per thing;
+// rollout shows its counts, rate, abort threshold and maintenance window, jobs show per thing,
+// a thing's shadow follows its updates;
 // 100,000 keys load without re-scanning and with only the rows on screen in the page; no
 // console errors. The screenshots are kept in $MQSTORE_ARTIFACTS (default target/artifacts/).
 import assert from "node:assert/strict";
@@ -136,6 +137,31 @@ test("the dashboard shows lease holders with their fencing tokens, and jobs per 
   assert.match(await thing.textContent(), /QUEUED/);
 
   await page.screenshot({ path: join(await artifacts(), "dashboard.png"), fullPage: true });
+  assert.deepEqual(problems, []);
+});
+
+test("the dashboard shows a thing's shadow, live: desired, reported, delta, version", async () => {
+  await page.locator("#shadow-thing").fill("web-lamp");
+  await page.locator("#shadow-form button").click();
+  await page.locator("#shadow p", { hasText: "No shadow yet" }).waitFor({ timeout: 10_000 });
+  const field = (name) => page.locator(`#shadow dd[data-field="${name}"]`);
+
+  await cli("shadow", "update", "web-lamp", '{"desired": {"power": "on", "level": 3}}');
+  await field("version").filter({ hasText: "1" }).waitFor({ timeout: 10_000 });
+  assert.deepEqual(JSON.parse(await field("desired").textContent()), { power: "on", level: 3 });
+  assert.deepEqual(JSON.parse(await field("delta").textContent()), { power: "on", level: 3 });
+
+  // The device reports: the page follows, and the delta shrinks to what is left.
+  await cli("shadow", "update", "web-lamp", '{"reported": {"power": "on", "level": 1}}');
+  await field("version").filter({ hasText: "2" }).waitFor({ timeout: 10_000 });
+  assert.deepEqual(JSON.parse(await field("reported").textContent()), { power: "on", level: 1 });
+  assert.deepEqual(JSON.parse(await field("delta").textContent()), { level: 3 });
+  await page.screenshot({ path: join(await artifacts(), "dashboard-shadow.png"), fullPage: true });
+
+  // A named shadow is another document.
+  await page.locator("#shadow-name").fill("config");
+  await page.locator("#shadow-form button").click();
+  await page.locator("#shadow p", { hasText: "No shadow yet" }).waitFor({ timeout: 10_000 });
   assert.deepEqual(problems, []);
 });
 

@@ -1,5 +1,6 @@
 // The mqstore dashboard: keys (one SCAN, then the server's keyspace events; the rows on screen
-// live over KEYNOTIFY), leases, job rollouts and jobs by thing, straight from the browser to
+// live over KEYNOTIFY), leases, job rollouts, jobs by thing and a thing's device shadow (live
+// over its documents stream), straight from the browser to
 // the broker over MQTT on WebSocket with the npm package. No framework.
 //
 // It holds a fleet's worth of keys: the list of names is scanned once (and again only after a
@@ -473,6 +474,55 @@ async function refreshJobs() {
   );
 }
 
+// ---- a device shadow ------------------------------------------------------------------------
+
+/** The shadow on show: its handle and the function that stops its notifications. */
+let shown = null;
+
+/** Shows a shadow's document: desired, reported, what is left to do (delta), its version. */
+function renderShadow(document_) {
+  const box = $("shadow");
+  if (!document_) {
+    box.replaceChildren(Object.assign(document.createElement("p"), { className: "muted", textContent: "No shadow yet: it is made by its first update." }));
+    return;
+  }
+  const { desired, reported, delta } = document_.state ?? {};
+  const dl = document.createElement("dl");
+  for (const [term, value, className] of [
+    ["desired", desired, ""],
+    ["reported", reported, ""],
+    ["delta", delta, "delta"],
+    ["version", document_.version, ""],
+  ]) {
+    const dt = Object.assign(document.createElement("dt"), { textContent: term });
+    const dd = Object.assign(document.createElement("dd"), { className, textContent: value === undefined ? "—" : JSON.stringify(value, null, 1) });
+    dd.dataset.field = term;
+    dl.append(dt, dd);
+  }
+  box.replaceChildren(dl);
+}
+
+/** Reads the shadow again (a get answers with its delta, which the documents stream lacks). */
+async function refreshShadow(shadow) {
+  try {
+    renderShadow(await shadow.get());
+  } catch (e) {
+    if (e.status === 404) renderShadow(null);
+    else throw e;
+  }
+}
+
+/** Shows `thing`'s shadow `name` (empty: the classic one), live: each update's documents read it again. */
+async function showShadow() {
+  const thing = $("shadow-thing").value.trim();
+  const name = $("shadow-name").value.trim() || undefined;
+  shown?.stop();
+  const shadow = await client.shadow(thing, name);
+  const stop = shadow.onNotification((n) => n.stream === "documents" && guarded(refreshShadow)(shadow));
+  shown = { shadow, stop };
+  await refreshShadow(shadow);
+}
+
 // ---- wiring -------------------------------------------------------------------------------
 
 /** Runs an action of the page, showing its error instead of leaving it unhandled. */
@@ -533,6 +583,10 @@ $("edit-form").addEventListener("submit", (event) => {
   guarded(save)();
 });
 $("delete").addEventListener("click", guarded(remove));
+$("shadow-form").addEventListener("submit", (event) => {
+  event.preventDefault();
+  guarded(showShadow)();
+});
 $("new-key").addEventListener("click", newKey);
 $("filter").addEventListener("input", applyFilter);
 $("key-scroller").addEventListener("scroll", schedule, { passive: true });

@@ -33,6 +33,7 @@ __all__ = [
     "Observation",
     "Scan",
     "SetResult",
+    "Shadow",
     "Versioned",
     "__version__",
     "_panicking_call",
