@@ -573,6 +573,19 @@ export interface Membership {
   thingName?: string;
 }
 
+/**
+ * A page of a thing's named shadows: what `listNamedShadowsForThing` answers (AWS's
+ * `ListNamedShadowsForThing` response).
+ */
+export interface NamedShadowsPage {
+  /** The token of the next page; absent on the last (AWS's `nextToken`). */
+  nextToken?: string;
+  /** The shadows' names (deleted ones left out). */
+  results: string[];
+  /** When the list was read, in epoch seconds. */
+  timestamp: number;
+}
+
 /** `notify`: the thing's pending list changed membership; the first ten of it. */
 export interface Notify {
   /** The thing's pending executions, by status. */
@@ -742,6 +755,19 @@ export type OperatorRequest =
     op: "listThingsInThingGroup";
     /** The group's name (AWS's `thingGroupName`). */
     thingGroupName: string;
+  }
+  /**
+   * The names of a thing's named shadows in name order, a page at a time (AWS's
+   * `ListNamedShadowsForThing`, a REST call there: an operator call here).
+   */
+  | {
+    /** 1–250 (AWS's range); every entry when absent. */
+    maxResults?: number;
+    /** The token of the next page; None on the last (AWS's `nextToken`). */
+    nextToken?: string;
+    op: "listNamedShadowsForThing";
+    /** The thing (AWS's `thingName`). */
+    thingName: string;
   }
   /**
    * A job template (AWS's `CreateJobTemplate`): a document and configurations that

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::Subcommand;
 use mqstore_core::client::ClientError;
 use mqstore_net::client::Client;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::call::ValueArgs;
 use crate::shutdown_signal;
@@ -41,6 +41,17 @@ pub enum ShadowCommand {
         /// A named shadow (default: the thing's classic shadow).
         #[arg(long)]
         name: Option<String>,
+    },
+    /// List a thing's named shadows: `{"results": [names], "nextToken"?, "timestamp"}`, in
+    /// name order, deleted ones left out (AWS's ListNamedShadowsForThing).
+    List {
+        thing: String,
+        /// At most this many names (default: every one); `nextToken` then gives the next page.
+        #[arg(long)]
+        max_results: Option<u32>,
+        /// The page after this token (a previous page's `nextToken`).
+        #[arg(long)]
+        next_token: Option<String>,
     },
     /// Print a shadow's deltas (what desired asks that reported lacks) and documents (each
     /// update's before and after) as they come, one JSON line each, until Ctrl-C.
@@ -88,6 +99,22 @@ impl ShadowCall {
             | ShadowCommand::Update { thing, name, .. }
             | ShadowCommand::Delete { thing, name }
             | ShadowCommand::Watch { thing, name } => (thing.as_str(), name.as_deref()),
+            ShadowCommand::List {
+                thing,
+                max_results,
+                next_token,
+            } => {
+                // An operator call: AWS has it on its REST API only.
+                let mut request = json!({ "op": "listNamedShadowsForThing", "thingName": thing });
+                if let Some(max_results) = max_results {
+                    request["maxResults"] = (*max_results).into();
+                }
+                if let Some(token) = next_token {
+                    request["nextToken"] = token.as_str().into();
+                }
+                println!("{}", client.operate_json(request).await?.into_json());
+                return Ok(ExitCode::SUCCESS);
+            }
         };
         let shadow = client.shadow(thing, name).await?;
         let answer = match self.command {
@@ -96,6 +123,7 @@ impl ShadowCall {
                 shadow.update(self.state.unwrap_or_default(), version).await
             }
             ShadowCommand::Delete { .. } => shadow.delete().await,
+            ShadowCommand::List { .. } => unreachable!("answered above"),
             ShadowCommand::Watch { .. } => {
                 eprintln!("watching the shadow's deltas and documents; Ctrl-C to stop");
                 loop {

@@ -1077,6 +1077,41 @@ fn shadow_get_update_delete_and_watch_from_the_cli() {
     let deleted = s.cli(&["shadow", "delete", "lamp"]);
     let deleted: serde_json::Value = serde_json::from_str(&deleted.out()).unwrap();
     assert_eq!(deleted["version"], 2);
+    // The thing's named shadows, a page at a time; a deleted one is left out.
+    for name in ["cfg", "fw", "net", "old"] {
+        let made = s.cli(&[
+            "shadow",
+            "update",
+            "lamp",
+            "--name",
+            name,
+            r#"{"reported": {"on": 1}}"#,
+        ]);
+        assert_eq!(made.code, Some(0), "{}", made.stderr);
+    }
+    assert_eq!(
+        s.cli(&["shadow", "delete", "lamp", "--name", "old"]).code,
+        Some(0)
+    );
+    let list = |args: &[&str]| -> serde_json::Value {
+        let listed = s.cli(&[&["shadow", "list", "lamp"], args].concat());
+        assert_eq!(listed.code, Some(0), "{}", listed.stderr);
+        serde_json::from_str(&listed.out()).unwrap()
+    };
+    let first = list(&["--max-results", "2"]);
+    assert_eq!(first["results"], serde_json::json!(["cfg", "fw"]));
+    assert_eq!(first["nextToken"], "fw");
+    let rest = list(&["--max-results", "2", "--next-token", "fw"]);
+    assert_eq!(rest["results"], serde_json::json!(["net"]));
+    assert!(rest.get("nextToken").is_none(), "{rest}");
+    assert!(rest["timestamp"].as_u64().unwrap() > 1_700_000_000);
+    let refused = s.cli(&["shadow", "list", "lamp/1"]);
+    assert_eq!(refused.code, Some(3), "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains("Invalid thing name"),
+        "{}",
+        refused.stderr
+    );
     // Its three lines, read as they come (a watcher that stopped printing fails here).
     let stdout = std::io::BufReader::new(watch.stdout.take().unwrap());
     let (tx, rx) = std::sync::mpsc::channel();

@@ -2762,6 +2762,19 @@ on_every_deployment! {
         assert_eq!(config.get().await.unwrap()["state"]["reported"], json!({"fw": "1.0"}));
         let again = mine.update(json!({"reported": {"on": false}}), None).await.unwrap();
         assert_eq!(again["version"], 3, "the next shadow follows the deleted one's version");
+        // The thing's named shadows (an operator call: AWS's ListNamedShadowsForThing).
+        let extra = device.shadow("lamp-1", Some("alarm")).await.unwrap();
+        extra.update(json!({"desired": {"armed": true}}), None).await.unwrap();
+        let list = json!({"op": "listNamedShadowsForThing", "thingName": "lamp-1"});
+        let listed = app.operate_json(list).await.unwrap().into_json();
+        assert_eq!(listed["results"], json!(["alarm", "config"]));
+        extra.delete().await.unwrap();
+        let list = json!({"op": "listNamedShadowsForThing", "thingName": "lamp-1", "maxResults": 1});
+        let listed = app.operate_json(list).await.unwrap().into_json();
+        assert_eq!((&listed["results"], listed.get("nextToken")), (&json!(["config"]), None));
+        // Counted by operation and outcome (`serve`'s metrics): three gets found nothing.
+        service.serve_metric("mqstore_shadow_requests_total{op=\"get\",outcome=\"rejected\"} 3").await;
+        service.serve_metric("mqstore_shadow_requests_total{op=\"delete\",outcome=\"accepted\"} 2").await;
         // A thing name the service would refuse is refused before anything is sent.
         let e = device.shadow("lamp/1", None).await.err().expect("refused");
         assert_eq!(status(e).0, 400);

@@ -48,6 +48,7 @@ fn definitions() -> BTreeMap<String, Value> {
     add::<jobs::ThingGroupsPage>(&mut answers);
     add::<jobs::ThingsPage>(&mut answers);
     add::<jobs::TemplatesPage>(&mut answers);
+    add::<jobs::NamedShadowsPage>(&mut answers);
     add::<jobs::wire::JobExecution>(&mut answers);
     add::<PendingJobs>(&mut answers);
     add::<ExecutionAccepted>(&mut answers);

@@ -60,6 +60,8 @@ pub struct Metrics {
     connections: AtomicU64,
     /// Jobs requests (device and operator API), [rejected, accepted].
     jobs_requests: [AtomicU64; 2],
+    /// Device shadow requests, by operation (get, update, delete), [rejected, accepted].
+    shadow_requests: [[AtomicU64; 2]; 3],
     /// `notify` and `notify-next` published.
     jobs_notifications: AtomicU64,
     /// Messages on the jobs device API topics that were not requests.
@@ -112,6 +114,13 @@ pub enum CommandCount {
     /// A progress report (IN_PROGRESS) of a command still open.
     Progress,
 }
+
+/// The shadow operations, in the order `shadow_requests` counts them.
+const SHADOW_OPS: [mqstore_core::shadow::Op; 3] = [
+    mqstore_core::shadow::Op::Get,
+    mqstore_core::shadow::Op::Update,
+    mqstore_core::shadow::Op::Delete,
+];
 
 const COMMAND_COUNTS: [&str; 12] = [
     "sent",
@@ -201,6 +210,12 @@ impl Metrics {
     pub fn jobs_handled(&self, accepted: bool, notifications: usize) {
         self.jobs_requests[usize::from(accepted)].fetch_add(1, Ordering::Relaxed);
         self.jobs_notified(notifications as u64);
+    }
+
+    /// Counts one device shadow request.
+    pub fn shadow_handled(&self, op: mqstore_core::shadow::Op, accepted: bool) {
+        let by_op = &self.shadow_requests[SHADOW_OPS.iter().position(|o| *o == op).unwrap_or(0)];
+        by_op[usize::from(accepted)].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Counts a message on the device API topics that was not a request.
@@ -476,6 +491,20 @@ impl Metrics {
                 "mqstore_jobs_requests_total{{outcome=\"{outcome}\"}} {}",
                 count.load(Ordering::Relaxed)
             );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP mqstore_shadow_requests_total Device shadow requests by operation and outcome (rejected: AWS's 4xx and 5xx).\n# TYPE mqstore_shadow_requests_total counter"
+        );
+        for (op, counts) in SHADOW_OPS.iter().zip(&self.shadow_requests) {
+            for (outcome, count) in ["rejected", "accepted"].iter().zip(counts) {
+                let _ = writeln!(
+                    out,
+                    "mqstore_shadow_requests_total{{op=\"{}\",outcome=\"{outcome}\"}} {}",
+                    op.suffix(),
+                    count.load(Ordering::Relaxed)
+                );
+            }
         }
         let _ = writeln!(
             out,

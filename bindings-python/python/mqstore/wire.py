@@ -54,6 +54,7 @@ __all__ = [
     "JobsPage",
     "MaintenanceWindow",
     "Membership",
+    "NamedShadowsPage",
     "Notify",
     "NotifyJobs",
     "NotifyNext",
@@ -75,6 +76,7 @@ __all__ = [
     "OperatorRequestListJobExecutions",
     "OperatorRequestListJobTemplates",
     "OperatorRequestListJobs",
+    "OperatorRequestListNamedShadowsForThing",
     "OperatorRequestListThingGroups",
     "OperatorRequestListThingsInThingGroup",
     "OperatorRequestRemoveThingFromThingGroup",
@@ -709,6 +711,22 @@ class MaintenanceWindow(TypedDict):
     """When the window opens: AWS's cron expression, UTC."""
 
 
+class _NamedShadowsPageRequired(TypedDict):
+    results: list[str]
+    """The shadows' names (deleted ones left out)."""
+    timestamp: int
+    """When the list was read, in epoch seconds."""
+
+
+class NamedShadowsPage(_NamedShadowsPageRequired, total=False):
+    """A page of a thing's named shadows: what `listNamedShadowsForThing` answers (AWS's
+    `ListNamedShadowsForThing` response).
+    """
+
+    nextToken: str
+    """The token of the next page; absent on the last (AWS's `nextToken`)."""
+
+
 class Notify(TypedDict):
     """`notify`: the thing's pending list changed membership; the first ten of it."""
 
@@ -937,6 +955,25 @@ class OperatorRequestListThingsInThingGroup(
     """The token of the next page; None on the last (AWS's `nextToken`)."""
 
 
+class _OperatorRequestListNamedShadowsForThingRequired(TypedDict):
+    op: Literal["listNamedShadowsForThing"]
+    thingName: str
+    """The thing (AWS's `thingName`)."""
+
+
+class OperatorRequestListNamedShadowsForThing(
+    _OperatorRequestListNamedShadowsForThingRequired, total=False
+):
+    """The names of a thing's named shadows in name order, a page at a time (AWS's
+    `ListNamedShadowsForThing`, a REST call there: an operator call here).
+    """
+
+    maxResults: int
+    """1–250 (AWS's range); every entry when absent."""
+    nextToken: str
+    """The token of the next page; None on the last (AWS's `nextToken`)."""
+
+
 class OperatorRequestCreateJobTemplate(JobTemplate):
     """A job template (AWS's `CreateJobTemplate`): a document and configurations that
     `createJob` with `jobTemplateArn` starts from.
@@ -992,6 +1029,7 @@ OperatorRequest = Union[
     "OperatorRequestAddThingToThingGroup",
     "OperatorRequestRemoveThingFromThingGroup",
     "OperatorRequestListThingsInThingGroup",
+    "OperatorRequestListNamedShadowsForThing",
     "OperatorRequestCreateJobTemplate",
     "OperatorRequestDescribeJobTemplate",
     "OperatorRequestListJobTemplates",

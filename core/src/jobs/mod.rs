@@ -53,11 +53,11 @@ pub use wire::{
     ExecutionListing, ExecutionState, ExecutionsPage, ExponentialRate, FailureType, GroupListing,
     JobConfig, JobCreated, JobDescription, JobExecution, JobListing, JobProcessDetails, JobSpec,
     JobStatus, JobSummary, JobTemplate, JobUpdate, JobsPage, MaintenanceWindow, Membership,
-    OPERATOR_CALLS, OperatorRequest, PageRequest, PendingJobs, RateIncreaseCriteria, RetryConfig,
-    RetryCriteria, RolloutConfig, RolloutProgress, SchedulingConfig, Status, TargetSelection,
-    TemplateListing, TemplatesPage, ThingGroupDescription, ThingGroupMetadata,
-    ThingGroupProperties, ThingGroupsPage, ThingsPage, TimeoutConfig, UpdateAccepted,
-    check_operator_call,
+    NamedShadowsPage, OPERATOR_CALLS, OperatorRequest, PageRequest, PendingJobs,
+    RateIncreaseCriteria, RetryConfig, RetryCriteria, RolloutConfig, RolloutProgress,
+    SchedulingConfig, Status, TargetSelection, TemplateListing, TemplatesPage,
+    ThingGroupDescription, ThingGroupMetadata, ThingGroupProperties, ThingGroupsPage, ThingsPage,
+    TimeoutConfig, UpdateAccepted, check_operator_call,
 };
 use wire::{Accepted, ExecutionAccepted, Notify, NotifyJobs, NotifyNext, Rejected, Reply};
 pub(crate) use wire::{THING_NAME_RULE, valid_name, valid_thing_name};

@@ -8,8 +8,8 @@ use super::rollout;
 use super::wire::Status;
 use super::wire::{
     ExecutionListing, ExecutionsPage, JobCreated, JobDescription, JobListing, JobProcessDetails,
-    JobTemplate, JobsPage, OperatorAnswer, OperatorError, OperatorOk, OperatorRequest, PageRequest,
-    RolloutProgress, TemplatesPage, ThingGroupsPage, ThingsPage,
+    JobTemplate, JobsPage, NamedShadowsPage, OperatorAnswer, OperatorError, OperatorOk,
+    OperatorRequest, PageRequest, RolloutProgress, TemplatesPage, ThingGroupsPage, ThingsPage,
 };
 use super::{Jobs, JobsError, JobsStore, StoreError, schedule};
 use crate::envelope::Publish;
@@ -213,6 +213,16 @@ impl<S: JobsStore> Jobs<S> {
             }
             OperatorRequest::RemoveThingFromThingGroup(membership) => {
                 done(self.remove_from_group(&membership, now_ms, out))
+            }
+            OperatorRequest::ListNamedShadowsForThing { thing_name, page } => {
+                let limit = page_size(&page)?;
+                let (results, next_token) =
+                    crate::shadow::named(&self.store, &thing_name, &page, limit).map_err(error)?;
+                Ok(OperatorOk::Shadows(NamedShadowsPage {
+                    results,
+                    next_token,
+                    timestamp: now_ms / 1000,
+                }))
             }
             OperatorRequest::ListThingsInThingGroup {
                 thing_group_name,

@@ -408,6 +408,15 @@ pub enum OperatorRequest {
         /// Which page, and how many per page.
         page: PageRequest,
     },
+    /// The names of a thing's named shadows in name order, a page at a time (AWS's
+    /// `ListNamedShadowsForThing`, a REST call there: an operator call here).
+    ListNamedShadowsForThing {
+        /// The thing (AWS's `thingName`).
+        thing_name: String,
+        #[serde(flatten)]
+        /// Which page, and how many per page (AWS's `pageSize` is `maxResults` here).
+        page: PageRequest,
+    },
     /// A job template (AWS's `CreateJobTemplate`): a document and configurations that
     /// `createJob` with `jobTemplateArn` starts from.
     CreateJobTemplate(Box<JobTemplate>),
@@ -637,7 +646,7 @@ pub struct PageRequest {
 }
 
 /// The names of the operator calls (`op`), as [`OperatorRequest`] reads them.
-pub const OPERATOR_CALLS: [&str; 21] = [
+pub const OPERATOR_CALLS: [&str; 22] = [
     "createJob",
     "updateJob",
     "cancelJob",
@@ -655,6 +664,7 @@ pub const OPERATOR_CALLS: [&str; 21] = [
     "addThingToThingGroup",
     "removeThingFromThingGroup",
     "listThingsInThingGroup",
+    "listNamedShadowsForThing",
     "createJobTemplate",
     "describeJobTemplate",
     "listJobTemplates",
@@ -949,6 +959,23 @@ pub enum OperatorOk {
     Template(Box<JobTemplate>),
     /// A page of templates (`listJobTemplates`).
     Templates(TemplatesPage),
+    /// A page of a thing's named shadows (`listNamedShadowsForThing`).
+    Shadows(NamedShadowsPage),
+}
+
+/// A page of a thing's named shadows: what `listNamedShadowsForThing` answers (AWS's
+/// `ListNamedShadowsForThing` response).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct NamedShadowsPage {
+    /// The shadows' names (deleted ones left out).
+    pub results: Vec<String>,
+    /// The token of the next page; absent on the last (AWS's `nextToken`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_token: Option<String>,
+    /// When the list was read, in epoch seconds.
+    pub timestamp: u64,
 }
 
 /// A page of jobs: what `listJobs` answers.

@@ -16,8 +16,11 @@ use crate::shadow;
 pub struct JobsHandled {
     /// Accepted (`…/accepted`, or an operator answer), or refused.
     pub answered: Answered,
-    /// The things' notifications it published (events not counted).
+    /// The things' notifications it published (events not counted), or a shadow's delta and
+    /// documents.
     pub notifications: usize,
+    /// A device shadow's request (which operation), not a jobs one: counted apart.
+    pub shadow: Option<shadow::Op>,
 }
 
 /// Why a jobs message was not answered.
@@ -49,6 +52,7 @@ pub fn run_request(
         return Ok(JobsHandled {
             answered,
             notifications: out.len() - before - 1,
+            shadow: Some(op),
         });
     }
     if message.topic != OPERATOR_TOPIC {
@@ -59,6 +63,7 @@ pub fn run_request(
         return Ok(JobsHandled {
             answered,
             notifications,
+            shadow: None,
         });
     }
     match envelope::check_request(message.qos, message.properties.clone(), node_id) {
@@ -70,6 +75,7 @@ pub fn run_request(
                     _ => Answered::Rejected,
                 },
                 notifications: notifications_in(&out[before..]),
+                shadow: None,
             };
             let mut properties = envelope::response_properties(&invocation, 200, None, node_id);
             properties.content_type = Some("application/json".into());

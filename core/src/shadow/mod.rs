@@ -229,6 +229,45 @@ pub fn update_body(state: Value, version: Option<u64>) -> Value {
     body
 }
 
+/// A page of `thing`'s named shadows' names, in name order, after the page's token (a name);
+/// deleted shadows (kept for their version) are left out. An invalid thing name is refused.
+pub(crate) fn named<S: JobsStore + ?Sized>(
+    store: &S,
+    thing: &str,
+    page: &jobs::PageRequest,
+    limit: usize,
+) -> Result<(Vec<String>, Option<String>), jobs::JobsError> {
+    Target { thing, name: None }
+        .check()
+        .map_err(|r| jobs::JobsError::Invalid(r.message))?;
+    // Keys are `{thing}/{name}`: the classic shadow's, `{thing}/`, sorts first and is skipped.
+    let prefix = format!("{thing}/");
+    let mut after = format!("{prefix}{}", page.next_token.as_deref().unwrap_or(""));
+    let mut names = Vec::new();
+    const BATCH: u64 = 100;
+    loop {
+        let entries = store.entries(TABLE, Some(&after), BATCH)?;
+        let last_batch = (entries.len() as u64) < BATCH;
+        for (key, document) in entries {
+            let Some(name) = key.strip_prefix(&prefix) else {
+                return Ok((names, None));
+            };
+            let deleted = serde_json::from_slice::<Shadow>(&document).map_or(true, |s| s.deleted);
+            if !deleted {
+                if names.len() == limit {
+                    let token = names.last().cloned();
+                    return Ok((names, token));
+                }
+                names.push(name.to_owned());
+            }
+            after = key;
+        }
+        if last_batch {
+            return Ok((names, None));
+        }
+    }
+}
+
 /// Whether `topic` is a shadow request.
 pub fn is_request(topic: &str) -> bool {
     parse_topic(topic).is_some()

@@ -438,3 +438,44 @@ fn a_stored_entry_that_is_not_a_shadow_is_an_internal_failure() {
     let body: Value = serde_json::from_slice(&handled.publishes[0].payload).unwrap();
     assert_eq!(body["code"], 500);
 }
+
+#[test]
+fn a_things_named_shadows_are_listed_in_name_order_a_page_at_a_time_without_deleted_ones() {
+    let mut store = jobs::MemoryJobs::default();
+    let mut put = |key: &str, shadow: Value| {
+        let document = serde_json::to_vec(&shadow).unwrap();
+        store.put_entry(TABLE, key, Some(&document), false).unwrap();
+    };
+    put("lamp/", json!({ "version": 1 })); // the classic shadow: not a named one
+    for name in ["b", "a", "d", "c"] {
+        put(&format!("lamp/{name}"), json!({ "version": 1 }));
+    }
+    put("lamp/gone", json!({ "version": 2, "deleted": true }));
+    put("lamp-2/x", json!({ "version": 1 })); // another thing, sorting after
+    put("lam/y", json!({ "version": 1 })); // another thing, sorting before
+    let page = |max_results: Option<u32>, next_token: Option<&str>| jobs::PageRequest {
+        max_results,
+        next_token: next_token.map(str::to_owned),
+    };
+    let all = named(&store, "lamp", &page(None, None), usize::MAX).unwrap();
+    assert_eq!(
+        all,
+        (vec!["a".into(), "b".into(), "c".into(), "d".into()], None)
+    );
+    let first = named(&store, "lamp", &page(Some(3), None), 3).unwrap();
+    assert_eq!(
+        first,
+        (vec!["a".into(), "b".into(), "c".into()], Some("c".into()))
+    );
+    let rest = named(&store, "lamp", &page(Some(3), Some("c")), 3).unwrap();
+    assert_eq!(rest, (vec!["d".into()], None));
+    assert_eq!(
+        named(&store, "nothing", &page(None, None), 10).unwrap(),
+        (vec![], None)
+    );
+    let refused = named(&store, "lamp/1", &page(None, None), 10).unwrap_err();
+    assert!(
+        refused.to_string().contains("Invalid thing name"),
+        "{refused}"
+    );
+}

@@ -173,10 +173,13 @@ impl Node {
     /// Counts a jobs request that ran, and queues what it published.
     pub(super) fn jobs_handled(&mut self, handled: Result<JobsHandled, NotAnswered>) {
         match handled {
-            Ok(handled) => self.metrics.jobs_handled(
-                handled.answered == mqstore_core::jobs::Answered::Accepted,
-                handled.notifications,
-            ),
+            Ok(handled) => {
+                let accepted = handled.answered == mqstore_core::jobs::Answered::Accepted;
+                match handled.shadow {
+                    Some(op) => self.metrics.shadow_handled(op, accepted),
+                    None => self.metrics.jobs_handled(accepted, handled.notifications),
+                }
+            }
             Err(NotAnswered::Dropped(reason)) => debug!(%reason, "operator request dropped"),
             Err(NotAnswered::NoRequest) => self.metrics.jobs_ignored(),
             Err(_) => {}
