@@ -647,6 +647,11 @@ export interface Membership {
     thingGroupName?: string;
     thingName?: string;
 }
+export interface NamedShadowsPage {
+    nextToken?: string;
+    results: string[];
+    timestamp: number;
+}
 export interface Notify {
     jobs: NotifyJobs;
     timestamp: number;
@@ -722,6 +727,11 @@ export type OperatorRequest = JobSpec & {
     nextToken?: string;
     op: "listThingsInThingGroup";
     thingGroupName: string;
+} | {
+    maxResults?: number;
+    nextToken?: string;
+    op: "listNamedShadowsForThing";
+    thingName: string;
 } | JobTemplate & {
     op: "createJobTemplate";
 } | {

@@ -409,6 +409,44 @@ fn blocking_jobs_run_through_the_device_api_with_notifications() {
 }
 
 #[test]
+fn a_blocking_shadow_gets_updates_deletes_and_hears_its_notifications() {
+    use mqstore_core::shadow::Stream;
+    let broker = Mosquitto::start();
+    let _server = Server::start(broker_at(broker.port), "node-blocking");
+    let app = ready(broker_at(broker.port), "blocking-app");
+    let device = ready(broker_at(broker.port), "blocking-lamp");
+    let lamp = device.shadow("lamp-1", None).unwrap();
+    assert_eq!((lamp.thing(), lamp.name()), ("lamp-1", None));
+    let missing = lamp.get();
+    assert!(
+        matches!(&missing, Err(ClientError::Status { status: 404, .. })),
+        "{missing:?}"
+    );
+    let theirs = app.shadow("lamp-1", None).unwrap();
+    let accepted = theirs
+        .update(serde_json::json!({"desired": {"on": true}}), None)
+        .unwrap();
+    assert_eq!(accepted["version"], 1);
+    let delta = lamp.next_notification(Duration::from_secs(10)).unwrap();
+    assert_eq!(
+        (delta.stream, &delta.body["state"]),
+        (Stream::Delta, &serde_json::json!({"on": true}))
+    );
+    let documents = lamp.next_notification(Duration::from_secs(10)).unwrap();
+    assert_eq!(documents.stream, Stream::Documents);
+    let stale = lamp.update(serde_json::json!({"reported": {"on": true}}), Some(7));
+    assert!(
+        matches!(&stale, Err(ClientError::Status { status: 409, .. })),
+        "{stale:?}"
+    );
+    lamp.update(serde_json::json!({"reported": {"on": true}}), Some(1))
+        .unwrap();
+    assert_eq!(lamp.get().unwrap()["version"], 2);
+    assert_eq!(theirs.delete().unwrap()["version"], 2);
+    assert!(lamp.get().is_err());
+}
+
+#[test]
 fn blocking_commands_are_sent_followed_and_time_out() {
     let broker = Mosquitto::start();
     let _server = Server::start(broker_at(broker.port), "node-blocking");

@@ -22,6 +22,7 @@ mod groups;
 mod lifecycle;
 mod model;
 mod operator;
+pub(crate) use operator::{error as operator_error, page_size};
 mod rollout;
 mod schedule;
 mod shorthand;

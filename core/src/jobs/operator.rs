@@ -8,8 +8,8 @@ use super::rollout;
 use super::wire::Status;
 use super::wire::{
     ExecutionListing, ExecutionsPage, JobCreated, JobDescription, JobListing, JobProcessDetails,
-    JobTemplate, JobsPage, NamedShadowsPage, OperatorAnswer, OperatorError, OperatorOk,
-    OperatorRequest, PageRequest, RolloutProgress, TemplatesPage, ThingGroupsPage, ThingsPage,
+    JobTemplate, JobsPage, OperatorAnswer, OperatorError, OperatorOk, OperatorRequest, PageRequest,
+    RolloutProgress, TemplatesPage, ThingGroupsPage, ThingsPage,
 };
 use super::{Jobs, JobsError, JobsStore, StoreError, schedule};
 use crate::envelope::Publish;
@@ -214,16 +214,11 @@ impl<S: JobsStore> Jobs<S> {
             OperatorRequest::RemoveThingFromThingGroup(membership) => {
                 done(self.remove_from_group(&membership, now_ms, out))
             }
-            OperatorRequest::ListNamedShadowsForThing { thing_name, page } => {
-                let limit = page_size(&page)?;
-                let (results, next_token) =
-                    crate::shadow::named(&self.store, &thing_name, &page, limit).map_err(error)?;
-                Ok(OperatorOk::Shadows(NamedShadowsPage {
-                    results,
-                    next_token,
-                    timestamp: now_ms / 1000,
-                }))
-            }
+            // The shadow service's (the server routes it there: `shadow::operate`).
+            OperatorRequest::ListNamedShadowsForThing { .. } => Err(OperatorError {
+                code: "InvalidRequest".into(),
+                message: "listNamedShadowsForThing is the device shadow service's call".into(),
+            }),
             OperatorRequest::ListThingsInThingGroup {
                 thing_group_name,
                 page,
@@ -412,7 +407,8 @@ fn listing(thing: &str, execution: &Execution) -> ExecutionListing {
 }
 
 /// A list call's page size: `maxResults` (1–250), every entry when absent.
-fn page_size(page: &PageRequest) -> Result<usize, OperatorError> {
+/// How many entries a page asks for (none: every one), or why that is no page size.
+pub(crate) fn page_size(page: &PageRequest) -> Result<usize, OperatorError> {
     match page.max_results {
         None => Ok(usize::MAX),
         Some(n) if (1..=PageRequest::MAX_RESULTS).contains(&n) => Ok(n as usize),
@@ -427,7 +423,8 @@ fn stored(e: StoreError) -> OperatorError {
     error(JobsError::Store(e))
 }
 
-fn error(e: JobsError) -> OperatorError {
+/// A refusal as the operator API answers it: AWS's error code for its kind, and its message.
+pub(crate) fn error(e: JobsError) -> OperatorError {
     let code = match &e {
         JobsError::Invalid(_) => "InvalidRequest",
         JobsError::JobExists(_) => "Conflict",

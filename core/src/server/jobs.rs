@@ -4,7 +4,7 @@
 use crate::envelope::{self, DropReason, Publish};
 #[cfg(test)]
 use crate::jobs::StoreError;
-use crate::jobs::wire::OperatorAnswer;
+use crate::jobs::wire::{OperatorAnswer, OperatorOk};
 use crate::jobs::{
     Answered, Calls, Jobs, JobsStore, OPERATOR_TOPIC, Replay, StoreAnswer, StoreCall, Stored,
     topics,
@@ -68,7 +68,13 @@ pub fn run_request(
     }
     match envelope::check_request(message.qos, message.properties.clone(), node_id) {
         envelope::Checked::Accept(invocation) => {
-            let answer = jobs.operate(&message.payload, now_ms, out);
+            // One operator topic for both services: the shadow service's call, or the jobs'.
+            let listed = shadow::operate(jobs.store_mut(), &message.payload, now_ms);
+            let answer = match listed {
+                Some(OperatorAnswer::Ok(page)) => OperatorAnswer::Ok(OperatorOk::Shadows(page)),
+                Some(OperatorAnswer::Error(error)) => OperatorAnswer::Error(error),
+                None => jobs.operate(&message.payload, now_ms, out),
+            };
             let handled = JobsHandled {
                 answered: match answer {
                     OperatorAnswer::Ok(_) => Answered::Accepted,

@@ -229,6 +229,39 @@ pub fn update_body(state: Value, version: Option<u64>) -> Value {
     body
 }
 
+/// The operator calls the shadow service answers (beside the jobs service's, on its topic).
+const OPERATOR_CALL: &str = "listNamedShadowsForThing";
+
+/// Answers an operator request when it is the shadow service's (`listNamedShadowsForThing`:
+/// AWS's ListNamedShadowsForThing); `None` for the jobs service's requests.
+pub fn operate(
+    store: &mut dyn JobsStore,
+    payload: &[u8],
+    now_ms: u64,
+) -> Option<jobs::wire::OperatorAnswer<jobs::NamedShadowsPage>> {
+    // Most operator requests are the jobs service's: only a request that names the call is
+    // parsed here (the jobs service explains what does not fit).
+    let named_call = OPERATOR_CALL.as_bytes();
+    if !payload.windows(named_call.len()).any(|w| w == named_call) {
+        return None;
+    }
+    let Ok(jobs::OperatorRequest::ListNamedShadowsForThing { thing_name, page }) =
+        serde_json::from_slice(payload)
+    else {
+        return None;
+    };
+    let listed = jobs::page_size(&page)
+        .and_then(|limit| named(&*store, &thing_name, &page, limit).map_err(jobs::operator_error));
+    Some(match listed {
+        Ok((results, next_token)) => jobs::wire::OperatorAnswer::Ok(jobs::NamedShadowsPage {
+            results,
+            next_token,
+            timestamp: now_ms / 1000,
+        }),
+        Err(error) => jobs::wire::OperatorAnswer::Error(error),
+    })
+}
+
 /// A page of `thing`'s named shadows' names, in name order, after the page's token (a name);
 /// deleted shadows (kept for their version) are left out. An invalid thing name is refused.
 pub(crate) fn named<S: JobsStore + ?Sized>(

@@ -479,3 +479,36 @@ fn a_things_named_shadows_are_listed_in_name_order_a_page_at_a_time_without_dele
         "{refused}"
     );
 }
+
+#[test]
+fn the_shadow_service_answers_its_operator_call_and_leaves_the_others_to_jobs() {
+    let mut store = jobs::MemoryJobs::default();
+    let document = serde_json::to_vec(&json!({ "version": 1 })).unwrap();
+    store
+        .put_entry(TABLE, "lamp/cfg", Some(&document), false)
+        .unwrap();
+    let call = |store: &mut jobs::MemoryJobs, request: Value| {
+        operate(store, &serde_json::to_vec(&request).unwrap(), NOW_MS)
+    };
+    let listed = call(
+        &mut store,
+        json!({"op": "listNamedShadowsForThing", "thingName": "lamp"}),
+    );
+    let Some(jobs::wire::OperatorAnswer::Ok(page)) = listed else {
+        panic!("{listed:?}")
+    };
+    assert_eq!(
+        (page.results, page.next_token, page.timestamp),
+        (vec!["cfg".into()], None, NOW_S)
+    );
+    // A job whose document names the call is still the jobs service's.
+    let job = json!({"op": "createJob", "jobId": "j", "targets": ["lamp"],
+                     "document": {"note": "listNamedShadowsForThing"}});
+    assert!(call(&mut store, job).is_none());
+    let bad_page = json!({"op": "listNamedShadowsForThing", "thingName": "lamp", "maxResults": 0});
+    let refused = call(&mut store, bad_page);
+    assert!(
+        matches!(&refused, Some(jobs::wire::OperatorAnswer::Error(e)) if e.code == "InvalidRequest"),
+        "{refused:?}"
+    );
+}
