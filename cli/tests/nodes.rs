@@ -349,9 +349,11 @@ async fn json_client(
 }
 
 /// Device shadows on nodes that share one store: two writers update one shadow at once, their
-/// requests dealt to every node; each update is applied once (versions 1 to n, none twice, no
-/// rejection), none is lost (each writes a field of its own: the document holds them all),
-/// and the device sees each update's delta once.
+/// requests dealt to every node; each update is applied once (versions 1 to n, none twice),
+/// none is lost (each writes a field of its own: the document holds them all), and the device
+/// sees each update's delta once. Both writers send all their updates at once: one refused
+/// with AWS's 429 (its thing had ten in flight) is sent again a moment later, as an AWS client
+/// would.
 async fn three_nodes_share_shadows(broker: &Broker) {
     use rumqttc::v5::mqttbytes::QoS;
     const UPDATES: u64 = 20;
@@ -366,25 +368,27 @@ async fn three_nodes_share_shadows(broker: &Broker) {
     let (device, mut heard) = json_client(broker, "shadow-device", &answers).await;
     let (a, _) = json_client(broker, "shadow-writer-a", &[]).await;
     let (b, _) = json_client(broker, "shadow-writer-b", &[]).await;
-    for i in 0..UPDATES {
-        for (writer, field) in [(&a, "a"), (&b, "b")] {
-            // A field of its own per update: a lost update is a field missing.
-            let update = serde_json::json!({
-                "state": {"desired": {format!("{field}{i}"): i}},
-                "clientToken": format!("{field}-{i}"),
-            });
+    let send = |field: &'static str, i: u64| {
+        let writer = if field == "a" { a.clone() } else { b.clone() };
+        // A field of its own per update: a lost update is a field missing.
+        let update = serde_json::json!({
+            "state": {"desired": {format!("{field}{i}"): i}},
+            "clientToken": format!("{field}-{i}"),
+        });
+        let topic = format!("{shadow}/update");
+        async move {
             writer
-                .publish(
-                    format!("{shadow}/update"),
-                    QoS::AtLeastOnce,
-                    false,
-                    update.to_string(),
-                )
+                .publish(topic, QoS::AtLeastOnce, false, update.to_string())
                 .await
-                .unwrap();
+                .unwrap()
+        }
+    };
+    for i in 0..UPDATES {
+        for field in ["a", "b"] {
+            send(field, i).await;
         }
     }
-    let (mut accepted, mut deltas) = (Vec::new(), Vec::new());
+    let (mut accepted, mut deltas, mut throttled) = (Vec::new(), Vec::new(), 0);
     while accepted.len() < 2 * UPDATES as usize || deltas.len() < 2 * UPDATES as usize {
         let (topic, body) = tokio::time::timeout(WAIT, heard.recv())
             .await
@@ -394,9 +398,22 @@ async fn three_nodes_share_shadows(broker: &Broker) {
         match topic.rsplit_once("shadow/").map(|(_, t)| t) {
             Some("update/accepted") => accepted.push(version.unwrap()),
             Some("update/delta") => deltas.push(version.unwrap()),
+            Some("update/rejected") if body["code"] == 429 => {
+                throttled += 1;
+                let token = body["clientToken"].as_str().unwrap();
+                let (field, i) = token.split_once('-').unwrap();
+                let field = if field == "a" { "a" } else { "b" };
+                // Backing off a little, as AWS's clients do.
+                let again = send(field, i.parse().unwrap());
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    again.await
+                });
+            }
             other => panic!("{other:?}: {body}"),
         }
     }
+    println!("{throttled} updates refused with 429 and sent again");
     accepted.sort_unstable();
     deltas.sort_unstable();
     let all: Vec<u64> = (1..=2 * UPDATES).collect();
@@ -731,12 +748,8 @@ async fn the_device_api_moves_to_another_node_when_its_listener_dies_or_stops() 
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_away_means_jobs_requests_are_rejected_with_internal_error() {
-    use mqstore_core::jobs::{JobSpec, Status};
-    let mut redis = Redis::start();
-    let broker = Broker::start();
-    // One node, no share group: it listens to the device API itself.
+/// One node on `redis`, no share group: it listens to the device API itself.
+async fn solo_node(broker: &Broker, redis: &Redis) -> ServerHandle {
     let config = ServerConfig {
         store: StoreConfig::Redis(RedisConfig::parse(&redis.url()).unwrap()),
         ..ServerConfig::new(
@@ -747,7 +760,97 @@ async fn redis_away_means_jobs_requests_are_rejected_with_internal_error() {
             "solo",
         )
     };
-    let node = spawn(config).await.expect("the node starts");
+    spawn(config).await.expect("the node starts")
+}
+
+/// AWS's limit of ten shadow requests in flight per device: with Redis paused, a thing's first
+/// ten requests wait for it and the ones after are refused at once with 429 (and their client
+/// tokens), counted as rejected; once Redis is back the ten are applied, and the thing may
+/// send again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thing_with_ten_shadow_requests_in_flight_has_the_next_refused_with_429() {
+    use rumqttc::v5::mqttbytes::QoS;
+    let redis = Redis::start();
+    let broker = Broker::start();
+    let node = solo_node(&broker, &redis).await;
+    client(broker.port, "ready").await.close().await;
+    let shadow = "$aws/things/busy-lamp/shadow";
+    let answers =
+        ["update/accepted", "update/rejected", "get/accepted"].map(|a| format!("{shadow}/{a}"));
+    let (device, mut heard) = json_client(&broker, "busy-device", &answers).await;
+    let update = |i: usize| {
+        let body =
+            serde_json::json!({"state": {"reported": {"n": i}}, "clientToken": format!("u{i}")});
+        device.publish(
+            format!("{shadow}/update"),
+            QoS::AtLeastOnce,
+            false,
+            body.to_string(),
+        )
+    };
+    const SENT: usize = 15;
+    let pid = redis.pid().unwrap().to_string();
+    let signal = |signal: &str| {
+        let status = Command::new("kill").args([signal, &pid]).status().unwrap();
+        assert!(status.success(), "kill {signal}");
+    };
+    signal("-STOP");
+    for i in 0..SENT {
+        update(i).await.unwrap();
+    }
+    async fn next(
+        heard: &mut tokio::sync::mpsc::UnboundedReceiver<(String, serde_json::Value)>,
+    ) -> (String, serde_json::Value) {
+        tokio::time::timeout(WAIT, heard.recv())
+            .await
+            .expect("an answer")
+            .unwrap()
+    }
+    // The device's requests reach the node in order: the first ten wait for Redis.
+    for i in 10..SENT {
+        let (topic, body) = next(&mut heard).await;
+        assert!(topic.ends_with("/update/rejected"), "{topic}: {body}");
+        assert_eq!(
+            (&body["code"], &body["message"], &body["clientToken"]),
+            (
+                &429.into(),
+                &"Too many requests".into(),
+                &format!("u{i}").into()
+            ),
+        );
+    }
+    signal("-CONT");
+    let mut tokens = Vec::new();
+    for version in 1..=10 {
+        let (topic, body) = next(&mut heard).await;
+        assert!(topic.ends_with("/update/accepted"), "{topic}: {body}");
+        assert_eq!(body["version"], version);
+        tokens.push(body["clientToken"].as_str().unwrap().to_owned());
+    }
+    tokens.sort_by_key(|t| t[1..].parse::<usize>().unwrap());
+    let first_ten: Vec<String> = (0..10).map(|i| format!("u{i}")).collect();
+    assert_eq!(tokens, first_ten, "the first ten applied, each once");
+    device
+        .publish(format!("{shadow}/get"), QoS::AtLeastOnce, false, "{}")
+        .await
+        .unwrap();
+    let (topic, document) = next(&mut heard).await;
+    assert!(topic.ends_with("/get/accepted"), "{topic}: {document}");
+    assert_eq!(document["version"], 10, "the refused ones changed nothing");
+    let rendered = node.metrics.render();
+    assert!(
+        rendered.contains("mqstore_shadow_requests_total{op=\"update\",outcome=\"rejected\"} 5"),
+        "{rendered}"
+    );
+    let _ = tokio::time::timeout(WAIT, node.stop()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_away_means_jobs_requests_are_rejected_with_internal_error() {
+    use mqstore_core::jobs::{JobSpec, Status};
+    let mut redis = Redis::start();
+    let broker = Broker::start();
+    let node = solo_node(&broker, &redis).await;
     let operator = client(broker.port, "operator").await;
     let jobs = operator.jobs("T").await.unwrap();
     let spec = |id: &str| JobSpec::new(id, vec!["T".into()], serde_json::json!({}));

@@ -26,6 +26,8 @@ pub(super) struct SharedJobs {
     pub(super) minute_ms: u64,
     /// Requests running.
     pub(super) in_flight: usize,
+    /// The device shadows' requests among them, by thing (AWS's limit per device).
+    pub(super) shadows_in_flight: mqstore_core::shadow::InFlight,
     /// Ticks (timeouts, the next rollout batch) running.
     pub(super) ticking: usize,
     /// The last tick to end left work due at once (a rollout goes on): the next tick starts

@@ -219,6 +219,7 @@ pub async fn serve(
             done: done_tx.clone(),
             minute_ms,
             in_flight: 0,
+            shadows_in_flight: Default::default(),
             ticking: 0,
             busy: false,
             next_tick: 0,

@@ -228,6 +228,14 @@ impl JobsWork {
         self.replay.0.answered(answer);
     }
 
+    /// The request it runs (`None` for a tick).
+    pub fn message(&self) -> Option<&Publish> {
+        match &self.task {
+            Task::Request { message, .. } => Some(message),
+            Task::Tick { .. } => None,
+        }
+    }
+
     /// How many store calls the work made so far.
     pub fn calls(&self) -> usize {
         self.replay.0.calls()

@@ -49,6 +49,10 @@ impl Rejection {
         Rejection::new(413, "The payload exceeds the maximum size allowed")
     }
 
+    pub(crate) fn too_many_requests() -> Rejection {
+        Rejection::new(429, "Too many requests")
+    }
+
     pub(crate) fn internal() -> Rejection {
         Rejection::new(500, "Internal service failure")
     }

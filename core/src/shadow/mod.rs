@@ -409,14 +409,90 @@ const RACES: usize = 100;
 
 /// The store failed: AWS's 500, with the request's token.
 fn failed(target: Target<'_>, op: Op, payload: &[u8], now_ms: u64) -> Handled {
+    refused(target, op, payload, Rejection::internal(), now_ms)
+}
+
+/// A request refused before it ran, whatever it holds: `rejection` with the request's token.
+fn refused(
+    target: Target<'_>,
+    op: Op,
+    payload: &[u8],
+    rejection: Rejection,
+    now_ms: u64,
+) -> Handled {
     let envelope = document::parse(payload).map_or_else(|(_, e)| e, |(_, e)| e);
-    rejected(
-        &target.prefix(),
-        op,
-        Rejection::internal(),
-        &envelope,
-        now_ms / 1000,
-    )
+    rejected(&target.prefix(), op, rejection, &envelope, now_ms / 1000)
+}
+
+/// AWS's limit of shadow requests in flight (started, not yet answered) on one connection:
+/// one more is refused with 429.
+pub const MAX_IN_FLIGHT: usize = 10;
+
+/// The shadow requests in flight on a host that answers them after it received them (on
+/// Redis each is a [`crate::server::JobsWork`] whose store calls take round trips), so that a
+/// thing with [`MAX_IN_FLIGHT`] running has the next refused with AWS's 429 rather than
+/// queued behind them. AWS counts a connection's requests; a service beside the broker does
+/// not see connections, so a thing's (classic and named shadows together) stand for its
+/// device's. Besides following AWS, the limit bounds the compare-and-set races of one
+/// shadow's requests (see [`serve`]). A host that answers each request as it handles it (a
+/// node on memory or a data directory) never has one in flight, and needs none of this.
+#[derive(Debug, Default)]
+pub struct InFlight {
+    things: std::collections::HashMap<String, usize>,
+}
+
+/// What [`InFlight::start`] decided about a message.
+#[derive(Debug, PartialEq)]
+pub enum Admitted {
+    /// Not a shadow request: no limit applies.
+    NotShadow,
+    /// A shadow request, now in flight: call [`InFlight::finish`] with its topic once it is
+    /// answered.
+    Started,
+    /// Refused: its thing has [`MAX_IN_FLIGHT`] running. Publish this (AWS's 429 on the
+    /// request's `/rejected`) and do not run the request.
+    Refused(Op, Publish),
+}
+
+impl InFlight {
+    /// Starts the request `message` at `now_ms`, unless its thing has [`MAX_IN_FLIGHT`]
+    /// requests in flight.
+    pub fn start(&mut self, message: &Publish, now_ms: u64) -> Admitted {
+        let Some((target, op)) = parse_topic(&message.topic) else {
+            return Admitted::NotShadow;
+        };
+        let running = self.things.entry(target.thing.to_owned()).or_default();
+        if *running >= MAX_IN_FLIGHT {
+            let rejection = Rejection::too_many_requests();
+            let mut handled = refused(target, op, &message.payload, rejection, now_ms);
+            return Admitted::Refused(op, handled.publishes.remove(0));
+        }
+        *running += 1;
+        Admitted::Started
+    }
+
+    /// The request on `topic` that [`InFlight::start`] started was answered.
+    pub fn finish(&mut self, topic: &str) {
+        let Some((target, _)) = parse_topic(topic) else {
+            return;
+        };
+        if let Some(running) = self.things.get_mut(target.thing) {
+            *running -= 1;
+            if *running == 0 {
+                self.things.remove(target.thing);
+            }
+        }
+    }
+
+    /// Requests in flight, all things together.
+    pub fn len(&self) -> usize {
+        self.things.values().sum()
+    }
+
+    /// Whether no request is in flight.
+    pub fn is_empty(&self) -> bool {
+        self.things.is_empty()
+    }
 }
 
 fn rejected(

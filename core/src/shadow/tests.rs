@@ -512,3 +512,68 @@ fn the_shadow_service_answers_its_operator_call_and_leaves_the_others_to_jobs() 
         "{refused:?}"
     );
 }
+
+#[test]
+fn a_thing_with_ten_requests_in_flight_has_the_next_refused_with_429_until_one_finishes() {
+    let request = |thing: &str, path: &str, token: &str| Publish {
+        topic: format!("$aws/things/{thing}/shadow/{path}"),
+        payload: Bytes::from(json!({ "clientToken": token }).to_string()),
+        qos: 1,
+        properties: Properties::default(),
+    };
+    let mut in_flight = InFlight::default();
+    // The classic and named shadows of one thing count together (its device's requests).
+    for i in 0..MAX_IN_FLIGHT {
+        let path = if i % 2 == 0 { "get" } else { "name/cfg/update" };
+        let started = in_flight.start(&request("lamp", path, &format!("t{i}")), NOW_MS);
+        assert_eq!(started, Admitted::Started, "request {i}");
+    }
+    assert_eq!(in_flight.len(), MAX_IN_FLIGHT);
+    let Admitted::Refused(op, refusal) =
+        in_flight.start(&request("lamp", "name/cfg/update", "over"), NOW_MS)
+    else {
+        panic!("the eleventh request is not refused");
+    };
+    assert_eq!(op, Op::Update);
+    assert_eq!(
+        refusal.topic,
+        "$aws/things/lamp/shadow/name/cfg/update/rejected"
+    );
+    let body: Value = serde_json::from_slice(&refusal.payload).unwrap();
+    assert_eq!(
+        body,
+        json!({ "code": 429, "message": "Too many requests", "timestamp": NOW_S, "clientToken": "over" })
+    );
+    assert_eq!(
+        in_flight.len(),
+        MAX_IN_FLIGHT,
+        "a refused request is not in flight"
+    );
+    // Another thing is not held back; other topics are not counted.
+    assert_eq!(
+        in_flight.start(&request("fan", "get", "f"), NOW_MS),
+        Admitted::Started
+    );
+    let jobs = Publish {
+        topic: "$aws/things/lamp/jobs/get".into(),
+        ..request("lamp", "get", "j")
+    };
+    assert_eq!(in_flight.start(&jobs, NOW_MS), Admitted::NotShadow);
+    // One answered: the next goes.
+    in_flight.finish("$aws/things/lamp/shadow/get");
+    assert_eq!(
+        in_flight.start(&request("lamp", "delete", "d"), NOW_MS),
+        Admitted::Started
+    );
+    for _ in 0..MAX_IN_FLIGHT {
+        in_flight.finish("$aws/things/lamp/shadow/update");
+    }
+    in_flight.finish("$aws/things/fan/shadow/get");
+    // Finishing what never started changes nothing.
+    in_flight.finish("$aws/things/fan/shadow/get");
+    assert!(in_flight.is_empty());
+    assert_eq!(
+        in_flight.start(&request("fan", "get", "f"), NOW_MS),
+        Admitted::Started
+    );
+}

@@ -142,6 +142,13 @@ impl Node {
                 }
             }
             (state, Some(JobsService::Shared(shared))) => {
+                if let shadow::Admitted::Refused(op, refusal) =
+                    shared.shadows_in_flight.start(&message, now)
+                {
+                    self.metrics.shadow_handled(op, false);
+                    self.out.push(refusal);
+                    return self.queue_out();
+                }
                 shared.in_flight += 1;
                 let work = shared.request(message, state.node_id(), now);
                 self.drive_jobs(work);
@@ -164,7 +171,14 @@ impl Node {
                     let _ = done.send(Done::Jobs(JobsDone::Step(work, answer)));
                 });
             }
-            JobsStep::Request(out, handled) => self.jobs_done(JobsDone::Request(out, handled)),
+            JobsStep::Request(out, handled) => {
+                if let (Some(JobsService::Shared(shared)), Some(message)) =
+                    (&mut self.jobs, work.message())
+                {
+                    shared.shadows_in_flight.finish(&message.topic);
+                }
+                self.jobs_done(JobsDone::Request(out, handled))
+            }
             JobsStep::Tick(out, ticked) => self.jobs_done(JobsDone::Tick(out, ticked)),
             _ => {}
         }
