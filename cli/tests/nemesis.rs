@@ -4,7 +4,9 @@
 //! nothing of that side while the others do) or vanishes for it (its connections closed, a
 //! new one hanging in its handshake, as a killed container's address), its process is paused
 //! (SIGSTOP … SIGCONT) or
-//! killed and restarted, and its wall clock jumps (libfaketime). Afterwards every fault is
+//! killed and restarted, and its wall clock jumps (libfaketime); each client's link to the
+//! broker goes through a proxy of its own too, cut the same way (its calls in flight end
+//! unknown, and an observer cut off must say what it missed). Afterwards every fault is
 //! healed and the run is checked:
 //!
 //! * the history (closing reads included) is linearizable — porcupine, `tests/linearizability`;
@@ -94,6 +96,23 @@ fn faketime() -> PathBuf {
     )
 }
 
+/// The environment that runs a process under libfaketime with its wall clock set by `clock`
+/// (an offset such as `+0`, read again every second); the monotonic clock (timeouts,
+/// intervals) is left alone, as a real clock jump leaves it.
+fn jumping_clock(clock: &Path) -> Vec<(String, String)> {
+    let clock = clock.display().to_string();
+    [
+        ("LD_PRELOAD", faketime().display().to_string()),
+        ("FAKETIME_TIMESTAMP_FILE", clock),
+        ("FAKETIME_CACHE_DURATION", "1".into()),
+        ("FAKETIME_DONT_FAKE_MONOTONIC", "1".into()),
+        ("DONT_FAKE_MONOTONIC", "1".into()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect()
+}
+
 /// One `mqstore serve` process, its links through proxies, its clock in a file.
 struct Node {
     id: String,
@@ -146,13 +165,7 @@ impl Node {
             .args(&self.store)
             .args(["--node-id", &self.id, "--share-group", "nemesis"])
             .env("MQSTORE_LOG", "warn")
-            // The wall clock is the one in the file, read again every second; the monotonic
-            // clock (timeouts, intervals) is left alone, as a clock jump leaves it.
-            .env("LD_PRELOAD", faketime())
-            .env("FAKETIME_TIMESTAMP_FILE", &self.clock)
-            .env("FAKETIME_CACHE_DURATION", "1")
-            .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
-            .env("DONT_FAKE_MONOTONIC", "1")
+            .envs(jumping_clock(&self.clock))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -191,10 +204,14 @@ enum Store {
 }
 
 /// What the nemesis works on: the broker, Redis if the nodes share one, the `mqstore serve`
-/// nodes (none when the service is the plugin inside the broker).
+/// nodes (none when the service is the plugin inside the broker), and the clients' links to
+/// the broker (made by [`nemesis`]: the load's clients', then the observer's).
 struct Deployment {
     name: &'static str,
     broker: Broker,
+    client_links: Vec<Proxy>,
+    /// The broker's clock file, when it runs under libfaketime (the plugin inside it).
+    broker_clock: Option<PathBuf>,
     redis: Option<Redis>,
     nodes: Vec<Node>,
     /// Whether what was acknowledged survives a restart (so kills and restarts are faults).
@@ -208,6 +225,9 @@ enum Fault {
     CutBroker(usize),
     /// The node's link to Redis cut.
     CutRedis(usize),
+    /// A client's link to the broker cut (the last one is the observer's): its calls in
+    /// flight are lost, and it reconnects once the link is back.
+    CutClient(usize),
     /// The broker's host vanishes for the node: its connection closed, a new one hanging in
     /// its handshake (as a killed container's address).
     VanishBroker(usize),
@@ -219,6 +239,8 @@ enum Fault {
     Kill(usize),
     /// The node's wall clock jumps by this many seconds (and stays there).
     ClockJump(usize, i64),
+    /// The broker's wall clock jumps (the plugin's, inside it), the same way.
+    BrokerClockJump(i64),
     /// The broker killed, then started again on its port: every client and node reconnects.
     RestartBroker,
     /// The broker paused (SIGSTOP), then resumed.
@@ -243,12 +265,17 @@ impl Deployment {
         match fault {
             Fault::CutBroker(i) => nodes[i].broker_link.cut(),
             Fault::CutRedis(i) => nodes[i].redis_link.as_ref().unwrap().cut(),
+            Fault::CutClient(c) => self.client_links[c].cut(),
             Fault::VanishBroker(i) => nodes[i].broker_link.vanish(),
             Fault::VanishRedis(i) => nodes[i].redis_link.as_ref().unwrap().vanish(),
             Fault::Pause(i) => nodes[i].signal("-STOP"),
             Fault::Kill(i) => nodes[i].kill(),
             Fault::ClockJump(i, seconds) => {
                 std::fs::write(&nodes[i].clock, format!("{seconds:+}")).unwrap()
+            }
+            Fault::BrokerClockJump(seconds) => {
+                let clock = self.broker_clock.as_ref().unwrap();
+                std::fs::write(clock, format!("{seconds:+}")).unwrap()
             }
             Fault::RestartBroker => self.broker.stop(),
             Fault::PauseBroker => signal(self.broker.pid(), "-STOP"),
@@ -261,12 +288,13 @@ impl Deployment {
         let nodes = &mut self.nodes;
         match fault {
             Fault::CutBroker(i) | Fault::VanishBroker(i) => nodes[i].broker_link.restore(),
+            Fault::CutClient(c) => self.client_links[c].restore(),
             Fault::CutRedis(i) | Fault::VanishRedis(i) => {
                 nodes[i].redis_link.as_ref().unwrap().restore()
             }
             Fault::Pause(i) => nodes[i].signal("-CONT"),
             Fault::Kill(i) => nodes[i].start(),
-            Fault::ClockJump(..) => {}
+            Fault::ClockJump(..) | Fault::BrokerClockJump(_) => {}
             Fault::RestartBroker => self.broker.restart(),
             Fault::PauseBroker => signal(self.broker.pid(), "-CONT"),
             Fault::RestartRedis => self.redis.as_mut().unwrap().start_again(),
@@ -280,7 +308,7 @@ impl Deployment {
         let n = self.nodes.len() as u64;
         loop {
             let i = dice.roll(n.max(1)) as usize;
-            let fault = match dice.roll(11) {
+            let fault = match dice.roll(13) {
                 0 if n > 0 => Fault::CutBroker(i),
                 1 if self.redis.is_some() => Fault::CutRedis(i),
                 2 if n > 0 => Fault::Pause(i),
@@ -292,6 +320,10 @@ impl Deployment {
                 8 if self.redis.is_some() => Fault::PauseRedis,
                 9 if n > 0 => Fault::VanishBroker(i),
                 10 if self.redis.is_some() => Fault::VanishRedis(i),
+                11 => Fault::CutClient(dice.roll(self.client_links.len() as u64) as usize),
+                12 if self.broker_clock.is_some() => {
+                    Fault::BrokerClockJump(dice.roll(17) as i64 - 8)
+                }
                 _ => continue,
             };
             return fault;
@@ -315,6 +347,8 @@ fn beside(
     Deployment {
         name,
         broker,
+        client_links: Vec::new(),
+        broker_clock: None,
         redis,
         nodes,
         durable,
@@ -328,9 +362,13 @@ async fn nemesis(mut deployment: Deployment) {
     let seconds = nemesis_seconds();
     println!("nemesis over {name}: {seconds} s, MQSTORE_NEMESIS_SEED={seed}");
     let port = deployment.broker.port;
+    // Each client (the load's, then the observer) reaches the broker through its own link.
+    deployment.client_links = (0..=CLIENTS).map(|_| Proxy::to(port)).collect();
+    let link = |c: usize| deployment.client_links[c].port;
 
     // The observer first, so that every write comes after its first read.
-    let observer = calls::ready_client_timing_out(port, "observer", Duration::from_secs(3)).await;
+    let observer =
+        calls::ready_client_timing_out(link(CLIENTS), "observer", Duration::from_secs(3)).await;
     let changes = Arc::new(Mutex::new(BTreeMap::<String, Vec<KeyChange>>::new()));
     for k in 0..KEYS {
         let key = format!("k{k}");
@@ -351,7 +389,7 @@ async fn nemesis(mut deployment: Deployment) {
     let load = history::Load::start();
     let mut tasks = Vec::new();
     for c in 0..CLIENTS {
-        let client = calls::connect(port, &format!("client-{c}"), Duration::from_secs(3)).await;
+        let client = calls::connect(link(c), &format!("client-{c}"), Duration::from_secs(3)).await;
         tasks.push(tokio::spawn(history::run(client, c, KEYS, load.clone())));
     }
 
@@ -570,22 +608,25 @@ fn observers_see_every_change_or_a_gap(
         if seen.iter().any(|c| c.version.as_ref() == Some(&version)) {
             continue;
         }
-        // Not seen: the first change after it must say that some were missed.
-        let Some(next) = seen
+        // Not seen: a change after the last one before it, up to the first one after it, must
+        // say that some were missed — a versioned one, or a read-back without a version (the
+        // key found absent after a reconnect, or deleted by a request that landed late).
+        let from = seen
+            .iter()
+            .rposition(|c| c.version.as_ref().is_some_and(|v| *v < version))
+            .map_or(0, |before| before + 1);
+        let next = seen[from..]
             .iter()
             .position(|c| c.version.as_ref().is_some_and(|v| *v > version))
-        else {
-            // The key ended absent, found so by a read-back (no version: a deletion after
-            // this write, by a request that landed late) that says what it missed.
-            if seen.last().is_some_and(|c| c.version.is_none() && c.gap) {
-                continue;
-            }
+            .map(|i| from + i);
+        let told = &seen[from..next.map_or(seen.len(), |next| next + 1)];
+        if told.iter().any(|c| c.gap) {
+            continue;
+        }
+        let Some(next) = next else {
             missed_silently.push(format!("{key} {version}: no change after it"));
             continue;
         };
-        if seen[next].gap {
-            continue;
-        }
         // The blind spot docs/protocol/state-store.md §4 names: the key absent when last seen,
         // made (this write) and deleted again unheard, then made again by the next change —
         // which replaced nothing, as the store keeps no tombstone to say otherwise.
@@ -635,18 +676,26 @@ async fn three_nodes_on_redis() {
     nemesis(beside("redis", 3, Store::Redis(port), Some(redis), true)).await;
 }
 
-/// The plugin inside mosquitto, on `plugin_opt_data_dir`: the broker is the node.
+/// The plugin inside mosquitto, on `plugin_opt_data_dir`: the broker is the node, and its
+/// wall clock jumps as a node's does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_plugin_on_a_data_dir() {
     let dir = tempdir("plugin");
-    let broker = Broker::start_config(&format!(
-        "plugin {}\nplugin_opt_node_id inside\nplugin_opt_data_dir {}\n",
-        broker::plugin_path().display(),
-        dir.join("data").display()
-    ));
+    let clock = dir.join("clock-broker");
+    std::fs::write(&clock, "+0").unwrap();
+    let broker = Broker::start_config_env(
+        &format!(
+            "plugin {}\nplugin_opt_node_id inside\nplugin_opt_data_dir {}\n",
+            broker::plugin_path().display(),
+            dir.join("data").display()
+        ),
+        jumping_clock(&clock),
+    );
     nemesis(Deployment {
         name: "plugin",
         broker,
+        client_links: Vec::new(),
+        broker_clock: Some(clock),
         redis: None,
         nodes: Vec::new(),
         durable: true,

@@ -56,6 +56,8 @@ pub struct Broker {
     dir: PathBuf,
     /// Extra mosquitto configuration lines, kept for restarts.
     config: String,
+    /// Extra environment of the broker's process, kept for restarts.
+    env: Vec<(String, String)>,
 }
 
 /// Runs `[async] fn $name(kind: Kind)` as two tests, `$name::mosquitto` and `$name::mochi`.
@@ -285,16 +287,30 @@ impl Broker {
     /// Starts mosquitto with these configuration lines (anonymous clients are allowed unless
     /// they say otherwise).
     pub fn start_config(lines: &str) -> Self {
-        Self::launch(Kind::Mosquitto, free_port(), lines.to_owned())
+        Self::start_config_env(lines, Vec::new())
+    }
+
+    /// Starts mosquitto with these configuration lines and this environment besides its own
+    /// (`LD_PRELOAD` of a library, say), which its restarts keep.
+    pub fn start_config_env(lines: &str, env: Vec<(String, String)>) -> Self {
+        Self::launch_env(Kind::Mosquitto, free_port(), lines.to_owned(), env)
     }
 
     /// Starts the same kind of broker again on the same port (after [`Broker::stop`]).
     pub fn restart(&mut self) {
         self.stop();
-        *self = Self::launch(self.kind, self.port, std::mem::take(&mut self.config));
+        let (config, env) = (
+            std::mem::take(&mut self.config),
+            std::mem::take(&mut self.env),
+        );
+        *self = Self::launch_env(self.kind, self.port, config, env);
     }
 
     fn launch(kind: Kind, port: u16, config: String) -> Self {
+        Self::launch_env(kind, port, config, Vec::new())
+    }
+
+    fn launch_env(kind: Kind, port: u16, config: String, env: Vec<(String, String)>) -> Self {
         let dir =
             std::env::temp_dir().join(format!("mqstore-test-broker-{port}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -332,6 +348,7 @@ impl Broker {
             }
         };
         let child = command
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::from(
@@ -345,6 +362,7 @@ impl Broker {
             child: Some(child),
             dir,
             config,
+            env,
         };
         let started = Instant::now();
         while TcpStream::connect(("127.0.0.1", port)).is_err() {
