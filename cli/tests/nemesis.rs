@@ -17,7 +17,8 @@
 //!   write either among them or covered by a change marked `gap` (it says what it missed).
 //!
 //! Deployments: one node on memory (its data dies with it, so it is paused and cut off but not
-//! killed), one node on `--data-dir`, three nodes on one Redis. `MQSTORE_NEMESIS_SECONDS` sets
+//! killed), one node on `--data-dir`, three nodes on one Redis, on Redis Sentinel and on a Redis
+//! Cluster (a primary killed and failed over), the plugin in mosquitto. `MQSTORE_NEMESIS_SECONDS` sets
 //! how long faults are made per deployment (20 s unless set: the test command's short run;
 //! docs/reliability.md has the long runs), `MQSTORE_NEMESIS_SEED` the seed (printed by every
 //! run, so a failure can be replayed).
@@ -37,7 +38,7 @@ use std::time::{Duration, Instant};
 use broker::Broker;
 use mqstore_core::hlc::Hlc;
 use mqstore_net::client::{KeyChange, SetOptions};
-use redis::{Proxy, Redis};
+use redis::{Cluster, Proxy, Redis, Sentinels};
 use serde_json::Value;
 
 /// Keys the clients work on.
@@ -124,7 +125,7 @@ struct Node {
 }
 
 impl Node {
-    fn new(id: &str, broker: &Broker, store: Store, dir: &Path) -> Self {
+    fn new(id: &str, broker: &Broker, store: &Store, dir: &Path) -> Self {
         let (store, redis_link) = match store {
             Store::Memory => (Vec::new(), None),
             Store::DataDir => (
@@ -134,8 +135,19 @@ impl Node {
                 ],
                 None,
             ),
+            Store::Replicated(url) => (
+                // A write is answered once a replica has it too: a failover loses nothing
+                // acknowledged (docs/guide/redis.md).
+                vec![
+                    "--store".to_owned(),
+                    url.clone(),
+                    "--redis-wait-replicas".to_owned(),
+                    "1".to_owned(),
+                ],
+                None,
+            ),
             Store::Redis(port) => {
-                let link = Proxy::to(port);
+                let link = Proxy::to(*port);
                 (
                     vec![
                         "--store".to_owned(),
@@ -196,11 +208,156 @@ impl Drop for Node {
     }
 }
 
-#[derive(Clone, Copy)]
 enum Store {
     Memory,
     DataDir,
+    /// One Redis at this port, each node's link to it through a proxy.
     Redis(u16),
+    /// Redis Sentinel or a Redis Cluster at this URL (the nodes find the primaries).
+    Replicated(String),
+}
+
+/// Redis with replicas that take a dead primary's place: a primary and two replicas, each with
+/// its append-only file fsynced at every write, and the sentinels that fail the primary over;
+/// or a Redis Cluster of three primaries with a replica each, which fail over by themselves.
+struct Replicated {
+    servers: Vec<Redis>,
+    /// The sentinels (none: a cluster).
+    sentinels: Option<Sentinels>,
+    /// When the primary was last killed: the sentinels fail one primary over again only after
+    /// twice their failover timeout (8 s), and a primary killed meanwhile would leave none.
+    killed_at: Option<Instant>,
+}
+
+impl Replicated {
+    fn sentinel() -> Self {
+        let primary = Redis::start_durable();
+        let replicas = [
+            Redis::durable_replica_of(&primary),
+            Redis::durable_replica_of(&primary),
+        ];
+        let sentinels = Sentinels::start(&primary, 3);
+        Self {
+            servers: std::iter::once(primary).chain(replicas).collect(),
+            sentinels: Some(sentinels),
+            killed_at: None,
+        }
+    }
+
+    fn cluster() -> Self {
+        Self {
+            servers: Cluster::start_with_replicas(1).nodes,
+            sentinels: None,
+            killed_at: None,
+        }
+    }
+
+    fn url(&self) -> String {
+        match &self.sentinels {
+            Some(sentinels) => sentinels.url(),
+            None => format!(
+                "redis-cluster://{}",
+                self.servers
+                    .iter()
+                    .map(|s| format!("127.0.0.1:{}", s.port))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ),
+        }
+    }
+
+    /// The running servers that answer as primaries.
+    fn live_primaries(&self) -> usize {
+        let live = self.servers.iter().filter(|s| s.pid().is_some());
+        live.filter(|s| s.is_primary()).count()
+    }
+
+    /// Whether the primary may be killed now (see `killed_at`).
+    fn may_kill(&self) -> bool {
+        self.killed_at
+            .is_none_or(|at| at.elapsed() > Duration::from_secs(10))
+    }
+
+    /// Kills the primary.
+    fn kill_primary(&mut self) {
+        self.killed_at = Some(Instant::now());
+        if let Some(primary) = self.primary() {
+            primary.kill();
+        }
+    }
+
+    /// Once the sentinels promoted another server (up to 15 s), starts the killed one again:
+    /// on its append-only file, it comes back as the new primary's replica.
+    fn restart_killed(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while !self.promoted() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        for server in &mut self.servers {
+            server.start_again();
+        }
+    }
+
+    /// The primary to kill: the one the sentinels name now, or a cluster's first running one.
+    fn primary(&mut self) -> Option<&mut Redis> {
+        match &self.sentinels {
+            Some(sentinels) => {
+                let port = redis::named_primary(sentinels.nodes[0].port)?;
+                self.servers.iter_mut().find(|s| s.port == port)
+            }
+            None => self
+                .servers
+                .iter_mut()
+                .find(|s| s.pid().is_some() && s.is_primary()),
+        }
+    }
+
+    /// Whether another server took the killed primary's place (a cluster: three primaries
+    /// run again).
+    fn promoted(&mut self) -> bool {
+        match &self.sentinels {
+            Some(_) => self.primary().is_some_and(|p| p.pid().is_some()),
+            None => self.live_primaries() == 3,
+        }
+    }
+
+    /// Waits (up to 30 s) until the sentinels name a running primary with a replica in sync,
+    /// or the cluster has three primaries, each replica in sync, and its state is ok.
+    fn settle(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let synced = |s: &Redis| {
+            s.cli(&["info", "replication"])
+                .contains("master_link_status:up")
+        };
+        loop {
+            let settled = match &self.sentinels {
+                Some(sentinels) => {
+                    let port = redis::named_primary(sentinels.nodes[0].port);
+                    let primary = self.servers.iter().find(|s| Some(s.port) == port);
+                    primary.is_some_and(Redis::is_primary)
+                        && self
+                            .servers
+                            .iter()
+                            .any(|s| Some(s.port) != port && synced(s))
+                }
+                None => {
+                    self.live_primaries() == 3
+                        && self.servers.iter().all(|s| {
+                            s.cli(&["cluster", "info"]).contains("cluster_state:ok")
+                                && (s.is_primary() || synced(s))
+                        })
+                }
+            };
+            if settled {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no primary with a replica in sync after the faults healed"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
 }
 
 /// What the nemesis works on: the broker, Redis if the nodes share one, the `mqstore serve`
@@ -210,6 +367,8 @@ struct Deployment {
     name: &'static str,
     broker: Broker,
     client_links: Vec<Proxy>,
+    /// Redis Sentinel's servers, when the nodes use them.
+    replicated: Option<Replicated>,
     /// The broker's clock file, when it runs under libfaketime (the plugin inside it).
     broker_clock: Option<PathBuf>,
     redis: Option<Redis>,
@@ -249,6 +408,10 @@ enum Fault {
     RestartRedis,
     /// Redis paused, then resumed.
     PauseRedis,
+    /// A primary killed (Redis Sentinel's, which the sentinels fail over once it is down for a
+    /// second; or one of a cluster's, whose replica takes over), then, once another took its
+    /// place, started again: it comes back as the new primary's replica.
+    KillPrimary,
 }
 
 fn signal(pid: Option<u32>, signal: &str) {
@@ -281,6 +444,7 @@ impl Deployment {
             Fault::PauseBroker => signal(self.broker.pid(), "-STOP"),
             Fault::RestartRedis => self.redis.as_mut().unwrap().kill(),
             Fault::PauseRedis => signal(self.redis.as_ref().unwrap().pid(), "-STOP"),
+            Fault::KillPrimary => self.replicated.as_mut().unwrap().kill_primary(),
         }
     }
 
@@ -299,6 +463,7 @@ impl Deployment {
             Fault::PauseBroker => signal(self.broker.pid(), "-CONT"),
             Fault::RestartRedis => self.redis.as_mut().unwrap().start_again(),
             Fault::PauseRedis => signal(self.redis.as_ref().unwrap().pid(), "-CONT"),
+            Fault::KillPrimary => self.replicated.as_mut().unwrap().restart_killed(),
         }
     }
 
@@ -308,7 +473,7 @@ impl Deployment {
         let n = self.nodes.len() as u64;
         loop {
             let i = dice.roll(n.max(1)) as usize;
-            let fault = match dice.roll(13) {
+            let fault = match dice.roll(14) {
                 0 if n > 0 => Fault::CutBroker(i),
                 1 if self.redis.is_some() => Fault::CutRedis(i),
                 2 if n > 0 => Fault::Pause(i),
@@ -323,6 +488,9 @@ impl Deployment {
                 11 => Fault::CutClient(dice.roll(self.client_links.len() as u64) as usize),
                 12 if self.broker_clock.is_some() => {
                     Fault::BrokerClockJump(dice.roll(17) as i64 - 8)
+                }
+                13 if self.replicated.as_ref().is_some_and(Replicated::may_kill) => {
+                    Fault::KillPrimary
                 }
                 _ => continue,
             };
@@ -342,12 +510,13 @@ fn beside(
     let broker = Broker::start();
     let dir = tempdir(name);
     let nodes = (0..nodes)
-        .map(|i| Node::new(&format!("{name}-{i}"), &broker, store, &dir))
+        .map(|i| Node::new(&format!("{name}-{i}"), &broker, &store, &dir))
         .collect();
     Deployment {
         name,
         broker,
         client_links: Vec::new(),
+        replicated: None,
         broker_clock: None,
         redis,
         nodes,
@@ -407,6 +576,9 @@ async fn nemesis(mut deployment: Deployment) {
         tokio::time::sleep(dice.millis(300, 1_500)).await;
     }
     println!("faults: {faults:#?}");
+    if let Some(replicated) = &mut deployment.replicated {
+        replicated.settle();
+    }
 
     // Healed: the service answers again, then the load stops.
     let checker = calls::ready_client_timing_out(port, "checker", Duration::from_secs(3)).await;
@@ -469,7 +641,25 @@ async fn nemesis(mut deployment: Deployment) {
         .iter()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    versions_only_grow(&records, name, seed);
+    // One Redis (or one node) issues every version from one newest; a cluster each of its
+    // buckets its own (docs/guide/redis.md): there versions grow key by key.
+    let per_key = deployment
+        .replicated
+        .as_ref()
+        .is_some_and(|r| r.sentinels.is_none());
+    if per_key {
+        for k in 0..KEYS {
+            let key = format!("k{k}");
+            let of_key: Vec<Value> = records
+                .iter()
+                .filter(|r| r["key"] == key)
+                .cloned()
+                .collect();
+            versions_only_grow(&of_key, &format!("{name} {key}"), seed);
+        }
+    } else {
+        versions_only_grow(&records, name, seed);
+    }
 
     // The observer comes to see each key's closing write or a later change: the key as it is
     // now (a request from before the last fault that a client's reconnection sent again may
@@ -539,7 +729,8 @@ async fn nemesis(mut deployment: Deployment) {
     );
 }
 
-/// Every applied SET that began after another was answered has the higher version.
+/// Every applied SET among `records` that began after another was answered has the higher
+/// version.
 fn versions_only_grow(records: &[Value], name: &str, seed: u64) {
     let mut applied: Vec<(u64, u64, Hlc)> = records
         .iter()
@@ -549,7 +740,7 @@ fn versions_only_grow(records: &[Value], name: &str, seed: u64) {
         })
         .collect();
     assert!(
-        applied.len() > 10,
+        applied.len() > 2,
         "{name}: only {} applied SETs",
         applied.len()
     );
@@ -676,6 +867,29 @@ async fn three_nodes_on_redis() {
     nemesis(beside("redis", 3, Store::Redis(port), Some(redis), true)).await;
 }
 
+/// Redis Sentinel: a primary, two replicas and three sentinels, every server with its
+/// append-only file fsynced at every write, and the nodes writing with
+/// `--redis-wait-replicas 1`; the primary killed and failed over among the other faults.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_nodes_on_redis_sentinel() {
+    nemesis(on_replicated("sentinel", Replicated::sentinel())).await;
+}
+
+/// A Redis Cluster of three primaries with a replica each, the nodes writing with
+/// `--redis-wait-replicas 1`; a primary killed and failed over among the other faults.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_nodes_on_a_redis_cluster() {
+    nemesis(on_replicated("cluster", Replicated::cluster())).await;
+}
+
+/// Three nodes on `replicated`.
+fn on_replicated(name: &'static str, replicated: Replicated) -> Deployment {
+    let store = Store::Replicated(replicated.url());
+    let mut deployment = beside(name, 3, store, None, true);
+    deployment.replicated = Some(replicated);
+    deployment
+}
+
 /// The plugin inside mosquitto, on `plugin_opt_data_dir`: the broker is the node, and its
 /// wall clock jumps as a node's does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -695,6 +909,7 @@ async fn the_plugin_on_a_data_dir() {
         name: "plugin",
         broker,
         client_links: Vec::new(),
+        replicated: None,
         broker_clock: Some(clock),
         redis: None,
         nodes: Vec::new(),

@@ -18,6 +18,13 @@ pub struct Redis {
     extra: Vec<String>,
 }
 
+/// The append-only file on, fsynced at every write.
+fn durable_args() -> Vec<String> {
+    ["--appendonly", "yes", "--appendfsync", "always"]
+        .map(String::from)
+        .to_vec()
+}
+
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -53,15 +60,21 @@ impl Redis {
     /// A primary with the append-only file on and fsync at every write: what it acknowledged
     /// survives a restart.
     pub fn start_durable() -> Self {
-        Self::launch(
-            free_port(),
-            vec![
-                "--appendonly".into(),
-                "yes".into(),
-                "--appendfsync".into(),
-                "always".into(),
-            ],
-        )
+        Self::launch(free_port(), durable_args())
+    }
+
+    /// A replica of `primary` with the append-only file on and fsync at every write (so that
+    /// it comes back with its data when restarted after it was promoted).
+    pub fn durable_replica_of(primary: &Redis) -> Self {
+        let mut args = durable_args();
+        args.extend([
+            "--replicaof".into(),
+            "127.0.0.1".into(),
+            primary.port.to_string(),
+        ]);
+        let replica = Self::launch(free_port(), args);
+        replica.wait_synced_replica();
+        replica
     }
 
     /// A replica of `primary`, without persistence.
