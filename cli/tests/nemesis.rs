@@ -45,6 +45,12 @@ use serde_json::Value;
 const KEYS: u64 = 6;
 /// Clients running random operations.
 const CLIENTS: usize = 4;
+/// Clients acting as the devices of every thing at once, racing on the same job executions.
+const JOB_CLIENTS: usize = 2;
+/// Things the jobs target.
+const THINGS: usize = 3;
+/// Jobs, each targeting every thing: the devices work through them in order.
+const JOBS: usize = 60;
 
 fn nemesis_seconds() -> u64 {
     match std::env::var("MQSTORE_NEMESIS_SECONDS") {
@@ -531,8 +537,10 @@ async fn nemesis(mut deployment: Deployment) {
     let seconds = nemesis_seconds();
     println!("nemesis over {name}: {seconds} s, MQSTORE_NEMESIS_SEED={seed}");
     let port = deployment.broker.port;
-    // Each client (the load's, then the observer) reaches the broker through its own link.
-    deployment.client_links = (0..=CLIENTS).map(|_| Proxy::to(port)).collect();
+    // Each client (the load's, the observer, the jobs') reaches the broker through its own link.
+    deployment.client_links = (0..CLIENTS + 1 + JOB_CLIENTS)
+        .map(|_| Proxy::to(port))
+        .collect();
     let link = |c: usize| deployment.client_links[c].port;
 
     // The observer first, so that every write comes after its first read.
@@ -555,11 +563,40 @@ async fn nemesis(mut deployment: Deployment) {
         });
     }
 
+    // Jobs for the devices to work through, every execution queued before the load starts.
+    let things: Arc<[String]> = (0..THINGS).map(|t| format!("thing-{t}")).collect();
+    let job_ids: Arc<[String]> = (0..JOBS).map(|j| format!("job-{j}")).collect();
+    let operator = calls::ready_client_timing_out(port, "operator", Duration::from_secs(3)).await;
+    for job_id in job_ids.iter() {
+        let spec = mqstore_core::jobs::JobSpec::new(job_id, things.to_vec(), serde_json::json!({}));
+        operator.create_job(spec).await.expect("the job is created");
+    }
+    for thing in things.iter() {
+        let jobs = operator.jobs(thing).await.unwrap();
+        let deadline = Instant::now() + calls::WAIT;
+        while jobs.pending().await.unwrap().queued_jobs.len() < JOBS {
+            assert!(
+                Instant::now() < deadline,
+                "{thing}'s executions never queued"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     let load = history::Load::start();
     let mut tasks = Vec::new();
     for c in 0..CLIENTS {
         let client = calls::connect(link(c), &format!("client-{c}"), Duration::from_secs(3)).await;
         tasks.push(tokio::spawn(history::run(client, c, KEYS, load.clone())));
+    }
+    for j in 0..JOB_CLIENTS {
+        // Client ids after the checker's (porcupine wants each client's operations in turn).
+        let c = CLIENTS + 1 + j;
+        let client = calls::connect(link(c), &format!("device-{j}"), Duration::from_secs(3)).await;
+        let (things, job_ids, load) = (things.clone(), job_ids.clone(), load.clone());
+        tasks.push(tokio::spawn(async move {
+            history::run_jobs(client, c, &things, &job_ids, load).await
+        }));
     }
 
     // Faults, one at a time: each held for a while, healed, then a quiet spell.
@@ -629,6 +666,25 @@ async fn nemesis(mut deployment: Deployment) {
             None,
         ));
     }
+
+    // And every job execution described once all is healed.
+    for thing in things.iter() {
+        let jobs = checker.jobs(thing).await.unwrap();
+        for job_id in job_ids.iter() {
+            let call = load.elapsed().as_nanos();
+            let described = jobs
+                .describe(job_id)
+                .await
+                .expect("the healed service answers");
+            let ret = load.elapsed().as_nanos();
+            let out = format!("{}:{}", described.status.as_str(), described.version_number);
+            let key = history::execution_key(thing, job_id);
+            let line = history::line(CLIENTS, &key, "describe", "", (call, ret), &out, None);
+            history.push(line);
+        }
+    }
+    let job_operations = history.iter().filter(|l| l.contains("\"job:")).count();
+    println!("{name}: {job_operations} job execution operations");
 
     let (linearizable, report) = history::check(&history, &format!("nemesis-{name}.jsonl"));
     println!("{report}");
@@ -918,14 +974,56 @@ async fn the_plugin_on_a_data_dir() {
     .await;
 }
 
+/// The job execution model is not a rubber stamp either: an update accepted twice from one
+/// version (two devices both started the execution), or a describe that goes back a version,
+/// is refused; the honest history passes.
+#[test]
+fn the_checker_refuses_a_job_execution_updated_twice_from_one_version() {
+    let op = |client, op: &str, value: &str, call: u128, ret: u128, out: &str| {
+        history::line(client, "job:t:j", op, value, (call, ret), out, None)
+    };
+    let honest = vec![
+        op(0, "describe", "", 0, 5, "QUEUED:1"),
+        op(0, "update", "IN_PROGRESS@1", 10, 20, "ok:IN_PROGRESS:2"),
+        op(1, "update", "IN_PROGRESS@1", 15, 25, "VersionMismatch"),
+        op(1, "update", "SUCCEEDED", 30, 40, "ok:SUCCEEDED:3"),
+        op(0, "update", "FAILED@3", 50, 60, "InvalidStateTransition"),
+        op(0, "describe", "", 70, 80, "SUCCEEDED:3"),
+    ];
+    let (linearizable, report) = history::check(&honest, "jobs-honest.jsonl");
+    assert!(linearizable, "{report}");
+    for (i, planted, what) in [
+        (2, "ok:IN_PROGRESS:2", "a second start from version 1"),
+        (4, "ok:FAILED:4", "a finished execution changed again"),
+        (5, "IN_PROGRESS:2", "a describe gone back a version"),
+    ] {
+        let mut history = honest.clone();
+        let record: Value = serde_json::from_str(&history[i]).unwrap();
+        let (client, call, ret) = (
+            record["client"].as_u64().unwrap() as usize,
+            u128::from(record["call"].as_u64().unwrap()),
+            u128::from(record["ret"].as_u64().unwrap()),
+        );
+        let op_name = record["op"].as_str().unwrap();
+        history[i] = op(
+            client,
+            op_name,
+            record["value"].as_str().unwrap(),
+            call,
+            ret,
+            planted,
+        );
+        let (linearizable, report) = history::check(&history, "jobs-planted.jsonl");
+        assert!(!linearizable, "{what} passed: {report}");
+    }
+}
+
 /// The checker is not a rubber stamp: a history with a stale read planted in it is refused,
 /// with porcupine's visualisation written beside it; the same history without the plant passes.
 #[test]
 fn the_checker_refuses_a_planted_stale_read() {
-    let op = |client: usize, op: &str, value: &str, call: u64, ret: u64, out: &str| {
-        serde_json::json!({ "client": client, "key": "k0", "op": op, "value": value,
-            "call": call, "ret": ret, "out": out })
-        .to_string()
+    let op = |client, op: &str, value: &str, call: u128, ret: u128, out: &str| {
+        history::line(client, "k0", op, value, (call, ret), out, None)
     };
     let honest = vec![
         op(0, "set", "a", 0, 10, "ok"),

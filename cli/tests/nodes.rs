@@ -748,6 +748,41 @@ async fn the_device_api_moves_to_another_node_when_its_listener_dies_or_stops() 
     }
 }
 
+/// A node on memory behind a share group serves the jobs device API and device shadows (no
+/// broker delivers `$aws/…` to a shared subscription: it subscribes to those plainly).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_on_memory_behind_a_share_group_serves_the_device_api_and_shadows() {
+    let broker = Broker::start();
+    let config = ServerConfig {
+        share_group: Some(GROUP.into()),
+        ..ServerConfig::new(
+            BrokerConfig {
+                port: broker.port,
+                ..BrokerConfig::default()
+            },
+            "alone",
+        )
+    };
+    let node = spawn(config).await.expect("the node starts");
+    let c = client(broker.port, "device").await;
+    let spec = mqstore_core::jobs::JobSpec::new("j", vec!["T".into()], serde_json::json!({}));
+    c.create_job(spec).await.unwrap();
+    let jobs = c.jobs("T").await.unwrap();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while jobs.pending().await.unwrap().queued_jobs.is_empty() {
+        assert!(tokio::time::Instant::now() < deadline, "never queued");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let shadow = c.shadow("T", None).await.unwrap();
+    let updated = shadow
+        .update(serde_json::json!({"reported": {"on": true}}), None)
+        .await
+        .unwrap();
+    assert_eq!(updated["version"], 1);
+    c.close().await;
+    let _ = tokio::time::timeout(WAIT, node.stop()).await;
+}
+
 /// One node on `redis`, no share group: it listens to the device API itself.
 async fn solo_node(broker: &Broker, redis: &Redis) -> ServerHandle {
     let config = ServerConfig {

@@ -36,7 +36,8 @@ pub(super) enum JobsDone {
     Request(Vec<Publish>, Result<JobsHandled, NotAnswered>),
     /// A timer tick ran: what it published, and when the engine next has work.
     Tick(Vec<Publish>, Stored<Option<u64>>),
-    /// A claim of the listener lease ran (started at the time given): whether it holds.
+    /// A claim of the listener lease ran (started at the given time of the node's monotonic
+    /// clock): whether it holds.
     Claim(u64, Result<bool, RedisStoreError>),
     /// The listener lease was given up.
     Released(Result<(), RedisStoreError>),

@@ -33,7 +33,7 @@ pub(super) struct SharedJobs {
     /// The last tick to end left work due at once (a rollout goes on): the next tick starts
     /// while another still runs (see [`TICKS_WHILE_BUSY`]).
     pub(super) busy: bool,
-    /// When the next tick is due.
+    /// When the next tick is due, on the node's monotonic clock (`Node::monotonic`).
     pub(super) next_tick: u64,
     /// With a share group: the election of the node that listens to the device API.
     pub(super) listener: Option<Listener>,
@@ -49,10 +49,12 @@ pub(super) struct Listener {
     pub(super) leader: bool,
     /// A claim is running.
     pub(super) claiming: bool,
+    /// When the next claim is due, on the node's monotonic clock (`Node::monotonic`), as
+    /// `held_until` is.
     pub(super) next_claim: u64,
-    /// Until when this node may listen after its last successful claim, by its own clock: a
-    /// renewal short of the lease's end, so that it has unsubscribed before another node can
-    /// claim the lease.
+    /// Until when this node may listen after its last successful claim, by its own
+    /// monotonic clock: a renewal short of the lease's end, so that it has unsubscribed
+    /// before another node can claim the lease.
     pub(super) held_until: u64,
     /// Giving the lease up (the node stops once it is done).
     pub(super) releasing: bool,

@@ -429,11 +429,13 @@ pub async fn serve(
         }
         invoke_filters.push(OPERATOR_TOPIC);
     }
+    // Brokers such as mosquitto deliver no `$…` topic to a shared subscription: those (the
+    // jobs device API and the shadows of a node with its own jobs) are subscribed plainly.
     let mut invoke_filters: Vec<String> = invoke_filters
         .into_iter()
         .map(|filter| match &config.share_group {
-            Some(group) => format!("$share/{group}/{filter}"),
-            None => filter.to_owned(),
+            Some(group) if !filter.starts_with('$') => format!("$share/{group}/{filter}"),
+            _ => filter.to_owned(),
         })
         .collect();
     if config.commands {
@@ -481,6 +483,7 @@ pub async fn serve(
         own_max_packet_size: config.broker.max_packet_size,
         state,
         clock_offset_ms: config.clock_offset_ms,
+        started: std::time::Instant::now(),
         outbox: Outbox::new(client),
         metrics: metrics.clone(),
         invoke_filters,

@@ -222,3 +222,124 @@ pub fn check(history: &[String], name: &str) -> (bool, String) {
     );
     (out.status.success() && report.contains(": Ok"), report)
 }
+
+/// A job execution's key in a history: porcupine's model of AWS IoT Jobs' device API checks
+/// the operations on it (`tests/linearizability`).
+pub fn execution_key(thing: &str, job_id: &str) -> String {
+    format!("job:{thing}:{job_id}")
+}
+
+/// Whether a jobs error leaves the update's outcome unknown: as [`unknown`], and the jobs
+/// store failing mid-call (`InternalError`: a write may have landed before it failed).
+fn jobs_unknown(error: &ClientError) -> bool {
+    unknown(error) || matches!(error, ClientError::Jobs { code, .. } if code == "InternalError")
+}
+
+/// Client `c` acts as the device of every thing in `things` at once (as several clients of one
+/// device may): on each thing it works on the jobs `job_ids` in order, describing the current
+/// one or updating it to IN_PROGRESS, SUCCEEDED or FAILED, most often with the version it last
+/// saw as `expectedVersion`, and moves on once that one is done — until `load` stops. Two such
+/// clients race on the same executions. Its history lines, for the checker's job model.
+pub async fn run_jobs(
+    client: Client,
+    c: usize,
+    things: &[String],
+    job_ids: &[String],
+    load: std::sync::Arc<Load>,
+) -> Vec<String> {
+    use mqstore_core::jobs::Status;
+    use mqstore_net::jobs::Update;
+    let start = load.start;
+    let mut handles = Vec::new();
+    for thing in things {
+        handles.push(client.jobs(thing).await.expect("the jobs device API"));
+    }
+    let mut current = vec![0usize; things.len()];
+    let mut seen: Vec<Option<u64>> = vec![None; things.len()];
+    let mut lines = Vec::new();
+    let mut seed = 0x2545_f491_4f6c_dd1du64 ^ (c as u64 + 1);
+    while load.running() {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        let t = (seed % things.len() as u64) as usize;
+        let Some(job_id) = job_ids.get(current[t]) else {
+            // This thing's jobs are all done: wait for the others (or the end).
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            continue;
+        };
+        let key = execution_key(&things[t], job_id);
+        let call = start.elapsed().as_nanos();
+        let (op, value, out) = if (seed >> 8).is_multiple_of(3) {
+            let out = handles[t]
+                .describe(job_id)
+                .await
+                .map(|e| (e.status, e.version_number));
+            ("describe", String::new(), out)
+        } else {
+            let status = match (seed >> 12) % 4 {
+                0 | 1 => Status::InProgress,
+                2 => Status::Succeeded,
+                _ => Status::Failed,
+            };
+            // A stale or no expected version now and then: the service must refuse the one
+            // and take the other.
+            let expected = match (seed >> 16) % 5 {
+                0 => None,
+                1 => seen[t].map(|v| v.saturating_sub(1)),
+                _ => seen[t],
+            };
+            let value = match expected {
+                Some(v) => format!("{}@{v}", status.as_str()),
+                None => status.as_str().to_owned(),
+            };
+            let update = Update {
+                job_id: job_id.clone(),
+                status: Some(status),
+                expected_version: expected,
+                include_state: true,
+                ..Update::default()
+            };
+            let out = handles[t].update(update).await.map(|accepted| {
+                let state = accepted.execution_state.expect("the state asked for");
+                (state.status, state.version_number)
+            });
+            ("update", value, out)
+        };
+        let ret = start.elapsed().as_nanos();
+        let out = match out {
+            Ok((status, version)) => {
+                load.answered(call);
+                seen[t] = Some(version);
+                if !status.is_pending() {
+                    (current[t], seen[t]) = (current[t] + 1, None);
+                }
+                match op {
+                    "update" => format!("ok:{}:{version}", status.as_str()),
+                    _ => format!("{}:{version}", status.as_str()),
+                }
+            }
+            Err(ClientError::Jobs {
+                code,
+                execution_state,
+                ..
+            }) if code == "VersionMismatch" || code == "InvalidStateTransition" => {
+                load.answered(call);
+                if let Some(state) = execution_state {
+                    seen[t] = Some(state.version_number);
+                }
+                if code == "InvalidStateTransition" {
+                    (current[t], seen[t]) = (current[t] + 1, None);
+                }
+                code
+            }
+            Err(e) if jobs_unknown(&e) => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                "unknown".to_owned()
+            }
+            Err(e) => panic!("{op} {key}: {e}"),
+        };
+        lines.push(line(c, &key, op, &value, (call, ret), &out, None));
+    }
+    lines
+}

@@ -7,6 +7,11 @@
 // op: set | setnx | get | del | vdel; out: ok | notapplied | absent | 0 | 1 | a value (get) |
 // unknown (no answer: the operation may have taken effect any time after its call, or never;
 // such operations end at the end of the history). Prints a summary; exits 1 on a violation.
+//
+// A job execution (AWS IoT Jobs' device API) is a key of its own, "job:{thing}:{jobId}", with
+// op describe (out "STATUS:version") or update (value "STATUS" or "STATUS@expectedVersion";
+// out "ok:STATUS:version", "VersionMismatch" or "InvalidStateTransition"). An execution no
+// operation changed yet is QUEUED at version 1.
 package main
 
 import (
@@ -14,6 +19,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/anishathalye/porcupine"
@@ -37,9 +44,42 @@ type state struct {
 	value   string
 }
 
+// execution: a job execution's status and version (QUEUED at 1 until an operation changed it).
+func execution(st state) (string, int) {
+	if !st.present {
+		return "QUEUED", 1
+	}
+	status, version, _ := strings.Cut(st.value, ":")
+	n, _ := strconv.Atoi(version)
+	return status, n
+}
+
+// jobStep: AWS's rules for a device's update, in the order the service checks them: the
+// expected version, then the transition (a device may set IN_PROGRESS, SUCCEEDED, FAILED or
+// REJECTED while the execution is QUEUED or IN_PROGRESS); each accepted update raises the
+// version by one.
+func jobStep(st state, i input, o string, unknown bool) (bool, interface{}) {
+	status, version := execution(st)
+	if i.op == "describe" {
+		return unknown || o == fmt.Sprintf("%s:%d", status, version), st
+	}
+	target, expected, versioned := strings.Cut(i.value, "@")
+	if versioned && expected != strconv.Itoa(version) {
+		return unknown || o == "VersionMismatch", st
+	}
+	if status != "QUEUED" && status != "IN_PROGRESS" {
+		return unknown || o == "InvalidStateTransition", st
+	}
+	next := fmt.Sprintf("%s:%d", target, version+1)
+	return unknown || o == "ok:"+next, state{true, next}
+}
+
 func step(s interface{}, in interface{}, out interface{}) (bool, interface{}) {
 	st, i, o := s.(state), in.(input), out.(string)
 	unknown := o == "unknown"
+	if i.op == "describe" || i.op == "update" {
+		return jobStep(st, i, o, unknown)
+	}
 	switch i.op {
 	case "set":
 		return unknown || o == "ok", state{true, i.value}
@@ -104,7 +144,7 @@ func main() {
 		ret := r.Ret
 		if r.Out == "unknown" {
 			unknown++
-			if r.Op == "get" {
+			if r.Op == "get" || r.Op == "describe" {
 				continue // a read without an answer constrains nothing
 			}
 			ret = end + 1

@@ -13,7 +13,7 @@ impl Node {
             work.answered(answer);
             return self.drive_jobs(work);
         }
-        let now = self.now();
+        let (now, monotonic) = (self.now(), self.monotonic());
         let Some(JobsService::Shared(shared)) = &mut self.jobs else {
             return;
         };
@@ -31,8 +31,8 @@ impl Node {
                 // Timers and rollouts other nodes started are looked for every tick.
                 let wake = ticked.as_ref().ok().copied().flatten();
                 shared.busy = wake.is_some_and(|at| at <= now);
-                shared.next_tick =
-                    wake.map_or(now + JOBS_TICK_MS, |at| at.clamp(now, now + JOBS_TICK_MS));
+                let after = wake.map_or(JOBS_TICK_MS, |at| at.clamp(now, now + JOBS_TICK_MS) - now);
+                shared.next_tick = monotonic + after;
                 if let Err(error) = ticked {
                     debug!(%error, "Redis failed during a jobs tick; retrying");
                 }
@@ -54,7 +54,7 @@ impl Node {
                     return;
                 };
                 listener.claiming = false;
-                listener.next_claim = now + LISTENER_RENEW_MS;
+                listener.next_claim = monotonic + LISTENER_RENEW_MS;
                 if matches!(held, Ok(true)) {
                     // The lease runs from when Redis ran the claim, after `started`.
                     listener.held_until = started + LISTENER_LEASE_MS - LISTENER_RENEW_MS;
@@ -65,7 +65,7 @@ impl Node {
                     Ok(held) => held,
                     Err(ref error) => {
                         debug!(%error, "Redis failed during a listener claim; retrying");
-                        listener.leader && now < listener.held_until
+                        listener.leader && monotonic < listener.held_until
                     }
                 };
                 if leads && !listener.leader && self.stop == Stop::Running {

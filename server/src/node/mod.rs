@@ -173,6 +173,8 @@ pub(super) struct Node {
     pub(super) state: State,
     /// Added to the system clock (tests of skewed nodes).
     pub(super) clock_offset_ms: i64,
+    /// When the node started: what its monotonic clock ([`Node::monotonic`]) counts from.
+    pub(super) started: std::time::Instant,
     /// The jobs service, unless switched off.
     pub(super) jobs: Option<JobsService>,
     /// The command service on Redis, unless switched off (a local node's is in its core node).
@@ -240,6 +242,13 @@ impl Node {
         now_ms().saturating_add_signed(self.clock_offset_ms)
     }
 
+    /// Milliseconds since the node started, on a clock that never jumps: what the listener's
+    /// lease is timed by (a wall clock set back would keep a listener that lost its lease
+    /// listening beside the next, and hold its renewals back).
+    fn monotonic(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
     /// Whether a job's rollout may queue its next batch (see [`ROLLOUT_MAX_PENDING`]).
     fn rollout_has_room(&self) -> bool {
         self.outbox.len() + self.unacked.len() < ROLLOUT_MAX_PENDING
@@ -255,19 +264,22 @@ impl Driver for Node {
             Stop::Running | Stop::Unsubscribing | Stop::Unsubscribed => {
                 let jobs = match &self.jobs {
                     Some(JobsService::Shared(shared)) => {
-                        // The next claim; and a listener whose renewal is late stops at
-                        // `held_until` whatever the claim in flight says later.
+                        // The next tick, the next claim; and a listener whose renewal is late
+                        // stops at `held_until` whatever the claim in flight says later (all on
+                        // the monotonic clock, given in the wall clock's terms).
+                        let (now, monotonic) = (self.now(), self.monotonic());
                         let claim = shared.listener.as_ref().and_then(|listener| {
                             let claim = (!listener.claiming).then_some(listener.next_claim);
                             let stop = listener.leader.then_some(listener.held_until);
                             claim.into_iter().chain(stop).min()
                         });
-                        shared
+                        let due = shared
                             .may_tick()
                             .then_some(shared.next_tick)
                             .into_iter()
                             .chain(claim)
-                            .min()
+                            .min();
+                        due.map(|due| now + due.saturating_sub(monotonic))
                     }
                     // A local node's jobs are the node's: a job's rollout goes on at once,
                     // while the broker keeps up (requests that arrive meanwhile come first:
@@ -288,11 +300,12 @@ impl Driver for Node {
 
     fn on_deadline(&mut self, _: u64) {
         let now_ms = self.now();
+        let monotonic = self.monotonic();
         let rollout_room = self.rollout_has_room();
         self.state_deadline(now_ms, rollout_room);
         if let Some(JobsService::Shared(shared)) = &mut self.jobs
             && shared.may_tick()
-            && shared.next_tick <= now_ms
+            && shared.next_tick <= monotonic
         {
             shared.ticking += 1;
             let work = shared.tick(now_ms, rollout_room);
@@ -303,7 +316,7 @@ impl Driver for Node {
             ..
         })) = &self.jobs
             && listener.leader
-            && listener.held_until <= now_ms
+            && listener.held_until <= monotonic
         {
             warn!("the jobs device API lease was not renewed in time (is Redis reachable?)");
             self.stop_listening();
@@ -312,7 +325,7 @@ impl Driver for Node {
             && let Some(JobsService::Shared(shared)) = &mut self.jobs
             && let Some(listener) = &mut shared.listener
             && !listener.claiming
-            && listener.next_claim <= now_ms
+            && listener.next_claim <= monotonic
         {
             listener.claiming = true;
             let (store, done, token) = (
@@ -322,7 +335,7 @@ impl Driver for Node {
             );
             tokio::spawn(async move {
                 let held = store.claim_listener(&token, LISTENER_LEASE_MS).await;
-                let _ = done.send(Done::Jobs(JobsDone::Claim(now_ms, held)));
+                let _ = done.send(Done::Jobs(JobsDone::Claim(monotonic, held)));
             });
         }
         self.commands_deadline(now_ms);
