@@ -51,6 +51,9 @@ const JOB_CLIENTS: usize = 2;
 const THINGS: usize = 3;
 /// Jobs, each targeting every thing: the devices work through them in order.
 const JOBS: usize = 60;
+/// The clients' links: the load's, the observer's, the jobs devices', the command caller's and
+/// the echo device's.
+const LINKS: usize = CLIENTS + 1 + JOB_CLIENTS + 2;
 
 fn nemesis_seconds() -> u64 {
     match std::env::var("MQSTORE_NEMESIS_SECONDS") {
@@ -538,9 +541,7 @@ async fn nemesis(mut deployment: Deployment) {
     println!("nemesis over {name}: {seconds} s, MQSTORE_NEMESIS_SEED={seed}");
     let port = deployment.broker.port;
     // Each client (the load's, the observer, the jobs') reaches the broker through its own link.
-    deployment.client_links = (0..CLIENTS + 1 + JOB_CLIENTS)
-        .map(|_| Proxy::to(port))
-        .collect();
+    deployment.client_links = (0..LINKS).map(|_| Proxy::to(port)).collect();
     let link = |c: usize| deployment.client_links[c].port;
 
     // The observer first, so that every write comes after its first read.
@@ -589,6 +590,11 @@ async fn nemesis(mut deployment: Deployment) {
         let client = calls::connect(link(c), &format!("client-{c}"), Duration::from_secs(3)).await;
         tasks.push(tokio::spawn(history::run(client, c, KEYS, load.clone())));
     }
+    // Commands: a caller sends awaited commands, one at a time, to an MQTT 5 device that echoes
+    // them.
+    let echo = echo_device(link(LINKS - 1)).await;
+    let caller = calls::connect(link(LINKS - 2), "caller", Duration::from_secs(3)).await;
+    let commands = tokio::spawn(call_commands(caller, load.clone()));
     for j in 0..JOB_CLIENTS {
         // Client ids after the checker's (porcupine wants each client's operations in turn).
         let c = CLIENTS + 1 + j;
@@ -625,6 +631,10 @@ async fn nemesis(mut deployment: Deployment) {
     for task in tasks {
         history.extend(task.await.unwrap());
     }
+    let commands = commands.await.unwrap();
+    echo.abort();
+    // First, while the last commands' records are kept.
+    commands.check(&checker, name, seed).await;
 
     // Closing writes and reads: every key's last state, read back once all is healed, is in
     // the history porcupine checks (a lost acknowledged write cannot hide).
@@ -783,6 +793,165 @@ async fn nemesis(mut deployment: Deployment) {
         changes.values().map(Vec::len).sum::<usize>(),
         faults.len()
     );
+}
+
+/// An MQTT 5 device reached through `port` that answers each command on `dev/+/cmd` on its
+/// response topic, with its correlation data and `__stat: 200`, echoing the payload.
+async fn echo_device(port: u16) -> tokio::task::JoinHandle<()> {
+    use rumqttc::v5::mqttbytes::QoS;
+    use rumqttc::v5::mqttbytes::v5::{Packet, PublishProperties};
+    use rumqttc::v5::{AsyncClient, Event, MqttOptions};
+    let (client, mut eventloop) =
+        AsyncClient::new(MqttOptions::new("echo-device", "127.0.0.1", port), 256);
+    let (subscribed_tx, subscribed) = tokio::sync::oneshot::channel();
+    let task = tokio::spawn(async move {
+        let mut subscribed_tx = Some(subscribed_tx);
+        loop {
+            match eventloop.poll().await {
+                Ok(Event::Incoming(Packet::ConnAck(_))) => {
+                    let _ = client.subscribe("dev/+/cmd", QoS::AtLeastOnce).await;
+                }
+                Ok(Event::Incoming(Packet::SubAck(_))) => {
+                    subscribed_tx.take().map(|tx| tx.send(()));
+                }
+                Ok(Event::Incoming(Packet::Publish(p))) => {
+                    let props = p.properties.unwrap_or_default();
+                    let Some(response_topic) = props.response_topic else {
+                        continue;
+                    };
+                    let answer = PublishProperties {
+                        correlation_data: props.correlation_data,
+                        user_properties: vec![("__stat".into(), "200".into())],
+                        ..PublishProperties::default()
+                    };
+                    // Not awaited here: the event loop must go on to send it.
+                    let client = client.clone();
+                    tokio::spawn(async move {
+                        let _ = client
+                            .publish_with_properties(
+                                response_topic,
+                                QoS::AtLeastOnce,
+                                false,
+                                p.payload,
+                                answer,
+                            )
+                            .await;
+                    });
+                }
+                Ok(_) => {}
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+    });
+    tokio::time::timeout(calls::WAIT, subscribed)
+        .await
+        .expect("the echo device subscribes")
+        .unwrap();
+    task
+}
+
+/// How long the commands' status records surely last after the load (the service keeps one
+/// three timeouts of 2 s).
+const STATUS_KEPT: Duration = Duration::from_secs(4);
+
+/// What the command caller saw.
+#[derive(Default)]
+struct Commands {
+    /// Commands answered, by id: the payload sent and the payload answered, and when.
+    answered: Vec<(String, String, Vec<u8>, Instant)>,
+    /// Commands without an answer (timed out, refused while the store was away, the caller's
+    /// connection lost), with their id where the error names it, and when.
+    unanswered: Vec<(Option<String>, String, Instant)>,
+}
+
+/// Sends awaited commands (a 2 s timeout) to `dev/N/cmd`, one after another, until `load` stops.
+async fn call_commands(caller: mqstore_net::client::Client, load: Arc<history::Load>) -> Commands {
+    use mqstore_core::client::ClientError;
+    use mqstore_core::commands::CommandRequest;
+    let mut seen = Commands::default();
+    let mut n = 0u64;
+    while load.running() {
+        n += 1;
+        let payload = format!("{{\"n\":{n}}}");
+        let mut request = CommandRequest::new(format!("dev/{}/cmd", n % 4), payload.clone());
+        request.timeout_ms = 2_000;
+        match caller.command(request).await {
+            Ok(reply) => {
+                let answer = reply.payload.to_vec();
+                seen.answered
+                    .push((reply.id, payload, answer, Instant::now()))
+            }
+            Err(ClientError::CommandTimedOut { id }) => {
+                seen.unanswered
+                    .push((Some(id), "timed out".into(), Instant::now()))
+            }
+            Err(e) => {
+                seen.unanswered.push((None, e.to_string(), Instant::now()));
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+    seen
+}
+
+impl Commands {
+    /// Every answer was the caller's own command's (no answer given to another); once all is
+    /// healed each command's status is final and agrees with what its caller was told: an
+    /// answered one SUCCEEDED, a timed-out one TIMED_OUT (or SUCCEEDED, late) — of the commands
+    /// of the last [`STATUS_KEPT`] (a record is kept three timeouts, 6 s here).
+    async fn check(&self, checker: &mqstore_net::client::Client, name: &str, seed: u64) {
+        use mqstore_core::commands::Status;
+        assert!(
+            self.answered.len() > 10,
+            "{name} (seed {seed}): only {} commands answered; unanswered: {:?}",
+            self.answered.len(),
+            self.unanswered.iter().take(5).collect::<Vec<_>>()
+        );
+        // A record the service no longer has (forgotten early: a node's clock jumped ahead)
+        // says nothing; one it has must agree with the caller.
+        let (mut agreed, mut forgotten) = (0, 0);
+        let mut status = async |id: &str| match checker.command_status(id).await {
+            Ok(record) => Some(record.status),
+            Err(mqstore_core::client::ClientError::Status { status: 404, .. }) => {
+                forgotten += 1;
+                None
+            }
+            Err(e) => panic!("{name} (seed {seed}): command {id}'s status: {e}"),
+        };
+        for (id, sent, answer, at) in &self.answered {
+            assert_eq!(
+                sent.as_bytes(),
+                &answer[..],
+                "{name} (seed {seed}): command {id} got another command's answer"
+            );
+            if at.elapsed() < STATUS_KEPT
+                && let Some(found) = status(id).await
+            {
+                assert_eq!(found, Status::Succeeded, "{name} (seed {seed}): {id}");
+                agreed += 1;
+            }
+        }
+        for (id, _, at) in &self.unanswered {
+            if let Some(id) = id.as_ref().filter(|_| at.elapsed() < STATUS_KEPT)
+                && let Some(found) = status(id).await
+            {
+                assert!(
+                    matches!(found, Status::TimedOut | Status::Succeeded),
+                    "{name} (seed {seed}): command {id} timed out for its caller, and is {found:?}"
+                );
+                agreed += 1;
+            }
+        }
+        println!(
+            "{name}: {} commands answered, each with its own answer; {} not ({} timed out); of the last ones' statuses {agreed} agreed, {forgotten} were forgotten",
+            self.answered.len(),
+            self.unanswered.len(),
+            self.unanswered
+                .iter()
+                .filter(|(id, ..)| id.is_some())
+                .count()
+        );
+    }
 }
 
 /// Every applied SET among `records` that began after another was answered has the higher
