@@ -1,5 +1,6 @@
 //! The nemesis: faults mixed at random over each deployment while clients run random state
-//! store operations, as Jepsen tests the stores people trust. Each node's links to the broker
+//! store operations, devices race on job executions and a caller sends commands, as Jepsen
+//! tests the stores people trust. Each node's links to the broker
 //! and to Redis go through a proxy the nemesis cuts and restores (a partition: the node sees
 //! nothing of that side while the others do) or vanishes for it (its connections closed, a
 //! new one hanging in its handshake, as a killed container's address), its process is paused
@@ -10,7 +11,10 @@
 //! healed and the run is checked:
 //!
 //! * the history (closing reads included) is linearizable — porcupine, `tests/linearizability`;
-//!   so no acknowledged write was lost where the deployment keeps data across a restart;
+//!   so no acknowledged write was lost where the deployment keeps data across a restart; the
+//!   job executions' histories too, against AWS IoT Jobs' rules for a device's updates;
+//! * every command's answer is its caller's own, and its status agrees with what the caller
+//!   was told;
 //! * versions only grow: an applied SET that began after another one was answered has a
 //!   higher version, whatever the clocks did (fencing tokens are versions);
 //! * an observer sees each key's changes in version order, each once, and every acknowledged
