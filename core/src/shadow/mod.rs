@@ -434,7 +434,7 @@ pub const MAX_IN_FLIGHT: usize = 10;
 /// queued behind them. AWS counts a connection's requests; a service beside the broker does
 /// not see connections, so a thing's (classic and named shadows together) stand for its
 /// device's. Besides following AWS, the limit bounds the compare-and-set races of one
-/// shadow's requests (see [`serve`]). A host that answers each request as it handles it (a
+/// shadow's requests (see `serve`). A host that answers each request as it handles it (a
 /// node on memory or a data directory) never has one in flight, and needs none of this.
 #[derive(Debug, Default)]
 pub struct InFlight {
