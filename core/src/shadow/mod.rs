@@ -461,13 +461,18 @@ impl InFlight {
         let Some((target, op)) = parse_topic(&message.topic) else {
             return Admitted::NotShadow;
         };
-        let running = self.things.entry(target.thing.to_owned()).or_default();
-        if *running >= MAX_IN_FLIGHT {
-            let rejection = Rejection::too_many_requests();
-            let mut handled = refused(target, op, &message.payload, rejection, now_ms);
-            return Admitted::Refused(op, handled.publishes.remove(0));
+        // The thing's name is copied only for its first request in flight.
+        match self.things.get_mut(target.thing) {
+            Some(running) if *running >= MAX_IN_FLIGHT => {
+                let rejection = Rejection::too_many_requests();
+                let mut handled = refused(target, op, &message.payload, rejection, now_ms);
+                return Admitted::Refused(op, handled.publishes.remove(0));
+            }
+            Some(running) => *running += 1,
+            None => {
+                self.things.insert(target.thing.to_owned(), 1);
+            }
         }
-        *running += 1;
         Admitted::Started
     }
 
