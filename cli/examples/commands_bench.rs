@@ -14,6 +14,8 @@
 //! client's `command` calls to an MQTT 5 echo device, against the same baseline
 //! (`bash scripts/bench-plugin` runs it against both).
 
+mod common;
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -25,66 +27,11 @@ use mqstore_server::commander::{Commander, CommanderConfig, RegistryConfig};
 use mqstore_server::redis_store::RedisConfig;
 use rumqttc::v5::mqttbytes::QoS;
 use rumqttc::v5::mqttbytes::v5::{Packet, PublishProperties};
-use rumqttc::v5::{AsyncClient, Event, MqttOptions};
+use rumqttc::v5::{AsyncClient, Event};
 use tokio::sync::oneshot;
 
 const MEASURE: Duration = Duration::from_secs(3);
 const WARM_UP: Duration = Duration::from_millis(500);
-
-/// Options with Nagle's algorithm off (as mqstore's own connections: with it on, one request
-/// in flight waits tens of milliseconds).
-fn options(id: &str, port: u16) -> MqttOptions {
-    let mut options = MqttOptions::new(id, "127.0.0.1", port);
-    let mut network = rumqttc::NetworkOptions::new();
-    network.set_tcp_nodelay(true);
-    options.set_network_options(network);
-    options
-}
-
-/// An echo device: answers every command at once, MQTT 5 style (response topic + correlation
-/// data) or DJI style (`…/services_reply`, the same payload, which carries `tid`).
-async fn echo_device(port: u16, id: &str, filter: &str) {
-    let (client, mut eventloop) = AsyncClient::new(options(id, port), 4096);
-    client.subscribe(filter, QoS::AtLeastOnce).await.unwrap();
-    let (ready, subscribed) = oneshot::channel();
-    tokio::spawn(async move {
-        let mut ready = Some(ready);
-        loop {
-            match eventloop.poll().await {
-                Ok(Event::Incoming(Packet::SubAck(_))) => {
-                    if let Some(ready) = ready.take() {
-                        let _ = ready.send(());
-                    }
-                }
-                Ok(Event::Incoming(Packet::Publish(p))) => {
-                    let props = p.properties.unwrap_or_default();
-                    let topic = String::from_utf8_lossy(&p.topic).into_owned();
-                    let (topic, props) = match props.response_topic {
-                        Some(response) => (
-                            response,
-                            PublishProperties {
-                                correlation_data: props.correlation_data,
-                                user_properties: vec![("__stat".into(), "200".into())],
-                                ..Default::default()
-                            },
-                        ),
-                        None => (format!("{topic}_reply"), PublishProperties::default()),
-                    };
-                    let _ = client.try_publish_with_properties(
-                        topic,
-                        QoS::AtLeastOnce,
-                        false,
-                        p.payload,
-                        props,
-                    );
-                }
-                Ok(_) => {}
-                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-            }
-        }
-    });
-    subscribed.await.unwrap();
-}
 
 /// A bare MQTT 5 requester: publishes to `dev/{n}/cmd` with a response topic and correlation
 /// data, and completes each request when its answer comes.
@@ -97,7 +44,8 @@ struct Raw {
 
 impl Raw {
     async fn start(port: u16) -> Self {
-        let (client, mut eventloop) = AsyncClient::new(options("raw-requester", port), 4096);
+        let (client, mut eventloop) =
+            AsyncClient::new(common::options("raw-requester", port), 4096);
         client
             .subscribe("bench/raw/response", QoS::AtLeastOnce)
             .await
@@ -257,7 +205,7 @@ async fn main() {
     let second = args
         .next()
         .expect("usage: commands_bench PORT (REDIS_URL | --service)");
-    echo_device(port, "echo-mqtt5", "dev/+/cmd").await;
+    common::echo_device(port, "echo-mqtt5", "dev/+/cmd").await;
     if second == "--service" {
         let mut options =
             mqstore_net::client::ClientOptions::new("bench-caller", "127.0.0.1", port);
@@ -276,7 +224,7 @@ async fn main() {
         return report(&targets).await;
     }
     let redis = RedisConfig::parse(&second).unwrap();
-    echo_device(port, "echo-dji", "thing/product/+/services").await;
+    common::echo_device(port, "echo-dji", "thing/product/+/services").await;
     let broker = BrokerConfig {
         port,
         ..BrokerConfig::default()
