@@ -1365,79 +1365,6 @@ async fn stored_commands_are_started_by_id_and_followed_through_aws_events() {
     server.stop().await.unwrap();
 }
 
-/// A TCP proxy to the broker that, once `armed`, cuts the connection at the first PUBACK the
-/// broker sends, before it reaches the client: the client's publish was taken, and it never
-/// hears so. Counts the connections it cut.
-struct CutAtPuback {
-    port: u16,
-    armed: Arc<std::sync::atomic::AtomicBool>,
-    cut: Arc<std::sync::atomic::AtomicUsize>,
-}
-
-/// The length of the first whole MQTT packet in `buf` (fixed header, remaining length), if
-/// it is all there.
-fn mqtt_packet_len(buf: &[u8]) -> Option<usize> {
-    let (mut length, mut shift) = (0usize, 0);
-    for (i, byte) in buf.iter().enumerate().skip(1).take(4) {
-        length |= usize::from(byte & 0x7f) << shift;
-        if byte & 0x80 == 0 {
-            let whole = i + 1 + length;
-            return (buf.len() >= whole).then_some(whole);
-        }
-        shift += 7;
-    }
-    None
-}
-
-async fn cut_at_puback(broker_port: u16) -> CutAtPuback {
-    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let (armed, cut) = (
-        Arc::new(AtomicBool::new(false)),
-        Arc::new(AtomicUsize::new(0)),
-    );
-    let (armed_, cut_) = (armed.clone(), cut.clone());
-    tokio::spawn(async move {
-        while let Ok((client, _)) = listener.accept().await {
-            let Ok(broker) = tokio::net::TcpStream::connect(("127.0.0.1", broker_port)).await
-            else {
-                continue;
-            };
-            let (mut from_client, mut to_client) = client.into_split();
-            let (mut from_broker, mut to_broker) = broker.into_split();
-            let upstream = tokio::spawn(async move {
-                let _ = tokio::io::copy(&mut from_client, &mut to_broker).await;
-            });
-            let (armed, cut) = (armed_.clone(), cut_.clone());
-            tokio::spawn(async move {
-                let mut buf = Vec::new();
-                let mut chunk = [0u8; 16 * 1024];
-                loop {
-                    while let Some(len) = mqtt_packet_len(&buf) {
-                        // PUBACK: packet type 4.
-                        if buf[0] >> 4 == 4 && armed.swap(false, Ordering::SeqCst) {
-                            cut.fetch_add(1, Ordering::SeqCst);
-                            upstream.abort();
-                            return; // both halves to the client dropped: it sees the end.
-                        }
-                        let packet: Vec<u8> = buf.drain(..len).collect();
-                        if to_client.write_all(&packet).await.is_err() {
-                            return;
-                        }
-                    }
-                    match from_broker.read(&mut chunk).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                    }
-                }
-            });
-        }
-    });
-    CutAtPuback { port, armed, cut }
-}
-
 /// A one-way command is answered DELIVERED at the broker's PUBACK; when the connection drops
 /// after the broker took the command and before its PUBACK arrived, the caller hears that (503),
 /// on memory and on Redis alike, and the node goes on serving.
@@ -1452,7 +1379,7 @@ async fn a_one_way_command_whose_connection_drops_before_its_puback_is_answered_
         StoreConfig::Memory,
         StoreConfig::Redis(RedisConfig::parse(&redis.url()).unwrap()),
     ] {
-        let proxy = cut_at_puback(broker.port).await;
+        let proxy = broker::cut_at(broker.port, broker::Watch::FromBroker, broker::is_puback).await;
         let through_proxy = BrokerConfig {
             port: proxy.port,
             ..broker_config(&broker)

@@ -2781,3 +2781,64 @@ on_every_deployment! {
         service.stop().await;
     }
 }
+
+/// A notification the node handed to the broker just before its connection dropped (the
+/// broker never got it) is published again once the node has reconnected, and the observer
+/// hears of the change: on memory and on Redis. (It never did before: the node's session is
+/// clean, so what the broker had not acknowledged died with the connection, and nobody else
+/// would tell the observer; a caller whose answer is lost asks again, an observer cannot.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_notification_lost_with_the_broker_connection_is_published_again_after_the_reconnect() {
+    use mqstore_server::StoreConfig;
+    use std::sync::atomic::Ordering;
+    let broker = Broker::start_kind(Kind::Mosquitto);
+    let redis = redis::Redis::start();
+    let url = mqstore_server::redis_store::RedisConfig::parse(&redis.url()).unwrap();
+    for store in [StoreConfig::Memory, StoreConfig::Redis(url)] {
+        let is_notification = |packet: &[u8]| {
+            broker::publish_topic(packet).is_some_and(|t| t.contains("/command/notify/"))
+        };
+        let proxy = broker::cut_at(broker.port, broker::Watch::ToBroker, is_notification).await;
+        let through_proxy = BrokerConfig {
+            port: proxy.port,
+            ..BrokerConfig::default()
+        };
+        let server = spawn(ServerConfig {
+            store,
+            ..ServerConfig::new(through_proxy, "lost-notification")
+        })
+        .await
+        .expect("the server starts");
+        let observer = ready_client(broker.port, "observer").await;
+        let mut changes = observer.observe("k").await.unwrap();
+        let writer = ready_client(broker.port, "writer").await;
+        proxy.armed.store(true, Ordering::SeqCst);
+        // The node publishes the notification first, then the answer: both are lost with
+        // the connection, so the call ends unknown (a timeout).
+        let set = writer.set("k", "v1", SetOptions::default()).await;
+        assert!(
+            set.is_err(),
+            "the answer is lost with the connection: {set:?}"
+        );
+        assert_eq!(
+            proxy.cut.load(Ordering::SeqCst),
+            1,
+            "cut at the notification"
+        );
+        let change = next_change(&mut changes).await;
+        assert_eq!(change.value.as_deref(), Some(&b"v1"[..]));
+        let stored = writer.get("k").await.unwrap().expect("the SET was applied");
+        assert_eq!(change.version, stored.version);
+        assert!(
+            !change.synthetic && !change.gap,
+            "the notification itself: {change:?}"
+        );
+        // Nothing was sent twice to it: the next change follows on.
+        writer.set("k", "v2", SetOptions::default()).await.unwrap();
+        let change = next_change(&mut changes).await;
+        assert_eq!(change.value.as_deref(), Some(&b"v2"[..]));
+        observer.close().await;
+        writer.close().await;
+        server.stop().await.unwrap();
+    }
+}

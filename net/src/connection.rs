@@ -221,6 +221,8 @@ pub struct Outbox<T = ()> {
     client: AsyncClient,
     /// Each publish, its tag, and whether it is retained.
     backlog: VecDeque<(Publish, T, bool)>,
+    /// Nothing is handed over while the connection is down (see [`Outbox::hold`]).
+    held: bool,
 }
 
 impl<T> Outbox<T> {
@@ -229,6 +231,31 @@ impl<T> Outbox<T> {
         Self {
             client,
             backlog: VecDeque::new(),
+            held: false,
+        }
+    }
+
+    /// The connection dropped: keep everything here until [`Outbox::resume`]. rumqttc, with a
+    /// clean start, drops what it holds at the reconnect (what it had taken before the drop),
+    /// but sends what it takes after the drop; kept here, what is pushed meanwhile waits
+    /// behind what the owner sends again ([`Outbox::requeue`]), and the owner's count of what
+    /// rumqttc took stays true.
+    /// Whether it was not held before.
+    pub fn hold(&mut self) -> bool {
+        !std::mem::replace(&mut self.held, true)
+    }
+
+    /// Connected again: hands over what waits.
+    pub fn resume(&mut self, taken: impl FnMut(T)) {
+        self.held = false;
+        self.flush(taken);
+    }
+
+    /// Puts publishes that were lost with the connection back at the front, oldest first,
+    /// ahead of everything pushed since.
+    pub fn requeue(&mut self, lost: impl DoubleEndedIterator<Item = (Publish, T)>) {
+        for (message, tag) in lost.rev() {
+            self.backlog.push_front((message, tag, false));
         }
     }
 
@@ -259,9 +286,12 @@ impl<T> Outbox<T> {
         self.flush(taken);
     }
 
-    /// Hands publishes to rumqttc, in order, until its queue is full; `taken` gets the tag of
-    /// each one it took.
+    /// Hands publishes to rumqttc, in order, until its queue is full (nothing while held);
+    /// `taken` gets the tag of each one it took.
     pub fn flush(&mut self, mut taken: impl FnMut(T)) {
+        if self.held {
+            return;
+        }
         while let Some((message, tag, retain)) = self.backlog.pop_front() {
             match try_publish(&self.client, message, retain) {
                 Queued::Yes => taken(tag),

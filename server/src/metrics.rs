@@ -405,7 +405,7 @@ impl Metrics {
             ),
             (
                 "mqstore_notifications_total",
-                "Change notifications published.",
+                "Change notifications published (one published again after a broker connection dropped counts again).",
                 "counter",
                 &self.notifications,
             ),

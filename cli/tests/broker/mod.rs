@@ -428,3 +428,107 @@ impl Drop for Broker {
 
 /// Mosquitto, for tests that need its configuration (TLS, ACLs, its log).
 pub type Mosquitto = Broker;
+
+/// Which way a [`cut_at`] proxy watches the packets it forwards.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Watch {
+    /// What the broker sends to the client.
+    FromBroker,
+    /// What the client sends to the broker.
+    ToBroker,
+}
+
+/// A TCP proxy to a broker that, once `armed`, cuts the connection at the first packet
+/// [`cut_at`]'s test matches, before it is forwarded: it never arrives, and both ends see the
+/// connection end. Counts the connections it cut.
+pub struct CutAt {
+    pub port: u16,
+    pub armed: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    pub cut: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+/// A PUBACK (the broker took a QoS 1 publish).
+pub fn is_puback(packet: &[u8]) -> bool {
+    packet[0] >> 4 == 4
+}
+
+/// The topic of a PUBLISH packet, if `packet` is one.
+pub fn publish_topic(packet: &[u8]) -> Option<&str> {
+    if packet[0] >> 4 != 3 {
+        return None;
+    }
+    // The fixed header's remaining length takes 1–4 bytes, each but the last with bit 7 set.
+    let at = 1 + packet[1..].iter().position(|b| b & 0x80 == 0)? + 1;
+    let len = usize::from(u16::from_be_bytes([*packet.get(at)?, *packet.get(at + 1)?]));
+    std::str::from_utf8(packet.get(at + 2..at + 2 + len)?).ok()
+}
+
+/// The length of the first whole MQTT packet in `buf` (fixed header, remaining length), if
+/// it is all there.
+fn mqtt_packet_len(buf: &[u8]) -> Option<usize> {
+    let (mut length, mut shift) = (0usize, 0);
+    for (i, byte) in buf.iter().enumerate().skip(1).take(4) {
+        length |= usize::from(byte & 0x7f) << shift;
+        if byte & 0x80 == 0 {
+            let whole = i + 1 + length;
+            return (buf.len() >= whole).then_some(whole);
+        }
+        shift += 7;
+    }
+    None
+}
+
+/// A [`CutAt`] proxy to the broker on `broker_port`, watching `watch` for a packet `matches`.
+pub async fn cut_at(broker_port: u16, watch: Watch, matches: fn(&[u8]) -> bool) -> CutAt {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (armed, cut) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicUsize::new(0)),
+    );
+    let (armed_, cut_) = (armed.clone(), cut.clone());
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let Ok(broker) = tokio::net::TcpStream::connect(("127.0.0.1", broker_port)).await
+            else {
+                continue;
+            };
+            let _ = (client.set_nodelay(true), broker.set_nodelay(true));
+            let (from_client, to_client) = client.into_split();
+            let (from_broker, to_broker) = broker.into_split();
+            let ((mut from, mut to), (mut watched_from, mut watched_to)) = match watch {
+                Watch::FromBroker => ((from_client, to_broker), (from_broker, to_client)),
+                Watch::ToBroker => ((from_broker, to_client), (from_client, to_broker)),
+            };
+            let other = tokio::spawn(async move {
+                let _ = tokio::io::copy(&mut from, &mut to).await;
+            });
+            let (armed, cut) = (armed_.clone(), cut_.clone());
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 16 * 1024];
+                loop {
+                    while let Some(len) = mqtt_packet_len(&buf) {
+                        if matches(&buf[..len]) && armed.swap(false, Ordering::SeqCst) {
+                            cut.fetch_add(1, Ordering::SeqCst);
+                            other.abort();
+                            return; // every half dropped: both ends see the end.
+                        }
+                        let packet: Vec<u8> = buf.drain(..len).collect();
+                        if watched_to.write_all(&packet).await.is_err() {
+                            return;
+                        }
+                    }
+                    match watched_from.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+            });
+        }
+    });
+    CutAt { port, armed, cut }
+}

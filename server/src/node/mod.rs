@@ -159,7 +159,12 @@ impl State {
 pub(super) enum Sent {
     Answer,
     /// A notification for this client: "no matching subscribers" means it stopped listening.
-    Notification(String),
+    /// With a copy, published again if the connection drops before its PUBACK: nobody else
+    /// would ever tell the client of that change (a caller whose answer is lost asks again).
+    Notification {
+        client: String,
+        copy: Publish,
+    },
     /// The probe that tells whether the broker reports "no matching subscribers" at all.
     Probe,
     /// This node's retained presence.
@@ -430,6 +435,9 @@ impl Driver for Node {
             }
             Err(e) => {
                 self.metrics.set_subscribed(false);
+                if self.outbox.hold() {
+                    self.connection_lost();
+                }
                 let error = connection_error(&e);
                 if self.start_failures.is_some() && self.fail_fast {
                     let (addr, error) = (self.broker.clone(), error.to_string());
@@ -489,6 +497,35 @@ impl Node {
 }
 
 impl Node {
+    /// The broker connection dropped, and with it (clean start) every publish rumqttc had
+    /// taken and the broker had not acknowledged: the notifications among them go out again
+    /// once reconnected, ahead of anything made meanwhile (a client that got one already drops
+    /// the copy: it is not newer than what it saw); a one-way command's caller hears that its
+    /// command's fate is unknown.
+    fn connection_lost(&mut self) {
+        let mut again = Vec::new();
+        for tag in self.unacked.lost() {
+            match tag {
+                Sent::Receipt(receipt) => self.command_acknowledged(&receipt, None),
+                Sent::Notification { client, copy } => {
+                    let tag = Sent::Notification {
+                        client,
+                        copy: copy.clone(),
+                    };
+                    again.push((copy, tag));
+                }
+                Sent::Answer | Sent::Probe | Sent::Presence => {}
+            }
+        }
+        if !again.is_empty() {
+            info!(
+                notifications = again.len(),
+                "the broker connection dropped before it acknowledged these notifications: they go out again once reconnected"
+            );
+        }
+        self.outbox.requeue(again.into_iter());
+    }
+
     fn on_event(&mut self, event: Event) {
         let gone = match event {
             Event::Incoming(Packet::ConnAck(connack)) => {
@@ -504,14 +541,7 @@ impl Node {
                 self.max_packet_size = broker.map_or(self.own_max_packet_size, |b| {
                     b.min(self.own_max_packet_size)
                 });
-                // Clean start: nothing survives a reconnect, so subscribe again every time,
-                // and forget which packet ids were notifications.
-                // A one-way command's caller whose PUBACK will not come hears so.
-                for tag in self.unacked.lost() {
-                    if let Sent::Receipt(receipt) = tag {
-                        self.command_acknowledged(&receipt, None);
-                    }
-                }
+                // Clean start: nothing survives a reconnect, so subscribe again every time.
                 let mut filters = self.invoke_filters.clone();
                 filters.extend(self.elected_filters());
                 filters.extend(self.presence_filters.iter().map(|f| f.to_string()));
@@ -543,6 +573,9 @@ impl Node {
                 }
                 self.outbox
                     .push(probe, Sent::Probe, |tag| note_sent(unacked, metrics, tag));
+                // What waited while the connection was down: the notifications lost with the
+                // last one first, then what was made meanwhile.
+                self.outbox.resume(|tag| note_sent(unacked, metrics, tag));
                 self.queue_out();
                 None
             }
@@ -618,7 +651,10 @@ impl Node {
                     self.queue_out();
                 }
                 match (ack.reason, sent) {
-                    (PubAckReason::NoMatchingSubscribers, Some(Sent::Notification(client))) => {
+                    (
+                        PubAckReason::NoMatchingSubscribers,
+                        Some(Sent::Notification { client, .. }),
+                    ) => {
                         debug!(?client, "nobody receives this client's notifications");
                         Some(vec![client])
                     }
@@ -767,7 +803,10 @@ impl Node {
         let mut push_out = |out: server::Out| {
             let tag = match (out.to, out.receipt) {
                 (_, Some(receipt)) => Sent::Receipt(receipt),
-                (To::Watcher(client), None) => Sent::Notification(client),
+                (To::Watcher(client), None) => Sent::Notification {
+                    client,
+                    copy: out.publish.clone(),
+                },
                 (To::Requester(_) | To::Subscribers, None) => Sent::Answer,
             };
             push(out.publish, tag);
@@ -793,8 +832,13 @@ impl Node {
         }
         // What the node made itself (a 503 while overloaded), and the engine's on Redis.
         for message in self.out.drain(..) {
-            let tag = topics::client_of_notify_topic(&message.topic)
-                .map_or(Sent::Answer, Sent::Notification);
+            let tag = match topics::client_of_notify_topic(&message.topic) {
+                Some(client) => Sent::Notification {
+                    client,
+                    copy: message.clone(),
+                },
+                None => Sent::Answer,
+            };
             push(message, tag);
         }
         self.check_disk();
@@ -868,7 +912,7 @@ pub(super) fn fit(message: Publish, tag: &Sent, max: u32, metrics: &Metrics) -> 
 
 /// rumqttc took a publish: remember what it was until its PUBACK (an answer: nothing).
 pub(super) fn note_sent(unacked: &mut Unacked<Sent>, metrics: &Metrics, tag: Sent) {
-    if matches!(tag, Sent::Notification(_)) {
+    if matches!(tag, Sent::Notification { .. }) {
         metrics.notified(1);
     }
     unacked.taken((tag != Sent::Answer).then_some(tag));
@@ -908,7 +952,10 @@ mod tests {
         );
         // A notification too large, or an answer whose topic alone is too large: dropped.
         let notification = publish("n/1", &[b'x'; 200]);
-        let client = Sent::Notification("c".into());
+        let client = Sent::Notification {
+            client: "c".into(),
+            copy: notification.clone(),
+        };
         assert_eq!(fit(notification, &client, 150, &metrics), None);
         assert_eq!(
             fit(publish("r/1", &[b'x'; 200]), &Sent::Answer, 10, &metrics),
