@@ -3,6 +3,7 @@
 //! devices that answer to the response topic with the correlation data.
 
 mod broker;
+mod calls;
 #[path = "redis/mod.rs"]
 mod redis;
 
@@ -39,72 +40,11 @@ fn broker_config(broker: &Broker) -> BrokerConfig {
 /// How many times a device ran each command (by id).
 type Runs = Arc<Mutex<HashMap<String, u32>>>;
 
-/// A device simulator: connects as `id`, subscribes to `filter`, and answers each command
-/// with what `answer` makes of it (topic, payload, properties, delay), as often as it says.
-async fn device(
-    broker: &Broker,
-    id: &str,
-    filter: &str,
-    answer: impl Fn(&str, &[u8], &PublishProperties) -> Vec<(String, Vec<u8>, PublishProperties, u64)>
-    + Send
-    + 'static,
-) -> tokio::task::JoinHandle<()> {
-    let mut options = MqttOptions::new(id, "127.0.0.1", broker.port);
-    options.set_max_packet_size(Some(16 * 1024 * 1024));
-    let (client, mut eventloop) = AsyncClient::new(options, 1024);
-    let (subscribed_tx, subscribed) = tokio::sync::oneshot::channel();
-    let filter = filter.to_owned();
-    let task = tokio::spawn(async move {
-        let mut subscribed_tx = Some(subscribed_tx);
-        loop {
-            match eventloop.poll().await {
-                Ok(Event::Incoming(Packet::ConnAck(_))) => {
-                    client
-                        .subscribe(filter.clone(), QoS::AtLeastOnce)
-                        .await
-                        .unwrap();
-                }
-                Ok(Event::Incoming(Packet::SubAck(_))) => {
-                    if let Some(tx) = subscribed_tx.take() {
-                        let _ = tx.send(());
-                    }
-                }
-                Ok(Event::Incoming(Packet::Publish(p))) => {
-                    let topic = String::from_utf8_lossy(&p.topic).into_owned();
-                    let props = p.properties.unwrap_or_default();
-                    for (topic, payload, props, delay) in answer(&topic, &p.payload, &props) {
-                        let client = client.clone();
-                        tokio::spawn(async move {
-                            tokio::time::sleep(Duration::from_millis(delay)).await;
-                            let _ = client
-                                .publish_with_properties(
-                                    topic,
-                                    QoS::AtLeastOnce,
-                                    false,
-                                    payload,
-                                    props,
-                                )
-                                .await;
-                        });
-                    }
-                }
-                Ok(_) => {}
-                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-            }
-        }
-    });
-    tokio::time::timeout(WAIT, subscribed)
-        .await
-        .expect("the device subscribes")
-        .unwrap();
-    task
-}
-
 /// A DJI-style device pool: `thing/product/{sn}/services` in, `…/services_reply` out, the id
 /// in `tid`; `{"data": {"delay": ms, "fail": true, "twice": true}}` steer it; the answer echoes
 /// `data`.
 async fn dji_devices(broker: &Broker, runs: Runs) -> tokio::task::JoinHandle<()> {
-    device(broker, "dji-devices", "thing/product/+/services", move |topic, payload, _| {
+    calls::device(broker.port, "dji-devices", "thing/product/+/services", move |topic, payload, _| {
         let sn = topic.split('/').nth(2).unwrap_or_default().to_owned();
         let Ok(command) = serde_json::from_slice::<Value>(payload) else {
             return Vec::new();
@@ -126,24 +66,6 @@ async fn dji_devices(broker: &Broker, runs: Runs) -> tokio::task::JoinHandle<()>
                 )
             })
             .collect()
-    })
-    .await
-}
-
-/// An MQTT 5 device pool answering on the response topic with the correlation data and
-/// `__stat: 200`, echoing the payload.
-async fn mqtt5_devices(broker: &Broker) -> tokio::task::JoinHandle<()> {
-    device(broker, "mqtt5-devices", "dev/+/cmd", |_, payload, props| {
-        let Some(response_topic) = props.response_topic.clone() else {
-            return Vec::new();
-        };
-        let answer = PublishProperties {
-            correlation_data: props.correlation_data.clone(),
-            content_type: Some("application/json".into()),
-            user_properties: vec![("__stat".into(), "200".into())],
-            ..PublishProperties::default()
-        };
-        vec![(response_topic, payload.to_vec(), answer, 0)]
     })
     .await
 }
@@ -261,10 +183,15 @@ async fn uncorrelated_commands_on_redis_take_the_next_answer_on_their_topic() {
     let broker = Broker::start();
     let redis = Redis::start();
     // A device that answers on a fixed topic with nothing to correlate by.
-    let _device = device(&broker, "old-firmware", "old/+/in", |topic, payload, _| {
-        let out = topic.replace("/in", "/out");
-        vec![(out, payload.to_vec(), PublishProperties::default(), 100)]
-    })
+    let _device = calls::device(
+        broker.port,
+        "old-firmware",
+        "old/+/in",
+        |topic, payload, _| {
+            let out = topic.replace("/in", "/out");
+            vec![(out, payload.to_vec(), PublishProperties::default(), 100)]
+        },
+    )
     .await;
     let mut profiles = mqstore_core::commands::Profiles::built_in();
     profiles
@@ -473,7 +400,7 @@ async fn callers_send_commands(inside: bool) {
     };
     let runs = Runs::default();
     let _dji = dji_devices(&broker, runs.clone()).await;
-    let _mqtt5 = mqtt5_devices(&broker).await;
+    let _mqtt5 = calls::mqtt5_devices(broker.port, "mqtt5-devices").await;
     let server = match inside {
         false => Some(server(&broker).await),
         true => None,
@@ -748,7 +675,7 @@ async fn thousands_of_commands_over_three_nodes_each_get_their_own_answer() {
     let redis = Redis::start();
     let runs = Runs::default();
     let _dji = dji_devices(&broker, runs.clone()).await;
-    let _mqtt5 = mqtt5_devices(&broker).await;
+    let _mqtt5 = calls::mqtt5_devices(broker.port, "mqtt5-devices").await;
 
     // Registry mode on Redis: answers read by any node, forwarded to the one that waits.
     let mut nodes = Vec::new();
@@ -822,7 +749,7 @@ async fn jobs_and_commands_beside_the_plugin() {
     use mqstore_net::jobs::StartNext;
 
     let broker = broker_with_plugin("plugin_opt_jobs false\nplugin_opt_commands false\n");
-    let _mqtt5 = mqtt5_devices(&broker).await;
+    let _mqtt5 = calls::mqtt5_devices(broker.port, "mqtt5-devices").await;
     let config = ServerConfig {
         state_store: false,
         ..ServerConfig::new(broker_config(&broker), "beside")
@@ -1374,7 +1301,7 @@ async fn a_one_way_command_whose_connection_drops_before_its_puback_is_answered_
     use std::sync::atomic::Ordering;
     let broker = Broker::start();
     let redis = Redis::start();
-    let _devices = mqtt5_devices(&broker).await;
+    let _devices = calls::mqtt5_devices(broker.port, "mqtt5-devices").await;
     for store in [
         StoreConfig::Memory,
         StoreConfig::Redis(RedisConfig::parse(&redis.url()).unwrap()),

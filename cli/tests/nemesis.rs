@@ -299,6 +299,13 @@ impl Replicated {
         }
     }
 
+    /// Pauses server `j`: counted as a kill (a primary paused may be failed over, and none
+    /// may go down again while the sentinels still refuse a second failover).
+    fn pause(&mut self, j: usize) {
+        self.killed_at = Some(Instant::now());
+        signal(self.servers[j].pid(), "-STOP");
+    }
+
     /// Once the sentinels promoted another server (up to 15 s), starts the killed one again:
     /// on its append-only file, it comes back as the new primary's replica.
     fn restart_killed(&mut self) {
@@ -425,6 +432,10 @@ enum Fault {
     /// second; or one of a cluster's, whose replica takes over), then, once another took its
     /// place, started again: it comes back as the new primary's replica.
     KillPrimary,
+    /// One of Sentinel's or a cluster's servers paused (a primary or a replica), then resumed:
+    /// a primary held past the sentinels' or the cluster's timeout (1 s) is failed over and
+    /// comes back demoted; meanwhile it still takes commands from whoever reaches it.
+    PauseServer(usize),
 }
 
 fn signal(pid: Option<u32>, signal: &str) {
@@ -458,6 +469,7 @@ impl Deployment {
             Fault::RestartRedis => self.redis.as_mut().unwrap().kill(),
             Fault::PauseRedis => signal(self.redis.as_ref().unwrap().pid(), "-STOP"),
             Fault::KillPrimary => self.replicated.as_mut().unwrap().kill_primary(),
+            Fault::PauseServer(j) => self.replicated.as_mut().unwrap().pause(j),
         }
     }
 
@@ -477,6 +489,9 @@ impl Deployment {
             Fault::RestartRedis => self.redis.as_mut().unwrap().start_again(),
             Fault::PauseRedis => signal(self.redis.as_ref().unwrap().pid(), "-CONT"),
             Fault::KillPrimary => self.replicated.as_mut().unwrap().restart_killed(),
+            Fault::PauseServer(j) => {
+                signal(self.replicated.as_ref().unwrap().servers[j].pid(), "-CONT")
+            }
         }
     }
 
@@ -486,7 +501,7 @@ impl Deployment {
         let n = self.nodes.len() as u64;
         loop {
             let i = dice.roll(n.max(1)) as usize;
-            let fault = match dice.roll(14) {
+            let fault = match dice.roll(15) {
                 0 if n > 0 => Fault::CutBroker(i),
                 1 if self.redis.is_some() => Fault::CutRedis(i),
                 2 if n > 0 => Fault::Pause(i),
@@ -504,6 +519,11 @@ impl Deployment {
                 }
                 13 if self.replicated.as_ref().is_some_and(Replicated::may_kill) => {
                     Fault::KillPrimary
+                }
+                14 if let Some(replicated) = &self.replicated
+                    && replicated.may_kill() =>
+                {
+                    Fault::PauseServer(dice.roll(replicated.servers.len() as u64) as usize)
                 }
                 _ => continue,
             };
@@ -596,7 +616,7 @@ async fn nemesis(mut deployment: Deployment) {
     }
     // Commands: a caller sends awaited commands, one at a time, to an MQTT 5 device that echoes
     // them.
-    let echo = echo_device(link(LINKS - 1)).await;
+    let echo = calls::mqtt5_devices(link(LINKS - 1), "echo-device").await;
     let caller = calls::connect(link(LINKS - 2), "caller", Duration::from_secs(3)).await;
     let commands = tokio::spawn(call_commands(caller, load.clone()));
     for j in 0..JOB_CLIENTS {
@@ -636,9 +656,9 @@ async fn nemesis(mut deployment: Deployment) {
         history.extend(task.await.unwrap());
     }
     let commands = commands.await.unwrap();
-    echo.abort();
     // First, while the last commands' records are kept.
     commands.check(&checker, name, seed).await;
+    echo.abort();
 
     // Closing writes and reads: every key's last state, read back once all is healed, is in
     // the history porcupine checks (a lost acknowledged write cannot hide).
@@ -799,61 +819,6 @@ async fn nemesis(mut deployment: Deployment) {
     );
 }
 
-/// An MQTT 5 device reached through `port` that answers each command on `dev/+/cmd` on its
-/// response topic, with its correlation data and `__stat: 200`, echoing the payload.
-async fn echo_device(port: u16) -> tokio::task::JoinHandle<()> {
-    use rumqttc::v5::mqttbytes::QoS;
-    use rumqttc::v5::mqttbytes::v5::{Packet, PublishProperties};
-    use rumqttc::v5::{AsyncClient, Event, MqttOptions};
-    let (client, mut eventloop) =
-        AsyncClient::new(MqttOptions::new("echo-device", "127.0.0.1", port), 256);
-    let (subscribed_tx, subscribed) = tokio::sync::oneshot::channel();
-    let task = tokio::spawn(async move {
-        let mut subscribed_tx = Some(subscribed_tx);
-        loop {
-            match eventloop.poll().await {
-                Ok(Event::Incoming(Packet::ConnAck(_))) => {
-                    let _ = client.subscribe("dev/+/cmd", QoS::AtLeastOnce).await;
-                }
-                Ok(Event::Incoming(Packet::SubAck(_))) => {
-                    subscribed_tx.take().map(|tx| tx.send(()));
-                }
-                Ok(Event::Incoming(Packet::Publish(p))) => {
-                    let props = p.properties.unwrap_or_default();
-                    let Some(response_topic) = props.response_topic else {
-                        continue;
-                    };
-                    let answer = PublishProperties {
-                        correlation_data: props.correlation_data,
-                        user_properties: vec![("__stat".into(), "200".into())],
-                        ..PublishProperties::default()
-                    };
-                    // Not awaited here: the event loop must go on to send it.
-                    let client = client.clone();
-                    tokio::spawn(async move {
-                        let _ = client
-                            .publish_with_properties(
-                                response_topic,
-                                QoS::AtLeastOnce,
-                                false,
-                                p.payload,
-                                answer,
-                            )
-                            .await;
-                    });
-                }
-                Ok(_) => {}
-                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-            }
-        }
-    });
-    tokio::time::timeout(calls::WAIT, subscribed)
-        .await
-        .expect("the echo device subscribes")
-        .unwrap();
-    task
-}
-
 /// How long the commands' status records surely last after the load (the service keeps one
 /// three timeouts of 2 s).
 const STATUS_KEPT: Duration = Duration::from_secs(4);
@@ -902,15 +867,35 @@ impl Commands {
     /// Every answer was the caller's own command's (no answer given to another); once all is
     /// healed each command's status is final and agrees with what its caller was told: an
     /// answered one SUCCEEDED, a timed-out one TIMED_OUT (or SUCCEEDED, late) — of the commands
-    /// of the last [`STATUS_KEPT`] (a record is kept three timeouts, 6 s here).
+    /// of the last [`STATUS_KEPT`] (a record is kept three timeouts, 6 s here); and three
+    /// closing commands sent once healed are answered and SUCCEEDED.
     async fn check(&self, checker: &mqstore_net::client::Client, name: &str, seed: u64) {
-        use mqstore_core::commands::Status;
+        use mqstore_core::commands::{CommandRequest, Status};
         assert!(
             self.answered.len() > 10,
             "{name} (seed {seed}): only {} commands answered; unanswered: {:?}",
             self.answered.len(),
             self.unanswered.iter().take(5).collect::<Vec<_>>()
         );
+        // Closing commands, once all is healed (the last ones of the load may be older than
+        // STATUS_KEPT by now, or forgotten): each answered with its own answer, its status
+        // SUCCEEDED at once (kept three of the default timeouts: longer than any clock jump).
+        for n in 0..3 {
+            let payload = format!("{{\"closing\":{n}}}");
+            let request = CommandRequest::new(format!("dev/{n}/cmd"), payload.clone());
+            let reply = checker.command(request).await.unwrap_or_else(|e| {
+                panic!("{name} (seed {seed}): closing command {n} once healed: {e}")
+            });
+            assert_eq!(
+                &reply.payload[..],
+                payload.as_bytes(),
+                "{name} (seed {seed})"
+            );
+            let record = checker.command_status(&reply.id).await.unwrap_or_else(|e| {
+                panic!("{name} (seed {seed}): closing command {n}'s status: {e}")
+            });
+            assert_eq!(record.status, Status::Succeeded, "{name} (seed {seed})");
+        }
         // A record the service no longer has (forgotten early: a node's clock jumped ahead)
         // says nothing; one it has must agree with the caller.
         let (mut agreed, mut forgotten) = (0, 0);
@@ -947,7 +932,7 @@ impl Commands {
             }
         }
         println!(
-            "{name}: {} commands answered, each with its own answer; {} not ({} timed out); of the last ones' statuses {agreed} agreed, {forgotten} were forgotten",
+            "{name}: {} commands answered, each with its own answer; {} not ({} timed out); of the last ones' statuses {agreed} agreed, {forgotten} were forgotten; 3 closing commands answered and SUCCEEDED",
             self.answered.len(),
             self.unanswered.len(),
             self.unanswered
