@@ -619,14 +619,18 @@ async fn nemesis(mut deployment: Deployment) {
     let echo = calls::mqtt5_devices(link(LINKS - 1), "echo-device").await;
     let caller = calls::connect(link(LINKS - 2), "caller", Duration::from_secs(3)).await;
     let commands = tokio::spawn(call_commands(caller, load.clone()));
+    let mut job_tasks = Vec::new();
     for j in 0..JOB_CLIENTS {
         // Client ids after the checker's (porcupine wants each client's operations in turn).
         let c = CLIENTS + 1 + j;
         let client = calls::connect(link(c), &format!("device-{j}"), Duration::from_secs(3)).await;
         let (things, job_ids, load) = (things.clone(), job_ids.clone(), load.clone());
-        tasks.push(tokio::spawn(async move {
-            history::run_jobs(client, c, &things, &job_ids, load).await
-        }));
+        job_tasks.push((
+            c,
+            tokio::spawn(
+                async move { history::run_jobs(client, c, &things, &job_ids, load).await },
+            ),
+        ));
     }
 
     // Faults, one at a time: each held for a while, healed, then a quiet spell.
@@ -654,6 +658,17 @@ async fn nemesis(mut deployment: Deployment) {
     let mut history = Vec::new();
     for task in tasks {
         history.extend(task.await.unwrap());
+    }
+    let mut job_runs = Vec::new();
+    for (c, task) in job_tasks {
+        let mut run = task.await.unwrap();
+        history.append(&mut run.lines);
+        job_runs.push((c, run));
+    }
+    match history::each_execution_announced_at_most_once(&job_runs) {
+        Ok(0) => panic!("{name} (seed {seed}): notify-next announced no job execution at all"),
+        Ok(n) => println!("{name}: {n} job executions announced by notify-next, none twice"),
+        Err(e) => panic!("{name} (seed {seed}): {e}"),
     }
     let commands = commands.await.unwrap();
     // First, while the last commands' records are kept.
@@ -1202,4 +1217,25 @@ fn the_checker_refuses_a_planted_stale_read() {
         html.contains("value:a"),
         "the visualisation shows the stale read"
     );
+}
+
+/// The notify-next check takes executions announced once, or missed, and refuses one
+/// announced twice to one client.
+#[test]
+fn the_check_refuses_a_job_execution_announced_twice() {
+    let run = |announced: &[&str]| history::JobsRun {
+        lines: Vec::new(),
+        announced: vec![(
+            "thing-0".into(),
+            announced.iter().map(|j| j.to_string()).collect(),
+        )],
+    };
+    let honest = [(7, run(&["job-1", "job-2", "job-4"])), (8, run(&["job-1"]))];
+    assert_eq!(
+        history::each_execution_announced_at_most_once(&honest),
+        Ok(4)
+    );
+    let planted = [(7, run(&["job-1", "job-2", "job-2"]))];
+    let refused = history::each_execution_announced_at_most_once(&planted).unwrap_err();
+    assert!(refused.contains("job-2 announced twice"), "{refused}");
 }

@@ -8,6 +8,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use mqstore_core::client::jobs::JobNotification;
 use mqstore_core::client::{ClientError, Deleted};
 use mqstore_core::codec::Condition;
 use mqstore_core::hlc::Hlc;
@@ -246,7 +247,7 @@ pub async fn run_jobs(
     things: &[String],
     job_ids: &[String],
     load: std::sync::Arc<Load>,
-) -> Vec<String> {
+) -> JobsRun {
     use mqstore_core::jobs::Status;
     use mqstore_net::jobs::Update;
     let start = load.start;
@@ -341,5 +342,49 @@ pub async fn run_jobs(
         };
         lines.push(line(c, &key, op, &value, (call, ret), &out, None));
     }
-    lines
+    // What notify-next announced to this client, thing by thing, in the order it arrived.
+    let announced = handles
+        .iter()
+        .zip(things)
+        .map(|(handle, thing)| {
+            let next = std::iter::from_fn(|| handle.try_next_notification());
+            let jobs = next.filter_map(|notification| match notification {
+                JobNotification::NotifyNext {
+                    execution: Some(execution),
+                    ..
+                } => Some(execution.job_id),
+                _ => None,
+            });
+            (thing.clone(), jobs.collect())
+        })
+        .collect();
+    JobsRun { lines, announced }
+}
+
+/// What one device client did and heard: its operations' history lines, and for each thing
+/// the jobs notify-next announced to it, in order.
+pub struct JobsRun {
+    pub lines: Vec<String>,
+    pub announced: Vec<(String, Vec<String>)>,
+}
+
+/// No job execution announced twice to one client (notify-next says the thing's next job
+/// changed: with the jobs worked in order, each becomes next once). Lost ones are allowed (a
+/// client cut off misses what was published meanwhile: QoS 1 on a clean session); a second
+/// one means two nodes published the same change, or one change was applied twice. Returns
+/// how many were announced in all.
+pub fn each_execution_announced_at_most_once(runs: &[(usize, JobsRun)]) -> Result<usize, String> {
+    let mut announced = 0;
+    for (client, run) in runs {
+        for (thing, jobs) in &run.announced {
+            announced += jobs.len();
+            let mut seen = std::collections::HashSet::new();
+            if let Some(twice) = jobs.iter().find(|job| !seen.insert(*job)) {
+                return Err(format!(
+                    "{thing}'s {twice} announced twice by notify-next to client {client}: {jobs:?}"
+                ));
+            }
+        }
+    }
+    Ok(announced)
 }
