@@ -190,12 +190,18 @@ func main() {
 			return "(absent)"
 		},
 	}
-	result := porcupine.CheckOperationsTimeout(model, history, 120*time.Second)
+	// Two minutes unless MQSTORE_PORCUPINE_SECONDS says otherwise (long nemesis runs make
+	// histories of hundreds of thousands of operations).
+	limit := 120 * time.Second
+	if s, err := strconv.Atoi(os.Getenv("MQSTORE_PORCUPINE_SECONDS")); err == nil && s > 0 {
+		limit = time.Duration(s) * time.Second
+	}
+	result := porcupine.CheckOperationsTimeout(model, history, limit)
 	fmt.Printf("%d operations (%d without an answer) on %d clients: %v\n", len(history), unknown, countClients(records), result)
 	if result == porcupine.Illegal {
 		// porcupine's visualisation: each key's longest linearizable prefix, and the
 		// operations that cannot follow it.
-		_, info := porcupine.CheckOperationsVerbose(model, history, 120*time.Second)
+		_, info := porcupine.CheckOperationsVerbose(model, history, limit)
 		page := os.Args[1] + ".html"
 		if err := porcupine.VisualizePath(model, info, page); err != nil {
 			fmt.Fprintln(os.Stderr, "writing the visualisation:", err)
