@@ -2833,10 +2833,12 @@ async fn a_notification_lost_with_the_broker_connection_is_published_again_after
             !change.synthetic && !change.gap,
             "the notification itself: {change:?}"
         );
-        // Nothing was sent twice to it: the next change follows on.
+        // The observation goes on: the next change follows the one published again (it
+        // replaced v1's version: no gap).
         writer.set("k", "v2", SetOptions::default()).await.unwrap();
         let change = next_change(&mut changes).await;
         assert_eq!(change.value.as_deref(), Some(&b"v2"[..]));
+        assert!(!change.gap, "v2 follows v1: {change:?}");
         observer.close().await;
         writer.close().await;
         server.stop().await.unwrap();

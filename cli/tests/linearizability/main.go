@@ -190,8 +190,8 @@ func main() {
 			return "(absent)"
 		},
 	}
-	// Two minutes unless MQSTORE_PORCUPINE_SECONDS says otherwise (long nemesis runs make
-	// histories of hundreds of thousands of operations).
+	// Two minutes for each partition unless MQSTORE_PORCUPINE_SECONDS says otherwise (long
+	// nemesis runs make keys of hundreds of thousands of operations).
 	limit := 120 * time.Second
 	if s, err := strconv.Atoi(os.Getenv("MQSTORE_PORCUPINE_SECONDS")); err == nil && s > 0 {
 		limit = time.Duration(s) * time.Second
