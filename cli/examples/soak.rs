@@ -259,9 +259,11 @@ async fn state_store(port: u16, counters: Arc<Counters>) {
 }
 
 /// A thing's device: starts each job queued for it and completes it (SUCCEEDED), through the
-/// AWS device API; with nothing queued it waits for the next notification.
-async fn device(handle: Jobs, counters: Arc<Counters>) {
-    while counters.running() {
+/// AWS device API; with nothing queued it waits for the next notification. It runs until the
+/// operator's last job is done (`done`), not until the load stops: a job created just before
+/// the stop still needs its devices.
+async fn device(handle: Jobs, counters: Arc<Counters>, done: Arc<AtomicBool>) {
+    while !done.load(Ordering::Relaxed) {
         // Drained: the loop asks for work itself; they must not pile up in this process.
         while handle.try_next_notification().is_some() {}
         match handle.start_next(StartNext::default()).await {
@@ -295,10 +297,11 @@ async fn jobs(port: u16, counters: Arc<Counters>) {
     let operator = common::connect(port, "soak-operator", PATIENCE).await;
     let devices = common::connect(port, "soak-devices", PATIENCE).await;
     let things: Vec<String> = (0..THINGS).map(|i| format!("soak-thing-{i}")).collect();
+    let done = Arc::new(AtomicBool::new(false));
     let mut tasks = Vec::new();
     for thing in &things {
         let handle = devices.jobs(thing).await.expect("the jobs device API");
-        tasks.push(tokio::spawn(device(handle, counters.clone())));
+        tasks.push(tokio::spawn(device(handle, counters.clone(), done.clone())));
     }
     let mut n = 0u64;
     while counters.running() {
@@ -330,6 +333,7 @@ async fn jobs(port: u16, counters: Arc<Counters>) {
             counters.failed(format_args!("deleteJob {job_id}: {e}"));
         }
     }
+    done.store(true, Ordering::Relaxed);
     for task in tasks {
         let _ = task.await;
     }
