@@ -35,6 +35,8 @@ build_packages() {
 #   valgrind: mosquitto with the plugin, and the C tests, under valgrind
 #   redis-server: the Redis store's tests
 #   faketime: libfaketime, which jumps a node's wall clock in the nemesis test (cli/tests/nemesis.rs)
+#   iptables: the nemesis cuts one node's link to one of Sentinel's or a cluster's servers (a rule
+#     dropping that node's packets, matched by the user it runs as; so the tests run as root)
 #   pkg-config, cmake: the C library installed and found as users find it
 #   gcc-*, libc6-dev-*-cross, qemu-user: the C library's aarch64 and armv7 builds
 #   chromium, fonts-dejavu-core: the dashboard test's headless browser
@@ -43,7 +45,7 @@ build_packages() {
 #     fetches the SDK's jars, Java's source launcher runs the device (it needs the JDK's compiler)
 system_packages() {
   build_packages
-  apt_install mosquitto valgrind redis-server faketime pkg-config cmake openssl openjdk-17-jdk-headless maven \
+  apt_install mosquitto valgrind redis-server faketime iptables pkg-config cmake openssl openjdk-17-jdk-headless maven \
     gcc-aarch64-linux-gnu libc6-dev-arm64-cross gcc-arm-linux-gnueabihf libc6-dev-armhf-cross qemu-user \
     chromium fonts-dejavu-core
 }

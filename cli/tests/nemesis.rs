@@ -7,8 +7,12 @@
 //! (SIGSTOP … SIGCONT) or
 //! killed and restarted, and its wall clock jumps (libfaketime); each client's link to the
 //! broker goes through a proxy of its own too, cut the same way (its calls in flight end
-//! unknown, and an observer cut off must say what it missed). Afterwards every fault is
-//! healed and the run is checked:
+//! unknown, and an observer cut off must say what it missed). On Redis Sentinel and a Redis
+//! Cluster, where the nodes reach each server at the address the sentinels or the cluster
+//! name, each node runs as a user of its own and an `iptables` rule drops its packets to one
+//! server (a partition from that server alone; so this test runs as root); their servers are
+//! paused, their primaries killed and failed over, their replicas restarted. Afterwards every
+//! fault is healed and the run is checked:
 //!
 //! * the history (closing reads included) is linearizable — porcupine, `tests/linearizability`;
 //!   so no acknowledged write was lost where the deployment keeps data across a restart; the
@@ -34,12 +38,14 @@ mod history;
 mod redis;
 
 use std::collections::BTreeMap;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use broker::Broker;
+use mqstore_core::client::ClientError;
 use mqstore_core::hlc::Hlc;
 use mqstore_net::client::{KeyChange, SetOptions};
 use redis::{Cluster, Proxy, Redis, Sentinels};
@@ -130,6 +136,11 @@ fn jumping_clock(clock: &Path) -> Vec<(String, String)> {
 /// One `mqstore serve` process, its links through proxies, its clock in a file.
 struct Node {
     id: String,
+    /// The `mqstore` binary it runs.
+    binary: PathBuf,
+    /// The user it runs as, when it has one of its own: a firewall rule can then cut its
+    /// link to one of the Redis servers it reaches directly ([`LinkCut`]).
+    uid: Option<u32>,
     store: Vec<String>,
     broker_link: Proxy,
     redis_link: Option<Proxy>,
@@ -138,7 +149,14 @@ struct Node {
 }
 
 impl Node {
-    fn new(id: &str, broker: &Broker, store: &Store, dir: &Path) -> Self {
+    /// A node, its clock in `dir`; given `unprivileged`, it runs as a user of its own.
+    fn new(
+        id: &str,
+        broker: &Broker,
+        store: &Store,
+        dir: &Path,
+        unprivileged: Option<&Unprivileged>,
+    ) -> Self {
         let (store, redis_link) = match store {
             Store::Memory => (Vec::new(), None),
             Store::DataDir => (
@@ -172,8 +190,14 @@ impl Node {
         };
         let clock = dir.join(format!("clock-{id}"));
         std::fs::write(&clock, "+0").unwrap();
+        let (binary, uid) = match unprivileged {
+            Some(unprivileged) => (unprivileged.binary(), Some(unused_uid())),
+            None => (PathBuf::from(env!("CARGO_BIN_EXE_mqstore")), None),
+        };
         let mut node = Self {
             id: id.to_owned(),
+            binary,
+            uid,
             store,
             broker_link: Proxy::to(broker.port),
             redis_link,
@@ -185,7 +209,11 @@ impl Node {
     }
 
     fn start(&mut self) {
-        let child = Command::new(env!("CARGO_BIN_EXE_mqstore"))
+        let mut command = Command::new(&self.binary);
+        if let Some(uid) = self.uid {
+            command.uid(uid).gid(uid);
+        }
+        let child = command
             .args(["--port", &self.broker_link.port.to_string(), "serve"])
             .args(&self.store)
             .args(["--node-id", &self.id, "--share-group", "nemesis"])
@@ -218,6 +246,121 @@ impl Drop for Node {
     fn drop(&mut self) {
         self.signal("-CONT");
         self.kill();
+    }
+}
+
+/// A directory every user may read, with the `mqstore` binary in it (a hard link, or a copy
+/// across file systems) and the nodes' clocks: nodes running as users of their own may not
+/// reach the test's target directory (a checkout in a private home). Removed on drop.
+struct Unprivileged {
+    dir: PathBuf,
+}
+
+impl Unprivileged {
+    fn new(name: &str) -> Self {
+        use std::os::unix::fs::PermissionsExt;
+        let dir =
+            std::env::temp_dir().join(format!("mqstore-nemesis-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let this = Self { dir };
+        let binary = env!("CARGO_BIN_EXE_mqstore");
+        if std::fs::hard_link(binary, this.binary()).is_err() {
+            std::fs::copy(binary, this.binary()).expect("mqstore copied for the nodes");
+        }
+        this
+    }
+
+    fn binary(&self) -> PathBuf {
+        self.dir.join("mqstore")
+    }
+}
+
+impl Drop for Unprivileged {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A user id for one node (no such user needs to exist), none shared with another node, nor
+/// (by the process id) with another test process's nodes.
+fn unused_uid() -> u32 {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let next = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    200_000 + (std::process::id() % 100_000) * 16 + next % 16
+}
+
+/// Partitions between one node and one server (a Redis server or a sentinel) that the others
+/// still reach: an `iptables` rule drops the node's packets to the server's port, matched by
+/// the node's own user — the nodes reach those servers at the addresses the sentinels or the
+/// cluster name, where a proxy cannot stand in. Rules still in place when the run ends (a
+/// check failed mid-run) are deleted on drop.
+#[derive(Default)]
+struct Firewall {
+    cut: Vec<(u32, u16)>,
+}
+
+impl Firewall {
+    /// Fails at once, saying what to do, where rules cannot be made (not root, no iptables).
+    fn check() {
+        Self::iptables(&["-S", "OUTPUT"]);
+    }
+
+    fn iptables(args: &[&str]) {
+        let status = Command::new("iptables")
+            .arg("-w")
+            .args(args)
+            .stdout(Stdio::null())
+            .status();
+        assert!(
+            status.is_ok_and(|s| s.success()),
+            "`iptables {}` failed: the nemesis cuts a node's link to one Redis server with an \
+             iptables rule, so it runs as root with iptables installed (scripts/test installs \
+             it: apt-get install iptables)",
+            args.join(" ")
+        );
+    }
+
+    fn rule(action: &str, uid: u32, port: u16) -> [String; 14] {
+        [
+            action,
+            "OUTPUT",
+            "-p",
+            "tcp",
+            "-d",
+            "127.0.0.1",
+            "--dport",
+            &port.to_string(),
+            "-m",
+            "owner",
+            "--uid-owner",
+            &uid.to_string(),
+            "-j",
+            "DROP",
+        ]
+        .map(str::to_owned)
+    }
+
+    fn cut(&mut self, uid: u32, port: u16) {
+        Self::iptables(&Self::rule("-A", uid, port).each_ref().map(String::as_str));
+        self.cut.push((uid, port));
+    }
+
+    fn restore(&mut self, uid: u32, port: u16) {
+        Self::iptables(&Self::rule("-D", uid, port).each_ref().map(String::as_str));
+        self.cut.retain(|&cut| cut != (uid, port));
+    }
+}
+
+impl Drop for Firewall {
+    fn drop(&mut self) {
+        for (uid, port) in std::mem::take(&mut self.cut) {
+            let _ = Command::new("iptables")
+                .arg("-w")
+                .args(Self::rule("-D", uid, port))
+                .status();
+        }
     }
 }
 
@@ -299,6 +442,36 @@ impl Replicated {
         }
     }
 
+    /// Every server's and sentinel's port: what a node's link may be cut to.
+    fn ports(&self) -> Vec<u16> {
+        let sentinels = self.sentinels.iter().flat_map(|s| &s.nodes);
+        self.servers
+            .iter()
+            .chain(sentinels)
+            .map(|s| s.port)
+            .collect()
+    }
+
+    /// Kills the `j`-th running replica (counting round), counted as a kill: a cluster's
+    /// primary killed meanwhile would have no replica to take its place.
+    fn kill_replica(&mut self, j: usize) {
+        self.killed_at = Some(Instant::now());
+        let replicas: Vec<usize> = (0..self.servers.len())
+            .filter(|&k| self.servers[k].pid().is_some() && !self.servers[k].is_primary())
+            .collect();
+        if !replicas.is_empty() {
+            self.servers[replicas[j % replicas.len()]].kill();
+        }
+    }
+
+    /// Starts every killed server again, on its append-only file (a replica resyncs from its
+    /// primary).
+    fn start_killed(&mut self) {
+        for server in &mut self.servers {
+            server.start_again();
+        }
+    }
+
     /// Pauses server `j`: counted as a kill (a primary paused may be failed over, and none
     /// may go down again while the sentinels still refuse a second failover).
     fn pause(&mut self, j: usize) {
@@ -313,9 +486,7 @@ impl Replicated {
         while !self.promoted() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(100));
         }
-        for server in &mut self.servers {
-            server.start_again();
-        }
+        self.start_killed();
     }
 
     /// The primary to kill: the one the sentinels name now, or a cluster's first running one.
@@ -395,6 +566,11 @@ struct Deployment {
     nodes: Vec<Node>,
     /// Whether what was acknowledged survives a restart (so kills and restarts are faults).
     durable: bool,
+    /// The links to single servers cut now (Sentinel and the cluster).
+    firewall: Firewall,
+    /// Where the nodes that run as users of their own find their binary (Sentinel and the
+    /// cluster): held for its drop, after `nodes`, so removed once they are stopped.
+    _unprivileged: Option<Unprivileged>,
 }
 
 /// One fault, and how it is healed.
@@ -436,6 +612,13 @@ enum Fault {
     /// a primary held past the sentinels' or the cluster's timeout (1 s) is failed over and
     /// comes back demoted; meanwhile it still takes commands from whoever reaches it.
     PauseServer(usize),
+    /// One of Sentinel's or a cluster's replicas killed, then started again on its
+    /// append-only file: it resyncs from its primary (meanwhile a cluster's shard has no
+    /// replica to confirm a write to, and a write there is answered 503).
+    RestartReplica(usize),
+    /// A node cut off from one of Sentinel's or a cluster's servers or sentinels (at this
+    /// port), which the other nodes still reach: the node's packets to it dropped.
+    CutServer(usize, u16),
 }
 
 fn signal(pid: Option<u32>, signal: &str) {
@@ -470,6 +653,8 @@ impl Deployment {
             Fault::PauseRedis => signal(self.redis.as_ref().unwrap().pid(), "-STOP"),
             Fault::KillPrimary => self.replicated.as_mut().unwrap().kill_primary(),
             Fault::PauseServer(j) => self.replicated.as_mut().unwrap().pause(j),
+            Fault::RestartReplica(j) => self.replicated.as_mut().unwrap().kill_replica(j),
+            Fault::CutServer(i, port) => self.firewall.cut(nodes[i].uid.unwrap(), port),
         }
     }
 
@@ -492,6 +677,8 @@ impl Deployment {
             Fault::PauseServer(j) => {
                 signal(self.replicated.as_ref().unwrap().servers[j].pid(), "-CONT")
             }
+            Fault::RestartReplica(_) => self.replicated.as_mut().unwrap().start_killed(),
+            Fault::CutServer(i, port) => self.firewall.restore(nodes[i].uid.unwrap(), port),
         }
     }
 
@@ -501,7 +688,7 @@ impl Deployment {
         let n = self.nodes.len() as u64;
         loop {
             let i = dice.roll(n.max(1)) as usize;
-            let fault = match dice.roll(15) {
+            let fault = match dice.roll(17) {
                 0 if n > 0 => Fault::CutBroker(i),
                 1 if self.redis.is_some() => Fault::CutRedis(i),
                 2 if n > 0 => Fault::Pause(i),
@@ -525,6 +712,17 @@ impl Deployment {
                 {
                     Fault::PauseServer(dice.roll(replicated.servers.len() as u64) as usize)
                 }
+                15 if let Some(replicated) = &self.replicated
+                    && replicated.may_kill() =>
+                {
+                    Fault::RestartReplica(dice.roll(replicated.servers.len() as u64) as usize)
+                }
+                16 if let Some(replicated) = &self.replicated
+                    && n > 0 =>
+                {
+                    let ports = replicated.ports();
+                    Fault::CutServer(i, ports[dice.roll(ports.len() as u64) as usize])
+                }
                 _ => continue,
             };
             return fault;
@@ -541,9 +739,19 @@ fn beside(
     durable: bool,
 ) -> Deployment {
     let broker = Broker::start();
-    let dir = tempdir(name);
+    // Nodes on Sentinel or a cluster run as users of their own (see `Firewall`).
+    let unprivileged = matches!(store, Store::Replicated(_)).then(|| {
+        Firewall::check();
+        Unprivileged::new(name)
+    });
+    let dir = unprivileged
+        .as_ref()
+        .map_or_else(|| tempdir(name), |u| u.dir.clone());
     let nodes = (0..nodes)
-        .map(|i| Node::new(&format!("{name}-{i}"), &broker, &store, &dir))
+        .map(|i| {
+            let id = format!("{name}-{i}");
+            Node::new(&id, &broker, &store, &dir, unprivileged.as_ref())
+        })
         .collect();
     Deployment {
         name,
@@ -554,6 +762,8 @@ fn beside(
         redis,
         nodes,
         durable,
+        firewall: Firewall::default(),
+        _unprivileged: unprivileged,
     }
 }
 
@@ -1143,8 +1353,50 @@ async fn the_plugin_on_a_data_dir() {
         redis: None,
         nodes: Vec::new(),
         durable: true,
+        firewall: Firewall::default(),
+        _unprivileged: None,
     })
     .await;
+}
+
+/// The nemesis's cut of one node's link to one server is a partition, not a no-op: a node on
+/// Sentinel cut off from the primary by its firewall rule answers 503 (never the value it
+/// cannot read), on its open connection and on the new ones it tries; once the rule is gone
+/// it answers with the value again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_cut_off_from_the_primary_by_the_firewall_answers_503_then_recovers() {
+    let replicated = Replicated::sentinel();
+    let sentinel = replicated.sentinels.as_ref().unwrap().nodes[0].port;
+    let mut deployment = beside("cut", 1, Store::Replicated(replicated.url()), None, true);
+    let port = deployment.broker.port;
+    calls::ready_client_timing_out(port, "ready", Duration::from_secs(3)).await;
+    // Patient: the node's own bound on a Redis call (2 s, and the replicas' wait) comes first.
+    let client = calls::connect(port, "c", Duration::from_secs(10)).await;
+    client
+        .set("k", "before", SetOptions::default())
+        .await
+        .unwrap();
+
+    let uid = deployment.nodes[0].uid.unwrap();
+    let primary = redis::named_primary(sentinel).unwrap();
+    deployment.firewall.cut(uid, primary);
+    for _ in 0..2 {
+        match client.get("k").await {
+            Err(ClientError::Status { status: 503, .. }) => {}
+            other => panic!("a node cut off from the primary answered {other:?}, not 503"),
+        }
+    }
+    deployment.firewall.restore(uid, primary);
+    let deadline = Instant::now() + calls::WAIT;
+    loop {
+        match client.get("k").await {
+            Ok(Some(value)) => break assert_eq!(value.value, "before"),
+            other => assert!(
+                Instant::now() < deadline,
+                "no answer after the link was restored: {other:?}"
+            ),
+        }
+    }
 }
 
 /// The job execution model is not a rubber stamp either: an update accepted twice from one
