@@ -24,6 +24,9 @@
 //! * an observer sees each key's changes in version order, each once, and every acknowledged
 //!   write either among them or covered by a change marked `gap` (it says what it missed).
 //!
+//! The clients move on to new keys every minute of faults ([`GENERATION`]), so that no key's
+//! history outgrows porcupine.
+//!
 //! Deployments: one node on memory (its data dies with it, so it is paused and cut off but not
 //! killed), one node on `--data-dir`, three nodes on one Redis, on Redis Sentinel and on a Redis
 //! Cluster (a primary killed and failed over), the plugin in mosquitto. `MQSTORE_NEMESIS_SECONDS` sets
@@ -51,8 +54,10 @@ use mqstore_net::client::{KeyChange, SetOptions};
 use redis::{Cluster, Proxy, Redis, Sentinels};
 use serde_json::Value;
 
-/// Keys the clients work on.
+/// Keys the clients work on at a time.
 const KEYS: u64 = 6;
+/// How long the clients work on one generation of keys ([`history::Load::rotating`]).
+const GENERATION: Duration = Duration::from_secs(60);
 /// Clients running random operations.
 const CLIENTS: usize = 4;
 /// Clients acting as the devices of every thing at once, racing on the same job executions.
@@ -778,13 +783,17 @@ async fn nemesis(mut deployment: Deployment) {
     deployment.client_links = (0..LINKS).map(|_| Proxy::to(port)).collect();
     let link = |c: usize| deployment.client_links[c].port;
 
+    // A new generation of keys every minute of faults; the last one from then on.
+    let load = history::Load::rotating(GENERATION, seconds / GENERATION.as_secs() + 1);
+    let keys = load.keys(KEYS);
+
     // The observer first, so that every write comes after its first read.
     let observer =
         calls::ready_client_timing_out(link(CLIENTS), "observer", Duration::from_secs(3)).await;
     let changes = Arc::new(Mutex::new(BTreeMap::<String, Vec<KeyChange>>::new()));
-    for k in 0..KEYS {
-        let key = format!("k{k}");
+    for key in &keys {
         let mut observation = observer.observe(key.clone()).await.unwrap();
+        let key = key.clone();
         let changes = changes.clone();
         tokio::spawn(async move {
             while let Some(change) = observation.next().await {
@@ -818,7 +827,6 @@ async fn nemesis(mut deployment: Deployment) {
         }
     }
 
-    let load = history::Load::start();
     let mut tasks = Vec::new();
     for c in 0..CLIENTS {
         let client = calls::connect(link(c), &format!("client-{c}"), Duration::from_secs(3)).await;
@@ -888,8 +896,7 @@ async fn nemesis(mut deployment: Deployment) {
     // Closing writes and reads: every key's last state, read back once all is healed, is in
     // the history porcupine checks (a lost acknowledged write cannot hide).
     let mut closing = BTreeMap::new();
-    for k in 0..KEYS {
-        let key = format!("k{k}");
+    for (k, key) in keys.iter().enumerate() {
         let call = load.elapsed().as_nanos();
         let set = checker
             .set(key.clone(), format!("closing-{k}"), SetOptions::default())
@@ -899,7 +906,7 @@ async fn nemesis(mut deployment: Deployment) {
         let version = set.version.expect("a SET's version");
         history.push(history::line(
             CLIENTS,
-            &key,
+            key,
             "set",
             &format!("closing-{k}"),
             (call, ret),
@@ -917,7 +924,7 @@ async fn nemesis(mut deployment: Deployment) {
         let out = format!("value:{}", String::from_utf8_lossy(&got.value));
         history.push(history::line(
             CLIENTS,
-            &key,
+            key,
             "get",
             "",
             (call, ret),
@@ -963,11 +970,10 @@ async fn nemesis(mut deployment: Deployment) {
         .as_ref()
         .is_some_and(|r| r.sentinels.is_none());
     if per_key {
-        for k in 0..KEYS {
-            let key = format!("k{k}");
+        for key in &keys {
             let of_key: Vec<Value> = records
                 .iter()
-                .filter(|r| r["key"] == key)
+                .filter(|r| r["key"] == key.as_str())
                 .cloned()
                 .collect();
             versions_only_grow(&of_key, &format!("{name} {key}"), seed);
