@@ -883,11 +883,6 @@ async fn nemesis(mut deployment: Deployment) {
         history.append(&mut run.lines);
         job_runs.push((c, run));
     }
-    match history::each_execution_announced_at_most_once(&job_runs) {
-        Ok(0) => panic!("{name} (seed {seed}): notify-next announced no job execution at all"),
-        Ok(n) => println!("{name}: {n} job executions announced by notify-next, none twice"),
-        Err(e) => panic!("{name} (seed {seed}): {e}"),
-    }
     let commands = commands.await.unwrap();
     // First, while the last commands' records are kept.
     commands.check(&checker, name, seed).await;
@@ -958,6 +953,12 @@ async fn nemesis(mut deployment: Deployment) {
         linearizable,
         "{name}: not linearizable (seed {seed}): {report}\nfaults: {faults:#?}"
     );
+    // After the history is kept and checked (a state gone back would show there too).
+    match history::each_execution_announced_at_most_once(&job_runs) {
+        Ok(0) => panic!("{name} (seed {seed}): notify-next announced no job execution at all"),
+        Ok(n) => println!("{name}: {n} job executions announced by notify-next, none twice"),
+        Err(e) => panic!("{name} (seed {seed}): {e}\nfaults: {faults:#?}"),
+    }
 
     let records: Vec<Value> = history
         .iter()
@@ -1485,7 +1486,10 @@ fn the_check_refuses_a_job_execution_announced_twice() {
         lines: Vec::new(),
         announced: vec![(
             "thing-0".into(),
-            announced.iter().map(|j| j.to_string()).collect(),
+            announced
+                .iter()
+                .map(|j| (j.to_string(), format!("{j} heard")))
+                .collect(),
         )],
     };
     let honest = [(7, run(&["job-1", "job-2", "job-4"])), (8, run(&["job-1"]))];

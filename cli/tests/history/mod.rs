@@ -297,7 +297,31 @@ pub async fn run_jobs(
     let mut seen: Vec<Option<u64>> = vec![None; things.len()];
     let mut lines = Vec::new();
     let mut seed = 0x2545_f491_4f6c_dd1du64 ^ (c as u64 + 1);
+    // What notify-next announced to this client, thing by thing, in the order it arrived
+    // (heard between operations, so that a failure's report says when).
+    let mut announced: Vec<Vec<(String, String)>> = vec![Vec::new(); things.len()];
+    let hear = |announced: &mut Vec<Vec<(String, String)>>| {
+        for (t, handle) in handles.iter().enumerate() {
+            while let Some(notification) = handle.try_next_notification() {
+                if let JobNotification::NotifyNext {
+                    execution: Some(e), ..
+                } = notification
+                {
+                    let detail = format!(
+                        "{} {} v{} (last updated {}) heard at {:.3} s",
+                        e.job_id,
+                        e.status.as_str(),
+                        e.version_number,
+                        e.last_updated_at,
+                        start.elapsed().as_secs_f64()
+                    );
+                    announced[t].push((e.job_id, detail));
+                }
+            }
+        }
+    };
     while load.running() {
+        hear(&mut announced);
         seed ^= seed << 13;
         seed ^= seed >> 7;
         seed ^= seed << 17;
@@ -380,30 +404,17 @@ pub async fn run_jobs(
         };
         lines.push(line(c, &key, op, &value, (call, ret), &out, None));
     }
-    // What notify-next announced to this client, thing by thing, in the order it arrived.
-    let announced = handles
-        .iter()
-        .zip(things)
-        .map(|(handle, thing)| {
-            let next = std::iter::from_fn(|| handle.try_next_notification());
-            let jobs = next.filter_map(|notification| match notification {
-                JobNotification::NotifyNext {
-                    execution: Some(execution),
-                    ..
-                } => Some(execution.job_id),
-                _ => None,
-            });
-            (thing.clone(), jobs.collect())
-        })
-        .collect();
+    hear(&mut announced);
+    let announced = things.iter().cloned().zip(announced).collect();
     JobsRun { lines, announced }
 }
 
 /// What one device client did and heard: its operations' history lines, and for each thing
-/// the jobs notify-next announced to it, in order.
+/// the jobs notify-next announced to it, in order: each job id, and what else the
+/// notification said and when it came (for a failure's report).
 pub struct JobsRun {
     pub lines: Vec<String>,
-    pub announced: Vec<(String, Vec<String>)>,
+    pub announced: Vec<(String, Vec<(String, String)>)>,
 }
 
 /// No job execution announced twice to one client (notify-next says the thing's next job
@@ -417,9 +428,10 @@ pub fn each_execution_announced_at_most_once(runs: &[(usize, JobsRun)]) -> Resul
         for (thing, jobs) in &run.announced {
             announced += jobs.len();
             let mut seen = std::collections::HashSet::new();
-            if let Some(twice) = jobs.iter().find(|job| !seen.insert(*job)) {
+            if let Some((twice, _)) = jobs.iter().find(|(job, _)| !seen.insert(job)) {
+                let heard: Vec<&String> = jobs.iter().map(|(_, detail)| detail).collect();
                 return Err(format!(
-                    "{thing}'s {twice} announced twice by notify-next to client {client}: {jobs:?}"
+                    "{thing}'s {twice} announced twice by notify-next to client {client}: {heard:#?}"
                 ));
             }
         }
