@@ -1112,12 +1112,21 @@ impl Commands {
         // Closing commands, once all is healed (the last ones of the load may be older than
         // STATUS_KEPT by now, or forgotten): each answered with its own answer, its status
         // SUCCEEDED at once (kept three of the default timeouts: longer than any clock jump).
+        // Healed, a node may still take a moment to follow a new primary (it asks the
+        // sentinels every second): a closing command answered 503 meanwhile is sent again.
         for n in 0..3 {
             let payload = format!("{{\"closing\":{n}}}");
-            let request = CommandRequest::new(format!("dev/{n}/cmd"), payload.clone());
-            let reply = checker.command(request).await.unwrap_or_else(|e| {
-                panic!("{name} (seed {seed}): closing command {n} once healed: {e}")
-            });
+            let deadline = Instant::now() + calls::WAIT;
+            let reply = loop {
+                let request = CommandRequest::new(format!("dev/{n}/cmd"), payload.clone());
+                match checker.command(request).await {
+                    Ok(reply) => break reply,
+                    Err(ClientError::Status { status: 503, .. }) if Instant::now() < deadline => {
+                        tokio::time::sleep(Duration::from_millis(200)).await
+                    }
+                    Err(e) => panic!("{name} (seed {seed}): closing command {n} once healed: {e}"),
+                }
+            };
             assert_eq!(
                 &reply.payload[..],
                 payload.as_bytes(),

@@ -20,6 +20,12 @@ const SENTINEL_TIMEOUT: Duration = Duration::from_secs(1);
 /// is idle, or still reaches a primary the others deposed, moves within this time.
 const SENTINEL_POLL: Duration = Duration::from_secs(1);
 
+/// How long connecting to the primary the sentinels name may take before the node gives up
+/// until the next poll. Why: connecting to a server this node cannot reach (a partition drops
+/// its packets) waits out the connect timeout twice, and meanwhile no other attempt to follow
+/// is made: the node stayed on a deposed primary for seconds after the partition healed.
+const PRIMARY_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// How long a Cluster connection is used before a failed call makes a new one.
 const CLUSTER_RENEW_AFTER: Duration = Duration::from_secs(3);
 
@@ -172,7 +178,15 @@ impl Sentinel {
         if url == self.url() {
             return;
         }
-        match open_primary(&url, &self.manager_config).await {
+        let opened =
+            tokio::time::timeout(PRIMARY_TIMEOUT, open_primary(&url, &self.manager_config))
+                .await
+                .unwrap_or_else(|_| {
+                    Err(RedisStoreError::Redis(format!(
+                        "no answer within {PRIMARY_TIMEOUT:?}"
+                    )))
+                });
+        match opened {
             Ok(manager) => {
                 *self
                     .primary
