@@ -144,7 +144,7 @@ struct Node {
     /// The `mqstore` binary it runs.
     binary: PathBuf,
     /// The user it runs as, when it has one of its own: a firewall rule can then cut its
-    /// link to one of the Redis servers it reaches directly ([`LinkCut`]).
+    /// link to one of the Redis servers it reaches directly ([`Firewall`]).
     uid: Option<u32>,
     store: Vec<String>,
     broker_link: Proxy,
@@ -309,17 +309,22 @@ struct Firewall {
 impl Firewall {
     /// Fails at once, saying what to do, where rules cannot be made (not root, no iptables).
     fn check() {
-        Self::iptables(&["-S", "OUTPUT"]);
+        Self::must(&["-S".into(), "OUTPUT".into()]);
     }
 
-    fn iptables(args: &[&str]) {
+    /// Runs `iptables -w args`: whether it succeeded.
+    fn iptables(args: &[String]) -> bool {
         let status = Command::new("iptables")
             .arg("-w")
             .args(args)
             .stdout(Stdio::null())
             .status();
+        status.is_ok_and(|s| s.success())
+    }
+
+    fn must(args: &[String]) {
         assert!(
-            status.is_ok_and(|s| s.success()),
+            Self::iptables(args),
             "`iptables {}` failed: the nemesis cuts a node's link to one Redis server with an \
              iptables rule, so it runs as root with iptables installed (scripts/test installs \
              it: apt-get install iptables)",
@@ -327,8 +332,10 @@ impl Firewall {
         );
     }
 
-    fn rule(action: &str, uid: u32, port: u16) -> [String; 14] {
-        [
+    /// The rule dropping `uid`'s packets to `port`, to add (`-A`) or delete (`-D`).
+    fn rule(action: &str, uid: u32, port: u16) -> Vec<String> {
+        let (port, uid) = (port.to_string(), uid.to_string());
+        let rule = [
             action,
             "OUTPUT",
             "-p",
@@ -336,24 +343,24 @@ impl Firewall {
             "-d",
             "127.0.0.1",
             "--dport",
-            &port.to_string(),
+            &port,
             "-m",
             "owner",
             "--uid-owner",
-            &uid.to_string(),
+            &uid,
             "-j",
             "DROP",
-        ]
-        .map(str::to_owned)
+        ];
+        rule.map(str::to_owned).to_vec()
     }
 
     fn cut(&mut self, uid: u32, port: u16) {
-        Self::iptables(&Self::rule("-A", uid, port).each_ref().map(String::as_str));
+        Self::must(&Self::rule("-A", uid, port));
         self.cut.push((uid, port));
     }
 
     fn restore(&mut self, uid: u32, port: u16) {
-        Self::iptables(&Self::rule("-D", uid, port).each_ref().map(String::as_str));
+        Self::must(&Self::rule("-D", uid, port));
         self.cut.retain(|&cut| cut != (uid, port));
     }
 }
@@ -361,10 +368,7 @@ impl Firewall {
 impl Drop for Firewall {
     fn drop(&mut self) {
         for (uid, port) in std::mem::take(&mut self.cut) {
-            let _ = Command::new("iptables")
-                .arg("-w")
-                .args(Self::rule("-D", uid, port))
-                .status();
+            Self::iptables(&Self::rule("-D", uid, port));
         }
     }
 }
