@@ -23,7 +23,8 @@ const SENTINEL_POLL: Duration = Duration::from_secs(1);
 /// How long connecting to the primary the sentinels name may take before the node gives up
 /// until the next poll. Why: connecting to a server this node cannot reach (a partition drops
 /// its packets) waits out the connect timeout twice, and meanwhile no other attempt to follow
-/// is made: the node stayed on a deposed primary for seconds after the partition healed.
+/// is made, so the node could stay on a deposed primary for seconds after the partition
+/// healed (the likely cause of a nemesis failure: a write refused READONLY after all was healed).
 const PRIMARY_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// How long a Cluster connection is used before a failed call makes a new one.
@@ -178,15 +179,7 @@ impl Sentinel {
         if url == self.url() {
             return;
         }
-        let opened =
-            tokio::time::timeout(PRIMARY_TIMEOUT, open_primary(&url, &self.manager_config))
-                .await
-                .unwrap_or_else(|_| {
-                    Err(RedisStoreError::Redis(format!(
-                        "no answer within {PRIMARY_TIMEOUT:?}"
-                    )))
-                });
-        match opened {
+        match open_named_primary(&url, &self.manager_config).await {
             Ok(manager) => {
                 *self
                     .primary
@@ -315,6 +308,20 @@ async fn locate(
     )))
 }
 
+/// [`open_primary`] for the primary the sentinels named, given up after [`PRIMARY_TIMEOUT`].
+async fn open_named_primary(
+    url: &str,
+    config: &ConnectionManagerConfig,
+) -> Result<ConnectionManager, RedisStoreError> {
+    tokio::time::timeout(PRIMARY_TIMEOUT, open_primary(url, config))
+        .await
+        .unwrap_or_else(|_| {
+            Err(RedisStoreError::Redis(format!(
+                "no answer within {PRIMARY_TIMEOUT:?}"
+            )))
+        })
+}
+
 /// A connection to `url`, once it answers `ROLE` as a primary.
 async fn open_primary(
     url: &str,
@@ -352,5 +359,30 @@ mod tests {
         assert_eq!(replication.last_outage_ms.load(Ordering::Relaxed), 0);
         replication.note(true, replication.now());
         assert!(replication.last_outage_ms.load(Ordering::Relaxed) >= 20);
+    }
+
+    /// A named primary that takes the connection and never answers (as one behind a
+    /// partition) is given up after `PRIMARY_TIMEOUT`, however long the connection's own
+    /// timeouts (a minute here: the only timer that can end the attempt first is ours).
+    #[tokio::test]
+    async fn a_named_primary_that_never_answers_is_given_up_after_primary_timeout() {
+        // Bound but never accepted: the kernel completes the handshake, nothing answers.
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("redis://{}", silent.local_addr().unwrap());
+        let minute = Some(Duration::from_secs(60));
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(minute)
+            .set_response_timeout(minute);
+        let attempt = open_named_primary(&url, &config);
+        let Ok(opened) = tokio::time::timeout(Duration::from_secs(30), attempt).await else {
+            panic!("still waiting for a server that never answers after 30 s");
+        };
+        let Err(error) = opened else {
+            panic!("a server that never answers taken as the primary");
+        };
+        assert_eq!(
+            error.to_string(),
+            RedisStoreError::Redis("no answer within 2s".into()).to_string()
+        );
     }
 }
