@@ -451,17 +451,7 @@ async fn a_write_not_confirmed_on_its_replicas_is_an_error_never_ok() {
     let mut redis_config = RedisConfig::parse(&primary.url()).unwrap();
     redis_config.wait_replicas = 1;
     redis_config.wait_timeout = Duration::from_millis(200);
-    let config = ServerConfig {
-        store: StoreConfig::Redis(redis_config),
-        ..ServerConfig::new(
-            BrokerConfig {
-                port: broker.port,
-                ..BrokerConfig::default()
-            },
-            "w1",
-        )
-    };
-    let node = spawn(config).await.expect("the node starts");
+    let node = node_on(redis_config, &broker, "w1").await;
     let c = client(broker.port, "dev").await;
     assert!(
         c.set("k", "confirmed", SetOptions::default())
@@ -518,10 +508,14 @@ async fn a_write_not_confirmed_on_its_replicas_is_an_error_never_ok() {
 
 /// An in-process node named `id` on the Redis behind `link`, beside `broker`.
 async fn node_through(link: &Proxy, broker: &Broker, id: &str) -> mqstore_server::ServerHandle {
+    let redis = RedisConfig::parse(&format!("redis://127.0.0.1:{}", link.port)).unwrap();
+    node_on(redis, broker, id).await
+}
+
+/// An in-process node named `id` on `redis`, beside `broker`.
+async fn node_on(redis: RedisConfig, broker: &Broker, id: &str) -> mqstore_server::ServerHandle {
     let config = ServerConfig {
-        store: StoreConfig::Redis(
-            RedisConfig::parse(&format!("redis://127.0.0.1:{}", link.port)).unwrap(),
-        ),
+        store: StoreConfig::Redis(redis),
         ..ServerConfig::new(
             BrokerConfig {
                 port: broker.port,
@@ -861,4 +855,124 @@ async fn fencing_tokens_only_grow_whatever_the_nodes_clocks_say() {
     );
     drop(lease);
     let _ = tokio::time::timeout(WAIT, behind.stop()).await;
+}
+
+/// What a write meets in the window `--redis-wait-replicas` below the number of replicas
+/// leaves open: the primary held (SIGSTOP) while the sentinels promote a replica, and the other
+/// replica cut off from the sentinels, so they cannot move it to the new primary. The node is
+/// cut off from the sentinels too, so it still writes to the old primary, which resumes still
+/// a primary (the sentinels demote it only seconds after it answers again) with that replica
+/// still attached. Returns the write's answer and the key's value once all is healed.
+async fn a_write_to_a_deposed_primary(wait: u32) -> (Result<bool, ClientError>, String) {
+    let primary = Redis::start_durable();
+    let promoted = Redis::durable_replica_of(&primary);
+    let port = free_port();
+    let attached_link = Proxy::to(port);
+    let attached = Redis::durable_replica_announced(&primary, port, attached_link.port);
+    let sentinels = Sentinels::start(&primary, 3);
+    sentinels.wait_for_replicas(2);
+    let sentinel_links: Vec<Proxy> = sentinels.nodes.iter().map(|s| Proxy::to(s.port)).collect();
+    let hosts: Vec<String> = sentinel_links
+        .iter()
+        .map(|l| format!("127.0.0.1:{}", l.port))
+        .collect();
+    let mut redis_config = RedisConfig::parse(&format!(
+        "redis-sentinel://{}/{}",
+        hosts.join(","),
+        redis::PRIMARY_NAME
+    ))
+    .unwrap();
+    redis_config.wait_replicas = wait;
+    let broker = Broker::start();
+    let node = node_on(redis_config, &broker, "deposed").await;
+    let c = client(broker.port, "writer").await;
+    let set = |value: &'static str| {
+        let c = c.clone();
+        async move {
+            c.set("k", value, SetOptions::default())
+                .await
+                .map(|s| s.applied)
+        }
+    };
+    assert!(set("kept").await.unwrap(), "written before the failover");
+
+    for link in sentinel_links.iter().chain([&attached_link]) {
+        link.cut();
+    }
+    let signal = |pid: Option<u32>, signal: &str| {
+        let status = Command::new("kill")
+            .args([signal, &pid.unwrap().to_string()])
+            .status();
+        assert!(status.unwrap().success(), "kill {signal}");
+    };
+    signal(primary.pid(), "-STOP");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while redis::named_primary(sentinels.nodes[0].port) != Some(promoted.port) {
+        assert!(
+            Instant::now() < deadline,
+            "the sentinels promoted no replica"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The write waits in the held primary's socket; then the primary resumes.
+    let write = tokio::spawn(set("answered"));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    signal(primary.pid(), "-CONT");
+    let answer = write.await.unwrap();
+
+    // Healed: the sentinels demote the old primary and move the other replica to the new
+    // one (each then resyncs from it); the node follows them.
+    for link in sentinel_links.iter().chain([&attached_link]) {
+        link.restore();
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let follows = |replica: &Redis| {
+        let info = replica.cli(&["info", "replication"]);
+        info.contains(&format!("master_port:{}", promoted.port))
+            && info.contains("master_link_status:up")
+    };
+    while !(follows(&primary) && follows(&attached)) {
+        assert!(
+            Instant::now() < deadline,
+            "the sentinels did not move both to the new primary"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let value = loop {
+        match c.get("k").await {
+            Ok(Some(value)) => break String::from_utf8_lossy(&value.value).into_owned(),
+            other => assert!(Instant::now() < deadline, "no read: {other:?}"),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let _ = tokio::time::timeout(WAIT, node.stop()).await;
+    (answer, value)
+}
+
+/// With `--redis-wait-replicas 1` of two replicas, a write that the deposed primary and the
+/// replica still attached to it took is answered OK, and is gone once the sentinels move that
+/// replica to the new primary: the limit docs/guide/redis.md states (wait for every replica to
+/// close it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deposed_primary_loses_a_write_confirmed_by_one_of_two_replicas() {
+    let _alone = alone().await;
+    let (answer, value) = a_write_to_a_deposed_primary(1).await;
+    assert!(
+        matches!(answer, Ok(true)),
+        "the deposed primary's write answered {answer:?}"
+    );
+    assert_eq!(value, "kept", "the acknowledged write was lost");
+}
+
+/// Waiting for every replica closes that window: the deposed primary has one replica left, so
+/// the write is answered 503 (it may or may not be there afterwards), never OK.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_for_every_replica_a_deposed_primary_answers_503() {
+    let _alone = alone().await;
+    let (answer, value) = a_write_to_a_deposed_primary(2).await;
+    match answer {
+        Err(ClientError::Status { status: 503, .. }) => {}
+        other => panic!("the deposed primary's write answered {other:?}"),
+    }
+    assert!(value == "kept" || value == "answered", "{value}");
 }

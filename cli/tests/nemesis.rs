@@ -171,14 +171,17 @@ impl Node {
                 ],
                 None,
             ),
-            Store::Replicated(url) => (
-                // A write is answered once a replica has it too: a failover loses nothing
-                // acknowledged (docs/guide/redis.md).
+            Store::Replicated(url, replicas) => (
+                // A write is answered once every replica has it: a failover loses nothing
+                // acknowledged, whichever replica is promoted. Fewer leaves a window: a
+                // primary deposed while held, resumed with a replica the sentinels have not
+                // moved yet, confirms writes that are then lost (docs/guide/redis.md; the
+                // failover tests show it).
                 vec![
                     "--store".to_owned(),
                     url.clone(),
                     "--redis-wait-replicas".to_owned(),
-                    "1".to_owned(),
+                    replicas.to_string(),
                 ],
                 None,
             ),
@@ -378,8 +381,9 @@ enum Store {
     DataDir,
     /// One Redis at this port, each node's link to it through a proxy.
     Redis(u16),
-    /// Redis Sentinel or a Redis Cluster at this URL (the nodes find the primaries).
-    Replicated(String),
+    /// Redis Sentinel or a Redis Cluster at this URL (the nodes find the primaries), with
+    /// this many replicas per primary.
+    Replicated(String, u32),
 }
 
 /// Redis with replicas that take a dead primary's place: a primary and two replicas, each with
@@ -449,6 +453,11 @@ impl Replicated {
         if let Some(primary) = self.primary() {
             primary.kill();
         }
+    }
+
+    /// How many replicas each primary has: Sentinel's two, a cluster shard's one.
+    fn replicas_per_primary(&self) -> u32 {
+        if self.sentinels.is_some() { 2 } else { 1 }
     }
 
     /// Every server's and sentinel's port: what a node's link may be cut to.
@@ -749,7 +758,7 @@ fn beside(
 ) -> Deployment {
     let broker = Broker::start();
     // Nodes on Sentinel or a cluster run as users of their own (see `Firewall`).
-    let unprivileged = matches!(store, Store::Replicated(_)).then(|| {
+    let unprivileged = matches!(store, Store::Replicated(..)).then(|| {
         Firewall::check();
         Unprivileged::new(name)
     });
@@ -1328,14 +1337,15 @@ async fn three_nodes_on_redis() {
 
 /// Redis Sentinel: a primary, two replicas and three sentinels, every server with its
 /// append-only file fsynced at every write, and the nodes writing with
-/// `--redis-wait-replicas 1`; the primary killed and failed over among the other faults.
+/// `--redis-wait-replicas 2` (every replica); the primary killed and failed over among the
+/// other faults.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_nodes_on_redis_sentinel() {
     nemesis(on_replicated("sentinel", Replicated::sentinel())).await;
 }
 
 /// A Redis Cluster of three primaries with a replica each, the nodes writing with
-/// `--redis-wait-replicas 1`; a primary killed and failed over among the other faults.
+/// `--redis-wait-replicas 1` (every replica); a primary killed and failed over among the other faults.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_nodes_on_a_redis_cluster() {
     nemesis(on_replicated("cluster", Replicated::cluster())).await;
@@ -1343,7 +1353,7 @@ async fn three_nodes_on_a_redis_cluster() {
 
 /// Three nodes on `replicated`.
 fn on_replicated(name: &'static str, replicated: Replicated) -> Deployment {
-    let store = Store::Replicated(replicated.url());
+    let store = Store::Replicated(replicated.url(), replicated.replicas_per_primary());
     let mut deployment = beside(name, 3, store, None, true);
     deployment.replicated = Some(replicated);
     deployment
@@ -1387,7 +1397,8 @@ async fn the_plugin_on_a_data_dir() {
 async fn a_node_cut_off_from_the_primary_by_the_firewall_answers_503_then_recovers() {
     let replicated = Replicated::sentinel();
     let sentinel = replicated.sentinels.as_ref().unwrap().nodes[0].port;
-    let mut deployment = beside("cut", 1, Store::Replicated(replicated.url()), None, true);
+    let store = Store::Replicated(replicated.url(), replicated.replicas_per_primary());
+    let mut deployment = beside("cut", 1, store, None, true);
     let port = deployment.broker.port;
     calls::ready_client_timing_out(port, "ready", Duration::from_secs(3)).await;
     // Patient: the node's own bound on a Redis call (2 s, and the replicas' wait) comes first.

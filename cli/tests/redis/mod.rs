@@ -77,6 +77,23 @@ impl Redis {
         replica
     }
 
+    /// [`Redis::durable_replica_of`] on `port`, telling its primary (and so the sentinels) to
+    /// reach it at `announced` (a [`Proxy`] to `port`, say): cutting that proxy cuts the
+    /// sentinels off from it, not its primary.
+    pub fn durable_replica_announced(primary: &Redis, port: u16, announced: u16) -> Self {
+        let mut args = durable_args();
+        args.extend([
+            "--replicaof".into(),
+            "127.0.0.1".into(),
+            primary.port.to_string(),
+            "--replica-announce-port".into(),
+            announced.to_string(),
+        ]);
+        let replica = Self::launch(port, args);
+        replica.wait_synced_replica();
+        replica
+    }
+
     /// A replica of `primary`, without persistence.
     pub fn replica_of(primary: &Redis) -> Self {
         Self::replica_of_port(primary.port)
@@ -290,6 +307,21 @@ impl Sentinels {
             }
         }
         sentinels
+    }
+
+    /// Waits (up to 20 s) until every sentinel knows `replicas` replicas of the primary.
+    pub fn wait_for_replicas(&self, replicas: usize) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        for node in &self.nodes {
+            loop {
+                let known = node.cli(&["sentinel", "replicas", PRIMARY_NAME]);
+                if known.lines().filter(|line| *line == "name").count() >= replicas {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "the sentinels know: {known}");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
     }
 
     /// `redis-sentinel://` with every sentinel.
