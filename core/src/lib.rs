@@ -43,6 +43,7 @@
 //! assert_eq!(reply.response.to_bytes(), Bytes::from_static(b"$5\r\nhello\r\n"));
 //! ```
 
+#![forbid(unsafe_code)]
 #![deny(missing_docs)]
 // What is public is reachable from outside: internal entry points are `pub(crate)`.
 #![deny(unreachable_pub)]
