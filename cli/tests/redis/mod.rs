@@ -66,15 +66,8 @@ impl Redis {
     /// A replica of `primary` with the append-only file on and fsync at every write (so that
     /// it comes back with its data when restarted after it was promoted).
     pub fn durable_replica_of(primary: &Redis) -> Self {
-        let mut args = durable_args();
-        args.extend([
-            "--replicaof".into(),
-            "127.0.0.1".into(),
-            primary.port.to_string(),
-        ]);
-        let replica = Self::launch(free_port(), args);
-        replica.wait_synced_replica();
-        replica
+        let port = free_port();
+        Self::durable_replica_announced(primary, port, port)
     }
 
     /// [`Redis::durable_replica_of`] on `port`, telling its primary (and so the sentinels) to
