@@ -16,6 +16,16 @@ use crate::envelope::Publish;
 /// Things read at a time when a job's things are gone through (cancel, delete).
 const THINGS_PAGE: u64 = 1024;
 
+/// How long after a job was canceled a tick finishes the cancellation if it is still marked
+/// (see [`Jobs::mark_cancel`]): the request or abort that began it is given that long, so that
+/// ticks do not go through the job's things beside it.
+pub(super) const CANCEL_GRACE_MS: u64 = 30_000;
+
+/// When a tick finishes a canceled job's cancellation that is still marked.
+fn resumed_at(job: &Job) -> u64 {
+    job.completed_at.unwrap_or(job.last_updated_at) + CANCEL_GRACE_MS
+}
+
 impl<S: JobsStore> Jobs<S> {
     /// Whether some job's rollout is under way, or a job's start or end time is still to
     /// come (see [`Jobs::next_wake`] for when it goes on): [`Jobs::roll_out`] has work.
@@ -47,8 +57,22 @@ impl<S: JobsStore> Jobs<S> {
                 continue;
             };
             match job.status {
+                JobStatus::InProgress if rollout.next >= rollout.total => {
+                    // A cancellation's mark (below) left by one that never happened: the
+                    // rollout had handed out every thing already.
+                    self.store.stop_rollout(&job.id)?;
+                    continue;
+                }
                 JobStatus::InProgress => {}
                 JobStatus::Scheduled => continue,
+                // A cancellation under way: its own request (or abort) finishes it.
+                JobStatus::Canceled if now_ms < resumed_at(&job) => continue,
+                JobStatus::Canceled => {
+                    // One cut short (the store failed, or its node died, midway): its mark
+                    // is still here, so it is finished now, by whichever node ticks.
+                    self.finish_cancel(&job, job.force_canceled, now_ms, out)?;
+                    continue;
+                }
                 _ => {
                     self.store.stop_rollout(&job.id)?;
                     continue;
@@ -194,6 +218,7 @@ impl<S: JobsStore> Jobs<S> {
                     }
                 }
                 JobStatus::Scheduled => continue,
+                JobStatus::Canceled => resumed_at(&job),
                 _ => now_ms,
             };
             wake = Some(wake.map_or(at, |w| w.min(at)));
@@ -226,17 +251,15 @@ impl<S: JobsStore> Jobs<S> {
                 self.current(job, now_ms, out)?;
                 return Ok(false);
             };
+            self.mark_cancel(job_id)?;
             let mut canceled = (*job).clone();
             canceled.status = JobStatus::Canceled;
             canceled.reason_code = Some(reason_code.into());
             canceled.comment = Some(comment);
             canceled.last_updated_at = now_ms;
             canceled.completed_at = Some(now_ms);
-            let event = canceled.clone();
-            if self.store.put_job(canceled)? {
-                self.store.stop_rollout(job_id)?;
-                self.cancel_executions(&job, false, now_ms, out)?;
-                self.job_event(&event, "canceled", now_ms, out)?;
+            if self.store.put_job(canceled.clone())? {
+                self.finish_cancel(&canceled, false, now_ms, out)?;
                 return Ok(true);
             }
         }
@@ -320,6 +343,7 @@ impl<S: JobsStore> Jobs<S> {
                 "comment: at most 2028 characters".into(),
             ));
         }
+        let mut marked = false;
         let job = loop {
             let job = self.existing(job_id)?;
             match job.status {
@@ -341,6 +365,10 @@ impl<S: JobsStore> Jobs<S> {
                 }
                 _ => {}
             }
+            if !marked {
+                self.mark_cancel(job_id)?;
+                marked = true;
+            }
             let mut canceled = (*job).clone();
             canceled.status = JobStatus::Canceled;
             canceled.force_canceled = force;
@@ -348,16 +376,37 @@ impl<S: JobsStore> Jobs<S> {
             canceled.comment = comment.clone().or(canceled.comment);
             canceled.last_updated_at = now_ms;
             canceled.completed_at = Some(now_ms);
-            let event = canceled.clone();
-            if self.store.put_job(canceled)? {
-                break (job, event);
+            if self.store.put_job(canceled.clone())? {
+                break canceled;
             }
         };
-        let (job, event) = job;
-        self.job_event(&event, "cancellation_in_progress", now_ms, out)?;
-        self.store.stop_rollout(job_id)?;
-        self.cancel_executions(&job, force, now_ms, out)?;
-        self.job_event(&event, "canceled", now_ms, out)?;
+        self.job_event(&job, "cancellation_in_progress", now_ms, out)?;
+        Ok(self.finish_cancel(&job, force, now_ms, out)?)
+    }
+
+    /// Marks a job whose cancellation begins, before it is recorded CANCELED: its rollout
+    /// stays listed (listed again, when it had handed out every thing) until the cancellation
+    /// is done. Why: it takes a write per thing after the job's own, and a store that fails
+    /// midway, or a node that dies, would leave executions QUEUED under a CANCELED job for
+    /// good (a second CancelJob is refused, an abort happens once). Listed, the next tick of
+    /// any node finishes it ([`Jobs::roll_out`]).
+    fn mark_cancel(&mut self, job_id: &str) -> Stored<()> {
+        self.store.add_job_things(job_id, &[])
+    }
+
+    /// Ends a CANCELED job's QUEUED executions (and with `force` its IN_PROGRESS ones), then
+    /// its rollout and the cancellation's mark, and says that it is canceled. Each step may
+    /// be made again: an execution ends once.
+    fn finish_cancel(
+        &mut self,
+        job: &Job,
+        force: bool,
+        now_ms: u64,
+        out: &mut Vec<Publish>,
+    ) -> Stored<()> {
+        self.cancel_executions(job, force, now_ms, out)?;
+        self.store.stop_rollout(&job.id)?;
+        self.job_event(job, "canceled", now_ms, out)?;
         Ok(())
     }
 

@@ -1011,3 +1011,131 @@ fn a_misfit_value_in_an_operator_call_names_its_field() {
     assert!(jobs.job("j").unwrap().is_none(), "nothing was created");
     assert!(out.is_empty());
 }
+
+/// A memory store reached by calls that fails the first write of one thing's record (a
+/// store that fails midway through a cancellation).
+struct FailsOnce {
+    store: std::cell::RefCell<MemoryJobs>,
+    thing: std::cell::Cell<Option<&'static str>>,
+}
+
+impl Answers for FailsOnce {
+    fn answer(&self, call: impl FnOnce() -> StoreCall) -> StoreAnswer {
+        let call = call();
+        if let StoreCall::PutThing(thing, ..) = &call
+            && self.thing.get() == Some(thing.as_str())
+        {
+            self.thing.set(None);
+            return StoreAnswer::Written(Err(StoreError("the store failed".into())));
+        }
+        call.run(&mut *self.store.borrow_mut())
+    }
+}
+
+/// Jobs on a store that fails the first write of `thing`, with `job` on A, B and C queued.
+fn failing_once_at(thing: &'static str, job: JobSpec) -> Jobs<Calls<FailsOnce>> {
+    let store = Calls(FailsOnce {
+        store: Default::default(),
+        thing: std::cell::Cell::new(None),
+    });
+    let mut jobs = Jobs::with_store(store, 60_000);
+    let mut out = Vec::new();
+    jobs.create_job(job, T0, &mut out).unwrap();
+    jobs.roll_out(T0, &mut out).unwrap();
+    for thing in ["A", "B", "C"] {
+        assert_eq!(status(&jobs, thing), Status::Queued);
+    }
+    jobs.store().0.thing.set(Some(thing));
+    jobs
+}
+
+fn status<S: JobsStore>(jobs: &Jobs<S>, thing: &str) -> Status {
+    jobs.execution(thing, "job1").unwrap().unwrap().status
+}
+
+/// What a tick published about job1: its job events, and which things' executions it ended.
+fn job1_events(out: &[Publish]) -> (Vec<&str>, usize) {
+    let jobs = out
+        .iter()
+        .filter_map(|p| p.topic.strip_prefix("$aws/events/job/job1/"))
+        .collect();
+    let executions = out
+        .iter()
+        .filter(|p| p.topic == "$aws/events/jobExecution/job1/canceled")
+        .count();
+    (jobs, executions)
+}
+
+/// A CancelJob cut short by the store (its job recorded CANCELED, one execution of three
+/// ended) is finished by a tick once the request's grace is over: before, the other two stayed
+/// QUEUED under a canceled job for good, and asking again was refused.
+#[test]
+fn a_cancellation_cut_short_by_the_store_is_finished_by_a_later_tick() {
+    let mut jobs = failing_once_at("B", spec("job1", &["A", "B", "C"]));
+    let mut out = Vec::new();
+    assert!(
+        jobs.cancel_job("job1", false, None, None, T0, &mut out)
+            .is_err()
+    );
+    assert_eq!(
+        jobs.job("job1").unwrap().unwrap().status,
+        JobStatus::Canceled
+    );
+    let statuses = ["A", "B", "C"].map(|t| status(&jobs, t));
+    assert_eq!(statuses, [Status::Canceled, Status::Queued, Status::Queued]);
+    assert!(matches!(
+        jobs.cancel_job("job1", false, None, None, T0, &mut out),
+        Err(JobsError::InvalidState(_))
+    ));
+
+    // Within the grace the tick leaves the job to its request.
+    out.clear();
+    jobs.roll_out(T0 + 1_000, &mut out).unwrap();
+    assert_eq!(status(&jobs, "B"), Status::Queued);
+    let later = T0 + lifecycle::CANCEL_GRACE_MS;
+    assert!(
+        jobs.next_wake(T0 + 1_000)
+            .unwrap()
+            .is_some_and(|at| at <= later)
+    );
+    jobs.roll_out(later, &mut out).unwrap();
+    let statuses = ["A", "B", "C"].map(|t| status(&jobs, t));
+    assert_eq!(statuses, [Status::Canceled; 3]);
+    assert_eq!(job1_events(&out), (vec!["canceled"], 2));
+    assert!(jobs.store().rollouts().unwrap().is_empty());
+    assert_eq!(jobs.next_wake(later).unwrap(), None);
+}
+
+/// An abort (the abort configuration's threshold reached) cut short the same way is
+/// finished the same way: it happens once, when the execution that reached it ends.
+#[test]
+fn an_abort_cut_short_by_the_store_is_finished_by_a_later_tick() {
+    let mut job = spec("job1", &["A", "B", "C"]);
+    job.config.abort_config = Some(
+        serde_json::from_value(json!({"criteriaList": [{"failureType": "FAILED",
+            "action": "CANCEL", "thresholdPercentage": 10, "minNumberOfExecutedThings": 1}]}))
+        .unwrap(),
+    );
+    let mut jobs = failing_once_at("B", job);
+    let mut out = Vec::new();
+    let reply = device(
+        &mut jobs,
+        "A",
+        "job1/update",
+        json!({"status": "FAILED"}),
+        &mut out,
+    );
+    assert_eq!(reply["_accepted"], json!(true), "{reply}");
+    assert_eq!(
+        jobs.job("job1").unwrap().unwrap().status,
+        JobStatus::Canceled
+    );
+    assert_eq!(status(&jobs, "B"), Status::Queued);
+
+    out.clear();
+    jobs.roll_out(T0 + lifecycle::CANCEL_GRACE_MS, &mut out)
+        .unwrap();
+    assert_eq!(status(&jobs, "B"), Status::Canceled);
+    assert_eq!(status(&jobs, "C"), Status::Canceled);
+    assert_eq!(job1_events(&out), (vec!["canceled"], 2));
+}
