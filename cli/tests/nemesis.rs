@@ -543,11 +543,15 @@ impl Replicated {
                 Some(sentinels) => {
                     let port = redis::named_primary(sentinels.nodes[0].port);
                     let primary = self.servers.iter().find(|s| Some(s.port) == port);
+                    // Every replica: the nodes wait for both to confirm a write.
                     primary.is_some_and(Redis::is_primary)
                         && self
                             .servers
                             .iter()
-                            .any(|s| Some(s.port) != port && synced(s))
+                            .filter(|s| Some(s.port) != port)
+                            .all(|s| {
+                                synced(s) && s.cli(&["role"]).contains(&port.unwrap().to_string())
+                            })
                 }
                 None => {
                     self.live_primaries() == 3
@@ -946,10 +950,19 @@ async fn nemesis(mut deployment: Deployment) {
         let jobs = checker.jobs(thing).await.unwrap();
         for job_id in job_ids.iter() {
             let call = load.elapsed().as_nanos();
-            let described = jobs
-                .describe(job_id)
-                .await
-                .expect("the healed service answers");
+            // A node may still be taking the device API over (its lease is claimed every
+            // second, once writes are confirmed again): up to 20 s.
+            let deadline = Instant::now() + Duration::from_secs(20);
+            let described = loop {
+                match jobs.describe(job_id).await {
+                    Ok(described) => break described,
+                    Err(e) if Instant::now() < deadline => {
+                        println!("{name}: describe {thing} {job_id} after healing: {e}; again");
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                    }
+                    Err(e) => panic!("the healed service does not answer in 20 s: {e}"),
+                }
+            };
             let ret = load.elapsed().as_nanos();
             let out = format!("{}:{}", described.status.as_str(), described.version_number);
             let key = history::execution_key(thing, job_id);
