@@ -550,7 +550,9 @@ impl Replicated {
                             .iter()
                             .filter(|s| Some(s.port) != port)
                             .all(|s| {
-                                synced(s) && s.cli(&["role"]).contains(&port.unwrap().to_string())
+                                synced(s)
+                                    && s.cli(&["info", "replication"])
+                                        .contains(&format!("master_port:{}", port.unwrap()))
                             })
                 }
                 None => {

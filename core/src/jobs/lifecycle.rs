@@ -404,21 +404,7 @@ impl<S: JobsStore> Jobs<S> {
         now_ms: u64,
         out: &mut Vec<Publish>,
     ) -> Stored<()> {
-        self.cancel_executions(job, force, now_ms, out)?;
-        self.store.stop_rollout(&job.id)?;
-        self.job_event(job, "canceled", now_ms, out)?;
-        Ok(())
-    }
-
-    /// Ends `job`'s QUEUED executions (and with `force` its IN_PROGRESS ones) as CANCELED,
-    /// thing by thing.
-    fn cancel_executions(
-        &mut self,
-        job: &Job,
-        force: bool,
-        now_ms: u64,
-        out: &mut Vec<Publish>,
-    ) -> Stored<()> {
+        // Thing by thing, a page of the job's things at a time.
         let mut from = 0;
         loop {
             let things = self.store.job_things(&job.id, from, THINGS_PAGE)?;
@@ -436,10 +422,12 @@ impl<S: JobsStore> Jobs<S> {
                 })?;
             }
             if (things.len() as u64) < THINGS_PAGE {
-                return Ok(());
+                break;
             }
             from += THINGS_PAGE;
         }
+        self.store.stop_rollout(&job.id)?;
+        self.job_event(job, "canceled", now_ms, out)
     }
 
     /// Cancels one thing's execution (AWS's `CancelJobExecution`): a QUEUED one, or with
