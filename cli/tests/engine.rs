@@ -573,6 +573,39 @@ fn every_watcher_is_notified_and_dropping_a_client_removes_only_its_watches() {
     assert_eq!(h.engine.stats().watches, 4);
 }
 
+/// A node on Redis that learns nobody received a notification (the broker's PUBACK 0x10)
+/// drops that client's registrations made before the change, never one made since: the
+/// client, back and subscribed again, may have registered through another node before this
+/// drop reaches Redis (a nemesis run's observer went deaf to three keys that way).
+#[test]
+fn a_notification_nobody_received_drops_only_the_registrations_made_before_it() {
+    let mut h = Harness::on_redis();
+    h.call("c", &watch("k"), &[]);
+    h.call("c", &watch("j"), &[]);
+    let unheard = h.call("w", &set("k", "v1"), &[]).notifications.remove(0);
+    assert_eq!(seen(&unheard).client, "c");
+    // The client came back and registered both keys again before the drop ran.
+    h.call("c", &watch("k"), &[]);
+    h.call("c", &watch("j"), &[]);
+    assert_eq!(h.drop_unheard(&unheard), 0);
+    assert_eq!(h.engine.stats().watches, 2);
+    let heard = h.call("w", &set("k", "v2"), &[]);
+    assert_eq!(seen(&heard.notifications[0]).client, "c");
+    // Not back this time: a drop for the latest change takes every registration made before.
+    let later = h.call("w", &set("j", "v1"), &[]).notifications.remove(0);
+    assert_eq!(h.drop_unheard(&later), 2);
+    assert_eq!(h.engine.stats().watches, 0);
+    assert!(h.call("w", &set("k", "v3"), &[]).notifications.is_empty());
+    // A registration made after the drop's change but before it ran stays, the others go.
+    h.call("c", &watch("k"), &[]);
+    let unheard = h.call("w", &set("k", "v4"), &[]).notifications.remove(0);
+    h.call("c", &watch("j"), &[]);
+    assert_eq!(h.drop_unheard(&unheard), 1);
+    assert!(h.call("w", &set("k", "v5"), &[]).notifications.is_empty());
+    let j = h.call("w", &set("j", "v2"), &[]);
+    assert_eq!(seen(&j.notifications[0]).client, "c");
+}
+
 #[test]
 fn expiry_notifies_watchers_with_a_fresh_version() {
     let mut h = Harness::new();

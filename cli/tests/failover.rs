@@ -439,8 +439,9 @@ async fn cluster_failover_with_wait_1_loses_no_acknowledged_write() {
 }
 
 /// A write whose replication cannot be confirmed (the only replica is gone) is answered with
-/// status 503 and the reason, never OK; the same for the jobs service; once a replica is
-/// back, writes are answered OK again.
+/// status 503 and the reason, never OK; the same for the jobs service; a write Redis refuses
+/// itself (its `min-replicas-to-write` not met) is answered 503 saying nothing was written,
+/// and nothing was; once a replica is back, writes are answered OK again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_not_confirmed_on_its_replicas_is_an_error_never_ok() {
     let _alone = alone().await;
@@ -485,13 +486,34 @@ async fn a_write_not_confirmed_on_its_replicas_is_an_error_never_ok() {
         }
         other => panic!("expected InternalError, got {other:?}"),
     }
+    primary.cli(&["config", "set", "min-replicas-to-write", "1"]);
+    match c.set("k", "refused", SetOptions::default()).await {
+        Err(ClientError::Status {
+            status: 503,
+            message,
+        }) => assert!(
+            message.contains("min-replicas-to-write") && message.contains("nothing was written"),
+            "{message}"
+        ),
+        other => panic!("expected status 503, got {other:?}"),
+    }
+    primary.cli(&["config", "set", "min-replicas-to-write", "0"]);
     let render = node.metrics.render();
     assert!(
         !render.contains("mqstore_redis_replication_unconfirmed_total 0\n"),
         "{render}"
     );
     replica.restart(); // an empty replica again, which syncs from the primary
+    // The unconfirmed write was applied after all; the refused one was not.
     let deadline = Instant::now() + WAIT;
+    let read = loop {
+        match c.get("k").await {
+            Ok(read) => break read,
+            Err(e) => assert!(Instant::now() < deadline, "never read again: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(read.unwrap().value, "unconfirmed");
     loop {
         match c.set("k", "again", SetOptions::default()).await {
             Ok(set) if set.applied => break,

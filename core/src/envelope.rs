@@ -391,6 +391,15 @@ pub fn notification_properties(version: &Hlc, replaced: Option<&Hlc>) -> Propert
     }
 }
 
+/// The key and the version of a change notification (as the engine publishes them: on
+/// [`topics::notify_topic`], with [`notification_properties`]); `None` for anything else. A
+/// node that learns nobody received one drops only the registrations made before that change.
+pub fn notified_change(notification: &Publish) -> Option<(Vec<u8>, Hlc)> {
+    let key = topics::key_of_notify_topic(&notification.topic)?;
+    let version = notification.properties.user_property(property::TIMESTAMP)?;
+    Some((key, Hlc::parse(version).ok()?))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -218,6 +218,30 @@ impl Harness {
         Self::with(EngineConfig::new(NODE), Quotas::default())
     }
 
+    /// On the Redis store whatever `MQSTORE_TEST_STORE` says (a test of what only it does).
+    pub fn on_redis() -> Self {
+        let store = TestStore::Redis(Box::new(BlockingRedis::start(Quotas::default())));
+        Self {
+            engine: Engine::new(EngineConfig::new(NODE), store).unwrap(),
+            now: T0,
+            correlation: 0,
+        }
+    }
+
+    /// What a Redis node does when the broker found nobody subscribed to `notification`:
+    /// drops its client's registrations made before that change. How many it dropped.
+    pub fn drop_unheard(&mut self, notification: &Publish) -> usize {
+        let client = topics::client_of_notify_topic(&notification.topic).expect("a notification");
+        let (key, version) =
+            mqstore_core::envelope::notified_change(notification).expect("a key and a version");
+        let TestStore::Redis(r) = self.engine.store_mut() else {
+            panic!("only a Redis node drops this way");
+        };
+        r.runtime
+            .block_on(r.store.drop_client_before(&client, &key, &version))
+            .expect("Redis")
+    }
+
     pub fn with(config: EngineConfig, quotas: Quotas) -> Self {
         Self {
             engine: Engine::new(config, TestStore::from_env(quotas)).unwrap(),

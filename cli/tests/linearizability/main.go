@@ -6,7 +6,8 @@
 //
 // op: set | setnx | get | del | vdel; out: ok | notapplied | absent | 0 | 1 | a value (get) |
 // unknown (no answer: the operation may have taken effect any time after its call, or never;
-// such operations end at the end of the history). Prints a summary; exits 1 on a violation.
+// such operations end at the end of the history) | refused (known not to have happened: left
+// out). Prints a summary; exits 1 on a violation.
 //
 // A job execution (AWS IoT Jobs' device API) is a key of its own, "job:{thing}:{jobId}", with
 // op describe (out "STATUS:version") or update (value "STATUS" or "STATUS@expectedVersion";
@@ -140,7 +141,12 @@ func main() {
 			end = r.Ret
 		}
 	}
+	var refused int
 	for _, r := range records {
+		if r.Out == "refused" {
+			refused++
+			continue
+		}
 		ret := r.Ret
 		if r.Out == "unknown" {
 			unknown++
@@ -217,7 +223,7 @@ func main() {
 			break
 		}
 	}
-	fmt.Printf("%d operations (%d without an answer) on %d clients: %v\n", len(history), unknown, countClients(records), result)
+	fmt.Printf("%d operations (%d without an answer; %d more refused, left out) on %d clients: %v\n", len(history), unknown, refused, countClients(records), result)
 	if result == porcupine.Illegal {
 		// porcupine's visualisation of the key that failed: its longest linearizable prefix,
 		// and the operations that cannot follow it.

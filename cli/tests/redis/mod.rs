@@ -125,6 +125,20 @@ impl Redis {
         }
     }
 
+    /// Makes it refuse writes, while it is a primary, unless `replicas` replicas are in sync
+    /// (acknowledged within the last two seconds): `min-replicas-to-write`, kept across
+    /// restarts.
+    pub fn require_replicas(&mut self, replicas: u32) {
+        let settings = [
+            ("min-replicas-to-write", replicas.to_string()),
+            ("min-replicas-max-lag", "2".to_owned()),
+        ];
+        for (name, value) in settings {
+            self.cli(&["config", "set", name, &value]);
+            self.extra.extend([format!("--{name}"), value]);
+        }
+    }
+
     /// Whether it answers as a primary now.
     pub fn is_primary(&self) -> bool {
         self.cli(&["role"]).starts_with("master")

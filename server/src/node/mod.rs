@@ -173,6 +173,14 @@ pub(super) enum Sent {
     Receipt(Receipt),
 }
 
+/// How the node learned that clients stopped listening.
+enum Gone {
+    /// Their presence Will (or goodbye) arrived.
+    Presence(Vec<String>),
+    /// The broker found nobody subscribed to this notification of the client's.
+    Unheard { client: String, copy: Publish },
+}
+
 /// One server node: the engine and what it has queued for the broker.
 pub(super) struct Node {
     pub(super) state: State,
@@ -593,7 +601,7 @@ impl Node {
                     }
                 };
                 match route {
-                    Route::Presence(clients) => Some(clients),
+                    Route::Presence(clients) => Some(Gone::Presence(clients)),
                     Route::Jobs => {
                         self.handle_jobs(message);
                         None
@@ -653,10 +661,10 @@ impl Node {
                 match (ack.reason, sent) {
                     (
                         PubAckReason::NoMatchingSubscribers,
-                        Some(Sent::Notification { client, .. }),
+                        Some(Sent::Notification { client, copy }),
                     ) => {
                         debug!(?client, "nobody receives this client's notifications");
-                        Some(vec![client])
+                        Some(Gone::Unheard { client, copy })
                     }
                     (reason, Some(Sent::Probe)) => {
                         self.probed(reason == PubAckReason::NoMatchingSubscribers);
@@ -764,8 +772,14 @@ impl Node {
     }
 
     /// Drops the registrations of clients that are gone.
-    fn drop_clients(&mut self, gone: Vec<String>) {
+    fn drop_clients(&mut self, gone: Gone) {
+        let (gone, before) = match gone {
+            Gone::Presence(clients) => (clients, None),
+            Gone::Unheard { client, copy } => (vec![client], envelope::notified_change(&copy)),
+        };
         match &mut self.state {
+            // Its requests and the broker's PUBACKs come on one connection, in the broker's
+            // order, and are handled in turn: a client back and registering again comes after.
             State::Local(node) => {
                 let dropped = node.drop_clients(&gone);
                 if dropped > 0 {
@@ -774,12 +788,26 @@ impl Node {
                     self.metrics.set_store(node.stats());
                 }
             }
+            // A client's Will says nothing of when it went relative to its KEYNOTIFYs, which
+            // another node may be writing to Redis now, after the client came back: dropping
+            // on it could drop those. Where the broker reports "no matching subscribers", a
+            // gone client is found at its next notification instead, whose version orders the
+            // drop against its registrations (`drop_client_before`).
+            State::Redis(..) if before.is_none() && self.reports_no_subscribers == Some(true) => {
+                debug!(clients = ?gone, "client gone: its registrations end at its next notification nobody receives, or with their lease");
+            }
             State::Redis(_, remote) => {
                 let (store, done) = (remote.store.clone(), remote.done.clone());
                 tokio::spawn(async move {
                     let mut dropped = Ok(0);
                     for client in &gone {
-                        match store.drop_client(client).await {
+                        let result = match &before {
+                            Some((key, version)) => {
+                                store.drop_client_before(client, key, version).await
+                            }
+                            None => store.drop_client(client).await,
+                        };
+                        match result {
                             Ok(n) => dropped = dropped.map(|d| d + n),
                             Err(e) => dropped = Err(e),
                         }

@@ -82,6 +82,15 @@ pub enum RedisStoreError {
     /// Redis answered something the store cannot read.
     Reply(String),
     #[error(
+        "Redis refused the write: fewer of its replicas are in sync than its \
+         min-replicas-to-write asks for, so nothing was written (send it again once they are \
+         back)"
+    )]
+    /// Redis refused a write (`NOREPLICAS`: its `min-replicas-to-write` is not met). A call
+    /// is one script or command (and its `WAIT`), refused before it wrote anything: unlike
+    /// [`RedisStoreError::NotReplicated`], the write is known not to have happened.
+    NoReplicas,
+    #[error(
         "not confirmed on {wanted} replica(s) within {timeout:?} (only {confirmed}); it may \
          still be applied"
     )]
@@ -112,7 +121,15 @@ impl RedisStoreError {
 
 impl From<redis::RedisError> for RedisStoreError {
     fn from(e: redis::RedisError) -> Self {
-        Self::Redis(e.to_string())
+        // A script's refusal comes inside the pipeline that carries its `WAIT`.
+        let refused = e
+            .clone()
+            .into_server_errors()
+            .is_some_and(|errors| errors.iter().any(|(_, error)| error.code() == "NOREPLICAS"));
+        match refused {
+            true => Self::NoReplicas,
+            false => Self::Redis(e.to_string()),
+        }
     }
 }
 
@@ -435,6 +452,7 @@ impl RedisStore {
                     .key(self.name(bucket, b"c:", client.as_bytes()))
                     .key(self.name(bucket, b"leases", b""))
                     .key(self.name(bucket, b"stats", b""))
+                    .key(self.name(bucket, b"r:", client.as_bytes()))
                     .arg(key.as_ref())
                     .arg(client.as_bytes())
                     .arg(lease_until.map(|at| at.to_string()).unwrap_or_default())
@@ -464,6 +482,7 @@ impl RedisStore {
                     .key(self.name(bucket, b"c:", client.as_bytes()))
                     .key(self.name(bucket, b"leases", b""))
                     .key(self.name(bucket, b"stats", b""))
+                    .key(self.name(bucket, b"r:", client.as_bytes()))
                     .arg(key.as_ref())
                     .arg(client.as_bytes());
                 let removed = match self.eval(&call).await? {
@@ -637,7 +656,8 @@ impl RedisStore {
                 .arg(now_ms)
                 .arg(SWEEP_BATCH)
                 .arg(self.name(bucket, b"c:", b""))
-                .arg(self.name(bucket, b"w:", b""));
+                .arg(self.name(bucket, b"w:", b""))
+                .arg(self.name(bucket, b"r:", b""));
             let reply = self.eval(&call).await?;
             let Value::Array(items) = reply else {
                 return Err(unexpected("lease sweep", &[reply]));
@@ -657,6 +677,30 @@ impl RedisStore {
 
     /// Drops every registration of `client` (it is gone); how many there were.
     pub async fn drop_client(&self, client: &str) -> Result<usize> {
+        self.drop_registrations(client, None).await
+    }
+
+    /// Drops the registrations of `client` made before the change `version` of `key`, which
+    /// the broker found nobody listening for (PUBACK 0x10); how many. Those made since stay:
+    /// the client may be back already, subscribed again and registering anew (the broker
+    /// ordered its SUBSCRIBE after that publish, but this drop and its KEYNOTIFYs reach Redis
+    /// from different nodes, in any order). Only `key`'s bucket is looked at: versions of
+    /// other buckets do not order against `version`, and a registration there is dropped when
+    /// a notification of its own finds nobody, or when its lease ends.
+    pub async fn drop_client_before(
+        &self,
+        client: &str,
+        key: &[u8],
+        version: &Hlc,
+    ) -> Result<usize> {
+        self.drop_registrations(client, Some((self.bucket_of(key), version)))
+            .await
+    }
+
+    async fn drop_registrations(&self, client: &str, before: Option<(u32, &Hlc)>) -> Result<usize> {
+        if let Some((bucket, version)) = before {
+            return self.drop_in_bucket(client, bucket, Some(version)).await;
+        }
         let buckets: Vec<u32> = if self.buckets == 1 {
             vec![0]
         } else {
@@ -667,16 +711,7 @@ impl RedisStore {
         };
         let mut dropped = 0;
         for bucket in buckets {
-            let mut call = self.scripts.drop.call();
-            call.key(self.name(bucket, b"c:", client.as_bytes()))
-                .key(self.name(bucket, b"leases", b""))
-                .key(self.name(bucket, b"stats", b""))
-                .arg(client.as_bytes())
-                .arg(self.name(bucket, b"w:", b""));
-            match self.eval(&call).await? {
-                Value::Int(n) => dropped += n as usize,
-                other => return Err(unexpected("drop", &[other])),
-            }
+            dropped += self.drop_in_bucket(client, bucket, None).await?;
         }
         if self.buckets > 1 {
             let _: i64 = self
@@ -684,6 +719,28 @@ impl RedisStore {
                 .await?;
         }
         Ok(dropped)
+    }
+
+    /// `drop.lua` in one bucket: every registration of `client`, or those made before the
+    /// change `before`.
+    async fn drop_in_bucket(
+        &self,
+        client: &str,
+        bucket: u32,
+        before: Option<&Hlc>,
+    ) -> Result<usize> {
+        let mut call = self.scripts.drop.call();
+        call.key(self.name(bucket, b"c:", client.as_bytes()))
+            .key(self.name(bucket, b"leases", b""))
+            .key(self.name(bucket, b"stats", b""))
+            .key(self.name(bucket, b"r:", client.as_bytes()))
+            .arg(client.as_bytes())
+            .arg(self.name(bucket, b"w:", b""))
+            .arg(before.map(Hlc::to_string).unwrap_or_default());
+        match self.eval(&call).await? {
+            Value::Int(n) => Ok(n as usize),
+            other => Err(unexpected("drop", &[other])),
+        }
     }
 
     /// The earliest deadline of any key or registration lease.

@@ -3,6 +3,9 @@
 --   k:<key>     hash: v = value, s = version, f = fencing token, x = deadline (ms)
 --   w:<key>     set of the clients watching <key>
 --   c:<client>  set of the keys of this bucket <client> watches
+--   r:<client>  hash: key -> the bucket's newest version when <client> last registered it
+--               ('' when the bucket had none): a registration made after a change has a
+--               stamp not older than the change's version
 --   keys        sorted set of the bucket's keys, all scored 0 (SCAN's lexical order)
 --   exp         sorted set: key -> deadline
 --   leases      sorted set: client -> end of its registrations' lease
@@ -72,18 +75,29 @@ local function append_members(out, name)
   return out
 end
 
--- Drops every registration `client` has in this bucket; returns how many there were.
-local function drop_client(client_keys, leases, stats, watch_prefix, client)
-  local keys = redis.call('SMEMBERS', client_keys)
-  for _, key in ipairs(keys) do
-    redis.call('SREM', watch_prefix .. key, client)
+-- Drops the registrations `client` has in this bucket (`stamps` its r: hash): every one, or
+-- with `before` (a version) those made before the change of that version — one the client
+-- was found not listening for, where a registration made since (by the client back again)
+-- must stay. Returns how many it dropped.
+local function drop_client(client_keys, stamps, leases, stats, watch_prefix, client, before)
+  local dropped = 0
+  for _, key in ipairs(redis.call('SMEMBERS', client_keys)) do
+    local stamp = before and redis.call('HGET', stamps, key)
+    if not (stamp and stamp ~= '' and not hlc_less(stamp, before)) then
+      redis.call('SREM', watch_prefix .. key, client)
+      redis.call('SREM', client_keys, key)
+      redis.call('HDEL', stamps, key)
+      dropped = dropped + 1
+    end
   end
-  redis.call('DEL', client_keys)
-  redis.call('ZREM', leases, client)
-  if #keys > 0 then
-    redis.call('HINCRBY', stats, 'watches', -#keys)
+  if redis.call('SCARD', client_keys) == 0 then
+    redis.call('DEL', stamps)
+    redis.call('ZREM', leases, client)
   end
-  return #keys
+  if dropped > 0 then
+    redis.call('HINCRBY', stats, 'watches', -dropped)
+  end
+  return dropped
 end
 
 -- The version of an expiry at `now` of a key whose version was `stored`, in the bucket whose
