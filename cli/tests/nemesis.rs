@@ -1007,7 +1007,7 @@ async fn nemesis(mut deployment: Deployment) {
     println!("{report}");
     assert!(
         linearizable,
-        "{name}: not linearizable (seed {seed}): {report}\nfaults: {faults:#?}"
+        "{name}: not found linearizable (seed {seed}; the report says whether a violation or the checker gave up): {report}\nfaults: {faults:#?}"
     );
     // After the history is kept and checked (a state gone back would show there too).
     match history::each_execution_announced_at_most_once(&job_runs) {

@@ -20,6 +20,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -210,7 +211,10 @@ func main() {
 	single.Partition = nil
 	result := porcupine.Ok
 	var illegal []porcupine.Operation
+	current := make(chan string, len(parts))
+	go stopPastMemory(current, os.Args[1])
 	for _, part := range parts {
+		current <- fmt.Sprintf("%s (%d operations)", part[0].Input.(input).key, len(part))
 		switch porcupine.CheckOperationsTimeout(single, part, limit) {
 		case porcupine.Illegal:
 			result, illegal = porcupine.Illegal, part
@@ -237,6 +241,30 @@ func main() {
 	}
 	if result != porcupine.Ok {
 		os.Exit(1)
+	}
+}
+
+// stopPastMemory ends the checker, saying which key it was on, once it holds more memory than
+// MQSTORE_PORCUPINE_GB (12 unless told): porcupine's search can outgrow the machine on a key
+// of many operations without an answer, and a checker that takes the machine's memory takes
+// the run (and whatever runs beside it) with it.
+func stopPastMemory(current <-chan string, history string) {
+	limit := uint64(12)
+	if gb, err := strconv.Atoi(os.Getenv("MQSTORE_PORCUPINE_GB")); err == nil && gb > 0 {
+		limit = uint64(gb)
+	}
+	key := ""
+	var stats runtime.MemStats
+	for {
+		select {
+		case key = <-current:
+		case <-time.After(time.Second):
+		}
+		runtime.ReadMemStats(&stats)
+		if stats.Sys > limit<<30 {
+			fmt.Printf("Unknown: the checker stopped past %d GB (MQSTORE_PORCUPINE_GB) on key %s of %s\n", limit, key, history)
+			os.Exit(3)
+		}
 	}
 }
 
