@@ -22,7 +22,10 @@
 //! * versions only grow: an applied SET that began after another one was answered has a
 //!   higher version, whatever the clocks did (fencing tokens are versions);
 //! * an observer sees each key's changes in version order, each once, and every acknowledged
-//!   write either among them or covered by a change marked `gap` (it says what it missed).
+//!   write either among them or covered by a change marked `gap` (it says what it missed);
+//! * notify-next announces each job execution to a device at most once; a job canceled during
+//!   the faults ends CANCELED with every execution CANCELED, and AWS's events say so at most
+//!   once each (the job's, each execution's).
 //!
 //! The clients move on to new keys every minute of faults ([`GENERATION`]), so that no key's
 //! history outgrows porcupine.
@@ -66,6 +69,9 @@ const JOB_CLIENTS: usize = 2;
 const THINGS: usize = 3;
 /// Jobs, each targeting every thing: the devices work through them in order.
 const JOBS: usize = 60;
+/// Jobs canceled during the load, each targeting as many things again, which no device works
+/// on (their executions stay QUEUED until the cancellation ends them).
+const CANCELED_JOBS: usize = 4;
 /// The clients' links: the load's, the observer's, the jobs devices', the command caller's and
 /// the echo device's.
 const LINKS: usize = CLIENTS + 1 + JOB_CLIENTS + 2;
@@ -875,6 +881,7 @@ async fn nemesis(mut deployment: Deployment) {
         queue_orders.push(order);
     }
     let queue_orders: Arc<[Vec<String>]> = queue_orders.into();
+    let cancellations = Cancellations::start(operator, port, &load, seconds).await;
 
     let mut tasks = Vec::new();
     for c in 0..CLIENTS {
@@ -934,6 +941,7 @@ async fn nemesis(mut deployment: Deployment) {
     // First, while the last commands' records are kept.
     commands.check(&checker, name, seed).await;
     echo.abort();
+    cancellations.check(&checker, name, seed, &faults).await;
 
     // Closing writes and reads: every key's last state, read back once all is healed, is in
     // the history porcupine checks (a lost acknowledged write cannot hide).
@@ -1236,6 +1244,157 @@ impl Commands {
                 .iter()
                 .filter(|(id, ..)| id.is_some())
                 .count()
+        );
+    }
+}
+
+/// Jobs canceled one at a time during the load by an operator (an answer lost to a fault is
+/// asked again: "canceled already" then says the first one landed), and AWS's jobs events as a
+/// listener heard them.
+struct Cancellations {
+    job_ids: Vec<String>,
+    things: Vec<String>,
+    /// What each cancellation was answered, in the end.
+    canceled: tokio::task::JoinHandle<Vec<String>>,
+    /// Each event's topic and payload, as they came.
+    events: Arc<Mutex<Vec<(String, Value)>>>,
+    listener: tokio::task::JoinHandle<()>,
+}
+
+impl Cancellations {
+    /// Creates the jobs (queued on things of their own before this returns) and starts the
+    /// events listener and the operator that cancels them, spread over the `seconds` of faults.
+    async fn start(
+        operator: mqstore_net::client::Client,
+        port: u16,
+        load: &Arc<history::Load>,
+        seconds: u64,
+    ) -> Self {
+        let job_ids: Vec<String> = (0..CANCELED_JOBS).map(|j| format!("cancel-{j}")).collect();
+        let things: Vec<String> = (0..THINGS).map(|t| format!("spare-{t}")).collect();
+        for job_id in &job_ids {
+            let spec =
+                mqstore_core::jobs::JobSpec::new(job_id, things.clone(), serde_json::json!({}));
+            operator.create_job(spec).await.expect("the job is created");
+        }
+        for thing in &things {
+            let jobs = operator.jobs(thing).await.unwrap();
+            let deadline = Instant::now() + calls::WAIT;
+            while jobs.pending().await.unwrap().queued_jobs.len() < CANCELED_JOBS {
+                assert!(
+                    Instant::now() < deadline,
+                    "{thing}'s executions never queued"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        let events: Arc<Mutex<Vec<(String, Value)>>> = Arc::default();
+        let heard = events.clone();
+        let listener = calls::device(
+            port,
+            "events-listener",
+            "$aws/events/#",
+            move |topic, payload, _| {
+                let event = serde_json::from_slice(payload).unwrap_or(Value::Null);
+                heard.lock().unwrap().push((topic.to_owned(), event));
+                Vec::new()
+            },
+        )
+        .await;
+        let (ids, load) = (job_ids.clone(), load.clone());
+        let canceled = tokio::spawn(async move {
+            let mut answers = Vec::new();
+            for (i, job_id) in ids.iter().enumerate() {
+                let at = Duration::from_secs(seconds) * (i as u32 + 1) / (CANCELED_JOBS as u32 + 1);
+                tokio::time::sleep(at.saturating_sub(load.elapsed())).await;
+                let answer = loop {
+                    match operator.cancel_job(job_id, false).await {
+                        Ok(()) => break "canceled".to_owned(),
+                        Err(ClientError::Jobs { code, message, .. })
+                            if code == "InvalidStateTransition"
+                                && message.contains("canceled already") =>
+                        {
+                            break "canceled already (an earlier answer was lost)".to_owned();
+                        }
+                        // Unknown (no answer, 503, or the store failed midway): again.
+                        Err(e) => {
+                            println!(
+                                "cancel {job_id} at {:.1} s: {e}; again",
+                                load.elapsed().as_secs_f64()
+                            );
+                            tokio::time::sleep(Duration::from_millis(500)).await;
+                        }
+                    }
+                };
+                answers.push(format!("{job_id}: {answer}"));
+            }
+            answers
+        });
+        Self {
+            job_ids,
+            things,
+            canceled,
+            events,
+            listener,
+        }
+    }
+
+    /// Once all is healed: every job CANCELED with each execution CANCELED (a cancellation
+    /// cut short is finished by a tick within its 30-s grace, so up to 45 s), and no event
+    /// heard twice.
+    async fn check(
+        self,
+        checker: &mqstore_net::client::Client,
+        name: &str,
+        seed: u64,
+        faults: &[String],
+    ) {
+        use mqstore_core::jobs::{JobStatus, Status};
+        let answers = self.canceled.await.unwrap();
+        println!("{name}: {answers:?}");
+        let deadline = Instant::now() + Duration::from_secs(45);
+        for job_id in &self.job_ids {
+            loop {
+                let job = checker.describe_job(job_id).await;
+                let mut executions = Vec::new();
+                for thing in &self.things {
+                    let execution = checker.describe_job_execution(job_id, thing).await;
+                    executions.push(execution.map(|e| e.status));
+                }
+                let done = matches!(&job, Ok(job) if job.status == JobStatus::Canceled)
+                    && executions.iter().all(|e| matches!(e, Ok(Status::Canceled)));
+                if done {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "{name} (seed {seed}): {job_id} not canceled everywhere 45 s after the faults: {:?}, executions {executions:?}\nfaults: {faults:#?}",
+                    job.map(|j| j.status)
+                );
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
+        self.listener.abort();
+        let events = self.events.lock().unwrap();
+        let mut seen = std::collections::BTreeMap::<String, usize>::new();
+        for (topic, event) in events.iter() {
+            let thing = event["thingArn"].as_str().unwrap_or_default();
+            *seen.entry(format!("{topic} {thing}")).or_default() += 1;
+        }
+        let twice: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).collect();
+        assert!(
+            twice.is_empty(),
+            "{name} (seed {seed}): jobs events heard more than once: {twice:?}\nfaults: {faults:#?}"
+        );
+        let ours = seen.keys().filter(|e| e.contains("/cancel-")).count();
+        assert!(
+            ours > 0,
+            "{name} (seed {seed}): no event of the canceled jobs heard at all"
+        );
+        println!(
+            "{name}: {} jobs canceled, each execution CANCELED; {ours} of their events heard, none twice ({} events in all)",
+            self.job_ids.len(),
+            events.len()
         );
     }
 }
