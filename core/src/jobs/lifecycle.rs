@@ -16,14 +16,18 @@ use crate::envelope::Publish;
 /// Things read at a time when a job's things are gone through (cancel, delete).
 const THINGS_PAGE: u64 = 1024;
 
-/// How long after a job was canceled a tick finishes the cancellation if it is still marked
-/// (see [`Jobs::mark_cancel`]): the request or abort that began it is given that long, so that
-/// ticks do not go through the job's things beside it.
-pub(super) const CANCEL_GRACE_MS: u64 = 30_000;
+/// How long after a job's cancellation or deletion began a tick finishes it if it is still
+/// marked (see [`Jobs::mark_unfinished`]): the request or abort that began it is given that
+/// long, so that ticks do not go through the job's things beside it.
+pub(super) const GRACE_MS: u64 = 30_000;
 
-/// When a tick finishes a canceled job's cancellation that is still marked.
+/// When a tick finishes a job's cancellation or deletion that is still marked.
 fn resumed_at(job: &Job) -> u64 {
-    job.completed_at.unwrap_or(job.last_updated_at) + CANCEL_GRACE_MS
+    match job.status {
+        // A job completed long ago and deleted now: from the deletion's start.
+        JobStatus::DeletionInProgress => job.last_updated_at + GRACE_MS,
+        _ => job.completed_at.unwrap_or(job.last_updated_at) + GRACE_MS,
+    }
 }
 
 impl<S: JobsStore> Jobs<S> {
@@ -66,11 +70,19 @@ impl<S: JobsStore> Jobs<S> {
                 JobStatus::InProgress => {}
                 JobStatus::Scheduled => continue,
                 // A cancellation under way: its own request (or abort) finishes it.
-                JobStatus::Canceled if now_ms < resumed_at(&job) => continue,
+                JobStatus::Canceled | JobStatus::DeletionInProgress
+                    if now_ms < resumed_at(&job) =>
+                {
+                    continue;
+                }
+                // One cut short (the store failed, or its node died, midway): its mark is
+                // still here, so it is finished now, by whichever node ticks.
                 JobStatus::Canceled => {
-                    // One cut short (the store failed, or its node died, midway): its mark
-                    // is still here, so it is finished now, by whichever node ticks.
                     self.finish_cancel(&job, job.force_canceled, now_ms, out)?;
+                    continue;
+                }
+                JobStatus::DeletionInProgress => {
+                    self.finish_delete(&job, now_ms, out)?;
                     continue;
                 }
                 _ => {
@@ -218,7 +230,7 @@ impl<S: JobsStore> Jobs<S> {
                     }
                 }
                 JobStatus::Scheduled => continue,
-                JobStatus::Canceled => resumed_at(&job),
+                JobStatus::Canceled | JobStatus::DeletionInProgress => resumed_at(&job),
                 _ => now_ms,
             };
             wake = Some(wake.map_or(at, |w| w.min(at)));
@@ -251,7 +263,7 @@ impl<S: JobsStore> Jobs<S> {
                 self.current(job, now_ms, out)?;
                 return Ok(false);
             };
-            self.mark_cancel(job_id)?;
+            self.mark_unfinished(job_id)?;
             let mut canceled = (*job).clone();
             canceled.status = JobStatus::Canceled;
             canceled.reason_code = Some(reason_code.into());
@@ -366,7 +378,7 @@ impl<S: JobsStore> Jobs<S> {
                 _ => {}
             }
             if !marked {
-                self.mark_cancel(job_id)?;
+                self.mark_unfinished(job_id)?;
                 marked = true;
             }
             let mut canceled = (*job).clone();
@@ -384,13 +396,14 @@ impl<S: JobsStore> Jobs<S> {
         Ok(self.finish_cancel(&job, force, now_ms, out)?)
     }
 
-    /// Marks a job whose cancellation begins, before it is recorded CANCELED: its rollout
-    /// stays listed (listed again, when it had handed out every thing) until the cancellation
-    /// is done. Why: it takes a write per thing after the job's own, and a store that fails
-    /// midway, or a node that dies, would leave executions QUEUED under a CANCELED job for
-    /// good (a second CancelJob is refused, an abort happens once). Listed, the next tick of
-    /// any node finishes it ([`Jobs::roll_out`]).
-    fn mark_cancel(&mut self, job_id: &str) -> Stored<()> {
+    /// Marks a job whose cancellation or deletion begins, before it is recorded CANCELED or
+    /// DELETION_IN_PROGRESS: its rollout stays listed (listed again, when it had handed out
+    /// every thing) until that is done. Why: it takes a write per thing after the job's own,
+    /// and a store that fails midway, or a node that dies, would leave executions QUEUED under
+    /// a CANCELED job for good (a second CancelJob is refused, an abort happens once), or a job
+    /// half deleted, its executions still on some devices' lists, until someone asks again.
+    /// Listed, the next tick of any node finishes it ([`Jobs::roll_out`]).
+    fn mark_unfinished(&mut self, job_id: &str) -> Stored<()> {
         self.store.add_job_things(job_id, &[])
     }
 
@@ -538,6 +551,7 @@ impl<S: JobsStore> Jobs<S> {
         now_ms: u64,
         out: &mut Vec<Publish>,
     ) -> Result<(), JobsError> {
+        let mut marked = false;
         let job = loop {
             let job = self.existing(job_id)?;
             let job = self.current(job, now_ms, out)?;
@@ -551,22 +565,30 @@ impl<S: JobsStore> Jobs<S> {
                 JobStatus::DeletionInProgress => break job,
                 _ => {}
             }
+            if !marked {
+                self.mark_unfinished(job_id)?;
+                marked = true;
+            }
             let mut deleting = (*job).clone();
             deleting.status = JobStatus::DeletionInProgress;
             deleting.last_updated_at = now_ms;
-            let event = deleting.clone();
-            if self.store.put_job(deleting)? {
-                self.job_event(&event, "deletion_in_progress", now_ms, out)?;
-                break job;
+            if self.store.put_job(deleting.clone())? {
+                self.job_event(&deleting, "deletion_in_progress", now_ms, out)?;
+                break Arc::new(deleting);
             }
         };
-        self.store.stop_rollout(job_id)?;
+        Ok(self.finish_delete(&job, now_ms, out)?)
+    }
+
+    /// Removes a job being deleted from each of its things, then the job with its rollout and
+    /// the deletion's mark, and says that it is deleted. Each step may be made again.
+    fn finish_delete(&mut self, job: &Job, now_ms: u64, out: &mut Vec<Publish>) -> Stored<()> {
         let mut from = 0;
         loop {
             let things = self.store.job_things(&job.id, from, THINGS_PAGE)?;
             for thing in &things {
                 self.change(thing, now_ms, out, |record| {
-                    record.executions.remove(job_id);
+                    record.executions.remove(&job.id);
                     Ok::<_, super::StoreError>(())
                 })?;
             }
@@ -575,12 +597,9 @@ impl<S: JobsStore> Jobs<S> {
             }
             from += THINGS_PAGE;
         }
-        let counts = self.store.counts(job_id)?;
-        self.store.delete_job(job_id)?;
-        let mut deleted = (*job).clone();
-        deleted.status = JobStatus::DeletionInProgress;
-        deleted.last_updated_at = now_ms;
-        out.push(events::job(&deleted, "deleted", &counts, now_ms));
+        let counts = self.store.counts(&job.id)?;
+        self.store.delete_job(&job.id)?;
+        out.push(events::job(job, "deleted", &counts, now_ms));
         Ok(())
     }
 

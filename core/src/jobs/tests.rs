@@ -1013,19 +1013,24 @@ fn a_misfit_value_in_an_operator_call_names_its_field() {
 }
 
 /// A memory store reached by calls that fails the first write of one thing's record (a
-/// store that fails midway through a cancellation).
+/// store that fails midway through a cancellation), or the next write of a job.
 struct FailsOnce {
     store: std::cell::RefCell<MemoryJobs>,
     thing: std::cell::Cell<Option<&'static str>>,
+    job: std::cell::Cell<bool>,
 }
 
 impl Answers for FailsOnce {
     fn answer(&self, call: impl FnOnce() -> StoreCall) -> StoreAnswer {
         let call = call();
-        if let StoreCall::PutThing(thing, ..) = &call
-            && self.thing.get() == Some(thing.as_str())
-        {
+        let fails = match &call {
+            StoreCall::PutThing(thing, ..) => self.thing.get() == Some(thing.as_str()),
+            StoreCall::PutJob(_) => self.job.get(),
+            _ => false,
+        };
+        if fails {
             self.thing.set(None);
+            self.job.set(false);
             return StoreAnswer::Written(Err(StoreError("the store failed".into())));
         }
         call.run(&mut *self.store.borrow_mut())
@@ -1037,6 +1042,7 @@ fn failing_once_at(thing: &'static str, job: JobSpec) -> Jobs<Calls<FailsOnce>> 
     let store = Calls(FailsOnce {
         store: Default::default(),
         thing: std::cell::Cell::new(None),
+        job: std::cell::Cell::new(false),
     });
     let mut jobs = Jobs::with_store(store, 60_000);
     let mut out = Vec::new();
@@ -1092,7 +1098,7 @@ fn a_cancellation_cut_short_by_the_store_is_finished_by_a_later_tick() {
     out.clear();
     jobs.roll_out(T0 + 1_000, &mut out).unwrap();
     assert_eq!(status(&jobs, "B"), Status::Queued);
-    let later = T0 + lifecycle::CANCEL_GRACE_MS;
+    let later = T0 + lifecycle::GRACE_MS;
     assert!(
         jobs.next_wake(T0 + 1_000)
             .unwrap()
@@ -1133,9 +1139,70 @@ fn an_abort_cut_short_by_the_store_is_finished_by_a_later_tick() {
     assert_eq!(status(&jobs, "B"), Status::Queued);
 
     out.clear();
-    jobs.roll_out(T0 + lifecycle::CANCEL_GRACE_MS, &mut out)
-        .unwrap();
+    jobs.roll_out(T0 + lifecycle::GRACE_MS, &mut out).unwrap();
     assert_eq!(status(&jobs, "B"), Status::Canceled);
     assert_eq!(status(&jobs, "C"), Status::Canceled);
     assert_eq!(job1_events(&out), (vec!["canceled"], 2));
+}
+
+/// A DeleteJob cut short by the store (the job DELETION_IN_PROGRESS, one of its three things
+/// cleared) is finished by a tick once the request's grace is over: before, the job stayed
+/// half deleted, its executions on the other two things' lists, until someone asked again.
+#[test]
+fn a_deletion_cut_short_by_the_store_is_finished_by_a_later_tick() {
+    let mut jobs = failing_once_at("B", spec("job1", &["A", "B", "C"]));
+    let mut out = Vec::new();
+    assert!(jobs.delete_job("job1", true, T0, &mut out).is_err());
+    assert_eq!(
+        jobs.job("job1").unwrap().unwrap().status,
+        JobStatus::DeletionInProgress
+    );
+    let left = ["A", "B", "C"].map(|t| jobs.execution(t, "job1").unwrap().is_some());
+    assert_eq!(left, [false, true, true]);
+
+    // Within the grace the tick leaves the job to its request.
+    out.clear();
+    jobs.roll_out(T0 + 1_000, &mut out).unwrap();
+    assert!(jobs.execution("B", "job1").unwrap().is_some());
+    let later = T0 + lifecycle::GRACE_MS;
+    assert!(
+        jobs.next_wake(T0 + 1_000)
+            .unwrap()
+            .is_some_and(|at| at <= later)
+    );
+    jobs.roll_out(later, &mut out).unwrap();
+    for thing in ["A", "B", "C"] {
+        assert_eq!(jobs.execution(thing, "job1").unwrap(), None);
+    }
+    assert!(jobs.job("job1").unwrap().is_none());
+    assert_eq!(job1_events(&out).0, vec!["deleted"]);
+    assert!(jobs.store().rollouts().unwrap().is_empty());
+    assert_eq!(jobs.next_wake(later).unwrap(), None);
+}
+
+/// A CancelJob whose job write fails after its mark was made (the rollout listed again) leaves
+/// the job IN_PROGRESS with every thing handed out: the next tick takes the mark away, and
+/// the executions are untouched.
+#[test]
+fn a_mark_left_by_a_cancellation_that_never_happened_goes_at_the_next_tick() {
+    let mut jobs = failing_once_at("none", spec("job1", &["A", "B", "C"]));
+    assert!(jobs.store().rollouts().unwrap().is_empty());
+    jobs.store().0.job.set(true);
+    let mut out = Vec::new();
+    assert!(
+        jobs.cancel_job("job1", false, None, None, T0, &mut out)
+            .is_err()
+    );
+    assert_eq!(
+        jobs.job("job1").unwrap().unwrap().status,
+        JobStatus::InProgress
+    );
+    assert_eq!(jobs.store().rollouts().unwrap().len(), 1, "the mark");
+    out.clear();
+    jobs.roll_out(T0 + 1_000, &mut out).unwrap();
+    assert!(jobs.store().rollouts().unwrap().is_empty());
+    assert!(out.is_empty(), "{out:?}");
+    for thing in ["A", "B", "C"] {
+        assert_eq!(status(&jobs, thing), Status::Queued);
+    }
 }
