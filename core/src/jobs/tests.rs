@@ -1055,6 +1055,14 @@ fn failing_once_at(thing: &'static str, job: JobSpec) -> Jobs<Calls<FailsOnce>> 
     jobs
 }
 
+fn job1_status<S: JobsStore>(jobs: &Jobs<S>) -> JobStatus {
+    jobs.job("job1").unwrap().unwrap().status
+}
+
+fn cancel_job1<S: JobsStore>(jobs: &mut Jobs<S>, out: &mut Vec<Publish>) -> Result<(), JobsError> {
+    jobs.cancel_job("job1", false, None, None, T0, out)
+}
+
 fn status<S: JobsStore>(jobs: &Jobs<S>, thing: &str) -> Status {
     jobs.execution(thing, "job1").unwrap().unwrap().status
 }
@@ -1079,18 +1087,12 @@ fn job1_events(out: &[Publish]) -> (Vec<&str>, usize) {
 fn a_cancellation_cut_short_by_the_store_is_finished_by_a_later_tick() {
     let mut jobs = failing_once_at("B", spec("job1", &["A", "B", "C"]));
     let mut out = Vec::new();
-    assert!(
-        jobs.cancel_job("job1", false, None, None, T0, &mut out)
-            .is_err()
-    );
-    assert_eq!(
-        jobs.job("job1").unwrap().unwrap().status,
-        JobStatus::Canceled
-    );
+    assert!(cancel_job1(&mut jobs, &mut out).is_err());
+    assert_eq!(job1_status(&jobs), JobStatus::Canceled);
     let statuses = ["A", "B", "C"].map(|t| status(&jobs, t));
     assert_eq!(statuses, [Status::Canceled, Status::Queued, Status::Queued]);
     assert!(matches!(
-        jobs.cancel_job("job1", false, None, None, T0, &mut out),
+        cancel_job1(&mut jobs, &mut out),
         Err(JobsError::InvalidState(_))
     ));
 
@@ -1132,10 +1134,7 @@ fn an_abort_cut_short_by_the_store_is_finished_by_a_later_tick() {
         &mut out,
     );
     assert_eq!(reply["_accepted"], json!(true), "{reply}");
-    assert_eq!(
-        jobs.job("job1").unwrap().unwrap().status,
-        JobStatus::Canceled
-    );
+    assert_eq!(job1_status(&jobs), JobStatus::Canceled);
     assert_eq!(status(&jobs, "B"), Status::Queued);
 
     out.clear();
@@ -1153,10 +1152,7 @@ fn a_deletion_cut_short_by_the_store_is_finished_by_a_later_tick() {
     let mut jobs = failing_once_at("B", spec("job1", &["A", "B", "C"]));
     let mut out = Vec::new();
     assert!(jobs.delete_job("job1", true, T0, &mut out).is_err());
-    assert_eq!(
-        jobs.job("job1").unwrap().unwrap().status,
-        JobStatus::DeletionInProgress
-    );
+    assert_eq!(job1_status(&jobs), JobStatus::DeletionInProgress);
     let left = ["A", "B", "C"].map(|t| jobs.execution(t, "job1").unwrap().is_some());
     assert_eq!(left, [false, true, true]);
 
@@ -1189,14 +1185,8 @@ fn a_mark_left_by_a_cancellation_that_never_happened_goes_at_the_next_tick() {
     assert!(jobs.store().rollouts().unwrap().is_empty());
     jobs.store().0.job.set(true);
     let mut out = Vec::new();
-    assert!(
-        jobs.cancel_job("job1", false, None, None, T0, &mut out)
-            .is_err()
-    );
-    assert_eq!(
-        jobs.job("job1").unwrap().unwrap().status,
-        JobStatus::InProgress
-    );
+    assert!(cancel_job1(&mut jobs, &mut out).is_err());
+    assert_eq!(job1_status(&jobs), JobStatus::InProgress);
     assert_eq!(jobs.store().rollouts().unwrap().len(), 1, "the mark");
     out.clear();
     jobs.roll_out(T0 + 1_000, &mut out).unwrap();
