@@ -501,9 +501,10 @@ struct Observed {
     /// Whether `version` is known yet (the observation's first read sets it without an
     /// event).
     known: bool,
-    /// Read back absent after a reconnect, as it was: changes made and deleted again while
-    /// the client was away cannot be ruled out (the store keeps no tombstone), so the next
-    /// change reported says `gap`.
+    /// Absent when the observation went down (a reconnect, a node that forgot it) and not
+    /// seen since: changes made and deleted again meanwhile cannot be ruled out (the store
+    /// keeps no tombstone), so the next change reported says `gap` — whether the read-back
+    /// answers first (absent, as it was) or a notification overtakes it.
     unsure: bool,
     /// Notifications received for the key so far: one that arrives while a read-back is on
     /// its way may be of a change made after the read (the server answers a read of an absent
@@ -1055,6 +1056,14 @@ impl ClientCore {
 
     /// KEYNOTIFY `key`, then GET it: the two publishes that restore one observation.
     fn reregister(&mut self, key: Bytes, now_ms: u64) -> Result<[Publish; 2], ClientError> {
+        if let Some(observed) = self.observed.get_mut(&key)
+            && observed.known
+            && !observed.present
+        {
+            // A change heard before the read-back answers, having replaced nothing, cannot
+            // say the key stayed absent meanwhile.
+            observed.unsure = true;
+        }
         let register = Request::KeyNotify {
             key: key.clone(),
             stop: false,
