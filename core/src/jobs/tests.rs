@@ -1063,6 +1063,26 @@ fn cancel_job1<S: JobsStore>(jobs: &mut Jobs<S>, out: &mut Vec<Publish>) -> Resu
     jobs.cancel_job("job1", false, None, None, T0, out)
 }
 
+/// Ticks within the grace of a request cut short (which must leave its job as `untouched`
+/// checks, and wake the node again by the grace's end), then at its end; returns that time.
+fn past_the_grace<S: JobsStore>(
+    jobs: &mut Jobs<S>,
+    out: &mut Vec<Publish>,
+    untouched: impl Fn(&Jobs<S>),
+) -> u64 {
+    out.clear();
+    jobs.roll_out(T0 + 1_000, out).unwrap();
+    untouched(jobs);
+    let later = T0 + lifecycle::GRACE_MS;
+    assert!(
+        jobs.next_wake(T0 + 1_000)
+            .unwrap()
+            .is_some_and(|at| at <= later)
+    );
+    jobs.roll_out(later, out).unwrap();
+    later
+}
+
 fn status<S: JobsStore>(jobs: &Jobs<S>, thing: &str) -> Status {
     jobs.execution(thing, "job1").unwrap().unwrap().status
 }
@@ -1096,17 +1116,9 @@ fn a_cancellation_cut_short_by_the_store_is_finished_by_a_later_tick() {
         Err(JobsError::InvalidState(_))
     ));
 
-    // Within the grace the tick leaves the job to its request.
-    out.clear();
-    jobs.roll_out(T0 + 1_000, &mut out).unwrap();
-    assert_eq!(status(&jobs, "B"), Status::Queued);
-    let later = T0 + lifecycle::GRACE_MS;
-    assert!(
-        jobs.next_wake(T0 + 1_000)
-            .unwrap()
-            .is_some_and(|at| at <= later)
-    );
-    jobs.roll_out(later, &mut out).unwrap();
+    let later = past_the_grace(&mut jobs, &mut out, |jobs| {
+        assert_eq!(status(jobs, "B"), Status::Queued)
+    });
     let statuses = ["A", "B", "C"].map(|t| status(&jobs, t));
     assert_eq!(statuses, [Status::Canceled; 3]);
     assert_eq!(job1_events(&out), (vec!["canceled"], 2));
@@ -1156,17 +1168,9 @@ fn a_deletion_cut_short_by_the_store_is_finished_by_a_later_tick() {
     let left = ["A", "B", "C"].map(|t| jobs.execution(t, "job1").unwrap().is_some());
     assert_eq!(left, [false, true, true]);
 
-    // Within the grace the tick leaves the job to its request.
-    out.clear();
-    jobs.roll_out(T0 + 1_000, &mut out).unwrap();
-    assert!(jobs.execution("B", "job1").unwrap().is_some());
-    let later = T0 + lifecycle::GRACE_MS;
-    assert!(
-        jobs.next_wake(T0 + 1_000)
-            .unwrap()
-            .is_some_and(|at| at <= later)
-    );
-    jobs.roll_out(later, &mut out).unwrap();
+    let later = past_the_grace(&mut jobs, &mut out, |jobs| {
+        assert!(jobs.execution("B", "job1").unwrap().is_some())
+    });
     for thing in ["A", "B", "C"] {
         assert_eq!(jobs.execution(thing, "job1").unwrap(), None);
     }

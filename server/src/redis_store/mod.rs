@@ -677,30 +677,6 @@ impl RedisStore {
 
     /// Drops every registration of `client` (it is gone); how many there were.
     pub async fn drop_client(&self, client: &str) -> Result<usize> {
-        self.drop_registrations(client, None).await
-    }
-
-    /// Drops the registrations of `client` made before the change `version` of `key`, which
-    /// the broker found nobody listening for (PUBACK 0x10); how many. Those made since stay:
-    /// the client may be back already, subscribed again and registering anew (the broker
-    /// ordered its SUBSCRIBE after that publish, but this drop and its KEYNOTIFYs reach Redis
-    /// from different nodes, in any order). Only `key`'s bucket is looked at: versions of
-    /// other buckets do not order against `version`, and a registration there is dropped when
-    /// a notification of its own finds nobody, or when its lease ends.
-    pub async fn drop_client_before(
-        &self,
-        client: &str,
-        key: &[u8],
-        version: &Hlc,
-    ) -> Result<usize> {
-        self.drop_registrations(client, Some((self.bucket_of(key), version)))
-            .await
-    }
-
-    async fn drop_registrations(&self, client: &str, before: Option<(u32, &Hlc)>) -> Result<usize> {
-        if let Some((bucket, version)) = before {
-            return self.drop_in_bucket(client, bucket, Some(version)).await;
-        }
         let buckets: Vec<u32> = if self.buckets == 1 {
             vec![0]
         } else {
@@ -719,6 +695,23 @@ impl RedisStore {
                 .await?;
         }
         Ok(dropped)
+    }
+
+    /// Drops the registrations of `client` made before the change `version` of `key`, which
+    /// the broker found nobody listening for (PUBACK 0x10); how many. Those made since stay:
+    /// the client may be back already, subscribed again and registering anew (the broker
+    /// ordered its SUBSCRIBE after that publish, but this drop and its KEYNOTIFYs reach Redis
+    /// from different nodes, in any order). Only `key`'s bucket is looked at: versions of
+    /// other buckets do not order against `version`, and a registration there is dropped when
+    /// a notification of its own finds nobody, or when its lease ends.
+    pub async fn drop_client_before(
+        &self,
+        client: &str,
+        key: &[u8],
+        version: &Hlc,
+    ) -> Result<usize> {
+        self.drop_in_bucket(client, self.bucket_of(key), Some(version))
+            .await
     }
 
     /// `drop.lua` in one bucket: every registration of `client`, or those made before the
