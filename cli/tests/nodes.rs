@@ -61,6 +61,25 @@ fn answered(metrics: &Metrics) -> u64 {
         .sum()
 }
 
+/// Waits until a node's metric `name` (one without labels) reaches `at_least`.
+async fn wait_for_metric(metrics: &Metrics, name: &str, at_least: u64) {
+    let value = || {
+        metrics
+            .render()
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while value() < at_least {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{name} stayed below {at_least}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// The scenario every shared store must pass: reads see writes answered by other nodes,
 /// versions of a key increase although the nodes' clocks disagree by seconds, watchers
 /// registered through one node hear of changes applied by the others, each notification names
@@ -667,10 +686,22 @@ async fn quotas_hold_across_nodes_and_a_client_that_leaves_is_cleaned_up_everywh
     // next notification for it finds nobody (its goodbye alone does not drop them on Redis:
     // it is not ordered against a KEYNOTIFY of its next connection, written by another node).
     let watches = || redis.cli(&["hget", "mqstore:{b0}:stats", "watches"]);
+    for node in &nodes {
+        // mosquitto says "no matching subscribers": the nodes rely on that, once they know it.
+        wait_for_metric(&node.metrics, "mqstore_broker_reports_no_subscribers", 1).await;
+    }
     let watcher = client(broker.port, "watcher").await;
     let _observed = watcher.observe("q/0").await.unwrap();
     assert_eq!(watches().trim(), "1");
     watcher.close().await;
+    for node in &nodes {
+        wait_for_metric(&node.metrics, "mqstore_clients_gone_total", 1).await;
+    }
+    assert_eq!(
+        watches().trim(),
+        "1",
+        "every node heard the goodbye, and none may drop the registrations on it"
+    );
     writer
         .set("q/0", "changed", SetOptions::default())
         .await

@@ -55,6 +55,7 @@ pub struct Metrics {
     bytes: AtomicU64,
     watches: AtomicU64,
     clients_dropped: AtomicU64,
+    clients_gone: AtomicU64,
     notifications: AtomicU64,
     publishes_dropped: AtomicU64,
     connections: AtomicU64,
@@ -231,6 +232,12 @@ impl Metrics {
     /// Counts clients whose registrations were dropped because they are gone.
     pub fn client_dropped(&self) {
         self.clients_dropped.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts clients reported gone by their presence Will or goodbye (whether or not that
+    /// dropped anything: on Redis, behind a broker that reports PUBACK 0x10, it does not).
+    pub fn clients_gone(&self, n: u64) {
+        self.clients_gone.fetch_add(n, Ordering::Relaxed);
     }
 
     /// Records whether this node listens to the jobs device API for all nodes.
@@ -426,6 +433,12 @@ impl Metrics {
                 "Clients whose registrations were dropped because they are gone.",
                 "counter",
                 &self.clients_dropped,
+            ),
+            (
+                "mqstore_clients_gone_total",
+                "Clients reported gone by their presence Will or goodbye.",
+                "counter",
+                &self.clients_gone,
             ),
             (
                 "mqstore_jobs_notifications_total",

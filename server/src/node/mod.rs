@@ -774,7 +774,10 @@ impl Node {
     /// Drops the registrations of clients that are gone.
     fn drop_clients(&mut self, gone: Gone) {
         let (gone, before) = match gone {
-            Gone::Presence(clients) => (clients, None),
+            Gone::Presence(clients) => {
+                self.metrics.clients_gone(clients.len() as u64);
+                (clients, None)
+            }
             Gone::Unheard { client, copy } => (vec![client], envelope::notified_change(&copy)),
         };
         match &mut self.state {
