@@ -86,10 +86,11 @@ func build() (dashboard.Dashboard, error) {
 		WithPanel(graph("Store calls", "short", "Redis calls failed per second, and calls under way.",
 			query(`sum by (instance) (rate(mqstore_store_errors_total`+on+`[$__rate_interval]))`, "failed {{instance}}"),
 			query(`sum by (instance) (mqstore_store_in_flight`+on+`)`, "in flight {{instance}}"))).
-		WithPanel(graph("Broker", "short", "New broker connections (reconnections), answers dropped as too large for the broker, clients whose registrations were dropped.",
+		WithPanel(graph("Broker", "short", "New broker connections (reconnections), answers dropped as too large for the broker, clients reported gone (Will or goodbye), clients whose registrations were dropped.",
 			query(`sum by (instance) (increase(mqstore_broker_connections_total`+on+`[$__rate_interval]))`, "connections {{instance}}"),
 			query(`sum by (instance) (increase(mqstore_publishes_dropped_total`+on+`[$__rate_interval]))`, "dropped {{instance}}"),
-			query(`sum by (instance) (increase(mqstore_clients_dropped_total`+on+`[$__rate_interval]))`, "clients gone {{instance}}"))).
+			query(`sum by (instance) (increase(mqstore_clients_gone_total`+on+`[$__rate_interval]))`, "clients gone {{instance}}"),
+			query(`sum by (instance) (increase(mqstore_clients_dropped_total`+on+`[$__rate_interval]))`, "registrations dropped {{instance}}"))).
 		WithRow(dashboard.NewRowBuilder("Jobs and commands")).
 		WithPanel(graph("Jobs requests", "reqps", "Device and operator API requests per second, by outcome; notify and notify-next published.",
 			query(`sum by (outcome) (rate(mqstore_jobs_requests_total`+on+`[$__rate_interval]))`, "{{outcome}}"),
