@@ -139,6 +139,40 @@ impl Redis {
         }
     }
 
+    /// Holds its writes (`CLIENT PAUSE … WRITE`, for `pause`) and waits until every replica
+    /// has all it wrote: a primary that then dies loses nothing to the choice of replica
+    /// promoted, which Redis makes from offsets up to a second old.
+    pub fn hold_writes_until_replicas_caught_up(&self, pause: Duration) {
+        self.cli(&["client", "pause", &pause.as_millis().to_string(), "write"]);
+        let deadline = Instant::now() + pause;
+        loop {
+            let info = self.cli(&["info", "replication"]);
+            let field = |name: &str| {
+                info.lines()
+                    .find_map(|l| l.trim().strip_prefix(name))
+                    .map(str::to_owned)
+            };
+            let written = field("master_repl_offset:").expect("a primary's offset");
+            let replicas = field("connected_slaves:").expect("a primary's replica count");
+            let offsets: Vec<String> = info
+                .lines()
+                .filter(|l| l.starts_with("slave"))
+                .filter_map(|l| l.split(',').find_map(|f| f.strip_prefix("offset=")))
+                .map(str::to_owned)
+                .collect();
+            if offsets.len().to_string() == replicas.trim()
+                && offsets.iter().all(|o| *o == written.trim())
+            {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the replicas did not catch up: {info}"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
     /// Whether it answers as a primary now.
     pub fn is_primary(&self) -> bool {
         self.cli(&["role"]).starts_with("master")
