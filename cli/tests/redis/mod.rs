@@ -153,16 +153,16 @@ impl Redis {
                     .map(str::to_owned)
             };
             let written = field("master_repl_offset:").expect("a primary's offset");
-            let replicas = field("connected_slaves:").expect("a primary's replica count");
+            let replicas: usize = field("connected_slaves:")
+                .and_then(|n| n.trim().parse().ok())
+                .expect("a primary's replica count");
             let offsets: Vec<String> = info
                 .lines()
                 .filter(|l| l.starts_with("slave"))
                 .filter_map(|l| l.split(',').find_map(|f| f.strip_prefix("offset=")))
                 .map(str::to_owned)
                 .collect();
-            if offsets.len().to_string() == replicas.trim()
-                && offsets.iter().all(|o| *o == written.trim())
-            {
+            if offsets.len() == replicas && offsets.iter().all(|o| *o == written.trim()) {
                 return;
             }
             assert!(
