@@ -1704,6 +1704,42 @@ fn the_checker_refuses_a_planted_stale_read() {
     );
 }
 
+/// A key whose check would outgrow the machine stops the checker once it holds more than
+/// `MQSTORE_PORCUPINE_GB`, naming the key; the history is then not taken as linearizable.
+#[test]
+fn the_checker_stops_past_its_memory_limit_naming_the_key() {
+    // Forty writes without an answer, all at once, then reads of them in an order that only
+    // the last read (of a value never written) rules out: porcupine tries every subset.
+    let mut history: Vec<String> = (0..40u128)
+        .map(|i| {
+            let value = format!("v{i}");
+            history::line(i as usize, "k", "set", &value, (i, i + 1), "unknown", None)
+        })
+        .collect();
+    let mut t = 1_000;
+    for j in 0..120 {
+        let out = format!("value:v{}", (j * 7) % 40);
+        history.push(history::line(41, "k", "get", "", (t, t + 5), &out, None));
+        t += 10;
+    }
+    history.push(history::line(
+        41,
+        "k",
+        "get",
+        "",
+        (t, t + 5),
+        "value:never",
+        None,
+    ));
+    let limit = [("MQSTORE_PORCUPINE_GB", "0.05")];
+    let (linearizable, report) = history::check_with(&history, "outgrown.jsonl", &limit);
+    assert!(!linearizable, "{report}");
+    assert!(
+        report.contains("the checker stopped past 0.05 GB") && report.contains("on key k ("),
+        "{report}"
+    );
+}
+
 /// A write answered "refused" (Redis refused it before applying it) is left out, where one
 /// without an answer may have happened: a read of the refused value is refused, of the
 /// unknown one taken.

@@ -255,11 +255,17 @@ pub async fn run(client: Client, c: usize, keys: u64, load: std::sync::Arc<Load>
 /// Runs porcupine over `history` (written to `name` in the test's temporary directory): its
 /// report, and whether it found the history linearizable.
 pub fn check(history: &[String], name: &str) -> (bool, String) {
+    check_with(history, name, &[])
+}
+
+/// [`check`], with these variables set for the checker (`MQSTORE_PORCUPINE_GB`, say).
+pub fn check_with(history: &[String], name: &str, vars: &[(&str, &str)]) -> (bool, String) {
     let file = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
     std::fs::write(&file, history.join("\n") + "\n").unwrap();
     let checker = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/linearizability");
     let out = Command::new(crate::broker::go_binary())
         .args(["run", ".", file.to_str().unwrap()])
+        .envs(vars.iter().copied())
         .current_dir(&checker)
         .output()
         .expect("go runs (bash scripts/test installs it)");

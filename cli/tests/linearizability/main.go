@@ -245,13 +245,13 @@ func main() {
 }
 
 // stopPastMemory ends the checker, saying which key it was on, once it holds more memory than
-// MQSTORE_PORCUPINE_GB (12 unless told): porcupine's search can outgrow the machine on a key
-// of many operations without an answer, and a checker that takes the machine's memory takes
-// the run (and whatever runs beside it) with it.
+// MQSTORE_PORCUPINE_GB (12 unless told; a fraction is taken): porcupine's search can outgrow
+// the machine on a key of many operations without an answer, and a checker that takes the
+// machine's memory takes the run (and whatever runs beside it) with it.
 func stopPastMemory(current <-chan string, history string) {
-	limit := uint64(12)
-	if gb, err := strconv.Atoi(os.Getenv("MQSTORE_PORCUPINE_GB")); err == nil && gb > 0 {
-		limit = uint64(gb)
+	limit := 12.0
+	if gb, err := strconv.ParseFloat(os.Getenv("MQSTORE_PORCUPINE_GB"), 64); err == nil && gb > 0 {
+		limit = gb
 	}
 	key := ""
 	var stats runtime.MemStats
@@ -261,8 +261,8 @@ func stopPastMemory(current <-chan string, history string) {
 		case <-time.After(time.Second):
 		}
 		runtime.ReadMemStats(&stats)
-		if stats.Sys > limit<<30 {
-			fmt.Printf("Unknown: the checker stopped past %d GB (MQSTORE_PORCUPINE_GB) on key %s of %s\n", limit, key, history)
+		if float64(stats.Sys) > limit*(1<<30) {
+			fmt.Printf("Unknown: the checker stopped past %g GB (MQSTORE_PORCUPINE_GB) on key %s of %s\n", limit, key, history)
 			os.Exit(3)
 		}
 	}
