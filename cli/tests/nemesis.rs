@@ -1376,15 +1376,18 @@ impl Cancellations {
         }
         self.listener.abort();
         let events = self.events.lock().unwrap();
-        let mut seen = std::collections::BTreeMap::<String, usize>::new();
+        // Each event, whole, by what it announces (so that a failure shows every copy).
+        let mut seen = std::collections::BTreeMap::<String, Vec<String>>::new();
         for (topic, event) in events.iter() {
             let thing = event["thingArn"].as_str().unwrap_or_default();
-            *seen.entry(format!("{topic} {thing}")).or_default() += 1;
+            seen.entry(format!("{topic} {thing}"))
+                .or_default()
+                .push(event.to_string());
         }
-        let twice: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).collect();
+        let twice: Vec<_> = seen.iter().filter(|(_, heard)| heard.len() > 1).collect();
         assert!(
             twice.is_empty(),
-            "{name} (seed {seed}): jobs events heard more than once: {twice:?}\nfaults: {faults:#?}"
+            "{name} (seed {seed}): jobs events heard more than once: {twice:#?}\nfaults: {faults:#?}"
         );
         let ours = seen.keys().filter(|e| e.contains("/cancel-")).count();
         assert!(
