@@ -73,7 +73,7 @@ pub enum StoreCall {
 pub enum StoreAnswer {
     /// [`StoreCall::Job`].
     Job(Stored<Option<Arc<Job>>>),
-    /// A write that says whether it happened (insert, put, put entry).
+    /// A write that says whether it happened (insert, put, put entry, stop a rollout).
     Written(Stored<bool>),
     /// A write that returns nothing.
     Done(Stored<()>),
@@ -126,7 +126,7 @@ impl StoreCall {
             Self::TakeRollout(id, from, count, job) => {
                 A::Taken(store.take_rollout(&id, from, count, job.map(|job| *job)))
             }
-            Self::StopRollout(id) => A::Done(store.stop_rollout(&id)),
+            Self::StopRollout(id) => A::Written(store.stop_rollout(&id)),
             Self::AddJobThings(id, things) => A::Done(store.add_job_things(&id, &things)),
             Self::Entry(table, name) => A::Entry(store.entry(&table, &name)),
             Self::PutEntry(table, name, value, create) => {
@@ -153,10 +153,9 @@ impl StoreAnswer {
             | C::PutJob(_)
             | C::PutThing(..)
             | C::PutEntry(..)
-            | C::SwapEntry(..) => Self::Written(Err(error)),
-            C::DeleteJob(_) | C::StopRollout(_) | C::AddJobThings(..) | C::DropTable(_) => {
-                Self::Done(Err(error))
-            }
+            | C::SwapEntry(..)
+            | C::StopRollout(_) => Self::Written(Err(error)),
+            C::DeleteJob(_) | C::AddJobThings(..) | C::DropTable(_) => Self::Done(Err(error)),
             C::JobIds | C::JobThings(..) | C::Things => Self::Names(Err(error)),
             C::Counts(_) => Self::Counts(Err(error)),
             C::Thing(_) => Self::Thing(Err(error)),
@@ -292,10 +291,10 @@ impl<A: Answers> JobsStore for Calls<A> {
         )
     }
 
-    fn stop_rollout(&mut self, job_id: &str) -> Stored<()> {
+    fn stop_rollout(&mut self, job_id: &str) -> Stored<bool> {
         unpack!(
             self.0.answer(|| StoreCall::StopRollout(job_id.into())),
-            Done
+            Written
         )
     }
 

@@ -439,8 +439,13 @@ impl<S: JobsStore> Jobs<S> {
             }
             from += THINGS_PAGE;
         }
-        self.store.stop_rollout(&job.id)?;
-        self.job_event(job, "canceled", now_ms, out)
+        // The mark comes off once: a cancellation cut short is finished by the tick of every
+        // node that saw its mark, each step made again, and only the one that took the mark
+        // says the job is canceled.
+        if self.store.stop_rollout(&job.id)? {
+            self.job_event(job, "canceled", now_ms, out)?;
+        }
+        Ok(())
     }
 
     /// Cancels one thing's execution (AWS's `CancelJobExecution`): a QUEUED one, or with

@@ -366,7 +366,7 @@ impl<S: JobsStore> Jobs<S> {
         out: &mut Vec<Publish>,
     ) -> Stored<()> {
         let force = match behavior {
-            EndBehavior::StopRollout => return self.store.stop_rollout(&job.id),
+            EndBehavior::StopRollout => return self.store.stop_rollout(&job.id).map(drop),
             EndBehavior::Cancel => false,
             EndBehavior::ForceCancel => true,
         };

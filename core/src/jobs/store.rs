@@ -168,8 +168,9 @@ pub trait JobsStore {
         job: Option<Job>,
     ) -> Stored<Option<Vec<String>>>;
 
-    /// Stops a job's rollout: its remaining things are never handed out.
-    fn stop_rollout(&mut self, job_id: &str) -> Stored<()>;
+    /// Stops a job's rollout: its remaining things are never handed out. Whether this call
+    /// took it off the list (another call, on any node, may have first).
+    fn stop_rollout(&mut self, job_id: &str) -> Stored<bool>;
 
     /// Appends things to a job's things (a continuous job's group grew); its rollout goes
     /// on to them, started again if it had handed out every thing.
@@ -390,9 +391,10 @@ impl JobsStore for MemoryJobs {
         Ok(Some(claimed))
     }
 
-    fn stop_rollout(&mut self, job_id: &str) -> Stored<()> {
+    fn stop_rollout(&mut self, job_id: &str) -> Stored<bool> {
+        let listed = self.rollouts.len();
         self.rollouts.retain(|(id, _)| id != job_id);
-        Ok(())
+        Ok(self.rollouts.len() < listed)
     }
 
     fn add_job_things(&mut self, job_id: &str, things: &[String]) -> Stored<()> {
@@ -513,7 +515,7 @@ impl<S: JobsStore + ?Sized> JobsStore for &mut S {
     ) -> Stored<Option<Vec<String>>> {
         (**self).take_rollout(job_id, from, count, job)
     }
-    fn stop_rollout(&mut self, job_id: &str) -> Stored<()> {
+    fn stop_rollout(&mut self, job_id: &str) -> Stored<bool> {
         (**self).stop_rollout(job_id)
     }
     fn add_job_things(&mut self, job_id: &str, things: &[String]) -> Stored<()> {
@@ -779,12 +781,12 @@ impl JobsStore for DurableJobs {
         Ok(claimed)
     }
 
-    fn stop_rollout(&mut self, job_id: &str) -> Stored<()> {
-        self.inner.stop_rollout(job_id)?;
+    fn stop_rollout(&mut self, job_id: &str) -> Stored<bool> {
+        let stopped = self.inner.stop_rollout(job_id)?;
         if self.recording {
             crate::store::log::rollout(&mut self.pending, job_id, None);
         }
-        Ok(())
+        Ok(stopped)
     }
 
     fn add_job_things(&mut self, job_id: &str, things: &[String]) -> Stored<()> {

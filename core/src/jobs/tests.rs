@@ -552,7 +552,7 @@ impl JobsStore for Raced<'_> {
     ) -> Stored<Option<Vec<String>>> {
         self.inner.take_rollout(job_id, from, count, job)
     }
-    fn stop_rollout(&mut self, job_id: &str) -> Stored<()> {
+    fn stop_rollout(&mut self, job_id: &str) -> Stored<bool> {
         self.inner.stop_rollout(job_id)
     }
     fn add_job_things(&mut self, job_id: &str, things: &[String]) -> Stored<()> {
@@ -775,7 +775,7 @@ impl JobsStore for Unreachable {
     ) -> Stored<Option<Vec<String>>> {
         down()
     }
-    fn stop_rollout(&mut self, _: &str) -> Stored<()> {
+    fn stop_rollout(&mut self, _: &str) -> Stored<bool> {
         down()
     }
     fn add_job_things(&mut self, _: &str, _: &[String]) -> Stored<()> {
@@ -1124,6 +1124,60 @@ fn a_cancellation_cut_short_by_the_store_is_finished_by_a_later_tick() {
     assert_eq!(job1_events(&out), (vec!["canceled"], 2));
     assert!(jobs.store().rollouts().unwrap().is_empty());
     assert_eq!(jobs.next_wake(later).unwrap(), None);
+}
+
+/// A cancellation cut short is finished by the tick of every node that sees its mark, each
+/// step made again, and announced once: by the node whose tick took the mark off (here node
+/// B, whose tick ran while node A's was finishing it too). Before, each said it was canceled.
+#[test]
+fn a_cancellation_finished_by_two_nodes_ticks_is_announced_once() {
+    let mut shared = MemoryJobs::default();
+    let mut out = Vec::new();
+    {
+        let mut setup = Jobs::with_store(&mut shared, 60_000);
+        setup
+            .create_job(spec("job1", &["A", "B"]), T0, &mut out)
+            .unwrap();
+        setup.roll_out(T0, &mut out).unwrap();
+    }
+    // Cut short before any execution ended: the job CANCELED, its mark left.
+    let mut canceled = (*shared.job("job1").unwrap().unwrap()).clone();
+    canceled.status = JobStatus::Canceled;
+    canceled.last_updated_at = T0;
+    canceled.completed_at = Some(T0);
+    assert!(shared.put_job(canceled).unwrap());
+    shared.add_job_things("job1", &[]).unwrap();
+    let later = T0 + lifecycle::GRACE_MS;
+    let node_b_out = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+    let b_out = node_b_out.clone();
+    let store = Raced::new(
+        &mut shared,
+        Box::new(move |inner: &mut MemoryJobs| {
+            Jobs::with_store(inner, 60_000)
+                .roll_out(later, &mut b_out.borrow_mut())
+                .unwrap();
+        }),
+    );
+    out.clear();
+    Jobs::with_store(store, 60_000)
+        .roll_out(later, &mut out)
+        .unwrap();
+    for thing in ["A", "B"] {
+        let record = shared.thing(thing).unwrap();
+        assert_eq!(record.latest("job1").unwrap().status, Status::Canceled);
+    }
+    let node_b_out = node_b_out.borrow();
+    assert_eq!(
+        job1_events(&node_b_out),
+        (vec!["canceled"], 2),
+        "B finished it"
+    );
+    assert_eq!(
+        job1_events(&out),
+        (vec![], 0),
+        "A, finishing it too, said nothing"
+    );
+    assert!(shared.rollouts().unwrap().is_empty());
 }
 
 /// An abort (the abort configuration's threshold reached) cut short the same way is

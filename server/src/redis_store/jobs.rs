@@ -297,7 +297,7 @@ impl RedisJobs {
             C::TakeRollout(id, from, count, job) => {
                 A::Taken(self.take_rollout(&id, from, count, job.as_deref()).await)
             }
-            C::StopRollout(id) => A::Done(self.stop_rollout(&id).await),
+            C::StopRollout(id) => A::Written(self.stop_rollout(&id).await),
             C::AddJobThings(id, things) => A::Done(self.add_job_things(&id, &things).await),
             C::Entry(table, name) => A::Entry(
                 self.store
@@ -582,13 +582,12 @@ impl RedisJobs {
             .map(Some)
     }
 
-    async fn stop_rollout(&self, job_id: &str) -> Stored<()> {
+    async fn stop_rollout(&self, job_id: &str) -> Stored<bool> {
         let mut call = self.scripts.stop.call();
         call.key(self.global("rollouts", ""))
             .key(self.global("cursors", ""))
             .arg(job_id);
-        self.eval(&call).await?;
-        Ok(())
+        Ok(matches!(self.eval(&call).await?, Value::Int(n) if n > 0))
     }
 
     async fn add_job_things(&self, job_id: &str, things: &[String]) -> Stored<()> {

@@ -1,5 +1,6 @@
--- Stops a job's rollout: its remaining targets are never handed out.
+-- Stops a job's rollout: its remaining targets are never handed out. Whether it was listed
+-- (this call took it off; another, from any node, may have first).
 -- KEYS: rollouts, cursors   ARGV: job id
-redis.call('LREM', KEYS[1], 0, ARGV[1])
+local listed = redis.call('LREM', KEYS[1], 0, ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
-return 1
+return listed
