@@ -213,7 +213,9 @@ pub(super) struct Node {
     /// This node's retained presence ("online", its epoch and limit), published at every
     /// connection (none without the state store).
     pub(super) presence: Option<Publish>,
-    /// Connections in a row that the broker broke the protocol on.
+    /// Connections the broker broke the protocol on. Not reset by a proper PUBACK: what
+    /// Mochi refuses depends on the publish (user properties), and a PUBACK in between says
+    /// nothing about the next answer.
     pub(super) protocol_errors: u32,
     /// What the probe found (`None` until its PUBACK came).
     pub(super) reports_no_subscribers: Option<bool>,
@@ -648,11 +650,6 @@ impl Node {
             }
             Event::Incoming(Packet::PubAck(ack)) => {
                 let sent = self.unacked.on_acked(ack.pkid);
-                if !matches!(sent, Some(Sent::Probe | Sent::Presence)) {
-                    // An answer or notification (they carry user properties) was acknowledged
-                    // properly: the broker keeps the protocol.
-                    self.protocol_errors = 0;
-                }
                 if let Some(Sent::Receipt(receipt)) = &sent {
                     let code = mqstore_net::host::puback_code(ack.reason);
                     self.command_acknowledged(receipt, Some(code));
