@@ -109,7 +109,7 @@ impl StoreCall {
             Self::Job(id) => A::Job(store.job(&id)),
             Self::InsertJob(job, things) => A::Written(store.insert_job(*job, &things)),
             Self::PutJob(job) => A::Written(store.put_job(*job)),
-            Self::DeleteJob(id) => A::Done(store.delete_job(&id)),
+            Self::DeleteJob(id) => A::Written(store.delete_job(&id)),
             Self::JobIds => A::Names(store.job_ids()),
             Self::JobThings(id, from, count) => A::Names(store.job_things(&id, from, count)),
             Self::Counts(id) => A::Counts(store.counts(&id)),
@@ -154,8 +154,9 @@ impl StoreAnswer {
             | C::PutThing(..)
             | C::PutEntry(..)
             | C::SwapEntry(..)
-            | C::StopRollout(_) => Self::Written(Err(error)),
-            C::DeleteJob(_) | C::AddJobThings(..) | C::DropTable(_) => Self::Done(Err(error)),
+            | C::StopRollout(_)
+            | C::DeleteJob(_) => Self::Written(Err(error)),
+            C::AddJobThings(..) | C::DropTable(_) => Self::Done(Err(error)),
             C::JobIds | C::JobThings(..) | C::Things => Self::Names(Err(error)),
             C::Counts(_) => Self::Counts(Err(error)),
             C::Thing(_) => Self::Thing(Err(error)),
@@ -214,8 +215,11 @@ impl<A: Answers> JobsStore for Calls<A> {
         unpack!(self.0.answer(|| StoreCall::PutJob(Box::new(job))), Written)
     }
 
-    fn delete_job(&mut self, job_id: &str) -> Stored<()> {
-        unpack!(self.0.answer(|| StoreCall::DeleteJob(job_id.into())), Done)
+    fn delete_job(&mut self, job_id: &str) -> Stored<bool> {
+        unpack!(
+            self.0.answer(|| StoreCall::DeleteJob(job_id.into())),
+            Written
+        )
     }
 
     fn job_ids(&self) -> Stored<Vec<String>> {

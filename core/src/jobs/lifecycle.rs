@@ -586,7 +586,8 @@ impl<S: JobsStore> Jobs<S> {
     }
 
     /// Removes a job being deleted from each of its things, then the job with its rollout and
-    /// the deletion's mark, and says that it is deleted. Each step may be made again.
+    /// the deletion's mark, and says that it is deleted. Each step may be made again; as with
+    /// a cancellation, only the call that removed the job says so.
     fn finish_delete(&mut self, job: &Job, now_ms: u64, out: &mut Vec<Publish>) -> Stored<()> {
         let mut from = 0;
         loop {
@@ -603,8 +604,9 @@ impl<S: JobsStore> Jobs<S> {
             from += THINGS_PAGE;
         }
         let counts = self.store.counts(&job.id)?;
-        self.store.delete_job(&job.id)?;
-        out.push(events::job(job, "deleted", &counts, now_ms));
+        if self.store.delete_job(&job.id)? {
+            out.push(events::job(job, "deleted", &counts, now_ms));
+        }
         Ok(())
     }
 

@@ -106,8 +106,9 @@ pub trait JobsStore {
     /// `false` when another write came first.
     fn put_job(&mut self, job: Job) -> Stored<bool>;
 
-    /// Removes a job, its things, its rollout and its counts (not its executions).
-    fn delete_job(&mut self, job_id: &str) -> Stored<()>;
+    /// Removes a job, its things, its rollout and its counts (not its executions); `true`
+    /// when this call removed the job (`false`: it was gone already, another call first).
+    fn delete_job(&mut self, job_id: &str) -> Stored<bool>;
 
     /// Every job's id, in id order.
     fn job_ids(&self) -> Stored<Vec<String>>;
@@ -281,12 +282,12 @@ impl JobsStore for MemoryJobs {
         Ok(true)
     }
 
-    fn delete_job(&mut self, job_id: &str) -> Stored<()> {
-        self.jobs.remove(job_id);
+    fn delete_job(&mut self, job_id: &str) -> Stored<bool> {
+        let removed = self.jobs.remove(job_id).is_some();
         self.job_things.remove(job_id);
         self.counts.remove(job_id);
         self.rollouts.retain(|(id, _)| id != job_id);
-        Ok(())
+        Ok(removed)
     }
 
     fn job_ids(&self) -> Stored<Vec<String>> {
@@ -470,7 +471,7 @@ impl<S: JobsStore + ?Sized> JobsStore for &mut S {
     fn put_job(&mut self, job: Job) -> Stored<bool> {
         (**self).put_job(job)
     }
-    fn delete_job(&mut self, job_id: &str) -> Stored<()> {
+    fn delete_job(&mut self, job_id: &str) -> Stored<bool> {
         (**self).delete_job(job_id)
     }
     fn job_ids(&self) -> Stored<Vec<String>> {
@@ -711,12 +712,12 @@ impl JobsStore for DurableJobs {
         Ok(written)
     }
 
-    fn delete_job(&mut self, job_id: &str) -> Stored<()> {
-        self.inner.delete_job(job_id)?;
+    fn delete_job(&mut self, job_id: &str) -> Stored<bool> {
+        let removed = self.inner.delete_job(job_id)?;
         if self.recording {
             crate::store::log::job_deleted(&mut self.pending, job_id);
         }
-        Ok(())
+        Ok(removed)
     }
 
     fn job_ids(&self) -> Stored<Vec<String>> {

@@ -501,7 +501,7 @@ impl JobsStore for Raced<'_> {
     fn put_job(&mut self, job: Job) -> Stored<bool> {
         self.inner.put_job(job)
     }
-    fn delete_job(&mut self, job_id: &str) -> Stored<()> {
+    fn delete_job(&mut self, job_id: &str) -> Stored<bool> {
         self.inner.delete_job(job_id)
     }
     fn job_ids(&self) -> Stored<Vec<String>> {
@@ -736,7 +736,7 @@ impl JobsStore for Unreachable {
     fn put_job(&mut self, _: Job) -> Stored<bool> {
         down()
     }
-    fn delete_job(&mut self, _: &str) -> Stored<()> {
+    fn delete_job(&mut self, _: &str) -> Stored<bool> {
         down()
     }
     fn job_ids(&self) -> Stored<Vec<String>> {
@@ -1175,6 +1175,58 @@ fn a_cancellation_finished_by_two_nodes_ticks_is_announced_once() {
     assert_eq!(
         job1_events(&out),
         (vec![], 0),
+        "A, finishing it too, said nothing"
+    );
+    assert!(shared.rollouts().unwrap().is_empty());
+}
+
+/// A deletion cut short is finished the same way by every node's tick and announced once:
+/// by the node whose tick removed the job (node B here, run while node A's was finishing it
+/// too). Before, each said it was deleted.
+#[test]
+fn a_deletion_finished_by_two_nodes_ticks_is_announced_once() {
+    let mut shared = MemoryJobs::default();
+    let mut out = Vec::new();
+    {
+        let mut setup = Jobs::with_store(&mut shared, 60_000);
+        setup
+            .create_job(spec("job1", &["A", "B"]), T0, &mut out)
+            .unwrap();
+        setup.roll_out(T0, &mut out).unwrap();
+    }
+    // Cut short before any thing was cleared: the job DELETION_IN_PROGRESS, its mark left.
+    let mut deleting = (*shared.job("job1").unwrap().unwrap()).clone();
+    deleting.status = JobStatus::DeletionInProgress;
+    deleting.last_updated_at = T0;
+    assert!(shared.put_job(deleting).unwrap());
+    shared.add_job_things("job1", &[]).unwrap();
+    let later = T0 + lifecycle::GRACE_MS;
+    let node_b_out = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+    let b_out = node_b_out.clone();
+    let store = Raced::new(
+        &mut shared,
+        Box::new(move |inner: &mut MemoryJobs| {
+            Jobs::with_store(inner, 60_000)
+                .roll_out(later, &mut b_out.borrow_mut())
+                .unwrap();
+        }),
+    );
+    out.clear();
+    Jobs::with_store(store, 60_000)
+        .roll_out(later, &mut out)
+        .unwrap();
+    for thing in ["A", "B"] {
+        assert_eq!(shared.thing(thing).unwrap().latest("job1"), None);
+    }
+    assert!(shared.job("job1").unwrap().is_none());
+    assert_eq!(
+        job1_events(&node_b_out.borrow()).0,
+        vec!["deleted"],
+        "B finished it"
+    );
+    assert_eq!(
+        job1_events(&out).0,
+        Vec::<&str>::new(),
         "A, finishing it too, said nothing"
     );
     assert!(shared.rollouts().unwrap().is_empty());

@@ -247,7 +247,7 @@ impl RedisJobs {
             C::Job(id) => A::Job(self.job(&id).await),
             C::InsertJob(job, things) => A::Written(self.insert_job(&job, &things).await),
             C::PutJob(job) => A::Written(self.put_job(&job).await),
-            C::DeleteJob(id) => A::Done(self.delete_job(&id).await),
+            C::DeleteJob(id) => A::Written(self.delete_job(&id).await),
             C::JobIds => A::Names(
                 self.store
                     .query(
@@ -421,7 +421,7 @@ impl RedisJobs {
         }
     }
 
-    async fn delete_job(&self, job_id: &str) -> Stored<()> {
+    async fn delete_job(&self, job_id: &str) -> Stored<bool> {
         let mut call = self.scripts.delete.call();
         call.key(self.global("jr:", job_id))
             .key(self.global("index", ""))
@@ -429,7 +429,7 @@ impl RedisJobs {
             .key(self.global("rollouts", ""))
             .key(self.global("cursors", ""))
             .arg(job_id);
-        self.eval(&call).await?;
+        let removed = matches!(self.eval(&call).await?, Value::Int(1));
         self.forget(job_id);
         let store = &self.store;
         self.each_bucket(|bucket| {
@@ -437,7 +437,7 @@ impl RedisJobs {
             async move { store.write::<i64>(redis::cmd("DEL").arg(name)).await }
         })
         .await?;
-        Ok(())
+        Ok(removed)
     }
 
     async fn job_things(&self, job_id: &str, from: u64, count: u64) -> Stored<Vec<String>> {
