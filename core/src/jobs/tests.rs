@@ -1126,11 +1126,10 @@ fn a_cancellation_cut_short_by_the_store_is_finished_by_a_later_tick() {
     assert_eq!(jobs.next_wake(later).unwrap(), None);
 }
 
-/// A cancellation cut short is finished by the tick of every node that sees its mark, each
-/// step made again, and announced once: by the node whose tick took the mark off (here node
-/// B, whose tick ran while node A's was finishing it too). Before, each said it was canceled.
-#[test]
-fn a_cancellation_finished_by_two_nodes_ticks_is_announced_once() {
+/// A job on `A` and `B` whose cancellation or deletion (`status`) was cut short before any
+/// execution was touched, its mark left, finished by node A's tick while node B's tick runs
+/// too (in the middle of A's): the store after both, and what each node published.
+fn finished_by_two_nodes_ticks(status: JobStatus) -> (MemoryJobs, Vec<Publish>, Vec<Publish>) {
     let mut shared = MemoryJobs::default();
     let mut out = Vec::new();
     {
@@ -1140,12 +1139,13 @@ fn a_cancellation_finished_by_two_nodes_ticks_is_announced_once() {
             .unwrap();
         setup.roll_out(T0, &mut out).unwrap();
     }
-    // Cut short before any execution ended: the job CANCELED, its mark left.
-    let mut canceled = (*shared.job("job1").unwrap().unwrap()).clone();
-    canceled.status = JobStatus::Canceled;
-    canceled.last_updated_at = T0;
-    canceled.completed_at = Some(T0);
-    assert!(shared.put_job(canceled).unwrap());
+    let mut cut_short = (*shared.job("job1").unwrap().unwrap()).clone();
+    cut_short.status = status;
+    cut_short.last_updated_at = T0;
+    if status == JobStatus::Canceled {
+        cut_short.completed_at = Some(T0);
+    }
+    assert!(shared.put_job(cut_short).unwrap());
     shared.add_job_things("job1", &[]).unwrap();
     let later = T0 + lifecycle::GRACE_MS;
     let node_b_out = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
@@ -1162,74 +1162,49 @@ fn a_cancellation_finished_by_two_nodes_ticks_is_announced_once() {
     Jobs::with_store(store, 60_000)
         .roll_out(later, &mut out)
         .unwrap();
+    assert!(shared.rollouts().unwrap().is_empty());
+    let node_b_out = node_b_out.take();
+    (shared, out, node_b_out)
+}
+
+/// A cancellation cut short is finished by the tick of every node that sees its mark, each
+/// step made again, and announced once: by the node whose tick took the mark off (here node
+/// B, whose tick ran while node A's was finishing it too). Before, each said it was canceled.
+#[test]
+fn a_cancellation_finished_by_two_nodes_ticks_is_announced_once() {
+    let (shared, node_a_out, node_b_out) = finished_by_two_nodes_ticks(JobStatus::Canceled);
     for thing in ["A", "B"] {
         let record = shared.thing(thing).unwrap();
         assert_eq!(record.latest("job1").unwrap().status, Status::Canceled);
     }
-    let node_b_out = node_b_out.borrow();
     assert_eq!(
         job1_events(&node_b_out),
         (vec!["canceled"], 2),
         "B finished it"
     );
     assert_eq!(
-        job1_events(&out),
+        job1_events(&node_a_out),
         (vec![], 0),
         "A, finishing it too, said nothing"
     );
-    assert!(shared.rollouts().unwrap().is_empty());
 }
 
-/// A deletion cut short is finished the same way by every node's tick and announced once:
-/// by the node whose tick removed the job (node B here, run while node A's was finishing it
-/// too). Before, each said it was deleted.
+/// A deletion cut short is finished the same way and announced once: by the node whose tick
+/// removed the job. Before, each said it was deleted.
 #[test]
 fn a_deletion_finished_by_two_nodes_ticks_is_announced_once() {
-    let mut shared = MemoryJobs::default();
-    let mut out = Vec::new();
-    {
-        let mut setup = Jobs::with_store(&mut shared, 60_000);
-        setup
-            .create_job(spec("job1", &["A", "B"]), T0, &mut out)
-            .unwrap();
-        setup.roll_out(T0, &mut out).unwrap();
-    }
-    // Cut short before any thing was cleared: the job DELETION_IN_PROGRESS, its mark left.
-    let mut deleting = (*shared.job("job1").unwrap().unwrap()).clone();
-    deleting.status = JobStatus::DeletionInProgress;
-    deleting.last_updated_at = T0;
-    assert!(shared.put_job(deleting).unwrap());
-    shared.add_job_things("job1", &[]).unwrap();
-    let later = T0 + lifecycle::GRACE_MS;
-    let node_b_out = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
-    let b_out = node_b_out.clone();
-    let store = Raced::new(
-        &mut shared,
-        Box::new(move |inner: &mut MemoryJobs| {
-            Jobs::with_store(inner, 60_000)
-                .roll_out(later, &mut b_out.borrow_mut())
-                .unwrap();
-        }),
-    );
-    out.clear();
-    Jobs::with_store(store, 60_000)
-        .roll_out(later, &mut out)
-        .unwrap();
+    let (shared, node_a_out, node_b_out) =
+        finished_by_two_nodes_ticks(JobStatus::DeletionInProgress);
     for thing in ["A", "B"] {
         assert_eq!(shared.thing(thing).unwrap().latest("job1"), None);
     }
     assert!(shared.job("job1").unwrap().is_none());
+    assert_eq!(job1_events(&node_b_out).0, vec!["deleted"], "B finished it");
     assert_eq!(
-        job1_events(&node_b_out.borrow()).0,
-        vec!["deleted"],
-        "B finished it"
-    );
-    assert_eq!(
-        job1_events(&out).0,
+        job1_events(&node_a_out).0,
         Vec::<&str>::new(),
         "A, finishing it too, said nothing"
     );
-    assert!(shared.rollouts().unwrap().is_empty());
 }
 
 /// An abort (the abort configuration's threshold reached) cut short the same way is
