@@ -30,16 +30,16 @@ MB, KB, KIB = 1_000_000, 1_000, 1024
 # name: (budget, limit, why the limit is above the budget, or "")
 BUDGETS = {
     "wheel": (1.2 * MB, 1.2 * MB, ""),
-    "c-connected": (1.5 * MB, 1.80 * MB, "TLS (rustls, ring) and tokio: docs/performance.md"),
+    "c-connected": (1.5 * MB, 1.5 * MB, ""),
     "c-byo": (250 * KB, 250 * KB, ""),
     "image": (1 * MB, 1 * MB, ""),
     "wasm": (150 * KIB, 150 * KIB, ""),
     "binary": (
         8 * MB,
-        9.9 * MB,
+        8.6 * MB,
         "the jobs operator API's serde code, Redis Sentinel/WAIT, AWS IoT commands, stored"
-        " commands, the server node's probes and batched stores, device shadows:"
-        " docs/performance.md",
+        " commands, the server node's probes and batched stores, device shadows (the cold"
+        " crates are optimised for size since 2026-12-05): docs/performance.md",
     ),
 }
 
