@@ -492,12 +492,20 @@ fn the_lifecycle_of_a_job<S: JobsStore>(store: &mut S, tag: &str) {
     .unwrap();
     let e = op(store, json!({ "op": "deleteJob", "jobId": other }), T0).unwrap_err();
     assert_eq!(e.0, "InvalidStateTransition", "{tag}: {e:?}");
-    op(
+    let mut out = Vec::new();
+    op_publishing(
         store,
         json!({ "op": "deleteJob", "jobId": other, "force": true }),
         T0,
+        &mut out,
     )
     .unwrap();
+    let deleted = format!("$aws/events/job/{other}/deleted");
+    let said = out.iter().filter(|p| p.topic == deleted).count();
+    assert_eq!(said, 1, "{tag}: the deleted event, once");
+    // The store says which call removed the job: a node finishing the same deletion later
+    // (its tick) learns it was gone already, and does not say `deleted` again.
+    assert!(!store.delete_job(&other).unwrap(), "{tag}: removed already");
     let e = op(store, json!({ "op": "describeJob", "jobId": other }), T0).unwrap_err();
     assert_eq!(e.0, "ResourceNotFound");
     let (_, pending) = device(store, &targets[0], "get", json!({}), T0);

@@ -429,7 +429,11 @@ impl RedisJobs {
             .key(self.global("rollouts", ""))
             .key(self.global("cursors", ""))
             .arg(job_id);
-        let removed = matches!(self.eval(&call).await?, Value::Int(1));
+        let removed = match self.eval(&call).await? {
+            Value::Int(1) => true,
+            Value::Int(0) => false,
+            other => return Err(unexpected("deleting a job", &other)),
+        };
         self.forget(job_id);
         let store = &self.store;
         self.each_bucket(|bucket| {
