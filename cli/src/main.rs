@@ -14,6 +14,8 @@ use mqstore_core::store::Quotas;
 use mqstore_net::{BrokerConfig, TlsConfig};
 use mqstore_server::bench::{self, BenchConfig};
 use mqstore_server::{ServerConfig, StoreConfig, serve};
+use tracing_subscriber::filter::Targets;
+use tracing_subscriber::prelude::*;
 
 use args::{BrokerArgs, Cli, Command};
 use store::run_client;
@@ -27,6 +29,24 @@ mod progress;
 mod shadow;
 mod store;
 
+/// The log filter `MQSTORE_LOG` asks for (a level, `target=level` directives, or both, comma
+/// separated: `info,mqstore_server::redis_store=debug`), else `default_level`. A filter that
+/// does not read is said on stderr, with what is used instead, rather than ignored silently.
+fn log_filter(asked: Option<&str>, default_level: &str) -> Targets {
+    let default = || default_level.parse().unwrap_or_default();
+    match asked.map(str::trim).filter(|asked| !asked.is_empty()) {
+        None => default(),
+        Some(asked) => asked.parse().unwrap_or_else(|e| {
+            eprintln!(
+                "warning: MQSTORE_LOG={asked:?} is not a log filter ({e}); logging at \
+                 {default_level:?}. Give a level (error, warn, info, debug, trace, off) or \
+                 target=level directives, comma separated: info,mqstore_server=debug"
+            );
+            default()
+        }),
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     // The server and the benchmark log their progress; client commands print only their
@@ -35,13 +55,14 @@ fn main() -> ExitCode {
         Command::Serve(_) | Command::Bench { .. } => "info",
         _ => "off",
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("MQSTORE_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level)),
+    let filter = log_filter(std::env::var("MQSTORE_LOG").ok().as_deref(), default_level);
+    tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())),
         )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with(filter)
         .init();
     if let Command::Health { metrics, live } = &cli.command {
         return health::check(metrics, *live);
@@ -229,4 +250,35 @@ pub(crate) async fn shutdown_signal() {
     }
     #[cfg(not(unix))]
     let _ = tokio::signal::ctrl_c().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::log_filter;
+    use tracing::Level;
+
+    #[test]
+    fn the_log_filter_takes_a_level_and_target_directives_and_falls_back_on_what_does_not_read() {
+        let unset = log_filter(None, "info");
+        assert!(unset.would_enable("mqstore_server::node", &Level::INFO));
+        assert!(!unset.would_enable("mqstore_server::node", &Level::DEBUG));
+
+        let quiet = log_filter(Some("  "), "off");
+        assert!(
+            !quiet.would_enable("mqstore", &Level::ERROR),
+            "blank is unset"
+        );
+
+        let mixed = log_filter(Some("warn,mqstore_server::redis_store=debug"), "info");
+        assert!(mixed.would_enable("mqstore_server::redis_store::commands", &Level::DEBUG));
+        assert!(!mixed.would_enable("mqstore_server::node", &Level::INFO));
+        assert!(mixed.would_enable("rumqttc::v5", &Level::WARN));
+
+        let wrong = log_filter(Some("mqstore=loud"), "info");
+        assert!(
+            wrong.would_enable("mqstore", &Level::INFO),
+            "the default, said on stderr"
+        );
+        assert!(!wrong.would_enable("mqstore", &Level::DEBUG));
+    }
 }
