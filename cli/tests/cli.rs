@@ -3,6 +3,7 @@
 
 #[macro_use]
 mod broker;
+mod calls;
 
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
@@ -87,15 +88,8 @@ impl Setup {
     /// Waits until the server's metrics have `line`.
     fn wait_metric(&self, line: &str) {
         let metrics = &self.server.as_ref().expect("a server").metrics;
-        let started = Instant::now();
-        while !metrics.render().lines().any(|l| l == line) {
-            assert!(
-                started.elapsed() < Duration::from_secs(10),
-                "{line:?} never reached:\n{}",
-                metrics.render()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let reached = calls::wait_for_metric(metrics, line, |l| l == line);
+        self.runtime.block_on(reached);
     }
 }
 

@@ -63,21 +63,11 @@ fn answered(metrics: &Metrics) -> u64 {
 
 /// Waits until a node's metric `name` (one without labels) reaches `at_least`.
 async fn wait_for_metric(metrics: &Metrics, name: &str, at_least: u64) {
-    let value = || {
-        metrics
-            .render()
-            .lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse::<u64>().ok())
-            .unwrap_or(0)
+    let reached = |line: &str| {
+        let value = line.strip_prefix(name).and_then(|l| l.strip_prefix(' '));
+        value.and_then(|v| v.parse::<u64>().ok()) >= Some(at_least)
     };
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while value() < at_least {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{name} stayed below {at_least}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    calls::wait_for_metric(metrics, &format!("{name} >= {at_least}"), reached).await;
 }
 
 /// The scenario every shared store must pass: reads see writes answered by other nodes,

@@ -76,15 +76,7 @@ impl Server {
 
     /// Waits until the metrics text contains `line`.
     async fn wait_metric(&self, line: &str) {
-        let deadline = tokio::time::Instant::now() + WAIT;
-        while !self.metrics.render().lines().any(|l| l == line) {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "metric {line:?} not reached:\n{}",
-                self.metrics.render()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        calls::wait_for_metric(&self.metrics, line, |l| l == line).await;
     }
 }
 

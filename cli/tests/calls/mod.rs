@@ -9,6 +9,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use mqstore_core::client::ClientError;
 use mqstore_net::client::{Client, ClientOptions, KeyChange, Observation};
+use mqstore_server::metrics::Metrics;
 use rumqttc::v5::mqttbytes::QoS;
 use rumqttc::v5::mqttbytes::v5::{Packet, PublishProperties};
 use rumqttc::v5::{AsyncClient, Event, MqttOptions};
@@ -51,6 +52,20 @@ pub async fn wait_ready(client: &Client) {
             tokio::time::Instant::now() < deadline,
             "the service never answered"
         );
+    }
+}
+
+/// Waits until a line of `mqstore serve`'s metrics text is what `reached` looks for (`what`
+/// says what, should it not come within [`WAIT`]).
+pub async fn wait_for_metric(metrics: &Metrics, what: &str, reached: impl Fn(&str) -> bool) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !metrics.render().lines().any(&reached) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "metric {what:?} not reached:\n{}",
+            metrics.render()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
