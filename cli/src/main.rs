@@ -277,7 +277,7 @@ mod tests {
         let wrong = log_filter(Some("mqstore=loud"), "info");
         assert!(
             wrong.would_enable("mqstore", &Level::INFO),
-            "the default, said on stderr"
+            "the default (the warning: cli/tests/cli.rs)"
         );
         assert!(!wrong.would_enable("mqstore", &Level::DEBUG));
     }

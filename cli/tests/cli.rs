@@ -218,6 +218,52 @@ fn a_broker_that_is_down_fails_at_once_with_one_clear_line() {
 }
 
 #[test]
+fn mqstore_log_turns_logs_on_and_a_value_that_does_not_read_is_said() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+        .to_string();
+    let with_log = |filter: &str| {
+        run(Command::new(env!("CARGO_BIN_EXE_mqstore"))
+            .args(["--port", &port, "get", "a"])
+            .env("MQSTORE_LOG", filter)
+            .output()
+            .unwrap())
+    };
+    let debug = with_log("warn,mqstore_net=debug");
+    assert_eq!(debug.code, Some(4), "{}", debug.stderr);
+    assert!(
+        debug
+            .stderr
+            .contains("DEBUG mqstore_net::client: could not connect"),
+        "a directive turns a module's logs on: {}",
+        debug.stderr
+    );
+    let wrong = with_log("mqstore=loud");
+    assert_eq!(wrong.code, Some(4), "{}", wrong.stderr);
+    let lines: Vec<&str> = wrong.stderr.lines().collect();
+    assert_eq!(
+        lines.len(),
+        2,
+        "the warning, then the error: {}",
+        wrong.stderr
+    );
+    assert!(
+        lines[0].starts_with("warning: MQSTORE_LOG=\"mqstore=loud\" is not a log filter"),
+        "{}",
+        lines[0]
+    );
+    assert!(
+        lines[0].contains("target=level"),
+        "says what to give: {}",
+        lines[0]
+    );
+    assert!(lines[1].starts_with("error: cannot reach"), "{}", lines[1]);
+}
+
+#[test]
 fn a_broker_that_refuses_the_connection_is_named_with_its_reason_code() {
     // Anonymous clients are not allowed and no user exists: mosquitto refuses every CONNECT.
     let broker = Mosquitto::start_config("allow_anonymous false\n");
