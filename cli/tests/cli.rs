@@ -189,15 +189,15 @@ on_both_brokers! {
     }
 }
 
+/// A port nothing listens on (bound, then released).
+fn unused_port() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port().to_string()
+}
+
 #[test]
 fn a_broker_that_is_down_fails_at_once_with_one_clear_line() {
-    // A port nothing listens on (bound, then released).
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-        .to_string();
+    let port = unused_port();
     let started = Instant::now();
     // With a 30 s timeout, only an immediate failure returns well within it.
     let down = mqstore(&["--port", &port, "get", "a", "--timeout", "30"]);
@@ -219,12 +219,7 @@ fn a_broker_that_is_down_fails_at_once_with_one_clear_line() {
 
 #[test]
 fn mqstore_log_turns_logs_on_and_a_value_that_does_not_read_is_said() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-        .to_string();
+    let port = unused_port();
     let with_log = |filter: &str| {
         run(Command::new(env!("CARGO_BIN_EXE_mqstore"))
             .args(["--port", &port, "get", "a"])
