@@ -19,7 +19,7 @@ use mqstore_net::BrokerConfig;
 use mqstore_net::client::{Client, ClientOptions};
 use mqstore_server::commander::{Commander, CommanderConfig, CommanderError, RegistryConfig};
 use mqstore_server::metrics::CommandCount;
-use mqstore_server::redis_store::RedisConfig;
+use mqstore_server::redis_store::{PIPE_NAME, RedisConfig};
 use mqstore_server::{ServerConfig, ServerHandle, spawn};
 use redis::Redis;
 use rumqttc::v5::mqttbytes::QoS;
@@ -1338,4 +1338,166 @@ async fn a_one_way_command_whose_connection_drops_before_its_puback_is_answered_
         caller.close().await;
         server.stop().await.unwrap();
     }
+}
+
+/// A node writes its commands' records on a pipe of its own to Redis. While Redis is held
+/// (SIGSTOP) a command is answered with the registry's error once the pipe's reply timeout
+/// passed, not at the command's own timeout; once Redis goes on, and after it restarted (its
+/// connections dropped, its scripts forgotten), commands succeed again and are recorded, and
+/// the pipe is opened again each time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_on_redis_fail_fast_while_redis_is_held_and_succeed_once_it_is_back() {
+    let broker = Broker::start();
+    let mut redis = Redis::start();
+    let _devices = calls::mqtt5_devices(broker.port, "mqtt5-devices").await;
+    let node = commander(&broker, "piped", redis_registry(&redis)).await;
+    let command = |n: usize| {
+        let mut request = CommandRequest::new(format!("dev/{n}/cmd"), json!({"n": n}).to_string());
+        request.timeout_ms = 60_000;
+        request
+    };
+    let record = node.invoke(command(0)).await.unwrap();
+    assert_eq!(record.status, Status::Succeeded);
+
+    redis.signal("-STOP");
+    let sent = std::time::Instant::now();
+    let held = tokio::time::timeout(Duration::from_secs(30), node.invoke(command(1))).await;
+    let waited = sent.elapsed();
+    redis.signal("-CONT");
+    let Ok(held) = held else {
+        panic!("no answer in {waited:?}: the pipe's reply timeout is 2 s, the command's 60 s");
+    };
+    assert!(
+        matches!(&held, Err(CommanderError::Registry(_))),
+        "{held:?}"
+    );
+
+    // Back, then restarted: the pipe is opened again (once a second), the script sent again.
+    for round in ["went on", "restarted"] {
+        if round == "restarted" {
+            redis.restart();
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let record = loop {
+            match node.invoke(command(2)).await {
+                Ok(record) => break record,
+                Err(CommanderError::Registry(e)) => {
+                    assert!(std::time::Instant::now() < deadline, "{round}: {e}");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(other) => panic!("{round}: {other:?}"),
+            }
+        };
+        assert_eq!(record.status, Status::Succeeded, "{round}");
+        // The node's pipe is open again (it names itself in Redis's client list).
+        while !redis.cli(&["CLIENT", "LIST"]).contains(PIPE_NAME) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{round}: no pipe again"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let key = format!("mqstore:cmd:{}", record.id);
+        let stored = redis.cli(&["HGET", &key, "d"]);
+        assert!(
+            stored.contains("\"status\":\"SUCCEEDED\""),
+            "{round}: {stored}"
+        );
+    }
+    node.stop().await;
+}
+
+/// On its pipe to Redis a node writes a command's answer from the record it wrote itself. When
+/// Redis forgot the script (SCRIPT FLUSH) the write is sent again with the script's code; when
+/// another node changed the record in between, the answer is written from a fresh read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_s_pipe_sends_a_forgotten_script_again_and_rereads_a_record_changed_meanwhile() {
+    let broker = Broker::start();
+    let redis = Redis::start();
+    let _devices = calls::mqtt5_devices(broker.port, "mqtt5-devices").await;
+    // Answers after a second: time for another node to change the record.
+    let _slow = calls::device(
+        broker.port,
+        "slow-devices",
+        "slow/+/cmd",
+        |_, payload, props| {
+            let answer = PublishProperties {
+                correlation_data: props.correlation_data.clone(),
+                user_properties: vec![("__stat".into(), "200".into())],
+                ..PublishProperties::default()
+            };
+            let topic = props.response_topic.clone().unwrap_or_default();
+            vec![(topic, payload.to_vec(), answer, 1000)]
+        },
+    )
+    .await;
+    let node = commander(&broker, "piped", redis_registry(&redis)).await;
+
+    let _ = redis.cli(&["CONFIG", "RESETSTAT"]);
+    let _ = redis.cli(&["SCRIPT", "FLUSH"]);
+    let record = node.invoke(CommandRequest::new("dev/1/cmd", "{}")).await;
+    assert_eq!(record.unwrap().status, Status::Succeeded);
+    let stats = redis.cli(&["INFO", "commandstats"]);
+    assert!(
+        stats.contains("cmdstat_eval:"),
+        "sent with its code: {stats}"
+    );
+
+    let waiting = tokio::spawn({
+        let node = node.clone();
+        async move { node.invoke(CommandRequest::new("slow/1/cmd", "{}")).await }
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let key = loop {
+        let keys = registry_keys(&redis);
+        if let Some(key) = keys
+            .into_iter()
+            .find(|k| redis.cli(&["HGET", k, "d"]).contains("slow/1/cmd"))
+        {
+            break key;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the slow command is recorded"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    // Another node's write: the revision this node holds is no longer Redis's.
+    assert_eq!(redis.cli(&["HINCRBY", &key, "r", "1"]).trim(), "2");
+    let record = waiting.await.unwrap().unwrap();
+    assert_eq!(record.status, Status::Succeeded);
+    assert_eq!(
+        redis.cli(&["HGET", &key, "r"]).trim(),
+        "3",
+        "written after a fresh read"
+    );
+    let stored = redis.cli(&["HGET", &key, "d"]);
+    assert!(stored.contains("\"status\":\"SUCCEEDED\""), "{stored}");
+    node.stop().await;
+}
+
+/// A node's pipe to Redis logs in and picks the database as the registry's URL says
+/// (`redis://:password@host:port/db`), so its writes land where the shared client's do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_s_pipe_to_redis_uses_the_url_s_password_and_database() {
+    let broker = Broker::start();
+    let redis = Redis::start_with_password("s3cret");
+    let _devices = calls::mqtt5_devices(broker.port, "mqtt5-devices").await;
+    let url = format!("redis://:s3cret@127.0.0.1:{}/3", redis.port);
+    let registry = RegistryConfig::Redis(RedisConfig::parse(&url).unwrap());
+    let node = commander(&broker, "locked", registry).await;
+    let record = node.invoke(CommandRequest::new("dev/1/cmd", "{}")).await;
+    let record = record.unwrap();
+    assert_eq!(record.status, Status::Succeeded);
+    let authed = |args: &[&str]| {
+        let mut all = vec!["-a", "s3cret", "--no-auth-warning", "-n", "3"];
+        all.extend_from_slice(args);
+        redis.cli(&all)
+    };
+    let clients = authed(&["CLIENT", "LIST"]);
+    let pipe = clients.lines().find(|l| l.contains(PIPE_NAME));
+    assert!(pipe.is_some_and(|l| l.contains(" db=3 ")), "{clients}");
+    let stored = authed(&["HGET", &format!("mqstore:cmd:{}", record.id), "d"]);
+    assert!(stored.contains("\"status\":\"SUCCEEDED\""), "{stored}");
+    node.stop().await;
 }

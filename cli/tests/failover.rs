@@ -929,13 +929,7 @@ async fn a_write_to_a_deposed_primary(wait: u32) -> (Result<bool, ClientError>, 
     for link in sentinel_links.iter().chain([&attached_link]) {
         link.cut();
     }
-    let signal = |pid: Option<u32>, signal: &str| {
-        let status = Command::new("kill")
-            .args([signal, &pid.unwrap().to_string()])
-            .status();
-        assert!(status.unwrap().success(), "kill {signal}");
-    };
-    signal(primary.pid(), "-STOP");
+    primary.signal("-STOP");
     let deadline = Instant::now() + Duration::from_secs(30);
     while redis::named_primary(sentinels.nodes[0].port) != Some(promoted.port) {
         assert!(
@@ -947,7 +941,7 @@ async fn a_write_to_a_deposed_primary(wait: u32) -> (Result<bool, ClientError>, 
     // The write waits in the held primary's socket; then the primary resumes.
     let write = tokio::spawn(set("answered"));
     tokio::time::sleep(Duration::from_millis(300)).await;
-    signal(primary.pid(), "-CONT");
+    primary.signal("-CONT");
     let answer = write.await.unwrap();
 
     // Healed: the sentinels demote the old primary and move the other replica to the new

@@ -33,7 +33,9 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::{info, warn};
 
 use crate::metrics::Metrics;
+use crate::redis_store::pipe::{Pipe, Reply};
 use crate::redis_store::{RedisConfig, RedisRegistry, RedisStore, RedisStoreError};
+use crate::registry_calls::{PipeReader, RegistryCalls};
 use mqstore_core::client::ClientError;
 use mqstore_core::commands::definitions::DEFINITIONS_TOPIC;
 use mqstore_core::commands::wire::{self, Refusal};
@@ -158,6 +160,10 @@ enum Input {
     Answered(u64, RegistryAnswer),
     /// Another node read the answer for a caller waiting here.
     Forwarded(Box<Record>),
+    /// The next reply on the registry's pipe (an error: the pipe is gone).
+    Piped(std::io::Result<Reply>),
+    /// A new pipe to Redis, opened after the last one failed.
+    PipeOpened(Pipe),
     Stop,
 }
 
@@ -269,10 +275,20 @@ impl Commander {
         let (client, eventloop) = AsyncClient::new(options, 1024);
         let (ready, subscribed) = oneshot::channel();
         let said = format!("{filters:?}");
+        let (registry, reader) = match registry {
+            Some(registry) => {
+                let answered = |token, answer| Input::Answered(token, answer);
+                let (calls, reader) =
+                    RegistryCalls::open(registry, inputs.clone(), answered, Input::PipeOpened)
+                        .await;
+                (Some(calls), reader)
+            }
+            None => (None, PipeReader::default()),
+        };
         let mut host = Host {
             service,
             registry,
-            inputs: inputs.clone(),
+            _inputs: inputs.clone(),
             outbox: Outbox::new(client),
             unacked: Unacked::default(),
             callers: HashMap::new(),
@@ -281,7 +297,7 @@ impl Commander {
             ready: Some(ready),
             shared: shared.clone(),
         };
-        let mut wakes = Inputs(received);
+        let mut wakes = Inputs { received, reader };
         tasks.push(tokio::spawn(async move {
             Connection::new(eventloop).run(&mut wakes, &mut host).await;
         }));
@@ -369,15 +385,27 @@ impl Commander {
     }
 }
 
-/// The commander's inputs, as the connection loop's wake-ups.
-struct Inputs(mpsc::UnboundedReceiver<Input>);
+/// The commander's inputs, and its pipe's replies, as the connection loop's wake-ups.
+struct Inputs {
+    received: mpsc::UnboundedReceiver<Input>,
+    reader: PipeReader,
+}
 
 impl Wakes for Inputs {
     type Wake = Input;
 
     async fn next(&mut self) -> Input {
-        // The host holds a sender: the channel ends only with the task.
-        self.0.recv().await.unwrap_or(Input::Stop)
+        loop {
+            tokio::select! {
+                biased;
+                // The host holds a sender: the channel ends only with the task.
+                input = self.received.recv() => match input {
+                    Some(Input::PipeOpened(pipe)) => self.reader.open(pipe),
+                    other => return other.unwrap_or(Input::Stop),
+                },
+                reply = self.reader.reply() => return Input::Piped(reply),
+            }
+        }
     }
 }
 
@@ -386,9 +414,10 @@ impl Wakes for Inputs {
 struct Host {
     service: Service,
     /// The registry in Redis (`None`: the service's own, in memory).
-    registry: Option<RedisRegistry>,
-    /// Where registry calls and forwarded answers come back.
-    inputs: mpsc::UnboundedSender<Input>,
+    registry: Option<RegistryCalls<Input>>,
+    /// Held so that the inputs' channel ends only with the task (the commander runs until
+    /// [`Commander::stop`], its handles dropped or not).
+    _inputs: mpsc::UnboundedSender<Input>,
     outbox: Outbox<Option<Receipt>>,
     /// One-way commands' publishes, until their PUBACKs.
     unacked: Unacked<Receipt>,
@@ -408,7 +437,6 @@ impl Host {
         let Host {
             service,
             registry,
-            inputs,
             outbox,
             unacked,
             callers,
@@ -419,13 +447,7 @@ impl Host {
             shared.metrics.command_seen(seen);
         }
         if let Some(registry) = registry {
-            while let Some(work) = service.poll_call() {
-                let (registry, inputs) = (registry.clone(), inputs.clone());
-                tokio::spawn(async move {
-                    let answer = registry.run(work.call, work.now_ms).await;
-                    let _ = inputs.send(Input::Answered(work.token, answer));
-                });
-            }
+            registry.start(service);
         }
         while let Some(out) = service.poll_output() {
             outbox.push(out.publish, out.receipt, |tag| unacked.taken(tag));
@@ -458,10 +480,15 @@ impl Driver for Host {
     type Wake = Input;
 
     fn deadline(&self) -> Option<u64> {
-        self.service.next_deadline()
+        let service = self.service.next_deadline();
+        let registry = self.registry.as_ref().and_then(RegistryCalls::deadline);
+        service.into_iter().chain(registry).min()
     }
 
     fn on_deadline(&mut self, now_ms: u64) {
+        if let Some(registry) = &mut self.registry {
+            registry.on_deadline(&mut self.service, now_ms);
+        }
         self.service.on_deadline(now_ms);
         self.moved();
     }
@@ -479,6 +506,12 @@ impl Driver for Host {
             }
             Input::Answered(token, answer) => self.service.answered(token, answer, now),
             Input::Forwarded(record) => self.service.forwarded(*record),
+            Input::Piped(reply) => {
+                if let Some(registry) = &mut self.registry {
+                    registry.replied(&mut self.service, reply, now);
+                }
+            }
+            Input::PipeOpened(_) => {} // Taken by the wait (`Inputs`).
             Input::Stop => {
                 if self.outbox.client().try_disconnect().is_err() {
                     return false;

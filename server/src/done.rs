@@ -3,6 +3,7 @@
 
 use std::time::Instant;
 
+use crate::redis_store::pipe::Pipe;
 use crate::redis_store::{Applied, RedisStoreError};
 use mqstore_core::commands::{Record, RegistryAnswer};
 use mqstore_core::engine::Call;
@@ -56,6 +57,9 @@ pub(super) enum Done {
     State(StoreDone),
     Jobs(JobsDone),
     Commands(CommandsDone),
+    /// The command registry's pipe to Redis was opened again (for the wait's
+    /// [`PipeReader`](crate::registry_calls::PipeReader)).
+    PipeOpened(Pipe),
     /// A sync of the data file ended.
     Synced(std::io::Result<()>),
 }

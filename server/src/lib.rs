@@ -30,6 +30,7 @@ use tracing::{info, warn};
 use crate::done::{CommandsDone, Done};
 use crate::metrics::Metrics;
 use crate::redis_store::{RedisJobs, RedisRegistry, RedisStore, RedisStoreError};
+use crate::registry_calls::{PipeReader, RegistryCalls};
 use jobs::ROLLOUT_BATCH;
 use jobs::{JobsService, Listener, SharedJobs};
 use mqstore_core::commands::definitions::DEFINITIONS_TOPIC;
@@ -53,6 +54,7 @@ mod jobs;
 pub mod metrics;
 mod node;
 pub mod redis_store;
+mod registry_calls;
 
 pub use config::{
     DEFAULT_MAX_PENDING_ANSWERS, DEFAULT_REGISTRATION_LEASE, ServerConfig, ServerError, StoreConfig,
@@ -330,6 +332,7 @@ pub async fn serve(
             ..
         }))
     );
+    let mut pipe = PipeReader::default();
     let commands = match command_registry {
         None => None,
         Some(registry) => {
@@ -355,10 +358,13 @@ pub async fn serve(
                 };
                 return Err(ServerError::Store { url, source });
             }
+            let answered = |token, answer| Done::Commands(CommandsDone::Answered(token, answer));
+            let (calls, reader) =
+                RegistryCalls::open(registry, done_tx_commands, answered, Done::PipeOpened).await;
+            pipe = reader;
             Some(RemoteCommands {
                 service: server::commands::Service::remote(command_service()),
-                registry,
-                done: done_tx_commands,
+                calls,
                 elected_filters: match elected {
                     true => config
                         .command_profiles
@@ -506,6 +512,7 @@ pub async fn serve(
         fired: false,
         grace: Box::pin(tokio::time::sleep(Duration::ZERO)),
         store_done: done_rx,
+        pipe,
     };
     Connection::new(eventloop)
         .run(&mut signals, &mut node)

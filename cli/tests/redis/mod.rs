@@ -230,6 +230,13 @@ impl Redis {
         self.child.as_ref().map(Child::id)
     }
 
+    /// Sends it `signal` (`-STOP` holds it, `-CONT` lets it go on).
+    pub fn signal(&self, signal: &str) {
+        let pid = self.pid().expect("redis-server runs").to_string();
+        let status = Command::new("kill").args([signal, &pid]).status();
+        assert!(status.unwrap().success(), "kill {signal} {pid}");
+    }
+
     /// Starts it again after [`Redis::kill`] (a restart with a downtime of the caller's
     /// choosing).
     pub fn start_again(&mut self) {

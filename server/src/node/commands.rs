@@ -5,14 +5,15 @@
 
 use super::*;
 use crate::done::CommandsDone;
-use crate::redis_store::RedisRegistry;
+use crate::redis_store::pipe::Reply;
+use crate::registry_calls::RegistryCalls;
 use mqstore_core::server::commands::Service;
 
 /// The command service of a node on Redis.
 pub(crate) struct RemoteCommands {
     pub(crate) service: Service,
-    pub(crate) registry: RedisRegistry,
-    pub(crate) done: tokio::sync::mpsc::UnboundedSender<Done>,
+    /// Runs the service's registry calls on Redis; answers come back as [`Done`].
+    pub(crate) calls: RegistryCalls<Done>,
     /// The answer topics on `$…` read only while this node is the elected listener (brokers
     /// such as mosquitto deliver no `$…` topic to a shared subscription; one node reads them
     /// for all, so each update is acknowledged, and each event published, once).
@@ -63,9 +64,20 @@ impl Node {
         self.commands_moved();
     }
 
+    /// A reply on the registry's pipe to Redis (an error: the pipe is gone).
+    pub(super) fn commands_piped(&mut self, reply: std::io::Result<Reply>) {
+        let now = self.now();
+        if let Some(remote) = &mut self.commands {
+            remote.calls.replied(&mut remote.service, reply, now);
+        }
+        self.commands_moved();
+        self.queue_out();
+    }
+
     /// The commands' timers (a local node's run with its other timers).
     pub(super) fn commands_deadline(&mut self, now_ms: u64) {
         if let Some(remote) = &mut self.commands {
+            remote.calls.on_deadline(&mut remote.service, now_ms);
             remote.service.on_deadline(now_ms);
             self.commands_moved();
         }
@@ -88,14 +100,7 @@ impl Node {
                 while let Some(seen) = remote.service.poll_seen() {
                     metrics.command_seen(seen);
                 }
-                while let Some(work) = remote.service.poll_call() {
-                    let (registry, done) = (remote.registry.clone(), remote.done.clone());
-                    tokio::spawn(async move {
-                        let answer = registry.run(work.call, work.now_ms).await;
-                        let answered = CommandsDone::Answered(work.token, answer);
-                        let _ = done.send(Done::Commands(answered));
-                    });
-                }
+                remote.calls.start(&mut remote.service);
             }
         }
     }
@@ -107,8 +112,11 @@ impl Node {
             .map_or(0, |remote| remote.service.calls_in_flight())
     }
 
-    /// The next command timeout or record to forget on Redis.
+    /// The next command timeout or record to forget on Redis, or when the registry's pipe
+    /// has waited too long.
     pub(super) fn commands_next_deadline(&self) -> Option<u64> {
-        self.commands.as_ref()?.service.next_deadline()
+        let remote = self.commands.as_ref()?;
+        let service = remote.service.next_deadline();
+        service.into_iter().chain(remote.calls.deadline()).min()
     }
 }

@@ -28,7 +28,9 @@ use super::jobs::{
     JOBS_TICK_MS, JobsService, LISTENER_LEASE_MS, LISTENER_RENEW_MS, Listener, SharedJobs,
 };
 use crate::metrics::Metrics;
+use crate::redis_store::pipe::Reply;
 use crate::redis_store::{RedisStore, RedisStoreError};
+use crate::registry_calls::PipeReader;
 use mqstore_core::client::ClientError;
 use mqstore_core::engine::{Accepted, Engine, Fit, Outcome, fit_for_broker};
 use mqstore_core::envelope::{self, DropReason, EnvelopeError, Publish};
@@ -79,12 +81,16 @@ pub(super) struct Signals<F> {
     pub(super) grace: Pin<Box<tokio::time::Sleep>>,
     /// What Redis answered (requests, sweeps and jobs calls run off the loop).
     pub(super) store_done: tokio::sync::mpsc::UnboundedReceiver<Done>,
+    /// The command registry's pipe to Redis (none on a local node).
+    pub(super) pipe: PipeReader,
 }
 
 pub(super) enum Signal {
     Shutdown,
     GraceOver,
     Done(Done),
+    /// A reply on the command registry's pipe to Redis (an error: the pipe is gone).
+    Piped(std::io::Result<Reply>),
 }
 
 impl<F: Future<Output = ()>> Wakes for Signals<F> {
@@ -96,6 +102,7 @@ impl<F: Future<Output = ()>> Wakes for Signals<F> {
             fired,
             grace,
             store_done,
+            pipe,
         } = self;
         let lifecycle = async {
             if !*fired {
@@ -109,10 +116,17 @@ impl<F: Future<Output = ()>> Wakes for Signals<F> {
             grace.as_mut().await;
             Signal::GraceOver
         };
-        // Both are cancel-safe: pinned futures and a channel.
-        tokio::select! {
-            Some(done) = store_done.recv() => Signal::Done(done),
-            signal = lifecycle => signal,
+        tokio::pin!(lifecycle);
+        // All are cancel-safe: pinned futures, a channel and the pipe's reader.
+        loop {
+            tokio::select! {
+                Some(done) = store_done.recv() => match done {
+                    Done::PipeOpened(opened) => pipe.open(opened),
+                    done => return Signal::Done(done),
+                },
+                signal = &mut lifecycle => return signal,
+                reply = pipe.reply() => return Signal::Piped(reply),
+            }
         }
     }
 }
@@ -407,6 +421,12 @@ impl Driver for Node {
                 true
             }
             Signal::Done(Done::Synced(result)) => self.synced(result),
+            Signal::Done(Done::PipeOpened(_)) => true, // Taken by the wait (`Signals`).
+            Signal::Piped(reply) => {
+                self.commands_piped(reply);
+                self.disconnect_when_done();
+                true
+            }
         };
         go_on && self.fatal.is_none()
     }

@@ -19,6 +19,7 @@ use futures_util::StreamExt;
 use redis::Value;
 use tracing::{info, warn};
 
+use super::pipe::{self, Reply};
 use super::{Lua, RedisStore, RedisStoreError, Result};
 use mqstore_core::commands::definitions::Definition;
 use mqstore_core::commands::{
@@ -27,6 +28,10 @@ use mqstore_core::commands::{
 
 /// How often one change is retried when another node changed the record in between.
 const MAX_TRIES: usize = 16;
+
+/// The name, in Redis's `CLIENT LIST`, of the connection on which a node writes its commands'
+/// records (a pipeline its own loop drives).
+pub const PIPE_NAME: &str = "mqstore-command-records";
 
 /// Records this node wrote last that it keeps (see [`Written`]).
 const WRITTEN: usize = 4096;
@@ -80,6 +85,29 @@ impl std::fmt::Debug for RedisRegistry {
             .field("store", &self.store)
             .finish()
     }
+}
+
+/// A registry call as one compare-and-set of a command's record ([`RedisRegistry::put_of`]).
+#[derive(Debug)]
+pub(crate) struct Put {
+    key: Vec<u8>,
+    revision: u64,
+    json: Vec<u8>,
+    keep_ms: u64,
+    then: PutThen,
+}
+
+#[derive(Debug)]
+#[allow(clippy::large_enum_variant)] // one per write in flight: a box would allocate per command
+enum PutThen {
+    Register(Record),
+    /// The record answered from this node's copy, and the call to run again when the copy
+    /// was stale.
+    Answer {
+        how: Matched,
+        record: Record,
+        call: RegistryCall,
+    },
 }
 
 /// Why a registration failed.
@@ -373,6 +401,109 @@ impl RedisRegistry {
             )
             .await?;
         Ok(heard > 0 || self.store.cluster)
+    }
+
+    /// A [`Pipe`](pipe::Pipe) of its own to the Redis server of this registry, when it is one
+    /// server reached over plain TCP (`None`: TLS, a Unix socket, a Cluster, Sentinel, writes
+    /// that wait for replicas; every call then goes through [`RedisRegistry::run`]).
+    pub(crate) async fn pipe(&self) -> Option<std::io::Result<pipe::Pipe>> {
+        if !self.store.pipeable() {
+            return None;
+        }
+        pipe::Pipe::connect(&self.store.pubsub_url(0), PIPE_NAME).await
+    }
+
+    /// `call` as one write of a record that the host can send on its own
+    /// [`Pipe`](pipe::Pipe): a correlated command's registration, or an answer to a command
+    /// whose record this node wrote last. Any other call comes back (run it with
+    /// [`RedisRegistry::run`]).
+    #[allow(clippy::result_large_err)] // the call moves in and out once, as it would anyway
+    pub(crate) fn put_of(
+        &self,
+        call: RegistryCall,
+        now_ms: u64,
+    ) -> std::result::Result<Put, RegistryCall> {
+        let (revision, then) = match call {
+            RegistryCall::Register(record) if record.correlated => (0, PutThen::Register(record)),
+            RegistryCall::Answer(key, answer) => {
+                let kept = key.id.as_deref().and_then(|id| self.kept(id));
+                let Some((revision, mut record)) = kept
+                    .filter(|(_, record)| record.answer_filter == key.filter && record.correlated)
+                else {
+                    return Err(RegistryCall::Answer(key, answer));
+                };
+                let how = record.answer(answer.clone(), now_ms);
+                let call = RegistryCall::Answer(key, answer);
+                (revision, PutThen::Answer { how, record, call })
+            }
+            other => return Err(other),
+        };
+        let record = match &then {
+            PutThen::Register(record) | PutThen::Answer { record, .. } => record,
+        };
+        Ok(Put {
+            key: self.name("cmd:", &record.id),
+            revision,
+            json: record.to_json(),
+            keep_ms: record.keep_ms(now_ms),
+            then,
+        })
+    }
+
+    /// Writes `put` into `commands` for a [`Pipe`](pipe::Pipe) (`EVALSHA`, or `EVAL` with the
+    /// code after a NOSCRIPT).
+    pub(crate) fn encode(&self, commands: &mut Vec<u8>, put: &Put, with_code: bool) {
+        let (revision, keep_ms) = (put.revision.to_string(), put.keep_ms.to_string());
+        let (verb, script): (&[u8], &[u8]) = match with_code {
+            true => (b"EVAL", self.put.code().as_bytes()),
+            false => (b"EVALSHA", self.put.sha().as_bytes()),
+        };
+        let args: [&[u8]; 7] = [
+            verb,
+            script,
+            b"1",
+            &put.key,
+            revision.as_bytes(),
+            &put.json,
+            keep_ms.as_bytes(),
+        ];
+        pipe::encode(commands, &args);
+    }
+
+    /// What `put` answers, given its reply; `Err` with its call when this node's copy of the
+    /// record was not Redis's (another node wrote it): run it with [`RedisRegistry::run`].
+    #[allow(clippy::result_large_err)] // the call moves out once, as it would anyway
+    pub(crate) fn put_answer(
+        &self,
+        put: Put,
+        reply: Reply,
+    ) -> std::result::Result<RegistryAnswer, RegistryCall> {
+        let written = match reply {
+            Reply::Int(written) => written == 1,
+            Reply::Error(e) => return Ok(RegistryAnswer::Failed(format!("Redis: {e}"))),
+            other => {
+                return Ok(RegistryAnswer::Failed(format!(
+                    "Redis: an unexpected answer to a command record's write: {other:?}"
+                )));
+            }
+        };
+        match (put.then, written) {
+            (PutThen::Register(record), true) => {
+                self.keep(1, &record);
+                Ok(RegistryAnswer::Registered(Ok(())))
+            }
+            (PutThen::Register(record), false) => Ok(RegistryAnswer::Registered(Err(
+                CommandError::Duplicate(record.id),
+            ))),
+            (PutThen::Answer { how, record, .. }, true) => {
+                self.keep(put.revision + 1, &record);
+                Ok(RegistryAnswer::Matched(vec![(how, record)]))
+            }
+            (PutThen::Answer { record, call, .. }, false) => {
+                self.forget(&record.id);
+                Err(call)
+            }
+        }
     }
 
     /// Runs a call of the core's command service ([`mqstore_core::server::commands::Service`]

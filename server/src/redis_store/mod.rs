@@ -27,10 +27,12 @@ mod commands;
 mod config;
 mod failover;
 mod jobs;
+pub(crate) mod pipe;
 mod replies;
 mod script;
 
-pub use commands::{RedisRegistry, RegisterError};
+pub(crate) use commands::Put;
+pub use commands::{PIPE_NAME, RedisRegistry, RegisterError};
 use config::redact;
 pub use config::{DEFAULT_PREFIX, DEFAULT_WAIT_TIMEOUT, RedisConfig, SentinelConfig};
 pub use failover::Replication;
@@ -320,6 +322,12 @@ impl RedisStore {
 
     /// Where to subscribe to Redis pub/sub on the `attempt`th try: the primary as far as this
     /// node knows; on a Cluster each seed node in turn (a dead one is passed over).
+    /// Whether a [`pipe::Pipe`] can do this store's writes: one server, no replicas to wait
+    /// for.
+    pub(crate) fn pipeable(&self) -> bool {
+        matches!(self.connection, Connection::Single(_)) && self.wait_replicas == 0
+    }
+
     pub(crate) fn pubsub_url(&self, attempt: usize) -> String {
         match &self.connection {
             Connection::Sentinel(sentinel) => sentinel.url(),

@@ -22,6 +22,14 @@ impl Lua {
         Self { code, sha }
     }
 
+    pub(crate) fn code(&self) -> &'static str {
+        self.code
+    }
+
+    pub(crate) fn sha(&self) -> &str {
+        &self.sha
+    }
+
     /// A call of the script, to be given its keys and arguments.
     pub(crate) fn call(&self) -> Call<'_> {
         Call {

@@ -1,0 +1,250 @@
+//! How a host — `mqstore serve`'s node on Redis, or a [`Commander`](crate::commander::Commander)
+//! — runs the registry calls of the core's command service on Redis: the two that every
+//! awaited command makes (its record's first write, and the write of its answer from the
+//! record this node wrote: [`RedisRegistry::put_of`]) on a [`Pipe`] of the host's own, every
+//! other call on the shared Redis client in a task of its own. What the pipe carries goes out
+//! together on the host's next wait and comes back, in order, as its wake-ups
+//! ([`PipeReader::reply`]): no task, channel or timer per call (docs/performance.md, "The
+//! command registry's own pipe to Redis").
+//!
+//! A pipe that drops, or whose oldest write goes unanswered for [`REPLY_TIMEOUT`], fails the
+//! calls on it (their callers get the registry's 503, as from the shared client) and is
+//! opened again, once a second until Redis takes it; meanwhile every call uses the shared
+//! client. A Redis the pipe does not serve (TLS, Cluster, Sentinel, writes that wait for
+//! replicas) gets no pipe.
+
+use std::collections::VecDeque;
+use std::io;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tracing::{debug, info, warn};
+
+use crate::redis_store::pipe::{Pipe, Reply};
+use crate::redis_store::{Put, RedisRegistry};
+use mqstore_core::commands::{RegistryAnswer, RegistryCall};
+use mqstore_core::server::commands::Service;
+
+/// How long the oldest write on the pipe may wait for its reply before the pipe is given up:
+/// what the shared client allows a call (the Redis store's response timeout).
+pub(crate) const REPLY_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How long after a pipe failed the next one is tried.
+const REOPEN_EVERY: Duration = Duration::from_secs(1);
+
+/// The writes the host queued, until its wait sends them.
+#[derive(Default)]
+struct Queue {
+    commands: Vec<u8>,
+    /// Whether there is a pipe to send them on (the host writes only then).
+    up: bool,
+    /// Whether a task is opening a new pipe.
+    reopening: bool,
+}
+
+/// A host's runner of its command service's calls on a Redis registry. `I` is the host's
+/// wake-up type: answers from the shared client and a reopened pipe come back as one.
+pub(crate) struct RegistryCalls<I> {
+    registry: RedisRegistry,
+    inputs: mpsc::UnboundedSender<I>,
+    answered: fn(u64, RegistryAnswer) -> I,
+    opened: fn(Pipe) -> I,
+    queue: Arc<Mutex<Queue>>,
+    /// The writes sent or queued on the pipe, in order: their call's token, and when they
+    /// were queued.
+    waiting: VecDeque<(u64, Put, u64)>,
+}
+
+/// The host's wait's side of its pipe: read while the host waits for its other wake-ups.
+#[derive(Default)]
+pub(crate) struct PipeReader {
+    pipe: Option<Pipe>,
+    queue: Arc<Mutex<Queue>>,
+}
+
+/// Locks `mutex`; a panic while it was held is a bug elsewhere, and the data stays usable.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl<I: Send + 'static> RegistryCalls<I> {
+    /// Opens the host's pipe to `registry`'s Redis (when it serves one) and gives the two
+    /// sides: answers from the shared client come to `inputs` as `answered`, a pipe opened
+    /// again as `opened` (for the host's wait to hand to [`PipeReader::open`]).
+    pub(crate) async fn open(
+        registry: RedisRegistry,
+        inputs: mpsc::UnboundedSender<I>,
+        answered: fn(u64, RegistryAnswer) -> I,
+        opened: fn(Pipe) -> I,
+    ) -> (Self, PipeReader) {
+        let pipe = registry.pipe().await;
+        let queue = Arc::new(Mutex::new(Queue::default()));
+        let mut calls = Self {
+            registry,
+            inputs,
+            answered,
+            opened,
+            queue: queue.clone(),
+            waiting: VecDeque::new(),
+        };
+        let mut reader = PipeReader { pipe: None, queue };
+        match pipe {
+            Some(Ok(pipe)) => reader.open(pipe),
+            Some(Err(e)) => {
+                warn!(error = %e, "commands: no pipe to Redis for command records; using the shared connection meanwhile");
+                calls.reopen();
+            }
+            None => {}
+        }
+        (calls, reader)
+    }
+
+    /// Starts the registry calls `service` asks for.
+    pub(crate) fn start(&mut self, service: &mut Service) {
+        while let Some(work) = service.poll_call() {
+            if let Err(call) = self.pipe(work.token, work.call, work.now_ms) {
+                self.run(work.token, call, work.now_ms);
+            }
+        }
+    }
+
+    /// Queues `call` on the pipe when it is one that goes there and there is a pipe; gives it
+    /// back otherwise.
+    #[allow(clippy::result_large_err)] // the call moves in and out once, as it would anyway
+    fn pipe(&mut self, token: u64, call: RegistryCall, now_ms: u64) -> Result<(), RegistryCall> {
+        let mut queue = lock(&self.queue);
+        if !queue.up {
+            return Err(call);
+        }
+        let put = self.registry.put_of(call, now_ms)?;
+        self.registry.encode(&mut queue.commands, &put, false);
+        self.waiting.push_back((token, put, now_ms));
+        Ok(())
+    }
+
+    /// Runs `call` on the shared client, in a task; its answer comes back as an input.
+    fn run(&self, token: u64, call: RegistryCall, now_ms: u64) {
+        let (registry, inputs, answered) =
+            (self.registry.clone(), self.inputs.clone(), self.answered);
+        tokio::spawn(async move {
+            let answer = registry.run(call, now_ms).await;
+            let _ = inputs.send(answered(token, answer));
+        });
+    }
+
+    /// A reply on the pipe (an error: the pipe is gone) for `service`.
+    pub(crate) fn replied(&mut self, service: &mut Service, reply: io::Result<Reply>, now_ms: u64) {
+        let reply = match reply {
+            Ok(reply) => reply,
+            Err(e) => return self.failed(service, &format!("Redis: {e}"), now_ms),
+        };
+        let Some((token, put, queued)) = self.waiting.pop_front() else {
+            return;
+        };
+        if matches!(&reply, Reply::Error(e) if e.starts_with("NOSCRIPT")) {
+            // Redis forgot the script (it restarted): sent again with its code, last.
+            self.registry
+                .encode(&mut lock(&self.queue).commands, &put, true);
+            self.waiting.push_back((token, put, queued));
+            return;
+        }
+        match self.registry.put_answer(put, reply) {
+            Ok(answer) => service.answered(token, answer, now_ms),
+            Err(call) => self.run(token, call, now_ms),
+        }
+    }
+
+    /// When the oldest write on the pipe has waited too long for its reply, rounded up to a
+    /// quarter second: the host's timer is not moved at every reply.
+    pub(crate) fn deadline(&self) -> Option<u64> {
+        const GRAIN: u64 = 250;
+        let (_, _, queued) = self.waiting.front()?;
+        Some((queued + REPLY_TIMEOUT.as_millis() as u64).div_ceil(GRAIN) * GRAIN)
+    }
+
+    /// At the host's deadline: a pipe whose oldest write has had no reply for
+    /// [`REPLY_TIMEOUT`] is given up (the reader drops it), and its calls fail.
+    pub(crate) fn on_deadline(&mut self, service: &mut Service, now_ms: u64) {
+        let Some((_, _, queued)) = self.waiting.front() else {
+            return;
+        };
+        if queued + REPLY_TIMEOUT.as_millis() as u64 <= now_ms {
+            let why = format!("Redis did not answer within {REPLY_TIMEOUT:?}");
+            self.failed(service, &why, now_ms);
+        }
+    }
+
+    fn failed(&mut self, service: &mut Service, why: &str, now_ms: u64) {
+        warn!(error = %why, "commands: the pipe to Redis for command records failed; opening another");
+        {
+            let mut queue = lock(&self.queue);
+            queue.up = false;
+            queue.commands.clear();
+        }
+        for (token, ..) in std::mem::take(&mut self.waiting) {
+            service.answered(token, RegistryAnswer::Failed(why.to_owned()), now_ms);
+        }
+        self.reopen();
+    }
+
+    /// Opens a new pipe once a second until one opens (it comes back as an input), unless
+    /// that is under way already.
+    fn reopen(&mut self) {
+        if std::mem::replace(&mut lock(&self.queue).reopening, true) {
+            return;
+        }
+        let (registry, inputs, opened) = (self.registry.clone(), self.inputs.clone(), self.opened);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(REOPEN_EVERY).await;
+                if inputs.is_closed() {
+                    return;
+                }
+                match registry.pipe().await {
+                    Some(Ok(pipe)) => {
+                        let _ = inputs.send(opened(pipe));
+                        return;
+                    }
+                    Some(Err(e)) => debug!(error = %e, "commands: no pipe to Redis yet"),
+                    None => return,
+                }
+            }
+        });
+    }
+}
+
+impl PipeReader {
+    /// Puts a new pipe in place (the one [`RegistryCalls::open`] opened, or one opened again
+    /// after a failure, which the host's wait got as a wake-up).
+    pub(crate) fn open(&mut self, pipe: Pipe) {
+        self.pipe = Some(pipe);
+        let mut queue = lock(&self.queue);
+        queue.up = true;
+        if std::mem::take(&mut queue.reopening) {
+            info!("commands: the pipe to Redis for command records is open again");
+        }
+    }
+
+    /// Sends what the host queued, then the next reply; an error once the pipe is gone. Never
+    /// ends while there is no pipe. Cancellation safe.
+    pub(crate) async fn reply(&mut self) -> io::Result<Reply> {
+        {
+            let mut queue = lock(&self.queue);
+            match (&mut self.pipe, queue.up) {
+                (Some(pipe), true) => pipe.take(&mut queue.commands),
+                // Given up by the host (its writes went unanswered), or none.
+                (pipe, _) => *pipe = None,
+            }
+        }
+        let Some(pipe) = &mut self.pipe else {
+            return std::future::pending().await;
+        };
+        let reply = pipe.reply().await;
+        if reply.is_err() {
+            self.pipe = None;
+            lock(&self.queue).up = false;
+        }
+        reply
+    }
+}
