@@ -222,11 +222,14 @@ async fn main() {
         port,
         ..BrokerConfig::default()
     };
-    let node = |id: &str, registry| {
-        let config = CommanderConfig {
+    // Each node knows only the profile it is measured with: a node that knew them all would
+    // also read (and, on Redis, look up) every answer of the other nodes' DJI devices.
+    let node = |id: &str, registry, profile: &'static str| {
+        let mut config = CommanderConfig {
             registry,
             ..CommanderConfig::new(broker.clone(), id)
         };
+        config.profiles.retain(|name| name == profile);
         async move { Commander::start(config, None).await.unwrap() }
     };
     let targets = [
@@ -236,23 +239,29 @@ async fn main() {
         ),
         (
             "direct (mqtt5), memory registry",
-            Target::Node(node("direct-memory", RegistryConfig::Memory).await, MQTT5),
+            Target::Node(
+                node("direct-memory", RegistryConfig::Memory, MQTT5).await,
+                MQTT5,
+            ),
         ),
         (
             "direct (mqtt5), Redis registry",
             Target::Node(
-                node("direct-redis", RegistryConfig::Redis(redis.clone())).await,
+                node("direct-redis", RegistryConfig::Redis(redis.clone()), MQTT5).await,
                 MQTT5,
             ),
         ),
         (
             "registry (dji), memory registry",
-            Target::Node(node("registry-memory", RegistryConfig::Memory).await, "dji"),
+            Target::Node(
+                node("registry-memory", RegistryConfig::Memory, "dji").await,
+                "dji",
+            ),
         ),
         (
             "registry (dji), Redis registry",
             Target::Node(
-                node("registry-redis", RegistryConfig::Redis(redis)).await,
+                node("registry-redis", RegistryConfig::Redis(redis), "dji").await,
                 "dji",
             ),
         ),

@@ -80,6 +80,13 @@ impl Profiles {
         })
     }
 
+    /// Keeps only the profiles whose name `keep` accepts: a node then subscribes only to the
+    /// answer topics of those it keeps (a service that sends `mqtt5` commands alone does not
+    /// read, and look up, every DJI or IoT Hub answer on its broker).
+    pub fn retain(&mut self, mut keep: impl FnMut(&str) -> bool) {
+        self.profiles.retain(|name, _| keep(name));
+    }
+
     /// Every profile's name.
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.profiles.keys().map(String::as_str)

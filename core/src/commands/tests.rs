@@ -52,6 +52,26 @@ fn the_built_in_profiles_parse() {
 }
 
 #[test]
+fn profiles_kept_by_name_are_the_only_ones_known_and_read() {
+    let mut profiles = profiles();
+    profiles.retain(|name| name == "dji" || name == MQTT5);
+    assert_eq!(profiles.names().collect::<Vec<_>>(), ["dji", MQTT5]);
+    assert_eq!(
+        profiles.answer_filters(),
+        ["thing/product/+/services_reply"]
+    );
+    assert!(
+        profiles.get("iothub").is_err(),
+        "a dropped profile is unknown"
+    );
+    profiles.retain(|name| name == MQTT5);
+    assert!(
+        profiles.answer_filters().is_empty(),
+        "mqtt5 answers come to the node's own topic"
+    );
+}
+
+#[test]
 fn mqtt5_commands_carry_what_azure_executors_require() {
     let profiles = profiles();
     let prepared = profiles
