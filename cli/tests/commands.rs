@@ -1501,3 +1501,29 @@ async fn a_node_s_pipe_to_redis_uses_the_url_s_password_and_database() {
     assert!(stored.contains("\"status\":\"SUCCEEDED\""), "{stored}");
     node.stop().await;
 }
+
+/// A Redis user whose ACL forbids `CLIENT` commands still gets the node its pipe (the
+/// connection's name is only for `CLIENT LIST`): the commands' records are written on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_s_pipe_opens_for_a_redis_user_that_may_not_name_its_connection() {
+    let broker = Broker::start();
+    let redis = Redis::start();
+    let acl = [
+        "ACL", "SETUSER", "limited", "on", ">pw", "~*", "&*", "+@all", "-client",
+    ];
+    assert_eq!(redis.cli(&acl).trim(), "OK");
+    let _devices = calls::mqtt5_devices(broker.port, "mqtt5-devices").await;
+    let url = format!("redis://limited:pw@127.0.0.1:{}", redis.port);
+    let registry = RegistryConfig::Redis(RedisConfig::parse(&url).unwrap());
+    let node = commander(&broker, "limited", registry).await;
+    let record = node.invoke(CommandRequest::new("dev/1/cmd", "{}")).await;
+    assert_eq!(record.unwrap().status, Status::Succeeded);
+    // Its connection for calls, its pub/sub one, and its pipe (unnamed).
+    let clients = redis.cli(&["CLIENT", "LIST"]);
+    let limited: Vec<&str> = clients
+        .lines()
+        .filter(|l| l.contains(" user=limited "))
+        .collect();
+    assert_eq!(limited.len(), 3, "{clients}");
+    node.stop().await;
+}

@@ -64,7 +64,7 @@ impl Pipe {
                 input: BytesMut::with_capacity(16 * 1024),
             };
             let settings = info.redis_settings();
-            let mut expected = 1;
+            let mut expected = 0;
             if let Some(password) = settings.password() {
                 match settings.username() {
                     Some(user) => pipe.command(&[b"AUTH", user.as_bytes(), password.as_bytes()]),
@@ -76,7 +76,6 @@ impl Pipe {
                 pipe.command(&[b"SELECT", settings.db().to_string().as_bytes()]);
                 expected += 1;
             }
-            pipe.command(&[b"CLIENT", b"SETNAME", name.as_bytes()]);
             for _ in 0..expected {
                 if let Reply::Error(e) = pipe.reply().await? {
                     return Err(io::Error::other(format!(
@@ -84,6 +83,9 @@ impl Pipe {
                     )));
                 }
             }
+            // Only a name for `CLIENT LIST`: a user whose ACL forbids it still gets its pipe.
+            pipe.command(&[b"CLIENT", b"SETNAME", name.as_bytes()]);
+            pipe.reply().await?;
             Ok(pipe)
         })
         .await;
