@@ -22,18 +22,20 @@ use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
 use crate::redis_store::pipe::{Pipe, Reply};
-use crate::redis_store::{Put, RedisRegistry};
+use crate::redis_store::{Put, RESPONSE_TIMEOUT, RedisRegistry};
 use mqstore_core::commands::{RegistryAnswer, RegistryCall};
 use mqstore_core::server::commands::Service;
 
 /// How long the oldest write on the pipe may wait for its reply before the pipe is given up:
-/// what the shared client allows a call (the Redis store's response timeout).
-pub(crate) const REPLY_TIMEOUT: Duration = Duration::from_secs(2);
+/// what the shared client allows a call.
+const REPLY_TIMEOUT: Duration = RESPONSE_TIMEOUT;
 
 /// How long after a pipe failed the next one is tried.
 const REOPEN_EVERY: Duration = Duration::from_secs(1);
 
-/// The writes the host queued, until its wait sends them.
+/// The writes the host queued, until its wait sends them. The host and its wait run in one
+/// task, one after the other: the lock is never contended (a mutex only because the task must
+/// be `Send`).
 #[derive(Default)]
 struct Queue {
     commands: Vec<u8>,

@@ -58,7 +58,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How long one Redis call may take before the request that needed it is answered with an
 /// error (the node keeps reconnecting meanwhile).
-const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// How often a call on a Redis Cluster is retried (MOVED, ASK, TRYAGAIN, CLUSTERDOWN, a lost
 /// connection) before it fails: with waits of 0.1 s growing to 1 s, about seven seconds, what a
