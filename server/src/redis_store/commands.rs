@@ -58,7 +58,8 @@ struct Written {
 }
 
 impl Written {
-    fn keep(&mut self, revision: u64, record: &Record) {
+    /// Keeps `record` (a final one is dropped instead: no answer will come for it).
+    fn keep(&mut self, revision: u64, record: Record) {
         if record.is_final() {
             self.records.remove(&record.id);
             return;
@@ -66,7 +67,7 @@ impl Written {
         let id = record.id.clone();
         if self
             .records
-            .insert(id.clone(), (revision, record.clone()))
+            .insert(id.clone(), (revision, record))
             .is_none()
         {
             if self.order.len() >= WRITTEN
@@ -132,11 +133,22 @@ impl RedisRegistry {
         }
     }
 
-    fn kept(&self, id: &str) -> Option<(u64, Record)> {
-        self.written.lock().ok()?.records.get(id).cloned()
+    /// This node's copy of record `id`, taken: a change made from it keeps the record again
+    /// once written, and one that fails decides from a fresh read anyway.
+    fn taken(&self, id: &str) -> Option<(u64, Record)> {
+        self.written.lock().ok()?.records.remove(id)
     }
 
+    /// Keeps a copy of `record` as written at `revision` (copied only when not final).
     fn keep(&self, revision: u64, record: &Record) {
+        if record.is_final() {
+            self.forget(&record.id);
+        } else {
+            self.keep_owned(revision, record.clone());
+        }
+    }
+
+    fn keep_owned(&self, revision: u64, record: Record) {
         if let Ok(mut written) = self.written.lock() {
             written.keep(revision, record);
         }
@@ -266,13 +278,13 @@ impl RedisRegistry {
         now_ms: u64,
         mut change: impl FnMut(&mut Record) -> (T, bool),
     ) -> Result<Option<(T, Record)>> {
-        if let Some((revision, mut record)) = self.kept(id) {
+        if let Some((revision, mut record)) = self.taken(id) {
             let (out, changed) = change(&mut record);
             if changed && self.put(&record, revision, now_ms).await? {
                 self.keep(revision + 1, &record);
                 return Ok(Some((out, record)));
             }
-            self.forget(id); // Not what Redis has (or not changed): from a fresh read.
+            // Not what Redis has (or not changed), and taken: decided from a fresh read.
         }
         for _ in 0..MAX_TRIES {
             let Some((revision, mut record)) = self.read(id).await? else {
@@ -426,7 +438,7 @@ impl RedisRegistry {
         let (revision, then) = match call {
             RegistryCall::Register(record) if record.correlated => (0, PutThen::Register(record)),
             RegistryCall::Answer(key, answer) => {
-                let kept = key.id.as_deref().and_then(|id| self.kept(id));
+                let kept = key.id.as_deref().and_then(|id| self.taken(id));
                 let Some((revision, mut record)) = kept
                     .filter(|(_, record)| record.answer_filter == key.filter && record.correlated)
                 else {
@@ -489,7 +501,7 @@ impl RedisRegistry {
         };
         match (put.then, written) {
             (PutThen::Register(record), true) => {
-                self.keep(1, &record);
+                self.keep_owned(1, record);
                 Ok(RegistryAnswer::Registered(Ok(())))
             }
             (PutThen::Register(record), false) => Ok(RegistryAnswer::Registered(Err(
@@ -499,10 +511,8 @@ impl RedisRegistry {
                 self.keep(put.revision + 1, &record);
                 Ok(RegistryAnswer::Matched(vec![(how, record)]))
             }
-            (PutThen::Answer { record, call, .. }, false) => {
-                self.forget(&record.id);
-                Err(call)
-            }
+            // The copy (taken) was not what Redis has: decided from a fresh read.
+            (PutThen::Answer { call, .. }, false) => Err(call),
         }
     }
 
@@ -639,19 +649,19 @@ mod tests {
     fn the_kept_records_are_bounded_and_a_final_one_is_not_kept() {
         let mut written = Written::default();
         for n in 0..WRITTEN + 10 {
-            written.keep(1, &record(&n.to_string(), Status::Sent));
+            written.keep(1, record(&n.to_string(), Status::Sent));
         }
         assert_eq!(written.records.len(), WRITTEN);
         assert_eq!(written.order.len(), WRITTEN);
         assert!(!written.records.contains_key("0"), "the oldest went first");
         let newest = (WRITTEN + 9).to_string();
-        written.keep(2, &record(&newest, Status::Sent));
+        written.keep(2, record(&newest, Status::Sent));
         assert_eq!(
             written.records[&newest].0, 2,
             "a newer revision replaces its copy"
         );
         assert_eq!(written.order.len(), WRITTEN, "and is not listed twice");
-        written.keep(3, &record(&newest, Status::Succeeded));
+        written.keep(3, record(&newest, Status::Succeeded));
         assert!(
             !written.records.contains_key(&newest),
             "a final record is dropped"
