@@ -156,7 +156,7 @@ fn write_len(out: &mut Vec<u8>, kind: u8, len: usize) {
 /// One whole reply from the front of `input` (taken off it), `None` while it is incomplete.
 fn parse(input: &mut BytesMut) -> io::Result<Option<Reply>> {
     let mut at = 0;
-    let Some(reply) = parse_at(input, &mut at)? else {
+    let Some(reply) = parse_at(input, &mut at, 0)? else {
         return Ok(None);
     };
     input.advance(at);
@@ -182,7 +182,10 @@ fn number(text: &[u8]) -> io::Result<i64> {
         .ok_or_else(|| bad(format!("not a number in a Redis reply: {text:?}")))
 }
 
-fn parse_at(input: &[u8], at: &mut usize) -> io::Result<Option<Reply>> {
+/// Arrays in arrays deeper than this are not a reply of the commands a pipe sends.
+const MAX_DEPTH: usize = 8;
+
+fn parse_at(input: &[u8], at: &mut usize, depth: usize) -> io::Result<Option<Reply>> {
     let Some(&kind) = input.get(*at) else {
         return Ok(None);
     };
@@ -206,12 +209,13 @@ fn parse_at(input: &[u8], at: &mut usize) -> io::Result<Option<Reply>> {
                 Reply::Bulk(Some(value))
             }
         },
+        b'*' if depth == MAX_DEPTH => return Err(bad("Redis reply nested too deep")),
         b'*' => match usize::try_from(number(text)?) {
             Err(_) => Reply::Array(None),
             Ok(len) => {
                 let mut items = Vec::with_capacity(len.min(1024));
                 for _ in 0..len {
-                    match parse_at(input, at)? {
+                    match parse_at(input, at, depth + 1)? {
                         Some(item) => items.push(item),
                         None => return Ok(None),
                     }
@@ -288,6 +292,10 @@ mod tests {
         assert!(parsed(b"?1\r\n").is_err());
         assert!(parsed(b":x\r\n").is_err());
         assert!(parsed(b"$y\r\n").is_err());
+        let deep = "*1\r\n".repeat(MAX_DEPTH + 1) + ":1\r\n";
+        assert!(parsed(deep.as_bytes()).is_err(), "nested too deep");
+        let deepest = "*1\r\n".repeat(MAX_DEPTH) + ":1\r\n";
+        assert!(parsed(deepest.as_bytes()).unwrap().is_some());
     }
 
     #[test]
