@@ -1527,3 +1527,65 @@ async fn a_node_s_pipe_opens_for_a_redis_user_that_may_not_name_its_connection()
     assert_eq!(limited.len(), 3, "{clients}");
     node.stop().await;
 }
+
+/// `mqstore serve` on Redis drives the same pipe from its node's loop: while Redis is held
+/// (SIGSTOP) a caller's command is answered 503 by the node at the pipe's reply timeout; once
+/// Redis goes on, and after it restarted, the node opens its pipe again and commands succeed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mqstore_serve_on_redis_answers_503_while_redis_is_held_and_reopens_its_pipe() {
+    use mqstore_server::StoreConfig;
+    let broker = Broker::start();
+    let mut redis = Redis::start();
+    let _devices = calls::mqtt5_devices(broker.port, "mqtt5-devices").await;
+    let server = spawn(ServerConfig {
+        store: StoreConfig::Redis(RedisConfig::parse(&redis.url()).unwrap()),
+        ..ServerConfig::new(broker_config(&broker), "serve-piped")
+    })
+    .await
+    .expect("the server starts");
+    let mut options = ClientOptions::new("caller", "127.0.0.1", broker.port);
+    options.timeout = Duration::from_secs(30);
+    let caller = Client::connect(options).await.unwrap();
+    echoed_by_an_mqtt5_device(&caller).await;
+    assert!(redis.cli(&["CLIENT", "LIST"]).contains(PIPE_NAME));
+
+    redis.signal("-STOP");
+    let held = caller
+        .command(CommandRequest::new("dev/7/cmd", r#"{"go":1}"#))
+        .await;
+    redis.signal("-CONT");
+    match held {
+        Err(ClientError::Status {
+            status: 503,
+            message,
+        }) => assert!(
+            message.contains("the command registry is unavailable"),
+            "{message}"
+        ),
+        other => panic!("a 503 at the pipe's reply timeout, not {other:?}"),
+    }
+
+    for round in ["went on", "restarted"] {
+        if round == "restarted" {
+            redis.restart();
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let request = CommandRequest::new("dev/7/cmd", r#"{"go":1}"#);
+            match caller.command(request).await {
+                Ok(reply) if reply.status == Status::Succeeded => break,
+                other => assert!(std::time::Instant::now() < deadline, "{round}: {other:?}"),
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        while !redis.cli(&["CLIENT", "LIST"]).contains(PIPE_NAME) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{round}: no pipe again"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    caller.close().await;
+    server.stop().await.unwrap();
+}

@@ -32,6 +32,7 @@ use rumqttc::v5::{AsyncClient, Event};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{info, warn};
 
+use crate::lock;
 use crate::metrics::Metrics;
 use crate::redis_store::pipe::{Pipe, Reply};
 use crate::redis_store::{RedisConfig, RedisRegistry, RedisStore, RedisStoreError};
@@ -191,11 +192,6 @@ impl std::fmt::Debug for Commander {
             .field("node", &self.shared.node)
             .finish()
     }
-}
-
-/// Locks `mutex`; a panic while it was held is a bug elsewhere, and the data stays usable.
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Commander {

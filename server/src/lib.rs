@@ -56,6 +56,11 @@ mod node;
 pub mod redis_store;
 mod registry_calls;
 
+/// Locks `mutex`; a panic while it was held is a bug elsewhere, and the data stays usable.
+pub(crate) fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 pub use config::{
     DEFAULT_MAX_PENDING_ANSWERS, DEFAULT_REGISTRATION_LEASE, ServerConfig, ServerError, StoreConfig,
 };

@@ -21,6 +21,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
+use crate::lock;
 use crate::redis_store::pipe::{Pipe, Reply};
 use crate::redis_store::{Put, RESPONSE_TIMEOUT, RedisRegistry};
 use mqstore_core::commands::{RegistryAnswer, RegistryCall};
@@ -63,11 +64,6 @@ pub(crate) struct RegistryCalls<I> {
 pub(crate) struct PipeReader {
     pipe: Option<Pipe>,
     queue: Arc<Mutex<Queue>>,
-}
-
-/// Locks `mutex`; a panic while it was held is a bug elsewhere, and the data stays usable.
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl<I: Send + 'static> RegistryCalls<I> {
