@@ -45,7 +45,7 @@ const OUTCOMES: [&str; 5] = ["ok", "error", "rejected", "dropped", "overloaded"]
 /// and no allocation on the request path.
 #[derive(Debug, Default)]
 pub struct Metrics {
-    /// [command][outcome] → count.
+    /// `[command][outcome]` → count.
     requests: [[AtomicU64; OUTCOMES.len()]; COMMANDS.len()],
     /// Requests per latency bucket (not cumulative: [`Metrics::render`] adds them up).
     latency_buckets: [AtomicU64; BUCKETS.len()],

@@ -1,8 +1,8 @@
 //! One MQTT 5 connection over a std socket (plain or TLS), for the blocking client: connected
 //! and set up (CONNECT, CONNACK, SUBSCRIBE, SUBACK) in blocking mode, then non-blocking —
-//! packets are queued with [`Link::send`], written by [`Link::flush`] and read by
-//! [`Link::receive`], and whoever waits for the connection polls its descriptor
-//! ([`Link::fd`]) itself. rumqttc's packet codec is used alone, without its event loop.
+//! packets are queued with [`Link::publish`] and [`Link::subscribe`], written by
+//! [`Link::flush`] and read by [`Link::receive`], and whoever waits for the connection polls
+//! its descriptor ([`Link::fd`]) itself. rumqttc's packet codec is used alone, without its event loop.
 
 use std::collections::{HashMap, HashSet};
 use std::io::{self, Read, Write};

@@ -235,7 +235,7 @@ pub(super) struct Node {
     pub(super) reports_no_subscribers: Option<bool>,
     /// The largest packet this node sends: its own limit, lowered by the broker's CONNACK.
     pub(super) max_packet_size: u32,
-    /// This node's own limit ([`BrokerConfig::max_packet_size`]).
+    /// This node's own limit ([`mqstore_net::BrokerConfig::max_packet_size`]).
     pub(super) own_max_packet_size: u32,
     pub(super) max_pending_answers: usize,
     pub(super) stop: Stop,
