@@ -1476,6 +1476,36 @@ async fn a_node_s_pipe_sends_a_forgotten_script_again_and_rereads_a_record_chang
     node.stop().await;
 }
 
+/// A command's record in Redis is forgotten at a time fixed when the command is sent
+/// (`KEEP_TIMEOUTS` timeouts later): its first write sets the TTL, and its answer's write,
+/// which changes the record, keeps that TTL without setting it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_s_record_in_redis_keeps_the_ttl_its_first_write_set() {
+    let broker = Broker::start();
+    let redis = Redis::start();
+    let _devices = calls::mqtt5_devices(broker.port, "mqtt5-devices").await;
+    let node = commander(&broker, "ttl", redis_registry(&redis)).await;
+    let _ = redis.cli(&["CONFIG", "RESETSTAT"]);
+    let request = CommandRequest {
+        timeout_ms: 20_000,
+        ..CommandRequest::new("dev/1/cmd", "{}")
+    };
+    let record = node.invoke(request).await.unwrap();
+    assert_eq!(record.status, Status::Succeeded);
+    let key = format!("mqstore:cmd:{}", record.id);
+    assert_eq!(redis.cli(&["HGET", &key, "r"]).trim(), "2", "written twice");
+    let ttl: u64 = redis.cli(&["PTTL", &key]).trim().parse().unwrap();
+    let keep = 20_000 * mqstore_core::commands::KEEP_TIMEOUTS;
+    assert!(
+        keep - 10_000 < ttl && ttl <= keep,
+        "kept {keep} ms from when it was sent: {ttl} ms left"
+    );
+    let stats = redis.cli(&["INFO", "commandstats"]);
+    assert!(stats.contains("cmdstat_pexpire:calls=1,"), "{stats}");
+    assert!(stats.contains("cmdstat_hset:calls=2,"), "{stats}");
+    node.stop().await;
+}
+
 /// A node's pipe to Redis logs in and picks the database as the registry's URL says
 /// (`redis://:password@host:port/db`), so its writes land where the shared client's do.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
