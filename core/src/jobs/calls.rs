@@ -82,9 +82,9 @@ pub enum StoreAnswer {
     /// [`StoreCall::Counts`].
     Counts(Stored<Counts>),
     /// [`StoreCall::Thing`].
-    Thing(Stored<ThingRecord>),
+    Thing(Stored<Arc<ThingRecord>>),
     /// [`StoreCall::ThingRecords`].
-    ThingRecords(Stored<Vec<ThingRecord>>),
+    ThingRecords(Stored<Vec<Arc<ThingRecord>>>),
     /// [`StoreCall::PutThings`]: one result per write.
     WrittenEach(Vec<Stored<bool>>),
     /// [`StoreCall::Due`].
@@ -238,11 +238,11 @@ impl<A: Answers> JobsStore for Calls<A> {
         unpack!(self.0.answer(|| StoreCall::Counts(job_id.into())), Counts)
     }
 
-    fn thing(&self, thing: &str) -> Stored<ThingRecord> {
+    fn thing(&self, thing: &str) -> Stored<Arc<ThingRecord>> {
         unpack!(self.0.answer(|| StoreCall::Thing(thing.into())), Thing)
     }
 
-    fn thing_records(&self, things: &[String]) -> Stored<Vec<ThingRecord>> {
+    fn thing_records(&self, things: &[String]) -> Stored<Vec<Arc<ThingRecord>>> {
         unpack!(
             self.0.answer(|| StoreCall::ThingRecords(things.to_vec())),
             ThingRecords
@@ -442,7 +442,7 @@ mod tests {
         assert!(store.job("j").is_err());
         assert_eq!(store.0.take_call(), Some(StoreCall::Thing("t".into())));
 
-        let record = ThingRecord::default();
+        let record = Arc::new(ThingRecord::default());
         store.0.answered(StoreAnswer::Thing(Ok(record.clone())));
         store.0.rewind();
         assert_eq!(store.thing("t"), Ok(record));

@@ -484,10 +484,11 @@ impl<S: JobsStore> Jobs<S> {
         mut change: impl FnMut(&mut ThingRecord) -> Result<T, E>,
     ) -> Result<T, E> {
         loop {
+            // The store's own record (in memory) or the one it read: changed in a copy.
             let read = self.store.thing(thing)?;
-            let mut record = read.clone();
+            let mut record = ThingRecord::clone(&read);
             let result = change(&mut record)?;
-            if record == read {
+            if record == *read {
                 return Ok(result);
             }
             let before: Vec<(String, u64)> = read.pending().iter().map(|e| e.key()).collect();
@@ -531,9 +532,9 @@ impl<S: JobsStore> Jobs<S> {
         let mut writes = Vec::new();
         let mut told = Vec::new();
         for (thing, read) in things.iter().zip(reads) {
-            let mut record = read.clone();
+            let mut record = ThingRecord::clone(&read);
             change(thing, &mut record);
-            if record == read {
+            if record == *read {
                 continue;
             }
             let before: Vec<(String, u64)> = read.pending().iter().map(|e| e.key()).collect();

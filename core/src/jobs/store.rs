@@ -65,17 +65,16 @@ impl ThingRecord {
 
 /// How the counts change when a thing's record goes from `before` to `after`.
 pub fn tally_change(before: &ThingRecord, after: &ThingRecord) -> Tally {
-    let old: BTreeMap<&String, Status> = before.latest_statuses().collect();
-    let new: BTreeMap<&String, Status> = after.latest_statuses().collect();
+    let latest = |record: &ThingRecord, job_id: &str| record.latest(job_id).map(|e| e.status);
     let mut tally = Tally::new();
-    for (job_id, status) in &old {
-        if new.get(job_id) != Some(status) {
-            tally.push(((*job_id).clone(), *status, -1));
+    for (job_id, status) in before.latest_statuses() {
+        if latest(after, job_id) != Some(status) {
+            tally.push((job_id.clone(), status, -1));
         }
     }
-    for (job_id, status) in &new {
-        if old.get(job_id) != Some(status) {
-            tally.push(((*job_id).clone(), *status, 1));
+    for (job_id, status) in after.latest_statuses() {
+        if latest(before, job_id) != Some(status) {
+            tally.push((job_id.clone(), status, 1));
         }
     }
     tally
@@ -119,8 +118,10 @@ pub trait JobsStore {
     /// The counts of a job's latest executions by status.
     fn counts(&self, job_id: &str) -> Stored<Counts>;
 
-    /// A thing's record (empty, revision 0, for a thing never seen).
-    fn thing(&self, thing: &str) -> Stored<ThingRecord>;
+    /// A thing's record (empty, revision 0, for a thing never seen), shared: a store that
+    /// keeps records in memory hands out its own, and a change is made to a copy (`put_thing`
+    /// writes it back), so a read copies nothing.
+    fn thing(&self, thing: &str) -> Stored<Arc<ThingRecord>>;
 
     /// Writes a thing's record if its revision is still `record.revision` (the record then
     /// gets the next revision), keeps the timers of its executions and applies `tally` (see
@@ -130,7 +131,7 @@ pub trait JobsStore {
 
     /// Several things' records, in order: [`JobsStore::thing`] of each, in one round trip
     /// where the store has round trips (a rollout reads its batch's things so).
-    fn thing_records(&self, things: &[String]) -> Stored<Vec<ThingRecord>> {
+    fn thing_records(&self, things: &[String]) -> Stored<Vec<Arc<ThingRecord>>> {
         things.iter().map(|thing| self.thing(thing)).collect()
     }
 
@@ -235,7 +236,7 @@ pub struct MemoryJobs {
     jobs: BTreeMap<String, Arc<Job>>,
     job_things: HashMap<String, Vec<String>>,
     counts: HashMap<String, Counts>,
-    things: HashMap<String, ThingRecord>,
+    things: HashMap<String, Arc<ThingRecord>>,
     /// (deadline, thing, job id), earliest first.
     timers: BTreeSet<(u64, String, String)>,
     /// Jobs being rolled out, oldest first, with the index of their next thing.
@@ -307,7 +308,7 @@ impl JobsStore for MemoryJobs {
         Ok(counts)
     }
 
-    fn thing(&self, thing: &str) -> Stored<ThingRecord> {
+    fn thing(&self, thing: &str) -> Stored<Arc<ThingRecord>> {
         Ok(self.things.get(thing).cloned().unwrap_or_default())
     }
 
@@ -325,7 +326,7 @@ impl JobsStore for MemoryJobs {
                 .insert((deadline, thing.to_owned(), job_id.clone()));
         }
         record.revision += 1;
-        *stored = record;
+        *stored = Arc::new(record);
         apply(&mut self.counts, tally);
         Ok(true)
     }
@@ -483,13 +484,13 @@ impl<S: JobsStore + ?Sized> JobsStore for &mut S {
     fn counts(&self, job_id: &str) -> Stored<Counts> {
         (**self).counts(job_id)
     }
-    fn thing(&self, thing: &str) -> Stored<ThingRecord> {
+    fn thing(&self, thing: &str) -> Stored<Arc<ThingRecord>> {
         (**self).thing(thing)
     }
     fn put_thing(&mut self, thing: &str, record: ThingRecord, tally: &Tally) -> Stored<bool> {
         (**self).put_thing(thing, record, tally)
     }
-    fn thing_records(&self, things: &[String]) -> Stored<Vec<ThingRecord>> {
+    fn thing_records(&self, things: &[String]) -> Stored<Vec<Arc<ThingRecord>>> {
         (**self).thing_records(things)
     }
     fn put_things(&mut self, writes: Vec<ThingWrite>) -> Vec<Stored<bool>> {
@@ -651,7 +652,11 @@ impl DurableJobs {
             log::job(out, &self.logged(job, true));
         }
         for (thing, record) in &self.inner.things {
-            log::thing(out, thing, &serde_json::to_vec(record).unwrap_or_default());
+            log::thing(
+                out,
+                thing,
+                &serde_json::to_vec(&**record).unwrap_or_default(),
+            );
         }
         for (job_id, next) in &self.inner.rollouts {
             log::rollout(out, job_id, Some(*next));
@@ -732,7 +737,7 @@ impl JobsStore for DurableJobs {
         self.inner.counts(job_id)
     }
 
-    fn thing(&self, thing: &str) -> Stored<ThingRecord> {
+    fn thing(&self, thing: &str) -> Stored<Arc<ThingRecord>> {
         self.inner.thing(thing)
     }
 

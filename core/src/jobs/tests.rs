@@ -513,11 +513,11 @@ impl JobsStore for Raced<'_> {
     fn counts(&self, job_id: &str) -> Stored<Counts> {
         self.inner.counts(job_id)
     }
-    fn thing(&self, thing: &str) -> Stored<ThingRecord> {
+    fn thing(&self, thing: &str) -> Stored<Arc<ThingRecord>> {
         self.count(0);
         self.inner.thing(thing)
     }
-    fn thing_records(&self, things: &[String]) -> Stored<Vec<ThingRecord>> {
+    fn thing_records(&self, things: &[String]) -> Stored<Vec<Arc<ThingRecord>>> {
         self.count(1);
         self.inner.thing_records(things)
     }
@@ -673,7 +673,7 @@ fn a_rollout_batch_is_one_read_and_one_write_and_a_raced_thing_goes_again() {
 #[test]
 fn a_stale_write_is_refused_and_changes_nothing() {
     let mut store = MemoryJobs::default();
-    let first = store.thing("T").unwrap();
+    let first = ThingRecord::clone(&store.thing("T").unwrap());
     assert_eq!(store.put_thing("T", first.clone(), &Tally::new()), Ok(true));
     // The same revision again: someone wrote since.
     assert_eq!(store.put_thing("T", first, &Tally::new()), Ok(false));
@@ -748,7 +748,7 @@ impl JobsStore for Unreachable {
     fn counts(&self, _: &str) -> Stored<Counts> {
         down()
     }
-    fn thing(&self, _: &str) -> Stored<ThingRecord> {
+    fn thing(&self, _: &str) -> Stored<Arc<ThingRecord>> {
         down()
     }
     fn put_thing(&mut self, _: &str, _: ThingRecord, _: &Tally) -> Stored<bool> {

@@ -265,13 +265,13 @@ impl RedisJobs {
                 self.read_thing(&thing)
                     .await
                     .map_err(failed)
-                    .and_then(|r| r),
+                    .and_then(|r| r.map(Arc::new)),
             ),
             C::ThingRecords(things) => A::ThingRecords(
                 futures_util::future::try_join_all(things.iter().map(|t| self.read_thing(t)))
                     .await
                     .map_err(failed)
-                    .and_then(|records| records.into_iter().collect()),
+                    .and_then(|records| records.into_iter().map(|r| r.map(Arc::new)).collect()),
             ),
             C::PutThing(thing, record, tally) => {
                 A::Written(match self.thing_write(&thing, &record, &tally) {
