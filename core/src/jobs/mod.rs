@@ -491,7 +491,7 @@ impl<S: JobsStore> Jobs<S> {
             if record == *read {
                 return Ok(result);
             }
-            let before: Vec<(String, u64)> = read.pending().iter().map(|e| e.key()).collect();
+            let before: Vec<(&str, u64)> = read.pending().iter().map(|e| e.key()).collect();
             let published = out.len();
             let tally = store::tally_change(&read, &record);
             ended_events(thing, &read, &record, now_ms, out);
@@ -537,7 +537,7 @@ impl<S: JobsStore> Jobs<S> {
             if record == *read {
                 continue;
             }
-            let before: Vec<(String, u64)> = read.pending().iter().map(|e| e.key()).collect();
+            let before: Vec<(&str, u64)> = read.pending().iter().map(|e| e.key()).collect();
             let mut publishes = Vec::new();
             ended_events(thing, &read, &record, now_ms, &mut publishes);
             self.notify(thing, &before, &record, now_ms, Some(job), &mut publishes)
@@ -588,14 +588,14 @@ impl<S: JobsStore> Jobs<S> {
     fn notify(
         &self,
         thing: &str,
-        before: &[(String, u64)],
+        before: &[(&str, u64)],
         after: &ThingRecord,
         now_ms: u64,
         known: Option<&Job>,
         out: &mut Vec<Publish>,
     ) -> Stored<()> {
         let after = after.pending();
-        let keys: Vec<(String, u64)> = after.iter().map(|e| e.key()).collect();
+        let keys: Vec<(&str, u64)> = after.iter().map(|e| e.key()).collect();
         let now_s = now_ms / 1000;
         let mut sorted_before = before.to_vec();
         let mut sorted_after = keys.clone();

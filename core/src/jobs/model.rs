@@ -453,8 +453,8 @@ impl Execution {
     }
 
     /// What identifies it on a pending list.
-    pub(crate) fn key(&self) -> (String, u64) {
-        (self.job_id.clone(), self.execution_number)
+    pub(crate) fn key(&self) -> (&str, u64) {
+        (&self.job_id, self.execution_number)
     }
 
     /// When it times out, while IN_PROGRESS: the earlier timer.
