@@ -2,7 +2,8 @@
 //! and set up (CONNECT, CONNACK, SUBSCRIBE, SUBACK) in blocking mode, then non-blocking —
 //! packets are queued with [`Link::publish`] and [`Link::subscribe`], written by
 //! [`Link::flush`] and read by [`Link::receive`], and whoever waits for the connection polls
-//! its descriptor ([`Link::fd`]) itself. rumqttc's packet codec is used alone, without its event loop.
+//! its descriptor ([`Link::fd`]) itself. rumqttc's packet codec is used alone, without its
+//! event loop.
 
 use std::collections::{HashMap, HashSet};
 use std::io::{self, Read, Write};

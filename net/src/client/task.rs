@@ -147,7 +147,8 @@ enum Waiter {
 
 /// The state machine and what the task keeps around it.
 struct Task {
-    /// The largest packet this client sends ([`BrokerConfig::max_packet_size`](crate::BrokerConfig::max_packet_size)).
+    /// The largest packet this client sends
+    /// ([`BrokerConfig::max_packet_size`](crate::BrokerConfig::max_packet_size)).
     max_packet_size: u32,
     /// The broker's DISCONNECT, until the connection error that follows it.
     broker_disconnect: Option<ClientError>,
