@@ -1,4 +1,4 @@
-//! The jobs service's state in Redis ([`JobsStore`](mqstore_core::jobs::JobsStore)), next to the state store's keys, so that
+//! The jobs service's state in Redis ([`JobsStore`]), next to the state store's keys, so that
 //! every node serves the AWS IoT Jobs API and the operator API from one state.
 //!
 //! Each method is one atomic step in Redis (a script where it writes more than one thing):
@@ -25,6 +25,8 @@
 //! connection, from the node's loop, with no thread waiting for Redis. Each node keeps the jobs
 //! it has read, and reads one again only when its revision changed (one round trip either
 //! way).
+//!
+//! [`JobsStore`]: mqstore_core::jobs::JobsStore
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -55,7 +57,8 @@ struct JobScripts {
     release: Lua,
 }
 
-/// Most timers one [`JobsStore::due`](mqstore_core::jobs::JobsStore::due) call returns per bucket (the rest come next time).
+/// Most timers one [`JobsStore::due`](mqstore_core::jobs::JobsStore::due) call returns per
+/// bucket (the rest come next time).
 const DUE_BATCH: usize = 1024;
 
 /// The jobs service's state in Redis. Cheap to clone: clones share the connection and the
@@ -628,8 +631,8 @@ impl RedisJobs {
         }
     }
 
-    /// [`JobsStore::swap_entry`](mqstore_core::jobs::JobsStore::swap_entry) in one script: the entry is compared and written with no
-    /// other node's write between.
+    /// [`JobsStore::swap_entry`](mqstore_core::jobs::JobsStore::swap_entry) in one script: the
+    /// entry is compared and written with no other node's write between.
     async fn swap_entry(
         &self,
         table: &str,
