@@ -20,7 +20,11 @@ pub fn output_dir() -> PathBuf {
     target.join("criterion")
 }
 
+/// When this run began: estimates written before it are an earlier run's.
+static STARTED: std::sync::OnceLock<std::time::SystemTime> = std::sync::OnceLock::new();
+
 pub fn criterion() -> Criterion {
+    STARTED.get_or_init(std::time::SystemTime::now);
     Criterion::default()
         .output_directory(&output_dir())
         .warm_up_time(Duration::from_millis(500))
@@ -28,13 +32,17 @@ pub fn criterion() -> Criterion {
         .configure_from_args()
 }
 
-/// Median time per iteration, in nanoseconds, of a finished benchmark `group/id`.
+/// Median time per iteration, in nanoseconds, of benchmark `group/id` as this run measured it.
 pub fn median_ns(group: &str, id: &str) -> Option<f64> {
     // Criterion names a benchmark's directory after its id with `/` replaced.
     let path = output_dir()
         .join(group)
         .join(id.replace('/', "_"))
         .join("new/estimates.json");
+    let written = std::fs::metadata(&path).and_then(|m| m.modified()).ok()?;
+    if STARTED.get().is_none_or(|started| written < *started) {
+        return None;
+    }
     let text = std::fs::read_to_string(path).ok()?;
     let json: serde_json::Value = serde_json::from_str(&text).ok()?;
     json["median"]["point_estimate"].as_f64()
