@@ -1281,3 +1281,42 @@ fn a_mark_left_by_a_cancellation_that_never_happened_goes_at_the_next_tick() {
         assert_eq!(status(&jobs, thing), Status::Queued);
     }
 }
+
+/// A request that changes nothing writes nothing: the engine changes a copy of the thing's
+/// record the store shares and compares it with that record, which the store still holds
+/// unchanged (its revision is the same, and so is the record).
+#[test]
+fn a_request_that_changes_nothing_writes_nothing() {
+    let mut jobs = Jobs::new();
+    let mut out = Vec::new();
+    jobs.create_job(spec("job1", &["T"]), T0, &mut out).unwrap();
+    device(&mut jobs, "T", "start-next", json!({}), &mut out);
+    out.clear();
+    let before = jobs.store().thing("T").unwrap();
+    assert_eq!(before.revision, 2, "queued, then started");
+
+    // Started already: start-next answers with it and changes nothing; so does a read.
+    let next = device(&mut jobs, "T", "start-next", json!({}), &mut out);
+    assert_eq!(next["execution"]["jobId"], json!("job1"));
+    device(&mut jobs, "T", "get", json!({}), &mut out);
+    let after = jobs.store().thing("T").unwrap();
+    assert_eq!(after.revision, 2, "nothing written");
+    assert!(
+        Arc::ptr_eq(&before, &after),
+        "the very record the store kept"
+    );
+    assert!(out.is_empty(), "nothing told: {out:?}");
+
+    // A change is written, to a new record; the one read before is as it was.
+    device(
+        &mut jobs,
+        "T",
+        "job1/update",
+        json!({"status": "SUCCEEDED"}),
+        &mut out,
+    );
+    let changed = jobs.store().thing("T").unwrap();
+    assert_eq!(changed.revision, 3);
+    assert_eq!(before.latest("job1").unwrap().status, Status::InProgress);
+    assert_eq!(changed.latest("job1").unwrap().status, Status::Succeeded);
+}
