@@ -1476,6 +1476,67 @@ async fn a_node_s_pipe_sends_a_forgotten_script_again_and_rereads_a_record_chang
     node.stop().await;
 }
 
+/// A node has one batch of writes at a time on its pipe to Redis: the writes it makes while a
+/// batch awaits its replies wait in the node and go out together once they are in (fewer, larger
+/// reads and writes for Redis and the node). Held by `CLIENT PAUSE WRITE`, Redis keeps the first
+/// write unanswered: the next commands' writes are not in its buffer for the pipe's connection
+/// (`qbuf=0`, where sending them at once puts them there), and all complete once Redis goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_s_pipe_sends_its_next_writes_together_once_the_writes_before_are_answered() {
+    let broker = Broker::start();
+    let redis = Redis::start();
+    let _devices = calls::mqtt5_devices(broker.port, "mqtt5-devices").await;
+    let node = commander(&broker, "batched", redis_registry(&redis)).await;
+    // The script loaded and the pipe up.
+    let record = node.invoke(CommandRequest::new("dev/1/cmd", "{}")).await;
+    assert_eq!(record.unwrap().status, Status::Succeeded);
+    let pipe_client = || {
+        let clients = redis.cli(&["CLIENT", "LIST"]);
+        let line = clients
+            .lines()
+            .find(|l| l.contains(PIPE_NAME))
+            .map(str::to_owned);
+        line.unwrap_or_else(|| panic!("no pipe in {clients}"))
+    };
+
+    assert_eq!(
+        redis.cli(&["CLIENT", "PAUSE", "10000", "WRITE"]).trim(),
+        "OK"
+    );
+    let invoke = |n: u32| {
+        let node = node.clone();
+        tokio::spawn(async move {
+            let request = CommandRequest::new(format!("dev/{n}/cmd"), "{}");
+            node.invoke(request).await
+        })
+    };
+    let first = invoke(2);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    // The first write is at Redis, which holds it (the pipe's client blocked).
+    while !pipe_client().contains(" flags=b ") {
+        assert!(std::time::Instant::now() < deadline, "{}", pipe_client());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let more: Vec<_> = (3..6).map(invoke).collect();
+    // Time for the next commands to reach the node and, were their writes sent, Redis's
+    // buffer (well within the pipe's 2 s for a reply).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let held = pipe_client();
+    assert_eq!(redis.cli(&["CLIENT", "UNPAUSE"]).trim(), "OK");
+    assert!(
+        held.contains(" qbuf=0 "),
+        "the next writes wait in the node: {held}"
+    );
+
+    for call in std::iter::once(first).chain(more) {
+        let record = call.await.unwrap().unwrap();
+        assert_eq!(record.status, Status::Succeeded);
+        let stored = redis.cli(&["HGET", &format!("mqstore:cmd:{}", record.id), "d"]);
+        assert!(stored.contains("\"status\":\"SUCCEEDED\""), "{stored}");
+    }
+    node.stop().await;
+}
+
 /// A command's record in Redis is forgotten at a time fixed when the command is sent
 /// (`KEEP_TIMEOUTS` timeouts later): its first write sets the TTL, and its answer's write,
 /// which changes the record, keeps that TTL without setting it again.

@@ -3,9 +3,9 @@
 //! awaited command makes (its record's first write, and the write of its answer from the
 //! record this node wrote: [`RedisRegistry::put_of`]) on a [`Pipe`] of the host's own, every
 //! other call on the shared Redis client in a task of its own. What the pipe carries goes out
-//! together on the host's next wait and comes back, in order, as its wake-ups
-//! ([`PipeReader::reply`]): no task, channel or timer per call (docs/performance.md, "The
-//! command registry's own pipe to Redis").
+//! together on the host's next wait — once the batch before it is answered: one batch at Redis
+//! at a time — and comes back, in order, as its wake-ups ([`PipeReader::reply`]): no task,
+//! channel or timer per call (docs/performance.md, "The command registry's own pipe to Redis").
 //!
 //! A pipe that drops, or whose oldest write goes unanswered for [`REPLY_TIMEOUT`], fails the
 //! calls on it (their callers get the registry's 503, as from the shared client) and is
@@ -40,6 +40,8 @@ const REOPEN_EVERY: Duration = Duration::from_secs(1);
 #[derive(Default)]
 struct Queue {
     commands: Vec<u8>,
+    /// How many commands `commands` holds (the pipe counts the replies it awaits).
+    count: usize,
     /// Whether there is a pipe to send them on (the host writes only then).
     up: bool,
     /// Whether a task is opening a new pipe.
@@ -117,6 +119,7 @@ impl<I: Send + 'static> RegistryCalls<I> {
         }
         let put = self.registry.put_of(call, now_ms)?;
         self.registry.encode(&mut queue.commands, &put, false);
+        queue.count += 1;
         self.waiting.push_back((token, put, now_ms));
         Ok(())
     }
@@ -142,8 +145,10 @@ impl<I: Send + 'static> RegistryCalls<I> {
         };
         if matches!(&reply, Reply::Error(e) if e.starts_with("NOSCRIPT")) {
             // Redis forgot the script (it restarted): sent again with its code, last.
-            self.registry
-                .encode(&mut lock(&self.queue).commands, &put, true);
+            let mut queue = lock(&self.queue);
+            self.registry.encode(&mut queue.commands, &put, true);
+            queue.count += 1;
+            drop(queue);
             self.waiting.push_back((token, put, queued));
             return;
         }
@@ -179,6 +184,7 @@ impl<I: Send + 'static> RegistryCalls<I> {
             let mut queue = lock(&self.queue);
             queue.up = false;
             queue.commands.clear();
+            queue.count = 0;
         }
         for (token, ..) in std::mem::take(&mut self.waiting) {
             service.answered(token, RegistryAnswer::Failed(why.to_owned()), now_ms);
@@ -228,9 +234,16 @@ impl PipeReader {
     /// ends while there is no pipe. Cancellation safe.
     pub(crate) async fn reply(&mut self) -> io::Result<Reply> {
         {
-            let mut queue = lock(&self.queue);
+            let queue = &mut *lock(&self.queue);
             match (&mut self.pipe, queue.up) {
-                (Some(pipe), true) => pipe.take(&mut queue.commands),
+                // One batch at Redis at a time: what the host queues while one is there goes
+                // out together once its replies are in, so Redis and the host each read and
+                // write about half as often at load (docs/performance.md, "One batch at Redis
+                // at a time"). A write made while nothing is at Redis goes at once.
+                (Some(pipe), true) if pipe.awaiting() == 0 => {
+                    pipe.take(&mut queue.commands, std::mem::take(&mut queue.count));
+                }
+                (Some(_), true) => {}
                 // Given up by the host (its writes went unanswered), or none.
                 (pipe, _) => *pipe = None,
             }

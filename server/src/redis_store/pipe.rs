@@ -43,6 +43,8 @@ pub(crate) struct Pipe {
     sent: usize,
     /// Bytes read, not yet parsed.
     input: BytesMut,
+    /// Commands queued or sent whose replies have not been read yet.
+    awaiting: usize,
 }
 
 impl Pipe {
@@ -62,6 +64,7 @@ impl Pipe {
                 out: Vec::new(),
                 sent: 0,
                 input: BytesMut::with_capacity(16 * 1024),
+                awaiting: 0,
             };
             let settings = info.redis_settings();
             let mut expected = 0;
@@ -100,10 +103,17 @@ impl Pipe {
     /// Queues a command (its name and arguments): it goes out on the next [`Pipe::reply`].
     pub(crate) fn command(&mut self, args: &[&[u8]]) {
         encode(&mut self.out, args);
+        self.awaiting += 1;
     }
 
-    /// Queues the commands [`encode`]d into `commands` (left empty).
-    pub(crate) fn take(&mut self, commands: &mut Vec<u8>) {
+    /// How many commands queued or sent have replies not read yet.
+    pub(crate) fn awaiting(&self) -> usize {
+        self.awaiting
+    }
+
+    /// Queues the `count` commands [`encode`]d into `commands` (left empty).
+    pub(crate) fn take(&mut self, commands: &mut Vec<u8>, count: usize) {
+        self.awaiting += count;
         if self.out.is_empty() {
             std::mem::swap(&mut self.out, commands);
         } else {
@@ -125,6 +135,7 @@ impl Pipe {
                 continue;
             }
             if let Some(reply) = parse(&mut self.input)? {
+                self.awaiting = self.awaiting.saturating_sub(1);
                 return Ok(reply);
             }
             if self.stream.read_buf(&mut self.input).await? == 0 {
