@@ -230,8 +230,9 @@ impl PipeReader {
         }
     }
 
-    /// Sends what the host queued, then the next reply; an error once the pipe is gone. Never
-    /// ends while there is no pipe. Cancellation safe.
+    /// Sends what the host queued unless a batch sent before awaits its replies, then the next
+    /// reply; an error once the pipe is gone. Never ends while there is no pipe. Cancellation
+    /// safe.
     pub(crate) async fn reply(&mut self) -> io::Result<Reply> {
         {
             let queue = &mut *lock(&self.queue);
