@@ -529,6 +529,33 @@ async fn callers_send_commands(inside: bool) {
         Err(ClientError::Status { status: 404, .. }) => {}
         other => panic!("{other:?}"),
     }
+    // A command goes to a device's topic, never where the node's own protocols speak: a
+    // caller cannot make it (inside mosquitto: past the broker's ACL) publish a job's
+    // notify-next that a device would act on. The first thing the thing hears is what the
+    // test itself publishes after the refusal.
+    let thing = listen(&broker, "$aws/things/T1/jobs/#").await;
+    let spoof = CommandRequest::new(
+        "$aws/things/T1/jobs/notify-next",
+        r#"{"execution":{"jobId":"evil","jobDocument":{"url":"http://evil"}}}"#,
+    );
+    match caller.command(spoof).await {
+        Err(ClientError::Status {
+            status: 400,
+            message,
+        }) => assert!(message.contains("is not a device's"), "{message}"),
+        other => panic!("{other:?}"),
+    }
+    let marker = AsyncClient::new(MqttOptions::new("marker", "127.0.0.1", broker.port), 8);
+    marker
+        .0
+        .publish("$aws/things/T1/jobs/marker", QoS::AtLeastOnce, false, "{}")
+        .await
+        .unwrap();
+    let mut marker_loop = marker.1;
+    let heard = tokio::spawn(async move { while marker_loop.poll().await.is_ok() {} });
+    wait_for(|| !thing.lock().unwrap().is_empty()).await;
+    heard.abort();
+    assert_eq!(thing.lock().unwrap()[0].0, "$aws/things/T1/jobs/marker");
     caller.close().await;
     if let Some(server) = server {
         assert!(

@@ -414,6 +414,14 @@ pub enum CommandError {
     #[error("{0:?} is not a topic to publish a command to (no wildcards, not empty)")]
     /// A topic that cannot be published to (empty, or with wildcards).
     BadTopic(String),
+    #[error(
+        "topic {0:?} is not a device's: no command goes to mqstore's own topics (the state \
+         store's statestore/ and clients/…/statestore/, jobs' and shadows' $aws/things/ and \
+         $aws/events/, mqstore/, the command service's answer topics) or the broker's $SYS/"
+    )]
+    /// A topic of mqstore's own services or the broker's, where a command would speak as the
+    /// node (see [`is_reserved_topic`]).
+    ReservedTopic(String),
     #[error("topic {topic:?} does not fit profile {profile:?}'s command topic {template:?}")]
     /// The topic does not fit the profile's command template.
     TopicMismatch {
@@ -448,6 +456,31 @@ pub enum CommandError {
         /// What is wrong with the start (a missing or mistyped parameter, an unknown target).
         reason: String,
     },
+}
+
+/// Whether `topic` belongs to mqstore's own services or the broker, so that no command may be
+/// published there: `$SYS/`; the state store's `statestore/`, `clients/statestore/` and the
+/// identified `clients/{clientId}/statestore/` trees (requests, answers, notifications,
+/// presence); the jobs and shadow topics `$aws/things/` and `$aws/events/`; `mqstore/` (the
+/// jobs operator API, the command service's API and events). A node publishes a command with
+/// its own rights — inside mosquitto, past the broker's ACL — so a command on one of these
+/// would speak as the node: a job's `notify-next` or a shadow's `delta` a device acts on, a
+/// request in another client's name, a presence that ends another client's registrations.
+/// (The command service also refuses the topics it reads devices' answers on.)
+pub fn is_reserved_topic(topic: &str) -> bool {
+    const PREFIXES: [&str; 5] = [
+        "$SYS/",
+        "$aws/things/",
+        "$aws/events/",
+        "statestore/",
+        "mqstore/",
+    ];
+    let mut levels = topic.split('/');
+    let clients_tree = matches!(
+        (levels.next(), levels.next(), levels.next()),
+        (Some("clients"), Some("statestore"), _) | (Some("clients"), _, Some("statestore"))
+    );
+    clients_tree || PREFIXES.iter().any(|prefix| topic.starts_with(prefix))
 }
 
 /// 16 random bytes made an RFC 9562 version 4 UUID: the version nibble 4, the variant bits

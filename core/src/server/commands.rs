@@ -27,7 +27,7 @@ use crate::commands::definitions::{
 use crate::commands::wire::{self, Refusal};
 use crate::commands::{
     Acknowledgement, CommandError, CommandRequest, Matched, Mode, Profile, Profiles, Record,
-    Registry, RegistryAnswer, RegistryCall, Sender, Status, aws_event,
+    Registry, RegistryAnswer, RegistryCall, Sender, Status, aws_event, is_reserved_topic,
 };
 use crate::envelope::Publish;
 
@@ -691,6 +691,13 @@ impl Service {
             Ok(prepared) => prepared,
             Err(e) => return self.refuse(caller, Declined::Command(e)),
         };
+        // Published with the node's rights: never where the node's own protocols speak, nor
+        // where this service reads answers (a command there would settle others' commands).
+        let topic = &prepared.publish.topic;
+        if is_reserved_topic(topic) || self.is_for(topic) {
+            let reserved = CommandError::ReservedTopic(topic.clone());
+            return self.refuse(caller, Declined::Command(reserved));
+        }
         // Recorded before it is published, so that any node can match a fast answer. A
         // command awaited here whose device answers here (MQTT 5 direct) goes out while a
         // remote registry records it: an answer that comes back first waits for the record,
@@ -1292,5 +1299,73 @@ mod tests {
             "{lost}"
         );
         assert!(service.registering.is_empty());
+    }
+
+    #[test]
+    fn no_command_goes_where_the_node_s_own_protocols_speak_or_answers_are_read() {
+        let mut service = Service::new(config("n1"));
+        let refused = [
+            "$aws/things/T1/jobs/notify-next",
+            "$aws/things/T1/shadow/update/delta",
+            "$aws/events/job/j1/completed",
+            "statestore/v1/FA9AE35F-2F64-47CD-9BFF-08E2B32A0FE8/command/invoke",
+            "clients/statestore/v1/FA9AE35F-2F64-47CD-9BFF-08E2B32A0FE8/c1/command/notify/6B",
+            "clients/app1/statestore/v1/FA9AE35F-2F64-47CD-9BFF-08E2B32A0FE8/command/invoke",
+            "mqstore/jobs/v1/command/invoke",
+            "mqstore/commands/v1/events/x",
+            "$SYS/broker/uptime",
+            // Where this service reads answers: its direct topics, a profile's answer topic.
+            "clients/n1-commands/dev/1/cmd",
+            "thing/product/SN1/services_reply",
+        ];
+        for (n, topic) in refused.into_iter().enumerate() {
+            service.handle(
+                request(wire::INVOKE_TOPIC, "{}", &[("topic", topic)]),
+                None,
+                n as u64,
+            );
+            let (out, seen) = drain(&mut service);
+            assert_eq!(
+                out.len(),
+                1,
+                "{topic}: only the refusal, nothing sent: {out:?}"
+            );
+            assert_eq!(out[0].publish.topic, "caller/response");
+            assert_eq!(reply_status(&out[0]).0, Some("400"), "{topic}");
+            let message = out[0].publish.properties.user_property("__stMsg").unwrap();
+            assert!(message.contains("is not a device's"), "{topic}: {message}");
+            assert!(matches!(&seen[..], [Seen::Refused(_)]), "{topic}: {seen:?}");
+        }
+        assert_eq!(service.records(), 0, "nothing recorded");
+        // Devices' topics, of every shape, still take commands (AWS's own `$aws/commands/`).
+        for topic in [
+            "dev/1/cmd",
+            "clients/dev1/cmd",
+            "statestores/x",
+            "$aws/commands/things/T1/executions/{id}/request/json",
+        ] {
+            let profile = match topic.starts_with("$aws/") {
+                true => "aws",
+                false => "mqtt5",
+            };
+            let user = [("topic", topic), ("profile", profile), ("mode", "detached")];
+            service.handle(request(wire::INVOKE_TOPIC, "{}", &user), None, 100);
+            let (out, _) = drain(&mut service);
+            let device_topic = topic.split("{id}").next().unwrap();
+            let sent = out
+                .iter()
+                .find(|o| o.publish.topic.starts_with(device_topic));
+            assert_eq!(
+                sent.map(|o| &o.to),
+                Some(&To::Subscribers),
+                "{topic}: {out:?}"
+            );
+            let reply = out.iter().find(|o| o.publish.topic == "caller/response");
+            assert_eq!(
+                reply.and_then(|r| reply_status(r).0),
+                Some("200"),
+                "{topic}"
+            );
+        }
     }
 }
