@@ -8,18 +8,25 @@
 //! `/accepted` or `/rejected`, echoing its `clientToken`; and a request that names a response
 //! topic is answered there at most once, with its own correlation data — exactly once right
 //! away for the state store and the operator API, and, once every deadline has passed and every
-//! publish has been acknowledged, exactly once for the command service.
+//! publish has been acknowledged, exactly once for the command service. One run in four keeps a
+//! data directory (`fsync always`, its syncs run at once) and is stopped and started again on
+//! it now and then and at the end: asked about everything it keeps (keys, jobs, executions,
+//! groups, templates, things' pending lists, shadows, stored commands), it must say after a
+//! restart what it said before.
 #![no_main]
 
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 use libfuzzer_sys::arbitrary::{Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
 use mqstore_core::commands::{Profiles, is_reserved_topic};
+use mqstore_core::disk::{Durability, Fsync};
 use mqstore_core::engine::{EngineConfig, Outcome};
 use mqstore_core::envelope::{Properties, Publish};
+use mqstore_core::jobs::OPERATOR_TOPIC;
 use mqstore_core::jobs::wire::OPERATOR_CALLS;
 use mqstore_core::server::commands::ServiceConfig;
 use mqstore_core::server::{Handled, JobsConfig, Node, NodeConfig, Out, Receipt};
@@ -171,6 +178,11 @@ fn value_of(u: &mut Unstructured, seen: &[String], key: &str, depth: u8) -> Resu
         "thingName" => pick(u, THINGS)?,
         "thingGroupName" => pick(u, &["G1", "G2"])?,
         "jobTemplateId" => pick(u, &["t1"])?,
+        "commandId" => pick(u, &["c1", "c2"])?,
+        "command" => serde_json::json!({
+            "commandId": value_of(u, seen, "commandId", depth + 1)?,
+            "payload": {"content": "{\"go\":1}", "contentType": "application/json"},
+        }),
         "status" => pick(u, STATUSES)?,
         "targetSelection" => pick(u, &["CONTINUOUS", "SNAPSHOT"])?,
         "targets" => {
@@ -242,22 +254,28 @@ fn required(op: &str) -> &'static [&'static str] {
         "listNamedShadowsForThing" => &["thingName"],
         "createJobTemplate" => &["jobTemplateId", "document", "description"],
         "describeJobTemplate" | "deleteJobTemplate" => &["jobTemplateId"],
+        "create" => &["command"],
+        "get" | "delete" => &["commandId"],
         _ => &[],
     }
 }
 
+/// The stored-commands calls (`mqstore/commands/v1/definitions`).
+const DEFINITION_CALLS: &[&str] = &["create", "get", "list", "delete"];
+
 /// A request payload: a JSON object with the fields `needs` (now and then one left out) and a
-/// few more, or `op`'s when it is an operator call; now and then raw bytes.
-fn payload(u: &mut Unstructured, seen: &[String], op: bool, needs: &[&str]) -> Result<Bytes> {
+/// few more, and with an `op` of `ops` and its fields when it is a call of an API of `op`s;
+/// now and then raw bytes.
+fn payload(u: &mut Unstructured, seen: &[String], ops: &[&str], needs: &[&str]) -> Result<Bytes> {
     if u.ratio(1, 12)? {
         return Ok(Bytes::from(u.arbitrary::<Vec<u8>>()?));
     }
     let mut map = object(u, seen, 1)?;
     let mut needs = needs.to_vec();
-    if op {
+    if !ops.is_empty() {
         let name = match u.ratio(1, 10)? {
             true => word(u, seen)?,
-            false => (*u.choose(&OPERATOR_CALLS)?).to_owned(),
+            false => (*u.choose(ops)?).to_owned(),
         };
         needs.extend(required(&name));
         map.insert("op".into(), Value::String(name));
@@ -311,6 +329,8 @@ fn message(topic: String, payload: Bytes, properties: Properties) -> Publish {
 /// The node, what it published, and what the checks keep.
 struct Run {
     node: Node,
+    /// The data directory, when the node keeps one (and may be restarted).
+    data_dir: Option<PathBuf>,
     now: u64,
     /// Ids and names seen in what the node published (command ids, `tid`s): words for the
     /// next requests.
@@ -326,8 +346,8 @@ struct Run {
 }
 
 impl Run {
-    fn new() -> Self {
-        let config = NodeConfig {
+    fn config(data_dir: Option<&PathBuf>) -> NodeConfig {
+        NodeConfig {
             engine: EngineConfig {
                 registration_lease_ms: Some(5_000),
                 ..EngineConfig::new(NODE)
@@ -337,7 +357,10 @@ impl Run {
                 minute_ms: 1_000,
                 rollout_batch: 4,
             }),
-            durability: None,
+            durability: data_dir.map(|dir| Durability {
+                data_dir: dir.clone(),
+                fsync: Fsync::Always,
+            }),
             commands: Some(ServiceConfig {
                 node_id: NODE.into(),
                 client_id: format!("{NODE}-commands"),
@@ -345,10 +368,28 @@ impl Run {
                 events: true,
                 random_id: counted_id,
             }),
-        };
-        let (node, _) = Node::open(config, T0).expect("the node starts");
+        }
+    }
+
+    /// A node on memory, or on an empty data directory of this process's (in memory too:
+    /// `/dev/shm` where there is one).
+    fn new(durable: bool) -> Self {
+        let data_dir = durable.then(|| {
+            let base = Path::new("/dev/shm");
+            let base = if base.is_dir() {
+                base.to_owned()
+            } else {
+                std::env::temp_dir()
+            };
+            let dir = base.join(format!("mqstore-fuzz-node-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).expect("a data directory");
+            dir
+        });
+        let (node, _) = Node::open(Self::config(data_dir.as_ref()), T0).expect("the node starts");
         Run {
             node,
+            data_dir,
             now: T0,
             seen: Vec::new(),
             sent: Vec::new(),
@@ -356,6 +397,100 @@ impl Run {
             asked: HashMap::new(),
             commands_asked: Vec::new(),
         }
+    }
+
+    /// What the node says when asked about everything it keeps on disk: the keys, jobs,
+    /// executions, groups, templates, things' pending lists, shadows and stored commands (each
+    /// query read-only, answered at `now`).
+    fn view(&mut self) -> Vec<(String, Bytes)> {
+        // Topic, payload, and user properties besides the envelope's.
+        type Query = (String, Bytes, Vec<(String, String)>);
+        let mut queries: Vec<Query> = Vec::new();
+        for key in ["k1", "k2", "k3"] {
+            let get = format!("*2\r\n$3\r\nGET\r\n$2\r\n{key}\r\n");
+            queries.push((topics::INVOKE.into(), Bytes::from(get), Vec::new()));
+        }
+        let mut operator = vec![
+            r#"{"op":"listJobs","maxResults":250}"#.to_owned(),
+            r#"{"op":"listJobExecutions","maxResults":250}"#.to_owned(),
+            r#"{"op":"listThingGroups","maxResults":250}"#.to_owned(),
+            r#"{"op":"listJobTemplates","maxResults":250}"#.to_owned(),
+        ];
+        for job in JOBS {
+            operator.push(format!(r#"{{"op":"describeJob","jobId":"{job}"}}"#));
+        }
+        for group in ["G1", "G2"] {
+            operator.push(format!(
+                r#"{{"op":"listThingsInThingGroup","thingGroupName":"{group}"}}"#
+            ));
+        }
+        for call in operator {
+            queries.push((OPERATOR_TOPIC.into(), Bytes::from(call), Vec::new()));
+        }
+        for thing in THINGS {
+            for topic in [
+                format!("$aws/things/{thing}/jobs/get"),
+                format!("$aws/things/{thing}/shadow/get"),
+                format!("$aws/things/{thing}/shadow/name/s1/get"),
+            ] {
+                queries.push((topic, Bytes::from_static(b"{}"), Vec::new()));
+            }
+        }
+        let list = Bytes::from_static(br#"{"op":"list"}"#);
+        queries.push(("mqstore/commands/v1/definitions".into(), list, Vec::new()));
+        let mut answers = Vec::new();
+        for (n, (topic, payload, more)) in queries.into_iter().enumerate() {
+            let answer_on = match topic.starts_with("$aws/things/") {
+                true => format!("{topic}/accepted"),
+                false => format!("view/{n}"),
+            };
+            let properties = Properties {
+                response_topic: Some(format!("view/{n}")),
+                correlation_data: Some(Bytes::from_static(b"view")),
+                user_properties: [("__srcId", "viewer"), ("__protVer", "1.0")]
+                    .into_iter()
+                    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                    .chain(more)
+                    .collect(),
+                ..Properties::default()
+            };
+            self.node.handle(
+                message(topic, payload, properties),
+                Some("viewer"),
+                false,
+                self.now,
+            );
+            for out in self.drain() {
+                if out.publish.topic == answer_on || out.publish.topic.ends_with("/rejected") {
+                    answers.push((out.publish.topic, out.publish.payload));
+                }
+            }
+        }
+        answers
+    }
+
+    /// Stops the node (its last sync) and starts it again on its data directory: it says
+    /// what it said before.
+    fn restart(&mut self) {
+        let Some(dir) = self.data_dir.clone() else {
+            return;
+        };
+        let before = self.view();
+        self.node.close().expect("the node closes");
+        // The old node lets go of the directory's lock when dropped: a node on memory stands
+        // in for the moment.
+        let (stand_in, _) = Node::open(Self::config(None), self.now).expect("a node on memory");
+        drop(std::mem::replace(&mut self.node, stand_in));
+        let (node, _) = Node::open(Self::config(Some(&dir)), self.now).expect("it starts again");
+        self.node = node;
+        // What waited for a receipt or an answer before is gone with the node.
+        self.receipts.clear();
+        self.sent.clear();
+        for topic in self.commands_asked.drain(..) {
+            self.asked.remove(&topic);
+        }
+        let after = self.view();
+        assert_eq!(before, after, "the node says other things after a restart");
     }
 
     /// A request's envelope: a response topic of its own (`step`), correlation data, and the
@@ -388,6 +523,11 @@ impl Run {
     /// Takes what the node published: checks each, and keeps what later inputs use.
     fn drain(&mut self) -> Vec<Out> {
         let mut outs = Vec::new();
+        // With a data directory, what waits for the disk comes out once the syncs ran.
+        while let Some(sync) = self.node.poll_sync() {
+            let synced = sync.run();
+            self.node.synced(synced, self.now);
+        }
         while let Some(out) = self.node.poll_output() {
             let topic = &out.publish.topic;
             assert!(
@@ -458,7 +598,7 @@ impl Run {
     }
 
     fn step(&mut self, u: &mut Unstructured, step: usize) -> Result<()> {
-        match u.int_in_range(0..=11)? {
+        match u.int_in_range(0..=12)? {
             // A state store request: answered at once, exactly once.
             0 | 1 => {
                 let properties = Self::envelope(u, step, Vec::new())?;
@@ -500,7 +640,7 @@ impl Run {
                     Some("update") => &["status"],
                     _ => &[],
                 };
-                let body = payload(u, &self.seen, false, needs)?;
+                let body = payload(u, &self.seen, &[], needs)?;
                 let handled = self.node.handle(
                     message(topic.clone(), body.clone(), Properties::default()),
                     Some(thing.as_str()),
@@ -542,8 +682,8 @@ impl Run {
                 self.ask(&properties);
                 let handled = self.node.handle(
                     message(
-                        mqstore_core::jobs::OPERATOR_TOPIC.into(),
-                        payload(u, &self.seen, true, &[])?,
+                        OPERATOR_TOPIC.into(),
+                        payload(u, &self.seen, &OPERATOR_CALLS, &[])?,
                         properties,
                     ),
                     Some("caller"),
@@ -593,7 +733,11 @@ impl Run {
                 let properties = Self::envelope(u, step, more)?;
                 self.ask(&properties);
                 self.commands_asked.push(format!("caller/{step}"));
-                let body = payload(u, &self.seen, false, &[])?;
+                let ops = match topic.ends_with("definitions") {
+                    true => DEFINITION_CALLS,
+                    false => &[],
+                };
+                let body = payload(u, &self.seen, ops, &[])?;
                 self.node.handle(
                     message(topic.into(), body, properties),
                     Some("caller"),
@@ -629,7 +773,7 @@ impl Run {
                 }
                 let body = match u.ratio(1, 2)? {
                     true => command.payload.clone(),
-                    false => payload(u, &self.seen, false, &[])?,
+                    false => payload(u, &self.seen, &[], &[])?,
                 };
                 let mut user_properties = Vec::new();
                 if u.ratio(1, 3)? {
@@ -667,6 +811,8 @@ impl Run {
                 self.node.drop_clients(&[client, "caller".into()]);
                 self.drain();
             }
+            // The node stops and starts again on its data directory (with one).
+            12 if self.data_dir.is_some() => self.restart(),
             // Time passes; the timers run when due.
             _ => {
                 self.now +=
@@ -709,12 +855,15 @@ impl Run {
                 "a command service request not answered once: {topic}"
             );
         }
+        self.restart();
     }
 }
 
 fuzz_target!(|data: &[u8]| {
     let mut u = Unstructured::new(data);
-    let mut run = Run::new();
+    // One run in four keeps a data directory, synced before every answer (`fsync always`).
+    let durable = u.ratio(1, 4).unwrap_or(false);
+    let mut run = Run::new(durable);
     for step in 0..STEPS {
         if u.is_empty() || run.step(&mut u, step).is_err() {
             break;
