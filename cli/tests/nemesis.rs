@@ -127,6 +127,29 @@ fn faketime() -> PathBuf {
     )
 }
 
+/// libfaketime keeps a semaphore and shared memory in `/dev/shm` for each process it runs in,
+/// and removes them when that process exits; a node or broker the nemesis kills leaves them
+/// behind. Removes those of processes no longer alive (whichever test ran them).
+fn sweep_faketime_leftovers() {
+    let Ok(entries) = std::fs::read_dir("/dev/shm") else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else {
+            continue;
+        };
+        let pid = (name.strip_prefix("faketime_shm_"))
+            .or_else(|| name.strip_prefix("sem.faketime_sem_"))
+            .and_then(|pid| pid.parse::<u32>().ok());
+        if let Some(pid) = pid
+            && !Path::new(&format!("/proc/{pid}")).exists()
+        {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
 /// The environment that runs a process under libfaketime with its wall clock set by `clock`
 /// (an offset such as `+0`, read again every second); the monotonic clock (timeouts,
 /// intervals) is left alone, as a real clock jump leaves it.
@@ -814,6 +837,8 @@ fn beside(
 
 /// Runs the nemesis over a deployment, and checks the run.
 async fn nemesis(mut deployment: Deployment) {
+    // What a run that failed before left.
+    sweep_faketime_leftovers();
     let name = deployment.name;
     let seed = seed();
     let seconds = nemesis_seconds();
@@ -1113,6 +1138,8 @@ async fn nemesis(mut deployment: Deployment) {
         changes.values().map(Vec::len).sum::<usize>(),
         faults.len()
     );
+    drop(deployment);
+    sweep_faketime_leftovers();
 }
 
 /// How long the commands' status records surely last after the load (the service keeps one
@@ -1633,6 +1660,8 @@ async fn a_node_cut_off_from_the_primary_by_the_firewall_answers_503_then_recove
             ),
         }
     }
+    drop(deployment);
+    sweep_faketime_leftovers();
 }
 
 /// The job execution model is not a rubber stamp either: an update accepted twice from one

@@ -859,6 +859,15 @@ impl Run {
     }
 }
 
+impl Drop for Run {
+    /// The data directory goes with the run (one that panics leaves it, for a look).
+    fn drop(&mut self) {
+        if let Some(dir) = &self.data_dir {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
 fuzz_target!(|data: &[u8]| {
     let mut u = Unstructured::new(data);
     // One run in four keeps a data directory, synced before every answer (`fsync always`).
