@@ -6,13 +6,13 @@
 //! jobs and shadow topics (`$aws/things/`, `$aws/events/`) is a JSON object, and no command goes
 //! to one of the node's own topics; a device request is answered exactly once, on its own
 //! `/accepted` or `/rejected`, echoing its `clientToken`; and a request that names a response
-//! topic is answered there at most once, with its own correlation data — exactly once right
-//! away for the state store and the operator API, and, once every deadline has passed and every
-//! publish has been acknowledged, exactly once for the command service. One run in four keeps a
-//! data directory (`fsync always`, its syncs run at once) and is stopped and started again on
-//! it now and then and at the end: asked about everything it keeps (keys, jobs, executions,
-//! groups, templates, things' pending lists, shadows, stored commands), it must say after a
-//! restart what it said before.
+//! topic is answered there at most once, for the requester alone, with its own correlation data
+//! — exactly once right away for the state store and the operator API, and, once every deadline
+//! has passed and every publish has been acknowledged, exactly once for the command service.
+//! One run in four keeps a data directory (`fsync always`, its syncs run at once) and is
+//! stopped and started again on it now and then and at the end: asked about everything it
+//! keeps (keys, jobs, executions, groups, templates, things' pending lists, shadows, stored
+//! commands), it must say after a restart what it said before.
 #![no_main]
 
 use std::collections::HashMap;
@@ -29,7 +29,7 @@ use mqstore_core::envelope::{Properties, Publish};
 use mqstore_core::jobs::OPERATOR_TOPIC;
 use mqstore_core::jobs::wire::OPERATOR_CALLS;
 use mqstore_core::server::commands::ServiceConfig;
-use mqstore_core::server::{Handled, JobsConfig, Node, NodeConfig, Out, Receipt};
+use mqstore_core::server::{Handled, JobsConfig, Node, NodeConfig, Out, Receipt, To};
 use mqstore_core::store::Quotas;
 use mqstore_core::topics;
 use serde_json::{Map, Value};
@@ -317,15 +317,6 @@ fn topic_name(words: String) -> String {
     words.replace(['+', '#', '\0'], "_")
 }
 
-fn message(topic: String, payload: Bytes, properties: Properties) -> Publish {
-    Publish {
-        topic,
-        payload,
-        qos: 1,
-        properties,
-    }
-}
-
 /// The node, what it published, and what the checks keep.
 struct Run {
     node: Node,
@@ -399,6 +390,23 @@ impl Run {
         }
     }
 
+    /// A message from `sender`, as a broker delivers it (QoS 1, not retained).
+    fn receive(
+        &mut self,
+        topic: String,
+        payload: Bytes,
+        properties: Properties,
+        sender: &str,
+    ) -> Handled {
+        let message = Publish {
+            topic,
+            payload,
+            qos: 1,
+            properties,
+        };
+        self.node.handle(message, Some(sender), false, self.now)
+    }
+
     /// What the node says when asked about everything it keeps on disk: the keys, jobs,
     /// executions, groups, templates, things' pending lists, shadows and stored commands (each
     /// query read-only, answered at `now`).
@@ -454,12 +462,7 @@ impl Run {
                     .collect(),
                 ..Properties::default()
             };
-            self.node.handle(
-                message(topic, payload, properties),
-                Some("viewer"),
-                false,
-                self.now,
-            );
+            self.receive(topic, payload, properties, "viewer");
             for out in self.drain() {
                 if out.publish.topic == answer_on || out.publish.topic.ends_with("/rejected") {
                     answers.push((out.publish.topic, out.publish.payload));
@@ -543,6 +546,9 @@ impl Run {
                 assert!(json.is_object(), "not a JSON object on {topic}: {json}");
             }
             if let Some((correlation, answers)) = self.asked.get_mut(topic) {
+                // For the requester's connection alone: a plugin publishes it to no one else
+                // (its publishes skip the broker's ACL).
+                assert_eq!(out.to, To::Requester(Some("caller".into())), "{out:?}");
                 *answers += 1;
                 assert_eq!(*answers, 1, "a second answer on {topic}: {out:?}");
                 assert_eq!(
@@ -603,12 +609,8 @@ impl Run {
             0 | 1 => {
                 let properties = Self::envelope(u, step, Vec::new())?;
                 self.ask(&properties);
-                let handled = self.node.handle(
-                    message(topics::INVOKE.into(), resp(u)?, properties),
-                    Some("caller"),
-                    false,
-                    self.now,
-                );
+                let request = resp(u)?;
+                let handled = self.receive(topics::INVOKE.into(), request, properties, "caller");
                 self.drain();
                 if let Handled::State(Outcome::Answered { .. } | Outcome::Rejected(_)) = handled {
                     assert_eq!(self.answers(step), 1, "a state store request unanswered");
@@ -641,12 +643,8 @@ impl Run {
                     _ => &[],
                 };
                 let body = payload(u, &self.seen, &[], needs)?;
-                let handled = self.node.handle(
-                    message(topic.clone(), body.clone(), Properties::default()),
-                    Some(thing.as_str()),
-                    false,
-                    self.now,
-                );
+                let handled =
+                    self.receive(topic.clone(), body.clone(), Properties::default(), &thing);
                 let outs = self.drain();
                 if let Handled::Jobs(Ok(_)) = handled {
                     let replies: Vec<&Out> = outs
@@ -680,16 +678,8 @@ impl Run {
             5 | 6 => {
                 let properties = Self::envelope(u, step, Vec::new())?;
                 self.ask(&properties);
-                let handled = self.node.handle(
-                    message(
-                        OPERATOR_TOPIC.into(),
-                        payload(u, &self.seen, &OPERATOR_CALLS, &[])?,
-                        properties,
-                    ),
-                    Some("caller"),
-                    false,
-                    self.now,
-                );
+                let call = payload(u, &self.seen, &OPERATOR_CALLS, &[])?;
+                let handled = self.receive(OPERATOR_TOPIC.into(), call, properties, "caller");
                 self.drain();
                 if let Handled::Jobs(Ok(_) | Err(mqstore_core::server::NotAnswered::Rejected)) =
                     handled
@@ -738,12 +728,7 @@ impl Run {
                     false => &[],
                 };
                 let body = payload(u, &self.seen, ops, &[])?;
-                self.node.handle(
-                    message(topic.into(), body, properties),
-                    Some("caller"),
-                    false,
-                    self.now,
-                );
+                self.receive(topic.into(), body, properties, "caller");
                 self.drain();
             }
             // A device answers a command the node sent (or something like it).
@@ -787,12 +772,7 @@ impl Run {
                     user_properties,
                     ..Properties::default()
                 };
-                self.node.handle(
-                    message(topic, body, properties),
-                    Some("device"),
-                    false,
-                    self.now,
-                );
+                self.receive(topic, body, properties, "device");
                 self.drain();
             }
             // The broker took (or refused) a publish that asked for a receipt.
