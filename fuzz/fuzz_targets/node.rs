@@ -411,12 +411,10 @@ impl Run {
     /// executions, groups, templates, things' pending lists, shadows and stored commands (each
     /// query read-only, answered at `now`).
     fn view(&mut self) -> Vec<(String, Bytes)> {
-        // Topic, payload, and user properties besides the envelope's.
-        type Query = (String, Bytes, Vec<(String, String)>);
-        let mut queries: Vec<Query> = Vec::new();
+        let mut queries: Vec<(String, Bytes)> = Vec::new();
         for key in ["k1", "k2", "k3"] {
             let get = format!("*2\r\n$3\r\nGET\r\n$2\r\n{key}\r\n");
-            queries.push((topics::INVOKE.into(), Bytes::from(get), Vec::new()));
+            queries.push((topics::INVOKE.into(), Bytes::from(get)));
         }
         let mut operator = vec![
             r#"{"op":"listJobs","maxResults":250}"#.to_owned(),
@@ -433,7 +431,7 @@ impl Run {
             ));
         }
         for call in operator {
-            queries.push((OPERATOR_TOPIC.into(), Bytes::from(call), Vec::new()));
+            queries.push((OPERATOR_TOPIC.into(), Bytes::from(call)));
         }
         for thing in THINGS {
             for topic in [
@@ -441,13 +439,13 @@ impl Run {
                 format!("$aws/things/{thing}/shadow/get"),
                 format!("$aws/things/{thing}/shadow/name/s1/get"),
             ] {
-                queries.push((topic, Bytes::from_static(b"{}"), Vec::new()));
+                queries.push((topic, Bytes::from_static(b"{}")));
             }
         }
         let list = Bytes::from_static(br#"{"op":"list"}"#);
-        queries.push(("mqstore/commands/v1/definitions".into(), list, Vec::new()));
+        queries.push(("mqstore/commands/v1/definitions".into(), list));
         let mut answers = Vec::new();
-        for (n, (topic, payload, more)) in queries.into_iter().enumerate() {
+        for (n, (topic, payload)) in queries.into_iter().enumerate() {
             let answer_on = match topic.starts_with("$aws/things/") {
                 true => format!("{topic}/accepted"),
                 false => format!("view/{n}"),
@@ -458,7 +456,6 @@ impl Run {
                 user_properties: [("__srcId", "viewer"), ("__protVer", "1.0")]
                     .into_iter()
                     .map(|(k, v)| (k.to_owned(), v.to_owned()))
-                    .chain(more)
                     .collect(),
                 ..Properties::default()
             };
