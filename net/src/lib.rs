@@ -54,6 +54,10 @@
 //! client.close().await;
 //! # Ok(()) }
 //! ```
+//!
+//! Feature `exact-numbers` (default): numbers in job documents and shadows are read to the last
+//! bit (serde_json's `float_roundtrip`; its default parsing may miss the nearest double by one
+//! unit in the last place).
 
 #![deny(missing_docs)]
 // What is public is reachable from outside: internal entry points are `pub(crate)`.
