@@ -180,10 +180,7 @@ fn operate(node: &mut Node, call: &str) -> String {
 
 /// Numbers whose nearest double a best-effort parse misses by a bit (the fuzz target `node`
 /// found the first: a job's document read back from the log a bit off after a restart).
-const NUMBERS: &str = concat!(
-    "[-3.9781690028319324e-45, 0.1, 5e-324, 2.2250738585072014e-308, 1.7976931348623157e308, ",
-    "1.0000000000000002, 9007199254740993, 8.289173127734035e-200, 123456789.12345679]"
-);
+const NUMBERS: &str = include_str!("../../testdata/numbers.json");
 
 #[test]
 fn numbers_in_job_documents_and_shadows_come_back_from_the_disk_to_the_last_bit() {
