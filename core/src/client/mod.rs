@@ -962,7 +962,7 @@ impl ClientCore {
                 retry.push(key.clone());
             }
         }
-        let events = self.fail(due, |f| ClientError::Timeout(f.timeout_ms));
+        let events = self.fail(due, &|f| ClientError::Timeout(f.timeout_ms));
         if self.renew_at.is_some_and(|at| at <= now_ms) {
             self.renew_at = self.renewal_period().map(|period| now_ms + period);
             // One KEYNOTIFY renews the lease of every registration of this client.
@@ -1008,7 +1008,7 @@ impl ClientCore {
             .iter()
             .find(|(_, f)| f.call == call && f.purpose == Purpose::Caller)
             .map(|(id, _)| id.clone())?;
-        self.fail(vec![id], |_| ClientError::PublishRefused { code })
+        self.fail(vec![id], &|_| ClientError::PublishRefused { code })
             .pop()
     }
 
@@ -1021,10 +1021,11 @@ impl ClientCore {
     /// in flight fails with it.
     pub fn connection_failed(&mut self, error: ClientError) -> Vec<Event> {
         let all: Vec<Bytes> = self.in_flight.keys().cloned().collect();
-        self.fail(all, |_| error.clone())
+        self.fail(all, &|_| error.clone())
     }
 
-    fn fail(&mut self, ids: Vec<Bytes>, error: impl Fn(&InFlight) -> ClientError) -> Vec<Event> {
+    // `dyn`: one copy of this (and of its sort) for every caller, not one per closure.
+    fn fail(&mut self, ids: Vec<Bytes>, error: &dyn Fn(&InFlight) -> ClientError) -> Vec<Event> {
         let mut failed: Vec<(CallId, ClientError)> = ids
             .into_iter()
             .filter_map(|id| self.in_flight.remove(&id))

@@ -71,7 +71,7 @@ impl<T> Pending<T> {
 
     /// The calls whose timeout has passed, failed with [`ClientError::Timeout`], in call order.
     pub(crate) fn expire(&mut self, now_ms: u64) -> Vec<(CallId, T, ClientError)> {
-        self.fail(|w| (w.deadline <= now_ms).then_some(ClientError::Timeout(w.timeout_ms)))
+        self.fail(&|w| (w.deadline <= now_ms).then_some(ClientError::Timeout(w.timeout_ms)))
     }
 
     /// Call `call`, failed with `error` (the broker refused its publish).
@@ -80,17 +80,19 @@ impl<T> Pending<T> {
         call: CallId,
         error: ClientError,
     ) -> Option<(CallId, T, ClientError)> {
-        self.fail(|w| (w.call == call).then(|| error.clone())).pop()
+        self.fail(&|w| (w.call == call).then(|| error.clone()))
+            .pop()
     }
 
     /// Every call, failed with `error` (the connection dropped).
     pub(crate) fn fail_all(&mut self, error: ClientError) -> Vec<(CallId, T, ClientError)> {
-        self.fail(|_| Some(error.clone()))
+        self.fail(&|_| Some(error.clone()))
     }
 
+    // `dyn`: one copy of this (and of its sort) for every caller, not one per closure.
     fn fail(
         &mut self,
-        error: impl Fn(&Waiting<T>) -> Option<ClientError>,
+        error: &dyn Fn(&Waiting<T>) -> Option<ClientError>,
     ) -> Vec<(CallId, T, ClientError)> {
         let failing: Vec<(String, ClientError)> = self
             .waiting
