@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use mqstore_core::client::ClientError;
 use mqstore_core::client::jobs::{JobNotification, Update};
-use mqstore_core::jobs::{Status, check_operator_call};
+use mqstore_core::jobs::{OperatorRequest, PageRequest, Status, check_operator_call};
 use mqstore_net::blocking::calls;
-use mqstore_net::jobs::{ExecutionFilter, StartNext};
+use mqstore_net::jobs::StartNext;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
@@ -41,6 +41,16 @@ pub(crate) fn operator_call(op: &str, args: &str) -> PyResult<String> {
         .map_err(PyValueError::new_err)
 }
 
+/// An operator call's answer (the record or list it asks for) as the service sent it, into
+/// Python values: not read as a Rust type and written again. The operator API is mqstore's
+/// own, so its answers are the records Python's types describe; and the wheel carries no
+/// reader of them (`JobDescription`'s alone, with its flattened settings, was ~30 KB).
+fn operate(py: Python<'_>, conn: Conn, request: OperatorRequest) -> PyResult<Py<PyAny>> {
+    call!(py, conn, calls::operate(request), |answer| Ok(Json(
+        answer.into_json()
+    )))
+}
+
 #[pymethods]
 impl Client {
     /// Any operator call: `request` is its JSON text (`{"op": ..., ...}` with AWS's
@@ -70,9 +80,7 @@ impl Client {
     }
 
     fn describe_job(&self, py: Python<'_>, job_id: String, aio: bool) -> PyResult<Py<PyAny>> {
-        call!(py, self.live(aio)?, calls::describe_job(&job_id), |job| {
-            Json::of(&job)
-        })
+        operate(py, self.live(aio)?, OperatorRequest::DescribeJob { job_id })
     }
 
     fn describe_job_execution(
@@ -82,14 +90,12 @@ impl Client {
         thing: String,
         aio: bool,
     ) -> PyResult<Py<PyAny>> {
-        let call = calls::describe_job_execution(&job_id, &thing);
-        call!(py, self.live(aio)?, call, |execution| Json::of(&execution))
+        let request = OperatorRequest::DescribeExecution { job_id, thing };
+        operate(py, self.live(aio)?, request)
     }
 
     fn list_jobs(&self, py: Python<'_>, aio: bool) -> PyResult<Py<PyAny>> {
-        call!(py, self.live(aio)?, calls::list_jobs(), |jobs| Json::of(
-            &jobs
-        ))
+        operate(py, self.live(aio)?, OperatorRequest::list_jobs())
     }
 
     #[pyo3(signature = (thing, job_id, status_, aio))]
@@ -101,15 +107,13 @@ impl Client {
         status_: Option<&str>,
         aio: bool,
     ) -> PyResult<Py<PyAny>> {
-        let filter = ExecutionFilter {
+        let request = OperatorRequest::ListExecutions {
             thing,
             job_id,
             status: status(status_)?,
+            page: PageRequest::default(),
         };
-        let call = calls::list_job_executions(filter);
-        call!(py, self.live(aio)?, call, |executions| Json::of(
-            &executions
-        ))
+        operate(py, self.live(aio)?, request)
     }
 
     /// Acts as `thing` on the device API: subscribes to its replies and notifications.
