@@ -159,10 +159,13 @@ toolchain_list() {
   sed -n "s/^$1 *= *\[\(.*\)\]/\1/p" rust-toolchain.toml | tr -d '" ' | tr ',' '\n' | sed '/^$/d'
 }
 
+# The toolchain rust-toolchain.toml pins.
+pinned_channel() { sed -n 's/^channel *= *"\(.*\)"/\1/p' rust-toolchain.toml; }
+
 # The pinned stable toolchain with every component and target rust-toolchain.toml lists.
 rust_toolchain() {
   local channel
-  channel=$(sed -n 's/^channel *= *"\(.*\)"/\1/p' rust-toolchain.toml)
+  channel=$(pinned_channel)
   rustup toolchain install "$channel" --profile minimal --no-self-update
   # shellcheck disable=SC2046
   rustup component add --toolchain "$channel" $(toolchain_list components)
