@@ -23,7 +23,8 @@ export function freePort() {
   });
 }
 
-function waitFor(process, pattern, what, lines) {
+// `hint` says what to do when the program cannot be started at all.
+function waitFor(process, pattern, what, lines, hint) {
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`${what} did not start:\n${lines.join("")}`)), 20_000);
     const check = (chunk) => {
@@ -39,6 +40,11 @@ function waitFor(process, pattern, what, lines) {
       clearTimeout(timer);
       reject(new Error(`${what} exited (${code}):\n${lines.join("")}`));
     });
+    // A program that is not there never starts, and never exits either.
+    process.on("error", (error) => {
+      clearTimeout(timer);
+      reject(new Error(`${what} could not be started (${error.message}): ${hint}`));
+    });
   });
 }
 
@@ -47,8 +53,20 @@ function waitFor(process, pattern, what, lines) {
  * password}) the broker takes only that user, and the server logs in as it; `config` adds
  * lines to mosquitto's configuration.
  */
-export async function start({ login, config: extra = "", metrics = false } = {}) {
+export async function start(options = {}) {
   const dir = await mkdtemp(join(tmpdir(), "mqstore-js-broker-"));
+  // What was started before a step failed is stopped, and the directory goes with it.
+  const children = [];
+  try {
+    return await startIn(dir, children, options);
+  } catch (error) {
+    for (const child of children) child.kill("SIGTERM");
+    await rm(dir, { recursive: true, force: true });
+    throw error;
+  }
+}
+
+async function startIn(dir, children, { login, config: extra = "", metrics = false }) {
   const tcpPort = await freePort();
   const wsPort = await freePort();
   const config = join(dir, "mosquitto.conf");
@@ -56,9 +74,9 @@ export async function start({ login, config: extra = "", metrics = false } = {})
   if (login) {
     const passwords = join(dir, "passwords");
     await new Promise((resolve, reject) =>
-      spawn("mosquitto_passwd", ["-b", "-c", passwords, login.username, login.password], { stdio: "inherit" }).on("exit", (code) =>
-        code === 0 ? resolve() : reject(new Error(`mosquitto_passwd exited (${code})`)),
-      ),
+      spawn("mosquitto_passwd", ["-b", "-c", passwords, login.username, login.password], { stdio: "inherit" })
+        .on("exit", (code) => (code === 0 ? resolve() : reject(new Error(`mosquitto_passwd exited (${code})`))))
+        .on("error", (error) => reject(new Error(`mosquitto_passwd could not be started (${error.message}): is mosquitto installed?`))),
     );
     access = `allow_anonymous false\npassword_file ${passwords}\n`;
   }
@@ -75,9 +93,10 @@ export async function start({ login, config: extra = "", metrics = false } = {})
   const brokerLogs = [];
   const startBroker = async () => {
     const child = spawn(process.env.MOSQUITTO ?? "/usr/sbin/mosquitto", ["-c", config], { stdio: ["ignore", "pipe", "pipe"] });
+    children.push(child);
     const log = [];
     brokerLogs.push(log);
-    await waitFor(child, /running/, "mosquitto", log);
+    await waitFor(child, /running/, "mosquitto", log, "install it (bash scripts/test does) or set MOSQUITTO");
     return child;
   };
   let broker = await startBroker();
@@ -96,7 +115,14 @@ export async function start({ login, config: extra = "", metrics = false } = {})
     ],
     { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, NO_COLOR: "1", ...(login ? { MQSTORE_PASSWORD: login.password } : {}) } },
   );
-  await waitFor(server, /connected to the broker; subscribed/, "mqstore serve", serverLog);
+  children.push(server);
+  await waitFor(
+    server,
+    /connected to the broker; subscribed/,
+    "mqstore serve",
+    serverLog,
+    "build it (cargo build -p mqstore) or set MQSTORE_BIN",
+  );
   return {
     url: `ws://127.0.0.1:${wsPort}`,
     tcpPort,
