@@ -71,6 +71,13 @@ export interface ConnectOptions {
     password?: string;
     timeoutMs?: number;
     reconnectMs?: number;
+    tls?: TlsOptions;
+}
+export type Pem = string | Uint8Array;
+export interface TlsOptions {
+    ca?: Pem;
+    cert?: Pem;
+    key?: Pem;
 }
 export interface SetOptions {
     nx?: boolean;

@@ -170,6 +170,49 @@ export interface ConnectOptions {
    * arrives as a `synthetic` one.
    */
   reconnectMs?: number;
+  /**
+   * TLS settings for a `wss://` broker, in Node. Without them Node trusts its own list of
+   * CAs (and `NODE_EXTRA_CA_CERTS`); a browser always decides with its own, so passing them
+   * there is an error.
+   */
+  tls?: TlsOptions;
+}
+
+/** PEM text (a string, or its bytes as `readFileSync` gives them). */
+export type Pem = string | Uint8Array;
+
+/** How a Node client checks a `wss://` broker and shows itself to one. */
+export interface TlsOptions {
+  /** The CA certificates to trust for the broker's certificate, instead of Node's own list. */
+  ca?: Pem;
+  /** This client's certificate, for a broker that asks for one; needs `key`. */
+  cert?: Pem;
+  /** The private key (unencrypted) of `cert`. */
+  key?: Pem;
+}
+
+/** `tls` checked, as MQTT.js takes it in Node (`ca`, `cert`, `key` passed on to its TLS). */
+function tlsSettings(url: string, tls: TlsOptions | undefined): Partial<IClientOptions> {
+  if (tls === undefined) return {};
+  if (!url.startsWith("wss://")) {
+    throw new InvalidArgumentError(`tls settings are for a wss:// broker URL, not ${JSON.stringify(url)}`);
+  }
+  if (!(globalThis as { process?: { versions?: { node?: string } } }).process?.versions?.node) {
+    throw new InvalidArgumentError("tls settings are for Node: a browser checks a wss:// broker with its own trusted CAs");
+  }
+  if ((tls.cert === undefined) !== (tls.key === undefined)) {
+    throw new InvalidArgumentError("tls: a client certificate needs its key, and a key its certificate (cert and key)");
+  }
+  const settings: Partial<IClientOptions> = {};
+  for (const name of ["ca", "cert", "key"] as const) {
+    const value = tls[name];
+    if (value === undefined) continue;
+    if (typeof value !== "string" && !(value instanceof Uint8Array)) {
+      throw new InvalidArgumentError(`tls.${name} must be PEM text (a string or its bytes)`);
+    }
+    settings[name] = typeof value === "string" ? value : new TextDecoder().decode(value);
+  }
+  return settings;
 }
 
 /** Options of a SET. */
@@ -366,6 +409,7 @@ export class Client {
     if (typeof url !== "string" || !/^wss?:\/\//.test(url)) {
       throw new InvalidArgumentError(`the broker URL must start with ws:// or wss://, not ${JSON.stringify(url)}`);
     }
+    const tls = tlsSettings(url, options.tls);
     const clientId = options.clientId ?? `mqstore-js-${Math.floor(Math.random() * 2 ** 32).toString(16).padStart(8, "0")}`;
     const timeoutMs = options.timeoutMs ?? 10_000;
     const core = typed(() => new wasm.ClientCore(clientId, Math.random() * 2 ** 52, timeoutMs));
@@ -378,6 +422,7 @@ export class Client {
       connectTimeout: timeoutMs,
       reconnectPeriod: 0,
       will: { topic: core.presenceTopic(), payload: wire(wasm.presenceGone()), qos: 1, retain: false },
+      ...tls,
     };
     let connection: MqttClient;
     try {
@@ -387,9 +432,12 @@ export class Client {
       if (typeof reason === "number" && reason >= 0x80) {
         throw new BrokerRefusedError(`the MQTT broker refused the connection (reason code 0x${reason.toString(16)})`);
       }
-      throw new BrokerUnreachableError(
-        `cannot reach the MQTT broker at ${url} (is its WebSocket listener there?): ${(e as Error).message || e}`,
-      );
+      const message = (e as Error).message || String(e);
+      // Node's TLS names what it could not check; the hint is then about certificates.
+      const hint = /certificate|CERT_/i.test(`${message} ${(e as { code?: unknown }).code}`)
+        ? "its certificate could not be checked: tls.ca in Node, the browser's trusted CAs otherwise"
+        : "is its WebSocket listener there?";
+      throw new BrokerUnreachableError(`cannot reach the MQTT broker at ${url} (${hint}): ${message}`);
     }
     const client = new Client(connection, core, clientId);
     connection.on("message", (_topic, _payload, packet) => client.#receive(packet));
