@@ -5,12 +5,13 @@
 //!
 //!   mosquitto -p 18860 &      # any MQTT 5 broker
 //!   cargo build --release -p mqstore --bin mqstore --example shadow_bench
-//!   target/release/examples/shadow_bench 18860 [STORE]
+//!   target/release/examples/shadow_bench 18860 [STORE | --inside]
 //!
 //! STORE is `serve --store`'s (default `memory`; e.g. `redis://127.0.0.1:6379`). The server
-//! is `target/release/mqstore serve`, a child process. Each level runs the two targets in
-//! turns (SETs, then shadow updates, three rounds of 3 s each) so that the machine's noise
-//! falls on both. Each in-flight task writes its own key and its own thing's shadow; the
+//! is `target/release/mqstore serve`, a child process; with `--inside` none is started: the
+//! broker serves shadows itself (the plugin, on its own store; `scripts/bench-plugin`). Each
+//! level runs the two targets in turns (SETs, then shadow updates, three rounds of 3 s each)
+//! so that the machine's noise falls on both. Each in-flight task writes its own key and its own thing's shadow; the
 //! shadow updates alternate `desired` and `reported`, so that every other one has a delta.
 
 mod common;
@@ -59,19 +60,26 @@ where
 async fn main() {
     let args: Vec<String> = std::env::args().collect();
     let port: u16 = args.get(1).map_or(18860, |a| a.parse().expect("a port"));
-    let store = args.get(2).cloned().unwrap_or_else(|| "memory".into());
-    let mqstore = common::mqstore_binary();
-    let mut server = std::process::Command::new(&mqstore)
-        .args(["serve", "--port", &port.to_string(), "--node-id", "bench"])
-        .args(["--store", &store, "--no-commands"])
-        .env("MQSTORE_LOG", "warn")
-        .spawn()
-        .unwrap_or_else(|e| {
-            panic!(
-                "{}: {e} (build it: cargo build --release -p mqstore --bin mqstore)",
-                mqstore.display()
-            )
-        });
+    let inside = args.get(2).is_some_and(|a| a == "--inside");
+    let store = match args.get(2) {
+        Some(_) if inside => "the plugin's".to_owned(),
+        Some(store) => store.clone(),
+        None => "memory".to_owned(),
+    };
+    let mut server = (!inside).then(|| {
+        let mqstore = common::mqstore_binary();
+        std::process::Command::new(&mqstore)
+            .args(["serve", "--port", &port.to_string(), "--node-id", "bench"])
+            .args(["--store", &store, "--no-commands"])
+            .env("MQSTORE_LOG", "warn")
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!(
+                    "{}: {e} (build it: cargo build --release -p mqstore --bin mqstore)",
+                    mqstore.display()
+                )
+            })
+    });
     common::wait_for_server(port).await;
     let mut clients: Vec<Client> = Vec::new();
     for i in 0..CONNECTIONS {
@@ -122,6 +130,8 @@ async fn main() {
     for client in clients {
         client.close().await;
     }
-    let _ = server.kill();
-    let _ = server.wait();
+    if let Some(server) = server.as_mut() {
+        let _ = server.kill();
+        let _ = server.wait();
+    }
 }
