@@ -2,7 +2,7 @@
 // playwright-core), against mosquitto's WebSocket listener + mqstore serve: a key set with the
 // CLI appears, an edit on the page reads back with the CLI, a deletion disappears, a job's
 // rollout shows its counts, rate, abort threshold and maintenance window, jobs show per thing,
-// a thing's shadow follows its updates;
+// a thing's shadow follows its updates; the package refuses Node's TLS settings in the browser;
 // 100,000 keys load without re-scanning and with only the rows on screen in the page; no
 // console errors. The screenshots are kept in $MQSTORE_ARTIFACTS (default target/artifacts/).
 import assert from "node:assert/strict";
@@ -138,6 +138,19 @@ test("the dashboard shows lease holders with their fencing tokens, and jobs per 
 
   await page.screenshot({ path: join(await artifacts(), "dashboard.png"), fullPage: true });
   assert.deepEqual(problems, []);
+});
+
+test("in the browser, tls settings are refused before connecting: the browser checks wss:// itself", async () => {
+  const refusal = await page.evaluate(async () => {
+    const { Client } = await import("mqstore");
+    try {
+      await Client.connect("wss://127.0.0.1:1", { tls: { ca: "-----BEGIN CERTIFICATE-----" } });
+      return "connected";
+    } catch (e) {
+      return `${e.name} ${e.code}: ${e.message}`;
+    }
+  });
+  assert.match(refusal, /^InvalidArgumentError 1: tls settings are for Node/);
 });
 
 test("the dashboard shows a thing's shadow, live: desired, reported, delta, version", async () => {
