@@ -11,8 +11,9 @@
 //! is `target/release/mqstore serve`, a child process; with `--inside` none is started: the
 //! broker serves shadows itself (the plugin, on its own store; `scripts/bench-plugin`). Each
 //! level runs the two targets in turns (SETs, then shadow updates, three rounds of 3 s each)
-//! so that the machine's noise falls on both. Each in-flight task writes its own key and its own thing's shadow; the
-//! shadow updates alternate `desired` and `reported`, so that every other one has a delta.
+//! so that the machine's noise falls on both. Each in-flight task writes its own key and its
+//! own thing's shadow; the shadow updates alternate `desired` and `reported`, so that every
+//! other one has a delta.
 
 mod common;
 
