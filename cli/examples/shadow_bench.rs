@@ -14,20 +14,32 @@
 //! so that the machine's noise falls on both. Each in-flight task writes its own key and its
 //! own thing's shadow; the shadow updates alternate `desired` and `reported`, so that every
 //! other one has a delta.
+//!
+//! Then contention: 2 and 8 writers on one connection (AWS's limit is 10 requests in flight
+//! per thing), first each on a shadow of its own, then all on one shadow, where each update
+//! is a compare-and-set that another writer's may beat (it then runs again: on Redis, where a
+//! node runs a thing's requests side by side; on memory they run one at a time). The races
+//! per update are read from the server's `mqstore_shadow_races_total` (none with `--inside`:
+//! the plugin serves no metrics).
 
 mod common;
 
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use mqstore_net::client::{Client, SetOptions};
+use mqstore_net::shadow::Shadow;
 use serde_json::json;
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 const ROUND: Duration = Duration::from_secs(3);
 const ROUNDS: usize = 3;
 const CONNECTIONS: usize = 16;
+/// Writers on one shadow in the contention table: below AWS's 10 in flight per thing.
+const WRITERS: [usize; 2] = [2, 8];
 
 /// Operations per second of `in_flight` tasks for `ROUND`, each running `op(task, n)`.
 async fn rate<F, Fut>(in_flight: usize, op: F) -> f64
@@ -67,11 +79,16 @@ async fn main() {
         Some(store) => store.clone(),
         None => "memory".to_owned(),
     };
+    let metrics = (!inside).then(|| {
+        let free = TcpListener::bind("127.0.0.1:0").expect("a free port for the metrics");
+        free.local_addr().unwrap()
+    });
     let mut server = (!inside).then(|| {
         let mqstore = common::mqstore_binary();
         std::process::Command::new(&mqstore)
             .args(["serve", "--port", &port.to_string(), "--node-id", "bench"])
             .args(["--store", &store, "--no-commands"])
+            .args(["--metrics", &metrics.unwrap().to_string()])
             .env("MQSTORE_LOG", "warn")
             .spawn()
             .unwrap_or_else(|e| {
@@ -113,12 +130,7 @@ async fn main() {
             .await;
             let handles = shadows.clone();
             updates += rate(in_flight, move |task, n| {
-                let shadow = handles[task].clone();
-                async move {
-                    let side = if n % 2 == 0 { "desired" } else { "reported" };
-                    let state = json!({ side: { "n": n / 2, "label": "bench" } });
-                    shadow.update(state, None).await.expect("shadow update");
-                }
+                update(handles[task].clone(), "n".into(), n)
             })
             .await;
         }
@@ -128,6 +140,7 @@ async fn main() {
             updates / sets
         );
     }
+    contention(&clients[0], metrics).await;
     for client in clients {
         client.close().await;
     }
@@ -135,4 +148,86 @@ async fn main() {
         let _ = server.kill();
         let _ = server.wait();
     }
+}
+
+/// One shadow update by a writer that owns `field`: every other one on the `desired` side (a
+/// delta), the others on the `reported` side.
+async fn update(shadow: Arc<Shadow>, field: String, n: u64) {
+    let side = if n.is_multiple_of(2) {
+        "desired"
+    } else {
+        "reported"
+    };
+    let state = json!({ side: { field: n / 2, "label": "bench" } });
+    shadow.update(state, None).await.expect("shadow update");
+}
+
+/// Writers on one connection, each on its own shadow and then all on one, three rounds; the
+/// server's compare-and-set races per update where it serves metrics.
+async fn contention(client: &Client, metrics: Option<SocketAddr>) {
+    println!();
+    println!(
+        "| writers | own shadows: updates/s | one shadow: updates/s | one / own | races per update |"
+    );
+    println!("|---|---|---|---|---|");
+    let one = Arc::new(
+        client
+            .shadow("bench-contended", None)
+            .await
+            .expect("use a shadow"),
+    );
+    for writers in WRITERS {
+        let mut own = Vec::new();
+        for task in 0..writers {
+            let shadow = client.shadow(&format!("bench-own-{task}"), None).await;
+            own.push(Arc::new(shadow.expect("use a shadow")));
+        }
+        let (mut spread, mut shared, mut races) = (0.0, 0.0, 0.0);
+        for _ in 0..ROUNDS {
+            let handles = own.clone();
+            spread += rate(writers, move |task, n| {
+                update(handles[task].clone(), "n".into(), n)
+            })
+            .await;
+            let before = metrics.map(races_so_far);
+            let handle = one.clone();
+            shared += rate(writers, move |task, n| {
+                update(handle.clone(), format!("w{task}"), n)
+            })
+            .await;
+            races += metrics.map_or(0.0, races_so_far) - before.unwrap_or(0.0);
+        }
+        let (spread, shared) = (spread / ROUNDS as f64, shared / ROUNDS as f64);
+        let per_update = match metrics {
+            Some(_) => format!(
+                "{:.2}",
+                races / (shared * ROUND.as_secs_f64() * ROUNDS as f64)
+            ),
+            None => "not counted".to_owned(),
+        };
+        println!(
+            "| {writers} | {spread:.0} | {shared:.0} | **{:.2}×** | {per_update} |",
+            shared / spread
+        );
+    }
+}
+
+/// `mqstore_shadow_races_total` from the server's metrics at `address`.
+fn races_so_far(address: SocketAddr) -> f64 {
+    let mut connection = TcpStream::connect(address).expect("the server's metrics");
+    connection
+        .write_all(b"GET /metrics HTTP/1.0\r\nHost: bench\r\n\r\n")
+        .expect("asking for the server's metrics");
+    let mut response = String::new();
+    connection
+        .read_to_string(&mut response)
+        .expect("the server's metrics");
+    response
+        .lines()
+        .find_map(|line| {
+            line.strip_prefix("mqstore_shadow_races_total ")?
+                .parse()
+                .ok()
+        })
+        .expect("mqstore_shadow_races_total in the server's metrics")
 }

@@ -63,6 +63,8 @@ pub struct Metrics {
     jobs_requests: [AtomicU64; 2],
     /// Device shadow requests, by operation (get, update, delete), [rejected, accepted].
     shadow_requests: [[AtomicU64; 2]; 3],
+    /// Device shadow requests run again after another node's write won the compare-and-set.
+    shadow_races: AtomicU64,
     /// `notify` and `notify-next` published.
     jobs_notifications: AtomicU64,
     /// Messages on the jobs device API topics that were not requests.
@@ -217,6 +219,14 @@ impl Metrics {
     pub fn shadow_handled(&self, op: mqstore_core::shadow::Op, accepted: bool) {
         let by_op = &self.shadow_requests[SHADOW_OPS.iter().position(|o| *o == op).unwrap_or(0)];
         by_op[usize::from(accepted)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts device shadow requests run again because another node wrote the shadow between
+    /// their read and their write.
+    pub fn shadow_raced(&self, races: usize) {
+        if races > 0 {
+            self.shadow_races.fetch_add(races as u64, Ordering::Relaxed);
+        }
     }
 
     /// Counts a message on the device API topics that was not a request.
@@ -519,6 +529,11 @@ impl Metrics {
                 );
             }
         }
+        let _ = writeln!(
+            out,
+            "# HELP mqstore_shadow_races_total Device shadow requests run again because another node wrote the shadow between their read and their write.\n# TYPE mqstore_shadow_races_total counter\nmqstore_shadow_races_total {}",
+            self.shadow_races.load(Ordering::Relaxed)
+        );
         let _ = writeln!(
             out,
             "# HELP mqstore_commands_total Commands to devices and their answers, by event.\n# TYPE mqstore_commands_total counter"

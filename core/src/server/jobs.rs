@@ -21,6 +21,9 @@ pub struct JobsHandled {
     pub notifications: usize,
     /// A device shadow's request (which operation), not a jobs one: counted apart.
     pub shadow: Option<shadow::Op>,
+    /// A device shadow's request: how many times it ran again because another node wrote the
+    /// shadow between its read and its write (its compare-and-set lost). Always 0 for jobs.
+    pub races: usize,
 }
 
 /// Why a jobs message was not answered.
@@ -48,11 +51,12 @@ pub fn run_request(
     // Device shadows are kept in the jobs store and reached as the device API is.
     if let Some((target, op)) = shadow::parse_topic(&message.topic) {
         let store = jobs.store_mut();
-        let answered = shadow::serve(store, target, op, &message.payload, now_ms, out);
+        let served = shadow::serve(store, target, op, &message.payload, now_ms, out);
         return Ok(JobsHandled {
-            answered,
+            answered: served.answered,
             notifications: out.len() - before - 1,
             shadow: Some(op),
+            races: served.races,
         });
     }
     if message.topic != OPERATOR_TOPIC {
@@ -64,6 +68,7 @@ pub fn run_request(
             answered,
             notifications,
             shadow: None,
+            races: 0,
         });
     }
     match envelope::check_request(message.qos, message.properties.clone(), node_id) {
@@ -82,6 +87,7 @@ pub fn run_request(
                 },
                 notifications: notifications_in(&out[before..]),
                 shadow: None,
+                races: 0,
             };
             let mut properties = envelope::response_properties(&invocation, 200, None, node_id);
             properties.content_type = Some("application/json".into());
@@ -504,5 +510,83 @@ mod tests {
             record.latest("j1").unwrap().status,
             crate::jobs::Status::Queued
         );
+    }
+
+    /// A shadow update on `lamp` stepped by calls, with `others` other nodes' updates landing
+    /// each between one of its reads and its compare-and-set write: what it published and did.
+    fn update_raced_by(store: &Recorder, others: usize) -> (Vec<Publish>, JobsHandled) {
+        let update = |state: Value| {
+            let mut message = device("lamp", "x", json!({ "state": state }));
+            message.topic = "$aws/things/lamp/shadow/update".into();
+            message
+        };
+        let mut work = JobsWork::request(
+            update(json!({ "desired": { "on": true } })),
+            "n",
+            T0,
+            MINUTE_MS,
+            BATCH,
+        );
+        let mut raced = 0;
+        loop {
+            match work.step() {
+                JobsStep::Call(call) => {
+                    if matches!(call, StoreCall::SwapEntry(..)) && raced < others {
+                        raced += 1;
+                        let other = update(json!({ "reported": { "seen": raced } }));
+                        let ((_, outcome), _) = stepped(store, 0, &Input::Message(other));
+                        assert!(outcome.contains("Accepted"), "{outcome}");
+                    }
+                    work.answered(store.run(call));
+                }
+                JobsStep::Request(out, handled) => return (out, handled.unwrap()),
+                JobsStep::Tick(..) => panic!("a request's work ended as a tick"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_shadow_update_whose_write_another_node_beat_runs_again_on_what_won() {
+        let store = Recorder::default();
+        let (out, handled) = update_raced_by(&store, 2);
+        assert_eq!(handled.answered, Answered::Accepted);
+        assert_eq!(handled.races, 2, "it lost twice, then wrote");
+        let body = |suffix: &str| -> Value {
+            let reply = out.iter().find(|p| p.topic.ends_with(suffix)).unwrap();
+            serde_json::from_slice(&reply.payload).unwrap()
+        };
+        // The two other writes made versions 1 and 2: this one is 3, on top of them.
+        assert_eq!(body("/update/accepted")["version"], 3);
+        let current = &body("/update/documents")["current"];
+        assert_eq!(current["state"]["desired"], json!({ "on": true }));
+        assert_eq!(current["state"]["reported"], json!({ "seen": 2 }));
+        let untouched = Recorder::default();
+        let (_, alone) = update_raced_by(&untouched, 0);
+        assert_eq!((alone.answered, alone.races), (Answered::Accepted, 0));
+    }
+
+    #[test]
+    fn a_shadow_update_that_loses_every_race_is_refused_with_500_and_writes_nothing() {
+        let store = Recorder::default();
+        let (out, handled) = update_raced_by(&store, 1000);
+        assert_eq!(handled.answered, Answered::Rejected);
+        assert_eq!(handled.races, 100, "it gives up after 100 lost races");
+        let [reply] = &out[..] else {
+            panic!("one reply: {out:?}")
+        };
+        assert_eq!(reply.topic, "$aws/things/lamp/shadow/update/rejected");
+        let body: Value = serde_json::from_slice(&reply.payload).unwrap();
+        assert_eq!(body["code"], 500, "{body}");
+        let key = shadow::Target {
+            thing: "lamp",
+            name: None,
+        }
+        .key();
+        let stored = store.run(StoreCall::Entry(shadow::TABLE.into(), key));
+        let StoreAnswer::Entry(Ok(Some(document))) = stored else {
+            panic!("the others' document: {stored:?}")
+        };
+        let document: Value = serde_json::from_slice(&document).unwrap();
+        assert_eq!(document["state"]["desired"], Value::Null, "{document}");
     }
 }

@@ -514,19 +514,29 @@ fn the_shadow_service_answers_its_operator_call_and_leaves_the_others_to_jobs() 
 }
 
 #[test]
-fn a_thing_with_ten_requests_in_flight_has_the_next_refused_with_429_until_one_finishes() {
+fn a_thing_s_requests_run_one_at_a_time_in_order_and_the_eleventh_in_flight_is_refused_with_429() {
     let request = |thing: &str, path: &str, token: &str| Publish {
         topic: format!("$aws/things/{thing}/shadow/{path}"),
         payload: Bytes::from(json!({ "clientToken": token }).to_string()),
         qos: 1,
         properties: Properties::default(),
     };
+    let token = |message: &Publish| -> String {
+        let body: Value = serde_json::from_slice(&message.payload).unwrap();
+        body["clientToken"].as_str().unwrap().to_owned()
+    };
     let mut in_flight = InFlight::default();
-    // The classic and named shadows of one thing count together (its device's requests).
+    // The classic and named shadows of one thing count together (its device's requests): the
+    // first runs, the others wait for it.
     for i in 0..MAX_IN_FLIGHT {
         let path = if i % 2 == 0 { "get" } else { "name/cfg/update" };
-        let started = in_flight.start(&request("lamp", path, &format!("t{i}")), NOW_MS);
-        assert_eq!(started, Admitted::Started, "request {i}");
+        let admitted = in_flight.start(&request("lamp", path, &format!("t{i}")), NOW_MS);
+        let expected = if i == 0 {
+            Admitted::Started
+        } else {
+            Admitted::Waiting
+        };
+        assert_eq!(admitted, expected, "request {i}");
     }
     assert_eq!(in_flight.len(), MAX_IN_FLIGHT);
     let Admitted::Refused(op, refusal) =
@@ -559,18 +569,29 @@ fn a_thing_with_ten_requests_in_flight_has_the_next_refused_with_429_until_one_f
         ..request("lamp", "get", "j")
     };
     assert_eq!(in_flight.start(&jobs, NOW_MS), Admitted::NotShadow);
-    // One answered: the next goes.
-    in_flight.finish("$aws/things/lamp/shadow/get");
+    // One answered: the next in line runs, and there is room for one more.
+    let next = in_flight.finish("$aws/things/lamp/shadow/get").unwrap();
+    assert_eq!(next.topic, "$aws/things/lamp/shadow/name/cfg/update");
+    assert_eq!(token(&next), "t1");
     assert_eq!(
         in_flight.start(&request("lamp", "delete", "d"), NOW_MS),
-        Admitted::Started
+        Admitted::Waiting
     );
-    for _ in 0..MAX_IN_FLIGHT {
-        in_flight.finish("$aws/things/lamp/shadow/update");
+    // Each answer hands on the next, in the order they came; the last hands on none.
+    let mut ran = vec![token(&next)];
+    let mut running = next.topic;
+    while let Some(next) = in_flight.finish(&running) {
+        ran.push(token(&next));
+        running = next.topic;
     }
-    in_flight.finish("$aws/things/fan/shadow/get");
+    let expected: Vec<String> = (1..MAX_IN_FLIGHT)
+        .map(|i| format!("t{i}"))
+        .chain(["d".to_owned()])
+        .collect();
+    assert_eq!(ran, expected);
+    assert_eq!(in_flight.finish("$aws/things/fan/shadow/get"), None);
     // Finishing what never started changes nothing.
-    in_flight.finish("$aws/things/fan/shadow/get");
+    assert_eq!(in_flight.finish("$aws/things/fan/shadow/get"), None);
     assert!(in_flight.is_empty());
     assert_eq!(
         in_flight.start(&request("fan", "get", "f"), NOW_MS),

@@ -95,8 +95,9 @@ func build() (dashboard.Dashboard, error) {
 		WithPanel(graph("Jobs requests", "reqps", "Device and operator API requests per second, by outcome; notify and notify-next published.",
 			query(`sum by (outcome) (rate(mqstore_jobs_requests_total`+on+`[$__rate_interval]))`, "{{outcome}}"),
 			query(`sum(rate(mqstore_jobs_notifications_total`+on+`[$__rate_interval]))`, "notifications"))).
-		WithPanel(graph("Device shadows", "reqps", "Device shadow requests per second, by operation and outcome (rejected: AWS's 4xx and 5xx answers).",
-			query(`sum by (op, outcome) (rate(mqstore_shadow_requests_total`+on+`[$__rate_interval]))`, "{{op}} {{outcome}}"))).
+		WithPanel(graph("Device shadows", "reqps", "Device shadow requests per second, by operation and outcome (rejected: AWS's 4xx and 5xx answers); races: requests run again because another node wrote the shadow between their read and their write.",
+			query(`sum by (op, outcome) (rate(mqstore_shadow_requests_total`+on+`[$__rate_interval]))`, "{{op}} {{outcome}}"),
+			query(`sum(rate(mqstore_shadow_races_total`+on+`[$__rate_interval]))`, "races"))).
 		WithPanel(graph("Commands", "ops", "Commands to devices and their answers per second, by event.",
 			query(`sum by (event) (rate(mqstore_commands_total`+on+`[$__rate_interval]))`, "{{event}}"))).
 		WithRow(dashboard.NewRowBuilder("Process")).

@@ -141,20 +141,34 @@ impl Node {
                     self.check_disk();
                 }
             }
-            (state, Some(JobsService::Shared(shared))) => {
-                if let shadow::Admitted::Refused(op, refusal) =
-                    shared.shadows_in_flight.start(&message, now)
-                {
-                    self.metrics.shadow_handled(op, false);
-                    self.out.push(refusal);
-                    return self.queue_out();
+            (_, Some(JobsService::Shared(shared))) => {
+                match shared.shadows_in_flight.start(&message, now) {
+                    shadow::Admitted::Refused(op, refusal) => {
+                        self.metrics.shadow_handled(op, false);
+                        self.out.push(refusal);
+                        self.queue_out();
+                    }
+                    // Counted in flight now (a stop waits for it); run when its thing's
+                    // request before it is answered (`drive_jobs`).
+                    shadow::Admitted::Waiting => shared.in_flight += 1,
+                    _ => {
+                        shared.in_flight += 1;
+                        self.run_jobs_request(message);
+                    }
                 }
-                shared.in_flight += 1;
-                let work = shared.request(message, state.node_id(), now);
-                self.drive_jobs(work);
             }
             _ => {}
         }
+    }
+
+    /// Runs a jobs request (admitted and counted in flight) on Redis.
+    fn run_jobs_request(&mut self, message: Publish) {
+        let now = self.now();
+        let Some(JobsService::Shared(shared)) = &self.jobs else {
+            return;
+        };
+        let work = shared.request(message, self.state.node_id(), now);
+        self.drive_jobs(work);
     }
 
     /// Takes a jobs work on Redis one step on: its next store call runs on the node's
@@ -172,12 +186,17 @@ impl Node {
                 });
             }
             JobsStep::Request(out, handled) => {
-                if let (Some(JobsService::Shared(shared)), Some(message)) =
-                    (&mut self.jobs, work.message())
-                {
-                    shared.shadows_in_flight.finish(&message.topic);
+                let next = match (&mut self.jobs, work.message()) {
+                    (Some(JobsService::Shared(shared)), Some(message)) => {
+                        shared.shadows_in_flight.finish(&message.topic)
+                    }
+                    _ => None,
+                };
+                self.jobs_done(JobsDone::Request(out, handled));
+                // The thing's next shadow request, which waited for this one.
+                if let Some(next) = next {
+                    self.run_jobs_request(next);
                 }
-                self.jobs_done(JobsDone::Request(out, handled))
             }
             JobsStep::Tick(out, ticked) => self.jobs_done(JobsDone::Tick(out, ticked)),
             _ => {}
@@ -189,6 +208,7 @@ impl Node {
         match handled {
             Ok(handled) => {
                 let accepted = handled.answered == mqstore_core::jobs::Answered::Accepted;
+                self.metrics.shadow_raced(handled.races);
                 match handled.shadow {
                     Some(op) => self.metrics.shadow_handled(op, accepted),
                     None => self.metrics.jobs_handled(accepted, handled.notifications),
