@@ -322,6 +322,8 @@ pub enum Write {
 /// What [`handle`] decided: the write to make, then the publishes to send once it is made.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Handled {
+    /// Accepted (its first publish is `…/accepted`) or refused (`…/rejected`).
+    pub answered: Answered,
     /// The store's write.
     pub write: Write,
     /// `…/accepted` or `…/rejected`, then (an update) `…/update/delta` and
@@ -349,6 +351,7 @@ pub fn handle(
                 .map(|(suffix, body)| reply(&prefix, suffix, body, now_s, token))
                 .collect();
             Handled {
+                answered: Answered::Accepted,
                 write: ran.write,
                 publishes,
             }
@@ -401,16 +404,11 @@ pub(crate) fn serve<S: JobsStore + ?Sized>(
             Err(_) => break,
         }
     }
-    let accepted = handled
-        .publishes
-        .first()
-        .is_some_and(|p| p.topic.ends_with("/accepted"));
     out.extend(handled.publishes);
-    let answered = match accepted {
-        true => Answered::Accepted,
-        false => Answered::Rejected,
-    };
-    Served { answered, races }
+    Served {
+        answered: handled.answered,
+        races,
+    }
 }
 
 /// How many times a request runs again after losing a race to another write before it is
@@ -550,6 +548,7 @@ fn rejected(
     let suffix = format!("{}/rejected", op.suffix());
     let token = envelope.client_token.as_deref();
     Handled {
+        answered: Answered::Rejected,
         write: Write::None,
         publishes: vec![reply(prefix, &suffix, body, now_s, token)],
     }

@@ -28,6 +28,10 @@ impl One {
 
     fn raw(&mut self, target: Target<'_>, op: Op, payload: &[u8]) -> Vec<(String, Value)> {
         let handled = handle(target, op, payload, self.stored.as_deref(), NOW_MS);
+        // What it says it did is what its first publish says.
+        let first = &handled.publishes[0].topic;
+        let accepted = handled.answered == crate::jobs::Answered::Accepted;
+        assert_eq!(accepted, first.ends_with("/accepted"), "{first}");
         if let Write::Put { document } = handled.write {
             self.stored = Some(document);
         }
@@ -435,6 +439,7 @@ fn malformed_requests_get_aws_codes_and_messages_and_change_nothing() {
 fn a_stored_entry_that_is_not_a_shadow_is_an_internal_failure() {
     let handled = handle(classic("lamp"), Op::Get, b"", Some(b"junk"), NOW_MS);
     assert_eq!(handled.write, Write::None);
+    assert_eq!(handled.answered, crate::jobs::Answered::Rejected);
     let body: Value = serde_json::from_slice(&handled.publishes[0].payload).unwrap();
     assert_eq!(body["code"], 500);
 }
