@@ -17,8 +17,8 @@
 //!
 //! Then contention: 2 and 8 writers on one connection (AWS's limit is 10 requests in flight
 //! per thing), first each on a shadow of its own, then all on one shadow, where each update
-//! is a compare-and-set that another writer's may beat (it then runs again: on Redis, where a
-//! node runs a thing's requests side by side; on memory they run one at a time). The races
+//! is a compare-and-set that another's may beat (it then runs again; a node runs a thing's
+//! requests one at a time, so only those through different nodes should race). The races
 //! per update are read from the server's `mqstore_shadow_races_total` (none with `--inside`:
 //! the plugin serves no metrics).
 

@@ -440,14 +440,14 @@ pub const MAX_IN_FLIGHT: usize = 10;
 /// The shadow requests in flight on a host that answers them after it received them (on
 /// Redis each is a [`crate::server::JobsWork`] whose store calls take round trips): it runs a
 /// thing's requests one at a time, in the order they came, and refuses the next with AWS's
-/// 429 while a thing has [`MAX_IN_FLIGHT`] (running and waiting), rather than queueing it
-/// behind them. AWS counts a connection's requests; a service beside the broker does not see
+/// 429 while a thing has [`MAX_IN_FLIGHT`] (running and waiting) rather than keeping an
+/// eleventh waiting. AWS counts a connection's requests; a service beside the broker does not see
 /// connections, so a thing's (classic and named shadows together) stand for its device's.
 ///
 /// One at a time, because requests of one shadow run side by side would race each other's
-/// compare-and-set (see `serve`): each loser reads again, and on one shadow's busy writers
-/// those reads were most of the work (8 writers: 0.03× the updates per second of 8 shadows,
-/// 4.7 races per update; docs/performance.md). Only requests through different nodes race
+/// compare-and-set (see `serve`): each loser runs again, and one shadow's busy writers got
+/// little done (8 writers: 0.03× the updates per second of 8 shadows, 4.7 races per update,
+/// now and then a 500 after 100 lost races; docs/performance.md). Only requests through different nodes race
 /// now. A host that answers each request as it handles it (a node on memory or a data
 /// directory) never has one in flight, and needs none of this.
 #[derive(Debug, Default)]
