@@ -24,7 +24,7 @@
 //! * A QoS 2 request sent again before PUBREL (mosquitto hands the plugin every copy) is run
 //!   once ([`exactly_once`]).
 //! * A `mqstore serve` that serves the state store beside the plugin (its presence arrives) is
-//!   warned about once, by node id: every request would get two answers.
+//!   warned about once per start of it ([`Peers`]): every request would get two answers.
 //!
 //! No panic crosses into mosquitto: every callback catches it and lets the message through.
 
@@ -38,7 +38,7 @@ use mqstore_core::commands::Profiles;
 use mqstore_core::disk::{Durability, Fsync, Sync};
 use mqstore_core::engine::EngineConfig;
 use mqstore_core::envelope::{Properties, Publish};
-use mqstore_core::presence::ServerPresence;
+use mqstore_core::presence::{Peers, ServerPresence, Subscription};
 use mqstore_core::server::commands::{Seen, ServiceConfig};
 use mqstore_core::server::{JobsConfig, Node, NodeConfig, Route, To, registrations_of};
 use mqstore_core::store::Quotas;
@@ -73,8 +73,8 @@ struct Plugin {
     presence: Option<Publish>,
     /// QoS 2 requests run lately, so that a copy is not run again.
     seen_qos2: exactly_once::SeenRequests,
-    /// Nodes of `mqstore serve` found serving the state store beside the plugin (warned of).
-    warned_nodes: std::collections::HashSet<String>,
+    /// Nodes of `mqstore serve` serving the state store beside the plugin (warned of).
+    peers: Peers,
     /// With `plugin_opt_data_dir`: the thread the node's syncs run on.
     syncer: Option<Syncer>,
     /// The data directory's failure was logged.
@@ -307,6 +307,7 @@ pub unsafe extern "C" fn mosquitto_plugin_init(
                 online: true,
                 max_packet_size: None,
                 registration_lease_ms: None,
+                subscription: Some(Subscription::Every),
             }
             .to_bytes(),
             qos: 1,
@@ -318,7 +319,7 @@ pub unsafe extern "C" fn mosquitto_plugin_init(
             connections: HashMap::new(),
             presence: Some(presence),
             seen_qos2: exactly_once::SeenRequests::new(16_384),
-            warned_nodes: Default::default(),
+            peers: Peers::new(options.node_id.clone(), Subscription::Every),
             syncer,
             failure_logged: false,
         }))
@@ -431,7 +432,7 @@ unsafe extern "C" fn on_message(_event: c_int, data: *mut c_void, userdata: *mut
     }
     // SAFETY: a NUL-terminated topic.
     let topic = unsafe { CStr::from_ptr(message.topic) }.to_string_lossy();
-    if let Some(node) = topics::node_of_server_presence_topic(&topic) {
+    if topics::node_of_server_presence_topic(&topic).is_some() {
         // SAFETY: `payloadlen` bytes, valid during the callback.
         let payload = match message.payload.is_null() {
             true => &[][..],
@@ -442,20 +443,17 @@ unsafe extern "C" fn on_message(_event: c_int, data: *mut c_void, userdata: *mut
                 )
             },
         };
-        let online = ServerPresence::parse(payload).is_some_and(|p| p.online);
         with_plugin(userdata, |plugin| {
-            // Once per node, and not for more than a few (anyone may publish a presence).
-            if online
-                && node != plugin.node.node_id()
-                && plugin.warned_nodes.len() < 64
-                && plugin.warned_nodes.insert(node.clone())
-            {
+            // The plugin receives every request: any other node serving the state store
+            // clashes with it (said once per start of that node).
+            if let Some(clash) = plugin.peers.seen(&topic, payload) {
                 log(
                     sys::MOSQ_LOG_WARNING,
                     &format!(
-                        "mqstore: `mqstore serve` (node {node}) serves the state store beside this \
+                        "mqstore: `mqstore serve` (node {}) serves the state store beside this \
                          plugin, so every request gets two answers: run it with --no-state-store \
-                         (it then serves jobs and commands only)"
+                         (it then serves jobs and commands only)",
+                        clash.node
                     ),
                 );
             }

@@ -517,20 +517,38 @@ async fn under_valgrind_the_plugin_makes_no_memory_errors_and_leaks_nothing() {
 }
 
 /// `mqstore serve` with its state store beside the plugin would answer every request a second
-/// time: the plugin sees the server's presence and says what to do.
+/// time: the plugin sees the server's presence and says what to do, and the server sees the
+/// plugin's (which takes every request: even a node in a share group clashes with it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_state_store_server_beside_the_plugin_is_told_to_leave_it_alone() {
     use mqstore_net::BrokerConfig;
     use mqstore_server::{ServerConfig, spawn};
     let broker = broker_with_plugin();
-    let config = ServerConfig::new(
-        BrokerConfig {
-            port: broker.port,
-            ..BrokerConfig::default()
-        },
-        "beside",
-    );
+    let config = ServerConfig {
+        share_group: Some("g".into()),
+        ..ServerConfig::new(
+            BrokerConfig {
+                port: broker.port,
+                ..BrokerConfig::default()
+            },
+            "beside",
+        )
+    };
     let server = spawn(config).await.unwrap();
+    let deadline = std::time::Instant::now() + WAIT;
+    while !server
+        .metrics
+        .render()
+        .lines()
+        .any(|l| l == "mqstore_clashing_nodes 1")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the server does not count the plugin:\n{}",
+            server.metrics.render()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let deadline = std::time::Instant::now() + WAIT;
     let warning =
         "mqstore: `mqstore serve` (node beside) serves the state store beside this plugin";

@@ -1049,6 +1049,22 @@ fn serve_with_nothing_to_serve_says_so_before_connecting() {
 }
 
 #[test]
+fn serve_refuses_a_share_group_mqtt_or_its_presence_could_not_carry() {
+    // No broker anywhere: the configuration is refused first.
+    for group in ["a/b", "a+", "a b", ""] {
+        let run = mqstore(&["--port", "1", "serve", "--share-group", group]);
+        assert_ne!(run.code, Some(0), "{group:?}");
+        assert!(
+            run.stderr.contains(&format!(
+                "invalid share group {group:?}: it must not be empty"
+            )),
+            "{group:?}: {}",
+            run.stderr
+        );
+    }
+}
+
+#[test]
 fn shadow_get_update_delete_and_watch_from_the_cli() {
     let s = Setup::start(Kind::Mosquitto, "node-shadows");
     // No shadow yet: exit 1, AWS's message.

@@ -544,6 +544,60 @@ on_every_deployment! {
 }
 
 on_both_brokers! {
+    /// Nodes on one broker outside one share group each answer the same request: every node
+    /// reads the others' presence and says so (`mqstore_clashing_nodes`, and an error in its
+    /// log); nodes in one group do not clash, and a node that stops leaves "offline".
+    async fn nodes_that_would_answer_one_request_twice_say_so(kind: Kind) {
+        let broker = Broker::start_kind(kind);
+        let node = |id: &str, group: Option<&str>| {
+            let config = ServerConfig {
+                share_group: group.map(str::to_owned),
+                ..ServerConfig::new(
+                    BrokerConfig {
+                        port: broker.port,
+                        ..BrokerConfig::default()
+                    },
+                    id,
+                )
+            };
+            Server::start_config(config)
+        };
+        let a = node("node-a", Some("g")).await;
+        let b = node("node-b", Some("g")).await;
+        // Without a share group: it clashes with both, and both with it.
+        let c = node("node-c", None).await;
+        c.wait_metric("mqstore_clashing_nodes 2").await;
+        a.wait_metric("mqstore_clashing_nodes 1").await;
+        b.wait_metric("mqstore_clashing_nodes 1").await;
+        // Another share group: a clash with every other node.
+        let d = node("node-d", Some("h")).await;
+        d.wait_metric("mqstore_clashing_nodes 3").await;
+        c.wait_metric("mqstore_clashing_nodes 3").await;
+        // C stops: its presence says offline (a clean DISCONNECT sends no Will), and the others
+        // forget it. A counts D alone: B, in its group, never clashed.
+        c.stop().await;
+        let mut reader = Raw::connect(broker.port, "reader", None).await;
+        reader
+            .client
+            .subscribe(topics::server_presence_topic("node-c"), QoS::AtLeastOnce)
+            .await
+            .unwrap();
+        let retained = reader.answer().await;
+        assert!(
+            retained.payload.starts_with(b"offline "),
+            "{:?}",
+            retained.payload
+        );
+        a.wait_metric("mqstore_clashing_nodes 1").await;
+        b.wait_metric("mqstore_clashing_nodes 1").await;
+        d.wait_metric("mqstore_clashing_nodes 2").await;
+        for node in [a, b, d] {
+            node.stop().await;
+        }
+    }
+}
+
+on_both_brokers! {
     async fn a_client_nobody_listens_for_loses_its_registrations(kind: Kind) {
         let broker = Broker::start_kind(kind);
         let server = Server::start(broker.port, "node-a").await;

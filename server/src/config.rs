@@ -177,6 +177,12 @@ pub enum ServerError {
     )]
     /// `--data-dir` was given with a Redis store.
     DiskWithRedis,
+    #[error(
+        "invalid share group {0:?}: it must not be empty, nor contain '/', '+', '#' (MQTT's \
+         rule), '=', spaces or control characters"
+    )]
+    /// `--share-group` cannot name a share group.
+    ShareGroup(String),
     #[error("--no-state-store with --no-jobs and --no-commands leaves nothing to serve")]
     /// Every service was switched off.
     NothingToServe,

@@ -38,7 +38,7 @@ use mqstore_core::commands::wire;
 use mqstore_core::engine::{Engine, EngineConfig};
 use mqstore_core::envelope::Publish;
 use mqstore_core::jobs::{OPERATOR_TOPIC, topics as jobs_topics};
-use mqstore_core::presence::ServerPresence;
+use mqstore_core::presence::{self, Peers, ServerPresence, Subscription};
 use mqstore_core::server;
 use mqstore_core::shadow;
 use mqstore_core::topics;
@@ -150,6 +150,11 @@ pub async fn serve(
     started: impl FnOnce(Running),
 ) -> Result<(), ServerError> {
     let node_id_error = |_| ServerError::NodeId(config.node_id.clone());
+    if let Some(group) = &config.share_group
+        && !presence::is_valid_share_group(group)
+    {
+        return Err(ServerError::ShareGroup(group.clone()));
+    }
     let mut shutdown = Box::pin(shutdown);
     // The metrics endpoint and its probes first: /healthz answers while the node waits for
     // Redis or the broker (a liveness probe must not restart it meanwhile), /readyz once it is
@@ -394,11 +399,16 @@ pub async fn serve(
     // `mqstore_core::presence`). The Will says "offline" if the node vanishes.
     let epoch = format!("{:016x}", mqstore_net::random_u64());
     let presence_topic = topics::server_presence_topic(&config.node_id);
+    let subscription = match &config.share_group {
+        Some(group) => Subscription::Shared(group.clone()),
+        None => Subscription::Every,
+    };
     let presence = |online| ServerPresence {
         epoch: epoch.clone(),
         online,
         max_packet_size: Some(config.broker.max_packet_size),
         registration_lease_ms: config.registration_lease.map(|d| d.as_millis() as u64),
+        subscription: Some(subscription.clone()),
     };
     let mut options = config.broker.options(&config.client_id);
     if config.state_store {
@@ -419,6 +429,8 @@ pub async fn serve(
     if config.state_store {
         invoke_filters.push(topics::IDENTIFIED_INVOKE_FILTER);
         presence_filters.push(topics::IDENTIFIED_PRESENCE_FILTER);
+        // Other nodes' presence: whether one answers the requests this node answers.
+        presence_filters.push(topics::SERVER_PRESENCE_FILTER);
         if !config.require_identity {
             invoke_filters.push(topics::INVOKE);
             presence_filters.push(topics::PRESENCE_FILTER);
@@ -482,9 +494,18 @@ pub async fn serve(
         jobs,
         commands,
         probe_topic: topics::probe_topic(&config.client_id),
+        peers: config
+            .state_store
+            .then(|| Peers::new(config.node_id.clone(), subscription.clone())),
         presence: config.state_store.then(|| Publish {
-            topic: presence_topic,
+            topic: presence_topic.clone(),
             payload: presence(true).to_bytes(),
+            qos: 1,
+            properties: Default::default(),
+        }),
+        offline: config.state_store.then(|| Publish {
+            topic: presence_topic,
+            payload: presence(false).to_bytes(),
             qos: 1,
             properties: Default::default(),
         }),

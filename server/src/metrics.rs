@@ -71,6 +71,8 @@ pub struct Metrics {
     jobs_ignored: AtomicU64,
     /// Whether this node is the one elected to listen to the jobs device API (0 or 1).
     jobs_listener: AtomicU64,
+    /// Other nodes on the broker that receive requests this node receives (`presence::Peers`).
+    clashing_nodes: AtomicU64,
     /// Redis calls that failed or timed out.
     store_errors: AtomicU64,
     /// Requests waiting for Redis.
@@ -254,6 +256,11 @@ impl Metrics {
     pub fn set_jobs_listener(&self, listens: bool) {
         self.jobs_listener
             .store(u64::from(listens), Ordering::Relaxed);
+    }
+
+    /// Records how many other nodes on the broker receive requests this node receives.
+    pub fn set_clashing_nodes(&self, n: usize) {
+        self.clashing_nodes.store(n as u64, Ordering::Relaxed);
     }
 
     /// Counts a connection to the broker made (every CONNACK).
@@ -467,6 +474,12 @@ impl Metrics {
                 "Whether this node is the one that listens to the jobs device API and the $-topic command answers (AWS IoT commands, IoT Hub) for all nodes (1), elected through a lease in Redis.",
                 "gauge",
                 &self.jobs_listener,
+            ),
+            (
+                "mqstore_clashing_nodes",
+                "Other nodes serving the state store on this node's broker that receive requests this node receives too (no share group, or another one), by their presence: each such request is answered twice. 0 unless nodes are misconfigured.",
+                "gauge",
+                &self.clashing_nodes,
             ),
         ] {
             let _ = writeln!(out, "# HELP {name} {help}");

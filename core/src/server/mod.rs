@@ -139,6 +139,11 @@ pub enum Route {
     /// A client's presence message: the registrations of these clients end (see
     /// [`presence_of`]).
     Presence(Vec<String>),
+    /// A server node's presence (this node's own among them): for [`Peers::seen`], retained
+    /// or not.
+    ///
+    /// [`Peers::seen`]: crate::presence::Peers::seen
+    ServerPresence,
     /// Not the node's.
     Other,
 }
@@ -147,6 +152,9 @@ pub enum Route {
 /// `commands` (its requests and the answers it reads). A retained presence is not news: it
 /// replays at every subscription and says nothing about the client now.
 pub fn route(topic: &str, retained: bool, serves_jobs: bool, commands: Option<&Service>) -> Route {
+    if topics::node_of_server_presence_topic(topic).is_some() {
+        return Route::ServerPresence;
+    }
     if let Some(clients) = presence_of(topic) {
         return match retained {
             true => Route::Other,
@@ -459,7 +467,8 @@ impl Node {
                     registrations,
                 }
             }
-            Route::Other => Handled::Ignored,
+            // The host's to read (`presence::Peers`): nothing of the node's.
+            Route::ServerPresence | Route::Other => Handled::Ignored,
         };
         self.persist(now_ms, queued);
         handled

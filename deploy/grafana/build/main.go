@@ -40,9 +40,10 @@ func graph(title, unit, description string, queries ...*prometheus.DataqueryBuil
 	return panel
 }
 
-func single(title, description string, q *prometheus.DataqueryBuilder) *stat.PanelBuilder {
+// single is a stat panel, span columns wide (of 24).
+func single(title, description string, span uint32, q *prometheus.DataqueryBuilder) *stat.PanelBuilder {
 	return stat.NewPanelBuilder().Title(title).Description(description).Datasource(datasource).
-		Height(4).Span(6).WithTarget(q.Instant())
+		Height(4).Span(span).WithTarget(q.Instant())
 }
 
 const on = `{instance=~"$instance"}`
@@ -63,10 +64,11 @@ func build() (dashboard.Dashboard, error) {
 		WithVariable(dashboard.NewDatasourceVariableBuilder("datasource").Label("Prometheus").Type("prometheus")).
 		WithVariable(instances).
 		WithRow(dashboard.NewRowBuilder("Nodes")).
-		WithPanel(single("Nodes up", "Nodes Prometheus scrapes.", query(`sum(up{job="mqstore"})`, "up"))).
-		WithPanel(single("Store up", "Nodes whose store answers (Redis: 0 after a failed call).", query(`sum(mqstore_store_up`+on+`)`, "store"))).
-		WithPanel(single("Jobs device API listeners", "Nodes holding the device API lease: 1 across a share group on Redis.", query(`sum(mqstore_jobs_device_api_listener`+on+`)`, "listeners"))).
-		WithPanel(single("Keys", "Keys in the store (each node's view; one store on Redis).", query(`max(mqstore_keys`+on+`)`, "keys"))).
+		WithPanel(single("Nodes up", "Nodes Prometheus scrapes.", 4, query(`sum(up{job="mqstore"})`, "up"))).
+		WithPanel(single("Store up", "Nodes whose store answers (Redis: 0 after a failed call).", 5, query(`sum(mqstore_store_up`+on+`)`, "store"))).
+		WithPanel(single("Jobs device API listeners", "Nodes holding the device API lease: 1 across a share group on Redis.", 5, query(`sum(mqstore_jobs_device_api_listener`+on+`)`, "listeners"))).
+		WithPanel(single("Nodes answering twice", "The most other nodes any node sees take its requests too (no share group, or another): 0 unless nodes are misconfigured; their log names them.", 5, query(`max(mqstore_clashing_nodes`+on+`)`, "other nodes"))).
+		WithPanel(single("Keys", "Keys in the store (each node's view; one store on Redis).", 5, query(`max(mqstore_keys`+on+`)`, "keys"))).
 		WithRow(dashboard.NewRowBuilder("State store")).
 		WithPanel(graph("Requests", "reqps", "State store requests per second, by command.",
 			query(`sum by (command) (rate(mqstore_requests_total`+on+`[$__rate_interval]))`, "{{command}}"))).

@@ -35,6 +35,7 @@ use mqstore_core::client::ClientError;
 use mqstore_core::engine::{Accepted, Engine, Fit, Outcome, fit_for_broker};
 use mqstore_core::envelope::{self, DropReason, EnvelopeError, Publish};
 use mqstore_core::jobs::topics as jobs_topics;
+use mqstore_core::presence::Peers;
 use mqstore_core::server::{self, Handled, JobsHandled, NotAnswered, Receipt, Route, To};
 use mqstore_core::topics;
 use mqstore_net::host::{Driver, Outbox, Unacked, Wakes};
@@ -211,8 +212,10 @@ pub(super) struct Node {
     pub(super) metrics: Arc<Metrics>,
     /// What requests arrive on (shared subscriptions with a share group).
     pub(super) invoke_filters: Vec<String>,
-    /// Where clients' presence messages arrive.
+    /// Where clients' and server nodes' presence messages arrive.
     pub(super) presence_filters: Vec<&'static str>,
+    /// The other nodes on the broker, when this one serves the state store.
+    pub(super) peers: Option<Peers>,
     /// UNSUBACKs still expected while shutting down.
     pub(super) unsubacks: usize,
     /// SUBACKs still expected after a connection: requests are served once they are in.
@@ -227,6 +230,10 @@ pub(super) struct Node {
     /// This node's retained presence ("online", its epoch and limit), published at every
     /// connection (none without the state store).
     pub(super) presence: Option<Publish>,
+    /// Its presence once stopped ("offline", as its Will says): published when it stops
+    /// cleanly, since a clean DISCONNECT discards the Will (other nodes and clients would take
+    /// it for online).
+    pub(super) offline: Option<Publish>,
     /// Connections the broker broke the protocol on. Not reset by a proper PUBACK: what
     /// Mochi refuses depends on the publish (user properties), and a PUBACK in between says
     /// nothing about the next answer.
@@ -382,6 +389,13 @@ impl Driver for Node {
                     if self.outbox.client().try_unsubscribe(filter).is_ok() {
                         self.unsubacks += 1;
                     }
+                }
+                if let Some(offline) = self.offline.take() {
+                    let (unacked, metrics) = (&mut self.unacked, &self.metrics);
+                    self.outbox.push_retained(offline, Sent::Presence, |tag| {
+                        note_sent(unacked, metrics, tag)
+                    });
+                    self.presence = None; // Not online again on a reconnect while stopping.
                 }
                 // Another node takes the device API over at once.
                 if let Some(JobsService::Shared(shared)) = &mut self.jobs
@@ -624,6 +638,10 @@ impl Node {
                 };
                 match route {
                     Route::Presence(clients) => Some(Gone::Presence(clients)),
+                    Route::ServerPresence => {
+                        self.peer_seen(&message);
+                        None
+                    }
                     Route::Jobs => {
                         self.handle_jobs(message);
                         None
@@ -703,6 +721,28 @@ impl Node {
         if let Some(gone) = gone {
             self.drop_clients(gone);
         }
+    }
+
+    /// A server node's presence: says so when another node answers requests this one answers.
+    fn peer_seen(&mut self, message: &Publish) {
+        let Some(peers) = &mut self.peers else {
+            return;
+        };
+        if let Some(clash) = peers.seen(&message.topic, &message.payload) {
+            let theirs = match &clash.theirs {
+                Some(theirs) => theirs.to_string(),
+                None => "(its version does not say how it subscribes)".to_owned(),
+            };
+            error!(
+                node = %clash.node,
+                "node {} serves the state store on this broker {theirs}, and this node {}: each \
+                 request both receive is answered twice (a SET applied twice, a command sent to \
+                 its device twice); give every node on one broker the same --share-group",
+                clash.node,
+                peers.subscription(),
+            );
+        }
+        self.metrics.set_clashing_nodes(peers.clashing());
     }
 
     /// A request for the state store: answered now (memory), or once Redis has run its op.
