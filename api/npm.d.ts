@@ -308,6 +308,9 @@ export declare class MqstoreError extends Error {
 export declare class InvalidArgumentError extends MqstoreError {
     constructor(message: string);
 }
+export declare class InternalError extends MqstoreError {
+    constructor(message: string);
+}
 export declare class ServiceError extends MqstoreError {
     readonly text: string;
     constructor(message: string, code?: number, text?: string);

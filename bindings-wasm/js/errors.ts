@@ -23,6 +23,18 @@ export class InvalidArgumentError extends MqstoreError {
 }
 
 /**
+ * A bug in mqstore: its WebAssembly module stopped (a Rust panic, which traps there). The
+ * module may be left half-changed, so every mqstore client in the process (page) is closed and
+ * fails its calls with this until the process restarts (the page reloads). Please report it,
+ * with the message. Code 3, as C's `MQSTORE_ERR_INTERNAL`.
+ */
+export class InternalError extends MqstoreError {
+  constructor(message: string) {
+    super(message, 3);
+  }
+}
+
+/**
  * The state store refused the request (it answered `-ERR text`); nothing changed. `text` is the
  * exact text it answered with. Codes 101–114 are the known texts (a subclass each), 199 any
  * other.
@@ -183,6 +195,7 @@ export interface ErrorDetails {
 /** The typed error for `code` (an unknown code keeps the base class). */
 export function errorOf(message: string, code: number, details: ErrorDetails = {}): MqstoreError {
   if (code === 1) return new InvalidArgumentError(message);
+  if (code === 3) return new InternalError(message);
   if (code >= 101 && code <= 114) return new services[code - 101](message, details.text);
   if (code === 199) return new UnknownServiceError(message, details.text);
   if (code >= 101 && code <= 199) return new ServiceError(message, code, details.text);

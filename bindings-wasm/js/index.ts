@@ -34,6 +34,7 @@ import {
   BrokerRefusedError,
   BrokerUnreachableError,
   ConnectionLostError,
+  InternalError,
   InvalidArgumentError,
   MqstoreError,
   UnexpectedAnswerError,
@@ -65,13 +66,64 @@ export function init(source?: URL | Response | BufferSource): Promise<void> {
   return ready;
 }
 
-/** Runs `call`, turning the module's errors (JS Errors with a `code`) into typed MqstoreErrors. */
+/**
+ * Set once the WebAssembly module trapped (a Rust panic aborts on wasm32: a bug in mqstore).
+ * Its memory may be left half-changed, so nothing calls into it again in this process (page):
+ * every client is closed and its calls fail with this.
+ */
+let trapped: InternalError | undefined;
+
+/** The error of the module's trap `error` (a `WebAssembly.RuntimeError`), made once. */
+function trap(error: WebAssembly.RuntimeError): InternalError {
+  trapped ??= new InternalError(
+    `mqstore's WebAssembly module stopped (${error.message}): a bug in mqstore, please report it; ` +
+      "no mqstore client works in this process (page) until it restarts (reloads)",
+  );
+  return trapped;
+}
+
+/**
+ * Runs `call`, turning the module's errors (JS Errors with a `code`) into typed MqstoreErrors,
+ * and a trap into the InternalError every later call gets.
+ */
 function typed<T>(call: () => T): T {
+  if (trapped) throw trapped;
   try {
     return call();
   } catch (e) {
+    if (e instanceof WebAssembly.RuntimeError) throw trap(e);
     throw asMqstoreError(e);
   }
+}
+
+/**
+ * `core` as a Client calls it: once the module traps (in this call or any before), `stop` ends
+ * the client and the call throws the InternalError instead of reaching the module again.
+ */
+function guarded(core: wasm.ClientCore, stop: (error: InternalError) => void): wasm.ClientCore {
+  const methods = new Map<PropertyKey, unknown>();
+  return new Proxy(core, {
+    get(target, name) {
+      if (typeof Reflect.get(target, name, target) !== "function") return Reflect.get(target, name, target);
+      let method = methods.get(name);
+      if (method === undefined) {
+        method = (...args: unknown[]) => {
+          if (trapped === undefined) {
+            try {
+              return (Reflect.get(target, name, target) as (...a: unknown[]) => unknown).apply(target, args);
+            } catch (e) {
+              if (!(e instanceof WebAssembly.RuntimeError)) throw e;
+              trap(e);
+            }
+          }
+          stop(trapped as InternalError);
+          throw trapped;
+        };
+        methods.set(name, method);
+      }
+      return method;
+    },
+  });
 }
 
 /** A key or value: bytes, or a string (its UTF-8 bytes). */
@@ -412,7 +464,13 @@ export class Client {
     const tls = tlsSettings(url, options.tls);
     const clientId = options.clientId ?? `mqstore-js-${Math.floor(Math.random() * 2 ** 32).toString(16).padStart(8, "0")}`;
     const timeoutMs = options.timeoutMs ?? 10_000;
-    const core = typed(() => new wasm.ClientCore(clientId, Math.random() * 2 ** 52, timeoutMs));
+    let client: Client | undefined;
+    const core = guarded(
+      typed(() => new wasm.ClientCore(clientId, Math.random() * 2 ** 52, timeoutMs)),
+      (error) => {
+        if (client) client.#stop(error);
+      },
+    );
     const mqttOptions: IClientOptions = {
       protocolVersion: 5,
       clientId,
@@ -439,13 +497,14 @@ export class Client {
         : "is its WebSocket listener there?";
       throw new BrokerUnreachableError(`cannot reach the MQTT broker at ${url} (${hint}): ${message}`);
     }
-    const client = new Client(connection, core, clientId);
-    connection.on("message", (_topic, _payload, packet) => client.#receive(packet));
-    connection.on("close", () => client.#lost());
+    const made = new Client(connection, core, clientId);
+    client = made;
+    connection.on("message", (_topic, _payload, packet) => made.#safely(() => made.#receive(packet)));
+    connection.on("close", () => made.#safely(() => made.#lost()));
     // Connection errors show as failed calls and reconnects; without a listener MQTT.js would
     // raise them as uncaught.
     connection.on("error", () => {});
-    connection.on("connect", () => void client.#resume());
+    connection.on("connect", () => void made.#resume());
     connection.options.reconnectPeriod = options.reconnectMs ?? 1000;
     try {
       for (const filter of core.subscriptions() as string[]) {
@@ -453,9 +512,33 @@ export class Client {
       }
     } catch (e) {
       connection.end(true);
+      if (e === trapped) throw e;
       throw new BrokerRefusedError(`the broker refused the subscriptions: ${(e as Error).message}`);
     }
-    return client;
+    return made;
+  }
+
+  /**
+   * Runs `run` from an event or a timer, where a throw would be uncaught: the InternalError of
+   * a trap has ended the client already (`#stop`), so it goes no further.
+   */
+  #safely(run: () => void): void {
+    try {
+      run();
+    } catch (e) {
+      if (e !== trapped) throw e;
+    }
+  }
+
+  /** The module trapped: every call in flight fails with `error`, and the client ends. */
+  #stop(error: InternalError): void {
+    if (this.#closed) return;
+    this.#closed = true;
+    clearTimeout(this.#timer);
+    for (const lease of this.#leases.values()) lease.stopRenewing();
+    for (const waiter of this.#calls.values()) waiter.reject(error);
+    this.#calls.clear();
+    this.#mqtt.end(true);
   }
 
   #receive(packet: IPublishPacket): void {
@@ -515,8 +598,10 @@ export class Client {
         // the publish, and the call fails with that.
         const code = (error as { code?: unknown } | undefined)?.code;
         if (call !== undefined && typeof code === "number" && code >= 0x80) {
-          this.#core.publishRefused(call, code);
-          this.#pump();
+          this.#safely(() => {
+            this.#core.publishRefused(call, code);
+            this.#pump();
+          });
         }
       });
     }
@@ -557,15 +642,19 @@ export class Client {
     clearTimeout(this.#timer);
     const deadline = this.#core.nextDeadline();
     if (deadline !== undefined && !this.#closed) {
-      this.#timer = setTimeout(() => {
-        this.#core.expire(Date.now());
-        this.#pump();
-      }, Math.max(0, deadline - Date.now()));
+      this.#timer = setTimeout(
+        () =>
+          this.#safely(() => {
+            this.#core.expire(Date.now());
+            this.#pump();
+          }),
+        Math.max(0, deadline - Date.now()),
+      );
     }
   }
 
   #call(start: () => number): Promise<Completed> {
-    if (this.#closed) return Promise.reject(new ConnectionLostError("the client is closed"));
+    if (this.#closed) return Promise.reject(trapped ?? new ConnectionLostError("the client is closed"));
     let call: number;
     try {
       call = start();
@@ -573,7 +662,8 @@ export class Client {
       return Promise.reject(asMqstoreError(e));
     }
     const done = new Promise<Completed>((resolve, reject) => this.#calls.set(call, { resolve, reject }));
-    this.#pump();
+    // A trap while pumping rejects `done` (`#stop`).
+    this.#safely(() => this.#pump());
     return done;
   }
 
