@@ -357,8 +357,9 @@ async fn json_client(
     (client, rx)
 }
 
-/// Device shadows on nodes that share one store: two writers update one shadow at once, their
-/// requests dealt to every node; each update is applied once (versions 1 to n, none twice),
+/// Device shadows on nodes that share one store: two writers update one shadow at once, through
+/// the node elected to listen to `$aws/things/…` (mosquitto delivers no `$` topic to a shared
+/// subscription); each update is applied once (versions 1 to n, none twice),
 /// none is lost (each writes a field of its own: the document holds them all), and the device
 /// sees each update's delta once. Both writers send all their updates at once: one refused
 /// with AWS's 429 (its thing had ten in flight) is sent again a moment later, as an AWS client
