@@ -104,9 +104,11 @@ function guarded(core: wasm.ClientCore, stop: (error: InternalError) => void): w
   const methods = new Map<PropertyKey, unknown>();
   return new Proxy(core, {
     get(target, name) {
-      if (typeof Reflect.get(target, name, target) !== "function") return Reflect.get(target, name, target);
       let method = methods.get(name);
       if (method === undefined) {
+        const value: unknown = Reflect.get(target, name, target);
+        if (typeof value !== "function") return value;
+        // The method is looked up at each call, not kept: what the class holds then runs.
         method = (...args: unknown[]) => {
           if (trapped === undefined) {
             try {
