@@ -25,6 +25,7 @@ mod call;
 mod command;
 mod health;
 mod jobs;
+mod nodes;
 mod progress;
 mod shadow;
 mod store;
@@ -155,6 +156,14 @@ async fn run(cli: Cli) -> ExitCode {
                 ExitCode::from(4)
             }
         };
+    }
+    if let Command::Nodes = &cli.command {
+        let client_id = cli
+            .broker
+            .client_id
+            .clone()
+            .unwrap_or_else(|| format!("mqstore-cli-{}", random_suffix()));
+        return nodes::list(&broker_config, &client_id, cli.call).await;
     }
     let Command::Serve(args) = &cli.command else {
         return run_client(cli, broker_config).await;

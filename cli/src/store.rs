@@ -61,26 +61,7 @@ pub(crate) async fn run_client(cli: Cli, broker_config: BrokerConfig) -> ExitCod
     let broker = format!("{}:{}", cli.broker.host, cli.broker.port);
     let client = match Client::connect(options).await {
         Ok(client) => client,
-        Err(ClientError::Clock(e)) => {
-            eprintln!("error: --client-id: {e}");
-            return ExitCode::from(2);
-        }
-        Err(e @ ClientError::Refused { .. }) => {
-            eprintln!(
-                "error: {e} (broker {broker}; check --username/--password, --client-id and the broker's access rules)"
-            );
-            return ExitCode::from(5);
-        }
-        Err(e) => {
-            eprintln!(
-                "error: cannot reach the MQTT broker at {broker}: {} (is it running? see --host/--port)",
-                match &e {
-                    ClientError::Unreachable(detail) => detail.clone(),
-                    other => other.to_string(),
-                }
-            );
-            return ExitCode::from(4);
-        }
+        Err(e) => return not_connected(e, &broker),
     };
     let result = command.run(&client, call).await;
     client.close().await;
@@ -107,6 +88,33 @@ pub(crate) async fn run_client(cli: Cli, broker_config: BrokerConfig) -> ExitCod
                 ClientError::TooLarge { .. } => ExitCode::from(2),
                 _ => ExitCode::from(4),
             }
+        }
+    }
+}
+
+/// Says why the connection to `broker` failed, and exits as a client command does: 2 for a
+/// client id that cannot be one, 5 refused, 4 not reached.
+pub(crate) fn not_connected(e: ClientError, broker: &str) -> ExitCode {
+    match e {
+        ClientError::Clock(e) => {
+            eprintln!("error: --client-id: {e}");
+            ExitCode::from(2)
+        }
+        e @ ClientError::Refused { .. } => {
+            eprintln!(
+                "error: {e} (broker {broker}; check --username/--password, --client-id and the broker's access rules)"
+            );
+            ExitCode::from(5)
+        }
+        e => {
+            eprintln!(
+                "error: cannot reach the MQTT broker at {broker}: {} (is it running? see --host/--port)",
+                match &e {
+                    ClientError::Unreachable(detail) => detail.clone(),
+                    other => other.to_string(),
+                }
+            );
+            ExitCode::from(4)
         }
     }
 }
@@ -220,7 +228,7 @@ impl ClientCommand {
             Command::Devices { command } => Self::Command(CommandCall::read(command)?),
             Command::Shadow { command } => Self::Shadow(ShadowCall::read(command)?),
             // `main` and `run` handle these without a client.
-            Command::Serve(_) | Command::Bench { .. } | Command::Health { .. } => {
+            Command::Serve(_) | Command::Bench { .. } | Command::Health { .. } | Command::Nodes => {
                 return Err("not a client command".into());
             }
         })

@@ -1049,6 +1049,71 @@ fn serve_with_nothing_to_serve_says_so_before_connecting() {
 }
 
 #[test]
+fn nodes_lists_the_broker_s_nodes_and_the_pairs_that_would_answer_twice() {
+    // Node A without a share group, node B in group "g": they clash.
+    let s = Setup::start(Kind::Mosquitto, "node-a");
+    let b = s
+        .runtime
+        .block_on(spawn(ServerConfig {
+            share_group: Some("g".into()),
+            ..ServerConfig::new(
+                BrokerConfig {
+                    port: s.broker.port,
+                    ..BrokerConfig::default()
+                },
+                "node-b",
+            )
+        }))
+        .expect("node B starts");
+    s.runtime.block_on(calls::wait_for_metric(
+        &b.metrics,
+        "node B sees node A",
+        |l| l == "mqstore_clashing_nodes 1",
+    ));
+    let listed = s.cli(&["nodes"]);
+    assert_eq!(listed.code, Some(0), "{}", listed.stderr);
+    let out = listed.out();
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines[0].starts_with("node "), "{out}");
+    assert!(
+        lines[1].starts_with("node-a  online  (none)       "),
+        "{out}"
+    );
+    assert!(
+        lines[2].starts_with("node-b  online  g            "),
+        "{out}"
+    );
+    assert_eq!(
+        lines[3],
+        "clash: node-a and node-b both take requests (outside one share group): each is answered twice"
+    );
+    let json = |run: &Run| -> serde_json::Value { serde_json::from_str(&run.out()).unwrap() };
+    let listed = json(&s.cli(&["nodes", "--json"]));
+    assert_eq!(listed["nodes"][1]["node"], "node-b");
+    assert_eq!(listed["nodes"][1]["share_group"], "g");
+    assert_eq!(listed["nodes"][0]["takes_every_request"], true);
+    assert_eq!(listed["clashes"], serde_json::json!([["node-a", "node-b"]]));
+    // B stops: offline, and no clash left.
+    s.runtime.block_on(b.stop()).unwrap();
+    let listed = json(&s.cli(&["nodes", "--json"]));
+    assert_eq!(listed["nodes"][1]["online"], false);
+    assert_eq!(listed["clashes"], serde_json::json!([]));
+    // A broker no node serves: exit 1, and why.
+    let empty = Broker::start_kind(Kind::Mosquitto);
+    let none = run(Command::new(env!("CARGO_BIN_EXE_mqstore"))
+        .args(["--port", &empty.port.to_string(), "nodes"])
+        .output()
+        .unwrap());
+    assert_eq!(none.code, Some(1), "{}", none.stderr);
+    assert!(
+        none.stderr
+            .contains("no mqstore node is online on the broker at 127.0.0.1:"),
+        "{}",
+        none.stderr
+    );
+}
+
+#[test]
 fn serve_refuses_a_share_group_mqtt_or_its_presence_could_not_carry() {
     // No broker anywhere: the configuration is refused first.
     for group in ["a/b", "a+", "a b", ""] {

@@ -1,0 +1,239 @@
+//! `mqstore nodes`: the server nodes on the broker as their retained presence says — the same
+//! messages the nodes read to notice two of them answering one request.
+
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use mqstore_core::presence::{ServerPresence, Subscription};
+use mqstore_core::topics;
+use mqstore_net::BrokerConfig;
+use rumqttc::v5::mqttbytes::QoS;
+use rumqttc::v5::mqttbytes::v5::Packet;
+use rumqttc::v5::{AsyncClient, Event};
+use serde_json::json;
+
+use crate::call::CallArgs;
+use crate::store::not_connected;
+
+/// How long after the subscription (and after each presence since) more retained presences may
+/// still come: the broker sends them all right after its SUBACK.
+const QUIET: Duration = Duration::from_millis(300);
+
+/// Reads the presences, prints them, and exits 0 when some node is online, 1 when none is.
+pub(crate) async fn list(broker: &BrokerConfig, client_id: &str, call: CallArgs) -> ExitCode {
+    let address = format!("{}:{}", broker.host, broker.port);
+    let nodes = match read(
+        broker,
+        client_id,
+        call.timeout.unwrap_or(Duration::from_secs(5)),
+    )
+    .await
+    {
+        Ok(nodes) => nodes,
+        Err(e) => return not_connected(e, &address),
+    };
+    let clashes = clashes(&nodes);
+    let online = nodes.values().filter(|p| p.online).count();
+    if call.json {
+        let nodes: Vec<_> = nodes
+            .iter()
+            .map(|(node, p)| {
+                json!({
+                    "node": node,
+                    "online": p.online,
+                    "epoch": p.epoch,
+                    "share_group": match &p.subscription {
+                        Some(Subscription::Shared(group)) => json!(group),
+                        _ => json!(null),
+                    },
+                    "takes_every_request": p.subscription.as_ref().map(|s| *s == Subscription::Every),
+                    "max_packet_size": p.max_packet_size,
+                    "registration_lease_ms": p.registration_lease_ms,
+                })
+            })
+            .collect();
+        println!("{}", json!({ "nodes": nodes, "clashes": clashes }));
+    } else {
+        print!("{}", table(&nodes));
+        for [a, b] in &clashes {
+            println!(
+                "clash: {a} and {b} both take requests (outside one share group): each is answered twice"
+            );
+        }
+    }
+    if online == 0 {
+        eprintln!(
+            "no mqstore node is online on the broker at {address} (is `mqstore serve` running, connected to it, with the state store?)"
+        );
+        return ExitCode::from(1);
+    }
+    ExitCode::SUCCESS
+}
+
+/// The retained presences on the broker, by node id.
+async fn read(
+    broker: &BrokerConfig,
+    client_id: &str,
+    timeout: Duration,
+) -> Result<BTreeMap<String, ServerPresence>, mqstore_core::client::ClientError> {
+    let (client, mut events) = AsyncClient::new(broker.options(client_id), 16);
+    let mut nodes = BTreeMap::new();
+    let mut subscribed = false;
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let wait = match subscribed {
+            true => QUIET,
+            false => deadline.saturating_duration_since(tokio::time::Instant::now()),
+        };
+        let event = match tokio::time::timeout(wait, events.poll()).await {
+            Ok(event) => event,
+            // Quiet since the last presence: every retained one has come.
+            Err(_) if subscribed => break,
+            Err(_) => {
+                return Err(mqstore_core::client::ClientError::Unreachable(format!(
+                    "no answer within {timeout:?}"
+                )));
+            }
+        };
+        match event.map_err(|e| mqstore_net::connection_error(&e))? {
+            Event::Incoming(Packet::ConnAck(_)) => {
+                let filter = topics::SERVER_PRESENCE_FILTER;
+                // Queued for the event loop: it cannot fail while the loop runs.
+                let _ = client.try_subscribe(filter, QoS::AtLeastOnce);
+            }
+            Event::Incoming(Packet::SubAck(_)) => subscribed = true,
+            Event::Incoming(Packet::Publish(publish)) => {
+                let topic = String::from_utf8_lossy(&publish.topic);
+                let node = topics::node_of_server_presence_topic(&topic);
+                if let (Some(node), Some(presence)) =
+                    (node, ServerPresence::parse(&publish.payload))
+                {
+                    nodes.insert(node, presence);
+                }
+            }
+            _ => {}
+        }
+    }
+    let _ = client.try_disconnect();
+    Ok(nodes)
+}
+
+/// Every pair of online nodes that take some request both (the rule of `presence::Peers`).
+fn clashes(nodes: &BTreeMap<String, ServerPresence>) -> Vec<[String; 2]> {
+    let online: Vec<_> = nodes.iter().filter(|(_, p)| p.online).collect();
+    let mut pairs = Vec::new();
+    for (i, (a, pa)) in online.iter().enumerate() {
+        for (b, pb) in &online[i + 1..] {
+            let overlap = match (&pa.subscription, &pb.subscription) {
+                (Some(sa), theirs) => sa.overlaps(theirs.as_ref()),
+                (None, Some(sb)) => sb.overlaps(None),
+                (None, None) => false, // Neither says: nodes of earlier versions.
+            };
+            if overlap {
+                pairs.push([a.to_string(), b.to_string()]);
+            }
+        }
+    }
+    pairs
+}
+
+/// One line per node, its columns aligned.
+fn table(nodes: &BTreeMap<String, ServerPresence>) -> String {
+    let mut rows = vec![[
+        "node".to_owned(),
+        "state".into(),
+        "share group".into(),
+        "max packet".into(),
+        "lease".into(),
+        "epoch".into(),
+    ]];
+    for (node, p) in nodes {
+        let or_dash = |v: Option<String>| v.unwrap_or_else(|| "-".into());
+        rows.push([
+            node.clone(),
+            if p.online { "online" } else { "offline" }.into(),
+            match &p.subscription {
+                Some(Subscription::Shared(group)) => group.clone(),
+                Some(Subscription::Every) => "(none)".into(),
+                None if p.online => "(not said)".into(),
+                None => "-".into(),
+            },
+            or_dash(p.max_packet_size.map(|n| n.to_string())),
+            or_dash(p.registration_lease_ms.map(|ms| format!("{ms} ms"))),
+            p.epoch.clone(),
+        ]);
+    }
+    let widths: Vec<usize> = (0..6)
+        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for row in &rows {
+        let cells: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .map(|(cell, width)| format!("{cell:width$}"))
+            .collect();
+        out.push_str(cells.join("  ").trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn presence(online: bool, subscription: Option<Subscription>) -> ServerPresence {
+        ServerPresence {
+            epoch: "e1".into(),
+            online,
+            max_packet_size: Some(1024),
+            registration_lease_ms: None,
+            subscription,
+        }
+    }
+
+    #[test]
+    fn clashes_are_the_online_pairs_outside_one_share_group() {
+        let shared = |g: &str| Some(Subscription::Shared(g.into()));
+        let nodes: BTreeMap<String, ServerPresence> = [
+            ("a", presence(true, shared("g"))),
+            ("b", presence(true, shared("g"))),
+            ("c", presence(true, shared("h"))),
+            ("d", presence(false, Some(Subscription::Every))),
+            ("e", presence(true, None)),
+        ]
+        .into_iter()
+        .map(|(n, p)| (n.to_owned(), p))
+        .collect();
+        // A and B share "g"; C is in "h"; D is offline; E says nothing.
+        assert_eq!(
+            clashes(&nodes),
+            [["a", "c"], ["b", "c"]].map(|pair| pair.map(str::to_owned))
+        );
+        let mut with_plain = nodes.clone();
+        with_plain.insert("f".into(), presence(true, Some(Subscription::Every)));
+        // A node taking every request clashes with every online one, E included.
+        assert_eq!(clashes(&with_plain).len(), 2 + 4);
+    }
+
+    #[test]
+    fn the_table_aligns_its_columns() {
+        let nodes: BTreeMap<String, ServerPresence> = [
+            (
+                "node-1".to_owned(),
+                presence(true, Some(Subscription::Every)),
+            ),
+            ("n2".to_owned(), presence(false, None)),
+        ]
+        .into_iter()
+        .collect();
+        assert_eq!(
+            table(&nodes),
+            "node    state    share group  max packet  lease  epoch\n\
+             n2      offline  -            1024        -      e1\n\
+             node-1  online   (none)       1024        -      e1\n"
+        );
+    }
+}
