@@ -207,7 +207,11 @@ pub(crate) enum Command {
     /// The server nodes on the broker, as their retained presence says: each one's state,
     /// share group, limits and epoch, and the pairs that would both answer one request (outside
     /// one share group). Exit 0 when a node is online, 1 when none is.
-    Nodes,
+    Nodes {
+        /// Nodes that stopped or vanished too (their presence stays retained on the broker).
+        #[arg(long)]
+        all: bool,
+    },
     /// Ask a running `mqstore serve` whether it is ready (its /readyz probe; /healthz with
     /// --live): exit 0 if so, 1 if not (the reason printed), 4 if nothing answers. The health
     /// check of the container image, which has no shell and no curl.

@@ -157,13 +157,13 @@ async fn run(cli: Cli) -> ExitCode {
             }
         };
     }
-    if let Command::Nodes = &cli.command {
+    if let Command::Nodes { all } = &cli.command {
         let client_id = cli
             .broker
             .client_id
             .clone()
             .unwrap_or_else(|| format!("mqstore-cli-{}", random_suffix()));
-        return nodes::list(&broker_config, &client_id, cli.call).await;
+        return nodes::list(&broker_config, &client_id, *all, cli.call).await;
     }
     let Command::Serve(args) = &cli.command else {
         return run_client(cli, broker_config).await;

@@ -20,21 +20,26 @@ use crate::store::not_connected;
 /// still come: the broker sends them all right after its SUBACK.
 const QUIET: Duration = Duration::from_millis(300);
 
-/// Reads the presences, prints them, and exits 0 when some node is online, 1 when none is.
-pub(crate) async fn list(broker: &BrokerConfig, client_id: &str, call: CallArgs) -> ExitCode {
+/// Reads the presences, prints them (the offline ones with `all`), and exits 0 when some node
+/// is online, 1 when none is.
+pub(crate) async fn list(
+    broker: &BrokerConfig,
+    client_id: &str,
+    all: bool,
+    call: CallArgs,
+) -> ExitCode {
     let address = format!("{}:{}", broker.host, broker.port);
-    let nodes = match read(
-        broker,
-        client_id,
-        call.timeout.unwrap_or(Duration::from_secs(5)),
-    )
-    .await
-    {
+    let timeout = call.timeout.unwrap_or(Duration::from_secs(5));
+    let mut nodes = match read(broker, client_id, timeout).await {
         Ok(nodes) => nodes,
         Err(e) => return not_connected(e, &address),
     };
     let clashes = clashes(&nodes);
     let online = nodes.values().filter(|p| p.online).count();
+    let offline = nodes.len() - online;
+    if !all {
+        nodes.retain(|_, p| p.online);
+    }
     if call.json {
         let nodes: Vec<_> = nodes
             .iter()
@@ -60,6 +65,9 @@ pub(crate) async fn list(broker: &BrokerConfig, client_id: &str, call: CallArgs)
             println!(
                 "clash: {a} and {b} both take requests (outside one share group): each is answered twice"
             );
+        }
+        if offline > 0 && !all {
+            println!("({offline} offline, not shown: --all)");
         }
     }
     if online == 0 {

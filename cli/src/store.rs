@@ -228,7 +228,10 @@ impl ClientCommand {
             Command::Devices { command } => Self::Command(CommandCall::read(command)?),
             Command::Shadow { command } => Self::Shadow(ShadowCall::read(command)?),
             // `main` and `run` handle these without a client.
-            Command::Serve(_) | Command::Bench { .. } | Command::Health { .. } | Command::Nodes => {
+            Command::Serve(_)
+            | Command::Bench { .. }
+            | Command::Health { .. }
+            | Command::Nodes { .. } => {
                 return Err("not a client command".into());
             }
         })

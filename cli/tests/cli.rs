@@ -1093,11 +1093,19 @@ fn nodes_lists_the_broker_s_nodes_and_the_pairs_that_would_answer_twice() {
     assert_eq!(listed["nodes"][1]["share_group"], "g");
     assert_eq!(listed["nodes"][0]["takes_every_request"], true);
     assert_eq!(listed["clashes"], serde_json::json!([["node-a", "node-b"]]));
-    // B stops: offline, and no clash left.
+    // B stops: offline (listed with --all), and no clash left.
     s.runtime.block_on(b.stop()).unwrap();
-    let listed = json(&s.cli(&["nodes", "--json"]));
+    let listed = json(&s.cli(&["nodes", "--json", "--all"]));
+    assert_eq!(listed["nodes"][1]["node"], "node-b");
     assert_eq!(listed["nodes"][1]["online"], false);
     assert_eq!(listed["clashes"], serde_json::json!([]));
+    let listed = s.cli(&["nodes"]).out();
+    assert_eq!(listed.lines().count(), 3, "{listed}");
+    assert!(
+        listed.lines().nth(1).unwrap().starts_with("node-a  "),
+        "{listed}"
+    );
+    assert_eq!(listed.lines().nth(2), Some("(1 offline, not shown: --all)"));
     // A broker no node serves: exit 1, and why.
     let empty = Broker::start_kind(Kind::Mosquitto);
     let none = run(Command::new(env!("CARGO_BIN_EXE_mqstore"))
