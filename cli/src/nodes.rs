@@ -5,11 +5,12 @@ use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use mqstore_core::client::ClientError;
 use mqstore_core::presence::{ServerPresence, Subscription};
 use mqstore_core::topics;
 use mqstore_net::BrokerConfig;
 use rumqttc::v5::mqttbytes::QoS;
-use rumqttc::v5::mqttbytes::v5::Packet;
+use rumqttc::v5::mqttbytes::v5::{Packet, SubscribeReasonCode};
 use rumqttc::v5::{AsyncClient, Event};
 use serde_json::json;
 
@@ -32,7 +33,14 @@ pub(crate) async fn list(
     let timeout = call.timeout.unwrap_or(Duration::from_secs(5));
     let mut nodes = match read(broker, client_id, timeout).await {
         Ok(nodes) => nodes,
-        Err(e) => return not_connected(e, &address),
+        Err(Unread::Connection(e)) => return not_connected(e, &address),
+        Err(Unread::Refused(code)) => {
+            eprintln!(
+                "error: the broker at {address} refused the subscription to {}: {code:?} (its access rules must let this client read it)",
+                topics::SERVER_PRESENCE_FILTER
+            );
+            return ExitCode::from(5);
+        }
     };
     let clashes = clashes(&nodes);
     let online = nodes.values().filter(|p| p.online).count();
@@ -79,12 +87,20 @@ pub(crate) async fn list(
     ExitCode::SUCCESS
 }
 
+/// Why the presences could not be read.
+enum Unread {
+    /// The connection failed.
+    Connection(ClientError),
+    /// The broker refused the subscription (its access rules).
+    Refused(SubscribeReasonCode),
+}
+
 /// The retained presences on the broker, by node id.
 async fn read(
     broker: &BrokerConfig,
     client_id: &str,
     timeout: Duration,
-) -> Result<BTreeMap<String, ServerPresence>, mqstore_core::client::ClientError> {
+) -> Result<BTreeMap<String, ServerPresence>, Unread> {
     let (client, mut events) = AsyncClient::new(broker.options(client_id), 16);
     let mut nodes = BTreeMap::new();
     let mut subscribed = false;
@@ -99,18 +115,27 @@ async fn read(
             // Quiet since the last presence: every retained one has come.
             Err(_) if subscribed => break,
             Err(_) => {
-                return Err(mqstore_core::client::ClientError::Unreachable(format!(
-                    "no answer within {timeout:?}"
-                )));
+                let e = ClientError::Unreachable(format!("no answer within {timeout:?}"));
+                return Err(Unread::Connection(e));
             }
         };
-        match event.map_err(|e| mqstore_net::connection_error(&e))? {
+        let event = event.map_err(|e| Unread::Connection(mqstore_net::connection_error(&e)))?;
+        match event {
             Event::Incoming(Packet::ConnAck(_)) => {
                 let filter = topics::SERVER_PRESENCE_FILTER;
                 // Queued for the event loop: it cannot fail while the loop runs.
                 let _ = client.try_subscribe(filter, QoS::AtLeastOnce);
             }
-            Event::Incoming(Packet::SubAck(_)) => subscribed = true,
+            Event::Incoming(Packet::SubAck(suback)) => {
+                let refused = suback
+                    .return_codes
+                    .iter()
+                    .find(|code| !matches!(code, SubscribeReasonCode::Success(_)));
+                if let Some(code) = refused {
+                    return Err(Unread::Refused(*code));
+                }
+                subscribed = true;
+            }
             Event::Incoming(Packet::Publish(publish)) => {
                 let topic = String::from_utf8_lossy(&publish.topic);
                 let node = topics::node_of_server_presence_topic(&topic);

@@ -521,6 +521,20 @@ fn a_request_the_broker_does_not_authorize_is_reported_as_refused_and_not_applie
 }
 
 #[test]
+fn nodes_says_so_when_the_broker_will_not_let_it_read_the_presences() {
+    let broker = Broker::start_mochi_denying("statestore/#");
+    let nodes = mqstore(&["--port", &broker.port.to_string(), "nodes"]);
+    assert_eq!(nodes.code, Some(5), "{}", nodes.stderr);
+    assert!(
+        nodes.stderr.contains(
+            "refused the subscription to statestore/v1/FA9AE35F-2F64-47CD-9BFF-08E2B32A0FE8/server/+: NotAuthorized (its access rules"
+        ),
+        "{}",
+        nodes.stderr
+    );
+}
+
+#[test]
 fn a_broker_that_breaks_the_protocol_is_named_and_the_server_says_how_to_fix_it() {
     // Mochi as shipped answers a publish with user properties with PUBACK reason code 0x01.
     let broker = Broker::start_kind(Kind::MochiAsShipped);

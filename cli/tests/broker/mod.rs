@@ -269,6 +269,12 @@ impl Broker {
         Self::launch(kind, free_port(), format!("max_packet_size {max}\n"))
     }
 
+    /// Starts Mochi MQTT with an ACL that lets nobody read or subscribe to `filter` (it
+    /// answers such a SUBSCRIBE 0x87; mosquitto grants it and delivers nothing).
+    pub fn start_mochi_denying(filter: &str) -> Self {
+        Self::launch(Kind::Mochi, free_port(), format!("deny {filter}\n"))
+    }
+
     /// Starts mosquitto on `port` (to restart one where clients expect it).
     pub fn start_on(port: u16) -> Self {
         Self::launch(Kind::Mosquitto, port, String::new())
@@ -340,6 +346,9 @@ impl Broker {
                 command.arg("-tcp").arg(format!("127.0.0.1:{port}"));
                 if let Some(max) = config.strip_prefix("max_packet_size ") {
                     command.args(["-max-packet-size", max.trim()]);
+                }
+                if let Some(filter) = config.strip_prefix("deny ") {
+                    command.args(["-deny", filter.trim()]);
                 }
                 if kind == Kind::MochiAsShipped {
                     command.arg("-inherit-properties-on-ack");

@@ -22,6 +22,7 @@ func main() {
 		"leave Mochi's default: PUBACKs copy the PUBLISH's user properties and carry reason code 0x01 (breaks MQTT 5 clients; mochi-mqtt/server#474)")
 	maxPacket := flag.Uint("max-packet-size", 0, "largest packet the broker accepts (0: no limit)")
 	debug := flag.Bool("debug", false, "log every packet")
+	deny := flag.String("deny", "", "a topic filter no client may read or subscribe to (an ACL rule; empty: none)")
 	flag.Parse()
 
 	level := slog.LevelInfo
@@ -36,8 +37,20 @@ func main() {
 	options.Capabilities.Compatibilities.NoInheritedPropertiesOnAck = !*inherit
 	options.Capabilities.MaximumPacketSize = uint32(*maxPacket)
 	server := mqtt.New(options)
-	if err := server.AddHook(new(auth.AllowHook), nil); err != nil {
-		log.Fatal(err)
+	if *deny == "" {
+		if err := server.AddHook(new(auth.AllowHook), nil); err != nil {
+			log.Fatal(err)
+		}
+	} else {
+		// Everyone connects; what matches the filter nobody reads (a SUBSCRIBE to it is
+		// answered 0x87, not authorized) nor writes.
+		ledger := &auth.Ledger{
+			Auth: auth.AuthRules{{Allow: true}},
+			ACL:  auth.ACLRules{{Filters: auth.Filters{auth.RString(*deny): auth.Deny}}},
+		}
+		if err := server.AddHook(new(auth.Hook), &auth.Options{Ledger: ledger}); err != nil {
+			log.Fatal(err)
+		}
 	}
 	if err := server.AddListener(listeners.NewTCP(listeners.Config{ID: "tcp", Address: *tcp})); err != nil {
 		log.Fatal(err)
