@@ -152,18 +152,13 @@ async fn read(
     Ok(nodes)
 }
 
-/// Every pair of online nodes that take some request both (the rule of `presence::Peers`).
+/// Every pair of nodes that would both take some request (`ServerPresence::clashes_with`).
 fn clashes(nodes: &BTreeMap<String, ServerPresence>) -> Vec<[String; 2]> {
-    let online: Vec<_> = nodes.iter().filter(|(_, p)| p.online).collect();
+    let nodes: Vec<_> = nodes.iter().collect();
     let mut pairs = Vec::new();
-    for (i, (a, pa)) in online.iter().enumerate() {
-        for (b, pb) in &online[i + 1..] {
-            let overlap = match (&pa.subscription, &pb.subscription) {
-                (Some(sa), theirs) => sa.overlaps(theirs.as_ref()),
-                (None, Some(sb)) => sb.overlaps(None),
-                (None, None) => false, // Neither says: nodes of earlier versions.
-            };
-            if overlap {
+    for (i, (a, pa)) in nodes.iter().enumerate() {
+        for (b, pb) in &nodes[i + 1..] {
+            if pa.clashes_with(pb) {
                 pairs.push([a.to_string(), b.to_string()]);
             }
         }
@@ -259,6 +254,7 @@ mod tests {
                 presence(true, Some(Subscription::Every)),
             ),
             ("n2".to_owned(), presence(false, None)),
+            ("old".to_owned(), presence(true, None)),
         ]
         .into_iter()
         .collect();
@@ -266,7 +262,8 @@ mod tests {
             table(&nodes),
             "node    state    share group  max packet  lease  epoch\n\
              n2      offline  -            1024        -      e1\n\
-             node-1  online   (none)       1024        -      e1\n"
+             node-1  online   (none)       1024        -      e1\n\
+             old     online   (not said)   1024        -      e1\n"
         );
     }
 }

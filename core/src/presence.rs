@@ -103,6 +103,19 @@ impl ServerPresence {
         Bytes::from(text)
     }
 
+    /// Whether this node and `other`, both online, would both take some request: the rule of
+    /// [`Subscription::overlaps`] from whichever side says how it subscribes (neither saying:
+    /// nodes of earlier versions, not known to clash).
+    pub fn clashes_with(&self, other: &ServerPresence) -> bool {
+        self.online
+            && other.online
+            && match (&self.subscription, &other.subscription) {
+                (Some(mine), theirs) => mine.overlaps(theirs.as_ref()),
+                (None, Some(theirs)) => theirs.overlaps(None),
+                (None, None) => false,
+            }
+    }
+
     /// Reads a payload; `None` when it is not a presence message (an empty retained message
     /// clearing the topic, or something else).
     pub fn parse(payload: &[u8]) -> Option<Self> {
@@ -289,6 +302,30 @@ mod tests {
         // request whatever it does, and may be in this node's share group.
         assert!(every.overlaps(None));
         assert!(!shared("a").overlaps(None));
+    }
+
+    #[test]
+    fn two_presences_clash_when_both_are_online_and_their_subscriptions_overlap() {
+        let presence = |online, subscription| ServerPresence {
+            epoch: "e".into(),
+            online,
+            max_packet_size: None,
+            registration_lease_ms: None,
+            subscription,
+        };
+        let (every, g) = (
+            Some(Subscription::Every),
+            Some(Subscription::Shared("g".into())),
+        );
+        let h = Some(Subscription::Shared("h".into()));
+        assert!(!presence(true, g.clone()).clashes_with(&presence(true, g.clone())));
+        assert!(presence(true, g.clone()).clashes_with(&presence(true, h)));
+        assert!(!presence(true, g.clone()).clashes_with(&presence(false, every.clone())));
+        // One side saying nothing: the other decides, either way round.
+        assert!(presence(true, None).clashes_with(&presence(true, every.clone())));
+        assert!(presence(true, every).clashes_with(&presence(true, None)));
+        assert!(!presence(true, None).clashes_with(&presence(true, g)));
+        assert!(!presence(true, None).clashes_with(&presence(true, None)));
     }
 
     #[test]

@@ -447,8 +447,8 @@ pub const MAX_IN_FLIGHT: usize = 10;
 /// One at a time, because requests of one shadow run side by side would race each other's
 /// compare-and-set (see `serve`): each loser runs again, and one shadow's busy writers got
 /// little done (8 writers: 0.03× the updates per second of 8 shadows, 4.7 races per update,
-/// now and then a 500 after 100 lost races; docs/performance.md). Only requests through different nodes race
-/// now. A host that answers each request as it handles it (a node on memory or a data
+/// now and then a 500 after 100 lost races; docs/performance.md). Only requests through
+/// different nodes race now. A host that answers each request as it handles it (a node on memory or a data
 /// directory) never has one in flight, and needs none of this.
 #[derive(Debug, Default)]
 pub struct InFlight {
