@@ -78,6 +78,7 @@ export interface TlsOptions {
     ca?: Pem;
     cert?: Pem;
     key?: Pem;
+    passphrase?: string;
 }
 export interface SetOptions {
     nx?: boolean;

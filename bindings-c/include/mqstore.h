@@ -936,6 +936,12 @@ typedef struct mqstore_options {
    */
   const char *key_file;
   /**
+   * The password of `key_file` when it is encrypted (PKCS#8, as `openssl pkcs8 -topk8`
+   * writes it), NUL-terminated, or NULL for a key that is not. Read during `mqstore_connect`
+   * only; the library keeps the decrypted key, not the password.
+   */
+  const char *key_password;
+  /**
    * Every call's timeout, and the connection's, in milliseconds (10 000); 0: the default.
    */
   uint32_t timeout_ms;

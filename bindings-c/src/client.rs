@@ -44,6 +44,10 @@ pub struct mqstore_options {
     pub cert_file: *const c_char,
     /// The client certificate's private key (a PEM file), with `cert_file`, or NULL.
     pub key_file: *const c_char,
+    /// The password of `key_file` when it is encrypted (PKCS#8, as `openssl pkcs8 -topk8`
+    /// writes it), NUL-terminated, or NULL for a key that is not. Read during `mqstore_connect`
+    /// only; the library keeps the decrypted key, not the password.
+    pub key_password: *const c_char,
     /// Every call's timeout, and the connection's, in milliseconds (10 000); 0: the default.
     pub timeout_ms: u32,
 }
@@ -60,6 +64,7 @@ pub extern "C" fn mqstore_options_default() -> mqstore_options {
         ca_file: std::ptr::null(),
         cert_file: std::ptr::null(),
         key_file: std::ptr::null(),
+        key_password: std::ptr::null(),
         timeout_ms: 10_000,
     }
 }
@@ -236,6 +241,7 @@ unsafe fn client_options(options: *const mqstore_options) -> Result<ClientOption
     let ca = unsafe { opt_str_arg(o.ca_file, "options.ca_file") }?;
     let cert = unsafe { opt_str_arg(o.cert_file, "options.cert_file") }?;
     let key = unsafe { opt_str_arg(o.key_file, "options.key_file") }?;
+    let key_password = unsafe { opt_str_arg(o.key_password, "options.key_password") }?;
     if cert.is_some() != key.is_some() {
         return Err(Error::invalid(
             "options.cert_file and options.key_file go together: set both or neither",
@@ -246,13 +252,13 @@ unsafe fn client_options(options: *const mqstore_options) -> Result<ClientOption
             let client_auth = cert
                 .map(std::path::Path::new)
                 .zip(key.map(std::path::Path::new));
-            let tls = TlsConfig::from_files(std::path::Path::new(ca), client_auth)
+            let tls = TlsConfig::from_files(std::path::Path::new(ca), client_auth, key_password)
                 .map_err(|e| Error::invalid(format!("TLS files: {e}")))?;
             options.broker.tls = Some(tls);
         }
-        None if cert.is_some() => {
+        None if cert.is_some() || key_password.is_some() => {
             return Err(Error::invalid(
-                "options.cert_file needs options.ca_file (TLS is on when ca_file is set)",
+                "options.cert_file and options.key_password need options.ca_file (TLS is on when ca_file is set)",
             ));
         }
         None => {}

@@ -49,8 +49,9 @@ VALGRIND = [
 
 
 def secure_broker(directory: Path) -> tuple[Broker, dict[str, str]]:
-    """A broker that wants a user name and password (fleet / s3cret) on a plain listener and
-    on a TLS listener whose certificate an openssl-made CA signed."""
+    """A broker that wants a user name and password (fleet / s3cret) on a plain listener, on a
+    TLS listener whose certificate an openssl-made CA signed, and on a TLS listener that also
+    wants a client certificate that CA signed."""
 
     def openssl(*args: str) -> None:
         subprocess.run(
@@ -58,29 +59,46 @@ def secure_broker(directory: Path) -> tuple[Broker, dict[str, str]]:
         )
 
     ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+
+    def signed(name: str, subject: str, extensions: str) -> None:
+        """NAME.key and NAME.pem, signed by the test CA (with extensions: X.509 v3, the only
+        version rustls reads)."""
+        openssl("req", *ec, "-keyout", f"{name}.key", "-out", f"{name}.csr",
+                "-subj", subject)  # fmt: skip
+        (directory / f"{name}.ext").write_text(extensions)
+        openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+                "-CAcreateserial", "-out", f"{name}.pem", "-days", "2",
+                "-extfile", f"{name}.ext")  # fmt: skip
+
     openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
             "-subj", "/CN=mqstore test CA")  # fmt: skip
-    openssl("req", *ec, "-keyout", "broker.key", "-out", "broker.csr",
-            "-subj", "/CN=localhost")  # fmt: skip
-    (directory / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
-    openssl("x509", "-req", "-in", "broker.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-            "-CAcreateserial", "-out", "broker.pem", "-days", "2",
-            "-extfile", "san.ext")  # fmt: skip
+    signed("broker", "/CN=localhost", "subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    # A device's certificate, its key encrypted with a password (fleet-key-1), for a
+    # listener that asks for one.
+    signed("device", "/CN=mqstore test device", "extendedKeyUsage=clientAuth\n")
+    openssl("pkcs8", "-topk8", "-in", "device.key", "-out", "device-encrypted.key",
+            "-passout", "pass:fleet-key-1")  # fmt: skip
     passwords = directory / "passwords"
     subprocess.run(
         ["mosquitto_passwd", "-b", "-c", str(passwords), "fleet", "s3cret"], check=True
     )
-    tls_port = free_port()
+    tls_port, client_cert_port = free_port(), free_port()
     broker = Broker(
         f"allow_anonymous false\npassword_file {passwords}\n"
         f"listener {tls_port} 127.0.0.1\n"
         f"certfile {directory / 'broker.pem'}\nkeyfile {directory / 'broker.key'}\n"
+        f"listener {client_cert_port} 127.0.0.1\n"
+        f"certfile {directory / 'broker.pem'}\nkeyfile {directory / 'broker.key'}\n"
+        f"cafile {directory / 'ca.pem'}\nrequire_certificate true\n"
     )
     return broker, {
         "MQSTORE_TEST_SECURE_PORT": str(broker.port),
         "MQSTORE_TEST_TLS_PORT": str(tls_port),
         "MQSTORE_TEST_CA_FILE": str(directory / "ca.pem"),
         "MQSTORE_TEST_WRONG_CA_FILE": str(directory / "broker.pem"),
+        "MQSTORE_TEST_CLIENT_CERT_PORT": str(client_cert_port),
+        "MQSTORE_TEST_CLIENT_CERT_FILE": str(directory / "device.pem"),
+        "MQSTORE_TEST_CLIENT_KEY_FILE": str(directory / "device-encrypted.key"),
     }
 
 

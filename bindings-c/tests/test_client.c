@@ -788,6 +788,28 @@ static void credentials_and_tls_to_the_broker(void) {
   options.timeout_ms = 2000;
   CHECK(mqstore_connect(&options, &c) != MQSTORE_OK);
   CHECK(c == NULL);
+
+  /* A listener that asks for a client certificate: ours, its key encrypted with a password
+   * by openssl pkcs8 -topk8. */
+  options.port = port_from("MQSTORE_TEST_CLIENT_CERT_PORT");
+  options.ca_file = getenv("MQSTORE_TEST_CA_FILE");
+  options.cert_file = getenv("MQSTORE_TEST_CLIENT_CERT_FILE");
+  options.key_file = getenv("MQSTORE_TEST_CLIENT_KEY_FILE");
+  CHECK(options.cert_file != NULL && options.key_file != NULL);
+  CHECK_STATUS(mqstore_connect(&options, &c), MQSTORE_ERR_INVALID_ARGUMENT);
+  CHECK_ERROR_SAYS("is encrypted: give its password");
+  options.key_password = "fleet-key-2";
+  CHECK_STATUS(mqstore_connect(&options, &c), MQSTORE_ERR_INVALID_ARGUMENT);
+  CHECK_ERROR_SAYS("the key password is wrong");
+  options.key_password = "fleet-key-1";
+  CHECK_OK(mqstore_connect(&options, &c));
+  mqstore_client_free(c);
+  /* Without a certificate that listener refuses the connection. */
+  options.cert_file = NULL;
+  options.key_file = NULL;
+  options.key_password = NULL;
+  CHECK(mqstore_connect(&options, &c) != MQSTORE_OK);
+  CHECK(c == NULL);
 }
 
 static void bad_arguments_and_freed_handles_are_errors_not_crashes(void) {

@@ -250,7 +250,7 @@ impl Client {
     /// asyncio future; the connection is made on a thread of its own, then driven by the
     /// running loop), or a blocking `Client`'s.
     #[staticmethod]
-    #[pyo3(signature = (host, port, client_id, username, password, ca_file, cert_file, key_file, timeout_ms, aio))]
+    #[pyo3(signature = (host, port, client_id, username, password, ca_file, cert_file, key_file, key_password, timeout_ms, aio))]
     #[allow(clippy::too_many_arguments)]
     fn connect(
         py: Python<'_>,
@@ -262,6 +262,7 @@ impl Client {
         ca_file: Option<std::path::PathBuf>,
         cert_file: Option<std::path::PathBuf>,
         key_file: Option<std::path::PathBuf>,
+        key_password: Option<String>,
         timeout_ms: u64,
         aio: bool,
     ) -> PyResult<Py<PyAny>> {
@@ -273,8 +274,15 @@ impl Client {
         options.broker.password = password;
         if let Some(ca) = &ca_file {
             let client_auth = cert_file.as_deref().zip(key_file.as_deref());
-            let tls = TlsConfig::from_files(ca, client_auth)
-                .map_err(|e| pyo3::exceptions::PyOSError::new_err(e.to_string()))?;
+            let tls = TlsConfig::from_files(ca, client_auth, key_password.as_deref()).map_err(
+                |e| match e.kind() {
+                    // A key that needs a password, a wrong one, one it does not need.
+                    std::io::ErrorKind::InvalidInput => {
+                        pyo3::exceptions::PyValueError::new_err(e.to_string())
+                    }
+                    _ => pyo3::exceptions::PyOSError::new_err(e.to_string()),
+                },
+            )?;
             options.broker.tls = Some(tls);
         }
         let pid = std::process::id();

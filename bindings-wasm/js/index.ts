@@ -241,12 +241,17 @@ export interface TlsOptions {
   ca?: Pem;
   /** This client's certificate, for a broker that asks for one; needs `key`. */
   cert?: Pem;
-  /** The private key (unencrypted) of `cert`. */
+  /** The private key of `cert`. */
   key?: Pem;
+  /** The password of `key` when it is encrypted (as `openssl pkcs8 -topk8` writes it). */
+  passphrase?: string;
 }
 
-/** `tls` checked, as MQTT.js takes it in Node (`ca`, `cert`, `key` passed on to its TLS). */
-function tlsSettings(url: string, tls: TlsOptions | undefined): Partial<IClientOptions> {
+/**
+ * `tls` checked, as MQTT.js takes it in Node (`ca`, `cert`, `key` and `passphrase` passed on to
+ * its TLS; its types lack `passphrase`, which its `wss` transport passes on all the same).
+ */
+function tlsSettings(url: string, tls: TlsOptions | undefined): Partial<IClientOptions> & { passphrase?: string } {
   if (tls === undefined) return {};
   if (!url.startsWith("wss://")) {
     throw new InvalidArgumentError(`tls settings are for a wss:// broker URL, not ${JSON.stringify(url)}`);
@@ -257,7 +262,7 @@ function tlsSettings(url: string, tls: TlsOptions | undefined): Partial<IClientO
   if ((tls.cert === undefined) !== (tls.key === undefined)) {
     throw new InvalidArgumentError("tls: a client certificate needs its key, and a key its certificate (cert and key)");
   }
-  const settings: Partial<IClientOptions> = {};
+  const settings: Partial<IClientOptions> & { passphrase?: string } = {};
   for (const name of ["ca", "cert", "key"] as const) {
     const value = tls[name];
     if (value === undefined) continue;
@@ -265,6 +270,13 @@ function tlsSettings(url: string, tls: TlsOptions | undefined): Partial<IClientO
       throw new InvalidArgumentError(`tls.${name} must be PEM text (a string or its bytes)`);
     }
     settings[name] = typeof value === "string" ? value : new TextDecoder().decode(value);
+  }
+  if (tls.passphrase !== undefined) {
+    if (typeof tls.passphrase !== "string") throw new InvalidArgumentError("tls.passphrase must be a string");
+    if (tls.key === undefined) throw new InvalidArgumentError("tls.passphrase is the password of tls.key: give tls.key too");
+    settings.passphrase = tls.passphrase;
+  } else if (/-----BEGIN ENCRYPTED PRIVATE KEY-----|Proc-Type: 4,ENCRYPTED/.test(String(settings.key ?? ""))) {
+    throw new InvalidArgumentError("tls.key is encrypted: give its password (tls.passphrase)");
   }
   return settings;
 }
@@ -488,7 +500,10 @@ export class Client {
     try {
       connection = await connectWatched(url, mqttOptions);
     } catch (e) {
-      const reason = (e as { code?: number }).code;
+      const reason = (e as { code?: number | string }).code;
+      if (reason === "ERR_OSSL_BAD_DECRYPT") {
+        throw new InvalidArgumentError("tls.passphrase is wrong: Node's TLS could not decrypt tls.key with it");
+      }
       if (typeof reason === "number" && reason >= 0x80) {
         throw new BrokerRefusedError(`the MQTT broker refused the connection (reason code 0x${reason.toString(16)})`);
       }

@@ -26,6 +26,9 @@ signed("broker", "subjectAltName=IP:127.0.0.1,DNS:localhost\n");
 signed("device", "extendedKeyUsage=clientAuth\n");
 const ca = readFileSync(file("ca.pem"), "utf8");
 const device = { cert: readFileSync(file("device.pem")), key: readFileSync(file("device.key"), "utf8") };
+// The same key encrypted with a password, as an operator would keep it.
+openssl("pkcs8", "-topk8", "-in", "device.key", "-out", "device-encrypted.key", "-passout", "pass:fleet-key-1");
+const encrypted = { cert: device.cert, key: readFileSync(file("device-encrypted.key"), "utf8") };
 
 let servers, wss, wssClientCert;
 before(async () => {
@@ -75,12 +78,26 @@ test("a broker that asks for a client certificate takes ours, and refuses a clie
   );
 });
 
+test("a client certificate whose key is encrypted: with its passphrase it connects; without, or a wrong one, a clear error", async () => {
+  await roundTrip(await Client.connect(wssClientCert, { tls: { ca, ...encrypted, passphrase: "fleet-key-1" } }), "js/tls-encrypted");
+  await assert.rejects(
+    Client.connect(wssClientCert, { tls: { ca, ...encrypted } }),
+    (e) => e instanceof InvalidArgumentError && /tls\.key is encrypted: give its password \(tls\.passphrase\)/.test(e.message),
+  );
+  await assert.rejects(
+    Client.connect(wssClientCert, { tls: { ca, ...encrypted, passphrase: "fleet-key-2" }, timeoutMs: 5000 }),
+    (e) => e instanceof InvalidArgumentError && /tls\.passphrase is wrong/.test(e.message),
+  );
+});
+
 test("tls settings that cannot apply are refused before connecting", async () => {
   const refused = [
     [servers.url, { ca }, /wss:\/\//],
     [wss, { ca, cert: device.cert }, /needs its key/],
     [wss, { ca, key: device.key }, /needs its key/],
     [wss, { ca: 42 }, /tls\.ca must be PEM text/],
+    [wss, { ca, passphrase: "fleet-key-1" }, /give tls\.key too/],
+    [wss, { ca, ...encrypted, passphrase: 42 }, /tls\.passphrase must be a string/],
   ];
   for (const [url, tls, message] of refused) {
     await assert.rejects(Client.connect(url, { tls }), (e) => e instanceof InvalidArgumentError && message.test(e.message));

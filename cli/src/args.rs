@@ -63,6 +63,18 @@ pub(crate) struct BrokerArgs {
     /// PEM private key of --cert-file.
     #[arg(long, global = true, env = "MQSTORE_KEY_FILE", requires = "cert_file")]
     pub(crate) key_file: Option<PathBuf>,
+    /// Password of --key-file when it is encrypted (PKCS#8, as `openssl pkcs8 -topk8` writes
+    /// it). Prefer the environment variable: command lines are visible to other users.
+    // Not `requires = "key_file"`: clap checks that of a global option set from the environment
+    // in every subcommand, where the key file given before it is not seen. `TlsConfig` refuses a
+    // password without a key instead.
+    #[arg(
+        long,
+        global = true,
+        env = "MQSTORE_KEY_PASSWORD",
+        hide_env_values = true
+    )]
+    pub(crate) key_password: Option<String>,
     /// Largest MQTT packet to send or accept, in bytes.
     #[arg(long, global = true, default_value_t = 16 * 1024 * 1024)]
     pub(crate) max_packet_size: u32,

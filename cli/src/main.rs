@@ -95,7 +95,8 @@ fn broker(args: &BrokerArgs) -> Result<BrokerConfig, String> {
         }
         (true, Some(ca)) => {
             let client = args.cert_file.as_deref().zip(args.key_file.as_deref());
-            Some(TlsConfig::from_files(ca, client).map_err(|e| e.to_string())?)
+            let key_password = args.key_password.as_deref();
+            Some(TlsConfig::from_files(ca, client, key_password).map_err(|e| e.to_string())?)
         }
     };
     Ok(BrokerConfig {

@@ -4,6 +4,7 @@
 #[macro_use]
 mod broker;
 mod calls;
+mod tls;
 
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
@@ -1275,4 +1276,109 @@ fn shadow_get_update_delete_and_watch_from_the_cli() {
         .collect();
     assert_eq!(streams, ["delta", "documents", "documents"], "{lines:?}");
     assert_eq!(lines[0]["body"]["state"]["color"], "red");
+}
+
+#[test]
+fn serve_and_the_cli_log_in_with_a_client_certificate_whose_key_is_encrypted() {
+    let files = tls::TlsFiles::new("cli-client-cert");
+    let key = files.encrypted_client_key("fleet-key-1");
+    let broker = Broker::start_config(&format!(
+        "cafile {}\ncertfile {}\nkeyfile {}\nrequire_certificate true\n",
+        files.ca.display(),
+        files.cert.display(),
+        files.key.display()
+    ));
+    let port = broker.port.to_string();
+    let path = |p: &std::path::Path| p.to_str().unwrap().to_owned();
+    let (ca, cert, key) = (path(&files.ca), path(&files.client_cert), path(&key));
+    let tls: Vec<&str> = vec![
+        "--port",
+        &port,
+        "--tls",
+        "--ca-file",
+        &ca,
+        "--cert-file",
+        &cert,
+        "--key-file",
+        &key,
+    ];
+    let cli = |password: Option<&str>, args: &[&str]| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_mqstore"));
+        command.args(&tls).args(args).env_remove("MQSTORE_LOG");
+        match password {
+            Some(password) => command.env("MQSTORE_KEY_PASSWORD", password),
+            None => command.env_remove("MQSTORE_KEY_PASSWORD"),
+        };
+        run(command.output().unwrap())
+    };
+
+    // Without the password, or with a wrong one: a usage error that says which, and nothing
+    // is sent.
+    let missing = cli(None, &["get", "k"]);
+    assert_eq!(missing.code, Some(2), "{}", missing.stderr);
+    assert!(
+        missing.stderr.contains("is encrypted: give its password"),
+        "{}",
+        missing.stderr
+    );
+    let wrong = cli(Some("fleet-key-2"), &["get", "k"]);
+    assert_eq!(wrong.code, Some(2), "{}", wrong.stderr);
+    assert!(
+        wrong.stderr.contains("the key password is wrong"),
+        "{}",
+        wrong.stderr
+    );
+
+    // With it, `serve` and the CLI both log in with the certificate.
+    let mut serve = Command::new(env!("CARGO_BIN_EXE_mqstore"));
+    serve
+        .args(&tls)
+        .args(["serve", "--node-id", "node-client-cert"])
+        .env("MQSTORE_KEY_PASSWORD", "fleet-key-1")
+        .env_remove("MQSTORE_LOG")
+        .stderr(Stdio::null());
+    let _serve = serve.spawn().map(Process).unwrap();
+    let started = Instant::now();
+    loop {
+        let set = cli(
+            Some("fleet-key-1"),
+            &["set", "k", "over mutual TLS", "--timeout", "1"],
+        );
+        if set.code == Some(0) {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{}",
+            set.stderr
+        );
+    }
+    assert_eq!(
+        cli(Some("fleet-key-1"), &["get", "k"]).out(),
+        "over mutual TLS"
+    );
+
+    // The broker requires a certificate: without one the connection is refused.
+    let mut anonymous = Command::new(env!("CARGO_BIN_EXE_mqstore"));
+    let no_cert = run(anonymous
+        .args([
+            "--port",
+            &port,
+            "--tls",
+            "--ca-file",
+            &ca,
+            "--timeout",
+            "2",
+            "get",
+            "k",
+        ])
+        .env_remove("MQSTORE_LOG")
+        .output()
+        .unwrap());
+    assert_ne!(no_cert.code, Some(0), "{}", no_cert.stderr);
+    assert!(
+        no_cert.stderr.contains("cannot reach the MQTT broker"),
+        "{}",
+        no_cert.stderr
+    );
 }

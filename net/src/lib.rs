@@ -66,6 +66,7 @@
 #[cfg(unix)]
 pub mod blocking;
 pub mod client;
+mod client_key;
 pub mod commands;
 mod connection;
 pub mod jobs;
@@ -125,22 +126,37 @@ pub struct TlsConfig {
 }
 
 impl TlsConfig {
-    /// Reads the CA file, and the client certificate and key files when both are given.
+    /// Reads the CA file, and the client certificate and key files when both are given. A key
+    /// encrypted with a password (PKCS#8, as `openssl pkcs8 -topk8` writes it) is decrypted
+    /// with `key_password` (a key that is not encrypted does not use it); an encrypted key
+    /// without it, or with a wrong one, is an error (`InvalidInput`) that says so.
     pub fn from_files(
         ca: &std::path::Path,
         client: Option<(&std::path::Path, &std::path::Path)>,
+        key_password: Option<&str>,
     ) -> std::io::Result<Self> {
         let read = |path: &std::path::Path| {
             std::fs::read(path).map_err(|e| {
                 std::io::Error::new(e.kind(), format!("cannot read {}: {e}", path.display()))
             })
         };
+        let ca_pem = read(ca)?;
+        let client_auth = match client {
+            Some((cert, key)) => Some((
+                read(cert)?,
+                client_key::plain(read(key)?, key_password, key)?,
+            )),
+            None if key_password.is_some() => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    "a key password is for a client key: give the certificate and key files too",
+                ));
+            }
+            None => None,
+        };
         Ok(Self {
-            ca_pem: read(ca)?,
-            client_auth: match client {
-                Some((cert, key)) => Some((read(cert)?, read(key)?)),
-                None => None,
-            },
+            ca_pem,
+            client_auth,
         })
     }
 }

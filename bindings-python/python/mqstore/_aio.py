@@ -52,10 +52,21 @@ class AsyncClient:
         ca_file: Optional[PathLike] = None,
         cert_file: Optional[PathLike] = None,
         key_file: Optional[PathLike] = None,
+        key_password: Optional[str] = None,
         timeout: Seconds = 10.0,
     ) -> None:
         self._settings = _args.ConnectArgs(
-            host, port, client_id, username, password, tls, ca_file, cert_file, key_file, timeout
+            host,
+            port,
+            client_id,
+            username,
+            password,
+            tls,
+            ca_file,
+            cert_file,
+            key_file,
+            key_password,
+            timeout,
         )
         self._connected: Optional[_native.Client] = None
 

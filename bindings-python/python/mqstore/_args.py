@@ -121,6 +121,7 @@ class ConnectArgs:
         ca_file: object,
         cert_file: object,
         key_file: object,
+        key_password: Optional[str],
         timeout: Seconds,
     ) -> None:
         if not isinstance(host, str) or not host:
@@ -131,6 +132,7 @@ class ConnectArgs:
             ("client_id", client_id),
             ("username", username),
             ("password", password),
+            ("key_password", key_password),
         ):
             if text is not None and not isinstance(text, str):
                 raise TypeError(f"{name} must be a str, not {type(text).__name__}")
@@ -143,6 +145,8 @@ class ConnectArgs:
         self.key_file = path(key_file, "key_file")
         if (self.cert_file is None) != (self.key_file is None):
             raise ValueError("cert_file and key_file go together: give both or neither")
+        if key_password is not None and self.key_file is None:
+            raise ValueError("key_password is the password of key_file: give key_file too")
         if tls and self.ca_file is None:
             raise ValueError(
                 "tls=True needs ca_file: the PEM file of the authority that signed "
@@ -155,6 +159,7 @@ class ConnectArgs:
         self.client_id = client_id
         self.username = username
         self.password = password
+        self.key_password = key_password
         self.timeout_ms = millis(timeout, "timeout")
 
     def _native_args(
@@ -162,6 +167,7 @@ class ConnectArgs:
     ) -> tuple[
         str,
         int,
+        Optional[str],
         Optional[str],
         Optional[str],
         Optional[str],
@@ -179,6 +185,7 @@ class ConnectArgs:
             self.ca_file,
             self.cert_file,
             self.key_file,
+            self.key_password,
             self.timeout_ms,
         )
 

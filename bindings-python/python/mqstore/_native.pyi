@@ -140,6 +140,7 @@ class Client:
         ca_file: Optional[str],
         cert_file: Optional[str],
         key_file: Optional[str],
+        key_password: Optional[str],
         timeout_ms: int,
         aio: Literal[False],
     ) -> Client: ...
@@ -154,6 +155,7 @@ class Client:
         ca_file: Optional[str],
         cert_file: Optional[str],
         key_file: Optional[str],
+        key_password: Optional[str],
         timeout_ms: int,
         aio: Literal[True],
     ) -> Awaitable[Client]: ...

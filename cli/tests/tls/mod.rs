@@ -1,11 +1,11 @@
-//! Throwaway TLS files for tests: a certificate authority, and a broker certificate it signed
-//! for 127.0.0.1 and localhost.
+//! Throwaway TLS files for tests: a certificate authority, a broker certificate it signed for
+//! 127.0.0.1 and localhost, and a client certificate it signed.
 
 #![allow(dead_code)]
 
 use std::path::PathBuf;
 
-use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
 
 /// The PEM files, in a directory of their own (removed on drop).
 pub struct TlsFiles {
@@ -13,6 +13,9 @@ pub struct TlsFiles {
     pub ca: PathBuf,
     pub cert: PathBuf,
     pub key: PathBuf,
+    /// A client certificate the authority signed, and its key (not encrypted).
+    pub client_cert: PathBuf,
+    pub client_key: PathBuf,
 }
 
 impl TlsFiles {
@@ -29,16 +32,45 @@ impl TlsFiles {
                 .unwrap()
                 .signed_by(&broker_key, &ca)
                 .unwrap();
+        let client_key = KeyPair::generate().unwrap();
+        let mut client_params =
+            CertificateParams::new(vec!["mqstore-test-client".to_owned()]).unwrap();
+        // A name of its own: with rcgen's default one, the same as its issuer's, OpenSSL (the
+        // broker) takes the certificate for a self-signed one and refuses it as an unknown CA.
+        client_params
+            .distinguished_name
+            .push(DnType::CommonName, "mqstore test client");
+        let client_cert = client_params.signed_by(&client_key, &ca).unwrap();
         let files = TlsFiles {
             ca: dir.join("ca.pem"),
             cert: dir.join("broker.pem"),
             key: dir.join("broker.key"),
+            client_cert: dir.join("client.pem"),
+            client_key: dir.join("client.key"),
             dir,
         };
         std::fs::write(&files.ca, ca.pem()).unwrap();
         std::fs::write(&files.cert, broker_cert.pem()).unwrap();
         std::fs::write(&files.key, broker_key.serialize_pem()).unwrap();
+        std::fs::write(&files.client_cert, client_cert.pem()).unwrap();
+        std::fs::write(&files.client_key, client_key.serialize_pem()).unwrap();
         files
+    }
+
+    /// The client key encrypted with `password` by OpenSSL itself (`openssl pkcs8 -topk8`,
+    /// its default PBES2 with AES-256-CBC), as an operator would encrypt it.
+    pub fn encrypted_client_key(&self, password: &str) -> PathBuf {
+        let out = self.dir.join("client-encrypted.key");
+        let status = std::process::Command::new("openssl")
+            .args(["pkcs8", "-topk8", "-in"])
+            .arg(&self.client_key)
+            .arg("-out")
+            .arg(&out)
+            .args(["-passout", &format!("pass:{password}")])
+            .status()
+            .expect("openssl runs (apt package openssl)");
+        assert!(status.success(), "openssl pkcs8 -topk8 failed");
+        out
     }
 }
 

@@ -1,0 +1,144 @@
+//! A client key as rustls reads it: a PKCS#8 key encrypted with a password (the
+//! `ENCRYPTED PRIVATE KEY` that `openssl pkcs8 -topk8` and `openssl genpkey -aes256` write:
+//! PBES2 with PBKDF2 or scrypt, AES-CBC) is decrypted here, since rustls reads plain keys only.
+//! What can go wrong says what to do: a password missing or wrong. A password given for a key
+//! that is not encrypted is not needed and not used, as OpenSSL, Node and the Azure IoT
+//! Operations SDKs treat it.
+
+use std::io::{Error, ErrorKind};
+use std::path::Path;
+
+use pkcs8::der::pem::LineEnding;
+use pkcs8::{EncryptedPrivateKeyInfo, SecretDocument};
+
+const ENCRYPTED: &str = "-----BEGIN ENCRYPTED PRIVATE KEY-----";
+const ENCRYPTED_END: &str = "-----END ENCRYPTED PRIVATE KEY-----";
+/// OpenSSL's legacy encryption of a key in its own format (`openssl rsa -aes256 -traditional`).
+const LEGACY: &str = "Proc-Type: 4,ENCRYPTED";
+
+/// The key file's PEM `pem` (read from `path`) as a plain key, decrypted with `password` when
+/// it is encrypted.
+pub(crate) fn plain(pem: Vec<u8>, password: Option<&str>, path: &Path) -> std::io::Result<Vec<u8>> {
+    let invalid = |what: String| Error::new(ErrorKind::InvalidInput, what);
+    let path = path.display();
+    let text = String::from_utf8_lossy(&pem);
+    if text.contains(LEGACY) {
+        return Err(invalid(format!(
+            "{path} is encrypted in OpenSSL's legacy format, which mqstore does not read: \
+             convert it with `openssl pkcs8 -topk8 -in {path} -out NEW.key` (it asks for the \
+             old password and a new one)"
+        )));
+    }
+    let Some(start) = text.find(ENCRYPTED) else {
+        return Ok(pem);
+    };
+    let Some(password) = password else {
+        return Err(invalid(format!(
+            "{path} is encrypted: give its password (the key password)"
+        )));
+    };
+    let end = text[start..]
+        .find(ENCRYPTED_END)
+        .map(|end| start + end + ENCRYPTED_END.len())
+        .ok_or_else(|| invalid(format!("{path}: its encrypted key has no END line")))?;
+    let (_, document) = SecretDocument::from_pem(&text[start..end])
+        .map_err(|e| invalid(format!("{path}: not a readable encrypted key ({e})")))?;
+    let encrypted = EncryptedPrivateKeyInfo::try_from(document.as_bytes())
+        .map_err(|e| invalid(format!("{path}: not a readable encrypted key ({e})")))?;
+    let key = encrypted.decrypt(password).map_err(|e| match e {
+        // A wrong password shows as bad padding (pkcs5 0.7 names that `EncryptFailed` when
+        // decrypting) or, rarely, as a key that is not DER.
+        pkcs8::Error::EncryptedPrivateKey(
+            pkcs8::pkcs5::Error::DecryptFailed | pkcs8::pkcs5::Error::EncryptFailed,
+        )
+        | pkcs8::Error::Asn1(_) => invalid(format!("{path}: the key password is wrong")),
+        other => invalid(format!(
+            "{path}: cannot decrypt its key ({other}); re-encrypt it with \
+             `openssl pkcs8 -topk8 -v2 aes-256-cbc`"
+        )),
+    })?;
+    let pem = key
+        .to_pem("PRIVATE KEY", LineEnding::LF)
+        .map_err(|e| invalid(format!("{path}: {e}")))?;
+    Ok(pem.as_bytes().to_vec())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One key as OpenSSL writes it, plain and encrypted (see `net/testdata/README.md`).
+    fn file(name: &str) -> (Vec<u8>, std::path::PathBuf) {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("testdata")
+            .join(name);
+        (std::fs::read(&path).unwrap(), path)
+    }
+
+    fn error(name: &str, password: Option<&str>) -> String {
+        let (pem, path) = file(name);
+        let e = plain(pem, password, &path).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidInput);
+        e.to_string()
+    }
+
+    #[test]
+    fn an_encrypted_key_decrypts_to_the_plain_key_openssl_wrote() {
+        let (expected, _) = file("plain.key");
+        for name in ["pbkdf2-aes256.key", "scrypt-aes128.key"] {
+            let (pem, path) = file(name);
+            let key = plain(pem, Some("fleet-key-1"), &path).unwrap();
+            assert_eq!(key, expected, "{name}");
+            // rustls reads what comes out.
+            use rustls::pki_types::{PrivateKeyDer, pem::PemObject};
+            assert!(PrivateKeyDer::from_pem_slice(&key).is_ok(), "{name}");
+        }
+    }
+
+    #[test]
+    fn a_plain_key_is_passed_on_untouched_with_or_without_a_password() {
+        let (pem, path) = file("plain.key");
+        assert_eq!(plain(pem.clone(), None, &path).unwrap(), pem);
+        assert_eq!(plain(pem.clone(), Some("fleet-key-1"), &path).unwrap(), pem);
+    }
+
+    #[test]
+    fn a_wrong_or_missing_password_says_so() {
+        for name in ["pbkdf2-aes256.key", "scrypt-aes128.key"] {
+            let wrong = error(name, Some("fleet-key-2"));
+            assert!(wrong.ends_with("the key password is wrong"), "{wrong}");
+            let missing = error(name, None);
+            assert!(
+                missing.ends_with("is encrypted: give its password (the key password)"),
+                "{missing}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_legacy_encrypted_key_is_refused_with_how_to_convert_it() {
+        for password in [None, Some("fleet-key-1")] {
+            let e = error("legacy.key", password);
+            assert!(
+                e.contains("legacy format") && e.contains("openssl pkcs8 -topk8 -in"),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_damaged_encrypted_key_is_an_error_not_a_panic() {
+        let (pem, path) = file("pbkdf2-aes256.key");
+        let text = String::from_utf8(pem).unwrap();
+        let cut = text.replace(ENCRYPTED_END, "");
+        let e = plain(cut.into_bytes(), Some("fleet-key-1"), &path).unwrap_err();
+        assert!(e.to_string().contains("no END line"), "{e}");
+        let lines: Vec<&str> = text.lines().collect();
+        let short = [lines[0], lines[1], lines[lines.len() - 1]].join("\n");
+        let e = plain(short.into_bytes(), Some("fleet-key-1"), &path).unwrap_err();
+        assert!(
+            e.to_string().contains("not a readable encrypted key"),
+            "{e}"
+        );
+    }
+}
