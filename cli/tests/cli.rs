@@ -1321,6 +1321,24 @@ fn serve_and_the_cli_log_in_with_a_client_certificate_whose_key_is_encrypted() {
         "{}",
         missing.stderr
     );
+    // A file TLS could not use is named, with why, before anything connects: here the
+    // broker's certificate given as the client's, with the client's key.
+    let broker_cert = path(&files.cert);
+    let mismatched = run(Command::new(env!("CARGO_BIN_EXE_mqstore"))
+        .args(["--port", &port, "--tls", "--ca-file", &ca])
+        .args(["--cert-file", &broker_cert, "--key-file", &key, "get", "k"])
+        .env("MQSTORE_KEY_PASSWORD", "fleet-key-1")
+        .env_remove("MQSTORE_LOG")
+        .output()
+        .unwrap());
+    assert_eq!(mismatched.code, Some(2), "{}", mismatched.stderr);
+    assert!(
+        mismatched
+            .stderr
+            .contains("is not the key of the certificate in"),
+        "{}",
+        mismatched.stderr
+    );
     let wrong = cli(Some("fleet-key-2"), &["get", "k"]);
     assert_eq!(wrong.code, Some(2), "{}", wrong.stderr);
     assert!(

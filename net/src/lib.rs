@@ -66,13 +66,13 @@
 #[cfg(unix)]
 pub mod blocking;
 pub mod client;
-mod client_key;
 pub mod commands;
 mod connection;
 pub mod jobs;
 pub mod lease;
 mod listeners;
 pub mod shadow;
+mod tls_files;
 pub use listeners::Listener;
 
 /// What a host of the server node (`mqstore-server`) shares with the client: the broker
@@ -128,8 +128,10 @@ pub struct TlsConfig {
 impl TlsConfig {
     /// Reads the CA file, and the client certificate and key files when both are given. A key
     /// encrypted with a password (PKCS#8, as `openssl pkcs8 -topk8` writes it) is decrypted
-    /// with `key_password` (a key that is not encrypted does not use it); an encrypted key
-    /// without it, or with a wrong one, is an error (`InvalidInput`) that says so.
+    /// with `key_password` (a key that is not encrypted does not use it). Files TLS could not
+    /// use are an error (`InvalidInput`) that names the file and says why: an encrypted key
+    /// without its password or with a wrong one, no certificate in the CA file, a key that is
+    /// not the certificate's, an X.509 v1 certificate.
     pub fn from_files(
         ca: &std::path::Path,
         client: Option<(&std::path::Path, &std::path::Path)>,
@@ -144,7 +146,7 @@ impl TlsConfig {
         let client_auth = match client {
             Some((cert, key)) => Some((
                 read(cert)?,
-                client_key::plain(read(key)?, key_password, key)?,
+                tls_files::plain(read(key)?, key_password, key)?,
             )),
             None if key_password.is_some() => {
                 return Err(std::io::Error::new(
@@ -154,10 +156,12 @@ impl TlsConfig {
             }
             None => None,
         };
-        Ok(Self {
+        let tls = Self {
             ca_pem,
             client_auth,
-        })
+        };
+        tls_files::check(&tls, ca, client)?;
+        Ok(tls)
     }
 }
 

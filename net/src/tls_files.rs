@@ -1,7 +1,10 @@
-//! A client key as rustls reads it: a PKCS#8 key encrypted with a password (the
-//! `ENCRYPTED PRIVATE KEY` that `openssl pkcs8 -topk8` and `openssl genpkey -aes256` write:
-//! PBES2 with PBKDF2 or scrypt, AES-CBC) is decrypted here, since rustls reads plain keys only.
-//! What can go wrong says what to do: a password missing or wrong. A password given for a key
+//! The TLS files of a broker connection, read once and checked before anything connects: a
+//! file rustls could not use is an error that names it (`InvalidInput`) when the client is
+//! made, not a failed connection later (which `mqstore serve` would retry for ever).
+//!
+//! A client key encrypted with a password (the `ENCRYPTED PRIVATE KEY` that
+//! `openssl pkcs8 -topk8` and `openssl genpkey -aes256` write: PBES2 with PBKDF2 or scrypt,
+//! AES-CBC) is decrypted here, since rustls reads plain keys only. A password given for a key
 //! that is not encrypted is not needed and not used, as OpenSSL, Node and the Azure IoT
 //! Operations SDKs treat it.
 
@@ -10,6 +13,15 @@ use std::path::Path;
 
 use pkcs8::der::pem::LineEnding;
 use pkcs8::{EncryptedPrivateKeyInfo, SecretDocument};
+use rustls::RootCertStore;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+use crate::TlsConfig;
+
+fn invalid(what: String) -> Error {
+    Error::new(ErrorKind::InvalidInput, what)
+}
 
 const ENCRYPTED: &str = "-----BEGIN ENCRYPTED PRIVATE KEY-----";
 const ENCRYPTED_END: &str = "-----END ENCRYPTED PRIVATE KEY-----";
@@ -19,7 +31,6 @@ const LEGACY: &str = "Proc-Type: 4,ENCRYPTED";
 /// The key file's PEM `pem` (read from `path`) as a plain key, decrypted with `password` when
 /// it is encrypted.
 pub(crate) fn plain(pem: Vec<u8>, password: Option<&str>, path: &Path) -> std::io::Result<Vec<u8>> {
-    let invalid = |what: String| Error::new(ErrorKind::InvalidInput, what);
     let path = path.display();
     let text = String::from_utf8_lossy(&pem);
     if text.contains(LEGACY) {
@@ -61,6 +72,68 @@ pub(crate) fn plain(pem: Vec<u8>, password: Option<&str>, path: &Path) -> std::i
         .to_pem("PRIVATE KEY", LineEnding::LF)
         .map_err(|e| invalid(format!("{path}: {e}")))?;
     Ok(pem.as_bytes().to_vec())
+}
+
+/// Checks `tls`, read from the CA file `ca` and the client files `client`, as rustls will take
+/// it when it connects: certificates it can parse, a key it reads, and a key and certificate
+/// that belong together.
+pub(crate) fn check(
+    tls: &TlsConfig,
+    ca: &Path,
+    client: Option<(&Path, &Path)>,
+) -> std::io::Result<()> {
+    let mut roots = RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(&tls.ca_pem) {
+        let cert =
+            cert.map_err(|e| invalid(format!("{}: not PEM certificates ({e})", ca.display())))?;
+        roots.add(cert).map_err(|e| {
+            invalid(format!(
+                "{}: a certificate that cannot be read ({e})",
+                ca.display()
+            ))
+        })?;
+    }
+    if roots.is_empty() {
+        return Err(invalid(format!(
+            "{}: no certificate in it (a PEM file of BEGIN CERTIFICATE blocks)",
+            ca.display()
+        )));
+    }
+    let (Some((chain, key)), Some((cert_path, key_path))) = (&tls.client_auth, client) else {
+        return Ok(());
+    };
+    let (cert_path, key_path) = (cert_path.display(), key_path.display());
+    let chain = CertificateDer::pem_slice_iter(chain)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| invalid(format!("{cert_path}: not PEM certificates ({e})")))?;
+    if chain.is_empty() {
+        return Err(invalid(format!(
+            "{cert_path}: no certificate in it (a PEM file of BEGIN CERTIFICATE blocks)"
+        )));
+    }
+    let key = PrivateKeyDer::from_pem_slice(key).map_err(|e| {
+        invalid(format!(
+            "{key_path}: no private key in it that can be read ({e})"
+        ))
+    })?;
+    // rustls needs a process-wide crypto provider; installing it twice is harmless.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_client_auth_cert(chain, key)
+        .map_err(|e| match e {
+            rustls::Error::InconsistentKeys(_) => invalid(format!(
+                "{key_path} is not the key of the certificate in {cert_path}"
+            )),
+            // webpki reads X.509 v3 only; `openssl x509 -req` without extensions makes v1.
+            e if format!("{e:?}").contains("UnsupportedCertVersion") => invalid(format!(
+                "{cert_path} is an X.509 v1 certificate, which mqstore's TLS (rustls) does not \
+                 take: have it signed with an extension, e.g. `openssl x509 -req … -extfile \
+                 FILE` with `extendedKeyUsage=clientAuth` in FILE"
+            )),
+            e => invalid(format!("{cert_path} with {key_path}: {e}")),
+        })?;
+    Ok(())
 }
 
 #[cfg(test)]
@@ -138,6 +211,56 @@ mod tests {
         let e = plain(short.into_bytes(), Some("fleet-key-1"), &path).unwrap_err();
         assert!(
             e.to_string().contains("not a readable encrypted key"),
+            "{e}"
+        );
+    }
+
+    /// `TlsConfig::from_files` with the test data's files.
+    fn from_files(ca: &str, client: Option<(&str, &str)>) -> std::io::Result<TlsConfig> {
+        let path = |name: &str| {
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("testdata")
+                .join(name)
+        };
+        let client = client.map(|(cert, key)| (path(cert), path(key)));
+        TlsConfig::from_files(
+            &path(ca),
+            client.as_ref().map(|(c, k)| (c.as_path(), k.as_path())),
+            client.as_ref().map(|_| "fleet-key-1"),
+        )
+    }
+
+    fn refused(ca: &str, client: Option<(&str, &str)>) -> String {
+        let e = from_files(ca, client).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
+        e.to_string()
+    }
+
+    #[test]
+    fn files_tls_can_use_are_taken() {
+        assert!(from_files("ca.pem", None).is_ok());
+        let tls = from_files("ca.pem", Some(("client.pem", "pbkdf2-aes256.key"))).unwrap();
+        assert_eq!(tls.client_auth.unwrap().1, file("plain.key").0);
+    }
+
+    #[test]
+    fn files_tls_could_not_use_are_refused_naming_the_file_and_why() {
+        // A key as the CA file: no certificate in it.
+        let e = refused("plain.key", None);
+        assert!(e.contains("plain.key: no certificate in it"), "{e}");
+        let e = refused("ca.pem", Some(("plain.key", "plain.key")));
+        assert!(e.contains("plain.key: no certificate in it"), "{e}");
+        let e = refused("ca.pem", Some(("client.pem", "client.pem")));
+        assert!(e.contains("client.pem: no private key in it"), "{e}");
+        // The CA's certificate with the client's key: not its key.
+        let e = refused("ca.pem", Some(("ca.pem", "plain.key")));
+        assert!(
+            e.contains("plain.key is not the key of the certificate in"),
+            "{e}"
+        );
+        let e = refused("ca.pem", Some(("client-v1.pem", "plain.key")));
+        assert!(
+            e.contains("client-v1.pem is an X.509 v1 certificate"),
             "{e}"
         );
     }
