@@ -3,16 +3,23 @@
 //! made, not a failed connection later (which `mqstore serve` would retry for ever).
 //!
 //! A client key encrypted with a password (the `ENCRYPTED PRIVATE KEY` that
-//! `openssl pkcs8 -topk8` and `openssl genpkey -aes256` write: PBES2 with PBKDF2 or scrypt,
-//! AES-CBC) is decrypted here, since rustls reads plain keys only. A password given for a key
-//! that is not encrypted is not needed and not used, as OpenSSL, Node and the Azure IoT
-//! Operations SDKs treat it.
+//! `openssl pkcs8 -topk8` and `openssl genpkey -aes256` write: PBES2, PBKDF2 with HMAC-SHA-1,
+//! -256, -384 or -512, AES-128/192/256-CBC) is decrypted here, since rustls reads plain keys
+//! only. The key is derived with ring's PBKDF2 (ring is rustls's provider already) and
+//! decrypted with RustCrypto's AES-CBC: the wheel and the C library carry no second SHA-2 or
+//! HMAC. scrypt-derived keys (`-scrypt`) are refused with how to re-encrypt them. A password
+//! given for a key that is not encrypted is not needed and not used, as OpenSSL, Node and the
+//! Azure IoT Operations SDKs treat it.
 
 use std::io::{Error, ErrorKind};
+use std::num::NonZeroU32;
 use std::path::Path;
 
-use pkcs8::der::pem::LineEnding;
-use pkcs8::{EncryptedPrivateKeyInfo, SecretDocument};
+use aes::cipher::{BlockDecryptMut, KeyIvInit, block_padding::Pkcs7};
+use base64::Engine;
+use pkcs8::pkcs5::EncryptionScheme;
+use pkcs8::pkcs5::pbes2::{self, Kdf, Pbkdf2Prf};
+use pkcs8::{EncryptedPrivateKeyInfo, PrivateKeyInfo};
 use rustls::RootCertStore;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -27,6 +34,9 @@ const ENCRYPTED: &str = "-----BEGIN ENCRYPTED PRIVATE KEY-----";
 const ENCRYPTED_END: &str = "-----END ENCRYPTED PRIVATE KEY-----";
 /// OpenSSL's legacy encryption of a key in its own format (`openssl rsa -aes256 -traditional`).
 const LEGACY: &str = "Proc-Type: 4,ENCRYPTED";
+/// What to do with a key encrypted in a way not read here.
+const REENCRYPT: &str = "re-encrypt it with `openssl pkcs8 -topk8 -v2 aes-256-cbc -in KEY -out NEW.key` \
+                         (it asks for the password, and a new one)";
 
 /// The key file's PEM `pem` (read from `path`) as a plain key, decrypted with `password` when
 /// it is encrypted.
@@ -48,30 +58,109 @@ pub(crate) fn plain(pem: Vec<u8>, password: Option<&str>, path: &Path) -> std::i
             "{path} is encrypted: give its password (the key password)"
         )));
     };
-    let end = text[start..]
+    let body = &text[start + ENCRYPTED.len()..];
+    let end = body
         .find(ENCRYPTED_END)
-        .map(|end| start + end + ENCRYPTED_END.len())
         .ok_or_else(|| invalid(format!("{path}: its encrypted key has no END line")))?;
-    let (_, document) = SecretDocument::from_pem(&text[start..end])
-        .map_err(|e| invalid(format!("{path}: not a readable encrypted key ({e})")))?;
-    let encrypted = EncryptedPrivateKeyInfo::try_from(document.as_bytes())
-        .map_err(|e| invalid(format!("{path}: not a readable encrypted key ({e})")))?;
-    let key = encrypted.decrypt(password).map_err(|e| match e {
-        // A wrong password shows as bad padding (pkcs5 0.7 names that `EncryptFailed` when
-        // decrypting) or, rarely, as a key that is not DER.
-        pkcs8::Error::EncryptedPrivateKey(
-            pkcs8::pkcs5::Error::DecryptFailed | pkcs8::pkcs5::Error::EncryptFailed,
-        )
-        | pkcs8::Error::Asn1(_) => invalid(format!("{path}: the key password is wrong")),
-        other => invalid(format!(
-            "{path}: cannot decrypt its key ({other}); re-encrypt it with \
-             `openssl pkcs8 -topk8 -v2 aes-256-cbc`"
-        )),
+    let unreadable =
+        |e: &dyn std::fmt::Display| invalid(format!("{path}: not a readable encrypted key ({e})"));
+    let base64: String = body[..end].split_whitespace().collect();
+    let der = base64::engine::general_purpose::STANDARD
+        .decode(base64)
+        .map_err(|e| unreadable(&e))?;
+    let encrypted = EncryptedPrivateKeyInfo::try_from(der.as_slice()).map_err(|e| match e {
+        // A cipher or key derivation pkcs5 does not know (3DES, RC2, ...).
+        pkcs8::Error::Asn1(asn1)
+            if matches!(asn1.kind(), pkcs8::der::ErrorKind::OidUnknown { .. }) =>
+        {
+            invalid(format!(
+                "{path}: encrypted in a way mqstore does not read ({asn1}): {REENCRYPT}"
+            ))
+        }
+        e => unreadable(&e),
     })?;
-    let pem = key
-        .to_pem("PRIVATE KEY", LineEnding::LF)
-        .map_err(|e| invalid(format!("{path}: {e}")))?;
-    Ok(pem.as_bytes().to_vec())
+    let key = decrypt(&encrypted, password).map_err(|why| invalid(format!("{path}: {why}")))?;
+    // PEM again, as rustls reads a key file.
+    let mut pem = String::from("-----BEGIN PRIVATE KEY-----\n");
+    let encoded = base64::engine::general_purpose::STANDARD.encode(&key);
+    for line in encoded.as_bytes().chunks(64) {
+        pem.push_str(std::str::from_utf8(line).expect("base64 is ASCII"));
+        pem.push('\n');
+    }
+    pem.push_str("-----END PRIVATE KEY-----\n");
+    Ok(pem.into_bytes())
+}
+
+/// The PKCS#8 key (DER) `encrypted` holds, or why it cannot be had.
+fn decrypt(encrypted: &EncryptedPrivateKeyInfo<'_>, password: &str) -> Result<Vec<u8>, String> {
+    let EncryptionScheme::Pbes2(pbes2::Parameters { kdf, encryption }) =
+        &encrypted.encryption_algorithm
+    else {
+        return Err(format!(
+            "encrypted with PBES1, which mqstore does not read: {REENCRYPT}"
+        ));
+    };
+    let Kdf::Pbkdf2(pbkdf2) = kdf else {
+        return Err(format!(
+            "its key is derived with scrypt, which mqstore does not read: {REENCRYPT}"
+        ));
+    };
+    let prf = match pbkdf2.prf {
+        Pbkdf2Prf::HmacWithSha1 => ring::pbkdf2::PBKDF2_HMAC_SHA1,
+        Pbkdf2Prf::HmacWithSha256 => ring::pbkdf2::PBKDF2_HMAC_SHA256,
+        Pbkdf2Prf::HmacWithSha384 => ring::pbkdf2::PBKDF2_HMAC_SHA384,
+        Pbkdf2Prf::HmacWithSha512 => ring::pbkdf2::PBKDF2_HMAC_SHA512,
+        other => {
+            return Err(format!(
+                "its key is derived with {other:?}, which mqstore does not read: {REENCRYPT}"
+            ));
+        }
+    };
+    let iterations = NonZeroU32::new(pbkdf2.iteration_count)
+        .ok_or_else(|| "its key derivation has no iterations".to_owned())?;
+    let key_len = encryption.key_size();
+    if pbkdf2
+        .key_length
+        .is_some_and(|length| usize::from(length) != key_len)
+    {
+        return Err("its key length does not fit its cipher".to_owned());
+    }
+    let mut key = [0u8; 32];
+    let key = &mut key[..key_len];
+    ring::pbkdf2::derive(prf, iterations, pbkdf2.salt, password.as_bytes(), key);
+    let mut data = encrypted.encrypted_data.to_vec();
+    let decrypted = match encryption {
+        pbes2::EncryptionScheme::Aes128Cbc { iv } => {
+            cbc::Decryptor::<aes::Aes128>::new_from_slices(key, *iv)
+                .ok()
+                .and_then(|d| d.decrypt_padded_mut::<Pkcs7>(&mut data).ok())
+        }
+        pbes2::EncryptionScheme::Aes192Cbc { iv } => {
+            cbc::Decryptor::<aes::Aes192>::new_from_slices(key, *iv)
+                .ok()
+                .and_then(|d| d.decrypt_padded_mut::<Pkcs7>(&mut data).ok())
+        }
+        pbes2::EncryptionScheme::Aes256Cbc { iv } => {
+            cbc::Decryptor::<aes::Aes256>::new_from_slices(key, *iv)
+                .ok()
+                .and_then(|d| d.decrypt_padded_mut::<Pkcs7>(&mut data).ok())
+        }
+        other => {
+            return Err(format!(
+                "encrypted with {:?}, which mqstore does not read: {REENCRYPT}",
+                other.oid()
+            ));
+        }
+    }
+    .map(<[u8]>::len);
+    key.fill(0);
+    // A wrong password shows as bad padding or, rarely, as padding that happens to fit and
+    // bytes that are not a PKCS#8 key.
+    let wrong = || "the key password is wrong".to_owned();
+    let length = decrypted.ok_or_else(wrong)?;
+    data.truncate(length);
+    PrivateKeyInfo::try_from(data.as_slice()).map_err(|_| wrong())?;
+    Ok(data)
 }
 
 /// Checks `tls`, read from the CA file `ca` and the client files `client`, as rustls will take
@@ -158,7 +247,11 @@ mod tests {
     #[test]
     fn an_encrypted_key_decrypts_to_the_plain_key_openssl_wrote() {
         let (expected, _) = file("plain.key");
-        for name in ["pbkdf2-aes256.key", "scrypt-aes128.key"] {
+        for name in [
+            "pbkdf2-aes256.key",
+            "pbkdf2-sha1-aes128.key",
+            "pbkdf2-sha512-aes192.key",
+        ] {
             let (pem, path) = file(name);
             let key = plain(pem, Some("fleet-key-1"), &path).unwrap();
             assert_eq!(key, expected, "{name}");
@@ -177,13 +270,30 @@ mod tests {
 
     #[test]
     fn a_wrong_or_missing_password_says_so() {
-        for name in ["pbkdf2-aes256.key", "scrypt-aes128.key"] {
+        for name in ["pbkdf2-aes256.key", "pbkdf2-sha1-aes128.key"] {
             let wrong = error(name, Some("fleet-key-2"));
             assert!(wrong.ends_with("the key password is wrong"), "{wrong}");
             let missing = error(name, None);
             assert!(
                 missing.ends_with("is encrypted: give its password (the key password)"),
                 "{missing}"
+            );
+        }
+    }
+
+    #[test]
+    fn keys_encrypted_in_ways_not_read_are_refused_with_how_to_re_encrypt_them() {
+        for (name, why) in [
+            ("scrypt-aes128.key", "derived with scrypt"),
+            (
+                "pbkdf2-des3.key",
+                "encrypted in a way mqstore does not read",
+            ),
+        ] {
+            let e = error(name, Some("fleet-key-1"));
+            assert!(
+                e.contains(why) && e.contains("openssl pkcs8 -topk8 -v2 aes-256-cbc"),
+                "{e}"
             );
         }
     }
