@@ -92,7 +92,7 @@ pub(crate) struct FencingArgs {
 #[derive(Subcommand)]
 pub(crate) enum Command {
     /// Run the state store next to the broker.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Print a key's value.
     Get {
         key: String,
@@ -331,6 +331,21 @@ pub(crate) struct ServeArgs {
     /// OK. 0: answer once the primary applied it (a failover may lose it).
     #[arg(long, env = "MQSTORE_REDIS_WAIT_REPLICAS", default_value_t = 0)]
     pub(crate) redis_wait_replicas: u32,
+    /// On rediss://: PEM file of the CAs that sign Redis's certificates, instead of the
+    /// system's trusted ones.
+    #[arg(long, env = "MQSTORE_REDIS_CA_FILE")]
+    pub(crate) redis_ca_file: Option<std::path::PathBuf>,
+    /// On rediss://: PEM certificate (chain) this node presents to Redis (which asks for one
+    /// by default once its TLS is on: tls-auth-clients yes).
+    #[arg(long, env = "MQSTORE_REDIS_CERT_FILE", requires = "redis_key_file")]
+    pub(crate) redis_cert_file: Option<std::path::PathBuf>,
+    /// PEM private key of --redis-cert-file.
+    #[arg(long, env = "MQSTORE_REDIS_KEY_FILE", requires = "redis_cert_file")]
+    pub(crate) redis_key_file: Option<std::path::PathBuf>,
+    /// Password of --redis-key-file when it is encrypted (PKCS#8). Prefer the environment
+    /// variable: command lines are visible to other users.
+    #[arg(long, env = "MQSTORE_REDIS_KEY_PASSWORD", hide_env_values = true)]
+    pub(crate) redis_key_password: Option<String>,
     /// Milliseconds a write waits for --redis-wait-replicas.
     #[arg(long, env = "MQSTORE_REDIS_WAIT_TIMEOUT", default_value_t = mqstore_server::redis_store::DEFAULT_WAIT_TIMEOUT.as_millis() as u64)]
     pub(crate) redis_wait_timeout: u64,

@@ -5,6 +5,7 @@
 //! or did not answer in time; 5 the broker refused the connection (CONNACK reason code).
 
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
@@ -13,11 +14,12 @@ use mqstore_core::engine::AccessRules;
 use mqstore_core::store::Quotas;
 use mqstore_net::{BrokerConfig, TlsConfig};
 use mqstore_server::bench::{self, BenchConfig};
+use mqstore_server::redis_store::{RedisConfig, RedisTls};
 use mqstore_server::{ServerConfig, StoreConfig, serve};
 use tracing_subscriber::filter::Targets;
 use tracing_subscriber::prelude::*;
 
-use args::{BrokerArgs, Cli, Command};
+use args::{BrokerArgs, Cli, Command, ServeArgs};
 use store::run_client;
 
 mod args;
@@ -110,6 +112,44 @@ fn broker(args: &BrokerArgs) -> Result<BrokerConfig, String> {
     })
 }
 
+/// The TLS files of `--store rediss://…`, read and checked (`None` without any).
+fn redis_tls(args: &ServeArgs, redis: &RedisConfig) -> Result<Option<Arc<RedisTls>>, String> {
+    let client = args
+        .redis_cert_file
+        .as_deref()
+        .zip(args.redis_key_file.as_deref());
+    if args.redis_ca_file.is_none() && client.is_none() {
+        return match args.redis_key_password {
+            Some(_) => Err(
+                "--redis-key-password is for --redis-key-file: give it and --redis-cert-file too"
+                    .into(),
+            ),
+            None => Ok(None),
+        };
+    }
+    if !redis.urls.iter().all(|url| url.starts_with("rediss://")) {
+        return Err(format!(
+            "--redis-ca-file and --redis-cert-file are for TLS: the store {} is not rediss://…",
+            redis.display()
+        ));
+    }
+    let ca_pem = match &args.redis_ca_file {
+        Some(path) => Some(TlsConfig::ca_from_file(path).map_err(|e| e.to_string())?),
+        None => None,
+    };
+    let password = args.redis_key_password.as_deref();
+    let client_auth = match client {
+        Some((cert, key)) => Some(
+            TlsConfig::client_auth_from_files(cert, key, password).map_err(|e| e.to_string())?,
+        ),
+        None => None,
+    };
+    Ok(Some(Arc::new(RedisTls {
+        ca_pem,
+        client_auth,
+    })))
+}
+
 pub(crate) fn random_suffix() -> String {
     format!("{:08x}", mqstore_net::random_u64() as u32)
 }
@@ -188,11 +228,22 @@ async fn run(cli: Cli) -> ExitCode {
         StoreConfig::Redis(redis) => {
             redis.wait_replicas = args.redis_wait_replicas;
             redis.wait_timeout = Duration::from_millis(args.redis_wait_timeout);
+            match redis_tls(args, redis) {
+                Ok(tls) => redis.tls = tls,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(2);
+                }
+            }
         }
         StoreConfig::Memory if args.redis_wait_replicas > 0 => {
             eprintln!(
                 "error: --redis-wait-replicas needs --store redis://… (the memory store has no replicas)"
             );
+            return ExitCode::from(2);
+        }
+        StoreConfig::Memory if args.redis_ca_file.is_some() || args.redis_cert_file.is_some() => {
+            eprintln!("error: --redis-ca-file and --redis-cert-file need --store rediss://…");
             return ExitCode::from(2);
         }
         StoreConfig::Memory => {}

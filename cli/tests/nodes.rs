@@ -6,6 +6,7 @@ mod calls;
 mod history;
 #[path = "redis/mod.rs"]
 mod redis;
+mod tls;
 
 use std::collections::HashMap;
 use std::process::{Command, Stdio};
@@ -1085,6 +1086,89 @@ fn bad_store_configuration_fails_at_start_with_a_clear_message() {
             "{store}: {stderr}"
         );
     }
+}
+
+/// `rediss://` as Redis ships TLS: its certificate signed by a private CA, and a certificate
+/// asked of every client. `serve` takes the CA and its own certificate (its key encrypted)
+/// from `--redis-ca-file`, `--redis-cert-file`, `--redis-key-file` and the key's password from
+/// the environment, and stores in that Redis; without either file Redis is not reached, and
+/// says why.
+#[test]
+fn serve_stores_in_a_redis_that_wants_tls_and_a_client_certificate() {
+    let files = tls::TlsFiles::new("nodes-redis-tls");
+    let key = files.encrypted_client_key("fleet-key-1");
+    let tls_port = broker::free_port();
+    let redis = Redis::start_tls(tls_port, &files.ca, &files.cert, &files.key);
+    let broker = Broker::start();
+    let store = format!("rediss://127.0.0.1:{tls_port}");
+    let path = |p: &std::path::Path| p.to_str().unwrap().to_owned();
+    let (ca, cert, key) = (path(&files.ca), path(&files.client_cert), path(&key));
+    let serve = |files: &[&str]| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_mqstore"));
+        command
+            .args(["--port", &broker.port.to_string(), "serve", "--fail-fast"])
+            .args(["--node-id", "node-redis-tls", "--store", &store])
+            .args(files)
+            .env("MQSTORE_KEY_PASSWORD", "not this one")
+            .env("MQSTORE_REDIS_KEY_PASSWORD", "fleet-key-1")
+            .env_remove("MQSTORE_LOG");
+        command
+    };
+
+    // The system's CAs do not know Redis's; Redis refuses a client without a certificate.
+    let client = ["--redis-cert-file", &cert, "--redis-key-file", &key];
+    for (files, why) in [
+        (&client[..], "UnknownIssuer"),
+        (&["--redis-ca-file", &ca][..], "cannot use the Redis store"),
+    ] {
+        let out = serve(files).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{files:?}: started");
+        assert!(stderr.contains(why), "{files:?}: {stderr}");
+    }
+    // TLS files for a store that is not TLS: a usage error.
+    let plain = Command::new(env!("CARGO_BIN_EXE_mqstore"))
+        .args([
+            "--port",
+            &broker.port.to_string(),
+            "serve",
+            "--store",
+            &redis.url(),
+        ])
+        .args(["--redis-ca-file", &ca])
+        .output()
+        .unwrap();
+    assert_eq!(plain.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&plain.stderr).contains("is not rediss://"));
+
+    let mut node = serve(&[
+        "--redis-ca-file",
+        &ca,
+        "--redis-cert-file",
+        &cert,
+        "--redis-key-file",
+        &key,
+    ]);
+    let _node = node.stderr(Stdio::null()).spawn().map(Process).unwrap();
+    let cli = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_mqstore"))
+            .args(["--port", &broker.port.to_string()])
+            .args(args)
+            .env_remove("MQSTORE_LOG")
+            .output()
+            .unwrap()
+    };
+    let started = std::time::Instant::now();
+    while !cli(&["set", "over-tls", "stored", "--timeout", "1"])
+        .status
+        .success()
+    {
+        assert!(started.elapsed() < Duration::from_secs(15), "no answer");
+    }
+    assert_eq!(cli(&["get", "over-tls"]).stdout, b"stored\n");
+    // It is in Redis (read on its plain port).
+    let keys = redis.cli(&["--scan", "--pattern", "mqstore:*"]);
+    assert!(!keys.trim().is_empty(), "nothing in Redis: {keys:?}");
 }
 
 /// Started before its broker and its Redis (compose or Kubernetes start them in any order):

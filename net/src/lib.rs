@@ -116,13 +116,26 @@ pub struct BrokerConfig {
 }
 
 /// TLS settings of the broker connection.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct TlsConfig {
     /// PEM certificates of the authorities that may sign the broker's certificate.
     pub ca_pem: Vec<u8>,
     /// PEM certificate chain and private key, for brokers that authenticate clients by
     /// certificate.
     pub client_auth: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl std::fmt::Debug for TlsConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the private key's bytes (a log of the configuration must not hold it).
+        f.debug_struct("TlsConfig")
+            .field("ca_pem", &format_args!("{} bytes", self.ca_pem.len()))
+            .field(
+                "client_auth",
+                &self.client_auth.as_ref().map(|_| "<redacted>"),
+            )
+            .finish()
+    }
 }
 
 impl TlsConfig {
@@ -137,17 +150,9 @@ impl TlsConfig {
         client: Option<(&std::path::Path, &std::path::Path)>,
         key_password: Option<&str>,
     ) -> std::io::Result<Self> {
-        let read = |path: &std::path::Path| {
-            std::fs::read(path).map_err(|e| {
-                std::io::Error::new(e.kind(), format!("cannot read {}: {e}", path.display()))
-            })
-        };
-        let ca_pem = read(ca)?;
+        let ca_pem = tls_files::ca(ca)?;
         let client_auth = match client {
-            Some((cert, key)) => Some((
-                read(cert)?,
-                tls_files::plain(read(key)?, key_password, key)?,
-            )),
+            Some((cert, key)) => Some(Self::client_auth_from_files(cert, key, key_password)?),
             None if key_password.is_some() => {
                 return Err(std::io::Error::new(
                     std::io::ErrorKind::InvalidInput,
@@ -156,12 +161,26 @@ impl TlsConfig {
             }
             None => None,
         };
-        let tls = Self {
+        Ok(Self {
             ca_pem,
             client_auth,
-        };
-        tls_files::check(&tls, ca, client)?;
-        Ok(tls)
+        })
+    }
+
+    /// Reads a client certificate (chain) and its key as [`TlsConfig::from_files`] does: the
+    /// key decrypted with `key_password` when it is encrypted, both checked. For other TLS
+    /// connections that present a certificate (the server's to Redis).
+    pub fn client_auth_from_files(
+        cert: &std::path::Path,
+        key: &std::path::Path,
+        key_password: Option<&str>,
+    ) -> std::io::Result<(Vec<u8>, Vec<u8>)> {
+        tls_files::client(cert, key, key_password)
+    }
+
+    /// Reads a file of CA certificates as [`TlsConfig::from_files`] does, checked.
+    pub fn ca_from_file(ca: &std::path::Path) -> std::io::Result<Vec<u8>> {
+        tls_files::ca(ca)
     }
 }
 

@@ -1,6 +1,6 @@
-//! The TLS files of a broker connection, read once and checked before anything connects: a
-//! file rustls could not use is an error that names it (`InvalidInput`) when the client is
-//! made, not a failed connection later (which `mqstore serve` would retry for ever).
+//! TLS files (of a broker connection, or of Redis's), read once and checked before anything
+//! connects: a file rustls could not use is an error that names it (`InvalidInput`) when the
+//! client is made, not a failed connection later (which `mqstore serve` would retry for ever).
 //!
 //! A client key encrypted with a password (the `ENCRYPTED PRIVATE KEY` that
 //! `openssl pkcs8 -topk8` and `openssl genpkey -aes256` write: PBES2, PBKDF2 with HMAC-SHA-1,
@@ -23,8 +23,6 @@ use pkcs8::{EncryptedPrivateKeyInfo, PrivateKeyInfo};
 use rustls::RootCertStore;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-
-use crate::TlsConfig;
 
 fn invalid(what: String) -> Error {
     Error::new(ErrorKind::InvalidInput, what)
@@ -163,36 +161,47 @@ fn decrypt(encrypted: &EncryptedPrivateKeyInfo<'_>, password: &str) -> Result<Ve
     Ok(data)
 }
 
-/// Checks `tls`, read from the CA file `ca` and the client files `client`, as rustls will take
-/// it when it connects: certificates it can parse, a key it reads, and a key and certificate
-/// that belong together.
-pub(crate) fn check(
-    tls: &TlsConfig,
-    ca: &Path,
-    client: Option<(&Path, &Path)>,
-) -> std::io::Result<()> {
+/// The file at `path`, or an error that names it.
+pub(crate) fn read(path: &Path) -> std::io::Result<Vec<u8>> {
+    std::fs::read(path)
+        .map_err(|e| Error::new(e.kind(), format!("cannot read {}: {e}", path.display())))
+}
+
+/// The CA file at `path`, checked as rustls will take it: PEM certificates it can read.
+pub(crate) fn ca(path: &Path) -> std::io::Result<Vec<u8>> {
+    let pem = read(path)?;
     let mut roots = RootCertStore::empty();
-    for cert in CertificateDer::pem_slice_iter(&tls.ca_pem) {
+    for cert in CertificateDer::pem_slice_iter(&pem) {
         let cert =
-            cert.map_err(|e| invalid(format!("{}: not PEM certificates ({e})", ca.display())))?;
+            cert.map_err(|e| invalid(format!("{}: not PEM certificates ({e})", path.display())))?;
         roots.add(cert).map_err(|e| {
             invalid(format!(
                 "{}: a certificate that cannot be read ({e})",
-                ca.display()
+                path.display()
             ))
         })?;
     }
     if roots.is_empty() {
         return Err(invalid(format!(
             "{}: no certificate in it (a PEM file of BEGIN CERTIFICATE blocks)",
-            ca.display()
+            path.display()
         )));
     }
-    let (Some((chain, key)), Some((cert_path, key_path))) = (&tls.client_auth, client) else {
-        return Ok(());
-    };
-    let (cert_path, key_path) = (cert_path.display(), key_path.display());
-    let chain = CertificateDer::pem_slice_iter(chain)
+    Ok(pem)
+}
+
+/// The client certificate (chain) at `cert` and its key at `key` (decrypted with `password`
+/// when it is encrypted), checked as rustls will take them: certificates it can parse, a key
+/// it reads, and a key and certificate that belong together.
+pub(crate) fn client(
+    cert: &Path,
+    key: &Path,
+    password: Option<&str>,
+) -> std::io::Result<(Vec<u8>, Vec<u8>)> {
+    let chain_pem = read(cert)?;
+    let key_pem = plain(read(key)?, password, key)?;
+    let (cert_path, key_path) = (cert.display(), key.display());
+    let chain = CertificateDer::pem_slice_iter(&chain_pem)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| invalid(format!("{cert_path}: not PEM certificates ({e})")))?;
     if chain.is_empty() {
@@ -200,7 +209,7 @@ pub(crate) fn check(
             "{cert_path}: no certificate in it (a PEM file of BEGIN CERTIFICATE blocks)"
         )));
     }
-    let key = PrivateKeyDer::from_pem_slice(key).map_err(|e| {
+    let parsed = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| {
         invalid(format!(
             "{key_path}: no private key in it that can be read ({e})"
         ))
@@ -208,8 +217,8 @@ pub(crate) fn check(
     // rustls needs a process-wide crypto provider; installing it twice is harmless.
     let _ = rustls::crypto::ring::default_provider().install_default();
     rustls::ClientConfig::builder()
-        .with_root_certificates(roots)
-        .with_client_auth_cert(chain, key)
+        .with_root_certificates(RootCertStore::empty())
+        .with_client_auth_cert(chain, parsed)
         .map_err(|e| match e {
             rustls::Error::InconsistentKeys(_) => invalid(format!(
                 "{key_path} is not the key of the certificate in {cert_path}"
@@ -222,7 +231,7 @@ pub(crate) fn check(
             )),
             e => invalid(format!("{cert_path} with {key_path}: {e}")),
         })?;
-    Ok(())
+    Ok((chain_pem, key_pem))
 }
 
 #[cfg(test)]
@@ -325,6 +334,8 @@ mod tests {
         );
     }
 
+    use crate::TlsConfig;
+
     /// `TlsConfig::from_files` with the test data's files.
     fn from_files(ca: &str, client: Option<(&str, &str)>) -> std::io::Result<TlsConfig> {
         let path = |name: &str| {
@@ -351,6 +362,17 @@ mod tests {
         assert!(from_files("ca.pem", None).is_ok());
         let tls = from_files("ca.pem", Some(("client.pem", "pbkdf2-aes256.key"))).unwrap();
         assert_eq!(tls.client_auth.unwrap().1, file("plain.key").0);
+    }
+
+    #[test]
+    fn a_configuration_shown_in_a_log_does_not_show_the_key() {
+        let tls = from_files("ca.pem", Some(("client.pem", "pbkdf2-aes256.key"))).unwrap();
+        let shown = format!("{tls:?}");
+        let key = &tls.client_auth.as_ref().unwrap().1;
+        assert!(shown.contains("<redacted>"), "{shown}");
+        // As a derived Debug would show its first bytes ("45, 45, 45, ...": the PEM's dashes).
+        let bytes: Vec<String> = key[..8].iter().map(u8::to_string).collect();
+        assert!(!shown.contains(&bytes.join(", ")), "{shown}");
     }
 
     #[test]

@@ -149,7 +149,8 @@ pub enum ServerError {
         source: std::io::Error,
     },
     #[error(
-        "cannot use the Redis store at {url}: {source} (is Redis running there, and are the address and password right?)"
+        "cannot use the Redis store at {url}: {source} ({})",
+        store_hint(source)
     )]
     /// The Redis store could not be used at start.
     Store {
@@ -193,3 +194,18 @@ pub const DEFAULT_REGISTRATION_LEASE: Duration = Duration::from_secs(60);
 
 /// The default of [`ServerConfig::max_pending_answers`].
 pub const DEFAULT_MAX_PENDING_ANSWERS: usize = 10_000;
+
+/// What to check when the Redis store cannot be used at start: its TLS files when TLS is what
+/// failed, else its address and password.
+fn store_hint(source: &RedisStoreError) -> &'static str {
+    let said = source.to_string();
+    if ["certificate", "Certificate", "UnknownIssuer", "tls", "TLS"]
+        .iter()
+        .any(|word| said.contains(word))
+    {
+        "TLS: --redis-ca-file names the CA that signed Redis's certificate, --redis-cert-file \
+         and --redis-key-file the certificate Redis asks of its clients"
+    } else {
+        "is Redis running there, and are the address and password right?"
+    }
+}

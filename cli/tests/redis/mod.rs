@@ -52,6 +52,33 @@ impl Redis {
         Self::launch(port, Vec::new())
     }
 
+    /// A primary whose second port `tls_port` takes TLS only, with the broker certificate of
+    /// `files` (signed by its CA), and asks every TLS client for a certificate that CA signed
+    /// (Redis's default, `tls-auth-clients yes`). Its plain `port` stays open for redis-cli.
+    pub fn start_tls(
+        tls_port: u16,
+        ca: &std::path::Path,
+        cert: &std::path::Path,
+        key: &std::path::Path,
+    ) -> Self {
+        let path = |p: &std::path::Path| p.to_str().unwrap().to_owned();
+        let redis = Self::launch(
+            free_port(),
+            vec![
+                "--tls-port".into(),
+                tls_port.to_string(),
+                "--tls-ca-cert-file".into(),
+                path(ca),
+                "--tls-cert-file".into(),
+                path(cert),
+                "--tls-key-file".into(),
+                path(key),
+            ],
+        );
+        wait_for_port(tls_port);
+        redis
+    }
+
     /// A primary that asks for this password.
     pub fn start_with_password(password: &str) -> Self {
         Self::launch(free_port(), vec!["--requirepass".into(), password.into()])

@@ -20,7 +20,7 @@ use redis::Value;
 use tracing::{info, warn};
 
 use super::pipe::{self, Reply};
-use super::{Lua, RedisStore, RedisStoreError, Result};
+use super::{Lua, RedisStore, RedisStoreError, RedisTls, Result};
 use mqstore_core::commands::definitions::Definition;
 use mqstore_core::commands::{
     Answer, AnswerKey, CommandError, Matched, Record, RegistryAnswer, RegistryCall,
@@ -577,7 +577,8 @@ impl RedisRegistry {
             let mut attempt = 0;
             loop {
                 let subscribed = async {
-                    let client = redis::Client::open(store.pubsub_url(attempt))?;
+                    let url = store.pubsub_url(attempt);
+                    let client = RedisTls::client(store.tls.as_deref(), &url)?;
                     let mut pubsub = client.get_async_pubsub().await?;
                     pubsub.subscribe(&channel).await?;
                     Ok::<_, redis::RedisError>(pubsub)

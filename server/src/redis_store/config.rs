@@ -21,6 +21,56 @@ pub struct RedisConfig {
     /// How long a write waits for [`RedisConfig::wait_replicas`]; a write not confirmed in
     /// time is answered with an error (it may still be applied), never OK.
     pub wait_timeout: Duration,
+    /// TLS files for `rediss://` (a private CA, a client certificate); `None`: the system's
+    /// trusted CAs and no certificate. Only for `rediss` URLs.
+    pub tls: Option<std::sync::Arc<RedisTls>>,
+}
+
+/// TLS files for `rediss://` beyond the system's trusted CAs: a private CA, and a certificate
+/// this node presents to a Redis that asks for one (Redis's default once TLS is on:
+/// `tls-auth-clients yes`). The same for a Cluster's nodes, the sentinels and their primary.
+#[derive(Clone, PartialEq, Eq, Default)]
+pub struct RedisTls {
+    /// PEM certificates of the CAs that sign Redis's certificates, instead of the system's.
+    pub ca_pem: Option<Vec<u8>>,
+    /// PEM certificate chain and private key (not encrypted) this node presents.
+    pub client_auth: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl std::fmt::Debug for RedisTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the key's bytes.
+        f.debug_struct("RedisTls")
+            .field("ca", &self.ca_pem.is_some())
+            .field("client_certificate", &self.client_auth.is_some())
+            .finish()
+    }
+}
+
+impl RedisTls {
+    /// The files as the redis crate takes them.
+    pub(super) fn certificates(&self) -> redis::TlsCertificates {
+        redis::TlsCertificates {
+            client_tls: self
+                .client_auth
+                .as_ref()
+                .map(|(cert, key)| redis::ClientTlsConfig {
+                    client_cert: cert.clone(),
+                    client_key: key.clone(),
+                }),
+            root_cert: self.ca_pem.clone(),
+        }
+    }
+
+    /// A client for `url`: with these files when there are any and `url` is `rediss://`.
+    pub(super) fn client(tls: Option<&RedisTls>, url: &str) -> redis::RedisResult<redis::Client> {
+        match tls {
+            Some(tls) if url.starts_with("rediss://") => {
+                redis::Client::build_with_tls(url, tls.certificates())
+            }
+            _ => redis::Client::open(url),
+        }
+    }
 }
 
 /// The primary of a Sentinel deployment: its name, and how to reach it once the sentinels
@@ -121,6 +171,7 @@ impl RedisConfig {
             prefix: DEFAULT_PREFIX.to_owned(),
             wait_replicas: 0,
             wait_timeout: DEFAULT_WAIT_TIMEOUT,
+            tls: None,
         })
     }
 

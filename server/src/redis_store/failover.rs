@@ -11,7 +11,7 @@ use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use tracing::{info, warn};
 
-use super::{RedisStoreError, SentinelConfig};
+use super::{RedisStoreError, RedisTls, SentinelConfig};
 
 /// How long asking one sentinel may take.
 const SENTINEL_TIMEOUT: Duration = Duration::from_secs(1);
@@ -99,6 +99,8 @@ impl Replication {
 pub(crate) struct Sentinel {
     sentinels: Vec<String>,
     config: SentinelConfig,
+    /// TLS files for the sentinels and the primary alike.
+    tls: Option<Arc<RedisTls>>,
     manager_config: ConnectionManagerConfig,
     /// The primary's URL and the connection to it.
     primary: RwLock<(String, ConnectionManager)>,
@@ -113,14 +115,16 @@ impl Sentinel {
     pub(super) async fn connect(
         sentinels: Vec<String>,
         config: SentinelConfig,
+        tls: Option<Arc<RedisTls>>,
         manager_config: ConnectionManagerConfig,
         replication: Arc<Replication>,
     ) -> Result<Arc<Self>, RedisStoreError> {
-        let url = locate(&sentinels, &config, &manager_config).await?;
-        let manager = open_primary(&url, &manager_config).await?;
+        let url = locate(&sentinels, &config, tls.as_deref(), &manager_config).await?;
+        let manager = open_primary(&url, tls.as_deref(), &manager_config).await?;
         let sentinel = Arc::new(Self {
             sentinels,
             config,
+            tls,
             manager_config,
             primary: RwLock::new((url, manager)),
             following: tokio::sync::Mutex::new(()),
@@ -169,7 +173,8 @@ impl Sentinel {
         let Ok(_asking) = self.following.try_lock() else {
             return; // another call is asking already
         };
-        let url = match locate(&self.sentinels, &self.config, &self.manager_config).await {
+        let tls = self.tls.as_deref();
+        let url = match locate(&self.sentinels, &self.config, tls, &self.manager_config).await {
             Ok(url) => url,
             Err(e) => {
                 warn!(error = %e, "cannot ask the sentinels where the primary is");
@@ -179,7 +184,7 @@ impl Sentinel {
         if url == self.url() {
             return;
         }
-        match open_named_primary(&url, &self.manager_config).await {
+        match open_named_primary(&url, tls, &self.manager_config).await {
             Ok(manager) => {
                 *self
                     .primary
@@ -275,12 +280,13 @@ impl Cluster {
 async fn locate(
     sentinels: &[String],
     config: &SentinelConfig,
+    tls: Option<&RedisTls>,
     manager_config: &ConnectionManagerConfig,
 ) -> Result<String, RedisStoreError> {
     let mut failures = Vec::new();
     for url in sentinels {
         let asked = async {
-            let client = redis::Client::open(url.as_str())?;
+            let client = RedisTls::client(tls, url)?;
             // The primary's kind of connection (one copy of its code in the binary).
             let mut connection =
                 ConnectionManager::new_with_config(client, manager_config.clone()).await?;
@@ -311,9 +317,10 @@ async fn locate(
 /// [`open_primary`] for the primary the sentinels named, given up after [`PRIMARY_TIMEOUT`].
 async fn open_named_primary(
     url: &str,
+    tls: Option<&RedisTls>,
     config: &ConnectionManagerConfig,
 ) -> Result<ConnectionManager, RedisStoreError> {
-    tokio::time::timeout(PRIMARY_TIMEOUT, open_primary(url, config))
+    tokio::time::timeout(PRIMARY_TIMEOUT, open_primary(url, tls, config))
         .await
         .unwrap_or_else(|_| {
             Err(RedisStoreError::Redis(format!(
@@ -325,9 +332,10 @@ async fn open_named_primary(
 /// A connection to `url`, once it answers `ROLE` as a primary.
 async fn open_primary(
     url: &str,
+    tls: Option<&RedisTls>,
     config: &ConnectionManagerConfig,
 ) -> Result<ConnectionManager, RedisStoreError> {
-    let client = redis::Client::open(url)?;
+    let client = RedisTls::client(tls, url)?;
     let mut manager = ConnectionManager::new_with_config(client, config.clone()).await?;
     let role: redis::Value = redis::cmd("ROLE").query_async(&mut manager).await?;
     let first = match &role {
@@ -373,7 +381,7 @@ mod tests {
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(minute)
             .set_response_timeout(minute);
-        let attempt = open_named_primary(&url, &config);
+        let attempt = open_named_primary(&url, None, &config);
         let Ok(opened) = tokio::time::timeout(Duration::from_secs(30), attempt).await else {
             panic!("still waiting for a server that never answers after 30 s");
         };

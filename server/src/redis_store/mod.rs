@@ -34,7 +34,7 @@ mod script;
 pub(crate) use commands::Put;
 pub use commands::{PIPE_NAME, RedisRegistry, RegisterError};
 use config::redact;
-pub use config::{DEFAULT_PREFIX, DEFAULT_WAIT_TIMEOUT, RedisConfig, SentinelConfig};
+pub use config::{DEFAULT_PREFIX, DEFAULT_WAIT_TIMEOUT, RedisConfig, RedisTls, SentinelConfig};
 pub use failover::Replication;
 use failover::{Cluster, Sentinel};
 pub use jobs::{BlockingRedisJobs, RedisJobs};
@@ -204,6 +204,8 @@ pub struct RedisStore {
     /// command answers (Redis pub/sub; on a Cluster PUBLISH reaches every node, so any seed
     /// node will do; with Sentinel, the primary now).
     urls: Arc<[String]>,
+    /// TLS files for `rediss://` (pub/sub connections are opened with them too).
+    tls: Option<Arc<RedisTls>>,
     cluster: bool,
     /// Replicas every write waits for (0: none), and for how long.
     wait_replicas: u32,
@@ -246,6 +248,7 @@ impl RedisStore {
                     Sentinel::connect(
                         config.urls.clone(),
                         sentinel.clone(),
+                        config.tls.clone(),
                         manager_config,
                         replication.clone(),
                     )
@@ -261,14 +264,18 @@ impl RedisStore {
                     .retries(CLUSTER_RETRIES)
                     .min_retry_wait(100)
                     .max_retry_wait(1_000)
-                    .max_connection_attempts(CLUSTER_CONNECT_ATTEMPTS)
-                    .build()?;
+                    .max_connection_attempts(CLUSTER_CONNECT_ATTEMPTS);
+                let client = match &config.tls {
+                    Some(tls) => client.certs(tls.certificates()),
+                    None => client,
+                }
+                .build()?;
                 Ok::<_, RedisStoreError>(Connection::Cluster(
                     Cluster::connect(client, replication.clone()).await?,
                 ))
             } else {
                 let url = config.urls.first().map(String::as_str).unwrap_or_default();
-                let client = redis::Client::open(url)?;
+                let client = RedisTls::client(config.tls.as_deref(), url)?;
                 Ok(Connection::Single(
                     ConnectionManager::new_with_config(client, manager_config).await?,
                 ))
@@ -284,6 +291,7 @@ impl RedisStore {
             buckets: if config.cluster { CLUSTER_BUCKETS } else { 1 },
             quotas,
             urls: Arc::from(config.urls.as_slice()),
+            tls: config.tls.clone(),
             cluster: config.cluster,
             wait_replicas: config.wait_replicas,
             wait_timeout: config.wait_timeout,
