@@ -42,6 +42,17 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- if and .Values.broker.tls.enabled (not .Values.broker.tls.secretName) -}}
 {{- fail "broker.tls.enabled needs broker.tls.secretName (a Secret with ca.crt)" -}}
 {{- end -}}
+{{- if and .Values.store.redis.tls.secretName (ne .Values.store.kind "redis") -}}
+{{- fail "store.redis.tls.secretName is for store.kind redis (a rediss:// URL)" -}}
+{{- end -}}
+{{- if and .Values.store.redis.tls.clientCertificate (not .Values.store.redis.tls.secretName) -}}
+{{- fail "store.redis.tls.clientCertificate needs store.redis.tls.secretName (a Secret with ca.crt, tls.crt and tls.key)" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Non-empty when the nodes mount TLS files for Redis. */}}
+{{- define "mqstore.redisTls" -}}
+{{- if and (eq .Values.store.kind "redis") .Values.store.redis.tls.secretName -}}yes{{- end -}}
 {{- end -}}
 
 {{/* `mqstore serve`'s arguments for the flags that have no environment variable. */}}
@@ -139,7 +150,7 @@ spec:
         {{- toYaml .Values.resources | nindent 8 }}
       securityContext:
         {{- toYaml .Values.securityContext | nindent 8 }}
-      {{- if or (eq .Values.store.kind "disk") .Values.commandProfiles .Values.broker.tls.enabled }}
+      {{- if or (eq .Values.store.kind "disk") .Values.commandProfiles .Values.broker.tls.enabled (include "mqstore.redisTls" .) }}
       volumeMounts:
         {{- if eq .Values.store.kind "disk" }}
         - name: data
@@ -155,8 +166,13 @@ spec:
           mountPath: /etc/mqstore/broker-tls
           readOnly: true
         {{- end }}
+        {{- if include "mqstore.redisTls" . }}
+        - name: redis-tls
+          mountPath: /etc/mqstore/redis-tls
+          readOnly: true
+        {{- end }}
       {{- end }}
-  {{- if or .Values.commandProfiles .Values.broker.tls.enabled }}
+  {{- if or .Values.commandProfiles .Values.broker.tls.enabled (include "mqstore.redisTls" .) }}
   volumes:
     {{- if .Values.commandProfiles }}
     - name: profiles
@@ -170,6 +186,11 @@ spec:
     - name: broker-tls
       secret:
         secretName: {{ .Values.broker.tls.secretName }}
+    {{- end }}
+    {{- if include "mqstore.redisTls" . }}
+    - name: redis-tls
+      secret:
+        secretName: {{ .Values.store.redis.tls.secretName }}
     {{- end }}
   {{- end }}
   {{- with .Values.nodeSelector }}
