@@ -924,7 +924,13 @@ typedef struct mqstore_options {
    */
   const char *password;
   /**
-   * TLS: the PEM file of the authorities that sign the broker's certificate; NULL: plain TCP.
+   * TLS to the broker, trusting the system's CAs (`SSL_CERT_FILE`, or the system's bundle)
+   * unless `ca_file` names others; false with `ca_file` NULL: plain TCP.
+   */
+  bool tls;
+  /**
+   * TLS with the authorities in this PEM file (turns TLS on by itself); NULL: the system's,
+   * when `tls` is set.
    */
   const char *ca_file;
   /**

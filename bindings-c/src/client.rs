@@ -38,7 +38,11 @@ pub struct mqstore_options {
     pub username: *const c_char,
     /// The password to log in with, NUL-terminated, or NULL for none.
     pub password: *const c_char,
-    /// TLS: the PEM file of the authorities that sign the broker's certificate; NULL: plain TCP.
+    /// TLS to the broker, trusting the system's CAs (`SSL_CERT_FILE`, or the system's bundle)
+    /// unless `ca_file` names others; false with `ca_file` NULL: plain TCP.
+    pub tls: bool,
+    /// TLS with the authorities in this PEM file (turns TLS on by itself); NULL: the system's,
+    /// when `tls` is set.
     pub ca_file: *const c_char,
     /// TLS client authentication: PEM certificate chain and private key files (both or none).
     pub cert_file: *const c_char,
@@ -61,6 +65,7 @@ pub extern "C" fn mqstore_options_default() -> mqstore_options {
         client_id: std::ptr::null(),
         username: std::ptr::null(),
         password: std::ptr::null(),
+        tls: false,
         ca_file: std::ptr::null(),
         cert_file: std::ptr::null(),
         key_file: std::ptr::null(),
@@ -247,21 +252,17 @@ unsafe fn client_options(options: *const mqstore_options) -> Result<ClientOption
             "options.cert_file and options.key_file go together: set both or neither",
         ));
     }
-    match ca {
-        Some(ca) => {
-            let client_auth = cert
-                .map(std::path::Path::new)
-                .zip(key.map(std::path::Path::new));
-            let tls = TlsConfig::from_files(std::path::Path::new(ca), client_auth, key_password)
-                .map_err(|e| Error::invalid(format!("TLS files: {e}")))?;
-            options.broker.tls = Some(tls);
-        }
-        None if cert.is_some() || key_password.is_some() => {
-            return Err(Error::invalid(
-                "options.cert_file and options.key_password need options.ca_file (TLS is on when ca_file is set)",
-            ));
-        }
-        None => {}
+    if o.tls || ca.is_some() {
+        let client_auth = cert
+            .map(std::path::Path::new)
+            .zip(key.map(std::path::Path::new));
+        let tls = TlsConfig::from_files(ca.map(std::path::Path::new), client_auth, key_password)
+            .map_err(|e| Error::invalid(format!("TLS files: {e}")))?;
+        options.broker.tls = Some(tls);
+    } else if cert.is_some() || key_password.is_some() {
+        return Err(Error::invalid(
+            "options.cert_file and options.key_password are for TLS: set options.tls (or options.ca_file)",
+        ));
     }
     Ok(options)
 }

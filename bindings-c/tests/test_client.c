@@ -5,6 +5,9 @@
  *   MQSTORE_TEST_BARE_PORT     a broker with max_packet_size 2000 and no server
  *   MQSTORE_TEST_SECURE_PORT   a broker wanting user fleet, password s3cret (no server); also
  *   MQSTORE_TEST_TLS_PORT      on TLS, signed by MQSTORE_TEST_CA_FILE (not _WRONG_CA_FILE)
+ *   MQSTORE_TEST_CLIENT_CERT_PORT  on TLS, wanting a certificate the CA signed: the
+ *                              _CLIENT_CERT_FILE and its key _CLIENT_KEY_FILE (encrypted
+ *                              with the password fleet-key-1)
  *   MQSTORE_TEST_CLOSED_PORT   nothing listens
  * `test_client --contend PORT KEY MODE` is the second process of the lease test. The device
  * that answers commands is libmosquitto's (on its own thread). */
@@ -781,6 +784,17 @@ static void credentials_and_tls_to_the_broker(void) {
   CHECK(options.ca_file != NULL);
   CHECK_OK(mqstore_connect(&options, &c));
   mqstore_client_free(c);
+  /* options.tls without a CA file: the system's CAs, here the test CA as SSL_CERT_FILE. */
+  const char *ca = options.ca_file;
+  options.ca_file = NULL;
+  options.tls = true;
+  CHECK(setenv("SSL_CERT_FILE", ca, 1) == 0);
+  CHECK_OK(mqstore_connect(&options, &c));
+  mqstore_client_free(c);
+  CHECK(setenv("SSL_CERT_FILE", getenv("MQSTORE_TEST_WRONG_CA_FILE"), 1) == 0);
+  CHECK_STATUS(mqstore_connect(&options, &c), MQSTORE_ERR_BROKER_UNREACHABLE);
+  CHECK(unsetenv("SSL_CERT_FILE") == 0);
+  options.tls = false;
   options.ca_file = getenv("MQSTORE_TEST_WRONG_CA_FILE"); /* did not sign it */
   CHECK_STATUS(mqstore_connect(&options, &c), MQSTORE_ERR_BROKER_UNREACHABLE);
   CHECK_ERROR_SAYS("cannot reach the MQTT broker");

@@ -250,7 +250,7 @@ impl Client {
     /// asyncio future; the connection is made on a thread of its own, then driven by the
     /// running loop), or a blocking `Client`'s.
     #[staticmethod]
-    #[pyo3(signature = (host, port, client_id, username, password, ca_file, cert_file, key_file, key_password, timeout_ms, aio))]
+    #[pyo3(signature = (host, port, client_id, username, password, tls, ca_file, cert_file, key_file, key_password, timeout_ms, aio))]
     #[allow(clippy::too_many_arguments)]
     fn connect(
         py: Python<'_>,
@@ -259,6 +259,7 @@ impl Client {
         client_id: Option<String>,
         username: Option<String>,
         password: Option<String>,
+        tls: bool,
         ca_file: Option<std::path::PathBuf>,
         cert_file: Option<std::path::PathBuf>,
         key_file: Option<std::path::PathBuf>,
@@ -272,8 +273,10 @@ impl Client {
         options.timeout = Duration::from_millis(timeout_ms);
         options.broker.username = username;
         options.broker.password = password;
-        if let Some(ca) = &ca_file {
+        if tls {
+            // Without a CA file, the system's trusted CAs.
             let client_auth = cert_file.as_deref().zip(key_file.as_deref());
+            let ca = ca_file.as_deref();
             let tls = TlsConfig::from_files(ca, client_auth, key_password.as_deref()).map_err(
                 |e| match e.kind() {
                     // A key that needs a password, a wrong one, one it does not need.

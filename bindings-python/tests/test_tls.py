@@ -4,6 +4,7 @@ the plain one that mqstore serve uses."""
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import subprocess
 import tempfile
@@ -61,6 +62,16 @@ def test_calls_over_tls(certificates: Path) -> None:
             assert client.set("py/tls", "secret").applied
             got = client.get("py/tls")
             assert got is not None and got.value == b"secret"
+        # tls=True alone trusts the system's CAs: here SSL_CERT_FILE names the test CA.
+        os.environ["SSL_CERT_FILE"] = str(certificates / "ca.pem")
+        try:
+            with mqstore.Client("127.0.0.1", tls_port, tls=True) as client:
+                assert client.get("py/tls") is not None
+            os.environ["SSL_CERT_FILE"] = str(certificates / "broker.pem")
+            with pytest.raises(errors.BrokerUnreachableError):
+                mqstore.Client("127.0.0.1", tls_port, tls=True, timeout=2)
+        finally:
+            del os.environ["SSL_CERT_FILE"]
         # A CA that did not sign the broker's certificate: refused, with the reason.
         with pytest.raises(errors.BrokerUnreachableError) as wrong:
             mqstore.Client("127.0.0.1", tls_port, tls=True, ca_file=certificates / "broker.pem")

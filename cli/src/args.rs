@@ -51,10 +51,12 @@ pub(crate) struct BrokerArgs {
     /// The MQTT client id (default: mqstore-server-{node id} or mqstore-cli-{random}).
     #[arg(long, global = true, env = "MQSTORE_CLIENT_ID")]
     pub(crate) client_id: Option<String>,
-    /// Connect to the broker with TLS, trusting the authorities in --ca-file.
+    /// Connect to the broker with TLS, trusting the authorities in --ca-file, or the system's
+    /// trusted CAs without it.
     #[arg(long, global = true, env = "MQSTORE_TLS")]
     pub(crate) tls: bool,
-    /// PEM file of the certificate authorities that may sign the broker's certificate.
+    /// PEM file of the certificate authorities that may sign the broker's certificate
+    /// (default: the system's, from SSL_CERT_FILE or its CA bundle).
     #[arg(long, global = true, env = "MQSTORE_CA_FILE", requires = "tls")]
     pub(crate) ca_file: Option<PathBuf>,
     /// PEM client certificate (chain), for brokers that authenticate clients by certificate.

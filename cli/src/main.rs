@@ -90,15 +90,16 @@ fn main() -> ExitCode {
 }
 
 fn broker(args: &BrokerArgs) -> Result<BrokerConfig, String> {
-    let tls = match (args.tls, &args.ca_file) {
-        (false, _) => None,
-        (true, None) => {
-            return Err("--tls needs --ca-file (the broker's certificate authority)".into());
-        }
-        (true, Some(ca)) => {
+    // --tls alone trusts the system's CAs (a broker whose certificate a public CA signed).
+    let tls = match args.tls {
+        false => None,
+        true => {
             let client = args.cert_file.as_deref().zip(args.key_file.as_deref());
             let key_password = args.key_password.as_deref();
-            Some(TlsConfig::from_files(ca, client, key_password).map_err(|e| e.to_string())?)
+            Some(
+                TlsConfig::from_files(args.ca_file.as_deref(), client, key_password)
+                    .map_err(|e| e.to_string())?,
+            )
         }
     };
     Ok(BrokerConfig {

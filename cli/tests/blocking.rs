@@ -247,7 +247,7 @@ fn a_blocking_client_connects_over_tls_and_refuses_an_untrusted_broker() {
     let files = tls::TlsFiles::new("blocking-tls");
     let broker = Mosquitto::start_tls(&files.ca, &files.cert, &files.key);
     let tls_broker = BrokerConfig {
-        tls: Some(TlsConfig::from_files(&files.ca, None, None).unwrap()),
+        tls: Some(TlsConfig::from_files(Some(&files.ca), None, None).unwrap()),
         ..broker_at(broker.port)
     };
     let _server = Server::start(tls_broker.clone(), "node-blocking-tls");

@@ -1376,6 +1376,35 @@ fn serve_and_the_cli_log_in_with_a_client_certificate_whose_key_is_encrypted() {
         "over mutual TLS"
     );
 
+    // --tls without --ca-file trusts the system's CAs: here SSL_CERT_FILE names the test CA
+    // (and then the broker's own certificate, which signed nothing).
+    let system = |bundle: &str| {
+        run(Command::new(env!("CARGO_BIN_EXE_mqstore"))
+            .args([
+                "--port",
+                &port,
+                "--tls",
+                "--cert-file",
+                &cert,
+                "--key-file",
+                &key,
+            ])
+            .args(["--timeout", "2", "get", "k"])
+            .env("SSL_CERT_FILE", bundle)
+            .env("MQSTORE_KEY_PASSWORD", "fleet-key-1")
+            .env_remove("MQSTORE_LOG")
+            .output()
+            .unwrap())
+    };
+    assert_eq!(system(&ca).out(), "over mutual TLS");
+    let untrusted = system(&path(&files.cert));
+    assert_eq!(untrusted.code, Some(4), "{}", untrusted.stderr);
+    assert!(
+        untrusted.stderr.contains("invalid peer certificate"),
+        "{}",
+        untrusted.stderr
+    );
+
     // The broker requires a certificate: without one the connection is refused.
     let mut anonymous = Command::new(env!("CARGO_BIN_EXE_mqstore"));
     let no_cert = run(anonymous

@@ -1134,7 +1134,7 @@ async fn server_and_client_connect_over_tls() {
     let files = tls::TlsFiles::new("tls");
     let broker = Mosquitto::start_tls(&files.ca, &files.cert, &files.key);
 
-    let tls = TlsConfig::from_files(&files.ca, None, None).unwrap();
+    let tls = TlsConfig::from_files(Some(&files.ca), None, None).unwrap();
     let broker_config = BrokerConfig {
         port: broker.port,
         tls: Some(tls.clone()),

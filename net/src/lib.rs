@@ -139,18 +139,23 @@ impl std::fmt::Debug for TlsConfig {
 }
 
 impl TlsConfig {
-    /// Reads the CA file, and the client certificate and key files when both are given. A key
-    /// encrypted with a password (PKCS#8, as `openssl pkcs8 -topk8` writes it) is decrypted
-    /// with `key_password` (a key that is not encrypted does not use it). Files TLS could not
-    /// use are an error (`InvalidInput`) that names the file and says why: an encrypted key
-    /// without its password or with a wrong one, no certificate in the CA file, a key that is
-    /// not the certificate's, an X.509 v1 certificate.
+    /// Reads the CA file (`None`: the system's trusted CAs, from `SSL_CERT_FILE` or where the
+    /// system keeps its bundle, as OpenSSL finds them), and the client certificate and key
+    /// files when both are given. A key encrypted with a password (PKCS#8, as
+    /// `openssl pkcs8 -topk8` writes it) is decrypted with `key_password` (a key that is not
+    /// encrypted does not use it). Files TLS could not use are an error (`InvalidInput`) that
+    /// names the file and says why: an encrypted key without its password or with a wrong
+    /// one, no certificate in the CA file, a key that is not the certificate's, an X.509 v1
+    /// certificate.
     pub fn from_files(
-        ca: &std::path::Path,
+        ca: Option<&std::path::Path>,
         client: Option<(&std::path::Path, &std::path::Path)>,
         key_password: Option<&str>,
     ) -> std::io::Result<Self> {
-        let ca_pem = tls_files::ca(ca)?;
+        let ca_pem = match ca {
+            Some(ca) => tls_files::ca(ca)?,
+            None => tls_files::system_cas()?,
+        };
         let client_auth = match client {
             Some((cert, key)) => Some(Self::client_auth_from_files(cert, key, key_password)?),
             None if key_password.is_some() => {

@@ -79,14 +79,20 @@ pub(crate) fn plain(pem: Vec<u8>, password: Option<&str>, path: &Path) -> std::i
     })?;
     let key = decrypt(&encrypted, password).map_err(|why| invalid(format!("{path}: {why}")))?;
     // PEM again, as rustls reads a key file.
-    let mut pem = String::from("-----BEGIN PRIVATE KEY-----\n");
-    let encoded = base64::engine::general_purpose::STANDARD.encode(&key);
+    let mut pem = String::new();
+    pem_block(&mut pem, "PRIVATE KEY", &key);
+    Ok(pem.into_bytes())
+}
+
+/// Appends `der` to `pem` as a PEM block labelled `label`.
+fn pem_block(pem: &mut String, label: &str, der: &[u8]) {
+    let encoded = base64::engine::general_purpose::STANDARD.encode(der);
+    pem.push_str(&format!("-----BEGIN {label}-----\n"));
     for line in encoded.as_bytes().chunks(64) {
         pem.push_str(std::str::from_utf8(line).expect("base64 is ASCII"));
         pem.push('\n');
     }
-    pem.push_str("-----END PRIVATE KEY-----\n");
-    Ok(pem.into_bytes())
+    pem.push_str(&format!("-----END {label}-----\n"));
 }
 
 /// The PKCS#8 key (DER) `encrypted` holds, or why it cannot be had.
@@ -188,6 +194,55 @@ pub(crate) fn ca(path: &Path) -> std::io::Result<Vec<u8>> {
         )));
     }
     Ok(pem)
+}
+
+/// Where the system's trusted CA certificates are, as OpenSSL finds them: `SSL_CERT_FILE`, or
+/// the bundle each family of Linux keeps (Debian, Ubuntu and Alpine; Fedora and RHEL; SUSE;
+/// Alpine's and the BSDs' other name).
+const SYSTEM_BUNDLES: [&str; 4] = [
+    "/etc/ssl/certs/ca-certificates.crt",
+    "/etc/pki/tls/certs/ca-bundle.crt",
+    "/etc/ssl/ca-bundle.pem",
+    "/etc/ssl/cert.pem",
+];
+
+/// The system's trusted CA certificates (see [`SYSTEM_BUNDLES`]): those of its bundle that
+/// rustls can use, as PEM (a system bundle may hold an old certificate it cannot read, which
+/// is left out rather than failing the rest, as rustls-native-certs does).
+pub(crate) fn system_cas() -> std::io::Result<Vec<u8>> {
+    let bundle = match std::env::var_os("SSL_CERT_FILE") {
+        Some(file) => Some(std::path::PathBuf::from(file)),
+        None => SYSTEM_BUNDLES
+            .iter()
+            .map(std::path::PathBuf::from)
+            .find(|path| path.exists()),
+    };
+    match bundle {
+        Some(path) => {
+            let pem = read(&path)?;
+            let mut usable = String::new();
+            for cert in CertificateDer::pem_slice_iter(&pem).flatten() {
+                if RootCertStore::empty().add(cert.clone()).is_ok() {
+                    pem_block(&mut usable, "CERTIFICATE", &cert);
+                }
+            }
+            if usable.is_empty() {
+                return Err(invalid(format!(
+                    "{}: no certificate in it that can be used (the system's CA bundle)",
+                    path.display()
+                )));
+            }
+            Ok(usable.into_bytes())
+        }
+        None => Err(Error::new(
+            ErrorKind::NotFound,
+            format!(
+                "no system CA certificates (none of SSL_CERT_FILE, {}): give the CA file of \
+                 the broker's certificate",
+                SYSTEM_BUNDLES.join(", ")
+            ),
+        )),
+    }
 }
 
 /// The client certificate (chain) at `cert` and its key at `key` (decrypted with `password`
@@ -345,7 +400,7 @@ mod tests {
         };
         let client = client.map(|(cert, key)| (path(cert), path(key)));
         TlsConfig::from_files(
-            &path(ca),
+            Some(&path(ca)),
             client.as_ref().map(|(c, k)| (c.as_path(), k.as_path())),
             client.as_ref().map(|_| "fleet-key-1"),
         )

@@ -136,6 +136,8 @@ class ConnectArgs:
         ):
             if text is not None and not isinstance(text, str):
                 raise TypeError(f"{name} must be a str, not {type(text).__name__}")
+        if not isinstance(tls, bool):
+            raise TypeError(f"tls must be a bool, not {type(tls).__name__}")
         if client_id == "":
             raise ValueError("client_id must not be empty (leave it out for a generated one)")
         if (username is None) != (password is None):
@@ -147,11 +149,6 @@ class ConnectArgs:
             raise ValueError("cert_file and key_file go together: give both or neither")
         if key_password is not None and self.key_file is None:
             raise ValueError("key_password is the password of key_file: give key_file too")
-        if tls and self.ca_file is None:
-            raise ValueError(
-                "tls=True needs ca_file: the PEM file of the authority that signed "
-                "the broker's certificate"
-            )
         if not tls and (self.ca_file or self.cert_file):
             raise ValueError("ca_file, cert_file and key_file are for TLS: pass tls=True too")
         self.host = host
@@ -159,6 +156,7 @@ class ConnectArgs:
         self.client_id = client_id
         self.username = username
         self.password = password
+        self.tls = tls
         self.key_password = key_password
         self.timeout_ms = millis(timeout, "timeout")
 
@@ -170,6 +168,7 @@ class ConnectArgs:
         Optional[str],
         Optional[str],
         Optional[str],
+        bool,
         Optional[str],
         Optional[str],
         Optional[str],
@@ -182,6 +181,7 @@ class ConnectArgs:
             self.client_id,
             self.username,
             self.password,
+            self.tls,
             self.ca_file,
             self.cert_file,
             self.key_file,
