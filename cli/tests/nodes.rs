@@ -1119,12 +1119,14 @@ fn serve_stores_in_a_redis_that_wants_tls_and_a_client_certificate() {
     let client = ["--redis-cert-file", &cert, "--redis-key-file", &key];
     for (files, why) in [
         (&client[..], "UnknownIssuer"),
-        (&["--redis-ca-file", &ca][..], "cannot use the Redis store"),
+        (&["--redis-ca-file", &ca][..], "CertificateRequired"),
     ] {
         let out = serve(files).output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{files:?}: started");
         assert!(stderr.contains(why), "{files:?}: {stderr}");
+        // The hint is about the TLS files, not whether Redis runs.
+        assert!(stderr.contains("TLS: --redis-ca-file names"), "{files:?}: {stderr}");
     }
     // TLS files for a store that is not TLS: a usage error.
     let plain = Command::new(env!("CARGO_BIN_EXE_mqstore"))

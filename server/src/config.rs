@@ -199,7 +199,9 @@ pub const DEFAULT_MAX_PENDING_ANSWERS: usize = 10_000;
 /// failed, else its address and password.
 fn store_hint(source: &RedisStoreError) -> &'static str {
     let said = source.to_string();
-    if ["certificate", "Certificate", "UnknownIssuer", "tls", "TLS"]
+    // rustls's words: "invalid peer certificate: UnknownIssuer", "received fatal alert:
+    // CertificateRequired", "HandshakeFailure"; the redis crate's "TLS …".
+    if ["certificate", "Certificate", "UnknownIssuer", "alert", "Handshake", "TLS"]
         .iter()
         .any(|word| said.contains(word))
     {
