@@ -1126,7 +1126,10 @@ fn serve_stores_in_a_redis_that_wants_tls_and_a_client_certificate() {
         assert!(!out.status.success(), "{files:?}: started");
         assert!(stderr.contains(why), "{files:?}: {stderr}");
         // The hint is about the TLS files, not whether Redis runs.
-        assert!(stderr.contains("TLS: --redis-ca-file names"), "{files:?}: {stderr}");
+        assert!(
+            stderr.contains("TLS: --redis-ca-file names"),
+            "{files:?}: {stderr}"
+        );
     }
     // TLS files for a store that is not TLS: a usage error.
     let plain = Command::new(env!("CARGO_BIN_EXE_mqstore"))

@@ -201,9 +201,16 @@ fn store_hint(source: &RedisStoreError) -> &'static str {
     let said = source.to_string();
     // rustls's words: "invalid peer certificate: UnknownIssuer", "received fatal alert:
     // CertificateRequired", "HandshakeFailure"; the redis crate's "TLS …".
-    if ["certificate", "Certificate", "UnknownIssuer", "alert", "Handshake", "TLS"]
-        .iter()
-        .any(|word| said.contains(word))
+    if [
+        "certificate",
+        "Certificate",
+        "UnknownIssuer",
+        "alert",
+        "Handshake",
+        "TLS",
+    ]
+    .iter()
+    .any(|word| said.contains(word))
     {
         "TLS: --redis-ca-file names the CA that signed Redis's certificate, --redis-cert-file \
          and --redis-key-file the certificate Redis asks of its clients"
