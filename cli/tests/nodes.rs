@@ -1088,6 +1088,16 @@ fn bad_store_configuration_fails_at_start_with_a_clear_message() {
     }
 }
 
+/// The `mqstore` command against the broker on `port`.
+fn mqstore_cli(port: u16, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_mqstore"))
+        .args(["--port", &port.to_string()])
+        .args(args)
+        .env_remove("MQSTORE_LOG")
+        .output()
+        .unwrap()
+}
+
 /// `rediss://` as Redis ships TLS: its certificate signed by a private CA, and a certificate
 /// asked of every client. `serve` takes the CA and its own certificate (its key encrypted)
 /// from `--redis-ca-file`, `--redis-cert-file`, `--redis-key-file` and the key's password from
@@ -1155,14 +1165,7 @@ fn serve_stores_in_a_redis_that_wants_tls_and_a_client_certificate() {
         &key,
     ]);
     let _node = node.stderr(Stdio::null()).spawn().map(Process).unwrap();
-    let cli = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_mqstore"))
-            .args(["--port", &broker.port.to_string()])
-            .args(args)
-            .env_remove("MQSTORE_LOG")
-            .output()
-            .unwrap()
-    };
+    let cli = |args: &[&str]| mqstore_cli(broker.port, args);
     let started = std::time::Instant::now();
     while !cli(&["set", "over-tls", "stored", "--timeout", "1"])
         .status
@@ -1174,6 +1177,63 @@ fn serve_stores_in_a_redis_that_wants_tls_and_a_client_certificate() {
     // It is in Redis (read on its plain port).
     let keys = redis.cli(&["--scan", "--pattern", "mqstore:*"]);
     assert!(!keys.trim().is_empty(), "nothing in Redis: {keys:?}");
+}
+
+/// `rediss-cluster://`: a Redis Cluster whose nodes take TLS (and speak it to each other),
+/// each asking for a client certificate; the node follows the slots to the nodes' TLS ports.
+#[test]
+fn serve_stores_in_a_redis_cluster_over_tls() {
+    let files = tls::TlsFiles::new("nodes-cluster-tls");
+    let cluster = Cluster::start_tls(&files.ca, &files.cert, &files.key);
+    let broker = Broker::start();
+    let seeds: Vec<String> = cluster.tls_ports[..2]
+        .iter()
+        .map(|port| format!("127.0.0.1:{port}"))
+        .collect();
+    let store = format!("rediss-cluster://{}", seeds.join(","));
+    let path = |p: &std::path::Path| p.to_str().unwrap().to_owned();
+    let (ca, cert, key) = (
+        path(&files.ca),
+        path(&files.client_cert),
+        path(&files.client_key),
+    );
+    let _node = Command::new(env!("CARGO_BIN_EXE_mqstore"))
+        .args(["--port", &broker.port.to_string(), "serve", "--fail-fast"])
+        .args(["--node-id", "node-cluster-tls", "--store", &store])
+        .args(["--redis-ca-file", &ca, "--redis-cert-file", &cert])
+        .args(["--redis-key-file", &key])
+        .env_remove("MQSTORE_LOG")
+        .stderr(Stdio::null())
+        .spawn()
+        .map(Process)
+        .unwrap();
+    let cli = |args: &[&str]| mqstore_cli(broker.port, args);
+    let started = std::time::Instant::now();
+    while !cli(&["set", "k0", "v", "--timeout", "1"]).status.success() {
+        assert!(started.elapsed() < Duration::from_secs(15), "no answer");
+    }
+    // Keys on every primary's slots, each read back.
+    for i in 1..30 {
+        let key = format!("k{i}");
+        assert!(cli(&["set", &key, &key]).status.success(), "{key}");
+    }
+    for i in 0..30 {
+        let key = format!("k{i}");
+        let expected = if i == 0 { "v".to_owned() } else { key.clone() };
+        assert_eq!(
+            cli(&["get", &key]).stdout,
+            format!("{expected}\n").as_bytes()
+        );
+    }
+    let stored: Vec<u64> = cluster
+        .nodes
+        .iter()
+        .map(|node| node.cli(&["dbsize"]).trim().parse().unwrap())
+        .collect();
+    assert!(
+        stored.iter().all(|&n| n > 0),
+        "not on every primary: {stored:?}"
+    );
 }
 
 /// Started before its broker and its Redis (compose or Kubernetes start them in any order):

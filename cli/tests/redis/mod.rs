@@ -25,6 +25,27 @@ fn durable_args() -> Vec<String> {
         .to_vec()
 }
 
+/// redis-server's arguments for TLS on `tls_port` with `cert` and `key`, asking every TLS client
+/// for a certificate `ca` signed (its default, `tls-auth-clients yes`).
+fn tls_args(
+    tls_port: u16,
+    ca: &std::path::Path,
+    cert: &std::path::Path,
+    key: &std::path::Path,
+) -> Vec<String> {
+    let path = |p: &std::path::Path| p.to_str().unwrap().to_owned();
+    vec![
+        "--tls-port".into(),
+        tls_port.to_string(),
+        "--tls-ca-cert-file".into(),
+        path(ca),
+        "--tls-cert-file".into(),
+        path(cert),
+        "--tls-key-file".into(),
+        path(key),
+    ]
+}
+
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -61,20 +82,7 @@ impl Redis {
         cert: &std::path::Path,
         key: &std::path::Path,
     ) -> Self {
-        let path = |p: &std::path::Path| p.to_str().unwrap().to_owned();
-        let redis = Self::launch(
-            free_port(),
-            vec![
-                "--tls-port".into(),
-                tls_port.to_string(),
-                "--tls-ca-cert-file".into(),
-                path(ca),
-                "--tls-cert-file".into(),
-                path(cert),
-                "--tls-key-file".into(),
-                path(key),
-            ],
-        );
+        let redis = Self::launch(free_port(), tls_args(tls_port, ca, cert, key));
         wait_for_port(tls_port);
         redis
     }
@@ -430,6 +438,8 @@ fn hosts(nodes: &[Redis]) -> String {
 /// A Redis Cluster of three primaries (and a replica each, when asked), every slot assigned.
 pub struct Cluster {
     pub nodes: Vec<Redis>,
+    /// Each node's TLS port (a cluster started with [`Cluster::start_tls`]), in `nodes`' order.
+    pub tls_ports: Vec<u16>,
 }
 
 impl Cluster {
@@ -440,20 +450,40 @@ impl Cluster {
     /// Three primaries with `replicas` replicas each (the first three nodes are the
     /// primaries); a replica takes over a primary that stops answering for a second.
     pub fn start_with_replicas(replicas: usize) -> Self {
+        Self::launch(replicas, None)
+    }
+
+    /// Three primaries that also listen for TLS (each on its `tls_ports` entry) with the
+    /// certificate `cert` (and `key`) that `ca` signed, speak TLS to each other (the cluster
+    /// bus), and ask every TLS client for a certificate `ca` signed. A TLS client is told the
+    /// TLS ports (`CLUSTER SLOTS` answers with the ports of the client's kind).
+    pub fn start_tls(ca: &std::path::Path, cert: &std::path::Path, key: &std::path::Path) -> Self {
+        Self::launch(0, Some((ca, cert, key)))
+    }
+
+    fn launch(
+        replicas: usize,
+        tls: Option<(&std::path::Path, &std::path::Path, &std::path::Path)>,
+    ) -> Self {
+        let mut tls_ports = Vec::new();
         let nodes: Vec<Redis> = (0..3 * (1 + replicas))
             .map(|_| {
                 let port = free_port();
-                Redis::launch(
-                    port,
-                    vec![
-                        "--cluster-enabled".into(),
-                        "yes".into(),
-                        "--cluster-config-file".into(),
-                        format!("nodes-{port}.conf"),
-                        "--cluster-node-timeout".into(),
-                        if replicas > 0 { "1000" } else { "2000" }.into(),
-                    ],
-                )
+                let mut args = vec![
+                    "--cluster-enabled".into(),
+                    "yes".into(),
+                    "--cluster-config-file".into(),
+                    format!("nodes-{port}.conf"),
+                    "--cluster-node-timeout".into(),
+                    if replicas > 0 { "1000" } else { "2000" }.into(),
+                ];
+                if let Some((ca, cert, key)) = tls {
+                    let tls_port = free_port();
+                    tls_ports.push(tls_port);
+                    args.extend(tls_args(tls_port, ca, cert, key));
+                    args.extend(["--tls-cluster".into(), "yes".into()]);
+                }
+                Redis::launch(port, args)
             })
             .collect();
         let addresses: Vec<String> = nodes
@@ -489,7 +519,7 @@ impl Cluster {
                 std::thread::sleep(Duration::from_millis(50));
             }
         }
-        Self { nodes }
+        Self { nodes, tls_ports }
     }
 
     /// `redis-cluster://` with every node as a seed.

@@ -27,11 +27,14 @@ impl TlsFiles {
         ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
         let broker_key = KeyPair::generate().unwrap();
-        let broker_cert =
-            CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])
-                .unwrap()
-                .signed_by(&broker_key, &ca)
-                .unwrap();
+        let mut broker_params =
+            CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()]).unwrap();
+        // Names of their own (see the client's below): Redis Cluster nodes present this one to
+        // each other, and OpenSSL checks it there.
+        broker_params
+            .distinguished_name
+            .push(DnType::CommonName, "mqstore test server");
+        let broker_cert = broker_params.signed_by(&broker_key, &ca).unwrap();
         let client_key = KeyPair::generate().unwrap();
         let mut client_params =
             CertificateParams::new(vec!["mqstore-test-client".to_owned()]).unwrap();
