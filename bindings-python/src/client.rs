@@ -279,7 +279,8 @@ impl Client {
             let ca = ca_file.as_deref();
             let tls = TlsConfig::from_files(ca, client_auth, key_password.as_deref()).map_err(
                 |e| match e.kind() {
-                    // A key that needs a password, a wrong one, one it does not need.
+                    // A file TLS could not use: an encrypted key without its password or
+                    // with a wrong one, no certificate in it, a key not the certificate's.
                     std::io::ErrorKind::InvalidInput => {
                         pyo3::exceptions::PyValueError::new_err(e.to_string())
                     }
