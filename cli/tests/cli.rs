@@ -123,9 +123,18 @@ fn run(output: Output) -> Run {
 }
 
 fn mqstore(args: &[&str]) -> Run {
+    mqstore_with(args, &[])
+}
+
+/// `mqstore ARGS` with these environment variables (and none of the runner's logs, key
+/// password or CA bundle).
+fn mqstore_with(args: &[&str], env: &[(&str, &str)]) -> Run {
     run(Command::new(env!("CARGO_BIN_EXE_mqstore"))
         .args(args)
         .env_remove("MQSTORE_LOG")
+        .env_remove("MQSTORE_KEY_PASSWORD")
+        .env_remove("SSL_CERT_FILE")
+        .envs(env.iter().copied())
         .output()
         .unwrap())
 }
@@ -1303,13 +1312,11 @@ fn serve_and_the_cli_log_in_with_a_client_certificate_whose_key_is_encrypted() {
         &key,
     ];
     let cli = |password: Option<&str>, args: &[&str]| {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_mqstore"));
-        command.args(&tls).args(args).env_remove("MQSTORE_LOG");
-        match password {
-            Some(password) => command.env("MQSTORE_KEY_PASSWORD", password),
-            None => command.env_remove("MQSTORE_KEY_PASSWORD"),
-        };
-        run(command.output().unwrap())
+        let env: Vec<(&str, &str)> = password
+            .map(|p| ("MQSTORE_KEY_PASSWORD", p))
+            .into_iter()
+            .collect();
+        mqstore_with(&[&tls[..], args].concat(), &env)
     };
 
     // Without the password, or with a wrong one: a usage error that says which, and nothing
@@ -1324,13 +1331,22 @@ fn serve_and_the_cli_log_in_with_a_client_certificate_whose_key_is_encrypted() {
     // A file TLS could not use is named, with why, before anything connects: here the
     // broker's certificate given as the client's, with the client's key.
     let broker_cert = path(&files.cert);
-    let mismatched = run(Command::new(env!("CARGO_BIN_EXE_mqstore"))
-        .args(["--port", &port, "--tls", "--ca-file", &ca])
-        .args(["--cert-file", &broker_cert, "--key-file", &key, "get", "k"])
-        .env("MQSTORE_KEY_PASSWORD", "fleet-key-1")
-        .env_remove("MQSTORE_LOG")
-        .output()
-        .unwrap());
+    let mismatched = mqstore_with(
+        &[
+            "--port",
+            &port,
+            "--tls",
+            "--ca-file",
+            &ca,
+            "--cert-file",
+            &broker_cert,
+            "--key-file",
+            &key,
+            "get",
+            "k",
+        ],
+        &[("MQSTORE_KEY_PASSWORD", "fleet-key-1")],
+    );
     assert_eq!(mismatched.code, Some(2), "{}", mismatched.stderr);
     assert!(
         mismatched
@@ -1379,8 +1395,8 @@ fn serve_and_the_cli_log_in_with_a_client_certificate_whose_key_is_encrypted() {
     // --tls without --ca-file trusts the system's CAs: here SSL_CERT_FILE names the test CA
     // (and then the broker's own certificate, which signed nothing).
     let system = |bundle: &str| {
-        run(Command::new(env!("CARGO_BIN_EXE_mqstore"))
-            .args([
+        mqstore_with(
+            &[
                 "--port",
                 &port,
                 "--tls",
@@ -1388,13 +1404,16 @@ fn serve_and_the_cli_log_in_with_a_client_certificate_whose_key_is_encrypted() {
                 &cert,
                 "--key-file",
                 &key,
-            ])
-            .args(["--timeout", "2", "get", "k"])
-            .env("SSL_CERT_FILE", bundle)
-            .env("MQSTORE_KEY_PASSWORD", "fleet-key-1")
-            .env_remove("MQSTORE_LOG")
-            .output()
-            .unwrap())
+                "--timeout",
+                "2",
+                "get",
+                "k",
+            ],
+            &[
+                ("SSL_CERT_FILE", bundle),
+                ("MQSTORE_KEY_PASSWORD", "fleet-key-1"),
+            ],
+        )
     };
     assert_eq!(system(&ca).out(), "over mutual TLS");
     let untrusted = system(&path(&files.cert));
@@ -1406,22 +1425,17 @@ fn serve_and_the_cli_log_in_with_a_client_certificate_whose_key_is_encrypted() {
     );
 
     // The broker requires a certificate: without one the connection is refused.
-    let mut anonymous = Command::new(env!("CARGO_BIN_EXE_mqstore"));
-    let no_cert = run(anonymous
-        .args([
-            "--port",
-            &port,
-            "--tls",
-            "--ca-file",
-            &ca,
-            "--timeout",
-            "2",
-            "get",
-            "k",
-        ])
-        .env_remove("MQSTORE_LOG")
-        .output()
-        .unwrap());
+    let no_cert = mqstore(&[
+        "--port",
+        &port,
+        "--tls",
+        "--ca-file",
+        &ca,
+        "--timeout",
+        "2",
+        "get",
+        "k",
+    ]);
     assert_ne!(no_cert.code, Some(0), "{}", no_cert.stderr);
     assert!(
         no_cert.stderr.contains("cannot reach the MQTT broker"),
