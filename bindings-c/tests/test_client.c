@@ -843,6 +843,8 @@ static void bad_arguments_and_freed_handles_are_errors_not_crashes(void) {
   CHECK_STATUS(mqstore_connect(&options, &client), MQSTORE_ERR_INVALID_ARGUMENT);
   CHECK_ERROR_SAYS("go together");
   options.key_file = "client.key";
+  CHECK_STATUS(mqstore_connect(&options, &client), MQSTORE_ERR_INVALID_ARGUMENT);
+  CHECK_ERROR_SAYS("are for TLS: set options.tls");
   options.ca_file = "/nonexistent/ca.pem";
   CHECK_STATUS(mqstore_connect(&options, &client), MQSTORE_ERR_INVALID_ARGUMENT);
   CHECK_ERROR_SAYS("/nonexistent/ca.pem");
