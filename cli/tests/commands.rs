@@ -6,6 +6,7 @@ mod broker;
 mod calls;
 #[path = "redis/mod.rs"]
 mod redis;
+mod tls;
 
 use std::collections::HashMap;
 use std::process::{Command, Stdio};
@@ -19,7 +20,7 @@ use mqstore_net::BrokerConfig;
 use mqstore_net::client::{Client, ClientOptions};
 use mqstore_server::commander::{Commander, CommanderConfig, CommanderError, RegistryConfig};
 use mqstore_server::metrics::CommandCount;
-use mqstore_server::redis_store::{PIPE_NAME, RedisConfig};
+use mqstore_server::redis_store::{PIPE_NAME, RedisConfig, RedisTls};
 use mqstore_server::{ServerConfig, ServerHandle, spawn};
 use redis::Redis;
 use rumqttc::v5::mqttbytes::QoS;
@@ -1617,6 +1618,47 @@ async fn a_node_s_pipe_to_redis_uses_the_url_s_password_and_database() {
     assert!(pipe.is_some_and(|l| l.contains(" db=3 ")), "{clients}");
     let stored = authed(&["HGET", &format!("mqstore:cmd:{}", record.id), "d"]);
     assert!(stored.contains("\"status\":\"SUCCEEDED\""), "{stored}");
+    node.stop().await;
+}
+
+/// On `rediss://` the node's pipe speaks TLS, with the CA and client certificate the shared
+/// client uses, to a Redis that asks for a certificate (its default with TLS on): the commands'
+/// records are written on it (its connection is on Redis's TLS port and its last command is
+/// the record's script).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_s_pipe_to_redis_speaks_tls_with_a_client_certificate() {
+    let files = tls::TlsFiles::new("commands-pipe-tls");
+    let tls_port = broker::free_port();
+    let redis = Redis::start_tls(tls_port, &files.ca, &files.cert, &files.key);
+    let broker = Broker::start();
+    let _devices = calls::mqtt5_devices(broker.port, "mqtt5-devices").await;
+    let read = |path: &std::path::Path| std::fs::read(path).unwrap();
+    let config = RedisConfig {
+        tls: Some(Arc::new(RedisTls {
+            ca_pem: Some(read(&files.ca)),
+            client_auth: Some((read(&files.client_cert), read(&files.client_key))),
+        })),
+        ..RedisConfig::parse(&format!("rediss://127.0.0.1:{tls_port}")).unwrap()
+    };
+    let node = commander(&broker, "over-tls", RegistryConfig::Redis(config)).await;
+    for n in 0..3 {
+        let payload = json!({"n": n}).to_string();
+        let record = node.invoke(CommandRequest::new(format!("dev/{n}/cmd"), payload.clone()));
+        let record = record.await.unwrap();
+        assert_eq!(record.status, Status::Succeeded);
+        let answer = record.answer.as_ref().expect("an answer");
+        assert_eq!(answer.payload, payload.as_bytes());
+        let stored = redis.cli(&["HGET", &format!("mqstore:cmd:{}", record.id), "d"]);
+        assert!(stored.contains("\"status\":\"SUCCEEDED\""), "{stored}");
+    }
+    let clients = redis.cli(&["CLIENT", "LIST"]);
+    let pipe = clients.lines().find(|l| l.contains(PIPE_NAME));
+    let pipe = pipe.unwrap_or_else(|| panic!("no pipe: {clients}"));
+    assert!(
+        pipe.contains(&format!(" laddr=127.0.0.1:{tls_port} ")),
+        "{pipe}"
+    );
+    assert!(pipe.contains(" cmd=evalsha "), "{pipe}");
     node.stop().await;
 }
 

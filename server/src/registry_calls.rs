@@ -10,8 +10,8 @@
 //! A pipe that drops, or whose oldest write goes unanswered for [`REPLY_TIMEOUT`], fails the
 //! calls on it (their callers get the registry's 503, as from the shared client) and is
 //! opened again, once a second until Redis takes it; meanwhile every call uses the shared
-//! client. A Redis the pipe does not serve (TLS, Cluster, Sentinel, writes that wait for
-//! replicas) gets no pipe.
+//! client. A Redis the pipe does not serve (a Cluster, Sentinel, writes that wait for replicas,
+//! a Unix socket, `rediss://…#insecure`) gets no pipe.
 
 use std::collections::VecDeque;
 use std::io;

@@ -416,13 +416,14 @@ impl RedisRegistry {
     }
 
     /// A [`Pipe`](pipe::Pipe) of its own to the Redis server of this registry, when it is one
-    /// server reached over plain TCP (`None`: TLS, a Unix socket, a Cluster, Sentinel, writes
-    /// that wait for replicas; every call then goes through [`RedisRegistry::run`]).
+    /// server reached over TCP or TLS (`None`: a Unix socket, `#insecure`, a Cluster, Sentinel,
+    /// writes that wait for replicas; every call then goes through [`RedisRegistry::run`]).
     pub(crate) async fn pipe(&self) -> Option<std::io::Result<pipe::Pipe>> {
         if !self.store.pipeable() {
             return None;
         }
-        pipe::Pipe::connect(&self.store.pubsub_url(0), PIPE_NAME).await
+        let url = self.store.pubsub_url(0);
+        pipe::Pipe::connect(&url, PIPE_NAME, self.store.tls.as_deref()).await
     }
 
     /// `call` as one write of a record that the host can send on its own

@@ -62,6 +62,51 @@ impl RedisTls {
         }
     }
 
+    /// The rustls client settings the redis crate makes of `tls` (`None`: the system's
+    /// trusted CAs, no client certificate), for a connection of mqstore's own to the same
+    /// server ([`super::pipe::Pipe`]): it trusts what the shared client trusts.
+    pub(super) fn rustls_config(tls: Option<&RedisTls>) -> std::io::Result<rustls::ClientConfig> {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let invalid = |what: String| std::io::Error::new(std::io::ErrorKind::InvalidInput, what);
+        let certificates = |pem: &[u8]| {
+            CertificateDer::pem_slice_iter(pem)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| invalid(format!("Redis TLS: a certificate does not read: {e}")))
+        };
+        let mut roots = rustls::RootCertStore::empty();
+        match tls.and_then(|tls| tls.ca_pem.as_deref()) {
+            Some(pem) => {
+                for cert in certificates(pem)? {
+                    roots
+                        .add(cert)
+                        .map_err(|e| invalid(format!("Redis TLS: the CA: {e}")))?;
+                }
+            }
+            None => {
+                let mut system = rustls_native_certs::load_native_certs();
+                if let Some(e) = system.errors.pop() {
+                    return Err(std::io::Error::other(format!(
+                        "Redis TLS: the system's CAs: {e}"
+                    )));
+                }
+                roots.add_parsable_certificates(system.certs);
+            }
+        }
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let builder = rustls::ClientConfig::builder().with_root_certificates(roots);
+        match tls.and_then(|tls| tls.client_auth.as_ref()) {
+            Some((cert, key)) => {
+                let key = PrivateKeyDer::from_pem_slice(key)
+                    .map_err(|e| invalid(format!("Redis TLS: the client key: {e}")))?;
+                builder
+                    .with_client_auth_cert(certificates(cert)?, key)
+                    .map_err(|e| invalid(format!("Redis TLS: the client certificate: {e}")))
+            }
+            None => Ok(builder.with_no_client_auth()),
+        }
+    }
+
     /// A client for `url`: with these files when there are any and `url` is `rediss://`.
     pub(super) fn client(tls: Option<&RedisTls>, url: &str) -> redis::RedisResult<redis::Client> {
         match tls {

@@ -4,16 +4,24 @@
 //! or timer per call, where the shared client (`redis::aio`) has all three: the command host's
 //! hot path on a single Redis server (see docs/performance.md).
 //!
-//! What it does not do: TLS, Cluster, Sentinel, `WAIT` for replicas, reconnecting. A host uses
-//! it only for a plain `redis://` server and falls back to the shared client otherwise; a pipe
-//! that fails (the connection dropped, or a reply is late) is dropped and opened again.
+//! It speaks to a `redis://` server over TCP and to a `rediss://` one over TLS, trusting what
+//! the shared client trusts ([`RedisTls`]). What it does not do: `rediss://…#insecure`,
+//! Unix sockets, Cluster, Sentinel, `WAIT` for replicas, reconnecting. A host uses it only
+//! for one server it serves and falls back to the shared client otherwise; a pipe that fails
+//! (the connection dropped, or a reply is late) is dropped and opened again.
 
 use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
+
+use super::RedisTls;
 
 /// A reply, as far as a pipe's users read it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,13 +42,62 @@ pub(crate) enum Reply {
 /// `CLIENT SETNAME`.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// A pipe's connection: TCP, or TLS over it.
+enum Stream {
+    Plain(TcpStream),
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+impl AsyncRead for Stream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(tcp) => Pin::new(tcp).poll_read(cx, buf),
+            Stream::Tls(tls) => Pin::new(tls.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Stream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Plain(tcp) => Pin::new(tcp).poll_write(cx, buf),
+            Stream::Tls(tls) => Pin::new(tls.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(tcp) => Pin::new(tcp).poll_flush(cx),
+            Stream::Tls(tls) => Pin::new(tls.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(tcp) => Pin::new(tcp).poll_shutdown(cx),
+            Stream::Tls(tls) => Pin::new(tls.as_mut()).poll_shutdown(cx),
+        }
+    }
+}
+
 /// One connection to one Redis server, for pipelined commands.
 pub(crate) struct Pipe {
-    stream: TcpStream,
+    stream: Stream,
     /// Commands written by [`Pipe::command`], not yet (all) sent.
     out: Vec<u8>,
     /// How much of `out` has been sent.
     sent: usize,
+    /// Whether what was sent may still wait in the stream (TLS holds the records a write made
+    /// when the socket would block) and must be flushed before waiting for replies.
+    unflushed: bool,
     /// Bytes read, not yet parsed.
     input: BytesMut,
     /// Commands queued or sent whose replies have not been read yet.
@@ -48,21 +105,49 @@ pub(crate) struct Pipe {
 }
 
 impl Pipe {
-    /// Connects to the plain `redis://` server `url` names, with its user, password and
-    /// database, and names the connection `name` (Redis's `CLIENT LIST` shows it). `None` for
-    /// a URL a pipe does not serve (TLS, a Unix socket).
-    pub(crate) async fn connect(url: &str, name: &str) -> Option<io::Result<Pipe>> {
+    /// Connects to the `redis://` or `rediss://` server `url` names (over TLS with `tls`'s
+    /// files, as the shared client), with its user, password and database, and names the
+    /// connection `name` (Redis's `CLIENT LIST` shows it). `None` for a URL a pipe does not
+    /// serve (a Unix socket, `#insecure`).
+    pub(crate) async fn connect(
+        url: &str,
+        name: &str,
+        tls: Option<&RedisTls>,
+    ) -> Option<io::Result<Pipe>> {
         let info = redis::IntoConnectionInfo::into_connection_info(url).ok()?;
-        let redis::ConnectionAddr::Tcp(host, port) = info.addr().clone() else {
-            return None;
+        let (host, port, secure) = match info.addr() {
+            redis::ConnectionAddr::Tcp(host, port) => (host.clone(), *port, None),
+            redis::ConnectionAddr::TcpTls {
+                host,
+                port,
+                insecure: false,
+                ..
+            } => {
+                let config = match RedisTls::rustls_config(tls) {
+                    Ok(config) => config,
+                    Err(e) => return Some(Err(e)),
+                };
+                (host.clone(), *port, Some(Arc::new(config)))
+            }
+            _ => return None,
         };
         let opened = tokio::time::timeout(CONNECT_TIMEOUT, async {
-            let stream = TcpStream::connect((host.as_str(), port)).await?;
-            stream.set_nodelay(true)?;
+            let tcp = TcpStream::connect((host.as_str(), port)).await?;
+            tcp.set_nodelay(true)?;
+            let stream = match secure {
+                None => Stream::Plain(tcp),
+                Some(config) => {
+                    let server = rustls::pki_types::ServerName::try_from(host.clone())
+                        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+                    let connector = tokio_rustls::TlsConnector::from(config);
+                    Stream::Tls(Box::new(connector.connect(server, tcp).await?))
+                }
+            };
             let mut pipe = Pipe {
                 stream,
                 out: Vec::new(),
                 sent: 0,
+                unflushed: false,
                 input: BytesMut::with_capacity(16 * 1024),
                 awaiting: 0,
             };
@@ -132,7 +217,12 @@ impl Pipe {
                     self.out.clear();
                     self.sent = 0;
                 }
+                self.unflushed = true;
                 continue;
+            }
+            if self.unflushed {
+                self.stream.flush().await?;
+                self.unflushed = false;
             }
             if let Some(reply) = parse(&mut self.input)? {
                 self.awaiting = self.awaiting.saturating_sub(1);
