@@ -22,7 +22,7 @@ use mqstore_net::client::{Client, SetOptions};
 use mqstore_server::metrics::Metrics;
 use mqstore_server::redis_store::RedisConfig;
 use mqstore_server::{ServerConfig, ServerHandle, StoreConfig, spawn};
-use redis::{Cluster, Redis};
+use redis::{Cluster, Redis, Sentinels};
 
 use calls::{WAIT, next_change};
 const GROUP: &str = "nodes";
@@ -1166,17 +1166,97 @@ fn serve_stores_in_a_redis_that_wants_tls_and_a_client_certificate() {
     ]);
     let _node = node.stderr(Stdio::null()).spawn().map(Process).unwrap();
     let cli = |args: &[&str]| mqstore_cli(broker.port, args);
-    let started = std::time::Instant::now();
-    while !cli(&["set", "over-tls", "stored", "--timeout", "1"])
-        .status
-        .success()
-    {
-        assert!(started.elapsed() < Duration::from_secs(15), "no answer");
-    }
+    set_once_served(broker.port, "over-tls", "stored");
     assert_eq!(cli(&["get", "over-tls"]).stdout, b"stored\n");
     // It is in Redis (read on its plain port).
     let keys = redis.cli(&["--scan", "--pattern", "mqstore:*"]);
     assert!(!keys.trim().is_empty(), "nothing in Redis: {keys:?}");
+}
+
+/// `mqstore serve` as `node_id` on the TLS Redis `store`, with the CA and the client
+/// certificate of `files`.
+fn serve_on_tls_redis(
+    broker: &Broker,
+    node_id: &str,
+    store: &str,
+    files: &tls::TlsFiles,
+) -> Process {
+    Command::new(env!("CARGO_BIN_EXE_mqstore"))
+        .args(["--port", &broker.port.to_string(), "serve", "--fail-fast"])
+        .args(["--node-id", node_id, "--store", store])
+        .arg("--redis-ca-file")
+        .arg(&files.ca)
+        .arg("--redis-cert-file")
+        .arg(&files.client_cert)
+        .arg("--redis-key-file")
+        .arg(&files.client_key)
+        .env_remove("MQSTORE_LOG")
+        .stderr(Stdio::null())
+        .spawn()
+        .map(Process)
+        .unwrap()
+}
+
+/// Sets `key` through the broker on `port`, again and again until a node answers (30 s at
+/// most: one starting, or following a failover).
+fn set_once_served(port: u16, key: &str, value: &str) {
+    let started = std::time::Instant::now();
+    while !mqstore_cli(port, &["set", key, value, "--timeout", "1"])
+        .status
+        .success()
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{key}: no answer"
+        );
+    }
+}
+
+/// `rediss-sentinel://`: sentinels, their primary and its replica all on TLS (each asking
+/// for a client certificate, and speaking TLS to each other). `serve` asks the sentinels over
+/// TLS where the primary is, stores there with the same files, and follows the sentinels to
+/// the replica they promote when the primary dies.
+#[test]
+fn serve_stores_through_sentinels_over_tls_and_follows_a_failover() {
+    let files = tls::TlsFiles::new("nodes-sentinel-tls");
+    let (ca, cert, key) = (&files.ca, &files.cert, &files.key);
+    let primary_tls = broker::free_port();
+    let mut primary = Redis::start_tls(primary_tls, ca, cert, key);
+    let replica = Redis::tls_replica_of(primary_tls, broker::free_port(), ca, cert, key);
+    let sentinels = Sentinels::start_tls(primary_tls, 3, ca, cert, key);
+    assert_eq!(sentinels.primary_port(), primary_tls);
+    let broker = Broker::start();
+    let hosts: Vec<String> = sentinels
+        .tls_ports
+        .iter()
+        .map(|port| format!("127.0.0.1:{port}"))
+        .collect();
+    let store = format!(
+        "rediss-sentinel://{}/{}",
+        hosts.join(","),
+        redis::PRIMARY_NAME
+    );
+    let _node = serve_on_tls_redis(&broker, "node-sentinel-tls", &store, &files);
+    let cli = |args: &[&str]| mqstore_cli(broker.port, args);
+    set_once_served(broker.port, "before", "the failover");
+    let keys = primary.cli(&["--scan", "--pattern", "mqstore:*"]);
+    assert!(!keys.trim().is_empty(), "nothing in the primary: {keys:?}");
+
+    primary.kill();
+    let started = std::time::Instant::now();
+    while !replica.is_primary() {
+        assert!(started.elapsed() < Duration::from_secs(30), "no promotion");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    set_once_served(broker.port, "after", "it");
+    for (key, value) in [("before", "the failover"), ("after", "it")] {
+        assert_eq!(cli(&["get", key]).stdout, format!("{value}\n").as_bytes());
+    }
+    let keys = replica.cli(&["--scan", "--pattern", "mqstore:*"]);
+    assert!(
+        !keys.trim().is_empty(),
+        "nothing in the promoted replica: {keys:?}"
+    );
 }
 
 /// `rediss-cluster://`: a Redis Cluster whose nodes take TLS (and speak it to each other),
@@ -1191,27 +1271,9 @@ fn serve_stores_in_a_redis_cluster_over_tls() {
         .map(|port| format!("127.0.0.1:{port}"))
         .collect();
     let store = format!("rediss-cluster://{}", seeds.join(","));
-    let path = |p: &std::path::Path| p.to_str().unwrap().to_owned();
-    let (ca, cert, key) = (
-        path(&files.ca),
-        path(&files.client_cert),
-        path(&files.client_key),
-    );
-    let _node = Command::new(env!("CARGO_BIN_EXE_mqstore"))
-        .args(["--port", &broker.port.to_string(), "serve", "--fail-fast"])
-        .args(["--node-id", "node-cluster-tls", "--store", &store])
-        .args(["--redis-ca-file", &ca, "--redis-cert-file", &cert])
-        .args(["--redis-key-file", &key])
-        .env_remove("MQSTORE_LOG")
-        .stderr(Stdio::null())
-        .spawn()
-        .map(Process)
-        .unwrap();
+    let _node = serve_on_tls_redis(&broker, "node-cluster-tls", &store, &files);
     let cli = |args: &[&str]| mqstore_cli(broker.port, args);
-    let started = std::time::Instant::now();
-    while !cli(&["set", "k0", "v", "--timeout", "1"]).status.success() {
-        assert!(started.elapsed() < Duration::from_secs(15), "no answer");
-    }
+    set_once_served(broker.port, "k0", "v");
     // Keys on every primary's slots, each read back.
     for i in 1..30 {
         let key = format!("k{i}");

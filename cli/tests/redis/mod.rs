@@ -87,6 +87,28 @@ impl Redis {
         redis
     }
 
+    /// A replica of the primary whose TLS port is `primary_tls_port`, replicating over TLS
+    /// with the certificate `cert` (which `ca` signed) and taking TLS on its own `tls_port`
+    /// as [`Redis::start_tls`] does; it tells its primary (and so the sentinels) that port.
+    pub fn tls_replica_of(
+        primary_tls_port: u16,
+        tls_port: u16,
+        ca: &std::path::Path,
+        cert: &std::path::Path,
+        key: &std::path::Path,
+    ) -> Self {
+        let mut args = tls_args(tls_port, ca, cert, key);
+        args.extend([
+            "--tls-replication".into(),
+            "yes".into(),
+            "--replicaof".into(),
+        ]);
+        args.extend(["127.0.0.1".into(), primary_tls_port.to_string()]);
+        let replica = Self::launch(free_port(), args);
+        replica.wait_synced_replica();
+        replica
+    }
+
     /// A primary that asks for this password.
     pub fn start_with_password(password: &str) -> Self {
         Self::launch(free_port(), vec!["--requirepass".into(), password.into()])
@@ -321,10 +343,36 @@ pub const PRIMARY_NAME: &str = "fleet";
 /// after it stops answering.
 pub struct Sentinels {
     pub nodes: Vec<Redis>,
+    /// Each sentinel's TLS port (sentinels started with [`Sentinels::start_tls`]), in
+    /// `nodes`' order.
+    pub tls_ports: Vec<u16>,
 }
 
 impl Sentinels {
     pub fn start(primary: &Redis, count: usize) -> Self {
+        Self::launch(primary.port, count, None)
+    }
+
+    /// Sentinels that watch the primary on its TLS port `primary_tls_port` and speak TLS to
+    /// it, its replicas and each other (`tls-replication yes`, with the certificate `cert`
+    /// that `ca` signed), and take TLS clients on their `tls_ports`, asking each for a
+    /// certificate `ca` signed. Their plain ports stay open for redis-cli.
+    pub fn start_tls(
+        primary_tls_port: u16,
+        count: usize,
+        ca: &std::path::Path,
+        cert: &std::path::Path,
+        key: &std::path::Path,
+    ) -> Self {
+        Self::launch(primary_tls_port, count, Some((ca, cert, key)))
+    }
+
+    fn launch(
+        primary_port: u16,
+        count: usize,
+        tls: Option<(&std::path::Path, &std::path::Path, &std::path::Path)>,
+    ) -> Self {
+        let mut tls_ports = Vec::new();
         let nodes: Vec<Redis> = (0..count)
             .map(|_| {
                 let port = free_port();
@@ -332,19 +380,24 @@ impl Sentinels {
                     .join(format!("mqstore-test-redis-{port}-{}", std::process::id()));
                 std::fs::create_dir_all(&dir).unwrap();
                 let config = dir.join("sentinel.conf");
-                std::fs::write(
-                    &config,
-                    format!(
-                        "port {port}\nbind 127.0.0.1\n\
-                         sentinel monitor {PRIMARY_NAME} 127.0.0.1 {} {}\n\
-                         sentinel down-after-milliseconds {PRIMARY_NAME} 1000\n\
-                         sentinel failover-timeout {PRIMARY_NAME} 4000\n\
-                         sentinel parallel-syncs {PRIMARY_NAME} 2\n",
-                        primary.port,
-                        count / 2 + 1
-                    ),
-                )
-                .unwrap();
+                let mut text = format!(
+                    "port {port}\nbind 127.0.0.1\n\
+                     sentinel monitor {PRIMARY_NAME} 127.0.0.1 {primary_port} {}\n\
+                     sentinel down-after-milliseconds {PRIMARY_NAME} 1000\n\
+                     sentinel failover-timeout {PRIMARY_NAME} 4000\n\
+                     sentinel parallel-syncs {PRIMARY_NAME} 2\n",
+                    count / 2 + 1
+                );
+                if let Some((ca, cert, key)) = tls {
+                    let tls_port = free_port();
+                    tls_ports.push(tls_port);
+                    // The same settings as a server's, written as its configuration file.
+                    for pair in tls_args(tls_port, ca, cert, key).chunks(2) {
+                        text += &format!("{} {}\n", pair[0].trim_start_matches("--"), pair[1]);
+                    }
+                    text += "tls-replication yes\n";
+                }
+                std::fs::write(&config, text).unwrap();
                 let mut sentinel = Redis {
                     port,
                     child: None,
@@ -364,7 +417,7 @@ impl Sentinels {
                 sentinel
             })
             .collect();
-        let sentinels = Self { nodes };
+        let sentinels = Self { nodes, tls_ports };
         // Every sentinel knows the replicas and the other sentinels before a test kills anything.
         let deadline = Instant::now() + Duration::from_secs(20);
         for node in &sentinels.nodes {
