@@ -23,8 +23,8 @@
 //!   clients that see a new epoch (mosquitto restarted) register again.
 //! * A QoS 2 request sent again before PUBREL (mosquitto hands the plugin every copy) is run
 //!   once ([`exactly_once`]).
-//! * A `mqstore serve` that serves the state store beside the plugin (its presence arrives) is
-//!   warned about once per start of it ([`Peers`]): every request would get two answers.
+//! * A `mqstore serve` that serves what the plugin serves beside it (its presence arrives) is
+//!   warned about once per start of it ([`Peers`]): each such request would get two answers.
 //!
 //! No panic crosses into mosquitto: every callback catches it and lets the message through.
 
@@ -38,7 +38,7 @@ use mqstore_core::commands::Profiles;
 use mqstore_core::disk::{Durability, Fsync, Sync};
 use mqstore_core::engine::EngineConfig;
 use mqstore_core::envelope::{Properties, Publish};
-use mqstore_core::presence::{Peers, ServerPresence, Subscription};
+use mqstore_core::presence::{Clash, Peers, ServerPresence, Services, Subscription};
 use mqstore_core::server::commands::{Seen, ServiceConfig};
 use mqstore_core::server::{JobsConfig, Node, NodeConfig, Route, To, registrations_of};
 use mqstore_core::store::Quotas;
@@ -300,6 +300,11 @@ pub unsafe extern "C" fn mosquitto_plugin_init(
             _ => None,
         };
         let epoch = format!("{:016x}", u64::from_le_bytes(random_bytes()?));
+        let services = Services {
+            state_store: true,
+            jobs: options.jobs,
+            commands: options.commands,
+        };
         let presence = Publish {
             topic: topics::server_presence_topic(&options.node_id),
             payload: ServerPresence {
@@ -308,6 +313,7 @@ pub unsafe extern "C" fn mosquitto_plugin_init(
                 max_packet_size: None,
                 registration_lease_ms: None,
                 subscription: Some(Subscription::Every),
+                services: Some(services),
             }
             .to_bytes(),
             qos: 1,
@@ -319,7 +325,7 @@ pub unsafe extern "C" fn mosquitto_plugin_init(
             connections: HashMap::new(),
             presence: Some(presence),
             seen_qos2: exactly_once::SeenRequests::new(16_384),
-            peers: Peers::new(options.node_id.clone(), Subscription::Every),
+            peers: Peers::new(options.node_id.clone(), Subscription::Every, services),
             syncer,
             failure_logged: false,
         }))
@@ -444,18 +450,10 @@ unsafe extern "C" fn on_message(_event: c_int, data: *mut c_void, userdata: *mut
             },
         };
         with_plugin(userdata, |plugin| {
-            // The plugin receives every request: any other node serving the state store
+            // The plugin receives every request: any other node serving a service it serves
             // clashes with it (said once per start of that node).
             if let Some(clash) = plugin.peers.seen(&topic, payload) {
-                log(
-                    sys::MOSQ_LOG_WARNING,
-                    &format!(
-                        "mqstore: `mqstore serve` (node {}) serves the state store beside this \
-                         plugin, so every request gets two answers: run it with --no-state-store \
-                         (it then serves jobs and commands only)",
-                        clash.node
-                    ),
-                );
+                log(sys::MOSQ_LOG_WARNING, &clash_warning(&clash));
             }
         });
         return SUCCESS;
@@ -798,5 +796,74 @@ fn publish(message: &Publish, client: Option<&str>, retain: bool) -> bool {
             sys::mosquitto_property_free_all(&mut props);
         }
         published == SUCCESS
+    }
+}
+
+/// What the plugin logs about a `mqstore serve` that answers requests it answers: the
+/// services, and the flags (or the plugin's options) that leave each to one of them.
+fn clash_warning(clash: &Clash) -> String {
+    let both = clash.services;
+    let flags: Vec<&str> = [
+        (both.state_store, "--no-state-store"),
+        (both.jobs, "--no-jobs"),
+        (both.commands, "--no-commands"),
+    ]
+    .into_iter()
+    .filter_map(|(on, flag)| on.then_some(flag))
+    .collect();
+    let options: Vec<&str> = [
+        (both.jobs, "plugin_opt_jobs false"),
+        (both.commands, "plugin_opt_commands false"),
+    ]
+    .into_iter()
+    .filter_map(|(on, option)| on.then_some(option))
+    .collect();
+    let here = match options.is_empty() {
+        true => String::new(),
+        false => format!(" (or set {} here)", options.join(", ")),
+    };
+    format!(
+        "mqstore: `mqstore serve` (node {}) serves {both} beside this plugin, as the plugin \
+         does, so each such request gets two answers: run it with {}{here}",
+        clash.node,
+        flags.join(" ")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_clash_is_told_with_the_flags_that_leave_each_service_to_one() {
+        let clash = |services| Clash {
+            node: "n1".into(),
+            theirs: Some(Subscription::Every),
+            services,
+        };
+        assert_eq!(
+            clash_warning(&clash(Services::STATE_STORE)),
+            "mqstore: `mqstore serve` (node n1) serves the state store beside this plugin, as \
+             the plugin does, so each such request gets two answers: run it with \
+             --no-state-store"
+        );
+        let commands = Services {
+            commands: true,
+            ..Services::default()
+        };
+        assert_eq!(
+            clash_warning(&clash(commands)),
+            "mqstore: `mqstore serve` (node n1) serves commands beside this plugin, as the \
+             plugin does, so each such request gets two answers: run it with --no-commands (or \
+             set plugin_opt_commands false here)"
+        );
+        let warning = clash_warning(&clash(Services::ALL));
+        assert!(
+            warning.ends_with(
+                "run it with --no-state-store --no-jobs --no-commands (or set plugin_opt_jobs \
+                 false, plugin_opt_commands false here)"
+            ),
+            "{warning}"
+        );
     }
 }

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use mqstore_core::client::ClientError;
-use mqstore_core::presence::{ServerPresence, Subscription};
+use mqstore_core::presence::{ServerPresence, Services, Subscription};
 use mqstore_core::topics;
 use mqstore_net::BrokerConfig;
 use rumqttc::v5::mqttbytes::QoS;
@@ -61,6 +61,7 @@ pub(crate) async fn list(
                         _ => json!(null),
                     },
                     "takes_every_request": p.subscription.as_ref().map(|s| *s == Subscription::Every),
+                    "serves": p.services.map(|s| s.names().collect::<Vec<_>>()),
                     "max_packet_size": p.max_packet_size,
                     "registration_lease_ms": p.registration_lease_ms,
                 })
@@ -70,8 +71,9 @@ pub(crate) async fn list(
     } else {
         print!("{}", table(&nodes));
         for [a, b] in &clashes {
+            let both = nodes[a].serves().both(nodes[b].serves());
             println!(
-                "clash: {a} and {b} both take requests (outside one share group): each is answered twice"
+                "clash: {a} and {b} both take requests of {both} (outside one share group): each is answered twice"
             );
         }
         if offline > 0 && !all {
@@ -80,7 +82,7 @@ pub(crate) async fn list(
     }
     if online == 0 {
         eprintln!(
-            "no mqstore node is online on the broker at {address} (is `mqstore serve` running, connected to it, with the state store?)"
+            "no mqstore node is online on the broker at {address} (is `mqstore serve` running, connected to it?)"
         );
         return ExitCode::from(1);
     }
@@ -172,6 +174,7 @@ fn table(nodes: &BTreeMap<String, ServerPresence>) -> String {
         "node".to_owned(),
         "state".into(),
         "share group".into(),
+        "serves".into(),
         "max packet".into(),
         "lease".into(),
         "epoch".into(),
@@ -187,12 +190,18 @@ fn table(nodes: &BTreeMap<String, ServerPresence>) -> String {
                 None if p.online => "(not said)".into(),
                 None => "-".into(),
             },
+            match p.services {
+                Some(services) if services.is_empty() => "(nothing)".into(),
+                Some(services) => services.names().collect::<Vec<_>>().join(","),
+                None if p.online => Services::STATE_STORE.names().collect(),
+                None => "-".into(),
+            },
             or_dash(p.max_packet_size.map(|n| n.to_string())),
             or_dash(p.registration_lease_ms.map(|ms| format!("{ms} ms"))),
             p.epoch.clone(),
         ]);
     }
-    let widths: Vec<usize> = (0..6)
+    let widths: Vec<usize> = (0..7)
         .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
         .collect();
     let mut out = String::new();
@@ -219,6 +228,7 @@ mod tests {
             max_packet_size: Some(1024),
             registration_lease_ms: None,
             subscription,
+            services: None,
         }
     }
 
@@ -244,6 +254,13 @@ mod tests {
         with_plain.insert("f".into(), presence(true, Some(Subscription::Every)));
         // A node taking every request clashes with every online one, E included.
         assert_eq!(clashes(&with_plain).len(), 2 + 4);
+        // ... that serves a service it serves: C, of commands only, with none of them.
+        let commands = Services {
+            commands: true,
+            ..Services::default()
+        };
+        with_plain.get_mut("c").unwrap().services = Some(commands);
+        assert_eq!(clashes(&with_plain).len(), 3);
     }
 
     #[test]
@@ -255,15 +272,26 @@ mod tests {
             ),
             ("n2".to_owned(), presence(false, None)),
             ("old".to_owned(), presence(true, None)),
+            (
+                "side".to_owned(),
+                ServerPresence {
+                    services: Some(Services {
+                        state_store: false,
+                        ..Services::ALL
+                    }),
+                    ..presence(true, Some(Subscription::Shared("g".into())))
+                },
+            ),
         ]
         .into_iter()
         .collect();
         assert_eq!(
             table(&nodes),
-            "node    state    share group  max packet  lease  epoch\n\
-             n2      offline  -            1024        -      e1\n\
-             node-1  online   (none)       1024        -      e1\n\
-             old     online   (not said)   1024        -      e1\n"
+            "node    state    share group  serves         max packet  lease  epoch\n\
+             n2      offline  -            -              1024        -      e1\n\
+             node-1  online   (none)       state          1024        -      e1\n\
+             old     online   (not said)   state          1024        -      e1\n\
+             side    online   g            jobs,commands  1024        -      e1\n"
         );
     }
 }

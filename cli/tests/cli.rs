@@ -1109,12 +1109,17 @@ fn nodes_lists_the_broker_s_nodes_and_the_pairs_that_would_answer_twice() {
     );
     assert_eq!(
         lines[3],
-        "clash: node-a and node-b both take requests (outside one share group): each is answered twice"
+        "clash: node-a and node-b both take requests of the state store, jobs and commands \
+         (outside one share group): each is answered twice"
     );
     let json = |run: &Run| -> serde_json::Value { serde_json::from_str(&run.out()).unwrap() };
     let listed = json(&s.cli(&["nodes", "--json"]));
     assert_eq!(listed["nodes"][1]["node"], "node-b");
     assert_eq!(listed["nodes"][1]["share_group"], "g");
+    assert_eq!(
+        listed["nodes"][1]["serves"],
+        serde_json::json!(["state", "jobs", "commands"])
+    );
     assert_eq!(listed["nodes"][0]["takes_every_request"], true);
     assert_eq!(listed["clashes"], serde_json::json!([["node-a", "node-b"]]));
     // B stops: offline (listed with --all), and no clash left.

@@ -821,12 +821,46 @@ async fn jobs_and_commands_beside_the_plugin() {
     // after them, had it served them: it served none.
     assert_eq!(server.metrics.requests("SET", "ok"), 0);
     assert_eq!(server.metrics.requests("GET", "ok"), 0);
-    // And the plugin, which warns of a server that serves the state store beside it, did not.
+    // Neither the plugin, which warns of a server that serves what it serves beside it, nor
+    // the server (which reads the plugin's presence: the state store alone) saw a clash.
     assert!(
-        !broker.log().contains("serves the state store beside"),
+        !broker
+            .log()
+            .contains("beside this plugin, as the plugin does"),
         "{}",
         broker.log()
     );
+    calls::wait_for_metric(&server.metrics, "no clash", |l| {
+        l == "mqstore_clashing_nodes 0"
+    })
+    .await;
+    server.stop().await.unwrap();
+}
+
+/// A `mqstore serve --no-state-store` beside a plugin that serves commands too: each command
+/// would go to its device twice. The plugin warns, naming the node and the flags; the server
+/// counts the plugin as a clash and logs it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_served_beside_a_plugin_that_serves_them_are_a_clash_both_tell() {
+    let broker = broker_with_plugin("plugin_opt_jobs false\n");
+    let config = ServerConfig {
+        state_store: false,
+        jobs: false,
+        ..ServerConfig::new(broker_config(&broker), "beside")
+    };
+    let server = spawn(config).await.expect("the server starts");
+    calls::wait_for_metric(&server.metrics, "the plugin clashes", |l| {
+        l == "mqstore_clashing_nodes 1"
+    })
+    .await;
+    let warning = "mqstore: `mqstore serve` (node beside) serves commands beside this plugin, as \
+                   the plugin does, so each such request gets two answers: run it with \
+                   --no-commands (or set plugin_opt_commands false here)";
+    let deadline = std::time::Instant::now() + WAIT;
+    while !broker.log().contains(warning) {
+        assert!(std::time::Instant::now() < deadline, "{}", broker.log());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     server.stop().await.unwrap();
 }
 

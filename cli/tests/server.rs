@@ -80,6 +80,17 @@ impl Server {
     }
 }
 
+/// Node `id`'s configuration, its broker on `port`, everything else the default.
+fn config_on(port: u16, id: &str) -> ServerConfig {
+    ServerConfig::new(
+        BrokerConfig {
+            port,
+            ..BrokerConfig::default()
+        },
+        id,
+    )
+}
+
 /// What a protocol test asks of the state store, in either deployment.
 struct Setup<'a> {
     node_id: &'a str,
@@ -550,17 +561,10 @@ on_both_brokers! {
     async fn nodes_that_would_answer_one_request_twice_say_so(kind: Kind) {
         let broker = Broker::start_kind(kind);
         let node = |id: &str, group: Option<&str>| {
-            let config = ServerConfig {
+            Server::start_config(ServerConfig {
                 share_group: group.map(str::to_owned),
-                ..ServerConfig::new(
-                    BrokerConfig {
-                        port: broker.port,
-                        ..BrokerConfig::default()
-                    },
-                    id,
-                )
-            };
-            Server::start_config(config)
+                ..config_on(broker.port, id)
+            })
         };
         let a = node("node-a", Some("g")).await;
         let b = node("node-b", Some("g")).await;
@@ -592,6 +596,39 @@ on_both_brokers! {
         b.wait_metric("mqstore_clashing_nodes 1").await;
         d.wait_metric("mqstore_clashing_nodes 2").await;
         for node in [a, b, d] {
+            node.stop().await;
+        }
+    }
+}
+
+on_both_brokers! {
+    /// Nodes clash only over a service both serve: two nodes of jobs and commands only
+    /// (`--no-state-store`) outside one share group do, and neither does with a node of the
+    /// state store alone beside them (which does clash with a node that serves everything).
+    async fn nodes_clash_only_over_a_service_both_serve(kind: Kind) {
+        let broker = Broker::start_kind(kind);
+        let node = |id: &str, group: Option<&str>, state_store: bool| {
+            Server::start_config(ServerConfig {
+                share_group: group.map(str::to_owned),
+                state_store,
+                jobs: !state_store,
+                commands: !state_store,
+                ..config_on(broker.port, id)
+            })
+        };
+        let e = node("jobs-e", None, false).await;
+        let g = node("jobs-g", Some("x"), false).await;
+        e.wait_metric("mqstore_clashing_nodes 1").await;
+        g.wait_metric("mqstore_clashing_nodes 1").await;
+        // The state store alone, without a share group: it reads E's and G's presence as it
+        // subscribes, before the presence of a node that serves everything, started after it.
+        let f = node("store-f", None, true).await;
+        let h = Server::start_config(config_on(broker.port, "all-h")).await;
+        f.wait_metric("mqstore_clashing_nodes 1").await;
+        // H serves jobs and commands too: it clashes with all three.
+        h.wait_metric("mqstore_clashing_nodes 3").await;
+        e.wait_metric("mqstore_clashing_nodes 2").await;
+        for node in [e, f, g, h] {
             node.stop().await;
         }
     }

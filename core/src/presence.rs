@@ -7,8 +7,10 @@
 //! it) and registers its observed keys again; the maximum packet size tells it which requests
 //! the node could never receive (the broker drops what is larger than a subscriber's limit);
 //! the lease tells it how often to renew its registrations; `share_group=` how the node receives
-//! the requests, so that nodes on one broker notice one another answering the same request
-//! ([`Peers`]). Fields a reader does not know are skipped, so later versions can add some.
+//! the requests and `serves=` what it serves, so that nodes on one broker notice one another
+//! answering the same request ([`Peers`]). Fields a reader does not know are skipped, so later
+//! versions can add some. A node that serves no state store (jobs and commands beside a broker
+//! plugin that serves it) keeps a presence there too, saying so: clients pass it by.
 //!
 //! [`topics::server_presence_topic`]: crate::topics::server_presence_topic
 
@@ -32,6 +34,81 @@ pub struct ServerPresence {
     /// How the node receives the state store's requests; `None` when its presence does not say
     /// (a node of a version before this field, or a Will).
     pub subscription: Option<Subscription>,
+    /// What the node serves; `None` when its presence does not say (a node of a version before
+    /// this field, or a Will): the state store, which is all such a presence promised.
+    pub services: Option<Services>,
+}
+
+/// What a node serves. Nodes that receive the same requests answer twice only those of a
+/// service both serve.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Services {
+    /// The state store's requests (and the clients' presence).
+    pub state_store: bool,
+    /// The AWS IoT Jobs device API, device shadows and the jobs operator API.
+    pub jobs: bool,
+    /// Commands to devices (`mqstore/commands/v1/…`) and the devices' answers.
+    pub commands: bool,
+}
+
+impl Services {
+    /// Every service (a node's default).
+    pub const ALL: Services = Services {
+        state_store: true,
+        jobs: true,
+        commands: true,
+    };
+    /// The state store alone: what a presence without `serves=` stands for.
+    pub const STATE_STORE: Services = Services {
+        state_store: true,
+        jobs: false,
+        commands: false,
+    };
+
+    /// The services both serve.
+    pub fn both(self, other: Services) -> Services {
+        Services {
+            state_store: self.state_store && other.state_store,
+            jobs: self.jobs && other.jobs,
+            commands: self.commands && other.commands,
+        }
+    }
+
+    /// Whether it names no service.
+    pub fn is_empty(self) -> bool {
+        !(self.state_store || self.jobs || self.commands)
+    }
+
+    /// The names of the services it names, as a presence says them (`state`, `jobs`,
+    /// `commands`).
+    pub fn names(self) -> impl Iterator<Item = &'static str> {
+        self.named().map(|(wire, _)| wire)
+    }
+
+    /// Each service it names, with its name in a presence (`state`, `jobs`, `commands`) and
+    /// in a sentence.
+    fn named(self) -> impl Iterator<Item = (&'static str, &'static str)> {
+        [
+            (self.state_store, "state", "the state store"),
+            (self.jobs, "jobs", "jobs"),
+            (self.commands, "commands", "commands"),
+        ]
+        .into_iter()
+        .filter(|(on, ..)| *on)
+        .map(|(_, wire, text)| (wire, text))
+    }
+}
+
+/// "the state store, jobs and commands", "commands", "nothing": how a log line says it.
+impl std::fmt::Display for Services {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = self.named().map(|(_, text)| text).collect();
+        match names.as_slice() {
+            [] => f.write_str("nothing"),
+            [one] => f.write_str(one),
+            [first @ .., last] => write!(f, "{} and {last}", first.join(", ")),
+        }
+    }
 }
 
 /// How a node receives the state store's requests: nodes on one broker that do not share one
@@ -99,16 +176,29 @@ impl ServerPresence {
                 }
                 None => {}
             }
+            if let Some(services) = self.services {
+                let names: Vec<&str> = services.names().collect();
+                text.push_str(" serves=");
+                text.push_str(&names.join(","));
+            }
         }
         Bytes::from(text)
     }
 
-    /// Whether this node and `other`, both online, would both take some request: the rule of
-    /// [`Subscription::overlaps`] from whichever side says how it subscribes (neither saying:
-    /// nodes of earlier versions, not known to clash).
+    /// What the node serves ([`ServerPresence::services`], the state store when it does not
+    /// say).
+    pub fn serves(&self) -> Services {
+        self.services.unwrap_or(Services::STATE_STORE)
+    }
+
+    /// Whether this node and `other`, both online, would both take some request: they serve
+    /// a service in common, and by the rule of [`Subscription::overlaps`] from whichever side
+    /// says how it subscribes (neither saying: nodes of earlier versions, not known to clash)
+    /// both receive some of its requests.
     pub fn clashes_with(&self, other: &ServerPresence) -> bool {
         self.online
             && other.online
+            && !self.serves().both(other.serves()).is_empty()
             && match (&self.subscription, &other.subscription) {
                 (Some(mine), theirs) => mine.overlaps(theirs.as_ref()),
                 (None, Some(theirs)) => theirs.overlaps(None),
@@ -133,6 +223,7 @@ impl ServerPresence {
             max_packet_size: None,
             registration_lease_ms: None,
             subscription: None,
+            services: None,
         };
         for field in parts {
             match field.split_once('=') {
@@ -141,6 +232,15 @@ impl ServerPresence {
                 Some(("share_group", "")) => presence.subscription = Some(Subscription::Every),
                 Some(("share_group", group)) => {
                     presence.subscription = Some(Subscription::Shared(group.to_owned()));
+                }
+                Some(("serves", names)) => {
+                    // A later version's services are skipped, as its fields are.
+                    let names: Vec<&str> = names.split(',').collect();
+                    presence.services = Some(Services {
+                        state_store: names.contains(&"state"),
+                        jobs: names.contains(&"jobs"),
+                        commands: names.contains(&"commands"),
+                    });
                 }
                 Some(_) => {} // a later version's field
                 None => return None,
@@ -158,6 +258,8 @@ pub struct Clash {
     pub node: String,
     /// How it receives the requests (`None`: its presence does not say).
     pub theirs: Option<Subscription>,
+    /// The services both serve: theirs are the requests answered twice.
+    pub services: Services,
 }
 
 /// The other nodes on this node's broker, as their presence messages say, and which of them
@@ -168,6 +270,7 @@ pub struct Clash {
 pub struct Peers {
     node_id: String,
     mine: Subscription,
+    serves: Services,
     /// The clashing nodes online, by node id, with the epoch each was seen in.
     clashing: BTreeMap<String, String>,
 }
@@ -177,11 +280,12 @@ pub struct Peers {
 const MAX_CLASHING: usize = 64;
 
 impl Peers {
-    /// Node `node_id`, receiving requests the `mine` way.
-    pub fn new(node_id: impl Into<String>, mine: Subscription) -> Self {
+    /// Node `node_id`, receiving the requests of the services it `serves` the `mine` way.
+    pub fn new(node_id: impl Into<String>, mine: Subscription, serves: Services) -> Self {
         Self {
             node_id: node_id.into(),
             mine,
+            serves,
             clashing: BTreeMap::new(),
         }
     }
@@ -194,9 +298,11 @@ impl Peers {
         if node == self.node_id {
             return None;
         }
-        let presence = ServerPresence::parse(payload).filter(|p| p.online);
-        let Some(presence) = presence.filter(|p| self.mine.overlaps(p.subscription.as_ref()))
-        else {
+        let clashing = ServerPresence::parse(payload)
+            .filter(|p| p.online && self.mine.overlaps(p.subscription.as_ref()))
+            .map(|p| (self.serves.both(p.serves()), p))
+            .filter(|(services, _)| !services.is_empty());
+        let Some((services, presence)) = clashing else {
             self.clashing.remove(&node);
             return None;
         };
@@ -209,12 +315,18 @@ impl Peers {
         Some(Clash {
             node,
             theirs: presence.subscription,
+            services,
         })
     }
 
     /// How this node receives the requests.
     pub fn subscription(&self) -> &Subscription {
         &self.mine
+    }
+
+    /// What this node serves.
+    pub fn serves(&self) -> Services {
+        self.serves
     }
 
     /// How many nodes online clash with this one (at most 64 are counted).
@@ -235,6 +347,7 @@ mod tests {
             max_packet_size: max,
             registration_lease_ms: lease,
             subscription,
+            services: None,
         };
         for presence in [
             presence(true, Some(16_777_216), Some(60_000), None),
@@ -266,6 +379,40 @@ mod tests {
         );
         let later = ServerPresence::parse(b"online 7 lease_ms=5 colour=blue").unwrap();
         assert_eq!(later.registration_lease_ms, Some(5));
+        // What it serves: each service by name, none, and a later version's skipped.
+        let serving = |services| ServerPresence {
+            services: Some(services),
+            ..presence(true, None, None, Some(Subscription::Every))
+        };
+        let commands_only = Services {
+            commands: true,
+            ..Services::default()
+        };
+        for services in [
+            Services::ALL,
+            Services::STATE_STORE,
+            commands_only,
+            Services::default(),
+        ] {
+            assert_eq!(
+                ServerPresence::parse(&serving(services).to_bytes()),
+                Some(serving(services))
+            );
+        }
+        assert_eq!(
+            &serving(Services::ALL).to_bytes()[..],
+            b"online 1f2e share_group= serves=state,jobs,commands"
+        );
+        assert_eq!(
+            &serving(Services::default()).to_bytes()[..],
+            b"online 1f2e share_group= serves="
+        );
+        let later = ServerPresence::parse(b"online 7 serves=commands,shadows").unwrap();
+        assert_eq!(later.serves(), commands_only);
+        assert_eq!(
+            ServerPresence::parse(b"online 7").unwrap().serves(),
+            Services::STATE_STORE
+        );
         for bad in [
             &b""[..],
             b"online",
@@ -305,6 +452,23 @@ mod tests {
     }
 
     #[test]
+    fn services_are_said_as_a_sentence_and_met_in_common() {
+        let jobs_and_commands = Services {
+            state_store: false,
+            ..Services::ALL
+        };
+        assert_eq!(
+            Services::ALL.to_string(),
+            "the state store, jobs and commands"
+        );
+        assert_eq!(jobs_and_commands.to_string(), "jobs and commands");
+        assert_eq!(Services::STATE_STORE.to_string(), "the state store");
+        assert_eq!(Services::default().to_string(), "nothing");
+        assert!(Services::STATE_STORE.both(jobs_and_commands).is_empty());
+        assert_eq!(Services::ALL.both(jobs_and_commands), jobs_and_commands);
+    }
+
+    #[test]
     fn two_presences_clash_when_both_are_online_and_their_subscriptions_overlap() {
         let presence = |online, subscription| ServerPresence {
             epoch: "e".into(),
@@ -312,6 +476,7 @@ mod tests {
             max_packet_size: None,
             registration_lease_ms: None,
             subscription,
+            services: None,
         };
         let (every, g) = (
             Some(Subscription::Every),
@@ -326,6 +491,27 @@ mod tests {
         assert!(presence(true, every).clashes_with(&presence(true, None)));
         assert!(!presence(true, None).clashes_with(&presence(true, g)));
         assert!(!presence(true, None).clashes_with(&presence(true, None)));
+        // Both take every request, but of services neither serves both of: no clash.
+        let serving = |services| ServerPresence {
+            services: Some(services),
+            ..presence(true, Some(Subscription::Every))
+        };
+        let (jobs, commands) = (
+            Services {
+                jobs: true,
+                ..Services::default()
+            },
+            Services {
+                commands: true,
+                ..Services::default()
+            },
+        );
+        assert!(!serving(jobs).clashes_with(&serving(commands)));
+        assert!(!serving(Services::STATE_STORE).clashes_with(&serving(commands)));
+        assert!(serving(Services::ALL).clashes_with(&serving(commands)));
+        // A presence that does not say serves the state store.
+        assert!(!serving(commands).clashes_with(&presence(true, Some(Subscription::Every))));
+        assert!(serving(Services::ALL).clashes_with(&presence(true, Some(Subscription::Every))));
     }
 
     #[test]
@@ -340,10 +526,11 @@ mod tests {
                 subscription: Some(
                     group.map_or(Subscription::Every, |g| Subscription::Shared(g.into())),
                 ),
+                services: None,
             }
             .to_bytes()
         };
-        let mut peers = Peers::new("me", Subscription::Shared("g".into()));
+        let mut peers = Peers::new("me", Subscription::Shared("g".into()), Services::ALL);
         // Its own presence, a node of the same group, another message: no clash.
         assert_eq!(peers.seen(&topic("me"), &online("1", None)), None);
         assert_eq!(peers.seen(&topic("b"), &online("1", Some("g"))), None);
@@ -355,7 +542,8 @@ mod tests {
             clash,
             Some(Clash {
                 node: "c".into(),
-                theirs: Some(Subscription::Every)
+                theirs: Some(Subscription::Every),
+                services: Services::STATE_STORE,
             })
         );
         assert_eq!(peers.seen(&topic("c"), &online("1", None)), None);
@@ -379,5 +567,56 @@ mod tests {
             peers.seen(&topic(&format!("n{n}")), &online("1", None));
         }
         assert_eq!(peers.clashing(), MAX_CLASHING);
+    }
+
+    #[test]
+    fn peers_clash_only_over_a_service_both_serve() {
+        let topic = |node: &str| topics::server_presence_topic(node);
+        let serving = |epoch: &str, services| {
+            ServerPresence {
+                epoch: epoch.into(),
+                online: true,
+                max_packet_size: None,
+                registration_lease_ms: None,
+                subscription: Some(Subscription::Every),
+                services: Some(services),
+            }
+            .to_bytes()
+        };
+        let jobs_and_commands = Services {
+            state_store: false,
+            ..Services::ALL
+        };
+        // A plugin with its jobs and commands switched off, beside a node that serves them.
+        let mut plugin = Peers::new("plugin", Subscription::Every, Services::STATE_STORE);
+        assert_eq!(
+            plugin.seen(&topic("n"), &serving("1", jobs_and_commands)),
+            None
+        );
+        assert_eq!(plugin.clashing(), 0);
+        // With its commands on: a clash over commands alone.
+        let mut plugin = Peers::new(
+            "plugin",
+            Subscription::Every,
+            Services {
+                jobs: false,
+                ..Services::ALL
+            },
+        );
+        let clash = plugin.seen(&topic("n"), &serving("1", jobs_and_commands));
+        assert_eq!(
+            clash.map(|c| c.services),
+            Some(Services {
+                commands: true,
+                ..Services::default()
+            })
+        );
+        // The node restarted without commands: forgotten.
+        let jobs = Services {
+            jobs: true,
+            ..Services::default()
+        };
+        assert_eq!(plugin.seen(&topic("n"), &serving("2", jobs)), None);
+        assert_eq!(plugin.clashing(), 0);
     }
 }

@@ -683,3 +683,42 @@ fn an_observer_renews_its_registrations_every_third_of_the_announced_lease() {
     }
     assert_eq!(watcher.next_deadline(), Some(T0 + 2_000));
 }
+
+#[test]
+fn a_node_that_serves_no_state_store_is_passed_by() {
+    let mut l = Loop::new();
+    let mut watcher = client("watcher");
+    let (_, publishes) = watcher.observe(Bytes::from_static(b"k"), l.now).unwrap();
+    for p in publishes {
+        for answer in l.deliver(&watcher, p) {
+            watcher.handle(&answer, l.now);
+        }
+    }
+    let presence = |node: &str, payload: &[u8]| Publish {
+        topic: topics::server_presence_topic(node),
+        payload: Bytes::copy_from_slice(payload),
+        qos: 1,
+        properties: Default::default(),
+    };
+    // A node of jobs and commands only starts, restarts, and asks for a short lease: the
+    // client's registrations are none of its business.
+    for payload in [
+        &b"online j1 lease_ms=3000 serves=jobs,commands"[..],
+        b"online j2 lease_ms=3000 serves=jobs,commands",
+    ] {
+        assert_eq!(watcher.handle(&presence("jobs-node", payload), l.now), None);
+        assert!(watcher.take_publishes().is_empty());
+    }
+    assert_eq!(watcher.next_deadline(), None, "no lease to renew");
+    // A state store node's restart is news: the observed key is registered again.
+    for payload in [&b"online s1 serves=state"[..], b"online s2 serves=state"] {
+        watcher.handle(&presence("store-node", payload), l.now);
+    }
+    let again = watcher.take_publishes();
+    assert!(
+        again
+            .iter()
+            .any(|p| p.payload.windows(9).any(|w| w == b"KEYNOTIFY")),
+        "{again:?}"
+    );
+}

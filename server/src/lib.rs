@@ -38,7 +38,7 @@ use mqstore_core::commands::wire;
 use mqstore_core::engine::{Engine, EngineConfig};
 use mqstore_core::envelope::Publish;
 use mqstore_core::jobs::{OPERATOR_TOPIC, topics as jobs_topics};
-use mqstore_core::presence::{self, Peers, ServerPresence, Subscription};
+use mqstore_core::presence::{self, Peers, ServerPresence, Services, Subscription};
 use mqstore_core::server;
 use mqstore_core::shadow;
 use mqstore_core::topics;
@@ -403,34 +403,42 @@ pub async fn serve(
         Some(group) => Subscription::Shared(group.clone()),
         None => Subscription::Every,
     };
+    let services = Services {
+        state_store: config.state_store,
+        jobs: config.jobs,
+        commands: config.commands,
+    };
+    // A node without the state store says only what other nodes read: how it subscribes and
+    // what it serves (clients pass such a node by).
     let presence = |online| ServerPresence {
         epoch: epoch.clone(),
         online,
-        max_packet_size: Some(config.broker.max_packet_size),
-        registration_lease_ms: config.registration_lease.map(|d| d.as_millis() as u64),
+        max_packet_size: config.state_store.then_some(config.broker.max_packet_size),
+        registration_lease_ms: config
+            .registration_lease
+            .filter(|_| config.state_store)
+            .map(|d| d.as_millis() as u64),
         subscription: Some(subscription.clone()),
+        services: Some(services),
     };
     let mut options = config.broker.options(&config.client_id);
-    if config.state_store {
-        options.set_last_will(LastWill::new(
-            presence_topic.clone(),
-            presence(false).to_bytes(),
-            QoS::AtLeastOnce,
-            true,
-            None,
-        ));
-    }
+    options.set_last_will(LastWill::new(
+        presence_topic.clone(),
+        presence(false).to_bytes(),
+        QoS::AtLeastOnce,
+        true,
+        None,
+    ));
     let (client, eventloop) = rumqttc::v5::AsyncClient::new(options, REQUEST_QUEUE);
     // Identified requests (in each client's own tree) always; the standard, shared request
     // topic (what the Azure SDK clients use: they name themselves in `__srcId`, which nothing
     // checks) unless identities are required.
     let mut invoke_filters = Vec::new();
-    let mut presence_filters = Vec::new();
+    // Other nodes' presence: whether one answers the requests this node answers.
+    let mut presence_filters = vec![topics::SERVER_PRESENCE_FILTER];
     if config.state_store {
         invoke_filters.push(topics::IDENTIFIED_INVOKE_FILTER);
         presence_filters.push(topics::IDENTIFIED_PRESENCE_FILTER);
-        // Other nodes' presence: whether one answers the requests this node answers.
-        presence_filters.push(topics::SERVER_PRESENCE_FILTER);
         if !config.require_identity {
             invoke_filters.push(topics::INVOKE);
             presence_filters.push(topics::PRESENCE_FILTER);
@@ -494,16 +502,14 @@ pub async fn serve(
         jobs,
         commands,
         probe_topic: topics::probe_topic(&config.client_id),
-        peers: config
-            .state_store
-            .then(|| Peers::new(config.node_id.clone(), subscription.clone())),
-        presence: config.state_store.then(|| Publish {
+        peers: Peers::new(config.node_id.clone(), subscription.clone(), services),
+        presence: Some(Publish {
             topic: presence_topic.clone(),
             payload: presence(true).to_bytes(),
             qos: 1,
             properties: Default::default(),
         }),
-        offline: config.state_store.then(|| Publish {
+        offline: Some(Publish {
             topic: presence_topic,
             payload: presence(false).to_bytes(),
             qos: 1,

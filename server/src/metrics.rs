@@ -71,7 +71,8 @@ pub struct Metrics {
     jobs_ignored: AtomicU64,
     /// Whether this node is the one elected to listen to the jobs device API (0 or 1).
     jobs_listener: AtomicU64,
-    /// Other nodes on the broker that receive requests this node receives (`presence::Peers`).
+    /// Other nodes on the broker that receive requests this node receives, of a service both
+    /// serve (`presence::Peers`).
     clashing_nodes: AtomicU64,
     /// Redis calls that failed or timed out.
     store_errors: AtomicU64,
@@ -477,7 +478,7 @@ impl Metrics {
             ),
             (
                 "mqstore_clashing_nodes",
-                "Other nodes serving the state store on this node's broker that receive requests this node receives too (no share group, or another one), by their presence: each such request is answered twice. 0 unless nodes are misconfigured.",
+                "Other nodes on this node's broker that receive requests this node receives too (no share group, or another one) of a service both serve, by their presence: each such request is answered twice. 0 unless nodes are misconfigured.",
                 "gauge",
                 &self.clashing_nodes,
             ),

@@ -730,6 +730,11 @@ impl ClientCore {
         let Some(presence) = ServerPresence::parse(payload) else {
             return;
         };
+        if !presence.serves().state_store {
+            // A node of jobs and commands only: none of this client's state store business.
+            self.servers.remove(&node);
+            return;
+        }
         let online = presence.online;
         let epoch = presence.epoch.clone();
         let restarted = match self.servers.insert(node, presence) {

@@ -214,8 +214,8 @@ pub(super) struct Node {
     pub(super) invoke_filters: Vec<String>,
     /// Where clients' and server nodes' presence messages arrive.
     pub(super) presence_filters: Vec<&'static str>,
-    /// The other nodes on the broker, when this one serves the state store.
-    pub(super) peers: Option<Peers>,
+    /// The other nodes on the broker, as their presence says.
+    pub(super) peers: Peers,
     /// UNSUBACKs still expected while shutting down.
     pub(super) unsubacks: usize,
     /// SUBACKs still expected after a connection: requests are served once they are in.
@@ -725,9 +725,7 @@ impl Node {
 
     /// A server node's presence: says so when another node answers requests this one answers.
     fn peer_seen(&mut self, message: &Publish) {
-        let Some(peers) = &mut self.peers else {
-            return;
-        };
+        let peers = &mut self.peers;
         if let Some(clash) = peers.seen(&message.topic, &message.payload) {
             let theirs = match &clash.theirs {
                 Some(theirs) => theirs.to_string(),
@@ -735,10 +733,12 @@ impl Node {
             };
             error!(
                 node = %clash.node,
-                "node {} serves the state store on this broker {theirs}, and this node {}: each \
-                 request both receive is answered twice (a SET applied twice, a command sent to \
+                services = %clash.services,
+                "node {} serves {} on this broker {theirs}, and this node {}: each such request \
+                 both receive is answered twice (a SET applied twice, a command sent to \
                  its device twice); give every node on one broker the same --share-group",
                 clash.node,
+                clash.services,
                 peers.subscription(),
             );
         }
