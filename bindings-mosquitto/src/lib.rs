@@ -338,6 +338,7 @@ pub unsafe extern "C" fn mosquitto_plugin_init(
         }
         Err(_) => return sys::MOSQ_ERR_UNKNOWN,
     };
+    let started = format!("mqstore: {} run inside this broker", plugin.peers.serves());
     let raw = Box::into_raw(plugin);
     for (event, callback) in callbacks() {
         // SAFETY: the plugin id is mosquitto's; the user data lives until cleanup.
@@ -362,10 +363,7 @@ pub unsafe extern "C" fn mosquitto_plugin_init(
     }
     // SAFETY: mosquitto hands this back to cleanup.
     unsafe { *userdata = raw.cast() };
-    log(
-        sys::MOSQ_LOG_INFO,
-        "mqstore: the state store and the jobs service run inside this broker",
-    );
+    log(sys::MOSQ_LOG_INFO, &started);
     SUCCESS
 }
 

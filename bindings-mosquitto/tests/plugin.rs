@@ -623,6 +623,12 @@ async fn with_jobs_off_the_plugin_answers_no_jobs_request() {
         matches!(e, mqstore_core::client::ClientError::Timeout(_)),
         "{e}"
     );
+    // Its log says what it serves.
+    let log = broker.log();
+    assert!(
+        log.contains("mqstore: the state store and commands run inside this broker"),
+        "{log}"
+    );
 }
 
 /// `plugin_opt_command_profiles FILE` adds the file's device profiles, as `mqstore serve
