@@ -628,6 +628,15 @@ on_both_brokers! {
         // H serves jobs and commands too: it clashes with all three.
         h.wait_metric("mqstore_clashing_nodes 3").await;
         e.wait_metric("mqstore_clashing_nodes 2").await;
+        // F read E's and G's presence before H's: still H alone.
+        assert!(
+            f.metrics
+                .render()
+                .lines()
+                .any(|l| l == "mqstore_clashing_nodes 1"),
+            "{}",
+            f.metrics.render()
+        );
         for node in [e, f, g, h] {
             node.stop().await;
         }
