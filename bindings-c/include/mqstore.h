@@ -1045,6 +1045,10 @@ typedef struct mqstore_command_reply {
 
 
 
+
+
+
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
