@@ -1696,6 +1696,75 @@ async fn a_node_s_pipe_to_redis_speaks_tls_with_a_client_certificate() {
     node.stop().await;
 }
 
+/// On Sentinel a node's pipe goes to the primary the sentinels name and follows them: after a
+/// switchover (`SENTINEL FAILOVER`: the old primary lives on as a replica that refuses writes)
+/// and after the new primary is killed, commands succeed again with their records written on
+/// a pipe to the primary of the moment, and none is left on the deposed one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_s_pipe_follows_the_primary_the_sentinels_name() {
+    let broker = Broker::start();
+    let first = Redis::start();
+    let mut second = Redis::replica_of(&first);
+    let sentinels = redis::Sentinels::start(&first, 3);
+    let _devices = calls::mqtt5_devices(broker.port, "mqtt5-devices").await;
+    let registry = RegistryConfig::Redis(RedisConfig::parse(&sentinels.url()).unwrap());
+    let node = commander(&broker, "sentinel", registry).await;
+    // Commands until one is recorded on `primary` through the node's pipe there (while the
+    // node follows the sentinels some fail with the registry's 503, or go on its shared client).
+    let piped_to = async |primary: &Redis, round: &str| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{round}: no command recorded through a pipe to port {}: {}",
+                primary.port,
+                primary.cli(&["CLIENT", "LIST"])
+            );
+            let record = match node.invoke(CommandRequest::new("dev/1/cmd", "{}")).await {
+                Ok(record) => record,
+                // Until the deposed primary is made a replica it takes writes that are then
+                // lost (Redis's asynchronous replication; `--redis-wait-replicas` is what
+                // prevents it): a record written there is not found when its answer comes.
+                Err(CommanderError::Registry(_) | CommanderError::NotFound(_)) => {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    continue;
+                }
+                Err(other) => panic!("{round}: {other:?}"),
+            };
+            assert_eq!(record.status, Status::Succeeded, "{round}");
+            let stored = primary.cli(&["HGET", &format!("mqstore:cmd:{}", record.id), "d"]);
+            let clients = primary.cli(&["CLIENT", "LIST"]);
+            let pipe = clients.lines().find(|l| l.contains(PIPE_NAME));
+            if stored.contains("\"status\":\"SUCCEEDED\"")
+                && pipe.is_some_and(|l| l.contains(" cmd=evalsha "))
+            {
+                return;
+            }
+        }
+    };
+    piped_to(&first, "at start").await;
+
+    let asked = sentinels.nodes[0].cli(&["SENTINEL", "FAILOVER", redis::PRIMARY_NAME]);
+    assert_eq!(asked.trim(), "OK");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while sentinels.primary_port() != second.port {
+        assert!(std::time::Instant::now() < deadline, "no switchover");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    piped_to(&second, "after the switchover").await;
+    let deposed = first.cli(&["CLIENT", "LIST"]);
+    assert!(!deposed.contains(PIPE_NAME), "{deposed}");
+
+    second.kill();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while sentinels.primary_port() != first.port {
+        assert!(std::time::Instant::now() < deadline, "no failover");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    piped_to(&first, "after the primary was killed").await;
+    node.stop().await;
+}
+
 /// A Redis user whose ACL forbids `CLIENT` commands still gets the node its pipe (the
 /// connection's name is only for `CLIENT LIST`): the commands' records are written on it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

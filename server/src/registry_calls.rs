@@ -10,8 +10,9 @@
 //! A pipe that drops, or whose oldest write goes unanswered for [`REPLY_TIMEOUT`], fails the
 //! calls on it (their callers get the registry's 503, as from the shared client) and is
 //! opened again, once a second until Redis takes it; meanwhile every call uses the shared
-//! client. A Redis the pipe does not serve (a Cluster, Sentinel, writes that wait for replicas,
-//! a Unix socket, `rediss://…#insecure`) gets no pipe.
+//! client. On Sentinel the pipe goes to the primary the sentinels name, and one that answers
+//! `READONLY` (deposed by a failover) fails so too. A Redis the pipe does not serve (a
+//! Cluster, writes that wait for replicas, a Unix socket, `rediss://…#insecure`) gets no pipe.
 
 use std::collections::VecDeque;
 use std::io;
@@ -140,6 +141,13 @@ impl<I: Send + 'static> RegistryCalls<I> {
             Ok(reply) => reply,
             Err(e) => return self.failed(service, &format!("Redis: {e}"), now_ms),
         };
+        if let Reply::Error(e) = &reply
+            && e.starts_with("READONLY")
+        {
+            // A Sentinel failover made the server a replica: every write on this pipe will be
+            // refused so; the next pipe goes to the primary the sentinels name.
+            return self.failed(service, &format!("Redis: {e}"), now_ms);
+        }
         let Some((token, put, queued)) = self.waiting.pop_front() else {
             return;
         };
@@ -180,6 +188,7 @@ impl<I: Send + 'static> RegistryCalls<I> {
 
     fn failed(&mut self, service: &mut Service, why: &str, now_ms: u64) {
         warn!(error = %why, "commands: the pipe to Redis for command records failed; opening another");
+        self.registry.pipe_failed();
         {
             let mut queue = lock(&self.queue);
             queue.up = false;

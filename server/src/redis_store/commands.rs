@@ -416,14 +416,33 @@ impl RedisRegistry {
     }
 
     /// A [`Pipe`](pipe::Pipe) of its own to the Redis server of this registry, when it is one
-    /// server reached over TCP or TLS (`None`: a Unix socket, `#insecure`, a Cluster, Sentinel,
-    /// writes that wait for replicas; every call then goes through [`RedisRegistry::run`]).
+    /// server reached over TCP or TLS — given, or the primary the sentinels name (`None`: a
+    /// Unix socket, `#insecure`, a Cluster, writes that wait for replicas; every call then goes
+    /// through [`RedisRegistry::run`]).
     pub(crate) async fn pipe(&self) -> Option<std::io::Result<pipe::Pipe>> {
         if !self.store.pipeable() {
             return None;
         }
         let url = self.store.pubsub_url(0);
-        pipe::Pipe::connect(&url, PIPE_NAME, self.store.tls.as_deref()).await
+        let opened = pipe::Pipe::connect(&url, PIPE_NAME, self.store.tls.as_deref()).await?;
+        if !self.store.behind_sentinels() {
+            return Some(opened);
+        }
+        let checked = async {
+            let mut pipe = opened?;
+            pipe.check_primary().await?;
+            Ok(pipe)
+        };
+        let checked = checked.await;
+        if checked.is_err() {
+            self.store.call_failed();
+        }
+        Some(checked)
+    }
+
+    /// The host's pipe failed: on Sentinel the primary may have moved.
+    pub(crate) fn pipe_failed(&self) {
+        self.store.call_failed();
     }
 
     /// `call` as one write of a record that the host can send on its own

@@ -328,14 +328,31 @@ impl RedisStore {
         &self.replication
     }
 
-    /// Where to subscribe to Redis pub/sub on the `attempt`th try: the primary as far as this
-    /// node knows; on a Cluster each seed node in turn (a dead one is passed over).
-    /// Whether a [`pipe::Pipe`] can do this store's writes: one server, no replicas to wait
-    /// for.
+    /// Whether a [`pipe::Pipe`] can do this store's writes: one server (given, or the primary
+    /// the sentinels name), no replicas to wait for.
     pub(crate) fn pipeable(&self) -> bool {
-        matches!(self.connection, Connection::Single(_)) && self.wait_replicas == 0
+        matches!(
+            self.connection,
+            Connection::Single(_) | Connection::Sentinel(_)
+        ) && self.wait_replicas == 0
     }
 
+    /// Whether the server this store writes to is the one the sentinels name (it may be
+    /// deposed under a pipe to it).
+    pub(crate) fn behind_sentinels(&self) -> bool {
+        matches!(self.connection, Connection::Sentinel(_))
+    }
+
+    /// A call outside the shared client failed (a host's pipe): on Sentinel, asks the
+    /// sentinels where the primary is now, as a failed call of the shared client does.
+    pub(crate) fn call_failed(&self) {
+        if let Connection::Sentinel(sentinel) = &self.connection {
+            sentinel.failed();
+        }
+    }
+
+    /// Where to subscribe to Redis pub/sub on the `attempt`th try: the primary as far as this
+    /// node knows; on a Cluster each seed node in turn (a dead one is passed over).
     pub(crate) fn pubsub_url(&self, attempt: usize) -> String {
         match &self.connection {
             Connection::Sentinel(sentinel) => sentinel.url(),

@@ -6,9 +6,10 @@
 //!
 //! It speaks to a `redis://` server over TCP and to a `rediss://` one over TLS, trusting what
 //! the shared client trusts ([`RedisTls`]). What it does not do: `rediss://…#insecure`,
-//! Unix sockets, Cluster, Sentinel, `WAIT` for replicas, reconnecting. A host uses it only
-//! for one server it serves and falls back to the shared client otherwise; a pipe that fails
-//! (the connection dropped, or a reply is late) is dropped and opened again.
+//! Unix sockets, Cluster, finding the primary (on Sentinel it is opened to the one the
+//! store follows), `WAIT` for replicas, reconnecting. A host uses it only for one server it
+//! serves and falls back to the shared client otherwise; a pipe that fails (the connection
+//! dropped, a reply is late, the server is no primary any more) is dropped and opened again.
 
 use std::io;
 use std::pin::Pin;
@@ -183,6 +184,22 @@ impl Pipe {
                 format!("no connection to Redis within {CONNECT_TIMEOUT:?}"),
             ))
         }))
+    }
+
+    /// Fails unless the server answers `ROLE` as a primary: the sentinels may name one a moment
+    /// before it is one, and a deposed primary answers every write `READONLY`.
+    pub(crate) async fn check_primary(&mut self) -> io::Result<()> {
+        self.command(&[b"ROLE"]);
+        match self.reply().await? {
+            Reply::Array(Some(role))
+                if role.first() == Some(&Reply::Bulk(Some(b"master".into()))) =>
+            {
+                Ok(())
+            }
+            other => Err(io::Error::other(format!(
+                "the server the sentinels name is not a primary (ROLE {other:?})"
+            ))),
+        }
     }
 
     /// Queues a command (its name and arguments): it goes out on the next [`Pipe::reply`].
