@@ -53,6 +53,22 @@ fn free_port() -> u16 {
         .expect("a free port")
 }
 
+/// How far above a cluster node's port its cluster bus listens (Redis's fixed offset).
+const CLUSTER_BUS_OFFSET: u16 = 10_000;
+
+/// A free port for a cluster node whose bus port is free too (and below 65,536: redis-server
+/// refuses a port above 55,535 with cluster mode on).
+fn cluster_port() -> u16 {
+    loop {
+        let port = free_port();
+        if port <= u16::MAX - CLUSTER_BUS_OFFSET
+            && TcpListener::bind(("127.0.0.1", port + CLUSTER_BUS_OFFSET)).is_ok()
+        {
+            return port;
+        }
+    }
+}
+
 fn binary(name: &str) -> PathBuf {
     let path = PathBuf::from("/usr/bin").join(name);
     assert!(
@@ -250,6 +266,11 @@ impl Redis {
     }
 
     fn spawn(&mut self) {
+        self.start_process();
+        wait_for_port(self.port);
+    }
+
+    fn start_process(&mut self) {
         let child = Command::new(binary("redis-server"))
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", ""])
@@ -261,7 +282,39 @@ impl Redis {
             .spawn()
             .expect("redis-server starts");
         self.child = Some(child);
-        wait_for_port(self.port);
+    }
+
+    /// A cluster node on `port` whose cluster bus listens on `bus`; `None` when it exits
+    /// before both listen. Why: redis-server exits at start when it cannot bind its bus port
+    /// (10,000 above its client port, which [`free_port`] did not check, or which another
+    /// test's server or connection took meanwhile) — after it briefly listened on `port`.
+    fn launch_cluster_node(port: u16, bus: u16, extra: Vec<String>) -> Option<Self> {
+        let dir =
+            std::env::temp_dir().join(format!("mqstore-test-redis-{port}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut redis = Self {
+            port,
+            child: None,
+            dir,
+            extra,
+        };
+        redis.start_process();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let listens = |port: u16| TcpStream::connect(("127.0.0.1", port)).is_ok();
+        loop {
+            let exited = redis.child.as_mut().map(|c| c.try_wait());
+            if matches!(exited, Some(Ok(Some(_)))) {
+                return None; // dropped: its directory removed
+            }
+            if listens(port) && listens(bus) {
+                return Some(redis);
+            }
+            assert!(
+                Instant::now() < deadline,
+                "redis-server did not listen on {port} and its cluster bus {bus}"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     pub fn url(&self) -> String {
@@ -521,22 +574,34 @@ impl Cluster {
         let mut tls_ports = Vec::new();
         let nodes: Vec<Redis> = (0..3 * (1 + replicas))
             .map(|_| {
-                let port = free_port();
-                let mut args = vec![
-                    "--cluster-enabled".into(),
-                    "yes".into(),
-                    "--cluster-config-file".into(),
-                    format!("nodes-{port}.conf"),
-                    "--cluster-node-timeout".into(),
-                    if replicas > 0 { "1000" } else { "2000" }.into(),
-                ];
-                if let Some((ca, cert, key)) = tls {
-                    let tls_port = free_port();
-                    tls_ports.push(tls_port);
-                    args.extend(tls_args(tls_port, ca, cert, key));
-                    args.extend(["--tls-cluster".into(), "yes".into()]);
+                for _ in 0..10 {
+                    let port = cluster_port();
+                    let mut args = vec![
+                        "--cluster-enabled".into(),
+                        "yes".into(),
+                        "--cluster-config-file".into(),
+                        format!("nodes-{port}.conf"),
+                        "--cluster-node-timeout".into(),
+                        if replicas > 0 { "1000" } else { "2000" }.into(),
+                    ];
+                    // Over TLS the cluster bus is 10,000 above the TLS port.
+                    let bus = match tls {
+                        Some((ca, cert, key)) => {
+                            let tls_port = cluster_port();
+                            args.extend(tls_args(tls_port, ca, cert, key));
+                            args.extend(["--tls-cluster".into(), "yes".into()]);
+                            tls_port + CLUSTER_BUS_OFFSET
+                        }
+                        None => port + CLUSTER_BUS_OFFSET,
+                    };
+                    if let Some(node) = Redis::launch_cluster_node(port, bus, args) {
+                        if tls.is_some() {
+                            tls_ports.push(bus - CLUSTER_BUS_OFFSET);
+                        }
+                        return node;
+                    }
                 }
-                Redis::launch(port, args)
+                panic!("no cluster node started in 10 tries (each exited at start)");
             })
             .collect();
         let addresses: Vec<String> = nodes
@@ -553,8 +618,9 @@ impl Cluster {
             .expect("redis-cli --cluster create runs");
         assert!(
             out.status.success(),
-            "creating the cluster failed: {}",
-            String::from_utf8_lossy(&out.stdout)
+            "creating the cluster failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
         );
         let deadline = Instant::now() + Duration::from_secs(20);
         for node in &nodes {
