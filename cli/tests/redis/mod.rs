@@ -252,17 +252,22 @@ impl Redis {
     }
 
     fn launch(port: u16, extra: Vec<String>) -> Self {
+        let mut redis = Self::unstarted(port, extra);
+        redis.spawn();
+        redis
+    }
+
+    /// A server on `port` with its own directory, its process not started yet.
+    fn unstarted(port: u16, extra: Vec<String>) -> Self {
         let dir =
             std::env::temp_dir().join(format!("mqstore-test-redis-{port}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let mut redis = Self {
+        Self {
             port,
             child: None,
             dir,
             extra,
-        };
-        redis.spawn();
-        redis
+        }
     }
 
     fn spawn(&mut self) {
@@ -289,15 +294,7 @@ impl Redis {
     /// (10,000 above its client port, which [`free_port`] did not check, or which another
     /// test's server or connection took meanwhile) — after it briefly listened on `port`.
     fn launch_cluster_node(port: u16, bus: u16, extra: Vec<String>) -> Option<Self> {
-        let dir =
-            std::env::temp_dir().join(format!("mqstore-test-redis-{port}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let mut redis = Self {
-            port,
-            child: None,
-            dir,
-            extra,
-        };
+        let mut redis = Self::unstarted(port, extra);
         redis.start_process();
         let deadline = Instant::now() + Duration::from_secs(10);
         let listens = |port: u16| TcpStream::connect(("127.0.0.1", port)).is_ok();
@@ -429,10 +426,8 @@ impl Sentinels {
         let nodes: Vec<Redis> = (0..count)
             .map(|_| {
                 let port = free_port();
-                let dir = std::env::temp_dir()
-                    .join(format!("mqstore-test-redis-{port}-{}", std::process::id()));
-                std::fs::create_dir_all(&dir).unwrap();
-                let config = dir.join("sentinel.conf");
+                let mut sentinel = Redis::unstarted(port, Vec::new());
+                let config = sentinel.dir.join("sentinel.conf");
                 let mut text = format!(
                     "port {port}\nbind 127.0.0.1\n\
                      sentinel monitor {PRIMARY_NAME} 127.0.0.1 {primary_port} {}\n\
@@ -451,12 +446,6 @@ impl Sentinels {
                     text += "tls-replication yes\n";
                 }
                 std::fs::write(&config, text).unwrap();
-                let mut sentinel = Redis {
-                    port,
-                    child: None,
-                    dir,
-                    extra: Vec::new(),
-                };
                 let child = Command::new(binary("redis-server"))
                     .arg(&config)
                     .arg("--sentinel")
