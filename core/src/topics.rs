@@ -277,16 +277,18 @@ pub fn hex(bytes: &[u8]) -> String {
     out
 }
 
+/// The value of one base16 digit (either case).
+pub(crate) fn nibble(c: u8) -> Option<u8> {
+    match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'A'..=b'F' => Some(c - b'A' + 10),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        _ => None,
+    }
+}
+
 /// Decodes base16 (either case); `None` for odd lengths or other characters.
 pub fn from_hex(text: &str) -> Option<Vec<u8>> {
-    fn nibble(c: u8) -> Option<u8> {
-        match c {
-            b'0'..=b'9' => Some(c - b'0'),
-            b'A'..=b'F' => Some(c - b'A' + 10),
-            b'a'..=b'f' => Some(c - b'a' + 10),
-            _ => None,
-        }
-    }
     let text = text.as_bytes();
     if !text.len().is_multiple_of(2) {
         return None;

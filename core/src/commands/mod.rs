@@ -491,26 +491,45 @@ pub fn uuid_v4(mut bytes: [u8; 16]) -> [u8; 16] {
     bytes
 }
 
-/// A command id's text: its 16 bytes as a UUID (8-4-4-4-12 lowercase hex).
+/// Where a UUID's text has its dashes (8-4-4-4-12).
+const UUID_DASHES: [usize; 4] = [8, 13, 18, 23];
+
+/// A command id's text: its 16 bytes as a UUID (8-4-4-4-12 lowercase hex). Written in one
+/// allocation: every command makes one, and every MQTT 5 answer reads one.
 pub fn command_id(bytes: [u8; 16]) -> String {
-    let hex = crate::topics::hex(&bytes).to_ascii_lowercase();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &hex[..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..]
-    )
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut text = [b'-'; 36];
+    let mut at = 0;
+    for byte in bytes {
+        if UUID_DASHES.contains(&at) {
+            at += 1;
+        }
+        text[at] = HEX[usize::from(byte >> 4)];
+        text[at + 1] = HEX[usize::from(byte & 15)];
+        at += 2;
+    }
+    text.iter().map(|&c| char::from(c)).collect()
 }
 
-/// The 16 bytes of a command id (the MQTT 5 correlation data).
+/// The 16 bytes of a command id (the MQTT 5 correlation data): `None` unless `id` is a UUID's
+/// text (either case).
 pub fn command_id_bytes(id: &str) -> Option<[u8; 16]> {
-    if id.len() != 36 {
+    use crate::topics::nibble;
+    let text = id.as_bytes();
+    if text.len() != 36 || UUID_DASHES.iter().any(|&at| text[at] != b'-') {
         return None;
     }
-    let hex: String = id.split('-').collect::<String>().to_ascii_uppercase();
-    crate::topics::from_hex(&hex)?.try_into().ok()
+    let mut digits = text
+        .iter()
+        .enumerate()
+        .filter(|(at, _)| !UUID_DASHES.contains(at));
+    let mut bytes = [0; 16];
+    for byte in &mut bytes {
+        let (_, &high) = digits.next()?;
+        let (_, &low) = digits.next()?;
+        *byte = nibble(high)? << 4 | nibble(low)?;
+    }
+    Some(bytes)
 }
 
 /// Payload bytes as base64 in JSON (status records carry any bytes).

@@ -72,6 +72,33 @@ fn profiles_kept_by_name_are_the_only_ones_known_and_read() {
 }
 
 #[test]
+fn a_command_id_is_its_bytes_as_a_uuid_and_reads_back() {
+    let bytes = [
+        0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0x4c, 0xde, 0x8f, 0x01, 0x23, 0x45, 0x67, 0x89, 0xab,
+        0xcd,
+    ];
+    let text = command_id(bytes);
+    assert_eq!(text, "01234567-89ab-4cde-8f01-23456789abcd");
+    assert_eq!(command_id_bytes(&text), Some(bytes));
+    assert_eq!(command_id_bytes(&text.to_uppercase()), Some(bytes));
+    for random in [[0u8; 16], [0xff; 16], id(7)] {
+        let v4 = uuid_v4(random);
+        assert_eq!(command_id_bytes(&command_id(v4)), Some(v4));
+    }
+    for not_an_id in [
+        "",
+        "01234567-89ab-4cde-8f01-23456789abc", // a digit short
+        "01234567-89ab-4cde-8f01-23456789abcde", // a digit over
+        "0123456789ab-4cde-8f01-23456789abcd-", // its dashes elsewhere
+        "01234567-89ab-4cde-8f01-23456789abcg", // not hex
+        "01234567-89ab-4cde-8f01-23456789abé", // not ASCII
+        "01234567+89ab-4cde-8f01-23456789abcd", // no dash
+    ] {
+        assert_eq!(command_id_bytes(not_an_id), None, "{not_an_id:?}");
+    }
+}
+
+#[test]
 fn mqtt5_commands_carry_what_azure_executors_require() {
     let profiles = profiles();
     let prepared = profiles

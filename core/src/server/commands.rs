@@ -389,7 +389,7 @@ impl Service {
         let key = (record.deadline_ms, std::mem::take(&mut record.id));
         self.deadlines.remove(&key);
         record.id = key.1;
-        self.answer_caller(&record);
+        self.answer_caller(record);
     }
 
     /// Sends a command for the host itself (a service embedding the commands in its own
@@ -522,7 +522,7 @@ impl Service {
             }
             (Then::Delivered { caller, .. }, A::Record(Some(record))) => {
                 self.event(&record);
-                self.reply_record(caller, &record, false);
+                self.reply_record(caller, record, false);
             }
             // Settled before the broker's acknowledgement came: the record as it is.
             (Then::Delivered { caller, id }, A::Record(None)) => {
@@ -540,7 +540,7 @@ impl Service {
                         self.seen.push_back(Seen::TimedOut(id));
                         self.event(&record);
                     }
-                    self.answer_caller(&record);
+                    self.answer_caller(record);
                 }
                 None => {
                     if let Some(caller) = self.callers.remove(&id) {
@@ -549,7 +549,7 @@ impl Service {
                 }
             },
             (Then::Reply { caller, status, .. }, A::Record(Some(record))) => {
-                self.reply_record(caller, &record, status)
+                self.reply_record(caller, record, status)
             }
             (Then::Reply { caller, id, .. }, A::Record(None)) => {
                 self.refuse(caller, Declined::NotFound(id))
@@ -750,7 +750,7 @@ impl Service {
             Mode::Detached => {
                 self.deadlines.insert((record.deadline_ms, id));
                 self.push_all(publish, To::Subscribers);
-                self.reply_record(caller, &record, false);
+                self.reply_record(caller, record.clone(), false);
             }
         }
         // After the command itself, as when it went out while it was recorded.
@@ -839,7 +839,7 @@ impl Service {
     }
 
     /// Answers the caller waiting for `record`'s command, if one does.
-    fn answer_caller(&mut self, record: &Record) {
+    fn answer_caller(&mut self, record: Record) {
         if let Some(caller) = self.callers.remove(&record.id) {
             self.reply_record(caller, record, false);
         }
@@ -891,13 +891,13 @@ impl Service {
         }
     }
 
-    fn reply_record(&mut self, caller: Caller, record: &Record, status: bool) {
+    fn reply_record(&mut self, caller: Caller, record: Record, status: bool) {
         match caller {
             Caller::Mqtt { request, sender } => {
-                let reply = wire::reply_record(&request, record, status);
+                let reply = wire::reply_record(&request, &record, status);
                 self.push(reply, To::Requester(sender));
             }
-            Caller::Host(token) => self.answers.push_back((token, Ok(record.clone()))),
+            Caller::Host(token) => self.answers.push_back((token, Ok(record))),
         }
     }
 
