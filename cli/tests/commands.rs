@@ -1765,6 +1765,65 @@ async fn a_node_s_pipe_follows_the_primary_the_sentinels_name() {
     node.stop().await;
 }
 
+/// A server that turns replica under a node (`REPLICAOF`: Redis keeps its clients connected
+/// and refuses their writes with `READONLY`) gets the node's pipe given up at its first refused
+/// write — not kept, to refuse every write after it — and the commands meanwhile fail with the
+/// registry's error. Once the server is a primary again, a new pipe records the commands.
+/// (On Sentinel the next pipe goes where the sentinels say; here there is one server.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_gives_up_a_pipe_whose_server_turned_replica() {
+    let broker = Broker::start();
+    let redis = Redis::start();
+    let other = Redis::start();
+    let _devices = calls::mqtt5_devices(broker.port, "mqtt5-devices").await;
+    let node = commander(&broker, "turned", redis_registry(&redis)).await;
+    let pipe_id = || {
+        let clients = redis.cli(&["CLIENT", "LIST"]);
+        let pipe = clients.lines().find(|l| l.contains(PIPE_NAME))?;
+        pipe.split(' ')
+            .find(|f| f.starts_with("id="))
+            .map(str::to_owned)
+    };
+    let record = node.invoke(CommandRequest::new("dev/1/cmd", "{}")).await;
+    assert_eq!(record.unwrap().status, Status::Succeeded);
+    let first = pipe_id().expect("the node's pipe");
+
+    let port = other.port.to_string();
+    assert_eq!(redis.cli(&["REPLICAOF", "127.0.0.1", &port]).trim(), "OK");
+    match node.invoke(CommandRequest::new("dev/1/cmd", "{}")).await {
+        Err(CommanderError::Registry(why)) => assert!(why.contains("READONLY"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while pipe_id().as_ref() == Some(&first) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the pipe that was refused is still open: {}",
+            redis.cli(&["CLIENT", "LIST"])
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // A primary again: the pipe is opened again (once a second; meanwhile the records go on
+    // the node's shared connection), and records the commands.
+    assert_eq!(redis.cli(&["REPLICAOF", "NO", "ONE"]).trim(), "OK");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while pipe_id().is_none() {
+        assert!(std::time::Instant::now() < deadline, "no pipe again");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let record = node.invoke(CommandRequest::new("dev/1/cmd", "{}")).await;
+    let record = record.expect("a command once the server is a primary again");
+    assert_eq!(record.status, Status::Succeeded);
+    let stored = redis.cli(&["HGET", &format!("mqstore:cmd:{}", record.id), "d"]);
+    assert!(stored.contains("\"status\":\"SUCCEEDED\""), "{stored}");
+    assert_ne!(pipe_id(), Some(first));
+    let clients = redis.cli(&["CLIENT", "LIST"]);
+    let pipe = clients.lines().find(|l| l.contains(PIPE_NAME)).unwrap();
+    assert!(pipe.contains(" cmd=evalsha "), "{pipe}");
+    node.stop().await;
+}
+
 /// A Redis user whose ACL forbids `CLIENT` commands still gets the node its pipe (the
 /// connection's name is only for `CLIENT LIST`): the commands' records are written on it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
