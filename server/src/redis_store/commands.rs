@@ -416,9 +416,9 @@ impl RedisRegistry {
     }
 
     /// A [`Pipe`](pipe::Pipe) of its own to the Redis server of this registry, when it is one
-    /// server reached over TCP or TLS — given, or the primary the sentinels name (`None`: a
-    /// Unix socket, `#insecure`, a Cluster, writes that wait for replicas; every call then goes
-    /// through [`RedisRegistry::run`]).
+    /// server reached over TCP or TLS — given, or the primary the sentinels name (`None`:
+    /// `#insecure`, a Cluster, writes that wait for replicas; every call then goes through
+    /// [`RedisRegistry::run`]).
     pub(crate) async fn pipe(&self) -> Option<std::io::Result<pipe::Pipe>> {
         if !self.store.pipeable() {
             return None;

@@ -6,7 +6,7 @@
 //!
 //! It speaks to a `redis://` server over TCP and to a `rediss://` one over TLS, trusting what
 //! the shared client trusts ([`RedisTls`]). What it does not do: `rediss://…#insecure`,
-//! Unix sockets, Cluster, finding the primary (on Sentinel it is opened to the one the
+//! Cluster, finding the primary (on Sentinel it is opened to the one the
 //! store follows), `WAIT` for replicas, reconnecting. A host uses it only for one server it
 //! serves and falls back to the shared client otherwise; a pipe that fails (the connection
 //! dropped, a reply is late, the server is no primary any more) is dropped and opened again.
@@ -109,7 +109,7 @@ impl Pipe {
     /// Connects to the `redis://` or `rediss://` server `url` names (over TLS with `tls`'s
     /// files, as the shared client), with its user, password and database, and names the
     /// connection `name` (Redis's `CLIENT LIST` shows it). `None` for a URL a pipe does not
-    /// serve (a Unix socket, `#insecure`).
+    /// serve (`#insecure`; the store takes no Unix socket either).
     pub(crate) async fn connect(
         url: &str,
         name: &str,
