@@ -194,7 +194,7 @@ async fn main() {
     let port: u16 = args
         .next()
         .and_then(|p| p.parse().ok())
-        .expect("usage: commands_bench PORT REDIS_URL");
+        .expect("usage: commands_bench PORT REDIS_URL [WAIT_REPLICAS]");
     let second = args
         .next()
         .expect("usage: commands_bench PORT (REDIS_URL | --service)");
@@ -216,7 +216,11 @@ async fn main() {
         ];
         return report(&targets).await;
     }
-    let redis = RedisConfig::parse(&second).unwrap();
+    let mut redis = RedisConfig::parse(&second).unwrap();
+    // Optional: replicas every registry write waits for (`--redis-wait-replicas`).
+    if let Some(replicas) = args.next() {
+        redis.wait_replicas = replicas.parse().expect("WAIT_REPLICAS: a number");
+    }
     common::echo_device(port, "echo-dji", "thing/product/+/services").await;
     let broker = BrokerConfig {
         port,

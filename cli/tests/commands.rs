@@ -1552,14 +1552,7 @@ async fn a_node_s_pipe_sends_its_next_writes_together_once_the_writes_before_are
     // The script loaded and the pipe up.
     let record = node.invoke(CommandRequest::new("dev/1/cmd", "{}")).await;
     assert_eq!(record.unwrap().status, Status::Succeeded);
-    let pipe_client = || {
-        let clients = redis.cli(&["CLIENT", "LIST"]);
-        let line = clients
-            .lines()
-            .find(|l| l.contains(PIPE_NAME))
-            .map(str::to_owned);
-        line.unwrap_or_else(|| panic!("no pipe in {clients}"))
-    };
+    let pipe_client = || pipe_line(&redis);
 
     assert_eq!(
         redis.cli(&["CLIENT", "PAUSE", "10000", "WRITE"]).trim(),
@@ -1648,7 +1641,7 @@ async fn a_node_s_pipe_to_redis_uses_the_url_s_password_and_database() {
         redis.cli(&all)
     };
     let clients = authed(&["CLIENT", "LIST"]);
-    let pipe = clients.lines().find(|l| l.contains(PIPE_NAME));
+    let pipe = pipe_line_in(&clients);
     assert!(pipe.is_some_and(|l| l.contains(" db=3 ")), "{clients}");
     let stored = authed(&["HGET", &format!("mqstore:cmd:{}", record.id), "d"]);
     assert!(stored.contains("\"status\":\"SUCCEEDED\""), "{stored}");
@@ -1685,9 +1678,7 @@ async fn a_node_s_pipe_to_redis_speaks_tls_with_a_client_certificate() {
         let stored = redis.cli(&["HGET", &format!("mqstore:cmd:{}", record.id), "d"]);
         assert!(stored.contains("\"status\":\"SUCCEEDED\""), "{stored}");
     }
-    let clients = redis.cli(&["CLIENT", "LIST"]);
-    let pipe = clients.lines().find(|l| l.contains(PIPE_NAME));
-    let pipe = pipe.unwrap_or_else(|| panic!("no pipe: {clients}"));
+    let pipe = pipe_line(&redis);
     assert!(
         pipe.contains(&format!(" laddr=127.0.0.1:{tls_port} ")),
         "{pipe}"
@@ -1734,7 +1725,7 @@ async fn a_node_s_pipe_follows_the_primary_the_sentinels_name() {
             assert_eq!(record.status, Status::Succeeded, "{round}");
             let stored = primary.cli(&["HGET", &format!("mqstore:cmd:{}", record.id), "d"]);
             let clients = primary.cli(&["CLIENT", "LIST"]);
-            let pipe = clients.lines().find(|l| l.contains(PIPE_NAME));
+            let pipe = pipe_line_in(&clients);
             if stored.contains("\"status\":\"SUCCEEDED\"")
                 && pipe.is_some_and(|l| l.contains(" cmd=evalsha "))
             {
@@ -1779,7 +1770,7 @@ async fn a_node_gives_up_a_pipe_whose_server_turned_replica() {
     let node = commander(&broker, "turned", redis_registry(&redis)).await;
     let pipe_id = || {
         let clients = redis.cli(&["CLIENT", "LIST"]);
-        let pipe = clients.lines().find(|l| l.contains(PIPE_NAME))?;
+        let pipe = pipe_line_in(&clients)?;
         pipe.split(' ')
             .find(|f| f.starts_with("id="))
             .map(str::to_owned)
@@ -1818,9 +1809,123 @@ async fn a_node_gives_up_a_pipe_whose_server_turned_replica() {
     let stored = redis.cli(&["HGET", &format!("mqstore:cmd:{}", record.id), "d"]);
     assert!(stored.contains("\"status\":\"SUCCEEDED\""), "{stored}");
     assert_ne!(pipe_id(), Some(first));
-    let clients = redis.cli(&["CLIENT", "LIST"]);
-    let pipe = clients.lines().find(|l| l.contains(PIPE_NAME)).unwrap();
+    let pipe = pipe_line(&redis);
     assert!(pipe.contains(" cmd=evalsha "), "{pipe}");
+    node.stop().await;
+}
+
+fn waiting_registry(redis: &Redis, replicas: u32) -> RegistryConfig {
+    let mut config = RedisConfig::parse(&redis.url()).unwrap();
+    config.wait_replicas = replicas;
+    config.wait_timeout = Duration::from_millis(300);
+    RegistryConfig::Redis(config)
+}
+
+/// The line of a node's pipe in `clients` (Redis's `CLIENT LIST`).
+fn pipe_line_in(clients: &str) -> Option<&str> {
+    clients.lines().find(|l| l.contains(PIPE_NAME))
+}
+
+/// The line of a node's pipe in `redis`'s `CLIENT LIST` (there must be one).
+fn pipe_line(redis: &Redis) -> String {
+    let clients = redis.cli(&["CLIENT", "LIST"]);
+    let line = pipe_line_in(&clients).map(str::to_owned);
+    line.unwrap_or_else(|| panic!("no pipe in {clients}"))
+}
+
+/// With `--redis-wait-replicas` a node still writes its commands' records on its pipe, each
+/// batch followed by one `WAIT`: a caller hears a command's answer only once the replica has
+/// the record with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_s_pipe_waits_for_the_replicas_after_its_writes() {
+    let broker = Broker::start();
+    let redis = Redis::start();
+    let replica = Redis::replica_of(&redis);
+    let _devices = calls::mqtt5_devices(broker.port, "mqtt5-devices").await;
+    let node = commander(&broker, "replicated", waiting_registry(&redis, 1)).await;
+    let calls: Vec<_> = (0..32)
+        .map(|n| {
+            let node = node.clone();
+            tokio::spawn(async move {
+                let request = CommandRequest::new(format!("dev/{n}/cmd"), "{}");
+                node.invoke(request).await
+            })
+        })
+        .collect();
+    for call in calls {
+        let record = call
+            .await
+            .unwrap()
+            .expect("a command confirmed by the replica");
+        assert_eq!(record.status, Status::Succeeded);
+        let key = format!("mqstore:cmd:{}", record.id);
+        let on_replica = replica.cli(&["HGET", &key, "d"]);
+        assert!(
+            on_replica.contains("\"status\":\"SUCCEEDED\""),
+            "the answer's record is on the replica when the caller hears it: {on_replica}"
+        );
+    }
+    let pipe = pipe_line(&redis);
+    assert!(
+        pipe.contains(" cmd=wait "),
+        "the pipe's last command: {pipe}"
+    );
+    let stats = redis.cli(&["INFO", "commandstats"]);
+    let calls = |name: &str| -> u64 {
+        let line = stats
+            .lines()
+            .find(|l| l.starts_with(&format!("cmdstat_{name}:")));
+        let line = line.unwrap_or_else(|| panic!("no {name} in {stats}"));
+        line.split(['=', ',']).nth(1).unwrap().parse().unwrap()
+    };
+    assert!(
+        calls("wait") <= calls("evalsha"),
+        "at most one WAIT a write: {stats}"
+    );
+    node.stop().await;
+}
+
+/// A record that the replicas do not confirm in time fails its command with the registry's
+/// error (as on the shared client), and the pipe stays: once the replica is back, the next
+/// commands are confirmed on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_s_pipe_fails_the_writes_its_replicas_do_not_confirm() {
+    let broker = Broker::start();
+    let redis = Redis::start();
+    let replica = Redis::replica_of(&redis);
+    let _devices = calls::mqtt5_devices(broker.port, "mqtt5-devices").await;
+    let node = commander(&broker, "unconfirmed", waiting_registry(&redis, 1)).await;
+    let record = node.invoke(CommandRequest::new("dev/1/cmd", "{}")).await;
+    assert_eq!(record.unwrap().status, Status::Succeeded);
+    let id = |line: String| {
+        line.split(' ')
+            .find(|f| f.starts_with("id="))
+            .unwrap()
+            .to_owned()
+    };
+    let first = id(pipe_line(&redis));
+
+    replica.signal("-STOP");
+    let held = node.invoke(CommandRequest::new("dev/1/cmd", "{}")).await;
+    replica.signal("-CONT");
+    match held {
+        Err(CommanderError::Registry(why)) => {
+            assert!(why.contains("not confirmed on 1 replica"), "{why}")
+        }
+        other => panic!("{other:?}"),
+    }
+    let pipe = pipe_line(&redis);
+    assert_eq!(id(pipe.clone()), first, "the same pipe: {pipe}");
+    assert!(pipe.contains(" cmd=wait "), "{pipe}");
+
+    let record = node.invoke(CommandRequest::new("dev/1/cmd", "{}")).await;
+    let record = record.expect("a command once the replica is back");
+    assert_eq!(record.status, Status::Succeeded);
+    let on_replica = replica.cli(&["HGET", &format!("mqstore:cmd:{}", record.id), "d"]);
+    assert!(
+        on_replica.contains("\"status\":\"SUCCEEDED\""),
+        "{on_replica}"
+    );
     node.stop().await;
 }
 

@@ -34,9 +34,9 @@ use tracing::{info, warn};
 
 use crate::lock;
 use crate::metrics::Metrics;
-use crate::redis_store::pipe::{Pipe, Reply};
+use crate::redis_store::pipe::Pipe;
 use crate::redis_store::{RedisConfig, RedisRegistry, RedisStore, RedisStoreError};
-use crate::registry_calls::{PipeReader, RegistryCalls};
+use crate::registry_calls::{PipeReader, PipeReply, RegistryCalls};
 use mqstore_core::client::ClientError;
 use mqstore_core::commands::definitions::DEFINITIONS_TOPIC;
 use mqstore_core::commands::wire::{self, Refusal};
@@ -162,7 +162,7 @@ enum Input {
     /// Another node read the answer for a caller waiting here.
     Forwarded(Box<Record>),
     /// The next reply on the registry's pipe (an error: the pipe is gone).
-    Piped(std::io::Result<Reply>),
+    Piped(std::io::Result<PipeReply>),
     /// A new pipe to Redis, opened after the last one failed.
     PipeOpened(Pipe),
     Stop,

@@ -11,8 +11,11 @@
 //! calls on it (their callers get the registry's 503, as from the shared client) and is
 //! opened again, once a second until Redis takes it; meanwhile every call uses the shared
 //! client. On Sentinel the pipe goes to the primary the sentinels name, and one that answers
-//! `READONLY` (deposed by a failover) fails so too. A Redis the pipe does not serve (a
-//! Cluster, writes that wait for replicas, a Unix socket, `rediss://…#insecure`) gets no pipe.
+//! `READONLY` (deposed by a failover) fails so too. When writes wait for replicas
+//! (`--redis-wait-replicas`), each batch ends in one `WAIT`, and its writes are answered once
+//! that `WAIT` is: confirmed on the replicas asked for, or each a failed call, as one `WAIT` per
+//! write on the shared client would answer them. A Redis the pipe does not serve (a Cluster,
+//! `rediss://…#insecure`) gets no pipe.
 
 use std::collections::VecDeque;
 use std::io;
@@ -29,7 +32,7 @@ use mqstore_core::commands::{RegistryAnswer, RegistryCall};
 use mqstore_core::server::commands::Service;
 
 /// How long the oldest write on the pipe may wait for its reply before the pipe is given up:
-/// what the shared client allows a call.
+/// what the shared client allows a call (and, when writes wait for replicas, the `WAIT`).
 const REPLY_TIMEOUT: Duration = RESPONSE_TIMEOUT;
 
 /// How long after a pipe failed the next one is tried.
@@ -60,6 +63,23 @@ pub(crate) struct RegistryCalls<I> {
     /// The writes sent or queued on the pipe, in order: their call's token, and when they
     /// were queued.
     waiting: VecDeque<(u64, Put, u64)>,
+    /// When writes wait for replicas: the writes answered, with their replies, until the
+    /// `WAIT` after them is.
+    held: Vec<(u64, Put, u64, Reply)>,
+    /// Whether writes wait for replicas.
+    waits: bool,
+    /// How long the oldest write may wait for its answer (its `WAIT`'s included).
+    reply_timeout: Duration,
+}
+
+/// A reply read on a host's pipe, for [`RegistryCalls::replied`].
+#[derive(Debug)]
+pub(crate) enum PipeReply {
+    /// A write's.
+    Write(Reply),
+    /// The `WAIT` after a batch of writes, when writes wait for replicas: how many replicas
+    /// have them all.
+    Replicas(Reply),
 }
 
 /// The host's wait's side of its pipe: read while the host waits for its other wake-ups.
@@ -67,6 +87,10 @@ pub(crate) struct RegistryCalls<I> {
 pub(crate) struct PipeReader {
     pipe: Option<Pipe>,
     queue: Arc<Mutex<Queue>>,
+    /// The `WAIT` sent after each batch when writes wait for replicas.
+    wait: Option<Vec<u8>>,
+    /// The replies of the batch at Redis still to read before its `WAIT`'s.
+    before_wait: usize,
 }
 
 impl<I: Send + 'static> RegistryCalls<I> {
@@ -81,6 +105,9 @@ impl<I: Send + 'static> RegistryCalls<I> {
     ) -> (Self, PipeReader) {
         let pipe = registry.pipe().await;
         let queue = Arc::new(Mutex::new(Queue::default()));
+        let (wait, wait_timeout) = registry.pipe_wait().unzip();
+        let waits = wait.is_some();
+        let reply_timeout = REPLY_TIMEOUT + wait_timeout.unwrap_or_default();
         let mut calls = Self {
             registry,
             inputs,
@@ -88,8 +115,16 @@ impl<I: Send + 'static> RegistryCalls<I> {
             opened,
             queue: queue.clone(),
             waiting: VecDeque::new(),
+            held: Vec::new(),
+            waits,
+            reply_timeout,
         };
-        let mut reader = PipeReader { pipe: None, queue };
+        let mut reader = PipeReader {
+            pipe: None,
+            queue,
+            wait,
+            before_wait: 0,
+        };
         match pipe {
             Some(Ok(pipe)) => reader.open(pipe),
             Some(Err(e)) => {
@@ -136,9 +171,15 @@ impl<I: Send + 'static> RegistryCalls<I> {
     }
 
     /// A reply on the pipe (an error: the pipe is gone) for `service`.
-    pub(crate) fn replied(&mut self, service: &mut Service, reply: io::Result<Reply>, now_ms: u64) {
+    pub(crate) fn replied(
+        &mut self,
+        service: &mut Service,
+        reply: io::Result<PipeReply>,
+        now_ms: u64,
+    ) {
         let reply = match reply {
-            Ok(reply) => reply,
+            Ok(PipeReply::Write(reply)) => reply,
+            Ok(PipeReply::Replicas(wait)) => return self.replicated(service, &wait, now_ms),
             Err(e) => return self.failed(service, &format!("Redis: {e}"), now_ms),
         };
         if let Reply::Error(e) = &reply
@@ -160,9 +201,35 @@ impl<I: Send + 'static> RegistryCalls<I> {
             self.waiting.push_back((token, put, queued));
             return;
         }
+        if self.waits {
+            self.held.push((token, put, queued, reply));
+            return;
+        }
+        self.settle(service, token, put, reply, now_ms);
+    }
+
+    /// A write's answer, from its reply.
+    fn settle(&self, service: &mut Service, token: u64, put: Put, reply: Reply, now_ms: u64) {
         match self.registry.put_answer(put, reply) {
             Ok(answer) => service.answered(token, answer, now_ms),
             Err(call) => self.run(token, call, now_ms),
+        }
+    }
+
+    /// The `WAIT` after the held writes answered: they are settled, and those that wrote fail
+    /// unless the replicas asked for have them (the shared client's answer to such a write).
+    fn replicated(&mut self, service: &mut Service, wait: &Reply, now_ms: u64) {
+        let held = std::mem::take(&mut self.held);
+        let wrote = |reply: &Reply| *reply == Reply::Int(1);
+        let writes = held.iter().filter(|(.., reply)| wrote(reply)).count();
+        let confirmed = self.registry.replicated(wait, writes as u64);
+        for (token, put, _, reply) in held {
+            match &confirmed {
+                Err(why) if wrote(&reply) => {
+                    service.answered(token, RegistryAnswer::Failed(why.clone()), now_ms)
+                }
+                _ => self.settle(service, token, put, reply, now_ms),
+            }
         }
     }
 
@@ -170,18 +237,24 @@ impl<I: Send + 'static> RegistryCalls<I> {
     /// quarter second: the host's timer is not moved at every reply.
     pub(crate) fn deadline(&self) -> Option<u64> {
         const GRAIN: u64 = 250;
-        let (_, _, queued) = self.waiting.front()?;
-        Some((queued + REPLY_TIMEOUT.as_millis() as u64).div_ceil(GRAIN) * GRAIN)
+        let queued = self.oldest()?;
+        Some((queued + self.reply_timeout.as_millis() as u64).div_ceil(GRAIN) * GRAIN)
     }
 
-    /// At the host's deadline: a pipe whose oldest write has had no reply for
-    /// [`REPLY_TIMEOUT`] is given up (the reader drops it), and its calls fail.
+    /// When the oldest write still unanswered was queued.
+    fn oldest(&self) -> Option<u64> {
+        let held = self.held.first().map(|(_, _, queued, _)| *queued);
+        held.or_else(|| self.waiting.front().map(|(_, _, queued)| *queued))
+    }
+
+    /// At the host's deadline: a pipe whose oldest write has had no reply for its reply
+    /// timeout is given up (the reader drops it), and its calls fail.
     pub(crate) fn on_deadline(&mut self, service: &mut Service, now_ms: u64) {
-        let Some((_, _, queued)) = self.waiting.front() else {
+        let Some(queued) = self.oldest() else {
             return;
         };
-        if queued + REPLY_TIMEOUT.as_millis() as u64 <= now_ms {
-            let why = format!("Redis did not answer within {REPLY_TIMEOUT:?}");
+        if queued + self.reply_timeout.as_millis() as u64 <= now_ms {
+            let why = format!("Redis did not answer within {:?}", self.reply_timeout);
             self.failed(service, &why, now_ms);
         }
     }
@@ -195,7 +268,13 @@ impl<I: Send + 'static> RegistryCalls<I> {
             queue.commands.clear();
             queue.count = 0;
         }
-        for (token, ..) in std::mem::take(&mut self.waiting) {
+        let held = std::mem::take(&mut self.held)
+            .into_iter()
+            .map(|(token, ..)| token);
+        let waiting = std::mem::take(&mut self.waiting)
+            .into_iter()
+            .map(|(token, ..)| token);
+        for token in held.chain(waiting) {
             service.answered(token, RegistryAnswer::Failed(why.to_owned()), now_ms);
         }
         self.reopen();
@@ -232,6 +311,7 @@ impl PipeReader {
     /// after a failure, which the host's wait got as a wake-up).
     pub(crate) fn open(&mut self, pipe: Pipe) {
         self.pipe = Some(pipe);
+        self.before_wait = 0;
         let mut queue = lock(&self.queue);
         queue.up = true;
         if std::mem::take(&mut queue.reopening) {
@@ -242,7 +322,7 @@ impl PipeReader {
     /// Sends what the host queued unless a batch sent before awaits its replies, then the next
     /// reply; an error once the pipe is gone. Never ends while there is no pipe. Cancellation
     /// safe.
-    pub(crate) async fn reply(&mut self) -> io::Result<Reply> {
+    pub(crate) async fn reply(&mut self) -> io::Result<PipeReply> {
         {
             let queue = &mut *lock(&self.queue);
             match (&mut self.pipe, queue.up) {
@@ -251,7 +331,16 @@ impl PipeReader {
                 // write about half as often at load (docs/performance.md, "One batch at Redis
                 // at a time"). A write made while nothing is at Redis goes at once.
                 (Some(pipe), true) if pipe.awaiting() == 0 => {
-                    pipe.take(&mut queue.commands, std::mem::take(&mut queue.count));
+                    let count = std::mem::take(&mut queue.count);
+                    match &self.wait {
+                        // One `WAIT` confirms every write of the batch before it.
+                        Some(wait) if count > 0 => {
+                            queue.commands.extend_from_slice(wait);
+                            pipe.take(&mut queue.commands, count + 1);
+                            self.before_wait = count;
+                        }
+                        _ => pipe.take(&mut queue.commands, count),
+                    }
                 }
                 (Some(_), true) => {}
                 // Given up by the host (its writes went unanswered), or none.
@@ -261,11 +350,19 @@ impl PipeReader {
         let Some(pipe) = &mut self.pipe else {
             return std::future::pending().await;
         };
-        let reply = pipe.reply().await;
-        if reply.is_err() {
-            self.pipe = None;
-            lock(&self.queue).up = false;
+        match pipe.reply().await {
+            Err(e) => {
+                self.pipe = None;
+                lock(&self.queue).up = false;
+                Err(e)
+            }
+            Ok(reply) if self.wait.is_some() && self.before_wait == 0 => {
+                Ok(PipeReply::Replicas(reply))
+            }
+            Ok(reply) => {
+                self.before_wait = self.before_wait.saturating_sub(1);
+                Ok(PipeReply::Write(reply))
+            }
         }
-        reply
     }
 }

@@ -5,7 +5,7 @@
 
 use super::*;
 use crate::done::CommandsDone;
-use crate::redis_store::pipe::Reply;
+use crate::registry_calls::PipeReply;
 use crate::registry_calls::RegistryCalls;
 use mqstore_core::server::commands::Service;
 
@@ -65,7 +65,7 @@ impl Node {
     }
 
     /// A reply on the registry's pipe to Redis (an error: the pipe is gone).
-    pub(super) fn commands_piped(&mut self, reply: std::io::Result<Reply>) {
+    pub(super) fn commands_piped(&mut self, reply: std::io::Result<PipeReply>) {
         let now = self.now();
         if let Some(remote) = &mut self.commands {
             remote.calls.replied(&mut remote.service, reply, now);

@@ -28,9 +28,8 @@ use super::jobs::{
     JOBS_TICK_MS, JobsService, LISTENER_LEASE_MS, LISTENER_RENEW_MS, Listener, SharedJobs,
 };
 use crate::metrics::Metrics;
-use crate::redis_store::pipe::Reply;
 use crate::redis_store::{RedisStore, RedisStoreError};
-use crate::registry_calls::PipeReader;
+use crate::registry_calls::{PipeReader, PipeReply};
 use mqstore_core::client::ClientError;
 use mqstore_core::engine::{Accepted, Engine, Fit, Outcome, fit_for_broker};
 use mqstore_core::envelope::{self, DropReason, EnvelopeError, Publish};
@@ -91,7 +90,7 @@ pub(super) enum Signal {
     GraceOver,
     Done(Done),
     /// A reply on the command registry's pipe to Redis (an error: the pipe is gone).
-    Piped(std::io::Result<Reply>),
+    Piped(std::io::Result<PipeReply>),
 }
 
 impl<F: Future<Output = ()>> Wakes for Signals<F> {

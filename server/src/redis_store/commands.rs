@@ -417,8 +417,7 @@ impl RedisRegistry {
 
     /// A [`Pipe`](pipe::Pipe) of its own to the Redis server of this registry, when it is one
     /// server reached over TCP or TLS — given, or the primary the sentinels name (`None`:
-    /// `#insecure`, a Cluster, writes that wait for replicas; every call then goes through
-    /// [`RedisRegistry::run`]).
+    /// `#insecure`, a Cluster; every call then goes through [`RedisRegistry::run`]).
     pub(crate) async fn pipe(&self) -> Option<std::io::Result<pipe::Pipe>> {
         if !self.store.pipeable() {
             return None;
@@ -438,6 +437,32 @@ impl RedisRegistry {
             self.store.call_failed();
         }
         Some(checked)
+    }
+
+    /// The `WAIT` a host's pipe sends after each batch of writes when writes wait for
+    /// replicas, as Redis reads it, and how long it may wait (`None`: they do not).
+    pub(crate) fn pipe_wait(&self) -> Option<(Vec<u8>, Duration)> {
+        let (replicas, timeout) = self.store.waits_for_replicas()?;
+        let (count, ms) = (replicas.to_string(), timeout.as_millis().to_string());
+        let mut wait = Vec::new();
+        pipe::encode(&mut wait, &[b"WAIT", count.as_bytes(), ms.as_bytes()]);
+        Some((wait, timeout))
+    }
+
+    /// What the [`RedisRegistry::pipe_wait`] after `writes` writes answered: `Err` with why
+    /// when it did not confirm them on the replicas asked for (the writes were applied on the
+    /// primary all the same, as the shared client's [`RedisStoreError::NotReplicated`] says).
+    pub(crate) fn replicated(&self, wait: &Reply, writes: u64) -> std::result::Result<(), String> {
+        let replicas = match wait {
+            Reply::Int(replicas) => u32::try_from(*replicas).unwrap_or(0),
+            _ => 0,
+        };
+        let confirmed = self.store.confirmed_writes(replicas, writes);
+        match wait {
+            Reply::Int(_) => confirmed.map_err(|e| e.to_string()),
+            Reply::Error(e) => Err(format!("Redis: {e}")),
+            other => Err(format!("Redis: an unexpected answer to WAIT: {other:?}")),
+        }
     }
 
     /// The host's pipe failed: on Sentinel the primary may have moved.

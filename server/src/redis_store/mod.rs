@@ -329,12 +329,17 @@ impl RedisStore {
     }
 
     /// Whether a [`pipe::Pipe`] can do this store's writes: one server (given, or the primary
-    /// the sentinels name), no replicas to wait for.
+    /// the sentinels name).
     pub(crate) fn pipeable(&self) -> bool {
         matches!(
             self.connection,
             Connection::Single(_) | Connection::Sentinel(_)
-        ) && self.wait_replicas == 0
+        )
+    }
+
+    /// The replicas every write waits for, and how long (`None`: none).
+    pub(crate) fn waits_for_replicas(&self) -> Option<(u32, Duration)> {
+        (self.wait_replicas > 0).then_some((self.wait_replicas, self.wait_timeout))
     }
 
     /// Whether the server this store writes to is the one the sentinels name (it may be

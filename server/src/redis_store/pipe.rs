@@ -6,10 +6,11 @@
 //!
 //! It speaks to a `redis://` server over TCP and to a `rediss://` one over TLS, trusting what
 //! the shared client trusts ([`RedisTls`]). What it does not do: `rediss://…#insecure`,
-//! Cluster, finding the primary (on Sentinel it is opened to the one the
-//! store follows), `WAIT` for replicas, reconnecting. A host uses it only for one server it
-//! serves and falls back to the shared client otherwise; a pipe that fails (the connection
-//! dropped, a reply is late, the server is no primary any more) is dropped and opened again.
+//! Cluster, finding the primary (on Sentinel it is opened to the one the store follows),
+//! reconnecting; a `WAIT` for replicas is one more command its user sends. A host uses it only
+//! for one server it serves and falls back to the shared client otherwise; a pipe that fails
+//! (the connection dropped, a reply is late, the server is no primary any more) is dropped and
+//! opened again.
 
 use std::io;
 use std::pin::Pin;

@@ -129,11 +129,21 @@ impl RedisStore {
 
     /// A `WAIT`'s answer: whether enough replicas have the write (counted for the metrics).
     pub(super) fn confirmed(&self, replicas: u32) -> Result<()> {
+        self.confirmed_writes(replicas, 1)
+    }
+
+    /// A `WAIT`'s answer for the `writes` before it on its connection (counted, each, for the
+    /// metrics).
+    pub(super) fn confirmed_writes(&self, replicas: u32, writes: u64) -> Result<()> {
         if replicas >= self.wait_replicas {
-            self.replication.confirmed.fetch_add(1, Ordering::Relaxed);
+            self.replication
+                .confirmed
+                .fetch_add(writes, Ordering::Relaxed);
             Ok(())
         } else {
-            self.replication.unconfirmed.fetch_add(1, Ordering::Relaxed);
+            self.replication
+                .unconfirmed
+                .fetch_add(writes, Ordering::Relaxed);
             Err(RedisStoreError::NotReplicated {
                 wanted: self.wait_replicas,
                 confirmed: replicas,
