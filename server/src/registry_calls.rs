@@ -32,7 +32,8 @@ use mqstore_core::commands::{RegistryAnswer, RegistryCall};
 use mqstore_core::server::commands::Service;
 
 /// How long the oldest write on the pipe may wait for its reply before the pipe is given up:
-/// what the shared client allows a call (and, when writes wait for replicas, the `WAIT`).
+/// what the shared client allows a call (when writes wait for replicas, their `WAIT`'s
+/// timeout is added, as the shared client adds it).
 const REPLY_TIMEOUT: Duration = RESPONSE_TIMEOUT;
 
 /// How long after a pipe failed the next one is tried.
